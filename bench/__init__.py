@@ -1,0 +1,1 @@
+"""The measurement core: fleet, workload, metrics, probes, recorder. Never imports textual."""

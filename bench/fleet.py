@@ -1,0 +1,496 @@
+"""The fleet: K engine workers (one process each, spawn context) draining one shared request queue.
+
+One I/O thread in the parent owns all fleet state: it waits on every worker's pipe and process
+sentinel at once, hands the head of the shared queue to whichever worker asks first, turns worker
+messages into records, and detects a dead worker within one wait (≤ 50 ms). Everything outside talks
+to it through `self._cmds` and reads what happened from `self.events`; nothing here blocks a UI.
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from bench.records import RequestRecord
+from bench.workload import Request, prompt_for
+from engines.base import EngineSpec
+from presets import Workload
+
+WAIT_S = 0.05
+
+
+class FleetError(RuntimeError):
+    """The fleet cannot go on (no worker could load, or all died); the message is one line."""
+
+
+def physical_cores() -> int:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    except ImportError:
+        return os.cpu_count() or 1
+
+
+def auto_threads(k: int) -> int:
+    """Physical cores ÷ K, at least 1, so K workers never oversubscribe the CPU."""
+    return max(1, physical_cores() // max(1, k))
+
+
+@dataclass
+class WorkerInfo:
+    wid: int
+    state: str = "starting"  # starting | loading | warming | serving | idle | retiring | retired | dead
+    pid: int | None = None
+    threads: int | None = None
+    rss: int | None = None
+    requests_done: int = 0
+    tokens: int = 0
+    last_ttft_s: float | None = None
+    current: int | None = None
+    ready_ns: int | None = None
+    error: str | None = None
+
+    def public(self) -> "WorkerInfo":
+        return WorkerInfo(**self.__dict__)
+
+
+@dataclass
+class _Worker:
+    info: WorkerInfo
+    proc: mp.Process
+    conn: object
+    wants: bool = False
+    retire: bool = False
+
+
+@dataclass
+class _InFlight:
+    req: Request
+    wid: int | None = None
+    t_started_ns: int | None = None
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RunMeta:
+    engine: str
+    model: str
+    model_bytes: int
+    mode: str = "instances"
+    b: int = 1
+    simulated: bool = False
+
+
+class Fleet:
+    def __init__(self, spec: EngineSpec, meta: RunMeta, k: int = 1, threads: int | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None):
+        if k < 1:
+            raise FleetError(f"K must be at least 1 (got {k})")
+        self.spec = spec
+        self.meta = meta
+        self.fixed_threads = threads
+        self.on_record = on_record
+        self.events: queue.Queue = queue.Queue()
+        self.target_k = k
+        self.run_id = uuid.uuid4().hex[:12]
+        self.log_dir = Path(os.environ.get("INFERENCE_TOP_LOGS", Path.home() / ".cache" / "inference-top" / "logs")) / self.run_id
+        self.rep = 0
+        self._ctx = mp.get_context("spawn")
+        self._workers: dict[int, _Worker] = {}
+        self._ids = itertools.count(1)
+        self._req_ids = itertools.count(1)
+        self._pending: deque[Request] = deque()  # the one shared request queue
+        self._inflight: dict[int, _InFlight] = {}
+        self._cmds: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._snapshot: dict[int, WorkerInfo] = {}
+        self._load = None  # (workload, arrivals, max_tokens, ignore_eos)
+        self._load_started = False
+        self._paused = False
+        self._closed = False
+        self._fatal: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
+        self._started = False
+        self._prompt_index = itertools.count()
+        atexit.register(self.close)
+
+    # ---- public API (any thread) -------------------------------------------------------------
+    def start(self, wait_ready: bool = True, timeout: float = 600.0) -> None:
+        self._started = True
+        for _ in range(self.target_k):
+            self._spawn()
+        self._thread.start()
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 600.0) -> None:
+        """Block until every worker of the target K is ready (or raise FleetError)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._fatal:
+                raise FleetError(self._fatal)
+            snap = self.workers()
+            live = [w for w in snap if w.state not in ("retired", "dead", "retiring")]
+            if len(live) >= self.target_k and all(w.ready_ns for w in live):
+                return
+            if not live and snap:
+                raise FleetError(self._first_error(snap) or "every worker died before it was ready")
+            time.sleep(0.02)
+        raise FleetError(f"workers not ready after {timeout:.0f} s")
+
+    def scale_to(self, k: int) -> None:
+        if k < 1:
+            raise FleetError(f"K must be at least 1 (got {k})")
+        self._cmds.put(("scale", k))
+
+    def set_load(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
+        """Start (or replace) the load. Requests flow once every worker of the target K is ready."""
+        self._cmds.put(("load", (workload, arrivals, max_tokens, ignore_eos)))
+
+    def pause(self, paused: bool = True) -> None:
+        self._cmds.put(("pause", paused))
+
+    def set_users(self, users: int) -> None:
+        self._cmds.put(("users", users))
+
+    def workers(self) -> list[WorkerInfo]:
+        with self._lock:
+            return [w.public() for w in self._snapshot.values()]
+
+    def outstanding(self) -> int:
+        with self._lock:
+            return self._n_outstanding
+
+    _n_outstanding = 0
+
+    def run_requests(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True,
+                     timeout: float | None = None) -> list[RequestRecord]:
+        """Run a finite load to completion and return its records (the headless sweep's cell)."""
+        done: list[RequestRecord] = []
+        ev = threading.Event()
+        total = arrivals.total
+        assert total is not None, "run_requests needs arrivals with a total"
+
+        def collect(rec):
+            done.append(rec)
+            if len(done) >= total:
+                ev.set()
+
+        self._cmds.put(("collector", collect))
+        self.set_load(workload, arrivals, max_tokens, ignore_eos)
+        finished = ev.wait(timeout)
+        self._cmds.put(("collector", None))
+        if not finished:
+            raise TimeoutError(f"cell did not finish within {timeout:.0f} s ({len(done)}/{total} requests)")
+        if self._fatal:
+            raise FleetError(self._fatal)
+        return done
+
+    def close(self, grace: float = 1.0) -> None:
+        """Stop every worker: ask, then SIGTERM, then SIGKILL. Idempotent; never leaves a child."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cmds.put(("close", None))
+        if self._thread.is_alive():
+            self._thread.join(timeout=grace + 0.5)
+        procs = [w.proc for w in self._workers.values()]
+        for w in self._workers.values():
+            self._send(w, ("stop",))
+        deadline = time.monotonic() + grace
+        for p in procs:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=0.5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=0.5)
+        for w in self._workers.values():
+            try:
+                w.conn.close()
+            except OSError:
+                pass
+
+    # ---- the I/O thread ----------------------------------------------------------------------
+    def _threads_for(self, k: int) -> int:
+        return self.fixed_threads or auto_threads(k)
+
+    def _spawn(self) -> None:
+        from bench.worker import worker_main
+
+        wid = next(self._ids)
+        threads = self._threads_for(self.target_k)
+        spec = dict(self.spec.to_dict(), threads=threads)
+        parent, child = self._ctx.Pipe(duplex=True)
+        log = str(self.log_dir / f"worker-{wid}.log")
+        proc = self._ctx.Process(target=worker_main, args=(wid, child, spec, log), name=f"it-worker-{wid}",
+                                 daemon=True)
+        proc.start()
+        child.close()
+        info = WorkerInfo(wid, state="starting", pid=proc.pid, threads=threads)
+        self._workers[wid] = _Worker(info, proc, parent)
+        self._emit("log", f"worker {wid} started (pid {proc.pid}, {threads} threads)")
+        self._publish()
+
+    def _emit(self, kind: str, *payload) -> None:
+        self.events.put((kind, *payload))
+
+    def _publish(self) -> None:
+        with self._lock:
+            self._snapshot = {wid: w.info.public() for wid, w in self._workers.items()}
+            self._n_outstanding = len(self._pending) + len(self._inflight)
+
+    def _send(self, w: _Worker, msg) -> bool:
+        try:
+            w.conn.send(msg)
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def _live(self) -> list[_Worker]:
+        return [w for w in self._workers.values() if w.info.state not in ("dead", "retired")]
+
+    def _active(self) -> list[_Worker]:
+        return [w for w in self._live() if not w.retire]
+
+    def _loop(self) -> None:
+        collector = None
+        try:
+            while True:
+                try:
+                    while True:
+                        cmd, arg = self._cmds.get_nowait()
+                        if cmd == "close":
+                            return
+                        if cmd == "collector":
+                            collector = arg
+                        else:
+                            self._command(cmd, arg)
+                except queue.Empty:
+                    pass
+                self._arrivals()
+                objs = []
+                for w in self._live():
+                    objs += [w.conn, w.proc.sentinel]
+                timeout = WAIT_S
+                if self._load and not self._paused:
+                    nxt = self._load[1].next_wakeup_ns()
+                    if nxt is not None:
+                        timeout = min(WAIT_S, max(0.0, (nxt - time.perf_counter_ns()) / 1e9))
+                ready = wait(objs, timeout) if objs else (time.sleep(timeout) or [])
+                for w in list(self._live()):
+                    if w.conn in ready:
+                        self._drain(w, collector)
+                for w in list(self._live()):
+                    if w.proc.sentinel in ready or not w.proc.is_alive():
+                        self._drain(w, collector)
+                        if w.info.state not in ("retired", "dead"):
+                            self._died(w, collector)
+                        elif w.info.state == "retired":
+                            w.proc.join(timeout=0.1)
+                self._dispatch()
+                self._publish()
+        except Exception as exc:  # the I/O thread must never die silently
+            self._fatal = f"fleet I/O thread failed: {type(exc).__name__}: {exc}"
+            self._emit("error", self._fatal)
+
+    def _command(self, cmd: str, arg) -> None:
+        if cmd == "scale":
+            self._scale(arg)
+        elif cmd == "load":
+            self._load = arg
+            self._load_started = False
+        elif cmd == "pause":
+            if self._paused and not arg and self._load:
+                self._load[1].resume(time.perf_counter_ns())
+            self._paused = arg
+            self._emit("log", "load paused" if arg else "load resumed")
+        elif cmd == "users" and self._load and hasattr(self._load[1], "users"):
+            self._load[1].users = arg
+
+    def _scale(self, k: int) -> None:
+        old = self.target_k
+        self.target_k = k
+        active = self._active()
+        if k > len(active):
+            for _ in range(k - len(active)):
+                self._spawn()
+        elif k < len(active):
+            # retire the newest first: idle ones at once, busy ones after their current request
+            for w in sorted(active, key=lambda w: w.info.wid, reverse=True)[: len(active) - k]:
+                w.retire = True
+                w.info.state = "retiring"
+                if w.wants and w.info.current is None:
+                    self._send(w, ("retire",))
+                    w.wants = False
+        if self.fixed_threads is None:
+            n = self._threads_for(k)
+            for w in self._active():
+                if w.info.threads != n:
+                    if self._send(w, ("threads", n)):
+                        w.info.threads = n
+        self._emit("k", old, k)
+        self._emit("log", f"K {old} → {k}")
+
+    def _ready_to_measure(self) -> bool:
+        active = self._active()
+        return len(active) >= self.target_k and all(w.info.ready_ns for w in active)
+
+    def _arrivals(self) -> None:
+        if not self._load or self._paused:
+            return
+        if not self._load_started:
+            # measurement starts only when every worker of the target K has finished its warmup
+            if not self._ready_to_measure():
+                return
+            self._load_started = True
+        workload, arrivals, max_tokens, ignore_eos = self._load
+        now = time.perf_counter_ns()
+        for t_sched in arrivals.due(now, len(self._pending) + len(self._inflight)):
+            req = Request(next(self._req_ids), prompt_for(workload, next(self._prompt_index)), max_tokens,
+                          ignore_eos, t_scheduled_ns=t_sched, rep=self.rep, k=self.target_k, b=self.meta.b)
+            req.t_submitted_ns = time.perf_counter_ns()
+            self._pending.append(req)
+
+    def _dispatch(self) -> None:
+        for w in self._live():
+            if not self._pending:
+                break
+            if w.wants and not w.retire and w.info.current is None:
+                req = self._pending.popleft()
+                if self._send(w, ("req", req.wire())):
+                    w.wants = False
+                    w.info.current = req.request_id
+                    w.info.state = "serving"
+                    self._inflight[req.request_id] = _InFlight(req, w.info.wid)
+                else:
+                    self._pending.appendleft(req)
+        if self._pending and not self._active():
+            # nobody left to serve the queue: fail what waits rather than hang
+            while self._pending:
+                req = self._pending.popleft()
+                self._finish(_InFlight(req), None, error="no live worker to serve the request", finish="error")
+
+    def _drain(self, w: _Worker, collector) -> None:
+        try:
+            while w.conn.poll():
+                self._handle(w, w.conn.recv(), collector)
+        except (EOFError, OSError):
+            pass
+
+    def _handle(self, w: _Worker, msg, collector) -> None:
+        kind = msg[0]
+        info = w.info
+        if kind == "want":
+            if w.retire:
+                self._send(w, ("retire",))
+            else:
+                w.wants = True
+                info.state = "idle"
+        elif kind == "state":
+            state, extra = msg[1], msg[2]
+            for key in ("pid", "threads", "rss"):
+                if extra.get(key) is not None:
+                    setattr(info, key, extra[key])
+            if state == "ready":
+                if info.ready_ns is None:
+                    info.ready_ns = time.perf_counter_ns()
+                    self._emit("log", f"worker {info.wid} ready (pid {info.pid})")
+                if not w.retire:
+                    info.state = "idle" if info.current is None else "serving"
+            elif state == "retired":
+                info.state = "retired"
+                self._emit("log", f"worker {info.wid} retired")
+            else:
+                info.state = state
+        elif kind == "start":
+            fl = self._inflight.get(msg[1])
+            if fl:
+                fl.t_started_ns = msg[2]
+        elif kind == "tok":
+            fl = self._inflight.get(msg[1])
+            if fl:
+                fl.tokens.extend(msg[2])
+                info.tokens += len(msg[2])
+                self._emit("tokens", info.wid, msg[2])
+        elif kind == "done":
+            _, rid, toks, n_prompt, finish, error, t_done, rss = msg
+            fl = self._inflight.get(rid)
+            if fl is None:
+                return
+            fl.tokens.extend(toks)
+            info.tokens += len(toks)
+            if toks:
+                self._emit("tokens", info.wid, toks)
+            info.rss = rss or info.rss
+            info.current = None
+            info.requests_done += 1
+            if not w.retire:
+                info.state = "idle"
+            rec = self._finish(fl, w, error=error, finish=finish, t_done=t_done, n_prompt=n_prompt, rss=rss)
+            if rec.t_first_token_ns is not None:
+                info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
+            if collector:
+                collector(rec)
+        elif kind == "fatal":
+            info.error = f"{msg[1]} (engine log: {self.log_dir / f'worker-{info.wid}.log'})"
+            info.state = "dead"
+            self._emit("error", f"worker {info.wid}: {info.error}")
+            if not any(x.info.ready_ns for x in self._workers.values()):
+                self._fatal = info.error
+
+    def _died(self, w: _Worker, collector) -> None:
+        info = w.info
+        code = w.proc.exitcode
+        how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
+        info.state = "dead"
+        info.error = info.error or f"died: {how}"
+        self._emit("error", f"worker {info.wid} (pid {info.pid}) died: {how}")
+        if info.current is not None:
+            fl = self._inflight.get(info.current)
+            info.current = None
+            if fl:
+                rec = self._finish(fl, w, error=f"worker {info.wid} (pid {info.pid}) died mid-request: {how}",
+                                   finish="error")
+                if collector:
+                    collector(rec)
+        self._emit("worker_dead", info.wid)
+
+    def _finish(self, fl: _InFlight, w: _Worker | None, *, error=None, finish=None, t_done=None,
+                n_prompt=0, rss=None) -> RequestRecord:
+        self._inflight.pop(fl.req.request_id, None)
+        req = fl.req
+        toks = fl.tokens
+        rec = RequestRecord(
+            run_id=self.run_id, request_id=req.request_id, mode=self.meta.mode, engine=self.meta.engine,
+            model=self.meta.model, model_bytes=self.meta.model_bytes, k=req.k, b=req.b,
+            worker=w.info.wid if w else None, prompt_id=req.prompt.prompt_id, prompt_tokens=n_prompt,
+            output_tokens=len(toks), t_scheduled_ns=req.t_scheduled_ns, t_submitted_ns=req.t_submitted_ns,
+            t_started_ns=fl.t_started_ns, t_first_token_ns=toks[0] if toks else None,
+            t_done_ns=t_done or time.perf_counter_ns(), token_ns=list(toks), finish_reason=finish, error=error,
+            simulated=self.meta.simulated, rep=req.rep, pid=w.info.pid if w else None,
+            threads=w.info.threads if w else None, worker_rss_bytes=rss,
+        )
+        self._emit("record", rec)
+        if self.on_record:
+            self.on_record(rec)
+        return rec
+
+    @staticmethod
+    def _first_error(snap: list[WorkerInfo]) -> str | None:
+        return next((w.error for w in snap if w.error), None)

@@ -1,0 +1,190 @@
+"""Metrics as pure functions over per-request records (shared/DESIGN.md section 4).
+
+Every function takes records (or plain numbers) and returns numbers; times in records are integer
+nanoseconds, results are seconds unless the name says otherwise (``_ms``, ``_gbps``).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from bench.records import RequestRecord
+
+NS = 1e9
+NOISY_CV = 0.10
+
+
+def ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    """Requests that finished without error and produced at least one token."""
+    return [r for r in records if r.error is None and r.t_first_token_ns is not None]
+
+
+def ttft(r: RequestRecord) -> float:
+    """Queue-inclusive TTFT: first token id − scheduled time (what a user feels)."""
+    return (r.t_first_token_ns - r.t_scheduled_ns) / NS
+
+
+def ttft_engine(r: RequestRecord) -> float:
+    """Engine TTFT: first token id − the moment a worker began the request."""
+    return (r.t_first_token_ns - r.t_started_ns) / NS
+
+
+def queue_wait(r: RequestRecord) -> float:
+    return (r.t_started_ns - r.t_scheduled_ns) / NS
+
+
+def tpot(r: RequestRecord) -> float | None:
+    """(t_last − t_first) / (N − 1), vLLM's convention; None for fewer than 2 tokens."""
+    n = len(r.token_ns)
+    if n < 2:
+        return None
+    return (r.token_ns[-1] - r.token_ns[0]) / (n - 1) / NS
+
+
+def itls(records: Iterable[RequestRecord]) -> list[float]:
+    """Every gap between consecutive tokens of a request, pooled across requests."""
+    out: list[float] = []
+    for r in records:
+        t = r.token_ns
+        out.extend((t[i] - t[i - 1]) / NS for i in range(1, len(t)))
+    return out
+
+
+def e2e(r: RequestRecord) -> float:
+    return (r.t_done_ns - r.t_scheduled_ns) / NS
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear interpolation (numpy's default); None for no values."""
+    if len(values) == 0:
+        return None
+    return float(np.percentile(np.asarray(values, dtype=float), p))
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return float(statistics.fmean(values)) if len(values) else None
+
+
+def cv(values: Sequence[float]) -> float | None:
+    """Coefficient of variation = sample stdev / mean; None for fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    m = statistics.fmean(values)
+    return statistics.stdev(values) / m if m else None
+
+
+def is_noisy(c: float | None) -> bool:
+    return c is not None and c > NOISY_CV
+
+
+def tokens_in_window(records: Iterable[RequestRecord], a_ns: int, b_ns: int) -> int:
+    return sum(1 for r in records for t in r.token_ns if a_ns <= t < b_ns)
+
+
+def aggregate_tps(records: Iterable[RequestRecord], a_ns: int, b_ns: int) -> float:
+    """Tokens whose timestamp falls in [a, b) ÷ (b − a)."""
+    if b_ns <= a_ns:
+        return 0.0
+    return tokens_in_window(records, a_ns, b_ns) / ((b_ns - a_ns) / NS)
+
+
+def aggregate_tps_from_times(token_times_ns: Iterable[int], a_ns: int, b_ns: int) -> float:
+    """The same as `aggregate_tps`, over a flat stream of token timestamps (the live window)."""
+    if b_ns <= a_ns:
+        return 0.0
+    return sum(1 for t in token_times_ns if a_ns <= t < b_ns) / ((b_ns - a_ns) / NS)
+
+
+def run_span_ns(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
+    """A run's span: first scheduled → last done, over every request that has both."""
+    starts = [r.t_scheduled_ns for r in records]
+    ends = [r.t_done_ns for r in records if r.t_done_ns is not None]
+    if not starts or not ends:
+        return None
+    return min(starts), max(ends)
+
+
+def output_throughput(records: Sequence[RequestRecord]) -> float | None:
+    """A run's aggregate tok/s: all generated tokens ÷ (last done − first scheduled)."""
+    span = run_span_ns(records)
+    if span is None or span[1] <= span[0]:
+        return None
+    return aggregate_tps(records, span[0], span[1] + 1)
+
+
+def bandwidth_product_instances(per_stream_tps: float, weight_bytes: int, k: int) -> float:
+    """GB/s = per-stream decode tok/s × W × K (W = bytes of weights touched per token)."""
+    return per_stream_tps * weight_bytes * k / 1e9
+
+
+def bandwidth_product_batch(steps_per_s_per_worker: Sequence[float], weight_bytes: int,
+                            kv_bytes_per_step: Sequence[float] = ()) -> float:
+    """GB/s with in-engine batching: Σ over workers of steps/s × W, plus KV bytes read per step."""
+    kv = list(kv_bytes_per_step) + [0.0] * (len(steps_per_s_per_worker) - len(kv_bytes_per_step))
+    return sum(s * (weight_bytes + kvb) for s, kvb in zip(steps_per_s_per_worker, kv)) / 1e9
+
+
+BANDWIDTH_FORMULA_INSTANCES = "per-stream tok/s (1/median TPOT) × W × K, W = model file bytes"
+BANDWIDTH_FORMULA_BATCH = "Σ workers steps/s × W (+ KV bytes read per step), W = model file bytes"
+
+
+def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:
+    """Predicted TPOT(K) = K · W / β in seconds (β in GB/s, 1 GB = 1e9 B)."""
+    return k * weight_bytes / (bandwidth_gbps * 1e9)
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: float) -> float:
+    """2 (K and V) × layers × kv_heads × head_dim × bytes per element."""
+    return 2 * layers * kv_heads * head_dim * bytes_per_element
+
+
+def summarize(records: Sequence[RequestRecord]) -> dict:
+    """vLLM-style figures for one group of records (one cell: every rep pooled)."""
+    good = ok(records)
+    ttfts = [ttft(r) for r in good]
+    ttfts_e = [ttft_engine(r) for r in good]
+    tpots = [t for t in (tpot(r) for r in good) if t is not None]
+    itl = itls(good)
+    e2es = [e2e(r) for r in good]
+    waits = [queue_wait(r) for r in good]
+
+    def ms(v):
+        return None if v is None else v * 1e3
+
+    return {
+        "completed": len(good),
+        "errors": sum(1 for r in records if r.error is not None),
+        "total_output_tokens": sum(len(r.token_ns) for r in good),
+        "mean_ttft_ms": ms(mean(ttfts)),
+        "median_ttft_ms": ms(percentile(ttfts, 50)),
+        "p90_ttft_ms": ms(percentile(ttfts, 90)),
+        "p99_ttft_ms": ms(percentile(ttfts, 99)),
+        "median_ttft_engine_ms": ms(percentile(ttfts_e, 50)),
+        "p99_ttft_engine_ms": ms(percentile(ttfts_e, 99)),
+        "median_queue_wait_ms": ms(percentile(waits, 50)),
+        "mean_tpot_ms": ms(mean(tpots)),
+        "median_tpot_ms": ms(percentile(tpots, 50)),
+        "p90_tpot_ms": ms(percentile(tpots, 90)),
+        "p99_tpot_ms": ms(percentile(tpots, 99)),
+        "median_itl_ms": ms(percentile(itl, 50)),
+        "p99_itl_ms": ms(percentile(itl, 99)),
+        "median_e2el_ms": ms(percentile(e2es, 50)),
+        "p99_e2el_ms": ms(percentile(e2es, 99)),
+    }
+
+
+def rss_sum_bytes(records: Iterable[RequestRecord]) -> int:
+    """Σ over workers of each worker's largest RSS seen at the end of its requests."""
+    peak: dict[tuple, int] = {}
+    for r in records:
+        if r.worker_rss_bytes is not None:
+            key = (r.worker, r.pid)
+            peak[key] = max(peak.get(key, 0), r.worker_rss_bytes)
+    return sum(peak.values())
+
+
+def finite(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

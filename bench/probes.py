@@ -1,0 +1,137 @@
+"""System probes: memory, swap, pressure, CPU (psutil; sysctl on macOS; PSI on Linux; NVML if present)."""
+from __future__ import annotations
+
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from presets import Chip, match_chip
+
+
+def total_memory_bytes() -> int:
+    return psutil.virtual_memory().total
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=2)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _nvml_name() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return name.decode() if isinstance(name, bytes) else name
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def detect_chip() -> tuple[str, Chip | None]:
+    """(the name the OS reports, the matching preset or None). Never guesses a bandwidth."""
+    if platform.system() == "Darwin":
+        name = _sysctl("machdep.cpu.brand_string") or "Apple (unknown)"
+        return name, match_chip(name)
+    gpu = _nvml_name()
+    if gpu:
+        return gpu, match_chip(gpu)
+    return _cpu_model(), None
+
+
+def memory_pressure() -> tuple[str, float | None]:
+    """(source, value): Linux PSI 'some avg10' %, or macOS kern.memorystatus_vm_pressure_level (1/2/4)."""
+    psi = Path("/proc/pressure/memory")
+    if psi.exists():
+        try:
+            first = psi.read_text().splitlines()[0]
+            fields = dict(kv.split("=") for kv in first.split()[1:])
+            return "psi some avg10 %", float(fields["avg10"])
+        except (OSError, ValueError, KeyError, IndexError):
+            return "psi", None
+    if platform.system() == "Darwin":
+        v = _sysctl("kern.memorystatus_vm_pressure_level")
+        return "macOS pressure level", float(v) if v else None
+    return "none", None
+
+
+@dataclass
+class SystemSample:
+    t_ns: int
+    mem_total: int
+    mem_used: int
+    mem_available: int
+    swap_total: int
+    swap_used: int
+    swap_in_bps: float  # bytes/s since the previous sample
+    swap_out_bps: float
+    pressure_source: str
+    pressure: float | None
+    cpu_percent: float  # whole machine, % of all cores
+
+
+class SystemProbe:
+    """Samples the machine; swap rates are differences between consecutive samples."""
+
+    def __init__(self):
+        self._last: tuple[int, int, int] | None = None
+        psutil.cpu_percent(None)
+
+    def sample(self) -> SystemSample:
+        now = time.perf_counter_ns()
+        vm = psutil.virtual_memory()
+        sw = psutil.swap_memory()
+        sin = sout = 0.0
+        if self._last:
+            dt = (now - self._last[0]) / 1e9
+            if dt > 0:
+                sin = max(0.0, (sw.sin - self._last[1]) / dt)
+                sout = max(0.0, (sw.sout - self._last[2]) / dt)
+        self._last = (now, sw.sin, sw.sout)
+        src, pressure = memory_pressure()
+        return SystemSample(now, vm.total, vm.total - vm.available, vm.available, sw.total, sw.used,
+                            sin, sout, src, pressure, psutil.cpu_percent(None))
+
+
+class ProcessProbe:
+    """RSS and CPU % (of one core) for a set of pids, keeping psutil handles between samples."""
+
+    def __init__(self):
+        self._procs: dict[int, psutil.Process] = {}
+
+    def sample(self, pids) -> dict[int, tuple[int, float]]:
+        out = {}
+        for pid in pids:
+            if pid is None:
+                continue
+            p = self._procs.get(pid)
+            try:
+                if p is None:
+                    p = self._procs[pid] = psutil.Process(pid)
+                    p.cpu_percent(None)
+                out[pid] = (p.memory_info().rss, p.cpu_percent(None))
+            except psutil.Error:
+                self._procs.pop(pid, None)
+        for gone in set(self._procs) - set(pids):
+            self._procs.pop(gone, None)
+        return out

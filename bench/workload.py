@@ -1,0 +1,111 @@
+"""What the dispatcher sends and when: prompt sets, closed-loop users and open-loop Poisson arrivals."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from engines.base import Prompt
+from presets import Workload
+
+
+@dataclass
+class Request:
+    request_id: int
+    prompt: Prompt
+    max_tokens: int
+    ignore_eos: bool
+    t_scheduled_ns: int
+    t_submitted_ns: int = 0
+    rep: int = 0
+    k: int = 1
+    b: int = 1
+
+    def wire(self) -> dict:
+        """What travels to a worker."""
+        return {
+            "request_id": self.request_id,
+            "prompt_id": self.prompt.prompt_id,
+            "text": self.prompt.text,
+            "synthetic_tokens": self.prompt.synthetic_tokens,
+            "max_tokens": self.max_tokens,
+            "ignore_eos": self.ignore_eos,
+        }
+
+
+def prompt_for(workload: Workload, index: int) -> Prompt:
+    """The index-th prompt of a workload, cycling through the set in order."""
+    if workload.synthetic_tokens:
+        return Prompt(f"synthetic-{workload.synthetic_tokens}", synthetic_tokens=workload.synthetic_tokens)
+    i = index % len(workload.prompts)
+    return Prompt(f"{workload.key}-{i + 1}", text=workload.prompts[i])
+
+
+class ClosedLoop:
+    """U users, each sending its next request the moment its last one ends (scheduled = now)."""
+
+    def __init__(self, users: int, total: int | None = None):
+        if users < 1:
+            raise ValueError(f"users must be at least 1 (got {users})")
+        self.users = users
+        self.total = total
+        self.issued = 0
+
+    def describe(self) -> str:
+        return f"closed loop, {self.users} users"
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        n = max(0, self.users - outstanding)
+        if self.total is not None:
+            n = min(n, self.total - self.issued)
+        self.issued += n
+        return [now_ns] * n
+
+    def next_wakeup_ns(self) -> int | None:
+        return None
+
+    def resume(self, now_ns: int) -> None:
+        pass
+
+    def exhausted(self) -> bool:
+        return self.total is not None and self.issued >= self.total
+
+
+class Poisson:
+    """Open loop: arrivals at `rate` requests/s with exponential gaps, whatever the server does.
+
+    Each request keeps the time the arrival process wanted it sent, so TTFT counts the queue.
+    """
+
+    def __init__(self, rate: float, total: int | None = None, seed: int = 0):
+        if not rate > 0:
+            raise ValueError(f"rate must be a positive number of requests per second (got {rate})")
+        self.rate = rate
+        self.total = total
+        self.issued = 0
+        self._rng = random.Random(seed)
+        self._next: int | None = None
+
+    def describe(self) -> str:
+        return f"open loop, Poisson {self.rate:g} req/s"
+
+    def _gap_ns(self) -> int:
+        return int(self._rng.expovariate(self.rate) * 1e9)
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        if self._next is None:
+            self._next = now_ns
+        out = []
+        while self._next <= now_ns and not self.exhausted():
+            out.append(self._next)
+            self.issued += 1
+            self._next += self._gap_ns()
+        return out
+
+    def next_wakeup_ns(self) -> int | None:
+        return None if self.exhausted() else self._next
+
+    def resume(self, now_ns: int) -> None:
+        self._next = now_ns  # arrivals missed while paused are not replayed as a burst
+
+    def exhausted(self) -> bool:
+        return self.total is not None and self.issued >= self.total

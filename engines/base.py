@@ -1,0 +1,71 @@
+"""The one protocol every engine implements.
+
+An engine lives inside one worker process: load, warm up, then generate requests one at a time as a
+stream of (token id, perf_counter_ns) pairs stamped the moment each id is produced.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+
+class EngineError(Exception):
+    """A failure the user can act on: the message is one line that says what and what to do."""
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything a worker process needs to build its engine (picklable, sent over spawn)."""
+
+    engine: str  # "llama"
+    model_path: str
+    threads: int = 1
+    ctx: int = 2048
+    seed: int = 0
+    flash_attn: bool = False
+    options: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a request asks for: a text, or a synthetic prompt of exactly `synthetic_tokens` tokens."""
+
+    prompt_id: str
+    text: str | None = None
+    synthetic_tokens: int | None = None
+
+
+class Engine(Protocol):
+    name: str
+
+    def load(self) -> None: ...
+
+    def warmup(self) -> None:
+        """One warmup request; the worker runs two before it reports ready."""
+        ...
+
+    def tokenize(self, prompt: Prompt) -> list[int]: ...
+
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+        """Yield (token_id, t_ns) per generated token; return the finish reason ("length" | "stop")."""
+        ...
+
+    def set_threads(self, n: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+ENGINES = {"llama": "engines.llama_cpp:LlamaCppEngine"}
+
+
+def make_engine(spec: EngineSpec) -> Engine:
+    if spec.engine not in ENGINES:
+        raise EngineError(f"unknown engine {spec.engine!r}; choose one of: {', '.join(ENGINES)}")
+    module_name, cls_name = ENGINES[spec.engine].split(":")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), cls_name)(spec)

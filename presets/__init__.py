@@ -1,0 +1,114 @@
+"""Presets are data (TOML files beside this module); this is the small loader for them."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib.resources import files
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class PresetError(ValueError):
+    """A preset name that does not exist, or a TOML file with a bad entry."""
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    """The parsed TOML file `name` (``chips``, ``models`` or ``workloads``)."""
+    return tomllib.loads(files(__name__).joinpath(f"{name}.toml").read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Chip:
+    key: str
+    name: str
+    bandwidth_gbps: float | None  # None: known chip, figure not verified
+    memory_gb: tuple[float, ...] = ()
+    match: tuple[str, ...] = ()
+
+
+def chips() -> dict[str, Chip]:
+    return {
+        key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gb", ())), tuple(d.get("match", ())))
+        for key, d in load("chips").items()
+    }
+
+
+def chip(key: str) -> Chip:
+    table = chips()
+    if key not in table:
+        raise PresetError(f"unknown chip {key!r}; known: {', '.join(sorted(table))} (or pass --bandwidth GBPS)")
+    return table[key]
+
+
+def match_chip(reported_name: str) -> Chip | None:
+    """The preset whose longest `match` string occurs in the name the OS reports, else None."""
+    best, best_len = None, 0
+    for c in chips().values():
+        for m in c.match:
+            if m.lower() in reported_name.lower() and len(m) > best_len:
+                best, best_len = c, len(m)
+    return best
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    description: str
+    prompts: tuple[str, ...] = ()
+    synthetic_tokens: int | None = None
+    source: str = ""
+
+
+def workloads() -> dict[str, Workload]:
+    return {
+        key: Workload(key, d.get("description", ""), tuple(d.get("prompts", ())), d.get("synthetic_tokens"), d.get("source", ""))
+        for key, d in load("workloads").items()
+    }
+
+
+def workload(spec: str) -> Workload:
+    """A workload by preset name, or ``synthetic:N`` for one synthetic prompt of N tokens."""
+    if spec.startswith("synthetic:"):
+        n = spec.split(":", 1)[1]
+        if not n.isdigit() or int(n) < 1:
+            raise PresetError(f"bad workload {spec!r}: write synthetic:N with N a positive number of tokens")
+        return Workload(spec, f"one synthetic prompt of {int(n)} tokens", synthetic_tokens=int(n))
+    table = workloads()
+    if spec not in table:
+        raise PresetError(f"unknown workload {spec!r}; known: {', '.join(sorted(table))}, or synthetic:N")
+    return table[spec]
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    key: str
+    name: str
+    params: int
+    weight_bytes: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    hidden: int = 0
+    heads: int = 0
+    kv_dtype: str = "f16"
+    extra: dict = field(default_factory=dict)
+
+
+def models() -> dict[str, ModelPreset]:
+    known = {f for f in ModelPreset.__dataclass_fields__ if f not in ("key", "extra")}
+    return {
+        key: ModelPreset(key, **{k: v for k, v in d.items() if k in known})
+        for key, d in load("models").items()
+    }
+
+
+def model(key: str) -> ModelPreset:
+    table = models()
+    if key not in table:
+        raise PresetError(f"unknown model preset {key!r}; known: {', '.join(sorted(table))}")
+    return table[key]

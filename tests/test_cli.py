@@ -1,0 +1,145 @@
+"""The headless command as a user runs it: outputs, bad inputs, signals, a killed run's records."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from bench import metrics as M
+from bench.recorder import read_jsonl
+from bench.sweep import cell_summary
+
+CLI = [sys.executable, "-m", "tui.cli"]
+
+
+def run(args, **kw):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(CLI + args, capture_output=True, text=True, timeout=300, env=env, **kw)
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    p = run(["bench", "--k", "1,2", "--requests", "4", "--max-tokens", "8", "--threads", "1", "--ctx", "512",
+             "--out", str(out)])
+    assert p.returncode == 0, p.stderr
+    return out, p
+
+
+def test_bench_writes_three_files_and_a_table(bench_run):
+    out, p = bench_run
+    for name in ("records.jsonl", "summary.json", "summary.csv"):
+        assert (out / name).exists()
+    assert "tok/s" in p.stdout and "TTFT p99" in p.stdout
+    cells = json.loads((out / "summary.json").read_text())
+    assert [(c["k"], c["b"]) for c in cells] == [(1, 1), (2, 1)]
+    for c in cells:
+        for key in ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                    "p99_tpot_ms", "median_itl_ms", "rss_gb_sum", "bandwidth_gbps", "cv", "noisy"):
+            assert key in c
+        assert c["completed"] == 4 and c["errors"] == 0
+
+
+def test_summary_is_recomputable_from_records(bench_run):
+    out, _ = bench_run
+    headers, records, _ = read_jsonl(out / "records.jsonl")
+    h = headers[0]
+    assert h["model_sha256_prefix"] and h["environment"]["os"] and h["engine_settings"]["threads"] == 1
+    cells = json.loads((out / "summary.json").read_text())
+    for c in cells:
+        mine = [r for r in records if r.k == c["k"] and r.b == c["b"]]
+        again = cell_summary(mine, c["k"], c["b"], h["model_bytes"], h["bandwidth_gbps"])
+        for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms",
+                    "rss_gb_sum", "bandwidth_gbps"):
+            assert again[key] == pytest.approx(c[key]), key
+        # and by hand for one figure: tokens ÷ (first scheduled → last done)
+        toks = sum(len(r.token_ns) for r in mine)
+        span = (max(r.t_done_ns for r in mine) - min(r.t_scheduled_ns for r in mine)) / 1e9
+        assert c["output_throughput"] == pytest.approx(toks / span, rel=1e-6)
+        assert all(len(r.token_ns) == 8 for r in mine)  # ignore-EOS: every request the same length
+        tpot = M.percentile([M.tpot(r) for r in mine], 50)
+        assert c["bandwidth_gbps"] == pytest.approx(1 / tpot * h["model_bytes"] * c["k"] / 1e9)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "/nonexistent/model.gguf"], "model file not found"),
+    (["--k", "0"], "must be at least 1"),
+    (["--k", "-2"], "must be at least 1"),
+    (["--k", "1,x"], "whole numbers separated by commas"),
+    (["--workload", "nope"], "unknown workload"),
+])
+def test_bad_inputs_give_one_line(args, says):
+    p = run(["bench", *args, "--requests", "1", "--max-tokens", "2"])
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and says in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_not_gguf_and_truncated_gguf(tmp_path, model):
+    junk = tmp_path / "junk.gguf"
+    junk.write_text("this is not a model\n")
+    p = run(["bench", "--model", str(junk)])
+    assert p.returncode == 2 and "not a GGUF file" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    cut = tmp_path / "cut.gguf"
+    with open(model.path, "rb") as src:
+        cut.write_bytes(src.read(50_000_000))
+    p = run(["bench", "--model", str(cut)])
+    assert p.returncode == 2 and "truncated" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    head = tmp_path / "head.gguf"
+    with open(model.path, "rb") as src:
+        head.write_bytes(src.read(1000))  # cut inside the metadata
+    p = run(["bench", "--model", str(head)])
+    assert p.returncode == 2 and ("truncated" in p.stderr or "damaged" in p.stderr), p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def _wait_for(pred, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_leaves_no_child_and_keeps_records(tmp_path, sig):
+    from conftest import descendants
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(CLI + ["bench", "--k", "2", "--requests", "200", "--max-tokens", "16", "--threads", "1",
+                                   "--ctx", "512", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recs = out / "records.jsonl"
+    assert _wait_for(lambda: recs.exists() and recs.read_text().count('"kind":"request"') >= 2, 120)
+    kids = descendants(proc.pid)
+    assert len(kids) >= 2
+    proc.send_signal(sig)
+    proc.wait(timeout=10)
+    assert proc.returncode != 0
+    assert _wait_for(lambda: not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids), 5)
+    _, records, _ = read_jsonl(recs)
+    assert len(records) >= 2
+
+
+def test_sigkill_leaves_a_file_that_parses(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(CLI + ["bench", "--k", "1", "--requests", "200", "--max-tokens", "8", "--ctx", "512",
+                                   "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recs = out / "records.jsonl"
+    assert _wait_for(lambda: recs.exists() and recs.read_text().count('"kind":"request"') >= 3, 120)
+    from conftest import descendants
+
+    kids = descendants(proc.pid)
+    proc.kill()
+    proc.wait(timeout=10)
+    # the workers follow their parent (PR_SET_PDEATHSIG), even after a SIGKILL
+    assert _wait_for(lambda: not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids), 5)
+    headers, records, _ = read_jsonl(recs)
+    assert len(headers) == 1 and len(records) >= 3
+    assert all(r.error is None and len(r.token_ns) == 8 for r in records)

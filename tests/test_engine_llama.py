@@ -1,0 +1,40 @@
+"""The llama.cpp engine itself, in-process, on the embedded model."""
+import pytest
+
+from engines.base import EngineError, EngineSpec, Prompt
+from engines.llama_cpp import LlamaCppEngine
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    e = LlamaCppEngine(EngineSpec("llama", str(model.path), threads=2, ctx=256))
+    e.load()
+    yield e
+    e.close()
+
+
+def test_greedy_ids_match_the_high_level_api_and_no_reuse(engine):
+    toks = engine.tokenize(Prompt("p", text="Why is the sky blue? Answer in two sentences."))
+    assert toks[0] == 2  # Gemma's BOS
+    first = [t for t, _ in engine.generate(toks, 12, True)]
+    again = [t for t, _ in engine.generate(toks, 12, True)]  # memory cleared: same ids, no prefix reuse
+    assert first == again
+    engine.llm.reset()
+    ref = []
+    for t in engine.llm.generate(toks, top_k=1, temp=0.0, reset=True):
+        ref.append(t)
+        if len(ref) == 12:
+            break
+    assert first == ref
+
+
+def test_timestamps_per_token_and_ignore_eos(engine):
+    out = list(engine.generate(engine.tokenize(Prompt("p", text="Hi")), 20, True))
+    ts = [t for _, t in out]
+    assert len(out) == 20 and ts == sorted(ts) and len(set(ts)) == 20
+
+
+def test_synthetic_prompt_and_context_overflow(engine):
+    assert len(engine.tokenize(Prompt("s", synthetic_tokens=200))) == 200
+    with pytest.raises(EngineError, match="exceeds the context of 256"):
+        list(engine.generate(engine.tokenize(Prompt("s", synthetic_tokens=250)), 10, True))

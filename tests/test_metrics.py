@@ -1,0 +1,86 @@
+"""Metrics on records computed by hand (shared/DESIGN.md section 4)."""
+import math
+
+import pytest
+
+from bench import metrics as M
+from bench.records import RequestRecord
+
+MS = 1_000_000  # ns
+
+
+def rec(rid, sched, start, tokens, done, error=None, rep=0, worker=1, rss=None):
+    return RequestRecord(
+        run_id="r", request_id=rid, mode="instances", engine="test", model="m", model_bytes=1_000_000_000,
+        k=1, b=1, worker=worker, t_scheduled_ns=sched, t_submitted_ns=sched, t_started_ns=start,
+        t_first_token_ns=tokens[0] if tokens else None, t_done_ns=done, token_ns=tokens,
+        output_tokens=len(tokens), error=error, rep=rep, worker_rss_bytes=rss,
+    )
+
+
+# Request A: scheduled 0, started 10 ms, tokens at 50, 70, 100 ms, done 100 ms.
+# Request B: scheduled 20 ms, started 100 ms, tokens at 160, 170, 180, 190 ms, done 195 ms.
+A = rec(1, 0, 10 * MS, [50 * MS, 70 * MS, 100 * MS], 100 * MS, rss=300)
+B = rec(2, 20 * MS, 100 * MS, [160 * MS, 170 * MS, 180 * MS, 190 * MS], 195 * MS, rss=350)
+
+
+def test_ttft_definitions():
+    assert M.ttft(A) == pytest.approx(0.050)  # 50 − 0
+    assert M.ttft(B) == pytest.approx(0.140)  # 160 − 20: waiting in the queue counts
+    assert M.ttft_engine(B) == pytest.approx(0.060)  # 160 − 100
+    assert M.queue_wait(B) == pytest.approx(0.080)  # 100 − 20
+
+
+def test_tpot_itl_e2e():
+    assert M.tpot(A) == pytest.approx(0.025)  # (100 − 50) / 2
+    assert M.tpot(B) == pytest.approx(0.010)  # (190 − 160) / 3
+    assert M.tpot(rec(3, 0, 0, [5 * MS], 5 * MS)) is None  # one token: undefined
+    assert sorted(M.itls([A, B])) == pytest.approx([0.010, 0.010, 0.010, 0.020, 0.030])
+    assert M.e2e(B) == pytest.approx(0.175)  # 195 − 20
+
+
+def test_aggregate_window_and_run_throughput():
+    # tokens in [50, 100) ms: 50 and 70 → 2 tokens / 0.05 s = 40 tok/s
+    assert M.aggregate_tps([A, B], 50 * MS, 100 * MS) == pytest.approx(40.0)
+    # run: 7 tokens over first scheduled (0) → last done (195 ms)
+    assert M.output_throughput([A, B]) == pytest.approx(7 / 0.195, rel=1e-6)
+
+
+def test_percentiles_linear_interpolation():
+    vals = [1.0, 2.0, 3.0, 4.0]
+    assert M.percentile(vals, 50) == pytest.approx(2.5)
+    assert M.percentile(vals, 90) == pytest.approx(3.7)  # 1 + 0.9 × 3 = 3.7 → between 3 and 4
+    assert M.percentile(vals, 99) == pytest.approx(3.97)
+    assert M.percentile([], 50) is None
+
+
+def test_cv_and_noisy_flag():
+    assert M.cv([10.0, 12.0]) == pytest.approx(math.sqrt(2) / 11)  # stdev √2 over mean 11
+    assert M.is_noisy(M.cv([10.0, 12.0]))  # 0.129 > 0.10
+    assert not M.is_noisy(M.cv([10.0, 10.5]))
+    assert M.cv([5.0]) is None
+
+
+def test_bandwidth_product_and_prediction():
+    # 50 tok/s per stream × 0.253 GB × 2 instances = 25.3 GB/s
+    assert M.bandwidth_product_instances(50.0, 253_000_000, 2) == pytest.approx(25.3)
+    # TPOT(K=3) = 3 × 4 GB / 400 GB/s = 30 ms
+    assert M.predicted_tpot(3, 4_000_000_000, 400.0) == pytest.approx(0.030)
+    # batch: 2 workers at 10 steps/s reading 1 GB weights (+0.5 GB KV on the first) = 25 GB/s
+    assert M.bandwidth_product_batch([10.0, 10.0], 1_000_000_000, [500_000_000]) == pytest.approx(25.0)
+
+
+def test_kv_bytes_per_token_llama_31_8b():
+    assert M.kv_bytes_per_token(32, 8, 128, 2) == 131_072  # 128 KiB
+
+
+def test_summary_and_errors():
+    failed = rec(3, 0, 5 * MS, [], 30 * MS, error="worker died")
+    s = M.summarize([A, B, failed])
+    assert s["completed"] == 2 and s["errors"] == 1
+    assert s["median_ttft_ms"] == pytest.approx(95.0)  # median of 50 and 140
+    assert s["median_tpot_ms"] == pytest.approx(17.5)  # median of 25 and 10
+    assert s["median_itl_ms"] == pytest.approx(10.0)
+    assert M.rss_sum_bytes([A, B]) == 350  # one worker: its largest RSS
+    A2 = rec(4, 0, 0, [1], 1, worker=2, rss=100)
+    assert M.rss_sum_bytes([A, B, A2]) == 450

@@ -1,0 +1,189 @@
+"""`inference-top`: the dashboard by default; `bench` for headless sweeps.
+
+Every bad input ends in one line on stderr that says what was wrong and what to do, and exit code 2;
+the measurement core is imported lazily so `bench` never loads textual.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default prints the whole usage block
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be greater than 0")
+    return v
+
+
+def int_list(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        try:
+            v = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} must be whole numbers separated by commas, e.g. 1,2,4") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{v} in {text!r} must be at least 1")
+        out.append(v)
+    return out
+
+
+def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
+    p.add_argument("--engine", default="llama", help="engine: llama (llama-cpp-python)")
+    p.add_argument("--model", help="model path (a .gguf file for llama); default: the embedded Gemma 3 270M")
+    p.add_argument("--k", type=int_list if lists else positive_int, default=[1] if lists else 1,
+                   help="engine instances (worker processes)" + (", comma list" if lists else ""))
+    p.add_argument("--b", type=int_list if lists else positive_int, default=[1] if lists else 1,
+                   help="sequences batched in one engine" + (", comma list" if lists else ""))
+    p.add_argument("--threads", type=positive_int, help="threads per worker (default: physical cores ÷ K)")
+    p.add_argument("--ctx", type=positive_int, default=2048, help="context length per worker (tokens)")
+    p.add_argument("--max-tokens", type=positive_int, default=None, help="tokens generated per request")
+    p.add_argument("--workload", default="default", help="workload preset or synthetic:N")
+    p.add_argument("--rate", type=positive_float, help="open-loop Poisson arrivals (requests/s); default closed loop")
+    p.add_argument("--users", type=positive_int, help="closed-loop users (default K × B)")
+    p.add_argument("--chip", help="chip preset (see presets/chips.toml); default: detected")
+    p.add_argument("--bandwidth", type=positive_float, help="the chip's bandwidth in GB/s (overrides the preset)")
+    p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
+                         "Subcommands: bench (headless sweep). Run 'inference-top bench --help'.")
+    common_args(dash, lists=False)
+    dash.add_argument("--refresh", type=positive_float, default=1.0, help="chart redraws per second (default 1)")
+    dash.add_argument("--record", help="record the session to this JSONL file")
+    bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
+                          "writes records.jsonl, summary.json and summary.csv")
+    common_args(bench, lists=True)
+    bench.add_argument("--requests", type=positive_int, default=16, help="requests per rep and cell")
+    bench.add_argument("--reps", type=positive_int, default=1, help="repetitions per cell (CV across them)")
+    bench.add_argument("--out", help="output folder (default ./out/bench-YYYYmmdd-HHMMSS)")
+    bench.add_argument("--cell-timeout", type=positive_float, default=1800.0, help="seconds per rep before giving up")
+    return dash, bench
+
+
+def fail(msg: str, code: int = EXIT_USAGE):
+    print(f"inference-top: error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _sigterm_to_exit() -> None:
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def resolve_bandwidth(args) -> tuple[str, float | None, str]:
+    """(chip name, β GB/s or None, where β came from): --bandwidth, else --chip preset, else detected."""
+    from bench.probes import detect_chip
+    from presets import PresetError, chip
+
+    if args.chip:
+        try:
+            c = chip(args.chip)
+        except PresetError as exc:
+            fail(str(exc))
+        name, beta, src = c.name, c.bandwidth_gbps, "spec"
+    else:
+        name, c = detect_chip()
+        beta, src = (c.bandwidth_gbps, "spec") if c else (None, "unknown")
+        name = c.name if c else name
+    if args.bandwidth:
+        beta, src = args.bandwidth, "--bandwidth"
+    return name, beta, src if beta else "unknown"
+
+
+def bench_main(argv: list[str]) -> int:
+    _, parser = build_parser()
+    args = parser.parse_args(argv)
+    from bench.fleet import Fleet, FleetError
+    from bench.recorder import Recorder
+    from bench.session import build_spec, resolve_model, run_header, run_meta
+    from bench.sweep import SweepConfig, format_table, run_sweep, write_summary
+    from engines.base import EngineError
+    from presets import PresetError, workload
+
+    if any(b > 1 for b in args.b):
+        fail(f"--b {','.join(map(str, args.b))}: batching inside one engine is not in this build yet; use --b 1")
+    try:
+        wl = workload(args.workload)
+        choice = resolve_model(args.engine, args.model)
+        spec = build_spec(args.engine, choice, args.threads, args.ctx, max(args.k))
+    except (EngineError, PresetError) as exc:
+        fail(str(exc))
+    chip_name, beta, beta_src = resolve_bandwidth(args)
+    out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = SweepConfig(ks=args.k, bs=args.b, requests=args.requests, max_tokens=args.max_tokens or 256,
+                      reps=args.reps, rate=args.rate, ignore_eos=not args.stop_at_eos, bandwidth_gbps=beta,
+                      cell_timeout_s=args.cell_timeout, out_dir=out)
+    header = run_header(choice, spec, {
+        "command": "bench", "argv": argv, "ks": args.k, "bs": args.b, "requests": args.requests,
+        "max_tokens": cfg.max_tokens, "reps": args.reps, "workload": wl.key, "rate": args.rate,
+        "threads": args.threads or "auto (physical cores ÷ K)", "chip": chip_name, "bandwidth_gbps": beta,
+        "bandwidth_source": beta_src, "ignore_eos": cfg.ignore_eos,
+    })
+    recorder = Recorder(out / "records.jsonl", header)
+    fleet = Fleet(spec, run_meta(args.engine, choice), k=args.k[0], threads=args.threads, on_record=recorder.record)
+    _sigterm_to_exit()
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    say(f"{choice.name} ({choice.file_bytes / 1e9:.3f} GB) on {chip_name}, β = "
+        f"{f'{beta:g} GB/s ({beta_src})' if beta else 'unknown (pass --bandwidth)'}; records → {out}/records.jsonl")
+    cells = []
+    try:
+        say(f"starting {args.k[0]} worker(s): load + 2 warmup requests each …")
+        fleet.start()
+        cells, _ = run_sweep(fleet, wl, cfg, say)
+    except (FleetError, TimeoutError) as exc:
+        fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
+    except KeyboardInterrupt:
+        fail(f"interrupted; records so far are in {out}/records.jsonl", 130)
+    finally:
+        fleet.close()
+        recorder.close()
+    write_summary(out, cells)
+    say("")
+    say(format_table(cells))
+    say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bench":
+        return bench_main(argv[1:])
+    dash, _ = build_parser()
+    args = dash.parse_args(argv)
+    from tui.app import run_dashboard
+
+    return run_dashboard(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
