@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: install
-	$(VENV)/bin/inference-top bench --k 1,2 --requests 8 --max-tokens 64 --out out/bench $(ARGS)
+	$(VENV)/bin/inference-top $(ARGS)
 
 bench: install
 	$(VENV)/bin/inference-top bench --k 1,2 --requests 8 --max-tokens 64 --out out/bench $(ARGS)

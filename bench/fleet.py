@@ -119,6 +119,7 @@ class Fleet:
         self._load = None  # (workload, arrivals, max_tokens, ignore_eos)
         self._load_started = False
         self._paused = False
+        self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
         self._closed = False
         self._fatal: str | None = None
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
@@ -162,7 +163,8 @@ class Fleet:
     def pause(self, paused: bool = True) -> None:
         self._cmds.put(("pause", paused))
 
-    def set_users(self, users: int) -> None:
+    def set_users(self, users: int | None) -> None:
+        """Closed-loop users; None: ready workers × B, so a warming worker's users do not queue."""
         self._cmds.put(("users", users))
 
     def workers(self) -> list[WorkerInfo]:
@@ -320,8 +322,10 @@ class Fleet:
                 self._load[1].resume(time.perf_counter_ns())
             self._paused = arg
             self._emit("log", "load paused" if arg else "load resumed")
-        elif cmd == "users" and self._load and hasattr(self._load[1], "users"):
-            self._load[1].users = arg
+        elif cmd == "users":
+            self._auto_users = arg is None
+            if arg is not None and self._load and hasattr(self._load[1], "users"):
+                self._load[1].users = arg
 
     def _scale(self, k: int) -> None:
         old = self.target_k
@@ -345,7 +349,6 @@ class Fleet:
                     if self._send(w, ("threads", n)):
                         w.info.threads = n
         self._emit("k", old, k)
-        self._emit("log", f"K {old} → {k}")
 
     def _ready_to_measure(self) -> bool:
         active = self._active()
@@ -360,6 +363,8 @@ class Fleet:
                 return
             self._load_started = True
         workload, arrivals, max_tokens, ignore_eos = self._load
+        if self._auto_users and hasattr(arrivals, "users"):
+            arrivals.users = max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self.meta.b
         now = time.perf_counter_ns()
         for t_sched in arrivals.due(now, len(self._pending) + len(self._inflight)):
             req = Request(next(self._req_ids), prompt_for(workload, next(self._prompt_index)), max_tokens,
@@ -427,7 +432,7 @@ class Fleet:
             if fl:
                 fl.tokens.extend(msg[2])
                 info.tokens += len(msg[2])
-                self._emit("tokens", info.wid, msg[2])
+                self._emit("tokens", info.wid, msg[1], msg[2])
         elif kind == "done":
             _, rid, toks, n_prompt, finish, error, t_done, rss = msg
             fl = self._inflight.get(rid)
@@ -436,7 +441,7 @@ class Fleet:
             fl.tokens.extend(toks)
             info.tokens += len(toks)
             if toks:
-                self._emit("tokens", info.wid, toks)
+                self._emit("tokens", info.wid, rid, toks)
             info.rss = rss or info.rss
             info.current = None
             info.requests_done += 1

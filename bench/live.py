@@ -1,0 +1,327 @@
+"""The live controller: the one object the dashboard talks to. No textual here.
+
+A sampler thread (4 Hz) drains the fleet's events, keeps the fixed-size history buffers, samples the
+system probes and publishes an immutable `Snapshot`; the UI only ever reads the latest snapshot and
+calls the key actions below, so it never blocks on a worker.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench import metrics as M
+from bench.fleet import physical_cores
+from bench.probes import ProcessProbe, SystemProbe, SystemSample
+from bench.records import RequestRecord
+from bench.workload import ClosedLoop, Poisson
+
+NS = 1_000_000_000
+
+
+@dataclass
+class LiveSettings:
+    max_tokens: int = 128
+    rate: float | None = None
+    users: int | None = None  # None: K × B
+    window_s: float = 5.0
+    history_s: float = 600.0
+    sample_hz: float = 4.0
+    bandwidth_gbps: float | None = None
+    bandwidth_source: str = "unknown"
+    chip: str = "unknown"
+    ignore_eos: bool = True
+
+
+@dataclass(frozen=True)
+class Point:
+    t: float  # seconds since start
+    agg_tps: float
+    tpot_p50: float | None  # seconds
+    tpot_p90: float | None
+    predicted_tpot: float | None
+    bw_gbps: float | None
+    mem_used: int
+    swap_used: int
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    wid: int
+    pid: int | None
+    state: str
+    threads: int | None
+    rss: int | None
+    cpu: float | None
+    tps: float
+    requests: int
+    last_ttft: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    t: float
+    state: str
+    mode: str
+    k: int
+    b: int
+    users: str
+    paused: bool
+    simulated: bool
+    workers: tuple[WorkerRow, ...]
+    numbers: dict
+    system: SystemSample | None
+    rss_sum: int
+    history: tuple[Point, ...]
+    markers: tuple[tuple[float, str], ...]
+    log: tuple[tuple[int, float, str, str], ...]  # (seq, t, level, text)
+
+
+def ceiling(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int) -> str:
+    """Which wall the load is against: the chip's bandwidth, the CPU cores, or none yet."""
+    if bw_gbps is not None and beta_gbps and bw_gbps >= 0.8 * beta_gbps:
+        return f"memory bandwidth ({bw_gbps / beta_gbps:.0%} of spec)"
+    if workers_cpu_percent >= 90.0 * cores:
+        return f"CPU cores (workers busy on {workers_cpu_percent / 100:.1f} of {cores})"
+    return "none reached"
+
+
+class LiveController:
+    def __init__(self, fleet, workload, settings: LiveSettings, recorder=None, sys_probe=None, clock=None):
+        self.fleet = fleet
+        self.workload = workload
+        self.s = settings
+        self.recorder = recorder
+        self.mode = "instances"
+        self.k = fleet.target_k
+        self.b = fleet.meta.b
+        self.paused = False
+        self._clock = clock or time.perf_counter_ns
+        self.t0 = self._clock()
+        self._sys = sys_probe or SystemProbe()
+        self._procs = ProcessProbe()
+        self._tokens: deque[tuple[int, int, int]] = deque()  # (t_ns, wid, rid) inside the window
+        self._records: list[RequestRecord] = []  # since the last reset
+        self._errors = 0
+        maxlen = int(settings.history_s * settings.sample_hz)
+        self._history: deque[Point] = deque(maxlen=maxlen)
+        self._markers: deque[tuple[float, str]] = deque(maxlen=64)
+        self._log: deque[tuple[int, float, str, str]] = deque(maxlen=500)
+        self._log_seq = 0
+        self._version = 0
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_sys: SystemSample | None = None
+        self._cores = physical_cores()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self, thread: bool = True) -> None:
+        self.fleet.start(wait_ready=False)
+        self.fleet.set_users(self.s.users)  # None: users follow ready workers × B
+        self.fleet.set_load(self.workload, self._arrivals(), self.s.max_tokens, self.s.ignore_eos)
+        self.log("info", f"serving {self.workload.key}: {self._arrivals_text()}, max_tokens {self.s.max_tokens}")
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="live-sampler", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=1.0)
+        self.fleet.close()
+        if self.recorder:
+            self.recorder.close()
+
+    def _run(self) -> None:
+        period = 1.0 / self.s.sample_hz
+        while not self._stop.wait(period):
+            try:
+                self.tick()
+            except Exception as exc:  # keep sampling; say what broke
+                self.log("error", f"sampler: {type(exc).__name__}: {exc}")
+
+    # ---- key actions (any thread) ------------------------------------------------------------
+    def users(self) -> int:
+        return self.s.users or self.k * self.b
+
+    def _arrivals(self):
+        return Poisson(self.s.rate) if self.s.rate else ClosedLoop(self.users())
+
+    def _arrivals_text(self) -> str:
+        return f"open loop {self.s.rate:g} req/s" if self.s.rate else f"closed loop, {self.users()} users"
+
+    def set_k(self, k: int) -> str | None:
+        """Change K; returns a refusal message instead of acting when the change is not possible."""
+        if k < 1:
+            return "K cannot go below 1"
+        old = self.k
+        self.k = k
+        self.fleet.scale_to(k)
+        self.mark(f"K={k}")
+        self.log("info", f"K {old} → {k} ({self._arrivals_text()})")
+        return None
+
+    def set_b(self, b: int) -> str | None:
+        return "batching inside one engine is not in this build yet: B stays 1"
+
+    def toggle_mode(self) -> str | None:
+        return "batch mode is not in this build yet: the keys change K (instances)"
+
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.fleet.pause(self.paused)
+        self.mark("pause" if self.paused else "resume")
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._records = []
+            self._errors = 0
+        self.log("info", "statistics window reset")
+
+    def export(self, path: str | Path | None = None) -> Path:
+        snap = self.snapshot() or self.tick()
+        path = Path(path or f"inference-top-{time.strftime('%Y%m%d-%H%M%S')}.json")
+        with self._lock:
+            records = list(self._records)
+        out = {
+            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "mode": snap.mode, "k": snap.k, "b": snap.b, "users": snap.users, "state": snap.state,
+            "simulated": snap.simulated,
+            "model": self.fleet.meta.model, "model_bytes": self.fleet.meta.model_bytes,
+            "engine": self.fleet.meta.engine, "chip": self.s.chip, "bandwidth_gbps": self.s.bandwidth_gbps,
+            "window_s": self.s.window_s, "numbers": snap.numbers, "summary_since_reset": M.summarize(records),
+            "workers": [asdict(w) for w in snap.workers],
+            "history": [asdict(p) for p in snap.history],
+            "markers": list(snap.markers),
+        }
+        path.write_text(json.dumps(out, indent=2))
+        self.log("info", f"exported statistics to {path}")
+        return path
+
+    def mark(self, label: str) -> None:
+        t = (self._clock() - self.t0) / NS
+        self._markers.append((t, label))
+        if self.recorder:
+            self.recorder.event(self._clock(), label, type="marker")
+
+    def log(self, level: str, text: str) -> None:
+        with self._lock:
+            self._log_seq += 1
+            self._log.append((self._log_seq, (self._clock() - self.t0) / NS, level, text))
+        if self.recorder:
+            self.recorder.event(self._clock(), text, level=level)
+
+    def snapshot(self) -> Snapshot | None:
+        with self._lock:
+            return self._snapshot
+
+    # ---- sampling ----------------------------------------------------------------------------
+    def _drain(self) -> None:
+        while True:
+            try:
+                ev = self.fleet.events.get_nowait()
+            except queue.Empty:
+                return
+            kind = ev[0]
+            if kind == "tokens":
+                _, wid, rid, ts = ev
+                self._tokens.extend((t, wid, rid) for t in ts)
+            elif kind == "record":
+                rec = ev[1]
+                with self._lock:
+                    self._records.append(rec)
+                    if rec.error:
+                        self._errors += 1
+                if rec.error:
+                    self.log("error", f"request {rec.request_id} failed: {rec.error}")
+                if self.recorder:
+                    self.recorder.record(rec)
+            elif kind == "log":
+                self.log("info", ev[1])
+            elif kind == "error":
+                self.log("error", ev[1])
+
+    def _window_stats(self, now: int) -> tuple[float, list[float], dict[int, float]]:
+        a = now - int(self.s.window_s * NS)
+        while self._tokens and self._tokens[0][0] < a:
+            self._tokens.popleft()
+        per_req: dict[int, list[int]] = {}
+        per_worker: dict[int, int] = {}
+        for t, wid, rid in self._tokens:
+            per_req.setdefault(rid, []).append(t)
+            per_worker[wid] = per_worker.get(wid, 0) + 1
+        # the window may hold less than window_s of history right after start
+        span = min(self.s.window_s, max(1e-9, (now - self.t0) / NS))
+        agg = len(self._tokens) / span
+        tpots = [(ts[-1] - ts[0]) / (len(ts) - 1) / NS for ts in per_req.values() if len(ts) >= 2]
+        return agg, tpots, {w: n / span for w, n in per_worker.items()}
+
+    def state(self, workers) -> str:
+        if self.paused:
+            return "paused"
+        active = [w for w in workers if w.state not in ("dead", "retired", "retiring")]
+        if not any(w.ready_ns for w in active):
+            return "loading"
+        if any(not w.ready_ns for w in active) or len(active) < self.k:
+            return "warming"
+        return "steady"
+
+    def tick(self) -> Snapshot:
+        self._drain()
+        now = self._clock()
+        t = (now - self.t0) / NS
+        agg, tpots, per_worker_tps = self._window_stats(now)
+        p50, p90 = M.percentile(tpots, 50), M.percentile(tpots, 90)
+        W = self.fleet.meta.model_bytes
+        serving = sum(1 for w in self.fleet.workers() if w.ready_ns and w.state not in ("dead", "retired"))
+        bw = M.bandwidth_product_instances(1 / p50, W, max(1, serving)) if p50 else None
+        pred = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps) if self.s.bandwidth_gbps else None
+        sysv = self._sys.sample()
+        workers = self.fleet.workers()
+        procs = self._procs.sample([w.pid for w in workers if w.state not in ("dead", "retired")])
+        rows = tuple(
+            WorkerRow(w.wid, w.pid, w.state, w.threads, procs.get(w.pid, (w.rss, None))[0],
+                      procs.get(w.pid, (None, None))[1], per_worker_tps.get(w.wid, 0.0), w.requests_done,
+                      w.last_ttft_s)
+            for w in workers
+        )
+        rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
+        cpu_sum = sum(r.cpu or 0.0 for r in rows if r.state not in ("dead", "retired"))
+        with self._lock:
+            records = list(self._records)
+            errors = self._errors
+        good = M.ok(records)
+        ttfts = [M.ttft(r) for r in good]
+        ttfte = [M.ttft_engine(r) for r in good]
+        numbers = {
+            "ttft_p50": M.percentile(ttfts, 50), "ttft_p99": M.percentile(ttfts, 99),
+            "ttft_engine_p50": M.percentile(ttfte, 50), "ttft_engine_p99": M.percentile(ttfte, 99),
+            "itl_p50": M.percentile(M.itls(good[-200:]), 50),
+            "requests": len(good), "errors": errors, "agg_tps": agg, "tpot_p50": p50, "tpot_p90": p90,
+            "bw_gbps": bw, "predicted_tpot": pred, "streams": len(tpots),
+            "workers_cpu_percent": cpu_sum, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
+        }
+        point = Point(t, agg, p50, p90, pred, bw, sysv.mem_used, sysv.swap_used)
+        self._history.append(point)
+        if self.recorder:
+            self.recorder.write({"kind": "sample", "t_ns": now, "k": self.k, "b": self.b, **asdict(sysv),
+                                 "rss": {str(r.pid): r.rss for r in rows if r.rss}, "agg_tps": agg})
+        with self._lock:
+            self._version += 1
+            snap = Snapshot(
+                version=self._version, t=t, state=self.state(workers), mode=self.mode, k=self.k, b=self.b,
+                users=f"{self.s.rate:g}/s" if self.s.rate else str(self.users()), paused=self.paused,
+                simulated=bool(self.fleet.meta.simulated), workers=rows, numbers=numbers, system=sysv,
+                rss_sum=rss_sum, history=tuple(self._history), markers=tuple(self._markers), log=tuple(self._log),
+            )
+            self._snapshot = snap
+        return snap
+
+

@@ -1,0 +1,135 @@
+"""A SIMULATED fleet for tests and demos: no engine runs, tokens follow the bandwidth model.
+
+Every record it makes says ``simulated: true`` and the dashboard shows SIMULATED in its header.
+Decode follows TPOT(K) = K · W / β_sim with a fixed prefill time, so its numbers are what the physics
+predicts, not a measurement. It is driven by `advance(now_ns)`: from a thread in a demo, by hand (with
+a fake clock) in snapshot tests, so the screen is deterministic.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+
+from bench.fleet import RunMeta, WorkerInfo
+from bench.records import RequestRecord
+from bench.workload import prompt_for
+
+NS = 1_000_000_000
+
+
+class SimulatedFleet:
+    def __init__(self, meta: RunMeta, k: int = 1, bandwidth_gbps: float = 100.0, prefill_s: float = 0.05,
+                 clock=None, threaded: bool = True):
+        self.meta = RunMeta(**{**meta.__dict__, "simulated": True})
+        self.target_k = k
+        self.beta = bandwidth_gbps
+        self.prefill_ns = int(prefill_s * NS)
+        self.events: queue.Queue = queue.Queue()
+        self.rep = 0
+        self.run_id = "simulated"
+        self._clock = clock or time.perf_counter_ns
+        self._threaded = threaded
+        self._ids = itertools.count(1)
+        self._req_ids = itertools.count(1)
+        self._prompts = itertools.count()
+        self._workers: dict[int, WorkerInfo] = {}
+        self._busy: dict[int, dict] = {}  # wid -> current request state
+        self._load = None
+        self._paused = False
+        self._users = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last = None
+
+    def start(self, wait_ready: bool = True, timeout: float = 0) -> None:
+        for _ in range(self.target_k):
+            self._spawn()
+        if self._threaded:
+            threading.Thread(target=self._run, daemon=True, name="simulated-fleet").start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.advance(self._clock())
+
+    def _spawn(self) -> None:
+        wid = next(self._ids)
+        now = self._clock()
+        self._workers[wid] = WorkerInfo(wid, state="idle", pid=None, threads=1, rss=300_000_000, ready_ns=now)
+        self.events.put(("log", f"worker {wid} started (simulated)"))
+
+    def scale_to(self, k: int) -> None:
+        with self._lock:
+            active = [w for w in self._workers.values() if w.state not in ("retired", "dead", "retiring")]
+            self.target_k = k
+            for _ in range(k - len(active)):
+                self._spawn()
+            for w in sorted(active, key=lambda w: -w.wid)[: max(0, len(active) - k)]:
+                w.state = "retiring" if w.wid in self._busy else "retired"
+            self.events.put(("log", f"K → {k}"))
+
+    def set_load(self, workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
+        self._load = (workload, max_tokens)
+        if self._users is None:
+            self._users = getattr(arrivals, "users", 1)
+
+    def set_users(self, users: int | None) -> None:
+        self._users = users or 10**9  # None: every ready worker serves
+
+    def pause(self, paused: bool = True) -> None:
+        self._paused = paused
+
+    def workers(self) -> list[WorkerInfo]:
+        with self._lock:
+            return [WorkerInfo(**w.__dict__) for w in self._workers.values()]
+
+    def close(self, grace: float = 0) -> None:
+        self._stop.set()
+
+    def advance(self, now: int) -> None:
+        """Move the simulation to `now`: start requests on idle workers, emit tokens that are due."""
+        with self._lock:
+            if self._load is None:
+                return
+            workload, max_tokens = self._load
+            active = [w for w in self._workers.values() if w.state not in ("retired", "dead")]
+            n_serving = max(1, sum(1 for w in active if w.state != "retiring"))
+            tpot_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
+            for w in active:
+                cur = self._busy.get(w.wid)
+                if cur is None:
+                    if self._paused or w.state == "retiring" or len(self._busy) >= self._users:
+                        continue
+                    cur = self._busy[w.wid] = {
+                        "rid": next(self._req_ids), "prompt": prompt_for(workload, next(self._prompts)),
+                        "t0": now, "next": now + self.prefill_ns, "tokens": [],
+                    }
+                    w.state, w.current = "serving", cur["rid"]
+                due = []
+                while cur["next"] <= now and len(cur["tokens"]) < max_tokens:
+                    due.append(cur["next"])
+                    cur["tokens"].append(cur["next"])
+                    cur["next"] += tpot_ns
+                if due:
+                    self.events.put(("tokens", w.wid, cur["rid"], due))
+                    w.tokens += len(due)
+                if len(cur["tokens"]) >= max_tokens:
+                    self._finish(w, cur, max_tokens)
+
+    def _finish(self, w: WorkerInfo, cur: dict, max_tokens: int) -> None:
+        del self._busy[w.wid]
+        toks = cur["tokens"]
+        rec = RequestRecord(
+            run_id=self.run_id, request_id=cur["rid"], mode=self.meta.mode, engine=self.meta.engine,
+            model=self.meta.model, model_bytes=self.meta.model_bytes, k=self.target_k, b=self.meta.b,
+            worker=w.wid, prompt_id=cur["prompt"].prompt_id, prompt_tokens=16, output_tokens=len(toks),
+            t_scheduled_ns=cur["t0"], t_submitted_ns=cur["t0"], t_started_ns=cur["t0"], t_first_token_ns=toks[0],
+            t_done_ns=toks[-1], token_ns=list(toks), finish_reason="length", simulated=True, rep=self.rep,
+            worker_rss_bytes=w.rss,
+        )
+        w.requests_done += 1
+        w.last_ttft_s = (toks[0] - cur["t0"]) / NS
+        w.current = None
+        w.state = "retired" if w.state == "retiring" else "idle"
+        self.events.put(("record", rec))

@@ -1,0 +1,43 @@
+"""A deterministic dashboard for snapshot and Pilot tests: the SIMULATED fleet on a fake clock."""
+from bench.fleet import RunMeta
+from bench.live import LiveController, LiveSettings
+from bench.probes import SystemSample
+from bench.simulated import SimulatedFleet
+import presets
+
+NS = 1_000_000_000
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1_000 * NS
+
+    def __call__(self):
+        return self.now
+
+
+class FixedProbe:
+    """System readings that do not change, so the screen is the same on every machine."""
+
+    def sample(self):
+        return SystemSample(0, 16 * 2**30, 6 * 2**30, 10 * 2**30, 2 * 2**30, 0, 0.0, 0.0, "psi some avg10 %", 0.0,
+                            50.0)
+
+
+def sim_controller(k=1, bandwidth=100.0):
+    clock = FakeClock()
+    meta = RunMeta(engine="llama.cpp", model="gemma-3-270m (simulated)", model_bytes=253_113_024)
+    fleet = SimulatedFleet(meta, k=k, bandwidth_gbps=bandwidth, clock=clock, threaded=False)
+    settings = LiveSettings(max_tokens=32, bandwidth_gbps=bandwidth, bandwidth_source="--bandwidth",
+                            chip="test chip")
+    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(), clock=clock)
+    c._procs.sample = lambda pids: {}  # no real processes behind a simulated fleet
+    c.start(thread=False)
+    return c, fleet, clock
+
+
+def run_for(c, fleet, clock, seconds, step=0.25):
+    for _ in range(int(seconds / step)):
+        clock.now += int(step * NS)
+        fleet.advance(clock.now)
+        c.tick()

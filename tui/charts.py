@@ -1,0 +1,79 @@
+"""Plotext charts rendered into a Static: built on the main thread, only when their data changed."""
+from __future__ import annotations
+
+import plotext as plt
+from rich.text import Text
+from textual.widgets import Static
+
+
+def downsample(xs: list[float], ys: list, max_points: int) -> tuple[list[float], list]:
+    """Every n-th point (the last always kept) so a series holds at most `max_points`."""
+    if len(xs) <= max_points:
+        return xs, ys
+    step = -(-len(xs) // max_points)
+    idx = list(range(0, len(xs), step))
+    if idx[-1] != len(xs) - 1:
+        idx.append(len(xs) - 1)
+    return [xs[i] for i in idx], [ys[i] for i in idx]
+
+
+class Chart(Static):
+    """One time-series chart. `series`: (label, xs, ys, color, style) with style 'line' or 'dash';
+    `hlines`: (y, label, color); `markers`: (x, label) drawn as labelled vertical lines."""
+
+    DEFAULT_CSS = "Chart { height: 1fr; }"
+
+    def __init__(self, title: str, unit: str, **kw):
+        super().__init__("", **kw)
+        self.title = title
+        self.unit = unit
+        self._key = None
+        self.builds = 0
+
+    def plot(self, key, series, hlines=(), markers=(), x_range=None) -> None:
+        w, h = self.size.width, self.size.height
+        if w < 20 or h < 5:
+            return
+        key = (key, w, h)
+        if key == self._key:
+            return  # nothing changed: no redraw
+        self._key = key
+        self.update(Text.from_ansi(self._build(w, h, series, hlines, markers, x_range)))
+        self.builds += 1
+
+    def _build(self, w, h, series, hlines, markers, x_range) -> str:
+        plt.clf()
+        plt.plotsize(w, h)
+        plt.theme("clear")
+        plt.title(f"{self.title} [{self.unit}]")
+        ymax = 0.0
+        any_data = False
+        for label, xs, ys, color, style in series:
+            pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+            if not pts:
+                continue
+            any_data = True
+            px, py = downsample([p[0] for p in pts], [p[1] for p in pts], max(10, w))
+            ymax = max(ymax, max(py))
+            if style == "dash":
+                px, py = downsample(px, py, max(5, w // 3))
+                plt.scatter(px, py, label=label, color=color, marker="─")
+            else:
+                plt.plot(px, py, label=label, color=color, marker="braille")
+        for y, label, color in hlines:
+            if y is None:
+                continue
+            plt.hline(y, color)
+            ymax = max(ymax, y)
+            if x_range:
+                plt.text(label, x_range[0], y, color=color)
+        if x_range:
+            plt.xlim(*x_range)
+            for x, label in markers:
+                if x_range[0] <= x <= x_range[1]:
+                    plt.vline(x, "magenta")
+                    plt.text(label, x, ymax * 1.08 if ymax else 1, color="magenta")
+        plt.ylim(0, ymax * 1.15 if ymax else 1)
+        if not any_data:
+            plt.text("waiting for data…", x_range[0] if x_range else 0, 0.5)
+        return plt.build()
