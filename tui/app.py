@@ -9,10 +9,10 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, RichLog, Static
+from textual.widgets import Footer, RichLog, Static
 
 from bench.live import LiveController, Snapshot
-from tui.charts import Chart
+from tui.charts import Chart, Panel
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 SPAN_S = 180.0  # seconds of history on the charts
@@ -89,22 +89,20 @@ class InferenceTop(App):
         self._last_charts = None
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="header")
+        yield Panel(id="header")
         with Horizontal(id="body"):
             with Vertical(id="charts"):
                 yield Chart("aggregate throughput", "tok/s", id="chart-tps")
                 yield Chart("per-stream TPOT: p50, p90; ─ predicted K·W/β", "ms", id="chart-tpot")
                 yield Chart("bandwidth product: per-stream tok/s × W × K", "GB/s", id="chart-bw")
             with Vertical(id="side"):
-                yield Static("", id="gauges")
-                yield Static("", id="numbers")
-                yield DataTable(id="workers", cursor_type="none", zebra_stripes=True)
+                yield Panel(id="gauges")
+                yield Panel(id="numbers")
+                yield Panel(id="workers")
         yield RichLog(id="log", max_lines=500, markup=False, wrap=False)
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#workers", DataTable)
-        table.add_columns("id", "pid", "state", "thr", "RSS", "CPU%", "tok/s", "done", "TTFT")
         if self.live:
             self.set_interval(0.5, self.refresh_numbers)
             self.set_interval(1.0 / self.refresh_hz, self.refresh_charts)
@@ -117,9 +115,9 @@ class InferenceTop(App):
         if snap is None or snap.version == self._last_numbers:
             return
         self._last_numbers = snap.version
-        self.query_one("#header", Static).update(self._render_header(snap))
-        self.query_one("#gauges", Static).update(self._render_gauges(snap))
-        self.query_one("#numbers", Static).update(self._render_numbers(snap))
+        self.query_one("#header", Panel).set_text(self._render_header(snap))
+        self.query_one("#gauges", Panel).set_text(self._render_gauges(snap))
+        self.query_one("#numbers", Panel).set_text(self._render_numbers(snap))
         self._fill_workers(snap)
         self._append_log(snap)
 
@@ -178,8 +176,7 @@ class InferenceTop(App):
         t.append("memory ")
         t.append_text(bar(m.mem_used, m.mem_total, w, min(s.rss_sum, m.mem_used)))
         t.append(f" {fmt_bytes(m.mem_used)} / {fmt_bytes(m.mem_total)}\n")
-        t.append(f"        ▓ workers' RSS sum {fmt_bytes(s.rss_sum)} (shared model pages count per worker)\n",
-                 "yellow")
+        t.append(f"       ▓ workers' RSS Σ {fmt_bytes(s.rss_sum)} (shared pages per worker)\n", "yellow")
         t.append("swap   ")
         if m.swap_total:
             t.append_text(bar(m.swap_used, m.swap_total, w))
@@ -211,13 +208,19 @@ class InferenceTop(App):
         return t
 
     def _fill_workers(self, s: Snapshot) -> None:
-        table = self.query_one("#workers", DataTable)
-        table.clear()
+        """The workers table as fixed-width text: a DataTable re-renders every row on any change,
+        which cost more CPU than the three charts together."""
+        style = {"serving": "green", "idle": "", "warming": "yellow", "loading": "yellow", "starting": "yellow",
+                 "retiring": "magenta", "retired": "grey50", "dead": "bold red"}
+        t = Text()
+        t.append(f"{'id':>2} {'pid':>6} {'state':<8} {'thr':>3} {'RSS':>7} {'CPU%':>4} {'tok/s':>5} {'done':>4} "
+                 f"{'TTFT':>9}\n", "bold")
         for w in s.workers:
-            table.add_row(
-                str(w.wid), str(w.pid or "—"), w.state, str(w.threads or "—"), fmt_bytes(w.rss),
-                "—" if w.cpu is None else f"{w.cpu:.0f}", f"{w.tps:.1f}", str(w.requests), fmt_ms(w.last_ttft),
-            )
+            t.append(f"{w.wid:>2} {w.pid or '—':>6} ")
+            t.append(f"{w.state:<8}", style.get(w.state, ""))
+            t.append(f" {w.threads or '—':>3} {fmt_bytes(w.rss):>7} {'—' if w.cpu is None else f'{w.cpu:.0f}':>4} "
+                     f"{w.tps:>5.1f} {w.requests:>4} {fmt_ms(w.last_ttft):>9}\n")
+        self.query_one("#workers", Panel).set_text(t)
 
     def _append_log(self, s: Snapshot) -> None:
         log = self.query_one("#log", RichLog)

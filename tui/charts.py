@@ -3,7 +3,24 @@ from __future__ import annotations
 
 import plotext as plt
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
+
+
+class Panel(Widget):
+    """Text that changes often: render() returns it and an update only repaints this widget (a
+    Static.update asks for a layout pass of the whole screen, which costs more than the drawing)."""
+
+    def __init__(self, *, id: str | None = None):
+        super().__init__(id=id)
+        self._text: Text | str = ""
+
+    def set_text(self, text: Text | str) -> None:
+        if text != self._text:
+            self._text = text
+            self.refresh()
+
+    def render(self):
+        return self._text
 
 
 def downsample(xs: list[float], ys: list, max_points: int) -> tuple[list[float], list]:
@@ -17,14 +34,14 @@ def downsample(xs: list[float], ys: list, max_points: int) -> tuple[list[float],
     return [xs[i] for i in idx], [ys[i] for i in idx]
 
 
-class Chart(Static):
+class Chart(Panel):
     """One time-series chart. `series`: (label, xs, ys, color, style) with style 'line' or 'dash';
     `hlines`: (y, label, color); `markers`: (x, label) drawn as labelled vertical lines."""
 
     DEFAULT_CSS = "Chart { height: 1fr; }"
 
     def __init__(self, title: str, unit: str, **kw):
-        super().__init__("", **kw)
+        super().__init__(**kw)
         self.title = title
         self.unit = unit
         self._key = None
@@ -38,7 +55,7 @@ class Chart(Static):
         if key == self._key:
             return  # nothing changed: no redraw
         self._key = key
-        self.update(Text.from_ansi(self._build(w, h, series, hlines, markers, x_range)))
+        self.set_text(Text.from_ansi(self._build(w, h, series, hlines, markers, x_range)))
         self.builds += 1
 
     def _build(self, w, h, series, hlines, markers, x_range) -> str:
@@ -53,10 +70,10 @@ class Chart(Static):
             if not pts:
                 continue
             any_data = True
-            px, py = downsample([p[0] for p in pts], [p[1] for p in pts], max(10, w))
+            px, py = downsample([p[0] for p in pts], [p[1] for p in pts], max(10, w // 2))
             ymax = max(ymax, max(py))
             if style == "dash":
-                px, py = downsample(px, py, max(5, w // 3))
+                px, py = downsample(px, py, max(5, w // 4))
                 plt.scatter(px, py, label=label, color=color, marker="─")
             else:
                 plt.plot(px, py, label=label, color=color, marker="braille")
@@ -66,7 +83,7 @@ class Chart(Static):
             plt.hline(y, color)
             ymax = max(ymax, y)
             if x_range:
-                plt.text(label, x_range[0], y, color=color)
+                plt.text(label, x_range[0] + 0.02 * (x_range[1] - x_range[0]), y, color=color, alignment="left")
         if x_range:
             plt.xlim(*x_range)
             for x, label in markers:
