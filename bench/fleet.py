@@ -58,7 +58,8 @@ class WorkerInfo:
     requests_done: int = 0
     tokens: int = 0
     last_ttft_s: float | None = None
-    current: int | None = None
+    current: int | None = None  # the request it began last, None when idle
+    active: int = 0  # requests it holds now (up to B in batch mode)
     ready_ns: int | None = None
     error: str | None = None
 
@@ -71,7 +72,8 @@ class _Worker:
     info: WorkerInfo
     proc: mp.Process
     conn: object
-    wants: bool = False
+    inflight: set = field(default_factory=set)
+    idle_since: int = 0  # when its last request ended: the longest idle asks first, as on a shared queue
     retire: bool = False
 
 
@@ -95,7 +97,7 @@ class RunMeta:
 
 class Fleet:
     def __init__(self, spec: EngineSpec, meta: RunMeta, k: int = 1, threads: int | None = None,
-                 on_record: Callable[[RequestRecord], None] | None = None):
+                 on_record: Callable[[RequestRecord], None] | None = None, b_cap: int | None = None):
         if k < 1:
             raise FleetError(f"K must be at least 1 (got {k})")
         self.spec = spec
@@ -104,6 +106,9 @@ class Fleet:
         self.on_record = on_record
         self.events: queue.Queue = queue.Queue()
         self.target_k = k
+        self.mode = meta.mode if meta.mode in ("instances", "batch") else "instances"
+        self.b = meta.b
+        self.b_cap = max(b_cap or 1, meta.b)  # sequences a batch context holds; B above it remakes it
         self.run_id = uuid.uuid4().hex[:12]
         self.log_dir = Path(os.environ.get("INFERENCE_TOP_LOGS", Path.home() / ".cache" / "inference-top" / "logs")) / self.run_id
         self.rep = 0
@@ -119,6 +124,7 @@ class Fleet:
         self._snapshot: dict[int, WorkerInfo] = {}
         self._load = None  # (workload, arrivals, max_tokens, ignore_eos)
         self._load_started = False
+        self._k_applied = k
         self._paused = False
         self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
         self._closed = False
@@ -162,7 +168,18 @@ class Fleet:
     def scale_to(self, k: int) -> None:
         if k < 1:
             raise FleetError(f"K must be at least 1 (got {k})")
+        self.target_k = k  # at once, so wait_ready() waits for the new workers
         self._command_put(("scale", k))
+
+    def set_batch(self, mode: str, b: int) -> None:
+        """instances: one request per worker; batch: up to b sequences per worker, decoded together."""
+        if mode not in ("instances", "batch"):
+            raise FleetError(f"mode must be instances or batch (got {mode!r})")
+        if b < 1:
+            raise FleetError(f"B must be at least 1 (got {b})")
+        self.mode, self.b = mode, b
+        self.b_cap = max(self.b_cap, b)
+        self._command_put(("batch", (mode, b)))
 
     def set_load(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
         """Start (or replace) the load. Requests flow once every worker of the target K is ready."""
@@ -293,7 +310,11 @@ class Fleet:
                             self._command(cmd, arg)
                 except queue.Empty:
                     pass
+                # new arrivals go out before the wait, so a closed-loop user's next request never waits
+                # on this thread's sleep
                 self._arrivals()
+                self._dispatch()
+                self._publish()
                 objs = [self._wake_r]
                 for w in self._live():
                     objs += [w.conn, w.proc.sentinel]
@@ -316,8 +337,6 @@ class Fleet:
                             self._died(w, collector)
                         elif w.info.state == "retired":
                             w.proc.join(timeout=0.1)
-                self._dispatch()
-                self._publish()
         except Exception as exc:  # the I/O thread must never die silently
             self._fatal = f"fleet I/O thread failed: {type(exc).__name__}: {exc}"
             self._emit("error", self._fatal)
@@ -333,14 +352,25 @@ class Fleet:
                 self._load[1].resume(time.perf_counter_ns())
             self._paused = arg
             self._emit("log", "load paused" if arg else "load resumed")
+        elif cmd == "batch":
+            for w in self._live():
+                if w.info.ready_ns:
+                    self._send(w, self._mode_msg())
+            self._emit("b", self.mode, self.b)
         elif cmd == "users":
             self._auto_users = arg is None
             if arg is not None and self._load and hasattr(self._load[1], "users"):
                 self._load[1].users = arg
 
+    def _mode_msg(self):
+        return ("mode", "batch" if self.mode == "batch" else "single", self.b, self.b_cap)
+
+    def _capacity(self) -> int:
+        return self.b if self.mode == "batch" else 1
+
     def _scale(self, k: int) -> None:
-        old = self.target_k
-        self.target_k = k
+        old = self._k_applied
+        self._k_applied = k
         active = self._active()
         if k > len(active):
             for _ in range(k - len(active)):
@@ -350,9 +380,8 @@ class Fleet:
             for w in sorted(active, key=lambda w: w.info.wid, reverse=True)[: len(active) - k]:
                 w.retire = True
                 w.info.state = "retiring"
-                if w.wants and w.info.current is None:
+                if not w.inflight:
                     self._send(w, ("retire",))
-                    w.wants = False
         if self.fixed_threads is None:
             n = self._threads_for(k)
             for w in self._active():
@@ -375,27 +404,32 @@ class Fleet:
             self._load_started = True
         workload, arrivals, max_tokens, ignore_eos = self._load
         if self._auto_users and hasattr(arrivals, "users"):
-            arrivals.users = max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self.meta.b
+            arrivals.users = max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity()
         now = time.perf_counter_ns()
         for t_sched in arrivals.due(now, len(self._pending) + len(self._inflight)):
             req = Request(next(self._req_ids), prompt_for(workload, next(self._prompt_index)), max_tokens,
-                          ignore_eos, t_scheduled_ns=t_sched, rep=self.rep, k=self.target_k, b=self.meta.b)
+                          ignore_eos, t_scheduled_ns=t_sched, rep=self.rep, k=self.target_k, b=self.b,
+                          mode=self.mode)
             req.t_submitted_ns = time.perf_counter_ns()
             self._pending.append(req)
 
     def _dispatch(self) -> None:
-        for w in self._live():
-            if not self._pending:
+        cap = self._capacity()
+        while self._pending:
+            # the least loaded worker, then the one idle longest, takes the head of the queue
+            room = [w for w in self._live() if w.info.ready_ns and not w.retire and len(w.inflight) < cap]
+            if not room:
                 break
-            if w.wants and not w.retire and w.info.current is None:
-                req = self._pending.popleft()
-                if self._send(w, ("req", req.wire())):
-                    w.wants = False
-                    w.info.current = req.request_id
-                    w.info.state = "serving"
-                    self._inflight[req.request_id] = _InFlight(req, w.info.wid)
-                else:
-                    self._pending.appendleft(req)
+            w = min(room, key=lambda w: (len(w.inflight), w.idle_since))
+            req = self._pending.popleft()
+            if not self._send(w, ("req", req.wire())):
+                self._pending.appendleft(req)
+                break
+            w.inflight.add(req.request_id)
+            w.info.current = req.request_id
+            w.info.active = len(w.inflight)
+            w.info.state = "serving"
+            self._inflight[req.request_id] = _InFlight(req, w.info.wid)
         if self._pending and not self._active():
             # nobody left to serve the queue: fail what waits rather than hang
             while self._pending:
@@ -412,13 +446,7 @@ class Fleet:
     def _handle(self, w: _Worker, msg, collector) -> None:
         kind = msg[0]
         info = w.info
-        if kind == "want":
-            if w.retire:
-                self._send(w, ("retire",))
-            else:
-                w.wants = True
-                info.state = "idle"
-        elif kind == "state":
+        if kind == "state":
             state, extra = msg[1], msg[2]
             for key in ("pid", "threads", "rss"):
                 if extra.get(key) is not None:
@@ -427,6 +455,12 @@ class Fleet:
                 if info.ready_ns is None:
                     info.ready_ns = time.perf_counter_ns()
                     self._emit("log", f"worker {info.wid} ready (pid {info.pid})")
+                    if self.mode == "batch":
+                        self._send(w, self._mode_msg())
+                    if w.retire:
+                        self._send(w, ("retire",))
+                if extra.get("error"):
+                    self._emit("error", f"worker {info.wid}: {extra['error']}")
                 if not w.retire:
                     info.state = "idle" if info.current is None else "serving"
             elif state == "retired":
@@ -454,10 +488,16 @@ class Fleet:
             if toks:
                 self._emit("tokens", info.wid, rid, toks)
             info.rss = rss or info.rss
-            info.current = None
+            w.inflight.discard(rid)
+            info.active = len(w.inflight)
+            if not w.inflight:
+                info.current = None
+                w.idle_since = time.perf_counter_ns()
+                if w.retire:
+                    self._send(w, ("retire",))
+                else:
+                    info.state = "idle"
             info.requests_done += 1
-            if not w.retire:
-                info.state = "idle"
             rec = self._finish(fl, w, error=error, finish=finish, t_done=t_done, n_prompt=n_prompt, rss=rss)
             if rec.t_first_token_ns is not None:
                 info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
@@ -478,9 +518,13 @@ class Fleet:
         info.state = "dead"
         info.error = info.error or f"died: {how}"
         self._emit("error", f"worker {info.wid} (pid {info.pid}) died: {how}")
-        if info.current is not None:
-            fl = self._inflight.get(info.current)
-            info.current = None
+        lost = sorted(w.inflight)
+        w.inflight.clear()
+        info.current = None
+        info.active = 0
+        self._publish()
+        for rid in lost:
+            fl = self._inflight.get(rid)
             if fl:
                 rec = self._finish(fl, w, error=f"worker {info.wid} (pid {info.pid}) died mid-request: {how}",
                                    finish="error")
@@ -494,7 +538,7 @@ class Fleet:
         req = fl.req
         toks = fl.tokens
         rec = RequestRecord(
-            run_id=self.run_id, request_id=req.request_id, mode=self.meta.mode, engine=self.meta.engine,
+            run_id=self.run_id, request_id=req.request_id, mode=req.mode, engine=self.meta.engine,
             model=self.meta.model, model_bytes=self.meta.model_bytes, k=req.k, b=req.b,
             worker=w.info.wid if w else None, prompt_id=req.prompt.prompt_id, prompt_tokens=n_prompt,
             output_tokens=len(toks), t_scheduled_ns=req.t_scheduled_ns, t_submitted_ns=req.t_submitted_ns,

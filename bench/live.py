@@ -98,9 +98,9 @@ class LiveController:
         self.workload = workload
         self.s = settings
         self.recorder = recorder
-        self.mode = "instances"
+        self.mode = fleet.mode
         self.k = fleet.target_k
-        self.b = fleet.meta.b
+        self.b = fleet.b
         self.paused = False
         self._clock = clock or time.perf_counter_ns
         self.t0 = self._clock()
@@ -150,7 +150,7 @@ class LiveController:
 
     # ---- key actions (any thread) ------------------------------------------------------------
     def users(self) -> int:
-        return self.s.users or self.k * self.b
+        return self.s.users or self.k * (self.b if self.mode == "batch" else 1)
 
     def _arrivals(self):
         return Poisson(self.s.rate) if self.s.rate else ClosedLoop(self.users())
@@ -170,10 +170,28 @@ class LiveController:
         return None
 
     def set_b(self, b: int) -> str | None:
-        return "batching inside one engine is not in this build yet: B stays 1"
+        """Change B (sequences per engine, batch mode); returns a refusal message instead of acting."""
+        if self.mode != "batch":
+            return "B is the batch inside one engine: press m for batch mode first"
+        if b < 1:
+            return "B cannot go below 1"
+        cap = getattr(self.fleet, "b_cap", b)
+        if b > cap:
+            return f"B={b} exceeds the {cap} sequences each batch context holds (start with --max-b {b})"
+        old = self.b
+        self.b = b
+        self.fleet.set_batch("batch", b)
+        self.mark(f"B={b}")
+        self.log("info", f"B {old} → {b} ({self._arrivals_text()})")
+        return None
 
     def toggle_mode(self) -> str | None:
-        return "batch mode is not in this build yet: the keys change K (instances)"
+        self.mode = "batch" if self.mode == "instances" else "instances"
+        self.fleet.set_batch(self.mode, self.b)
+        self.mark(self.mode)
+        self.log("info", f"mode → {self.mode}: " + ("+/- and ]/[ change B" if self.mode == "batch"
+                                                    else "+/- change K, ]/[ change B in batch mode"))
+        return None
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -249,20 +267,23 @@ class LiveController:
             elif kind == "error":
                 self.log("error", ev[1])
 
-    def _window_stats(self, now: int) -> tuple[float, list[float], dict[int, float]]:
+    def _window_stats(self, now: int) -> tuple[float, list[float], dict[int, float], dict[int, float]]:
         a = now - int(self.s.window_s * NS)
         while self._tokens and self._tokens[0][0] < a:
             self._tokens.popleft()
         per_req: dict[int, list[int]] = {}
         per_worker: dict[int, int] = {}
+        steps: dict[int, set] = {}  # batch mode: all tokens of one step share its timestamp
         for t, wid, rid in self._tokens:
             per_req.setdefault(rid, []).append(t)
             per_worker[wid] = per_worker.get(wid, 0) + 1
+            steps.setdefault(wid, set()).add(t)
         # the window may hold less than window_s of history right after start
         span = min(self.s.window_s, max(1e-9, (now - self.t0) / NS))
         agg = len(self._tokens) / span
         tpots = [(ts[-1] - ts[0]) / (len(ts) - 1) / NS for ts in per_req.values() if len(ts) >= 2]
-        return agg, tpots, {w: n / span for w, n in per_worker.items()}
+        return (agg, tpots, {w: n / span for w, n in per_worker.items()},
+                {w: len(ts) / span for w, ts in steps.items()})
 
     def _request_numbers(self) -> dict:
         """TTFT and ITL over the requests since the last reset, recomputed only when one more ended."""
@@ -298,11 +319,15 @@ class LiveController:
         self._drain()
         now = self._clock()
         t = (now - self.t0) / NS
-        agg, tpots, per_worker_tps = self._window_stats(now)
+        agg, tpots, per_worker_tps, steps_per_s = self._window_stats(now)
         p50, p90 = M.percentile(tpots, 50), M.percentile(tpots, 90)
         W = self.fleet.meta.model_bytes
         serving = sum(1 for w in self.fleet.workers() if w.ready_ns and w.state not in ("dead", "retired"))
-        bw = M.bandwidth_product_instances(1 / p50, W, max(1, serving)) if p50 else None
+        if self.mode == "batch":
+            bw = M.bandwidth_product_batch(list(steps_per_s.values()), W) if steps_per_s else None
+        else:
+            bw = M.bandwidth_product_instances(1 / p50, W, max(1, serving)) if p50 else None
+        # K instances share β; a batch of B reads the weights once per step for all B
         pred = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps) if self.s.bandwidth_gbps else None
         sysv = self._sys.sample()
         workers = self.fleet.workers()
@@ -318,6 +343,8 @@ class LiveController:
         numbers = {
             **self._request_numbers(), "agg_tps": agg, "tpot_p50": p50, "tpot_p90": p90,
             "bw_gbps": bw, "predicted_tpot": pred, "streams": len(tpots),
+            "bw_formula": ("Σ steps/s × W, W = file bytes (KV not live)" if self.mode == "batch"
+                           else "1/TPOT p50 × W × K, W = file bytes"),
             "workers_cpu_percent": cpu_sum, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
         }
         point = Point(t, agg, p50, p90, pred, bw, sysv.mem_used, sysv.swap_used)

@@ -128,7 +128,8 @@ def bandwidth_product_batch(steps_per_s_per_worker: Sequence[float], weight_byte
 
 
 BANDWIDTH_FORMULA_INSTANCES = "per-stream tok/s (1/median TPOT) × W × K, W = model file bytes"
-BANDWIDTH_FORMULA_BATCH = "Σ workers steps/s × W (+ KV bytes read per step), W = model file bytes"
+BANDWIDTH_FORMULA_BATCH = "Σ workers steps/s × W + KV bytes read per step × steps/s, W = model file bytes"
+BANDWIDTH_FORMULA_BATCH_LIVE = "Σ workers steps/s × W, W = model file bytes (KV reads not counted live)"
 
 
 def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:

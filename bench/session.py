@@ -33,10 +33,12 @@ def resolve_model(engine: str, model: str | None, progress: Callable[[str], None
     return ModelChoice(Path(model), info.name or Path(model).stem, info.file_bytes, info, False)
 
 
-def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, k: int) -> EngineSpec:
+def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, k: int,
+               flash_attn: bool = True) -> EngineSpec:
     if ctx < 16:
         raise EngineError(f"--ctx {ctx} is too small; give at least 16 tokens (default 2048)")
-    return EngineSpec(engine=engine, model_path=str(choice.path), threads=threads or auto_threads(k), ctx=ctx)
+    return EngineSpec(engine=engine, model_path=str(choice.path), threads=threads or auto_threads(k), ctx=ctx,
+                      flash_attn=flash_attn)
 
 
 def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:

@@ -35,7 +35,10 @@ class SimulatedFleet:
         self._req_ids = itertools.count(1)
         self._prompts = itertools.count()
         self._workers: dict[int, WorkerInfo] = {}
-        self._busy: dict[int, dict] = {}  # wid -> current request state
+        self._busy: dict[int, dict] = {}  # wid -> {"reqs": [request states], "next": next step time}
+        self.mode = self.meta.mode
+        self.b = self.meta.b
+        self.b_cap = max(16, self.b)
         self._load = None
         self._paused = False
         self._users = None
@@ -66,7 +69,7 @@ class SimulatedFleet:
             for _ in range(k - len(active)):
                 self._spawn()
             for w in sorted(active, key=lambda w: -w.wid)[: max(0, len(active) - k)]:
-                w.state = "retiring" if w.wid in self._busy else "retired"
+                w.state = "retiring" if self._busy.get(w.wid, {}).get("reqs") else "retired"
             self.events.put(("log", f"K → {k}"))
 
     def set_load(self, workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
@@ -87,42 +90,54 @@ class SimulatedFleet:
     def close(self, grace: float = 0) -> None:
         self._stop.set()
 
+    def set_batch(self, mode: str, b: int) -> None:
+        self.mode, self.b = mode, b
+        self.b_cap = max(self.b_cap, b)
+
     def advance(self, now: int) -> None:
-        """Move the simulation to `now`: start requests on idle workers, emit tokens that are due."""
+        """Move the simulation to `now`: admit requests into free slots, emit the tokens of every step
+        that is due. A step reads the weights once for all of a worker's sequences; K workers share β."""
         with self._lock:
             if self._load is None:
                 return
             workload, max_tokens = self._load
+            cap = self.b if self.mode == "batch" else 1
             active = [w for w in self._workers.values() if w.state not in ("retired", "dead")]
             n_serving = max(1, sum(1 for w in active if w.state != "retiring"))
-            tpot_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
+            step_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
+            in_flight = sum(len(v["reqs"]) for v in self._busy.values())
             for w in active:
-                cur = self._busy.get(w.wid)
-                if cur is None:
-                    if self._paused or w.state == "retiring" or len(self._busy) >= self._users:
-                        continue
-                    cur = self._busy[w.wid] = {
-                        "rid": next(self._req_ids), "prompt": prompt_for(workload, next(self._prompts)),
-                        "t0": now, "next": now + self.prefill_ns, "tokens": [],
-                    }
-                    w.state, w.current = "serving", cur["rid"]
-                due = []
-                while cur["next"] <= now and len(cur["tokens"]) < max_tokens:
-                    due.append(cur["next"])
-                    cur["tokens"].append(cur["next"])
-                    cur["next"] += tpot_ns
-                if due:
-                    self.events.put(("tokens", w.wid, cur["rid"], due))
-                    w.tokens += len(due)
-                if len(cur["tokens"]) >= max_tokens:
-                    self._finish(w, cur, max_tokens)
+                st = self._busy.setdefault(w.wid, {"reqs": [], "next": None})
+                while (not self._paused and w.state != "retiring" and len(st["reqs"]) < cap
+                       and in_flight < self._users):
+                    rid = next(self._req_ids)
+                    st["reqs"].append({"rid": rid, "prompt": prompt_for(workload, next(self._prompts)), "t0": now,
+                                       "tokens": []})
+                    in_flight += 1
+                    if st["next"] is None:
+                        st["next"] = now + self.prefill_ns
+                    w.state, w.current = "serving", rid
+                while st["reqs"] and st["next"] is not None and st["next"] <= now:
+                    t = st["next"]
+                    for r in st["reqs"]:
+                        r["tokens"].append(t)
+                        self.events.put(("tokens", w.wid, r["rid"], [t]))
+                        w.tokens += 1
+                    for r in [r for r in st["reqs"] if len(r["tokens"]) >= max_tokens]:
+                        st["reqs"].remove(r)
+                        self._finish(w, r)
+                    st["next"] = t + step_ns
+                if not st["reqs"]:
+                    st["next"] = None
+                    w.current = None
+                    w.state = "retired" if w.state == "retiring" else ("idle" if w.state == "serving" else w.state)
+                w.active = len(st["reqs"])
 
-    def _finish(self, w: WorkerInfo, cur: dict, max_tokens: int) -> None:
-        del self._busy[w.wid]
+    def _finish(self, w: WorkerInfo, cur: dict) -> None:
         toks = cur["tokens"]
         rec = RequestRecord(
-            run_id=self.run_id, request_id=cur["rid"], mode=self.meta.mode, engine=self.meta.engine,
-            model=self.meta.model, model_bytes=self.meta.model_bytes, k=self.target_k, b=self.meta.b,
+            run_id=self.run_id, request_id=cur["rid"], mode=self.mode, engine=self.meta.engine,
+            model=self.meta.model, model_bytes=self.meta.model_bytes, k=self.target_k, b=self.b,
             worker=w.wid, prompt_id=cur["prompt"].prompt_id, prompt_tokens=16, output_tokens=len(toks),
             t_scheduled_ns=cur["t0"], t_submitted_ns=cur["t0"], t_started_ns=cur["t0"], t_first_token_ns=toks[0],
             t_done_ns=toks[-1], token_ns=list(toks), finish_reason="length", simulated=True, rep=self.rep,
@@ -130,6 +145,4 @@ class SimulatedFleet:
         )
         w.requests_done += 1
         w.last_ttft_s = (toks[0] - cur["t0"]) / NS
-        w.current = None
-        w.state = "retired" if w.state == "retiring" else "idle"
         self.events.put(("record", rec))

@@ -1,14 +1,15 @@
-"""One engine worker: its own process (spawn context), its own load and warmup, then a loop that asks
-the parent for the next request from the shared queue.
+"""One engine worker: its own process (spawn context), its own load and warmup, then a loop serving
+what the parent hands it from the shared queue: one request at a time (instances mode), or up to B
+sequences decoded together in one context (batch mode, continuous batching).
 
 Messages to the parent (over this worker's own pipe, so a killed worker can corrupt nothing shared):
   ("state", state, info)                 loading | warming | ready | retired, with pid/threads/rss
-  ("want",)                              idle: send me the next request
-  ("start", req_id, t_started_ns)
+  ("start", req_id, t_started_ns)        a request began (batch mode: was admitted to the batch)
   ("tok", req_id, [t_ns, ...])           token timestamps, batched at ≈10 Hz
   ("done", req_id, [t_ns, ...], prompt_tokens, finish_reason, error, t_done_ns, rss_bytes)
   ("fatal", message)                     the engine could not load; the worker exits
-Messages from the parent: ("req", dict) | ("threads", n) | ("retire",) | ("stop",)
+Messages from the parent: ("req", dict) | ("threads", n) | ("mode", "single"|"batch", b, b_cap) |
+  ("retire",) | ("stop",). The parent never hands a worker more requests than its mode allows.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 
 from engines.base import EngineError, EngineSpec, Prompt, make_engine
 
@@ -54,12 +56,152 @@ def _redirect_output(log_path: str | None) -> None:
     os.close(fd)
 
 
+def _error_text(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+
+
+class Worker:
+    def __init__(self, conn, engine):
+        self.conn = conn
+        self.send = conn.send
+        self.engine = engine
+        self.mode = "single"
+        self.b = 1
+        self.b_cap = 1
+        self.leaving = False  # retire or stop received
+
+    def control(self, msg) -> bool:
+        """Apply a control message; False if it was not one (a request)."""
+        kind = msg[0]
+        if kind == "threads":
+            self.engine.set_threads(msg[1])
+            self.send(("state", "ready", {"threads": msg[1]}))
+        elif kind == "mode":
+            self.mode, self.b, self.b_cap = msg[1], msg[2], max(msg[2], msg[3])
+            if self.mode == "batch":
+                try:  # make the batch context now, not inside the first measured request
+                    self.engine.batch(self.b_cap)
+                except Exception as exc:  # noqa: BLE001 - reported when a request needs it
+                    self.send(("state", "ready", {"error": _error_text(exc)}))
+        elif kind in ("retire", "stop"):
+            self.leaving = True
+        else:
+            return False
+        return True
+
+    def run(self) -> None:
+        while not self.leaving:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                return  # the parent is gone
+            if self.control(msg):
+                continue
+            if self.mode == "batch":
+                self.serve_batch(msg[1])
+            else:
+                self.serve_one(msg[1])
+        self.send(("state", "retired", {}))
+        self.engine.close()
+
+    def serve_one(self, req: dict) -> None:
+        rid = req["request_id"]
+        t_started = time.perf_counter_ns()
+        self.send(("start", rid, t_started))
+        error = None
+        finish = "error"
+        n_prompt = 0
+        pending: list[int] = []
+        try:
+            tokens = self.engine.tokenize(Prompt(req["prompt_id"], req.get("text"), req.get("synthetic_tokens")))
+            n_prompt = len(tokens)
+            last_flush = t_started
+            gen = self.engine.generate(tokens, req["max_tokens"], req["ignore_eos"])
+            while True:
+                try:
+                    _tid, t_ns = next(gen)
+                except StopIteration as stop:
+                    finish = stop.value or "length"
+                    break
+                pending.append(t_ns)
+                if t_ns - last_flush >= TOKEN_BATCH_NS:
+                    self.send(("tok", rid, pending))
+                    pending = []
+                    last_flush = t_ns
+        except Exception as exc:  # noqa: BLE001 - a request's failure is recorded, the worker goes on
+            error = _error_text(exc)
+        self.send(("done", rid, pending, n_prompt, finish if error is None else "error", error,
+                   time.perf_counter_ns(), _rss()))
+
+    def serve_batch(self, first: dict) -> None:
+        """Continuous batching: admit what arrives while fewer than B run, one decode per step, until
+        nothing is left. Messages are read between steps without blocking."""
+        waiting = deque([first])
+        pending: dict[int, list[int]] = {}
+        n_prompt: dict[int, int] = {}
+        last_flush = time.perf_counter_ns()
+        batch = None
+        while True:
+            while self.conn.poll(0):
+                msg = self.conn.recv()
+                if not self.control(msg):
+                    waiting.append(msg[1])
+            if batch is None or (batch.b_cap < self.b and not batch.active()):
+                try:  # the context holds b_cap sequences; it is remade only when empty
+                    batch = self.engine.batch(max(self.b, self.b_cap))
+                except Exception as exc:  # noqa: BLE001 - every waiting request fails with the reason
+                    for req in waiting:
+                        self._fail(req, _error_text(exc))
+                    return
+            while waiting and batch.active() < min(self.b, batch.b_cap):
+                req = waiting.popleft()
+                rid = req["request_id"]
+                try:
+                    tokens = self.engine.tokenize(Prompt(req["prompt_id"], req.get("text"),
+                                                         req.get("synthetic_tokens")))
+                    batch.add(rid, tokens, req["max_tokens"], req["ignore_eos"])
+                except Exception as exc:  # noqa: BLE001 - refused with the numbers; the others go on
+                    self._fail(req, _error_text(exc))
+                    continue
+                self.send(("start", rid, time.perf_counter_ns()))
+                pending[rid] = []
+                n_prompt[rid] = len(tokens)
+            if not batch.active():
+                if waiting:
+                    continue
+                return
+            try:
+                t, toks, finished = batch.step()
+            except Exception as exc:  # noqa: BLE001 - the step broke: fail its sequences, keep the worker
+                for rid in list(batch.seqs):
+                    batch.remove(rid)
+                    self.send(("done", rid, pending.pop(rid, []), n_prompt.pop(rid, 0), "error", _error_text(exc),
+                               time.perf_counter_ns(), _rss()))
+                continue
+            for rid, _tok in toks:
+                pending[rid].append(t)
+            for rid, reason in finished:
+                self.send(("done", rid, pending.pop(rid), n_prompt.pop(rid), reason, None, time.perf_counter_ns(),
+                           _rss()))
+            if t - last_flush >= TOKEN_BATCH_NS:
+                for rid, ts in pending.items():
+                    if ts:
+                        self.send(("tok", rid, ts))
+                        pending[rid] = []
+                last_flush = t
+
+    def _fail(self, req: dict, error: str) -> None:
+        rid = req["request_id"]
+        now = time.perf_counter_ns()
+        self.send(("start", rid, now))
+        self.send(("done", rid, [], 0, "error", error, now, _rss()))
+
+
 def worker_main(wid: int, conn, spec_dict: dict, log_path: str | None = None) -> None:
     # Ctrl-C reaches the whole process group; the parent decides how workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     _redirect_output(log_path)
-
     spec = EngineSpec(**spec_dict)
     send = conn.send
     send(("state", "loading", {"pid": os.getpid(), "threads": spec.threads}))
@@ -76,51 +218,4 @@ def worker_main(wid: int, conn, spec_dict: dict, log_path: str | None = None) ->
         send(("fatal", f"{spec.engine} engine failed to load {spec.model_path}: {type(exc).__name__}: {exc}"))
         return
     send(("state", "ready", {"rss": _rss()}))
-
-    while True:
-        send(("want",))
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return  # the parent is gone
-            if msg[0] == "threads":
-                engine.set_threads(msg[1])
-                send(("state", "ready", {"threads": msg[1]}))
-                continue
-            break
-        if msg[0] in ("retire", "stop"):
-            send(("state", "retired", {}))
-            engine.close()
-            return
-        _serve(engine, msg[1], send)
-
-
-def _serve(engine, req: dict, send) -> None:
-    rid = req["request_id"]
-    t_started = time.perf_counter_ns()
-    send(("start", rid, t_started))
-    error = None
-    finish = "error"
-    n_prompt = 0
-    pending: list[int] = []
-    try:
-        tokens = engine.tokenize(Prompt(req["prompt_id"], req.get("text"), req.get("synthetic_tokens")))
-        n_prompt = len(tokens)
-        last_flush = t_started
-        gen = engine.generate(tokens, req["max_tokens"], req["ignore_eos"])
-        while True:
-            try:
-                _tid, t_ns = next(gen)
-            except StopIteration as stop:
-                finish = stop.value or "length"
-                break
-            pending.append(t_ns)
-            if t_ns - last_flush >= TOKEN_BATCH_NS:
-                send(("tok", rid, pending))
-                pending = []
-                last_flush = t_ns
-    except Exception as exc:  # noqa: BLE001 - a request's failure is recorded, the worker goes on
-        error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, EngineError) else str(exc)
-    send(("done", rid, pending, n_prompt, finish if error is None else "error", error,
-          time.perf_counter_ns(), _rss()))
+    Worker(conn, engine).run()

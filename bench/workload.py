@@ -19,6 +19,7 @@ class Request:
     rep: int = 0
     k: int = 1
     b: int = 1
+    mode: str = "instances"
 
     def wire(self) -> dict:
         """What travels to a worker."""

@@ -52,7 +52,7 @@ def test_summary_is_recomputable_from_records(bench_run):
     cells = json.loads((out / "summary.json").read_text())
     for c in cells:
         mine = [r for r in records if r.k == c["k"] and r.b == c["b"]]
-        again = cell_summary(mine, c["k"], c["b"], h["model_bytes"], h["bandwidth_gbps"])
+        again = cell_summary(mine, c["k"], c["b"], h["model_bytes"], h["bandwidth_gbps"], h["mode"])
         for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms",
                     "rss_gb_sum", "bandwidth_gbps"):
             assert again[key] == pytest.approx(c[key]), key
@@ -63,6 +63,19 @@ def test_summary_is_recomputable_from_records(bench_run):
         assert all(len(r.token_ns) == 8 for r in mine)  # ignore-EOS: every request the same length
         tpot = M.percentile([M.tpot(r) for r in mine], 50)
         assert c["bandwidth_gbps"] == pytest.approx(1 / tpot * h["model_bytes"] * c["k"] / 1e9)
+
+
+def test_batch_sweep_b_list(tmp_path):
+    out = tmp_path / "b"
+    p = run(["bench", "--b", "1,4", "--requests", "4", "--max-tokens", "8", "--ctx", "256", "--out", str(out)])
+    assert p.returncode == 0, p.stderr
+    cells = json.loads((out / "summary.json").read_text())
+    assert [(c["k"], c["b"], c["mode"]) for c in cells] == [(1, 1, "batch"), (1, 4, "batch")]
+    _, records, _ = read_jsonl(out / "records.jsonl")
+    b4 = [r for r in records if r.b == 4]
+    # four users at B=4 in one engine: their tokens share step timestamps
+    assert len({t for r in b4 for t in r.token_ns}) < sum(len(r.token_ns) for r in b4)
+    assert "Σ workers steps/s × W" in cells[1]["bandwidth_formula"]
 
 
 @pytest.mark.parametrize("args, says", [

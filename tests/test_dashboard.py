@@ -34,9 +34,22 @@ async def test_keys_change_k_pause_and_header():
         await pilot.press("minus")  # K cannot go below 1: refused, the app stays up
         assert fleet.target_k == 1
         assert any("below 1" in str(n.message) for n in app._notifications)
-        await pilot.press("right_square_bracket")  # B: refused with a sticky notification in this build
+        await pilot.press("right_square_bracket")  # B in instances mode: refused, says to press m
+        assert c.b == 1 and any("press m" in str(n.message) for n in app._notifications)
+        await pilot.press("m")
+        for _ in range(3):
+            await pilot.press("right_square_bracket")
+        assert c.mode == "batch" and fleet.mode == "batch" and fleet.b == 4
+        run_for(c, fleet, clock, 4)
+        app.refresh_numbers()
+        assert "mode batch" in header_text(app) and "B=4" in header_text(app)
+        assert fleet.workers()[0].active == 4  # four sequences in one engine
+        await pilot.press("plus")  # in batch mode +/- change B
         await pilot.press("left_square_bracket")
-        assert c.b == 1 and any("batch" in str(n.message) for n in app._notifications)
+        await pilot.press("minus")
+        assert fleet.b == 3 and fleet.target_k == 1
+        await pilot.press("m")
+        assert c.mode == "instances"
         await pilot.press("p")
         run_for(c, fleet, clock, 1)
         app.refresh_numbers()

@@ -21,7 +21,7 @@ def test_greedy_ids_match_the_high_level_api_and_no_reuse(engine):
     assert first == again
     engine.llm.reset()
     ref = []
-    for t in engine.llm.generate(toks, top_k=1, temp=0.0, reset=True):
+    for t in engine.llm.generate(toks, top_k=1, temp=0.0, reset=True):  # the same Llama, flash attention on
         ref.append(t)
         if len(ref) == 12:
             break

@@ -18,9 +18,9 @@ STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 SPAN_S = 180.0  # seconds of history on the charts
 
 KEYS = [
-    ("+ / -", "add / retire an engine instance (K)"),
-    ("] / [", "raise / lower the batch (B)"),
-    ("m", "switch what the keys change: instances / batch"),
+    ("+ / -", "instances mode: add / retire an engine instance (K); batch mode: B"),
+    ("] / [", "batch mode: raise / lower the sequences per engine (B)"),
+    ("m", "switch mode: instances (K engines, 1 stream each) / batch (B per engine)"),
     ("p", "pause / resume the load"),
     ("r", "reset the statistics window"),
     ("e", "export the current statistics to JSON"),
@@ -94,7 +94,7 @@ class InferenceTop(App):
             with Vertical(id="charts"):
                 yield Chart("aggregate throughput", "tok/s", id="chart-tps")
                 yield Chart("per-stream TPOT: p50, p90; ─ predicted K·W/β", "ms", id="chart-tpot")
-                yield Chart("bandwidth product: per-stream tok/s × W × K", "GB/s", id="chart-bw")
+                yield Chart("bandwidth product (formula in the numbers panel)", "GB/s", id="chart-bw")
             with Vertical(id="side"):
                 yield Panel(id="gauges")
                 yield Panel(id="numbers")
@@ -199,6 +199,7 @@ class InferenceTop(App):
             t.append(f" · predicted {fmt_ms(n['predicted_tpot'])}")
         t.append("\n")
         t.append(f"bandwidth product {n['bw_gbps']:.1f} GB/s\n" if n["bw_gbps"] is not None else "bandwidth product —\n")
+        t.append(f"  = {n['bw_formula']}\n", "grey50")
         t.append(f"TTFT p50 {fmt_ms(n['ttft_p50'])} · p99 {fmt_ms(n['ttft_p99'])} (queue-incl.)\n")
         t.append(f"TTFT p50 {fmt_ms(n['ttft_engine_p50'])} · p99 {fmt_ms(n['ttft_engine_p99'])} (engine)\n")
         t.append(f"ITL p50 {fmt_ms(n['itl_p50'])} · requests {n['requests']} · ")
@@ -240,7 +241,11 @@ class InferenceTop(App):
         self.refresh_numbers()
 
     def action_k(self, delta: int) -> None:
-        self._refuse(self.c.set_k(self.c.k + delta))
+        """+/- change K in instances mode and B in batch mode (m switches)."""
+        if self.c.mode == "batch":
+            self._refuse(self.c.set_b(self.c.b + delta))
+        else:
+            self._refuse(self.c.set_k(self.c.k + delta))
 
     def action_b(self, delta: int) -> None:
         self._refuse(self.c.set_b(self.c.b + delta))
@@ -282,11 +287,9 @@ def run_dashboard(args) -> int:
     try:
         wl = workload(args.workload)
         choice = resolve_model(args.engine, args.model)
-        spec = build_spec(args.engine, choice, args.threads, args.ctx, args.k)
+        spec = build_spec(args.engine, choice, args.threads, args.ctx, args.k, not args.no_flash_attn)
     except (EngineError, PresetError) as exc:
         fail(str(exc))
-    if args.b > 1:
-        fail(f"--b {args.b}: batching inside one engine is not in this build yet; use --b 1")
     chip_name, beta, beta_src = resolve_bandwidth(args)
     settings = LiveSettings(max_tokens=args.max_tokens or 128, rate=args.rate, users=args.users,
                             bandwidth_gbps=beta, bandwidth_source=beta_src, chip=chip_name,
@@ -296,7 +299,9 @@ def run_dashboard(args) -> int:
         recorder = Recorder(args.record, run_header(choice, spec, {"command": "dashboard", "k": args.k,
                                                                      "workload": wl.key, "chip": chip_name,
                                                                      "bandwidth_gbps": beta}))
-    fleet = Fleet(spec, run_meta(args.engine, choice), k=args.k, threads=args.threads)
+    mode = "batch" if args.b else "instances"
+    fleet = Fleet(spec, run_meta(args.engine, choice, mode, args.b or 1), k=args.k, threads=args.threads,
+                  b_cap=max(args.max_b, args.b or 1))
     controller = LiveController(fleet, wl, settings, recorder=recorder)
     controller.start()
     try:

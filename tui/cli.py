@@ -58,8 +58,11 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--model", help="model path (a .gguf file for llama); default: the embedded Gemma 3 270M")
     p.add_argument("--k", type=int_list if lists else positive_int, default=[1] if lists else 1,
                    help="engine instances (worker processes)" + (", comma list" if lists else ""))
-    p.add_argument("--b", type=int_list if lists else positive_int, default=[1] if lists else 1,
-                   help="sequences batched in one engine" + (", comma list" if lists else ""))
+    p.add_argument("--b", type=int_list if lists else positive_int, default=None,
+                   help="sequences batched in one engine (continuous batching; turns batch mode on)"
+                   + (", comma list" if lists else ""))
+    p.add_argument("--max-b", type=positive_int, default=16,
+                   help="sequences one batch context holds (default 16, or the largest --b)")
     p.add_argument("--threads", type=positive_int, help="threads per worker (default: physical cores ÷ K)")
     p.add_argument("--ctx", type=positive_int, default=2048, help="context length per worker (tokens)")
     p.add_argument("--max-tokens", type=positive_int, default=None, help="tokens generated per request")
@@ -69,6 +72,7 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--chip", help="chip preset (see presets/chips.toml); default: detected")
     p.add_argument("--bandwidth", type=positive_float, help="the chip's bandwidth in GB/s (overrides the preset)")
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
+    p.add_argument("--no-flash-attn", action="store_true", help="turn llama.cpp's flash attention off")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -129,28 +133,29 @@ def bench_main(argv: list[str]) -> int:
     from engines.base import EngineError
     from presets import PresetError, workload
 
-    if any(b > 1 for b in args.b):
-        fail(f"--b {','.join(map(str, args.b))}: batching inside one engine is not in this build yet; use --b 1")
+    mode = "batch" if args.b else "instances"
+    bs = args.b or [1]
     try:
         wl = workload(args.workload)
         choice = resolve_model(args.engine, args.model)
-        spec = build_spec(args.engine, choice, args.threads, args.ctx, max(args.k))
+        spec = build_spec(args.engine, choice, args.threads, args.ctx, max(args.k), not args.no_flash_attn)
     except (EngineError, PresetError) as exc:
         fail(str(exc))
     chip_name, beta, beta_src = resolve_bandwidth(args)
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    cfg = SweepConfig(ks=args.k, bs=args.b, requests=args.requests, max_tokens=args.max_tokens or 256,
+    cfg = SweepConfig(ks=args.k, bs=bs, mode=mode, kv_bytes_per_token=choice.info.kv_bytes_per_token() if choice.info else None, requests=args.requests, max_tokens=args.max_tokens or 256,
                       reps=args.reps, rate=args.rate, ignore_eos=not args.stop_at_eos, bandwidth_gbps=beta,
                       cell_timeout_s=args.cell_timeout, out_dir=out)
     header = run_header(choice, spec, {
-        "command": "bench", "argv": argv, "ks": args.k, "bs": args.b, "requests": args.requests,
+        "command": "bench", "argv": argv, "ks": args.k, "bs": bs, "mode": mode, "requests": args.requests,
         "max_tokens": cfg.max_tokens, "reps": args.reps, "workload": wl.key, "rate": args.rate,
         "threads": args.threads or "auto (physical cores ÷ K)", "chip": chip_name, "bandwidth_gbps": beta,
         "bandwidth_source": beta_src, "ignore_eos": cfg.ignore_eos,
     })
     recorder = Recorder(out / "records.jsonl", header)
-    fleet = Fleet(spec, run_meta(args.engine, choice), k=args.k[0], threads=args.threads, on_record=recorder.record)
+    fleet = Fleet(spec, run_meta(args.engine, choice, mode, bs[0]), k=args.k[0], threads=args.threads,
+                  on_record=recorder.record, b_cap=max([args.max_b, *bs]) if mode == "batch" else 1)
     _sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
     say(f"{choice.name} ({choice.file_bytes / 1e9:.3f} GB) on {chip_name}, β = "
