@@ -34,6 +34,14 @@ class FleetError(RuntimeError):
     """The fleet cannot go on (no worker could load, or all died); the message is one line."""
 
 
+class CellStopped(RuntimeError):
+    """A finite load stopped early (the memory wall); `records` holds what finished before."""
+
+    def __init__(self, why: str, records):
+        super().__init__(why)
+        self.records = list(records)
+
+
 def physical_cores() -> int:
     try:
         import psutil
@@ -74,6 +82,7 @@ class _Worker:
     conn: object
     inflight: set = field(default_factory=set)
     idle_since: int = 0  # when its last request ended: the longest idle asks first, as on a shared queue
+    mode_pending: bool = False  # a mode change sent, not yet applied (its batch context being made)
     retire: bool = False
 
 
@@ -109,6 +118,7 @@ class Fleet:
         self.mode = meta.mode if meta.mode in ("instances", "batch") else "instances"
         self.b = meta.b
         self.b_cap = max(b_cap or 1, meta.b)  # sequences a batch context holds; B above it remakes it
+        self.seq_ctx: int | None = None  # tokens per sequence in the batch context (None: the spec's ctx)
         self.run_id = uuid.uuid4().hex[:12]
         self.log_dir = Path(os.environ.get("INFERENCE_TOP_LOGS", Path.home() / ".cache" / "inference-top" / "logs")) / self.run_id
         self.rep = 0
@@ -119,6 +129,8 @@ class Fleet:
         self._pending: deque[Request] = deque()  # the one shared request queue
         self._inflight: dict[int, _InFlight] = {}
         self._cmds: queue.Queue = queue.Queue()
+        self._cmds_put = 0
+        self._cmds_done = 0
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._lock = threading.Lock()
         self._snapshot: dict[int, WorkerInfo] = {}
@@ -136,6 +148,8 @@ class Fleet:
 
     # ---- public API (any thread) -------------------------------------------------------------
     def _command_put(self, cmd) -> None:
+        with self._lock:
+            self._cmds_put += 1
         self._cmds.put(cmd)
         try:
             self._wake_w.send_bytes(b"!")
@@ -156,9 +170,12 @@ class Fleet:
         while time.monotonic() < deadline:
             if self._fatal:
                 raise FleetError(self._fatal)
+            with self._lock:
+                synced = self._cmds_done >= self._cmds_put
             snap = self.workers()
             live = [w for w in snap if w.state not in ("retired", "dead", "retiring")]
-            if len(live) >= self.target_k and all(w.ready_ns for w in live):
+            # every command given before this call applied, every worker warmed up and in its mode
+            if synced and len(live) >= self.target_k and all(w.ready_ns and w.state != "warming" for w in live):
                 return
             if not live and snap:
                 raise FleetError(self._first_error(snap) or "every worker died before it was ready")
@@ -171,14 +188,16 @@ class Fleet:
         self.target_k = k  # at once, so wait_ready() waits for the new workers
         self._command_put(("scale", k))
 
-    def set_batch(self, mode: str, b: int) -> None:
-        """instances: one request per worker; batch: up to b sequences per worker, decoded together."""
+    def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
+        """instances: one request per worker; batch: up to b sequences per worker, decoded together in a
+        context made for b_cap sequences (default: the largest B so far) of seq_ctx tokens each."""
         if mode not in ("instances", "batch"):
             raise FleetError(f"mode must be instances or batch (got {mode!r})")
         if b < 1:
             raise FleetError(f"B must be at least 1 (got {b})")
         self.mode, self.b = mode, b
-        self.b_cap = max(self.b_cap, b)
+        self.b_cap = max(b, b_cap) if b_cap else max(self.b_cap, b)
+        self.seq_ctx = seq_ctx or self.seq_ctx
         self._command_put(("batch", (mode, b)))
 
     def set_load(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
@@ -203,8 +222,11 @@ class Fleet:
     _n_outstanding = 0
 
     def run_requests(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True,
-                     timeout: float | None = None) -> list[RequestRecord]:
-        """Run a finite load to completion and return its records (the headless sweep's cell)."""
+                     timeout: float | None = None, should_stop: Callable[[], str | None] | None = None
+                     ) -> list[RequestRecord]:
+        """Run a finite load to completion and return its records (the headless sweep's cell).
+
+        `should_stop` is asked twice a second; a reason from it ends the wait with CellStopped."""
         done: list[RequestRecord] = []
         ev = threading.Event()
         total = arrivals.total
@@ -217,8 +239,19 @@ class Fleet:
 
         self._command_put(("collector", collect))
         self.set_load(workload, arrivals, max_tokens, ignore_eos)
-        finished = ev.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished, why = False, None
+        while not finished:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            finished = ev.wait(0.5 if left is None else min(0.5, left))
+            if not finished and should_stop and (why := should_stop()):
+                break
         self._command_put(("collector", None))
+        if why:
+            self.pause(True)
+            raise CellStopped(why, done)
         if not finished:
             raise TimeoutError(f"cell did not finish within {timeout:.0f} s ({len(done)}/{total} requests)")
         if self._fatal:
@@ -308,6 +341,7 @@ class Fleet:
                             collector = arg
                         else:
                             self._command(cmd, arg)
+                        self._cmds_done += 1
                 except queue.Empty:
                     pass
                 # new arrivals go out before the wait, so a closed-loop user's next request never waits
@@ -355,15 +389,21 @@ class Fleet:
         elif cmd == "batch":
             for w in self._live():
                 if w.info.ready_ns:
-                    self._send(w, self._mode_msg())
+                    self._send_mode(w)
             self._emit("b", self.mode, self.b)
         elif cmd == "users":
             self._auto_users = arg is None
             if arg is not None and self._load and hasattr(self._load[1], "users"):
                 self._load[1].users = arg
 
+    def _send_mode(self, w: _Worker) -> None:
+        """Tell a worker the mode; it takes no request until it says the mode is applied."""
+        if self._send(w, self._mode_msg()):
+            w.mode_pending = True
+            w.info.state = "warming" if not w.inflight else w.info.state
+
     def _mode_msg(self):
-        return ("mode", "batch" if self.mode == "batch" else "single", self.b, self.b_cap)
+        return ("mode", "batch" if self.mode == "batch" else "single", self.b, self.b_cap, self.seq_ctx)
 
     def _capacity(self) -> int:
         return self.b if self.mode == "batch" else 1
@@ -392,7 +432,7 @@ class Fleet:
 
     def _ready_to_measure(self) -> bool:
         active = self._active()
-        return len(active) >= self.target_k and all(w.info.ready_ns for w in active)
+        return len(active) >= self.target_k and all(w.info.ready_ns and not w.mode_pending for w in active)
 
     def _arrivals(self) -> None:
         if not self._load or self._paused:
@@ -417,7 +457,8 @@ class Fleet:
         cap = self._capacity()
         while self._pending:
             # the least loaded worker, then the one idle longest, takes the head of the queue
-            room = [w for w in self._live() if w.info.ready_ns and not w.retire and len(w.inflight) < cap]
+            room = [w for w in self._live()
+                    if w.info.ready_ns and not w.retire and not w.mode_pending and len(w.inflight) < cap]
             if not room:
                 break
             w = min(room, key=lambda w: (len(w.inflight), w.idle_since))
@@ -456,13 +497,16 @@ class Fleet:
                     info.ready_ns = time.perf_counter_ns()
                     self._emit("log", f"worker {info.wid} ready (pid {info.pid})")
                     if self.mode == "batch":
-                        self._send(w, self._mode_msg())
+                        self._send_mode(w)
                     if w.retire:
                         self._send(w, ("retire",))
+                if extra.get("mode_applied"):
+                    w.mode_pending = False
                 if extra.get("error"):
                     self._emit("error", f"worker {info.wid}: {extra['error']}")
                 if not w.retire:
-                    info.state = "idle" if info.current is None else "serving"
+                    info.state = ("warming" if w.mode_pending else
+                                  "idle" if info.current is None else "serving")
             elif state == "retired":
                 info.state = "retired"
                 self._emit("log", f"worker {info.wid} retired")

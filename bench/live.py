@@ -16,11 +16,14 @@ from pathlib import Path
 
 from bench import metrics as M
 from bench.fleet import physical_cores
-from bench.probes import ProcessProbe, SystemProbe, SystemSample
+from bench.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, Footprint, admit, detect_wall, footprint
+from bench.probes import ProcessProbe, SystemProbe, SystemSample, total_memory_bytes
 from bench.records import RequestRecord
 from bench.workload import ClosedLoop, Poisson
 
 NS = 1_000_000_000
+CONFIRM_S = 5.0  # a refused key pressed again within this long goes ahead
+WALL_HOLD_S = 10.0  # the WALL state stays this long after the last reading that showed it
 ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
 
 
@@ -36,6 +39,12 @@ class LiveSettings:
     bandwidth_source: str = "unknown"
     chip: str = "unknown"
     ignore_eos: bool = True
+    # the memory guard
+    memory_budget: int | None = None  # bytes; None: 85 % of physical memory
+    kv_bytes_per_token: float | None = None
+    ctx: int = 2048
+    force: bool = False
+    brake: bool = True
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,14 @@ class LiveController:
         self._thread: threading.Thread | None = None
         self._last_sys: SystemSample | None = None
         self._cores = physical_cores()
+        self._total_memory = total_memory_bytes()
+        self._overhead: int | None = None  # runtime bytes beyond the weights, measured at warmup
+        self._refused: tuple[str, float] | None = None
+        self._last_step = None  # ("k" | "b", old, new, t_ns, tok/s before)
+        self._braked_step = None
+        self._tps_now = 0.0
+        self._wall: str | None = None
+        self._wall_until = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self, thread: bool = True) -> None:
@@ -158,10 +175,46 @@ class LiveController:
     def _arrivals_text(self) -> str:
         return f"open loop {self.s.rate:g} req/s" if self.s.rate else f"closed loop, {self.users()} users"
 
-    def set_k(self, k: int) -> str | None:
+    # ---- the memory guard ---------------------------------------------------------------------
+    def budget(self) -> int:
+        return self.s.memory_budget or int(DEFAULT_BUDGET_FRACTION * self._total_memory)
+
+    def footprint(self, k: int, b: int, mode: str | None = None) -> Footprint:
+        """K × (weights + runtime overhead measured at warmup) + Σ KV of each worker's contexts.
+
+        llama.cpp allocates a context's KV whole when it is made: the single-stream one (--ctx tokens)
+        always, and in batch mode one of max(B, --max-b) sequences × --ctx beside it."""
+        batch = (mode or self.mode) == "batch"
+        seqs = max(b, getattr(self.fleet, "b_cap", b)) if batch else 0
+        return footprint(k, seqs, self.s.ctx, self.fleet.meta.model_bytes, self.s.kv_bytes_per_token or 0.0,
+                         self._overhead or DEFAULT_OVERHEAD_BYTES, extra_kv_tokens=self.s.ctx, label_b=b)
+
+    def _admit(self, k: int, b: int, key: str, mode: str | None = None) -> str | None:
+        """A refusal with the numbers, unless the step fits, --force is on, or the same key came again
+        within CONFIRM_S of its refusal (the confirm key)."""
+        if self.s.force:
+            return None
+        why = admit(self.footprint(k, b, mode), self.budget())
+        if why is None:
+            return None
+        now = time.monotonic()
+        if self._refused and self._refused[0] == key and now - self._refused[1] < CONFIRM_S:
+            self._refused = None
+            self.log("warn", f"over the budget on confirm: {why.split(';')[0]}")
+            return None
+        self._refused = (key, now)
+        self.log("warn", why)
+        return f"{why}; press the key again within {CONFIRM_S:.0f} s to go ahead"
+
+    def set_k(self, k: int, admit_check: bool = True) -> str | None:
         """Change K; returns a refusal message instead of acting when the change is not possible."""
         if k < 1:
             return "K cannot go below 1"
+        if admit_check and k > self.k:
+            refusal = self._admit(k, self.b, "k")
+            if refusal:
+                return refusal
+        self._last_step = ("k", self.k, k, self._clock(), self._tps_now)
         old = self.k
         self.k = k
         self.fleet.scale_to(k)
@@ -169,7 +222,7 @@ class LiveController:
         self.log("info", f"K {old} → {k} ({self._arrivals_text()})")
         return None
 
-    def set_b(self, b: int) -> str | None:
+    def set_b(self, b: int, admit_check: bool = True) -> str | None:
         """Change B (sequences per engine, batch mode); returns a refusal message instead of acting."""
         if self.mode != "batch":
             return "B is the batch inside one engine: press m for batch mode first"
@@ -178,6 +231,11 @@ class LiveController:
         cap = getattr(self.fleet, "b_cap", b)
         if b > cap:
             return f"B={b} exceeds the {cap} sequences each batch context holds (start with --max-b {b})"
+        if admit_check and b > self.b:
+            refusal = self._admit(self.k, b, "b")
+            if refusal:
+                return refusal
+        self._last_step = ("b", self.b, b, self._clock(), self._tps_now)
         old = self.b
         self.b = b
         self.fleet.set_batch("batch", b)
@@ -186,7 +244,12 @@ class LiveController:
         return None
 
     def toggle_mode(self) -> str | None:
-        self.mode = "batch" if self.mode == "instances" else "instances"
+        new = "batch" if self.mode == "instances" else "instances"
+        if new == "batch":  # batch mode makes a batch context in every worker
+            refusal = self._admit(self.k, self.b, "m", mode="batch")
+            if refusal:
+                return refusal
+        self.mode = new
         self.fleet.set_batch(self.mode, self.b)
         self.mark(self.mode)
         self.log("info", f"mode → {self.mode}: " + ("+/- and ]/[ change B" if self.mode == "batch"
@@ -285,6 +348,28 @@ class LiveController:
         return (agg, tpots, {w: n / span for w, n in per_worker.items()},
                 {w: len(ts) / span for w, ts in steps.items()})
 
+    def _check_wall(self, prev, cur, agg: float, now: int) -> None:
+        step = self._last_step
+        since = (now - step[3]) / NS if step else 0.0
+        why = detect_wall(prev, cur, step[4] if step else None, agg if step else None, since)
+        if why is None:
+            return
+        first = not (self._wall and now < self._wall_until)
+        self._wall = why
+        self._wall_until = now + int(WALL_HOLD_S * NS)
+        if not first:
+            return
+        self.mark("WALL")
+        self.log("error", f"memory wall: {why}")
+        if self.s.brake and step and self._braked_step is not step:
+            self._braked_step = step
+            kind, old, new = step[0], step[1], step[2]
+            if new > old:
+                (self.set_k if kind == "k" else self.set_b)(old, admit_check=False)
+                self.log("warn", f"brake: undid the last step, {kind.upper()} {new} → {old}")
+        elif not self.s.brake:
+            self.log("warn", "--no-brake: the last step stays; lower K or B by hand")
+
     def _request_numbers(self) -> dict:
         """TTFT and ITL over the requests since the last reset, recomputed only when one more ended."""
         with self._lock:
@@ -306,6 +391,8 @@ class LiveController:
         return out
 
     def state(self, workers) -> str:
+        if self._wall and self._clock() < self._wall_until:
+            return "WALL"
         if self.paused:
             return "paused"
         active = [w for w in workers if w.state not in ("dead", "retired", "retiring")]
@@ -329,7 +416,10 @@ class LiveController:
             bw = M.bandwidth_product_instances(1 / p50, W, max(1, serving)) if p50 else None
         # K instances share β; a batch of B reads the weights once per step for all B
         pred = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps) if self.s.bandwidth_gbps else None
+        prev_sys = self._last_sys
         sysv = self._sys.sample()
+        self._last_sys = sysv
+        self._tps_now = agg
         workers = self.fleet.workers()
         procs = self._procs.sample([w.pid for w in workers if w.state not in ("dead", "retired")])
         rows = tuple(
@@ -339,13 +429,19 @@ class LiveController:
             for w in workers
         )
         rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
+        if self._overhead is None:
+            ready_rss = [w.rss for w in workers if w.ready_ns and w.rss]
+            if ready_rss:  # what a warmed-up worker holds beyond its weights
+                self._overhead = max(0, min(ready_rss) - self.fleet.meta.model_bytes)
+        self._check_wall(prev_sys, sysv, agg, now)
         cpu_sum = sum(r.cpu or 0.0 for r in rows if r.state not in ("dead", "retired"))
         numbers = {
             **self._request_numbers(), "agg_tps": agg, "tpot_p50": p50, "tpot_p90": p90,
             "bw_gbps": bw, "predicted_tpot": pred, "streams": len(tpots),
             "bw_formula": ("Σ steps/s × W, W = file bytes (KV not live)" if self.mode == "batch"
                            else "1/TPOT p50 × W × K, W = file bytes"),
-            "workers_cpu_percent": cpu_sum, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
+            "workers_cpu_percent": cpu_sum,
+            "footprint": self.footprint(self.k, self.b).total, "budget": self.budget(), "wall": self._wall, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
         }
         point = Point(t, agg, p50, p90, pred, bw, sysv.mem_used, sysv.swap_used)
         self._history.append(point)

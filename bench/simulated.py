@@ -90,7 +90,7 @@ class SimulatedFleet:
     def close(self, grace: float = 0) -> None:
         self._stop.set()
 
-    def set_batch(self, mode: str, b: int) -> None:
+    def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         self.mode, self.b = mode, b
         self.b_cap = max(self.b_cap, b)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import metrics as M
-from bench.fleet import Fleet, FleetError
+from bench.fleet import CellStopped, Fleet, FleetError
 from bench.records import RequestRecord
 from bench.workload import ClosedLoop, Poisson
 from presets import Workload
@@ -26,6 +26,11 @@ class SweepConfig:
     ignore_eos: bool = True
     mode: str = "instances"
     kv_bytes_per_token: float | None = None
+    contexts: Sequence[int] | None = None  # rows: a synthetic prompt of context − max_tokens tokens
+    ctx: int = 2048
+    memory_budget: int | None = None
+    force: bool = False
+    overhead_bytes: int = 100 * 1024**2
     bandwidth_gbps: float | None = None
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
@@ -85,41 +90,111 @@ def _bandwidth(records, k, per_stream, weight_bytes, mode, kvb) -> dict:
 
 def add_scaling(cells: list[dict]) -> None:
     """scaling = output_throughput ÷ that of K=1 at the same B (None where K=1 was not run)."""
-    base_k = {c["b"]: c["output_throughput"] for c in cells if c["k"] == 1 and c["output_throughput"]}
-    base_b = {c["k"]: c["output_throughput"] for c in cells if c["b"] == 1 and c["output_throughput"]}
+    ctx = lambda c: c.get("context")  # noqa: E731 - each context row scales against its own K=1, B=1
+    base_k = {(ctx(c), c["b"]): c["output_throughput"] for c in cells if c["k"] == 1 and c["output_throughput"]}
+    base_b = {(ctx(c), c["k"]): c["output_throughput"] for c in cells if c["b"] == 1 and c["output_throughput"]}
     for c in cells:
-        ref = base_k.get(c["b"])
+        ref = base_k.get((ctx(c), c["b"]))
         c["scaling_vs_k1"] = c["output_throughput"] / ref if ref and c["output_throughput"] else None
-        ref = base_b.get(c["k"])
+        ref = base_b.get((ctx(c), c["k"]))
         c["scaling_vs_b1"] = c["output_throughput"] / ref if ref and c["output_throughput"] else None
 
 
-def run_sweep(fleet: Fleet, workload: Workload, cfg: SweepConfig,
-              say: Callable[[str], None] = print) -> tuple[list[dict], list[RequestRecord]]:
+def skipped_cell(k: int, b: int, context: int | None, status: str, reason: str) -> dict:
+    """A cell that has no numbers: refused by admission, stopped at the wall, or out of time."""
+    return {"k": k, "b": b, "context": context, "status": status, "reason": reason, "output_throughput": None,
+            "median_tpot_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None, "rss_gb_sum": None,
+            "bandwidth_gbps": None, "cv": None, "noisy": False, "errors": 0, "completed": 0}
+
+
+def run_sweep(fleet: Fleet, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
+              new_fleet: Callable[[], Fleet] | None = None) -> tuple[list[dict], list[RequestRecord], Fleet]:
+    """Cells in rows (one row per context), each row over B then K. A cell the admission check
+    refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
+    ends the row there (the fleet is replaced, so nothing of it lingers). Never hangs."""
+    from bench.guard import admit, detect_wall, footprint
+    from bench.probes import SystemProbe
+
     cells: list[dict] = []
     all_records: list[RequestRecord] = []
-    for b in cfg.bs:
-        for k in cfg.ks:
-            fleet.scale_to(k)
-            fleet.set_batch(cfg.mode, b)
-            fleet.wait_ready()
-            cell_records: list[RequestRecord] = []
-            for rep in range(cfg.reps):
-                fleet.rep = rep
-                users = k * (b if cfg.mode == "batch" else 1)
-                arrivals = Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate else ClosedLoop(users, cfg.requests)
-                t0 = time.monotonic()
-                say(f"K={k} B={b} rep {rep + 1}/{cfg.reps}: {cfg.requests} requests, {arrivals.describe()} …")
-                recs = fleet.run_requests(workload, arrivals, cfg.max_tokens, cfg.ignore_eos,
-                                          timeout=cfg.cell_timeout_s)
-                cell_records += recs
-                errs = sum(1 for r in recs if r.error)
-                say(f"  done in {time.monotonic() - t0:.1f} s" + (f", {errs} errors" if errs else ""))
-            cells.append(cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
-                                      cfg.kv_bytes_per_token))
-            all_records += cell_records
-    add_scaling(cells)
-    return cells, all_records
+    probe = SystemProbe()
+    for context in cfg.contexts or [None]:
+        wl = workload
+        if context is not None:
+            from presets import Workload as WL
+
+            n = max(1, context - cfg.max_tokens)
+            wl = WL(f"context-{context}", f"synthetic prompt of {n} tokens + {cfg.max_tokens} generated",
+                    synthetic_tokens=n)
+        blocked: tuple[int, int, str, str] | None = None  # (k, b, status, reason) at which the row stopped
+        for b in cfg.bs:
+            for k in cfg.ks:
+                if blocked and k >= blocked[0] and b >= blocked[1]:
+                    cells.append(skipped_cell(k, b, context, blocked[2], f"after {blocked[3]}"))
+                    continue
+                seqs = b if cfg.mode == "batch" else 1
+                seq_ctx = context or cfg.ctx
+                if cfg.memory_budget and not cfg.force:
+                    # llama.cpp allocates every context whole: the single-stream one (--ctx) always, and
+                    # in batch mode one of B × seq_ctx beside it
+                    fp = footprint(k, seqs if cfg.mode == "batch" else 0, seq_ctx, fleet.meta.model_bytes,
+                                   cfg.kv_bytes_per_token or 0.0, cfg.overhead_bytes, extra_kv_tokens=cfg.ctx,
+                                   label_b=b)
+                    why = admit(fp, cfg.memory_budget)
+                    if why:
+                        say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
+                        cells.append(skipped_cell(k, b, context, "refused", why))
+                        blocked = (k, b, "refused", f"K={k} B={b} refused")
+                        continue
+                fleet.scale_to(k)
+                fleet.set_batch(cfg.mode, b, b_cap=b, seq_ctx=seq_ctx)
+                fleet.wait_ready()
+                cell_records: list[RequestRecord] = []
+                status = None
+                prev = [probe.sample()]
+
+                def at_wall():
+                    cur = probe.sample()
+                    why = detect_wall(prev[0], cur, None, None, 0.0)
+                    prev[0] = cur
+                    return why
+
+                for rep in range(cfg.reps):
+                    fleet.rep = rep
+                    users = k * seqs
+                    arrivals = (Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
+                                else ClosedLoop(users, cfg.requests))
+                    t0 = time.monotonic()
+                    say(f"K={k} B={b}" + (f" context {context}" if context else "")
+                        + f" rep {rep + 1}/{cfg.reps}: {cfg.requests} requests, {arrivals.describe()} …")
+                    try:
+                        recs = fleet.run_requests(wl, arrivals, cfg.max_tokens, cfg.ignore_eos,
+                                                  timeout=cfg.cell_timeout_s, should_stop=at_wall)
+                    except CellStopped as stop:
+                        cell_records += stop.records
+                        status = ("wall", f"memory wall: {stop}")
+                    except TimeoutError as exc:
+                        status = ("timeout", str(exc))
+                    if status:
+                        say(f"  {status[0]}: {status[1]}")
+                        break
+                    cell_records += recs
+                    errs = sum(1 for r in recs if r.error)
+                    say(f"  done in {time.monotonic() - t0:.1f} s" + (f", {errs} errors" if errs else ""))
+                all_records += cell_records
+                if status:
+                    cells.append(skipped_cell(k, b, context, *status))
+                    blocked = (k, b, status[0], f"K={k} B={b} {status[0]}")
+                    if new_fleet:  # whatever the stopped cell left running goes with the old fleet
+                        fleet.close()
+                        fleet = new_fleet()
+                    continue
+                cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
+                                    cfg.kv_bytes_per_token)
+                cell["context"] = context
+                cells.append(cell)
+    add_scaling([c for c in cells if c["status"] == "ok"])
+    return cells, all_records, fleet
 
 
 def _fmt(v, spec=".1f", none="—"):
@@ -131,7 +206,13 @@ def format_table(cells: list[dict]) -> str:
             f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6}  note")
     lines = [head, "-" * len(head)]
     for c in cells:
+        if c["status"] != "ok":
+            ctx = f" context {c['context']}" if c.get("context") else ""
+            lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {c['reason'][:110]}")
+            continue
         note = "NOISY" if c["noisy"] else ""
+        if c.get("context"):
+            note += f" context {c['context']}"
         if c["errors"]:
             note += f" {c['errors']} errors"
         lines.append(

@@ -8,7 +8,7 @@ Messages to the parent (over this worker's own pipe, so a killed worker can corr
   ("tok", req_id, [t_ns, ...])           token timestamps, batched at ≈10 Hz
   ("done", req_id, [t_ns, ...], prompt_tokens, finish_reason, error, t_done_ns, rss_bytes)
   ("fatal", message)                     the engine could not load; the worker exits
-Messages from the parent: ("req", dict) | ("threads", n) | ("mode", "single"|"batch", b, b_cap) |
+Messages from the parent: ("req", dict) | ("threads", n) | ("mode", "single"|"batch", b, b_cap, seq_ctx) |
   ("retire",) | ("stop",). The parent never hands a worker more requests than its mode allows.
 """
 from __future__ import annotations
@@ -68,6 +68,7 @@ class Worker:
         self.mode = "single"
         self.b = 1
         self.b_cap = 1
+        self.seq_ctx = None
         self.leaving = False  # retire or stop received
 
     def control(self, msg) -> bool:
@@ -77,12 +78,14 @@ class Worker:
             self.engine.set_threads(msg[1])
             self.send(("state", "ready", {"threads": msg[1]}))
         elif kind == "mode":
-            self.mode, self.b, self.b_cap = msg[1], msg[2], max(msg[2], msg[3])
+            self.mode, self.b, self.b_cap, self.seq_ctx = msg[1], msg[2], max(msg[2], msg[3]), msg[4]
+            extra = {"mode_applied": True}
             if self.mode == "batch":
                 try:  # make the batch context now, not inside the first measured request
-                    self.engine.batch(self.b_cap)
-                except Exception as exc:  # noqa: BLE001 - reported when a request needs it
-                    self.send(("state", "ready", {"error": _error_text(exc)}))
+                    self.engine.batch(self.b_cap, self.seq_ctx)
+                except Exception as exc:  # noqa: BLE001 - reported now, and again when a request needs it
+                    extra["error"] = _error_text(exc)
+            self.send(("state", "ready", extra))
         elif kind in ("retire", "stop"):
             self.leaving = True
         else:
@@ -148,7 +151,7 @@ class Worker:
                     waiting.append(msg[1])
             if batch is None or (batch.b_cap < self.b and not batch.active()):
                 try:  # the context holds b_cap sequences; it is remade only when empty
-                    batch = self.engine.batch(max(self.b, self.b_cap))
+                    batch = self.engine.batch(max(self.b, self.b_cap), self.seq_ctx)
                 except Exception as exc:  # noqa: BLE001 - every waiting request fails with the reason
                     for req in waiting:
                         self._fail(req, _error_text(exc))
@@ -204,6 +207,11 @@ def worker_main(wid: int, conn, spec_dict: dict, log_path: str | None = None) ->
     _redirect_output(log_path)
     spec = EngineSpec(**spec_dict)
     send = conn.send
+    limit = spec.options.get("memory_limit")
+    if limit:  # a hard cap on this worker's address space: a model too big fails to load, cleanly
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
     send(("state", "loading", {"pid": os.getpid(), "threads": spec.threads}))
     try:
         engine = make_engine(spec)

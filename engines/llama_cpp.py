@@ -39,7 +39,22 @@ class LlamaCppEngine:
                 "llama-cpp-python is not installed: pip install 'inference-top[llama]' (or make install)"
             ) from None
         self._lib = llama_cpp
-        self.llm = Llama(
+        try:
+            self.llm = self._llama(Llama)
+        except (ValueError, MemoryError, OSError) as exc:
+            limit = self.spec.options.get("memory_limit")
+            raise EngineError(
+                f"llama.cpp could not load {self.spec.model_path}: {exc}"
+                + (f" (worker memory limit {int(limit) / 2**20:.0f} MiB)" if limit else "")
+            ) from None
+        self._ctx = self.llm.ctx
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._n_batch = min(512, self.spec.ctx)
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+
+    def _llama(self, Llama):
+        return Llama(
             model_path=self.spec.model_path,
             n_ctx=self.spec.ctx,
             n_batch=min(512, self.spec.ctx),
@@ -49,11 +64,6 @@ class LlamaCppEngine:
             flash_attn=self.spec.flash_attn,
             verbose=False,
         )
-        self._ctx = self.llm.ctx
-        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
-        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        self._n_batch = min(512, self.spec.ctx)
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
 
     def warmup(self) -> None:
         """One warmup request: a short prompt and 8 generated tokens."""
@@ -84,12 +94,17 @@ class LlamaCppEngine:
             self._batch.set_threads(n)
         self.spec = replace(self.spec, threads=n)
 
-    def batch(self, b_cap: int) -> "LlamaBatch":
-        """The continuous-batching context for up to b_cap sequences (made once, grown when B outgrows it)."""
-        if self._batch is None or self._batch.b_cap < b_cap:
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "LlamaBatch":
+        """The continuous-batching context for b_cap sequences of ctx_per_seq tokens (default --ctx).
+
+        llama.cpp allocates (and clears) the whole KV cache when the context is made, so it is made
+        for exactly what is asked and remade only when that changes."""
+        ctx_per_seq = -(-(ctx_per_seq or self.spec.ctx) // 256) * 256  # llama.cpp pads n_ctx to 256
+        if self._batch is None or (self._batch.b_cap, self._batch.ctx_per_seq) != (b_cap, ctx_per_seq):
             if self._batch is not None:
                 self._batch.close()
-            self._batch = LlamaBatch(self, b_cap, self.spec.ctx)
+                self._batch = None
+            self._batch = LlamaBatch(self, b_cap, ctx_per_seq)
         return self._batch
 
     def _decode(self, tokens: list[int]) -> None:

@@ -65,6 +65,18 @@ def test_summary_is_recomputable_from_records(bench_run):
         assert c["bandwidth_gbps"] == pytest.approx(1 / tpot * h["model_bytes"] * c["k"] / 1e9)
 
 
+def test_sweep_marks_a_cell_over_the_budget_refused(tmp_path):
+    out = tmp_path / "r"
+    p = run(["bench", "--k", "1,2,3", "--requests", "2", "--max-tokens", "4", "--ctx", "512", "--memory-budget", "0.5G",
+             "--out", str(out)])
+    assert p.returncode == 0, p.stderr
+    cells = json.loads((out / "summary.json").read_text())
+    assert [c["status"] for c in cells] == ["ok", "refused", "refused"]
+    assert "K=2 B=1 needs ≈" in cells[1]["reason"] and "budget" in cells[1]["reason"]
+    assert cells[2]["reason"] == "after K=2 B=1 refused"
+    assert "REFUSED" in p.stdout
+
+
 def test_batch_sweep_b_list(tmp_path):
     out = tmp_path / "b"
     p = run(["bench", "--b", "1,4", "--requests", "4", "--max-tokens", "8", "--ctx", "256", "--out", str(out)])

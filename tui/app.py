@@ -205,7 +205,9 @@ class InferenceTop(App):
         t.append(f"ITL p50 {fmt_ms(n['itl_p50'])} · requests {n['requests']} · ")
         t.append(f"errors {n['errors']}", "bold red" if n["errors"] else "")
         t.append("\nwall: ")
-        t.append(n["ceiling"], "bold")
+        t.append(f"MEMORY — {n['wall']}" if n.get("wall") and s.state == "WALL" else n["ceiling"],
+                 "bold white on red" if s.state == "WALL" else "bold")
+        t.append(f"\nfootprint ≈ {n['footprint'] / 1e9:.2f} GB of {n['budget'] / 1e9:.1f} GB budget")
         return t
 
     def _fill_workers(self, s: Snapshot) -> None:
@@ -282,7 +284,7 @@ def run_dashboard(args) -> int:
     from bench.session import build_spec, resolve_model, run_header, run_meta
     from engines.base import EngineError
     from presets import PresetError, workload
-    from tui.cli import fail, resolve_bandwidth
+    from tui.cli import fail, memory_budget, resolve_bandwidth
 
     try:
         wl = workload(args.workload)
@@ -293,7 +295,9 @@ def run_dashboard(args) -> int:
     chip_name, beta, beta_src = resolve_bandwidth(args)
     settings = LiveSettings(max_tokens=args.max_tokens or 128, rate=args.rate, users=args.users,
                             bandwidth_gbps=beta, bandwidth_source=beta_src, chip=chip_name,
-                            ignore_eos=not args.stop_at_eos)
+                            ignore_eos=not args.stop_at_eos, memory_budget=memory_budget(args.memory_budget),
+                            kv_bytes_per_token=choice.info.kv_bytes_per_token() if choice.info else None,
+                            ctx=args.ctx, force=args.force, brake=not args.no_brake)
     recorder = None
     if args.record:
         recorder = Recorder(args.record, run_header(choice, spec, {"command": "dashboard", "k": args.k,

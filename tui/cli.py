@@ -73,14 +73,18 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--bandwidth", type=positive_float, help="the chip's bandwidth in GB/s (overrides the preset)")
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
     p.add_argument("--no-flash-attn", action="store_true", help="turn llama.cpp's flash attention off")
+    p.add_argument("--memory-budget", help="refuse steps whose estimated footprint exceeds this: a fraction of "
+                   "physical memory (0.85, the default) or a size (20G)")
+    p.add_argument("--force", action="store_true", help="go ahead with steps over the memory budget")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
-                         "Subcommands: bench (headless sweep). Run 'inference-top bench --help'.")
+                         "Subcommands: bench (headless sweep), plan (what fits in memory). Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
     dash.add_argument("--refresh", type=positive_float, default=1.0, help="chart redraws per second (default 1)")
     dash.add_argument("--record", help="record the session to this JSONL file")
+    dash.add_argument("--no-brake", action="store_true", help="at the memory wall only warn; do not undo the step")
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
                           "writes records.jsonl, summary.json and summary.csv")
     common_args(bench, lists=True)
@@ -88,6 +92,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--reps", type=positive_int, default=1, help="repetitions per cell (CV across them)")
     bench.add_argument("--out", help="output folder (default ./out/bench-YYYYmmdd-HHMMSS)")
     bench.add_argument("--cell-timeout", type=positive_float, default=1800.0, help="seconds per rep before giving up")
+    bench.add_argument("--contexts", type=int_list, help="rows of context lengths: a synthetic prompt of "
+                       "context − max_tokens tokens per request")
     return dash, bench
 
 
@@ -101,6 +107,25 @@ def _sigterm_to_exit() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def memory_budget(text: str | None) -> int | None:
+    """--memory-budget: None (85 % of physical memory), a fraction, or a size like 20G."""
+    if text is None:
+        return None
+    from bench.guard import GuardError, parse_size
+    from bench.probes import total_memory_bytes
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = None
+    if v is not None and 0 < v <= 1:
+        return int(v * total_memory_bytes())
+    try:
+        return parse_size(text)
+    except GuardError as exc:
+        fail(f"--memory-budget: {exc} (or a fraction such as 0.85)")
 
 
 def resolve_bandwidth(args) -> tuple[str, float | None, str]:
@@ -127,6 +152,7 @@ def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
     from bench.fleet import Fleet, FleetError
+    from bench.probes import total_memory_bytes
     from bench.recorder import Recorder
     from bench.session import build_spec, resolve_model, run_header, run_meta
     from bench.sweep import SweepConfig, format_table, run_sweep, write_summary
@@ -135,42 +161,59 @@ def bench_main(argv: list[str]) -> int:
 
     mode = "batch" if args.b else "instances"
     bs = args.b or [1]
+    max_tokens = args.max_tokens or 256
+    if args.contexts and min(args.contexts) <= max_tokens:
+        fail(f"--contexts {min(args.contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
+             "give contexts above max_tokens")
+    ctx = max([args.ctx, *(args.contexts or [])])
     try:
         wl = workload(args.workload)
         choice = resolve_model(args.engine, args.model)
-        spec = build_spec(args.engine, choice, args.threads, args.ctx, max(args.k), not args.no_flash_attn)
+        spec = build_spec(args.engine, choice, args.threads, ctx, max(args.k), not args.no_flash_attn)
     except (EngineError, PresetError) as exc:
         fail(str(exc))
     chip_name, beta, beta_src = resolve_bandwidth(args)
+    budget = memory_budget(args.memory_budget) or int(0.85 * total_memory_bytes())
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    cfg = SweepConfig(ks=args.k, bs=bs, mode=mode, kv_bytes_per_token=choice.info.kv_bytes_per_token() if choice.info else None, requests=args.requests, max_tokens=args.max_tokens or 256,
-                      reps=args.reps, rate=args.rate, ignore_eos=not args.stop_at_eos, bandwidth_gbps=beta,
-                      cell_timeout_s=args.cell_timeout, out_dir=out)
+    cfg = SweepConfig(ks=args.k, bs=bs, mode=mode, requests=args.requests, max_tokens=max_tokens, reps=args.reps,
+                      rate=args.rate, ignore_eos=not args.stop_at_eos, bandwidth_gbps=beta,
+                      cell_timeout_s=args.cell_timeout, out_dir=out, contexts=args.contexts, ctx=ctx,
+                      kv_bytes_per_token=choice.info.kv_bytes_per_token() if choice.info else None,
+                      memory_budget=budget, force=args.force)
     header = run_header(choice, spec, {
         "command": "bench", "argv": argv, "ks": args.k, "bs": bs, "mode": mode, "requests": args.requests,
         "max_tokens": cfg.max_tokens, "reps": args.reps, "workload": wl.key, "rate": args.rate,
+        "contexts": args.contexts, "memory_budget": budget, "force": args.force,
         "threads": args.threads or "auto (physical cores ÷ K)", "chip": chip_name, "bandwidth_gbps": beta,
         "bandwidth_source": beta_src, "ignore_eos": cfg.ignore_eos,
     })
     recorder = Recorder(out / "records.jsonl", header)
-    fleet = Fleet(spec, run_meta(args.engine, choice, mode, bs[0]), k=args.k[0], threads=args.threads,
-                  on_record=recorder.record, b_cap=max([args.max_b, *bs]) if mode == "batch" else 1)
+
+    def new_fleet() -> Fleet:
+        # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
+        f = Fleet(spec, run_meta(args.engine, choice, "instances", 1), k=args.k[0], threads=args.threads,
+                  on_record=recorder.record)
+        f.start()
+        return f
+
     _sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
     say(f"{choice.name} ({choice.file_bytes / 1e9:.3f} GB) on {chip_name}, β = "
         f"{f'{beta:g} GB/s ({beta_src})' if beta else 'unknown (pass --bandwidth)'}; records → {out}/records.jsonl")
     cells = []
+    fleet = None
     try:
         say(f"starting {args.k[0]} worker(s): load + 2 warmup requests each …")
-        fleet.start()
-        cells, _ = run_sweep(fleet, wl, cfg, say)
-    except (FleetError, TimeoutError) as exc:
+        fleet = new_fleet()
+        cells, _, fleet = run_sweep(fleet, wl, cfg, say, new_fleet=new_fleet)
+    except FleetError as exc:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
     except KeyboardInterrupt:
         fail(f"interrupted; records so far are in {out}/records.jsonl", 130)
     finally:
-        fleet.close()
+        if fleet is not None:
+            fleet.close()
         recorder.close()
     write_summary(out, cells)
     say("")
@@ -179,10 +222,56 @@ def bench_main(argv: list[str]) -> int:
     return 0
 
 
+def plan_main(argv: list[str]) -> int:
+    p = OneLineParser(prog="inference-top plan", description="What fits in memory: KV bytes per token, KV per "
+                      "request at each context, the largest B and K under the budget. No engine starts.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="a Hugging Face / mlx-lm config.json")
+    src.add_argument("--model", help="a GGUF file")
+    src.add_argument("--preset", help="a model preset (presets/models.toml)")
+    p.add_argument("--context", type=int_list, default=[2048], help="context lengths, comma list")
+    p.add_argument("--users", type=positive_int, help="concurrent users: the context at which they stop fitting")
+    p.add_argument("--memory", help="memory to plan for, e.g. 48G (default: this machine's)")
+    p.add_argument("--memory-budget", type=float, default=0.85, help="fraction of memory usable (default 0.85)")
+    p.add_argument("--kv-dtype", default=None, help="KV cache dtype: f16, bf16, q8_0, fp8 … (default: model's)")
+    p.add_argument("--kv-cache-tokens", type=positive_int, help="a server's KV cache in tokens (vLLM's log line)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    args = p.parse_args(argv)
+    from bench.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
+    from bench.plan import format_plan, plan
+    from bench.probes import total_memory_bytes
+    from engines.base import EngineError
+    from presets import PresetError, model
+
+    if not 0 < args.memory_budget <= 1:
+        fail(f"--memory-budget {args.memory_budget} must be a fraction in (0, 1], e.g. 0.85")
+    try:
+        if args.config:
+            shape = shape_from_config(args.config)
+        elif args.model:
+            shape = shape_from_gguf(args.model)
+        else:
+            shape = shape_from_preset(args.preset)
+        dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
+        memory = parse_size(args.memory) if args.memory else total_memory_bytes()
+        result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens)
+    except (GuardError, EngineError, PresetError) as exc:
+        fail(str(exc))
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_plan(result, shape))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         return bench_main(argv[1:])
+    if argv and argv[0] == "plan":
+        return plan_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)
     from tui.app import run_dashboard

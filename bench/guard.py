@@ -1,0 +1,168 @@
+"""The memory guard: KV-cache and footprint model, admission control, and wall detection.
+
+All pure functions over numbers and probe readings, so each can be tested on injected values.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.metrics import kv_bytes_per_token
+
+GiB = 1024**3
+MiB = 1024**2
+
+# bytes per cached element: llama.cpp block formats store a scale per 32 values
+KV_DTYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
+                  "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32, "q4_1": 20 / 32, "q4_0": 18 / 32}
+DEFAULT_BUDGET_FRACTION = 0.85
+DEFAULT_OVERHEAD_BYTES = 100 * MiB  # runtime buffers before a warmup has measured them
+
+
+class GuardError(ValueError):
+    """A bad size, dtype or model description: one line saying what to do."""
+
+
+def dtype_bytes(name: str) -> float:
+    key = name.lower()
+    if key not in KV_DTYPE_BYTES:
+        raise GuardError(f"unknown KV dtype {name!r}; choose one of: {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[key]
+
+
+def parse_size(text: str) -> int:
+    """'48G', '48GB', '512M', '20.4GiB' or plain bytes → bytes (G = GiB, as `free -g` and macOS show)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
+    if not m:
+        raise GuardError(f"bad size {text!r}: write e.g. 48G, 512M or 20.4GiB")
+    n = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
+    if n <= 0:
+        raise GuardError(f"size {text!r} must be greater than 0")
+    return int(n)
+
+
+@dataclass(frozen=True)
+class KVShape:
+    name: str
+    layers: int
+    kv_heads: int
+    head_dim: int
+    weight_bytes: int
+    source: str
+
+    def per_token(self, dtype: str = "f16") -> float:
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes(dtype))
+
+
+def shape_from_config(path: str | Path) -> KVShape:
+    """A Hugging Face / mlx-lm config.json; weights from the safetensors beside it, else params × dtype."""
+    p = Path(path)
+    try:
+        cfg = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise GuardError(f"cannot read {p} as a config.json: {exc}") from None
+    cfg = cfg.get("text_config", cfg)
+    try:
+        layers = int(cfg["num_hidden_layers"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads", heads))
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
+                         "hidden_size or head_dim") from None
+    weights = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
+    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights, f"config {p}")
+
+
+def shape_from_gguf(path: str | Path) -> KVShape:
+    from engines.gguf_file import inspect_gguf
+
+    info = inspect_gguf(path)
+    if None in (info.layers, info.kv_heads, info.head_dim):
+        raise GuardError(f"{path}: the GGUF metadata lacks the KV shape of architecture {info.architecture}")
+    return KVShape(info.name, info.layers, info.kv_heads, info.head_dim, info.file_bytes, f"GGUF {path}")
+
+
+def shape_from_preset(name: str) -> KVShape:
+    from presets import model
+
+    m = model(name)
+    return KVShape(m.name, m.layers, m.kv_heads, m.head_dim, m.weight_bytes, f"preset {name}")
+
+
+@dataclass(frozen=True)
+class Footprint:
+    k: int
+    b: int
+    weights: int
+    overhead: int
+    kv: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.overhead + self.kv
+
+
+def footprint(k: int, b: int, ctx: int, weight_bytes: int, kv_per_token: float,
+              overhead_bytes: int = DEFAULT_OVERHEAD_BYTES, extra_kv_tokens: int = 0,
+              label_b: int | None = None) -> Footprint:
+    """K × (weights + runtime overhead) + Σ over workers of the KV for B sequences of `ctx` tokens
+    (+ `extra_kv_tokens` per worker an engine allocates beside them, e.g. its single-stream context)."""
+    return Footprint(k, b if label_b is None else label_b, k * weight_bytes, k * overhead_bytes,
+                     int(k * (b * ctx + extra_kv_tokens) * kv_per_token))
+
+
+def fmt_gb(n: float) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def admit(fp: Footprint, budget: int) -> str | None:
+    """None if the footprint fits the budget; else the refusal, with the numbers."""
+    if fp.total <= budget:
+        return None
+    return (f"K={fp.k} B={fp.b} needs ≈ {fmt_gb(fp.total)} of {fmt_gb(budget)} budget (weights {fmt_gb(fp.weights)}"
+            f" + runtime {fmt_gb(fp.overhead)} + KV {fmt_gb(fp.kv)}); refused (--force or --memory-budget to "
+            "override)")
+
+
+def largest_fitting(budget: int, per_unit: float, fixed: float = 0.0) -> int:
+    """The largest n ≥ 0 with fixed + n × per_unit ≤ budget."""
+    if per_unit <= 0:
+        return 0
+    return max(0, int((budget - fixed) // per_unit))
+
+
+# ---- wall detection ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WallThresholds:
+    swap_growth_bps: float = 1 * MiB  # swap used growing faster than this
+    swap_in_bps: float = 0.0  # any swap-in at all
+    pressure_psi: float = 10.0  # Linux PSI some avg10 %
+    pressure_macos: float = 2.0  # kern.memorystatus_vm_pressure_level: 1 normal, 2 warn, 4 critical
+    available_fraction: float = 0.05
+    collapse_ratio: float = 0.5  # tok/s after a step below half of before it
+    settle_s: float = 10.0  # …measured this long after the step
+
+
+def detect_wall(prev, cur, tps_before: float | None, tps_after: float | None, since_step_s: float,
+                th: WallThresholds = WallThresholds()) -> str | None:
+    """The reason the machine is at the memory wall, or None. `prev`/`cur`: consecutive SystemSamples."""
+    if prev is not None and cur.t_ns > prev.t_ns:
+        growth = (cur.swap_used - prev.swap_used) / ((cur.t_ns - prev.t_ns) / 1e9)
+        if growth > th.swap_growth_bps:
+            return f"swap growing {growth / MiB:.1f} MiB/s"
+    if cur.swap_in_bps > th.swap_in_bps:
+        return f"swapping in {cur.swap_in_bps / MiB:.1f} MiB/s"
+    if cur.pressure is not None:
+        if cur.pressure_source.startswith("psi") and cur.pressure >= th.pressure_psi:
+            return f"memory pressure {cur.pressure:.0f} % (PSI some avg10)"
+        if cur.pressure_source.startswith("macOS") and cur.pressure >= th.pressure_macos:
+            return f"memory pressure level {cur.pressure:.0f} (macOS)"
+    if cur.mem_total and cur.mem_available < th.available_fraction * cur.mem_total:
+        return f"available memory {fmt_gb(cur.mem_available)} < {th.available_fraction:.0%} of {fmt_gb(cur.mem_total)}"
+    if (tps_before and tps_after is not None and since_step_s >= th.settle_s
+            and tps_after < th.collapse_ratio * tps_before):
+        return f"aggregate tok/s collapsed {tps_before:.0f} → {tps_after:.0f} after the last step"
+    return None
