@@ -203,7 +203,6 @@ class LiveController:
             self.log("warn", f"over the budget on confirm: {why.split(';')[0]}")
             return None
         self._refused = (key, now)
-        self.log("warn", why)
         return f"{why}; press the key again within {CONFIRM_S:.0f} s to go ahead"
 
     def set_k(self, k: int, admit_check: bool = True) -> str | None:

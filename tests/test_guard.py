@@ -51,7 +51,6 @@ def test_admission_refuses_plus_at_a_small_budget_and_confirm_overrides():
     run_for(c, fleet, clock, 2)
     refusal = c.set_k(2)
     assert refusal and "K=2 B=1 needs" in refusal and "budget" in refusal and fleet.target_k == 1
-    assert any("needs" in line[3] for line in c.snapshot().log) or any("needs" in e[3] for e in c._log)
     assert c.set_k(2) is None and fleet.target_k == 2  # the same key again within 5 s: go ahead
 
 
