@@ -444,13 +444,18 @@ class LiveController:
         }
         point = Point(t, agg, p50, p90, pred, bw, sysv.mem_used, sysv.swap_used)
         self._history.append(point)
-        if self.recorder:
-            self.recorder.write({"kind": "sample", "t_ns": now, "k": self.k, "b": self.b, **asdict(sysv),
-                                 "rss": {str(r.pid): r.rss for r in rows if r.rss}, "agg_tps": agg})
+        state = self.state(workers)
+        if self.recorder:  # everything a replay needs to draw this moment again
+            self.recorder.write({
+                "kind": "sample", "t_ns": now, "t": t, "k": self.k, "b": self.b, "mode": self.mode,
+                "paused": self.paused, "state": state, "users": self.users(), "system": asdict(sysv),
+                "workers": [asdict(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
+                "agg_tps": agg, "tpot_p50": p50, "bw_gbps": bw,
+            })
         with self._lock:
             self._version += 1
             snap = Snapshot(
-                version=self._version, t=t, state=self.state(workers), mode=self.mode, k=self.k, b=self.b,
+                version=self._version, t=t, state=state, mode=self.mode, k=self.k, b=self.b,
                 users=f"{self.s.rate:g}/s" if self.s.rate else str(self.users()), paused=self.paused,
                 simulated=bool(self.fleet.meta.simulated), workers=rows, numbers=numbers, system=sysv,
                 rss_sum=rss_sum, history=tuple(self._history), markers=tuple(self._markers), log=tuple(self._log),

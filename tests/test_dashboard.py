@@ -135,3 +135,82 @@ async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, mon
     while descendants() and time.monotonic() - t0 < 3:
         await asyncio.sleep(0.1)
     assert descendants() == []
+
+
+def test_recorded_session_replays_to_the_same_statistics(tmp_path):
+    from bench.recorder import Recorder
+    from bench.replay import Recording, ReplayController
+
+    path = tmp_path / "session.jsonl"
+    c, fleet, clock = sim_controller(k=1)
+    from dataclasses import asdict
+
+    c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": fleet.meta.model_bytes,
+                                 "simulated": True, "settings": asdict(c.s), "chip": "test chip",
+                                 "bandwidth_gbps": 100.0}, fsync=False)
+    run_for(c, fleet, clock, 6)
+    c.set_k(2)
+    run_for(c, fleet, clock, 6)
+    c.set_k(3)
+    run_for(c, fleet, clock, 6)
+    live = c.snapshot()
+    c.recorder.close()
+    rec = Recording.load(path)
+    r = ReplayController(rec)
+    r.advance_to(rec.samples[-1]["t_ns"])
+    again = r.snapshot()
+    assert [m[1] for m in again.markers] == [m[1] for m in live.markers] == ["K=2", "K=3"]
+    assert len(again.history) == len(live.history)
+    for a, b in zip(live.history, again.history):
+        assert a.agg_tps == pytest.approx(b.agg_tps) and a.tpot_p50 == b.tpot_p50 and a.bw_gbps == b.bw_gbps
+    for key in ("ttft_p50", "ttft_p99", "itl_p50", "requests", "tpot_p50", "agg_tps"):
+        assert again.numbers[key] == live.numbers[key], key
+    assert again.k == 3 and again.simulated
+    # a cut last line still replays, with a warning
+    text = path.read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[:-15])
+    rec2 = Recording.load(cut)
+    assert rec2.warnings and "cut" in rec2.warnings[0]
+    r2 = ReplayController(rec2)
+    r2.advance_to(rec2.samples[-1]["t_ns"])
+    assert r2.snapshot().numbers["requests"] > 0
+
+
+@pytest.mark.asyncio
+async def test_replay_app_keys(tmp_path):
+    from dataclasses import asdict
+
+    from bench.recorder import Recorder
+    from bench.replay import Recording, ReplayController
+    from tui.app import ReplayApp
+
+    path = tmp_path / "s.jsonl"
+    c, fleet, clock = sim_controller(k=1)
+    c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": fleet.meta.model_bytes,
+                                 "simulated": True, "settings": asdict(c.s)}, fsync=False)
+    run_for(c, fleet, clock, 30)
+    c.set_k(2)
+    run_for(c, fleet, clock, 30)
+    c.recorder.close()
+    r = ReplayController(Recording.load(path))
+    r.start(thread=False)
+    app = ReplayApp(r, live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("p")
+        assert r.replay_paused
+        await pilot.press("right")
+        await pilot.press("right")
+        await pilot.press("right")
+        assert r.snapshot().t >= 29 and r.snapshot().k == 1
+        await pilot.press("right", "right", "right", "right")
+        assert r.snapshot().k == 2 and [m[1] for m in r.snapshot().markers] == ["K=2"]
+        await pilot.press("left", "left", "left", "left", "left")
+        assert r.snapshot().k == 1 and r.snapshot().markers == ()
+        await pilot.press("greater_than_sign")
+        assert r.speed == 2.0
+        app.refresh_numbers()
+        assert "REPLAY ×2 paused" in header_text(app)
+        await pilot.press("plus")  # no engine: K keys do nothing in a replay
+        assert r.snapshot().k == 1
+        await pilot.press("q")

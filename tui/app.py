@@ -153,6 +153,9 @@ class InferenceTop(App):
         state_style = {"steady": "bold green", "warming": "bold yellow", "loading": "bold yellow",
                        "paused": "bold blue", "WALL": "bold white on red"}.get(s.state, "bold")
         t = Text()
+        if hasattr(c, "label"):
+            t.append(f" {c.label()} ", "bold black on yellow")
+            t.append(" ")
         if s.simulated:
             t.append(" SIMULATED ", "bold white on magenta")
             t.append(" ")
@@ -276,6 +279,70 @@ class InferenceTop(App):
         self.exit()
 
 
+class ReplayApp(InferenceTop):
+    """The same dashboard over a recording: no engine runs; keys move through time instead."""
+
+    BINDINGS = [
+        Binding("p", "pause", "pause"),
+        Binding("greater_than_sign", "speed(2.0)", "faster"),
+        Binding("less_than_sign", "speed(0.5)", "slower"),
+        Binding("right", "seek(10)", "+10 s"),
+        Binding("left", "seek(-10)", "−10 s"),
+        Binding("e", "export", "export"),
+        Binding("question_mark", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def action_pause(self) -> None:
+        self.c.toggle_pause()
+        self.refresh_numbers()
+
+    def action_speed(self, factor: float) -> None:
+        self.c.set_speed(self.c.speed * factor)
+
+    def action_seek(self, delta: float) -> None:
+        self.c.seek(delta)
+        self._log_seen = 0
+        self.query_one("#log", RichLog).clear()
+        self._last_numbers = self._last_charts = None
+        self.refresh_numbers()
+        self.refresh_charts()
+
+    def action_k(self, delta: int) -> None:
+        self.notify("a replay runs no engine: K and B are what the recording shows", timeout=3)
+
+    action_b = action_k
+
+    def action_mode(self) -> None:
+        self.action_k(0)
+
+    def refresh_numbers(self) -> None:
+        self._last_numbers = None  # the REPLAY label moves even when the recording has no new sample
+        super().refresh_numbers()
+
+
+def run_replay(path: str, speed: float = 1.0) -> int:
+    from bench.replay import Recording, RecordingError, ReplayController
+    from tui.cli import fail
+
+    try:
+        rec = Recording.load(path)
+    except RecordingError as exc:
+        fail(str(exc))
+    for w in rec.warnings:
+        print(f"inference-top replay: warning: {w}", file=sys.stderr)
+    c = ReplayController(rec, speed)
+    c.start()
+    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model", ""))
+    for w in rec.warnings:
+        app.call_later(app.notify, w, severity="warning", timeout=STICKY)
+    try:
+        app.run()
+    finally:
+        c.close()
+    return 0
+
+
 def run_dashboard(args) -> int:
     """Build the controller from the parsed flags and run the app (the CLI's default command)."""
     from bench.fleet import Fleet
@@ -300,9 +367,11 @@ def run_dashboard(args) -> int:
                             ctx=args.ctx, force=args.force, brake=not args.no_brake)
     recorder = None
     if args.record:
-        recorder = Recorder(args.record, run_header(choice, spec, {"command": "dashboard", "k": args.k,
-                                                                     "workload": wl.key, "chip": chip_name,
-                                                                     "bandwidth_gbps": beta}))
+        from dataclasses import asdict
+
+        recorder = Recorder(args.record, run_header(choice, spec, {
+            "command": "dashboard", "k": args.k, "workload": wl.key, "chip": chip_name, "bandwidth_gbps": beta,
+            "settings": asdict(settings)}))
     mode = "batch" if args.b else "instances"
     fleet = Fleet(spec, run_meta(args.engine, choice, mode, args.b or 1), k=args.k, threads=args.threads,
                   b_cap=max(args.max_b, args.b or 1))

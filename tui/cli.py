@@ -80,7 +80,8 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
-                         "Subcommands: bench (headless sweep), plan (what fits in memory). Run 'inference-top bench --help'.")
+                         "Subcommands: bench (headless sweep), plan (what fits in memory), replay FILE, report PATH…. "
+                         "Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
     dash.add_argument("--refresh", type=positive_float, default=1.0, help="chart redraws per second (default 1)")
     dash.add_argument("--record", help="record the session to this JSONL file")
@@ -272,6 +273,19 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     if argv and argv[0] == "plan":
         return plan_main(argv[1:])
+    if argv and argv[0] == "replay":
+        p = OneLineParser(prog="inference-top replay", description="Play a recorded session back in the "
+                          "dashboard (no engine starts): p pause, > / < speed, ← / → seek 10 s.")
+        p.add_argument("file", help="a recording made with inference-top --record FILE")
+        p.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (default 1)")
+        a = p.parse_args(argv[1:])
+        from tui.app import run_replay
+
+        return run_replay(a.file, a.speed)
+    if argv and argv[0] == "report":
+        from tui.report_cli import report_main
+
+        return report_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)
     from tui.app import run_dashboard
