@@ -283,7 +283,11 @@ class LiveController:
             "markers": list(snap.markers),
         }
         path.write_text(json.dumps(out, indent=2))
-        self.log("info", f"exported statistics to {path}")
+        from bench.report import snapshot_png
+
+        png = snapshot_png(snap, path.with_suffix(".png"), self.s.bandwidth_gbps)
+        self.log("info", f"exported statistics to {path}" + (f" and the charts to {png}" if png else
+                                                               " (pip install matplotlib for a PNG too)"))
         return path
 
     def mark(self, label: str) -> None:

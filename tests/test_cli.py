@@ -65,6 +65,16 @@ def test_summary_is_recomputable_from_records(bench_run):
         assert c["bandwidth_gbps"] == pytest.approx(1 / tpot * h["model_bytes"] * c["k"] / 1e9)
 
 
+def test_report_on_a_bench_output(bench_run, tmp_path):
+    out, _ = bench_run
+    p = run(["report", str(out), "--out", str(tmp_path / "rep")])
+    assert p.returncode == 0, p.stderr
+    for name in ("throughput_vs_k.png", "tpot_vs_k.png", "bandwidth_vs_k.png", "ttft_vs_concurrency.png",
+                 "memory_per_cell.png", "report.md"):
+        assert (tmp_path / "rep" / name).stat().st_size > 1000
+    assert "| 2 | 1 |" in (tmp_path / "rep" / "report.md").read_text()
+
+
 def test_sweep_marks_a_cell_over_the_budget_refused(tmp_path):
     out = tmp_path / "r"
     p = run(["bench", "--k", "1,2,3", "--requests", "2", "--max-tokens", "4", "--ctx", "512", "--memory-budget", "0.5G",

@@ -214,3 +214,47 @@ async def test_replay_app_keys(tmp_path):
         await pilot.press("plus")  # no engine: K keys do nothing in a replay
         assert r.snapshot().k == 1
         await pilot.press("q")
+
+
+def test_report_renders_every_chart_from_a_recording(tmp_path):
+    """A small recorded (simulated) session, cut at its last line: every chart is written, with a warning,
+    and the Markdown names the cells. (A bench output is reported in test_cli.)"""
+    import subprocess
+    import sys
+    from dataclasses import asdict
+
+    from bench.recorder import Recorder
+
+    path = tmp_path / "s.jsonl"
+    c, fleet, clock = sim_controller(k=1)
+    c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": fleet.meta.model_bytes,
+                                 "simulated": True, "settings": asdict(c.s), "bandwidth_gbps": 100.0}, fsync=False)
+    run_for(c, fleet, clock, 8)
+    c.set_k(2)
+    run_for(c, fleet, clock, 8)
+    c.recorder.close()
+    path.write_text(path.read_text()[:-10])  # cut: the report warns and goes on
+    out = tmp_path / "rep"
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "report", str(path), "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "last line is cut" in p.stderr
+    names = {f.name for f in out.iterdir()}
+    assert {"throughput_vs_k.png", "throughput_vs_b.png", "tpot_vs_k.png", "bandwidth_vs_k.png",
+            "ttft_vs_concurrency.png", "memory_per_cell.png", "timeline.png", "report.md"} <= names
+    md = (out / "report.md").read_text()
+    assert "| 1 | 1 |" in md and "| 2 | 1 |" in md and "simulated: True" in md
+    bad = subprocess.run([sys.executable, "-m", "tui.cli", "report", str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "not found" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.asyncio
+async def test_export_writes_a_png(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 5)
+    c.set_k(2)
+    run_for(c, fleet, clock, 5)
+    path = c.export()
+    assert path.exists() and path.with_suffix(".png").exists()

@@ -283,6 +283,7 @@ class ReplayApp(InferenceTop):
     """The same dashboard over a recording: no engine runs; keys move through time instead."""
 
     BINDINGS = [
+        Binding("plus,minus,right_square_bracket,left_square_bracket,m,r", "k(0)", show=False),
         Binding("p", "pause", "pause"),
         Binding("greater_than_sign", "speed(2.0)", "faster"),
         Binding("less_than_sign", "speed(0.5)", "slower"),

@@ -267,6 +267,26 @@ def plan_main(argv: list[str]) -> int:
     return 0
 
 
+def report_main(argv: list[str]) -> int:
+    p = OneLineParser(prog="inference-top report", description="PNG charts and a Markdown summary from bench "
+                      "outputs (--out folders) and dashboard recordings; two or more are drawn side by side.")
+    p.add_argument("paths", nargs="+", help="bench output folders, summary.json or records.jsonl, or recordings")
+    p.add_argument("--out", default="out/report", help="output folder (default out/report)")
+    a = p.parse_args(argv)
+    from bench.report import ReportError, report
+
+    try:
+        files, md, warns = report(a.paths, Path(a.out))
+    except ReportError as exc:
+        fail(str(exc))
+    for w in warns:
+        print(f"inference-top report: warning: {w}", file=sys.stderr)
+    for f in files:
+        print(f"wrote {f}")
+    print(f"wrote {md}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
@@ -283,8 +303,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_replay(a.file, a.speed)
     if argv and argv[0] == "report":
-        from tui.report_cli import report_main
-
         return report_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)

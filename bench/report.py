@@ -1,0 +1,343 @@
+"""`inference-top report`: PNG charts and a Markdown summary from bench outputs and recordings.
+
+matplotlib is an optional extra (`pip install 'inference-top[report]'`), imported only here.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import metrics as M
+from bench.recorder import read_jsonl
+from bench.sweep import add_scaling, cell_summary
+
+NS = 1_000_000_000
+
+
+class ReportError(ValueError):
+    """An input the report cannot use: one line saying why."""
+
+
+@dataclass
+class Run:
+    name: str
+    header: dict
+    cells: list[dict]
+    samples: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def beta(self) -> float | None:
+        return self.header.get("bandwidth_gbps")
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.header.get("model_bytes") or 0)
+
+
+def load_run(path: str | Path) -> Run:
+    """A bench output folder (or its summary.json / records.jsonl), or a dashboard recording."""
+    import warnings
+
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "records.jsonl").exists():
+            raise ReportError(f"{p} holds no records.jsonl: give a bench --out folder or a recording")
+        p = p / "records.jsonl"
+    elif p.name == "summary.json":
+        p = p.with_name("records.jsonl")
+    if not p.exists():
+        raise ReportError(f"{path} not found")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            headers, records, other = read_jsonl(p)
+        except (OSError, ValueError) as exc:
+            raise ReportError(f"cannot read {p}: {exc}") from None
+    if not headers:
+        raise ReportError(f"{p} has no header line: not an inference-top output")
+    header = headers[0]
+    samples = [o for o in other if o.get("kind") == "sample"]
+    events = [o for o in other if o.get("kind") == "event"]
+    summary = p.with_name("summary.json")
+    if header.get("command") == "bench" and summary.exists():
+        cells = json.loads(summary.read_text())
+    else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
+        groups: dict = {}
+        for r in records:
+            groups.setdefault((r.k, r.b, r.mode), []).append(r)
+        kvb = None
+        cells = []
+        for (k, b, mode), recs in sorted(groups.items()):
+            c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode, kvb)
+            c["span_ns"] = M.run_span_ns(recs)
+            cells.append(c)
+        add_scaling(cells)
+    name = p.parent.name if p.name == "records.jsonl" else p.stem
+    engine = header.get("engine", "?")
+    return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught])
+
+
+def _ok(cells):
+    return [c for c in cells if c.get("status", "ok") == "ok" and c.get("output_throughput")]
+
+
+def _marked(cells):
+    return [c for c in cells if c.get("status", "ok") not in ("ok",)]
+
+
+def _per_rep_sd(c) -> float:
+    reps = c.get("output_throughput_per_rep") or []
+    return statistics.stdev(reps) if len(reps) > 1 else 0.0
+
+
+def _axes(plt, runs, title, ylabel, xlabel):
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.5), sharey=True, squeeze=False)
+    fig.suptitle(title)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax, run in zip(axes[0], runs):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(run.name, fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    return fig, axes[0]
+
+
+def _mark_cells(ax, cells, x_of, y_level):
+    """Refused, wall and timeout cells as labelled crosses on the x axis; noisy cells circled."""
+    for c in _marked(cells):
+        ax.plot([x_of(c)], [y_level], "x", color="red")
+        ax.annotate(c["status"], (x_of(c), y_level), textcoords="offset points", xytext=(0, 6), ha="center",
+                    fontsize=7, color="red")
+
+
+def _series(ax, cells, x_key, group_key, y, yerr=None, label_prefix=""):
+    groups: dict = {}
+    for c in _ok(cells):
+        groups.setdefault((c.get(group_key), c.get("context")), []).append(c)
+    for (g, ctx), cs in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
+        cs.sort(key=lambda c: c[x_key])
+        xs = [c[x_key] for c in cs]
+        ys = [y(c) for c in cs]
+        label = f"{label_prefix}{group_key.upper()}={g}" + (f", ctx {ctx}" if ctx else "")
+        if yerr:
+            ax.errorbar(xs, ys, yerr=[yerr(c) for c in cs], marker="o", capsize=3, label=label)
+        else:
+            ax.plot(xs, ys, marker="o", label=label)
+        for c in cs:
+            if c.get("noisy"):
+                ax.plot([c[x_key]], [y(c)], "o", mfc="none", mec="orange", ms=12)
+                ax.annotate("noisy", (c[x_key], y(c)), textcoords="offset points", xytext=(0, 8), fontsize=7,
+                            color="orange", ha="center")
+
+
+def render(runs: list[Run], out: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ReportError("matplotlib is not installed: pip install 'inference-top[report]'") from None
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+
+    fig, axes = _axes(plt, runs, "Aggregate throughput vs K (error bars: stdev over reps)", "output tok/s", "K")
+    for ax, run in zip(axes, runs):
+        _series(ax, run.cells, "k", "b", lambda c: c["output_throughput"], _per_rep_sd)
+        _mark_cells(ax, run.cells, lambda c: c["k"], 0)
+        ax.legend(fontsize=7)
+    save(fig, "throughput_vs_k.png")
+
+    fig, axes = _axes(plt, runs, "Aggregate throughput vs B (error bars: stdev over reps)", "output tok/s", "B")
+    for ax, run in zip(axes, runs):
+        _series(ax, run.cells, "b", "k", lambda c: c["output_throughput"], _per_rep_sd)
+        _mark_cells(ax, run.cells, lambda c: c["b"], 0)
+        ax.legend(fontsize=7)
+    save(fig, "throughput_vs_b.png")
+
+    fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, with predicted TPOT(K) = K·W/β", "median TPOT (ms)", "K")
+    for ax, run in zip(axes, runs):
+        _series(ax, run.cells, "k", "b", lambda c: c["median_tpot_ms"])
+        ks = sorted({c["k"] for c in run.cells})
+        if run.beta and run.weight_bytes and ks:
+            ax.plot(ks, [M.predicted_tpot(k, run.weight_bytes, run.beta) * 1e3 for k in ks], "--", color="red",
+                    label=f"predicted K·W/β, β={run.beta:g} GB/s")
+        else:
+            ax.text(0.02, 0.95, "β unknown: no prediction (pass --bandwidth)", transform=ax.transAxes, fontsize=7)
+        _mark_cells(ax, run.cells, lambda c: c["k"], 0)
+        ax.legend(fontsize=7)
+    save(fig, "tpot_vs_k.png")
+
+    fig, axes = _axes(plt, runs, "Bandwidth product vs K, against the chip's spec", "GB/s", "K")
+    for ax, run in zip(axes, runs):
+        _series(ax, run.cells, "k", "b", lambda c: c["bandwidth_gbps"] or 0.0)
+        if run.beta:
+            ax.axhline(run.beta, color="red", ls="--", label=f"spec {run.beta:g} GB/s")
+        formula = next((c.get("bandwidth_formula") for c in _ok(run.cells)), "")
+        ax.text(0.02, 0.02, formula, transform=ax.transAxes, fontsize=6)
+        _mark_cells(ax, run.cells, lambda c: c["k"], 0)
+        ax.legend(fontsize=7)
+    save(fig, "bandwidth_vs_k.png")
+
+    fig, axes = _axes(plt, runs, "TTFT (queue-inclusive) vs concurrency K×B", "TTFT (ms)", "concurrent users K×B")
+    for ax, run in zip(axes, runs):
+        cs = sorted(_ok(run.cells), key=lambda c: c["k"] * c["b"])
+        xs = [c["k"] * c["b"] for c in cs]
+        ax.plot(xs, [c["median_ttft_ms"] for c in cs], "o-", label="p50")
+        ax.plot(xs, [c["p99_ttft_ms"] for c in cs], "s--", label="p99")
+        _mark_cells(ax, run.cells, lambda c: c["k"] * c["b"], 0)
+        ax.legend(fontsize=7)
+    save(fig, "ttft_vs_concurrency.png")
+
+    fig, axes = _axes(plt, runs, "Peak memory per cell: workers' RSS sum, and swap used", "GB", "cell")
+    for ax, run in zip(axes, runs):
+        cs = run.cells
+        labels = [f"K{c['k']}B{c['b']}" + (f"\n{c['context']}" if c.get("context") else "") for c in cs]
+        rss = [c.get("rss_gb_sum") or 0.0 for c in cs]
+        swap = [_peak_swap(run, c) for c in cs]
+        xs = list(range(len(cs)))
+        ax.bar([x - 0.2 for x in xs], rss, width=0.4, label="workers' RSS sum")
+        ax.bar([x + 0.2 for x in xs], [s or 0.0 for s in swap], width=0.4, label="swap used (recordings)")
+        ax.set_xticks(xs, labels, fontsize=7)
+        for x, c in zip(xs, cs):
+            if c.get("status", "ok") != "ok":
+                ax.annotate(c["status"], (x, 0), textcoords="offset points", xytext=(0, 4), ha="center",
+                            fontsize=7, color="red")
+        ax.legend(fontsize=7)
+    save(fig, "memory_per_cell.png")
+
+    timed = [r for r in runs if r.samples]
+    if timed:
+        fig, axes = plt.subplots(3, len(timed), figsize=(7 * len(timed), 8), sharex="col", squeeze=False)
+        fig.suptitle("Recorded session: the steps as they happened")
+        for col, run in enumerate(timed):
+            t0 = run.samples[0]["t_ns"] - int(run.samples[0].get("t", 0) * NS)
+            ts = [(s["t_ns"] - t0) / NS for s in run.samples]
+            ax = axes[0][col]
+            ax.set_title(run.name, fontsize=9)
+            ax.plot(ts, [s.get("agg_tps") or 0 for s in run.samples], label="aggregate tok/s (5 s window)")
+            ax.set_ylabel("tok/s")
+            ax = axes[1][col]
+            ax.plot(ts, [(s.get("tpot_p50") or float("nan")) * 1e3 for s in run.samples], color="green",
+                    label="per-stream TPOT p50")
+            ax.set_ylabel("TPOT (ms)")
+            ax = axes[2][col]
+            ax.plot(ts, [s["system"]["mem_used"] / 1e9 for s in run.samples], label="memory used")
+            ax.plot(ts, [s["system"]["swap_used"] / 1e9 for s in run.samples], label="swap used")
+            ax.set_ylabel("GB")
+            ax.set_xlabel("seconds")
+            for e in run.events:
+                if e.get("type") == "marker":
+                    x = (e["t_ns"] - t0) / NS
+                    for row in range(3):
+                        axes[row][col].axvline(x, color="magenta", ls=":")
+                    axes[0][col].annotate(e["text"], (x, 0), textcoords="offset points", xytext=(2, 2),
+                                          fontsize=7, color="magenta")
+            for row in range(3):
+                axes[row][col].legend(fontsize=7)
+                axes[row][col].grid(alpha=0.3)
+        save(fig, "timeline.png")
+    return files
+
+
+def _peak_swap(run: Run, cell: dict) -> float | None:
+    span = cell.get("span_ns")
+    if not run.samples or not span:
+        return None
+    vals = [s["system"]["swap_used"] for s in run.samples if span[0] <= s["t_ns"] <= span[1]]
+    return max(vals) / 1e9 if vals else None
+
+
+def _f(v, spec=".1f"):
+    return "—" if v is None else format(v, spec)
+
+
+def markdown(runs: list[Run], files: list[Path]) -> str:
+    lines = ["# inference-top report", ""]
+    for run in runs:
+        h = run.header
+        env = h.get("environment", {})
+        lines += [f"## {run.name}", "",
+                  f"- model: {h.get('model')} ({(h.get('model_bytes') or 0) / 1e9:.3f} GB, sha256 "
+                  f"{h.get('model_sha256_prefix', '?')}), engine {h.get('engine')} {h.get('engine_settings', {})}",
+                  f"- machine: {env.get('os', '?')}, {env.get('cpu', '?')}, chip {h.get('chip', '?')}, β "
+                  + (f"{run.beta:g} GB/s ({h.get('bandwidth_source', 'spec')})" if run.beta else "unknown"),
+                  f"- simulated: {bool(h.get('simulated'))}"]
+        lines += [f"- warning: {w}" for w in run.warnings]
+        lines += ["", "| K | B | context | status | tok/s | ± sd | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | RSS GB | "
+                  "BW GB/s | CV | note |", "|" + "---|" * 13]
+        for c in run.cells:
+            status = c.get("status", "ok")
+            note = "NOISY" if c.get("noisy") else ""
+            if status != "ok":
+                note = c.get("reason", "")
+            lines.append(
+                f"| {c['k']} | {c['b']} | {c.get('context') or '—'} | {status} | {_f(c.get('output_throughput'))} | "
+                f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.get('median_tpot_ms'))} | "
+                f"{_f(c.get('median_ttft_ms'), '.0f')} | {_f(c.get('p99_ttft_ms'), '.0f')} | "
+                f"{_f(c.get('rss_gb_sum'), '.2f')} | {_f(c.get('bandwidth_gbps'), '.2f')} | "
+                f"{_f(c.get('cv'), '.3f')} | {note} |")
+        lines.append("")
+    lines += ["TTFT is queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); throughput ="
+              " output tokens ÷ (first scheduled → last done), mean over reps; CV = stdev/mean over reps, noisy "
+              "above 0.10.", ""]
+    lines += [f"![{f.stem}]({f.name})" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+def report(paths: list[str], out: Path) -> tuple[list[Path], Path, list[str]]:
+    runs = [load_run(p) for p in paths]
+    files = render(runs, out)
+    md = out / "report.md"
+    md.write_text(markdown(runs, files))
+    return files, md, [w for r in runs for w in r.warnings]
+
+
+def snapshot_png(snap, path: Path, beta: float | None = None) -> Path | None:
+    """The dashboard's three charts, as they stand, into one PNG (None where matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    h = snap.history
+    ts = [p.t for p in h]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    fig.suptitle(f"inference-top at t={snap.t:.0f} s: mode {snap.mode}, K={snap.k}, B={snap.b}"
+                 + (" (SIMULATED)" if snap.simulated else ""))
+    axes[0].plot(ts, [p.agg_tps for p in h], label="aggregate tok/s (5 s window)")
+    ms = lambda v: float("nan") if v is None else v * 1e3  # noqa: E731
+    axes[1].plot(ts, [ms(p.tpot_p50) for p in h], label="TPOT p50")
+    axes[1].plot(ts, [ms(p.tpot_p90) for p in h], label="TPOT p90")
+    axes[1].plot(ts, [ms(p.predicted_tpot) for p in h], "--", label="predicted K·W/β")
+    axes[2].plot(ts, [p.bw_gbps if p.bw_gbps is not None else float("nan") for p in h], label="bandwidth product")
+    if beta:
+        axes[2].axhline(beta, color="red", ls="--", label=f"spec {beta:g} GB/s")
+    for ax, unit in zip(axes, ("tok/s", "ms", "GB/s")):
+        ax.set_ylabel(unit)
+        ax.grid(alpha=0.3)
+        for x, label in snap.markers:
+            ax.axvline(x, color="magenta", ls=":")
+        ax.legend(fontsize=7)
+    for x, label in snap.markers:
+        axes[0].annotate(label, (x, 0), textcoords="offset points", xytext=(2, 2), fontsize=7, color="magenta")
+    axes[2].set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
