@@ -12,6 +12,18 @@ def model():
     return resolve_model("llama", None)
 
 
+@pytest.fixture(scope="module")
+def engine(model):
+    """The llama.cpp engine in this process: 2 threads, 256 tokens of context."""
+    from engines.base import EngineSpec
+    from engines.llama_cpp import LlamaCppEngine
+
+    e = LlamaCppEngine(EngineSpec("llama", str(model.path), threads=2, ctx=256))
+    e.load()
+    yield e
+    e.close()
+
+
 @pytest.fixture
 def make_fleet(model, tmp_path, monkeypatch):
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))

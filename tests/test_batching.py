@@ -6,18 +6,10 @@ import pytest
 
 import presets
 from bench.workload import ClosedLoop
-from engines.base import EngineError, EngineSpec, Prompt
-from engines.llama_cpp import LlamaBatch, LlamaCppEngine
+from engines.base import EngineError, Prompt
+from engines.llama_cpp import LlamaBatch
 
 WL = presets.workload("default")
-
-
-@pytest.fixture(scope="module")
-def engine(model):
-    e = LlamaCppEngine(EngineSpec("llama", str(model.path), threads=2, ctx=256))
-    e.load()
-    yield e
-    e.close()
 
 
 def drain(batch):

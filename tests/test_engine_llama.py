@@ -1,16 +1,7 @@
 """The llama.cpp engine itself, in-process, on the embedded model."""
 import pytest
 
-from engines.base import EngineError, EngineSpec, Prompt
-from engines.llama_cpp import LlamaCppEngine
-
-
-@pytest.fixture(scope="module")
-def engine(model):
-    e = LlamaCppEngine(EngineSpec("llama", str(model.path), threads=2, ctx=256))
-    e.load()
-    yield e
-    e.close()
+from engines.base import EngineError, Prompt
 
 
 def test_greedy_ids_match_the_high_level_api_and_no_reuse(engine):
