@@ -106,14 +106,16 @@ class RunMeta:
 
 class Fleet:
     def __init__(self, spec: EngineSpec, meta: RunMeta, k: int = 1, threads: int | None = None,
-                 on_record: Callable[[RequestRecord], None] | None = None, b_cap: int | None = None):
+                 on_record: Callable[[RequestRecord], None] | None = None, b_cap: int | None = None,
+                 events: bool = True):
         if k < 1:
             raise FleetError(f"K must be at least 1 (got {k})")
         self.spec = spec
         self.meta = meta
         self.fixed_threads = threads
         self.on_record = on_record
-        self.events: queue.Queue = queue.Queue()
+        # what happened, for a live reader; a headless sweep reads records through on_record instead
+        self.events: queue.Queue | None = queue.Queue() if events else None
         self.target_k = k
         self.mode = meta.mode if meta.mode in ("instances", "batch") else "instances"
         self.b = meta.b
@@ -136,7 +138,6 @@ class Fleet:
         self._snapshot: dict[int, WorkerInfo] = {}
         self._load = None  # (workload, arrivals, max_tokens, ignore_eos)
         self._load_started = False
-        self._k_applied = k
         self._paused = False
         self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
         self._closed = False
@@ -214,12 +215,6 @@ class Fleet:
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
             return [w.public() for w in self._snapshot.values()]
-
-    def outstanding(self) -> int:
-        with self._lock:
-            return self._n_outstanding
-
-    _n_outstanding = 0
 
     def run_requests(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True,
                      timeout: float | None = None, should_stop: Callable[[], str | None] | None = None
@@ -308,12 +303,12 @@ class Fleet:
         self._publish()
 
     def _emit(self, kind: str, *payload) -> None:
-        self.events.put((kind, *payload))
+        if self.events is not None:
+            self.events.put((kind, *payload))
 
     def _publish(self) -> None:
         with self._lock:
             self._snapshot = {wid: w.info.public() for wid, w in self._workers.items()}
-            self._n_outstanding = len(self._pending) + len(self._inflight)
 
     def _send(self, w: _Worker, msg) -> bool:
         try:
@@ -390,7 +385,6 @@ class Fleet:
             for w in self._live():
                 if w.info.ready_ns:
                     self._send_mode(w)
-            self._emit("b", self.mode, self.b)
         elif cmd == "users":
             self._auto_users = arg is None
             if arg is not None and self._load and hasattr(self._load[1], "users"):
@@ -409,8 +403,6 @@ class Fleet:
         return self.b if self.mode == "batch" else 1
 
     def _scale(self, k: int) -> None:
-        old = self._k_applied
-        self._k_applied = k
         active = self._active()
         if k > len(active):
             for _ in range(k - len(active)):
@@ -428,7 +420,6 @@ class Fleet:
                 if w.info.threads != n:
                     if self._send(w, ("threads", n)):
                         w.info.threads = n
-        self._emit("k", old, k)
 
     def _ready_to_measure(self) -> bool:
         active = self._active()
@@ -574,7 +565,6 @@ class Fleet:
                                    finish="error")
                 if collector:
                     collector(rec)
-        self._emit("worker_dead", info.wid)
 
     def _finish(self, fl: _InFlight, w: _Worker | None, *, error=None, finish=None, t_done=None,
                 n_prompt=0, rss=None) -> RequestRecord:

@@ -5,7 +5,6 @@ nanoseconds, results are seconds unless the name says otherwise (``_ms``, ``_gbp
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Sequence
 
@@ -186,6 +185,3 @@ def rss_sum_bytes(records: Iterable[RequestRecord]) -> int:
             peak[key] = max(peak.get(key, 0), r.worker_rss_bytes)
     return sum(peak.values())
 
-
-def finite(x: float | None) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

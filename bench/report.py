@@ -154,19 +154,14 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         plt.close(fig)
         files.append(path)
 
-    fig, axes = _axes(plt, runs, "Aggregate throughput vs K (error bars: stdev over reps)", "output tok/s", "K")
-    for ax, run in zip(axes, runs):
-        _series(ax, run.cells, "k", "b", lambda c: c["output_throughput"], _per_rep_sd)
-        _mark_cells(ax, run.cells, lambda c: c["k"], 0)
-        ax.legend(fontsize=7)
-    save(fig, "throughput_vs_k.png")
-
-    fig, axes = _axes(plt, runs, "Aggregate throughput vs B (error bars: stdev over reps)", "output tok/s", "B")
-    for ax, run in zip(axes, runs):
-        _series(ax, run.cells, "b", "k", lambda c: c["output_throughput"], _per_rep_sd)
-        _mark_cells(ax, run.cells, lambda c: c["b"], 0)
-        ax.legend(fontsize=7)
-    save(fig, "throughput_vs_b.png")
+    for x, group in (("k", "b"), ("b", "k")):
+        fig, axes = _axes(plt, runs, f"Aggregate throughput vs {x.upper()} (error bars: stdev over reps)",
+                          "output tok/s", x.upper())
+        for ax, run in zip(axes, runs):
+            _series(ax, run.cells, x, group, lambda c: c["output_throughput"], _per_rep_sd)
+            _mark_cells(ax, run.cells, lambda c, x=x: c[x], 0)
+            ax.legend(fontsize=7)
+        save(fig, f"throughput_vs_{x}.png")
 
     fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, with predicted TPOT(K) = K·W/β", "median TPOT (ms)", "K")
     for ax, run in zip(axes, runs):

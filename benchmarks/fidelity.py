@@ -72,7 +72,7 @@ def main() -> None:
         for r in range(a.rounds):
             # the bare loop lives in this process only while it runs, so the two never share the cores
             llm = Llama(model_path=str(choice.path), n_ctx=1024, n_batch=512, n_threads=a.threads,
-                        n_threads_batch=a.threads, flash_attn=False, verbose=False)
+                        n_threads_batch=a.threads, flash_attn=spec.flash_attn, verbose=False)
             vocab = llama_cpp.llama_model_get_vocab(llm.model)
             n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
             bare_tps(llm, llama_cpp, n_vocab, 8, 2)  # warmup, as the fleet's workers do

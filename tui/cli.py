@@ -194,7 +194,7 @@ def bench_main(argv: list[str]) -> int:
     def new_fleet() -> Fleet:
         # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
         f = Fleet(spec, run_meta(args.engine, choice, "instances", 1), k=args.k[0], threads=args.threads,
-                  on_record=recorder.record)
+                  on_record=recorder.record, events=False)
         f.start()
         return f
 
