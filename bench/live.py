@@ -167,7 +167,7 @@ class LiveController:
 
     # ---- key actions (any thread) ------------------------------------------------------------
     def users(self) -> int:
-        return self.s.users or self.k * (self.b if self.mode == "batch" else 1)
+        return self.s.users or self.k * (self.b if self.mode in ("batch", "http") else 1)
 
     def _arrivals(self):
         return Poisson(self.s.rate) if self.s.rate else ClosedLoop(self.users())
@@ -223,26 +223,28 @@ class LiveController:
 
     def set_b(self, b: int, admit_check: bool = True) -> str | None:
         """Change B (sequences per engine, batch mode); returns a refusal message instead of acting."""
-        if self.mode != "batch":
+        if self.mode not in ("batch", "http"):
             return "B is the batch inside one engine: press m for batch mode first"
         if b < 1:
             return "B cannot go below 1"
         cap = getattr(self.fleet, "b_cap", b)
         if b > cap:
             return f"B={b} exceeds the {cap} sequences each batch context holds (start with --max-b {b})"
-        if admit_check and b > self.b:
+        if admit_check and b > self.b and self.mode != "http":  # a remote server's memory is not ours
             refusal = self._admit(self.k, b, "b")
             if refusal:
                 return refusal
         self._last_step = ("b", self.b, b, self._clock(), self._tps_now)
         old = self.b
         self.b = b
-        self.fleet.set_batch("batch", b)
+        self.fleet.set_batch(self.mode, b)
         self.mark(f"B={b}")
         self.log("info", f"B {old} → {b} ({self._arrivals_text()})")
         return None
 
     def toggle_mode(self) -> str | None:
+        if self.mode == "http":
+            return "http engine: B is the number of concurrent streams; there is no instances mode"
         new = "batch" if self.mode == "instances" else "instances"
         if new == "batch":  # batch mode makes a batch context in every worker
             refusal = self._admit(self.k, self.b, "m", mode="batch")
@@ -413,7 +415,9 @@ class LiveController:
         p50, p90 = M.percentile(tpots, 50), M.percentile(tpots, 90)
         W = self.fleet.meta.model_bytes
         serving = sum(1 for w in self.fleet.workers() if w.ready_ns and w.state not in ("dead", "retired"))
-        if self.mode == "batch":
+        if self.mode == "http":
+            bw = None  # the weights are read on the server
+        elif self.mode == "batch":
             bw = M.bandwidth_product_batch(list(steps_per_s.values()), W) if steps_per_s else None
         else:
             bw = M.bandwidth_product_instances(1 / p50, W, max(1, serving)) if p50 else None
@@ -441,8 +445,10 @@ class LiveController:
         numbers = {
             **self._request_numbers(), "agg_tps": agg, "tpot_p50": p50, "tpot_p90": p90,
             "bw_gbps": bw, "predicted_tpot": pred, "streams": len(tpots),
-            "bw_formula": ("Σ steps/s × W, W = file bytes (KV not live)" if self.mode == "batch"
-                           else "1/TPOT p50 × W × K, W = file bytes"),
+            "bw_formula": {"batch": "Σ steps/s × W, W = file bytes (KV not live)",
+                           "http": "n/a: the weights are on the server"}.get(self.mode,
+                                                                             "1/TPOT p50 × W × K, W = file bytes"),
+            "server_view": getattr(self.fleet, "server_view", None),
             "workers_cpu_percent": cpu_sum,
             "footprint": self.footprint(self.k, self.b).total, "budget": self.budget(), "wall": self._wall, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
         }

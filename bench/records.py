@@ -33,6 +33,9 @@ class RequestRecord:
     threads: int | None = None
     worker_rss_bytes: int | None = None
     kind: str = "request"
+    # http mode: the server's own count where it differs from the streamed chunks, and its view
+    server_output_tokens: int | None = None
+    server_view: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

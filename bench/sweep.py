@@ -68,6 +68,8 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
 
 
 def _bandwidth(records, k, per_stream, weight_bytes, mode, kvb) -> dict:
+    if mode == "http":
+        return {"bandwidth_gbps": None, "bandwidth_formula": "n/a: the weights are on the server"}
     if mode != "batch":
         return {"bandwidth_gbps": M.bandwidth_product_instances(per_stream, weight_bytes, k) if per_stream else None,
                 "bandwidth_formula": M.BANDWIDTH_FORMULA_INSTANCES}
@@ -132,7 +134,7 @@ def run_sweep(fleet: Fleet, workload: Workload, cfg: SweepConfig, say: Callable[
                 if blocked and k >= blocked[0] and b >= blocked[1]:
                     cells.append(skipped_cell(k, b, context, blocked[2], f"after {blocked[3]}"))
                     continue
-                seqs = b if cfg.mode == "batch" else 1
+                seqs = b if cfg.mode in ("batch", "http") else 1
                 seq_ctx = context or cfg.ctx
                 if cfg.memory_budget and not cfg.force:
                     # llama.cpp allocates every context whole: the single-stream one (--ctx) always, and

@@ -176,6 +176,9 @@ class InferenceTop(App):
         if m is None:
             return t
         w = 28
+        if getattr(self.c.fleet, "url", None) and not any(
+                h in self.c.fleet.url for h in ("://127.", "://localhost", "://[::1]")):
+            t.append("this machine; the server is remote\n", "grey50")
         t.append("memory ")
         t.append_text(bar(m.mem_used, m.mem_total, w, min(s.rss_sum, m.mem_used)))
         t.append(f" {fmt_bytes(m.mem_used)} / {fmt_bytes(m.mem_total)}\n")
@@ -210,7 +213,21 @@ class InferenceTop(App):
         t.append("\nwall: ")
         t.append(f"MEMORY — {n['wall']}" if n.get("wall") and s.state == "WALL" else n["ceiling"],
                  "bold white on red" if s.state == "WALL" else "bold")
-        t.append(f"\nfootprint ≈ {n['footprint'] / 1e9:.2f} GB of {n['budget'] / 1e9:.1f} GB budget")
+        if s.mode == "http":
+            v = n.get("server_view")
+            t.append("\nserver: ")
+            if v is None:
+                t.append("not scraped yet")
+            elif not v:
+                t.append("exposes no /metrics (absent, not zero)", "grey50")
+            else:
+                parts = [f"running {v['running']:.0f}" if "running" in v else "running —",
+                         f"waiting {v['waiting']:.0f}" if "waiting" in v else "waiting —",
+                         f"KV {v['kv_cache_usage'] * 100:.0f} %" if "kv_cache_usage" in v else "KV —",
+                         f"preempted {v['preemptions']:.0f}" if "preemptions" in v else "preempted —"]
+                t.append(" · ".join(parts))
+        else:
+            t.append(f"\nfootprint ≈ {n['footprint'] / 1e9:.2f} GB of {n['budget'] / 1e9:.1f} GB budget")
         return t
 
     def _fill_workers(self, s: Snapshot) -> None:
@@ -247,7 +264,7 @@ class InferenceTop(App):
 
     def action_k(self, delta: int) -> None:
         """+/- change K in instances mode and B in batch mode (m switches)."""
-        if self.c.mode == "batch":
+        if self.c.mode in ("batch", "http"):
             self._refuse(self.c.set_b(self.c.b + delta))
         else:
             self._refuse(self.c.set_k(self.c.k + delta))
@@ -344,6 +361,39 @@ def run_replay(path: str, speed: float = 1.0) -> int:
     return 0
 
 
+def run_http_dashboard(args) -> int:
+    """--engine http: B concurrent streams against a server; ]/[ (or +/-) change B."""
+    from bench.fleet import FleetError, RunMeta
+    from bench.http_fleet import HttpFleet
+    from bench.live import LiveController, LiveSettings
+    from presets import PresetError, workload
+    from tui.cli import fail
+
+    if not args.url:
+        fail("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
+    try:
+        wl = workload(args.workload)
+    except PresetError as exc:
+        fail(str(exc))
+    fleet = HttpFleet(args.url, RunMeta(engine="http", model=args.model or "?", model_bytes=0), b=args.b or 1,
+                      endpoint=args.endpoint, model=args.model, api_key_env=args.api_key_env,
+                      stall_s=args.stall_timeout)
+    try:
+        fleet.start()
+    except FleetError as exc:
+        fail(str(exc), 1)
+    fleet.meta.model = fleet.model or fleet.meta.model
+    settings = LiveSettings(max_tokens=args.max_tokens or 128, rate=args.rate, users=args.users,
+                            chip="server at " + args.url, ignore_eos=not args.stop_at_eos, brake=False)
+    controller = LiveController(fleet, wl, settings)
+    controller.start()
+    try:
+        InferenceTop(controller, refresh_hz=args.refresh, title=fleet.model or args.url).run()
+    finally:
+        controller.close()
+    return 0
+
+
 def run_dashboard(args) -> int:
     """Build the controller from the parsed flags and run the app (the CLI's default command)."""
     from bench.fleet import Fleet
@@ -354,6 +404,8 @@ def run_dashboard(args) -> int:
     from presets import PresetError, workload
     from tui.cli import fail, memory_budget, resolve_bandwidth
 
+    if args.engine == "http":
+        return run_http_dashboard(args)
     try:
         wl = workload(args.workload)
         choice = resolve_model(args.engine, args.model)

@@ -54,7 +54,14 @@ def int_list(text: str) -> list[int]:
 
 
 def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
-    p.add_argument("--engine", default="llama", help="engine: llama (llama-cpp-python)")
+    p.add_argument("--engine", default="llama", choices=["llama", "http"],
+                   help="llama (llama-cpp-python workers) or http (an OpenAI-compatible server at --url)")
+    p.add_argument("--url", help="http engine: the API base, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
+                   help="http engine: /v1/completions (default) or /v1/chat/completions")
+    p.add_argument("--api-key-env", help="http engine: the environment variable holding the API key")
+    p.add_argument("--stall-timeout", type=positive_float, default=60.0,
+                   help="http engine: seconds without data before a stream counts as stalled")
     p.add_argument("--model", help="model path (a .gguf file for llama); default: the embedded Gemma 3 270M")
     p.add_argument("--k", type=int_list if lists else positive_int, default=[1] if lists else 1,
                    help="engine instances (worker processes)" + (", comma list" if lists else ""))
@@ -160,6 +167,8 @@ def bench_main(argv: list[str]) -> int:
     from engines.base import EngineError
     from presets import PresetError, workload
 
+    if args.engine == "http":
+        return http_bench(args, argv)
     mode = "batch" if args.b else "instances"
     bs = args.b or [1]
     max_tokens = args.max_tokens or 256
@@ -215,6 +224,59 @@ def bench_main(argv: list[str]) -> int:
     finally:
         if fleet is not None:
             fleet.close()
+        recorder.close()
+    write_summary(out, cells)
+    say("")
+    say(format_table(cells))
+    say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
+    return 0
+
+
+def http_bench(args, argv) -> int:
+    """bench --engine http: B concurrent streams per cell against a server; no process is spawned."""
+    from bench.envinfo import environment
+    from bench.fleet import FleetError, RunMeta
+    from bench.http_fleet import HttpFleet
+    from bench.recorder import Recorder
+    from bench.sweep import SweepConfig, format_table, run_sweep, write_summary
+    from presets import PresetError, workload
+
+    if not args.url:
+        fail("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
+    if not args.url.startswith(("http://", "https://")):
+        fail(f"--url {args.url!r} must start with http:// or https://")
+    try:
+        wl = workload(args.workload)
+    except PresetError as exc:
+        fail(str(exc))
+    bs = args.b or [1]
+    out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = SweepConfig(ks=[1], bs=bs, mode="http", requests=args.requests, max_tokens=args.max_tokens or 256,
+                      reps=args.reps, rate=args.rate, ignore_eos=not args.stop_at_eos,
+                      cell_timeout_s=args.cell_timeout, out_dir=out)
+    header = {"command": "bench", "argv": argv, "engine": "http", "url": args.url, "endpoint": args.endpoint,
+              "model": args.model, "model_bytes": 0, "bs": bs, "mode": "http", "requests": args.requests,
+              "max_tokens": cfg.max_tokens, "reps": args.reps, "workload": wl.key, "rate": args.rate,
+              "ignore_eos": cfg.ignore_eos, "environment": environment(), "simulated": False,
+              "api_key_env": args.api_key_env}  # the variable's name only, never the key
+    recorder = Recorder(out / "records.jsonl", header)
+    fleet = HttpFleet(args.url, RunMeta(engine="http", model=args.model or "?", model_bytes=0), b=bs[0],
+                      endpoint=args.endpoint, model=args.model, api_key_env=args.api_key_env,
+                      stall_s=args.stall_timeout, on_record=recorder.record, events=False)
+    _sigterm_to_exit()
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    cells = []
+    try:
+        fleet.start()
+        say(f"{args.url} ({fleet.model}); records → {out}/records.jsonl")
+        cells, _, fleet = run_sweep(fleet, wl, cfg, say)
+    except FleetError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        fail(f"interrupted; records so far are in {out}/records.jsonl", 130)
+    finally:
+        fleet.close()
         recorder.close()
     write_summary(out, cells)
     say("")

@@ -1,0 +1,148 @@
+"""The OpenAI-compatible HTTP engine against real servers on loopback, and against broken ones."""
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from bench.http_fleet import parse_prometheus
+from engines.http_openai import endpoint_body, stream_one
+
+CLI = [sys.executable, "-m", "tui.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(model):
+    """python -m llama_cpp.server with the embedded GGUF; interrupt_requests off so streams run to the end."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model.path), "--host",
+                             "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--interrupt_requests", "False"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_bench_against_llama_cpp_server(llama_server, tmp_path):
+    out = tmp_path / "http"
+    env = dict(os.environ, IT_SECRET_KEY="sk-very-secret-123")
+    p = subprocess.run(CLI + ["bench", "--engine", "http", "--url", llama_server, "--b", "1,3", "--requests", "6",
+                              "--max-tokens", "8", "--api-key-env", "IT_SECRET_KEY", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    cells = json.loads((out / "summary.json").read_text())
+    assert [(c["b"], c["completed"], c["errors"]) for c in cells] == [(1, 6, 0), (3, 6, 0)]
+    # this server decodes one request at a time: three streams queue behind each other
+    assert cells[1]["p99_ttft_ms"] > cells[0]["p99_ttft_ms"]
+    text = (out / "records.jsonl").read_text()
+    assert "sk-very-secret-123" not in text and "sk-very-secret-123" not in p.stdout + p.stderr
+    recs = [json.loads(x) for x in text.splitlines()[1:]]
+    assert all(r["mode"] == "http" and r["t_first_token_ns"] >= r["t_scheduled_ns"] for r in recs)
+    assert all(0 < r["output_tokens"] <= 8 for r in recs)
+
+
+class Broken(BaseHTTPRequestHandler):
+    """Each path answers one way a server can go wrong."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        path = self.path
+        if path.startswith("/s401"):
+            return self._plain(401, b'{"error": "bad key"}')
+        if path.startswith("/s500"):
+            return self._plain(500, b"boom")
+        if path.startswith("/nope404"):
+            return self._plain(404, b"not found")
+        if path.startswith("/plain"):
+            return self._plain(200, b'{"choices": []}')
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        chunk = lambda text: f'data: {{"choices": [{{"text": "{text}", "finish_reason": null}}]}}\n\n'.encode()  # noqa
+        if path.startswith("/bad"):
+            self.wfile.write(chunk("a") + b"data: {not json\n\n")
+        elif path.startswith("/stall"):
+            self.wfile.write(chunk("a"))
+            self.wfile.flush()
+            time.sleep(3)
+        elif path.startswith("/cut"):
+            self.wfile.write(chunk("a") + chunk("b"))
+        else:
+            self.wfile.write(b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n')  # not a token
+            self.wfile.write(chunk("a") + chunk("b") + b"data: [DONE]\n\n")
+
+    def _plain(self, code, body):
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def broken():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+@pytest.mark.parametrize("path, says, tokens", [
+    ("/ok", None, 2),
+    ("/s401", "HTTP 401", 0),
+    ("/nope404", "HTTP 404", 0),
+    ("/s500", "HTTP 500", 0),
+    ("/plain", "not a stream", 0),
+    ("/bad", "malformed JSON", 1),
+    ("/stall", "stalled", 1),
+    ("/cut", "truncated", 2),
+])
+def test_every_failure_is_recorded_not_raised(broken, path, says, tokens):
+    async def go():
+        async with httpx.AsyncClient() as client:
+            return await stream_one(client, broken + path, endpoint_body("completions", None, "hi", 4, True), {},
+                                    stall_s=1.0)
+
+    res = asyncio.run(go())
+    if says is None:
+        assert res.error is None
+    else:
+        assert says in res.error
+    assert len(res.token_ns) == tokens
+
+
+def test_nothing_listening_is_one_line():
+    p = subprocess.run(CLI + ["bench", "--engine", "http", "--url", f"http://127.0.0.1:{free_port()}/v1"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "nothing answers" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_prometheus_server_view_keeps_absent_metrics_absent():
+    text = ('# HELP x\nvllm:num_requests_running{model="m"} 3\nvllm:num_requests_waiting{model="m"} 5\n'
+            'vllm:kv_cache_usage_perc{model="m"} 0.42\n')
+    assert parse_prometheus(text) == {"running": 3.0, "waiting": 5.0, "kv_cache_usage": 0.42}
+    assert parse_prometheus("llamacpp:requests_processing 1\n") == {"running": 1.0}
