@@ -64,6 +64,9 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         "noisy": M.is_noisy(cv),
         "status": "ok" if s["completed"] else "failed",
     }
+    classes = ttft_by_class(records)
+    if len(classes) > 1:
+        out["ttft_by_class"] = classes
     return out
 
 
@@ -88,6 +91,19 @@ def _bandwidth(records, k, per_stream, weight_bytes, mode, kvb) -> dict:
     return {"bandwidth_gbps": gbps, "bandwidth_formula": M.BANDWIDTH_FORMULA_BATCH if kvb else
             M.BANDWIDTH_FORMULA_BATCH_LIVE, "steps_per_s": steps / secs,
             "kv_read_gbps": None if kv_per_s is None else kv_per_s / 1e9}
+
+
+def request_class(prompt_id: str) -> str:
+    return "long" if prompt_id.startswith("long-") else "short"
+
+
+def ttft_by_class(records: Sequence[RequestRecord]) -> dict:
+    """Queue-inclusive TTFT p50/p99 (ms) per request class: long documents vs short prompts."""
+    groups: dict[str, list[float]] = {}
+    for r in M.ok(records):
+        groups.setdefault(request_class(r.prompt_id), []).append(M.ttft(r))
+    return {c: {"n": len(v), "median_ttft_ms": M.percentile(v, 50) * 1e3, "p99_ttft_ms": M.percentile(v, 99) * 1e3}
+            for c, v in sorted(groups.items())}
 
 
 def add_scaling(cells: list[dict]) -> None:
@@ -213,6 +229,8 @@ def format_table(cells: list[dict]) -> str:
             lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {c['reason'][:110]}")
             continue
         note = "NOISY" if c["noisy"] else ""
+        for cls, v in (c.get("ttft_by_class") or {}).items():
+            note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{v['p99_ttft_ms']:.0f} ms"
         if c.get("context"):
             note += f" context {c['context']}"
         if c["errors"]:

@@ -34,7 +34,12 @@ class Request:
 
 
 def prompt_for(workload: Workload, index: int) -> Prompt:
-    """The index-th prompt of a workload, cycling through the set in order."""
+    """The index-th prompt of a workload, cycling through the set in order (a mixed workload puts a long
+    document at every long_every-th request; its prompt_id starts with "long-", the class in summaries)."""
+    if workload.long_every and index % workload.long_every == 0:
+        return Prompt(f"long-{workload.long_tokens}", synthetic_tokens=workload.long_tokens)
+    if workload.long_every:
+        index -= index // workload.long_every + 1
     if workload.synthetic_tokens:
         return Prompt(f"synthetic-{workload.synthetic_tokens}", synthetic_tokens=workload.synthetic_tokens)
     i = index % len(workload.prompts)

@@ -95,4 +95,8 @@ async def stream_one(client, url: str, body: dict, headers: dict, stall_s: float
         res.error = f"{type(exc).__name__} talking to {url}: {exc}"
     if res.error is None and not done:
         res.error = "stream ended without [DONE] (truncated: did the server interrupt it?)"
+    elif res.error is None and res.finish_reason is None:
+        # llama_cpp.server with interrupt_requests=True ends a stream this way when another request arrives
+        res.error = (f"stream ended after {len(res.token_ns)} tokens without a finish_reason (truncated: the "
+                     "server interrupted it?)")
     return res

@@ -62,12 +62,17 @@ class Workload:
     prompts: tuple[str, ...] = ()
     synthetic_tokens: int | None = None
     source: str = ""
+    long_every: int | None = None  # mixed: every n-th request is a long document …
+    long_tokens: int | None = None  # … a synthetic prompt of this many tokens
 
 
 def workloads() -> dict[str, Workload]:
+    table = load("workloads")
     return {
-        key: Workload(key, d.get("description", ""), tuple(d.get("prompts", ())), d.get("synthetic_tokens"), d.get("source", ""))
-        for key, d in load("workloads").items()
+        key: Workload(key, d.get("description", ""),
+                      tuple(d.get("prompts") or table.get(d.get("prompts_from", ""), {}).get("prompts", ())),
+                      d.get("synthetic_tokens"), d.get("source", ""), d.get("long_every"), d.get("long_tokens"))
+        for key, d in table.items()
     }
 
 

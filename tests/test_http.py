@@ -24,13 +24,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def llama_server(model):
-    """python -m llama_cpp.server with the embedded GGUF; interrupt_requests off so streams run to the end."""
+def start_server(model, interrupt: bool):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model.path), "--host",
-                             "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--interrupt_requests", "False"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--interrupt_requests",
+                             str(interrupt)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -39,9 +37,33 @@ def llama_server(model):
                 break
         except httpx.HTTPError:
             time.sleep(0.3)
+    return proc, url
+
+
+@pytest.fixture(scope="module")
+def llama_server(model):
+    """python -m llama_cpp.server with the embedded GGUF; interrupt_requests off so streams run to the end."""
+    proc, url = start_server(model, interrupt=False)
     yield url
     proc.terminate()
     proc.wait(timeout=10)
+
+
+def test_truncated_streams_are_detected(model, tmp_path):
+    """llama_cpp.server's default interrupt_requests=True ends a running stream when another arrives."""
+    proc, url = start_server(model, interrupt=True)
+    try:
+        out = tmp_path / "cut"
+        p = subprocess.run(CLI + ["bench", "--engine", "http", "--url", url, "--b", "2", "--requests", "4",
+                                  "--max-tokens", "48", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert p.returncode == 0, p.stderr
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()[1:]]
+    cut = [r for r in recs if r["error"]]
+    assert cut and all("truncated" in r["error"] and r["output_tokens"] < 48 for r in cut)
+    assert json.loads((out / "summary.json").read_text())[0]["errors"] == len(cut)
 
 
 def test_bench_against_llama_cpp_server(llama_server, tmp_path):
@@ -68,7 +90,7 @@ class Broken(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def do_POST(self):
+    def do_POST(self):  # noqa: C901 - one branch per failure
         self.rfile.read(int(self.headers.get("content-length", 0)))
         path = self.path
         if path.startswith("/s401"):
@@ -93,7 +115,8 @@ class Broken(BaseHTTPRequestHandler):
             self.wfile.write(chunk("a") + chunk("b"))
         else:
             self.wfile.write(b'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n')  # not a token
-            self.wfile.write(chunk("a") + chunk("b") + b"data: [DONE]\n\n")
+            self.wfile.write(chunk("a") + chunk("b")
+                             + b'data: {"choices": [{"text": "", "finish_reason": "length"}]}\n\n' + b"data: [DONE]\n\n")
 
     def _plain(self, code, body):
         self.send_response(code)

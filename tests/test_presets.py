@@ -49,3 +49,25 @@ def test_poisson_keeps_scheduled_times():
     assert len(times) == 50 and times == sorted(times)
     mean_gap = (times[-1] - times[0]) / 49 / 1e9
     assert 0.05 < mean_gap < 0.2  # ≈ 1 / rate
+
+
+def test_mixed_workload_every_fourth_is_a_long_document():
+    wl = presets.workload("mixed")
+    ps = [prompt_for(wl, i) for i in range(8)]
+    assert [p.prompt_id for p in ps] == ["long-2048", "mixed-1", "mixed-2", "mixed-3", "long-2048",
+                                         "mixed-4", "mixed-5", "mixed-6"]
+    assert ps[0].synthetic_tokens == 2048 and ps[1].text == wl.prompts[0]
+
+
+def test_ttft_by_class():
+    from bench.records import RequestRecord
+    from bench.sweep import ttft_by_class
+
+    def r(pid, ttft_ms):
+        return RequestRecord("r", 1, "http", "e", "m", 0, 1, 4, prompt_id=pid, t_scheduled_ns=0, t_started_ns=0,
+                             t_first_token_ns=ttft_ms * 1_000_000, t_done_ns=ttft_ms * 1_000_000,
+                             token_ns=[ttft_ms * 1_000_000])
+
+    got = ttft_by_class([r("long-2048", 900), r("long-2048", 1100), r("default-1", 50), r("default-2", 70)])
+    assert got["long"]["median_ttft_ms"] == pytest.approx(1000) and got["short"]["median_ttft_ms"] == pytest.approx(60)
+    assert got["long"]["p99_ttft_ms"] == pytest.approx(1098)  # 900 + 0.99 × 200
