@@ -367,10 +367,9 @@ def run_http_dashboard(args) -> int:
     from bench.http_fleet import HttpFleet
     from bench.live import LiveController, LiveSettings
     from presets import PresetError, workload
-    from tui.cli import fail
+    from tui.cli import check_url, fail
 
-    if not args.url:
-        fail("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
+    check_url(args)
     try:
         wl = workload(args.workload)
     except PresetError as exc:

@@ -163,7 +163,7 @@ def bench_main(argv: list[str]) -> int:
     from bench.probes import total_memory_bytes
     from bench.recorder import Recorder
     from bench.session import build_spec, resolve_model, run_header, run_meta
-    from bench.sweep import SweepConfig, format_table, run_sweep, write_summary
+    from bench.sweep import SweepConfig, run_sweep
     from engines.base import EngineError
     from presets import PresetError, workload
 
@@ -225,11 +225,25 @@ def bench_main(argv: list[str]) -> int:
         if fleet is not None:
             fleet.close()
         recorder.close()
+    return finish_bench(out, cells, say)
+
+
+def finish_bench(out: Path, cells: list[dict], say) -> int:
+    """summary.json and summary.csv beside records.jsonl, and the table on stdout."""
+    from bench.sweep import format_table, write_summary
+
     write_summary(out, cells)
     say("")
     say(format_table(cells))
     say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
     return 0
+
+
+def check_url(args) -> None:
+    if not args.url:
+        fail("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
+    if not args.url.startswith(("http://", "https://")):
+        fail(f"--url {args.url!r} must start with http:// or https://")
 
 
 def http_bench(args, argv) -> int:
@@ -238,13 +252,10 @@ def http_bench(args, argv) -> int:
     from bench.fleet import FleetError, RunMeta
     from bench.http_fleet import HttpFleet
     from bench.recorder import Recorder
-    from bench.sweep import SweepConfig, format_table, run_sweep, write_summary
+    from bench.sweep import SweepConfig, run_sweep
     from presets import PresetError, workload
 
-    if not args.url:
-        fail("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
-    if not args.url.startswith(("http://", "https://")):
-        fail(f"--url {args.url!r} must start with http:// or https://")
+    check_url(args)
     try:
         wl = workload(args.workload)
     except PresetError as exc:
@@ -278,11 +289,7 @@ def http_bench(args, argv) -> int:
     finally:
         fleet.close()
         recorder.close()
-    write_summary(out, cells)
-    say("")
-    say(format_table(cells))
-    say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
-    return 0
+    return finish_bench(out, cells, say)
 
 
 def plan_main(argv: list[str]) -> int:
