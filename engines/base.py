@@ -56,6 +56,12 @@ class Engine(Protocol):
 
     def set_threads(self, n: int) -> None: ...
 
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None):
+        """Where the engine can: a continuous batch of up to b_cap sequences with add(key, tokens,
+        max_tokens, ignore_eos), step() → (t_ns, [(key, token_id)], [(key, finish_reason)]), remove(key),
+        active(). One step decodes one token of every sequence; all of a step's tokens share its t_ns."""
+        ...
+
     def close(self) -> None: ...
 
 

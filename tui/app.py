@@ -435,6 +435,3 @@ def run_dashboard(args) -> int:
         controller.close()
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run_dashboard(None))
