@@ -42,6 +42,33 @@ class CellStopped(RuntimeError):
         self.records = list(records)
 
 
+class RecordCollector:
+    """The records of one finite load, and the wait for them (both fleets' run_requests)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.done: list[RequestRecord] = []
+        self._ev = threading.Event()
+
+    def __call__(self, rec: RequestRecord) -> None:
+        self.done.append(rec)
+        if len(self.done) >= self.total:
+            self._ev.set()
+
+    def wait(self, timeout: float | None, should_stop: Callable[[], str | None] | None) -> list[RequestRecord]:
+        """Until all records are in; TimeoutError past `timeout`, CellStopped when should_stop (asked twice
+        a second) gives a reason."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ev.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"cell did not finish within {timeout:.0f} s "
+                                   f"({len(self.done)}/{self.total} requests)")
+            if not self._ev.wait(0.5 if left is None else min(0.5, left)) and should_stop and (why := should_stop()):
+                raise CellStopped(why, self.done)
+        return self.done
+
+
 def physical_cores() -> int:
     try:
         import psutil
@@ -222,33 +249,17 @@ class Fleet:
         """Run a finite load to completion and return its records (the headless sweep's cell).
 
         `should_stop` is asked twice a second; a reason from it ends the wait with CellStopped."""
-        done: list[RequestRecord] = []
-        ev = threading.Event()
-        total = arrivals.total
-        assert total is not None, "run_requests needs arrivals with a total"
-
-        def collect(rec):
-            done.append(rec)
-            if len(done) >= total:
-                ev.set()
-
+        assert arrivals.total is not None, "run_requests needs arrivals with a total"
+        collect = RecordCollector(arrivals.total)
         self._command_put(("collector", collect))
         self.set_load(workload, arrivals, max_tokens, ignore_eos)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        finished, why = False, None
-        while not finished:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            finished = ev.wait(0.5 if left is None else min(0.5, left))
-            if not finished and should_stop and (why := should_stop()):
-                break
-        self._command_put(("collector", None))
-        if why:
+        try:
+            done = collect.wait(timeout, should_stop)
+        except CellStopped:
             self.pause(True)
-            raise CellStopped(why, done)
-        if not finished:
-            raise TimeoutError(f"cell did not finish within {timeout:.0f} s ({len(done)}/{total} requests)")
+            raise
+        finally:
+            self._command_put(("collector", None))
         if self._fatal:
             raise FleetError(self._fatal)
         return done

@@ -16,7 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from bench.fleet import CellStopped, FleetError, RunMeta, WorkerInfo
+from bench.fleet import FleetError, RecordCollector, RunMeta, WorkerInfo
 from bench.records import RequestRecord
 from bench.workload import Request, prompt_for
 from engines.http_openai import api_headers, endpoint_body, stream_one
@@ -146,28 +146,12 @@ class HttpFleet:
 
     def run_requests(self, workload, arrivals, max_tokens: int, ignore_eos: bool = True,
                      timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
-        done: list[RequestRecord] = []
-        ev = threading.Event()
-
-        def collect(rec):
-            done.append(rec)
-            if len(done) >= arrivals.total:
-                ev.set()
-
-        self._collector = collect
+        self._collector = RecordCollector(arrivals.total)
         self.set_load(workload, arrivals, max_tokens, ignore_eos)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        why = None
-        while not ev.is_set():
-            if deadline is not None and time.monotonic() > deadline:
-                self._collector = None
-                raise TimeoutError(f"cell did not finish within {timeout:.0f} s ({len(done)}/{arrivals.total})")
-            ev.wait(0.5)
-            if not ev.is_set() and should_stop and (why := should_stop()):
-                self._collector = None
-                raise CellStopped(why, done)
-        self._collector = None
-        return done
+        try:
+            return self._collector.wait(timeout, should_stop)
+        finally:
+            self._collector = None
 
     def close(self, grace: float = 1.0) -> None:
         self._stop = True
@@ -275,7 +259,8 @@ class HttpFleet:
         self._emit("record", rec)
         if self.on_record:
             self.on_record(rec)
-        if self._collector:
-            self._collector(rec)
+        collect = self._collector  # read once: run_requests may clear it meanwhile
+        if collect:
+            collect(rec)
         if self._wake:
             self._wake.set()
