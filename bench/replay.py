@@ -14,6 +14,7 @@ from bench.fleet import RunMeta, WorkerInfo
 from bench.live import LiveController, LiveSettings
 from bench.probes import SystemSample
 from bench.recorder import read_jsonl
+from bench.session import engine_label
 from presets import Workload
 
 NS = 1_000_000_000
@@ -63,7 +64,7 @@ class _ReplayFleet:
 
     def __init__(self, rec: Recording):
         h = rec.header
-        self.meta = RunMeta(engine={"llama": "llama.cpp"}.get(h.get("engine"), h.get("engine", "?")),
+        self.meta = RunMeta(engine=engine_label(h.get("engine", "?")),
                             model=h.get("model", "?"), model_bytes=int(h.get("model_bytes", 0)),
                             mode=rec.samples[0].get("mode", "instances"), b=rec.samples[0].get("b", 1),
                             simulated=bool(h.get("simulated")))

@@ -57,6 +57,11 @@ def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:
     }
 
 
+def engine_label(engine: str) -> str:
+    """The name records and screens show for an --engine value."""
+    return {"llama": "llama.cpp"}.get(engine, engine)
+
+
 def run_meta(engine: str, choice: ModelChoice, mode: str = "instances", b: int = 1) -> RunMeta:
-    return RunMeta(engine={"llama": "llama.cpp"}.get(engine, engine), model=choice.name,
+    return RunMeta(engine=engine_label(engine), model=choice.name,
                    model_bytes=choice.file_bytes, mode=mode, b=b)
