@@ -414,7 +414,8 @@ class LiveController:
         agg, tpots, per_worker_tps, steps_per_s = self._window_stats(now)
         p50, p90 = M.percentile(tpots, 50), M.percentile(tpots, 90)
         W = self.fleet.meta.model_bytes
-        serving = sum(1 for w in self.fleet.workers() if w.ready_ns and w.state not in ("dead", "retired"))
+        workers = self.fleet.workers()
+        serving = sum(1 for w in workers if w.ready_ns and w.state not in ("dead", "retired"))
         if self.mode == "http":
             bw = None  # the weights are read on the server
         elif self.mode == "batch":
@@ -427,7 +428,6 @@ class LiveController:
         sysv = self._sys.sample()
         self._last_sys = sysv
         self._tps_now = agg
-        workers = self.fleet.workers()
         procs = self._procs.sample([w.pid for w in workers if w.state not in ("dead", "retired")])
         rows = tuple(
             WorkerRow(w.wid, w.pid, w.state, w.threads, procs.get(w.pid, (w.rss, None))[0],
@@ -450,7 +450,8 @@ class LiveController:
                                                                              "1/TPOT p50 × W × K, W = file bytes"),
             "server_view": getattr(self.fleet, "server_view", None),
             "workers_cpu_percent": cpu_sum,
-            "footprint": self.footprint(self.k, self.b).total, "budget": self.budget(), "wall": self._wall, "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
+            "footprint": self.footprint(self.k, self.b).total, "budget": self.budget(), "wall": self._wall,
+            "ceiling": ceiling(bw, self.s.bandwidth_gbps, cpu_sum, self._cores),
         }
         point = Point(t, agg, p50, p90, pred, bw, sysv.mem_used, sysv.swap_used)
         self._history.append(point)
