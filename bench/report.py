@@ -69,10 +69,9 @@ def load_run(path: str | Path) -> Run:
         groups: dict = {}
         for r in records:
             groups.setdefault((r.k, r.b, r.mode), []).append(r)
-        kvb = None
         cells = []
         for (k, b, mode), recs in sorted(groups.items()):
-            c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode, kvb)
+            c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode)
             c["span_ns"] = M.run_span_ns(recs)
             cells.append(c)
         add_scaling(cells)
