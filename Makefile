@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -e '.[llama,http,test]'
+	$(PY) -m pip install -e '.[llama,mlx,http,test]'
 	touch $@
 
 run: install

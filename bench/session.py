@@ -15,16 +15,23 @@ from engines.gguf_file import GGUFInfo, inspect_gguf, sha256_prefix
 class ModelChoice:
     path: Path
     name: str
-    file_bytes: int
+    file_bytes: int  # the weights the engine reads: the GGUF, or an mlx folder's safetensors
     info: GGUFInfo | None
     embedded: bool
+    kv_element_bytes: float = 2.0  # llama.cpp's f16 KV cache; an mlx model's own dtype
+    source: str | None = None  # an mlx folder converted from this GGUF
+
+    def kv_bytes_per_token(self) -> float | None:
+        return self.info.kv_bytes_per_token(self.kv_element_bytes) if self.info else None
 
 
 def resolve_model(engine: str, model: str | None, progress: Callable[[str], None] | None = None) -> ModelChoice:
     """The model to load, checked before any worker starts (EngineError: one line saying what to do)."""
     progress = progress or (lambda msg: print(msg, flush=True))
+    if engine == "mlx":
+        return resolve_mlx_model(model, progress)
     if engine != "llama":
-        raise EngineError(f"unknown engine {engine!r}; this build has: llama")
+        raise EngineError(f"unknown engine {engine!r}; this build has: llama, mlx")
     if model is None:
         path = embedded_model_path(progress)
         info = inspect_gguf(path, progress)
@@ -33,12 +40,68 @@ def resolve_model(engine: str, model: str | None, progress: Callable[[str], None
     return ModelChoice(Path(model), info.name or Path(model).stem, info.file_bytes, info, False)
 
 
+_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+
+
+def _is_gguf(p: Path) -> bool:
+    if not p.is_file():
+        return False
+    with p.open("rb") as fh:
+        return fh.read(4) == b"GGUF"
+
+
+def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> ModelChoice:
+    """An mlx-lm folder as given, or a Gemma 3 GGUF (the embedded one by default) converted once."""
+    from engines.gguf_to_mlx import SUPPORTED_ARCHITECTURES, convert_gguf, unsupported
+    from engines.mlx_lm import check_folder, require_mlx, weight_bytes
+
+    require_mlx()
+    source = None
+    embedded = model is None
+    if embedded or _is_gguf(Path(model)):
+        gguf = embedded_model_path(progress) if embedded else Path(model)
+        info = inspect_gguf(gguf, progress)
+        if info.architecture not in SUPPORTED_ARCHITECTURES:
+            raise unsupported(gguf.name, info.architecture)
+        folder = convert_gguf(gguf, progress=progress)
+        source = str(gguf)
+        name = EMBEDDED_NAME.replace("(embedded)", "(embedded, mlx float32)") if embedded else f"{info.name} (mlx)"
+    else:
+        folder = Path(model)
+    config = check_folder(folder)
+    text = config.get("text_config", config)
+    heads = int(text.get("num_attention_heads") or 0)
+    try:
+        info = GGUFInfo(
+            path=str(folder), file_bytes=weight_bytes(folder), architecture=str(config["model_type"]),
+            name=str(config.get("_name_or_path") or folder.name), layers=int(text["num_hidden_layers"]),
+            kv_heads=int(text.get("num_key_value_heads") or heads),
+            head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // heads),
+            context_length=text.get("max_position_embeddings"))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise EngineError(f"{folder}/config.json lacks the attention shape ({exc}): need num_hidden_layers, "
+                          "num_attention_heads and hidden_size or head_dim") from None
+    if source is None:
+        name = info.name
+    dtype = str(text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
+    return ModelChoice(folder, name, info.file_bytes, info, embedded,
+                       kv_element_bytes=_DTYPE_BYTES.get(dtype, 2.0), source=source)
+
+
 def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, k: int,
-               flash_attn: bool = True) -> EngineSpec:
+               flash_attn: bool = True, progress: Callable[[str], None] | None = None) -> EngineSpec:
     if ctx < 16:
         raise EngineError(f"--ctx {ctx} is too small; give at least 16 tokens (default 2048)")
+    options = {}
+    if engine == "mlx":
+        from engines.mlx_blas import prepare
+
+        blas = prepare()
+        options = {"mlx_blas_shim": blas.shim, "mlx_openblas": blas.openblas, "blas": blas.label}
+        (progress or (lambda msg: print(msg, flush=True)))(f"mlx BLAS: {blas.label}")
+        flash_attn = False  # a llama.cpp setting; mlx picks its own attention kernel
     return EngineSpec(engine=engine, model_path=str(choice.path), threads=threads or auto_threads(k), ctx=ctx,
-                      flash_attn=flash_attn)
+                      flash_attn=flash_attn, options=options)
 
 
 def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:
@@ -47,19 +110,30 @@ def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:
     return {
         "environment": environment(),
         "engine": spec.engine,
-        "engine_settings": {"threads": spec.threads, "ctx": spec.ctx, "flash_attn": spec.flash_attn, "seed": spec.seed},
+        "engine_settings": engine_settings(spec),
         "model": choice.name,
         "model_path": str(choice.path),
         "model_bytes": choice.file_bytes,
         "model_sha256_prefix": sha256_prefix(choice.path),
+        **({"converted_from": choice.source, "converted_from_sha256_prefix": sha256_prefix(choice.source)}
+           if choice.source else {}),
         "simulated": False,
         **extra,
     }
 
 
+def engine_settings(spec: EngineSpec) -> dict:
+    out = {"threads": spec.threads, "ctx": spec.ctx, "seed": spec.seed}
+    if spec.engine == "llama":
+        out["flash_attn"] = spec.flash_attn
+    if "blas" in spec.options:
+        out["blas"] = spec.options["blas"]
+    return out
+
+
 def engine_label(engine: str) -> str:
     """The name records and screens show for an --engine value."""
-    return {"llama": "llama.cpp"}.get(engine, engine)
+    return {"llama": "llama.cpp", "mlx": "mlx-lm"}.get(engine, engine)
 
 
 def run_meta(engine: str, choice: ModelChoice, mode: str = "instances", b: int = 1) -> RunMeta:

@@ -18,7 +18,7 @@ class EngineError(Exception):
 class EngineSpec:
     """Everything a worker process needs to build its engine (picklable, sent over spawn)."""
 
-    engine: str  # "llama"
+    engine: str  # "llama" | "mlx"
     model_path: str
     threads: int = 1
     ctx: int = 2048
@@ -37,6 +37,23 @@ class Prompt:
     prompt_id: str
     text: str | None = None
     synthetic_tokens: int | None = None
+
+
+# Synthetic prompts: BOS, then this English text tokenized and repeated, cut to exactly N tokens.
+FILLER = (
+    "The quick brown fox jumps over the lazy dog while the committee reviews the quarterly numbers, "
+    "and every engineer on the team measures tokens per second, memory bandwidth and latency again. "
+)
+
+
+def synthetic_ids(bos: list[int], filler: list[int], n: int) -> list[int]:
+    """Exactly n prompt ids: the tokenizer's BOS (if any), then the tokenized FILLER repeated."""
+    if not filler:
+        raise EngineError("the tokenizer turned the filler text into no tokens")
+    out = list(bos)
+    while len(out) < n:
+        out.extend(filler)
+    return out[:n]
 
 
 class Engine(Protocol):
@@ -65,7 +82,7 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-ENGINES = {"llama": "engines.llama_cpp:LlamaCppEngine"}
+ENGINES = {"llama": "engines.llama_cpp:LlamaCppEngine", "mlx": "engines.mlx_lm:MlxLmEngine"}
 
 
 def make_engine(spec: EngineSpec) -> Engine:

@@ -123,9 +123,44 @@ def _inspect(path: Path) -> GGUFInfo:
     )
 
 
-def sha256_prefix(path: str | os.PathLike, n: int = 16) -> str:
+def _file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
+    return h.hexdigest()
+
+
+def sha256_prefix(path: str | os.PathLike, n: int = 16) -> str:
+    """sha256 of a model file, or of a model folder (its config.json and *.safetensors, in name order).
+
+    Folders are hashed file by file with each file's digest cached by path, size and mtime (an mlx
+    conversion of the embedded model is 1 GB of float32)."""
+    p = Path(path)
+    if not p.is_dir():
+        return _file_sha256(p)[:n]
+    cache_path = _cache_file().with_name("sha256.json")
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    h = hashlib.sha256()
+    changed = False
+    for f in sorted([*p.glob("*.safetensors"), p / "config.json"]):
+        if not f.is_file():
+            continue
+        st = f.stat()
+        key = f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        if key not in cache:
+            cache[key] = _file_sha256(f)
+            changed = True
+        h.update(f"{f.name}:{cache[key]}\n".encode())
+    if changed:
+        try:
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(cache))
+            tmp.replace(cache_path)
+        except OSError:
+            pass
     return h.hexdigest()[:n]

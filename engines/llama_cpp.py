@@ -14,12 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from engines.base import EngineError, EngineSpec, Prompt
+from engines.base import FILLER, EngineError, EngineSpec, Prompt, synthetic_ids
 
-FILLER = (
-    "The quick brown fox jumps over the lazy dog while the committee reviews the quarterly numbers, "
-    "and every engineer on the team measures tokens per second, memory bandwidth and latency again. "
-)
 
 
 class LlamaCppEngine:
@@ -79,11 +75,7 @@ class LlamaCppEngine:
     def synthetic(self, n: int) -> list[int]:
         """Exactly n prompt tokens: BOS, then a fixed English filler text tokenized and repeated."""
         body = self.llm.tokenize(FILLER.encode(), add_bos=False, special=False)
-        bos = self.llm.tokenize(b"", add_bos=True, special=False)
-        out = list(bos)
-        while len(out) < n:
-            out.extend(body)
-        return out[:n]
+        return synthetic_ids(self.llm.tokenize(b"", add_bos=True, special=False), body, n)
 
     def detokenize(self, ids: list[int]) -> str:
         return self.llm.detokenize(ids).decode("utf-8", errors="replace")

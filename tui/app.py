@@ -415,7 +415,7 @@ def run_dashboard(args) -> int:
     settings = LiveSettings(max_tokens=args.max_tokens or 128, rate=args.rate, users=args.users,
                             bandwidth_gbps=beta, bandwidth_source=beta_src, chip=chip_name,
                             ignore_eos=not args.stop_at_eos, memory_budget=memory_budget(args.memory_budget),
-                            kv_bytes_per_token=choice.info.kv_bytes_per_token() if choice.info else None,
+                            kv_bytes_per_token=choice.kv_bytes_per_token(),
                             ctx=args.ctx, force=args.force, brake=not args.no_brake)
     recorder = None
     if args.record:
@@ -429,6 +429,8 @@ def run_dashboard(args) -> int:
                   b_cap=max(args.max_b, args.b or 1))
     controller = LiveController(fleet, wl, settings, recorder=recorder)
     controller.start()
+    if spec.options.get("blas"):
+        controller.log("info", f"mlx BLAS: {spec.options['blas']}")
     try:
         InferenceTop(controller, refresh_hz=args.refresh, title=choice.name).run()
     finally:

@@ -54,15 +54,17 @@ def int_list(text: str) -> list[int]:
 
 
 def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
-    p.add_argument("--engine", default="llama", choices=["llama", "http"],
-                   help="llama (llama-cpp-python workers) or http (an OpenAI-compatible server at --url)")
+    p.add_argument("--engine", default="llama", choices=["llama", "mlx", "http"],
+                   help="llama (llama-cpp-python workers), mlx (mlx-lm workers) or http (an OpenAI-compatible "
+                   "server at --url)")
     p.add_argument("--url", help="http engine: the API base, e.g. http://127.0.0.1:8080/v1")
     p.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
                    help="http engine: /v1/completions (default) or /v1/chat/completions")
     p.add_argument("--api-key-env", help="http engine: the environment variable holding the API key")
     p.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="http engine: seconds without data before a stream counts as stalled")
-    p.add_argument("--model", help="model path (a .gguf file for llama); default: the embedded Gemma 3 270M")
+    p.add_argument("--model", help="a .gguf file (llama); an mlx-lm folder, or a Gemma 3 .gguf converted once "
+                   "(mlx); default: the embedded Gemma 3 270M")
     p.add_argument("--k", type=int_list if lists else positive_int, default=[1] if lists else 1,
                    help="engine instances (worker processes)" + (", comma list" if lists else ""))
     p.add_argument("--b", type=int_list if lists else positive_int, default=None,
@@ -189,7 +191,7 @@ def bench_main(argv: list[str]) -> int:
     cfg = SweepConfig(ks=args.k, bs=bs, mode=mode, requests=args.requests, max_tokens=max_tokens, reps=args.reps,
                       rate=args.rate, ignore_eos=not args.stop_at_eos, bandwidth_gbps=beta,
                       cell_timeout_s=args.cell_timeout, out_dir=out, contexts=args.contexts, ctx=ctx,
-                      kv_bytes_per_token=choice.info.kv_bytes_per_token() if choice.info else None,
+                      kv_bytes_per_token=choice.kv_bytes_per_token(),
                       memory_budget=budget, force=args.force)
     header = run_header(choice, spec, {
         "command": "bench", "argv": argv, "ks": args.k, "bs": bs, "mode": mode, "requests": args.requests,

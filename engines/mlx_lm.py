@@ -1,0 +1,216 @@
+"""mlx-lm engine: any mlx-lm model folder, or the embedded GGUF converted by engines.gguf_to_mlx.
+
+Single stream: mlx-lm's own `generate_step` (greedy, a fresh KV cache per request, so nothing is reused
+between requests); each id is stamped with perf_counter_ns() when mlx hands it over. Batch mode: mlx-lm's
+own continuous-batching `BatchGenerator`; all ids of one `next()` share that step's stamp.
+
+mlx-lm 0.32.2 is pinned (pyproject): BatchGenerator's API changed shape across releases.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from engines.base import FILLER, EngineError, EngineSpec, Prompt, synthetic_ids
+
+INSTALL_HINT = "pip install 'inference-top[mlx]' (Linux: mlx[cpu]), or use --engine llama"
+
+
+def require_mlx() -> None:
+    """One line when mlx or mlx-lm is missing, before any worker starts."""
+    for mod, name in (("mlx.core", "mlx"), ("mlx_lm", "mlx-lm")):
+        try:
+            found = importlib.util.find_spec(mod) is not None  # finds, does not import (mlx is a namespace)
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise EngineError(f"{name} is not installed in this Python: {INSTALL_HINT}")
+
+
+def check_folder(path: str | Path) -> dict:
+    """config.json of an mlx-lm model folder, or EngineError naming what is wrong with it."""
+    p = Path(path)
+    what = "an mlx-lm model folder (config.json, *.safetensors and a tokenizer)"
+    if not p.exists():
+        raise EngineError(f"model not found: {p} (--engine mlx takes {what}, or a Gemma 3 .gguf to convert)")
+    if not p.is_dir():
+        raise EngineError(f"{p} is not {what}, nor a GGUF file")
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except FileNotFoundError:
+        raise EngineError(f"{p} is not {what}: it has no config.json") from None
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"{p}/config.json cannot be read as JSON ({exc})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise EngineError(f"{p}/config.json names no model_type; it is not an mlx-lm model config")
+    if not any(p.glob("*.safetensors")):
+        raise EngineError(f"{p} is not {what}: it has no .safetensors weights")
+    if not ((p / "tokenizer.json").exists() or (p / "tokenizer.model").exists()):
+        raise EngineError(f"{p} is not {what}: it has no tokenizer.json or tokenizer.model")
+    # whether mlx-lm has this model_type is its own check, at load in the worker ("Model type … not
+    # supported."): importing mlx-lm here would load mlx before the BLAS shim
+    return config
+
+
+def weight_bytes(path: str | Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
+
+
+class MlxLmEngine:
+    name = "mlx-lm"
+
+    def __init__(self, spec: EngineSpec):
+        self.spec = spec
+        self.model = None
+        self.tokenizer = None
+        self.blas = None
+        self._batch: MlxBatch | None = None
+
+    def load(self) -> None:
+        from engines.mlx_blas import LoadedBlas
+
+        # before mlx is imported: its cblas_sgemm must bind to the OpenBLAS shim
+        self.blas = LoadedBlas(self.spec.options.get("mlx_blas_shim"), self.spec.options.get("mlx_openblas"))
+        self.blas.set_threads(self.spec.threads)
+        try:
+            require_mlx()
+            import mlx.core as mx
+            from mlx_lm.utils import load
+        except ImportError as exc:
+            raise EngineError(f"mlx-lm cannot be imported ({exc}): {INSTALL_HINT}") from None
+        self.mx = mx
+        check_folder(self.spec.model_path)
+        try:
+            self.model, self.tokenizer = load(self.spec.model_path)
+        except (ValueError, OSError, KeyError) as exc:
+            raise EngineError(f"mlx-lm could not load {self.spec.model_path}: {exc}") from None
+        self.eos = set(self.tokenizer.eos_token_ids or [])
+
+    def warmup(self) -> None:
+        """One warmup request: a short prompt and 8 generated tokens."""
+        toks = self.tokenize(Prompt("warmup", text="Warm up: count from one to ten."))
+        for _ in self.generate(toks, 8, True):
+            pass
+
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        """The ids llama.cpp feeds for the same prompt (BOS as the tokenizer config says, no special
+        tokens parsed from the text: the engines agree on the embedded model, tested)."""
+        enc = self.tokenizer._tokenizer
+        if prompt.synthetic_tokens:
+            bos = enc.encode("", add_special_tokens=True)
+            return synthetic_ids(bos, enc.encode(FILLER, add_special_tokens=False), prompt.synthetic_tokens)
+        return list(enc.encode(prompt.text or "", add_special_tokens=True, split_special_tokens=True))
+
+    def set_threads(self, n: int) -> None:
+        """OpenBLAS's thread count (the shim); with the bundled BLAS mlx has no such knob."""
+        self.blas.set_threads(n)
+        self.spec = replace(self.spec, threads=n)
+
+    def blas_calls(self) -> int | None:
+        return self.blas.calls() if self.blas else None
+
+    def _check_room(self, n_prompt: int, max_tokens: int, room: int, where: str) -> None:
+        need = n_prompt + max_tokens
+        if need > room:
+            raise EngineError(f"prompt of {n_prompt} tokens + max_tokens {max_tokens} = {need} exceeds {where} "
+                              "(raise --ctx or lower --max-tokens)")
+
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+        from time import perf_counter_ns
+
+        from mlx_lm.generate import generate_step, generation_stream
+
+        self._check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
+        mx = self.mx
+        # a fresh prompt cache per call: no KV or prefix reuse between requests
+        steps = generate_step(mx.array(tokens), self.model, max_tokens=max_tokens)
+        reason = "length"
+        try:
+            for tok, _logprobs in steps:
+                t = perf_counter_ns()
+                yield tok, t
+                if not ignore_eos and tok in self.eos:
+                    reason = "stop"
+                    break
+        finally:
+            steps.close()
+            # generate_step has already queued one more step; let it finish here, not in the next TTFT
+            mx.synchronize(generation_stream)
+        return reason
+
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "MlxBatch":
+        """mlx-lm's BatchGenerator for up to b_cap sequences (its KV caches grow as needed, so a new
+        capacity only changes its batch sizes; it is remade when idle, like llama.cpp's context)."""
+        ctx_per_seq = ctx_per_seq or self.spec.ctx
+        if self._batch is None or (self._batch.b_cap, self._batch.ctx_per_seq) != (b_cap, ctx_per_seq):
+            if self._batch is not None:
+                self._batch.close()
+            self._batch = MlxBatch(self, b_cap, ctx_per_seq)
+        return self._batch
+
+    def close(self) -> None:
+        if self._batch is not None:
+            self._batch.close()
+            self._batch = None
+        self.model = None
+
+
+class MlxBatch:
+    """Continuous batching on mlx-lm's BatchGenerator, behind add / step / remove / active."""
+
+    def __init__(self, engine: MlxLmEngine, b_cap: int, ctx_per_seq: int):
+        from mlx_lm.generate import BatchGenerator
+
+        self.engine = engine
+        self.b_cap = b_cap
+        self.ctx_per_seq = ctx_per_seq
+        # no stop tokens by default (ignore-EOS); a request that stops at EOS brings its own
+        self.gen = BatchGenerator(engine.model, stop_tokens=None, completion_batch_size=b_cap,
+                                  prefill_batch_size=b_cap)
+        self.seqs: dict = {}  # request key -> BatchGenerator uid
+        self._keys: dict = {}  # uid -> request key
+
+    def active(self) -> int:
+        return len(self.seqs)
+
+    def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
+        from mlx_lm.generate import StopSequences
+
+        self.engine._check_room(len(prompt), max_tokens, self.ctx_per_seq,
+                                f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
+        if len(self.seqs) >= self.b_cap:
+            raise EngineError(f"all {self.b_cap} sequence slots are busy")
+        stop = None if ignore_eos else [StopSequences([[e] for e in sorted(self.engine.eos)])]
+        (uid,) = self.gen.insert([prompt], max_tokens=[max_tokens], stop_sequences=stop)
+        self.seqs[key] = uid
+        self._keys[uid] = key
+
+    def step(self):
+        """One BatchGenerator.next(). Returns (t_ns, [(key, token_id)], [(key, finish_reason)])."""
+        from time import perf_counter_ns
+
+        _prompts, responses = self.gen.next()
+        t = perf_counter_ns()
+        tokens, finished = [], []
+        for r in responses:
+            key = self._keys.get(r.uid)
+            if key is None:
+                continue
+            tokens.append((key, int(r.token)))
+            if r.finish_reason is not None:
+                finished.append((key, r.finish_reason))
+                self.seqs.pop(key, None)
+                self._keys.pop(r.uid, None)
+        return t, tokens, finished
+
+    def remove(self, key) -> None:
+        uid = self.seqs.pop(key, None)
+        if uid is not None:
+            self._keys.pop(uid, None)
+            self.gen.remove([uid])
+
+    def close(self) -> None:
+        self.gen.close()
