@@ -1,4 +1,8 @@
 import os
+import socket
+import subprocess
+import sys
+import time
 
 import psutil
 import pytest
@@ -61,3 +65,27 @@ def descendants(pid: int | None = None) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(module_args: list[str], timeout_s: float = 60):
+    """`python -m <module_args> --port P` on loopback, waited for until /v1/models answers: (proc, url)."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", *module_args, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    return proc, url

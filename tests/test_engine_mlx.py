@@ -194,6 +194,25 @@ def test_bench_k_and_b_sweep_writes_the_same_formats(tmp_path):
     assert (out / "summary.csv").read_text().count("\n") == 5
 
 
+def test_http_engine_against_mlx_lm_server(mlx_model, tmp_path):
+    """mlx-lm's own server with the converted model, measured by --engine http (streams, not processes)."""
+    from conftest import serve
+
+    proc, url = serve(["mlx_lm.server", "--model", str(mlx_model.path), "--host", "127.0.0.1"])
+    try:
+        out = tmp_path / "http"
+        p = run(["bench", "--engine", "http", "--url", url, "--b", "1,2", "--requests", "2", "--max-tokens", "4",
+                 "--out", str(out)])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert p.returncode == 0, p.stderr[-2000:]
+    cells = json.loads((out / "summary.json").read_text())
+    assert [c["b"] for c in cells] == [1, 2] and all(c["completed"] == 2 and c["errors"] == 0 for c in cells)
+    _, records, _ = read_jsonl(out / "records.jsonl")
+    assert all(1 <= len(r.token_ns) <= 4 for r in records)
+
+
 @pytest.mark.parametrize("what", ["folder", "gguf_arch", "missing_mlx"])
 def test_bad_inputs_give_one_line(tmp_path, what):
     env = None

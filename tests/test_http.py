@@ -2,7 +2,6 @@
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -13,31 +12,15 @@ import httpx
 import pytest
 
 from bench.http_fleet import parse_prometheus
+from conftest import free_port, serve
 from engines.http_openai import endpoint_body, stream_one
 
 CLI = [sys.executable, "-m", "tui.cli"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(model, interrupt: bool):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model.path), "--host",
-                             "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--interrupt_requests",
-                             str(interrupt)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        try:
-            if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    return proc, url
+    return serve(["llama_cpp.server", "--model", str(model.path), "--host", "127.0.0.1", "--n_ctx", "1024",
+                  "--interrupt_requests", str(interrupt)])
 
 
 @pytest.fixture(scope="module")
