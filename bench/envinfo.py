@@ -7,7 +7,8 @@ from importlib import metadata
 
 from bench.probes import detect_chip, total_memory_bytes
 
-PACKAGES = ("inference-top", "llama_cpp_python", "mlx", "mlx-lm", "numpy", "psutil", "gguf", "textual", "httpx")
+PACKAGES = ("inference-top", "llama_cpp_python", "mlx", "mlx-cpu", "mlx-lm", "transformers", "scipy-openblas32", "numpy",
+            "psutil", "gguf", "textual", "httpx")
 
 
 def package_versions() -> dict[str, str]:

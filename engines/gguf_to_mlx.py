@@ -189,7 +189,9 @@ def convert_gguf(gguf_path: str | os.PathLike, folder: str | os.PathLike | None 
     except ImportError:
         raise EngineError("safetensors is not installed: pip install 'inference-top[mlx]'") from None
     config = gemma3_config(reader)
-    say(f"converting {src.name} for mlx into {dst} (dequantizing to float32, once) …")
+    size = sum(int(t.n_elements) for t in reader.tensors if mlx_name(t.name)) * 4
+    say(f"converting {src.name} for mlx into {dst}: dequantizing to {size / 1e9:.2f} GB of float32 "
+        "(once, ≈ 30 s) …")
     weights = {}
     for t in reader.tensors:
         name = mlx_name(t.name)
