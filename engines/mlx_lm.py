@@ -98,7 +98,7 @@ class MlxLmEngine:
     def tokenize(self, prompt: Prompt) -> list[int]:
         """The ids llama.cpp feeds for the same prompt (BOS as the tokenizer config says, no special
         tokens parsed from the text: the engines agree on the embedded model, tested)."""
-        enc = self.tokenizer._tokenizer
+        enc = self.tokenizer  # mlx-lm's wrapper hands encode to the Hugging Face tokenizer
         if prompt.synthetic_tokens:
             bos = enc.encode("", add_special_tokens=True)
             return synthetic_ids(bos, enc.encode(FILLER, add_special_tokens=False), prompt.synthetic_tokens)
