@@ -53,7 +53,8 @@ def _is_gguf(p: Path) -> bool:
 def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> ModelChoice:
     """An mlx-lm folder as given, or a Gemma 3 GGUF (the embedded one by default) converted once."""
     from engines.gguf_to_mlx import SUPPORTED_ARCHITECTURES, convert_gguf, unsupported
-    from engines.mlx_lm import check_folder, require_mlx, weight_bytes
+    from bench.guard import GuardError, shape_from_config
+    from engines.mlx_lm import check_folder, require_mlx
 
     require_mlx()
     source = None
@@ -70,17 +71,13 @@ def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> Mod
         folder = Path(model)
     config = check_folder(folder)
     text = config.get("text_config", config)
-    heads = int(text.get("num_attention_heads") or 0)
     try:
-        info = GGUFInfo(
-            path=str(folder), file_bytes=weight_bytes(folder), architecture=str(config["model_type"]),
-            name=str(config.get("_name_or_path") or folder.name), layers=int(text["num_hidden_layers"]),
-            kv_heads=int(text.get("num_key_value_heads") or heads),
-            head_dim=int(text.get("head_dim") or int(text["hidden_size"]) // heads),
-            context_length=text.get("max_position_embeddings"))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise EngineError(f"{folder}/config.json lacks the attention shape ({exc}): need num_hidden_layers, "
-                          "num_attention_heads and hidden_size or head_dim") from None
+        shape = shape_from_config(folder / "config.json")  # the attention shape, weights = the safetensors
+    except GuardError as exc:
+        raise EngineError(str(exc)) from None
+    info = GGUFInfo(path=str(folder), file_bytes=shape.weight_bytes, architecture=str(config["model_type"]),
+                    name=shape.name, layers=shape.layers, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                    context_length=text.get("max_position_embeddings"))
     if source is None:
         name = info.name
     dtype = str(text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")

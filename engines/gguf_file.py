@@ -44,6 +44,25 @@ def _cache_file() -> Path:
     return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "gguf-info.json"
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def _write_json(path: Path, table: dict) -> None:
+    """Replace a cache file whole (a reader never sees half of it); a cache that cannot be written is skipped."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(table))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
 def inspect_gguf(path: str | os.PathLike, progress=None) -> GGUFInfo:
     """Raise EngineError with one clear line unless `path` is a complete, readable GGUF file.
 
@@ -55,29 +74,16 @@ def inspect_gguf(path: str | os.PathLike, progress=None) -> GGUFInfo:
     if p.is_file():
         st = p.stat()
         key = f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-        try:
-            cached = json.loads(_cache_file().read_text()).get(key)
-        except (OSError, ValueError):
-            cached = None
+        cached = _read_json(_cache_file()).get(key)
         if cached:
             return GGUFInfo(**cached)
     if progress and key:
         progress(f"reading the GGUF metadata of {p.name} (once per file, ≈10 s for a large vocabulary) …")
     info = _inspect(p)
     if key:
-        try:
-            cache = _cache_file()
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                table = json.loads(cache.read_text())
-            except (OSError, ValueError):
-                table = {}
-            table[key] = asdict(info)
-            tmp = cache.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(table))
-            tmp.replace(cache)
-        except OSError:
-            pass
+        table = _read_json(_cache_file())
+        table[key] = asdict(info)
+        _write_json(_cache_file(), table)
     return info
 
 
@@ -140,10 +146,7 @@ def sha256_prefix(path: str | os.PathLike, n: int = 16) -> str:
     if not p.is_dir():
         return _file_sha256(p)[:n]
     cache_path = _cache_file().with_name("sha256.json")
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
+    cache = _read_json(cache_path)
     h = hashlib.sha256()
     changed = False
     for f in sorted([*p.glob("*.safetensors"), p / "config.json"]):
@@ -156,11 +159,5 @@ def sha256_prefix(path: str | os.PathLike, n: int = 16) -> str:
             changed = True
         h.update(f"{f.name}:{cache[key]}\n".encode())
     if changed:
-        try:
-            cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(cache))
-            tmp.replace(cache_path)
-        except OSError:
-            pass
+        _write_json(cache_path, cache)
     return h.hexdigest()[:n]

@@ -55,10 +55,6 @@ def check_folder(path: str | Path) -> dict:
     return config
 
 
-def weight_bytes(path: str | Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).glob("*.safetensors"))
-
-
 class MlxLmEngine:
     name = "mlx-lm"
 
