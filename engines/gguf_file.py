@@ -29,7 +29,8 @@ class GGUFInfo:
         return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
 
 
-def _field(reader, key):
+def gguf_field(reader, key):
+    """A metadata value of a GGUFReader, or None."""
     f = reader.fields.get(key)
     if f is None:
         return None
@@ -109,11 +110,11 @@ def _inspect(path: Path) -> GGUFInfo:
         raise EngineError(
             f"{p} is truncated: its tensors need {end:,} bytes but the file has {size:,} (download it again)"
         )
-    arch = _field(reader, "general.architecture") or "unknown"
-    heads = _field(reader, f"{arch}.attention.head_count")
-    kv_heads = _field(reader, f"{arch}.attention.head_count_kv")
-    head_dim = _field(reader, f"{arch}.attention.key_length")
-    embd = _field(reader, f"{arch}.embedding_length")
+    arch = gguf_field(reader, "general.architecture") or "unknown"
+    heads = gguf_field(reader, f"{arch}.attention.head_count")
+    kv_heads = gguf_field(reader, f"{arch}.attention.head_count_kv")
+    head_dim = gguf_field(reader, f"{arch}.attention.key_length")
+    embd = gguf_field(reader, f"{arch}.embedding_length")
     if head_dim is None and heads and embd:
         head_dim = int(embd) // int(heads)
     as_int = lambda v: None if v is None else int(v)  # noqa: E731
@@ -121,11 +122,11 @@ def _inspect(path: Path) -> GGUFInfo:
         path=str(p),
         file_bytes=size,
         architecture=str(arch),
-        name=str(_field(reader, "general.name") or p.stem),
-        layers=as_int(_field(reader, f"{arch}.block_count")),
+        name=str(gguf_field(reader, "general.name") or p.stem),
+        layers=as_int(gguf_field(reader, f"{arch}.block_count")),
         kv_heads=as_int(kv_heads if kv_heads is not None else heads),
         head_dim=as_int(head_dim),
-        context_length=as_int(_field(reader, f"{arch}.context_length")),
+        context_length=as_int(gguf_field(reader, f"{arch}.context_length")),
     )
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.base import EngineError
+from engines.gguf_file import gguf_field
 
 CONVERTER_VERSION = 1
 SUPPORTED_ARCHITECTURES = ("gemma3",)
@@ -62,20 +63,15 @@ def is_norm(gguf_name: str) -> bool:
     return gguf_name.endswith("norm.weight")
 
 
-def _field(reader, key):
-    f = reader.fields.get(key)
-    return None if f is None else f.contents()
-
-
 def gemma3_config(reader) -> dict:
     """config.json for mlx-lm's gemma3_text from the GGUF's gemma3.* metadata."""
-    g = lambda key: _field(reader, f"gemma3.{key}")  # noqa: E731
+    g = lambda key: gguf_field(reader, f"gemma3.{key}")  # noqa: E731
     missing = [k for k in ("embedding_length", "block_count", "feed_forward_length", "attention.head_count")
                if g(k) is None]
     if missing:
         raise EngineError(f"the GGUF lacks gemma3 metadata {', '.join(missing)}; it cannot be converted for mlx")
-    tokens = _field(reader, "tokenizer.ggml.tokens") or []
-    eos = [int(_field(reader, "tokenizer.ggml.eos_token_id") or 1)]
+    tokens = gguf_field(reader, "tokenizer.ggml.tokens") or []
+    eos = [int(gguf_field(reader, "tokenizer.ggml.eos_token_id") or 1)]
     if "<end_of_turn>" in tokens:  # llama.cpp treats it as end of generation too
         eos.append(tokens.index("<end_of_turn>"))
     heads = int(g("attention.head_count"))
@@ -94,9 +90,9 @@ def gemma3_config(reader) -> dict:
         "sliding_window": int(g("attention.sliding_window") or 512),
         "max_position_embeddings": int(g("context_length") or 32768),
         "vocab_size": len(tokens),
-        "bos_token_id": int(_field(reader, "tokenizer.ggml.bos_token_id") or 2),
+        "bos_token_id": int(gguf_field(reader, "tokenizer.ggml.bos_token_id") or 2),
         "eos_token_id": eos,
-        "pad_token_id": int(_field(reader, "tokenizer.ggml.padding_token_id") or 0),
+        "pad_token_id": int(gguf_field(reader, "tokenizer.ggml.padding_token_id") or 0),
         "tie_word_embeddings": True,
         "torch_dtype": "float32",
         **GEMMA3_FIXED,
@@ -118,10 +114,10 @@ def _tokenizer(reader):
                           "pip install 'inference-top[mlx]'") from None
     tdict = {}
     for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items():
-        value = _field(reader, f"tokenizer.{key}")
+        value = gguf_field(reader, f"tokenizer.{key}")
         if value is not None:
             tdict[name] = value
-    arch = _field(reader, "general.architecture")
+    arch = gguf_field(reader, "general.architecture")
     tok = select_tokenizer_builder(arch, tdict.get("tokenizer_type"))(tdict)
     tok = add_gguf_special_tokens(tok, tdict)
     names = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unk_token_id",
@@ -129,8 +125,8 @@ def _tokenizer(reader):
     for attr, key in names.items():
         if key in tdict:
             setattr(tok, attr, tdict["tokens"][int(tdict[key])])
-    tok.add_bos_token = bool(_field(reader, "tokenizer.ggml.add_bos_token"))
-    tok.add_eos_token = bool(_field(reader, "tokenizer.ggml.add_eos_token"))
+    tok.add_bos_token = bool(gguf_field(reader, "tokenizer.ggml.add_bos_token"))
+    tok.add_eos_token = bool(gguf_field(reader, "tokenizer.ggml.add_eos_token"))
     return tok
 
 
@@ -181,7 +177,7 @@ def convert_gguf(gguf_path: str | os.PathLike, folder: str | os.PathLike | None 
     except ImportError as exc:
         raise EngineError(f"the gguf package is missing ({exc}): pip install gguf") from None
     reader = GGUFReader(str(src), "r")
-    arch = _field(reader, "general.architecture") or "unknown"
+    arch = gguf_field(reader, "general.architecture") or "unknown"
     if arch not in SUPPORTED_ARCHITECTURES:
         raise unsupported(src.name, arch)
     try:
