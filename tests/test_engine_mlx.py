@@ -76,6 +76,18 @@ def test_blas_shim_is_in_use(mlx_engine):
     assert mlx_engine.blas_calls() > 0  # mlx's cblas_sgemm went through the shim
 
 
+def test_without_a_compiler_mlx_keeps_its_own_blas_and_says_so(tmp_path, monkeypatch):
+    from engines.mlx_blas import prepare
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the OpenBLAS shim is for mlx[cpu] on Linux")
+    monkeypatch.setenv("INFERENCE_TOP_CACHE", str(tmp_path))  # nothing built yet
+    monkeypatch.setenv("CC", "false")  # a compiler that fails
+    choice = prepare()
+    assert choice.shim is None and "reference BLAS" in choice.label and "shim failed" in choice.label
+    assert not list(tmp_path.rglob("*.so"))
+
+
 def test_prompt_ids_equal_llama_cpps(mlx_engine, engine):
     for text in PROMPTS:
         assert mlx_engine.tokenize(Prompt("p", text=text)) == engine.tokenize(Prompt("p", text=text)), text
