@@ -56,6 +56,14 @@ def synthetic_ids(bos: list[int], filler: list[int], n: int) -> list[int]:
     return out[:n]
 
 
+def check_room(n_prompt: int, max_tokens: int, room: int, where: str) -> None:
+    """A request must fit its sequence's context: prompt + max_tokens ≤ room (`where` names that room)."""
+    need = n_prompt + max_tokens
+    if need > room:
+        raise EngineError(f"prompt of {n_prompt} tokens + max_tokens {max_tokens} = {need} exceeds {where} "
+                          "(raise --ctx or lower --max-tokens)")
+
+
 class Engine(Protocol):
     name: str
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engines.base import FILLER, EngineError, EngineSpec, Prompt, synthetic_ids
+from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
 
 
 
@@ -116,12 +116,7 @@ class LlamaCppEngine:
     def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
         from time import perf_counter_ns
 
-        need = len(tokens) + max_tokens
-        if need > self.spec.ctx:
-            raise EngineError(
-                f"prompt of {len(tokens)} tokens + max_tokens {max_tokens} = {need} exceeds the context of "
-                f"{self.spec.ctx} tokens (raise --ctx or lower --max-tokens)"
-            )
+        check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
         # no KV or prefix reuse between requests
         self._lib.llama_memory_clear(self._mem, True)
         self._decode(tokens)
@@ -205,12 +200,8 @@ class LlamaBatch:
         return len(self.seqs)
 
     def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
-        need = len(prompt) + max_tokens
-        if need > self.ctx_per_seq:
-            raise EngineError(
-                f"prompt of {len(prompt)} tokens + max_tokens {max_tokens} = {need} exceeds the {self.ctx_per_seq} "
-                f"tokens each of B≤{self.b_cap} sequences gets (raise --ctx or lower --max-tokens)"
-            )
+        check_room(len(prompt), max_tokens, self.ctx_per_seq,
+                   f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
         if not self._free:
             raise EngineError(f"all {self.b_cap} sequence slots are busy")
         slot = heapq.heappop(self._free)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from engines.base import FILLER, EngineError, EngineSpec, Prompt, synthetic_ids
+from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
 
 INSTALL_HINT = "pip install 'inference-top[mlx]' (Linux: mlx[cpu]), or use --engine llama"
 
@@ -108,18 +108,12 @@ class MlxLmEngine:
     def blas_calls(self) -> int | None:
         return self.blas.calls() if self.blas else None
 
-    def _check_room(self, n_prompt: int, max_tokens: int, room: int, where: str) -> None:
-        need = n_prompt + max_tokens
-        if need > room:
-            raise EngineError(f"prompt of {n_prompt} tokens + max_tokens {max_tokens} = {need} exceeds {where} "
-                              "(raise --ctx or lower --max-tokens)")
-
     def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
         from time import perf_counter_ns
 
         from mlx_lm.generate import generate_step, generation_stream
 
-        self._check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
+        check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
         mx = self.mx
         # a fresh prompt cache per call: no KV or prefix reuse between requests
         steps = generate_step(mx.array(tokens), self.model, max_tokens=max_tokens)
@@ -175,8 +169,8 @@ class MlxBatch:
     def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
         from mlx_lm.generate import StopSequences
 
-        self.engine._check_room(len(prompt), max_tokens, self.ctx_per_seq,
-                                f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
+        check_room(len(prompt), max_tokens, self.ctx_per_seq,
+                   f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
         if len(self.seqs) >= self.b_cap:
             raise EngineError(f"all {self.b_cap} sequence slots are busy")
         stop = None if ignore_eos else [StopSequences([[e] for e in sorted(self.engine.eos)])]
