@@ -25,16 +25,11 @@ import presets  # noqa: E402
 from bench.fleet import Fleet, auto_threads  # noqa: E402
 from bench.session import build_spec, resolve_model, run_meta  # noqa: E402
 from bench.workload import ClosedLoop  # noqa: E402
+from batching import decode_tps  # noqa: E402  (benchmarks/batching.py: the same wave metric)
 from engines.mlx_blas import REFERENCE  # noqa: E402
 
 BS = (1, 2, 4, 8)
 PROMPT = presets.workload("default").prompts[0]
-
-
-def decode_tps(records) -> float:
-    first = min(r.t_first_token_ns for r in records)
-    last = max(r.token_ns[-1] for r in records)
-    return sum(len(r.token_ns) - 1 for r in records) / ((last - first) / 1e9)
 
 
 def bare(engine, b: int, n_tokens: int) -> float:
@@ -61,17 +56,23 @@ def bare(engine, b: int, n_tokens: int) -> float:
     return n / ((t - first) / 1e9)
 
 
-def fleet_tps(spec, choice, wl, b: int, n_tokens: int, rounds: int, k: int = 1, mode: str = "batch") -> list[float]:
-    f = Fleet(spec, run_meta("mlx", choice, mode, b), k=k, threads=spec.threads, b_cap=max(BS))
+def fleet_runs(spec, choice, wl, bs, n_tokens: int, rounds: int, label: str, k: int = 1,
+               mode: str = "batch") -> dict[int, list[float]]:
+    """One fleet (loaded once); for each B a wave of B requests (K for instances) per round."""
+    f = Fleet(spec, run_meta("mlx", choice, mode, bs[0]), k=k, threads=spec.threads, b_cap=max(BS))
     f.start()
+    out = {}
     try:
-        if mode == "batch":
-            f.set_batch(mode, b)
-        n = b if mode == "batch" else k
-        return [decode_tps(f.run_requests(wl, ClosedLoop(n, total=n), n_tokens, True, timeout=900))
-                for _ in range(rounds)]
+        for b in bs:
+            if mode == "batch":
+                f.set_batch(mode, b)
+            n = b if mode == "batch" else k
+            out[b] = [decode_tps(f.run_requests(wl, ClosedLoop(n, total=n), n_tokens, True, timeout=900))
+                      for _ in range(rounds)]
+            print(f"{label} {'B' if mode == 'batch' else 'K'}={n}: {statistics.median(out[b]):.1f} tok/s", flush=True)
     finally:
         f.close()
+    return out
 
 
 def main() -> None:
@@ -88,31 +89,18 @@ def main() -> None:
     eng = MlxLmEngine(spec)
     eng.load()  # loads the shim before mlx, as a worker does
     eng.warmup()
-    res = {b: ([], []) for b in BS}
+    bare_tps = {b: [] for b in BS}
     for r in range(a.rounds):
         for b in BS:
-            res[b][0].append(bare(eng, b, a.tokens))
-            print(f"round {r + 1} bare B={b}: {res[b][0][-1]:.1f} tok/s", flush=True)
+            bare_tps[b].append(bare(eng, b, a.tokens))
+            print(f"round {r + 1} bare B={b}: {bare_tps[b][-1]:.1f} tok/s", flush=True)
     eng.close()
-    fleet = {}
-    ref = {}
     ref_spec = replace(spec, options={**spec.options, "mlx_blas_shim": None, "mlx_openblas": None, "blas": REFERENCE})
-    f = Fleet(spec, run_meta("mlx", choice, "batch", 1), k=1, threads=a.threads, b_cap=max(BS))
-    f.start()
-    try:
-        for b in BS:
-            f.set_batch("batch", b)
-            fleet[b] = [decode_tps(f.run_requests(wl, ClosedLoop(b, total=b), a.tokens, True, timeout=900))
-                        for _ in range(a.rounds)]
-            print(f"fleet B={b}: {statistics.median(fleet[b]):.1f} tok/s", flush=True)
-    finally:
-        f.close()
-    for b in (1, 4):
-        ref[b] = fleet_tps(ref_spec, choice, wl, b, a.tokens, a.rounds)
-        print(f"fleet on the reference BLAS B={b}: {statistics.median(ref[b]):.1f} tok/s", flush=True)
-    inst = fleet_tps(build_spec("mlx", choice, None, 256, 2), choice, wl, 1, a.tokens, a.rounds, k=2,
-                     mode="instances")
-    med = {b: (statistics.median(res[b][0]), statistics.median(fleet[b])) for b in BS}
+    fleet = fleet_runs(spec, choice, wl, BS, a.tokens, a.rounds, "fleet")
+    ref = fleet_runs(ref_spec, choice, wl, (1, 4), a.tokens, a.rounds, "fleet on the reference BLAS")
+    inst = fleet_runs(build_spec("mlx", choice, None, 256, 2), choice, wl, (1,), a.tokens, a.rounds, "instances",
+                      k=2, mode="instances")[1]
+    med = {b: (statistics.median(bare_tps[b]), statistics.median(fleet[b])) for b in BS}
     print(f"\nthreads {a.threads}, {a.tokens} tokens per sequence, median of {a.rounds}; BLAS: {spec.options['blas']}")
     print(f"{'B':>3} {'bare tok/s':>11} {'fleet tok/s':>12} {'fleet/bare':>11}")
     for b in BS:
