@@ -24,9 +24,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import presets  # noqa: E402
-from bench.fleet import Fleet, auto_threads  # noqa: E402
-from bench.session import build_spec, resolve_model, run_meta  # noqa: E402
-from bench.workload import ClosedLoop  # noqa: E402
+from measure.core.probes import auto_threads  # noqa: E402
+from measure.sources.fleet import Fleet  # noqa: E402
+from measure.core.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
+from measure.core.workload import ClosedLoop, Load  # noqa: E402
 
 BS = (1, 2, 4, 8, 16)
 PROMPT = presets.workload("default").prompts[0]
@@ -101,7 +102,7 @@ def main() -> None:
             for b in BS:
                 res[b][0].append(bare(str(choice.path), a.threads, b, a.tokens, ctx))
                 fleet.set_batch("batch", b)
-                recs = fleet.run_requests(wl, ClosedLoop(b, total=b), a.tokens, True, timeout=600)
+                recs = fleet.run_requests(Load(wl, ClosedLoop(b, total=b), a.tokens, True), timeout=600)
                 res[b][1].append(decode_tps(recs))
                 print(f"round {r + 1} B={b:>2}: bare {res[b][0][-1]:6.1f}  fleet {res[b][1][-1]:6.1f} tok/s",
                       flush=True)
@@ -112,7 +113,7 @@ def main() -> None:
     inst_fleet.start()
     try:
         inst = statistics.median(
-            decode_tps(inst_fleet.run_requests(wl, ClosedLoop(2, total=2), a.tokens, True, timeout=600))
+            decode_tps(inst_fleet.run_requests(Load(wl, ClosedLoop(2, total=2), a.tokens, True), timeout=600))
             for _ in range(a.rounds))
     finally:
         inst_fleet.close()

@@ -19,10 +19,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import presets  # noqa: E402
-from bench.fleet import Fleet, auto_threads  # noqa: E402
-from bench.metrics import tpot  # noqa: E402
-from bench.session import build_spec, resolve_model, run_meta  # noqa: E402
-from bench.workload import ClosedLoop  # noqa: E402
+from measure.core.probes import auto_threads  # noqa: E402
+from measure.sources.fleet import Fleet  # noqa: E402
+from measure.core.metrics import tpot  # noqa: E402
+from measure.core.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
+from measure.core.workload import ClosedLoop, Load  # noqa: E402
 
 PROMPT = presets.workload("default").prompts[0]
 
@@ -79,7 +80,7 @@ def main() -> None:
             b = bare_tps(llm, llama_cpp, n_vocab, a.max_tokens, a.requests)
             llm.close()
             del llm
-            recs = fleet.run_requests(wl, ClosedLoop(1, a.requests), a.max_tokens, True, timeout=600)
+            recs = fleet.run_requests(Load(wl, ClosedLoop(1, a.requests), a.max_tokens, True), timeout=600)
             f = [1 / tpot(x) for x in recs]
             bare_all += b
             fleet_all += f

@@ -22,9 +22,10 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import presets  # noqa: E402
-from bench.fleet import Fleet, auto_threads  # noqa: E402
-from bench.session import build_spec, resolve_model, run_meta  # noqa: E402
-from bench.workload import ClosedLoop  # noqa: E402
+from measure.core.probes import auto_threads  # noqa: E402
+from measure.sources.fleet import Fleet  # noqa: E402
+from measure.core.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
+from measure.core.workload import ClosedLoop, Load  # noqa: E402
 from batching import decode_tps  # noqa: E402  (benchmarks/batching.py: the same wave metric)
 from engines.mlx_blas import REFERENCE  # noqa: E402
 
@@ -67,7 +68,7 @@ def fleet_runs(spec, choice, wl, bs, n_tokens: int, rounds: int, label: str, k: 
             if mode == "batch":
                 f.set_batch(mode, b)
             n = b if mode == "batch" else k
-            out[b] = [decode_tps(f.run_requests(wl, ClosedLoop(n, total=n), n_tokens, True, timeout=900))
+            out[b] = [decode_tps(f.run_requests(Load(wl, ClosedLoop(n, total=n), n_tokens, True), timeout=900))
                       for _ in range(rounds)]
             print(f"{label} {'B' if mode == 'batch' else 'K'}={n}: {statistics.median(out[b]):.1f} tok/s", flush=True)
     finally:

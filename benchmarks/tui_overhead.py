@@ -26,8 +26,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import metrics as M  # noqa: E402
-from bench.recorder import read_jsonl  # noqa: E402
+from measure.core import metrics as M  # noqa: E402
+from measure.core.recorder import read_jsonl  # noqa: E402
 
 EXE = str(Path(sys.executable).parent / "inference-top")
 

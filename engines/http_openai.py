@@ -1,8 +1,12 @@
 """An OpenAI-compatible server as the engine: one streamed request, token timestamps from the SSE chunks.
 
-Used by bench/http_fleet.py, which keeps B such streams open at once. Each content chunk is stamped with
-perf_counter_ns() when it arrives; its token count is the per-chunk usage where the server sends it, else
-one. A role-only chunk is not a token. The API key is read from the environment and never stored.
+Used by the HTTP fleet, which keeps B such streams open at once. Each content chunk is stamped with
+perf_counter_ns() when it arrives. Its token count: where chunks carry a running usage.completion_tokens
+(vLLM's continuous_usage_stats), the rise since the previous chunk ("continuous-usage"); else a per-chunk
+completion_tokens_delta where sent, else one ("chunks"). If the final usage then reports more tokens than
+the chunks gave (a server packing several tokens per chunk), the missing ones are spread evenly over the
+chunks' arrival times ("chunks+final-usage"). A role-only chunk is not a token. The API key is read from
+the environment and never stored.
 """
 from __future__ import annotations
 
@@ -20,11 +24,27 @@ class StreamResult:
     prompt_tokens: int | None = None
     server_output_tokens: int | None = None
     timings: dict | None = None  # llama-server's per-response timings block, where sent
+    # how len(token_ns) was counted: "continuous-usage" | "chunks" | "chunks+final-usage"
+    token_count: str = "chunks"
 
 
-def endpoint_body(endpoint: str, model: str | None, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
-    body: dict = {"max_tokens": max_tokens, "temperature": 0, "stream": True,
-                  "stream_options": {"include_usage": True}}
+def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
+                  cache_prompt: bool | None = False, continuous_usage: bool | None = True) -> dict:
+    """The streaming request body. `prompt` is a text, or token ids (the completions endpoint only, so
+    engines that share a tokenizer get the same ids). cache_prompt (llama-server honours it, others ignore
+    it) and stream_options.continuous_usage_stats (vLLM) are sent unless None."""
+    if not isinstance(prompt, str):
+        if endpoint == "chat":
+            raise ValueError("the chat endpoint takes a text prompt, not token ids")
+        if (not isinstance(prompt, list) or not prompt
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in prompt)):
+            raise ValueError("prompt must be a text or a non-empty list of int token ids")
+    stream_options: dict = {"include_usage": True}
+    if continuous_usage is not None:
+        stream_options["continuous_usage_stats"] = continuous_usage
+    body: dict = {"max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": stream_options}
+    if cache_prompt is not None:
+        body["cache_prompt"] = cache_prompt
     if ignore_eos:
         body["ignore_eos"] = True  # vLLM and llama-server honour it; others ignore it
     if model:
@@ -43,12 +63,43 @@ def api_headers(api_key_env: str | None) -> dict:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-async def stream_one(client, url: str, body: dict, headers: dict, stall_s: float) -> StreamResult:
-    """POST one streaming request; every failure becomes `error`, never an exception."""
+async def _read_to_end(lines, limit_s: float = 0.05) -> None:
+    """Read what follows [DONE] (normally only the end of the body, already received) so that the
+    connection goes back to the pool: left unread, the client closes it and the next request pays for a
+    new one. A server that keeps the body open past limit_s just has its connection closed."""
+    import asyncio
+
+    import httpx
+
+    async def rest():
+        async for _ in lines:
+            pass
+
+    try:
+        await asyncio.wait_for(rest(), limit_s)
+    except (asyncio.TimeoutError, httpx.HTTPError):
+        pass
+
+
+async def stream_one(client, url: str, body: dict, headers: dict, stall_s: float,
+                     on_tokens=None, read_to_end: bool = False) -> StreamResult:
+    """POST one streaming request; every failure becomes `error`, never an exception (on_tokens' own
+    exceptions pass through).
+
+    on_tokens(list_of_t_ns), where given, is called in the event loop as each chunk's tokens arrive (not
+    for a chunk that counts none), and once more at the end with the timestamps a final usage added.
+
+    read_to_end: after [DONE], read the rest of the body (≤ 50 ms) so the connection is reused rather
+    than closed. Worth it with one client per stream slot (≈1 ms less per request on loopback here);
+    with one httpx client shared by many streams, httpcore 1.0's pool bookkeeping grows with the idle
+    connections kept and makes it slower (measured with engines/null_server.py at B=16 and 64)."""
     import httpx
 
     res = StreamResult()
     done = False
+    counted = 0  # tokens in res.token_ns so far
+    continuous: bool | None = None  # decided by the first content chunk: does it carry a running usage?
+    chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
     try:
         async with client.stream("POST", url, json=body, headers=headers,
                                  timeout=httpx.Timeout(stall_s, connect=10.0)) as r:
@@ -60,12 +111,15 @@ async def stream_one(client, url: str, body: dict, headers: dict, stall_s: float
             if "text/event-stream" not in ctype:
                 res.error = f"not a stream: {url} answered content-type {ctype or 'none'} (is stream supported?)"
                 return res
-            async for line in r.aiter_lines():
+            lines = r.aiter_lines()
+            async for line in lines:
                 if not line.startswith("data:"):
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
                     done = True
+                    if read_to_end:
+                        await _read_to_end(lines)
                     break
                 try:
                     chunk = json.loads(data)
@@ -79,20 +133,51 @@ async def stream_one(client, url: str, body: dict, headers: dict, stall_s: float
                     res.server_output_tokens = usage.get("completion_tokens", res.server_output_tokens)
                 if chunk.get("timings"):
                     res.timings = chunk["timings"]
+                has_text = False
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
                     text = choice.get("text") if "text" in choice else delta.get("content")
                     if text:  # a role-only or empty chunk carries no token
-                        n = int(usage.get("completion_tokens_delta", 1)) if usage else 1
-                        res.token_ns.extend([t] * max(1, n))
+                        has_text = True
                     if choice.get("finish_reason"):
                         res.finish_reason = choice["finish_reason"]
+                if has_text:
+                    running = usage.get("completion_tokens")
+                    if "completion_tokens_delta" in usage:
+                        n = max(1, int(usage["completion_tokens_delta"]))
+                        continuous = False
+                    elif isinstance(running, int) and continuous is not False:
+                        continuous = True
+                        n = max(0, running - counted)
+                    else:
+                        if continuous is None:
+                            continuous = False
+                        n = 1
+                    chunk_ts.append((t, n))
+                    if n:
+                        ts = [t] * n
+                        res.token_ns.extend(ts)
+                        counted += n
+                        if on_tokens is not None:
+                            on_tokens(ts)
     except httpx.ConnectError as exc:
         res.error = f"cannot connect to {url}: {exc}"
     except httpx.ReadTimeout:
         res.error = f"stalled: no data from {url} for {stall_s:g} s"
     except httpx.HTTPError as exc:
         res.error = f"{type(exc).__name__} talking to {url}: {exc}"
+    res.token_count = "continuous-usage" if continuous else "chunks"
+    server = res.server_output_tokens
+    if isinstance(server, int) and server > counted and chunk_ts:
+        # several tokens per chunk and only a final count: spread the missing ones over the chunks
+        n_chunks = len(chunk_ts)
+        missing = server - counted
+        per = [(i + 1) * missing // n_chunks - i * missing // n_chunks for i in range(n_chunks)]
+        res.token_ns = [t for (t, n), k in zip(chunk_ts, per) for _ in range(n + k)]
+        extra = [t for (t, _), k in zip(chunk_ts, per) for _ in range(k)]
+        res.token_count = "chunks+final-usage"
+        if on_tokens is not None:
+            on_tokens(extra)
     if res.error is None and not done:
         res.error = "stream ended without [DONE] (truncated: did the server interrupt it?)"
     elif res.error is None and res.finish_reason is None:

@@ -7,8 +7,8 @@ import time
 import psutil
 import pytest
 
-from bench.fleet import Fleet
-from bench.session import build_spec, resolve_model, run_meta
+from measure.sources.fleet import Fleet
+from measure.core.model_choice import build_spec, resolve_model, run_meta
 
 
 @pytest.fixture(scope="session")

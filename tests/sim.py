@@ -1,8 +1,8 @@
 """A deterministic dashboard for snapshot and Pilot tests: the SIMULATED fleet on a fake clock."""
-from bench.fleet import RunMeta
-from bench.live import LiveController, LiveSettings
-from bench.probes import SystemSample
-from bench.simulated import SimulatedFleet
+from measure.core.records import RunMeta
+from measure.control.live import LiveController, LiveSettings
+from measure.core.probes import SystemSample
+from measure.sources.simulated import SimulatedFleet
 import presets
 
 NS = 1_000_000_000
@@ -24,14 +24,21 @@ class FixedProbe:
                             50.0)
 
 
+class NoProcesses:
+    """No real processes behind a simulated fleet."""
+
+    def sample(self, pids):
+        return {}
+
+
 def sim_controller(k=1, bandwidth=100.0):
     clock = FakeClock()
     meta = RunMeta(engine="llama.cpp", model="gemma-3-270m (simulated)", model_bytes=253_113_024)
     fleet = SimulatedFleet(meta, k=k, bandwidth_gbps=bandwidth, clock=clock, threaded=False)
     settings = LiveSettings(max_tokens=32, bandwidth_gbps=bandwidth, bandwidth_source="--bandwidth",
                             chip="test chip")
-    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(), clock=clock)
-    c._procs.sample = lambda pids: {}  # no real processes behind a simulated fleet
+    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(), procs_probe=NoProcesses(),
+                       clock=clock)
     c.start(thread=False)
     return c, fleet, clock
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import presets
-from bench.workload import ClosedLoop
+from measure.core.workload import ClosedLoop, Load
+from measure.sources.base import Finished
 from engines.base import EngineError, Prompt
 from engines.llama_cpp import LlamaBatch
 
@@ -76,7 +77,7 @@ def test_fleet_continuous_admission_and_refusal(make_fleet):
     fleet.set_batch("batch", 4)
     fleet.start()
     long_wl = presets.Workload("mix", "", ("Tell me a story.",))
-    fleet.set_load(long_wl, ClosedLoop(1, total=1), max_tokens=120)
+    fleet.set_load(Load(long_wl, ClosedLoop(1, total=1), 120))
     recs = []
 
     def pump(n, timeout=120):
@@ -86,8 +87,8 @@ def test_fleet_continuous_admission_and_refusal(make_fleet):
                 ev = fleet.events.get(timeout=0.2)
             except Exception:
                 continue
-            if ev[0] == "record":
-                recs.append(ev[1])
+            if isinstance(ev, Finished):
+                recs.append(ev.record)
 
     # wait until the long request is decoding, then add a short one and an oversized one
     end = time.monotonic() + 60
@@ -95,9 +96,9 @@ def test_fleet_continuous_admission_and_refusal(make_fleet):
         time.sleep(0.05)
     time.sleep(0.5)
     # closed loop counts what is in flight: 2 users so the one short request goes out now
-    fleet.set_load(presets.Workload("short", "", ("Hi.",)), ClosedLoop(2, total=1), max_tokens=8)
+    fleet.set_load(Load(presets.Workload("short", "", ("Hi.",)), ClosedLoop(2, total=1), 8))
     pump(1)
-    fleet.set_load(presets.workload("synthetic:300"), ClosedLoop(2, total=1), max_tokens=8)
+    fleet.set_load(Load(presets.workload("synthetic:300"), ClosedLoop(2, total=1), 8))
     pump(3)
     by = {r.prompt_id: r for r in recs}
     long_r, short_r, big = by["mix-1"], by["short-1"], by["synthetic-300"]

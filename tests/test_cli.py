@@ -9,9 +9,9 @@ import time
 import psutil
 import pytest
 
-from bench import metrics as M
-from bench.recorder import read_jsonl
-from bench.sweep import cell_summary
+from measure.core import metrics as M
+from measure.core.recorder import read_jsonl
+from measure.control.sweep import cell_summary
 
 CLI = [sys.executable, "-m", "tui.cli"]
 

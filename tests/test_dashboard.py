@@ -78,7 +78,7 @@ async def test_export_and_reset(tmp_path, monkeypatch):
         assert data["numbers"]["tpot_p50"] == pytest.approx(2 * 253_113_024 / 100e9, rel=0.01)
         await pilot.press("r")
         c.tick()
-        assert c.snapshot().numbers["requests"] == 0
+        assert c.snapshot().numbers.requests == 0
         await pilot.press("question_mark")
         assert app.screen.__class__.__name__ == "HelpScreen"
         await pilot.press("escape")
@@ -101,9 +101,9 @@ def test_snapshot_help(snap_compare):
 
 @pytest.mark.asyncio
 async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, monkeypatch):
-    from bench.fleet import Fleet
-    from bench.live import LiveController, LiveSettings
-    from bench.session import build_spec, run_meta
+    from measure.sources.fleet import Fleet
+    from measure.control.live import LiveController, LiveSettings
+    from measure.core.model_choice import build_spec, run_meta
     from conftest import descendants
     import presets
 
@@ -123,7 +123,7 @@ async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, mon
                 await asyncio.sleep(0.2)
             raise AssertionError("timed out")
 
-        await until(lambda s: s.state == "steady" and s.numbers["requests"] >= 1)
+        await until(lambda s: s.state == "steady" and s.numbers.requests >= 1)
         await pilot.press("plus")
         s = await until(lambda s: s.k == 2 and sum(w.state in ("serving", "idle") for w in s.workers) == 2
                         and s.state == "steady")
@@ -138,8 +138,8 @@ async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, mon
 
 
 def test_recorded_session_replays_to_the_same_statistics(tmp_path):
-    from bench.recorder import Recorder
-    from bench.replay import Recording, ReplayController
+    from measure.core.recorder import Recorder
+    from measure.control.replay import Recording, ReplayController
 
     path = tmp_path / "session.jsonl"
     c, fleet, clock = sim_controller(k=1)
@@ -164,7 +164,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     for a, b in zip(live.history, again.history):
         assert a.agg_tps == pytest.approx(b.agg_tps) and a.tpot_p50 == b.tpot_p50 and a.bw_gbps == b.bw_gbps
     for key in ("ttft_p50", "ttft_p99", "itl_p50", "requests", "tpot_p50", "agg_tps"):
-        assert again.numbers[key] == live.numbers[key], key
+        assert getattr(again.numbers, key) == getattr(live.numbers, key), key
     assert again.k == 3 and again.simulated
     # a cut last line still replays, with a warning
     text = path.read_text()
@@ -174,15 +174,15 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     assert rec2.warnings and "cut" in rec2.warnings[0]
     r2 = ReplayController(rec2)
     r2.advance_to(rec2.samples[-1]["t_ns"])
-    assert r2.snapshot().numbers["requests"] > 0
+    assert r2.snapshot().numbers.requests > 0
 
 
 @pytest.mark.asyncio
 async def test_replay_app_keys(tmp_path):
     from dataclasses import asdict
 
-    from bench.recorder import Recorder
-    from bench.replay import Recording, ReplayController
+    from measure.core.recorder import Recorder
+    from measure.control.replay import Recording, ReplayController
     from tui.app import ReplayApp
 
     path = tmp_path / "s.jsonl"
@@ -223,7 +223,7 @@ def test_report_renders_every_chart_from_a_recording(tmp_path):
     import sys
     from dataclasses import asdict
 
-    from bench.recorder import Recorder
+    from measure.core.recorder import Recorder
 
     path = tmp_path / "s.jsonl"
     c, fleet, clock = sim_controller(k=1)

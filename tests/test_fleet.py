@@ -4,7 +4,8 @@ import signal
 import time
 
 import presets
-from bench.workload import ClosedLoop
+from measure.core.workload import ClosedLoop, Load
+from measure.sources.base import Finished
 from conftest import descendants
 
 WL = presets.workload("default")
@@ -13,7 +14,7 @@ WL = presets.workload("default")
 def test_k1_records_have_every_field_and_token(make_fleet):
     fleet = make_fleet(k=1)
     fleet.start()
-    recs = fleet.run_requests(WL, ClosedLoop(1, total=2), max_tokens=6, timeout=120)
+    recs = fleet.run_requests(Load(WL, ClosedLoop(1, total=2), 6), timeout=120)
     assert len(recs) == 2
     for r in recs:
         assert r.error is None and r.output_tokens == 6 and len(r.token_ns) == 6
@@ -29,7 +30,7 @@ def test_k2_scale_up_and_down_mid_run(make_fleet):
     fleet.start()
     ws = fleet.workers()
     assert len(ws) == 2 and all(w.ready_ns for w in ws)
-    fleet.set_load(WL, ClosedLoop(2), max_tokens=6)
+    fleet.set_load(Load(WL, ClosedLoop(2), 6))
     got = []
     deadline = time.monotonic() + 120
 
@@ -39,8 +40,8 @@ def test_k2_scale_up_and_down_mid_run(make_fleet):
                 ev = fleet.events.get(timeout=0.2)
             except Exception:
                 continue
-            if ev[0] == "record":
-                got.append(ev[1])
+            if isinstance(ev, Finished):
+                got.append(ev.record)
 
     pump(lambda: len(got) >= 2)
     fleet.scale_to(3)  # the third warms while the two keep serving
@@ -61,7 +62,7 @@ def test_k2_scale_up_and_down_mid_run(make_fleet):
 def test_worker_killed_mid_request_is_recorded(make_fleet):
     fleet = make_fleet(k=2)
     fleet.start()
-    fleet.set_load(WL, ClosedLoop(2), max_tokens=200)
+    fleet.set_load(Load(WL, ClosedLoop(2), 200))
     victim = None
     deadline = time.monotonic() + 60
     while victim is None and time.monotonic() < deadline:
@@ -78,8 +79,8 @@ def test_worker_killed_mid_request_is_recorded(make_fleet):
             ev = fleet.events.get(timeout=0.1)
         except Exception:
             continue
-        if ev[0] == "record" and ev[1].error:
-            failed = ev[1]
+        if isinstance(ev, Finished) and ev.record.error:
+            failed = ev.record
     assert failed is not None and time.monotonic() - t_kill < 2.0, "death not detected within 2 s"
     assert "SIGKILL" in failed.error and failed.worker == victim.wid
     assert failed.output_tokens > 0  # the tokens it produced before dying are kept
@@ -92,7 +93,7 @@ def test_close_leaves_no_child(make_fleet):
     fleet = make_fleet(k=2)
     fleet.start()
     assert len(descendants()) >= 2
-    fleet.set_load(WL, ClosedLoop(2), max_tokens=100)
+    fleet.set_load(Load(WL, ClosedLoop(2), 100))
     time.sleep(0.5)
     t0 = time.monotonic()
     fleet.close()

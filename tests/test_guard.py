@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from bench.guard import GiB, MiB, WallThresholds, admit, detect_wall, footprint, parse_size, shape_from_preset
-from bench.plan import plan
-from bench.probes import SystemSample
+from measure.core.guard import GiB, MiB, WallThresholds, admit, detect_wall, footprint, parse_size, shape_from_preset
+from measure.core.plan import plan
+from measure.core.probes import SystemSample
 from sim import run_for, sim_controller
 
 NS = 1_000_000_000
@@ -36,7 +36,7 @@ def test_plan_cli_prints_the_numbers():
 
 
 def test_sizes_and_footprint():
-    assert parse_size("48G") == 48 * GiB and parse_size("512M") == 512 * MiB and parse_size("1.5GiB") == int(1.5 * GiB)
+    assert parse_size("48G") == 48e9 and parse_size("48GiB") == 48 * GiB and parse_size("512M") == 512e6 and parse_size("512MiB") == 512 * MiB and parse_size("1.5GiB") == int(1.5 * GiB)
     fp = footprint(k=4, b=2, ctx=1000, weight_bytes=4_000_000_000, kv_per_token=100_000, overhead_bytes=500_000_000)
     assert fp.total == 4 * 4_000_000_000 + 4 * 500_000_000 + 4 * 2 * 1000 * 100_000  # 18.8 GB
     msg = admit(fp, budget=18_000_000_000)
@@ -46,8 +46,8 @@ def test_sizes_and_footprint():
 
 def test_admission_refuses_plus_at_a_small_budget_and_confirm_overrides():
     c, fleet, clock = sim_controller(k=1)
-    c.s.memory_budget = int(1.5 * 253_113_024 + 200 * MiB)  # room for one worker, not two
-    c.s.kv_bytes_per_token = 18_432
+    c.admission.budget = int(1.5 * 253_113_024 + 200 * MiB)  # room for one worker, not two
+    c.admission.kv_per_token = 18_432
     run_for(c, fleet, clock, 2)
     refusal = c.set_k(2)
     assert refusal and "K=2 B=1 needs" in refusal and "budget" in refusal and fleet.target_k == 1
@@ -82,7 +82,7 @@ def test_detect_wall_on_injected_readings():
 @pytest.mark.parametrize("brake", [True, False])
 def test_wall_after_plus_drives_the_brake(brake):
     c, fleet, clock = sim_controller(k=1)
-    c.s.brake = brake
+    c.wall.brake = brake
     run_for(c, fleet, clock, 4)
     assert c.set_k(2) is None and fleet.target_k == 2
     run_for(c, fleet, clock, 1)
@@ -100,7 +100,7 @@ def test_wall_after_plus_drives_the_brake(brake):
 
 
 def test_worker_under_a_memory_limit_fails_cleanly(make_fleet):
-    from bench.fleet import FleetError
+    from measure.sources.base import SourceError as FleetError
 
     fleet = make_fleet(k=1)
     fleet.spec = fleet.spec.__class__(**{**fleet.spec.to_dict(), "options": {"memory_limit": 200 * MiB}})

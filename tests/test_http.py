@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from bench.http_fleet import parse_prometheus
+from measure.sources.http import parse_prometheus
 from conftest import free_port, serve
 from engines.http_openai import endpoint_body, stream_one
 

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from bench import metrics as M
-from bench.records import RequestRecord
+from measure.core import metrics as M
+from measure.core.records import RequestRecord
 
 MS = 1_000_000  # ns
 
@@ -63,11 +63,14 @@ def test_cv_and_noisy_flag():
 
 def test_bandwidth_product_and_prediction():
     # 50 tok/s per stream × 0.253 GB × 2 instances = 25.3 GB/s
-    assert M.bandwidth_product_instances(50.0, 253_000_000, 2) == pytest.approx(25.3)
+    bw = M.bandwidth_product("instances", 253_000_000, per_stream_tps=50.0, streams=2)
+    assert bw.gbps == pytest.approx(25.3) and bw.formula == M.BANDWIDTH_FORMULA_INSTANCES
     # TPOT(K=3) = 3 × 4 GB / 400 GB/s = 30 ms
     assert M.predicted_tpot(3, 4_000_000_000, 400.0) == pytest.approx(0.030)
-    # batch: 2 workers at 10 steps/s reading 1 GB weights (+0.5 GB KV on the first) = 25 GB/s
-    assert M.bandwidth_product_batch([10.0, 10.0], 1_000_000_000, [500_000_000]) == pytest.approx(25.0)
+    # batch: 2 workers at 10 steps/s reading 1 GB weights, + 5 GB/s of KV reads = 25 GB/s
+    bw = M.bandwidth_product("batch", 1_000_000_000, steps_per_s=[10.0, 10.0], kv_read_bps=5e9)
+    assert bw.gbps == pytest.approx(25.0) and "KV" in bw.formula
+    assert M.bandwidth_product("http", 1_000_000_000).gbps is None
 
 
 def test_kv_bytes_per_token_llama_31_8b():

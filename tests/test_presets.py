@@ -1,7 +1,7 @@
 import pytest
 
 import presets
-from bench.workload import ClosedLoop, Poisson, prompt_for
+from measure.core.workload import ClosedLoop, Poisson, prompt_for
 
 
 def test_default_workload_is_the_inference_lab_set():
@@ -60,8 +60,8 @@ def test_mixed_workload_every_fourth_is_a_long_document():
 
 
 def test_ttft_by_class():
-    from bench.records import RequestRecord
-    from bench.sweep import ttft_by_class
+    from measure.core.records import RequestRecord
+    from measure.control.sweep import ttft_by_class
 
     def r(pid, ttft_ms):
         return RequestRecord("r", 1, "http", "e", "m", 0, 1, 4, prompt_id=pid, t_scheduled_ns=0, t_started_ns=0,

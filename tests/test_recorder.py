@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from bench.recorder import Recorder, read_jsonl
-from bench.records import RequestRecord
+from measure.core.recorder import Recorder, read_jsonl
+from measure.core.records import RequestRecord
 
 
 def test_cut_last_line_is_skipped_with_a_warning(tmp_path):

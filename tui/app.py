@@ -2,7 +2,6 @@
 waits on a worker. Numbers and gauges refresh at 2 Hz; charts at --refresh Hz, and only when changed."""
 from __future__ import annotations
 
-import sys
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -11,7 +10,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
-from bench.live import LiveController, Snapshot
+from measure.control.live import LiveController
+from measure.control.snapshot import Snapshot
+from measure.core.units import fmt_bytes, fmt_ms
 from tui.charts import Chart, Panel
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
@@ -29,16 +30,6 @@ KEYS = [
 ]
 
 
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "—"
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
-def fmt_ms(s: float | None) -> str:
-    return "—" if s is None else f"{s * 1e3:.1f} ms"
-
-
 def bar(used: float, total: float, width: int, marked: float = 0.0) -> Text:
     """█ used by others, ▓ the part marked (the workers' RSS), ░ free."""
     if total <= 0:
@@ -52,11 +43,25 @@ def bar(used: float, total: float, width: int, marked: float = 0.0) -> Text:
     return t
 
 
+REPLAY_KEYS = [
+    ("p", "pause / resume the replay"),
+    ("> / <", "play faster / slower (×0.25 … ×64)"),
+    ("→ / ←", "jump 10 s forward / back"),
+    ("e", "export the statistics at this moment to JSON"),
+    ("?", "this help"),
+    ("q", "quit"),
+]
+
+
 class HelpScreen(ModalScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close")]
 
+    def __init__(self, keys=KEYS):
+        super().__init__()
+        self.keys = keys
+
     def compose(self) -> ComposeResult:
-        lines = ["[b]inference-top keys[/b]", ""] + [f"  [b]{k:<7}[/b] {v}" for k, v in KEYS]
+        lines = ["[b]inference-top keys[/b]", ""] + [f"  [b]{k:<7}[/b] {v}" for k, v in self.keys]
         lines += ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine;",
                   "TPOT = (t_last − t_first)/(N − 1) per stream, over the last 5 s.", "", "esc closes"]
         yield Static("\n".join(lines), id="help")
@@ -77,6 +82,8 @@ class InferenceTop(App):
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
+
+    HELP_KEYS = KEYS
 
     def __init__(self, controller: LiveController, refresh_hz: float = 1.0, live: bool = True, title: str = ""):
         super().__init__()
@@ -131,7 +138,7 @@ class InferenceTop(App):
         x0 = max(0.0, x1 - SPAN_S)
         pts = [p for p in hist if p.t >= x0]
         xs = [p.t for p in pts]
-        beta = self.c.s.bandwidth_gbps
+        beta = self.c.info.bandwidth_gbps
         v = snap.version
         self.query_one("#chart-tps", Chart).plot(
             v, [("tok/s (5 s window)", xs, [p.agg_tps for p in pts], "cyan", "line")],
@@ -148,21 +155,23 @@ class InferenceTop(App):
             markers=snap.markers, x_range=(x0, x1))
 
     def _render_header(self, s: Snapshot) -> Text:
-        c = self.c
-        beta = c.s.bandwidth_gbps
+        info = self.c.info
+        beta = info.bandwidth_gbps
         state_style = {"steady": "bold green", "warming": "bold yellow", "loading": "bold yellow",
                        "paused": "bold blue", "WALL": "bold white on red"}.get(s.state, "bold")
         t = Text()
-        if hasattr(c, "label"):
-            t.append(f" {c.label()} ", "bold black on yellow")
+        if banner := self.c.banner():
+            t.append(f" {banner} ", "bold black on yellow")
             t.append(" ")
         if s.simulated:
             t.append(" SIMULATED ", "bold white on magenta")
             t.append(" ")
-        t.append(f"{c.fleet.meta.engine}", "bold")
-        t.append(f" · {self.model_title or c.fleet.meta.model} {c.fleet.meta.model_bytes / 1e9:.3f} GB")
-        t.append(f" · {c.s.chip} ")
-        t.append(f"β {beta:g} GB/s ({c.s.bandwidth_source})" if beta else "β unknown (--bandwidth)")
+        t.append(f"{info.engine}", "bold")
+        t.append(f" · {self.model_title or info.model}")
+        if info.weight_bytes:
+            t.append(f" {info.weight_bytes / 1e9:.3f} GB")
+        t.append(f" · {info.chip} ")
+        t.append(f"β {beta:g} GB/s ({info.bandwidth_source})" if beta else "β unknown (--bandwidth)")
         t.append("\n")
         t.append(f"mode {s.mode}", "bold")
         t.append(f" · K={s.k} · B={s.b} · users {s.users} · ")
@@ -176,8 +185,8 @@ class InferenceTop(App):
         if m is None:
             return t
         w = 28
-        if getattr(self.c.fleet, "url", None) and not any(
-                h in self.c.fleet.url for h in ("://127.", "://localhost", "://[::1]")):
+        endpoint = self.c.info.endpoint
+        if endpoint and not any(h in endpoint for h in ("://127.", "://localhost", "://[::1]")):
             t.append("this machine; the server is remote\n", "grey50")
         t.append("memory ")
         t.append_text(bar(m.mem_used, m.mem_total, w, min(s.rss_sum, m.mem_used)))
@@ -198,23 +207,23 @@ class InferenceTop(App):
     def _render_numbers(self, s: Snapshot) -> Text:
         n = s.numbers
         t = Text()
-        t.append(f"aggregate {n['agg_tps']:.1f} tok/s", "bold cyan")
-        t.append(f" · {n['streams']} streams\n")
-        t.append(f"TPOT p50 {fmt_ms(n['tpot_p50'])} · p90 {fmt_ms(n['tpot_p90'])}")
-        if n["predicted_tpot"] is not None:
-            t.append(f" · predicted {fmt_ms(n['predicted_tpot'])}")
+        t.append(f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan")
+        t.append(f" · {n.streams} streams\n")
+        t.append(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
+        if n.predicted_tpot is not None:
+            t.append(f" · predicted {fmt_ms(n.predicted_tpot)}")
         t.append("\n")
-        t.append(f"bandwidth product {n['bw_gbps']:.1f} GB/s\n" if n["bw_gbps"] is not None else "bandwidth product —\n")
-        t.append(f"  = {n['bw_formula']}\n", "grey50")
-        t.append(f"TTFT p50 {fmt_ms(n['ttft_p50'])} · p99 {fmt_ms(n['ttft_p99'])} (queue-incl.)\n")
-        t.append(f"TTFT p50 {fmt_ms(n['ttft_engine_p50'])} · p99 {fmt_ms(n['ttft_engine_p99'])} (engine)\n")
-        t.append(f"ITL p50 {fmt_ms(n['itl_p50'])} · requests {n['requests']} · ")
-        t.append(f"errors {n['errors']}", "bold red" if n["errors"] else "")
+        t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s\n" if n.bw_gbps is not None else "bandwidth product —\n")
+        t.append(f"  = {n.bw_formula}\n", "grey50")
+        t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {fmt_ms(n.ttft_p99)} (queue-incl.)\n")
+        t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {fmt_ms(n.ttft_engine_p99)} (engine)\n")
+        t.append(f"ITL p50 {fmt_ms(n.itl_p50)} · requests {n.requests} · ")
+        t.append(f"errors {n.errors}", "bold red" if n.errors else "")
         t.append("\nwall: ")
-        t.append(f"MEMORY — {n['wall']}" if n.get("wall") and s.state == "WALL" else n["ceiling"],
+        t.append(f"MEMORY — {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,
                  "bold white on red" if s.state == "WALL" else "bold")
-        if s.mode == "http":
-            v = n.get("server_view")
+        if n.footprint is None:
+            v = n.server_view
             t.append("\nserver: ")
             if v is None:
                 t.append("not scraped yet")
@@ -227,7 +236,7 @@ class InferenceTop(App):
                          f"preempted {v['preemptions']:.0f}" if "preemptions" in v else "preempted —"]
                 t.append(" · ".join(parts))
         else:
-            t.append(f"\nfootprint ≈ {n['footprint'] / 1e9:.2f} GB of {n['budget'] / 1e9:.1f} GB budget")
+            t.append(f"\nfootprint ≈ {n.footprint / 1e9:.2f} GB of {n.budget / 1e9:.1f} GB budget")
         return t
 
     def _fill_workers(self, s: Snapshot) -> None:
@@ -264,7 +273,7 @@ class InferenceTop(App):
 
     def action_k(self, delta: int) -> None:
         """+/- change K in instances mode and B in batch mode (m switches)."""
-        if self.c.mode in ("batch", "http"):
+        if self.c.mode != "instances":
             self._refuse(self.c.set_b(self.c.b + delta))
         else:
             self._refuse(self.c.set_k(self.c.k + delta))
@@ -289,7 +298,7 @@ class InferenceTop(App):
             self._refuse(f"export failed: {exc}")
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.HELP_KEYS))
 
     async def action_quit(self) -> None:
         self.c.close()
@@ -299,6 +308,7 @@ class InferenceTop(App):
 class ReplayApp(InferenceTop):
     """The same dashboard over a recording: no engine runs; keys move through time instead."""
 
+    HELP_KEYS = REPLAY_KEYS
     BINDINGS = [
         Binding("plus,minus,right_square_bracket,left_square_bracket,m,r", "k(0)", show=False),
         Binding("p", "pause", "pause"),
@@ -339,16 +349,10 @@ class ReplayApp(InferenceTop):
         super().refresh_numbers()
 
 
-def run_replay(path: str, speed: float = 1.0) -> int:
-    from bench.replay import Recording, RecordingError, ReplayController
-    from tui.cli import fail
+def run_replay(rec, speed: float = 1.0) -> int:
+    """The replay dashboard over a loaded Recording (the CLI loads it and reports a bad file)."""
+    from measure.control.replay import ReplayController
 
-    try:
-        rec = Recording.load(path)
-    except RecordingError as exc:
-        fail(str(exc))
-    for w in rec.warnings:
-        print(f"inference-top replay: warning: {w}", file=sys.stderr)
     c = ReplayController(rec, speed)
     c.start()
     app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model", ""))
@@ -361,79 +365,28 @@ def run_replay(path: str, speed: float = 1.0) -> int:
     return 0
 
 
-def run_http_dashboard(args) -> int:
-    """--engine http: B concurrent streams against a server; ]/[ (or +/-) change B."""
-    from bench.fleet import FleetError, RunMeta
-    from bench.http_fleet import HttpFleet
-    from bench.live import LiveController, LiveSettings
-    from presets import PresetError, workload
-    from tui.cli import check_url, fail
+def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True) -> int:
+    """The live dashboard over a RunPlan (measure/control/runplan.py); SourceError when the source cannot
+    start (nothing answers at --url)."""
+    from measure.core.recorder import Recorder
 
-    check_url(args)
-    try:
-        wl = workload(args.workload)
-    except PresetError as exc:
-        fail(str(exc))
-    fleet = HttpFleet(args.url, RunMeta(engine="http", model=args.model or "?", model_bytes=0), b=args.b or 1,
-                      endpoint=args.endpoint, model=args.model, api_key_env=args.api_key_env,
-                      stall_s=args.stall_timeout)
-    try:
-        fleet.start()
-    except FleetError as exc:
-        fail(str(exc), 1)
-    fleet.meta.model = fleet.model or fleet.meta.model
-    settings = LiveSettings(max_tokens=args.max_tokens or 128, rate=args.rate, users=args.users,
-                            chip="server at " + args.url, ignore_eos=not args.stop_at_eos, brake=False)
-    controller = LiveController(fleet, wl, settings)
-    controller.start()
-    try:
-        InferenceTop(controller, refresh_hz=args.refresh, title=fleet.model or args.url).run()
-    finally:
-        controller.close()
-    return 0
-
-
-def run_dashboard(args) -> int:
-    """Build the controller from the parsed flags and run the app (the CLI's default command)."""
-    from bench.fleet import Fleet
-    from bench.live import LiveController, LiveSettings
-    from bench.recorder import Recorder
-    from bench.session import build_spec, resolve_model, run_header, run_meta
-    from engines.base import EngineError
-    from presets import PresetError, workload
-    from tui.cli import fail, memory_budget, resolve_bandwidth
-
-    if args.engine == "http":
-        return run_http_dashboard(args)
-    try:
-        wl = workload(args.workload)
-        choice = resolve_model(args.engine, args.model)
-        spec = build_spec(args.engine, choice, args.threads, args.ctx, args.k, not args.no_flash_attn)
-    except (EngineError, PresetError) as exc:
-        fail(str(exc))
-    chip_name, beta, beta_src = resolve_bandwidth(args)
-    settings = LiveSettings(max_tokens=args.max_tokens or 128, rate=args.rate, users=args.users,
-                            bandwidth_gbps=beta, bandwidth_source=beta_src, chip=chip_name,
-                            ignore_eos=not args.stop_at_eos, memory_budget=memory_budget(args.memory_budget),
-                            kv_bytes_per_token=choice.kv_bytes_per_token(),
-                            ctx=args.ctx, force=args.force, brake=not args.no_brake)
+    settings = plan.live_settings(brake)
+    source = plan.make_source(k=plan.ks[0])
+    if plan.remote:
+        source.start()  # nothing answers: one line before the screen takes over
     recorder = None
-    if args.record:
+    if record:
         from dataclasses import asdict
 
-        recorder = Recorder(args.record, run_header(choice, spec, {
-            "command": "dashboard", "k": args.k, "workload": wl.key, "chip": chip_name, "bandwidth_gbps": beta,
-            "settings": asdict(settings)}))
-    mode = "batch" if args.b else "instances"
-    fleet = Fleet(spec, run_meta(args.engine, choice, mode, args.b or 1), k=args.k, threads=args.threads,
-                  b_cap=max(args.max_b, args.b or 1))
-    controller = LiveController(fleet, wl, settings, recorder=recorder)
+        recorder = Recorder(record, plan.header({"command": "dashboard", "k": plan.ks[0],
+                                                 "settings": asdict(settings)}))
+    controller = LiveController(source, plan.workload, settings, recorder=recorder)
     controller.start()
-    if spec.options.get("blas"):
-        controller.log("info", f"mlx BLAS: {spec.options['blas']}")
+    for note in plan.notes:
+        controller.log("info", note)
+    title = plan.choice.name if plan.choice else source.meta.model
     try:
-        InferenceTop(controller, refresh_hz=args.refresh, title=choice.name).run()
+        InferenceTop(controller, refresh_hz=refresh_hz, title=title).run()
     finally:
         controller.close()
     return 0
-

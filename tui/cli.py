@@ -83,7 +83,8 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
     p.add_argument("--no-flash-attn", action="store_true", help="turn llama.cpp's flash attention off")
     p.add_argument("--memory-budget", help="refuse steps whose estimated footprint exceeds this: a fraction of "
-                   "physical memory (0.85, the default) or a size (20G)")
+                   "physical memory (0.85, the default) or a size: 20G or 20GB = 20×10⁹ bytes (decimal, as shown "
+                   "on screen), 20GiB = 20×2³⁰ bytes")
     p.add_argument("--force", action="store_true", help="go ahead with steps over the memory budget")
 
 
@@ -119,179 +120,75 @@ def _sigterm_to_exit() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def memory_budget(text: str | None) -> int | None:
-    """--memory-budget: None (85 % of physical memory), a fraction, or a size like 20G."""
-    if text is None:
-        return None
-    from bench.guard import GuardError, parse_size
-    from bench.probes import total_memory_bytes
+def _plan(args, default_max_tokens: int):
+    from measure.control.runplan import StartError, make_plan
 
     try:
-        v = float(text)
-    except ValueError:
-        v = None
-    if v is not None and 0 < v <= 1:
-        return int(v * total_memory_bytes())
-    try:
-        return parse_size(text)
-    except GuardError as exc:
-        fail(f"--memory-budget: {exc} (or a fraction such as 0.85)")
-
-
-def resolve_bandwidth(args) -> tuple[str, float | None, str]:
-    """(chip name, β GB/s or None, where β came from): --bandwidth, else --chip preset, else detected."""
-    from bench.probes import detect_chip
-    from presets import PresetError, chip
-
-    if args.chip:
-        try:
-            c = chip(args.chip)
-        except PresetError as exc:
-            fail(str(exc))
-        name, beta, src = c.name, c.bandwidth_gbps, "spec"
-    else:
-        name, c = detect_chip()
-        beta, src = (c.bandwidth_gbps, "spec") if c else (None, "unknown")
-        name = c.name if c else name
-    if args.bandwidth:
-        beta, src = args.bandwidth, "--bandwidth"
-    return name, beta, src if beta else "unknown"
+        return make_plan(args, default_max_tokens=default_max_tokens)
+    except StartError as exc:
+        fail(str(exc))
 
 
 def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
-    from bench.fleet import Fleet, FleetError
-    from bench.probes import total_memory_bytes
-    from bench.recorder import Recorder
-    from bench.session import build_spec, resolve_model, run_header, run_meta
-    from bench.sweep import SweepConfig, run_sweep
-    from engines.base import EngineError
-    from presets import PresetError, workload
+    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.core.recorder import Recorder
+    from measure.sources.base import SourceError
 
-    if args.engine == "http":
-        return http_bench(args, argv)
-    mode = "batch" if args.b else "instances"
-    bs = args.b or [1]
-    max_tokens = args.max_tokens or 256
-    if args.contexts and min(args.contexts) <= max_tokens:
-        fail(f"--contexts {min(args.contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
-             "give contexts above max_tokens")
-    ctx = max([args.ctx, *(args.contexts or [])])
-    try:
-        wl = workload(args.workload)
-        choice = resolve_model(args.engine, args.model)
-        spec = build_spec(args.engine, choice, args.threads, ctx, max(args.k), not args.no_flash_attn)
-    except (EngineError, PresetError) as exc:
-        fail(str(exc))
-    chip_name, beta, beta_src = resolve_bandwidth(args)
-    budget = memory_budget(args.memory_budget) or int(0.85 * total_memory_bytes())
+    plan = _plan(args, default_max_tokens=256)
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    cfg = SweepConfig(ks=args.k, bs=bs, mode=mode, requests=args.requests, max_tokens=max_tokens, reps=args.reps,
-                      rate=args.rate, ignore_eos=not args.stop_at_eos, bandwidth_gbps=beta,
-                      cell_timeout_s=args.cell_timeout, out_dir=out, contexts=args.contexts, ctx=ctx,
-                      kv_bytes_per_token=choice.kv_bytes_per_token(),
-                      memory_budget=budget, force=args.force)
-    header = run_header(choice, spec, {
-        "command": "bench", "argv": argv, "ks": args.k, "bs": bs, "mode": mode, "requests": args.requests,
-        "max_tokens": cfg.max_tokens, "reps": args.reps, "workload": wl.key, "rate": args.rate,
-        "contexts": args.contexts, "memory_budget": budget, "force": args.force,
-        "threads": args.threads or "auto (physical cores ÷ K)", "chip": chip_name, "bandwidth_gbps": beta,
-        "bandwidth_source": beta_src, "ignore_eos": cfg.ignore_eos,
-    })
-    recorder = Recorder(out / "records.jsonl", header)
+    bs = plan.bs or [1]
+    cfg = SweepConfig(ks=plan.ks if not plan.remote else [1], bs=bs, mode=plan.mode, requests=args.requests,
+                      max_tokens=plan.max_tokens, reps=args.reps, rate=plan.rate, ignore_eos=plan.ignore_eos,
+                      bandwidth_gbps=plan.bandwidth_gbps, cell_timeout_s=args.cell_timeout, out_dir=out,
+                      contexts=args.contexts, ctx=plan.ctx,
+                      kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
+                      memory_budget=plan.memory_budget, force=plan.force)
+    recorder = Recorder(out / "records.jsonl", plan.header({
+        "command": "bench", "argv": argv, "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
+        "reps": args.reps, "contexts": args.contexts}))
 
-    def new_fleet() -> Fleet:
+    def new_source():
         # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
-        f = Fleet(spec, run_meta(args.engine, choice, "instances", 1), k=args.k[0], threads=args.threads,
-                  on_record=recorder.record, events=False)
-        f.start()
-        return f
+        src = plan.make_source(events=False, on_record=recorder.record)
+        src.start()
+        return src
 
     _sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
-    say(f"{choice.name} ({choice.file_bytes / 1e9:.3f} GB) on {chip_name}, β = "
-        f"{f'{beta:g} GB/s ({beta_src})' if beta else 'unknown (pass --bandwidth)'}; records → {out}/records.jsonl")
+    if plan.remote:
+        say(f"{plan.url}; records → {out}/records.jsonl")
+    else:
+        say(f"{plan.choice.name} ({plan.choice.file_bytes / 1e9:.3f} GB) on {plan.chip}, {plan.describe_beta()}; "
+            f"records → {out}/records.jsonl")
+        say(f"starting {plan.ks[0]} worker(s): load + 2 warmup requests each …")
     cells = []
-    fleet = None
+    source = None
     try:
-        say(f"starting {args.k[0]} worker(s): load + 2 warmup requests each …")
-        fleet = new_fleet()
-        cells, _, fleet = run_sweep(fleet, wl, cfg, say, new_fleet=new_fleet)
-    except FleetError as exc:
+        source = new_source()
+        cells, _, source = run_sweep(source, plan.workload, cfg, say, new_fleet=None if plan.remote else new_source)
+    except SourceError as exc:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
     except KeyboardInterrupt:
         fail(f"interrupted; records so far are in {out}/records.jsonl", 130)
     finally:
-        if fleet is not None:
-            fleet.close()
+        if source is not None:
+            source.close()
         recorder.close()
     return finish_bench(out, cells, say)
 
 
 def finish_bench(out: Path, cells: list[dict], say) -> int:
     """summary.json and summary.csv beside records.jsonl, and the table on stdout."""
-    from bench.sweep import format_table, write_summary
+    from measure.control.sweep import format_table, write_summary
 
     write_summary(out, cells)
     say("")
     say(format_table(cells))
     say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
     return 0
-
-
-def check_url(args) -> None:
-    if not args.url:
-        fail("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
-    if not args.url.startswith(("http://", "https://")):
-        fail(f"--url {args.url!r} must start with http:// or https://")
-
-
-def http_bench(args, argv) -> int:
-    """bench --engine http: B concurrent streams per cell against a server; no process is spawned."""
-    from bench.envinfo import environment
-    from bench.fleet import FleetError, RunMeta
-    from bench.http_fleet import HttpFleet
-    from bench.recorder import Recorder
-    from bench.sweep import SweepConfig, run_sweep
-    from presets import PresetError, workload
-
-    check_url(args)
-    try:
-        wl = workload(args.workload)
-    except PresetError as exc:
-        fail(str(exc))
-    bs = args.b or [1]
-    out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = SweepConfig(ks=[1], bs=bs, mode="http", requests=args.requests, max_tokens=args.max_tokens or 256,
-                      reps=args.reps, rate=args.rate, ignore_eos=not args.stop_at_eos,
-                      cell_timeout_s=args.cell_timeout, out_dir=out)
-    header = {"command": "bench", "argv": argv, "engine": "http", "url": args.url, "endpoint": args.endpoint,
-              "model": args.model, "model_bytes": 0, "bs": bs, "mode": "http", "requests": args.requests,
-              "max_tokens": cfg.max_tokens, "reps": args.reps, "workload": wl.key, "rate": args.rate,
-              "ignore_eos": cfg.ignore_eos, "environment": environment(), "simulated": False,
-              "api_key_env": args.api_key_env}  # the variable's name only, never the key
-    recorder = Recorder(out / "records.jsonl", header)
-    fleet = HttpFleet(args.url, RunMeta(engine="http", model=args.model or "?", model_bytes=0), b=bs[0],
-                      endpoint=args.endpoint, model=args.model, api_key_env=args.api_key_env,
-                      stall_s=args.stall_timeout, on_record=recorder.record, events=False)
-    _sigterm_to_exit()
-    say = lambda m: print(m, flush=True)  # noqa: E731
-    cells = []
-    try:
-        fleet.start()
-        say(f"{args.url} ({fleet.model}); records → {out}/records.jsonl")
-        cells, _, fleet = run_sweep(fleet, wl, cfg, say)
-    except FleetError as exc:
-        fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail(f"interrupted; records so far are in {out}/records.jsonl", 130)
-    finally:
-        fleet.close()
-        recorder.close()
-    return finish_bench(out, cells, say)
 
 
 def plan_main(argv: list[str]) -> int:
@@ -303,18 +200,22 @@ def plan_main(argv: list[str]) -> int:
     src.add_argument("--preset", help="a model preset (presets/models.toml)")
     p.add_argument("--context", type=int_list, default=[2048], help="context lengths, comma list")
     p.add_argument("--users", type=positive_int, help="concurrent users: the context at which they stop fitting")
-    p.add_argument("--memory", help="memory to plan for, e.g. 48G (default: this machine's)")
-    p.add_argument("--memory-budget", type=float, default=0.85, help="fraction of memory usable (default 0.85)")
+    p.add_argument("--memory", help="memory to plan for: 48G = 48 GB (decimal), 48GiB = 48×2³⁰ B "
+                   "(default: this machine's)")
+    p.add_argument("--memory-budget", type=float, default=None, help="fraction of memory usable (default 0.85)")
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype: f16, bf16, q8_0, fp8 … (default: model's)")
     p.add_argument("--kv-cache-tokens", type=positive_int, help="a server's KV cache in tokens (vLLM's log line)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = p.parse_args(argv)
-    from bench.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
-    from bench.plan import format_plan, plan
-    from bench.probes import total_memory_bytes
+    from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
+    from measure.core.plan import format_plan, plan
+    from measure.core.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
 
+    from measure.core.guard import DEFAULT_BUDGET_FRACTION
+
+    args.memory_budget = DEFAULT_BUDGET_FRACTION if args.memory_budget is None else args.memory_budget
     if not 0 < args.memory_budget <= 1:
         fail(f"--memory-budget {args.memory_budget} must be a fraction in (0, 1], e.g. 0.85")
     try:
@@ -344,7 +245,7 @@ def report_main(argv: list[str]) -> int:
     p.add_argument("paths", nargs="+", help="bench output folders, summary.json or records.jsonl, or recordings")
     p.add_argument("--out", default="out/report", help="output folder (default out/report)")
     a = p.parse_args(argv)
-    from bench.report import ReportError, report
+    from measure.control.report import ReportError, report
 
     try:
         files, md, warns = report(a.paths, Path(a.out))
@@ -370,16 +271,29 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("file", help="a recording made with inference-top --record FILE")
         p.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (default 1)")
         a = p.parse_args(argv[1:])
+        from measure.control.replay import Recording, RecordingError
+
+        try:
+            rec = Recording.load(a.file)
+        except RecordingError as exc:
+            fail(str(exc))
+        for w in rec.warnings:
+            print(f"inference-top replay: warning: {w}", file=sys.stderr)
         from tui.app import run_replay
 
-        return run_replay(a.file, a.speed)
+        return run_replay(rec, a.speed)
     if argv and argv[0] == "report":
         return report_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)
+    plan = _plan(args, default_max_tokens=128)
+    from measure.sources.base import SourceError
     from tui.app import run_dashboard
 
-    return run_dashboard(args)
+    try:
+        return run_dashboard(plan, refresh_hz=args.refresh, record=args.record, brake=not args.no_brake)
+    except SourceError as exc:
+        fail(str(exc), EXIT_FAILED)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """What the dispatcher sends and when: prompt sets, closed-loop users and open-loop Poisson arrivals."""
 from __future__ import annotations
 
+import itertools
 import random
+import time
 from dataclasses import dataclass
 
 from engines.base import Prompt
@@ -44,6 +46,55 @@ def prompt_for(workload: Workload, index: int) -> Prompt:
         return Prompt(f"synthetic-{workload.synthetic_tokens}", synthetic_tokens=workload.synthetic_tokens)
     i = index % len(workload.prompts)
     return Prompt(f"{workload.key}-{i + 1}", text=workload.prompts[i])
+
+
+@dataclass
+class Load:
+    """A load to serve: which prompts, when they arrive (ClosedLoop or Poisson), how long each answer is."""
+
+    workload: Workload
+    arrivals: "ClosedLoop | Poisson"
+    max_tokens: int
+    ignore_eos: bool = True
+
+
+class RequestMaker:
+    """Turns a load's arrivals into Requests, the same way for every load source. Request ids run on across
+    loads; the prompt sequence starts again with each new load, so every cell and rep of a sweep sends the
+    same prompt mix whatever ran before it."""
+
+    def __init__(self):
+        self.load: Load | None = None
+        self._ids = itertools.count(1)
+        self._prompt_index = itertools.count()
+
+    def set_load(self, load: Load | None) -> None:
+        self.load = load
+        self._prompt_index = itertools.count()
+
+    def due(self, now_ns: int, outstanding: int, *, rep: int, k: int, b: int, mode: str) -> list[Request]:
+        if self.load is None:
+            return []
+        ld = self.load
+        out = []
+        for t_sched in ld.arrivals.due(now_ns, outstanding):
+            req = Request(next(self._ids), prompt_for(ld.workload, next(self._prompt_index)), ld.max_tokens,
+                          ld.ignore_eos, t_scheduled_ns=t_sched, rep=rep, k=k, b=b, mode=mode)
+            req.t_submitted_ns = time.perf_counter_ns()
+            out.append(req)
+        return out
+
+    def next_wakeup_ns(self) -> int | None:
+        return self.load.arrivals.next_wakeup_ns() if self.load else None
+
+    def set_users(self, users: int) -> None:
+        """Closed-loop users (an open loop has none to set)."""
+        if self.load and isinstance(self.load.arrivals, ClosedLoop):
+            self.load.arrivals.users = max(1, users)
+
+    def resume(self, now_ns: int) -> None:
+        if self.load:
+            self.load.arrivals.resume(now_ns)
 
 
 class ClosedLoop:

@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import metrics as M
-from bench.fleet import CellStopped, Fleet, FleetError
-from bench.records import RequestRecord
-from bench.workload import ClosedLoop, Poisson
+from measure.core import metrics as M
+from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, detect_wall, engine_footprint
+from measure.core.probes import SystemProbe
+from measure.core.records import RequestRecord
+from measure.core.workload import ClosedLoop, Load, Poisson
+from measure.sources.base import CellStopped, LoadSource, SourceError
 from presets import Workload
 
 
@@ -30,7 +32,7 @@ class SweepConfig:
     ctx: int = 2048
     memory_budget: int | None = None
     force: bool = False
-    overhead_bytes: int = 100 * 1024**2
+    overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
     bandwidth_gbps: float | None = None
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
@@ -71,25 +73,23 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
 
 
 def _bandwidth(records, k, per_stream, weight_bytes, mode, kvb) -> dict:
-    if mode == "http":
-        return {"bandwidth_gbps": None, "bandwidth_formula": "n/a: the weights are on the server"}
     if mode != "batch":
-        return {"bandwidth_gbps": M.bandwidth_product_instances(per_stream, weight_bytes, k) if per_stream else None,
-                "bandwidth_formula": M.BANDWIDTH_FORMULA_INSTANCES}
+        bw = M.bandwidth_product(mode, weight_bytes, per_stream_tps=per_stream, streams=k)
+        return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
     good = M.ok(records)
     span = M.run_span_ns(good)
     if not good or span is None or span[1] <= span[0]:
-        return {"bandwidth_gbps": None, "bandwidth_formula": M.BANDWIDTH_FORMULA_BATCH, "steps_per_s": None}
+        return {"bandwidth_gbps": None, "bandwidth_formula": M.bandwidth_product(mode, weight_bytes).formula,
+                "steps_per_s": None}
     secs = (span[1] - span[0]) / 1e9
-    # every token of one step shares the step's timestamp: distinct (worker, rep, t) are the steps
+    # every token of one step shares the step's timestamp: distinct (worker, pid, t) are the steps
     steps = len({(r.worker, r.pid, t) for r in good for t in r.token_ns})
     kv_per_s = None
     if kvb:
         # the step that produced a sequence's i-th token read its prompt and i − 1 generated tokens of KV
-        kv_per_s = sum((r.prompt_tokens + i) * kvb for r in good for i in range(len(r.token_ns))) / secs
-    gbps = (steps / secs * weight_bytes + (kv_per_s or 0.0)) / 1e9
-    return {"bandwidth_gbps": gbps, "bandwidth_formula": M.BANDWIDTH_FORMULA_BATCH if kvb else
-            M.BANDWIDTH_FORMULA_BATCH_LIVE, "steps_per_s": steps / secs,
+        kv_per_s = sum(((r.prompt_tokens or 0) + i) * kvb for r in good for i in range(len(r.token_ns))) / secs
+    bw = M.bandwidth_product(mode, weight_bytes, steps_per_s=[steps / secs], kv_read_bps=kv_per_s)
+    return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula, "steps_per_s": steps / secs,
             "kv_read_gbps": None if kv_per_s is None else kv_per_s / 1e9}
 
 
@@ -125,14 +125,13 @@ def skipped_cell(k: int, b: int, context: int | None, status: str, reason: str) 
             "bandwidth_gbps": None, "cv": None, "noisy": False, "errors": 0, "completed": 0}
 
 
-def run_sweep(fleet: Fleet, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
-              new_fleet: Callable[[], Fleet] | None = None) -> tuple[list[dict], list[RequestRecord], Fleet]:
+def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
+              new_fleet: Callable[[], LoadSource] | None = None
+              ) -> tuple[list[dict], list[RequestRecord], LoadSource]:
     """Cells in rows (one row per context), each row over B then K. A cell the admission check
     refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
-    ends the row there (the fleet is replaced, so nothing of it lingers). Never hangs."""
-    from bench.guard import admit, detect_wall, footprint
-    from bench.probes import SystemProbe
-
+    ends the row there (the source is replaced, so nothing of it lingers). Never hangs."""
+    local = fleet.capabilities().local
     cells: list[dict] = []
     all_records: list[RequestRecord] = []
     probe = SystemProbe()
@@ -150,14 +149,13 @@ def run_sweep(fleet: Fleet, workload: Workload, cfg: SweepConfig, say: Callable[
                 if blocked and k >= blocked[0] and b >= blocked[1]:
                     cells.append(skipped_cell(k, b, context, blocked[2], f"after {blocked[3]}"))
                     continue
-                seqs = b if cfg.mode in ("batch", "http") else 1
+                seqs = 1 if cfg.mode == "instances" else b
                 seq_ctx = context or cfg.ctx
-                if cfg.memory_budget and not cfg.force:
-                    # llama.cpp allocates every context whole: the single-stream one (--ctx) always, and
-                    # in batch mode one of B × seq_ctx beside it
-                    fp = footprint(k, seqs if cfg.mode == "batch" else 0, seq_ctx, fleet.meta.model_bytes,
-                                   cfg.kv_bytes_per_token or 0.0, cfg.overhead_bytes, extra_kv_tokens=cfg.ctx,
-                                   label_b=b)
+                if local and cfg.memory_budget and not cfg.force:
+                    fp = engine_footprint(cfg.mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=cfg.ctx,
+                                          weight_bytes=fleet.meta.model_bytes,
+                                          kv_per_token=cfg.kv_bytes_per_token or 0.0,
+                                          overhead_bytes=cfg.overhead_bytes)
                     why = admit(fp, cfg.memory_budget)
                     if why:
                         say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
@@ -186,7 +184,7 @@ def run_sweep(fleet: Fleet, workload: Workload, cfg: SweepConfig, say: Callable[
                     say(f"K={k} B={b}" + (f" context {context}" if context else "")
                         + f" rep {rep + 1}/{cfg.reps}: {cfg.requests} requests, {arrivals.describe()} …")
                     try:
-                        recs = fleet.run_requests(wl, arrivals, cfg.max_tokens, cfg.ignore_eos,
+                        recs = fleet.run_requests(Load(wl, arrivals, cfg.max_tokens, cfg.ignore_eos),
                                                   timeout=cfg.cell_timeout_s, should_stop=at_wall)
                     except CellStopped as stop:
                         cell_records += stop.records
@@ -261,4 +259,4 @@ def write_summary(out_dir: Path, cells: list[dict]) -> None:
             w.writerow(c)
 
 
-__all__ = ["SweepConfig", "run_sweep", "cell_summary", "format_table", "write_summary", "FleetError"]
+__all__ = ["SweepConfig", "run_sweep", "cell_summary", "format_table", "write_summary", "SourceError"]

@@ -5,7 +5,7 @@ import platform
 import sys
 from importlib import metadata
 
-from bench.probes import detect_chip, total_memory_bytes
+from measure.core.probes import detect_chip, total_memory_bytes
 
 PACKAGES = ("inference-top", "llama_cpp_python", "mlx", "mlx-cpu", "mlx-lm", "transformers", "scipy-openblas32", "numpy",
             "psutil", "gguf", "textual", "httpx")

@@ -12,11 +12,12 @@ import queue
 import threading
 import time
 
-from bench.fleet import RunMeta, WorkerInfo
-from bench.records import RequestRecord
-from bench.workload import prompt_for
+from measure.core.records import RunMeta, build_record
+from measure.core.units import NS
+from measure.core.workload import ClosedLoop, Load, Request, prompt_for
+from measure.sources.base import Capabilities, Finished, Log, Tokens, WorkerInfo, WorkerState
 
-NS = 1_000_000_000
+S = WorkerState
 
 
 class SimulatedFleet:
@@ -46,6 +47,20 @@ class SimulatedFleet:
         self._stop = threading.Event()
         self._last = None
 
+    def capabilities(self) -> Capabilities:
+        return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
+                            modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
+                            server_view=False, simulated=True)
+
+    def server_view(self) -> dict | None:
+        return None
+
+    def wait_ready(self, timeout: float = 0) -> None:
+        pass
+
+    def run_requests(self, load: Load, timeout=None, should_stop=None):
+        raise NotImplementedError("the simulated fleet serves the dashboard only; bench runs a real engine")
+
     def start(self, wait_ready: bool = True, timeout: float = 0) -> None:
         for _ in range(self.target_k):
             self._spawn()
@@ -59,23 +74,23 @@ class SimulatedFleet:
     def _spawn(self) -> None:
         wid = next(self._ids)
         now = self._clock()
-        self._workers[wid] = WorkerInfo(wid, state="idle", pid=None, threads=1, rss=300_000_000, ready_ns=now)
-        self.events.put(("log", f"worker {wid} started (simulated)"))
+        self._workers[wid] = WorkerInfo(wid, state=S.IDLE, pid=None, threads=1, rss=300_000_000, ready_ns=now)
+        self.events.put(Log("info", f"worker {wid} started (simulated)"))
 
     def scale_to(self, k: int) -> None:
         with self._lock:
-            active = [w for w in self._workers.values() if w.state not in ("retired", "dead", "retiring")]
+            active = [w for w in self._workers.values() if not w.state.leaving]
             self.target_k = k
             for _ in range(k - len(active)):
                 self._spawn()
             for w in sorted(active, key=lambda w: -w.wid)[: max(0, len(active) - k)]:
-                w.state = "retiring" if self._busy.get(w.wid, {}).get("reqs") else "retired"
-            self.events.put(("log", f"K → {k}"))
+                w.state = S.RETIRING if self._busy.get(w.wid, {}).get("reqs") else S.RETIRED
+            self.events.put(Log("info", f"K → {k}"))
 
-    def set_load(self, workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
-        self._load = (workload, max_tokens)
-        if self._users is None:
-            self._users = getattr(arrivals, "users", 1)
+    def set_load(self, load: Load | None) -> None:
+        self._load = (load.workload, load.max_tokens) if load else None
+        if self._users is None and load is not None:
+            self._users = load.arrivals.users if isinstance(load.arrivals, ClosedLoop) else 10**9
 
     def set_users(self, users: int | None) -> None:
         self._users = users or 10**9  # None: every ready worker serves
@@ -85,7 +100,7 @@ class SimulatedFleet:
 
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
-            return [WorkerInfo(**w.__dict__) for w in self._workers.values()]
+            return [w.public() for w in self._workers.values()]
 
     def close(self, grace: float = 0) -> None:
         self._stop.set()
@@ -102,13 +117,13 @@ class SimulatedFleet:
                 return
             workload, max_tokens = self._load
             cap = self.b if self.mode == "batch" else 1
-            active = [w for w in self._workers.values() if w.state not in ("retired", "dead")]
-            n_serving = max(1, sum(1 for w in active if w.state != "retiring"))
+            active = [w for w in self._workers.values() if not w.state.gone]
+            n_serving = max(1, sum(1 for w in active if w.state != S.RETIRING))
             step_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
             in_flight = sum(len(v["reqs"]) for v in self._busy.values())
             for w in active:
                 st = self._busy.setdefault(w.wid, {"reqs": [], "next": None})
-                while (not self._paused and w.state != "retiring" and len(st["reqs"]) < cap
+                while (not self._paused and w.state != S.RETIRING and len(st["reqs"]) < cap
                        and in_flight < self._users):
                     rid = next(self._req_ids)
                     st["reqs"].append({"rid": rid, "prompt": prompt_for(workload, next(self._prompts)), "t0": now,
@@ -116,12 +131,12 @@ class SimulatedFleet:
                     in_flight += 1
                     if st["next"] is None:
                         st["next"] = now + self.prefill_ns
-                    w.state, w.current = "serving", rid
+                    w.state, w.current = S.SERVING, rid
                 while st["reqs"] and st["next"] is not None and st["next"] <= now:
                     t = st["next"]
                     for r in st["reqs"]:
                         r["tokens"].append(t)
-                        self.events.put(("tokens", w.wid, r["rid"], [t]))
+                        self.events.put(Tokens(w.wid, r["rid"], [t]))
                         w.tokens += 1
                     for r in [r for r in st["reqs"] if len(r["tokens"]) >= max_tokens]:
                         st["reqs"].remove(r)
@@ -130,19 +145,15 @@ class SimulatedFleet:
                 if not st["reqs"]:
                     st["next"] = None
                     w.current = None
-                    w.state = "retired" if w.state == "retiring" else ("idle" if w.state == "serving" else w.state)
+                    w.state = S.RETIRED if w.state == S.RETIRING else (S.IDLE if w.state == S.SERVING else w.state)
                 w.active = len(st["reqs"])
 
     def _finish(self, w: WorkerInfo, cur: dict) -> None:
         toks = cur["tokens"]
-        rec = RequestRecord(
-            run_id=self.run_id, request_id=cur["rid"], mode=self.mode, engine=self.meta.engine,
-            model=self.meta.model, model_bytes=self.meta.model_bytes, k=self.target_k, b=self.b,
-            worker=w.wid, prompt_id=cur["prompt"].prompt_id, prompt_tokens=16, output_tokens=len(toks),
-            t_scheduled_ns=cur["t0"], t_submitted_ns=cur["t0"], t_started_ns=cur["t0"], t_first_token_ns=toks[0],
-            t_done_ns=toks[-1], token_ns=list(toks), finish_reason="length", simulated=True, rep=self.rep,
-            worker_rss_bytes=w.rss,
-        )
+        req = Request(cur["rid"], cur["prompt"], len(toks), True, t_scheduled_ns=cur["t0"], t_submitted_ns=cur["t0"],
+                      rep=self.rep, k=self.target_k, b=self.b, mode=self.mode)
+        rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
+                           t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
         w.requests_done += 1
         w.last_ttft_s = (toks[0] - cur["t0"]) / NS
-        self.events.put(("record", rec))
+        self.events.put(Finished(rec))

@@ -5,10 +5,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.fleet import RunMeta, auto_threads
 from engines.base import EngineError, EngineSpec
 from engines.embedded import EMBEDDED_NAME, embedded_model_path
 from engines.gguf_file import GGUFInfo, inspect_gguf, sha256_prefix
+from measure.core.probes import auto_threads
+from measure.core.records import RunMeta
 
 
 @dataclass
@@ -53,7 +54,7 @@ def _is_gguf(p: Path) -> bool:
 def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> ModelChoice:
     """An mlx-lm folder as given, or a Gemma 3 GGUF (the embedded one by default) converted once."""
     from engines.gguf_to_mlx import SUPPORTED_ARCHITECTURES, convert_gguf, unsupported
-    from bench.guard import GuardError, shape_from_config
+    from measure.core.guard import GuardError, shape_from_config
     from engines.mlx_lm import check_folder, require_mlx
 
     require_mlx()
@@ -102,7 +103,7 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
 
 
 def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:
-    from bench.envinfo import environment
+    from measure.core.envinfo import environment
 
     return {
         "environment": environment(),

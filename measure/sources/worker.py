@@ -2,14 +2,8 @@
 what the parent hands it from the shared queue: one request at a time (instances mode), or up to B
 sequences decoded together in one context (batch mode, continuous batching).
 
-Messages to the parent (over this worker's own pipe, so a killed worker can corrupt nothing shared):
-  ("state", state, info)                 loading | warming | ready | retired, with pid/threads/rss
-  ("start", req_id, t_started_ns)        a request began (batch mode: was admitted to the batch)
-  ("tok", req_id, [t_ns, ...])           token timestamps, batched at ≈10 Hz
-  ("done", req_id, [t_ns, ...], prompt_tokens, finish_reason, error, t_done_ns, rss_bytes)
-  ("fatal", message)                     the engine could not load; the worker exits
-Messages from the parent: ("req", dict) | ("threads", n) | ("mode", "single"|"batch", b, b_cap, seq_ctx) |
-  ("retire",) | ("stop",). The parent never hands a worker more requests than its mode allows.
+Messages both ways are the NamedTuples of sources/messages.py, over this worker's own pipe (so a killed
+worker can corrupt nothing shared). The parent never hands a worker more requests than its mode allows.
 """
 from __future__ import annotations
 
@@ -20,6 +14,8 @@ import time
 from collections import deque
 
 from engines.base import EngineError, EngineSpec, Prompt, make_engine
+from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, RetireMsg, StartMsg, StateMsg, StopMsg,
+                                      ThreadsMsg, TokensMsg)
 
 WARMUP_REQUESTS = 2
 TOKEN_BATCH_NS = 100_000_000  # send token timestamps to the parent at ≈10 Hz
@@ -73,20 +69,19 @@ class Worker:
 
     def control(self, msg) -> bool:
         """Apply a control message; False if it was not one (a request)."""
-        kind = msg[0]
-        if kind == "threads":
-            self.engine.set_threads(msg[1])
-            self.send(("state", "ready", {"threads": msg[1]}))
-        elif kind == "mode":
-            self.mode, self.b, self.b_cap, self.seq_ctx = msg[1], msg[2], max(msg[2], msg[3]), msg[4]
-            extra = {"mode_applied": True}
+        if isinstance(msg, ThreadsMsg):
+            self.engine.set_threads(msg.n)
+            self.send(StateMsg("ready", threads=msg.n))
+        elif isinstance(msg, ModeMsg):
+            self.mode, self.b, self.b_cap, self.seq_ctx = msg.mode, msg.b, max(msg.b, msg.b_cap), msg.seq_ctx
+            error = None
             if self.mode == "batch":
                 try:  # make the batch context now, not inside the first measured request
                     self.engine.batch(self.b_cap, self.seq_ctx)
                 except Exception as exc:  # noqa: BLE001 - reported now, and again when a request needs it
-                    extra["error"] = _error_text(exc)
-            self.send(("state", "ready", extra))
-        elif kind in ("retire", "stop"):
+                    error = _error_text(exc)
+            self.send(StateMsg("ready", mode_applied=True, error=error))
+        elif isinstance(msg, (RetireMsg, StopMsg)):
             self.leaving = True
         else:
             return False
@@ -101,16 +96,16 @@ class Worker:
             if self.control(msg):
                 continue
             if self.mode == "batch":
-                self.serve_batch(msg[1])
+                self.serve_batch(msg.request)
             else:
-                self.serve_one(msg[1])
-        self.send(("state", "retired", {}))
+                self.serve_one(msg.request)
+        self.send(StateMsg("retired"))
         self.engine.close()
 
     def serve_one(self, req: dict) -> None:
         rid = req["request_id"]
         t_started = time.perf_counter_ns()
-        self.send(("start", rid, t_started))
+        self.send(StartMsg(rid, t_started))
         error = None
         finish = "error"
         n_prompt = 0
@@ -128,13 +123,13 @@ class Worker:
                     break
                 pending.append(t_ns)
                 if t_ns - last_flush >= TOKEN_BATCH_NS:
-                    self.send(("tok", rid, pending))
+                    self.send(TokensMsg(rid, pending))
                     pending = []
                     last_flush = t_ns
         except Exception as exc:  # noqa: BLE001 - a request's failure is recorded, the worker goes on
             error = _error_text(exc)
-        self.send(("done", rid, pending, n_prompt, finish if error is None else "error", error,
-                   time.perf_counter_ns(), _rss()))
+        self.send(DoneMsg(rid, pending, n_prompt, finish if error is None else "error", error,
+                          time.perf_counter_ns(), _rss()))
 
     def serve_batch(self, first: dict) -> None:
         """Continuous batching: admit what arrives while fewer than B run, one decode per step, until
@@ -148,7 +143,7 @@ class Worker:
             while self.conn.poll(0):
                 msg = self.conn.recv()
                 if not self.control(msg):
-                    waiting.append(msg[1])
+                    waiting.append(msg.request)
             if batch is None or (batch.b_cap < self.b and not batch.active()):
                 try:  # the context holds b_cap sequences; it is remade only when empty
                     batch = self.engine.batch(max(self.b, self.b_cap), self.seq_ctx)
@@ -166,7 +161,7 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001 - refused with the numbers; the others go on
                     self._fail(req, _error_text(exc))
                     continue
-                self.send(("start", rid, time.perf_counter_ns()))
+                self.send(StartMsg(rid, time.perf_counter_ns()))
                 pending[rid] = []
                 n_prompt[rid] = len(tokens)
             if not batch.active():
@@ -178,26 +173,26 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the step broke: fail its sequences, keep the worker
                 for rid in list(batch.seqs):
                     batch.remove(rid)
-                    self.send(("done", rid, pending.pop(rid, []), n_prompt.pop(rid, 0), "error", _error_text(exc),
-                               time.perf_counter_ns(), _rss()))
+                    self.send(DoneMsg(rid, pending.pop(rid, []), n_prompt.pop(rid, 0), "error", _error_text(exc),
+                                      time.perf_counter_ns(), _rss()))
                 continue
             for rid, _tok in toks:
                 pending[rid].append(t)
             for rid, reason in finished:
-                self.send(("done", rid, pending.pop(rid), n_prompt.pop(rid), reason, None, time.perf_counter_ns(),
-                           _rss()))
+                self.send(DoneMsg(rid, pending.pop(rid), n_prompt.pop(rid), reason, None, time.perf_counter_ns(),
+                                  _rss()))
             if t - last_flush >= TOKEN_BATCH_NS:
                 for rid, ts in pending.items():
                     if ts:
-                        self.send(("tok", rid, ts))
+                        self.send(TokensMsg(rid, ts))
                         pending[rid] = []
                 last_flush = t
 
     def _fail(self, req: dict, error: str) -> None:
         rid = req["request_id"]
         now = time.perf_counter_ns()
-        self.send(("start", rid, now))
-        self.send(("done", rid, [], 0, "error", error, now, _rss()))
+        self.send(StartMsg(rid, now))
+        self.send(DoneMsg(rid, [], 0, "error", error, now, _rss()))
 
 
 def worker_main(wid: int, conn, spec_dict: dict, log_path: str | None = None) -> None:
@@ -212,18 +207,18 @@ def worker_main(wid: int, conn, spec_dict: dict, log_path: str | None = None) ->
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (int(limit), int(limit)))
-    send(("state", "loading", {"pid": os.getpid(), "threads": spec.threads}))
+    send(StateMsg("loading", pid=os.getpid(), threads=spec.threads))
     try:
         engine = make_engine(spec)
         engine.load()
-        send(("state", "warming", {"rss": _rss()}))
+        send(StateMsg("warming", rss=_rss()))
         for _ in range(WARMUP_REQUESTS):
             engine.warmup()
     except EngineError as exc:
-        send(("fatal", str(exc)))
+        send(FatalMsg(str(exc)))
         return
     except Exception as exc:  # an engine's own failure: report it in one line, never a traceback
-        send(("fatal", f"{spec.engine} engine failed to load {spec.model_path}: {type(exc).__name__}: {exc}"))
+        send(FatalMsg(f"{spec.engine} engine failed to load {spec.model_path}: {type(exc).__name__}: {exc}"))
         return
-    send(("state", "ready", {"rss": _rss()}))
+    send(StateMsg("ready", rss=_rss()))
     Worker(conn, engine).run()

@@ -9,9 +9,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import metrics as M
-from bench.recorder import read_jsonl
-from bench.sweep import add_scaling, cell_summary
+from measure.core import metrics as M
+from measure.core.recorder import read_jsonl
+from measure.control.sweep import add_scaling, cell_summary
 
 NS = 1_000_000_000
 
@@ -298,40 +298,3 @@ def report(paths: list[str], out: Path) -> tuple[list[Path], Path, list[str]]:
     md = out / "report.md"
     md.write_text(markdown(runs, files))
     return files, md, [w for r in runs for w in r.warnings]
-
-
-def snapshot_png(snap, path: Path, beta: float | None = None) -> Path | None:
-    """The dashboard's three charts, as they stand, into one PNG (None where matplotlib is missing)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    h = snap.history
-    ts = [p.t for p in h]
-    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    fig.suptitle(f"inference-top at t={snap.t:.0f} s: mode {snap.mode}, K={snap.k}, B={snap.b}"
-                 + (" (SIMULATED)" if snap.simulated else ""))
-    axes[0].plot(ts, [p.agg_tps for p in h], label="aggregate tok/s (5 s window)")
-    ms = lambda v: float("nan") if v is None else v * 1e3  # noqa: E731
-    axes[1].plot(ts, [ms(p.tpot_p50) for p in h], label="TPOT p50")
-    axes[1].plot(ts, [ms(p.tpot_p90) for p in h], label="TPOT p90")
-    axes[1].plot(ts, [ms(p.predicted_tpot) for p in h], "--", label="predicted K·W/β")
-    axes[2].plot(ts, [p.bw_gbps if p.bw_gbps is not None else float("nan") for p in h], label="bandwidth product")
-    if beta:
-        axes[2].axhline(beta, color="red", ls="--", label=f"spec {beta:g} GB/s")
-    for ax, unit in zip(axes, ("tok/s", "ms", "GB/s")):
-        ax.set_ylabel(unit)
-        ax.grid(alpha=0.3)
-        for x, label in snap.markers:
-            ax.axvline(x, color="magenta", ls=":")
-        ax.legend(fontsize=7)
-    for x, label in snap.markers:
-        axes[0].annotate(label, (x, 0), textcoords="offset points", xytext=(2, 2), fontsize=7, color="magenta")
-    axes[2].set_xlabel("seconds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

@@ -1,9 +1,8 @@
-"""B concurrent streams against an OpenAI-compatible server (llama-server, vLLM, mlx_lm.server …).
-
-The same face as bench.fleet.Fleet to the sweep and the dashboard, but nothing is spawned: one asyncio
-loop in a thread keeps up to B streams open (httpx, connection limit ≥ B), fed by the same closed-loop
-users or Poisson arrivals, with TTFT counted from the scheduled time. Every ≥ 1 s it scrapes the server's
-Prometheus /metrics where there is one (absent metrics stay absent, never zero).
+"""B concurrent streams against an OpenAI-compatible server (llama-server, vLLM, mlx_lm.server …): a
+LoadSource (sources/base.py) that spawns nothing. One asyncio loop in a thread keeps up to B streams open
+(httpx, connection limit ≥ B), fed by the same closed-loop users or Poisson arrivals as the local fleet,
+with TTFT counted from the scheduled time. Token timestamps reach the live window as each chunk arrives.
+Every ≥ 1 s it scrapes the server's Prometheus /metrics where there is one (absent metrics stay absent).
 """
 from __future__ import annotations
 
@@ -16,10 +15,13 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from bench.fleet import FleetError, RecordCollector, RunMeta, WorkerInfo
-from bench.records import RequestRecord
-from bench.workload import Request, prompt_for
 from engines.http_openai import api_headers, endpoint_body, stream_one
+from measure.core.records import RequestRecord, RunMeta, build_record
+from measure.core.workload import Load, Request, RequestMaker
+from measure.sources.base import (Capabilities, EventSink, RecordCollector, SourceError, Tokens, WorkerInfo,
+                                  WorkerState)
+
+S = WorkerState
 
 SERVER_METRICS = {
     "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
@@ -50,7 +52,7 @@ def parse_prometheus(text: str) -> dict:
     return out
 
 
-class HttpFleet:
+class HttpSource:
     def __init__(self, url: str, meta: RunMeta, b: int = 1, endpoint: str = "completions",
                  model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True):
@@ -60,30 +62,36 @@ class HttpFleet:
         self.api_key_env = api_key_env
         self.stall_s = stall_s
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
-        self.on_record = on_record
-        self.events: queue.Queue | None = queue.Queue() if events else None
+        self._sink = EventSink(events, on_record)
+        self.events: queue.Queue | None = self._sink.events
         self.target_k = 1
         self.mode = "http"
         self.b = b
-        self.b_cap = 1 << 30
         self.rep = 0
         self.run_id = uuid.uuid4().hex[:12]
-        self.server_view: dict | None = None  # None: never scraped; {}: the server exposes none
+        self._server_view: dict | None = None  # None: never scraped; {}: the server exposes none
+        self._requests = RequestMaker()
         self._pending: deque[Request] = deque()
         self._active: dict[int, tuple[int, Request]] = {}  # request id → (slot, request)
         self._slots: dict[int, WorkerInfo] = {}
-        self._load = None
         self._paused = False
-        self._collector = None
-        self._ids = itertools.count(1)
-        self._prompt_index = itertools.count()
+        self._auto_users = True
+        self._collector: RecordCollector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
 
-    # ---- the Fleet face ---------------------------------------------------------------------
+    # ---- the LoadSource face -----------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
+                            scales_k=False, local=False, batch_capacity=1 << 30, server_view=True,
+                            simulated=False, endpoint=self.url)
+
+    def server_view(self) -> dict | None:
+        return self._server_view
+
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         import httpx
 
@@ -93,61 +101,58 @@ class HttpFleet:
         try:
             r = httpx.get(f"{self.url}/models", headers=api_headers(self.api_key_env), timeout=min(timeout, 10))
         except httpx.HTTPError as exc:
-            raise FleetError(f"nothing answers at {self.url} ({type(exc).__name__}); start the server or fix --url")
+            raise SourceError(f"nothing answers at {self.url} ({type(exc).__name__}); start the server or fix --url")
         if r.status_code in (401, 403):
-            raise FleetError(f"{self.url}/models answered HTTP {r.status_code}: pass the key's variable with "
-                             "--api-key-env")
+            raise SourceError(f"{self.url}/models answered HTTP {r.status_code}: pass the key's variable with "
+                              "--api-key-env")
         if r.status_code >= 400:
-            raise FleetError(f"{self.url}/models answered HTTP {r.status_code}: is --url the API base (…/v1)?")
+            raise SourceError(f"{self.url}/models answered HTTP {r.status_code}: is --url the API base (…/v1)?")
         if not self.model:
             try:
                 self.model = r.json()["data"][0]["id"]
             except (ValueError, KeyError, IndexError, TypeError):
                 pass
-        self._thread = threading.Thread(target=self._run, name="http-fleet", daemon=True)
+        self.meta.model = self.model or self.meta.model
+        self._thread = threading.Thread(target=self._run, name="http-source", daemon=True)
         self._thread.start()
-        self._emit("log", f"streaming to {self.url}/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
-                          f" as {self.model or 'the server default'}")
+        self._sink.log(f"streaming to {self._url()} as {self.model or 'the server default'}")
 
     def wait_ready(self, timeout: float = 0) -> None:
         pass
 
     def scale_to(self, k: int) -> None:
         if k != 1:
-            self._emit("log", "K does not apply to a remote server: B sets the concurrent streams")
+            self._sink.log("K does not apply to a remote server: B sets the concurrent streams")
 
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         self.b = b
         self._poke()
 
-    def set_load(self, workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
+    def set_load(self, load: Load | None) -> None:
         with self._lock:
-            self._load = (workload, arrivals, max_tokens, ignore_eos)
+            self._requests.set_load(load)
         self._poke()
 
     def set_users(self, users: int | None) -> None:
         with self._lock:
-            if users is not None and self._load and hasattr(self._load[1], "users"):
-                self._load[1].users = users
+            if users is not None:
+                self._requests.set_users(users)
             self._auto_users = users is None
         self._poke()
 
-    _auto_users = True
-
     def pause(self, paused: bool = True) -> None:
         self._paused = paused
-        if not paused and self._load:
-            self._load[1].resume(time.perf_counter_ns())
+        if not paused:
+            self._requests.resume(time.perf_counter_ns())
         self._poke()
 
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
-            return [WorkerInfo(**w.__dict__) for w in self._slots.values()]
+            return [w.public() for w in self._slots.values()]
 
-    def run_requests(self, workload, arrivals, max_tokens: int, ignore_eos: bool = True,
-                     timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
-        self._collector = RecordCollector(arrivals.total)
-        self.set_load(workload, arrivals, max_tokens, ignore_eos)
+    def run_requests(self, load: Load, timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
+        self._collector = RecordCollector(load.arrivals.total)
+        self.set_load(load)
         try:
             return self._collector.wait(timeout, should_stop)
         finally:
@@ -160,9 +165,8 @@ class HttpFleet:
             self._thread.join(timeout=grace + 2)
 
     # ---- the loop ----------------------------------------------------------------------------
-    def _emit(self, kind, *payload) -> None:
-        if self.events is not None:
-            self.events.put((kind, *payload))
+    def _url(self) -> str:
+        return f"{self.url}/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
 
     def _poke(self) -> None:
         if self._loop and self._wake:
@@ -197,7 +201,7 @@ class HttpFleet:
                     last_scrape = time.monotonic()
                     tasks.add(asyncio.create_task(self._scrape(client)))
                 self._wake.clear()
-                nxt = self._load[1].next_wakeup_ns() if self._load and not self._paused else None
+                nxt = self._requests.next_wakeup_ns() if not self._paused else None
                 wait = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.perf_counter_ns()) / 1e9))
                 try:
                     await asyncio.wait_for(self._wake.wait(), wait)
@@ -207,60 +211,50 @@ class HttpFleet:
                 t.cancel()
 
     def _arrivals(self, now: int) -> None:
-        if not self._load or self._paused:
+        if self._paused:
             return
-        workload, arrivals, max_tokens, ignore_eos = self._load
-        if self._auto_users and hasattr(arrivals, "users"):
-            arrivals.users = self.b
-        for t_sched in arrivals.due(now, len(self._pending) + len(self._active)):
-            req = Request(next(self._ids), prompt_for(workload, next(self._prompt_index)), max_tokens, ignore_eos,
-                          t_scheduled_ns=t_sched, rep=self.rep, k=1, b=self.b, mode="http")
-            req.t_submitted_ns = time.perf_counter_ns()
-            self._pending.append(req)
+        with self._lock:
+            if self._auto_users:
+                self._requests.set_users(self.b)
+            self._pending.extend(self._requests.due(now, len(self._pending) + len(self._active), rep=self.rep, k=1,
+                                                    b=self.b, mode="http"))
 
     async def _scrape(self, client) -> None:
         base = self.url[:-3] if self.url.endswith("/v1") else self.url
         try:
             r = await client.get(f"{base}/metrics", timeout=2.0)
-            self.server_view = parse_prometheus(r.text) if r.status_code == 200 else {}
+            self._server_view = parse_prometheus(r.text) if r.status_code == 200 else {}
         except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
-            self.server_view = {}
+            self._server_view = {}
 
     async def _one(self, client, slot: int, req: Request) -> None:
         with self._lock:
-            info = self._slots.setdefault(slot, WorkerInfo(slot, state="idle", ready_ns=time.perf_counter_ns()))
-            info.state, info.current, info.active = "serving", req.request_id, 1
+            info = self._slots.setdefault(slot, WorkerInfo(slot, state=S.IDLE, ready_ns=time.perf_counter_ns()))
+            info.state, info.current, info.active = S.SERVING, req.request_id, 1
         t_started = time.perf_counter_ns()
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
-        url = f"{self.url}/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
         body = endpoint_body(self.endpoint, self.model, text, req.max_tokens, req.ignore_eos)
-        res = await stream_one(client, url, body, api_headers(self.api_key_env), self.stall_s)
-        if res.token_ns:
-            self._emit("tokens", slot, req.request_id, res.token_ns)
-        rec = RequestRecord(
-            run_id=self.run_id, request_id=req.request_id, mode="http", engine=self.meta.engine,
-            model=self.model or self.meta.model, model_bytes=self.meta.model_bytes, k=1, b=req.b, worker=slot,
-            prompt_id=req.prompt.prompt_id, prompt_tokens=res.prompt_tokens or 0, output_tokens=len(res.token_ns),
-            t_scheduled_ns=req.t_scheduled_ns, t_submitted_ns=req.t_submitted_ns, t_started_ns=t_started,
-            t_first_token_ns=res.token_ns[0] if res.token_ns else None, t_done_ns=time.perf_counter_ns(),
-            token_ns=res.token_ns, finish_reason=res.finish_reason if res.error is None else "error",
-            error=res.error, rep=req.rep,
+
+        def on_tokens(ts: list[int]) -> None:
+            self._sink.put(Tokens(slot, req.request_id, ts))
+
+        res = await stream_one(client, self._url(), body, api_headers(self.api_key_env), self.stall_s,
+                               on_tokens=on_tokens if self._sink.events is not None else None)
+        rec = build_record(
+            req, self.meta, self.run_id, res.token_ns, worker=slot, t_started_ns=t_started,
+            prompt_tokens=res.prompt_tokens, finish_reason=res.finish_reason, error=res.error,
+            model=self.model or self.meta.model,
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
-            server_view=dict(self.server_view or {}, **({"timings": res.timings} if res.timings else {})) or None,
+            server_view=dict(self._server_view or {}, **({"timings": res.timings} if res.timings else {})) or None,
         )
         with self._lock:
             self._active.pop(req.request_id, None)
             info.requests_done += 1
             info.tokens += len(res.token_ns)
-            info.current, info.active, info.state = None, 0, "idle"
+            info.current, info.active, info.state = None, 0, S.IDLE
             if rec.t_first_token_ns:
                 info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
-        self._emit("record", rec)
-        if self.on_record:
-            self.on_record(rec)
-        collect = self._collector  # read once: run_requests may clear it meanwhile
-        if collect:
-            collect(rec)
+        self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
         if self._wake:
             self._wake.set()

@@ -1,7 +1,7 @@
 """`inference-top plan`: what fits before any process starts — KV per token, per request, largest B and K."""
 from __future__ import annotations
 
-from bench.guard import DEFAULT_OVERHEAD_BYTES, GiB, MiB, KVShape, dtype_bytes, largest_fitting
+from measure.core.guard import DEFAULT_OVERHEAD_BYTES, GiB, MiB, KVShape, dtype_bytes, largest_fitting
 
 
 def fmt_bytes(n: float) -> str:

@@ -16,6 +16,15 @@ def total_memory_bytes() -> int:
     return psutil.virtual_memory().total
 
 
+def physical_cores() -> int:
+    return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+
+
+def auto_threads(k: int) -> int:
+    """Physical cores ÷ K, at least 1, so K workers never oversubscribe the CPU."""
+    return max(1, physical_cores() // max(1, k))
+
+
 def _sysctl(name: str) -> str | None:
     try:
         out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=2)

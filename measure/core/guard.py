@@ -5,14 +5,14 @@ All pure functions over numbers and probe readings, so each can be tested on inj
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.metrics import kv_bytes_per_token
+from measure.core.metrics import kv_bytes_per_token
+from measure.core.units import GiB, MiB, UnitError, fmt_gb
+from measure.core.units import parse_size as _parse_size
 
-GiB = 1024**3
-MiB = 1024**2
+__all__ = ["GiB", "MiB", "fmt_gb"]
 
 # bytes per cached element: llama.cpp block formats store a scale per 32 values
 KV_DTYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
@@ -33,14 +33,11 @@ def dtype_bytes(name: str) -> float:
 
 
 def parse_size(text: str) -> int:
-    """'48G', '48GB', '512M', '20.4GiB' or plain bytes → bytes (G = GiB, as `free -g` and macOS show)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*", text.lower())
-    if not m:
-        raise GuardError(f"bad size {text!r}: write e.g. 48G, 512M or 20.4GiB")
-    n = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ")
-    if n <= 0:
-        raise GuardError(f"size {text!r} must be greater than 0")
-    return int(n)
+    """units.parse_size, failing with GuardError (G = 10⁹ B, GiB = 2³⁰ B)."""
+    try:
+        return _parse_size(text)
+    except UnitError as exc:
+        raise GuardError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -114,8 +111,15 @@ def footprint(k: int, b: int, ctx: int, weight_bytes: int, kv_per_token: float,
                      int(k * (b * ctx + extra_kv_tokens) * kv_per_token))
 
 
-def fmt_gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
+def engine_footprint(mode: str, k: int, b: int, *, b_cap: int, seq_ctx: int, ctx: int, weight_bytes: int,
+                     kv_per_token: float, overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> Footprint:
+    """What K local engines allocate, by mode (the one rule the dashboard and the sweep use): each worker's
+    weights and runtime, its single-stream context of `ctx` tokens (made whole at load), and in batch mode
+    a batch context of max(B, b_cap) sequences × `seq_ctx` tokens beside it. A server's memory is not ours."""
+    if mode == "http":
+        return Footprint(k, b, 0, 0, 0)
+    seqs = max(b, b_cap) if mode == "batch" else 0
+    return footprint(k, seqs, seq_ctx, weight_bytes, kv_per_token, overhead_bytes, extra_kv_tokens=ctx, label_b=b)
 
 
 def admit(fp: Footprint, budget: int) -> str | None:

@@ -16,90 +16,38 @@ import signal
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
+from typing import NamedTuple
 
-from bench.records import RequestRecord
-from bench.workload import Request, prompt_for
 from engines.base import EngineSpec
-from presets import Workload
+from measure.core.probes import auto_threads, physical_cores
+from measure.core.records import RequestRecord, RunMeta, build_record
+from measure.core.workload import Load, Request, RequestMaker
+from measure.sources.base import (Capabilities, CellStopped, EventSink, RecordCollector, SourceError, Tokens,
+                                  WorkerInfo, WorkerState)
+from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
+                                      StopMsg, ThreadsMsg, TokensMsg)
 
 WAIT_S = 0.5  # the I/O thread sleeps this long at most; commands and workers wake it at once
+S = WorkerState
+FleetError = SourceError  # the name callers knew
+
+_OPEN: "weakref.WeakSet[Fleet]" = weakref.WeakSet()
 
 
-class FleetError(RuntimeError):
-    """The fleet cannot go on (no worker could load, or all died); the message is one line."""
+@atexit.register
+def _close_open_fleets() -> None:
+    """One exit hook for every fleet still open, so no worker outlives the program."""
+    for f in list(_OPEN):
+        f.close()
 
 
-class CellStopped(RuntimeError):
-    """A finite load stopped early (the memory wall); `records` holds what finished before."""
-
-    def __init__(self, why: str, records):
-        super().__init__(why)
-        self.records = list(records)
-
-
-class RecordCollector:
-    """The records of one finite load, and the wait for them (both fleets' run_requests)."""
-
-    def __init__(self, total: int):
-        self.total = total
-        self.done: list[RequestRecord] = []
-        self._ev = threading.Event()
-
-    def __call__(self, rec: RequestRecord) -> None:
-        self.done.append(rec)
-        if len(self.done) >= self.total:
-            self._ev.set()
-
-    def wait(self, timeout: float | None, should_stop: Callable[[], str | None] | None) -> list[RequestRecord]:
-        """Until all records are in; TimeoutError past `timeout`, CellStopped when should_stop (asked twice
-        a second) gives a reason."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._ev.is_set():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"cell did not finish within {timeout:.0f} s "
-                                   f"({len(self.done)}/{self.total} requests)")
-            if not self._ev.wait(0.5 if left is None else min(0.5, left)) and should_stop and (why := should_stop()):
-                raise CellStopped(why, self.done)
-        return self.done
-
-
-def physical_cores() -> int:
-    try:
-        import psutil
-
-        return psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    except ImportError:
-        return os.cpu_count() or 1
-
-
-def auto_threads(k: int) -> int:
-    """Physical cores ÷ K, at least 1, so K workers never oversubscribe the CPU."""
-    return max(1, physical_cores() // max(1, k))
-
-
-@dataclass
-class WorkerInfo:
-    wid: int
-    state: str = "starting"  # starting | loading | warming | serving | idle | retiring | retired | dead
-    pid: int | None = None
-    threads: int | None = None
-    rss: int | None = None
-    requests_done: int = 0
-    tokens: int = 0
-    last_ttft_s: float | None = None
-    current: int | None = None  # the request it began last, None when idle
-    active: int = 0  # requests it holds now (up to B in batch mode)
-    ready_ns: int | None = None
-    error: str | None = None
-
-    def public(self) -> "WorkerInfo":
-        return WorkerInfo(**self.__dict__)
+__all__ = ["Fleet", "FleetError", "CellStopped", "RunMeta", "WorkerInfo", "physical_cores", "auto_threads"]
 
 
 @dataclass
@@ -121,17 +69,38 @@ class _InFlight:
     tokens: list[int] = field(default_factory=list)
 
 
-@dataclass
-class RunMeta:
-    engine: str
-    model: str
-    model_bytes: int
-    mode: str = "instances"
-    b: int = 1
-    simulated: bool = False
+# ---- commands (any thread → the I/O thread) ------------------------------------------------------
+class _Scale(NamedTuple):
+    k: int
+
+
+class _SetLoad(NamedTuple):
+    load: Load | None
+
+
+class _Pause(NamedTuple):
+    paused: bool
+
+
+class _Batch(NamedTuple):
+    pass
+
+
+class _Users(NamedTuple):
+    users: int | None
+
+
+class _Collector(NamedTuple):
+    collect: RecordCollector | None
+
+
+class _Close(NamedTuple):
+    pass
 
 
 class Fleet:
+    """K engine workers on one shared queue: a LoadSource (sources/base.py)."""
+
     def __init__(self, spec: EngineSpec, meta: RunMeta, k: int = 1, threads: int | None = None,
                  on_record: Callable[[RequestRecord], None] | None = None, b_cap: int | None = None,
                  events: bool = True):
@@ -140,9 +109,9 @@ class Fleet:
         self.spec = spec
         self.meta = meta
         self.fixed_threads = threads
-        self.on_record = on_record
+        self._sink = EventSink(events, on_record)
         # what happened, for a live reader; a headless sweep reads records through on_record instead
-        self.events: queue.Queue | None = queue.Queue() if events else None
+        self.events: queue.Queue | None = self._sink.events
         self.target_k = k
         self.mode = meta.mode if meta.mode in ("instances", "batch") else "instances"
         self.b = meta.b
@@ -154,7 +123,7 @@ class Fleet:
         self._ctx = mp.get_context("spawn")
         self._workers: dict[int, _Worker] = {}
         self._ids = itertools.count(1)
-        self._req_ids = itertools.count(1)
+        self._requests = RequestMaker()
         self._pending: deque[Request] = deque()  # the one shared request queue
         self._inflight: dict[int, _InFlight] = {}
         self._cmds: queue.Queue = queue.Queue()
@@ -163,7 +132,6 @@ class Fleet:
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._lock = threading.Lock()
         self._snapshot: dict[int, WorkerInfo] = {}
-        self._load = None  # (workload, arrivals, max_tokens, ignore_eos)
         self._load_started = False
         self._paused = False
         self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
@@ -171,10 +139,17 @@ class Fleet:
         self._fatal: str | None = None
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
         self._started = False
-        self._prompt_index = itertools.count()
-        atexit.register(self.close)
+        _OPEN.add(self)
 
-    # ---- public API (any thread) -------------------------------------------------------------
+    # ---- the LoadSource face (any thread) ----------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
+                            modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
+                            server_view=False, simulated=self.meta.simulated)
+
+    def server_view(self) -> dict | None:
+        return None
+
     def _command_put(self, cmd) -> None:
         with self._lock:
             self._cmds_put += 1
@@ -201,9 +176,9 @@ class Fleet:
             with self._lock:
                 synced = self._cmds_done >= self._cmds_put
             snap = self.workers()
-            live = [w for w in snap if w.state not in ("retired", "dead", "retiring")]
+            live = [w for w in snap if not w.state.leaving]
             # every command given before this call applied, every worker warmed up and in its mode
-            if synced and len(live) >= self.target_k and all(w.ready_ns and w.state != "warming" for w in live):
+            if synced and len(live) >= self.target_k and all(w.ready_ns and w.state != S.WARMING for w in live):
                 return
             if not live and snap:
                 raise FleetError(self._first_error(snap) or "every worker died before it was ready")
@@ -214,7 +189,7 @@ class Fleet:
         if k < 1:
             raise FleetError(f"K must be at least 1 (got {k})")
         self.target_k = k  # at once, so wait_ready() waits for the new workers
-        self._command_put(("scale", k))
+        self._command_put(_Scale(k))
 
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         """instances: one request per worker; batch: up to b sequences per worker, decoded together in a
@@ -226,40 +201,39 @@ class Fleet:
         self.mode, self.b = mode, b
         self.b_cap = max(b, b_cap) if b_cap else max(self.b_cap, b)
         self.seq_ctx = seq_ctx or self.seq_ctx
-        self._command_put(("batch", (mode, b)))
+        self._command_put(_Batch())
 
-    def set_load(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True) -> None:
+    def set_load(self, load: Load | None) -> None:
         """Start (or replace) the load. Requests flow once every worker of the target K is ready."""
-        self._command_put(("load", (workload, arrivals, max_tokens, ignore_eos)))
+        self._command_put(_SetLoad(load))
 
     def pause(self, paused: bool = True) -> None:
-        self._command_put(("pause", paused))
+        self._command_put(_Pause(paused))
 
     def set_users(self, users: int | None) -> None:
         """Closed-loop users; None: ready workers × B, so a warming worker's users do not queue."""
-        self._command_put(("users", users))
+        self._command_put(_Users(users))
 
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
             return [w.public() for w in self._snapshot.values()]
 
-    def run_requests(self, workload: Workload, arrivals, max_tokens: int, ignore_eos: bool = True,
-                     timeout: float | None = None, should_stop: Callable[[], str | None] | None = None
-                     ) -> list[RequestRecord]:
+    def run_requests(self, load: Load, timeout: float | None = None,
+                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
         """Run a finite load to completion and return its records (the headless sweep's cell).
 
         `should_stop` is asked twice a second; a reason from it ends the wait with CellStopped."""
-        assert arrivals.total is not None, "run_requests needs arrivals with a total"
-        collect = RecordCollector(arrivals.total)
-        self._command_put(("collector", collect))
-        self.set_load(workload, arrivals, max_tokens, ignore_eos)
+        assert load.arrivals.total is not None, "run_requests needs arrivals with a total"
+        collect = RecordCollector(load.arrivals.total)
+        self._command_put(_Collector(collect))
+        self.set_load(load)
         try:
             done = collect.wait(timeout, should_stop)
         except CellStopped:
             self.pause(True)
             raise
         finally:
-            self._command_put(("collector", None))
+            self._command_put(_Collector(None))
         if self._fatal:
             raise FleetError(self._fatal)
         return done
@@ -269,12 +243,13 @@ class Fleet:
         if self._closed:
             return
         self._closed = True
-        self._command_put(("close", None))
+        _OPEN.discard(self)
+        self._command_put(_Close())
         if self._thread.is_alive():
             self._thread.join(timeout=grace + 0.5)
         procs = [w.proc for w in self._workers.values()]
         for w in self._workers.values():
-            self._send(w, ("stop",))
+            self._send(w, StopMsg())
         deadline = time.monotonic() + grace
         for p in procs:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -297,7 +272,7 @@ class Fleet:
         return self.fixed_threads or auto_threads(k)
 
     def _spawn(self) -> None:
-        from bench.worker import worker_main
+        from measure.sources.worker import worker_main
 
         wid = next(self._ids)
         threads = self._threads_for(self.target_k)
@@ -308,14 +283,10 @@ class Fleet:
                                  daemon=True)
         proc.start()
         child.close()
-        info = WorkerInfo(wid, state="starting", pid=proc.pid, threads=threads)
+        info = WorkerInfo(wid, state=S.STARTING, pid=proc.pid, threads=threads)
         self._workers[wid] = _Worker(info, proc, parent)
-        self._emit("log", f"worker {wid} started (pid {proc.pid}, {threads} threads)")
+        self._sink.log(f"worker {wid} started (pid {proc.pid}, {threads} threads)")
         self._publish()
-
-    def _emit(self, kind: str, *payload) -> None:
-        if self.events is not None:
-            self.events.put((kind, *payload))
 
     def _publish(self) -> None:
         with self._lock:
@@ -329,7 +300,7 @@ class Fleet:
             return False
 
     def _live(self) -> list[_Worker]:
-        return [w for w in self._workers.values() if w.info.state not in ("dead", "retired")]
+        return [w for w in self._workers.values() if not w.info.state.gone]
 
     def _active(self) -> list[_Worker]:
         return [w for w in self._live() if not w.retire]
@@ -340,13 +311,13 @@ class Fleet:
             while True:
                 try:
                     while True:
-                        cmd, arg = self._cmds.get_nowait()
-                        if cmd == "close":
+                        cmd = self._cmds.get_nowait()
+                        if isinstance(cmd, _Close):
                             return
-                        if cmd == "collector":
-                            collector = arg
+                        if isinstance(cmd, _Collector):
+                            collector = cmd.collect
                         else:
-                            self._command(cmd, arg)
+                            self._command(cmd)
                         self._cmds_done += 1
                 except queue.Empty:
                     pass
@@ -359,8 +330,8 @@ class Fleet:
                 for w in self._live():
                     objs += [w.conn, w.proc.sentinel]
                 timeout = WAIT_S
-                if self._load and not self._paused:
-                    nxt = self._load[1].next_wakeup_ns()
+                if self._requests.load and not self._paused:
+                    nxt = self._requests.next_wakeup_ns()
                     if nxt is not None:
                         timeout = min(WAIT_S, max(0.0, (nxt - time.perf_counter_ns()) / 1e9))
                 ready = wait(objs, timeout)
@@ -373,42 +344,39 @@ class Fleet:
                 for w in list(self._live()):
                     if w.proc.sentinel in ready or not w.proc.is_alive():
                         self._drain(w, collector)
-                        if w.info.state not in ("retired", "dead"):
+                        if not w.info.state.gone:
                             self._died(w, collector)
-                        elif w.info.state == "retired":
+                        elif w.info.state == S.RETIRED:
                             w.proc.join(timeout=0.1)
         except Exception as exc:  # the I/O thread must never die silently
             self._fatal = f"fleet I/O thread failed: {type(exc).__name__}: {exc}"
-            self._emit("error", self._fatal)
+            self._sink.log(self._fatal, "error")
 
-    def _command(self, cmd: str, arg) -> None:
-        if cmd == "scale":
-            self._scale(arg)
-        elif cmd == "load":
-            self._load = arg
+    def _command(self, cmd) -> None:
+        if isinstance(cmd, _Scale):
+            self._scale(cmd.k)
+        elif isinstance(cmd, _SetLoad):
+            self._requests.set_load(cmd.load)
             self._load_started = False
-        elif cmd == "pause":
-            if self._paused and not arg and self._load:
-                self._load[1].resume(time.perf_counter_ns())
-            self._paused = arg
-            self._emit("log", "load paused" if arg else "load resumed")
-        elif cmd == "batch":
+        elif isinstance(cmd, _Pause):
+            if self._paused and not cmd.paused:
+                self._requests.resume(time.perf_counter_ns())
+            self._paused = cmd.paused
+            self._sink.log("load paused" if cmd.paused else "load resumed")
+        elif isinstance(cmd, _Batch):
             for w in self._live():
                 if w.info.ready_ns:
                     self._send_mode(w)
-        elif cmd == "users":
-            self._auto_users = arg is None
-            if arg is not None and self._load and hasattr(self._load[1], "users"):
-                self._load[1].users = arg
+        elif isinstance(cmd, _Users):
+            self._auto_users = cmd.users is None
+            if cmd.users is not None:
+                self._requests.set_users(cmd.users)
 
     def _send_mode(self, w: _Worker) -> None:
         """Tell a worker the mode; it takes no request until it says the mode is applied."""
-        if self._send(w, self._mode_msg()):
+        if self._send(w, ModeMsg("batch" if self.mode == "batch" else "single", self.b, self.b_cap, self.seq_ctx)):
             w.mode_pending = True
-            w.info.state = "warming" if not w.inflight else w.info.state
-
-    def _mode_msg(self):
-        return ("mode", "batch" if self.mode == "batch" else "single", self.b, self.b_cap, self.seq_ctx)
+            w.info.state = S.WARMING if not w.inflight else w.info.state
 
     def _capacity(self) -> int:
         return self.b if self.mode == "batch" else 1
@@ -422,14 +390,14 @@ class Fleet:
             # retire the newest first: idle ones at once, busy ones after their current request
             for w in sorted(active, key=lambda w: w.info.wid, reverse=True)[: len(active) - k]:
                 w.retire = True
-                w.info.state = "retiring"
+                w.info.state = S.RETIRING
                 if not w.inflight:
-                    self._send(w, ("retire",))
+                    self._send(w, RetireMsg())
         if self.fixed_threads is None:
             n = self._threads_for(k)
             for w in self._active():
                 if w.info.threads != n:
-                    if self._send(w, ("threads", n)):
+                    if self._send(w, ThreadsMsg(n)):
                         w.info.threads = n
 
     def _ready_to_measure(self) -> bool:
@@ -437,23 +405,17 @@ class Fleet:
         return len(active) >= self.target_k and all(w.info.ready_ns and not w.mode_pending for w in active)
 
     def _arrivals(self) -> None:
-        if not self._load or self._paused:
+        if not self._requests.load or self._paused:
             return
         if not self._load_started:
             # measurement starts only when every worker of the target K has finished its warmup
             if not self._ready_to_measure():
                 return
             self._load_started = True
-        workload, arrivals, max_tokens, ignore_eos = self._load
-        if self._auto_users and hasattr(arrivals, "users"):
-            arrivals.users = max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity()
-        now = time.perf_counter_ns()
-        for t_sched in arrivals.due(now, len(self._pending) + len(self._inflight)):
-            req = Request(next(self._req_ids), prompt_for(workload, next(self._prompt_index)), max_tokens,
-                          ignore_eos, t_scheduled_ns=t_sched, rep=self.rep, k=self.target_k, b=self.b,
-                          mode=self.mode)
-            req.t_submitted_ns = time.perf_counter_ns()
-            self._pending.append(req)
+        if self._auto_users:
+            self._requests.set_users(max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity())
+        self._pending.extend(self._requests.due(time.perf_counter_ns(), len(self._pending) + len(self._inflight),
+                                                rep=self.rep, k=self.target_k, b=self.b, mode=self.mode))
 
     def _dispatch(self) -> None:
         cap = self._capacity()
@@ -465,19 +427,19 @@ class Fleet:
                 break
             w = min(room, key=lambda w: (len(w.inflight), w.idle_since))
             req = self._pending.popleft()
-            if not self._send(w, ("req", req.wire())):
+            if not self._send(w, ReqMsg(req.wire())):
                 self._pending.appendleft(req)
                 break
             w.inflight.add(req.request_id)
             w.info.current = req.request_id
             w.info.active = len(w.inflight)
-            w.info.state = "serving"
+            w.info.state = S.SERVING
             self._inflight[req.request_id] = _InFlight(req, w.info.wid)
         if self._pending and not self._active():
             # nobody left to serve the queue: fail what waits rather than hang
             while self._pending:
                 req = self._pending.popleft()
-                self._finish(_InFlight(req), None, error="no live worker to serve the request", finish="error")
+                self._finish(_InFlight(req), None, None, error="no live worker to serve the request")
 
     def _drain(self, w: _Worker, collector) -> None:
         try:
@@ -487,83 +449,86 @@ class Fleet:
             pass
 
     def _handle(self, w: _Worker, msg, collector) -> None:
-        kind = msg[0]
         info = w.info
-        if kind == "state":
-            state, extra = msg[1], msg[2]
-            for key in ("pid", "threads", "rss"):
-                if extra.get(key) is not None:
-                    setattr(info, key, extra[key])
-            if state == "ready":
-                if info.ready_ns is None:
-                    info.ready_ns = time.perf_counter_ns()
-                    self._emit("log", f"worker {info.wid} ready (pid {info.pid})")
-                    if self.mode == "batch":
-                        self._send_mode(w)
-                    if w.retire:
-                        self._send(w, ("retire",))
-                if extra.get("mode_applied"):
-                    w.mode_pending = False
-                if extra.get("error"):
-                    self._emit("error", f"worker {info.wid}: {extra['error']}")
-                if not w.retire:
-                    info.state = ("warming" if w.mode_pending else
-                                  "idle" if info.current is None else "serving")
-            elif state == "retired":
-                info.state = "retired"
-                self._emit("log", f"worker {info.wid} retired")
-            else:
-                info.state = state
-        elif kind == "start":
-            fl = self._inflight.get(msg[1])
+        if isinstance(msg, TokensMsg):
+            fl = self._inflight.get(msg.request_id)
             if fl:
-                fl.t_started_ns = msg[2]
-        elif kind == "tok":
-            fl = self._inflight.get(msg[1])
+                fl.tokens.extend(msg.token_ns)
+                info.tokens += len(msg.token_ns)
+                self._sink.put(Tokens(info.wid, msg.request_id, msg.token_ns))
+        elif isinstance(msg, StartMsg):
+            fl = self._inflight.get(msg.request_id)
             if fl:
-                fl.tokens.extend(msg[2])
-                info.tokens += len(msg[2])
-                self._emit("tokens", info.wid, msg[1], msg[2])
-        elif kind == "done":
-            _, rid, toks, n_prompt, finish, error, t_done, rss = msg
-            fl = self._inflight.get(rid)
-            if fl is None:
-                return
-            fl.tokens.extend(toks)
-            info.tokens += len(toks)
-            if toks:
-                self._emit("tokens", info.wid, rid, toks)
-            info.rss = rss or info.rss
-            w.inflight.discard(rid)
-            info.active = len(w.inflight)
-            if not w.inflight:
-                info.current = None
-                w.idle_since = time.perf_counter_ns()
-                if w.retire:
-                    self._send(w, ("retire",))
-                else:
-                    info.state = "idle"
-            info.requests_done += 1
-            rec = self._finish(fl, w, error=error, finish=finish, t_done=t_done, n_prompt=n_prompt, rss=rss)
-            if rec.t_first_token_ns is not None:
-                info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
-            if collector:
-                collector(rec)
-        elif kind == "fatal":
-            info.error = f"{msg[1]} (engine log: {self.log_dir / f'worker-{info.wid}.log'})"
-            info.state = "dead"
-            self._emit("error", f"worker {info.wid}: {info.error}")
+                fl.t_started_ns = msg.t_ns
+        elif isinstance(msg, DoneMsg):
+            self._done(w, msg, collector)
+        elif isinstance(msg, StateMsg):
+            self._state(w, msg)
+        elif isinstance(msg, FatalMsg):
+            info.error = f"{msg.message} (engine log: {self.log_dir / f'worker-{info.wid}.log'})"
+            info.state = S.DEAD
+            self._sink.log(f"worker {info.wid}: {info.error}", "error")
             if not any(x.info.ready_ns for x in self._workers.values()):
                 self._fatal = info.error
+
+    def _state(self, w: _Worker, msg: StateMsg) -> None:
+        info = w.info
+        for key in ("pid", "threads", "rss"):
+            if getattr(msg, key) is not None:
+                setattr(info, key, getattr(msg, key))
+        if msg.state == "ready":
+            if info.ready_ns is None:
+                info.ready_ns = time.perf_counter_ns()
+                self._sink.log(f"worker {info.wid} ready (pid {info.pid})")
+                if self.mode == "batch":
+                    self._send_mode(w)
+                if w.retire:
+                    self._send(w, RetireMsg())
+            if msg.mode_applied:
+                w.mode_pending = False
+            if msg.error:
+                self._sink.log(f"worker {info.wid}: {msg.error}", "error")
+            if not w.retire:
+                info.state = S.WARMING if w.mode_pending else S.IDLE if info.current is None else S.SERVING
+        elif msg.state == "retired":
+            info.state = S.RETIRED
+            self._sink.log(f"worker {info.wid} retired")
+        else:
+            info.state = S(msg.state)
+
+    def _done(self, w: _Worker, msg: DoneMsg, collector) -> None:
+        info = w.info
+        fl = self._inflight.get(msg.request_id)
+        if fl is None:
+            return
+        fl.tokens.extend(msg.token_ns)
+        info.tokens += len(msg.token_ns)
+        if msg.token_ns:
+            self._sink.put(Tokens(info.wid, msg.request_id, msg.token_ns))
+        info.rss = msg.rss or info.rss
+        w.inflight.discard(msg.request_id)
+        info.active = len(w.inflight)
+        if not w.inflight:
+            info.current = None
+            w.idle_since = time.perf_counter_ns()
+            if w.retire:
+                self._send(w, RetireMsg())
+            else:
+                info.state = S.IDLE
+        info.requests_done += 1
+        rec = self._finish(fl, w, collector, error=msg.error, finish=msg.finish_reason, t_done=msg.t_done_ns,
+                           n_prompt=msg.prompt_tokens, rss=msg.rss)
+        if rec.t_first_token_ns is not None:
+            info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
 
     def _died(self, w: _Worker, collector) -> None:
         info = w.info
         w.proc.join(timeout=1.0)  # the sentinel can fire a moment before the process is reaped
         code = w.proc.exitcode
         how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
-        info.state = "dead"
+        info.state = S.DEAD
         info.error = info.error or f"died: {how}"
-        self._emit("error", f"worker {info.wid} (pid {info.pid}) died: {how}")
+        self._sink.log(f"worker {info.wid} (pid {info.pid}) died: {how}", "error")
         lost = sorted(w.inflight)
         w.inflight.clear()
         info.current = None
@@ -572,29 +537,16 @@ class Fleet:
         for rid in lost:
             fl = self._inflight.get(rid)
             if fl:
-                rec = self._finish(fl, w, error=f"worker {info.wid} (pid {info.pid}) died mid-request: {how}",
-                                   finish="error")
-                if collector:
-                    collector(rec)
+                self._finish(fl, w, collector, error=f"worker {info.wid} (pid {info.pid}) died mid-request: {how}")
 
-    def _finish(self, fl: _InFlight, w: _Worker | None, *, error=None, finish=None, t_done=None,
+    def _finish(self, fl: _InFlight, w: _Worker | None, collector, *, error=None, finish=None, t_done=None,
                 n_prompt=0, rss=None) -> RequestRecord:
         self._inflight.pop(fl.req.request_id, None)
-        req = fl.req
-        toks = fl.tokens
-        rec = RequestRecord(
-            run_id=self.run_id, request_id=req.request_id, mode=req.mode, engine=self.meta.engine,
-            model=self.meta.model, model_bytes=self.meta.model_bytes, k=req.k, b=req.b,
-            worker=w.info.wid if w else None, prompt_id=req.prompt.prompt_id, prompt_tokens=n_prompt,
-            output_tokens=len(toks), t_scheduled_ns=req.t_scheduled_ns, t_submitted_ns=req.t_submitted_ns,
-            t_started_ns=fl.t_started_ns, t_first_token_ns=toks[0] if toks else None,
-            t_done_ns=t_done or time.perf_counter_ns(), token_ns=list(toks), finish_reason=finish, error=error,
-            simulated=self.meta.simulated, rep=req.rep, pid=w.info.pid if w else None,
-            threads=w.info.threads if w else None, worker_rss_bytes=rss,
-        )
-        self._emit("record", rec)
-        if self.on_record:
-            self.on_record(rec)
+        rec = build_record(fl.req, self.meta, self.run_id, fl.tokens, worker=w.info.wid if w else None,
+                           t_started_ns=fl.t_started_ns, t_done_ns=t_done, prompt_tokens=n_prompt,
+                           finish_reason=finish, error=error, pid=w.info.pid if w else None,
+                           threads=w.info.threads if w else None, rss=rss)
+        self._sink.record(rec, collector)
         return rec
 
     @staticmethod

@@ -12,7 +12,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from bench.records import RequestRecord
+from measure.core.records import RequestRecord
 
 
 class Recorder:

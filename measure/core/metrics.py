@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from bench.records import RequestRecord
-
-NS = 1e9
+from measure.core.records import RequestRecord
+from measure.core.units import NS
 NOISY_CV = 0.10
 
 
@@ -37,10 +37,15 @@ def queue_wait(r: RequestRecord) -> float:
 
 def tpot(r: RequestRecord) -> float | None:
     """(t_last − t_first) / (N − 1), vLLM's convention; None for fewer than 2 tokens."""
-    n = len(r.token_ns)
+    return tpot_of_times(r.token_ns)
+
+
+def tpot_of_times(token_ns: Sequence[int]) -> float | None:
+    """TPOT of one stream's token timestamps (the live window uses it on the part of a stream it holds)."""
+    n = len(token_ns)
     if n < 2:
         return None
-    return (r.token_ns[-1] - r.token_ns[0]) / (n - 1) / NS
+    return (token_ns[-1] - token_ns[0]) / (n - 1) / NS
 
 
 def itls(records: Iterable[RequestRecord]) -> list[float]:
@@ -97,6 +102,19 @@ def aggregate_tps_from_times(token_times_ns: Iterable[int], a_ns: int, b_ns: int
     return sum(1 for t in token_times_ns if a_ns <= t < b_ns) / ((b_ns - a_ns) / NS)
 
 
+def achieved_concurrency(records: Iterable[RequestRecord], a_ns: int, b_ns: int) -> float | None:
+    """Little's law: Σ over requests of the part of (t_started → t_done) inside [a, b), ÷ (b − a). The streams
+    actually being served on average, whatever K and B were asked for."""
+    if b_ns <= a_ns:
+        return None
+    busy = 0
+    for r in records:
+        if r.t_started_ns is None or r.t_done_ns is None:
+            continue
+        busy += max(0, min(r.t_done_ns, b_ns) - max(r.t_started_ns, a_ns))
+    return busy / (b_ns - a_ns)
+
+
 def run_span_ns(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
     """A run's span: first scheduled → last done, over every request that has both."""
     starts = [r.t_scheduled_ns for r in records]
@@ -114,21 +132,37 @@ def output_throughput(records: Sequence[RequestRecord]) -> float | None:
     return aggregate_tps(records, span[0], span[1] + 1)
 
 
-def bandwidth_product_instances(per_stream_tps: float, weight_bytes: int, k: int) -> float:
-    """GB/s = per-stream decode tok/s × W × K (W = bytes of weights touched per token)."""
-    return per_stream_tps * weight_bytes * k / 1e9
+@dataclass(frozen=True)
+class Bandwidth:
+    """The bandwidth product and the formula that made it (always shown together)."""
+
+    gbps: float | None
+    formula: str
 
 
-def bandwidth_product_batch(steps_per_s_per_worker: Sequence[float], weight_bytes: int,
-                            kv_bytes_per_step: Sequence[float] = ()) -> float:
-    """GB/s with in-engine batching: Σ over workers of steps/s × W, plus KV bytes read per step."""
-    kv = list(kv_bytes_per_step) + [0.0] * (len(steps_per_s_per_worker) - len(kv_bytes_per_step))
-    return sum(s * (weight_bytes + kvb) for s, kvb in zip(steps_per_s_per_worker, kv)) / 1e9
-
-
-BANDWIDTH_FORMULA_INSTANCES = "per-stream tok/s (1/median TPOT) × W × K, W = model file bytes"
+BANDWIDTH_FORMULA_INSTANCES = "1/TPOT p50 × W × streams, W = model file bytes"
 BANDWIDTH_FORMULA_BATCH = "Σ workers steps/s × W + KV bytes read per step × steps/s, W = model file bytes"
-BANDWIDTH_FORMULA_BATCH_LIVE = "Σ workers steps/s × W, W = model file bytes (KV reads not counted live)"
+BANDWIDTH_FORMULA_BATCH_NO_KV = "Σ workers steps/s × W, W = model file bytes (KV reads not counted)"
+BANDWIDTH_FORMULA_HTTP = "n/a: the weights are read on the server"
+
+
+def bandwidth_product(mode: str, weight_bytes: int, *, per_stream_tps: float | None = None,
+                      streams: float | None = None, steps_per_s: Sequence[float] = (),
+                      kv_read_bps: float | None = None) -> Bandwidth:
+    """GB/s of weights (and KV) read per second, by mode (DESIGN section 4):
+    instances: each stream reads W per token, so per-stream tok/s × W × the streams decoding;
+    batch: a step reads W once for all its sequences, so Σ over workers of steps/s × W (+ KV read per s);
+    http: the weights are on the server, nothing to compute here."""
+    if mode == "http":
+        return Bandwidth(None, BANDWIDTH_FORMULA_HTTP)
+    if mode == "batch":
+        formula = BANDWIDTH_FORMULA_BATCH if kv_read_bps is not None else BANDWIDTH_FORMULA_BATCH_NO_KV
+        if not steps_per_s:
+            return Bandwidth(None, formula)
+        return Bandwidth((sum(steps_per_s) * weight_bytes + (kv_read_bps or 0.0)) / 1e9, formula)
+    if not per_stream_tps or not streams:
+        return Bandwidth(None, BANDWIDTH_FORMULA_INSTANCES)
+    return Bandwidth(per_stream_tps * weight_bytes * streams / 1e9, BANDWIDTH_FORMULA_INSTANCES)
 
 
 def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:

@@ -1,1 +1,0 @@
-"""The measurement core: fleet, workload, metrics, probes, recorder. Never imports textual."""

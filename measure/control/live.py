@@ -1,0 +1,343 @@
+"""The live controller: the one object the dashboard talks to. No textual here.
+
+It drives a LoadSource (sources/base.py) and composes the jobs of a live view, each in its own module:
+statistics over a window (stats.py), admission against the memory budget (admission.py), the wall and
+its brake (wall.py), the snapshot the UI reads (snapshot.py) and export (export.py). A sampler thread
+(2 Hz by default) drains the source's events, samples the system probes and publishes an immutable
+Snapshot; the UI only ever reads the latest one and calls the key actions, so it never blocks.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from measure.control.admission import Admission
+from measure.control.export import export
+from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.stats import LiveStats
+from measure.control.wall import Step, WallWatch, ceiling
+from measure.core import metrics as M
+from measure.core.probes import ProcessProbe, SystemProbe, SystemSample, physical_cores, total_memory_bytes
+from measure.core.units import NS
+from measure.core.workload import ClosedLoop, Load, Poisson
+from measure.sources.base import Finished, LoadSource, Log, Tokens, WorkerInfo
+from presets import Workload
+
+
+@dataclass
+class LiveSettings:
+    max_tokens: int = 128
+    rate: float | None = None
+    users: int | None = None  # None: K × B
+    window_s: float = 5.0
+    history_s: float = 600.0
+    sample_hz: float = 2.0
+    bandwidth_gbps: float | None = None
+    bandwidth_source: str = "unknown"
+    chip: str = "unknown"
+    ignore_eos: bool = True
+    # the memory guard
+    memory_budget: int | None = None  # bytes; None: DEFAULT_BUDGET_FRACTION of physical memory
+    kv_bytes_per_token: float | None = None
+    ctx: int = 2048
+    force: bool = False
+    brake: bool = True
+
+
+class LiveController:
+    def __init__(self, source: LoadSource, workload: Workload, settings: LiveSettings, recorder=None,
+                 sys_probe=None, procs_probe=None, clock=None, watch_wall: bool = True):
+        self.source = source
+        self.caps = source.capabilities()
+        self.workload = workload
+        self.s = settings
+        self.recorder = recorder
+        self.mode = source.mode
+        self.k = source.target_k
+        self.b = source.b
+        self.paused = False
+        self._clock = clock or time.perf_counter_ns
+        self.t0 = self._clock()
+        self._sys = sys_probe or SystemProbe()
+        self._procs = procs_probe or ProcessProbe()
+        self.stats = LiveStats(settings.window_s, self.t0)
+        self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
+                                   self.caps.weight_bytes, settings.kv_bytes_per_token)
+        self.wall = WallWatch(settings.brake) if watch_wall else None
+        self.info = RunInfo(self.caps.engine, source.meta.model, self.caps.weight_bytes, settings.chip,
+                            settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
+                            self.caps.endpoint)
+        maxlen = int(settings.history_s * settings.sample_hz)
+        self._history: deque[Point] = deque(maxlen=maxlen)
+        self._markers: deque[tuple[float, str]] = deque(maxlen=64)
+        self._log: deque[tuple[int, float, str, str]] = deque(maxlen=500)
+        self._log_seq = 0
+        self._version = 0
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_sys: SystemSample | None = None
+        self._cores = physical_cores()
+        self._tps_now = 0.0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self, thread: bool = True) -> None:
+        self.source.start(wait_ready=False)
+        self.source.set_users(self.s.users)  # None: users follow ready workers × B
+        self.source.set_load(Load(self.workload, self._arrivals(), self.s.max_tokens, self.s.ignore_eos))
+        self.log("info", f"serving {self.workload.key}: {self._arrivals_text()}, max_tokens {self.s.max_tokens}")
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="live-sampler", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=1.0)
+        self.source.close()
+        if self.recorder:
+            self.recorder.close()
+
+    def _run(self) -> None:
+        period = 1.0 / self.s.sample_hz
+        while not self._stop.wait(period):
+            try:
+                self.tick()
+            except Exception as exc:  # keep sampling; say what broke
+                self.log("error", f"sampler: {type(exc).__name__}: {exc}")
+
+    def banner(self) -> str | None:
+        """A label above everything else (a replay's position); none live."""
+        return None
+
+    # ---- key actions (any thread) ------------------------------------------------------------
+    def users(self) -> int:
+        return self.s.users or self.k * (1 if self.mode == "instances" else self.b)
+
+    def _arrivals(self):
+        return Poisson(self.s.rate) if self.s.rate else ClosedLoop(self.users())
+
+    def _arrivals_text(self) -> str:
+        return f"open loop {self.s.rate:g} req/s" if self.s.rate else f"closed loop, {self.users()} users"
+
+    def budget(self) -> int:
+        return self.admission.budget
+
+    def footprint(self, k: int, b: int, mode: str | None = None):
+        """K × (weights + runtime overhead measured at warmup) + Σ KV of each worker's contexts."""
+        return self.admission.footprint(mode or self.mode, k, b, self.source.capabilities().batch_capacity)
+
+    def _admit(self, k: int, b: int, key: str, mode: str | None = None) -> str | None:
+        if not self.caps.local:  # a remote server's memory is not ours to guard
+            return None
+        refusal, warning = self.admission.check(self.footprint(k, b, mode), key)
+        if warning:
+            self.log("warn", warning)
+        return refusal
+
+    def set_k(self, k: int, admit_check: bool = True) -> str | None:
+        """Change K; returns a refusal message instead of acting when the change is not possible."""
+        if not self.caps.scales_k:
+            return "K does not apply here: B sets the concurrent streams"
+        if k < 1:
+            return "K cannot go below 1"
+        if admit_check and k > self.k:
+            refusal = self._admit(k, self.b, "k")
+            if refusal:
+                return refusal
+        self._step("k", self.k, k)
+        old = self.k
+        self.k = k
+        self.source.scale_to(k)
+        self.mark(f"K={k}")
+        self.log("info", f"K {old} → {k} ({self._arrivals_text()})")
+        return None
+
+    def set_b(self, b: int, admit_check: bool = True) -> str | None:
+        """Change B (sequences per engine, or concurrent streams); returns a refusal instead of acting."""
+        if self.mode == "instances":
+            return "B is the batch inside one engine: press m for batch mode first"
+        if b < 1:
+            return "B cannot go below 1"
+        cap = self.source.capabilities().batch_capacity
+        if b > cap:
+            return f"B={b} exceeds the {cap} sequences each batch context holds (start with --max-b {b})"
+        if admit_check and b > self.b:
+            refusal = self._admit(self.k, b, "b")
+            if refusal:
+                return refusal
+        self._step("b", self.b, b)
+        old = self.b
+        self.b = b
+        self.source.set_batch(self.mode, b)
+        self.mark(f"B={b}")
+        self.log("info", f"B {old} → {b} ({self._arrivals_text()})")
+        return None
+
+    def toggle_mode(self) -> str | None:
+        others = [m for m in self.caps.modes if m != self.mode]
+        if not others:
+            return f"{self.caps.engine}: B is the number of concurrent streams; there is no other mode"
+        new = others[0]
+        if new == "batch":  # batch mode makes a batch context in every worker
+            refusal = self._admit(self.k, self.b, "m", mode="batch")
+            if refusal:
+                return refusal
+        self.mode = new
+        self.source.set_batch(self.mode, self.b)
+        self.mark(self.mode)
+        self.log("info", f"mode → {self.mode}: " + ("+/- and ]/[ change B" if self.mode == "batch"
+                                                    else "+/- change K, ]/[ change B in batch mode"))
+        return None
+
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.source.pause(self.paused)
+        self.mark("pause" if self.paused else "resume")
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.stats.reset()
+        self.log("info", "statistics window reset")
+
+    def export(self, path: str | Path | None = None) -> Path:
+        snap = self.snapshot() or self.tick()
+        with self._lock:
+            records = self.stats.records()
+        path, png = export(snap, self.info, records, self.s.window_s, path)
+        self.log("info", f"exported statistics to {path}" + (f" and the charts to {png}" if png else
+                                                               " (pip install matplotlib for a PNG too)"))
+        return path
+
+    def mark(self, label: str) -> None:
+        t = (self._clock() - self.t0) / NS
+        self._markers.append((t, label))
+        if self.recorder:
+            self.recorder.event(self._clock(), label, type="marker")
+
+    def log(self, level: str, text: str) -> None:
+        with self._lock:
+            self._log_seq += 1
+            self._log.append((self._log_seq, (self._clock() - self.t0) / NS, level, text))
+        if self.recorder:
+            self.recorder.event(self._clock(), text, level=level)
+
+    def snapshot(self) -> Snapshot | None:
+        with self._lock:
+            return self._snapshot
+
+    def _step(self, kind: str, old: int, new: int) -> None:
+        if self.wall:
+            self.wall.step(Step(kind, old, new, self._clock(), self._tps_now))
+
+    # ---- sampling ----------------------------------------------------------------------------
+    def _drain(self) -> None:
+        events = self.source.events
+        while events is not None:
+            try:
+                ev = events.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(ev, Tokens):
+                self.stats.add_tokens(ev.worker, ev.request_id, ev.token_ns)
+            elif isinstance(ev, Finished):
+                rec = ev.record
+                with self._lock:
+                    self.stats.add_record(rec)
+                if rec.error:
+                    self.log("error", f"request {rec.request_id} failed: {rec.error}")
+                if self.recorder:
+                    self.recorder.record(rec)
+            elif isinstance(ev, Log):
+                self.log(ev.level, ev.text)
+
+    def _check_wall(self, prev, cur, agg: float, now: int) -> None:
+        hit = self.wall.check(prev, cur, agg, now) if self.wall else None
+        if hit is None or not hit.first:
+            return
+        self.mark("WALL")
+        self.log("error", f"memory wall: {hit.why}")
+        if hit.undo:
+            u = hit.undo
+            (self.set_k if u.kind == "k" else self.set_b)(u.old, admit_check=False)
+            self.log("warn", f"brake: undid the last step, {u.kind.upper()} {u.new} → {u.old}")
+        elif not self.wall.brake:
+            self.log("warn", "--no-brake: the last step stays; lower K or B by hand")
+
+    def state(self, workers: list[WorkerInfo]) -> str:
+        if self.wall and self.wall.active(self._clock()):
+            return "WALL"
+        if self.paused:
+            return "paused"
+        active = [w for w in workers if not w.state.leaving]
+        if not any(w.ready_ns for w in active):
+            return "loading"
+        if any(not w.ready_ns for w in active) or len(active) < self.k:
+            return "warming"
+        return "steady"
+
+    def tick(self, state: str | None = None) -> Snapshot:
+        """One sample: drain, window, probes, wall, snapshot. `state`: a recorded state (replay)."""
+        self._drain()
+        now = self._clock()
+        t = (now - self.t0) / NS
+        with self._lock:
+            win = self.stats.window(now)
+            request_numbers = self.stats.request_numbers()
+        p50, p90 = M.percentile(win.tpots, 50), M.percentile(win.tpots, 90)
+        W = self.caps.weight_bytes
+        workers = self.source.workers()
+        serving = sum(1 for w in workers if w.ready_ns and not w.state.gone)
+        bw = M.bandwidth_product(self.mode, W, per_stream_tps=1 / p50 if p50 else None, streams=max(1, serving),
+                                 steps_per_s=list(win.steps_per_s.values()))
+        # K instances share β; a batch of B reads the weights once per step for all B
+        pred = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps) if self.s.bandwidth_gbps and W else None
+        prev_sys = self._last_sys
+        sysv = self._sys.sample()
+        self._last_sys = sysv
+        self._tps_now = win.agg_tps
+        procs = self._procs.sample([w.pid for w in workers if not w.state.gone])
+        rows = tuple(
+            WorkerRow(w.wid, w.pid, str(w.state), w.threads, procs.get(w.pid, (w.rss, None))[0],
+                      procs.get(w.pid, (None, None))[1], win.per_worker_tps.get(w.wid, 0.0), w.requests_done,
+                      w.last_ttft_s)
+            for w in workers
+        )
+        rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
+        self.admission.observe([w.rss for w in workers if w.ready_ns and w.rss])
+        self._check_wall(prev_sys, sysv, win.agg_tps, now)
+        cpu_sum = sum(r.cpu or 0.0 for r in rows if r.state not in ("dead", "retired"))
+        numbers = Numbers(
+            **request_numbers, agg_tps=win.agg_tps, streams=len(win.tpots), concurrency=win.streams,
+            tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, bw_gbps=bw.gbps, bw_formula=bw.formula,
+            server_view=self.source.server_view(), workers_cpu_percent=cpu_sum,
+            footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
+            budget=self.budget() if self.caps.local else None,
+            wall=self.wall.reason if self.wall else None,
+            ceiling=ceiling(bw.gbps, self.s.bandwidth_gbps, cpu_sum, self._cores),
+        )
+        point = Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used)
+        self._history.append(point)
+        state = state or self.state(workers)
+        if self.recorder:  # everything a replay needs to draw this moment again
+            self.recorder.write({
+                "kind": "sample", "t_ns": now, "t": t, "k": self.k, "b": self.b, "mode": self.mode,
+                "paused": self.paused, "state": state, "users": self.users(), "system": asdict(sysv),
+                "workers": [asdict(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
+                "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps,
+            })
+        with self._lock:
+            self._version += 1
+            snap = Snapshot(
+                version=self._version, t=t, state=state, mode=self.mode, k=self.k, b=self.b,
+                users=f"{self.s.rate:g}/s" if self.s.rate else str(self.users()), paused=self.paused,
+                simulated=self.caps.simulated, workers=rows, numbers=numbers, system=sysv,
+                rss_sum=rss_sum, history=tuple(self._history), markers=tuple(self._markers), log=tuple(self._log),
+            )
+            self._snapshot = snap
+        return snap

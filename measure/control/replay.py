@@ -1,0 +1,122 @@
+"""Replay a recorded session (`inference-top --record FILE`): a LiveController over the recording's
+ReplaySource, its probes and a replay clock. The controller recomputes every figure from the recorded
+tokens and records, as it did live; going back in time builds a fresh controller and replays up to there."""
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+
+from measure.control.live import LiveController, LiveSettings
+from measure.core.units import NS
+from measure.sources.replay import RecordedProcesses, Recording, RecordingError, ReplaySource
+from presets import Workload
+
+__all__ = ["Recording", "RecordingError", "ReplayController"]
+
+
+class ReplayController:
+    def __init__(self, rec: Recording, speed: float = 1.0):
+        self.rec = rec
+        self.speed = speed
+        self.replay_paused = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sample_t = [s["t_ns"] for s in rec.samples]
+        self._ev_t = [e["t_ns"] for e in rec.events]
+        self._fresh()
+        self._anchor = (time.monotonic(), rec.t0_ns)  # wall time ↔ recorded time
+
+    def _fresh(self) -> None:
+        """A new controller at the recording's start."""
+        h = self.rec.header
+        s = LiveSettings(**{k: v for k, v in h.get("settings", {}).items() if k in LiveSettings.__dataclass_fields__})
+        s.chip = h.get("chip", s.chip)
+        s.bandwidth_gbps = h.get("bandwidth_gbps", s.bandwidth_gbps)
+        self.now_ns = self.rec.t0_ns
+        self._fed_ns = self.rec.t0_ns - 1  # everything up to here has been fed
+        self.source = ReplaySource(self.rec)
+        self.live = LiveController(self.source, Workload("replay", ""), s, sys_probe=self.source,
+                                   procs_probe=RecordedProcesses(self.source), clock=lambda: self.now_ns,
+                                   watch_wall=False)  # the recording's WALL is in its samples and log
+
+    # ---- what the dashboard reads -----------------------------------------------------------
+    @property
+    def info(self):
+        return self.live.info
+
+    @property
+    def s(self):
+        return self.live.s
+
+    def snapshot(self):
+        return self.live.snapshot()
+
+    def log(self, level: str, text: str) -> None:
+        self.live.log(level, text)
+
+    def banner(self) -> str:
+        pos = min(self.position_ns(), self.rec.end_ns)
+        return (f"REPLAY ×{self.speed:g}{' paused' if self.replay_paused else ''} "
+                f"{(pos - self.rec.t0_ns) / NS:.0f}/{self.rec.duration_s:.0f} s")
+
+    # ---- the replay clock --------------------------------------------------------------------
+    def _feed(self, upto: int) -> None:
+        self.source.feed(self._fed_ns, upto)
+        lo = bisect.bisect_right(self._ev_t, self._fed_ns)
+        for e in self.rec.events[lo:bisect.bisect_right(self._ev_t, upto)]:
+            self.now_ns = e["t_ns"]
+            if e.get("type") == "marker":
+                self.live.mark(e["text"])
+            else:
+                self.live.log(e.get("level", "info"), e["text"])
+        self._fed_ns = upto
+
+    def advance_to(self, t_ns: int) -> None:
+        """Feed and tick at every recorded sample time up to t_ns, as the live sampler did."""
+        with self._lock:
+            start = bisect.bisect_right(self._sample_t, self._fed_ns)
+            for s in self.rec.samples[start:bisect.bisect_right(self._sample_t, t_ns)]:
+                self._feed(s["t_ns"])
+                self.now_ns = s["t_ns"]
+                self.source.current = s
+                live = self.live
+                live.k = self.source.target_k = s.get("k", live.k)
+                live.b, live.mode, live.paused = s.get("b", live.b), s.get("mode", live.mode), s.get("paused", False)
+                live.s.users = s.get("users")
+                live.tick(state=s.get("state", "steady"))
+
+    def position_ns(self) -> int:
+        wall0, rec0 = self._anchor
+        if self.replay_paused:
+            return rec0
+        return rec0 + int((time.monotonic() - wall0) * self.speed * NS)
+
+    def set_speed(self, speed: float) -> None:
+        self._anchor = (time.monotonic(), self.position_ns())
+        self.speed = max(0.25, min(64.0, speed))
+
+    def toggle_pause(self) -> None:
+        self._anchor = (time.monotonic(), self.position_ns())
+        self.replay_paused = not self.replay_paused
+
+    def seek(self, delta_s: float) -> None:
+        """Jump; going back replays from the start into a fresh controller (the same figures, recomputed)."""
+        target = min(max(self.rec.t0_ns, self.position_ns() + int(delta_s * NS)), self.rec.end_ns)
+        if target < self._fed_ns:
+            with self._lock:
+                self._fresh()
+        self._anchor = (time.monotonic(), target)
+        self.advance_to(target)
+
+    def start(self, thread: bool = True) -> None:
+        self.advance_to(self.rec.t0_ns + 1)
+        if thread:
+            threading.Thread(target=self._run, daemon=True, name="replay").start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.advance_to(min(self.position_ns(), self.rec.end_ns))
+
+    def close(self) -> None:
+        self._stop.set()

@@ -1,0 +1,186 @@
+"""Start-up in one place: parsed command-line arguments → a RunPlan (engine, model, chip and β with its
+source, memory budget, workload, URL settings), and from the plan the load source, the live settings and
+the run header. The dashboard, `bench` and their tests all start here; nothing in it parses argv."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engines.base import EngineError, EngineSpec
+from measure.control.live import LiveSettings
+from measure.core.envinfo import environment
+from measure.core.guard import DEFAULT_BUDGET_FRACTION, GuardError, parse_size
+from measure.core.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
+from measure.core.probes import detect_chip, total_memory_bytes
+from measure.core.records import RequestRecord, RunMeta
+from measure.core.units import fmt_gb
+from measure.sources.base import LoadSource
+from presets import PresetError, Workload, chip, workload
+
+
+class StartError(ValueError):
+    """A bad input found before anything starts: one line saying what was wrong and what to do."""
+
+
+@dataclass
+class RunPlan:
+    engine: str  # llama | mlx | http
+    workload: Workload
+    ks: list[int]
+    bs: list[int] | None  # None: instances mode
+    max_b: int
+    ctx: int
+    threads: int | None
+    max_tokens: int
+    rate: float | None
+    users: int | None
+    ignore_eos: bool
+    force: bool
+    chip: str
+    bandwidth_gbps: float | None
+    bandwidth_source: str  # spec | --bandwidth | unknown
+    memory_budget: int  # bytes
+    memory_budget_source: str
+    choice: ModelChoice | None = None  # local engines
+    spec: EngineSpec | None = None
+    url: str | None = None  # http
+    endpoint: str = "completions"
+    api_key_env: str | None = None
+    stall_s: float = 60.0
+    model_name: str | None = None  # http: --model, the name the server knows
+    notes: list[str] = field(default_factory=list)  # lines to log at start
+
+    @property
+    def remote(self) -> bool:
+        return self.engine == "http"
+
+    @property
+    def mode(self) -> str:
+        return "http" if self.remote else "batch" if self.bs else "instances"
+
+    def meta(self) -> RunMeta:
+        if self.remote:
+            return RunMeta(engine=engine_label("http"), model=self.model_name or "?", model_bytes=0, mode="http",
+                           b=(self.bs or [1])[0])
+        return run_meta(self.engine, self.choice, self.mode, (self.bs or [1])[0])
+
+    def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
+                    k: int | None = None) -> LoadSource:
+        """The load source, not started: K local workers, or B streams against --url."""
+        if self.remote:
+            from measure.sources.http import HttpSource
+
+            return HttpSource(self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
+                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
+                              on_record=on_record, events=events)
+        from measure.sources.fleet import Fleet
+
+        return Fleet(self.spec, self.meta(), k=k or self.ks[0], threads=self.threads, on_record=on_record,
+                     b_cap=max(self.max_b, max(self.bs or [1])), events=events)
+
+    def live_settings(self, brake: bool = True) -> LiveSettings:
+        return LiveSettings(max_tokens=self.max_tokens, rate=self.rate, users=self.users,
+                            bandwidth_gbps=self.bandwidth_gbps, bandwidth_source=self.bandwidth_source,
+                            chip=self.chip, ignore_eos=self.ignore_eos, memory_budget=self.memory_budget,
+                            kv_bytes_per_token=self.choice.kv_bytes_per_token() if self.choice else None,
+                            ctx=self.ctx, force=self.force, brake=brake and not self.remote)
+
+    def header(self, extra: dict) -> dict:
+        """The first line of every records file and recording: environment, engine settings, model, plan."""
+        common = {"workload": self.workload.key, "chip": self.chip, "bandwidth_gbps": self.bandwidth_gbps,
+                  "bandwidth_source": self.bandwidth_source, "rate": self.rate, "ignore_eos": self.ignore_eos,
+                  "max_tokens": self.max_tokens, **extra}
+        if self.remote:  # the key's variable name only, never the key
+            return {"environment": environment(), "engine": "http", "url": self.url, "endpoint": self.endpoint,
+                    "model": self.model_name, "model_bytes": 0, "simulated": False,
+                    "api_key_env": self.api_key_env, **common}
+        return run_header(self.choice, self.spec, {
+            "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
+            "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
+
+    def describe_beta(self) -> str:
+        if self.bandwidth_gbps:
+            return f"β = {self.bandwidth_gbps:g} GB/s ({self.bandwidth_source})"
+        return "β unknown (pass --bandwidth)"
+
+
+def resolve_budget(text: str | None, total: int | None = None) -> tuple[int, str]:
+    """--memory-budget: None (the default fraction of physical memory), a fraction, or a size (48G = 48 GB)."""
+    total = total or total_memory_bytes()
+    if text is None:
+        return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gb(total)} physical"
+    try:
+        v = float(text)
+    except ValueError:
+        v = None
+    if v is not None and 0 < v <= 1:
+        return int(v * total), f"{v:.0%} of {fmt_gb(total)} physical"
+    try:
+        n = parse_size(text)
+    except GuardError as exc:
+        raise StartError(f"--memory-budget: {exc} (or a fraction such as 0.85)") from None
+    return n, f"--memory-budget {text} = {fmt_gb(n)}"
+
+
+def resolve_bandwidth(chip_key: str | None, bandwidth: float | None) -> tuple[str, float | None, str]:
+    """(chip name, β GB/s or None, where β came from): --bandwidth, else --chip preset, else detected."""
+    if chip_key:
+        try:
+            c = chip(chip_key)
+        except PresetError as exc:
+            raise StartError(str(exc)) from None
+        name, beta, src = c.name, c.bandwidth_gbps, "spec"
+    else:
+        name, c = detect_chip()
+        beta, src = (c.bandwidth_gbps, "spec") if c else (None, "unknown")
+        name = c.name if c else name
+    if bandwidth:
+        beta, src = bandwidth, "--bandwidth"
+    return name, beta, src if beta else "unknown"
+
+
+def check_url(url: str | None) -> str:
+    if not url:
+        raise StartError("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
+    if not url.startswith(("http://", "https://")):
+        raise StartError(f"--url {url!r} must start with http:// or https://")
+    return url
+
+
+def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] | None = None) -> RunPlan:
+    """The one place command-line choices become a plan. StartError: one line, nothing started."""
+    ks = args.k if isinstance(args.k, list) else [args.k]
+    bs = args.b if isinstance(args.b, list) or args.b is None else [args.b]
+    try:
+        wl = workload(args.workload)
+    except PresetError as exc:
+        raise StartError(str(exc)) from None
+    contexts = getattr(args, "contexts", None) or []
+    max_tokens = args.max_tokens or default_max_tokens
+    if contexts and min(contexts) <= max_tokens:
+        raise StartError(f"--contexts {min(contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
+                         "give contexts above max_tokens")
+    ctx = max([args.ctx, *contexts])
+    budget, budget_src = resolve_budget(args.memory_budget)
+    common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
+                  max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
+                  force=args.force, memory_budget=budget, memory_budget_source=budget_src)
+    if args.engine == "http":
+        url = check_url(args.url)
+        return RunPlan(engine="http", chip="server at " + url, bandwidth_gbps=None, bandwidth_source="unknown",
+                       url=url, endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
+                       model_name=args.model, **common)
+    chip_name, beta, beta_src = resolve_bandwidth(args.chip, args.bandwidth)
+    try:
+        choice = resolve_model(args.engine, args.model, progress)
+        spec = build_spec(args.engine, choice, args.threads, ctx, max(ks), not args.no_flash_attn, progress)
+    except (EngineError, GuardError) as exc:
+        raise StartError(str(exc)) from None
+    plan = RunPlan(engine=args.engine, chip=chip_name, bandwidth_gbps=beta, bandwidth_source=beta_src,
+                   choice=choice, spec=spec, **common)
+    if spec.options.get("blas"):
+        plan.notes.append(f"mlx BLAS: {spec.options['blas']}")
+    return plan
+
+
+__all__ = ["RunPlan", "StartError", "make_plan", "resolve_budget", "resolve_bandwidth", "check_url"]

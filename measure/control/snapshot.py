@@ -1,0 +1,92 @@
+"""What the dashboard reads: one immutable Snapshot per sample, and the run's fixed facts (RunInfo)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from measure.core.probes import SystemSample
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Facts that do not change during a run: the header line of the dashboard."""
+
+    engine: str
+    model: str
+    weight_bytes: int
+    chip: str
+    bandwidth_gbps: float | None
+    bandwidth_source: str
+    simulated: bool
+    endpoint: str | None = None  # a remote engine's URL: the gauges then show this machine, not the server's
+
+
+@dataclass(frozen=True)
+class Point:
+    t: float  # seconds since start
+    agg_tps: float
+    tpot_p50: float | None  # seconds
+    tpot_p90: float | None
+    predicted_tpot: float | None
+    bw_gbps: float | None
+    mem_used: int
+    swap_used: int
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    wid: int
+    pid: int | None
+    state: str
+    threads: int | None
+    rss: int | None
+    cpu: float | None
+    tps: float
+    requests: int
+    last_ttft: float | None
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """The numbers panel. Times in seconds, bytes in bytes; None where there is nothing to show yet."""
+
+    agg_tps: float
+    streams: int  # streams with ≥ 2 tokens in the window
+    concurrency: float  # streams decoding, time-averaged over the window
+    tpot_p50: float | None
+    tpot_p90: float | None
+    predicted_tpot: float | None
+    bw_gbps: float | None
+    bw_formula: str
+    ttft_p50: float | None
+    ttft_p99: float | None
+    ttft_engine_p50: float | None
+    ttft_engine_p99: float | None
+    itl_p50: float | None
+    requests: int
+    errors: int
+    server_view: dict | None
+    workers_cpu_percent: float
+    footprint: int | None  # None: the engine's memory is not on this machine
+    budget: int | None
+    wall: str | None
+    ceiling: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    t: float
+    state: str
+    mode: str
+    k: int
+    b: int
+    users: str
+    paused: bool
+    simulated: bool
+    workers: tuple[WorkerRow, ...]
+    numbers: Numbers
+    system: SystemSample | None
+    rss_sum: int
+    history: tuple[Point, ...]
+    markers: tuple[tuple[float, str], ...]
+    log: tuple[tuple[int, float, str, str], ...]  # (seq, t, level, text)

@@ -1,0 +1,94 @@
+"""Live statistics over a sliding window of token timestamps and the records since the last reset.
+
+Fed the same way by a live source and by a replay (token batches and finished records), so a replay
+recomputes every figure the dashboard showed. The window is kept by timestamp, not by arrival order:
+a source may deliver a request's tokens late (an HTTP stream, a worker's 10 Hz batches) and out of order
+across workers, and a token older than the window must leave it whatever arrived after it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from measure.core import metrics as M
+from measure.core.records import RequestRecord
+from measure.core.units import NS
+
+ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the last `span_s` seconds of tokens say."""
+
+    span_s: float
+    agg_tps: float  # tokens in the window ÷ its span
+    tpots: list[float]  # one per stream with ≥ 2 tokens in the window (seconds)
+    per_worker_tps: dict
+    steps_per_s: dict  # batch mode: all tokens of one step share its timestamp
+    streams: float  # time-average of streams decoding in the window (Σ token spans ÷ span)
+
+
+class LiveStats:
+    def __init__(self, window_s: float, t0_ns: int):
+        self.window_s = window_s
+        self.t0_ns = t0_ns  # the window is shorter than window_s until this is window_s old
+        self._tokens: list[tuple[int, int | None, int]] = []  # (t_ns, worker, request id)
+        self._records: list[RequestRecord] = []  # since the last reset
+        self._errors = 0
+        self._numbers_key = None
+        self._numbers: dict = {}
+
+    def add_tokens(self, worker: int | None, request_id: int, token_ns: list[int]) -> None:
+        self._tokens.extend((t, worker, request_id) for t in token_ns)
+
+    def add_record(self, rec: RequestRecord) -> None:
+        self._records.append(rec)
+        if rec.error:
+            self._errors += 1
+
+    def reset(self) -> None:
+        self._records = []
+        self._errors = 0
+
+    def records(self) -> list[RequestRecord]:
+        return list(self._records)
+
+    def window(self, now_ns: int) -> Window:
+        a = now_ns - int(self.window_s * NS)
+        self._tokens = [x for x in self._tokens if a <= x[0] <= now_ns] if self._tokens else self._tokens
+        per_req: dict[int, list[int]] = {}
+        per_worker: dict = {}
+        steps: dict = {}
+        for t, wid, rid in self._tokens:
+            per_req.setdefault(rid, []).append(t)
+            per_worker[wid] = per_worker.get(wid, 0) + 1
+            steps.setdefault(wid, set()).add(t)
+        span = min(self.window_s, max(1e-9, (now_ns - self.t0_ns) / NS))
+        tpots = []
+        busy = 0
+        for ts in per_req.values():
+            ts.sort()
+            busy += ts[-1] - ts[0]
+            if (tp := M.tpot_of_times(ts)) is not None:
+                tpots.append(tp)
+        return Window(span, M.aggregate_tps_from_times((x[0] for x in self._tokens), now_ns - int(span * NS),
+                                                       now_ns + 1),
+                      tpots, {w: n / span for w, n in per_worker.items()},
+                      {w: len(ts) / span for w, ts in steps.items()}, busy / NS / span)
+
+    def request_numbers(self) -> dict:
+        """TTFT and ITL over the requests since the last reset, recomputed only when one more ended."""
+        key = (len(self._records), self._errors, id(self._records))
+        if key == self._numbers_key:
+            return self._numbers
+        good = M.ok(self._records)
+        ttfts = [M.ttft(r) for r in good]
+        ttfte = [M.ttft_engine(r) for r in good]
+        self._numbers = {
+            "ttft_p50": M.percentile(ttfts, 50), "ttft_p99": M.percentile(ttfts, 99),
+            "ttft_engine_p50": M.percentile(ttfte, 50), "ttft_engine_p99": M.percentile(ttfte, 99),
+            "itl_p50": M.percentile(M.itls(good[-ITL_REQUESTS:]), 50),
+            "requests": len(good), "errors": self._errors,
+        }
+        self._numbers_key = key
+        return self._numbers

@@ -1,0 +1,87 @@
+"""The per-request record (shared/DESIGN.md section 3): one JSONL line per finished or failed request,
+the run metadata every record repeats, and the one function that assembles a record."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from measure.core.workload import Request
+
+Mode = Literal["instances", "batch", "http"]
+MODES: tuple[Mode, ...] = ("instances", "batch", "http")
+
+
+@dataclass
+class RunMeta:
+    """What every record of a run repeats: engine label, model, W (bytes read per token) and whether the
+    numbers are simulated."""
+
+    engine: str
+    model: str
+    model_bytes: int
+    mode: Mode = "instances"
+    b: int = 1
+    simulated: bool = False
+
+
+@dataclass
+class RequestRecord:
+    run_id: str
+    request_id: int
+    mode: str  # instances | batch | http
+    engine: str
+    model: str
+    model_bytes: int
+    k: int
+    b: int
+    worker: int | None = None
+    prompt_id: str = ""
+    prompt_tokens: int | None = 0  # None: unknown (a server that sent no usage and no tokenizer to ask)
+    output_tokens: int = 0
+    t_scheduled_ns: int = 0
+    t_submitted_ns: int = 0
+    t_started_ns: int | None = None
+    t_first_token_ns: int | None = None
+    t_done_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+    simulated: bool = False
+    # beyond DESIGN section 3
+    rep: int = 0
+    pid: int | None = None
+    threads: int | None = None
+    worker_rss_bytes: int | None = None
+    kind: str = "request"
+    # http mode: the server's own count where it differs from the streamed chunks, and its view
+    server_output_tokens: int | None = None
+    server_view: dict | None = None
+    extra: dict | None = None  # per-source details (how tokens were counted, the prompt's unique prefix …)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RequestRecord":
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def build_record(req: "Request", meta: RunMeta, run_id: str, token_ns: list[int], *, worker: int | None,
+                 t_started_ns: int | None, t_done_ns: int | None = None, prompt_tokens: int | None = 0,
+                 finish_reason: str | None = None, error: str | None = None, pid: int | None = None,
+                 threads: int | None = None, rss: int | None = None, model: str | None = None,
+                 **more) -> RequestRecord:
+    """The record of one finished or failed request, the same way for every load source."""
+    toks = list(token_ns)
+    return RequestRecord(
+        run_id=run_id, request_id=req.request_id, mode=req.mode, engine=meta.engine, model=model or meta.model,
+        model_bytes=meta.model_bytes, k=req.k, b=req.b, worker=worker, prompt_id=req.prompt.prompt_id,
+        prompt_tokens=prompt_tokens, output_tokens=len(toks), t_scheduled_ns=req.t_scheduled_ns,
+        t_submitted_ns=req.t_submitted_ns, t_started_ns=t_started_ns, t_first_token_ns=toks[0] if toks else None,
+        t_done_ns=t_done_ns or time.perf_counter_ns(), token_ns=toks,
+        finish_reason="error" if error is not None else finish_reason, error=error, simulated=meta.simulated,
+        rep=req.rep, pid=pid, threads=threads, worker_rss_bytes=rss, **more,
+    )

@@ -1,0 +1,1 @@
+"""Load sources: everything that turns requests into token timestamps, behind `base.LoadSource`."""

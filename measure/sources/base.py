@@ -1,0 +1,211 @@
+"""The load-source protocol: what the live controller, the sweep and replay ask of anything that turns
+requests into token timestamps (the process fleet, HTTP streams, the simulated fleet, a recording).
+
+A source says what it can do as data (`Capabilities`), never by which attributes it happens to have, and
+tells what happened through typed events on `events` (a queue the live controller drains) or through
+`on_record` (a headless sweep).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from measure.core.records import Mode, RequestRecord, RunMeta
+from measure.core.workload import Load
+
+
+class SourceError(RuntimeError):
+    """The source cannot go on (no worker could load, all died, nothing answers); the message is one line."""
+
+
+class CellStopped(RuntimeError):
+    """A finite load stopped early (the memory wall); `records` holds what finished before."""
+
+    def __init__(self, why: str, records):
+        super().__init__(why)
+        self.records = list(records)
+
+
+class WorkerState(str, Enum):
+    """One worker's (or stream slot's, or endpoint's) life: starting → loading → warming → idle ⇄ serving,
+    then retiring → retired, or dead at any point."""
+
+    STARTING = "starting"
+    LOADING = "loading"
+    WARMING = "warming"
+    IDLE = "idle"
+    SERVING = "serving"
+    RETIRING = "retiring"
+    RETIRED = "retired"
+    DEAD = "dead"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def gone(self) -> bool:
+        """It will serve nothing again."""
+        return self in (WorkerState.RETIRED, WorkerState.DEAD)
+
+    @property
+    def leaving(self) -> bool:
+        """Gone, or finishing its last request."""
+        return self in (WorkerState.RETIRING, WorkerState.RETIRED, WorkerState.DEAD)
+
+
+@dataclass
+class WorkerInfo:
+    wid: int
+    state: WorkerState = WorkerState.STARTING
+    pid: int | None = None
+    threads: int | None = None
+    rss: int | None = None
+    requests_done: int = 0
+    tokens: int = 0
+    last_ttft_s: float | None = None
+    current: int | None = None  # the request it began last, None when idle
+    active: int = 0  # requests it holds now (up to B in batch mode)
+    ready_ns: int | None = None
+    error: str | None = None
+
+    def __post_init__(self):
+        self.state = WorkerState(self.state)  # a recording holds the plain string
+
+    def public(self) -> "WorkerInfo":
+        return WorkerInfo(**self.__dict__)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a source can do, as data: callers branch on these, never on the source's class."""
+
+    engine: str  # the label records and screens show
+    weight_bytes: int  # W: bytes read per decode step (the model file; 0 where unknown)
+    modes: tuple[Mode, ...]  # the modes it can switch between
+    scales_k: bool  # + / - add or retire engine instances
+    local: bool  # the engine runs on this machine: its memory is ours to guard
+    batch_capacity: int  # sequences one engine (or one server) can hold at once
+    server_view: bool  # it scrapes a server's own figures
+    simulated: bool  # numbers follow a model, not a measurement
+    endpoint: str | None = None  # the URL of a remote engine
+
+
+# ---- events (source → live reader) -------------------------------------------------------------
+class Tokens(NamedTuple):
+    """Token timestamps of one request, sent as they are produced (≈10 Hz batches from a worker)."""
+
+    worker: int | None
+    request_id: int
+    token_ns: list[int]
+
+
+class Finished(NamedTuple):
+    record: RequestRecord
+
+
+class Log(NamedTuple):
+    level: str  # info | warn | error
+    text: str
+
+
+Event = Tokens | Finished | Log
+
+
+@runtime_checkable
+class LoadSource(Protocol):
+    """Everything that serves a load. K = engine instances, B = sequences per engine (or streams)."""
+
+    meta: RunMeta
+    run_id: str
+    events: queue.Queue | None  # Event items, for a live reader; None when headless
+    mode: Mode
+    target_k: int
+    b: int
+    rep: int  # stamped on the records of the current repetition
+
+    def capabilities(self) -> Capabilities: ...
+
+    def start(self, wait_ready: bool = True, timeout: float = 600.0) -> None: ...
+
+    def wait_ready(self, timeout: float = 600.0) -> None:
+        """Until every worker of the target K is ready in its mode (SourceError if that cannot be)."""
+
+    def scale_to(self, k: int) -> None: ...
+
+    def set_batch(self, mode: Mode, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None: ...
+
+    def set_load(self, load: Load) -> None:
+        """Start or replace the load; requests flow once every worker is ready."""
+
+    def set_users(self, users: int | None) -> None:
+        """Closed-loop users; None: they follow the ready capacity (K × B)."""
+
+    def pause(self, paused: bool = True) -> None: ...
+
+    def workers(self) -> list[WorkerInfo]: ...
+
+    def server_view(self) -> dict | None:
+        """The server's own figures (None: not scraped yet or no server; {}: it exposes none)."""
+
+    def run_requests(self, load: Load, timeout: float | None = None,
+                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
+        """A finite load to completion (CellStopped, TimeoutError, SourceError)."""
+
+    def close(self, grace: float = 1.0) -> None: ...
+
+
+class RecordCollector:
+    """The records of one finite load, and the wait for them (every source's run_requests)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.done: list[RequestRecord] = []
+        self._ev = threading.Event()
+
+    def __call__(self, rec: RequestRecord) -> None:
+        self.done.append(rec)
+        if len(self.done) >= self.total:
+            self._ev.set()
+
+    def wait(self, timeout: float | None, should_stop: Callable[[], str | None] | None) -> list[RequestRecord]:
+        """Until all records are in; TimeoutError past `timeout`, CellStopped when should_stop (asked twice
+        a second) gives a reason."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ev.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"cell did not finish within {timeout:.0f} s "
+                                   f"({len(self.done)}/{self.total} requests)")
+            if not self._ev.wait(0.5 if left is None else min(0.5, left)) and should_stop and (why := should_stop()):
+                raise CellStopped(why, self.done)
+        return self.done
+
+
+class EventSink:
+    """The two ways a source tells what happened: typed events for a live reader, records for a sweep."""
+
+    def __init__(self, events: bool, on_record: Callable[[RequestRecord], None] | None):
+        self.events: queue.Queue | None = queue.Queue() if events else None
+        self.on_record = on_record
+
+    def put(self, ev) -> None:
+        if self.events is not None:
+            self.events.put(ev)
+
+    def log(self, text: str, level: str = "info") -> None:
+        self.put(Log(level, text))
+
+    def record(self, rec: RequestRecord, collector: Callable[[RequestRecord], None] | None = None) -> None:
+        self.put(Finished(rec))
+        if self.on_record:
+            self.on_record(rec)
+        if collector:
+            collector(rec)

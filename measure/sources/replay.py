@@ -1,0 +1,151 @@
+"""A recorded dashboard session as a load source: the recording's token timestamps and records come back
+as events, and its system samples and process readings come back as probe readings, on a replay clock
+that the replay controller (control/replay.py) moves."""
+from __future__ import annotations
+
+import bisect
+import queue
+import warnings
+from dataclasses import dataclass, field
+
+from measure.core.model_choice import engine_label
+from measure.core.probes import SystemSample
+from measure.core.recorder import read_jsonl
+from measure.core.records import RunMeta
+from measure.core.units import NS
+from measure.core.workload import Load
+from measure.sources.base import Capabilities, Finished, Tokens, WorkerInfo
+
+
+class RecordingError(ValueError):
+    """A file that is not a recording a replay can use: one line saying why."""
+
+
+@dataclass
+class Recording:
+    header: dict
+    records: list
+    samples: list[dict]
+    events: list[dict]
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path) -> "Recording":
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                headers, records, other = read_jsonl(path)
+        except (OSError, ValueError) as exc:
+            raise RecordingError(f"cannot read {path}: {exc}") from None
+        samples = sorted((o for o in other if o.get("kind") == "sample"), key=lambda o: o["t_ns"])
+        events = sorted((o for o in other if o.get("kind") == "event"), key=lambda o: o["t_ns"])
+        if not headers:
+            raise RecordingError(f"{path} has no header line: not an inference-top recording")
+        if not samples:
+            raise RecordingError(f"{path} has no system samples: record a dashboard session with --record "
+                                 "(a bench output is for `inference-top report`)")
+        return cls(headers[0], records, samples, events, [str(w.message) for w in caught])
+
+    @property
+    def t0_ns(self) -> int:
+        s = self.samples[0]
+        return s["t_ns"] - int(s.get("t", 0.0) * NS)
+
+    @property
+    def end_ns(self) -> int:
+        return self.samples[-1]["t_ns"]
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.t0_ns) / NS
+
+
+class ReplaySource:
+    """The LoadSource of a recording. It runs nothing: `feed(lo, hi)` puts what happened in (lo, hi] on
+    `events`, and `current` is the recorded sample of the moment (workers, system, processes)."""
+
+    def __init__(self, rec: Recording):
+        h = rec.header
+        first = rec.samples[0]
+        self.rec = rec
+        self.meta = RunMeta(engine=engine_label(h.get("engine", "?")), model=h.get("model", "?"),
+                            model_bytes=int(h.get("model_bytes", 0)), mode=first.get("mode", "instances"),
+                            b=first.get("b", 1), simulated=bool(h.get("simulated")))
+        self.run_id = h.get("run_id", "replay")
+        self.events: queue.Queue = queue.Queue()
+        self.mode = self.meta.mode
+        self.target_k = first.get("k", 1)
+        self.b = self.meta.b
+        self.rep = 0
+        self.current: dict = first
+        toks = sorted((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns)
+        self._tok, self._tok_t = toks, [t[0] for t in toks]
+        self._recs = sorted((r for r in rec.records if r.t_done_ns), key=lambda r: r.t_done_ns)
+        self._recs_t = [r.t_done_ns for r in self._recs]
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=(self.mode,),
+                            scales_k=False, local=False, batch_capacity=self.b, server_view=False,
+                            simulated=self.meta.simulated, endpoint=self.rec.header.get("url"))
+
+    def feed(self, lo_ns: int, hi_ns: int) -> None:
+        """Token batches and finished records with times in (lo, hi], as the live source sent them."""
+        i, j = bisect.bisect_right(self._tok_t, lo_ns), bisect.bisect_right(self._tok_t, hi_ns)
+        by: dict = {}
+        for t, wid, rid in self._tok[i:j]:
+            by.setdefault((wid, rid), []).append(t)
+        for (wid, rid), ts in by.items():
+            self.events.put(Tokens(wid, rid, ts))
+        for r in self._recs[bisect.bisect_right(self._recs_t, lo_ns):bisect.bisect_right(self._recs_t, hi_ns)]:
+            self.events.put(Finished(r))
+
+    # probes: the recorded readings of the moment
+    def sample(self) -> SystemSample:
+        return SystemSample(**self.current["system"])
+
+    def processes(self, pids) -> dict:
+        return {int(p): tuple(v) for p, v in self.current.get("procs", {}).items()}
+
+    def workers(self) -> list[WorkerInfo]:
+        return [WorkerInfo(**w) for w in self.current.get("workers", [])]
+
+    def server_view(self) -> dict | None:
+        return None
+
+    # a replay runs no engine: what would change the load does nothing
+    def start(self, wait_ready: bool = False, timeout: float = 0) -> None:
+        pass
+
+    def wait_ready(self, timeout: float = 0) -> None:
+        pass
+
+    def scale_to(self, k: int) -> None:
+        pass
+
+    def set_batch(self, mode, b, b_cap=None, seq_ctx=None) -> None:
+        pass
+
+    def set_load(self, load: Load | None) -> None:
+        pass
+
+    def set_users(self, users) -> None:
+        pass
+
+    def pause(self, paused: bool = True) -> None:
+        pass
+
+    def run_requests(self, load: Load, timeout=None, should_stop=None):
+        return []
+
+    def close(self, grace: float = 0) -> None:
+        pass
+
+
+class RecordedProcesses:
+    """The process probe of a replay: what the recording saw of each worker."""
+
+    def __init__(self, source: ReplaySource):
+        self.source = source
+
+    def sample(self, pids) -> dict:
+        return self.source.processes(pids)
