@@ -91,6 +91,7 @@ class Engine(Protocol):
 
 
 ENGINES = {"llama": "engines.llama_cpp:LlamaCppEngine", "mlx": "engines.mlx_lm:MlxLmEngine"}
+ENGINES["null"] = "engines.null:NullEngine"  # harness calibration: a fixed schedule, no model
 
 
 def make_engine(spec: EngineSpec) -> Engine:

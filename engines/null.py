@@ -1,0 +1,170 @@
+"""The null engine: a harness-calibration engine with no model. Its numbers are the schedule, not a measurement.
+
+Tokens come on a fixed schedule set by `spec.options`: the first `ttft_s` (default 0.02) after
+generate() starts, then one every `itl_s` (default 0.01). Each token is stamped with perf_counter_ns()
+the moment it is emitted, after sleeping until its due time (time.sleep for the bulk, then a spin of
+under 1 ms). Whatever a run over this engine reports beyond the schedule is the harness's own overhead:
+its queues, its clocks, its bookkeeping. It never emits EOS, so every request finishes with "length".
+
+The batch (NullBatch) has the interface of engines/llama_cpp.py's LlamaBatch. A step takes `itl_s`
+from the moment step() is called, whatever the batch size, and emits one token for every sequence
+that has started, all stamped with the step's time; a sequence starts at the first step whose time is
+≥ its add() time + `ttft_s`. Time the caller spends between steps therefore adds to the measured ITL,
+as it would with a real engine: that excess is the harness's per-step cost.
+"""
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterator
+
+from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
+
+BOS = 2
+VOCAB = 32000  # ids of words fall in [3, VOCAB)
+SPIN_NS = 800_000  # the last < 1 ms before a due time is spun, not slept
+
+
+def word_id(word: str) -> int:
+    """A deterministic id for one whitespace-separated word (the same in every process: crc32, not hash())."""
+    return 3 + zlib.crc32(word.encode("utf-8")) % (VOCAB - 3)
+
+
+def text_ids(text: str, bos: bool = True) -> list[int]:
+    """BOS (if asked) plus one id per whitespace-separated word."""
+    return ([BOS] if bos else []) + [word_id(w) for w in text.split()]
+
+
+def output_id(i: int) -> int:
+    """The id of the i-th generated token (0-based): deterministic, never BOS."""
+    return 3 + (i * 7919) % (VOCAB - 3)
+
+
+def sleep_until(due_ns: int) -> int:
+    """Sleep until perf_counter_ns() ≥ due_ns (sleep the bulk, spin the last < 1 ms); return the time then."""
+    now = time.perf_counter_ns()
+    left = due_ns - now
+    if left > SPIN_NS:
+        time.sleep((left - SPIN_NS) / 1e9)
+    now = time.perf_counter_ns()
+    while now < due_ns:
+        now = time.perf_counter_ns()
+    return now
+
+
+def _seconds(options: dict, key: str, default: float) -> float:
+    try:
+        v = float(options.get(key, default))
+    except (TypeError, ValueError):
+        raise EngineError(f"null engine option {key}={options.get(key)!r} is not a number of seconds") from None
+    if v < 0:
+        raise EngineError(f"null engine option {key}={v:g} must be ≥ 0 seconds")
+    return v
+
+
+class NullEngine:
+    name = "null"
+
+    def __init__(self, spec: EngineSpec):
+        self.spec = spec
+        self.ttft_s = _seconds(spec.options, "ttft_s", 0.02)
+        self.itl_s = _seconds(spec.options, "itl_s", 0.01)
+        self.ttft_ns = round(self.ttft_s * 1e9)
+        self.itl_ns = round(self.itl_s * 1e9)
+        self._batch: NullBatch | None = None
+
+    def load(self) -> None:
+        pass
+
+    def warmup(self) -> None:
+        """One short generate: 2 tokens."""
+        for _ in self.generate(self.tokenize(Prompt("warmup", text="Warm up.")), 2, True):
+            pass
+
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        """synthetic_tokens=N → exactly N ids (BOS, then FILLER's word ids repeated); text → BOS + one id
+        per word. Never empty."""
+        if prompt.synthetic_tokens:
+            return synthetic_ids([BOS], text_ids(FILLER, bos=False), prompt.synthetic_tokens)
+        return text_ids(prompt.text or "")
+
+    def detokenize(self, ids: list[int]) -> str:
+        return " ".join(f"t{i}" for i in ids)
+
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+        """Token i (0-based) is due at start + ttft + i·itl, start being the first next() on this generator."""
+        check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
+        start = time.perf_counter_ns()
+        first = start + self.ttft_ns
+        for i in range(max_tokens):
+            t = sleep_until(first + i * self.itl_ns)
+            yield output_id(i), t
+        return "length"
+
+    def set_threads(self, n: int) -> None:
+        pass
+
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "NullBatch":
+        """A continuous batch of up to b_cap sequences (kept while b_cap and ctx_per_seq stay the same)."""
+        ctx_per_seq = ctx_per_seq or self.spec.ctx
+        if self._batch is None or (self._batch.b_cap, self._batch.ctx_per_seq) != (b_cap, ctx_per_seq):
+            self._batch = NullBatch(self, b_cap, ctx_per_seq)
+        return self._batch
+
+    def close(self) -> None:
+        self._batch = None
+
+
+class _NullSeq:
+    __slots__ = ("key", "max_tokens", "t_added_ns", "due_ns", "generated")
+
+    def __init__(self, key, max_tokens: int, t_added_ns: int, due_ns: int):
+        self.key, self.max_tokens = key, max_tokens
+        self.t_added_ns, self.due_ns = t_added_ns, due_ns  # due_ns: no token from a step before this time
+        self.generated = 0
+
+
+class NullBatch:
+    """LlamaBatch's interface on the null schedule: add, step, remove, active; b_cap and seqs."""
+
+    def __init__(self, engine: NullEngine, b_cap: int, ctx_per_seq: int):
+        self.engine = engine
+        self.b_cap = b_cap
+        self.ctx_per_seq = ctx_per_seq
+        self.seqs: dict = {}
+
+    def active(self) -> int:
+        return len(self.seqs)
+
+    def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
+        check_room(len(prompt), max_tokens, self.ctx_per_seq,
+                   f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
+        if len(self.seqs) >= self.b_cap:
+            raise EngineError(f"all {self.b_cap} sequence slots are busy")
+        t = time.perf_counter_ns()
+        self.seqs[key] = _NullSeq(key, max_tokens, t, t + self.engine.ttft_ns)
+
+    def step(self):
+        """One step of itl_s. Returns (t_ns, [(key, token_id)], [(key, finish_reason)]); an empty batch
+        returns at once with nothing."""
+        now = time.perf_counter_ns()
+        if not self.seqs:
+            return now, [], []
+        t = sleep_until(now + self.engine.itl_ns)
+        tokens, finished = [], []
+        for s in list(self.seqs.values()):
+            if t < s.due_ns:
+                continue  # still in its TTFT
+            tokens.append((s.key, output_id(s.generated)))
+            s.generated += 1
+            if s.generated >= s.max_tokens:
+                finished.append((s.key, "length"))
+        for key, _ in finished:
+            self.remove(key)
+        return t, tokens, finished
+
+    def remove(self, key) -> None:
+        self.seqs.pop(key, None)
+
+    def close(self) -> None:
+        self.seqs.clear()

@@ -1,0 +1,374 @@
+"""A loopback OpenAI-compatible server with no model: harness calibration for the HTTP path.
+
+Every stream follows the same fixed schedule, however many are open (no batching cost): its first
+chunk at the request's arrival + TTFT, then one token every ITL. Its numbers are the schedule, not a
+measurement; what a client measures beyond it is the client's (and the loopback's) own overhead.
+
+    python -m engines.null_server --port 8000 [--host 127.0.0.1] [--ttft-ms 20] [--itl-ms 10]
+                                  [--tokens-per-chunk 1] [--usage continuous|final|none]
+
+In a test:  with NullServer(ttft_ms=20, itl_ms=10) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
+or          url, stop = start_null_server(usage="final"); ...; stop()
+
+Standard library only: asyncio.start_server and a minimal HTTP/1.1 parser (keep-alive, Content-Length
+bodies, chunked responses), so one process holds hundreds of concurrent streams cheaply. Endpoints:
+GET /v1/models, POST /v1/completions and /v1/chat/completions (stream: true only; "prompt" a string or
+a list of token ids; max_tokens honoured; cache_prompt, ignore_eos, stream_options, temperature are
+accepted and ignored), POST /tokenize (llama-server style), GET /metrics, GET /health.
+
+--usage continuous: every chunk carries the running usage (vLLM's continuous_usage_stats), then a final
+usage-only chunk; final: only a last usage chunk with empty choices (OpenAI's include_usage); none: no
+usage at all. --tokens-per-chunk N packs N tokens into a chunk, sent at its last token's due time (like
+vLLM merging outputs, or speculative decoding). Prompt tokens: a list's length, or words + 1 (BOS).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import gc
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from engines.null import text_ids
+
+USAGE_MODES = ("continuous", "final", "none")
+MODEL_ID = "null"
+TOKEN_TEXT = " tok"  # JSON-safe as it is: spliced into the chunk templates
+_TOKEN_BYTES = TOKEN_TEXT.encode()
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            411: "Length Required", 500: "Internal Server Error"}
+
+
+def _prompt_tokens(req: dict, chat: bool) -> int:
+    if chat:
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise _HttpError(400, "messages must be a non-empty list")
+        words = 0
+        for m in msgs:
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):  # content parts: count the text ones
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            words += len(str(content or "").split())
+        return words + 1
+    prompt = req.get("prompt")
+    if isinstance(prompt, str):
+        return len(prompt.split()) + 1
+    if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        return len(prompt)
+    raise _HttpError(400, "prompt must be a string or a non-empty list of token ids (one prompt per request)")
+
+
+class NullApp:
+    """The protocol handler and its counters; one per server. `late_ns` keeps each chunk's send time −
+    its due time (the last 100 000), the server's own schedule accuracy."""
+
+    def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
+                 usage: str = "continuous"):
+        if ttft_ms < 0 or itl_ms < 0:
+            raise ValueError("ttft_ms and itl_ms must be ≥ 0")
+        if tokens_per_chunk < 1:
+            raise ValueError("tokens_per_chunk must be ≥ 1")
+        if usage not in USAGE_MODES:
+            raise ValueError(f"usage must be one of {', '.join(USAGE_MODES)}")
+        self.ttft_ns = round(ttft_ms * 1e6)
+        self.itl_ns = round(itl_ms * 1e6)
+        self.tokens_per_chunk = tokens_per_chunk
+        self.usage = usage
+        self.requests_total = 0
+        self.running = 0
+        self.late_ns: collections.deque[int] = collections.deque(maxlen=100_000)
+        self._ids = 0
+
+    # --- HTTP/1.1 --------------------------------------------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: requests one after another while the client keeps it alive."""
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                if line in (b"\r\n", b"\n"):
+                    continue
+                parts = line.decode("latin-1").split()
+                if len(parts) != 3:
+                    await self._json(writer, 400, {"error": {"message": "malformed request line"}}, keep=False)
+                    break
+                method, target, version = parts
+                headers = {}
+                while True:
+                    h = await reader.readline()
+                    if h in (b"\r\n", b"\n", b""):
+                        break
+                    k, _, v = h.decode("latin-1").partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                conn = headers.get("connection", "").lower()
+                keep = conn != "close" if version.upper() == "HTTP/1.1" else conn == "keep-alive"
+                if "chunked" in headers.get("transfer-encoding", "").lower():
+                    await self._json(writer, 411, {"error": {"message": "send a Content-Length body"}}, keep=False)
+                    break
+                try:
+                    n = int(headers.get("content-length") or 0)
+                except ValueError:
+                    await self._json(writer, 400, {"error": {"message": "bad Content-Length"}}, keep=False)
+                    break
+                body = await reader.readexactly(n) if n > 0 else b""
+                t_arrival = time.perf_counter_ns()
+                keep = await self._route(writer, method.upper(), target.split("?", 1)[0], body, t_arrival, keep)
+                if not keep:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass  # the client went away, or sent a line over the reader's limit
+        finally:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001 - closing a dead transport
+                pass
+
+    async def _json(self, writer, status: int, obj, keep: bool, ctype: str = "application/json") -> bool:
+        data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(data)}\r\n" + ("" if keep else "Connection: close\r\n") + "\r\n")
+        writer.write(head.encode() + data)
+        await writer.drain()
+        return keep
+
+    async def _route(self, writer, method: str, path: str, body: bytes, t_arrival: int, keep: bool) -> bool:
+        p = path.rstrip("/")
+        gets = {"/v1/models": self._models, "/models": self._models, "/metrics": self._metrics,
+                "/health": lambda: {"status": "ok"}}
+        posts = {"/v1/completions": False, "/completions": False,
+                 "/v1/chat/completions": True, "/chat/completions": True}
+        try:
+            if p in gets:
+                if method != "GET":
+                    raise _HttpError(405, f"{path} takes GET")
+                out = gets[p]()
+                if isinstance(out, bytes):
+                    return await self._json(writer, 200, out, keep, "text/plain; version=0.0.4")
+                return await self._json(writer, 200, out, keep)
+            if p in posts or p == "/tokenize":
+                if method != "POST":
+                    raise _HttpError(405, f"{path} takes POST")
+                try:
+                    req = json.loads(body or b"{}")
+                except json.JSONDecodeError:
+                    raise _HttpError(400, "the body is not JSON") from None
+                if not isinstance(req, dict):
+                    raise _HttpError(400, "the body must be a JSON object")
+                if p == "/tokenize":
+                    content = req.get("content")
+                    if not isinstance(content, str):
+                        raise _HttpError(400, "content must be a string")
+                    return await self._json(writer, 200,
+                                            {"tokens": text_ids(content, bos=bool(req.get("add_special")))}, keep)
+                return await self._stream(writer, posts[p], req, t_arrival, keep)
+            raise _HttpError(404, f"no route {method} {path}")
+        except _HttpError as e:
+            err = {"message": e.message, "type": "invalid_request_error", "code": e.status}
+            return await self._json(writer, e.status, {"error": err}, keep)
+
+    def _models(self) -> dict:
+        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "inference-top",
+                                            "created": 0}]}
+
+    def _metrics(self) -> bytes:
+        late = sorted(self.late_ns)
+        q = {f: late[min(len(late) - 1, int(f * len(late)))] / 1e9 if late else 0.0 for f in (0.5, 0.9, 0.99, 1.0)}
+        lines = [
+            "# HELP null:requests_total Streaming requests received.",
+            "# TYPE null:requests_total counter",
+            f"null:requests_total {self.requests_total}",
+            "# HELP null:requests_running Streams open now.",
+            "# TYPE null:requests_running gauge",
+            f"null:requests_running {self.running}",
+            "# HELP null:chunk_late_seconds Chunk send time minus its scheduled time (recent chunks).",
+            "# TYPE null:chunk_late_seconds summary",
+            *(f'null:chunk_late_seconds{{quantile="{f:g}"}} {v:.9f}' for f, v in q.items()),
+            f"null:chunk_late_seconds_sum {sum(late) / 1e9:.9f}",
+            f"null:chunk_late_seconds_count {len(late)}",
+        ]
+        return ("\n".join(lines) + "\n").encode()
+
+    # --- the stream --------------------------------------------------------------------------------
+    async def _stream(self, writer, chat: bool, req: dict, t_arrival: int, keep: bool) -> bool:
+        if req.get("stream") is not True:
+            raise _HttpError(400, "only streaming requests (\"stream\": true) are served")
+        max_tokens = req.get("max_tokens", req.get("max_completion_tokens", 16))
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise _HttpError(400, "max_tokens must be an integer ≥ 1")
+        n_prompt = _prompt_tokens(req, chat)
+        self.requests_total += 1
+        self._ids += 1
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-null-{self._ids}"
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                     b"Transfer-Encoding: chunked\r\n" + (b"" if keep else b"Connection: close\r\n") + b"\r\n")
+
+        # chunks come from bytes templates: ≈20 % less server CPU per chunk than json.dumps
+        head = b'data: {"id":"%s","object":"%s","created":%d,"model":"%s","choices":[' % (
+            rid.encode(), obj.encode(), created, MODEL_ID.encode())
+
+        def event(choices: bytes, done: int | None) -> bytes:
+            if done is None:
+                return head + choices + b"]}\n\n"
+            return head + choices + (b'],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+                                     % (n_prompt, done, n_prompt + done))
+
+        continuous = self.usage == "continuous"
+        self.running += 1
+        try:
+            done = 0
+            n = self.tokens_per_chunk
+            while done < max_tokens:
+                upto = min(done + n, max_tokens)
+                due = t_arrival + self.ttft_ns + (upto - 1) * self.itl_ns
+                delay = due - time.perf_counter_ns()
+                if delay > 0:
+                    await asyncio.sleep(delay / 1e9)
+                finish = b'"length"' if upto == max_tokens else b"null"
+                text = _TOKEN_BYTES * (upto - done)
+                out = b""
+                if chat:
+                    if done == 0:  # the role chunk carries no token
+                        out += event(b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+                                     b'"finish_reason":null}', 0 if continuous else None)
+                    choice = (b'{"index":0,"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}'
+                              % (text, finish))
+                else:
+                    choice = b'{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}' % (text, finish)
+                out += event(choice, upto if continuous else None)
+                done = upto
+                if done == max_tokens:
+                    if self.usage != "none":
+                        out += event(b"", done)
+                    out += b"data: [DONE]\n\n"
+                if writer.is_closing():
+                    return False
+                writer.write(b"%x\r\n%s\r\n" % (len(out), out) + (b"0\r\n\r\n" if done == max_tokens else b""))
+                self.late_ns.append(time.perf_counter_ns() - due)
+                await writer.drain()
+        finally:
+            self.running -= 1
+        return keep
+
+
+async def _serve(app: NullApp, host: str, port: int):
+    return await asyncio.start_server(app.handle, host, port, backlog=1024, reuse_address=True)
+
+
+class NullServer:
+    """The null server in a background thread with its own event loop: start() → base URL; stop().
+
+    Also a context manager: `with NullServer(itl_ms=5) as srv: srv.url`. port=0 takes a free port."""
+
+    def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
+                 usage: str = "continuous", host: str = "127.0.0.1", port: int = 0):
+        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage)
+        self.host, self.port = host, port
+        self.url: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self) -> str:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="null-server", daemon=True)
+        self._thread.start()
+        if not ready.wait(30):
+            raise RuntimeError("the null server did not start within 30 s")
+        if self._error is not None:
+            raise self._error
+        return self.url
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        server = None
+        try:
+            server = loop.run_until_complete(_serve(self.app, self.host, self.port))
+            self.port = server.sockets[0].getsockname()[1]
+            self.url = f"http://{self.host}:{self.port}/v1"
+            ready.set()
+            loop.run_forever()
+        except BaseException as exc:  # noqa: BLE001 - handed to start()
+            self._error = exc
+            ready.set()
+        finally:
+            if server is not None:
+                server.close()
+            tasks = asyncio.all_tasks(loop)
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.close()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    def __enter__(self) -> "NullServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_null_server(**kw) -> tuple[str, Callable[[], None]]:
+    """Start a NullServer (same keywords) in a background thread: (base URL, stop)."""
+    srv = NullServer(**kw)
+    return srv.start(), srv.stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engines.null_server", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ttft-ms", type=float, default=20.0, help="arrival → first chunk (default 20)")
+    ap.add_argument("--itl-ms", type=float, default=10.0, help="gap between tokens (default 10)")
+    ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens packed into one SSE chunk (default 1)")
+    ap.add_argument("--usage", choices=USAGE_MODES, default="continuous",
+                    help="usage in every chunk (continuous), only at the end (final), or never (none)")
+    a = ap.parse_args(argv)
+    try:
+        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage)
+    except ValueError as exc:
+        ap.error(str(exc))
+
+    async def run() -> None:
+        server = await _serve(app, a.host, a.port)
+        gc.collect()
+        gc.freeze()  # what is here now is never garbage: full collections stay short (fewer late chunks)
+        print(f"null server on http://{a.host}:{a.port}/v1 (ttft {a.ttft_ms:g} ms, itl {a.itl_ms:g} ms, "
+              f"{a.tokens_per_chunk} token(s)/chunk, usage {a.usage})", file=sys.stderr, flush=True)
+        async with server:
+            await server.serve_forever()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        print(f"null server: cannot listen on {a.host}:{a.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The null engine and the null server: a fixed schedule with no model, the harness's calibration."""
+import asyncio
+import gc
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from engines.base import EngineError, EngineSpec, Prompt, make_engine
+from engines.http_openai import endpoint_body, stream_one
+from engines.null import NullEngine
+from engines.null_server import NullServer
+
+MS = 1_000_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(gen):
+    """Drain a generate() generator: (list of (id, t_ns), finish reason)."""
+    out = []
+    try:
+        while True:
+            out.append(next(gen))
+    except StopIteration as stop:
+        return out, stop.value
+
+
+def _null(ttft_s=0.02, itl_s=0.01, **kw) -> NullEngine:
+    return make_engine(EngineSpec("null", "", options={"ttft_s": ttft_s, "itl_s": itl_s}, **kw))
+
+
+# --- the engine ---------------------------------------------------------------------------------------
+def test_tokenize_is_deterministic_and_never_empty():
+    e = _null()
+    assert isinstance(e, NullEngine)
+    assert len(e.tokenize(Prompt("s", synthetic_tokens=37))) == 37
+    assert e.tokenize(Prompt("s", synthetic_tokens=5))[0] == 2
+    ids = e.tokenize(Prompt("t", text="the quick brown fox"))
+    assert len(ids) == 5 and ids[0] == 2 and ids == _null().tokenize(Prompt("t", text="the  quick brown\nfox"))
+    assert e.tokenize(Prompt("e", text="")) == [2] and e.tokenize(Prompt("n")) == [2]
+
+
+def test_generate_keeps_the_schedule():
+    e = _null(ttft_s=0.02, itl_s=0.005)
+    e.warmup()
+    ttfts, itls = [], []
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        out, reason = _run(e.generate([2, 5, 6], 20, True))
+        ts = [t for _, t in out]
+        assert reason == "length" and len(out) == 20 and ts == sorted(ts)
+        ttfts.append(ts[0] - t0)
+        itls += [b - a for a, b in zip(ts, ts[1:])]
+        assert all(t >= t0 + 20 * MS + i * 5 * MS for i, t in enumerate(ts))  # never early
+    assert abs(statistics.median(ttfts) - 20 * MS) < 2 * MS, ttfts
+    assert abs(statistics.median(itls) - 5 * MS) < 2 * MS
+
+
+def test_context_is_enforced():
+    e = _null(ctx=16)
+    with pytest.raises(EngineError, match="exceeds"):
+        _run(e.generate([2] * 10, 10, True))
+
+
+def test_batch_steps_share_a_time_and_admit_mid_batch():
+    e = _null(ttft_s=0.012, itl_s=0.005)
+    b = e.batch(4)
+    assert b.b_cap == 4 and b.active() == 0
+    assert b.step()[1:] == ([], [])  # an empty batch returns at once
+    b.add("a", [2, 3], 6, True)
+    steps = []
+    while b.active():
+        if len(steps) == 4:
+            t_add_b = time.perf_counter_ns()
+            b.add("b", [2], 3, True)
+        steps.append(b.step())
+    got = {"a": [], "b": []}
+    for t, toks, _ in steps:
+        for key, _tok in toks:
+            got[key].append(t)
+    assert len(got["a"]) == 6 and len(got["b"]) == 3
+    assert got["b"][0] >= t_add_b + 12 * MS  # b starts after its TTFT, mid-batch
+    assert set(got["a"]) & set(got["b"])  # steps that emit both share one timestamp
+    both = [toks for _, toks, _ in steps if len(toks) == 2]
+    assert both and all({k for k, _ in toks} == {"a", "b"} for toks in both)
+    fins = [f for _, _, fs in steps for f in fs]
+    assert sorted(fins) == [("a", "length"), ("b", "length")] and b.seqs == {}
+    gaps = [b2[0] - b1[0] for b1, b2 in zip(steps, steps[1:])]
+    assert min(gaps) >= 5 * MS  # a step takes itl_s whatever the batch size
+    b.add("c", [2], 1, True)
+    with pytest.raises(EngineError, match="exceeds"):
+        b.add("d", [2] * 5000, 1, True)
+
+
+# --- the server ---------------------------------------------------------------------------------------
+def _stream(url, body, on_tokens=None, **client_kw):
+    async def go():
+        async with httpx.AsyncClient(**client_kw) as client:
+            t0 = time.perf_counter_ns()
+            res = await stream_one(client, url, body, {}, stall_s=5.0, on_tokens=on_tokens)
+            return t0, res, time.perf_counter_ns()
+
+    return asyncio.run(go())
+
+
+def test_continuous_usage_counts_packed_tokens():
+    with NullServer(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="continuous") as srv:
+        _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b c", 10, True))
+        _, chat, _ = _stream(srv.url + "/chat/completions", endpoint_body("chat", None, "hi", 5, True))
+    assert res.error is None and res.finish_reason == "length"
+    assert (len(res.token_ns), res.server_output_tokens, res.token_count) == (10, 10, "continuous-usage")
+    assert res.prompt_tokens == 4
+    assert [res.token_ns.count(t) for t in sorted(set(res.token_ns))] == [3, 3, 3, 1]
+    assert chat.error is None and (len(chat.token_ns), chat.token_count) == (5, "continuous-usage")
+
+
+def test_final_usage_is_spread_over_the_chunks():
+    with NullServer(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="final") as srv:
+        _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b c", 10, True))
+        _, chat, _ = _stream(srv.url + "/chat/completions", endpoint_body("chat", None, "hi there", 7, True))
+    assert res.error is None and res.token_count == "chunks+final-usage"
+    assert len(res.token_ns) == res.server_output_tokens == 10 and res.token_ns == sorted(res.token_ns)
+    assert len(set(res.token_ns)) == 4  # every extra timestamp is one of the 4 chunks' times
+    assert chat.error is None and len(chat.token_ns) == 7 and chat.prompt_tokens == 3
+
+
+def test_no_usage_counts_chunks():
+    with NullServer(ttft_ms=5, itl_ms=2, tokens_per_chunk=2, usage="none") as srv:
+        _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "x", 5, True))
+    assert res.error is None
+    assert (len(res.token_ns), res.token_count, res.server_output_tokens) == (3, "chunks", None)
+
+
+def test_prompt_ids_and_on_tokens_as_chunks_arrive():
+    calls = []
+    with NullServer(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="continuous") as srv:
+        body = endpoint_body("completions", "null", list(range(100, 137)), 10, True)
+        assert body["cache_prompt"] is False and body["stream_options"]["continuous_usage_stats"] is True
+        _, res, t_end = _stream(srv.url + "/completions", body,
+                                on_tokens=lambda ts: calls.append((time.perf_counter_ns(), list(ts))))
+    assert res.error is None and res.prompt_tokens == 37
+    assert [len(ts) for _, ts in calls] == [3, 3, 3, 1]
+    assert [t for _, ts in calls for t in ts] == res.token_ns
+    assert calls[0][0] < res.token_ns[-1] - 10 * MS < t_end  # seen while the stream ran, not at its end
+    with pytest.raises(ValueError):
+        endpoint_body("chat", None, [1, 2], 4, True)
+
+
+def test_server_side_endpoints():
+    with NullServer() as srv, httpx.Client() as c:
+        base = srv.url[:-3]
+        assert c.get(srv.url + "/models").json()["data"][0]["id"] == "null"
+        assert len(c.post(base + "/tokenize", json={"content": "a b c"}).json()["tokens"]) == 3
+        assert c.get(base + "/health").json() == {"status": "ok"} and c.get(base + "/nope").status_code == 404
+        r = c.post(srv.url + "/completions", json={"prompt": "x", "max_tokens": 2})
+        assert r.status_code == 400 and "stream" in r.json()["error"]["message"]
+        assert c.post(srv.url + "/completions", json={"prompt": [[1]], "stream": True}).status_code == 400
+        assert "null:requests_total 0" in c.get(base + "/metrics").text
+
+
+class _Traced:
+    """An httpx.AsyncClient whose stream() notes when each request's body went out (httpcore's trace)."""
+
+    def __init__(self, client):
+        self.client, self.sent_ns = client, None
+
+    def stream(self, *a, **kw):
+        async def trace(name, info):
+            if name == "http11.send_request_body.complete":
+                self.sent_ns = time.perf_counter_ns()
+
+        return self.client.stream(*a, extensions={"trace": trace}, **kw)
+
+
+def test_64_concurrent_streams_keep_the_schedule():
+    """`python -m engines.null_server`: 64 streams open at once, each on the fixed schedule.
+
+    One AsyncClient per stream (httpcore's pool slows down with many connections in one client), each
+    keeping its connection; starts 2 ms apart, so all 64 overlap (each lasts 20 + 11 × 20 = 240 ms).
+    TTFT here is from the request's body leaving the client: what the client spends before that is the
+    client's cost, not the server's schedule, and so are the client's garbage collections (off while it
+    runs). The machine may be shared: a round off the schedule is tried again, up to 3 rounds."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms", "20",
+                             "--itl-ms", "20", "--usage", "continuous"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+
+    async def rounds(n_rounds):
+        ctx = ssl.create_default_context()  # one, not 64: each costs tens of ms to load
+        clients = [_Traced(httpx.AsyncClient(verify=ctx)) for _ in range(64)]
+
+        async def one(i, max_tokens, gap_s):
+            await asyncio.sleep(i * gap_s)
+            c = clients[i]
+            body = endpoint_body("completions", None, "hi", max_tokens, True)
+            res = await stream_one(c, url + "/completions", body, {}, 5.0, read_to_end=True)
+            return c.sent_ns, res
+
+        gc.collect()
+        gc.disable()  # a full collection in this process pauses the client for tens of ms
+        try:
+            await asyncio.gather(*(one(i, 1, 0) for i in range(64)))  # each client opens its connection
+            for _ in range(n_rounds):
+                results = await asyncio.gather(*(one(i, 12, 0.002) for i in range(64)))
+                assert all(r.error is None and len(r.token_ns) == 12 for _, r in results)
+                assert max(t for t, _ in results) < min(r.token_ns[-1] for _, r in results)  # 64 open at once
+                ttft = statistics.median(r.token_ns[0] - t for t, r in results)
+                itl = statistics.median(b - a for _, r in results for a, b in zip(r.token_ns, r.token_ns[1:]))
+                if abs(ttft - 20 * MS) < 2 * MS and abs(itl - 20 * MS) < 2 * MS:
+                    break
+            return ttft, itl
+        finally:
+            gc.enable()
+            for c in clients:
+                await c.client.aclose()
+
+    try:
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            try:
+                if httpx.get(url + "/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        ttft, itl = asyncio.run(rounds(3))
+        metrics = httpx.get(url[:-3] + "/metrics").text
+        assert "null:requests_running 0" in metrics
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    late = [x for x in metrics.splitlines() if x.startswith("null:chunk_late_seconds{")]
+    assert abs(ttft - 20 * MS) < 2 * MS, (ttft / MS, late)  # the server's own lateness, for the record
+    assert abs(itl - 20 * MS) < 2 * MS, itl / MS
