@@ -77,7 +77,7 @@ def test_report_on_a_bench_output(bench_run, tmp_path):
 
 def test_sweep_marks_a_cell_over_the_budget_refused(tmp_path):
     out = tmp_path / "r"
-    p = run(["bench", "--k", "1,2,3", "--requests", "2", "--max-tokens", "4", "--ctx", "512", "--memory-budget", "0.5G",
+    p = run(["bench", "--k", "1,2,3", "--requests", "3", "--max-tokens", "4", "--ctx", "512", "--memory-budget", "0.5G",
              "--out", str(out)])
     assert p.returncode == 0, p.stderr
     cells = json.loads((out / "summary.json").read_text())

@@ -152,3 +152,21 @@ def test_prometheus_server_view_keeps_absent_metrics_absent():
             'vllm:kv_cache_usage_perc{model="m"} 0.42\n')
     assert parse_prometheus(text) == {"running": 3.0, "waiting": 5.0, "kv_cache_usage": 0.42}
     assert parse_prometheus("llamacpp:requests_processing 1\n") == {"running": 1.0}
+
+
+def test_prefix_cache_off_measures_the_prefill_on_a_caching_server(llama_server, tmp_path):
+    """llama_cpp.server reuses the longest cached prompt prefix. The same synthetic prompt four times: with
+    --prefix-cache on, requests 2-4 hit the cache and TTFT falls to about one decode step; off (the
+    default), each prompt starts unique and every TTFT pays its prefill."""
+    ttft = {}
+    for policy in ("on", "off"):
+        out = tmp_path / policy
+        p = subprocess.run(CLI + ["bench", "--engine", "http", "--url", llama_server, "--b", "1", "--requests", "4",
+                                  "--max-tokens", "4", "--workload", "synthetic:128", "--prefix-cache", policy,
+                                  "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        recs = sorted((json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()[1:]),
+                      key=lambda r: r["request_id"])
+        assert all(r["error"] is None and r["prompt_tokens"] != 0 for r in recs)
+        ttft[policy] = sorted((r["t_first_token_ns"] - r["t_scheduled_ns"]) / 1e6 for r in recs[1:])[1]
+    assert ttft["off"] > 3 * ttft["on"], ttft

@@ -62,8 +62,8 @@ def test_cv_and_noisy_flag():
 
 
 def test_bandwidth_product_and_prediction():
-    # 50 tok/s per stream × 0.253 GB × 2 instances = 25.3 GB/s
-    bw = M.bandwidth_product("instances", 253_000_000, per_stream_tps=50.0, streams=2)
+    # 2 streams at 50 tok/s each = 100 tok/s × 0.253 GB = 25.3 GB/s
+    bw = M.bandwidth_product("instances", 253_000_000, agg_tps=100.0)
     assert bw.gbps == pytest.approx(25.3) and bw.formula == M.BANDWIDTH_FORMULA_INSTANCES
     # TPOT(K=3) = 3 × 4 GB / 400 GB/s = 30 ms
     assert M.predicted_tpot(3, 4_000_000_000, 400.0) == pytest.approx(0.030)

@@ -23,7 +23,7 @@ KEYS = [
     ("] / [", "batch mode: raise / lower the sequences per engine (B)"),
     ("m", "switch mode: instances (K engines, 1 stream each) / batch (B per engine)"),
     ("p", "pause / resume the load"),
-    ("r", "reset the statistics window"),
+    ("r", "reset the statistics (request figures count from now)"),
     ("e", "export the current statistics to JSON"),
     ("?", "this help"),
     ("q", "quit (every worker stops)"),
@@ -62,8 +62,9 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         lines = ["[b]inference-top keys[/b]", ""] + [f"  [b]{k:<7}[/b] {v}" for k, v in self.keys]
-        lines += ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine;",
-                  "TPOT = (t_last − t_first)/(N − 1) per stream, over the last 5 s.", "", "esc closes"]
+        lines += ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine, over the",
+                  "requests of the current K/B level; TPOT = (t_last − t_first)/(N − 1) per stream over the",
+                  "last 5 s; achieved concurrency = streams actually decoding, time-averaged.", "", "esc closes"]
         yield Static("\n".join(lines), id="help")
 
 
@@ -174,7 +175,7 @@ class InferenceTop(App):
         t.append(f"β {beta:g} GB/s ({info.bandwidth_source})" if beta else "β unknown (--bandwidth)")
         t.append("\n")
         t.append(f"mode {s.mode}", "bold")
-        t.append(f" · K={s.k} · B={s.b} · users {s.users} · ")
+        t.append(f" · K={s.k} · B={s.b} · users {s.users} · achieved {s.numbers.concurrency:.1f} · ")
         t.append(f" {s.state} ", state_style)
         t.append(f" · t={s.t:.0f} s")
         return t
@@ -208,16 +209,17 @@ class InferenceTop(App):
         n = s.numbers
         t = Text()
         t.append(f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan")
-        t.append(f" · {n.streams} streams\n")
+        t.append(f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})\n")
         t.append(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
         if n.predicted_tpot is not None:
             t.append(f" · predicted {fmt_ms(n.predicted_tpot)}")
         t.append("\n")
         t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s\n" if n.bw_gbps is not None else "bandwidth product —\n")
         t.append(f"  = {n.bw_formula}\n", "grey50")
+        t.append(f"this level ({n.level}, {n.requests} requests):\n", "grey50")
         t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {fmt_ms(n.ttft_p99)} (queue-incl.)\n")
         t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {fmt_ms(n.ttft_engine_p99)} (engine)\n")
-        t.append(f"ITL p50 {fmt_ms(n.itl_p50)} · requests {n.requests} · ")
+        t.append(f"ITL p50 {fmt_ms(n.itl_p50)} · ")
         t.append(f"errors {n.errors}", "bold red" if n.errors else "")
         t.append("\nwall: ")
         t.append(f"MEMORY — {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,

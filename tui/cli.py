@@ -61,6 +61,9 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
                    help="http engine: /v1/completions (default) or /v1/chat/completions")
     p.add_argument("--api-key-env", help="http engine: the environment variable holding the API key")
+    p.add_argument("--prefix-cache", default=None, help="http engine: off (default: a unique prefix per request "
+                   "and cache_prompt false, so every TTFT includes its prefill), on (the server may reuse cached "
+                   "prompts), or shared:N (N shared words before the unique prefix: a controlled hit rate)")
     p.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="http engine: seconds without data before a stream counts as stalled")
     p.add_argument("--model", help="a .gguf file (llama); an mlx-lm folder, or a Gemma 3 .gguf converted once "
@@ -137,6 +140,11 @@ def bench_main(argv: list[str]) -> int:
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
+    most = (1 if plan.remote else max(plan.ks)) * max(plan.bs or [1])
+    if args.requests < most and not args.force and not args.rate:
+        fail(f"--requests {args.requests} is fewer than K × B = {most}: the largest cell could never run "
+             f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
+             "with its achieved concurrency)")
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     bs = plan.bs or [1]

@@ -13,7 +13,7 @@ from measure.core.records import RequestRecord
 
 
 def export(snap: Snapshot, info: RunInfo, records: list[RequestRecord], window_s: float,
-           path: str | Path | None = None) -> tuple[Path, Path | None]:
+           path: str | Path | None = None, levels: list[dict] | None = None) -> tuple[Path, Path | None]:
     path = Path(path or f"inference-top-{time.strftime('%Y%m%d-%H%M%S')}.json")
     out = {
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -21,6 +21,7 @@ def export(snap: Snapshot, info: RunInfo, records: list[RequestRecord], window_s
         "simulated": snap.simulated, "model": info.model, "model_bytes": info.weight_bytes, "engine": info.engine,
         "chip": info.chip, "bandwidth_gbps": info.bandwidth_gbps, "window_s": window_s,
         "numbers": asdict(snap.numbers), "summary_since_reset": M.summarize(records),
+        "levels": levels or [],  # the K/B/mode levels visited, each with its own request figures
         "workers": [asdict(w) for w in snap.workers],
         "history": [asdict(p) for p in snap.history],
         "markers": list(snap.markers),

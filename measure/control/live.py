@@ -24,7 +24,7 @@ from measure.core import metrics as M
 from measure.core.probes import ProcessProbe, SystemProbe, SystemSample, physical_cores, total_memory_bytes
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
-from measure.sources.base import Finished, LoadSource, Log, Tokens, WorkerInfo
+from measure.sources.base import Finished, LoadSource, LoadStarted, Log, Tokens, WorkerInfo
 from presets import Workload
 
 
@@ -64,7 +64,7 @@ class LiveController:
         self.t0 = self._clock()
         self._sys = sys_probe or SystemProbe()
         self._procs = procs_probe or ProcessProbe()
-        self.stats = LiveStats(settings.window_s, self.t0)
+        self.stats = LiveStats(settings.window_s)
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
                                    self.caps.weight_bytes, settings.kv_bytes_per_token)
         self.wall = WallWatch(settings.brake) if watch_wall else None
@@ -188,6 +188,7 @@ class LiveController:
             refusal = self._admit(self.k, self.b, "m", mode="batch")
             if refusal:
                 return refusal
+        self._new_level(self.k, self.b, new, self._clock())
         self.mode = new
         self.source.set_batch(self.mode, self.b)
         self.mark(self.mode)
@@ -202,14 +203,15 @@ class LiveController:
 
     def reset_stats(self) -> None:
         with self._lock:
-            self.stats.reset()
-        self.log("info", "statistics window reset")
+            self.stats.reset(self._clock())
+        self.log("info", "statistics reset: request figures count from now")
 
     def export(self, path: str | Path | None = None) -> Path:
         snap = self.snapshot() or self.tick()
         with self._lock:
             records = self.stats.records()
-        path, png = export(snap, self.info, records, self.s.window_s, path)
+            levels = list(self.stats.levels)
+        path, png = export(snap, self.info, records, self.s.window_s, path, levels)
         self.log("info", f"exported statistics to {path}" + (f" and the charts to {png}" if png else
                                                                " (pip install matplotlib for a PNG too)"))
         return path
@@ -232,8 +234,22 @@ class LiveController:
             return self._snapshot
 
     def _step(self, kind: str, old: int, new: int) -> None:
+        """K or B changes: the brake's memory of the last step, and a new level for the request figures."""
+        now = self._clock()
         if self.wall:
-            self.wall.step(Step(kind, old, new, self._clock(), self._tps_now))
+            self.wall.step(Step(kind, old, new, now, self._tps_now))
+        k, b = (new, self.b) if kind == "k" else (self.k, new)
+        self._new_level(k, b, self.mode, now)
+
+    def _new_level(self, k: int, b: int, mode: str, now: int) -> None:
+        self.begin_level(f"K={k} B={b} {mode}", now)
+
+    def begin_level(self, label: str, t_ns: int) -> None:
+        """Request figures count from here (a replay calls this at the recorded time)."""
+        with self._lock:
+            self.stats.new_level(label, t_ns)
+        if self.recorder:
+            self.recorder.event(t_ns, label, type="level")
 
     # ---- sampling ----------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -255,6 +271,15 @@ class LiveController:
                     self.recorder.record(rec)
             elif isinstance(ev, Log):
                 self.log(ev.level, ev.text)
+            elif isinstance(ev, LoadStarted):
+                self.load_started(ev.t_ns)
+
+    def load_started(self, t_ns: int) -> None:
+        """The load began flowing: rates count from here, not from when the controller was made."""
+        with self._lock:
+            self.stats.load_started(t_ns)
+        if self.recorder:
+            self.recorder.event(t_ns, "load started", type="load_started")
 
     def _check_wall(self, prev, cur, agg: float, now: int) -> None:
         hit = self.wall.check(prev, cur, agg, now) if self.wall else None
@@ -292,9 +317,7 @@ class LiveController:
         p50, p90 = M.percentile(win.tpots, 50), M.percentile(win.tpots, 90)
         W = self.caps.weight_bytes
         workers = self.source.workers()
-        serving = sum(1 for w in workers if w.ready_ns and not w.state.gone)
-        bw = M.bandwidth_product(self.mode, W, per_stream_tps=1 / p50 if p50 else None, streams=max(1, serving),
-                                 steps_per_s=list(win.steps_per_s.values()))
+        bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
         # K instances share β; a batch of B reads the weights once per step for all B
         pred = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps) if self.s.bandwidth_gbps and W else None
         prev_sys = self._last_sys
@@ -313,7 +336,8 @@ class LiveController:
         self._check_wall(prev_sys, sysv, win.agg_tps, now)
         cpu_sum = sum(r.cpu or 0.0 for r in rows if r.state not in ("dead", "retired"))
         numbers = Numbers(
-            **request_numbers, agg_tps=win.agg_tps, streams=len(win.tpots), concurrency=win.streams,
+            **request_numbers, level=self.stats.level_label, agg_tps=win.agg_tps, streams=len(win.tpots),
+            concurrency=win.concurrency,
             tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, bw_gbps=bw.gbps, bw_formula=bw.formula,
             server_view=self.source.server_view(), workers_cpu_percent=cpu_sum,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
@@ -329,7 +353,7 @@ class LiveController:
                 "kind": "sample", "t_ns": now, "t": t, "k": self.k, "b": self.b, "mode": self.mode,
                 "paused": self.paused, "state": state, "users": self.users(), "system": asdict(sysv),
                 "workers": [asdict(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
-                "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps,
+                "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps, "concurrency": win.concurrency,
             })
         with self._lock:
             self._version += 1

@@ -39,6 +39,8 @@ class ReplayController:
         self.live = LiveController(self.source, Workload("replay", ""), s, sys_probe=self.source,
                                    procs_probe=RecordedProcesses(self.source), clock=lambda: self.now_ns,
                                    watch_wall=False)  # the recording's WALL is in its samples and log
+        if not any(e.get("type") == "load_started" for e in self.rec.events):
+            self.live.load_started(self.rec.t0_ns)  # a recording made before the event existed
 
     # ---- what the dashboard reads -----------------------------------------------------------
     @property
@@ -68,6 +70,10 @@ class ReplayController:
             self.now_ns = e["t_ns"]
             if e.get("type") == "marker":
                 self.live.mark(e["text"])
+            elif e.get("type") == "load_started":
+                self.live.load_started(e["t_ns"])
+            elif e.get("type") == "level":
+                self.live.begin_level(e["text"], e["t_ns"])
             else:
                 self.live.log(e.get("level", "info"), e["text"])
         self._fed_ns = upto

@@ -66,18 +66,56 @@ def load_run(path: str | Path) -> Run:
     if header.get("command") == "bench" and summary.exists():
         cells = json.loads(summary.read_text())
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
-        groups: dict = {}
-        for r in records:
-            groups.setdefault((r.k, r.b, r.mode), []).append(r)
-        cells = []
-        for (k, b, mode), recs in sorted(groups.items()):
-            c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode)
-            c["span_ns"] = M.run_span_ns(recs)
-            cells.append(c)
-        add_scaling(cells)
+        cells = cells_from_records(records, header, samples)
     name = p.parent.name if p.name == "records.jsonl" else p.stem
     engine = header.get("engine", "?")
     return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught])
+
+
+def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
+    """(K, B, mode) → its contiguous periods [start, end) in ns, from a recording's samples; paused time
+    belongs to no level. A level visited twice has two periods, each timed on its own."""
+    out: dict[tuple, list[tuple[int, int]]] = {}
+    ordered = sorted(samples, key=lambda s: s["t_ns"])
+    run_key, run_start = None, None
+    for s in ordered:
+        key = None if s.get("paused") else (s.get("k", 1), s.get("b", 1), s.get("mode", "instances"))
+        if key != run_key:
+            if run_key is not None:
+                out.setdefault(run_key, []).append((run_start, s["t_ns"]))
+            run_key, run_start = key, s["t_ns"]
+    if run_key is not None and ordered and ordered[-1]["t_ns"] > run_start:
+        out.setdefault(run_key, []).append((run_start, ordered[-1]["t_ns"]))
+    return out
+
+
+def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]:
+    """One cell per (K, B, mode) that served requests (records say which level served them). With a
+    recording's samples, aggregate tok/s = tokens inside that level's periods ÷ the periods' length, so a
+    level left and visited again, or a pause, never stretches its span."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r.k, r.b, r.mode), []).append(r)
+    periods = level_periods(samples) if samples else {}
+    cells = []
+    for (k, b, mode), recs in sorted(groups.items()):
+        c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode)
+        c["span_ns"] = M.run_span_ns(recs)
+        spans = periods.get((k, b, mode))
+        if spans:
+            secs = sum(e - a for a, e in spans) / NS
+            toks = sum(M.tokens_in_window(records, a, e) for a, e in spans)
+            c["output_throughput"] = toks / secs if secs > 0 else None
+            c["output_throughput_per_rep"] = [c["output_throughput"]]
+            c["periods"] = [[a, e] for a, e in spans]
+            c["seconds"] = secs
+            c["throughput_rule"] = "tokens inside this level's periods ÷ their length"
+            if mode != "batch":
+                c["bandwidth_gbps"] = M.bandwidth_product(mode, header.get("model_bytes", 0),
+                                                          agg_tps=c["output_throughput"]).gbps
+        cells.append(c)
+    add_scaling(cells)
+    return cells
 
 
 def _ok(cells):

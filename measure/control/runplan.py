@@ -14,6 +14,7 @@ from measure.core.model_choice import ModelChoice, build_spec, engine_label, res
 from measure.core.probes import detect_chip, total_memory_bytes
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import fmt_gb
+from measure.core.workload import PrefixCache
 from measure.sources.base import LoadSource
 from presets import PresetError, Workload, chip, workload
 
@@ -48,6 +49,7 @@ class RunPlan:
     api_key_env: str | None = None
     stall_s: float = 60.0
     model_name: str | None = None  # http: --model, the name the server knows
+    prefix_cache: PrefixCache = PrefixCache()
     notes: list[str] = field(default_factory=list)  # lines to log at start
 
     @property
@@ -72,7 +74,7 @@ class RunPlan:
 
             return HttpSource(self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                               model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
-                              on_record=on_record, events=events)
+                              on_record=on_record, events=events, prefix_cache=self.prefix_cache)
         from measure.sources.fleet import Fleet
 
         return Fleet(self.spec, self.meta(), k=k or self.ks[0], threads=self.threads, on_record=on_record,
@@ -93,7 +95,7 @@ class RunPlan:
         if self.remote:  # the key's variable name only, never the key
             return {"environment": environment(), "engine": "http", "url": self.url, "endpoint": self.endpoint,
                     "model": self.model_name, "model_bytes": 0, "simulated": False,
-                    "api_key_env": self.api_key_env, **common}
+                    "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(), **common}
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
@@ -167,9 +169,16 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
                   force=args.force, memory_budget=budget, memory_budget_source=budget_src)
     if args.engine == "http":
         url = check_url(args.url)
+        try:
+            prefix = PrefixCache.parse(args.prefix_cache)
+        except ValueError as exc:
+            raise StartError(str(exc)) from None
         return RunPlan(engine="http", chip="server at " + url, bandwidth_gbps=None, bandwidth_source="unknown",
                        url=url, endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
-                       model_name=args.model, **common)
+                       model_name=args.model, prefix_cache=prefix, **common)
+    if args.prefix_cache not in (None, "off"):
+        raise StartError("--prefix-cache applies to --engine http (a local engine clears its KV cache before "
+                         "every request, so nothing is reused)")
     chip_name, beta, beta_src = resolve_bandwidth(args.chip, args.bandwidth)
     try:
         choice = resolve_model(args.engine, args.model, progress)

@@ -49,9 +49,10 @@ class WorkerRow:
 class Numbers:
     """The numbers panel. Times in seconds, bytes in bytes; None where there is nothing to show yet."""
 
+    level: str  # the K/B/mode level the request figures (TTFT, ITL, requests) belong to
     agg_tps: float
     streams: int  # streams with ≥ 2 tokens in the window
-    concurrency: float  # streams decoding, time-averaged over the window
+    concurrency: float  # achieved: streams decoding, time-averaged over the window
     tpot_p50: float | None
     tpot_p90: float | None
     predicted_tpot: float | None

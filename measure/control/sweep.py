@@ -46,6 +46,7 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
     per_rep = [x for x in per_rep if x is not None]
+    conc = [c for c in (_achieved([r for r in records if r.rep == rep]) for rep in reps) if c is not None]
     s = M.summarize(records)
     tpot_ms = s["median_tpot_ms"]
     per_stream = 1000.0 / tpot_ms if tpot_ms else None
@@ -54,12 +55,13 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         "k": k,
         "b": b,
         "reps": len(reps),
+        "achieved_concurrency": M.mean(conc),
         "output_throughput": M.mean(per_rep),
         "output_throughput_per_rep": per_rep,
         **s,
         "per_stream_tps": per_stream,
         "rss_gb_sum": M.rss_sum_bytes(records) / 1e9,
-        **_bandwidth(records, k, per_stream, weight_bytes, mode, kv_bytes_per_token),
+        **_bandwidth(records, M.mean(per_rep), weight_bytes, mode, kv_bytes_per_token),
         "mode": mode,
         "predicted_tpot_ms": M.predicted_tpot(k, weight_bytes, bandwidth_gbps) * 1e3 if bandwidth_gbps else None,
         "cv": cv,
@@ -72,9 +74,14 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     return out
 
 
-def _bandwidth(records, k, per_stream, weight_bytes, mode, kvb) -> dict:
+def _achieved(records) -> float | None:
+    span = M.run_span_ns(records)
+    return M.achieved_concurrency(records, span[0], span[1] + 1) if span else None
+
+
+def _bandwidth(records, agg_tps, weight_bytes, mode, kvb) -> dict:
     if mode != "batch":
-        bw = M.bandwidth_product(mode, weight_bytes, per_stream_tps=per_stream, streams=k)
+        bw = M.bandwidth_product(mode, weight_bytes, agg_tps=agg_tps)
         return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
     good = M.ok(records)
     span = M.run_span_ns(good)
@@ -218,7 +225,7 @@ def _fmt(v, spec=".1f", none="—"):
 
 
 def format_table(cells: list[dict]) -> str:
-    head = (f"{'K':>3} {'B':>3} {'tok/s':>8} {'TPOT p50':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
+    head = (f"{'K':>3} {'B':>3} {'conc':>5} {'tok/s':>8} {'TPOT p50':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
             f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6}  note")
     lines = [head, "-" * len(head)]
     for c in cells:
@@ -234,14 +241,15 @@ def format_table(cells: list[dict]) -> str:
         if c["errors"]:
             note += f" {c['errors']} errors"
         lines.append(
-            f"{c['k']:>3} {c['b']:>3} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
+            f"{c['k']:>3} {c['b']:>3} {_fmt(c.get('achieved_concurrency'), '.2f'):>5} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
             f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms {_fmt(c['p99_ttft_ms'], '.0f'):>7}ms "
             f"{_fmt(c['rss_gb_sum'], '.2f'):>6}GB {_fmt(c['bandwidth_gbps'], '.2f'):>8} "
             f"{_fmt(c.get('scaling_vs_k1'), '.2f'):>6} {_fmt(c.get('scaling_vs_b1'), '.2f'):>6} "
             f"{_fmt(c['cv'], '.3f'):>6}  {note.strip()}"
         )
-    lines.append("tok/s: output tokens ÷ (first scheduled → last done), mean over reps; TTFT queue-inclusive "
-                 "(first token − scheduled); TPOT = (t_last − t_first)/(N − 1);")
+    lines.append("conc: achieved concurrency = Σ (done − started) ÷ wall time, the streams actually served; tok/s: "
+                 "output tokens ÷ (first scheduled → last done), mean over reps;")
+    lines.append("TTFT queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1);")
     lines.append(f"BW = {cells[0]['bandwidth_formula'] if cells else M.BANDWIDTH_FORMULA_INSTANCES}; "
                  f"CV over reps, NOISY above {M.NOISY_CV:.2f}")
     return "\n".join(lines)

@@ -140,17 +140,17 @@ class Bandwidth:
     formula: str
 
 
-BANDWIDTH_FORMULA_INSTANCES = "1/TPOT p50 × W × streams, W = model file bytes"
+BANDWIDTH_FORMULA_INSTANCES = "aggregate tok/s × W (each stream reads W per token), W = model file bytes"
 BANDWIDTH_FORMULA_BATCH = "Σ workers steps/s × W + KV bytes read per step × steps/s, W = model file bytes"
 BANDWIDTH_FORMULA_BATCH_NO_KV = "Σ workers steps/s × W, W = model file bytes (KV reads not counted)"
 BANDWIDTH_FORMULA_HTTP = "n/a: the weights are read on the server"
 
 
-def bandwidth_product(mode: str, weight_bytes: int, *, per_stream_tps: float | None = None,
-                      streams: float | None = None, steps_per_s: Sequence[float] = (),
-                      kv_read_bps: float | None = None) -> Bandwidth:
+def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = None,
+                      steps_per_s: Sequence[float] = (), kv_read_bps: float | None = None) -> Bandwidth:
     """GB/s of weights (and KV) read per second, by mode (DESIGN section 4):
-    instances: each stream reads W per token, so per-stream tok/s × W × the streams decoding;
+    instances: every stream reads W per token, so aggregate tok/s × W — exact whatever number of streams
+    is actually decoding (never the nominal K);
     batch: a step reads W once for all its sequences, so Σ over workers of steps/s × W (+ KV read per s);
     http: the weights are on the server, nothing to compute here."""
     if mode == "http":
@@ -160,9 +160,9 @@ def bandwidth_product(mode: str, weight_bytes: int, *, per_stream_tps: float | N
         if not steps_per_s:
             return Bandwidth(None, formula)
         return Bandwidth((sum(steps_per_s) * weight_bytes + (kv_read_bps or 0.0)) / 1e9, formula)
-    if not per_stream_tps or not streams:
+    if not agg_tps:
         return Bandwidth(None, BANDWIDTH_FORMULA_INSTANCES)
-    return Bandwidth(per_stream_tps * weight_bytes * streams / 1e9, BANDWIDTH_FORMULA_INSTANCES)
+    return Bandwidth(agg_tps * weight_bytes / 1e9, BANDWIDTH_FORMULA_INSTANCES)
 
 
 def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:

@@ -48,6 +48,53 @@ def prompt_for(workload: Workload, index: int) -> Prompt:
     return Prompt(f"{workload.key}-{i + 1}", text=workload.prompts[i])
 
 
+@dataclass(frozen=True)
+class PrefixCache:
+    """How a request's prompt meets a server's prompt cache (--prefix-cache).
+
+    off (default): every prompt starts with a short unique prefix naming the request, and the server is
+      asked not to cache (`cache_prompt: false`), so TTFT always includes the prefill;
+    on: prompts as they are, the server's cache left on (repeated prompts are served from it);
+    shared:N: every prompt starts with the same N-word block, then its unique prefix: a controlled hit rate.
+    """
+
+    policy: str = "off"  # off | on | shared
+    shared_words: int = 0
+
+    @classmethod
+    def parse(cls, text: str | None) -> "PrefixCache":
+        t = (text or "off").strip().lower()
+        if t in ("off", "on"):
+            return cls(t)
+        if t.startswith("shared:"):
+            try:
+                n = int(t.split(":", 1)[1])
+            except ValueError:
+                n = 0
+            if n > 0:
+                return cls("shared", n)
+        raise ValueError(f"--prefix-cache {text!r}: write off (the default), on, or shared:N with N words of "
+                         "shared prefix, e.g. shared:256")
+
+    def describe(self) -> str:
+        return {"off": "off: a unique prefix per request, cache_prompt false",
+                "on": "on: prompts as they are, the server's cache on"}.get(
+            self.policy, f"shared:{self.shared_words}: {self.shared_words} shared words, then a unique prefix")
+
+    @property
+    def cache_prompt(self) -> bool:
+        return self.policy != "off"
+
+    def apply(self, text: str, run_id: str, request_id: int) -> tuple[str, str]:
+        """(the prompt to send, the prefix put before it)."""
+        if self.policy == "on":
+            return text, ""
+        prefix = f"[request {run_id}-{request_id}] "
+        if self.policy == "shared":
+            prefix = ("shared " * self.shared_words) + prefix
+        return prefix + text, prefix
+
+
 @dataclass
 class Load:
     """A load to serve: which prompts, when they arrive (ClosedLoop or Poisson), how long each answer is."""

@@ -116,7 +116,13 @@ class Log(NamedTuple):
     text: str
 
 
-Event = Tokens | Finished | Log
+class LoadStarted(NamedTuple):
+    """The load began flowing (every worker warmed up): windows and rates count from here."""
+
+    t_ns: int
+
+
+Event = Tokens | Finished | Log | LoadStarted
 
 
 @runtime_checkable

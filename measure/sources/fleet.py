@@ -28,8 +28,8 @@ from engines.base import EngineSpec
 from measure.core.probes import auto_threads, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request, RequestMaker
-from measure.sources.base import (Capabilities, CellStopped, EventSink, RecordCollector, SourceError, Tokens,
-                                  WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CellStopped, EventSink, LoadStarted, RecordCollector, SourceError,
+                                  Tokens, WorkerInfo, WorkerState)
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
 
@@ -412,6 +412,7 @@ class Fleet:
             if not self._ready_to_measure():
                 return
             self._load_started = True
+            self._sink.put(LoadStarted(time.perf_counter_ns()))
         if self._auto_users:
             self._requests.set_users(max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity())
         self._pending.extend(self._requests.due(time.perf_counter_ns(), len(self._pending) + len(self._inflight),
@@ -431,6 +432,7 @@ class Fleet:
                 self._pending.appendleft(req)
                 break
             w.inflight.add(req.request_id)
+            req.k, req.b, req.mode = self.target_k, self.b, self.mode  # the level that serves it
             w.info.current = req.request_id
             w.info.active = len(w.inflight)
             w.info.state = S.SERVING

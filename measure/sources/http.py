@@ -17,9 +17,11 @@ from collections.abc import Callable
 
 from engines.http_openai import api_headers, endpoint_body, stream_one
 from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, Request, RequestMaker
-from measure.sources.base import (Capabilities, EventSink, RecordCollector, SourceError, Tokens, WorkerInfo,
-                                  WorkerState)
+from measure.core.workload import Load, PrefixCache, Request, RequestMaker
+from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCollector, SourceError, Tokens,
+                                  WorkerInfo, WorkerState)
+
+WARMUP_TOKENS = 2
 
 S = WorkerState
 
@@ -55,8 +57,10 @@ def parse_prometheus(text: str) -> dict:
 class HttpSource:
     def __init__(self, url: str, meta: RunMeta, b: int = 1, endpoint: str = "completions",
                  model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
-                 on_record: Callable[[RequestRecord], None] | None = None, events: bool = True):
+                 on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
+                 prefix_cache: PrefixCache = PrefixCache()):
         self.url = url.rstrip("/")
+        self.prefix_cache = prefix_cache
         self.endpoint = endpoint
         self.model = model
         self.api_key_env = api_key_env
@@ -82,6 +86,8 @@ class HttpSource:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
+        self._warmed_b = 0  # stream levels warmed up so far: one short unrecorded request per new stream
+        self._load_started = False
 
     # ---- the LoadSource face -----------------------------------------------------------------
     def capabilities(self) -> Capabilities:
@@ -117,8 +123,13 @@ class HttpSource:
         self._thread.start()
         self._sink.log(f"streaming to {self._url()} as {self.model or 'the server default'}")
 
-    def wait_ready(self, timeout: float = 0) -> None:
-        pass
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until the current stream level has had its warmup (one short request per new stream)."""
+        deadline = time.monotonic() + timeout
+        while self._warmed_b < self.b and not self._stop:
+            if self._thread is None or not self._thread.is_alive() or time.monotonic() > deadline:
+                raise SourceError(f"warmup of {self.b} streams at {self.url} did not finish within {timeout:.0f} s")
+            time.sleep(0.02)
 
     def scale_to(self, k: int) -> None:
         if k != 1:
@@ -188,10 +199,19 @@ class HttpSource:
         last_scrape = 0.0
         async with httpx.AsyncClient(limits=limits) as client:
             while not self._stop:
+                if self._warmed_b < self.b:  # a new stream level: warm its new streams before measuring
+                    b = self.b
+                    await asyncio.gather(*(self._warmup(client) for _ in range(b - self._warmed_b)))
+                    self._warmed_b = b
+                    continue
                 now = time.perf_counter_ns()
                 self._arrivals(now)
                 while self._pending and len(self._active) < self.b:
                     req = self._pending.popleft()
+                    req.k, req.b = 1, self.b  # the level that serves it
+                    if not self._load_started:
+                        self._load_started = True
+                        self._sink.put(LoadStarted(time.perf_counter_ns()))
                     slot = next(i for i in itertools.count(1) if i not in {s for s, _ in self._active.values()})
                     self._active[req.request_id] = (slot, req)
                     t = asyncio.create_task(self._one(client, slot, req))
@@ -227,13 +247,26 @@ class HttpSource:
         except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
             self._server_view = {}
 
+    def _body(self, text: str, max_tokens: int, ignore_eos: bool) -> dict:
+        return endpoint_body(self.endpoint, self.model, text, max_tokens, ignore_eos,
+                             cache_prompt=self.prefix_cache.cache_prompt)
+
+    async def _warmup(self, client) -> None:
+        """One short request outside the records: the server's first-request costs are not a level's TTFT."""
+        text, _ = self.prefix_cache.apply("Warm up.", self.run_id, 0)
+        res = await stream_one(client, self._url(), self._body(text, WARMUP_TOKENS, True),
+                               api_headers(self.api_key_env), self.stall_s)
+        if res.error:
+            self._sink.log(f"warmup request: {res.error}", "warn")
+
     async def _one(self, client, slot: int, req: Request) -> None:
         with self._lock:
             info = self._slots.setdefault(slot, WorkerInfo(slot, state=S.IDLE, ready_ns=time.perf_counter_ns()))
             info.state, info.current, info.active = S.SERVING, req.request_id, 1
         t_started = time.perf_counter_ns()
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
-        body = endpoint_body(self.endpoint, self.model, text, req.max_tokens, req.ignore_eos)
+        text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id)
+        body = self._body(text, req.max_tokens, req.ignore_eos)
 
         def on_tokens(ts: list[int]) -> None:
             self._sink.put(Tokens(slot, req.request_id, ts))
@@ -247,6 +280,8 @@ class HttpSource:
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
             server_view=dict(self._server_view or {}, **({"timings": res.timings} if res.timings else {})) or None,
+            extra={"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
+                   "prompt_prefix": prefix, "prompt_sent_as": "text"},
         )
         with self._lock:
             self._active.pop(req.request_id, None)

@@ -15,7 +15,7 @@ import time
 from measure.core.records import RunMeta, build_record
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Request, prompt_for
-from measure.sources.base import Capabilities, Finished, Log, Tokens, WorkerInfo, WorkerState
+from measure.sources.base import Capabilities, Finished, LoadStarted, Log, Tokens, WorkerInfo, WorkerState
 
 S = WorkerState
 
@@ -46,6 +46,7 @@ class SimulatedFleet:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last = None
+        self._started_load = False
 
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
@@ -116,6 +117,9 @@ class SimulatedFleet:
             if self._load is None:
                 return
             workload, max_tokens = self._load
+            if not self._started_load:
+                self._started_load = True
+                self.events.put(LoadStarted(now))
             cap = self.b if self.mode == "batch" else 1
             active = [w for w in self._workers.values() if not w.state.gone]
             n_serving = max(1, sum(1 for w in active if w.state != S.RETIRING))
