@@ -1,6 +1,6 @@
 """An OpenAI-compatible server as the engine: one streamed request, token timestamps from the SSE chunks.
 
-Used by the HTTP fleet, which keeps B such streams open at once. Each content chunk is stamped with
+Used by measure/sources/http.py, which keeps B such streams open at once. Each content chunk is stamped with
 perf_counter_ns() when it arrives. Its token count: where chunks carry a running usage.completion_tokens
 (vLLM's continuous_usage_stats), the rise since the previous chunk ("continuous-usage"); else a per-chunk
 completion_tokens_delta where sent, else one ("chunks"). If the final usage then reports more tokens than
@@ -63,121 +63,138 @@ def api_headers(api_key_env: str | None) -> dict:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
-async def _read_to_end(lines, limit_s: float = 0.05) -> None:
-    """Read what follows [DONE] (normally only the end of the body, already received) so that the
-    connection goes back to the pool: left unread, the client closes it and the next request pays for a
-    new one. A server that keeps the body open past limit_s just has its connection closed."""
-    import asyncio
+class _Counter:
+    """Turns SSE chunks into token timestamps (the counting rules in this module's docstring)."""
 
-    import httpx
+    def __init__(self, res: StreamResult, on_tokens):
+        self.res = res
+        self.on_tokens = on_tokens
+        self.counted = 0  # tokens in res.token_ns so far
+        self.continuous: bool | None = None  # decided by the first content chunk: a running usage or not
+        self.chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
 
-    async def rest():
-        async for _ in lines:
-            pass
+    def chunk(self, chunk: dict, t: int) -> None:
+        res = self.res
+        usage = chunk.get("usage") or {}
+        if usage:
+            res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
+            res.server_output_tokens = usage.get("completion_tokens", res.server_output_tokens)
+        if chunk.get("timings"):
+            res.timings = chunk["timings"]
+        has_text = False
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = choice.get("text") if "text" in choice else delta.get("content")
+            if text:  # a role-only or empty chunk carries no token
+                has_text = True
+            if choice.get("finish_reason"):
+                res.finish_reason = choice["finish_reason"]
+        if not has_text:
+            return
+        running = usage.get("completion_tokens")
+        if "completion_tokens_delta" in usage:
+            n = max(1, int(usage["completion_tokens_delta"]))
+            self.continuous = False
+        elif isinstance(running, int) and self.continuous is not False:
+            self.continuous = True
+            n = max(0, running - self.counted)
+        else:
+            if self.continuous is None:
+                self.continuous = False
+            n = 1
+        self.chunk_ts.append((t, n))
+        if n:
+            ts = [t] * n
+            res.token_ns.extend(ts)
+            self.counted += n
+            if self.on_tokens is not None:
+                self.on_tokens(ts)
 
-    try:
-        await asyncio.wait_for(rest(), limit_s)
-    except (asyncio.TimeoutError, httpx.HTTPError):
-        pass
+    def finish(self) -> None:
+        res = self.res
+        res.token_count = "continuous-usage" if self.continuous else "chunks"
+        server = res.server_output_tokens
+        if isinstance(server, int) and server > self.counted and self.chunk_ts:
+            # several tokens per chunk and only a final count: spread the missing ones over the chunks
+            n_chunks = len(self.chunk_ts)
+            missing = server - self.counted
+            per = [(i + 1) * missing // n_chunks - i * missing // n_chunks for i in range(n_chunks)]
+            res.token_ns = [t for (t, n), k in zip(self.chunk_ts, per) for _ in range(n + k)]
+            extra = [t for (t, _), k in zip(self.chunk_ts, per) for _ in range(k)]
+            res.token_count = "chunks+final-usage"
+            if self.on_tokens is not None:
+                self.on_tokens(extra)
 
 
-async def stream_one(client, url: str, body: dict, headers: dict, stall_s: float,
-                     on_tokens=None, read_to_end: bool = False) -> StreamResult:
-    """POST one streaming request; every failure becomes `error`, never an exception (on_tokens' own
-    exceptions pass through).
+def new_session(connections: int = 1):
+    """An aiohttp session for streams: one per stream slot (a connection kept alive across its requests)."""
+    import aiohttp
+
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections, force_close=False),
+                                 auto_decompress=False)
+
+
+async def stream_one(session, url: str, body: dict, headers: dict, stall_s: float,
+                     on_tokens=None, read_to_end: bool = True) -> StreamResult:
+    """POST one streaming request on an aiohttp ClientSession; every failure becomes `error`, never an
+    exception (on_tokens' own exceptions pass through).
 
     on_tokens(list_of_t_ns), where given, is called in the event loop as each chunk's tokens arrive (not
     for a chunk that counts none), and once more at the end with the timestamps a final usage added.
 
     read_to_end: after [DONE], read the rest of the body (≤ 50 ms) so the connection is reused rather
-    than closed. Worth it with one client per stream slot (≈1 ms less per request on loopback here);
-    with one httpx client shared by many streams, httpcore 1.0's pool bookkeeping grows with the idle
-    connections kept and makes it slower (measured with engines/null_server.py at B=16 and 64)."""
-    import httpx
+    than closed. aiohttp, not httpx: at 64 streams starting together, httpx spent ≈ 0.7 ms of CPU to start
+    each request and aiohttp ≈ 0.2 ms (measured with engines/null_server.py), which is TTFT bias."""
+    import asyncio
+
+    import aiohttp
 
     res = StreamResult()
     done = False
-    counted = 0  # tokens in res.token_ns so far
-    continuous: bool | None = None  # decided by the first content chunk: does it carry a running usage?
-    chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
+    counter = _Counter(res, on_tokens)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=stall_s)
     try:
-        async with client.stream("POST", url, json=body, headers=headers,
-                                 timeout=httpx.Timeout(stall_s, connect=10.0)) as r:
-            if r.status_code >= 400:
-                text = (await r.aread()).decode("utf-8", "replace")[:200].replace("\n", " ")
-                res.error = f"HTTP {r.status_code} from {url}: {text}"
+        data = json.dumps(body, separators=(",", ":")).encode()
+        async with session.post(url, data=data, headers={"Content-Type": "application/json", **headers},
+                                timeout=timeout) as r:
+            if r.status >= 400:
+                text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
+                res.error = f"HTTP {r.status} from {url}: {text}"
                 return res
             ctype = r.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
                 res.error = f"not a stream: {url} answered content-type {ctype or 'none'} (is stream supported?)"
                 return res
-            lines = r.aiter_lines()
-            async for line in lines:
-                if not line.startswith("data:"):
+            async for raw in r.content:
+                t = time.perf_counter_ns()  # when the chunk arrived, before parsing it
+                if not raw.startswith(b"data:"):
                     continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+                data = raw[5:].strip()
+                if data == b"[DONE]":
                     done = True
                     if read_to_end:
-                        await _read_to_end(lines)
+                        try:
+                            await asyncio.wait_for(r.content.read(), 0.05)
+                        except (asyncio.TimeoutError, aiohttp.ClientError):
+                            pass
                     break
                 try:
                     chunk = json.loads(data)
-                except json.JSONDecodeError:
-                    res.error = f"malformed JSON in the stream: {data[:80]!r}"
+                except ValueError:
+                    res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
                     return res
-                t = time.perf_counter_ns()
-                usage = chunk.get("usage") or {}
-                if usage:
-                    res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
-                    res.server_output_tokens = usage.get("completion_tokens", res.server_output_tokens)
-                if chunk.get("timings"):
-                    res.timings = chunk["timings"]
-                has_text = False
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    text = choice.get("text") if "text" in choice else delta.get("content")
-                    if text:  # a role-only or empty chunk carries no token
-                        has_text = True
-                    if choice.get("finish_reason"):
-                        res.finish_reason = choice["finish_reason"]
-                if has_text:
-                    running = usage.get("completion_tokens")
-                    if "completion_tokens_delta" in usage:
-                        n = max(1, int(usage["completion_tokens_delta"]))
-                        continuous = False
-                    elif isinstance(running, int) and continuous is not False:
-                        continuous = True
-                        n = max(0, running - counted)
-                    else:
-                        if continuous is None:
-                            continuous = False
-                        n = 1
-                    chunk_ts.append((t, n))
-                    if n:
-                        ts = [t] * n
-                        res.token_ns.extend(ts)
-                        counted += n
-                        if on_tokens is not None:
-                            on_tokens(ts)
-    except httpx.ConnectError as exc:
+                counter.chunk(chunk, t)
+    except aiohttp.ClientConnectorError as exc:
         res.error = f"cannot connect to {url}: {exc}"
-    except httpx.ReadTimeout:
+    except asyncio.TimeoutError:
         res.error = f"stalled: no data from {url} for {stall_s:g} s"
-    except httpx.HTTPError as exc:
+    except aiohttp.ClientPayloadError as exc:
+        res.error = f"stream broken mid-body (truncated: did the server stop?): {exc}"
+    except aiohttp.ClientError as exc:
         res.error = f"{type(exc).__name__} talking to {url}: {exc}"
-    res.token_count = "continuous-usage" if continuous else "chunks"
-    server = res.server_output_tokens
-    if isinstance(server, int) and server > counted and chunk_ts:
-        # several tokens per chunk and only a final count: spread the missing ones over the chunks
-        n_chunks = len(chunk_ts)
-        missing = server - counted
-        per = [(i + 1) * missing // n_chunks - i * missing // n_chunks for i in range(n_chunks)]
-        res.token_ns = [t for (t, n), k in zip(chunk_ts, per) for _ in range(n + k)]
-        extra = [t for (t, _), k in zip(chunk_ts, per) for _ in range(k)]
-        res.token_count = "chunks+final-usage"
-        if on_tokens is not None:
-            on_tokens(extra)
+    except ValueError as exc:  # aiohttp's line reader: a line beyond its buffer
+        res.error = f"unreadable stream from {url}: {exc}"
+    counter.finish()
     if res.error is None and not done:
         res.error = "stream ended without [DONE] (truncated: did the server interrupt it?)"
     elif res.error is None and res.finish_reason is None:

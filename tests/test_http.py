@@ -8,12 +8,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 from measure.sources.http import parse_prometheus
 from conftest import free_port, serve
-from engines.http_openai import endpoint_body, stream_one
+from engines.http_openai import endpoint_body, new_session, stream_one
 
 CLI = [sys.executable, "-m", "tui.cli"]
 
@@ -129,7 +128,7 @@ def broken():
 ])
 def test_every_failure_is_recorded_not_raised(broken, path, says, tokens):
     async def go():
-        async with httpx.AsyncClient() as client:
+        async with new_session() as client:
             return await stream_one(client, broken + path, endpoint_body("completions", None, "hi", 4, True), {},
                                     stall_s=1.0)
 

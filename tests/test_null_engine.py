@@ -1,8 +1,6 @@
 """The null engine and the null server: a fixed schedule with no model, the harness's calibration."""
 import asyncio
-import gc
 import socket
-import ssl
 import statistics
 import subprocess
 import sys
@@ -12,7 +10,7 @@ import httpx
 import pytest
 
 from engines.base import EngineError, EngineSpec, Prompt, make_engine
-from engines.http_openai import endpoint_body, stream_one
+from engines.http_openai import endpoint_body, new_session, stream_one
 from engines.null import NullEngine
 from engines.null_server import NullServer
 
@@ -103,9 +101,9 @@ def test_batch_steps_share_a_time_and_admit_mid_batch():
 
 
 # --- the server ---------------------------------------------------------------------------------------
-def _stream(url, body, on_tokens=None, **client_kw):
+def _stream(url, body, on_tokens=None):
     async def go():
-        async with httpx.AsyncClient(**client_kw) as client:
+        async with new_session() as client:
             t0 = time.perf_counter_ns()
             res = await stream_one(client, url, body, {}, stall_s=5.0, on_tokens=on_tokens)
             return t0, res, time.perf_counter_ns()
@@ -168,63 +166,20 @@ def test_server_side_endpoints():
         assert "null:requests_total 0" in c.get(base + "/metrics").text
 
 
-class _Traced:
-    """An httpx.AsyncClient whose stream() notes when each request's body went out (httpcore's trace)."""
+def test_64_concurrent_streams_through_the_http_source():
+    """`python -m engines.null_server` and inference-top's HTTP source at B = 64: every stream completes with
+    its 12 tokens, all 64 were open at once, nothing is left running on the server. (How close TTFT stays to
+    the schedule is measured by benchmarks/harness_overhead.py, not asserted here.)"""
+    from measure.core.records import RunMeta
+    from measure.core.workload import ClosedLoop, Load
+    from measure.sources.http import HttpSource
+    import presets
 
-    def __init__(self, client):
-        self.client, self.sent_ns = client, None
-
-    def stream(self, *a, **kw):
-        async def trace(name, info):
-            if name == "http11.send_request_body.complete":
-                self.sent_ns = time.perf_counter_ns()
-
-        return self.client.stream(*a, extensions={"trace": trace}, **kw)
-
-
-def test_64_concurrent_streams_keep_the_schedule():
-    """`python -m engines.null_server`: 64 streams open at once, each on the fixed schedule.
-
-    One AsyncClient per stream (httpcore's pool slows down with many connections in one client), each
-    keeping its connection; starts 2 ms apart, so all 64 overlap (each lasts 20 + 11 × 20 = 240 ms).
-    TTFT here is from the request's body leaving the client: what the client spends before that is the
-    client's cost, not the server's schedule, and so are the client's garbage collections (off while it
-    runs). The machine may be shared: a round off the schedule is tried again, up to 3 rounds."""
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms", "20",
                              "--itl-ms", "20", "--usage", "continuous"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
-
-    async def rounds(n_rounds):
-        ctx = ssl.create_default_context()  # one, not 64: each costs tens of ms to load
-        clients = [_Traced(httpx.AsyncClient(verify=ctx)) for _ in range(64)]
-
-        async def one(i, max_tokens, gap_s):
-            await asyncio.sleep(i * gap_s)
-            c = clients[i]
-            body = endpoint_body("completions", None, "hi", max_tokens, True)
-            res = await stream_one(c, url + "/completions", body, {}, 5.0, read_to_end=True)
-            return c.sent_ns, res
-
-        gc.collect()
-        gc.disable()  # a full collection in this process pauses the client for tens of ms
-        try:
-            await asyncio.gather(*(one(i, 1, 0) for i in range(64)))  # each client opens its connection
-            for _ in range(n_rounds):
-                results = await asyncio.gather(*(one(i, 12, 0.002) for i in range(64)))
-                assert all(r.error is None and len(r.token_ns) == 12 for _, r in results)
-                assert max(t for t, _ in results) < min(r.token_ns[-1] for _, r in results)  # 64 open at once
-                ttft = statistics.median(r.token_ns[0] - t for t, r in results)
-                itl = statistics.median(b - a for _, r in results for a, b in zip(r.token_ns, r.token_ns[1:]))
-                if abs(ttft - 20 * MS) < 2 * MS and abs(itl - 20 * MS) < 2 * MS:
-                    break
-            return ttft, itl
-        finally:
-            gc.enable()
-            for c in clients:
-                await c.client.aclose()
-
     try:
         end = time.monotonic() + 20
         while time.monotonic() < end:
@@ -233,12 +188,15 @@ def test_64_concurrent_streams_keep_the_schedule():
                     break
             except httpx.HTTPError:
                 time.sleep(0.05)
-        ttft, itl = asyncio.run(rounds(3))
+        src = HttpSource(url, RunMeta("http", "null", 0, simulated=True), b=64, events=False)
+        src.start()
+        src.wait_ready(60)
+        recs = src.run_requests(Load(presets.workload("synthetic:8"), ClosedLoop(64, total=64), 12), timeout=60)
+        src.close()
         metrics = httpx.get(url[:-3] + "/metrics").text
-        assert "null:requests_running 0" in metrics
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    late = [x for x in metrics.splitlines() if x.startswith("null:chunk_late_seconds{")]
-    assert abs(ttft - 20 * MS) < 2 * MS, (ttft / MS, late)  # the server's own lateness, for the record
-    assert abs(itl - 20 * MS) < 2 * MS, itl / MS
+    assert len(recs) == 64 and all(r.error is None and r.output_tokens == 12 for r in recs)
+    assert max(r.t_started_ns for r in recs) < min(r.t_done_ns for r in recs)  # 64 open at once
+    assert "null:requests_running 0" in metrics and "null:requests_total 128" in metrics  # 64 warmups + 64

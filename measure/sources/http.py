@@ -7,7 +7,7 @@ Every ≥ 1 s it scrapes the server's Prometheus /metrics where there is one (ab
 from __future__ import annotations
 
 import asyncio
-import itertools
+import heapq
 import queue
 import threading
 import time
@@ -15,7 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from engines.http_openai import api_headers, endpoint_body, stream_one
+from engines.http_openai import api_headers, endpoint_body, new_session, stream_one
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request, RequestMaker
 from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCollector, SourceError, Tokens,
@@ -191,35 +191,52 @@ class HttpSource:
             self._loop.close()
 
     async def _main(self) -> None:
-        import httpx
-
+        """One aiohttp session per stream slot, its connection kept across the slot's requests."""
         self._wake = asyncio.Event()
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         tasks: set[asyncio.Task] = set()
+        clients: dict = {}
+        free: list[int] = []  # free slot numbers, lowest first
+        used = 0  # slots 1..used exist
+
+        def client_for(slot: int):
+            if slot not in clients:
+                clients[slot] = new_session()
+            return clients[slot]
+
+        def spawn(coro) -> None:
+            t = asyncio.create_task(coro)
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+
         last_scrape = 0.0
-        async with httpx.AsyncClient(limits=limits) as client:
+        scrape_client = new_session()
+        try:
             while not self._stop:
+                while used < self.b:
+                    used += 1
+                    heapq.heappush(free, used)
                 if self._warmed_b < self.b:  # a new stream level: warm its new streams before measuring
                     b = self.b
-                    await asyncio.gather(*(self._warmup(client) for _ in range(b - self._warmed_b)))
+                    await asyncio.gather(*(self._warmup(client_for(s)) for s in range(self._warmed_b + 1, b + 1)))
                     self._warmed_b = b
                     continue
-                now = time.perf_counter_ns()
-                self._arrivals(now)
+                self._arrivals(time.perf_counter_ns())
                 while self._pending and len(self._active) < self.b:
+                    while free and free[0] > self.b:  # slots above a lowered B stay unused
+                        heapq.heappop(free)
+                    if not free:
+                        break
+                    slot = heapq.heappop(free)
                     req = self._pending.popleft()
                     req.k, req.b = 1, self.b  # the level that serves it
                     if not self._load_started:
                         self._load_started = True
                         self._sink.put(LoadStarted(time.perf_counter_ns()))
-                    slot = next(i for i in itertools.count(1) if i not in {s for s, _ in self._active.values()})
                     self._active[req.request_id] = (slot, req)
-                    t = asyncio.create_task(self._one(client, slot, req))
-                    tasks.add(t)
-                    t.add_done_callback(tasks.discard)
+                    spawn(self._one(client_for(slot), slot, req, lambda s=slot: heapq.heappush(free, s)))
                 if time.monotonic() - last_scrape >= 1.0:
                     last_scrape = time.monotonic()
-                    tasks.add(asyncio.create_task(self._scrape(client)))
+                    spawn(self._scrape(scrape_client))
                 self._wake.clear()
                 nxt = self._requests.next_wakeup_ns() if not self._paused else None
                 wait = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.perf_counter_ns()) / 1e9))
@@ -227,8 +244,14 @@ class HttpSource:
                     await asyncio.wait_for(self._wake.wait(), wait)
                 except asyncio.TimeoutError:
                     pass
-            for t in tasks:
+        finally:
+            # every stream closed (its generator and connection), not abandoned to the garbage collector
+            for t in list(tasks):
                 t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            for c in [scrape_client, *clients.values()]:
+                await c.close()
 
     def _arrivals(self, now: int) -> None:
         if self._paused:
@@ -242,8 +265,10 @@ class HttpSource:
     async def _scrape(self, client) -> None:
         base = self.url[:-3] if self.url.endswith("/v1") else self.url
         try:
-            r = await client.get(f"{base}/metrics", timeout=2.0)
-            self._server_view = parse_prometheus(r.text) if r.status_code == 200 else {}
+            import aiohttp
+
+            async with client.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+                self._server_view = parse_prometheus(await r.text()) if r.status == 200 else {}
         except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
             self._server_view = {}
 
@@ -255,11 +280,11 @@ class HttpSource:
         """One short request outside the records: the server's first-request costs are not a level's TTFT."""
         text, _ = self.prefix_cache.apply("Warm up.", self.run_id, 0)
         res = await stream_one(client, self._url(), self._body(text, WARMUP_TOKENS, True),
-                               api_headers(self.api_key_env), self.stall_s)
+                               api_headers(self.api_key_env), self.stall_s, read_to_end=True)
         if res.error:
             self._sink.log(f"warmup request: {res.error}", "warn")
 
-    async def _one(self, client, slot: int, req: Request) -> None:
+    async def _one(self, client, slot: int, req: Request, release) -> None:
         with self._lock:
             info = self._slots.setdefault(slot, WorkerInfo(slot, state=S.IDLE, ready_ns=time.perf_counter_ns()))
             info.state, info.current, info.active = S.SERVING, req.request_id, 1
@@ -271,8 +296,11 @@ class HttpSource:
         def on_tokens(ts: list[int]) -> None:
             self._sink.put(Tokens(slot, req.request_id, ts))
 
-        res = await stream_one(client, self._url(), body, api_headers(self.api_key_env), self.stall_s,
-                               on_tokens=on_tokens if self._sink.events is not None else None)
+        try:
+            res = await stream_one(client, self._url(), body, api_headers(self.api_key_env), self.stall_s,
+                                   on_tokens=on_tokens if self._sink.events is not None else None, read_to_end=True)
+        finally:
+            release()
         rec = build_record(
             req, self.meta, self.run_id, res.token_ns, worker=slot, t_started_ns=t_started,
             prompt_tokens=res.prompt_tokens, finish_reason=res.finish_reason, error=res.error,
