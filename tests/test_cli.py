@@ -61,8 +61,10 @@ def test_summary_is_recomputable_from_records(bench_run):
         span = (max(r.t_done_ns for r in mine) - min(r.t_scheduled_ns for r in mine)) / 1e9
         assert c["output_throughput"] == pytest.approx(toks / span, rel=1e-6)
         assert all(len(r.token_ns) == 8 for r in mine)  # ignore-EOS: every request the same length
-        tpot = M.percentile([M.tpot(r) for r in mine], 50)
-        assert c["bandwidth_gbps"] == pytest.approx(1 / tpot * h["model_bytes"] * c["k"] / 1e9)
+        # instances mode: every stream reads W per token, so aggregate tok/s × W (never the nominal K)
+        assert c["bandwidth_gbps"] == pytest.approx(toks / span * h["model_bytes"] / 1e9, rel=1e-6)
+        busy = sum(r.t_done_ns - r.t_started_ns for r in mine) / 1e9
+        assert c["achieved_concurrency"] == pytest.approx(busy / span, rel=1e-6)
 
 
 def test_report_on_a_bench_output(bench_run, tmp_path):

@@ -300,3 +300,45 @@ def test_sim_dashboard_level_and_concurrency_shown():
     run_for(c, fleet, clock, 4)
     n = c.snapshot().numbers
     assert n.level == "K=2 B=1 instances" and 0 < n.concurrency <= 2.0
+
+
+# ---- 4. the same prompt ids as the local engines, where the server's vocabulary is ours ----------------
+class NullTokenizer:
+    """The null engine's tokenizer in engines/tokenizer.py's shape (the null server's /tokenize agrees)."""
+
+    def __init__(self):
+        from engines.base import EngineSpec
+        from engines.null import NullEngine, text_ids
+
+        self.engine, self._text_ids = NullEngine(EngineSpec("null", "")), text_ids
+
+    def __call__(self, prompt):
+        return self.engine.tokenize(prompt)
+
+    def text_ids(self, text):
+        return self._text_ids(text, bos=False)
+
+
+def test_prompt_ids_go_to_a_server_that_tokenizes_as_we_do():
+    """The null server's /tokenize gives our ids for the probe: prompts go as ids (BOS, the unique prefix's
+    ids, the prompt's), prompt_tokens = their count: a synthetic prompt of 12 tokens + a 2-word prefix = 14."""
+    from engines.null_server import NullServer
+    from measure.sources.http import HttpSource
+
+    with NullServer(ttft_ms=5, itl_ms=2, usage="none") as srv:
+        src = HttpSource(srv.url, RunMeta("http", "?", 0), b=1, events=False, tokenizer=NullTokenizer())
+        src.start()
+        recs = src.run_requests(Load(presets.workload("synthetic:12"), ClosedLoop(1, total=2), 3), timeout=30)
+        src.close()
+    assert src.send_ids and all(r.extra["prompt_sent_as"] == "token ids" for r in recs)
+    assert [r.prompt_tokens for r in recs] == [14, 14]  # "[request <run>-<id>] " is 2 words
+
+
+def test_prompts_go_as_text_where_the_server_cannot_say(capture):
+    src = http_source(capture)
+    src.tokenizer = NullTokenizer()
+    src.start()
+    recs = src.run_requests(Load(WL, ClosedLoop(1, total=1), 2), timeout=30)
+    src.close()
+    assert not src.send_ids and recs[0].extra["prompt_sent_as"] == "text"
+    assert isinstance(Capture.bodies[-1]["prompt"], str)

@@ -64,6 +64,9 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--prefix-cache", default=None, help="http engine: off (default: a unique prefix per request "
                    "and cache_prompt false, so every TTFT includes its prefill), on (the server may reuse cached "
                    "prompts), or shared:N (N shared words before the unique prefix: a controlled hit rate)")
+    p.add_argument("--tokenizer", default=None, help="http engine: a GGUF whose tokenizer makes the prompt ids "
+                   "(default: the embedded model's; none: send text). Ids are sent only where the server's "
+                   "/tokenize agrees, so an HTTP run reads the same prompt as a local one")
     p.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="http engine: seconds without data before a stream counts as stalled")
     p.add_argument("--model", help="a .gguf file (llama); an mlx-lm folder, or a Gemma 3 .gguf converted once "

@@ -50,6 +50,7 @@ class RunPlan:
     stall_s: float = 60.0
     model_name: str | None = None  # http: --model, the name the server knows
     prefix_cache: PrefixCache = PrefixCache()
+    tokenizer: str | None = None  # http: a GGUF whose tokenizer makes the prompt ids, where the server agrees
     notes: list[str] = field(default_factory=list)  # lines to log at start
 
     @property
@@ -74,11 +75,23 @@ class RunPlan:
 
             return HttpSource(self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                               model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
-                              on_record=on_record, events=events, prefix_cache=self.prefix_cache)
+                              on_record=on_record, events=events, prefix_cache=self.prefix_cache,
+                              tokenizer=self._tokenizer())
         from measure.sources.fleet import Fleet
 
         return Fleet(self.spec, self.meta(), k=k or self.ks[0], threads=self.threads, on_record=on_record,
                      b_cap=max(self.max_b, max(self.bs or [1])), events=events)
+
+    def _tokenizer(self):
+        if not self.tokenizer:
+            return None
+        from engines.tokenizer import GGUFTokenizer
+
+        try:
+            return GGUFTokenizer(self.tokenizer)
+        except (EngineError, ValueError, OSError) as exc:
+            self.notes.append(f"no local tokenizer ({exc}): prompts go as text")
+            return None
 
     def live_settings(self, brake: bool = True) -> LiveSettings:
         return LiveSettings(max_tokens=self.max_tokens, rate=self.rate, users=self.users,
@@ -95,7 +108,8 @@ class RunPlan:
         if self.remote:  # the key's variable name only, never the key
             return {"environment": environment(), "engine": "http", "url": self.url, "endpoint": self.endpoint,
                     "model": self.model_name, "model_bytes": 0, "simulated": False,
-                    "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(), **common}
+                    "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
+                    "tokenizer": self.tokenizer, **common}
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
@@ -173,9 +187,18 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
             prefix = PrefixCache.parse(args.prefix_cache)
         except ValueError as exc:
             raise StartError(str(exc)) from None
+        tokenizer = args.tokenizer
+        if tokenizer in (None, "embedded"):
+            from engines.embedded import embedded_model_path
+
+            tokenizer = str(embedded_model_path(progress or (lambda m: None)))
+        elif tokenizer == "none":
+            tokenizer = None
         return RunPlan(engine="http", chip="server at " + url, bandwidth_gbps=None, bandwidth_source="unknown",
                        url=url, endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
-                       model_name=args.model, prefix_cache=prefix, **common)
+                       model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer, **common)
+    if args.tokenizer is not None:
+        raise StartError("--tokenizer applies to --engine http (a local engine tokenizes with its own model)")
     if args.prefix_cache not in (None, "off"):
         raise StartError("--prefix-cache applies to --engine http (a local engine clears its KV cache before "
                          "every request, so nothing is reused)")

@@ -58,9 +58,11 @@ class HttpSource:
     def __init__(self, url: str, meta: RunMeta, b: int = 1, endpoint: str = "completions",
                  model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache()):
+                 prefix_cache: PrefixCache = PrefixCache(), tokenizer=None):
         self.url = url.rstrip("/")
         self.prefix_cache = prefix_cache
+        self.tokenizer = tokenizer  # engines/tokenizer.py's shape: (Prompt) → ids, .text_ids(text) → ids; or None
+        self.send_ids = False  # decided at start: the server's /tokenize agrees with ours
         self.endpoint = endpoint
         self.model = model
         self.api_key_env = api_key_env
@@ -119,9 +121,46 @@ class HttpSource:
             except (ValueError, KeyError, IndexError, TypeError):
                 pass
         self.meta.model = self.model or self.meta.model
+        self._check_vocabulary()
         self._thread = threading.Thread(target=self._run, name="http-source", daemon=True)
         self._thread.start()
         self._sink.log(f"streaming to {self._url()} as {self.model or 'the server default'}")
+
+    PROBE = "The quick brown fox jumps over the lazy dog, 1234 times."
+
+    def _check_vocabulary(self) -> None:
+        """Send prompt ids (as the local engines read them) only where the server tokenizes as we do:
+        llama-server's and vLLM's /tokenize must give our ids for a probe text. Else the prompt goes as text
+        and the server's tokenizer decides its length (said in the log and in every record)."""
+        import httpx
+
+        if self.tokenizer is None or self.endpoint != "completions":
+            return
+        from engines.base import Prompt
+
+        ours = list(self.tokenizer(Prompt("probe", text=self.PROBE)))
+        base = self.url[:-3] if self.url.endswith("/v1") else self.url
+        theirs = None
+        for body in ({"content": self.PROBE, "add_special": True}, {"prompt": self.PROBE}):  # llama-server, vLLM
+            try:
+                r = httpx.post(f"{base}/tokenize", json=body, headers=api_headers(self.api_key_env), timeout=5)
+                if r.status_code == 200:
+                    theirs = r.json().get("tokens")
+                    break
+            except (httpx.HTTPError, ValueError):
+                break
+        if theirs is not None and [t for t in theirs if t != ours[0]] == [t for t in ours if t != ours[0]]:
+            self.send_ids = True
+            self._sink.log("the server tokenizes as the local model does: prompts go as token ids")
+        else:
+            self._sink.log("prompts go as text: the server's tokenizer decides their length ("
+                           + ("its /tokenize disagrees with ours)" if theirs is not None else "no /tokenize)"))
+
+    def _prompt_ids(self, req: Request, prefix: str) -> list[int]:
+        ids = list(self.tokenizer(req.prompt))
+        if not prefix:
+            return ids
+        return ids[:1] + list(self.tokenizer.text_ids(prefix)) + ids[1:]  # BOS, the unique prefix, the prompt
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until the current stream level has had its warmup (one short request per new stream)."""
@@ -272,8 +311,8 @@ class HttpSource:
         except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
             self._server_view = {}
 
-    def _body(self, text: str, max_tokens: int, ignore_eos: bool) -> dict:
-        return endpoint_body(self.endpoint, self.model, text, max_tokens, ignore_eos,
+    def _body(self, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict:
+        return endpoint_body(self.endpoint, self.model, prompt, max_tokens, ignore_eos,
                              cache_prompt=self.prefix_cache.cache_prompt)
 
     async def _warmup(self, client) -> None:
@@ -291,7 +330,8 @@ class HttpSource:
         t_started = time.perf_counter_ns()
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
         text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id)
-        body = self._body(text, req.max_tokens, req.ignore_eos)
+        ids = self._prompt_ids(req, prefix) if self.send_ids else None
+        body = self._body(ids or text, req.max_tokens, req.ignore_eos)
 
         def on_tokens(ts: list[int]) -> None:
             self._sink.put(Tokens(slot, req.request_id, ts))
@@ -303,13 +343,14 @@ class HttpSource:
             release()
         rec = build_record(
             req, self.meta, self.run_id, res.token_ns, worker=slot, t_started_ns=t_started,
-            prompt_tokens=res.prompt_tokens, finish_reason=res.finish_reason, error=res.error,
+            prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
+            finish_reason=res.finish_reason, error=res.error,
             model=self.model or self.meta.model,
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
             server_view=dict(self._server_view or {}, **({"timings": res.timings} if res.timings else {})) or None,
             extra={"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
-                   "prompt_prefix": prefix, "prompt_sent_as": "text"},
+                   "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text"},
         )
         with self._lock:
             self._active.pop(req.request_id, None)

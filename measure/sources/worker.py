@@ -18,6 +18,9 @@ from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, RetireMsg, Sta
                                       ThreadsMsg, TokensMsg)
 
 WARMUP_REQUESTS = 2
+WARMUP_TEXT = "Warm up: count from one to ten."
+BATCH_WARMUP_PROMPT = 8  # prompt tokens of each batch-warmup sequence
+BATCH_WARMUP_TOKENS = 2  # tokens each generates: one prefill step and one decode step at exactly B
 TOKEN_BATCH_NS = 100_000_000  # send token timestamps to the parent at ≈10 Hz
 
 
@@ -66,6 +69,9 @@ class Worker:
         self.b_cap = 1
         self.seq_ctx = None
         self.leaving = False  # retire or stop received
+        self.serving = None  # the batch serve_batch is decoding in, while it runs
+        self.batch_warmups: list[tuple[int, int]] = []  # (B, steps) of each batch warmup run, in order
+        self._warmed_in, self._warmed_bs = None, set()  # the batch context warm_batch last ran in, its Bs
 
     def control(self, msg) -> bool:
         """Apply a control message; False if it was not one (a request)."""
@@ -75,9 +81,11 @@ class Worker:
         elif isinstance(msg, ModeMsg):
             self.mode, self.b, self.b_cap, self.seq_ctx = msg.mode, msg.b, max(msg.b, msg.b_cap), msg.seq_ctx
             error = None
-            if self.mode == "batch":
-                try:  # make the batch context now, not inside the first measured request
-                    self.engine.batch(self.b_cap, self.seq_ctx)
+            # a context with live sequences is never remade or warmed under them: serve_batch remakes it
+            # once it is empty
+            if self.mode == "batch" and not (self.serving is not None and self.serving.active()):
+                try:  # make and warm the batch context now, not inside the first measured request
+                    self.warm_batch(self.engine.batch(self.b_cap, self.seq_ctx), self.b)
                 except Exception as exc:  # noqa: BLE001 - reported now, and again when a request needs it
                     error = _error_text(exc)
             self.send(StateMsg("ready", mode_applied=True, error=error))
@@ -86,6 +94,31 @@ class Worker:
         else:
             return False
         return True
+
+    def warm_batch(self, batch, b: int) -> None:
+        """B short sequences through an idle batch context, then removed, once per context and B: the
+        first steps of a new batch shape (graph, output buffers, first-touch pages) are paid here, before
+        the mode is reported applied, and not in the first TTFT of the level."""
+        if self._warmed_in is not batch:
+            self._warmed_in, self._warmed_bs = batch, set()
+        n = min(b, batch.b_cap)
+        if n in self._warmed_bs or batch.active():
+            return
+        room = max(1, batch.ctx_per_seq - BATCH_WARMUP_TOKENS)
+        prompt = self.engine.tokenize(Prompt("warmup", text=WARMUP_TEXT))[: min(BATCH_WARMUP_PROMPT, room)]
+        keys = [("warmup", i) for i in range(n)]
+        steps = 0
+        try:
+            for key in keys:
+                batch.add(key, prompt, BATCH_WARMUP_TOKENS, True)
+            while batch.active() and steps < 8 * BATCH_WARMUP_TOKENS:  # the bound guards a stuck engine
+                batch.step()
+                steps += 1
+        finally:
+            for key in keys:
+                batch.remove(key)
+        self._warmed_bs.add(n)
+        self.batch_warmups.append((n, steps))
 
     def run(self) -> None:
         while not self.leaving:
@@ -134,19 +167,25 @@ class Worker:
     def serve_batch(self, first: dict) -> None:
         """Continuous batching: admit what arrives while fewer than B run, one decode per step, until
         nothing is left. Messages are read between steps without blocking."""
-        waiting = deque([first])
+        try:
+            self._serve_batch(deque([first]))
+        finally:
+            self.serving = None
+
+    def _serve_batch(self, waiting: deque) -> None:
         pending: dict[int, list[int]] = {}
         n_prompt: dict[int, int] = {}
         last_flush = time.perf_counter_ns()
         batch = None
+        poll, send = self.conn.poll, self.send
         while True:
-            while self.conn.poll(0):
+            while poll(0):
                 msg = self.conn.recv()
                 if not self.control(msg):
                     waiting.append(msg.request)
-            if batch is None or (batch.b_cap < self.b and not batch.active()):
-                try:  # the context holds b_cap sequences; it is remade only when empty
-                    batch = self.engine.batch(max(self.b, self.b_cap), self.seq_ctx)
+            if batch is None or not batch.active():
+                try:  # the context holds b_cap sequences; it is remade (on a new shape) only when empty
+                    batch = self.serving = self.engine.batch(self.b_cap, self.seq_ctx)
                 except Exception as exc:  # noqa: BLE001 - every waiting request fails with the reason
                     for req in waiting:
                         self._fail(req, _error_text(exc))
@@ -161,7 +200,7 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001 - refused with the numbers; the others go on
                     self._fail(req, _error_text(exc))
                     continue
-                self.send(StartMsg(rid, time.perf_counter_ns()))
+                send(StartMsg(rid, time.perf_counter_ns()))
                 pending[rid] = []
                 n_prompt[rid] = len(tokens)
             if not batch.active():
@@ -173,18 +212,20 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the step broke: fail its sequences, keep the worker
                 for rid in list(batch.seqs):
                     batch.remove(rid)
-                    self.send(DoneMsg(rid, pending.pop(rid, []), n_prompt.pop(rid, 0), "error", _error_text(exc),
-                                      time.perf_counter_ns(), _rss()))
+                    send(DoneMsg(rid, pending.pop(rid, []), n_prompt.pop(rid, 0), "error", _error_text(exc),
+                                 time.perf_counter_ns(), _rss()))
                 continue
             for rid, _tok in toks:
                 pending[rid].append(t)
-            for rid, reason in finished:
-                self.send(DoneMsg(rid, pending.pop(rid), n_prompt.pop(rid), reason, None, time.perf_counter_ns(),
-                                  _rss()))
+            if finished:
+                rss = _rss()  # one reading for every sequence the step ended
+                for rid, reason in finished:
+                    send(DoneMsg(rid, pending.pop(rid), n_prompt.pop(rid), reason, None, time.perf_counter_ns(),
+                                 rss))
             if t - last_flush >= TOKEN_BATCH_NS:
                 for rid, ts in pending.items():
                     if ts:
-                        self.send(TokensMsg(rid, ts))
+                        send(TokensMsg(rid, ts))
                         pending[rid] = []
                 last_flush = t
 
