@@ -180,3 +180,13 @@ def test_sigkill_leaves_a_file_that_parses(tmp_path):
     headers, records, _ = read_jsonl(recs)
     assert len(headers) == 1 and len(records) >= 3
     assert all(r.error is None and len(r.token_ns) == 8 for r in records)
+
+
+def test_independent_recomputation_agrees(bench_run):
+    """benchmarks/recompute_summary.py recomputes TTFT, TPOT, tok/s and achieved concurrency with plain json
+    and numpy (not measure/core/metrics.py): within 1e-6 relative of summary.json."""
+    out, _ = bench_run
+    p = subprocess.run([sys.executable, "benchmarks/recompute_summary.py", str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["max_rel_diff"] <= 1e-6
