@@ -162,7 +162,7 @@ class LlamaBatch:
 
     Each step carries the next token of every decoding sequence plus prompt chunks of sequences being
     admitted (up to n_batch tokens); logits are requested only for each sequence's last token in the
-    step and read at its own batch index. A finished sequence's KV cells are removed at once and its
+    step, and the step's greedy ids come from one argmax over that (n_out, vocab) block. A finished sequence's KV cells are removed at once and its
     slot (seq_id) is free for the next request. `kv_unified=False` gives each sequence n_ctx / b_cap.
     """
 
@@ -230,7 +230,7 @@ class LlamaBatch:
             if s.last is not None:
                 self._put(n, s.last, s.n_past, s.slot, True)
                 s.n_past += 1
-                outs.append((s, n))
+                outs.append(s)
                 n += 1
         for s in seqs:  # admitted sequences: prompt chunks with what room is left
             left = len(s.prompt) - s.fed
@@ -246,22 +246,24 @@ class LlamaBatch:
             s.n_past += take
             n += take
             if s.fed == len(s.prompt):
-                outs.append((s, n - 1))
+                outs.append(s)
         if n == 0:
             return perf_counter_ns(), [], []
         self.batch.n_tokens = n
         rc = lib.llama_decode(self.ctx, self.batch)
         if rc != 0:
             raise EngineError(f"llama_decode returned {rc} for a batch of {n} tokens")
-        t = perf_counter_ns()
+        if not outs:  # only prompt chunks that do not end in this step
+            return perf_counter_ns(), [], []
+        # llama.cpp keeps the requested logits as one (n_out, vocab) block in batch order, and outs is in
+        # batch order: one view and one argmax for the step, not a fetch, a view and an argmax per sequence
+        rows = np.ctypeslib.as_array(lib.llama_get_logits(self.ctx), shape=(len(outs), self._n_vocab))
+        ids = rows.argmax(axis=1).tolist()
+        t = perf_counter_ns()  # every token of the step is stamped once, when the ids are known
         tokens, finished = [], []
-        fptr = ctypes.POINTER(ctypes.c_float)
-        for s, idx in outs:
-            logits = np.ctypeslib.as_array(ctypes.cast(lib.llama_get_logits_ith(self.ctx, idx), fptr),
-                                           shape=(self._n_vocab,))
-            tok = int(logits.argmax())
+        for row, (s, tok) in enumerate(zip(outs, ids)):
             if self.keep_logits:
-                self.last_logits[s.key] = logits.copy()
+                self.last_logits[s.key] = rows[row].copy()
             s.last = tok
             s.generated += 1
             tokens.append((s.key, tok))

@@ -1,19 +1,12 @@
 """`inference-top plan`: what fits before any process starts — KV per token, per request, largest B and K."""
 from __future__ import annotations
 
-from measure.core.guard import DEFAULT_OVERHEAD_BYTES, GiB, MiB, KVShape, dtype_bytes, largest_fitting
-
-
-def fmt_bytes(n: float) -> str:
-    if n >= GiB:
-        return f"{n / GiB:.2f} GiB"
-    if n >= MiB:
-        return f"{n / MiB:.1f} MiB"
-    return f"{n / 1024:.1f} KiB"
+from measure.core.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes, largest_fitting
+from measure.core.units import fmt_bytes_iec as fmt_bytes  # KV arithmetic in binary units, as seed 002's
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
-         budget_fraction: float = 0.85, kv_cache_tokens: int | None = None,
+         budget_fraction: float = DEFAULT_BUDGET_FRACTION, kv_cache_tokens: int | None = None,
          overhead: int = DEFAULT_OVERHEAD_BYTES) -> dict:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element."""
     kvb = shape.per_token(kv_dtype)
