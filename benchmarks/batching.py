@@ -5,15 +5,20 @@ For B = 1, 2, 4, 8, 16 on the embedded model, same threads:
       one llama_decode per step carrying one token of each, like llama-batched-bench);
   (b) fleet: one worker in batch mode serving B requests at once through the shared queue.
 Aggregate decode tok/s = Σ (N − 1) decode tokens ÷ (last token − first token of the wave), both sides.
-Prints (b)/(a) per B, B=16 ÷ B=1, and K=2 instances vs B=2 batch at equal concurrency 2.
-Goals: (b)/(a) ≥ 0.90 at B=8; B=16 ÷ B=1 ≥ 3×.
+Steady tok/s = B ÷ the median step (gap between a wave's consecutive step stamps; every token of a step
+shares its stamp on both sides): the same decode, with the stalls other tenants of a shared machine put
+into a few steps left out. Bare and fleet alternate within each round, so both see the same machine.
+Prints (b)/(a) per B, B=16 ÷ B=1, and K=2 instances vs B=2 batch at equal concurrency 2; the last line is
+a JSON object of the headline figures.
+Goals: (b)/(a) ≥ 0.90 at B=8 and ≥ 0.95 at B=16; B=16 ÷ B=1 ≥ 3×.
 
-    python benchmarks/batching.py [--tokens 64] [--rounds 2] [--threads N]
+    python benchmarks/batching.py [--tokens 64] [--rounds 3] [--threads N]
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import statistics
 import sys
@@ -33,7 +38,8 @@ BS = (1, 2, 4, 8, 16)
 PROMPT = presets.workload("default").prompts[0]
 
 
-def bare(model_path: str, threads: int, b: int, n_tokens: int, ctx_per_seq: int) -> float:
+def bare(model_path: str, threads: int, b: int, n_tokens: int, ctx_per_seq: int) -> list[int]:
+    """The wave's step stamps: after the prefill's ids, then after each decode step's ids."""
     import llama_cpp as lib
     from llama_cpp import Llama
 
@@ -63,7 +69,7 @@ def bare(model_path: str, threads: int, b: int, n_tokens: int, ctx_per_seq: int)
     idx = [len(prompt) * (s + 1) - 1 for s in range(b)]
     last = [int(np.ctypeslib.as_array(ctypes.cast(lib.llama_get_logits_ith(ctx, i), fptr), shape=(n_vocab,)).argmax())
             for i in idx]
-    t0 = time.perf_counter_ns()
+    stamps = [time.perf_counter_ns()]
     for step in range(n_tokens - 1):
         for s in range(b):
             put(s, last[s], len(prompt) + step, s, True)
@@ -71,11 +77,11 @@ def bare(model_path: str, threads: int, b: int, n_tokens: int, ctx_per_seq: int)
         lib.llama_decode(ctx, batch)
         last = [int(np.ctypeslib.as_array(ctypes.cast(lib.llama_get_logits_ith(ctx, s), fptr),
                                           shape=(n_vocab,)).argmax()) for s in range(b)]
-    dt = (time.perf_counter_ns() - t0) / 1e9
+        stamps.append(time.perf_counter_ns())
     lib.llama_batch_free(batch)
     lib.llama_free(ctx)
     llm.close()
-    return b * (n_tokens - 1) / dt
+    return stamps
 
 
 def decode_tps(records) -> float:
@@ -84,10 +90,15 @@ def decode_tps(records) -> float:
     return sum(len(r.token_ns) - 1 for r in records) / ((last - first) / 1e9)
 
 
+def steady_tps(stamps: list[int], b: int) -> float:
+    """B tokens per median step of a wave (stamps: its distinct step times, ascending)."""
+    return b / (statistics.median(y - x for x, y in zip(stamps, stamps[1:])) / 1e9)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=auto_threads(1))
     a = ap.parse_args()
     choice = resolve_model("llama", None)
@@ -96,16 +107,18 @@ def main() -> None:
     spec = build_spec("llama", choice, a.threads, ctx, 1)
     fleet = Fleet(spec, run_meta("llama", choice, "batch", 1), k=1, threads=a.threads, b_cap=max(BS))
     fleet.start()
-    res = {b: ([], []) for b in BS}
+    res = {b: ([], []) for b in BS}  # per B: (bare, fleet) lists of (wave tok/s, steady tok/s)
     try:
         for r in range(a.rounds):
             for b in BS:
-                res[b][0].append(bare(str(choice.path), a.threads, b, a.tokens, ctx))
+                stamps = bare(str(choice.path), a.threads, b, a.tokens, ctx)
+                res[b][0].append((b * (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9), steady_tps(stamps, b)))
                 fleet.set_batch("batch", b)
                 recs = fleet.run_requests(Load(wl, ClosedLoop(b, total=b), a.tokens, True), timeout=600)
-                res[b][1].append(decode_tps(recs))
-                print(f"round {r + 1} B={b:>2}: bare {res[b][0][-1]:6.1f}  fleet {res[b][1][-1]:6.1f} tok/s",
-                      flush=True)
+                res[b][1].append((decode_tps(recs), steady_tps(sorted({t for x in recs for t in x.token_ns}), b)))
+                (bw, bs), (fw, fs) = res[b][0][-1], res[b][1][-1]
+                print(f"round {r + 1} B={b:>2}: bare {bw:6.1f}  fleet {fw:6.1f} tok/s   steady: bare {bs:6.1f}  "
+                      f"fleet {fs:6.1f} tok/s", flush=True)
     finally:
         fleet.close()
     # equal concurrency 2: two single-stream instances (cores ÷ 2 threads each) vs one engine with B=2
@@ -117,14 +130,35 @@ def main() -> None:
             for _ in range(a.rounds))
     finally:
         inst_fleet.close()
-    print(f"\nthreads {a.threads}, {a.tokens} tokens per sequence, median of {a.rounds}")
-    print(f"{'B':>3} {'bare tok/s':>11} {'fleet tok/s':>12} {'fleet/bare':>11}")
-    med = {b: (statistics.median(res[b][0]), statistics.median(res[b][1])) for b in BS}
+    print(f"\nthreads {a.threads}, {a.tokens} tokens per sequence, median of {a.rounds} rounds")
+    print(f"{'':>3} {'wave (first → last token)':^38} {'steady (B ÷ median step)':^38}")
+    print(f"{'B':>3} {'bare tok/s':>11} {'fleet tok/s':>12} {'fleet/bare':>11}  "
+          f"{'bare tok/s':>11} {'fleet tok/s':>12} {'fleet/bare':>11}")
+    # med[b][side][0 wave | 1 steady]: the median over rounds of each figure
+    med = {b: tuple(tuple(statistics.median(x[i] for x in res[b][side]) for i in (0, 1)) for side in (0, 1))
+           for b in BS}
     for b in BS:
-        print(f"{b:>3} {med[b][0]:>11.1f} {med[b][1]:>12.1f} {med[b][1] / med[b][0]:>11.3f}")
-    print(f"fleet B=16 ÷ B=1: {med[16][1] / med[1][1]:.2f}×  (goal ≥ 3×); fleet/bare at B=8: "
-          f"{med[8][1] / med[8][0]:.3f} (goal ≥ 0.90)")
-    print(f"concurrency 2: K=2 instances {inst:.1f} tok/s vs B=2 batch {med[2][1]:.1f} tok/s")
+        (bw, bs), (fw, fs) = med[b]
+        print(f"{b:>3} {bw:>11.1f} {fw:>12.1f} {fw / bw:>11.3f}  {bs:>11.1f} {fs:>12.1f} {fs / bs:>11.3f}")
+    hi, lo = max(BS), min(BS)
+    head = {
+        "fleet_over_bare_b8": med[8][1][0] / med[8][0][0],
+        "fleet_over_bare_b16": med[hi][1][0] / med[hi][0][0],
+        "fleet_gain_b16": med[hi][1][0] / med[lo][1][0],
+        "bare_gain_b16": med[hi][0][0] / med[lo][0][0],
+        "steady_fleet_over_bare_b16": med[hi][1][1] / med[hi][0][1],
+        "steady_fleet_gain_b16": med[hi][1][1] / med[lo][1][1],
+        "steady_bare_gain_b16": med[hi][0][1] / med[lo][0][1],
+        "k2_instances_tps": inst,
+        "b2_batch_tps": med[2][1][0],
+    }
+    print(f"fleet B=16 ÷ B=1: {head['fleet_gain_b16']:.2f}× (bare {head['bare_gain_b16']:.2f}×; goal ≥ 3×); "
+          f"fleet/bare at B=8: {head['fleet_over_bare_b8']:.3f} (goal ≥ 0.90), at B=16: "
+          f"{head['fleet_over_bare_b16']:.3f} (goal ≥ 0.95); steady: fleet/bare at B=16 "
+          f"{head['steady_fleet_over_bare_b16']:.3f}, B=16 ÷ B=1 {head['steady_fleet_gain_b16']:.2f}× "
+          f"(bare {head['steady_bare_gain_b16']:.2f}×)")
+    print(f"concurrency 2: K=2 instances {inst:.1f} tok/s vs B=2 batch {med[2][1][0]:.1f} tok/s")
+    print(json.dumps({k: round(v, 3) for k, v in head.items()}))
 
 
 if __name__ == "__main__":

@@ -162,8 +162,9 @@ class LlamaBatch:
 
     Each step carries the next token of every decoding sequence plus prompt chunks of sequences being
     admitted (up to n_batch tokens); logits are requested only for each sequence's last token in the
-    step, and the step's greedy ids come from one argmax over that (n_out, vocab) block. A finished sequence's KV cells are removed at once and its
-    slot (seq_id) is free for the next request. `kv_unified=False` gives each sequence n_ctx / b_cap.
+    step, and the step's greedy ids come from one argmax over that (n_out, vocab) block. A finished
+    sequence's KV cells are removed at once and its slot (seq_id) is free for the next request.
+    `kv_unified=False` gives each sequence n_ctx / b_cap.
     """
 
     def __init__(self, engine: "LlamaCppEngine", b_cap: int, ctx_per_seq: int, n_batch: int = 512):

@@ -324,8 +324,9 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                 f"{_f(c.get('cv'), '.3f')} | {note} |")
         lines.append("")
     lines += ["TTFT is queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); throughput ="
-              " output tokens ÷ (first scheduled → last done), mean over reps; CV = stdev/mean over reps, noisy "
-              "above 0.10.", ""]
+              " output tokens ÷ (first scheduled → last done), mean over reps (a recording: tokens inside the "
+              "level's own periods ÷ their length, pauses excluded); CV = stdev/mean over reps, noisy above 0.10; "
+              "BW in instances mode = aggregate tok/s × W.", ""]
     lines += [f"![{f.stem}]({f.name})" for f in files]
     return "\n".join(lines) + "\n"
 
