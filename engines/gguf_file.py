@@ -22,6 +22,15 @@ class GGUFInfo:
     kv_heads: int | None
     head_dim: int | None
     context_length: int | None
+    # the work a decode step does (measure/core/work.py): tensor totals, the embedding, whether it is tied
+    tensor_bytes: int | None = None
+    params: int | None = None
+    embd_bytes: int | None = None  # token_embd
+    embd_params: int | None = None
+    tied: bool | None = None  # no output.weight: the embedding is the output projection too
+    heads: int | None = None
+    hidden: int | None = None
+    vocab: int | None = None
 
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float | None:
         if None in (self.layers, self.kv_heads, self.head_dim):
@@ -76,8 +85,8 @@ def inspect_gguf(path: str | os.PathLike, progress=None) -> GGUFInfo:
         st = p.stat()
         key = f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}"
         cached = _read_json(_cache_file()).get(key)
-        if cached:
-            return GGUFInfo(**cached)
+        if cached and cached.get("tensor_bytes") is not None:  # a cache from before the work model is re-read
+            return GGUFInfo(**{k: v for k, v in cached.items() if k in GGUFInfo.__dataclass_fields__})
     if progress and key:
         progress(f"reading the GGUF metadata of {p.name} (once per file, ≈10 s for a large vocabulary) …")
     info = _inspect(p)
@@ -118,7 +127,15 @@ def _inspect(path: Path) -> GGUFInfo:
     if head_dim is None and heads and embd:
         head_dim = int(embd) // int(heads)
     as_int = lambda v: None if v is None else int(v)  # noqa: E731
+    embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     return GGUFInfo(
+        tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors),
+        params=sum(int(t.n_elements) for t in reader.tensors),
+        embd_bytes=int(embd.n_bytes) if embd is not None else None,
+        embd_params=int(embd.n_elements) if embd is not None else None,
+        tied=not any(t.name == "output.weight" for t in reader.tensors),
+        heads=as_int(heads), hidden=as_int(gguf_field(reader, f"{arch}.embedding_length")),
+        vocab=int(embd.shape[-1]) if embd is not None else None,
         path=str(p),
         file_bytes=size,
         architecture=str(arch),

@@ -101,6 +101,8 @@ class ModelPreset:
     hidden: int = 0
     heads: int = 0
     kv_dtype: str = "f16"
+    vocab: int = 0
+    tied_embeddings: bool = False
     extra: dict = field(default_factory=dict)
 
 

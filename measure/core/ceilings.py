@@ -1,0 +1,215 @@
+"""The machine's measured ceilings (`inference-top probe`): what this machine attains, beside the chip's
+spec figure. Run once, cached per machine, re-run on request; a few seconds.
+
+- Memory read bandwidth, 1 … all cores: each process sums its own 256 MB float32 array (larger than any
+  cache) for 0.6 s; GB/s = bytes read ÷ time. Processes, not threads: numpy holds the GIL in a sum.
+- The engine's data path: llama.cpp decoding the embedded model (or --model) at 1 … all threads, tokens
+  per second of one stream, and its prefill rate with all threads: what a core does with these weights,
+  and how threads scale inside one process. The roofline predictor (roofline.py) starts from these.
+- Cores, memory, swap, and the chip's name as the OS reports it.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+READ_BYTES = 64 * 1024 * 1024 * 4  # per process
+READ_S = 0.6
+DECODE_TOKENS = 40
+PREFILL_TOKENS = 128
+BATCH_B = 4
+PROBE_VERSION = 2
+
+
+@dataclass
+class Ceilings:
+    machine: str
+    chip: str
+    cores: int
+    memory_bytes: int
+    swap_bytes: int
+    read_gbps: dict  # processes → GB/s (JSON keys are strings)
+    engine: dict = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s}, prefill_tps
+    measured_at: str = ""
+    seconds: float = 0.0
+    version: int = PROBE_VERSION
+
+    @property
+    def attainable_gbps(self) -> float:
+        return max(self.read_gbps.values())
+
+    def decode_tps(self, threads: int) -> float | None:
+        d = self.engine.get("decode_tps") or {}
+        return d.get(str(threads)) or d.get(threads)
+
+    def describe(self) -> str:
+        bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items()))
+        out = [f"{self.chip}: {self.cores} cores, {self.memory_bytes / 1e9:.1f} GB memory, "
+               f"{self.swap_bytes / 1e9:.1f} GB swap",
+               f"attainable memory read bandwidth: {self.attainable_gbps:.1f} GB/s ({bw} GB/s)"]
+        e = self.engine
+        if e.get("decode_tps"):
+            rates = ", ".join(f"{k} thread{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in
+                              sorted(e["decode_tps"].items(), key=lambda kv: int(kv[0])))
+            out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
+                       f"token): {rates} tok/s; {e['batch_b']} streams in one context {e['batch_steps_per_s']:.1f} "
+                       f"steps/s; prefill {e['prefill_tps']:.0f} tok/s (all threads)")
+        out.append(f"measured {self.measured_at} in {self.seconds:.1f} s")
+        return "\n".join(out)
+
+
+def machine_key() -> str:
+    from measure.core.probes import detect_chip
+
+    name, _ = detect_chip()
+    return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{psutil.virtual_memory().total}"
+
+
+def _cache() -> Path:
+    return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "probe.json"
+
+
+def cached() -> Ceilings | None:
+    try:
+        d = json.loads(_cache().read_text()).get(machine_key())
+    except (OSError, ValueError):
+        return None
+    if not d or d.get("version") != PROBE_VERSION:
+        return None
+    return Ceilings(**d)
+
+
+def _save(c: Ceilings) -> None:
+    p = _cache()
+    try:
+        table = json.loads(p.read_text()) if p.exists() else {}
+    except (OSError, ValueError):
+        table = {}
+    table[machine_key()] = asdict(c)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table, indent=1))
+        tmp.replace(p)
+    except OSError:
+        pass
+
+
+def _read_worker(q) -> None:
+    import numpy as np
+
+    a = np.ones(READ_BYTES // 4, dtype=np.float32)
+    a.sum()  # touch every page before timing
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < READ_S:
+        a.sum()
+        n += 1
+    q.put(n * READ_BYTES / (time.perf_counter() - t0) / 1e9)
+
+
+def read_bandwidth(processes: int) -> float:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_read_worker, args=(q,), daemon=True) for _ in range(processes)]
+    for p in ps:
+        p.start()
+    got = [q.get(timeout=60) for _ in ps]
+    for p in ps:
+        p.join(timeout=10)
+    return sum(got)
+
+
+def _engine_worker(model_path: str, cores: int, q) -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # llama.cpp's C code prints its load log to fds 1 and 2
+    os.dup2(null, 2)
+    try:
+        from engines.base import EngineSpec, Prompt
+        from engines.llama_cpp import LlamaCppEngine
+
+        e = LlamaCppEngine(EngineSpec("llama", model_path, threads=cores, ctx=512))
+        e.load()
+        e.warmup()
+        decode = {}
+        for t in range(1, cores + 1):
+            e.set_threads(t)
+            toks = e.tokenize(Prompt("probe", text="The quick brown fox"))
+            ts = [t_ns for _, t_ns in e.generate(toks, DECODE_TOKENS, True)]
+            decode[str(t)] = (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)
+        e.set_threads(cores)
+        prompt = e.tokenize(Prompt("probe", synthetic_tokens=PREFILL_TOKENS))
+        t0 = time.perf_counter_ns()
+        first = next(iter(e.generate(prompt, 1, True)))[1]
+        prefill = PREFILL_TOKENS / ((first - t0) / 1e9)
+        # B sequences decoded together in one context: the cost of the extra sequences of a step
+        b = e.batch(BATCH_B, 256)
+        for i in range(BATCH_B):
+            b.add(i, toks, DECODE_TOKENS + 4, True)
+        steps = []
+        while b.active():
+            steps.append(b.step()[0])
+        steady = steps[4:]  # past the prompts
+        q.put({"decode_tps": decode, "prefill_tps": prefill, "batch_b": BATCH_B,
+               "batch_steps_per_s": (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)})
+        e.close()
+    except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
+        q.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def engine_rates(model_path: str, cores: int) -> dict:
+    """llama.cpp's own rates on this model, in a process of its own (the caller loads no engine)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_engine_worker, args=(model_path, cores, q), daemon=True)
+    p.start()
+    try:
+        out = q.get(timeout=300)
+    finally:
+        p.join(timeout=10)
+    return out
+
+
+def probe(model=None, say=print) -> Ceilings:
+    """Measure now (and cache). `model`: a ModelChoice for the engine rates (default: the embedded model)."""
+    from measure.core.model_choice import resolve_model
+    from measure.core.probes import detect_chip
+    from measure.core.work import from_gguf
+
+    t0 = time.perf_counter()
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    name, _ = detect_chip()
+    say(f"probing {name} ({cores} cores): memory read bandwidth …")
+    read = {str(n): read_bandwidth(n) for n in range(1, cores + 1)}
+    engine = {}
+    try:
+        choice = model or resolve_model("llama", None, lambda m: None)
+        if choice.info is not None and choice.info.tensor_bytes is not None and str(choice.path).endswith(".gguf"):
+            say(f"probing llama.cpp on {choice.name}: decode at 1 … {cores} threads, prefill …")
+            rates = engine_rates(str(choice.path), cores)
+            if "error" in rates:
+                say(f"the engine could not be probed: {rates['error']}")
+            else:
+                engine = {"model": choice.name, "path": str(choice.path),
+                          "weight_bytes": from_gguf(choice.info).weight_bytes, **rates}
+    except Exception as exc:  # noqa: BLE001 - bandwidth alone is still a ceiling
+        say(f"the engine could not be probed: {type(exc).__name__}: {exc}")
+    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
+                 read_gbps=read, engine=engine, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                 seconds=time.perf_counter() - t0)
+    _save(c)
+    return c
+
+
+def get(rerun: bool = False, say=print) -> Ceilings:
+    """The cached ceilings of this machine, measured first if there are none (or when asked)."""
+    c = None if rerun else cached()
+    return c or probe(say=say)

@@ -1,0 +1,197 @@
+"""The roofline predictor: per-stream TPOT, aggregate tok/s and TTFT for a mode, K, B and context, each the
+max of the ceilings that apply, and the ceiling that binds.
+
+A decode step of one engine (B sequences) takes the longest of:
+- memory bandwidth: bytes per step (work.py: weights + KV at the context) ÷ the bandwidth this engine gets
+  (the attainable figure shared by the K engines decoding at once);
+- compute: on a CPU, core-seconds per step ÷ the cores the engine's threads really get (threads scale by
+  the probe's measured speedup; K × threads above the core count time-share them); on a GPU or another
+  chip, FLOPs per step ÷ the chip's FLOP/s;
+- a serializing server runs one request at a time (B streams wait in its queue).
+Per-stream TPOT = the step; aggregate tok/s = K × B × N ÷ (TTFT + (N − 1) × TPOT) (closed loop, every stream
+kept busy); TTFT = prefill + one step.
+
+The CPU costs come from the probe (ceilings.py: llama.cpp's own decode at 1 … all threads, a batch of
+4, prefill) and are refined from at most two measured points (`calibrate`: one B = 1 point, one batch point).
+For a chip you do not own (`Machine.from_chip`) the efficiencies are documented assumptions, overridable.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from measure.core.work import WorkModel
+
+# Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
+# step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
+# the spec bandwidth, not all of it (refresh, page walks, kernels that do not stream perfectly); 0.8 is an
+# assumption, not a measurement, and `--bandwidth-efficiency` replaces it. Compute: dense FP16 GEMMs at
+# decode shapes reach well under the tensor-core peak; 0.5 is likewise an assumption.
+ASSUMED_BW_EFFICIENCY = 0.8
+ASSUMED_FLOP_EFFICIENCY = 0.5
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    bandwidth_gbps: float  # what a decode step can get (attainable, or spec × efficiency)
+    bandwidth_source: str
+    cores: int = 0  # a CPU engine's cores (0: not a CPU engine)
+    step_core_s: float | None = None  # CPU: core-seconds of a B = 1 decode step of this model
+    seq_core_s: float = 0.0  # CPU: core-seconds each further sequence adds to a step
+    prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
+    thread_speedup: dict = field(default_factory=dict)  # threads → speedup over 1 thread in one process
+    flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
+    serializing: bool = False  # a server that decodes one request at a time
+    notes: tuple[str, ...] = ()
+
+    def speedup(self, threads: int) -> float:
+        if not self.thread_speedup:
+            return float(max(1, threads))
+        if threads <= 1:
+            return 1.0
+        known = {int(k): float(v) for k, v in self.thread_speedup.items()}
+        if threads in known:
+            return known[threads]
+        top = max(known)
+        return known[top] * threads / top  # beyond what was measured: linear from the last point
+
+    @classmethod
+    def from_ceilings(cls, c, work: WorkModel) -> "Machine":
+        """This machine, from the probe (ceilings.Ceilings) of the same model's engine."""
+        e = c.engine or {}
+        d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
+        if not d:
+            return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores,
+                       notes=("no engine rates in the probe: bandwidth ceiling only",))
+        step1 = 1.0 / d[1]
+        scale = work.weight_bytes / e["weight_bytes"] if e.get("weight_bytes") else 1.0  # another model: by W
+        seq = 0.0
+        if e.get("batch_steps_per_s") and e.get("batch_b", 1) > 1:
+            top = max(d)  # the batch ran with all threads: its step in one-thread core-seconds
+            step_b = (1.0 / e["batch_steps_per_s"]) * (d[top] / d[1])
+            seq = max(0.0, (step_b - step1) / (e["batch_b"] - 1))
+        return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
+                   seq_core_s=seq * scale, prefill_core_s=(d[max(d)] / d[1]) / e["prefill_tps"] * scale,
+                   thread_speedup={t: v / d[1] for t, v in d.items()})
+
+    @classmethod
+    def from_chip(cls, chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
+                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> "Machine":
+        """A chip from presets: spec bandwidth and FLOP/s × the assumed efficiencies (said in `notes`)."""
+        notes = [f"bandwidth {chip.bandwidth_gbps:g} GB/s spec × {bw_efficiency:g} (assumed efficiency)"]
+        flops = None
+        if getattr(chip, "fp16_tflops", None):
+            flops = chip.fp16_tflops * 1e12 * flop_efficiency
+            notes.append(f"compute {chip.fp16_tflops:g} TFLOP/s FP16 spec × {flop_efficiency:g} (assumed)")
+        else:
+            notes.append("no FLOP/s figure in presets: the compute ceiling is not drawn")
+        return cls(chip.name, chip.bandwidth_gbps * bw_efficiency, "spec × assumed efficiency", flops=flops,
+                   notes=tuple(notes))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    mode: str
+    k: int
+    b: int
+    threads: int
+    tpot_s: float
+    ttft_s: float
+    aggregate_tps: float
+    per_stream_tps: float
+    bytes_per_s: float  # moved by all engines together
+    binding: str  # bandwidth | compute | cores | server queue
+    shares: dict  # ceiling → its time ÷ the step's
+
+    def wall(self, attainable_gbps: float, cores: int = 0) -> str:
+        if self.binding == "bandwidth":
+            return f"memory bandwidth ({self.bytes_per_s / 1e9 / attainable_gbps:.0%} of attainable)"
+        if self.binding == "cores":
+            return f"CPU cores ({min(cores, self.k * self.threads)} of {cores} busy decoding)"
+        if self.binding == "server queue":
+            return "server queue (one request at a time)"
+        return "compute"
+
+
+def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
+            prompt_tokens: int = 32, output_tokens: int = 128, context: int | None = None) -> Prediction:
+    """One level. `context`: KV tokens per sequence during decode (default: prompt + half the output)."""
+    b_eff = 1 if mode == "instances" else b
+    ctx = context if context is not None else prompt_tokens + output_tokens // 2
+    ctxs = [ctx] * b_eff
+    shares = {}
+    # memory: K engines decoding at once share the bandwidth
+    t_mem = work.bytes_per_step(ctxs) / (m.bandwidth_gbps * 1e9 / k)
+    shares["bandwidth"] = t_mem
+    t_cpu = 0.0
+    t_prefill = 0.0
+    thr = threads or (max(1, m.cores // k) if m.cores else 1)
+    if m.cores and m.step_core_s:
+        oversub = max(1.0, k * thr / m.cores)  # more threads than cores: each engine gets its share
+        rate = m.speedup(thr) / oversub
+        ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)  # attention grows the step
+        t_cpu = (m.step_core_s * ctx_scale + (b_eff - 1) * m.seq_core_s) / rate
+        shares["cores" if oversub > 1 or k > 1 else "compute"] = t_cpu
+        if m.prefill_core_s:  # B users of a closed loop arrive together: one engine prefills B prompts
+            t_prefill = b_eff * prompt_tokens * m.prefill_core_s / rate
+    elif m.flops:
+        t_cpu = work.flops_per_step(ctxs) / (m.flops / k)
+        shares["compute"] = t_cpu
+        t_prefill = max(work.prefill_flops(prompt_tokens) / (m.flops / k), work.weight_bytes / (m.bandwidth_gbps * 1e9 / k))
+    t_step = max(t_mem, t_cpu)
+    binding = max(shares, key=shares.get)
+    tpot = t_step
+    ttft = t_prefill + t_step
+    if not t_prefill:
+        ttft = t_step * 2  # no prefill figure: at least one step for the prompt and one for the first token
+    per_request = ttft + (output_tokens - 1) * tpot
+    streams = k * b_eff
+    if m.serializing:  # one request at a time however many streams: they queue
+        binding = "server queue"
+        streams = 1
+        ttft = ttft * (k * b_eff + 1) / 2
+    agg = streams * output_tokens / per_request
+    moved = k * work.bytes_per_step(ctxs) / t_step
+    return Prediction(mode, k, b_eff, thr, tpot, ttft, agg, 1.0 / tpot, moved, binding,
+                      {c: v / t_step for c, v in shares.items()})
+
+
+@dataclass(frozen=True)
+class Point:
+    """A measured level: what calibrate() fits to."""
+
+    mode: str
+    k: int
+    b: int
+    threads: int
+    tpot_s: float
+    ttft_engine_s: float | None = None
+    prompt_tokens: int = 32
+    output_tokens: int = 128
+
+
+def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
+    """At most two measured points: a B = 1 point rescales the per-step core cost (and the prefill cost
+    from its engine TTFT); a batch point then fixes what each further sequence adds."""
+    if len(points) > 2:
+        raise ValueError("calibrate takes at most two measured points")
+    if not (m.cores and m.step_core_s):
+        return m
+    single = [p for p in points if (p.b == 1 or p.mode == "instances")]
+    batch = [p for p in points if p.mode == "batch" and p.b > 1]
+    for p in single[:1]:
+        pr = predict(work, m, p.mode, p.k, 1, p.threads, p.prompt_tokens, p.output_tokens)
+        base = m.step_core_s * p.tpot_s / pr.tpot_s
+        upd = {"step_core_s": base}
+        if p.ttft_engine_s and m.prefill_core_s:
+            rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
+            upd["prefill_core_s"] = max(1e-9, (p.ttft_engine_s - p.tpot_s) * rate / (p.prompt_tokens * p.b))
+        m = replace(m, **upd)
+    for p in batch[:1]:
+        rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
+        ctx = p.prompt_tokens + p.output_tokens // 2
+        ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
+        seq = (p.tpot_s * rate - m.step_core_s * ctx_scale) / (p.b - 1)
+        m = replace(m, seq_core_s=max(0.0, seq))
+    return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",))
