@@ -29,11 +29,13 @@ class Chip:
     bandwidth_gbps: float | None  # None: known chip, figure not verified
     memory_gb: tuple[float, ...] = ()
     match: tuple[str, ...] = ()
+    fp16_tflops: float | None = None  # dense FP16 tensor throughput, vendor datasheet; None: not in presets
 
 
 def chips() -> dict[str, Chip]:
     return {
-        key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gb", ())), tuple(d.get("match", ())))
+        key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gb", ())), tuple(d.get("match", ())),
+                  d.get("fp16_tflops"))
         for key, d in load("chips").items()
     }
 

@@ -31,14 +31,14 @@ class NoProcesses:
         return {}
 
 
-def sim_controller(k=1, bandwidth=100.0):
+def sim_controller(k=1, bandwidth=100.0, **kw):
     clock = FakeClock()
     meta = RunMeta(engine="llama.cpp", model="gemma-3-270m (simulated)", model_bytes=253_113_024)
     fleet = SimulatedFleet(meta, k=k, bandwidth_gbps=bandwidth, clock=clock, threaded=False)
     settings = LiveSettings(max_tokens=32, bandwidth_gbps=bandwidth, bandwidth_source="--bandwidth",
                             chip="test chip")
     c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(), procs_probe=NoProcesses(),
-                       clock=clock)
+                       clock=clock, **kw)
     c.start(thread=False)
     return c, fleet, clock
 

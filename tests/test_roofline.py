@@ -114,3 +114,39 @@ def test_probe_format_round_trips():
     w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
     m = Machine.from_ceilings(c, w)
     assert m.thread_speedup == {1: 1.0, 2: pytest.approx(80 / 56)} and m.bandwidth_gbps == 27.7
+
+
+def test_wall_names_the_binding_ceiling_with_its_share():
+    from measure.control.wall import ceiling
+
+    assert ceiling(23.0, None, 100.0, 2, attainable_gbps=25.0) == "memory bandwidth (92% of attainable)"
+    assert ceiling(5.0, None, 190.0, 2, attainable_gbps=25.0) == "CPU cores (1.9 of 2 busy)"
+    assert ceiling(10.0, None, 120.0, 2, 25.0, "compute").startswith("compute")
+    assert ceiling(10.0, None, 60.0, 2, attainable_gbps=25.0) == "none: 60% headroom"
+
+
+@pytest.mark.asyncio
+async def test_dashboard_draws_the_attainable_line_and_predictions_without_a_chip_preset():
+    """No spec β (no preset for this chip), but the probe measured 25 GB/s: the bandwidth chart has its line,
+    the numbers panel a prediction with its error."""
+    from measure.core.roofline import Roofline
+    from sim import run_for, sim_controller
+    from tui.app import InferenceTop
+
+    w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
+    roof = Roofline(w, Machine("test CPU", 25.0, "attainable (probe)", cores=2, step_core_s=0.01,
+                                thread_speedup={1: 1.0, 2: 1.5}), 25.0)
+    c, fleet, clock = sim_controller(k=1, roofline=roof)
+    c.s.bandwidth_gbps = None
+    c.info = c.info.__class__(**{**c.info.__dict__, "bandwidth_gbps": None})
+    run_for(c, fleet, clock, 8)
+    n = c.snapshot().numbers
+    assert n.predicted_tpot is not None and n.predicted_tps and n.predicted_by.startswith("roofline")
+    assert n.mbu is not None
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.refresh_charts()
+        await pilot.pause()
+        assert "attainable 25.0 GB/s" in str(app.query_one("#chart-bw").render())
+        assert "predicted" in str(app.query_one("#numbers").render()) and "MBU" in str(app.query_one("#numbers").render())

@@ -30,6 +30,13 @@ KEYS = [
 ]
 
 
+def _err(measured: float | None, predicted: float | None) -> str:
+    """ (err +5 %): predicted − measured, relative to measured."""
+    if not measured or predicted is None:
+        return ""
+    return f" (err {(predicted - measured) / measured:+.0%})"
+
+
 def bar(used: float, total: float, width: int, marked: float = 0.0) -> Text:
     """█ used by others, ▓ the part marked (the workers' RSS), ░ free."""
     if total <= 0:
@@ -101,7 +108,7 @@ class InferenceTop(App):
         with Horizontal(id="body"):
             with Vertical(id="charts"):
                 yield Chart("aggregate throughput", "tok/s", id="chart-tps")
-                yield Chart("per-stream TPOT: p50, p90; ─ predicted K·W/β", "ms", id="chart-tpot")
+                yield Chart("per-stream TPOT: p50, p90; ─ predicted (roofline, or K·W/β)", "ms", id="chart-tpot")
                 yield Chart("bandwidth product (formula in the numbers panel)", "GB/s", id="chart-bw")
             with Vertical(id="side"):
                 yield Panel(id="gauges")
@@ -140,9 +147,11 @@ class InferenceTop(App):
         pts = [p for p in hist if p.t >= x0]
         xs = [p.t for p in pts]
         beta = self.c.info.bandwidth_gbps
+        att = self.c.info.attainable_gbps
         v = snap.version
         self.query_one("#chart-tps", Chart).plot(
-            v, [("tok/s (5 s window)", xs, [p.agg_tps for p in pts], "cyan", "line")],
+            v, [("tok/s (5 s window)", xs, [p.agg_tps for p in pts], "cyan", "line"),
+                ("predicted", xs, [p.predicted_tps for p in pts], "red", "dash")],
             markers=snap.markers, x_range=(x0, x1))
         ms = lambda s: None if s is None else s * 1e3  # noqa: E731
         self.query_one("#chart-tpot", Chart).plot(
@@ -152,7 +161,8 @@ class InferenceTop(App):
             markers=snap.markers, x_range=(x0, x1))
         self.query_one("#chart-bw", Chart).plot(
             v, [("GB/s", xs, [p.bw_gbps for p in pts], "cyan", "line")],
-            hlines=[(beta, f"spec {beta:g} GB/s" if beta else "", "red")],
+            hlines=[(beta, f"spec {beta:g} GB/s" if beta else "", "red"),
+                    (att, f"attainable {att:.1f} GB/s" if att else "", "yellow")],
             markers=snap.markers, x_range=(x0, x1))
 
     def _render_header(self, s: Snapshot) -> Text:
@@ -212,9 +222,13 @@ class InferenceTop(App):
         t.append(f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})\n")
         t.append(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
         if n.predicted_tpot is not None:
-            t.append(f" · predicted {fmt_ms(n.predicted_tpot)}")
+            t.append(f" · predicted {fmt_ms(n.predicted_tpot)}{_err(n.tpot_p50, n.predicted_tpot)}")
         t.append("\n")
-        t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s\n" if n.bw_gbps is not None else "bandwidth product —\n")
+        if n.predicted_tps is not None:
+            t.append(f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)} · {n.predicted_by}\n",
+                     "grey50")
+        t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s" if n.bw_gbps is not None else "bandwidth product —")
+        t.append(f" · MBU {n.mbu:.0%} of attainable\n" if n.mbu is not None else "\n")
         t.append(f"  = {n.bw_formula}\n", "grey50")
         t.append(f"this level ({n.level}, {n.requests} requests):\n", "grey50")
         t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {fmt_ms(n.ttft_p99)} (queue-incl.)\n")
@@ -382,7 +396,8 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
 
         recorder = Recorder(record, plan.header({"command": "dashboard", "k": plan.ks[0],
                                                  "settings": asdict(settings)}))
-    controller = LiveController(source, plan.workload, settings, recorder=recorder)
+    roofline = plan.roofline(say=lambda t: print(t, flush=True))
+    controller = LiveController(source, plan.workload, settings, recorder=recorder, roofline=roofline)
     controller.start()
     for note in plan.notes:
         controller.log("info", note)

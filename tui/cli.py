@@ -96,7 +96,8 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
-                         "Subcommands: bench (headless sweep), plan (what fits in memory), replay FILE, report PATH…. "
+                         "Subcommands: bench (headless sweep), plan (what fits in memory, what each K and B would do), "
+                         "probe (this machine's ceilings), replay FILE, report PATH…. "
                          "Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
     dash.add_argument("--refresh", type=positive_float, default=1.0, help="chart redraws per second (default 1)")
@@ -217,6 +218,10 @@ def plan_main(argv: list[str]) -> int:
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype: f16, bf16, q8_0, fp8 … (default: model's)")
     p.add_argument("--kv-cache-tokens", type=positive_int, help="a server's KV cache in tokens (vLLM's log line)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--chip", help="also predict TPOT, tok/s and TTFT for K = 1..4 and B = 1..64 on a chip from "
+                   "presets (spec figures × assumed efficiencies), or 'this' (this machine, from its probe)")
+    p.add_argument("--prompt", type=positive_int, default=128, help="prompt tokens for the prediction (default 128)")
+    p.add_argument("--output", type=positive_int, default=256, help="output tokens for the prediction (default 256)")
     args = p.parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
     from measure.core.plan import format_plan, plan
@@ -241,12 +246,70 @@ def plan_main(argv: list[str]) -> int:
         result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens)
     except (GuardError, EngineError, PresetError) as exc:
         fail(str(exc))
+    predictions = None
+    if args.chip:
+        predictions = _predictions(args)
     if args.json:
         import json
+        from dataclasses import asdict
 
+        if predictions:
+            result["predictions"] = [asdict(p) for p in predictions[2]]
         print(json.dumps(result, indent=2))
     else:
         print(format_plan(result, shape))
+        if predictions:
+            from measure.core.roofline import format_predictions
+
+            print()
+            print(format_predictions(*predictions[:2], predictions[2], args.prompt, args.output))
+    return 0
+
+
+def _predictions(args):
+    """(work, machine, rows) for plan --chip."""
+    from engines.base import EngineError
+    from engines.gguf_file import inspect_gguf
+    from measure.core import ceilings, work as W
+    from measure.core.roofline import Machine, prediction_table
+    from presets import PresetError, chip, model
+
+    try:
+        if args.config:
+            wm = W.from_config(args.config)
+        elif args.model:
+            wm = W.from_gguf(inspect_gguf(args.model))
+        else:
+            wm = W.from_preset(model(args.preset))
+        if args.chip == "this":
+            m = Machine.from_ceilings(ceilings.get(say=lambda t: print(t, file=sys.stderr)), wm)
+        else:
+            c = chip(args.chip)
+            if not c.bandwidth_gbps:
+                fail(f"chip {args.chip!r} has no verified bandwidth in presets; predict with a chip that has one")
+            m = Machine.from_chip(c)
+    except (EngineError, PresetError, ValueError, KeyError, OSError) as exc:
+        fail(str(exc))
+    return wm, m, prediction_table(wm, m, prompt_tokens=args.prompt, output_tokens=args.output)
+
+
+def probe_main(argv: list[str]) -> int:
+    p = OneLineParser(prog="inference-top probe", description="Measure this machine's ceilings (memory read "
+                      "bandwidth, the engine's decode and prefill rates); cached per machine. Seconds.")
+    p.add_argument("--rerun", action="store_true", help="measure again even when a result is cached")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    a = p.parse_args(argv)
+    from dataclasses import asdict
+
+    from measure.core import ceilings
+
+    c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
+    if a.json:
+        import json
+
+        print(json.dumps(asdict(c), indent=2))
+    else:
+        print(c.describe())
     return 0
 
 
@@ -295,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_replay(rec, a.speed)
     if argv and argv[0] == "report":
         return report_main(argv[1:])
+    if argv and argv[0] == "probe":
+        return probe_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)
     plan = _plan(args, default_max_tokens=128)

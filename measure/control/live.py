@@ -50,7 +50,7 @@ class LiveSettings:
 
 class LiveController:
     def __init__(self, source: LoadSource, workload: Workload, settings: LiveSettings, recorder=None,
-                 sys_probe=None, procs_probe=None, clock=None, watch_wall: bool = True):
+                 sys_probe=None, procs_probe=None, clock=None, watch_wall: bool = True, roofline=None):
         self.source = source
         self.caps = source.capabilities()
         self.workload = workload
@@ -68,9 +68,10 @@ class LiveController:
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
                                    self.caps.weight_bytes, settings.kv_bytes_per_token)
         self.wall = WallWatch(settings.brake) if watch_wall else None
+        self.roofline = roofline  # core/roofline.Roofline: predictions and the attainable line
         self.info = RunInfo(self.caps.engine, source.meta.model, self.caps.weight_bytes, settings.chip,
                             settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
-                            self.caps.endpoint)
+                            self.caps.endpoint, roofline.attainable_gbps if roofline else None)
         maxlen = int(settings.history_s * settings.sample_hz)
         self._history: deque[Point] = deque(maxlen=maxlen)
         self._markers: deque[tuple[float, str]] = deque(maxlen=64)
@@ -294,6 +295,18 @@ class LiveController:
         elif not self.wall.brake:
             self.log("warn", "--no-brake: the last step stays; lower K or B by hand")
 
+    def _predict(self, workers):
+        """The roofline's figures for the level now: its mode, K, B, the workers' threads, the prompts and
+        answers being served (the level's own records where there are some)."""
+        if self.roofline is None:
+            return None
+        with self._lock:
+            recent = self.stats.level_records()[-20:]
+        prompts = [r.prompt_tokens for r in recent if r.prompt_tokens]
+        prompt = round(sum(prompts) / len(prompts)) if prompts else 32
+        threads = next((w.threads for w in workers if w.threads and not w.state.gone), None)
+        return self.roofline.level(self.mode, self.k, self.b, threads, prompt, self.s.max_tokens)
+
     def state(self, workers: list[WorkerInfo]) -> str:
         if self.wall and self.wall.active(self._clock()):
             return "WALL"
@@ -318,8 +331,14 @@ class LiveController:
         W = self.caps.weight_bytes
         workers = self.source.workers()
         bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
-        # K instances share β; a batch of B reads the weights once per step for all B
-        pred = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps) if self.s.bandwidth_gbps and W else None
+        level = self._predict(workers)
+        if level is not None:
+            pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
+        elif self.s.bandwidth_gbps and W and self.mode == "instances":  # K instances share β
+            pred, pred_tps, pred_by = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps), None, "K·W/β"
+        else:
+            pred, pred_tps, pred_by = None, None, ""
+        attainable = self.roofline.attainable_gbps if self.roofline else None
         prev_sys = self._last_sys
         sysv = self._sys.sample()
         self._last_sys = sysv
@@ -338,14 +357,17 @@ class LiveController:
         numbers = Numbers(
             **request_numbers, level=self.stats.level_label, agg_tps=win.agg_tps, streams=len(win.tpots),
             concurrency=win.concurrency,
-            tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, bw_gbps=bw.gbps, bw_formula=bw.formula,
+            tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, predicted_tps=pred_tps, predicted_by=pred_by,
+            mbu=bw.gbps / attainable if bw.gbps is not None and attainable else None,
+            bw_gbps=bw.gbps, bw_formula=bw.formula,
             server_view=self.source.server_view(), workers_cpu_percent=cpu_sum,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
-            ceiling=ceiling(bw.gbps, self.s.bandwidth_gbps, cpu_sum, self._cores),
+            ceiling=ceiling(bw.gbps, self.s.bandwidth_gbps, cpu_sum, self._cores, attainable,
+                            level.binding if level else None),
         )
-        point = Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used)
+        point = Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps)
         self._history.append(point)
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again

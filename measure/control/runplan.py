@@ -93,6 +93,36 @@ class RunPlan:
             self.notes.append(f"no local tokenizer ({exc}): prompts go as text")
             return None
 
+    def work(self):
+        """The work model of the local model (core/work.py), or None (a server's model is not ours)."""
+        from measure.core import work as W
+
+        if self.remote or self.choice is None:
+            return None
+        try:
+            if self.engine == "mlx":
+                return W.from_config(self.choice.path / "config.json")
+            return W.from_gguf(self.choice.info, self.choice.kv_element_bytes)
+        except (ValueError, KeyError, OSError):
+            return None
+
+    def roofline(self, say: Callable[[str], None] = print):
+        """The predictor for the live view: this machine's probe (measured once, cached), the model's work.
+        The probe's engine rates are llama.cpp's: another engine gets the bandwidth ceiling only."""
+        from measure.core import ceilings
+        from measure.core.roofline import Machine, Roofline
+
+        work = self.work()
+        if work is None:
+            return None
+        c = ceilings.get(say=say)
+        if self.engine == "llama":
+            m = Machine.from_ceilings(c, work)
+        else:
+            m = Machine(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores,
+                        notes=(f"the probe's engine rates are llama.cpp's, not {self.engine}'s: bandwidth only",))
+        return Roofline(work, m, c.attainable_gbps)
+
     def live_settings(self, brake: bool = True) -> LiveSettings:
         return LiveSettings(max_tokens=self.max_tokens, rate=self.rate, users=self.users,
                             bandwidth_gbps=self.bandwidth_gbps, bandwidth_source=self.bandwidth_source,

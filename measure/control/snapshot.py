@@ -18,6 +18,7 @@ class RunInfo:
     bandwidth_source: str
     simulated: bool
     endpoint: str | None = None  # a remote engine's URL: the gauges then show this machine, not the server's
+    attainable_gbps: float | None = None  # measured by the probe: the second line on the bandwidth chart
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Point:
     bw_gbps: float | None
     mem_used: int
     swap_used: int
+    predicted_tps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Numbers:
     tpot_p50: float | None
     tpot_p90: float | None
     predicted_tpot: float | None
+    predicted_tps: float | None  # the roofline's aggregate tok/s at this level (None: no roofline)
+    predicted_by: str  # "roofline (binding: …)" | "K·W/β" | ""
+    mbu: float | None  # model bandwidth utilization: bytes moved per s ÷ attainable
     bw_gbps: float | None
     bw_formula: str
     ttft_p50: float | None

@@ -75,6 +75,9 @@ class LiveStats:
     def records(self) -> list[RequestRecord]:
         return list(self._all)
 
+    def level_records(self) -> list[RequestRecord]:
+        return list(self._records)
+
     def window(self, now_ns: int) -> Window:
         a = now_ns - int(self.window_s * NS)
         if self._tokens:

@@ -31,13 +31,22 @@ class WallHit:
     undo: Step | None  # the step the brake should undo, if any
 
 
-def ceiling(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int) -> str:
-    """Which wall the load is against: the chip's bandwidth, the CPU cores, or none yet."""
-    if bw_gbps is not None and beta_gbps and bw_gbps >= 0.8 * beta_gbps:
-        return f"memory bandwidth ({bw_gbps / beta_gbps:.0%} of spec)"
-    if workers_cpu_percent >= 90.0 * cores:
-        return f"CPU cores (workers busy on {workers_cpu_percent / 100:.1f} of {cores})"
-    return "none reached"
+def ceiling(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
+            attainable_gbps: float | None = None, predicted_binding: str | None = None) -> str:
+    """Which wall the load is against, with its share: memory bandwidth (of the attainable figure where the
+    probe measured one, else of spec), the CPU cores, compute (the roofline says so and the cores are not
+    the limit), or none yet with the headroom left."""
+    ref, ref_name = (attainable_gbps, "attainable") if attainable_gbps else (beta_gbps, "spec")
+    bw_share = bw_gbps / ref if bw_gbps is not None and ref else 0.0
+    cpu_share = workers_cpu_percent / 100.0 / cores if cores else 0.0
+    if bw_share >= 0.8:
+        return f"memory bandwidth ({bw_share:.0%} of {ref_name})"
+    if cpu_share >= 0.9:
+        return f"CPU cores ({workers_cpu_percent / 100:.1f} of {cores} busy)"
+    if predicted_binding == "compute" and cpu_share >= 0.45:
+        return f"compute (the roofline's binding ceiling; CPU {workers_cpu_percent / 100:.1f} of {cores})"
+    used = max(bw_share, cpu_share)
+    return f"none: {1 - used:.0%} headroom" if used else "none reached"
 
 
 class WallWatch:

@@ -138,7 +138,8 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     elif m.flops:
         t_cpu = work.flops_per_step(ctxs) / (m.flops / k)
         shares["compute"] = t_cpu
-        t_prefill = max(work.prefill_flops(prompt_tokens) / (m.flops / k), work.weight_bytes / (m.bandwidth_gbps * 1e9 / k))
+        t_prefill = max(b_eff * work.prefill_flops(prompt_tokens) / (m.flops / k),
+                        work.weight_bytes / (m.bandwidth_gbps * 1e9 / k))
     t_step = max(t_mem, t_cpu)
     binding = max(shares, key=shares.get)
     tpot = t_step
@@ -195,3 +196,46 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         seq = (p.tpot_s * rate - m.step_core_s * ctx_scale) / (p.b - 1)
         m = replace(m, seq_core_s=max(0.0, seq))
     return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",))
+
+
+def prediction_table(work: WorkModel, m: Machine, ks: Sequence[int] = (1, 2, 3, 4),
+                     bs: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), prompt_tokens: int = 128,
+                     output_tokens: int = 256) -> list[Prediction]:
+    return ([predict(work, m, "instances", k, 1, None, prompt_tokens, output_tokens) for k in ks]
+            + [predict(work, m, "batch", 1, b, None, prompt_tokens, output_tokens) for b in bs])
+
+
+def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], prompt_tokens: int,
+                       output_tokens: int) -> str:
+    lines = [f"predicted on {m.name}: {m.bandwidth_gbps:.0f} GB/s ({m.bandwidth_source})"
+             + (f", {m.flops / 1e12:.0f} TFLOP/s" if m.flops else "")
+             + (f", {m.cores} cores" if m.cores else ""),
+             *(f"  {n}" for n in m.notes),
+             f"work: {work.weight_bytes / 1e9:.2f} GB read per step ({work.note}), "
+             f"{work.flops_per_token(0) / 1e9:.1f} GFLOP per token; prompt {prompt_tokens}, output {output_tokens} tokens",
+             "",
+             f"{'mode':<9} {'K':>2} {'B':>3} {'TPOT':>9} {'tok/s/user':>10} {'tok/s all':>10} {'TTFT':>9} "
+             f"{'K×tok/s×W':>10}  binding"]
+    for p in rows:
+        lines.append(f"{p.mode:<9} {p.k:>2} {p.b:>3} {p.tpot_s * 1e3:>7.1f}ms {p.per_stream_tps:>10.1f} "
+                     f"{p.aggregate_tps:>10.1f} {p.ttft_s * 1e3:>7.0f}ms "
+                     f"{p.k * p.per_stream_tps * work.weight_bytes / 1e9:>7.0f}GB/s  "
+                     f"{p.wall(m.bandwidth_gbps, m.cores)}")
+    lines.append("K×tok/s×W: the bandwidth product of K instances; it pins near the bandwidth once one stream "
+                 "saturates it (seed 000).")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What the live view predicts with: the work, the machine, and the lines it draws."""
+
+    work: WorkModel
+    machine: Machine
+    attainable_gbps: float
+
+    def level(self, mode: str, k: int, b: int, threads: int | None, prompt_tokens: int,
+              output_tokens: int) -> Prediction | None:
+        if mode == "http":
+            return None
+        return predict(self.work, self.machine, mode, k, b, threads, prompt_tokens, output_tokens)
