@@ -105,15 +105,21 @@ def test_calibration_from_two_points():
 def test_probe_format_round_trips():
     c = Ceilings("host", "AMD EPYC", 2, 25_000_000_000, 0, {"1": 25.7, "2": 27.7},
                  {"model": "m", "weight_bytes": 246_587_904, "decode_tps": {"1": 56.0, "2": 80.0},
-                  "prefill_tps": 400.0, "batch_b": 4, "batch_steps_per_s": 40.0}, "now", 12.0)
+                  "prefill_tps": 400.0, "batch_steps_per_s": {"2": 40.0, "8": 20.0}}, "now", 12.0)
     assert c.attainable_gbps == 27.7 and c.decode_tps(2) == 80.0
     text = c.describe()
     assert "27.7 GB/s" in text and "1 thread 56.0, 2 threads 80.0 tok/s" in text
     again = Ceilings(**json.loads(json.dumps(c.__dict__)))
     assert again == c
     w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
+    c.engine["weight_bytes"] = w.weight_bytes  # the probe ran this very model: no rescaling by W
     m = Machine.from_ceilings(c, w)
     assert m.thread_speedup == {1: 1.0, 2: pytest.approx(80 / 56)} and m.bandwidth_gbps == 27.7
+    # batches ran on 2 threads (×80/56): B=2 25 ms → 35.7 core-ms, B=8 50 ms → 71.4 core-ms: 5.95 core-ms a
+    # sequence on a 23.8 core-ms base
+    sp = 80 / 56
+    assert m.seq_core_s == pytest.approx((0.050 - 0.025) * sp / 6)
+    assert m.step_core(8) == pytest.approx(0.050 * sp) and m.step_core(1) == pytest.approx(1 / 56)
 
 
 def test_wall_names_the_binding_ceiling_with_its_share():

@@ -157,7 +157,7 @@ def bench_main(argv: list[str]) -> int:
                       bandwidth_gbps=plan.bandwidth_gbps, cell_timeout_s=args.cell_timeout, out_dir=out,
                       contexts=args.contexts, ctx=plan.ctx,
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
-                      memory_budget=plan.memory_budget, force=plan.force)
+                      memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads)
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": argv, "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
         "reps": args.reps, "contexts": args.contexts}))
@@ -170,6 +170,7 @@ def bench_main(argv: list[str]) -> int:
 
     _sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
+    cfg.roofline = plan.roofline(say)
     if plan.remote:
         say(f"{plan.url}; records → {out}/records.jsonl")
     else:

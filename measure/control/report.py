@@ -173,6 +173,18 @@ def _series(ax, cells, x_key, group_key, y, yerr=None, label_prefix=""):
                             color="orange", ha="center")
 
 
+def _predicted_series(ax, cells, x_key, group_key, key):
+    """The roofline's prediction per cell as a dashed curve beside the measured one."""
+    groups: dict = {}
+    for c in _ok(cells):
+        if c.get("predicted_by") == "roofline" and c.get(key) is not None:
+            groups.setdefault(c.get(group_key), []).append(c)
+    for g, cs in sorted(groups.items(), key=lambda kv: kv[0] or 0):
+        cs.sort(key=lambda c: c[x_key])
+        ax.plot([c[x_key] for c in cs], [c[key] for c in cs], "--", alpha=0.8,
+                label=f"predicted {group_key.upper()}={g} (roofline)")
+
+
 def render(runs: list[Run], out: Path) -> list[Path]:
     try:
         import matplotlib
@@ -196,15 +208,19 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                           "output tok/s", x.upper())
         for ax, run in zip(axes, runs):
             _series(ax, run.cells, x, group, lambda c: c["output_throughput"], _per_rep_sd)
+            _predicted_series(ax, run.cells, x, group, "predicted_output_throughput")
             _mark_cells(ax, run.cells, lambda c, x=x: c[x], 0)
             ax.legend(fontsize=7)
         save(fig, f"throughput_vs_{x}.png")
 
-    fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, with predicted TPOT(K) = K·W/β", "median TPOT (ms)", "K")
+    fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, measured (points) and predicted (dashed)", "median TPOT (ms)",
+                      "K")
     for ax, run in zip(axes, runs):
         _series(ax, run.cells, "k", "b", lambda c: c["median_tpot_ms"])
         ks = sorted({c["k"] for c in run.cells})
-        if run.beta and run.weight_bytes and ks:
+        if any(c.get("predicted_by") == "roofline" for c in run.cells):
+            _predicted_series(ax, run.cells, "k", "b", "predicted_tpot_ms")
+        elif run.beta and run.weight_bytes and ks:
             ax.plot(ks, [M.predicted_tpot(k, run.weight_bytes, run.beta) * 1e3 for k in ks], "--", color="red",
                     label=f"predicted K·W/β, β={run.beta:g} GB/s")
         else:

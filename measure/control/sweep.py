@@ -10,7 +10,7 @@ from pathlib import Path
 
 from measure.core import metrics as M
 from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, detect_wall, engine_footprint
-from measure.core.probes import SystemProbe
+from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import CellStopped, LoadSource, SourceError
@@ -34,6 +34,8 @@ class SweepConfig:
     force: bool = False
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
     bandwidth_gbps: float | None = None
+    roofline: object | None = None  # core/roofline.Roofline: predicted columns and their errors
+    threads: int | None = None  # per worker (None: physical cores ÷ K)
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
     extra: dict = field(default_factory=dict)
@@ -41,7 +43,8 @@ class SweepConfig:
 
 def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes: int,
                  bandwidth_gbps: float | None = None, mode: str = "instances",
-                 kv_bytes_per_token: float | None = None) -> dict:
+                 kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
+                 max_tokens: int | None = None) -> dict:
     """One cell's figures, every one recomputable from its records with DESIGN section 4."""
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
@@ -71,7 +74,25 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     classes = ttft_by_class(records)
     if len(classes) > 1:
         out["ttft_by_class"] = classes
+    out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
+    if roofline is not None:
+        out.update(_predicted(records, roofline, mode, k, b, threads, max_tokens, out))
     return out
+
+
+def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell) -> dict:
+    """The roofline's TPOT and tok/s for this cell, and the error of each against the measurement."""
+    good = M.ok(records)
+    prompts = [r.prompt_tokens for r in good if r.prompt_tokens]
+    out_tokens = max_tokens or (round(M.mean([r.output_tokens for r in good])) if good else 128)
+    p = roofline.level(mode, k, b, threads, round(M.mean(prompts)) if prompts else 32, out_tokens)
+    if p is None:
+        return {}
+    err = lambda pred, meas: (pred - meas) / meas if meas else None  # noqa: E731
+    return {"predicted_by": "roofline", "predicted_tpot_ms": p.tpot_s * 1e3,
+            "predicted_output_throughput": p.aggregate_tps, "binding": p.binding,
+            "error_tpot": err(p.tpot_s * 1e3, cell["median_tpot_ms"]),
+            "error_output_throughput": err(p.aggregate_tps, cell["output_throughput"])}
 
 
 def _achieved(records) -> float | None:
@@ -213,7 +234,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                         fleet = new_fleet()
                     continue
                 cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
-                                    cfg.kv_bytes_per_token)
+                                    cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
+                                    cfg.max_tokens)
                 cell["context"] = context
                 cells.append(cell)
     add_scaling([c for c in cells if c["status"] == "ok"])
@@ -224,9 +246,17 @@ def _fmt(v, spec=".1f", none="—"):
     return none if v is None else format(v, spec)
 
 
+def _pred(c: dict) -> str:
+    if c.get("predicted_by") != "roofline":
+        return "—"
+    e1, e2 = c.get("error_tpot"), c.get("error_output_throughput")
+    return (f"{c['predicted_tpot_ms']:.1f}ms{'' if e1 is None else f' {e1:+.0%}'} "
+            f"{c['predicted_output_throughput']:.0f}{'' if e2 is None else f' {e2:+.0%}'}")
+
+
 def format_table(cells: list[dict]) -> str:
     head = (f"{'K':>3} {'B':>3} {'conc':>5} {'tok/s':>8} {'TPOT p50':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
-            f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6}  note")
+            f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6} {'predicted TPOT, tok/s':>24}  note")
     lines = [head, "-" * len(head)]
     for c in cells:
         if c["status"] != "ok":
@@ -245,13 +275,14 @@ def format_table(cells: list[dict]) -> str:
             f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms {_fmt(c['p99_ttft_ms'], '.0f'):>7}ms "
             f"{_fmt(c['rss_gb_sum'], '.2f'):>6}GB {_fmt(c['bandwidth_gbps'], '.2f'):>8} "
             f"{_fmt(c.get('scaling_vs_k1'), '.2f'):>6} {_fmt(c.get('scaling_vs_b1'), '.2f'):>6} "
-            f"{_fmt(c['cv'], '.3f'):>6}  {note.strip()}"
+            f"{_fmt(c['cv'], '.3f'):>6} {_pred(c):>24}  {note.strip()}"
         )
     lines.append("conc: achieved concurrency = Σ (done − started) ÷ wall time, the streams actually served; tok/s: "
                  "output tokens ÷ (first scheduled → last done), mean over reps;")
     lines.append("TTFT queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1);")
     lines.append(f"BW = {cells[0]['bandwidth_formula'] if cells else M.BANDWIDTH_FORMULA_INSTANCES}; "
-                 f"CV over reps, NOISY above {M.NOISY_CV:.2f}")
+                 f"CV over reps, NOISY above {M.NOISY_CV:.2f}; predicted: the roofline (inference-top probe), "
+                 "error = (predicted − measured) ÷ measured")
     return "\n".join(lines)
 
 

@@ -25,8 +25,8 @@ READ_BYTES = 64 * 1024 * 1024 * 4  # per process
 READ_S = 0.6
 DECODE_TOKENS = 40
 PREFILL_TOKENS = 128
-BATCH_B = 4
-PROBE_VERSION = 2
+BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
+PROBE_VERSION = 3
 
 
 @dataclass
@@ -59,9 +59,10 @@ class Ceilings:
         if e.get("decode_tps"):
             rates = ", ".join(f"{k} thread{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in
                               sorted(e["decode_tps"].items(), key=lambda kv: int(kv[0])))
+            batch = ", ".join(f"B={k} {v:.1f}" for k, v in sorted(e["batch_steps_per_s"].items(), key=lambda kv: int(kv[0])))
             out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
-                       f"token): {rates} tok/s; {e['batch_b']} streams in one context {e['batch_steps_per_s']:.1f} "
-                       f"steps/s; prefill {e['prefill_tps']:.0f} tok/s (all threads)")
+                       f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
+                       f"{e['prefill_tps']:.0f} tok/s (all threads)")
         out.append(f"measured {self.measured_at} in {self.seconds:.1f} s")
         return "\n".join(out)
 
@@ -149,16 +150,18 @@ def _engine_worker(model_path: str, cores: int, q) -> None:
         t0 = time.perf_counter_ns()
         first = next(iter(e.generate(prompt, 1, True)))[1]
         prefill = PREFILL_TOKENS / ((first - t0) / 1e9)
-        # B sequences decoded together in one context: the cost of the extra sequences of a step
-        b = e.batch(BATCH_B, 256)
-        for i in range(BATCH_B):
-            b.add(i, toks, DECODE_TOKENS + 4, True)
-        steps = []
-        while b.active():
-            steps.append(b.step()[0])
-        steady = steps[4:]  # past the prompts
-        q.put({"decode_tps": decode, "prefill_tps": prefill, "batch_b": BATCH_B,
-               "batch_steps_per_s": (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)})
+        # B sequences decoded together in one context: a step's fixed cost and each sequence's
+        b = e.batch(max(BATCH_BS), 256)
+        batch = {}
+        for n in BATCH_BS:
+            for i in range(n):
+                b.add(i, toks, DECODE_TOKENS // 2 + 4, True)
+            steps = []
+            while b.active():
+                steps.append(b.step()[0])
+            steady = steps[4:]  # past the prompts
+            batch[str(n)] = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
+        q.put({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch})
         e.close()
     except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
         q.put({"error": f"{type(exc).__name__}: {exc}"})

@@ -38,7 +38,10 @@ class Machine:
     bandwidth_source: str
     cores: int = 0  # a CPU engine's cores (0: not a CPU engine)
     step_core_s: float | None = None  # CPU: core-seconds of a B = 1 decode step of this model
-    seq_core_s: float = 0.0  # CPU: core-seconds each further sequence adds to a step
+    # CPU, B ≥ 2: llama.cpp multiplies a matrix by a matrix, not by a vector: a step costs
+    # batch_base_core_s + B × seq_core_s (fitted on the probe's two batch sizes)
+    batch_base_core_s: float | None = None
+    seq_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
     thread_speedup: dict = field(default_factory=dict)  # threads → speedup over 1 thread in one process
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
@@ -66,14 +69,23 @@ class Machine:
                        notes=("no engine rates in the probe: bandwidth ceiling only",))
         step1 = 1.0 / d[1]
         scale = work.weight_bytes / e["weight_bytes"] if e.get("weight_bytes") else 1.0  # another model: by W
-        seq = 0.0
-        if e.get("batch_steps_per_s") and e.get("batch_b", 1) > 1:
-            top = max(d)  # the batch ran with all threads: its step in one-thread core-seconds
-            step_b = (1.0 / e["batch_steps_per_s"]) * (d[top] / d[1])
-            seq = max(0.0, (step_b - step1) / (e["batch_b"] - 1))
+        top = max(d)  # batches and prefill ran with all threads: in one-thread core-seconds, × the speedup
+        base, seq = None, 0.0
+        bs = {int(k): (1.0 / v) * (d[top] / d[1]) for k, v in (e.get("batch_steps_per_s") or {}).items()}
+        if len(bs) >= 2:
+            lo, hi = min(bs), max(bs)
+            seq = max(0.0, (bs[hi] - bs[lo]) / (hi - lo))
+            base = max(0.0, bs[lo] - lo * seq)
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
-                   seq_core_s=seq * scale, prefill_core_s=(d[max(d)] / d[1]) / e["prefill_tps"] * scale,
+                   batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
+                   prefill_core_s=(d[top] / d[1]) / e["prefill_tps"] * scale,
                    thread_speedup={t: v / d[1] for t, v in d.items()})
+
+    def step_core(self, b: int) -> float:
+        """Core-seconds of one decode step of b sequences (one thread's worth)."""
+        if b <= 1 or self.batch_base_core_s is None:
+            return self.step_core_s + (b - 1) * self.seq_core_s
+        return self.batch_base_core_s + b * self.seq_core_s
 
     @classmethod
     def from_chip(cls, chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
@@ -131,7 +143,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         oversub = max(1.0, k * thr / m.cores)  # more threads than cores: each engine gets its share
         rate = m.speedup(thr) / oversub
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)  # attention grows the step
-        t_cpu = (m.step_core_s * ctx_scale + (b_eff - 1) * m.seq_core_s) / rate
+        t_cpu = m.step_core(b_eff) * ctx_scale / rate
         shares["cores" if oversub > 1 or k > 1 else "compute"] = t_cpu
         if m.prefill_core_s:  # B users of a closed loop arrive together: one engine prefills B prompts
             t_prefill = b_eff * prompt_tokens * m.prefill_core_s / rate
@@ -174,7 +186,8 @@ class Point:
 
 def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
     """At most two measured points: a B = 1 point rescales the per-step core cost (and the prefill cost
-    from its engine TTFT); a batch point then fixes what each further sequence adds."""
+    from its engine TTFT); a batch point rescales the batched step's cost (its fixed part and each
+    sequence's; without the probe's batch line, it fixes what each further sequence adds)."""
     if len(points) > 2:
         raise ValueError("calibrate takes at most two measured points")
     if not (m.cores and m.step_core_s):
@@ -193,8 +206,12 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
         ctx = p.prompt_tokens + p.output_tokens // 2
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
-        seq = (p.tpot_s * rate - m.step_core_s * ctx_scale) / (p.b - 1)
-        m = replace(m, seq_core_s=max(0.0, seq))
+        core = p.tpot_s * rate / ctx_scale
+        if m.batch_base_core_s is not None:
+            f = core / m.step_core(p.b)
+            m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
+        else:
+            m = replace(m, seq_core_s=max(0.0, (core - m.step_core_s) / (p.b - 1)))
     return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",))
 
 
