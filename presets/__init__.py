@@ -121,3 +121,55 @@ def model(key: str) -> ModelPreset:
     if key not in table:
         raise PresetError(f"unknown model preset {key!r}; known: {', '.join(sorted(table))}")
     return table[key]
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Bounds a request must meet (seconds; None: not bounded). See slos.toml for the presets' source."""
+
+    key: str
+    name: str
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    def describe(self) -> str:
+        parts = [f"{n} ≤ {v * 1e3:g} ms" for n, v in (("TTFT", self.ttft_s), ("TPOT", self.tpot_s),
+                                                    ("E2E", self.e2e_s)) if v is not None]
+        return f"{self.key}: " + ", ".join(parts)
+
+
+def _duration(text: str, what: str) -> float:
+    t = text.strip().lower()
+    for suffix, scale in (("ms", 1e-3), ("s", 1.0)):
+        if t.endswith(suffix):
+            t, unit = t[: -len(suffix)], scale
+            break
+    else:
+        unit = 1e-3  # a bare number is milliseconds
+    try:
+        v = float(t) * unit
+    except ValueError:
+        raise PresetError(f"bad {what} bound {text!r}: write e.g. {what}=450ms or {what}=2s") from None
+    if v <= 0:
+        raise PresetError(f"{what} bound {text!r} must be greater than 0")
+    return v
+
+
+def slo(spec: str) -> SLO:
+    """A preset (interactive, server) or bounds written out: ttft=450ms,tpot=40ms[,e2e=10s]."""
+    table = load("slos")
+    if spec in table:
+        d = table[spec]
+        ms = lambda k: d[k] / 1e3 if k in d else None  # noqa: E731
+        return SLO(spec, d["name"], ms("ttft_ms"), ms("tpot_ms"), ms("e2e_ms"))
+    if "=" not in spec:
+        raise PresetError(f"unknown SLO {spec!r}; known: {', '.join(sorted(table))}, or ttft=450ms,tpot=40ms[,e2e=10s]")
+    bounds = {}
+    for part in spec.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip().lower()
+        if key not in ("ttft", "tpot", "e2e"):
+            raise PresetError(f"bad SLO part {part!r}: the bounds are ttft, tpot and e2e (e.g. ttft=450ms)")
+        bounds[key + "_s"] = _duration(value, key)
+    return SLO(spec, "custom", **bounds)

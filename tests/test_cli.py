@@ -9,7 +9,6 @@ import time
 import psutil
 import pytest
 
-from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
 from measure.control.sweep import cell_summary
 

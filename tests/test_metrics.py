@@ -87,3 +87,46 @@ def test_summary_and_errors():
     assert M.rss_sum_bytes([A, B]) == 350  # one worker: its largest RSS
     A2 = rec(4, 0, 0, [1], 1, worker=2, rss=100)
     assert M.rss_sum_bytes([A, B, A2]) == 450
+
+
+def test_goodput_by_hand():
+    """Four requests over 10 s against TTFT ≤ 450 ms, TPOT ≤ 40 ms: A (TTFT 0.2 s, TPOT 30 ms) meets both; B (TTFT
+    0.5 s) misses TTFT; C (TPOT 50 ms) misses TPOT; D failed. Goodput = 1 request ÷ 10 s = 0.1 req/s, its 5 tokens
+    ÷ 10 s = 0.5 tok/s; attainment 1 of 4 = 25 %."""
+    import presets
+
+    def req(rid, sched, first, gap, n=5, error=None):
+        ts = [int((first + i * gap) * 1e9) for i in range(n)] if error is None else []
+        return RequestRecord(run_id="r", request_id=rid, mode="instances", engine="e", model="m", model_bytes=1,
+                             k=1, b=1, t_scheduled_ns=int(sched * 1e9), t_started_ns=int(sched * 1e9),
+                             t_first_token_ns=ts[0] if ts else None, t_done_ns=ts[-1] if ts else int(sched * 1e9),
+                             token_ns=ts, output_tokens=len(ts), error=error)
+
+    recs = [req(1, 0.0, 0.2, 0.030), req(2, 1.0, 1.5, 0.030), req(3, 2.0, 2.1, 0.050), req(4, 3.0, 0, 0, error="x")]
+    slo = presets.slo("interactive")
+    assert [M.meets_slo(r, slo) for r in recs] == [True, False, False, False]
+    g = M.goodput(recs, slo, 10.0)
+    assert (g.rps, g.tps, g.attainment, g.met, g.finished) == (0.1, 0.5, 0.25, 1, 4)
+    assert M.meets_slo(recs[1], presets.slo("server")) and M.meets_slo(recs[2], presets.slo("ttft=1s,e2e=1s"))
+
+
+def test_cost_arithmetic_by_hand(tmp_path):
+    """Rented at $2/h serving 500 tok/s: 1.8 Mtok an hour → $1.111 per Mtok. Owned: $3000 over 3 years (26,280 h)
+    = $0.114/h, + 100 W at $0.30/kWh = $0.03/h → $0.144/h; at 50 tok/s (0.18 Mtok/h) → $0.801/Mtok; 100 W at
+    50 tok/s = 2 J per token. A RAPL counter that rises 5,000,000 µJ in the interval reads as 5 J ÷ the interval."""
+    from measure.core.cost import Cost, PowerMeter, joules_per_token
+
+    assert Cost(price_per_hour=2.0).usd_per_mtok(500.0) == pytest.approx(2.0 / 1.8)
+    owned = Cost(hardware_cost=3000.0, lifetime_hours=3 * 8760, kwh_price=0.30)
+    assert owned.usd_per_hour(100.0) == pytest.approx(3000 / 26280 + 0.03)
+    assert owned.usd_per_mtok(50.0, 100.0) == pytest.approx((3000 / 26280 + 0.03) / 0.18)
+    assert joules_per_token(100.0, 50.0) == 2.0 and Cost().usd_per_mtok(50.0) is None
+    dom = tmp_path / "intel-rapl:0"
+    dom.mkdir()
+    (dom / "energy_uj").write_text("1000000")
+    meter = PowerMeter(root=str(tmp_path))
+    assert meter.source == "RAPL (intel-rapl:0)" and meter.sample() is None
+    (dom / "energy_uj").write_text("6000000")
+    w = meter.sample()
+    assert w is not None and w > 0  # 5 J over the (tiny) interval since the first reading
+    assert PowerMeter(fixed_watts=65.0, root=str(tmp_path / "none")).sample() == 65.0

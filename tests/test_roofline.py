@@ -129,6 +129,10 @@ def test_wall_names_the_binding_ceiling_with_its_share():
     assert ceiling(5.0, None, 190.0, 2, attainable_gbps=25.0) == "CPU cores (1.9 of 2 busy)"
     assert ceiling(10.0, None, 120.0, 2, 25.0, "compute").startswith("compute")
     assert ceiling(10.0, None, 60.0, 2, attainable_gbps=25.0) == "none: 60% headroom"
+    # llama_cpp.server decodes one request at a time: 4 streams asked, 1.0 decoding
+    assert ceiling(None, None, 5.0, 2, remote=True, streams_asked=4, streams_decoding=1.0).startswith(
+        "server queue (one request at a time")
+    assert ceiling(None, None, 5.0, 2, remote=True, streams_asked=4, streams_decoding=3.8).startswith("not measured")
 
 
 @pytest.mark.asyncio

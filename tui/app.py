@@ -24,10 +24,15 @@ KEYS = [
     ("m", "switch mode: instances (K engines, 1 stream each) / batch (B per engine)"),
     ("p", "pause / resume the load"),
     ("r", "reset the statistics (request figures count from now)"),
-    ("e", "export the current statistics to JSON"),
+    ("e", "export the current statistics (and the step table) to JSON"),
+    ("v", "switch the chart area: live time series / the step table and its Pareto chart"),
     ("?", "this help"),
     ("q", "quit (every worker stops)"),
 ]
+
+
+def _f(v, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
 
 
 def _err(measured: float | None, predicted: float | None) -> str:
@@ -55,6 +60,7 @@ REPLAY_KEYS = [
     ("> / <", "play faster / slower (×0.25 … ×64)"),
     ("→ / ←", "jump 10 s forward / back"),
     ("e", "export the statistics at this moment to JSON"),
+    ("v", "switch the chart area: time series / the step table and its Pareto chart"),
     ("?", "this help"),
     ("q", "quit"),
 ]
@@ -87,6 +93,7 @@ class InferenceTop(App):
         Binding("p", "pause", "pause"),
         Binding("r", "reset", "reset"),
         Binding("e", "export", "export"),
+        Binding("v", "view", "view"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
@@ -102,6 +109,7 @@ class InferenceTop(App):
         self._log_seen = 0
         self._last_numbers = None
         self._last_charts = None
+        self.steps_view = False
 
     def compose(self) -> ComposeResult:
         yield Panel(id="header")
@@ -110,6 +118,10 @@ class InferenceTop(App):
                 yield Chart("aggregate throughput", "tok/s", id="chart-tps")
                 yield Chart("per-stream TPOT: p50, p90; ─ predicted (roofline, or K·W/β)", "ms", id="chart-tpot")
                 yield Chart("bandwidth product (formula in the numbers panel)", "GB/s", id="chart-bw")
+            with Vertical(id="steps-view"):
+                yield Panel(id="steps")
+                yield Chart("Pareto: per-user tok/s vs aggregate tok/s, one point per settled level", "tok/s/user",
+                            id="chart-pareto")
             with Vertical(id="side"):
                 yield Panel(id="gauges")
                 yield Panel(id="numbers")
@@ -133,6 +145,8 @@ class InferenceTop(App):
         self.query_one("#header", Panel).set_text(self._render_header(snap))
         self.query_one("#gauges", Panel).set_text(self._render_gauges(snap))
         self.query_one("#numbers", Panel).set_text(self._render_numbers(snap))
+        if self.steps_view:
+            self.query_one("#steps", Panel).set_text(self._render_steps(snap))
         self._fill_workers(snap)
         self._append_log(snap)
 
@@ -141,6 +155,13 @@ class InferenceTop(App):
         if snap is None or snap.version == self._last_charts:
             return
         self._last_charts = snap.version
+        if self.steps_view:
+            rows = [r for r in snap.steps if r.settled and r.agg_tps and r.per_user_tps]
+            self.query_one("#chart-pareto", Chart).plot(
+                snap.version, [("settled levels", [r.agg_tps for r in rows], [r.per_user_tps for r in rows],
+                                "cyan", "line")],
+                x_range=(0.0, max([r.agg_tps for r in rows], default=1.0) * 1.1))
+            return
         hist = snap.history
         x1 = max(snap.t, 10.0)
         x0 = max(0.0, x1 - SPAN_S)
@@ -235,8 +256,16 @@ class InferenceTop(App):
         t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {fmt_ms(n.ttft_engine_p99)} (engine)\n")
         t.append(f"ITL p50 {fmt_ms(n.itl_p50)} · ")
         t.append(f"errors {n.errors}", "bold red" if n.errors else "")
+        if n.goodput_tps is not None:
+            t.append(f"\ngoodput {n.goodput_rps:.2f} req/s · {n.goodput_tps:.1f} tok/s · "
+                     f"{n.slo_attainment:.0%} in SLO ({self.c.s.slo.key})")
+        if n.watts is not None or n.usd_per_mtok is not None:
+            t.append("\n" + " · ".join(x for x in (
+                f"power {n.watts:.0f} W" if n.watts is not None else "",
+                f"{n.joules_per_token:.2f} J/token" if n.joules_per_token else "",
+                f"${n.usd_per_mtok:.2f}/Mtok" if n.usd_per_mtok is not None else "") if x))
         t.append("\nwall: ")
-        t.append(f"MEMORY — {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,
+        t.append(f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,
                  "bold white on red" if s.state == "WALL" else "bold")
         if n.footprint is None:
             v = n.server_view
@@ -313,6 +342,34 @@ class InferenceTop(App):
         except OSError as exc:
             self._refuse(f"export failed: {exc}")
 
+    def action_view(self) -> None:
+        """The chart area: live time series, or the step table and its Pareto chart."""
+        self.steps_view = not self.steps_view
+        self.query_one("#charts").display = not self.steps_view
+        self.query_one("#steps-view").display = self.steps_view
+        self._last_numbers = self._last_charts = None
+        self.refresh_numbers()
+        self.call_after_refresh(self.refresh_charts)
+
+    def _render_steps(self, s: Snapshot) -> Text:
+        t = Text()
+        slo = self.c.s.slo
+        t.append("step table: one row per K/B level once settled (≥ 5 s steady, ≥ 8 requests, tok/s CV < 0.10)",
+                 "bold")
+        t.append(f" · SLO {slo.describe()}\n" if slo else " · no SLO (--slo interactive) for goodput\n")
+        t.append(f"  {'level':<22} {'conc':>5} {'tok/s':>7} {'tok/s/user':>10} {'TPOT':>8} {'TTFT p50':>9} "
+                 f"{'p99':>8} {'goodput':>13} {'pred':>7} {'$/Mtok':>7}  wall\n", "bold")
+        for r in s.steps:
+            mark = "★ " if r.best else "  "
+            style = "bold green" if r.best else ("" if r.settled else "grey50")
+            good = (f"{r.goodput_tps:5.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
+                    is not None else "—")
+            t.append(f"{mark}{r.level:<22} {_f(r.concurrency, '.1f'):>5} {_f(r.agg_tps, '.1f'):>7} "
+                     f"{_f(r.per_user_tps, '.1f'):>10} {fmt_ms(r.tpot_p50):>8} {fmt_ms(r.ttft_p50):>9} "
+                     f"{fmt_ms(r.ttft_p99):>8} {good:>13} {_f(r.predicted_tps, '.0f'):>7} "
+                     f"{_f(r.usd_per_mtok, '.2f'):>7}  {r.wall if r.settled else r.progress}\n", style)
+        return t
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.HELP_KEYS))
 
@@ -333,6 +390,7 @@ class ReplayApp(InferenceTop):
         Binding("right", "seek(10)", "+10 s"),
         Binding("left", "seek(-10)", "−10 s"),
         Binding("e", "export", "export"),
+        Binding("v", "view", "view"),
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]

@@ -92,6 +92,14 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
                    "physical memory (0.85, the default) or a size: 20G or 20GB = 20×10⁹ bytes (decimal, as shown "
                    "on screen), 20GiB = 20×2³⁰ bytes")
     p.add_argument("--force", action="store_true", help="go ahead with steps over the memory budget")
+    p.add_argument("--slo", help="service-level objective for goodput: interactive (TTFT 450 ms, TPOT 40 ms), "
+                   "server (2 s, 200 ms) — MLPerf's LLM scenarios — or ttft=450ms,tpot=40ms[,e2e=10s]")
+    p.add_argument("--watts", type=positive_float, help="power draw to assume where no meter reads one (W)")
+    p.add_argument("--price-per-hour", type=positive_float, help="rented hardware: $ per hour")
+    p.add_argument("--hardware-cost", type=positive_float, help="owned hardware: its price in $ (with --lifetime)")
+    p.add_argument("--lifetime", type=positive_float, help="owned hardware: hours of service to spread its price "
+                   "over (3 years = 26280)")
+    p.add_argument("--kwh-price", type=positive_float, help="electricity: $ per kWh (owned hardware)")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -110,6 +118,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--reps", type=positive_int, default=1, help="repetitions per cell (CV across them)")
     bench.add_argument("--out", help="output folder (default ./out/bench-YYYYmmdd-HHMMSS)")
     bench.add_argument("--cell-timeout", type=positive_float, default=1800.0, help="seconds per rep before giving up")
+    bench.add_argument("--find", choices=["users", "rate", "b"], help="find the knee: ramp concurrent users (one "
+                       "engine batching up to --max-b), the open-loop rate, or B, doubling then bisecting, until "
+                       "fewer than --target of requests meet --slo (default interactive) or a wall stops it")
+    bench.add_argument("--target", type=positive_float, default=0.9, help="--find: the SLO attainment a level "
+                       "needs (default 0.9)")
     bench.add_argument("--contexts", type=int_list, help="rows of context lengths: a synthetic prompt of "
                        "context − max_tokens tokens per request")
     return dash, bench
@@ -145,7 +158,13 @@ def bench_main(argv: list[str]) -> int:
 
     plan = _plan(args, default_max_tokens=256)
     most = (1 if plan.remote else max(plan.ks)) * max(plan.bs or [1])
-    if args.requests < most and not args.force and not args.rate:
+    if args.find and not 0 < args.target <= 1:
+        fail(f"--target {args.target:g} must be a share of requests in (0, 1], e.g. 0.9")
+    if args.find and plan.slo is None:
+        from presets import slo
+
+        plan.slo = slo("interactive")
+    if args.requests < most and not args.force and not args.rate and not args.find:
         fail(f"--requests {args.requests} is fewer than K × B = {most}: the largest cell could never run "
              f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
              "with its achieved concurrency)")
@@ -157,7 +176,8 @@ def bench_main(argv: list[str]) -> int:
                       bandwidth_gbps=plan.bandwidth_gbps, cell_timeout_s=args.cell_timeout, out_dir=out,
                       contexts=args.contexts, ctx=plan.ctx,
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
-                      memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads)
+                      memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
+                      max_b=plan.max_b)
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": argv, "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
         "reps": args.reps, "contexts": args.contexts}))
@@ -181,6 +201,8 @@ def bench_main(argv: list[str]) -> int:
     source = None
     try:
         source = new_source()
+        if args.find:
+            return find_main(args, plan, cfg, source, out, say)
         cells, _, source = run_sweep(source, plan.workload, cfg, say, new_fleet=None if plan.remote else new_source)
     except SourceError as exc:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
@@ -191,6 +213,44 @@ def bench_main(argv: list[str]) -> int:
             source.close()
         recorder.close()
     return finish_bench(out, cells, say)
+
+
+def find_main(args, plan, cfg, source, out: Path, say) -> int:
+    """bench --find: the knee in one sentence, the levels it measured in summary.json."""
+    import json
+
+    from measure.control.knee import find_knee, measure_levels
+    from measure.control.sweep import format_table
+
+    if args.find == "users" and not plan.remote:
+        cfg.mode = "batch"  # concurrent users, served the way a server serves them: batched in one engine
+    cfg.cell_timeout_s = min(cfg.cell_timeout_s, 300.0)  # every step bounded
+    run = measure_levels(source, plan.workload, args.find, cfg, say, k=1 if plan.remote else plan.ks[0],
+                         target=args.target)
+    start = args.rate or (0.5 if args.find == "rate" else 1)
+    knee = find_knee(lambda lv: run(lv), args.find, start=start, limit=4096 if args.find == "rate" else 256)
+    wall = None
+    last = knee.failed or knee.passed
+    if last and last.cell.get("binding") and cfg.roofline is not None:
+        wall = {"cores": "the CPU cores", "compute": "compute", "bandwidth": "memory bandwidth"}.get(
+            last.cell["binding"], last.cell["binding"])
+    if last and last.stop in ("wall", "refused"):
+        wall = "memory capacity" if last.stop == "wall" else "the memory budget"
+    sentence = knee.sentence(plan.slo.key, wall)
+    cells = [dict(st.cell, level=st.level, within_slo=st.ok, verdict=st.why) for st in knee.steps if st.cell]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(cells, indent=2))
+    (out / "knee.json").write_text(json.dumps({
+        "find": args.find, "slo": plan.slo.describe(), "target": args.target, "sentence": sentence,
+        "knee": knee.passed.level if knee.passed else None, "first_out": knee.failed.level if knee.failed else None,
+        "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why} for st in knee.steps]},
+        indent=2))
+    if cells:
+        say("")
+        say(format_table(cells))
+    say(f"\n{sentence}")
+    say(f"wrote {out}/records.jsonl, {out}/summary.json, {out}/knee.json")
+    return 0
 
 
 def finish_bench(out: Path, cells: list[dict], say) -> int:
@@ -223,6 +283,8 @@ def plan_main(argv: list[str]) -> int:
                    "presets (spec figures × assumed efficiencies), or 'this' (this machine, from its probe)")
     p.add_argument("--prompt", type=positive_int, default=128, help="prompt tokens for the prediction (default 128)")
     p.add_argument("--output", type=positive_int, default=256, help="output tokens for the prediction (default 256)")
+    p.add_argument("--slo", help="with --users and --chip: size for this SLO (interactive, server, or "
+                   "ttft=450ms,tpot=40ms)")
     args = p.parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
     from measure.core.plan import format_plan, plan
@@ -243,7 +305,7 @@ def plan_main(argv: list[str]) -> int:
         else:
             shape = shape_from_preset(args.preset)
         dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
-        memory = parse_size(args.memory) if args.memory else total_memory_bytes()
+        memory = parse_size(args.memory) if args.memory else _chip_memory(args.chip) or total_memory_bytes()
         result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens)
     except (GuardError, EngineError, PresetError) as exc:
         fail(str(exc))
@@ -264,7 +326,68 @@ def plan_main(argv: list[str]) -> int:
 
             print()
             print(format_predictions(*predictions[:2], predictions[2], args.prompt, args.output))
+            if args.users:
+                print()
+                print(_size_for_users(args, result, *predictions[:2]))
     return 0
+
+
+def _chip_memory(key: str | None) -> int | None:
+    """The largest memory a preset chip comes with (plan --chip without --memory)."""
+    if not key or key == "this":
+        return None
+    from presets import PresetError, chip
+
+    try:
+        c = chip(key)
+    except PresetError:
+        return None
+    return int(max(c.memory_gb) * 1e9) if c.memory_gb else None
+
+
+def _size_for_users(args, result: dict, work, machine) -> str:
+    """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
+    per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
+    from measure.core.roofline import predict
+    from measure.core.units import fmt_bytes_iec
+    from presets import PresetError, slo as preset_slo
+
+    try:
+        target = preset_slo(args.slo) if args.slo else None
+    except PresetError as exc:
+        fail(f"--slo: {exc}")
+    ctx = max(args.context)
+    per_req = ctx * result["kv_bytes_per_token"]
+    fixed = result["weights"] + result["overhead"]
+    budget = result["budget"]
+
+    def verdict(users: int):
+        p = predict(work, machine, "batch", 1, users, None, args.prompt, args.output, context=ctx)
+        need = fixed + users * per_req
+        ok_mem = need <= budget
+        ok_slo = target is None or ((target.tpot_s is None or p.tpot_s <= target.tpot_s)
+                                    and (target.ttft_s is None or p.ttft_s <= target.ttft_s))
+        return p, need, ok_mem, ok_slo
+
+    p, need, ok_mem, ok_slo = verdict(args.users)
+    lines = [f"{args.users} users, {ctx:,} tokens each: KV {fmt_bytes_iec(args.users * per_req)} "
+             f"({fmt_bytes_iec(per_req)} a request) + weights and runtime {fmt_bytes_iec(fixed)} = "
+             f"{fmt_bytes_iec(need)} needed; budget {fmt_bytes_iec(budget)}: " + ("fits" if ok_mem else "does NOT fit"),
+             f"all {args.users} in one engine (B = {args.users}) on {machine.name}: {p.per_stream_tps:.1f} tok/s per "
+             f"user, TPOT {p.tpot_s * 1e3:.1f} ms, TTFT ≈ {p.ttft_s:.2f} s when all {args.users} arrive at once "
+             f"(the p99 of a burst; binding: {p.binding})"
+             + (f" → {'within' if ok_slo else 'OUTSIDE'} {target.key}" if target else "")]
+    for m in range(1, args.users + 1):
+        share = -(-args.users // m)
+        pm, need_m, mem_ok, slo_ok = verdict(share)
+        if mem_ok and slo_ok:
+            lines.append(f"machines of this kind (or server instances): {m}, {share} users each "
+                         f"({fmt_bytes_iec(need_m)}, {pm.per_stream_tps:.1f} tok/s per user, TPOT "
+                         f"{pm.tpot_s * 1e3:.1f} ms, TTFT ≈ {pm.ttft_s:.2f} s)")
+            break
+    else:
+        lines.append("machines of this kind: none serves even one user within the bounds at this context")
+    return "\n".join(lines)
 
 
 def _predictions(args):

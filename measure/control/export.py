@@ -22,6 +22,7 @@ def export(snap: Snapshot, info: RunInfo, records: list[RequestRecord], window_s
         "chip": info.chip, "bandwidth_gbps": info.bandwidth_gbps, "window_s": window_s,
         "numbers": asdict(snap.numbers), "summary_since_reset": M.summarize(records),
         "levels": levels or [],  # the K/B/mode levels visited, each with its own request figures
+        "steps": [r.to_dict() for r in snap.steps],  # the step table: settled rows, best marked
         "workers": [asdict(w) for w in snap.workers],
         "history": [asdict(p) for p in snap.history],
         "markers": list(snap.markers),

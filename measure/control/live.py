@@ -12,13 +12,15 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from measure.control.admission import Admission
 from measure.control.export import export
 from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
 from measure.control.stats import LiveStats
+from measure.control.steps import StepTable
+from measure.core.cost import Cost, PowerMeter, joules_per_token
 from measure.control.wall import Step, WallWatch, ceiling
 from measure.core import metrics as M
 from measure.core.probes import ProcessProbe, SystemProbe, SystemSample, physical_cores, total_memory_bytes
@@ -46,6 +48,9 @@ class LiveSettings:
     ctx: int = 2048
     force: bool = False
     brake: bool = True
+    # goodput and the cost of a token
+    slo: object | None = None  # presets.SLO
+    cost: object | None = None  # core/cost.Cost
 
 
 class LiveController:
@@ -68,6 +73,10 @@ class LiveController:
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
                                    self.caps.weight_bytes, settings.kv_bytes_per_token)
         self.wall = WallWatch(settings.brake) if watch_wall else None
+        self.cost = settings.cost or Cost()
+        self.power = PowerMeter(self.cost.watts) if watch_wall else None  # a replay has no meter to read
+        self.steps = StepTable(settings.slo, self.cost)
+        self._rows_written = 0
         self.roofline = roofline  # core/roofline.Roofline: predictions and the attainable line
         self.info = RunInfo(self.caps.engine, source.meta.model, self.caps.weight_bytes, settings.chip,
                             settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
@@ -365,8 +374,26 @@ class LiveController:
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
             ceiling=ceiling(bw.gbps, self.s.bandwidth_gbps, cpu_sum, self._cores, attainable,
-                            level.binding if level else None),
+                            level.binding if level else None, not self.caps.local, self.k * self.b,
+                            win.concurrency),
         )
+        watts = self.power.sample() if self.power else None
+        with self._lock:
+            level_recs = self.stats.level_records()
+            level_start = self.stats.level_start_ns
+        row = self.steps.tick(self.stats.level_label, self.mode, self.k, self.b, level_start, now,
+                              self.state(workers) == "steady", level_recs, win.agg_tps, win.concurrency,
+                              sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts)
+        numbers = replace(numbers, goodput_rps=row.goodput_rps, goodput_tps=row.goodput_tps,
+                          slo_attainment=row.attainment, watts=watts,
+                          joules_per_token=joules_per_token(watts, win.agg_tps),
+                          usd_per_mtok=self.cost.usd_per_mtok(win.agg_tps, watts))
+        table = tuple(self.steps.table())
+        if self.recorder:
+            while self._rows_written < len(self.steps.rows):  # a level left behind, settled: its row
+                self.recorder.write({"kind": "step_row", "t_ns": now,
+                                     **self.steps.rows[self._rows_written].to_dict()})
+                self._rows_written += 1
         point = Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps)
         self._history.append(point)
         state = state or self.state(workers)
@@ -384,6 +411,7 @@ class LiveController:
                 users=f"{self.s.rate:g}/s" if self.s.rate else str(self.users()), paused=self.paused,
                 simulated=self.caps.simulated, workers=rows, numbers=numbers, system=sysv,
                 rss_sum=rss_sum, history=tuple(self._history), markers=tuple(self._markers), log=tuple(self._log),
+                steps=table,
             )
             self._snapshot = snap
         return snap

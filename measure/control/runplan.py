@@ -16,7 +16,9 @@ from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import fmt_gb
 from measure.core.workload import PrefixCache
 from measure.sources.base import LoadSource
+from measure.core.cost import Cost
 from presets import PresetError, Workload, chip, workload
+from presets import slo as preset_slo
 
 
 class StartError(ValueError):
@@ -51,6 +53,8 @@ class RunPlan:
     model_name: str | None = None  # http: --model, the name the server knows
     prefix_cache: PrefixCache = PrefixCache()
     tokenizer: str | None = None  # http: a GGUF whose tokenizer makes the prompt ids, where the server agrees
+    slo: object | None = None  # presets.SLO
+    cost: object | None = None  # core/cost.Cost
     notes: list[str] = field(default_factory=list)  # lines to log at start
 
     @property
@@ -128,11 +132,14 @@ class RunPlan:
                             bandwidth_gbps=self.bandwidth_gbps, bandwidth_source=self.bandwidth_source,
                             chip=self.chip, ignore_eos=self.ignore_eos, memory_budget=self.memory_budget,
                             kv_bytes_per_token=self.choice.kv_bytes_per_token() if self.choice else None,
-                            ctx=self.ctx, force=self.force, brake=brake and not self.remote)
+                            ctx=self.ctx, force=self.force, brake=brake and not self.remote, slo=self.slo,
+                            cost=self.cost)
 
     def header(self, extra: dict) -> dict:
         """The first line of every records file and recording: environment, engine settings, model, plan."""
         common = {"workload": self.workload.key, "chip": self.chip, "bandwidth_gbps": self.bandwidth_gbps,
+                  "slo": self.slo.describe() if self.slo else None,
+                  "cost": self.cost.describe() if self.cost and self.cost.set else None,
                   "bandwidth_source": self.bandwidth_source, "rate": self.rate, "ignore_eos": self.ignore_eos,
                   "max_tokens": self.max_tokens, **extra}
         if self.remote:  # the key's variable name only, never the key
@@ -208,9 +215,18 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
                          "give contexts above max_tokens")
     ctx = max([args.ctx, *contexts])
     budget, budget_src = resolve_budget(args.memory_budget)
+    try:
+        slo = preset_slo(args.slo) if args.slo else None
+    except PresetError as exc:
+        raise StartError(f"--slo: {exc}") from None
+    if (args.hardware_cost is None) != (args.lifetime is None):
+        raise StartError("--hardware-cost and --lifetime go together (the price spread over the hours of service)")
+    if args.price_per_hour is not None and args.hardware_cost is not None:
+        raise StartError("give --price-per-hour (rented) or --hardware-cost with --lifetime (owned), not both")
+    cost = Cost(args.price_per_hour, args.hardware_cost, args.lifetime, args.kwh_price, args.watts)
     common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
-                  force=args.force, memory_budget=budget, memory_budget_source=budget_src)
+                  force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost)
     if args.engine == "http":
         url = check_url(args.url)
         try:

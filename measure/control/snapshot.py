@@ -76,6 +76,12 @@ class Numbers:
     budget: int | None
     wall: str | None
     ceiling: str
+    goodput_rps: float | None = None  # the level's requests that met every SLO bound, per second
+    goodput_tps: float | None = None
+    slo_attainment: float | None = None
+    watts: float | None = None
+    joules_per_token: float | None = None
+    usd_per_mtok: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,3 +102,4 @@ class Snapshot:
     history: tuple[Point, ...]
     markers: tuple[tuple[float, str], ...]
     log: tuple[tuple[int, float, str, str], ...]  # (seq, t, level, text)
+    steps: tuple = ()  # control/steps.StepRow: the levels visited, settled or settling

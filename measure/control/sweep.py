@@ -35,6 +35,8 @@ class SweepConfig:
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
     bandwidth_gbps: float | None = None
     roofline: object | None = None  # core/roofline.Roofline: predicted columns and their errors
+    slo: object | None = None  # presets.SLO: goodput per cell
+    max_b: int = 16  # sequences one engine batches at most (bench --find users)
     threads: int | None = None  # per worker (None: physical cores ÷ K)
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
@@ -44,7 +46,7 @@ class SweepConfig:
 def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes: int,
                  bandwidth_gbps: float | None = None, mode: str = "instances",
                  kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
-                 max_tokens: int | None = None) -> dict:
+                 max_tokens: int | None = None, slo=None) -> dict:
     """One cell's figures, every one recomputable from its records with DESIGN section 4."""
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
@@ -75,6 +77,12 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if len(classes) > 1:
         out["ttft_by_class"] = classes
     out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
+    if slo is not None:
+        spans = [M.run_span_ns([r for r in records if r.rep == rep]) for rep in reps]
+        secs = sum((e - a) / 1e9 for a, e in (x for x in spans if x))
+        g = M.goodput(records, slo, secs)
+        out.update({"slo": slo.describe(), "goodput_rps": g.rps if g else None, "goodput_tps": g.tps if g else None,
+                    "slo_attainment": g.attainment if g else None})
     if roofline is not None:
         out.update(_predicted(records, roofline, mode, k, b, threads, max_tokens, out))
     return out
@@ -235,7 +243,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     continue
                 cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
                                     cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
-                                    cfg.max_tokens)
+                                    cfg.max_tokens, cfg.slo)
                 cell["context"] = context
                 cells.append(cell)
     add_scaling([c for c in cells if c["status"] == "ok"])
@@ -270,6 +278,8 @@ def format_table(cells: list[dict]) -> str:
             note += f" context {c['context']}"
         if c["errors"]:
             note += f" {c['errors']} errors"
+        if c.get("goodput_tps") is not None:
+            note += f" goodput {c['goodput_tps']:.1f} tok/s ({c['slo_attainment']:.0%} in SLO)"
         lines.append(
             f"{c['k']:>3} {c['b']:>3} {_fmt(c.get('achieved_concurrency'), '.2f'):>5} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
             f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms {_fmt(c['p99_ttft_ms'], '.0f'):>7}ms "

@@ -32,10 +32,15 @@ class WallHit:
 
 
 def ceiling(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
-            attainable_gbps: float | None = None, predicted_binding: str | None = None) -> str:
+            attainable_gbps: float | None = None, predicted_binding: str | None = None,
+            remote: bool = False, streams_asked: int = 1, streams_decoding: float = 0.0) -> str:
     """Which wall the load is against, with its share: memory bandwidth (of the attainable figure where the
     probe measured one, else of spec), the CPU cores, compute (the roofline says so and the cores are not
     the limit), or none yet with the headroom left."""
+    if remote:  # the server's ceilings are not measured here; its queue shows in the streams it decodes
+        if streams_asked > 1 and 0 < streams_decoding <= 1.2:
+            return f"server queue (one request at a time: {streams_decoding:.1f} of {streams_asked} streams decode)"
+        return "not measured here (the server's machine)"
     ref, ref_name = (attainable_gbps, "attainable") if attainable_gbps else (beta_gbps, "spec")
     bw_share = bw_gbps / ref if bw_gbps is not None and ref else 0.0
     cpu_share = workers_cpu_percent / 100.0 / cores if cores else 0.0

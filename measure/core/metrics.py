@@ -115,6 +115,38 @@ def achieved_concurrency(records: Iterable[RequestRecord], a_ns: int, b_ns: int)
     return busy / (b_ns - a_ns)
 
 
+def meets_slo(r: RequestRecord, slo) -> bool:
+    """Every bound the SLO sets holds for this request (a failed request meets none; TPOT of a one-token
+    answer is not bounded)."""
+    if r.error is not None or r.t_first_token_ns is None:
+        return False
+    if slo.ttft_s is not None and ttft(r) > slo.ttft_s:
+        return False
+    tp = tpot(r)
+    if slo.tpot_s is not None and tp is not None and tp > slo.tpot_s:
+        return False
+    return not (slo.e2e_s is not None and e2e(r) > slo.e2e_s)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    rps: float  # requests per second that met every bound
+    tps: float  # their output tokens per second
+    attainment: float  # share of finished requests that met every bound
+    met: int
+    finished: int
+
+
+def goodput(records: Sequence[RequestRecord], slo, span_s: float) -> Goodput | None:
+    """DESIGN section 4: requests (and their tokens) that met the SLO, per second of `span_s`."""
+    finished = [r for r in records if r.t_done_ns is not None]
+    if not finished or span_s <= 0:
+        return None
+    met = [r for r in finished if meets_slo(r, slo)]
+    return Goodput(len(met) / span_s, sum(r.output_tokens for r in met) / span_s, len(met) / len(finished),
+                   len(met), len(finished))
+
+
 def run_span_ns(records: Sequence[RequestRecord]) -> tuple[int, int] | None:
     """A run's span: first scheduled → last done, over every request that has both."""
     starts = [r.t_scheduled_ns for r in records]

@@ -93,7 +93,7 @@ class Machine:
         """A chip from presets: spec bandwidth and FLOP/s × the assumed efficiencies (said in `notes`)."""
         notes = [f"bandwidth {chip.bandwidth_gbps:g} GB/s spec × {bw_efficiency:g} (assumed efficiency)"]
         flops = None
-        if getattr(chip, "fp16_tflops", None):
+        if chip.fp16_tflops:
             flops = chip.fp16_tflops * 1e12 * flop_efficiency
             notes.append(f"compute {chip.fp16_tflops:g} TFLOP/s FP16 spec × {flop_efficiency:g} (assumed)")
         else:

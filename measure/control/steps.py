@@ -1,0 +1,111 @@
+"""The live step table: each K/B level the user visits becomes a row once it has settled.
+
+Settled, the stated rule: the level has run at least `SETTLE_AFTER_S` (one window: the 5 s tok/s window then
+holds only this level's tokens) with every worker ready, at least `SETTLE_REQUESTS` of its own requests have
+finished, and the last `SETTLE_SAMPLES` readings of aggregate tok/s (2 Hz) vary by less than `SETTLE_CV`
+(stdev ÷ mean). Until then the row says what it waits for. A row's tok/s and achieved concurrency are the
+means of its settled readings; TPOT, TTFT and goodput come from the level's own requests.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from measure.core import metrics as M
+from measure.core.units import NS
+
+SETTLE_AFTER_S = 5.0
+SETTLE_REQUESTS = 8
+SETTLE_SAMPLES = 10
+SETTLE_CV = 0.10
+
+
+@dataclass(frozen=True)
+class StepRow:
+    level: str
+    mode: str
+    k: int
+    b: int
+    settled: bool
+    progress: str  # "settled", or what it still waits for
+    concurrency: float | None
+    agg_tps: float | None
+    per_user_tps: float | None  # 1 ÷ TPOT p50
+    tpot_p50: float | None
+    ttft_p50: float | None
+    ttft_p99: float | None
+    requests: int
+    goodput_rps: float | None
+    goodput_tps: float | None
+    attainment: float | None
+    mem_used: int | None
+    bw_gbps: float | None
+    predicted_tps: float | None
+    wall: str
+    watts: float | None = None
+    usd_per_mtok: float | None = None
+    best: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class StepTable:
+    def __init__(self, slo=None, cost=None):
+        self.slo = slo
+        self.cost = cost  # core/cost.Cost or None
+        self.rows: list[StepRow] = []  # levels left behind that settled
+        self._label = None
+        self._start = 0
+        self._samples: list[tuple[float, float]] = []  # (tok/s, concurrency) once the level may settle
+        self.current: StepRow | None = None
+
+    def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
+             records, agg_tps: float, concurrency: float, mem_used: int | None, bw_gbps: float | None,
+             predicted_tps: float | None, wall: str, watts: float | None = None) -> StepRow:
+        if label != self._label:
+            if self.current is not None and self.current.settled:
+                self.rows.append(self.current)
+            self._label, self._start, self._samples = label, level_start_ns, []
+        age = (now_ns - level_start_ns) / NS
+        if steady and age >= SETTLE_AFTER_S:
+            self._samples.append((agg_tps, concurrency))
+        recent = self._samples[-SETTLE_SAMPLES:]
+        tps = [s[0] for s in recent]
+        cv = M.cv(tps) if len(tps) >= 2 else None
+        good = M.ok(records)
+        waits = []
+        if age < SETTLE_AFTER_S or not steady:
+            waits.append(f"{max(0.0, SETTLE_AFTER_S - age):.0f} s of warmup")
+        if len(good) < SETTLE_REQUESTS:
+            waits.append(f"{len(good)}/{SETTLE_REQUESTS} requests")
+        if len(recent) < SETTLE_SAMPLES:
+            waits.append(f"{len(recent)}/{SETTLE_SAMPLES} readings")
+        elif cv is None or cv >= SETTLE_CV:
+            waits.append(f"tok/s CV {cv:.2f} ≥ {SETTLE_CV:.2f}")
+        settled = not waits
+        tpots = [t for t in (M.tpot(r) for r in good) if t is not None]
+        ttfts = [M.ttft(r) for r in good]
+        p50 = M.percentile(tpots, 50)
+        span = max(1e-9, (now_ns - level_start_ns) / NS)
+        g = M.goodput(records, self.slo, span) if self.slo else None
+        agg = statistics.fmean(tps) if tps else agg_tps
+        usd = self.cost.usd_per_mtok(agg, watts) if self.cost and agg else None
+        self.current = StepRow(
+            label, mode, k, b, settled, "settled" if settled else "settling: " + ", ".join(waits),
+            statistics.fmean(s[1] for s in recent) if recent else concurrency, agg,
+            1 / p50 if p50 else None, p50, M.percentile(ttfts, 50), M.percentile(ttfts, 99), len(good),
+            g.rps if g else None, g.tps if g else None, g.attainment if g else None, mem_used, bw_gbps,
+            predicted_tps, wall, watts, usd)
+        return self.current
+
+    def table(self) -> list[StepRow]:
+        """The settled rows and the current level's, the best marked: the most goodput where an SLO is set,
+        else the most aggregate tok/s."""
+        rows = list(self.rows) + ([self.current] if self.current else [])
+        settled = [r for r in rows if r.settled]
+        if settled:
+            key = (lambda r: r.goodput_tps or 0.0) if self.slo else (lambda r: r.agg_tps or 0.0)
+            best = max(settled, key=key)
+            rows = [StepRow(**{**r.to_dict(), "best": r is best}) for r in rows]
+        return rows

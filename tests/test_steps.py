@@ -1,0 +1,91 @@
+"""Issue 15: the live step table, goodput per level, the knee search, sizing for N users."""
+import pytest
+
+import presets
+from sim import run_for, sim_controller
+from tui.app import InferenceTop
+
+
+@pytest.mark.asyncio
+async def test_plus_twice_and_b_three_times_leave_settled_rows_with_goodput():
+    """K=1 → + → + (K=3), m, then ] three times (B=2, 3, 4): every level settles (≥ 5 s steady, ≥ 8 requests,
+    tok/s CV < 0.10) and becomes a row with its goodput under the interactive SLO; the best is marked."""
+    c, fleet, clock = sim_controller(k=1)
+    c.s.slo = c.steps.slo = presets.slo("interactive")
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        run_for(c, fleet, clock, 12)
+        for key in ("plus", "plus", "m", "right_square_bracket", "right_square_bracket", "right_square_bracket"):
+            await pilot.press(key)
+            run_for(c, fleet, clock, 12)
+        rows = c.snapshot().steps
+        settled = [r for r in rows if r.settled]
+        assert len(settled) >= 5, [(r.level, r.progress) for r in rows]
+        assert all(r.goodput_tps is not None and r.attainment is not None for r in settled)
+        assert sum(r.best for r in rows) == 1
+        assert [r.level for r in settled][:3] == ["start", "K=2 B=1 instances", "K=3 B=1 instances"]
+        await pilot.press("v")
+        app.refresh_numbers()
+        text = str(app.query_one("#steps").render())
+        assert "step table" in text and "★" in text and "K=3 B=4 batch" in text
+        assert app.query_one("#charts").display is False
+        await pilot.press("v")
+        assert app.query_one("#charts").display is True
+
+
+def synthetic(knee_at: int, wall_at: int | None = None):
+    """A machine whose TTFT p99 crosses 450 ms above `knee_at` users (a known knee), counting the levels run."""
+    from measure.control.knee import Step, judge
+
+    ran = []
+
+    def run(level):
+        ran.append(level)
+        if wall_at is not None and level >= wall_at:
+            return Step(level, False, "wall", "the memory wall: swap growing")
+        att = 1.0 if level <= knee_at else 0.5
+        cell = {"status": "ok", "slo_attainment": att, "p99_ttft_ms": 100 if level <= knee_at else 1900,
+                "median_ttft_ms": 80 if level <= knee_at else 1500, "median_queue_wait_ms": 1200,
+                "median_tpot_ms": 20, "completed": 10, "span_s": 1.0}
+        return judge(cell, presets.slo("interactive"), "users", level)
+
+    return run, ran
+
+
+def test_knee_search_finds_a_known_knee():
+    """Knee at 6 users: doubling runs 1, 2, 4, 8 (8 fails), bisecting 6 (in), 7 (out): the answer is 6, and
+    the sentence says why 7 fails (TTFT p99 1.90 s, queue)."""
+    from measure.control.knee import find_knee
+
+    run, ran = synthetic(6)
+    k = find_knee(run, "users")
+    assert ran == [1, 2, 4, 8, 6, 7] and k.passed.level == 6 and k.failed.level == 7
+    s = k.sentence("interactive", "the CPU cores")
+    assert s.startswith("this machine serves 6 concurrent users of this workload within the interactive SLO; "
+                        "at 7, TTFT p99 is 1.90 s (queue)") and s.endswith("the wall is the CPU cores")
+
+
+def test_knee_search_stops_at_the_first_wall_and_never_runs_forever():
+    from measure.control.knee import find_knee
+
+    run, ran = synthetic(100, wall_at=4)
+    k = find_knee(run, "users")
+    assert k.failed.stop == "wall" and k.passed.level == 3 and ran == [1, 2, 4, 3]
+    run, ran = synthetic(10**9)
+    k = find_knee(run, "users", limit=64)
+    assert k.passed.level == 64 and k.failed is None and len(ran) == 7
+
+
+def test_plan_sizes_50_users_with_seed_002s_kv_math():
+    """Llama 3.1 8B: 128 KiB per token (2 × 32 × 8 × 128 × 2 B); a 16K request holds 2 GiB; 50 users at 4096
+    tokens need 50 × 512 MiB = 25 GiB of KV."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "plan", "--preset", "llama-3.1-8b", "--users", "50",
+                        "--context", "4096,16384", "--slo", "interactive", "--chip", "nvidia-h100"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "131,072 B (128.0 KiB)" in out and "2.00 GiB" in out
+    assert "50 users" in out and "machines" in out
