@@ -193,12 +193,13 @@ def test_batch_stops_at_eos_when_asked(mlx_engine, monkeypatch):
 
 def test_bench_k_and_b_sweep_writes_the_same_formats(tmp_path):
     out = tmp_path / "mlx"
-    p = run(["bench", "--engine", "mlx", "--k", "1,2", "--b", "1,2", "--requests", "2", "--max-tokens", "6",
+    p = run(["bench", "--engine", "mlx", "--k", "1,2", "--b", "1,2", "--requests", "2", "--max-tokens", "6", "--force",
              "--ctx", "256", "--out", str(out)])
     assert p.returncode == 0, p.stderr[-2000:]
     cells = json.loads((out / "summary.json").read_text())
     assert [(c["b"], c["k"]) for c in cells] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert all(c["completed"] == 2 and c["errors"] == 0 and c["output_throughput"] > 0 for c in cells)
+    assert all(c["achieved_concurrency"] <= 2.05 for c in cells)  # 2 requests: never the nominal K × B = 4
     headers, records, _ = read_jsonl(out / "records.jsonl")
     h = headers[0]
     assert h["engine"] == "mlx" and h["converted_from_sha256_prefix"] and "blas" in h["engine_settings"]

@@ -239,8 +239,8 @@ def test_prefix_cache_policy_and_warmup(capture, policy):
         assert sent == ["Same text.", "Same text."]
     else:
         assert len(set(sent)) == 2 and all(s.endswith("Same text.") for s in sent)
-        assert all(r.extra["prompt_prefix"] and sent[i].startswith(r.extra["prompt_prefix"])
-                   for i, r in enumerate(sorted(recs, key=lambda r: r.request_id)))
+        assert all(r.extra["prompt_prefix"] and any(s.startswith(r.extra["prompt_prefix"]) for s in sent)
+                   for r in recs)
     if policy == "shared:8":
         assert all(s.startswith("shared " * 8) for s in sent)
 
