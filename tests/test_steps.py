@@ -23,7 +23,7 @@ async def test_plus_twice_and_b_three_times_leave_settled_rows_with_goodput():
         assert len(settled) >= 5, [(r.level, r.progress) for r in rows]
         assert all(r.goodput_tps is not None and r.attainment is not None for r in settled)
         assert sum(r.best for r in rows) == 1
-        assert [r.level for r in settled][:3] == ["start", "K=2 B=1 instances", "K=3 B=1 instances"]
+        assert [r.level for r in settled][:3] == ["K=1 B=1 instances", "K=2 B=1 instances", "K=3 B=1 instances"]
         await pilot.press("v")
         app.refresh_numbers()
         text = str(app.query_one("#steps").render())

@@ -357,17 +357,20 @@ class InferenceTop(App):
         t.append("step table: one row per K/B level once settled (≥ 5 s steady, ≥ 8 requests, tok/s CV < 0.10)",
                  "bold")
         t.append(f" · SLO {slo.describe()}\n" if slo else " · no SLO (--slo interactive) for goodput\n")
-        t.append(f"  {'level':<22} {'conc':>5} {'tok/s':>7} {'tok/s/user':>10} {'TPOT':>8} {'TTFT p50':>9} "
-                 f"{'p99':>8} {'goodput':>13} {'pred':>7} {'$/Mtok':>7}  wall\n", "bold")
+        cost = any(r.usd_per_mtok is not None for r in s.steps)
+        t.append(f"  {'level':<19} {'conc':>4} {'tok/s':>6} {'/user':>6} {'TPOT':>5} {'TTFT':>5} {'p99':>5} "
+                 f"{'goodput':>11} {'pred':>5}" + (f" {'$/Mtok':>6}" if cost else "") + "  wall  (times in ms)\n",
+                 "bold")
         for r in s.steps:
             mark = "★ " if r.best else "  "
             style = "bold green" if r.best else ("" if r.settled else "grey50")
-            good = (f"{r.goodput_tps:5.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
+            good = (f"{r.goodput_tps:.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
                     is not None else "—")
-            t.append(f"{mark}{r.level:<22} {_f(r.concurrency, '.1f'):>5} {_f(r.agg_tps, '.1f'):>7} "
-                     f"{_f(r.per_user_tps, '.1f'):>10} {fmt_ms(r.tpot_p50):>8} {fmt_ms(r.ttft_p50):>9} "
-                     f"{fmt_ms(r.ttft_p99):>8} {good:>13} {_f(r.predicted_tps, '.0f'):>7} "
-                     f"{_f(r.usd_per_mtok, '.2f'):>7}  {r.wall if r.settled else r.progress}\n", style)
+            ms = lambda v: _f(None if v is None else v * 1e3, '.0f')  # noqa: E731
+            t.append(f"{mark}{r.level:<19} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
+                     f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} {ms(r.ttft_p99):>5} "
+                     f"{good:>11} {_f(r.predicted_tps, '.0f'):>5}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
+                     + f"  {(r.wall if r.settled else r.progress)[:40]}\n", style)
         return t
 
     def action_help(self) -> None:

@@ -70,6 +70,7 @@ class LiveController:
         self._sys = sys_probe or SystemProbe()
         self._procs = procs_probe or ProcessProbe()
         self.stats = LiveStats(settings.window_s)
+        self.stats.level_label = f"K={self.k} B={self.b} {self.mode}"
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
                                    self.caps.weight_bytes, settings.kv_bytes_per_token)
         self.wall = WallWatch(settings.brake) if watch_wall else None

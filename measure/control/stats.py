@@ -49,6 +49,8 @@ class LiveStats:
     def load_started(self, t_ns: int) -> None:
         if self.load_start_ns is None:
             self.load_start_ns = t_ns
+            if not self.levels and self.level_start_ns == 0:
+                self.level_start_ns = t_ns  # the first level starts with the load
 
     def add_tokens(self, worker: int | None, request_id: int, token_ns: list[int]) -> None:
         self._tokens.extend((t, worker, request_id) for t in token_ns)
