@@ -89,3 +89,15 @@ def test_plan_sizes_50_users_with_seed_002s_kv_math():
     out = p.stdout
     assert "131,072 B (128.0 KiB)" in out and "2.00 GiB" in out
     assert "50 users" in out and "machines" in out
+
+
+def test_crossover_of_two_cost_curves():
+    """A Mac at $0.80/Mtok flat vs a rented GPU measured at $4.00, 2.00, 1.00 and 0.50/Mtok at concurrency 1, 2, 4,
+    8: between the points at 4 and 8 the GPU's curve is 1.0 − (c − 4)/8, which is 0.80 at c = 5.6."""
+    from measure.control.report import crossover
+
+    mac = [(1.0, 0.8), (2.0, 0.8), (8.0, 0.8)]
+    gpu = [(c, 4.0 / c) for c in (1.0, 2.0, 4.0, 8.0)]
+    x = crossover(mac, gpu)
+    assert x == pytest.approx(5.6, rel=0.01)
+    assert crossover(mac, [(1.0, 0.5), (8.0, 0.4)]) is None

@@ -177,7 +177,7 @@ def bench_main(argv: list[str]) -> int:
                       contexts=args.contexts, ctx=plan.ctx,
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
-                      max_b=plan.max_b)
+                      max_b=plan.max_b, cost=plan.cost)
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": argv, "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
         "reps": args.reps, "contexts": args.contexts}))
@@ -442,11 +442,13 @@ def report_main(argv: list[str]) -> int:
                       "outputs (--out folders) and dashboard recordings; two or more are drawn side by side.")
     p.add_argument("paths", nargs="+", help="bench output folders, summary.json or records.jsonl, or recordings")
     p.add_argument("--out", default="out/report", help="output folder (default out/report)")
+    p.add_argument("--crossover", action="store_true", help="two runs with costs: draw $/Mtok vs concurrency and "
+                   "mark the concurrency at which the second becomes cheaper than the first")
     a = p.parse_args(argv)
     from measure.control.report import ReportError, report
 
     try:
-        files, md, warns = report(a.paths, Path(a.out))
+        files, md, warns = report(a.paths, Path(a.out), a.crossover)
     except ReportError as exc:
         fail(str(exc))
     for w in warns:

@@ -67,6 +67,12 @@ def load_run(path: str | Path) -> Run:
         cells = json.loads(summary.read_text())
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
         cells = cells_from_records(records, header, samples)
+    knee = p.with_name("knee.json")
+    if knee.exists():
+        try:
+            header = dict(header, _knee=json.loads(knee.read_text()))
+        except ValueError:
+            pass
     name = p.parent.name if p.name == "records.jsonl" else p.stem
     engine = header.get("engine", "?")
     return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught])
@@ -185,6 +191,75 @@ def _predicted_series(ax, cells, x_key, group_key, key):
                 label=f"predicted {group_key.upper()}={g} (roofline)")
 
 
+def _knee(run: Run, cells: list[dict]):
+    """(x, label) of the knee: knee.json's answer where `bench --find` wrote one, else the last cell whose
+    SLO attainment is ≥ 90 %."""
+    kj = run.header.get("_knee")
+    if kj and kj.get("knee") is not None:
+        for c in cells:
+            if c.get("level") == kj["knee"]:
+                return (c.get("achieved_concurrency") or c["k"] * c["b"], f"{kj['knee']:g} ({kj['find']})")
+    within = [c for c in cells if (c.get("slo_attainment") or 0) >= 0.9]
+    if within:
+        c = within[-1]
+        return (c.get("achieved_concurrency") or c["k"] * c["b"], f"K{c['k']}B{c['b']}")
+    return None
+
+
+def _cost_curve(run: Run) -> list[tuple[float, float]]:
+    pts = [((c.get("achieved_concurrency") or c["k"] * c["b"]), c["usd_per_mtok"]) for c in _ok(run.cells)
+           if c.get("usd_per_mtok") is not None]
+    return sorted(pts)
+
+
+def crossover(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:
+    """The concurrency at which curve b's $/Mtok falls to curve a's (linear between measured points, over
+    the range both cover), or None where they do not cross."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    import numpy as np
+
+    lo, hi = max(a[0][0], b[0][0]), min(a[-1][0], b[-1][0])
+    if hi <= lo:
+        return None
+    xs = np.linspace(lo, hi, 512)
+    d = np.interp(xs, [x for x, _ in a], [y for _, y in a]) - np.interp(xs, [x for x, _ in b], [y for _, y in b])
+    sign = np.sign(d)
+    idx = np.nonzero(sign[1:] != sign[:-1])[0]
+    if not len(idx):
+        return None
+    i = int(idx[0])
+    return float(xs[i] - d[i] * (xs[i + 1] - xs[i]) / (d[i + 1] - d[i]))
+
+
+def render_crossover(runs: list[Run], out: Path) -> tuple[Path | None, float | None]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a, b = _cost_curve(runs[0]), _cost_curve(runs[1])
+    if not a or not b:
+        raise ReportError("--crossover needs $/Mtok in both runs: bench them with --price-per-hour or "
+                          "--hardware-cost and --lifetime")
+    x = crossover(a, b)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run, pts in ((runs[0], a), (runs[1], b)):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{run.name}: {run.header.get('cost')}")
+    if x is not None:
+        ax.axvline(x, color="red", ls=":", label=f"crossover at concurrency {x:.1f}")
+    ax.set_xlabel("concurrency (achieved)")
+    ax.set_ylabel("$ per million output tokens")
+    ax.set_title("The cost of a token: where one becomes cheaper than the other")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "crossover.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path, x
+
+
 def render(runs: list[Run], out: Path) -> list[Path]:
     try:
         import matplotlib
@@ -249,6 +324,44 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         _mark_cells(ax, run.cells, lambda c: c["k"] * c["b"], 0)
         ax.legend(fontsize=7)
     save(fig, "ttft_vs_concurrency.png")
+
+    fig, axes = _axes(plt, runs, "Pareto: per-user tok/s vs aggregate tok/s (one point per cell)", "tok/s per user",
+                      "aggregate tok/s")
+    for ax, run in zip(axes, runs):
+        for group in ("instances", "batch", "http"):
+            cs = sorted((c for c in _ok(run.cells) if c.get("mode", "instances") == group and c.get("per_stream_tps")),
+                        key=lambda c: c["output_throughput"])
+            if cs:
+                ax.plot([c["output_throughput"] for c in cs], [c["per_stream_tps"] for c in cs], "o-", label=group)
+                for c in cs:
+                    ax.annotate(f"K{c['k']}B{c['b']}", (c["output_throughput"], c["per_stream_tps"]), fontsize=6,
+                                textcoords="offset points", xytext=(3, 3))
+        ax.legend(fontsize=7)
+    save(fig, "pareto.png")
+
+    if any(c.get("goodput_tps") is not None for run in runs for c in run.cells):
+        fig, axes = _axes(plt, runs, "Goodput vs load (requests within the SLO), the knee marked", "goodput tok/s",
+                          "concurrency (achieved)")
+        for ax, run in zip(axes, runs):
+            cs = sorted((c for c in _ok(run.cells) if c.get("goodput_tps") is not None),
+                        key=lambda c: c.get("achieved_concurrency") or c["k"] * c["b"])
+            xs = [c.get("achieved_concurrency") or c["k"] * c["b"] for c in cs]
+            ax.plot(xs, [c["goodput_tps"] for c in cs], "o-", label="goodput")
+            ax.plot(xs, [c["output_throughput"] for c in cs], "x--", alpha=0.5, label="all tokens")
+            knee = _knee(run, cs)
+            if knee is not None:
+                ax.axvline(knee[0], color="red", ls=":", label=f"knee: {knee[1]}")
+            ax.legend(fontsize=7)
+        save(fig, "goodput_vs_load.png")
+
+    if any(c.get("usd_per_mtok") is not None for run in runs for c in run.cells):
+        fig, axes = _axes(plt, runs, "The cost of a token vs concurrency", "$ per million output tokens",
+                          "concurrency (achieved)")
+        for ax, run in zip(axes, runs):
+            cs = _cost_curve(run)
+            ax.plot([x for x, _ in cs], [y for _, y in cs], "o-", label=run.header.get("cost") or "")
+            ax.legend(fontsize=7)
+        save(fig, "cost_vs_concurrency.png")
 
     fig, axes = _axes(plt, runs, "Peak memory per cell: workers' RSS sum, and swap used", "GB", "cell")
     for ax, run in zip(axes, runs):
@@ -347,9 +460,18 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(paths: list[str], out: Path) -> tuple[list[Path], Path, list[str]]:
+def report(paths: list[str], out: Path, crossover_of_two: bool = False) -> tuple[list[Path], Path, list[str]]:
     runs = [load_run(p) for p in paths]
+    if crossover_of_two and len(runs) != 2:
+        raise ReportError("--crossover compares exactly two runs (e.g. this machine's bench output and a server's)")
     files = render(runs, out)
+    text = markdown(runs, files)
+    if crossover_of_two:
+        path, x = render_crossover(runs, out)
+        files.append(path)
+        text += (f"\n## Crossover\n\n{runs[1].name} becomes cheaper per token than {runs[0].name} at concurrency "
+                 f"{x:.1f}.\n" if x is not None else "\n## Crossover\n\nThe two $/Mtok curves do not cross over "
+                 "the concurrency both cover.\n") + f"\n![crossover]({path.name})\n"
     md = out / "report.md"
-    md.write_text(markdown(runs, files))
+    md.write_text(text)
     return files, md, [w for r in runs for w in r.warnings]

@@ -36,6 +36,7 @@ class SweepConfig:
     bandwidth_gbps: float | None = None
     roofline: object | None = None  # core/roofline.Roofline: predicted columns and their errors
     slo: object | None = None  # presets.SLO: goodput per cell
+    cost: object | None = None  # core/cost.Cost: $/Mtok per cell
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
     threads: int | None = None  # per worker (None: physical cores ÷ K)
     cell_timeout_s: float = 1800.0
@@ -46,7 +47,7 @@ class SweepConfig:
 def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes: int,
                  bandwidth_gbps: float | None = None, mode: str = "instances",
                  kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
-                 max_tokens: int | None = None, slo=None) -> dict:
+                 max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None) -> dict:
     """One cell's figures, every one recomputable from its records with DESIGN section 4."""
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
@@ -77,6 +78,10 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if len(classes) > 1:
         out["ttft_by_class"] = classes
     out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
+    if cost is not None and (cost.set or watts is not None):
+        out.update({"watts": watts, "joules_per_token": watts / out["output_throughput"]
+                    if watts and out["output_throughput"] else None,
+                    "usd_per_mtok": cost.usd_per_mtok(out["output_throughput"], watts)})
     if slo is not None:
         spans = [M.run_span_ns([r for r in records if r.rep == rep]) for rep in reps]
         secs = sum((e - a) / 1e9 for a, e in (x for x in spans if x))
@@ -167,7 +172,10 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
     """Cells in rows (one row per context), each row over B then K. A cell the admission check
     refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
     ends the row there (the source is replaced, so nothing of it lingers). Never hangs."""
+    from measure.core.cost import PowerMeter
+
     local = fleet.capabilities().local
+    power = PowerMeter(cfg.cost.watts if cfg.cost else None)
     cells: list[dict] = []
     all_records: list[RequestRecord] = []
     probe = SystemProbe()
@@ -203,6 +211,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 fleet.wait_ready()
                 cell_records: list[RequestRecord] = []
                 status = None
+                power.sample()  # a meter's reading counts from here
                 prev = [probe.sample()]
 
                 def at_wall():
@@ -243,7 +252,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     continue
                 cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
                                     cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
-                                    cfg.max_tokens, cfg.slo)
+                                    cfg.max_tokens, cfg.slo, cfg.cost, power.sample())
                 cell["context"] = context
                 cells.append(cell)
     add_scaling([c for c in cells if c["status"] == "ok"])
