@@ -282,6 +282,8 @@ class InferenceTop(App):
                 t.append(" · ".join(parts))
         else:
             t.append(f"\nfootprint ≈ {n.footprint / 1e9:.2f} GB of {n.budget / 1e9:.1f} GB budget")
+            if self.c.s.memory_budget_source:
+                t.append(f" ({self.c.s.memory_budget_source})", "grey50")
         return t
 
     def _fill_workers(self, s: Snapshot) -> None:
@@ -433,6 +435,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
     c = ReplayController(rec, speed)
     c.start()
     app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model", ""))
+    quit_on_signals(app)
     for w in rec.warnings:
         app.call_later(app.notify, w, severity="warning", timeout=STICKY)
     try:
@@ -463,8 +466,23 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
     for note in plan.notes:
         controller.log("info", note)
     title = plan.choice.name if plan.choice else source.meta.model
+    app = InferenceTop(controller, refresh_hz=refresh_hz, title=title)
+    quit_on_signals(app)
     try:
-        InferenceTop(controller, refresh_hz=refresh_hz, title=title).run()
+        app.run()
     finally:
         controller.close()
     return 0
+
+
+def quit_on_signals(app: App) -> None:
+    """SIGTERM and SIGHUP (the terminal closed) quit the dashboard as `q` does: the app exits, then every
+    worker is stopped and the recording closed, so nothing is orphaned and no line is cut."""
+    import signal
+
+    def handler(signum, frame):
+        app.call_later(app.exit)
+
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, handler)

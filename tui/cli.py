@@ -134,10 +134,30 @@ def fail(msg: str, code: int = EXIT_USAGE):
 
 
 def _sigterm_to_exit() -> None:
+    """SIGTERM, and SIGHUP (the terminal closed), end a bench the way Ctrl-C does: workers stopped, the
+    records written so far kept, the summary of the cells that finished written."""
     def handler(signum, frame):
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, handler)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, handler)
+
+
+def writable(path: Path, what: str, folder: bool) -> None:
+    """Refuse an output that cannot be written before anything starts (one line, exit 2)."""
+    try:
+        if folder:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / ".inference-top-write-check"
+            probe.write_text("")
+            probe.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a"):
+                pass
+    except OSError as exc:
+        fail(f"cannot write {what} {path}: {exc.strerror or exc}; give a path you can write")
 
 
 def _plan(args, default_max_tokens: int):
@@ -169,7 +189,7 @@ def bench_main(argv: list[str]) -> int:
              f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
              "with its achieved concurrency)")
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
+    writable(out, "--out", folder=True)
     bs = plan.bs or [1]
     cfg = SweepConfig(ks=plan.ks if not plan.remote else [1], bs=bs, mode=plan.mode, requests=args.requests,
                       max_tokens=plan.max_tokens, reps=args.reps, rate=plan.rate, ignore_eos=plan.ignore_eos,
@@ -196,6 +216,7 @@ def bench_main(argv: list[str]) -> int:
     else:
         say(f"{plan.choice.name} ({plan.choice.file_bytes / 1e9:.3f} GB) on {plan.chip}, {plan.describe_beta()}; "
             f"records → {out}/records.jsonl")
+        say(f"memory budget {plan.memory_budget / 1e9:.1f} GB: {plan.memory_budget_source}")
         say(f"starting {plan.ks[0]} worker(s): load + 2 warmup requests each …")
     cells = []
     source = None
@@ -488,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         return probe_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)
+    if args.record:
+        writable(Path(args.record), "--record", folder=False)
     plan = _plan(args, default_max_tokens=128)
     from measure.sources.base import SourceError
     from tui.app import run_dashboard

@@ -11,7 +11,7 @@ from measure.control.live import LiveSettings
 from measure.core.envinfo import environment
 from measure.core.guard import DEFAULT_BUDGET_FRACTION, GuardError, parse_size
 from measure.core.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
-from measure.core.probes import detect_chip, total_memory_bytes
+from measure.core.probes import detect_chip, effective_memory
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import fmt_gb
 from measure.core.workload import PrefixCache
@@ -132,6 +132,7 @@ class RunPlan:
                             bandwidth_gbps=self.bandwidth_gbps, bandwidth_source=self.bandwidth_source,
                             chip=self.chip, ignore_eos=self.ignore_eos, memory_budget=self.memory_budget,
                             kv_bytes_per_token=self.choice.kv_bytes_per_token() if self.choice else None,
+                            memory_budget_source=self.memory_budget_source,
                             ctx=self.ctx, force=self.force, brake=brake and not self.remote, slo=self.slo,
                             cost=self.cost)
 
@@ -157,17 +158,20 @@ class RunPlan:
         return "β unknown (pass --bandwidth)"
 
 
-def resolve_budget(text: str | None, total: int | None = None) -> tuple[int, str]:
-    """--memory-budget: None (the default fraction of physical memory), a fraction, or a size (48G = 48 GB)."""
-    total = total or total_memory_bytes()
+def resolve_budget(text: str | None, total: int | None = None, limit_name: str | None = None) -> tuple[int, str]:
+    """--memory-budget: None (the default fraction of the tightest memory limit: physical memory, a cgroup's,
+    an rlimit), a fraction of it, or a size (48G = 48 GB). The source names the limit that set it."""
+    if total is None:
+        total, limit_name = effective_memory()
+    limit_name = limit_name or "physical memory"
     if text is None:
-        return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gb(total)} physical"
+        return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gb(total)} ({limit_name})"
     try:
         v = float(text)
     except ValueError:
         v = None
     if v is not None and 0 < v <= 1:
-        return int(v * total), f"{v:.0%} of {fmt_gb(total)} physical"
+        return int(v * total), f"{v:.0%} of {fmt_gb(total)} ({limit_name})"
     try:
         n = parse_size(text)
     except GuardError as exc:

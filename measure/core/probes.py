@@ -16,6 +16,70 @@ def total_memory_bytes() -> int:
     return psutil.virtual_memory().total
 
 
+NO_LIMIT = 1 << 62  # cgroup v1 writes "no limit" as 9223372036854771712
+
+
+def memory_limits(proc_cgroup: str = "/proc/self/cgroup", cg_root: str = "/sys/fs/cgroup") -> list[tuple[str, int]]:
+    """Every limit on the memory this process (and the workers it spawns) may use: physical memory, the
+    cgroup v2 memory.max and memory.high of its group, cgroup v1's memory.limit_in_bytes, RLIMIT_AS and
+    RLIMIT_DATA. Unset limits are left out."""
+    out = [("physical memory", total_memory_bytes())]
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        lines = []
+    root = Path(cg_root)
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        rel = path.lstrip("/")
+        if controllers == "":  # cgroup v2
+            for name in ("memory.max", "memory.high"):
+                for base in (root / rel, root / "unified" / rel):
+                    v = _limit(base / name)
+                    if v:
+                        out.append((f"cgroup v2 {name}", v))
+                        break
+        elif "memory" in controllers.split(","):  # cgroup v1
+            for base in (root / "memory" / rel, root / "memory"):
+                v = _limit(base / "memory.limit_in_bytes")
+                if v:
+                    out.append(("cgroup v1 memory.limit_in_bytes", v))
+                    break
+    try:
+        import resource
+
+        for name in ("RLIMIT_AS", "RLIMIT_DATA"):
+            soft, _ = resource.getrlimit(getattr(resource, name))
+            if soft not in (resource.RLIM_INFINITY, -1) and soft < NO_LIMIT:
+                out.append((name, int(soft)))
+    except (ImportError, ValueError, OSError):
+        pass
+    return out
+
+
+def _limit(p: Path) -> int | None:
+    try:
+        text = p.read_text().strip()
+    except OSError:
+        return None
+    if not text or text == "max":
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        return None
+    return v if 0 < v < NO_LIMIT else None
+
+
+def effective_memory(limits: list[tuple[str, int]] | None = None) -> tuple[int, str]:
+    """(bytes, the limit that sets them): the smallest of memory_limits()."""
+    name, v = min(limits or memory_limits(), key=lambda x: x[1])
+    return v, name
+
+
 def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
 

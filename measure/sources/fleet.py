@@ -137,6 +137,7 @@ class Fleet:
         self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
         self._closed = False
         self._fatal: str | None = None
+        self._unready_deaths = 0
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
         self._started = False
         _OPEN.add(self)
@@ -528,9 +529,13 @@ class Fleet:
         w.proc.join(timeout=1.0)  # the sentinel can fire a moment before the process is reaped
         code = w.proc.exitcode
         how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
+        phase = None if info.ready_ns else {S.STARTING: "while starting", S.LOADING: "while loading the model",
+                                            S.WARMING: "during its warmup"}.get(info.state, "before it was ready")
         info.state = S.DEAD
-        info.error = info.error or f"died: {how}"
-        self._sink.log(f"worker {info.wid} (pid {info.pid}) died: {how}", "error")
+        info.error = info.error or f"died{' ' + phase if phase else ''}: {how}"
+        self._sink.log(f"worker {info.wid} (pid {info.pid}) died{' ' + phase if phase else ''}: {how}", "error")
+        if phase and not w.retire and not self._closed:
+            self._replace_unready(info, how)
         lost = sorted(w.inflight)
         w.inflight.clear()
         info.current = None
@@ -540,6 +545,24 @@ class Fleet:
             fl = self._inflight.get(rid)
             if fl:
                 self._finish(fl, w, collector, error=f"worker {info.wid} (pid {info.pid}) died mid-request: {how}")
+
+    def _replace_unready(self, info: WorkerInfo, how: str) -> None:
+        """A worker that dies before it is ready is replaced once; a second such death lowers K by one (the
+        records then say K − 1), so nothing waits on a worker that will never come."""
+        if self._unready_deaths == 0:
+            self._unready_deaths += 1
+            self._sink.log(f"starting one replacement for worker {info.wid}", "warn")
+            self._spawn()
+            return
+        self._unready_deaths += 1
+        if self.target_k > 1:
+            self.target_k -= 1
+            self._sink.log(f"worker {info.wid} died before it was ready again ({how}): K lowered to "
+                           f"{self.target_k}", "error")
+        elif not any(x.info.ready_ns and not x.info.state.gone for x in self._workers.values()):
+            first = self._first_error([x.info for x in self._workers.values()])
+            self._fatal = (f"worker {info.wid} {first or how}; every worker died before it was ready (engine logs: "
+                           f"{self.log_dir})")
 
     def _finish(self, fl: _InFlight, w: _Worker | None, collector, *, error=None, finish=None, t_done=None,
                 n_prompt=0, rss=None) -> RequestRecord:

@@ -1,0 +1,83 @@
+"""Issue 17 (in part): a worker dying before it is ready never hangs the fleet; budgets honour a container's
+limit; an output path that cannot be written is refused at start."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import presets
+from engines.base import EngineSpec
+from measure.core.records import RunMeta
+from measure.core.workload import ClosedLoop, Load
+from measure.sources.fleet import Fleet
+
+META = RunMeta("null (scheduled tokens, no model)", "none", 0, simulated=True)
+
+
+def warming(fleet, wid=None):
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        for w in fleet.workers():
+            if w.state == "warming" and (wid is None or w.wid == wid) and w.pid:
+                return w
+        time.sleep(0.02)
+    raise AssertionError(f"worker {wid or 'any'} never reached its warmup")
+
+
+def test_a_worker_killed_during_warmup_is_replaced_then_k_lowered(tmp_path, monkeypatch):
+    """K=2 on the null engine with a 1 s TTFT (so a warmup lasts ≥ 2 s): SIGKILL one worker while it warms up →
+    one replacement starts; kill the replacement in its warmup too → K is lowered to 1 and the fleet serves
+    (the bench hung here before: waiting for a worker that would never be ready)."""
+    monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path))
+    fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 1.0, "itl_s": 0.005}), META, k=2, threads=1)
+    try:
+        fleet.start(wait_ready=False)
+        os.kill(warming(fleet).pid, signal.SIGKILL)
+        os.kill(warming(fleet, wid=3).pid, signal.SIGKILL)  # the replacement, in its own warmup
+        t0 = time.monotonic()
+        fleet.wait_ready(timeout=60)
+        assert time.monotonic() - t0 < 30
+        assert fleet.target_k == 1
+        recs = fleet.run_requests(Load(presets.workload("synthetic:4"), ClosedLoop(1, total=2), 3), timeout=60)
+        assert len(recs) == 2 and all(r.error is None and r.k == 1 for r in recs)
+        deaths = [w for w in fleet.workers() if w.state == "dead"]
+        assert len(deaths) == 2 and all("during its warmup" in w.error for w in deaths)
+    finally:
+        fleet.close()
+
+
+def test_the_budget_honours_every_memory_limit(tmp_path):
+    """A cgroup v1 group limited to 1 GB and a cgroup v2 group with memory.high 2 GB under 24 GB of RAM: the
+    budget's base is the tightest (1 GB, named); a group without a limit (v1 writes 2⁶³ − 4096) adds nothing."""
+    from measure.control.runplan import resolve_budget
+    from measure.core.probes import effective_memory, memory_limits
+
+    cg = tmp_path / "cg"
+    (cg / "memory" / "box").mkdir(parents=True)
+    (cg / "memory" / "box" / "memory.limit_in_bytes").write_text("1000000000\n")
+    (cg / "v2grp").mkdir()
+    (cg / "v2grp" / "memory.max").write_text("max\n")
+    (cg / "v2grp" / "memory.high").write_text("2000000000\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/box\n0::/v2grp\n")
+    limits = memory_limits(str(proc), str(cg))
+    assert ("cgroup v1 memory.limit_in_bytes", 1_000_000_000) in limits
+    assert ("cgroup v2 memory.high", 2_000_000_000) in limits and not any(n == "cgroup v2 memory.max" for n, _ in limits)
+    total, name = effective_memory(limits)
+    assert (total, name) == (1_000_000_000, "cgroup v1 memory.limit_in_bytes")
+    budget, src = resolve_budget(None, total, name)
+    assert budget == 850_000_000 and "cgroup v1 memory.limit_in_bytes" in src
+    (cg / "memory" / "box" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert not any(n.startswith("cgroup v1") for n, _ in memory_limits(str(proc), str(cg)))
+
+
+def test_an_unwritable_output_is_refused_at_start(tmp_path):
+    """A path under a regular file cannot be made (root passes permission bits, not this): one line, exit 2,
+    before any worker starts."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for args in (["bench", "--out", str(blocker / "out")], ["--record", str(blocker / "s.jsonl")]):
+        p = subprocess.run([sys.executable, "-m", "tui.cli", *args, "--max-tokens", "2"], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and "cannot write" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
