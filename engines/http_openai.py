@@ -56,6 +56,25 @@ def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max
     return body
 
 
+def public_url(url: str) -> str:
+    """The URL as it may be shown, logged or recorded: credentials written into it (user:password@) hidden."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _without_userinfo(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    p = urlsplit(url)
+    return urlunsplit((p.scheme, (p.hostname or "") + (f":{p.port}" if p.port else ""), p.path, p.query, p.fragment))
+
+
 def api_headers(api_key_env: str | None) -> dict:
     if not api_key_env:
         return {}
@@ -152,6 +171,9 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
     res = StreamResult()
     done = False
     counter = _Counter(res, on_tokens)
+    shown = public_url(url)
+    if shown != url and any(k.lower() == "authorization" for k in headers):
+        url = _without_userinfo(url)  # an API key is the credential then (aiohttp takes one or the other)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=stall_s)
     try:
         data = json.dumps(body, separators=(",", ":")).encode()
@@ -159,11 +181,11 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
                                 timeout=timeout) as r:
             if r.status >= 400:
                 text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
-                res.error = f"HTTP {r.status} from {url}: {text}"
+                res.error = f"HTTP {r.status} from {shown}: {text}"
                 return res
             ctype = r.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
-                res.error = f"not a stream: {url} answered content-type {ctype or 'none'} (is stream supported?)"
+                res.error = f"not a stream: {shown} answered content-type {ctype or 'none'} (is stream supported?)"
                 return res
             async for raw in r.content:
                 t = time.perf_counter_ns()  # when the chunk arrived, before parsing it
@@ -185,15 +207,15 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
                     return res
                 counter.chunk(chunk, t)
     except aiohttp.ClientConnectorError as exc:
-        res.error = f"cannot connect to {url}: {exc}"
+        res.error = f"cannot connect to {shown}: {exc}"
     except asyncio.TimeoutError:
-        res.error = f"stalled: no data from {url} for {stall_s:g} s"
+        res.error = f"stalled: no data from {shown} for {stall_s:g} s"
     except aiohttp.ClientPayloadError as exc:
         res.error = f"stream broken mid-body (truncated: did the server stop?): {exc}"
     except aiohttp.ClientError as exc:
-        res.error = f"{type(exc).__name__} talking to {url}: {exc}"
+        res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
     except ValueError as exc:  # aiohttp's line reader: a line beyond its buffer
-        res.error = f"unreadable stream from {url}: {exc}"
+        res.error = f"unreadable stream from {shown}: {exc}"
     counter.finish()
     if res.error is None and not done:
         res.error = "stream ended without [DONE] (truncated: did the server interrupt it?)"

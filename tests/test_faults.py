@@ -81,3 +81,22 @@ def test_an_unwritable_output_is_refused_at_start(tmp_path):
         p = subprocess.run([sys.executable, "-m", "tui.cli", *args, "--max-tokens", "2"], capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and "cannot write" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_credentials_in_the_url_never_reach_files_or_the_terminal(tmp_path):
+    """--url http://user:s3cret-pw@127.0.0.1:PORT/v1 and an API key: neither the password nor the key is in
+    records.jsonl, summary.json, stdout or stderr; records.jsonl is readable by its owner only."""
+    from engines.null_server import NullServer
+
+    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+        url = srv.url.replace("http://", "http://user:s3cret-pw@")
+        out = tmp_path / "b"
+        env = dict(os.environ, IT_KEY="sk-do-not-leak-42")
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", url, "--b", "1",
+                            "--requests", "2", "--max-tokens", "3", "--api-key-env", "IT_KEY", "--tokenizer", "none",
+                            "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    for text in (p.stdout, p.stderr, (out / "records.jsonl").read_text(), (out / "summary.json").read_text()):
+        assert "s3cret-pw" not in text and "sk-do-not-leak-42" not in text
+    assert "***@127.0.0.1" in (out / "records.jsonl").read_text()
+    assert (out / "records.jsonl").stat().st_mode & 0o077 == 0

@@ -144,6 +144,13 @@ def _sigterm_to_exit() -> None:
         signal.signal(signal.SIGHUP, handler)
 
 
+def _shown_argv(argv: list[str]) -> list[str]:
+    """The command line as recorded: credentials written into a URL hidden."""
+    from engines.http_openai import public_url
+
+    return [public_url(a) if a.startswith(("http://", "https://")) else a for a in argv]
+
+
 def writable(path: Path, what: str, folder: bool) -> None:
     """Refuse an output that cannot be written before anything starts (one line, exit 2)."""
     try:
@@ -199,7 +206,7 @@ def bench_main(argv: list[str]) -> int:
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
                       max_b=plan.max_b, cost=plan.cost)
     recorder = Recorder(out / "records.jsonl", plan.header({
-        "command": "bench", "argv": argv, "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
+        "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
         "reps": args.reps, "contexts": args.contexts}))
 
     def new_source():
@@ -212,7 +219,7 @@ def bench_main(argv: list[str]) -> int:
     say = lambda m: print(m, flush=True)  # noqa: E731
     cfg.roofline = plan.roofline(say)
     if plan.remote:
-        say(f"{plan.url}; records → {out}/records.jsonl")
+        say(f"{plan.chip}; records → {out}/records.jsonl")
     else:
         say(f"{plan.choice.name} ({plan.choice.file_bytes / 1e9:.3f} GB) on {plan.chip}, {plan.describe_beta()}; "
             f"records → {out}/records.jsonl")

@@ -28,6 +28,7 @@ def export(snap: Snapshot, info: RunInfo, records: list[RequestRecord], window_s
         "markers": list(snap.markers),
     }
     path.write_text(json.dumps(out, indent=2, default=str))
+    path.chmod(0o600)  # readable by its owner only
     return path, snapshot_png(snap, path.with_suffix(".png"), info.bandwidth_gbps)
 
 

@@ -144,7 +144,10 @@ class RunPlan:
                   "bandwidth_source": self.bandwidth_source, "rate": self.rate, "ignore_eos": self.ignore_eos,
                   "max_tokens": self.max_tokens, **extra}
         if self.remote:  # the key's variable name only, never the key
-            return {"environment": environment(), "engine": "http", "url": self.url, "endpoint": self.endpoint,
+            from engines.http_openai import public_url
+
+            return {"environment": environment(), "engine": "http", "url": public_url(self.url),
+                    "endpoint": self.endpoint,
                     "model": self.model_name, "model_bytes": 0, "simulated": False,
                     "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
                     "tokenizer": self.tokenizer, **common}
@@ -200,7 +203,9 @@ def check_url(url: str | None) -> str:
     if not url:
         raise StartError("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
     if not url.startswith(("http://", "https://")):
-        raise StartError(f"--url {url!r} must start with http:// or https://")
+        from engines.http_openai import public_url
+
+        raise StartError(f"--url {public_url(url)!r} must start with http:// or https://")
     return url
 
 
@@ -244,7 +249,10 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
             tokenizer = str(embedded_model_path(progress or (lambda m: None)))
         elif tokenizer == "none":
             tokenizer = None
-        return RunPlan(engine="http", chip="server at " + url, bandwidth_gbps=None, bandwidth_source="unknown",
+        from engines.http_openai import public_url
+
+        return RunPlan(engine="http", chip="server at " + public_url(url), bandwidth_gbps=None,
+                       bandwidth_source="unknown",
                        url=url, endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
                        model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer, **common)
     if args.tokenizer is not None:

@@ -278,7 +278,8 @@ def format_table(cells: list[dict]) -> str:
     for c in cells:
         if c["status"] != "ok":
             ctx = f" context {c['context']}" if c.get("context") else ""
-            lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {c['reason'][:110]}")
+            why = c.get("reason") or f"{c.get('errors', 0)} errors, no request completed"
+            lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {why[:110]}")
             continue
         note = "NOISY" if c["noisy"] else ""
         for cls, v in (c.get("ttft_by_class") or {}).items():

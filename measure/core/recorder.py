@@ -19,7 +19,9 @@ class Recorder:
     def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = True):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        # readable by its owner only: records and recordings can name prompts and servers
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
         self._fsync = fsync
         self._lock = threading.Lock()
         self.write(dict(header, kind="header"))

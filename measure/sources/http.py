@@ -15,7 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from engines.http_openai import api_headers, endpoint_body, new_session, stream_one
+from engines.http_openai import api_headers, endpoint_body, new_session, public_url, stream_one
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request, RequestMaker
 from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCollector, SourceError, Tokens,
@@ -60,6 +60,7 @@ class HttpSource:
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
                  prefix_cache: PrefixCache = PrefixCache(), tokenizer=None):
         self.url = url.rstrip("/")
+        self.shown_url = public_url(self.url)  # what logs, records and screens say
         self.prefix_cache = prefix_cache
         self.tokenizer = tokenizer  # engines/tokenizer.py's shape: (Prompt) → ids, .text_ids(text) → ids; or None
         self.send_ids = False  # decided at start: the server's /tokenize agrees with ours
@@ -95,7 +96,7 @@ class HttpSource:
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
                             scales_k=False, local=False, batch_capacity=1 << 30, server_view=True,
-                            simulated=False, endpoint=self.url)
+                            simulated=False, endpoint=self.shown_url)
 
     def server_view(self) -> dict | None:
         return self._server_view
@@ -109,12 +110,13 @@ class HttpSource:
         try:
             r = httpx.get(f"{self.url}/models", headers=api_headers(self.api_key_env), timeout=min(timeout, 10))
         except httpx.HTTPError as exc:
-            raise SourceError(f"nothing answers at {self.url} ({type(exc).__name__}); start the server or fix --url")
+            raise SourceError(f"nothing answers at {self.shown_url} ({type(exc).__name__}); start the server or fix "
+                              "--url") from None
         if r.status_code in (401, 403):
-            raise SourceError(f"{self.url}/models answered HTTP {r.status_code}: pass the key's variable with "
+            raise SourceError(f"{self.shown_url}/models answered HTTP {r.status_code}: pass the key's variable with "
                               "--api-key-env")
         if r.status_code >= 400:
-            raise SourceError(f"{self.url}/models answered HTTP {r.status_code}: is --url the API base (…/v1)?")
+            raise SourceError(f"{self.shown_url}/models answered HTTP {r.status_code}: is --url the API base (…/v1)?")
         if not self.model:
             try:
                 self.model = r.json()["data"][0]["id"]
@@ -124,7 +126,7 @@ class HttpSource:
         self._check_vocabulary()
         self._thread = threading.Thread(target=self._run, name="http-source", daemon=True)
         self._thread.start()
-        self._sink.log(f"streaming to {self._url()} as {self.model or 'the server default'}")
+        self._sink.log(f"streaming to {public_url(self._url())} as {self.model or 'the server default'}")
 
     PROBE = "The quick brown fox jumps over the lazy dog, 1234 times."
 
@@ -167,7 +169,8 @@ class HttpSource:
         deadline = time.monotonic() + timeout
         while self._warmed_b < self.b and not self._stop:
             if self._thread is None or not self._thread.is_alive() or time.monotonic() > deadline:
-                raise SourceError(f"warmup of {self.b} streams at {self.url} did not finish within {timeout:.0f} s")
+                raise SourceError(f"warmup of {self.b} streams at {self.shown_url} did not finish within "
+                                  f"{timeout:.0f} s")
             time.sleep(0.02)
 
     def scale_to(self, k: int) -> None:
