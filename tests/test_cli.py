@@ -143,7 +143,7 @@ def _wait_for(pred, timeout):
     return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_leaves_no_child_and_keeps_records(tmp_path, sig):
     from conftest import descendants
 
@@ -161,6 +161,10 @@ def test_signal_leaves_no_child_and_keeps_records(tmp_path, sig):
     assert _wait_for(lambda: not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids), 5)
     _, records, _ = read_jsonl(recs)
     assert len(records) >= 2
+    # the cut cell is in summary.json, marked; the message is one line
+    cells = json.loads((out / "summary.json").read_text())
+    assert [c["status"] for c in cells] == ["cut"]
+    assert len(proc.stderr.read().strip().splitlines()) == 1
 
 
 def test_sigkill_leaves_a_file_that_parses(tmp_path):

@@ -100,3 +100,32 @@ def test_credentials_in_the_url_never_reach_files_or_the_terminal(tmp_path):
         assert "s3cret-pw" not in text and "sk-do-not-leak-42" not in text
     assert "***@127.0.0.1" in (out / "records.jsonl").read_text()
     assert (out / "records.jsonl").stat().st_mode & 0o077 == 0
+
+
+def test_sighup_mid_sweep_keeps_the_finished_cells_and_leaves_no_process(tmp_path):
+    """B=1 then B=2 against a slow null server (20 tokens at 100 ms): SIGHUP (the terminal closed) while B=2
+    runs → exit 129 with one line; summary.json holds the finished B=1 cell and the cut B=2 one; every line of
+    records.jsonl parses (tests/test_cli.py checks that no worker outlives a signal)."""
+    import json
+
+    from engines.null_server import NullServer
+
+    with NullServer(ttft_ms=10, itl_ms=100) as srv:
+        out = tmp_path / "cut"
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
+                                 "--b", "1,2", "--requests", "2", "--max-tokens", "20", "--tokenizer", "none",
+                                 "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        seen = ""
+        end = time.monotonic() + 60
+        while "K=1 B=2" not in seen and time.monotonic() < end:
+            seen += proc.stdout.readline()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 129, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted (signal SIGHUP)" in err
+    cells = json.loads((out / "summary.json").read_text())
+    assert [(c["b"], c["status"]) for c in cells] == [(1, "ok"), (2, "cut")]
+    lines = (out / "records.jsonl").read_text().splitlines()
+    assert all(json.loads(x) for x in lines) and len(lines) >= 3

@@ -225,17 +225,27 @@ def bench_main(argv: list[str]) -> int:
             f"records → {out}/records.jsonl")
         say(f"memory budget {plan.memory_budget / 1e9:.1f} GB: {plan.memory_budget_source}")
         say(f"starting {plan.ks[0]} worker(s): load + 2 warmup requests each …")
-    cells = []
+    cells: list[dict] = []
     source = None
     try:
         source = new_source()
         if args.find:
             return find_main(args, plan, cfg, source, out, say)
-        cells, _, source = run_sweep(source, plan.workload, cfg, say, new_fleet=None if plan.remote else new_source)
+        cells, _, source = run_sweep(source, plan.workload, cfg, say, new_fleet=None if plan.remote else new_source,
+                                     cells=cells)
     except SourceError as exc:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
-    except KeyboardInterrupt:
-        fail(f"interrupted; records so far are in {out}/records.jsonl", 130)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        code = 130 if isinstance(exc, KeyboardInterrupt) else (exc.code if isinstance(exc.code, int) else 1)
+        why = "Ctrl-C" if code == 130 else f"signal {signal.Signals(code - 128).name}" if code > 128 else "exit"
+        if cfg.current is not None:
+            from measure.control.sweep import skipped_cell
+
+            k, b, ctx = cfg.current
+            cells.append(skipped_cell(k, b, ctx, "cut", f"interrupted ({why}) while this cell ran"))
+        _summary_quietly(out, cells)
+        fail(f"interrupted ({why}): {sum(c['status'] == 'ok' for c in cells)} finished cells in "
+             f"{out}/summary.json, the cut one marked; records so far in {out}/records.jsonl", code)
     finally:
         if source is not None:
             source.close()
@@ -279,6 +289,16 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
     say(f"\n{sentence}")
     say(f"wrote {out}/records.jsonl, {out}/summary.json, {out}/knee.json")
     return 0
+
+
+def _summary_quietly(out: Path, cells: list[dict]) -> None:
+    from measure.control.sweep import write_summary
+
+    if cells:
+        try:
+            write_summary(out, cells)
+        except OSError:
+            pass
 
 
 def finish_bench(out: Path, cells: list[dict], say) -> int:

@@ -38,6 +38,7 @@ class SweepConfig:
     slo: object | None = None  # presets.SLO: goodput per cell
     cost: object | None = None  # core/cost.Cost: $/Mtok per cell
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
+    current: tuple | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
@@ -167,16 +168,18 @@ def skipped_cell(k: int, b: int, context: int | None, status: str, reason: str) 
 
 
 def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
-              new_fleet: Callable[[], LoadSource] | None = None
+              new_fleet: Callable[[], LoadSource] | None = None, cells: list[dict] | None = None
               ) -> tuple[list[dict], list[RequestRecord], LoadSource]:
     """Cells in rows (one row per context), each row over B then K. A cell the admission check
     refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
-    ends the row there (the source is replaced, so nothing of it lingers). Never hangs."""
+    ends the row there (the source is replaced, so nothing of it lingers). Never hangs. `cells`, where
+    given, is filled as cells finish (what an interrupted sweep still has); `cfg.current` names the cell
+    running now."""
     from measure.core.cost import PowerMeter
 
     local = fleet.capabilities().local
     power = PowerMeter(cfg.cost.watts if cfg.cost else None)
-    cells: list[dict] = []
+    cells = [] if cells is None else cells
     all_records: list[RequestRecord] = []
     probe = SystemProbe()
     for context in cfg.contexts or [None]:
@@ -206,6 +209,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                         cells.append(skipped_cell(k, b, context, "refused", why))
                         blocked = (k, b, "refused", f"K={k} B={b} refused")
                         continue
+                cfg.current = (k, b, context)
                 fleet.scale_to(k)
                 fleet.set_batch(cfg.mode, b, b_cap=b, seq_ctx=seq_ctx)
                 fleet.wait_ready()
@@ -256,6 +260,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 cell["context"] = context
                 cells.append(cell)
     add_scaling([c for c in cells if c["status"] == "ok"])
+    cfg.current = None
     return cells, all_records, fleet
 
 
