@@ -129,3 +129,32 @@ def test_sighup_mid_sweep_keeps_the_finished_cells_and_leaves_no_process(tmp_pat
     assert [(c["b"], c["status"]) for c in cells] == [(1, "ok"), (2, "cut")]
     lines = (out / "records.jsonl").read_text().splitlines()
     assert all(json.loads(x) for x in lines) and len(lines) >= 3
+
+
+def test_a_full_disk_mid_run_warns_once_keeps_lines_whole_and_fails_the_bench(tmp_path):
+    """records.jsonl on a 24 kB tmpfs fills after a few records: one warning, the sweep finishes, every line in
+    the file parses, the exit code says it failed."""
+    import json
+
+    import pytest
+
+    from engines.null_server import NullServer
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a tiny tmpfs")
+    try:
+        with NullServer(ttft_ms=2, itl_ms=1) as srv:
+            p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
+                                "--b", "1", "--requests", "60", "--max-tokens", "8", "--tokenizer", "none",
+                                "--out", str(mnt / "run")], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1, p.stderr
+        warnings = [x for x in p.stderr.splitlines() if "warning" in x]
+        assert len(warnings) == 1 and "No space left" in warnings[0]
+        lines = (mnt / "run" / "records.jsonl").read_text().splitlines()
+        assert len(lines) >= 2 and all(json.loads(x) for x in lines)
+        assert "records were not kept" in p.stderr.splitlines()[-1]
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -462,6 +462,8 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
                                                  "settings": asdict(settings)}))
     roofline = plan.roofline(say=lambda t: print(t, flush=True))
     controller = LiveController(source, plan.workload, settings, recorder=recorder, roofline=roofline)
+    if recorder:
+        recorder.on_error = lambda m: controller.log("error", f"{m}: the recording stops here, the dashboard goes on")
     controller.start()
     for note in plan.notes:
         controller.log("info", note)

@@ -206,8 +206,10 @@ def bench_main(argv: list[str]) -> int:
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
                       max_b=plan.max_b, cost=plan.cost)
     recorder = Recorder(out / "records.jsonl", plan.header({
-        "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode, "requests": args.requests,
-        "reps": args.reps, "contexts": args.contexts}))
+        "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
+        "requests": args.requests, "reps": args.reps, "contexts": args.contexts}),
+        on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
+                                 file=sys.stderr, flush=True))
 
     def new_source():
         # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
@@ -250,7 +252,12 @@ def bench_main(argv: list[str]) -> int:
         if source is not None:
             source.close()
         recorder.close()
-    return finish_bench(out, cells, say)
+    problems = [p for p in (finish_bench(out, cells, say, quiet=True),
+                            recorder.failed and f"{recorder.failed}: {recorder.lost} records were not kept (the lines "
+                                                "written parse)") if p]
+    if problems:
+        fail("; ".join(problems), EXIT_FAILED)
+    return 0
 
 
 def find_main(args, plan, cfg, source, out: Path, say) -> int:
@@ -301,15 +308,22 @@ def _summary_quietly(out: Path, cells: list[dict]) -> None:
             pass
 
 
-def finish_bench(out: Path, cells: list[dict], say) -> int:
-    """summary.json and summary.csv beside records.jsonl, and the table on stdout."""
+def finish_bench(out: Path, cells: list[dict], say, quiet: bool = False):
+    """summary.json and summary.csv beside records.jsonl, and the table on stdout. A summary that cannot be
+    written: with `quiet`, the reason is returned (None when written), else one line and exit 1."""
     from measure.control.sweep import format_table, write_summary
 
-    write_summary(out, cells)
     say("")
     say(format_table(cells))
+    try:
+        write_summary(out, cells)
+    except OSError as exc:
+        why = f"cannot write the summary in {out}: {exc.strerror or exc} (the table above is all of it)"
+        if quiet:
+            return why
+        fail(why, EXIT_FAILED)
     say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
-    return 0
+    return None if quiet else 0
 
 
 def plan_main(argv: list[str]) -> int:

@@ -16,25 +16,51 @@ from measure.core.records import RequestRecord
 
 
 class Recorder:
-    def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = True):
+    """Appends one JSON line per call, whole or not at all: a line the disk could not take (full, gone) is cut
+    back off the file, the failure is kept in `failed` and said once through `on_error`, and later lines are
+    dropped, so every line in the file parses and the run itself goes on."""
+
+    def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = True, on_error=None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # readable by its owner only: records and recordings can name prompts and servers
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._fh = os.fdopen(fd, "a", encoding="utf-8")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._size = os.fstat(self._fd).st_size
         self._fsync = fsync
         self._lock = threading.Lock()
+        self.on_error = on_error
+        self.failed: str | None = None
+        self.lost = 0  # lines not written after a failure
         self.write(dict(header, kind="header"))
 
     def write(self, obj: dict) -> None:
-        line = json.dumps(obj, separators=(",", ":")) + "\n"
+        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
         with self._lock:
-            if self._fh.closed:
+            if self._fd < 0:
                 return
-            self._fh.write(line)
-            self._fh.flush()
-            if self._fsync:
-                os.fsync(self._fh.fileno())
+            if self.failed:
+                self.lost += 1
+                return
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                if self._fsync:
+                    os.fsync(self._fd)
+                self._size += len(data)
+            except OSError as exc:
+                self.failed = f"cannot write {self.path}: {exc.strerror or exc}"
+                self.lost += 1
+                try:
+                    os.ftruncate(self._fd, self._size)  # no half line left behind
+                except OSError:
+                    pass
+                notify = self.on_error
+            else:
+                return
+        if notify:
+            notify(self.failed)
 
     def record(self, rec: RequestRecord) -> None:
         self.write(rec.to_dict())
@@ -44,8 +70,12 @@ class Recorder:
 
     def close(self) -> None:
         with self._lock:
-            if not self._fh.closed:
-                self._fh.close()
+            if self._fd >= 0:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = -1
 
 
 def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], list[RequestRecord], list[dict]]:
