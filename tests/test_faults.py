@@ -158,3 +158,13 @@ def test_a_full_disk_mid_run_warns_once_keeps_lines_whole_and_fails_the_bench(tm
         assert "records were not kept" in p.stderr.splitlines()[-1]
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_absurd_starting_values_are_refused_before_anything_starts():
+    """--k 1000 (the dashboard would spawn 1000 workers) is refused by the memory guard with its numbers; a
+    synthetic prompt longer than the context is refused with what to change. One line, exit 2, no process."""
+    for args, says in ((["--k", "1000"], "needs ≈"), (["bench", "--workload", "synthetic:5000", "--ctx", "512"],
+                                                     "exceeds --ctx 512")):
+        p = subprocess.run([sys.executable, "-m", "tui.cli", *args, "--max-tokens", "8"], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -553,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         writable(Path(args.record), "--record", folder=False)
     plan = _plan(args, default_max_tokens=128)
+    if refusal := plan.start_refusal():
+        fail(refusal)
     from measure.sources.base import SourceError
     from tui.app import run_dashboard
 

@@ -15,6 +15,23 @@ from presets import Workload
 __all__ = ["Recording", "RecordingError", "ReplayController"]
 
 
+def _settings(saved: dict) -> LiveSettings:
+    """The recorded settings, each of the type the live controller used (else RecordingError)."""
+    defaults = LiveSettings()
+    out = {}
+    for key, value in saved.items():
+        if key not in LiveSettings.__dataclass_fields__ or key in ("slo", "cost"):
+            continue  # presets and costs are not replayed: the recording's rows already hold their figures
+        d = getattr(defaults, key)
+        num = isinstance(value, (int, float)) and not isinstance(value, bool)
+        fits = (value is None and d is None) or (isinstance(d, bool) and isinstance(value, bool)) or (
+            isinstance(d, str) and isinstance(value, str)) or (not isinstance(d, (bool, str)) and num)
+        if not fits or (key in ("window_s", "sample_hz", "history_s") and not value > 0):
+            raise RecordingError(f"the recording's setting {key}={value!r} is not one the dashboard wrote")
+        out[key] = value
+    return LiveSettings(**out)
+
+
 class ReplayController:
     def __init__(self, rec: Recording, speed: float = 1.0):
         self.rec = rec
@@ -30,7 +47,7 @@ class ReplayController:
     def _fresh(self) -> None:
         """A new controller at the recording's start."""
         h = self.rec.header
-        s = LiveSettings(**{k: v for k, v in h.get("settings", {}).items() if k in LiveSettings.__dataclass_fields__})
+        s = _settings(h.get("settings", {}))
         s.chip = h.get("chip", s.chip)
         s.bandwidth_gbps = h.get("bandwidth_gbps", s.bandwidth_gbps)
         self.now_ns = self.rec.t0_ns

@@ -127,6 +127,21 @@ class RunPlan:
                         notes=(f"the probe's engine rates are llama.cpp's, not {self.engine}'s: bandwidth only",))
         return Roofline(work, m, c.attainable_gbps)
 
+    def start_refusal(self) -> str | None:
+        """The dashboard's first level checked like any step: refused with the numbers unless it fits the budget
+        or --force is given (--k 1000 must not spawn 1000 workers)."""
+        if self.remote or self.force or self.choice is None:
+            return None
+        from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
+
+        b = (self.bs or [1])[0]
+        fp = engine_footprint(self.mode, self.ks[0], b, b_cap=max(self.max_b, b), seq_ctx=self.ctx, ctx=self.ctx,
+                              weight_bytes=self.choice.file_bytes,
+                              kv_per_token=self.choice.kv_bytes_per_token() or 0.0,
+                              overhead_bytes=DEFAULT_OVERHEAD_BYTES)
+        why = admit(fp, self.memory_budget)
+        return f"the starting level: {why}" if why else None
+
     def live_settings(self, brake: bool = True) -> LiveSettings:
         return LiveSettings(max_tokens=self.max_tokens, rate=self.rate, users=self.users,
                             bandwidth_gbps=self.bandwidth_gbps, bandwidth_source=self.bandwidth_source,
@@ -223,6 +238,10 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
         raise StartError(f"--contexts {min(contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
                          "give contexts above max_tokens")
     ctx = max([args.ctx, *contexts])
+    longest = max(wl.synthetic_tokens or 0, wl.long_tokens if wl.long_every else 0)
+    if longest and not contexts and args.engine != "http" and longest + max_tokens > ctx:
+        raise StartError(f"--workload {wl.key}: a prompt of {longest} tokens + --max-tokens {max_tokens} exceeds "
+                         f"--ctx {ctx}; raise --ctx to {longest + max_tokens} or more, or shorten the prompt")
     budget, budget_src = resolve_budget(args.memory_budget)
     try:
         slo = preset_slo(args.slo) if args.slo else None

@@ -81,7 +81,9 @@ class StepTable:
             waits.append(f"{len(good)}/{SETTLE_REQUESTS} requests")
         if len(recent) < SETTLE_SAMPLES:
             waits.append(f"{len(recent)}/{SETTLE_SAMPLES} readings")
-        elif cv is None or cv >= SETTLE_CV:
+        elif cv is None:
+            waits.append("tokens flowing")
+        elif cv >= SETTLE_CV:
             waits.append(f"tok/s CV {cv:.2f} ≥ {SETTLE_CV:.2f}")
         settled = not waits
         tpots = [t for t in (M.tpot(r) for r in good) if t is not None]

@@ -81,7 +81,10 @@ class Recorder:
 def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], list[RequestRecord], list[dict]]:
     """(headers, request records, other lines) of a recording; a cut last line is skipped with a warning."""
     headers, records, other = [], [], []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        lines = Path(path).read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start}): not an inference-top recording") from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -92,11 +95,43 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], list[RequestRecord]
                 warnings.warn(f"{path}: last line is cut (the run was killed while writing); skipped", stacklevel=2)
                 continue
             raise ValueError(f"{path}:{i + 1} is not JSON") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{i + 1} is not a JSON object")
         kind = obj.get("kind", "request")
         if kind == "header":
             headers.append(obj)
         elif kind == "request":
-            records.append(RequestRecord.from_dict(obj))
+            try:
+                rec = RequestRecord.from_dict(obj)
+            except TypeError:
+                raise ValueError(f"{path}:{i + 1} is not a request record inference-top wrote (fields missing)") from None
+            records.append(_checked(rec, path, i + 1))
+        elif kind == "sample" and not (isinstance(obj.get("t_ns"), int) and isinstance(obj.get("system"), dict)):
+            raise ValueError(f"{path}:{i + 1} is a sample without its time or system reading")
+        elif kind == "event" and not isinstance(obj.get("t_ns"), int):
+            raise ValueError(f"{path}:{i + 1} is an event without its time")
         else:
             other.append(obj)
     return headers, records, other
+
+
+def _checked(r: RequestRecord, path, line: int) -> RequestRecord:
+    """A request line whose fields have the types every metric relies on, or ValueError naming the line."""
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    ints = ("request_id", "k", "b", "t_scheduled_ns", "t_submitted_ns", "output_tokens", "model_bytes", "rep")
+    opt_ints = ("t_started_ns", "t_first_token_ns", "t_done_ns", "worker", "prompt_tokens", "pid", "threads",
+                "worker_rss_bytes", "server_output_tokens")
+    strs = ("run_id", "mode", "engine", "model", "prompt_id", "kind")
+    opt_strs = ("error", "finish_reason")
+    ok = (all(is_int(getattr(r, f)) for f in ints)
+          and all(getattr(r, f) is None or is_int(getattr(r, f)) for f in opt_ints)
+          and all(isinstance(getattr(r, f), str) for f in strs)
+          and all(getattr(r, f) is None or isinstance(getattr(r, f), str) for f in opt_strs)
+          and isinstance(r.simulated, bool)
+          and all(getattr(r, f) is None or isinstance(getattr(r, f), dict) for f in ("server_view", "extra"))
+          and isinstance(r.token_ns, list) and all(is_int(t) for t in r.token_ns))
+    if not ok:
+        raise ValueError(f"{path}:{line} is not a request record inference-top wrote (a field has the wrong type)")
+    return r

@@ -44,6 +44,14 @@ class Recording:
         if not samples:
             raise RecordingError(f"{path} has no system samples: record a dashboard session with --record "
                                  "(a bench output is for `inference-top report`)")
+        for s in samples:
+            _check_sample(path, s)
+        h = headers[0]
+        if not (isinstance(h.get("settings", {}), dict) and isinstance(h.get("model_bytes", 0), int)
+                and isinstance(h.get("engine", ""), str) and isinstance(h.get("model", ""), str)
+                and (h.get("bandwidth_gbps") is None or isinstance(h.get("bandwidth_gbps"), (int, float)))
+                and isinstance(h.get("chip", ""), str)):
+            raise RecordingError(f"{path}: its header is not one the dashboard wrote (a field has the wrong type)")
         return cls(headers[0], records, samples, events, [str(w.message) for w in caught])
 
     @property
@@ -58,6 +66,23 @@ class Recording:
     @property
     def duration_s(self) -> float:
         return (self.end_ns - self.t0_ns) / NS
+
+
+def _check_sample(path, s: dict) -> None:
+    """A sample the replay can draw: its system reading, workers and K/B/mode as the dashboard wrote them."""
+    try:
+        SystemSample(**s["system"])
+        for w in s.get("workers", []):
+            WorkerInfo(**w)
+        ok = (all(isinstance(s.get(key, 1), int) and not isinstance(s.get(key, 1), bool) for key in ("k", "b"))
+              and isinstance(s.get("mode", "instances"), str) and isinstance(s.get("t", 0.0), (int, float))
+              and isinstance(s.get("procs", {}), dict) and isinstance(s.get("state", ""), str)
+              and (s.get("users") is None or isinstance(s.get("users"), int)))
+    except (TypeError, ValueError, KeyError):
+        ok = False
+    if not ok:
+        raise RecordingError(f"{path}: the sample at t_ns {s.get('t_ns')} is not one the dashboard wrote (a field is "
+                             "missing or has the wrong type)")
 
 
 class ReplaySource:
@@ -78,7 +103,7 @@ class ReplaySource:
         self.b = self.meta.b
         self.rep = 0
         self.current: dict = first
-        toks = sorted((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns)
+        toks = sorted(((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns), key=lambda x: x[0])
         self._tok, self._tok_t = toks, [t[0] for t in toks]
         self._recs = sorted((r for r in rec.records if r.t_done_ns), key=lambda r: r.t_done_ns)
         self._recs_t = [r.t_done_ns for r in self._recs]
