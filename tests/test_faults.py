@@ -168,3 +168,41 @@ def test_absurd_starting_values_are_refused_before_anything_starts():
         p = subprocess.run([sys.executable, "-m", "tui.cli", *args, "--max-tokens", "8"], capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_containers_memory_limit_refuses_the_step_before_any_swap(tmp_path):
+    """Real cgroup v1: the bench runs in a group limited to 4 GB. Its budget is 85 % of that (the header names
+    the limit), so B=32 and B=64 at an 8192-token context (≈ 5.3 and 10 GB with their KV) are refused before
+    they start, and B=2 runs. The group is removed afterwards, whatever happened."""
+    import json
+
+    import pytest
+
+    base = "/sys/fs/cgroup/memory"
+    if os.geteuid() != 0 or not os.path.isdir(base):
+        pytest.skip("needs root and cgroup v1's memory controller")
+    group = f"{base}/it-test-{os.getpid()}"
+    try:
+        os.mkdir(group)
+        with open(f"{group}/memory.limit_in_bytes", "w") as fh:
+            fh.write(str(4_000_000_000))
+    except OSError as exc:
+        pytest.skip(f"cannot make a memory cgroup here: {exc}")
+    out = tmp_path / "cg"
+    try:
+        p = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" "$@"', sys.executable, "-m",
+                            "tui.cli", "bench", "--b", "2,32,64", "--ctx", "8192", "--max-tokens", "16",
+                            "--requests", "64", "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        cells = json.loads((out / "summary.json").read_text())
+        assert [(c["b"], c["status"]) for c in cells] == [(2, "ok"), (32, "refused"), (64, "refused")]
+        header = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+        assert "cgroup v1 memory.limit_in_bytes" in header["memory_budget_source"]
+        assert header["memory_budget"] == pytest.approx(3.4e9, rel=1e-4)  # the kernel rounds to pages
+    finally:
+        for _ in range(50):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)

@@ -213,7 +213,7 @@ def bench_main(argv: list[str]) -> int:
 
     def new_source():
         # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
-        src = plan.make_source(events=False, on_record=recorder.record)
+        src = plan.make_source(events=False, on_record=recorder.record, per_cell=True)
         src.start()
         return src
 

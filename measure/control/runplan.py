@@ -72,8 +72,10 @@ class RunPlan:
         return run_meta(self.engine, self.choice, self.mode, (self.bs or [1])[0])
 
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
-                    k: int | None = None) -> LoadSource:
-        """The load source, not started: K local workers, or B streams against --url."""
+                    k: int | None = None, per_cell: bool = False) -> LoadSource:
+        """The load source, not started: K local workers, or B streams against --url. `per_cell`: a sweep
+        sets each cell's mode, B and batch context itself, so the workers start plain (no batch context made
+        for the largest B before the memory guard has seen it)."""
         if self.remote:
             from measure.sources.http import HttpSource
 
@@ -83,6 +85,9 @@ class RunPlan:
                               tokenizer=self._tokenizer())
         from measure.sources.fleet import Fleet
 
+        if per_cell:
+            return Fleet(self.spec, run_meta(self.engine, self.choice, "instances", 1), k=k or self.ks[0],
+                         threads=self.threads, on_record=on_record, b_cap=1, events=events)
         return Fleet(self.spec, self.meta(), k=k or self.ks[0], threads=self.threads, on_record=on_record,
                      b_cap=max(self.max_b, max(self.bs or [1])), events=events)
 

@@ -213,6 +213,10 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 fleet.scale_to(k)
                 fleet.set_batch(cfg.mode, b, b_cap=b, seq_ctx=seq_ctx)
                 fleet.wait_ready()
+                # what a warmed-up worker really holds beyond its weights: later cells are admitted with it
+                rss = [w.rss for w in fleet.workers() if w.rss and w.ready_ns]
+                if rss and local:
+                    cfg.overhead_bytes = max(cfg.overhead_bytes, max(rss) - fleet.meta.model_bytes)
                 cell_records: list[RequestRecord] = []
                 status = None
                 power.sample()  # a meter's reading counts from here

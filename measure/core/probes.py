@@ -74,6 +74,32 @@ def _limit(p: Path) -> int | None:
     return v if 0 < v < NO_LIMIT else None
 
 
+def oom_kills(pid: int | str = "self", cg_root: str = "/sys/fs/cgroup") -> int | None:
+    """The kernel OOM killer's count for the memory cgroup of `pid` (v2 memory.events, v1 memory.oom_control),
+    or None where it cannot be read."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    root = Path(cg_root)
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        rel = parts[2].lstrip("/")
+        files = ([root / rel / "memory.events", root / "unified" / rel / "memory.events"] if parts[1] == ""
+                 else [root / "memory" / rel / "memory.oom_control"] if "memory" in parts[1].split(",") else [])
+        for f in files:
+            try:
+                for row in f.read_text().splitlines():
+                    key, _, value = row.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+            except (OSError, ValueError):
+                continue
+    return None
+
+
 def effective_memory(limits: list[tuple[str, int]] | None = None) -> tuple[int, str]:
     """(bytes, the limit that sets them): the smallest of memory_limits()."""
     name, v = min(limits or memory_limits(), key=lambda x: x[1])

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engines.base import EngineSpec
-from measure.core.probes import auto_threads, physical_cores
+from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request, RequestMaker
 from measure.sources.base import (Capabilities, CellStopped, EventSink, LoadStarted, RecordCollector, SourceError,
@@ -138,6 +138,8 @@ class Fleet:
         self._closed = False
         self._fatal: str | None = None
         self._unready_deaths = 0
+        self._oom_seen = oom_kills() or 0
+        self.oom_killed: list[tuple] = []  # (K, B, mode) at each OOM kill: the guard's estimate was too low there
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
         self._started = False
         _OPEN.add(self)
@@ -529,6 +531,10 @@ class Fleet:
         w.proc.join(timeout=1.0)  # the sentinel can fire a moment before the process is reaped
         code = w.proc.exitcode
         how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
+        if code == -signal.SIGKILL and (n := oom_kills()) is not None and n > self._oom_seen:
+            self._oom_seen = n
+            how += ", out of memory? (the memory group's OOM killer count rose)"
+            self.oom_killed.append((self.target_k, self.b, self.mode))
         phase = None if info.ready_ns else {S.STARTING: "while starting", S.LOADING: "while loading the model",
                                             S.WARMING: "during its warmup"}.get(info.state, "before it was ready")
         info.state = S.DEAD
