@@ -8,6 +8,7 @@ Decode tok/s = 1 / TPOT (DESIGN §4) for both. Goal: fleet ÷ bare ≥ 0.97.
 from __future__ import annotations
 
 import argparse
+import json
 import ctypes
 import os
 import statistics
@@ -91,6 +92,7 @@ def main() -> None:
     mb, mf = statistics.median(bare_all), statistics.median(fleet_all)
     print(f"\nmedian decode tok/s: bare {mb:.1f}, fleet K=1 {mf:.1f}")
     print(f"fleet ÷ bare = {mf / mb:.3f}   (goal ≥ 0.97)")
+    print(json.dumps({"ratio": round(mf / mb, 4), "bare_tps": round(mb, 2), "fleet_tps": round(mf, 2)}))
 
 
 if __name__ == "__main__":

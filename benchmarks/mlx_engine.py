@@ -13,6 +13,7 @@ Prints (b)/(a) per B (goal ≥ 0.90), B=4 ÷ B=1, and OpenBLAS shim ÷ reference
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -111,6 +112,10 @@ def main() -> None:
     print(f"reference BLAS: B=1 {r1:.1f}, B=4 {r4:.1f} tok/s (B=4 ÷ B=1 {r4 / r1:.2f}×); "
           f"OpenBLAS shim ÷ reference: B=1 {med[1][1] / r1:.2f}×, B=4 {med[4][1] / r4:.2f}×")
     print(f"concurrency 2: K=2 instances {statistics.median(inst):.1f} tok/s vs B=2 batch {med[2][1]:.1f} tok/s")
+    print(json.dumps({"fleet_over_bare": {str(b): round(med[b][1] / med[b][0], 4) for b in BS},
+                      "fleet_gain_b4": round(med[4][1] / med[1][1], 3), "fleet_gain_b8": round(med[8][1] / med[1][1], 3),
+                      "shim_over_reference_b1": round(med[1][1] / r1, 3), "shim_over_reference_b4": round(med[4][1] / r4, 3),
+                      "k2_instances_tps": round(statistics.median(inst), 2), "b2_batch_tps": round(med[2][1], 2)}))
 
 
 if __name__ == "__main__":

@@ -167,6 +167,7 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
     import asyncio
 
     import aiohttp
+    import aiohttp.http_exceptions
 
     res = StreamResult()
     done = False
@@ -181,7 +182,8 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
                                 timeout=timeout) as r:
             if r.status >= 400:
                 text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
-                res.error = f"HTTP {r.status} from {shown}: {text}"
+                retry = r.headers.get("retry-after")
+                res.error = f"HTTP {r.status} from {shown}: {text}" + (f" (retry after {retry} s)" if retry else "")
                 return res
             ctype = r.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
@@ -214,8 +216,8 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
         res.error = f"stream broken mid-body (truncated: did the server stop?): {exc}"
     except aiohttp.ClientError as exc:
         res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
-    except ValueError as exc:  # aiohttp's line reader: a line beyond its buffer
-        res.error = f"unreadable stream from {shown}: {exc}"
+    except (ValueError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # a line beyond aiohttp's buffer
+        res.error = f"unreadable stream from {shown}: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"
     counter.finish()
     if res.error is None and not done:
         res.error = "stream ended without [DONE] (truncated: did the server interrupt it?)"

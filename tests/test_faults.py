@@ -206,3 +206,116 @@ def test_a_containers_memory_limit_refuses_the_step_before_any_swap(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+class Misbehaving:
+    """Handlers for the ways a server misbehaves mid-protocol."""
+
+    @staticmethod
+    def handler():
+        from http.server import BaseHTTPRequestHandler
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                if self.path.startswith("/busy"):
+                    self.send_response(429)
+                    self.send_header("retry-after", "2")
+                    self.send_header("content-length", "4")
+                    self.end_headers()
+                    self.wfile.write(b"busy")
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                if self.path.startswith("/huge"):
+                    self.wfile.write(b'data: {"choices": [{"text": "' + b"x" * (4 << 20) + b'"}]}\n\n')
+                elif self.path.startswith("/badutf8"):
+                    self.wfile.write(b'data: {"choices": [{"text": "\xff\xfe"}]}\n\n')
+
+        return H
+
+
+def test_a_misbehaving_server_is_recorded_per_request():
+    """429 with Retry-After, an SSE line of 4 MB, invalid UTF-8: each one request's error, in one line."""
+    import asyncio
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from engines.http_openai import endpoint_body, new_session, stream_one
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving.handler())
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+
+    async def one(path):
+        async with new_session() as s:
+            return await stream_one(s, base + path, endpoint_body("completions", None, "hi", 4, True), {}, 5.0)
+
+    try:
+        busy, huge, bad = (asyncio.run(one(p)) for p in ("/busy", "/huge", "/badutf8"))
+    finally:
+        srv.shutdown()
+    assert "HTTP 429" in busy.error and "retry after 2 s" in busy.error
+    assert huge.error and "\n" not in huge.error and len(huge.error) < 300
+    assert bad.error and "malformed" in bad.error
+
+
+def test_a_server_killed_mid_run_and_restarted_and_no_asyncio_warnings(tmp_path):
+    """The null server is killed while 2 streams run, then restarted on its port: the requests in flight and
+    those sent while it was down are recorded with their errors, the later ones succeed, the bench finishes;
+    then B = 1, 8, 32, 64 against it: no asyncio warning (a stream abandoned, a session unclosed) on stderr."""
+    import json
+
+    from conftest import free_port
+
+    port = free_port()
+
+    def start():
+        return subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms", "5",
+                                 "--itl-ms", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def up():
+        import httpx
+
+        for _ in range(100):
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=0.5).status_code == 200
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        return False
+
+    server = start()
+    assert up()
+    out = tmp_path / "killed"
+    bench = subprocess.Popen([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url",
+                              f"http://127.0.0.1:{port}/v1", "--b", "2", "--requests", "40", "--max-tokens", "10",
+                              "--tokenizer", "none", "--out", str(out)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.5)
+        server.kill()
+        server.wait()
+        time.sleep(1.0)
+        server = start()
+        assert up()
+        _, err = bench.communicate(timeout=120)
+        assert bench.returncode == 0, err
+        recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()[1:]]
+        failed = [r for r in recs if r["error"]]
+        assert len(recs) == 40 and failed and len(failed) < 40  # the run went on through the outage
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url",
+                            f"http://127.0.0.1:{port}/v1", "--b", "1,8,32,64", "--requests", "64", "--max-tokens",
+                            "4", "--tokenizer", "none", "--out", str(tmp_path / "many")], capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        cells = json.loads((tmp_path / "many" / "summary.json").read_text())
+        assert [c["errors"] for c in cells] == [0, 0, 0, 0]  # the restarted server serves every stream level
+        for bad in ("Task was destroyed", "Unclosed", "never awaited", "Traceback"):
+            assert bad not in p.stderr, p.stderr
+    finally:
+        server.kill()
+        bench.kill()
