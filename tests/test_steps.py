@@ -101,3 +101,32 @@ def test_crossover_of_two_cost_curves():
     x = crossover(mac, gpu)
     assert x == pytest.approx(5.6, rel=0.01)
     assert crossover(mac, [(1.0, 0.5), (8.0, 0.4)]) is None
+
+
+def test_own_metrics_endpoint_parses_and_names_follow_prometheus():
+    """The exporter on loopback: /metrics parses with prometheus_client's parser, names are inference_top_*,
+    base units, counters end in _total, and the values are the snapshot's."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from conftest import free_port
+    from measure.control.exporter import serve
+
+    c, fleet, clock = sim_controller(k=2)
+    run_for(c, fleet, clock, 6)
+    port = free_port()
+    server = serve(c, port)
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        (server[0] if isinstance(server, tuple) else server).shutdown()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert "inference_top_output_tokens_per_second" in fams and "inference_top_requests" in fams
+    assert fams["inference_top_requests"].type == "counter"
+    assert any(s.name == "inference_top_requests_total" and s.value == c.totals["requests"] > 0
+               for s in fams["inference_top_requests"].samples)
+    tps = fams["inference_top_output_tokens_per_second"].samples[0]
+    assert tps.value == pytest.approx(c.snapshot().numbers.agg_tps) and tps.labels["engine"] == "llama.cpp"
+    assert {s.labels["quantile"] for s in fams["inference_top_tpot_seconds"].samples} == {"0.5", "0.9"}
+    assert fams["inference_top_instances"].samples[0].value == 2
+    assert all(n.startswith("inference_top_") for n in fams)

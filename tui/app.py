@@ -445,7 +445,8 @@ def run_replay(rec, speed: float = 1.0) -> int:
     return 0
 
 
-def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True) -> int:
+def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True,
+                  prometheus: tuple[str, int] | None = None) -> int:
     """The live dashboard over a RunPlan (measure/control/runplan.py); SourceError when the source cannot
     start (nothing answers at --url)."""
     from measure.core.recorder import Recorder
@@ -467,6 +468,16 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
     controller.start()
     for note in plan.notes:
         controller.log("info", note)
+    exporter = None
+    if prometheus:
+        from measure.control.exporter import serve
+
+        addr, port = prometheus
+        try:
+            exporter = serve(controller, port, addr)
+            controller.log("info", f"/metrics at http://{addr}:{port}/metrics")
+        except OSError as exc:
+            controller.log("error", f"--prometheus {port}: cannot listen on {addr}:{port} ({exc.strerror or exc})")
     title = plan.choice.name if plan.choice else source.meta.model
     app = InferenceTop(controller, refresh_hz=refresh_hz, title=title)
     quit_on_signals(app)
@@ -474,6 +485,8 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
         app.run()
     finally:
         controller.close()
+        if exporter:
+            (exporter[0] if isinstance(exporter, tuple) else exporter).shutdown()
     return 0
 
 

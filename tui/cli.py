@@ -111,6 +111,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash.add_argument("--refresh", type=positive_float, default=1.0, help="chart redraws per second (default 1)")
     dash.add_argument("--record", help="record the session to this JSONL file")
     dash.add_argument("--no-brake", action="store_true", help="at the memory wall only warn; do not undo the step")
+    dash.add_argument("--prometheus", type=positive_int, metavar="PORT", help="serve the live numbers at "
+                      "http://ADDR:PORT/metrics for Prometheus (inference_top_* metrics)")
+    dash.add_argument("--prometheus-addr", default="127.0.0.1", help="the address /metrics listens on "
+                      "(default 127.0.0.1: loopback only; 0.0.0.0 only when you mean it)")
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
                           "writes records.jsonl, summary.json and summary.csv")
     common_args(bench, lists=True)
@@ -559,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     from tui.app import run_dashboard
 
     try:
-        return run_dashboard(plan, refresh_hz=args.refresh, record=args.record, brake=not args.no_brake)
+        return run_dashboard(plan, refresh_hz=args.refresh, record=args.record, brake=not args.no_brake,
+                             prometheus=(args.prometheus_addr, args.prometheus) if args.prometheus else None)
     except SourceError as exc:
         fail(str(exc), EXIT_FAILED)
 

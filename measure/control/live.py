@@ -79,6 +79,7 @@ class LiveController:
         self.power = PowerMeter(self.cost.watts) if watch_wall else None  # a replay has no meter to read
         self.steps = StepTable(settings.slo, self.cost)
         self._rows_written = 0
+        self.totals = {"requests": 0, "errors": 0, "tokens": 0}  # since start, for /metrics counters
         self.roofline = roofline  # core/roofline.Roofline: predictions and the attainable line
         self.info = RunInfo(self.caps.engine, source.meta.model, self.caps.weight_bytes, settings.chip,
                             settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
@@ -277,6 +278,9 @@ class LiveController:
                 rec = ev.record
                 with self._lock:
                     self.stats.add_record(rec)
+                    self.totals["requests"] += 1
+                    self.totals["errors"] += 1 if rec.error else 0
+                    self.totals["tokens"] += rec.output_tokens
                 if rec.error:
                     self.log("error", f"request {rec.request_id} failed: {rec.error}")
                 if self.recorder:
