@@ -130,3 +130,22 @@ def test_own_metrics_endpoint_parses_and_names_follow_prometheus():
     assert {s.labels["quantile"] for s in fams["inference_top_tpot_seconds"].samples} == {"0.5", "0.9"}
     assert fams["inference_top_instances"].samples[0].value == 2
     assert all(n.startswith("inference_top_") for n in fams)
+
+
+def test_the_servers_own_timings_checked_against_the_client():
+    """llama-server's timings say 10 ms a token and 20 prompt tokens; the client measured a 12 ms TPOT and 20
+    prompt tokens: the decode figures disagree by −17 % (a finding), the prompt counts agree."""
+    from measure.control.sweep import server_check
+    from measure.core.records import RequestRecord
+
+    def rec(i):
+        ts = [int((1 + j * 0.012) * 1e9) for j in range(5)]
+        return RequestRecord(run_id="r", request_id=i, mode="http", engine="http", model="m", model_bytes=0, k=1,
+                             b=1, prompt_tokens=20, output_tokens=5, t_scheduled_ns=0, t_started_ns=0,
+                             t_first_token_ns=ts[0], t_done_ns=ts[-1], token_ns=ts,
+                             server_view={"timings": {"predicted_per_token_ms": 10.0, "prompt_n": 20,
+                                                      "predicted_n": 5}})
+
+    c = server_check([rec(1), rec(2)])
+    assert c["server_tpot_ms"] == 10.0 and c["client_tpot_ms"] == pytest.approx(12.0)
+    assert len(c["disagreements"]) == 1 and c["disagreements"][0].startswith("decode ms/token vs TPOT")

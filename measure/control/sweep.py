@@ -79,6 +79,8 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if len(classes) > 1:
         out["ttft_by_class"] = classes
     out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
+    if mode == "http" and (check := server_check(records)):
+        out["server_check"] = check
     if cost is not None and (cost.set or watts is not None):
         out.update({"watts": watts, "joules_per_token": watts / out["output_throughput"]
                     if watts and out["output_throughput"] else None,
@@ -107,6 +109,39 @@ def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell) -> dict
             "predicted_output_throughput": p.aggregate_tps, "binding": p.binding,
             "error_tpot": err(p.tpot_s * 1e3, cell["median_tpot_ms"]),
             "error_output_throughput": err(p.aggregate_tps, cell["output_throughput"])}
+
+
+DISAGREE = 0.05
+
+
+def server_check(records: Sequence[RequestRecord]) -> dict | None:
+    """The server's own figures beside the client's, where it sends them (llama-server's per-response `timings`):
+    decode ms per token vs the client's TPOT, prompt tokens vs the client's count, generated tokens vs the
+    client's. A difference over 5 % is a finding, listed in `disagreements`."""
+    pairs = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
+    pairs = [(r, t) for r, t in pairs if isinstance(t, dict)]
+    if not pairs:
+        return None
+    server_tpot = [t["predicted_per_token_ms"] for _, t in pairs if t.get("predicted_per_token_ms")]
+    client_tpot = [M.tpot(r) * 1e3 for r, _ in pairs if M.tpot(r) is not None]
+    out = {"requests": len(pairs)}
+    if server_tpot and client_tpot:
+        out["server_tpot_ms"], out["client_tpot_ms"] = M.percentile(server_tpot, 50), M.percentile(client_tpot, 50)
+    sp = [(t.get("prompt_n"), r.prompt_tokens) for r, t in pairs if t.get("prompt_n") and r.prompt_tokens]
+    if sp:
+        out["server_prompt_tokens"] = sum(a for a, _ in sp)
+        out["client_prompt_tokens"] = sum(b for _, b in sp)
+    sg = [(t.get("predicted_n"), r.output_tokens) for r, t in pairs if t.get("predicted_n")]
+    if sg:
+        out["server_output_tokens"] = sum(a for a, _ in sg)
+        out["client_output_tokens"] = sum(b for _, b in sg)
+    out["disagreements"] = [
+        f"{what}: server {out[s_key]:.4g} vs client {out[c_key]:.4g} ({out[s_key] / out[c_key] - 1:+.0%})"
+        for what, s_key, c_key in (("decode ms/token vs TPOT", "server_tpot_ms", "client_tpot_ms"),
+                                   ("prompt tokens", "server_prompt_tokens", "client_prompt_tokens"),
+                                   ("output tokens", "server_output_tokens", "client_output_tokens"))
+        if s_key in out and out[c_key] and abs(out[s_key] / out[c_key] - 1) > DISAGREE]
+    return out
 
 
 def _achieved(records) -> float | None:
@@ -299,6 +334,8 @@ def format_table(cells: list[dict]) -> str:
             note += f" {c['errors']} errors"
         if c.get("goodput_tps") is not None:
             note += f" goodput {c['goodput_tps']:.1f} tok/s ({c['slo_attainment']:.0%} in SLO)"
+        for d in (c.get("server_check") or {}).get("disagreements", []):
+            note += f" SERVER DISAGREES {d}"
         lines.append(
             f"{c['k']:>3} {c['b']:>3} {_fmt(c.get('achieved_concurrency'), '.2f'):>5} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
             f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms {_fmt(c['p99_ttft_ms'], '.0f'):>7}ms "
