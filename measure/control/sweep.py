@@ -118,13 +118,14 @@ def server_check(records: Sequence[RequestRecord]) -> dict | None:
     """The server's own figures beside the client's, where it sends them (llama-server's per-response `timings`):
     decode ms per token vs the client's TPOT, prompt tokens vs the client's count, generated tokens vs the
     client's. A difference over 5 % is a finding, listed in `disagreements`."""
+    out = _counter_deltas(records)
     pairs = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
     pairs = [(r, t) for r, t in pairs if isinstance(t, dict)]
     if not pairs:
-        return None
+        return out
     server_tpot = [t["predicted_per_token_ms"] for _, t in pairs if t.get("predicted_per_token_ms")]
     client_tpot = [M.tpot(r) * 1e3 for r, _ in pairs if M.tpot(r) is not None]
-    out = {"requests": len(pairs)}
+    out = dict(out or {}, requests=len(pairs))
     if server_tpot and client_tpot:
         out["server_tpot_ms"], out["client_tpot_ms"] = M.percentile(server_tpot, 50), M.percentile(client_tpot, 50)
     sp = [(t.get("prompt_n"), r.prompt_tokens) for r, t in pairs if t.get("prompt_n") and r.prompt_tokens]
@@ -135,13 +136,34 @@ def server_check(records: Sequence[RequestRecord]) -> dict | None:
     if sg:
         out["server_output_tokens"] = sum(a for a, _ in sg)
         out["client_output_tokens"] = sum(b for _, b in sg)
+    _disagree(out)
+    return out
+
+
+def _counter_deltas(records) -> dict | None:
+    """The server's Prometheus counters' rise over the cell (the view each record carried when it ended,
+    first vs last), beside the client's own counts."""
+    views = [(r.t_done_ns, r.server_view) for r in records if isinstance(r.server_view, dict) and r.t_done_ns]
+    if len(views) < 2:
+        return None
+    views.sort(key=lambda v: v[0])
+    first, last = views[0][1], views[-1][1]
+    out = {}
+    # deltas between the scrapes the first and the last record carried (≤ 1 s apart from their ends): shown
+    # beside the client's counts, not compared to 5 % (the scrape times do not line up with the records)
+    for key in ("generated_tokens_total", "prompt_tokens_total", "requests_total", "preemptions"):
+        if isinstance(first.get(key), (int, float)) and isinstance(last.get(key), (int, float)):
+            out[f"server_delta_{key}"] = last[key] - first[key]
+    return out or None
+
+
+def _disagree(out: dict) -> None:
     out["disagreements"] = [
         f"{what}: server {out[s_key]:.4g} vs client {out[c_key]:.4g} ({out[s_key] / out[c_key] - 1:+.0%})"
         for what, s_key, c_key in (("decode ms/token vs TPOT", "server_tpot_ms", "client_tpot_ms"),
                                    ("prompt tokens", "server_prompt_tokens", "client_prompt_tokens"),
                                    ("output tokens", "server_output_tokens", "client_output_tokens"))
         if s_key in out and out[c_key] and abs(out[s_key] / out[c_key] - 1) > DISAGREE]
-    return out
 
 
 def _achieved(records) -> float | None:

@@ -30,6 +30,10 @@ SERVER_METRICS = {
     "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"),
     "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    # counters: a run's figure is their rise over it (the report takes deltas, never totals)
+    "generated_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
+    "prompt_tokens_total": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+    "requests_total": ("vllm:request_success_total",),
 }
 
 
