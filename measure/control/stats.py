@@ -18,6 +18,7 @@ from measure.core.records import RequestRecord
 from measure.core.units import NS
 
 ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
+KEEP = 2000  # requests kept per level and since reset: the figures are over the last KEEP (memory stays flat)
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,14 @@ class LiveStats:
 
     def add_record(self, rec: RequestRecord) -> None:
         self._all.append(rec)
+        if len(self._all) > 2 * KEEP:
+            del self._all[:-KEEP]
         if rec.t_scheduled_ns >= self.level_start_ns:
             self._records.append(rec)
             if rec.error:
                 self._errors += 1
+            if len(self._records) > 2 * KEEP:
+                self._records = self._records[-KEEP:]
 
     def new_level(self, label: str, t_ns: int) -> None:
         """A K, B or mode step: the level so far becomes a row; request figures start again."""

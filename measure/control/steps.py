@@ -59,6 +59,8 @@ class StepTable:
         self._start = 0
         self._samples: list[tuple[float, float]] = []  # (tok/s, concurrency) once the level may settle
         self.current: StepRow | None = None
+        self._figures_key = None
+        self._figures = None
 
     def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
              records, agg_tps: float, concurrency: float, mem_used: int | None, bw_gbps: float | None,
@@ -67,18 +69,28 @@ class StepTable:
             if self.current is not None and self.current.settled:
                 self.rows.append(self.current)
             self._label, self._start, self._samples = label, level_start_ns, []
+        del self._samples[:-SETTLE_SAMPLES]  # only the last readings count
         age = (now_ns - level_start_ns) / NS
         if steady and age >= SETTLE_AFTER_S:
             self._samples.append((agg_tps, concurrency))
         recent = self._samples[-SETTLE_SAMPLES:]
         tps = [s[0] for s in recent]
         cv = M.cv(tps) if len(tps) >= 2 else None
-        good = M.ok(records)
+        # the request figures only change when a request ended: recomputed then, not every tick
+        key = (label, len(records), records[-1].request_id if records else None)
+        if key != self._figures_key:
+            good = M.ok(records)
+            tpots = [t for t in (M.tpot(r) for r in good) if t is not None]
+            ttfts = [M.ttft(r) for r in good]
+            g1 = M.goodput(records, self.slo, 1.0) if self.slo else None  # per second of 1 s: the counts
+            self._figures = (len(good), M.percentile(tpots, 50), M.percentile(ttfts, 50), M.percentile(ttfts, 99), g1)
+            self._figures_key = key
+        n_good, p50, ttft50, ttft99, g1 = self._figures
         waits = []
         if age < SETTLE_AFTER_S or not steady:
             waits.append(f"{max(0.0, SETTLE_AFTER_S - age):.0f} s of warmup")
-        if len(good) < SETTLE_REQUESTS:
-            waits.append(f"{len(good)}/{SETTLE_REQUESTS} requests")
+        if n_good < SETTLE_REQUESTS:
+            waits.append(f"{n_good}/{SETTLE_REQUESTS} requests")
         if len(recent) < SETTLE_SAMPLES:
             waits.append(f"{len(recent)}/{SETTLE_SAMPLES} readings")
         elif cv is None:
@@ -86,17 +98,14 @@ class StepTable:
         elif cv >= SETTLE_CV:
             waits.append(f"tok/s CV {cv:.2f} ≥ {SETTLE_CV:.2f}")
         settled = not waits
-        tpots = [t for t in (M.tpot(r) for r in good) if t is not None]
-        ttfts = [M.ttft(r) for r in good]
-        p50 = M.percentile(tpots, 50)
         span = max(1e-9, (now_ns - level_start_ns) / NS)
-        g = M.goodput(records, self.slo, span) if self.slo else None
+        g = M.Goodput(g1.rps / span, g1.tps / span, g1.attainment, g1.met, g1.finished) if g1 else None
         agg = statistics.fmean(tps) if tps else agg_tps
         usd = self.cost.usd_per_mtok(agg, watts) if self.cost and agg else None
         self.current = StepRow(
             label, mode, k, b, settled, "settled" if settled else "settling: " + ", ".join(waits),
             statistics.fmean(s[1] for s in recent) if recent else concurrency, agg,
-            1 / p50 if p50 else None, p50, M.percentile(ttfts, 50), M.percentile(ttfts, 99), len(good),
+            1 / p50 if p50 else None, p50, ttft50, ttft99, n_good,
             g.rps if g else None, g.tps if g else None, g.attainment if g else None, mem_used, bw_gbps,
             predicted_tps, wall, watts, usd)
         return self.current
