@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from measure.core import metrics as M
-from measure.core.guard import admit, detect_wall, engine_footprint
+from measure.core.guard import WallCheck, admit, engine_footprint
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import CellStopped
@@ -141,14 +141,7 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
         source.scale_to(k)
         source.set_batch(mode, b, b_cap=b, seq_ctx=cfg.ctx)
         source.wait_ready()
-        prev = [probe.sample()]
-
-        def at_wall():
-            cur = probe.sample()
-            why = detect_wall(prev[0], cur, None, None, 0.0)
-            prev[0] = cur
-            return why
-
+        at_wall = WallCheck(probe)
         say(f"{what} {level:g}: {n} requests, {arrivals.describe()}, {mode} K={k} B={b} …")
         t0 = time.monotonic()
         try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from measure.core import metrics as M
-from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, detect_wall, engine_footprint
+from measure.core.guard import DEFAULT_OVERHEAD_BYTES, WallCheck, admit, engine_footprint
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop, Load, Poisson
@@ -277,14 +277,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 cell_records: list[RequestRecord] = []
                 status = None
                 power.sample()  # a meter's reading counts from here
-                prev = [probe.sample()]
-
-                def at_wall():
-                    cur = probe.sample()
-                    why = detect_wall(prev[0], cur, None, None, 0.0)
-                    prev[0] = cur
-                    return why
-
+                at_wall = WallCheck(probe)
                 for rep in range(cfg.reps):
                     fleet.rep = rep
                     users = k * seqs

@@ -170,3 +170,17 @@ def detect_wall(prev, cur, tps_before: float | None, tps_after: float | None, si
             and tps_after < th.collapse_ratio * tps_before):
         return f"aggregate tok/s collapsed {tps_before:.0f} → {tps_after:.0f} after the last step"
     return None
+
+
+class WallCheck:
+    """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee)."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.prev = probe.sample()
+
+    def __call__(self) -> str | None:
+        cur = self.probe.sample()
+        why = detect_wall(self.prev, cur, None, None, 0.0)
+        self.prev = cur
+        return why
