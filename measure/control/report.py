@@ -195,6 +195,11 @@ def _predicted_series(ax, cells, x_key, group_key, key):
                 label=f"predicted {group_key.upper()}={g} (roofline)")
 
 
+def _concurrency(c: dict) -> float:
+    """A cell's x on the load axis: its achieved concurrency, else (older outputs) the nominal K × B."""
+    return c.get("achieved_concurrency") or c["k"] * c["b"]
+
+
 def _knee(run: Run, cells: list[dict]):
     """(x, label) of the knee: knee.json's answer where `bench --find` wrote one, else the last cell whose
     SLO attainment is ≥ 90 %."""
@@ -202,16 +207,16 @@ def _knee(run: Run, cells: list[dict]):
     if kj and kj.get("knee") is not None:
         for c in cells:
             if c.get("level") == kj["knee"]:
-                return (c.get("achieved_concurrency") or c["k"] * c["b"], f"{kj['knee']:g} ({kj['find']})")
+                return (_concurrency(c), f"{kj['knee']:g} ({kj['find']})")
     within = [c for c in cells if (c.get("slo_attainment") or 0) >= 0.9]
     if within:
         c = within[-1]
-        return (c.get("achieved_concurrency") or c["k"] * c["b"], f"K{c['k']}B{c['b']}")
+        return (_concurrency(c), f"K{c['k']}B{c['b']}")
     return None
 
 
 def _cost_curve(run: Run) -> list[tuple[float, float]]:
-    pts = [((c.get("achieved_concurrency") or c["k"] * c["b"]), c["usd_per_mtok"]) for c in _ok(run.cells)
+    pts = [(_concurrency(c), c["usd_per_mtok"]) for c in _ok(run.cells)
            if c.get("usd_per_mtok") is not None]
     return sorted(pts)
 
@@ -348,8 +353,8 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                           "concurrency (achieved)")
         for ax, run in zip(axes, runs):
             cs = sorted((c for c in _ok(run.cells) if c.get("goodput_tps") is not None),
-                        key=lambda c: c.get("achieved_concurrency") or c["k"] * c["b"])
-            xs = [c.get("achieved_concurrency") or c["k"] * c["b"] for c in cs]
+                        key=_concurrency)
+            xs = [_concurrency(c) for c in cs]
             ax.plot(xs, [c["goodput_tps"] for c in cs], "o-", label="goodput")
             ax.plot(xs, [c["output_throughput"] for c in cs], "x--", alpha=0.5, label="all tokens")
             knee = _knee(run, cs)
