@@ -319,3 +319,177 @@ def test_a_server_killed_mid_run_and_restarted_and_no_asyncio_warnings(tmp_path)
     finally:
         server.kill()
         bench.kill()
+
+
+def test_an_oom_kill_refuses_that_step_and_larger_ones_for_the_session():
+    """Pure: the guard admitted K=2 (its estimate fit a 4 GB budget) and the kernel OOM-killed a worker there.
+    From then on K=2 and K=3 of that mode are refused with one line naming the kill, even on the confirm key;
+    K=1 and the other mode are not; the estimate at K=2 is raised above the budget; --force passes."""
+    from measure.control.admission import Admission
+    from measure.core.guard import GiB, MiB, fmt_gb
+
+    clock = [0.0]
+    adm = Admission(16 * GiB, 4 * GiB, False, 2048, 250 * MiB, 20_000.0, clock=lambda: clock[0])
+    adm.observe([400 * MiB])
+    fp2 = adm.footprint("instances", 2, 1, 1)
+    assert adm.check(fp2, "k", "instances") == (None, None)
+    line = adm.note_oom("instances", 2, 1, 1)
+    assert "OOM killer" in line and "K=2 B=1" in line and "\n" not in line
+    assert adm.footprint("instances", 2, 1, 1).total > adm.budget > fp2.total  # no longer below what killed it
+    for k in (2, 3):
+        for _ in range(2):  # pressing the key again does not confirm past a kill
+            refusal, warning = adm.check(adm.footprint("instances", k, 1, 1), "k", "instances")
+            assert warning is None and refusal and "\n" not in refusal
+            assert "OOM killer ended a worker at K=2 B=1 instances" in refusal and f"K={k} B=1 is refused" in refusal
+            assert f"(estimated {fmt_gb(fp2.total)} fit the {fmt_gb(4 * GiB)} budget)" in refusal
+    assert adm.check(adm.footprint("instances", 1, 1, 1), "k", "instances") == (None, None)
+    assert oom_free(adm.check(adm.footprint("batch", 2, 1, 1), "m", "batch"))
+    adm.force = True
+    assert adm.check(adm.footprint("instances", 3, 1, 1), "k", "instances") == (None, None)
+
+
+def oom_free(result) -> bool:
+    refusal, _ = result
+    return refusal is None or "OOM killer" not in refusal
+
+
+def test_ctrl_c_twice_during_the_cleanup_still_leaves_no_process_and_keeps_the_summary(tmp_path):
+    """bench --k 1,2 on the embedded model: Ctrl-C while K=2 runs, and Ctrl-C again while the first one's cleanup
+    runs (50 ms and 400 ms later): exit 130, no worker after 3 s, summary.json holds the finished K=1 cell and the
+    cut K=2 one, every line of records.jsonl parses, no traceback."""
+    import json
+
+    import psutil
+
+    from conftest import descendants
+
+    for delay in (0.05, 0.4):
+        out = tmp_path / f"twice-{delay}"
+        proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "bench", "--k", "1,2", "--requests", "6",
+                                 "--max-tokens", "24", "--threads", "1", "--ctx", "512", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        seen = ""
+        end = time.monotonic() + 120
+        while "K=2 B=1 rep" not in seen and time.monotonic() < end and proc.poll() is None:
+            seen += proc.stdout.readline()
+        time.sleep(0.3)
+        kids = descendants(proc.pid)
+        assert len(kids) >= 2, seen
+        proc.send_signal(signal.SIGINT)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        gone_by = time.monotonic() + 3
+        while time.monotonic() < gone_by and any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids):
+            time.sleep(0.1)
+        left = [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"after Ctrl-C twice ({delay} s apart) these outlived the bench by 3 s: {left}"
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert "interrupted (Ctrl-C)" in err.strip().splitlines()[-1]
+        cells = json.loads((out / "summary.json").read_text())
+        assert [(c["k"], c["status"]) for c in cells] == [(1, "ok"), (2, "cut")], delay
+        lines = (out / "records.jsonl").read_text().splitlines()
+        assert len(lines) >= 7 and all(json.loads(x) for x in lines)
+
+
+OOM_SCRIPT = r'''
+import json, sys, time
+import presets
+from measure.control.live import LiveController, LiveSettings
+from measure.core.model_choice import build_spec, resolve_model, run_meta
+from measure.sources.fleet import Fleet
+
+m = resolve_model("llama", None, progress=lambda s: None)
+fleet = Fleet(build_spec("llama", m, 1, 2048, 1), run_meta("llama", m), k=1, threads=1)
+# --memory-budget 8G given by hand: the guard's estimate fits it, the group's limit is what ends the step
+c = LiveController(fleet, presets.workload("default"), LiveSettings(max_tokens=16, ctx=2048, memory_budget=8 * 10**9),
+                   watch_wall=False)
+
+def until(pred, secs):
+    end = time.monotonic() + secs
+    while time.monotonic() < end:
+        snap = c.tick()
+        if pred(snap):
+            return True
+        time.sleep(0.2)
+    return False
+
+out = {}
+try:
+    c.start(thread=False)
+    out["k1_served"] = until(lambda s: c.totals["requests"] - c.totals["errors"] >= 3, 90)
+    out["first_step"] = c.set_k(2)
+    t0 = time.monotonic()
+    out["oom_seen"] = until(lambda s: any("OOM killer" in x[3] for x in s.log), 60)
+    out["oom_after_s"] = round(time.monotonic() - t0, 1)
+    ok = c.totals["requests"] - c.totals["errors"]
+    out["went_on"] = until(lambda s: c.totals["requests"] - c.totals["errors"] >= ok + 3, 60)
+    out["down"] = c.set_k(1)
+    out["again"] = c.set_k(2)
+    out["deaths"] = [w.error for w in fleet.workers() if w.state == "dead"]
+    out["log"] = [x[3] for x in c.snapshot().log]
+finally:
+    c.close()
+print("RESULT " + json.dumps(out), flush=True)
+'''
+
+
+def test_a_worker_oom_killed_at_a_step_is_named_and_the_step_refused_next_time(tmp_path):
+    """Real cgroup v1 without swap: the controller and its llama workers (ctx 2048, ≈ 130 MB anonymous each; the
+    model's file pages are not charged here) run in a group limited to 230 MB. K=1 fits (≈ 158 MB with the
+    parent); the step to K=2 (≈ 290 MB), admitted because --memory-budget says 8 GB, makes the kernel kill a
+    worker: its death says "out of memory", the controller logs one line naming the kill and keeps serving
+    with the worker left, and a second step to K=2 is refused by the guard, naming the kill. The group is
+    removed afterwards, whatever happened."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    base = "/sys/fs/cgroup/memory"
+    if os.geteuid() != 0 or not os.path.isdir(base):
+        pytest.skip("needs root and cgroup v1's memory controller")
+    if len(Path("/proc/swaps").read_text().strip().splitlines()) > 1:
+        pytest.skip("swap is on: a worker over the group's limit would swap, not be OOM-killed")
+    group = f"{base}/it-oom-{os.getpid()}"
+    try:
+        os.mkdir(group)
+        with open(f"{group}/memory.limit_in_bytes", "w") as fh:
+            fh.write(str(230_000_000))
+    except OSError as exc:
+        pytest.skip(f"cannot make a memory cgroup here: {exc}")
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        p = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" "$@"', sys.executable, "-c",
+                            OOM_SCRIPT], capture_output=True, text=True, timeout=300, cwd=repo,
+                           env=dict(os.environ, INFERENCE_TOP_LOGS=str(tmp_path / "logs")))
+        found = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        assert p.returncode == 0 and found, p.stdout[-2000:] + p.stderr[-3000:]
+        r = json.loads(found[-1][len("RESULT "):])
+        assert r["k1_served"] and r["first_step"] is None, r
+        assert r["oom_seen"], r["log"]
+        assert any("out of memory" in d for d in r["deaths"]), r["deaths"]
+        assert sum("OOM killer" in x for x in r["log"]) >= 1 and all("\n" not in x for x in r["log"])
+        assert r["went_on"], r["log"]  # the worker left serves on
+        assert r["down"] is None
+        assert r["again"] and "OOM killer ended a worker at K=2 B=1 instances" in r["again"], r["again"]
+        assert "K=2 B=1 is refused" in r["again"] and "\n" not in r["again"]
+    finally:
+        try:
+            with open(f"{group}/cgroup.procs") as fh:
+                left = fh.read().split()
+            for pid in left:  # anything still in the group goes back to the root group, then the group goes
+                try:
+                    with open(f"{base}/cgroup.procs", "w") as fh:
+                        fh.write(pid)
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        for _ in range(50):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)

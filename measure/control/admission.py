@@ -1,10 +1,13 @@
 """Admission control: a step whose estimated footprint exceeds the memory budget is refused with the
-numbers, unless --force is on or the same key comes again within CONFIRM_S (the confirm key)."""
+numbers, unless --force is on or the same key comes again within CONFIRM_S (the confirm key). A step at or
+above one where the kernel's OOM killer ended a worker is refused for the rest of the session (only --force
+passes it), and the estimate is raised so it no longer fits there."""
 from __future__ import annotations
 
 import time
 
-from measure.core.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, Footprint, admit, engine_footprint
+from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, Footprint, OomKill, admit,
+                                engine_footprint, fmt_gb, oom_refusal, overhead_after_oom)
 
 CONFIRM_S = 5.0
 
@@ -20,6 +23,7 @@ class Admission:
         self.overhead: int | None = None  # runtime bytes beyond the weights, measured at warmup
         self._clock = clock
         self._refused: tuple[str, float] | None = None
+        self.oom_kills: list[OomKill] = []  # steps where a worker was OOM-killed in this session
 
     def observe(self, ready_rss: list[int]) -> None:
         """The first warmed-up workers' RSS tells what a worker holds beyond its weights."""
@@ -31,11 +35,28 @@ class Admission:
                                 weight_bytes=self.weight_bytes, kv_per_token=self.kv_per_token,
                                 overhead_bytes=self.overhead or DEFAULT_OVERHEAD_BYTES)
 
-    def check(self, fp: Footprint, key: str) -> tuple[str | None, str | None]:
+    def note_oom(self, mode: str, k: int, b: int, b_cap: int) -> str:
+        """A worker was OOM-killed at (mode, K, B): remember the step, raise the per-worker overhead so the
+        estimate there no longer fits the budget, and return the line that says so."""
+        fp = self.footprint(mode, k, b, b_cap)
+        kill = OomKill(mode, k, b, fp.total, self.budget)
+        if not any(x.covers(mode, k, b) for x in self.oom_kills):
+            self.oom_kills.append(kill)
+        self.overhead = overhead_after_oom(fp, self.budget, self.overhead or DEFAULT_OVERHEAD_BYTES)
+        raised = self.footprint(mode, k, b, b_cap).total
+        return (f"out of memory: the kernel's OOM killer ended a worker at K={k} B={b} {mode} (estimated "
+                f"{fmt_gb(fp.total)} of the {fmt_gb(self.budget)} budget; now estimated {fmt_gb(raised)}): this "
+                "step and larger ones are refused for the rest of the session (--force to try anyway)")
+
+    def check(self, fp: Footprint, key: str, mode: str | None = None) -> tuple[str | None, str | None]:
         """(refusal, warning): a refusal to show, or None to go ahead (with a warning when over the budget on
-        confirm)."""
+        confirm). A step covered by an OOM kill of `mode` (None: any mode) is refused; the confirm key does not
+        pass it."""
         if self.force:
             return None, None
+        for m in [mode] if mode else {x.mode for x in self.oom_kills}:
+            if why := oom_refusal(self.oom_kills, m, fp.k, fp.b):
+                return why, None
         why = admit(fp, self.budget)
         if why is None:
             return None, None

@@ -131,6 +131,40 @@ def admit(fp: Footprint, budget: int) -> str | None:
             "override)")
 
 
+@dataclass(frozen=True)
+class OomKill:
+    """The kernel's OOM killer ended a worker at this step although the guard's estimate fit the budget: the
+    estimate was too low there, so this step and every larger one of the same mode are refused from then on."""
+    mode: str
+    k: int
+    b: int
+    estimated: int  # the footprint the guard estimated for the step before it learnt of the kill
+    budget: int
+
+    def covers(self, mode: str, k: int, b: int) -> bool:
+        return mode == self.mode and k >= self.k and b >= self.b
+
+    def refusal(self, k: int, b: int) -> str:
+        fit = "fit" if self.estimated <= self.budget else "exceeded"
+        return (f"the kernel's OOM killer ended a worker at K={self.k} B={self.b} {self.mode} earlier in this session "
+                f"(estimated {fmt_gb(self.estimated)} {fit} the {fmt_gb(self.budget)} budget): the estimate was too "
+                f"low there; K={k} B={b} is refused (--force to try anyway)")
+
+
+def oom_refusal(kills, mode: str, k: int, b: int) -> str | None:
+    """The refusal of a step at or above one where a worker was OOM-killed (None: no kill covers it)."""
+    hit = next((x for x in kills if x.covers(mode, k, b)), None)
+    return hit.refusal(k, b) if hit else None
+
+
+def overhead_after_oom(fp: Footprint, floor: int, overhead: int) -> int:
+    """The per-worker runtime overhead raised so that the footprint of the step that was OOM-killed is no
+    longer below `floor` (what it must have needed: at least the budget it was admitted under)."""
+    if fp.k < 1 or fp.total > floor:
+        return overhead
+    return max(overhead, -(-(floor + 1 - fp.weights - fp.kv) // fp.k))
+
+
 def largest_fitting(budget: int, per_unit: float, fixed: float = 0.0) -> int:
     """The largest n ≥ 0 with fixed + n × per_unit ≤ budget."""
     if per_unit <= 0:
