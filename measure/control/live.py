@@ -26,7 +26,7 @@ from measure.core import metrics as M
 from measure.core.probes import ProcessProbe, SystemProbe, SystemSample, physical_cores, total_memory_bytes
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
-from measure.sources.base import Finished, LoadSource, LoadStarted, Log, Tokens, WorkerInfo
+from measure.sources.base import Finished, LoadSource, LoadStarted, Log, OutOfMemory, Tokens, WorkerInfo, WorkerState
 from presets import Workload
 
 
@@ -148,7 +148,7 @@ class LiveController:
     def _admit(self, k: int, b: int, key: str, mode: str | None = None) -> str | None:
         if not self.caps.local:  # a remote server's memory is not ours to guard
             return None
-        refusal, warning = self.admission.check(self.footprint(k, b, mode), key)
+        refusal, warning = self.admission.check(self.footprint(k, b, mode), key, mode or self.mode)
         if warning:
             self.log("warn", warning)
         return refusal
@@ -289,6 +289,13 @@ class LiveController:
                 self.log(ev.level, ev.text)
             elif isinstance(ev, LoadStarted):
                 self.load_started(ev.t_ns)
+            elif isinstance(ev, OutOfMemory):
+                self.out_of_memory(ev)
+
+    def out_of_memory(self, ev: OutOfMemory) -> None:
+        """A worker was OOM-killed at a step: the guard refuses that step (and larger) from now on."""
+        self.mark("OOM")
+        self.log("error", self.admission.note_oom(ev.mode, ev.k, ev.b, self.source.capabilities().batch_capacity))
 
     def load_started(self, t_ns: int) -> None:
         """The load began flowing: rates count from here, not from when the controller was made."""

@@ -122,7 +122,16 @@ class LoadStarted(NamedTuple):
     t_ns: int
 
 
-Event = Tokens | Finished | Log | LoadStarted
+class OutOfMemory(NamedTuple):
+    """The kernel's OOM killer ended a worker while the source served this step: the memory guard's estimate
+    was too low there (admission.py refuses the step from then on)."""
+
+    mode: Mode
+    k: int
+    b: int
+
+
+Event = Tokens | Finished | Log | LoadStarted | OutOfMemory
 
 
 @runtime_checkable

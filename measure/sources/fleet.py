@@ -28,8 +28,8 @@ from engines.base import EngineSpec
 from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request, RequestMaker
-from measure.sources.base import (Capabilities, CellStopped, EventSink, LoadStarted, RecordCollector, SourceError,
-                                  Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CellStopped, EventSink, LoadStarted, OutOfMemory, RecordCollector,
+                                  SourceError, Tokens, WorkerInfo, WorkerState)
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
 
@@ -531,7 +531,8 @@ class Fleet:
         w.proc.join(timeout=1.0)  # the sentinel can fire a moment before the process is reaped
         code = w.proc.exitcode
         how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
-        if code == -signal.SIGKILL and (n := oom_kills()) is not None and n > self._oom_seen:
+        oom = code == -signal.SIGKILL and (n := oom_kills()) is not None and n > self._oom_seen
+        if oom:
             self._oom_seen = n
             how += ", out of memory? (the memory group's OOM killer count rose)"
             self.oom_killed.append((self.target_k, self.b, self.mode))
@@ -540,6 +541,8 @@ class Fleet:
         info.state = S.DEAD
         info.error = info.error or f"died{' ' + phase if phase else ''}: {how}"
         self._sink.log(f"worker {info.wid} (pid {info.pid}) died{' ' + phase if phase else ''}: {how}", "error")
+        if oom:  # the guard learns that its estimate was too low at this step
+            self._sink.put(OutOfMemory(self.mode, self.target_k, self.b))
         if phase and not w.retire and not self._closed:
             self._replace_unready(info, how)
         lost = sorted(w.inflight)
