@@ -12,6 +12,7 @@ async def test_plus_twice_and_b_three_times_leave_settled_rows_with_goodput():
     tok/s CV < 0.10) and becomes a row with its goodput under the interactive SLO; the best is marked."""
     c, fleet, clock = sim_controller(k=1)
     c.s.slo = c.steps.slo = presets.slo("interactive")
+    c.stats.set_slo(c.s.slo)
     app = InferenceTop(c, live=False)
     async with app.run_test(size=(160, 48)) as pilot:
         run_for(c, fleet, clock, 12)

@@ -70,7 +70,7 @@ class LiveController:
         self.t0 = self._clock()
         self._sys = sys_probe or SystemProbe()
         self._procs = procs_probe or ProcessProbe()
-        self.stats = LiveStats(settings.window_s)
+        self.stats = LiveStats(settings.window_s, settings.slo)
         self.stats.level_label = f"K={self.k} B={self.b} {self.mode}"
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
                                    self.caps.weight_bytes, settings.kv_bytes_per_token)
@@ -323,8 +323,7 @@ class LiveController:
         if self.roofline is None:
             return None
         with self._lock:
-            recent = self.stats.level_records()[-20:]
-        prompts = [r.prompt_tokens for r in recent if r.prompt_tokens]
+            prompts = list(self.stats.figures.prompt_tokens)
         prompt = round(sum(prompts) / len(prompts)) if prompts else 32
         threads = next((w.threads for w in workers if w.threads and not w.state.gone), None)
         return self.roofline.level(self.mode, self.k, self.b, threads, prompt, self.s.max_tokens)
@@ -392,10 +391,10 @@ class LiveController:
         )
         watts = self.power.sample() if self.power else None
         with self._lock:
-            level_recs = self.stats.level_records()
+            figures = self.stats.figures
             level_start = self.stats.level_start_ns
         row = self.steps.tick(self.stats.level_label, self.mode, self.k, self.b, level_start, now,
-                              self.state(workers) == "steady", level_recs, win.agg_tps, win.concurrency,
+                              self.state(workers) == "steady", figures, win.agg_tps, win.concurrency,
                               sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts)
         numbers = replace(numbers, goodput_rps=row.goodput_rps, goodput_tps=row.goodput_tps,
                           slo_attainment=row.attainment, watts=watts,

@@ -8,17 +8,76 @@ across workers, and a token older than the window must leave it whatever arrived
 Request figures (TTFT, ITL) are the current level's: requests scheduled since the last K/B/mode step
 (or reset), so an earlier level's queue never shows in the next one. Each level that ends is kept as a
 row of `levels`.
+
+Memory stays flat over a long run: each finished request is turned into its figures once (`LevelFigures`:
+TTFT, TPOT, the SLO verdict, its tokens) when it arrives; full records are kept only for the last
+ITL_REQUESTS (the ITL gaps need every timestamp) and, slimmed (token times packed 8 bytes each, per-source
+details dropped), for the last KEEP since reset (the `e` export's summary).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from array import array
+from collections import deque
+from dataclasses import dataclass, replace
 
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
 from measure.core.units import NS
 
 ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
-KEEP = 2000  # requests kept per level and since reset: the figures are over the last KEEP (memory stays flat)
+KEEP = 1000  # requests kept per level and since reset: the percentiles are over the last KEEP (memory stays flat)
+
+
+def slim(rec: RequestRecord) -> RequestRecord:
+    """The record with its token times packed (8 bytes each, not a list of int objects) and its per-source
+    details dropped: what the export's summary needs, at about a quarter of the memory."""
+    return replace(rec, token_ns=array("q", rec.token_ns), extra=None, server_view=None)
+
+
+class LevelFigures:
+    """One level's requests as figures, each computed once when the request ends. Counts (finished, errors,
+    met the SLO, their tokens) are exact over the level; the percentile lists hold the last KEEP."""
+
+    def __init__(self, slo=None):
+        self.slo = slo
+        self.finished = 0
+        self.errors = 0
+        self.good = 0  # finished without error, ≥ 1 token
+        self.met = 0  # met every SLO bound (where an SLO is set)
+        self.met_tokens = 0
+        self.ttft: list[float] = []  # queue-inclusive, good requests
+        self.ttft_engine: list[float] = []
+        self.tpot: list[float] = []
+        self.prompt_tokens: deque[int] = deque(maxlen=20)  # the last ones known (the roofline's prompt length)
+        self.version = 0  # rises with every request added
+
+    def add(self, rec: RequestRecord) -> None:
+        self.version += 1
+        if rec.t_done_ns is not None:
+            self.finished += 1
+        if rec.error:
+            self.errors += 1
+        if rec.prompt_tokens:
+            self.prompt_tokens.append(rec.prompt_tokens)
+        if rec.error is None and rec.t_first_token_ns is not None:
+            self.good += 1
+            self.ttft.append(M.ttft(rec))
+            self.ttft_engine.append(M.ttft_engine(rec))
+            if (tp := M.tpot(rec)) is not None:
+                self.tpot.append(tp)
+            for xs in (self.ttft, self.ttft_engine, self.tpot):
+                if len(xs) > 2 * KEEP:
+                    del xs[:-KEEP]
+        if self.slo is not None and rec.t_done_ns is not None and M.meets_slo(rec, self.slo):
+            self.met += 1
+            self.met_tokens += rec.output_tokens
+
+    def goodput(self, span_s: float):
+        """M.goodput's figures from the counts (None without an SLO or a finished request)."""
+        if self.slo is None or not self.finished or span_s <= 0:
+            return None
+        return M.Goodput(self.met / span_s, self.met_tokens / span_s, self.met / self.finished, self.met,
+                         self.finished)
 
 
 @dataclass(frozen=True)
@@ -31,16 +90,18 @@ class Window:
     per_worker_tps: dict
     steps_per_s: dict  # batch mode: all tokens of one step share its timestamp
     concurrency: float  # streams decoding, time-averaged over the window (Σ token spans ÷ span)
+    tpot_by_worker: dict | None = None  # worker (endpoint) → TPOT p50 of its streams in the window (seconds)
 
 
 class LiveStats:
-    def __init__(self, window_s: float):
+    def __init__(self, window_s: float, slo=None):
         self.window_s = window_s
+        self.slo = slo
         self.load_start_ns: int | None = None  # the window is shorter than window_s until the load is that old
         self._tokens: list[tuple[int, int | None, int]] = []  # (t_ns, worker, request id)
-        self._records: list[RequestRecord] = []  # of the current level
-        self._all: list[RequestRecord] = []  # since the last reset (export)
-        self._errors = 0
+        self.figures = LevelFigures(slo)  # of the current level
+        self._recent: deque[RequestRecord] = deque(maxlen=ITL_REQUESTS)  # of the current level, whole
+        self._all: list[RequestRecord] = []  # since the last reset, slimmed (export)
         self.level_label = "start"
         self.level_start_ns = 0
         self.levels: list[dict] = []  # the levels left behind: label, start, end, their request figures
@@ -57,33 +118,33 @@ class LiveStats:
         self._tokens.extend((t, worker, request_id) for t in token_ns)
 
     def add_record(self, rec: RequestRecord) -> None:
-        self._all.append(rec)
+        self._all.append(slim(rec))
         if len(self._all) > 2 * KEEP:
             del self._all[:-KEEP]
         if rec.t_scheduled_ns >= self.level_start_ns:
-            self._records.append(rec)
-            if rec.error:
-                self._errors += 1
-            if len(self._records) > 2 * KEEP:
-                self._records = self._records[-KEEP:]
+            self.figures.add(rec)
+            self._recent.append(rec)
 
     def new_level(self, label: str, t_ns: int) -> None:
         """A K, B or mode step: the level so far becomes a row; request figures start again."""
-        if self._records:
+        if self.figures.version:
             self.levels.append({"level": self.level_label, "start_ns": self.level_start_ns, "end_ns": t_ns,
                                 **self.request_numbers()})
         self.level_label, self.level_start_ns = label, t_ns
-        self._records, self._errors = [], 0
+        self.figures = LevelFigures(self.slo)
+        self._recent = deque(maxlen=ITL_REQUESTS)
+
+    def set_slo(self, slo) -> None:
+        """Judge requests against `slo` from now on (a request already counted keeps its verdict)."""
+        self.slo = self.figures.slo = slo
 
     def reset(self, t_ns: int) -> None:
         self._all = []
         self.new_level(self.level_label, t_ns)
 
     def records(self) -> list[RequestRecord]:
+        """The last KEEP to 2 × KEEP requests since reset, slimmed."""
         return list(self._all)
-
-    def level_records(self) -> list[RequestRecord]:
-        return list(self._records)
 
     def window(self, now_ns: int) -> Window:
         a = now_ns - int(self.window_s * NS)
@@ -93,36 +154,40 @@ class LiveStats:
             return Window(0.0, 0.0, [], {}, {}, 0.0)
         span = min(self.window_s, max(1e-9, (now_ns - self.load_start_ns) / NS))
         per_req: dict[int, list[int]] = {}
+        req_worker: dict[int, object] = {}
         per_worker: dict = {}
         steps: dict = {}
         for t, wid, rid in self._tokens:
             per_req.setdefault(rid, []).append(t)
+            req_worker[rid] = wid
             per_worker[wid] = per_worker.get(wid, 0) + 1
             steps.setdefault(wid, set()).add(t)
         tpots = []
+        by_worker: dict = {}
         busy = 0
-        for ts in per_req.values():
+        for rid, ts in per_req.items():
             ts.sort()
             busy += ts[-1] - ts[0]
             if (tp := M.tpot_of_times(ts)) is not None:
                 tpots.append(tp)
+                by_worker.setdefault(req_worker[rid], []).append(tp)
         agg = M.aggregate_tps_from_times((x[0] for x in self._tokens), now_ns - int(span * NS), now_ns + 1)
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
-                      {w: len(ts) / span for w, ts in steps.items()}, busy / NS / span)
+                      {w: len(ts) / span for w, ts in steps.items()}, busy / NS / span,
+                      {w: M.percentile(v, 50) for w, v in by_worker.items()})
 
     def request_numbers(self) -> dict:
         """TTFT and ITL over the current level's requests, recomputed only when one more ended."""
-        key = (len(self._records), self._errors, id(self._records))
+        f = self.figures
+        key = (f.version, id(f))
         if key == self._numbers_key:
             return self._numbers
-        good = M.ok(self._records)
-        ttfts = [M.ttft(r) for r in good]
-        ttfte = [M.ttft_engine(r) for r in good]
+        ttfts, ttfte = f.ttft[-KEEP:], f.ttft_engine[-KEEP:]
         self._numbers = {
             "ttft_p50": M.percentile(ttfts, 50), "ttft_p99": M.percentile(ttfts, 99),
             "ttft_engine_p50": M.percentile(ttfte, 50), "ttft_engine_p99": M.percentile(ttfte, 99),
-            "itl_p50": M.percentile(M.itls(good[-ITL_REQUESTS:]), 50),
-            "requests": len(good), "errors": self._errors,
+            "itl_p50": M.percentile(M.itls(M.ok(self._recent)), 50),
+            "requests": f.good, "errors": f.errors,
         }
         self._numbers_key = key
         return self._numbers

@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from measure.control.stats import KEEP
 from measure.core import metrics as M
 from measure.core.units import NS
 
@@ -63,7 +64,7 @@ class StepTable:
         self._figures = None
 
     def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
-             records, agg_tps: float, concurrency: float, mem_used: int | None, bw_gbps: float | None,
+             figures, agg_tps: float, concurrency: float, mem_used: int | None, bw_gbps: float | None,
              predicted_tps: float | None, wall: str, watts: float | None = None) -> StepRow:
         if label != self._label:
             if self.current is not None and self.current.settled:
@@ -77,13 +78,13 @@ class StepTable:
         tps = [s[0] for s in recent]
         cv = M.cv(tps) if len(tps) >= 2 else None
         # the request figures only change when a request ended: recomputed then, not every tick
-        key = (label, len(records), records[-1].request_id if records else None)
+        # (`figures`: stats.LevelFigures, each request's figures computed once as it ended)
+        key = (label, figures.version, id(figures))
         if key != self._figures_key:
-            good = M.ok(records)
-            tpots = [t for t in (M.tpot(r) for r in good) if t is not None]
-            ttfts = [M.ttft(r) for r in good]
-            g1 = M.goodput(records, self.slo, 1.0) if self.slo else None  # per second of 1 s: the counts
-            self._figures = (len(good), M.percentile(tpots, 50), M.percentile(ttfts, 50), M.percentile(ttfts, 99), g1)
+            ttfts = figures.ttft[-KEEP:]
+            g1 = figures.goodput(1.0) if self.slo else None  # per second of 1 s: the counts
+            self._figures = (figures.good, M.percentile(figures.tpot[-KEEP:], 50), M.percentile(ttfts, 50),
+                             M.percentile(ttfts, 99), g1)
             self._figures_key = key
         n_good, p50, ttft50, ttft99, g1 = self._figures
         waits = []

@@ -26,7 +26,7 @@ class RunMeta:
     simulated: bool = False
 
 
-@dataclass
+@dataclass(slots=True)  # thousands are kept live: no per-instance dict
 class RequestRecord:
     run_id: str
     request_id: int
