@@ -26,6 +26,7 @@ class StreamResult:
     timings: dict | None = None  # llama-server's per-response timings block, where sent
     # how len(token_ns) was counted: "continuous-usage" | "chunks" | "chunks+final-usage"
     token_count: str = "chunks"
+    unreachable: bool = False  # the server could not be reached or dropped the connection (not an HTTP error)
 
 
 def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
@@ -210,10 +211,15 @@ async def stream_one(session, url: str, body: dict, headers: dict, stall_s: floa
                 counter.chunk(chunk, t)
     except aiohttp.ClientConnectorError as exc:
         res.error = f"cannot connect to {shown}: {exc}"
+        res.unreachable = True
     except asyncio.TimeoutError:
         res.error = f"stalled: no data from {shown} for {stall_s:g} s"
     except aiohttp.ClientPayloadError as exc:
         res.error = f"stream broken mid-body (truncated: did the server stop?): {exc}"
+        res.unreachable = True
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
+        res.unreachable = True
     except aiohttp.ClientError as exc:
         res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
     except (ValueError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # a line beyond aiohttp's buffer

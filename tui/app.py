@@ -167,7 +167,7 @@ class InferenceTop(App):
         x0 = max(0.0, x1 - SPAN_S)
         pts = [p for p in hist if p.t >= x0]
         xs = [p.t for p in pts]
-        beta = self.c.info.bandwidth_gbps
+        beta = snap.numbers.spec_gbps or self.c.info.bandwidth_gbps
         att = self.c.info.attainable_gbps
         v = snap.version
         self.query_one("#chart-tps", Chart).plot(
@@ -190,7 +190,8 @@ class InferenceTop(App):
         info = self.c.info
         beta = info.bandwidth_gbps
         state_style = {"steady": "bold green", "warming": "bold yellow", "loading": "bold yellow",
-                       "paused": "bold blue", "WALL": "bold white on red"}.get(s.state, "bold")
+                       "degraded": "bold white on dark_orange3", "paused": "bold blue",
+                       "WALL": "bold white on red"}.get(s.state, "bold")
         t = Text()
         if banner := self.c.banner():
             t.append(f" {banner} ", "bold black on yellow")
@@ -203,7 +204,10 @@ class InferenceTop(App):
         if info.weight_bytes:
             t.append(f" {info.weight_bytes / 1e9:.3f} GB")
         t.append(f" · {info.chip} ")
-        t.append(f"β {beta:g} GB/s ({info.bandwidth_source})" if beta else "β unknown (--bandwidth)")
+        if s.numbers.spec_gbps:
+            t.append(f"β Σ {s.numbers.spec_gbps:g} GB/s (the endpoints' chips)")
+        else:
+            t.append(f"β {beta:g} GB/s ({info.bandwidth_source})" if beta else "β unknown (--bandwidth)")
         t.append("\n")
         t.append(f"mode {s.mode}", "bold")
         t.append(f" · K={s.k} · B={s.b} · users {s.users} · achieved {s.numbers.concurrency:.1f} · ")
@@ -290,7 +294,10 @@ class InferenceTop(App):
         """The workers table as fixed-width text: a DataTable re-renders every row on any change,
         which cost more CPU than the three charts together."""
         style = {"serving": "green", "idle": "", "warming": "yellow", "loading": "yellow", "starting": "yellow",
-                 "retiring": "magenta", "retired": "grey50", "dead": "bold red"}
+                 "retiring": "magenta", "retired": "grey50", "dead": "bold red", "down": "bold red"}
+        if s.mode == "http":
+            self.query_one("#workers", Panel).set_text(self._endpoint_rows(s, style))
+            return
         t = Text()
         t.append(f"{'id':>2} {'pid':>6} {'state':<8} {'thr':>3} {'RSS':>7} {'CPU%':>4} {'tok/s':>5} {'done':>4} "
                  f"{'TTFT':>9}\n", "bold")
@@ -300,6 +307,26 @@ class InferenceTop(App):
             t.append(f" {w.threads or '—':>3} {fmt_bytes(w.rss):>7} {'—' if w.cpu is None else f'{w.cpu:.0f}':>4} "
                      f"{w.tps:>5.1f} {w.requests:>4} {fmt_ms(w.last_ttft):>9}\n")
         self.query_one("#workers", Panel).set_text(t)
+
+    def _endpoint_rows(self, s: Snapshot, style: dict) -> Text:
+        """One row per endpoint: its state, streams busy / B, tok/s, requests, errors, TTFT, its bandwidth
+        product against its chip's β, and what its server says (running / waiting)."""
+        t = Text()
+        t.append(f"{'id':>2} {'endpoint':<16} {'state':<8} {'strm':>5} {'tok/s':>6} {'done':>5} {'err':>4} "
+                 f"{'TTFT':>8} {'GB/s':>9} {'server':<12}\n", "bold")
+        for w in s.workers:
+            t.append(f"{w.wid:>2} {(w.label or '?')[:16]:<16} ")
+            t.append(f"{w.state:<8}", style.get(w.state, ""))
+            bw = "—" if w.bw_gbps is None else f"{w.bw_gbps:.1f}"
+            if w.bandwidth_gbps:
+                bw += f"/{w.bandwidth_gbps:g}"
+            v = w.server
+            server = ("—" if v is None else "no /metrics" if not v else
+                      f"run {v.get('running', 0):.0f} wait {v.get('waiting', 0):.0f}")
+            t.append(f" {w.active:>2}/{w.streams or 0:<2} {w.tps:>6.1f} {w.requests:>5} ")
+            t.append(f"{w.errors:>4}", "bold red" if w.errors else "")
+            t.append(f" {fmt_ms(w.last_ttft):>8} {bw:>9} {server:<12}\n")
+        return t
 
     def _append_log(self, s: Snapshot) -> None:
         log = self.query_one("#log", RichLog)
@@ -319,8 +346,9 @@ class InferenceTop(App):
         self.refresh_numbers()
 
     def action_k(self, delta: int) -> None:
-        """+/- change K in instances mode and B in batch mode (m switches)."""
-        if self.c.mode != "instances":
+        """+/- change K in instances mode (and endpoints in use over HTTP, where several were given) and B in
+        batch mode (m switches) or against one server."""
+        if self.c.mode == "batch" or (self.c.mode == "http" and not self.c.caps.scales_k):
             self._refuse(self.c.set_b(self.c.b + delta))
         else:
             self._refuse(self.c.set_k(self.c.k + delta))

@@ -57,7 +57,14 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--engine", default="llama", choices=["llama", "mlx", "http"],
                    help="llama (llama-cpp-python workers), mlx (mlx-lm workers) or http (an OpenAI-compatible "
                    "server at --url)")
-    p.add_argument("--url", help="http engine: the API base, e.g. http://127.0.0.1:8080/v1")
+    p.add_argument("--url", action="append", help="http engine: the API base, e.g. http://127.0.0.1:8080/v1; "
+                   "give it several times for several servers behind one queue (K = endpoints in use)")
+    p.add_argument("--urls", metavar="FILE", help="http engine: endpoints, one 'URL [chip] [label]' per line "
+                   "(chip: a preset, its β for the spec line; '-' for none)")
+    p.add_argument("--routing", default="least", choices=["least", "round-robin"],
+                   help="http engine, several endpoints: least outstanding requests (default) or round robin")
+    p.add_argument("--model-bytes", metavar="SIZE", help="http engine: W, the served model's weight bytes "
+                   "(e.g. 16G), for the bandwidth product; default unknown")
     p.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
                    help="http engine: /v1/completions (default) or /v1/chat/completions")
     p.add_argument("--api-key-env", help="http engine: the environment variable holding the API key")
@@ -196,7 +203,8 @@ def bench_main(argv: list[str]) -> int:
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
-    most = (1 if plan.remote else max(plan.ks)) * max(plan.bs or [1])
+    ks = plan.ks if not plan.remote or len(plan.endpoints) > 1 else [1]
+    most = max(ks) * max(plan.bs or [1])
     if args.find and not 0 < args.target <= 1:
         fail(f"--target {args.target:g} must be a share of requests in (0, 1], e.g. 0.9")
     if args.find and plan.slo is None:
@@ -210,7 +218,7 @@ def bench_main(argv: list[str]) -> int:
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
     bs = plan.bs or [1]
-    cfg = SweepConfig(ks=plan.ks if not plan.remote else [1], bs=bs, mode=plan.mode, requests=args.requests,
+    cfg = SweepConfig(ks=ks, bs=bs, mode=plan.mode, requests=args.requests,
                       max_tokens=plan.max_tokens, reps=args.reps, rate=plan.rate, ignore_eos=plan.ignore_eos,
                       bandwidth_gbps=plan.bandwidth_gbps, cell_timeout_s=args.cell_timeout, out_dir=out,
                       contexts=args.contexts, ctx=plan.ctx,

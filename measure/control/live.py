@@ -159,6 +159,9 @@ class LiveController:
             return "K does not apply here: B sets the concurrent streams"
         if k < 1:
             return "K cannot go below 1"
+        if self.caps.max_k is not None and k > self.caps.max_k:
+            return (f"K cannot go above {self.caps.max_k}: that many endpoints were given (--url several times, "
+                    "or --urls FILE)")
         if admit_check and k > self.k:
             refusal = self._admit(k, self.b, "k")
             if refusal:
@@ -334,6 +337,8 @@ class LiveController:
         if self.paused:
             return "paused"
         active = [w for w in workers if not w.state.leaving]
+        if any(w.state == WorkerState.DOWN for w in active):
+            return "degraded"
         if not any(w.ready_ns for w in active):
             return "loading"
         if any(not w.ready_ns for w in active) or len(active) < self.k:
@@ -351,7 +356,12 @@ class LiveController:
         p50, p90 = M.percentile(win.tpots, 50), M.percentile(win.tpots, 90)
         W = self.caps.weight_bytes
         workers = self.source.workers()
-        bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
+        if self.mode == "http":  # each endpoint's steps/s ≈ 1 ÷ its streams' TPOT p50
+            ep_steps = {wid: 1 / tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
+            bw = M.bandwidth_product("http", W, steps_per_s=list(ep_steps.values()))
+        else:
+            ep_steps = {}
+            bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
         level = self._predict(workers)
         if level is not None:
             pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
@@ -368,9 +378,15 @@ class LiveController:
         rows = tuple(
             WorkerRow(w.wid, w.pid, str(w.state), w.threads, procs.get(w.pid, (w.rss, None))[0],
                       procs.get(w.pid, (None, None))[1], win.per_worker_tps.get(w.wid, 0.0), w.requests_done,
-                      w.last_ttft_s)
+                      w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
+                      server=w.server, bandwidth_gbps=w.bandwidth_gbps,
+                      bw_gbps=ep_steps[w.wid] * W / 1e9 if W and w.wid in ep_steps else None)
             for w in workers
         )
+        # the spec line of several endpoints: Σ β of those in use, where every one's chip is known
+        in_use = [w for w in workers if w.streams]
+        spec = (sum(w.bandwidth_gbps for w in in_use)
+                if self.mode == "http" and in_use and all(w.bandwidth_gbps for w in in_use) else None)
         rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
         self.admission.observe([w.rss for w in workers if w.ready_ns and w.rss])
         self._check_wall(prev_sys, sysv, win.agg_tps, now)
@@ -380,7 +396,7 @@ class LiveController:
             concurrency=win.concurrency,
             tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, predicted_tps=pred_tps, predicted_by=pred_by,
             mbu=bw.gbps / attainable if bw.gbps is not None and attainable else None,
-            bw_gbps=bw.gbps, bw_formula=bw.formula,
+            bw_gbps=bw.gbps, bw_formula=bw.formula, spec_gbps=spec,
             server_view=self.source.server_view(), workers_cpu_percent=cpu_sum,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
@@ -46,7 +47,10 @@ class RunPlan:
     memory_budget_source: str
     choice: ModelChoice | None = None  # local engines
     spec: EngineSpec | None = None
-    url: str | None = None  # http
+    url: str | None = None  # http: the first endpoint's API base
+    endpoints: list = field(default_factory=list)  # http: sources/http.Endpoint, one per server behind the queue
+    routing: str = "least"  # http: least (outstanding requests) | round-robin
+    model_bytes: int = 0  # http: W of the served model where the user gave it (--model-bytes)
     endpoint: str = "completions"
     api_key_env: str | None = None
     stall_s: float = 60.0
@@ -67,8 +71,8 @@ class RunPlan:
 
     def meta(self) -> RunMeta:
         if self.remote:
-            return RunMeta(engine=engine_label("http"), model=self.model_name or "?", model_bytes=0, mode="http",
-                           b=(self.bs or [1])[0])
+            return RunMeta(engine=engine_label("http"), model=self.model_name or "?", model_bytes=self.model_bytes,
+                           mode="http", b=(self.bs or [1])[0])
         return run_meta(self.engine, self.choice, self.mode, (self.bs or [1])[0])
 
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
@@ -79,10 +83,13 @@ class RunPlan:
         if self.remote:
             from measure.sources.http import HttpSource
 
-            return HttpSource(self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
-                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
-                              on_record=on_record, events=events, prefix_cache=self.prefix_cache,
-                              tokenizer=self._tokenizer())
+            src = HttpSource(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
+                             model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
+                             on_record=on_record, events=events, prefix_cache=self.prefix_cache,
+                             tokenizer=self._tokenizer(), routing=self.routing)
+            if k is not None or len(self.endpoints) > 1:
+                src.scale_to(k or self.ks[0])
+            return src
         from measure.sources.fleet import Fleet
 
         if per_cell:
@@ -167,8 +174,10 @@ class RunPlan:
             from engines.http_openai import public_url
 
             return {"environment": environment(), "engine": "http", "url": public_url(self.url),
-                    "endpoint": self.endpoint,
-                    "model": self.model_name, "model_bytes": 0, "simulated": False,
+                    "endpoints": [{"url": e.shown(), "chip": e.chip, "label": e.name(),
+                                   "bandwidth_gbps": e.bandwidth_gbps} for e in self.endpoints],
+                    "routing": self.routing, "endpoint": self.endpoint,
+                    "model": self.model_name, "model_bytes": self.model_bytes, "simulated": False,
                     "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
                     "tokenizer": self.tokenizer, **common}
         return run_header(self.choice, self.spec, {
@@ -219,9 +228,52 @@ def resolve_bandwidth(chip_key: str | None, bandwidth: float | None) -> tuple[st
     return name, beta, src if beta else "unknown"
 
 
+def http_endpoints(args) -> list:
+    """The endpoints of an HTTP run: every --url (with --chip, where given), then the lines of --urls FILE
+    (`URL [chip] [label]`, '#' comments; '-' for no chip). StartError names the line that is wrong."""
+    from measure.sources.http import Endpoint
+
+    def beta_of(key: str | None, where: str) -> float | None:
+        if not key:
+            return None
+        try:
+            return chip(key).bandwidth_gbps
+        except PresetError as exc:
+            raise StartError(f"{where}: {exc}") from None
+
+    out = [Endpoint(check_url(u), args.chip, None, beta_of(args.chip, "--chip")) for u in (args.url or [])]
+    if args.urls:
+        try:
+            lines = Path(args.urls).read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StartError(f"--urls {args.urls}: cannot read it ({type(exc).__name__}: {exc})") from None
+        for i, line in enumerate(lines, 1):
+            parts = line.split("#", 1)[0].split(None, 2)
+            if not parts:
+                continue
+            where = f"--urls {args.urls} line {i}"
+            if not parts[0].startswith(("http://", "https://")):
+                raise StartError(f"{where}: {parts[0][:60]!r} is not a URL; each line is URL [chip] [label] "
+                                 "(chip '-' for none)")
+            key = parts[1] if len(parts) > 1 and parts[1] != "-" else args.chip
+            out.append(Endpoint(parts[0], key, parts[2].strip() if len(parts) > 2 else None, beta_of(key, where)))
+        if not out:
+            raise StartError(f"--urls {args.urls} lists no endpoint; each line is URL [chip] [label]")
+    if not out:
+        check_url(None)
+    seen: set[str] = set()
+    for e in out:
+        u = e.url.rstrip("/")
+        if u in seen:
+            raise StartError(f"{e.shown()} is given twice: each endpoint once (K counts endpoints)")
+        seen.add(u)
+    return out
+
+
 def check_url(url: str | None) -> str:
     if not url:
-        raise StartError("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1)")
+        raise StartError("--engine http needs --url, the server's API base (e.g. http://127.0.0.1:8080/v1); give "
+                         "--url several times or --urls FILE for several servers behind one queue")
     if not url.startswith(("http://", "https://")):
         from engines.http_openai import public_url
 
@@ -261,7 +313,15 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
                   force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost)
     if args.engine == "http":
-        url = check_url(args.url)
+        endpoints = http_endpoints(args)
+        url = endpoints[0].url
+        n = len(endpoints)
+        if n > 1 and max(ks) > n:
+            raise StartError(f"--k {max(ks)}: only {n} endpoints were given (K = endpoints in use)")
+        try:
+            model_bytes = parse_size(args.model_bytes) if args.model_bytes else 0
+        except GuardError as exc:
+            raise StartError(f"--model-bytes: {exc}") from None
         try:
             prefix = PrefixCache.parse(args.prefix_cache)
         except ValueError as exc:
@@ -275,10 +335,17 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
             tokenizer = None
         from engines.http_openai import public_url
 
-        return RunPlan(engine="http", chip="server at " + public_url(url), bandwidth_gbps=None,
-                       bandwidth_source="unknown",
-                       url=url, endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
+        betas = [e.bandwidth_gbps for e in endpoints]
+        where = ("server at " + public_url(url) if n == 1 else
+                 f"{n} endpoints ({', '.join(e.name() for e in endpoints)})")
+        return RunPlan(engine="http", chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
+                       bandwidth_gbps=sum(betas) if all(betas) else None,
+                       bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
+                       url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
+                       endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
                        model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer, **common)
+    if args.url or args.urls or args.model_bytes:
+        raise StartError("--url, --urls and --model-bytes apply to --engine http")
     if args.tokenizer is not None:
         raise StartError("--tokenizer applies to --engine http (a local engine tokenizes with its own model)")
     if args.prefix_cache not in (None, "off"):

@@ -45,6 +45,14 @@ class WorkerRow:
     tps: float
     requests: int
     last_ttft: float | None
+    # an endpoint's row (http)
+    label: str | None = None
+    errors: int = 0
+    active: int = 0
+    streams: int | None = None
+    server: dict | None = None
+    bandwidth_gbps: float | None = None  # its chip's β
+    bw_gbps: float | None = None  # its bandwidth product: W ÷ its TPOT p50
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,7 @@ class Numbers:
     watts: float | None = None
     joules_per_token: float | None = None
     usd_per_mtok: float | None = None
+    spec_gbps: float | None = None  # several endpoints: Σ β of those in use (the spec line), where all are known
 
 
 @dataclass(frozen=True)

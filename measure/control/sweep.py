@@ -171,7 +171,44 @@ def _achieved(records) -> float | None:
     return M.achieved_concurrency(records, span[0], span[1] + 1) if span else None
 
 
+def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[dict]:
+    """Per endpoint of an HTTP run over several (records' worker = the endpoint): its requests, errors,
+    output tok/s over the cell's span, TTFT and TPOT p50, and its bandwidth product W ÷ TPOT p50 (one weight
+    read per server step, all its streams in it) where W is known. [] for one endpoint."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault(r.worker, []).append(r)
+    if len(groups) < 2:
+        return []
+    span = M.run_span_ns(records)
+    secs = (span[1] - span[0]) / 1e9 if span and span[1] > span[0] else None
+    out = []
+    for wid, recs in sorted(groups.items(), key=lambda x: (x[0] is None, x[0] or 0)):
+        good = M.ok(recs)
+        tpots = [t for t in (M.tpot(r) for r in good) if t is not None]
+        tp = M.percentile(tpots, 50)
+        ex = recs[0].extra or {}
+        out.append({"endpoint": ex.get("endpoint", str(wid)), "url": ex.get("url"), "requests": len(recs),
+                    "errors": sum(1 for r in recs if r.error),
+                    "output_throughput": sum(r.output_tokens for r in good) / secs if secs else None,
+                    "median_ttft_ms": (M.percentile([M.ttft(r) for r in good], 50) or 0) * 1e3 if good else None,
+                    "median_tpot_ms": tp * 1e3 if tp else None,
+                    "bandwidth_gbps": weight_bytes / tp / 1e9 if weight_bytes and tp else None})
+    return out
+
+
 def _bandwidth(records, agg_tps, weight_bytes, mode, kvb) -> dict:
+    if mode == "http":
+        eps = endpoint_figures(records, weight_bytes)
+        if eps:
+            gb = [e["bandwidth_gbps"] for e in eps]
+            bw = M.bandwidth_product("http", weight_bytes)
+            return {"bandwidth_gbps": sum(gb) if all(gb) else None, "bandwidth_formula": bw.formula,
+                    "endpoints": eps}
+        tpots = [t for t in (M.tpot(r) for r in M.ok(records)) if t is not None]
+        tp = M.percentile(tpots, 50)
+        bw = M.bandwidth_product("http", weight_bytes, steps_per_s=[1 / tp] if tp else ())
+        return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
     if mode != "batch":
         bw = M.bandwidth_product(mode, weight_bytes, agg_tps=agg_tps)
         return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
@@ -351,6 +388,9 @@ def format_table(cells: list[dict]) -> str:
             note += f" goodput {c['goodput_tps']:.1f} tok/s ({c['slo_attainment']:.0%} in SLO)"
         for d in (c.get("server_check") or {}).get("disagreements", []):
             note += f" SERVER DISAGREES {d}"
+        for e in c.get("endpoints") or []:
+            note += (f" [{e['endpoint']}: {_fmt(e['output_throughput'])} tok/s, TTFT {_fmt(e['median_ttft_ms'], '.0f')}"
+                     f" ms, {e['requests']} req" + (f", {e['errors']} err" if e["errors"] else "") + "]")
         lines.append(
             f"{c['k']:>3} {c['b']:>3} {_fmt(c.get('achieved_concurrency'), '.2f'):>5} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
             f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms {_fmt(c['p99_ttft_ms'], '.0f'):>7}ms "

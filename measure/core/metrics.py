@@ -175,7 +175,9 @@ class Bandwidth:
 BANDWIDTH_FORMULA_INSTANCES = "aggregate tok/s × W (each stream reads W per token), W = model file bytes"
 BANDWIDTH_FORMULA_BATCH = "Σ workers steps/s × W + KV bytes read per step × steps/s, W = model file bytes"
 BANDWIDTH_FORMULA_BATCH_NO_KV = "Σ workers steps/s × W, W = model file bytes (KV reads not counted)"
-BANDWIDTH_FORMULA_HTTP = "n/a: the weights are read on the server"
+BANDWIDTH_FORMULA_HTTP = "n/a: the weights are read on the server (--model-bytes W to estimate it)"
+BANDWIDTH_FORMULA_HTTP_W = ("Σ endpoints W ÷ TPOT p50 (a batching server reads W once per step for all its "
+                            "streams), W = --model-bytes")
 
 
 def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = None,
@@ -184,9 +186,14 @@ def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = N
     instances: every stream reads W per token, so aggregate tok/s × W — exact whatever number of streams
     is actually decoding (never the nominal K);
     batch: a step reads W once for all its sequences, so Σ over workers of steps/s × W (+ KV read per s);
-    http: the weights are on the server, nothing to compute here."""
+    http: the weights are read on the servers; where W is given, each endpoint's steps/s is taken as its
+    streams' per-stream decode rate (1 ÷ TPOT p50: one step serves all its streams), summed."""
     if mode == "http":
-        return Bandwidth(None, BANDWIDTH_FORMULA_HTTP)
+        if not weight_bytes:
+            return Bandwidth(None, BANDWIDTH_FORMULA_HTTP)
+        if not steps_per_s:
+            return Bandwidth(None, BANDWIDTH_FORMULA_HTTP_W)
+        return Bandwidth(sum(steps_per_s) * weight_bytes / 1e9, BANDWIDTH_FORMULA_HTTP_W)
     if mode == "batch":
         formula = BANDWIDTH_FORMULA_BATCH if kv_read_bps is not None else BANDWIDTH_FORMULA_BATCH_NO_KV
         if not steps_per_s:

@@ -32,8 +32,8 @@ class CellStopped(RuntimeError):
 
 
 class WorkerState(str, Enum):
-    """One worker's (or stream slot's, or endpoint's) life: starting → loading → warming → idle ⇄ serving,
-    then retiring → retired, or dead at any point."""
+    """One worker's (or endpoint's) life: starting → loading → warming → idle ⇄ serving, then retiring →
+    retired, or dead at any point. An endpoint that stops answering is down until it answers again."""
 
     STARTING = "starting"
     LOADING = "loading"
@@ -43,6 +43,7 @@ class WorkerState(str, Enum):
     RETIRING = "retiring"
     RETIRED = "retired"
     DEAD = "dead"
+    DOWN = "down"  # an endpoint that does not answer now; it rejoins when it does
 
     def __str__(self) -> str:
         return self.value
@@ -75,6 +76,12 @@ class WorkerInfo:
     active: int = 0  # requests it holds now (up to B in batch mode)
     ready_ns: int | None = None
     error: str | None = None
+    # an endpoint's row (http): its name, failed requests, streams it may hold, its server's own figures, β
+    label: str | None = None
+    errors: int = 0
+    streams: int | None = None
+    server: dict | None = None
+    bandwidth_gbps: float | None = None
 
     def __post_init__(self):
         self.state = WorkerState(self.state)  # a recording holds the plain string
@@ -95,7 +102,8 @@ class Capabilities:
     batch_capacity: int  # sequences one engine (or one server) can hold at once
     server_view: bool  # it scrapes a server's own figures
     simulated: bool  # numbers follow a model, not a measurement
-    endpoint: str | None = None  # the URL of a remote engine
+    endpoint: str | None = None  # the URL of a remote engine (several, comma-separated)
+    max_k: int | None = None  # K cannot go above this (the endpoints given); None: no such bound
 
 
 # ---- events (source → live reader) -------------------------------------------------------------

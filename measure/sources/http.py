@@ -1,8 +1,14 @@
-"""B concurrent streams against an OpenAI-compatible server (llama-server, vLLM, mlx_lm.server …): a
-LoadSource (sources/base.py) that spawns nothing. One asyncio loop in a thread keeps up to B streams open
-(httpx, connection limit ≥ B), fed by the same closed-loop users or Poisson arrivals as the local fleet,
-with TTFT counted from the scheduled time. Token timestamps reach the live window as each chunk arrives.
-Every ≥ 1 s it scrapes the server's Prometheus /metrics where there is one (absent metrics stay absent).
+"""B concurrent streams per endpoint against one or more OpenAI-compatible servers (llama-server, vLLM,
+mlx_lm.server, exo …): a LoadSource (sources/base.py) that spawns nothing. One asyncio loop in a thread
+keeps up to B streams open per endpoint (an aiohttp session per stream slot, its connection kept), fed from
+one shared queue by the same closed-loop users or Poisson arrivals as the local fleet, with TTFT counted
+from the scheduled time. Token timestamps reach the live window as each chunk arrives. Every ≥ 1 s it
+scrapes each server's Prometheus /metrics where there is one (absent metrics stay absent).
+
+Many endpoints (K = endpoints in use): a request goes to the endpoint with the fewest outstanding requests
+(ties: the one after the last chosen), or round robin. An endpoint that stops answering (connection
+refused, reset, dropped mid-stream) is marked down: its in-flight requests end as failed records, the
+others go on; it is asked for /models every second and rejoins, after a warmup, when it answers again.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from engines.http_openai import api_headers, endpoint_body, new_session, public_url, stream_one
 from measure.core.records import RequestRecord, RunMeta, build_record
@@ -22,6 +29,8 @@ from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCo
                                   WorkerInfo, WorkerState)
 
 WARMUP_TOKENS = 2
+PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
+ROUTING = ("least", "round-robin")
 
 S = WorkerState
 
@@ -58,16 +67,75 @@ def parse_prometheus(text: str) -> dict:
     return out
 
 
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One server behind the shared queue: its API base, the chip it runs on (its β), a label for screens."""
+
+    url: str
+    chip: str | None = None
+    label: str | None = None
+    bandwidth_gbps: float | None = None  # the chip's spec figure, where the chip is known
+
+    def shown(self) -> str:
+        return public_url(self.url.rstrip("/"))
+
+    def name(self) -> str:
+        from urllib.parse import urlsplit
+
+        if self.label:
+            return self.label
+        p = urlsplit(self.url)
+        return (p.hostname or "?") + (f":{p.port}" if p.port else "")
+
+
+@dataclass
+class _Ep:
+    """An endpoint's live state (loop thread; `info` under the source's lock)."""
+
+    idx: int
+    spec: Endpoint
+    url: str
+    shown: str
+    info: WorkerInfo
+    in_use: bool = True
+    up: bool = True
+    send_ids: bool = False
+    model: str | None = None
+    view: dict | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
+    clients: dict = field(default_factory=dict)  # stream slot → aiohttp session
+    free: list = field(default_factory=list)  # free slot numbers, a heap
+    used: int = 0  # slots 1..used exist
+    warmed: int = 0  # streams warmed since it (re)joined
+    warming: bool = False
+    probing: bool = False
+    outstanding: int = 0
+    down_since: float | None = None
+    last_probe: float = 0.0
+
+    def capacity(self, b: int) -> int:
+        return min(b, self.warmed)
+
+
 class HttpSource:
-    def __init__(self, url: str, meta: RunMeta, b: int = 1, endpoint: str = "completions",
+    def __init__(self, url: str | Endpoint | list, meta: RunMeta, b: int = 1, endpoint: str = "completions",
                  model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache(), tokenizer=None):
-        self.url = url.rstrip("/")
-        self.shown_url = public_url(self.url)  # what logs, records and screens say
+                 prefix_cache: PrefixCache = PrefixCache(), tokenizer=None, routing: str = "least"):
+        specs = url if isinstance(url, list) else [url]
+        specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in specs]
+        if not specs:
+            raise ValueError("no endpoint")
+        if routing not in ROUTING:
+            raise ValueError(f"routing must be one of {', '.join(ROUTING)}")
+        self.routing = routing
+        self._eps = [_Ep(i, e, e.url.rstrip("/"), e.shown(),
+                         WorkerInfo(i, state=S.STARTING, label=e.name(), bandwidth_gbps=e.bandwidth_gbps))
+                     for i, e in enumerate(specs)]
+        self.url = self._eps[0].url
+        self.shown_url = ", ".join(ep.shown for ep in self._eps)  # what logs, records and screens say
         self.prefix_cache = prefix_cache
         self.tokenizer = tokenizer  # engines/tokenizer.py's shape: (Prompt) → ids, .text_ids(text) → ids; or None
-        self.send_ids = False  # decided at start: the server's /tokenize agrees with ours
         self.endpoint = endpoint
         self.model = model
         self.api_key_env = api_key_env
@@ -75,16 +143,14 @@ class HttpSource:
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
         self._sink = EventSink(events, on_record)
         self.events: queue.Queue | None = self._sink.events
-        self.target_k = 1
+        self.target_k = len(self._eps)
         self.mode = "http"
         self.b = b
         self.rep = 0
         self.run_id = uuid.uuid4().hex[:12]
-        self._server_view: dict | None = None  # None: never scraped; {}: the server exposes none
         self._requests = RequestMaker()
         self._pending: deque[Request] = deque()
-        self._active: dict[int, tuple[int, Request]] = {}  # request id → (slot, request)
-        self._slots: dict[int, WorkerInfo] = {}
+        self._active: dict[int, tuple[_Ep, int, Request]] = {}  # request id → (endpoint, slot, request)
         self._paused = False
         self._auto_users = True
         self._collector: RecordCollector | None = None
@@ -93,59 +159,96 @@ class HttpSource:
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
-        self._warmed_b = 0  # stream levels warmed up so far: one short unrecorded request per new stream
+        self._ready_once = False  # every endpoint in use warmed once: the load may flow
         self._load_started = False
+        self._rr = 0  # the endpoint after the last one chosen
+
+    @property
+    def send_ids(self) -> bool:
+        return any(ep.send_ids for ep in self._eps)
 
     # ---- the LoadSource face -----------------------------------------------------------------
     def capabilities(self) -> Capabilities:
+        n = len(self._eps)
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
-                            scales_k=False, local=False, batch_capacity=1 << 30, server_view=True,
-                            simulated=False, endpoint=self.shown_url)
+                            scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
+                            simulated=False, endpoint=self.shown_url, max_k=n)
+
+    def endpoints(self) -> list[Endpoint]:
+        return [ep.spec for ep in self._eps]
 
     def server_view(self) -> dict | None:
-        return self._server_view
+        """One endpoint's figures; over several, the sum of each figure the scraped ones expose (KV use: the
+        highest), None until one was scraped."""
+        views = [ep.view for ep in self._eps if ep.in_use and ep.view is not None]
+        if len(self._eps) == 1:
+            return self._eps[0].view
+        if not views:
+            return None
+        out: dict = {}
+        for v in views:
+            for key, x in v.items():
+                out[key] = max(out.get(key, 0.0), x) if key == "kv_cache_usage" else out.get(key, 0.0) + x
+        return out
 
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
-        import httpx
-
         if self._thread is not None:
             return
-
-        try:
-            r = httpx.get(f"{self.url}/models", headers=api_headers(self.api_key_env), timeout=min(timeout, 10))
-        except httpx.HTTPError as exc:
-            raise SourceError(f"nothing answers at {self.shown_url} ({type(exc).__name__}); start the server or fix "
-                              "--url") from None
-        if r.status_code in (401, 403):
-            raise SourceError(f"{self.shown_url}/models answered HTTP {r.status_code}: pass the key's variable with "
-                              "--api-key-env")
-        if r.status_code >= 400:
-            raise SourceError(f"{self.shown_url}/models answered HTTP {r.status_code}: is --url the API base (…/v1)?")
-        if not self.model:
-            try:
-                self.model = r.json()["data"][0]["id"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                pass
-        self.meta.model = self.model or self.meta.model
-        self._check_vocabulary()
+        for ep in self._eps:
+            self._check_endpoint(ep, timeout)
+        models = sorted({ep.model for ep in self._eps if ep.model})
+        self.meta.model = self.model or ", ".join(models) or self.meta.model
         self._thread = threading.Thread(target=self._run, name="http-source", daemon=True)
         self._thread.start()
-        self._sink.log(f"streaming to {public_url(self._url())} as {self.model or 'the server default'}")
+        for ep in self._eps:
+            self._sink.log(f"streaming to {public_url(self._url(ep))} as {ep.model or 'the server default'}"
+                           + (f" ({ep.info.label})" if len(self._eps) > 1 else ""))
+        if len(self._eps) > 1:
+            self._sink.log(f"{len(self._eps)} endpoints behind one queue, routing: {self.routing_text()}")
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def routing_text(self) -> str:
+        return ("least outstanding requests (ties: the next in turn)" if self.routing == "least"
+                else "round robin (an endpoint with no free stream is skipped)")
+
+    def _check_endpoint(self, ep: _Ep, timeout: float) -> None:
+        import httpx
+
+        which = f" (endpoint {ep.idx + 1} of {len(self._eps)})" if len(self._eps) > 1 else ""
+        try:
+            r = httpx.get(f"{ep.url}/models", headers=api_headers(self.api_key_env), timeout=min(timeout, 10))
+        except httpx.HTTPError as exc:
+            raise SourceError(f"nothing answers at {ep.shown}{which} ({type(exc).__name__}); start the server or "
+                              "fix --url") from None
+        if r.status_code in (401, 403):
+            raise SourceError(f"{ep.shown}/models answered HTTP {r.status_code}{which}: pass the key's variable "
+                              "with --api-key-env")
+        if r.status_code >= 400:
+            raise SourceError(f"{ep.shown}/models answered HTTP {r.status_code}{which}: is --url the API base "
+                              "(…/v1)?")
+        ep.model = self.model
+        if not ep.model:
+            try:
+                ep.model = r.json()["data"][0]["id"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                pass
+        ep.send_ids = self._check_vocabulary(ep)
 
     PROBE = "The quick brown fox jumps over the lazy dog, 1234 times."
 
-    def _check_vocabulary(self) -> None:
+    def _check_vocabulary(self, ep: _Ep) -> bool:
         """Send prompt ids (as the local engines read them) only where the server tokenizes as we do:
         llama-server's and vLLM's /tokenize must give our ids for a probe text. Else the prompt goes as text
         and the server's tokenizer decides its length (said in the log and in every record)."""
         import httpx
 
         if self.tokenizer is None or self.endpoint != "completions":
-            return
+            return False
         from engines.base import Prompt
 
         ours = list(self.tokenizer(Prompt("probe", text=self.PROBE)))
-        base = self.url[:-3] if self.url.endswith("/v1") else self.url
+        base = ep.url[:-3] if ep.url.endswith("/v1") else ep.url
         theirs = None
         for body in ({"content": self.PROBE, "add_special": True}, {"prompt": self.PROBE}):  # llama-server, vLLM
             try:
@@ -155,12 +258,13 @@ class HttpSource:
                     break
             except (httpx.HTTPError, ValueError):
                 break
+        who = f"{ep.info.label}: " if len(self._eps) > 1 else ""
         if theirs is not None and [t for t in theirs if t != ours[0]] == [t for t in ours if t != ours[0]]:
-            self.send_ids = True
-            self._sink.log("the server tokenizes as the local model does: prompts go as token ids")
-        else:
-            self._sink.log("prompts go as text: the server's tokenizer decides their length ("
-                           + ("its /tokenize disagrees with ours)" if theirs is not None else "no /tokenize)"))
+            self._sink.log(f"{who}the server tokenizes as the local model does: prompts go as token ids")
+            return True
+        self._sink.log(f"{who}prompts go as text: the server's tokenizer decides their length ("
+                       + ("its /tokenize disagrees with ours)" if theirs is not None else "no /tokenize)"))
+        return False
 
     def _prompt_ids(self, req: Request, prefix: str) -> list[int]:
         ids = list(self.tokenizer(req.prompt))
@@ -168,18 +272,43 @@ class HttpSource:
             return ids
         return ids[:1] + list(self.tokenizer.text_ids(prefix)) + ids[1:]  # BOS, the unique prefix, the prompt
 
+    def _ready(self) -> bool:
+        return all(ep.warmed >= self.b for ep in self._eps if ep.in_use and ep.up)
+
     def wait_ready(self, timeout: float = 120.0) -> None:
-        """Until the current stream level has had its warmup (one short request per new stream)."""
+        """Until every endpoint in use that answers has warmed the current stream level (one short request
+        per new stream)."""
         deadline = time.monotonic() + timeout
-        while self._warmed_b < self.b and not self._stop:
+        while not self._ready() and not self._stop:
             if self._thread is None or not self._thread.is_alive() or time.monotonic() > deadline:
                 raise SourceError(f"warmup of {self.b} streams at {self.shown_url} did not finish within "
                                   f"{timeout:.0f} s")
             time.sleep(0.02)
+        if not any(ep.up for ep in self._eps if ep.in_use):
+            raise SourceError(f"no endpoint answers ({self.shown_url})")
 
     def scale_to(self, k: int) -> None:
-        if k != 1:
-            self._sink.log("K does not apply to a remote server: B sets the concurrent streams")
+        """K endpoints in use: the first K given. One left out finishes what it holds, then retires."""
+        n = len(self._eps)
+        if n == 1:
+            if k != 1:
+                self._sink.log("K does not apply to one server: B sets the concurrent streams (give --url "
+                               "several times for K endpoints)")
+            return
+        k = max(1, min(k, n))
+        with self._lock:
+            for ep in self._eps:
+                want = ep.idx < k
+                if want and not ep.in_use:
+                    ep.in_use, ep.warmed = True, 0
+                    ep.info.state = S.WARMING if ep.up else S.DOWN
+                    ep.info.ready_ns = None
+                elif not want and ep.in_use:
+                    ep.in_use = False
+                    if ep.up:
+                        ep.info.state = S.RETIRING if ep.outstanding else S.RETIRED
+            self.target_k = k
+        self._poke()
 
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         self.b = b
@@ -204,8 +333,14 @@ class HttpSource:
         self._poke()
 
     def workers(self) -> list[WorkerInfo]:
+        """One row per endpoint: its state, streams in use, requests, errors and server view."""
         with self._lock:
-            return [w.public() for w in self._slots.values()]
+            out = []
+            for ep in self._eps:
+                w = ep.info.public()
+                w.active, w.streams, w.server = ep.outstanding, self.b if ep.in_use else 0, ep.view
+                out.append(w)
+            return out
 
     def run_requests(self, load: Load, timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
         self._collector = RecordCollector(load.arrivals.total)
@@ -222,8 +357,8 @@ class HttpSource:
             self._thread.join(timeout=grace + 2)
 
     # ---- the loop ----------------------------------------------------------------------------
-    def _url(self) -> str:
-        return f"{self.url}/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
+    def _url(self, ep: _Ep) -> str:
+        return f"{ep.url}/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
 
     def _poke(self) -> None:
         if self._loop and self._wake:
@@ -237,17 +372,8 @@ class HttpSource:
             self._loop.close()
 
     async def _main(self) -> None:
-        """One aiohttp session per stream slot, its connection kept across the slot's requests."""
         self._wake = asyncio.Event()
         tasks: set[asyncio.Task] = set()
-        clients: dict = {}
-        free: list[int] = []  # free slot numbers, lowest first
-        used = 0  # slots 1..used exist
-
-        def client_for(slot: int):
-            if slot not in clients:
-                clients[slot] = new_session()
-            return clients[slot]
 
         def spawn(coro) -> None:
             t = asyncio.create_task(coro)
@@ -255,34 +381,34 @@ class HttpSource:
             t.add_done_callback(tasks.discard)
 
         last_scrape = 0.0
-        scrape_client = new_session()
+        scrape_client = new_session(len(self._eps))
         try:
             while not self._stop:
-                while used < self.b:
-                    used += 1
-                    heapq.heappush(free, used)
-                if self._warmed_b < self.b:  # a new stream level: warm its new streams before measuring
-                    b = self.b
-                    await asyncio.gather(*(self._warmup(client_for(s)) for s in range(self._warmed_b + 1, b + 1)))
-                    self._warmed_b = b
-                    continue
-                self._arrivals(time.perf_counter_ns())
-                while self._pending and len(self._active) < self.b:
-                    while free and free[0] > self.b:  # slots above a lowered B stay unused
-                        heapq.heappop(free)
-                    if not free:
-                        break
-                    slot = heapq.heappop(free)
-                    req = self._pending.popleft()
-                    req.k, req.b = 1, self.b  # the level that serves it
-                    if not self._load_started:
-                        self._load_started = True
-                        self._sink.put(LoadStarted(time.perf_counter_ns()))
-                    self._active[req.request_id] = (slot, req)
-                    spawn(self._one(client_for(slot), slot, req, lambda s=slot: heapq.heappush(free, s)))
-                if time.monotonic() - last_scrape >= 1.0:
-                    last_scrape = time.monotonic()
-                    spawn(self._scrape(scrape_client))
+                now_s = time.monotonic()
+                for ep in self._eps:
+                    if not ep.in_use:
+                        continue
+                    if not ep.up:
+                        if not ep.probing and now_s - ep.last_probe >= PROBE_EVERY_S:
+                            ep.probing, ep.last_probe = True, now_s
+                            spawn(self._probe(ep, scrape_client))
+                        continue
+                    while ep.used < self.b:
+                        ep.used += 1
+                        heapq.heappush(ep.free, ep.used)
+                    if ep.warmed < self.b and not ep.warming:  # a new stream level: warm its new streams
+                        ep.warming = True
+                        spawn(self._warm(ep, self.b))
+                if not self._ready_once:
+                    self._ready_once = self._ready()
+                if self._ready_once:
+                    self._arrivals(time.perf_counter_ns())
+                    self._dispatch(spawn)
+                if now_s - last_scrape >= 1.0:
+                    last_scrape = now_s
+                    for ep in self._eps:
+                        if ep.in_use and ep.up:
+                            spawn(self._scrape(ep, scrape_client))
                 self._wake.clear()
                 nxt = self._requests.next_wakeup_ns() if not self._paused else None
                 wait = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.perf_counter_ns()) / 1e9))
@@ -296,74 +422,185 @@ class HttpSource:
                 t.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
-            for c in [scrape_client, *clients.values()]:
+            for c in [scrape_client, *(c for ep in self._eps for c in ep.clients.values())]:
                 await c.close()
+
+    def _client(self, ep: _Ep, slot: int):
+        if slot not in ep.clients:
+            ep.clients[slot] = new_session()
+        return ep.clients[slot]
+
+    def _route(self) -> _Ep | None:
+        """The endpoint for the next request: in use, answering, with a warmed stream free."""
+        n = len(self._eps)
+        order = [self._eps[(self._rr + i) % n] for i in range(n)]
+        room = []
+        for ep in order:
+            if not (ep.in_use and ep.up) or ep.outstanding >= ep.capacity(self.b):
+                continue
+            while ep.free and ep.free[0] > ep.capacity(self.b):  # slots above a lowered B (or not warmed)
+                heapq.heappop(ep.free)
+            if ep.free:
+                room.append(ep)
+        if not room:
+            return None
+        ep = room[0] if self.routing == "round-robin" else min(room, key=lambda e: e.outstanding)
+        self._rr = (ep.idx + 1) % n
+        return ep
+
+    def _dispatch(self, spawn) -> None:
+        while self._pending:
+            ep = self._route()
+            if ep is None:
+                break
+            slot = heapq.heappop(ep.free)
+            req = self._pending.popleft()
+            req.k, req.b = self.target_k, self.b  # the level that serves it
+            if not self._load_started:
+                self._load_started = True
+                self._sink.put(LoadStarted(time.perf_counter_ns()))
+            self._active[req.request_id] = (ep, slot, req)
+            ep.outstanding += 1
+            with self._lock:
+                ep.info.state, ep.info.current = S.SERVING, req.request_id
+            spawn(self._one(ep, slot, req))
 
     def _arrivals(self, now: int) -> None:
         if self._paused:
             return
         with self._lock:
             if self._auto_users:
-                self._requests.set_users(self.b)
-            self._pending.extend(self._requests.due(now, len(self._pending) + len(self._active), rep=self.rep, k=1,
-                                                    b=self.b, mode="http"))
+                self._requests.set_users(self.b * max(1, sum(1 for ep in self._eps if ep.in_use and ep.up)))
+            self._pending.extend(self._requests.due(now, len(self._pending) + len(self._active), rep=self.rep,
+                                                    k=self.target_k, b=self.b, mode="http"))
 
-    async def _scrape(self, client) -> None:
-        base = self.url[:-3] if self.url.endswith("/v1") else self.url
+    def _mark_down(self, ep: _Ep, why: str) -> None:
+        if not ep.up:
+            return
+        ep.up, ep.warmed, ep.down_since = False, 0, time.monotonic()
+        ep.last_probe = ep.down_since
+        with self._lock:
+            ep.info.state, ep.info.error, ep.info.ready_ns = S.DOWN, why, None
+        left = sum(1 for e in self._eps if e.in_use and e.up)
+        self._sink.log(f"endpoint {ep.info.label} down: {why}; its in-flight requests fail, "
+                       + (f"{left} other endpoint{'s' if left != 1 else ''} go on" if left else
+                          "no endpoint answers: requests wait") + "; it rejoins when it answers again", "warn")
+        for slot in [s for s in ep.clients if not any(a[0] is ep and a[1] == s for a in self._active.values())]:
+            asyncio.ensure_future(ep.clients.pop(slot).close())
+        ep.free, ep.used = [], 0
+
+    async def _probe(self, ep: _Ep, client) -> None:
+        """A down endpoint: does /models answer again? Then warm its streams and let it rejoin."""
+        import aiohttp
+
+        try:
+            async with client.get(f"{ep.url}/models", headers=api_headers(self.api_key_env),
+                                  timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+                ok = r.status < 400
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            ok = False
+        finally:
+            ep.probing = False
+        if ok and not ep.up and not self._stop:
+            away = time.monotonic() - (ep.down_since or time.monotonic())
+            ep.up, ep.view = True, None
+            with self._lock:
+                ep.info.state, ep.info.error = (S.WARMING if ep.in_use else S.RETIRED), None
+            self._sink.log(f"endpoint {ep.info.label} answers again after {away:.1f} s: warming its streams, "
+                           "then it rejoins")
+            self._poke()
+
+    async def _scrape(self, ep: _Ep, client) -> None:
+        base = ep.url[:-3] if ep.url.endswith("/v1") else ep.url
         try:
             import aiohttp
 
             async with client.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
-                self._server_view = parse_prometheus(await r.text()) if r.status == 200 else {}
+                ep.view = parse_prometheus(await r.text()) if r.status == 200 else {}
         except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
-            self._server_view = {}
+            ep.view = {}
 
-    def _body(self, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict:
-        return endpoint_body(self.endpoint, self.model, prompt, max_tokens, ignore_eos,
+    def _body(self, ep: _Ep, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict:
+        return endpoint_body(self.endpoint, ep.model, prompt, max_tokens, ignore_eos,
                              cache_prompt=self.prefix_cache.cache_prompt)
 
-    async def _warmup(self, client) -> None:
-        """One short request outside the records: the server's first-request costs are not a level's TTFT."""
-        text, _ = self.prefix_cache.apply("Warm up.", self.run_id, 0)
-        res = await stream_one(client, self._url(), self._body(text, WARMUP_TOKENS, True),
-                               api_headers(self.api_key_env), self.stall_s, read_to_end=True)
-        if res.error:
-            self._sink.log(f"warmup request: {res.error}", "warn")
+    async def _warm(self, ep: _Ep, b: int) -> None:
+        """One short request per new stream, outside the records: the server's first-request costs are not
+        a level's TTFT. An endpoint that does not answer is marked down."""
+        try:
+            with self._lock:
+                if ep.info.state != S.SERVING:
+                    ep.info.state = S.WARMING
+            text, _ = self.prefix_cache.apply("Warm up.", self.run_id, 0)
+            results = await asyncio.gather(*(
+                stream_one(self._client(ep, s), self._url(ep), self._body(ep, text, WARMUP_TOKENS, True),
+                           api_headers(self.api_key_env), self.stall_s, read_to_end=True)
+                for s in range(ep.warmed + 1, b + 1)))
+            lost = next((r for r in results if r.unreachable), None)
+            if lost is not None:
+                self._mark_down(ep, lost.error or "unreachable")
+                return
+            for r in results:
+                if r.error:
+                    self._sink.log(f"warmup request ({ep.info.label}): {r.error}", "warn")
+            if ep.up:
+                ep.warmed = max(ep.warmed, b)
+                with self._lock:
+                    if ep.info.ready_ns is None:
+                        ep.info.ready_ns = time.perf_counter_ns()
+                    if ep.in_use and ep.outstanding == 0:
+                        ep.info.state = S.IDLE
+        finally:
+            ep.warming = False
+            if self._wake:
+                self._wake.set()
 
-    async def _one(self, client, slot: int, req: Request, release) -> None:
-        with self._lock:
-            info = self._slots.setdefault(slot, WorkerInfo(slot, state=S.IDLE, ready_ns=time.perf_counter_ns()))
-            info.state, info.current, info.active = S.SERVING, req.request_id, 1
+    async def _one(self, ep: _Ep, slot: int, req: Request) -> None:
         t_started = time.perf_counter_ns()
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
         text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id)
-        ids = self._prompt_ids(req, prefix) if self.send_ids else None
-        body = self._body(ids or text, req.max_tokens, req.ignore_eos)
+        ids = self._prompt_ids(req, prefix) if ep.send_ids else None
+        body = self._body(ep, ids or text, req.max_tokens, req.ignore_eos)
 
         def on_tokens(ts: list[int]) -> None:
-            self._sink.put(Tokens(slot, req.request_id, ts))
+            self._sink.put(Tokens(ep.idx, req.request_id, ts))
 
+        client = self._client(ep, slot)
         try:
-            res = await stream_one(client, self._url(), body, api_headers(self.api_key_env), self.stall_s,
+            res = await stream_one(client, self._url(ep), body, api_headers(self.api_key_env), self.stall_s,
                                    on_tokens=on_tokens if self._sink.events is not None else None, read_to_end=True)
         finally:
-            release()
+            self._active.pop(req.request_id, None)
+            ep.outstanding -= 1
+        if res.unreachable:
+            self._mark_down(ep, res.error or "unreachable")
+        if ep.up:
+            heapq.heappush(ep.free, slot)
+        elif ep.clients.get(slot) is client:
+            await ep.clients.pop(slot).close()
+        extra = {"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
+                 "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text", "slot": slot}
+        if len(self._eps) > 1:
+            extra.update(endpoint=ep.info.label, url=ep.shown, routing=self.routing)
         rec = build_record(
-            req, self.meta, self.run_id, res.token_ns, worker=slot, t_started_ns=t_started,
+            req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
             prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
             finish_reason=res.finish_reason, error=res.error,
-            model=self.model or self.meta.model,
+            model=ep.model or self.meta.model,
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
-            server_view=dict(self._server_view or {}, **({"timings": res.timings} if res.timings else {})) or None,
-            extra={"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
-                   "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text"},
+            server_view=dict(ep.view or {}, **({"timings": res.timings} if res.timings else {})) or None,
+            extra=extra,
         )
         with self._lock:
-            self._active.pop(req.request_id, None)
+            info = ep.info
             info.requests_done += 1
             info.tokens += len(res.token_ns)
-            info.current, info.active, info.state = None, 0, S.IDLE
+            if res.error:
+                info.errors += 1
+            if ep.outstanding == 0 and ep.up:
+                info.current = None
+                info.state = (S.IDLE if ep.in_use else S.RETIRED) if ep.warmed else info.state
             if rec.t_first_token_ns:
                 info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
