@@ -310,22 +310,29 @@ class InferenceTop(App):
 
     def _endpoint_rows(self, s: Snapshot, style: dict) -> Text:
         """One row per endpoint: its state, streams busy / B, tok/s, requests, errors, TTFT, its bandwidth
-        product against its chip's β, and what its server says (running / waiting)."""
+        product (/ its chip's β); under it, what its server says where it exposes /metrics, or why it is down."""
         t = Text()
-        t.append(f"{'id':>2} {'endpoint':<16} {'state':<8} {'strm':>5} {'tok/s':>6} {'done':>5} {'err':>4} "
-                 f"{'TTFT':>8} {'GB/s':>9} {'server':<12}\n", "bold")
+        t.append(f"{'id':>2} {'endpoint':<8} {'state':<8} {'strm':>5} {'tok/s':>5} {'done':>4} {'err':>3} "
+                 f"{'TTFT':>7} {'GB/s':>7}\n", "bold")
         for w in s.workers:
-            t.append(f"{w.wid:>2} {(w.label or '?')[:16]:<16} ")
+            t.append(f"{w.wid:>2} {(w.label or '?')[:8]:<8} ")
             t.append(f"{w.state:<8}", style.get(w.state, ""))
-            bw = "—" if w.bw_gbps is None else f"{w.bw_gbps:.1f}"
+            bw = "—" if w.bw_gbps is None else f"{w.bw_gbps:.0f}"
             if w.bandwidth_gbps:
                 bw += f"/{w.bandwidth_gbps:g}"
+            ttft = "—" if w.last_ttft is None else f"{w.last_ttft * 1e3:.0f} ms"
+            t.append(f" {w.active:>2}/{w.streams or 0:<2} {w.tps:>5.1f} {w.requests:>4} ")
+            t.append(f"{w.errors:>3}", "bold red" if w.errors else "")
+            t.append(f" {ttft:>7} {bw:>7}\n")
             v = w.server
-            server = ("—" if v is None else "no /metrics" if not v else
-                      f"run {v.get('running', 0):.0f} wait {v.get('waiting', 0):.0f}")
-            t.append(f" {w.active:>2}/{w.streams or 0:<2} {w.tps:>6.1f} {w.requests:>5} ")
-            t.append(f"{w.errors:>4}", "bold red" if w.errors else "")
-            t.append(f" {fmt_ms(w.last_ttft):>8} {bw:>9} {server:<12}\n")
+            if w.state == "down" and w.error:
+                t.append(f"   {w.error[:54]}\n", "red")
+            elif v:
+                parts = [f"{name} {v[key]:.0f}" for key, name in (("running", "running"), ("waiting", "waiting"),
+                                                                  ("preemptions", "preempted")) if key in v]
+                if "kv_cache_usage" in v:
+                    parts.append(f"KV {v['kv_cache_usage'] * 100:.0f} %")
+                t.append(f"   server: {' · '.join(parts)}\n", "grey50")
         return t
 
     def _append_log(self, s: Snapshot) -> None:

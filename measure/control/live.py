@@ -284,8 +284,9 @@ class LiveController:
                     self.totals["requests"] += 1
                     self.totals["errors"] += 1 if rec.error else 0
                     self.totals["tokens"] += rec.output_tokens
-                if rec.error:
-                    self.log("error", f"request {rec.request_id} failed: {rec.error}")
+                if rec.error:  # one the source already explained (its endpoint went down) is not a new alarm
+                    self.log("warn" if (rec.extra or {}).get("endpoint_down") else "error",
+                             f"request {rec.request_id} failed: {rec.error}")
                 if self.recorder:
                     self.recorder.record(rec)
             elif isinstance(ev, Log):
@@ -379,7 +380,7 @@ class LiveController:
             WorkerRow(w.wid, w.pid, str(w.state), w.threads, procs.get(w.pid, (w.rss, None))[0],
                       procs.get(w.pid, (None, None))[1], win.per_worker_tps.get(w.wid, 0.0), w.requests_done,
                       w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
-                      server=w.server, bandwidth_gbps=w.bandwidth_gbps,
+                      server=w.server, bandwidth_gbps=w.bandwidth_gbps, error=w.error,
                       bw_gbps=ep_steps[w.wid] * W / 1e9 if W and w.wid in ep_steps else None)
             for w in workers
         )

@@ -53,6 +53,7 @@ class WorkerRow:
     server: dict | None = None
     bandwidth_gbps: float | None = None  # its chip's β
     bw_gbps: float | None = None  # its bandwidth product: W ÷ its TPOT p50
+    error: str | None = None  # why it died, or why an endpoint is down
 
 
 @dataclass(frozen=True)

@@ -484,7 +484,7 @@ class HttpSource:
         left = sum(1 for e in self._eps if e.in_use and e.up)
         self._sink.log(f"endpoint {ep.info.label} down: {why}; its in-flight requests fail, "
                        + (f"{left} other endpoint{'s' if left != 1 else ''} go on" if left else
-                          "no endpoint answers: requests wait") + "; it rejoins when it answers again", "warn")
+                          "no endpoint answers: requests wait") + "; it rejoins when it answers again", "error")
         for slot in [s for s in ep.clients if not any(a[0] is ep and a[1] == s for a in self._active.values())]:
             asyncio.ensure_future(ep.clients.pop(slot).close())
         ep.free, ep.used = [], 0
@@ -582,6 +582,8 @@ class HttpSource:
                  "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text", "slot": slot}
         if len(self._eps) > 1:
             extra.update(endpoint=ep.info.label, url=ep.shown, routing=self.routing)
+        if res.unreachable:
+            extra["endpoint_down"] = True
         rec = build_record(
             req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
             prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
