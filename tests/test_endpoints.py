@@ -194,3 +194,35 @@ def test_k_above_the_endpoints_is_refused_with_one_line(tmp_path):
                         "--url", "http://127.0.0.1:10/v1", "--k", "1,3", "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "only 2 endpoints" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_two_clients_started_together_combine_into_one_report(tmp_path):
+    """Two inference-top processes drive one null server at once (as two client machines would); `report
+    --combine` sums their throughput per cell and pools their latencies. By hand: each client's B=4 cell runs
+    4 streams of 20 ms tokens ≈ 200 tok/s minus TTFT; the combined cell is the sum of the two clients'."""
+    srv = Server(itl_ms=20)
+    try:
+        outs = [tmp_path / f"client{i}" for i in range(2)]
+        procs = [subprocess.Popen([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
+                                   "--tokenizer", "none", "--b", "1,4", "--requests", "8", "--max-tokens", "10",
+                                   "--out", str(o)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for o in outs]
+        for p in procs:
+            assert p.wait(timeout=120) == 0, p.stderr.read()
+    finally:
+        srv.kill()
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "report", "--combine", *map(str, outs), "--out",
+                        str(tmp_path / "rep")], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    from measure.control.report import combine, load_run
+
+    runs = [load_run(o) for o in outs]
+    both = combine(runs)
+    assert [c["clients"] for c in both.cells] == [2, 2]
+    for c in both.cells:
+        parts = [x["output_throughput"] for r in runs for x in r.cells if x["b"] == c["b"]]
+        assert c["output_throughput"] == pytest.approx(sum(parts))
+        assert c["completed"] == 16
+    assert 300 < both.cells[1]["output_throughput"] < 420  # 2 clients × 4 streams × ≤ 50 tok/s
+    assert not any("apart" in w for w in both.warnings)
+    assert "combined from 2 clients" in (tmp_path / "rep" / "report.md").read_text()

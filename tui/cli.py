@@ -527,11 +527,16 @@ def report_main(argv: list[str]) -> int:
     p.add_argument("--out", default="out/report", help="output folder (default out/report)")
     p.add_argument("--crossover", action="store_true", help="two runs with costs: draw $/Mtok vs concurrency and "
                    "mark the concurrency at which the second becomes cheaper than the first")
+    p.add_argument("--combine", action="store_true", help="the paths are several clients' outputs of one load "
+                   "(one inference-top per client machine, started together): report them as one run, "
+                   "throughput summed per cell and latencies pooled")
     a = p.parse_args(argv)
     from measure.control.report import ReportError, report
 
+    if a.combine and a.crossover:
+        fail("--combine and --crossover do not go together: combine the clients first, then compare")
     try:
-        files, md, warns = report(a.paths, Path(a.out), a.crossover)
+        files, md, warns = report(a.paths, Path(a.out), a.crossover, a.combine)
     except ReportError as exc:
         fail(str(exc))
     for w in warns:

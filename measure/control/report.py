@@ -28,6 +28,7 @@ class Run:
     samples: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    records: list = field(default_factory=list)  # its RequestRecords (combine pools them)
 
     @property
     def beta(self) -> float | None:
@@ -79,7 +80,57 @@ def load_run(path: str | Path) -> Run:
             pass
     name = p.parent.name if p.name == "records.jsonl" else p.stem
     engine = header.get("engine", "?")
-    return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught])
+    return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught], records)
+
+
+TOGETHER_S = 60.0  # clients whose runs started further apart than this did not load the servers together
+
+
+def combine(runs: list[Run]) -> Run:
+    """Several clients' runs of the same sweep, started together against the same servers (one inference-top
+    per client machine when one client cannot drive them), as one run. Per cell (K, B, mode): throughput and
+    achieved concurrency add up (each client's tokens over its own span: their clocks are never compared),
+    request counts add up, and TTFT / TPOT / ITL percentiles come from every client's requests pooled
+    (each a duration on one machine's clock). A warning says when the runs did not start together or did
+    not run the same cells."""
+    if len(runs) < 2:
+        raise ReportError("--combine needs the outputs of two or more clients")
+    if any(c.get("context") for r in runs for c in r.cells):
+        raise ReportError("--combine does not handle --contexts rows; combine runs without --contexts")
+    warnings = [w for r in runs for w in r.warnings]
+    starts = [r.header.get("started_unix") for r in runs]
+    if None in starts:
+        warnings.append("a run has no start time (made before this version): cannot check that the clients ran "
+                        "together; the sums assume they did")
+    elif max(starts) - min(starts) > TOGETHER_S:
+        warnings.append(f"the clients' runs started {max(starts) - min(starts):.0f} s apart (> {TOGETHER_S:.0f} s):"
+                        " they did not load the servers together, so their sum is not one load")
+    keys = [{(c["k"], c["b"], c.get("mode")) for c in r.cells if c.get("status") == "ok"} for r in runs]
+    if any(k != keys[0] for k in keys):
+        warnings.append("the clients did not run the same cells: a cell missing from one sums fewer clients "
+                        "(see 'clients' per cell)")
+    h0 = runs[0].header
+    cells = []
+    for key in sorted(set().union(*keys)):
+        k, b, mode = key
+        parts = [(r, c) for r in runs for c in r.cells if (c["k"], c["b"], c.get("mode")) == key
+                 and c.get("status") == "ok"]
+        pooled = [rec for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
+        c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances")
+        tps = [p.get("output_throughput") for _, p in parts]
+        conc = [p.get("achieved_concurrency") for _, p in parts]
+        c.update(output_throughput=sum(tps) if all(tps) else None, output_throughput_per_rep=[],
+                 achieved_concurrency=sum(conc) if all(conc) else None, clients=len(parts),
+                 clients_throughput=tps, cv=None, noisy=False,
+                 throughput_rule="Σ over clients of each client's output tokens ÷ its own span")
+        if mode in (None, "instances") and c["output_throughput"]:  # aggregate tok/s × W, with the summed tok/s
+            c["bandwidth_gbps"] = M.bandwidth_product("instances", h0.get("model_bytes") or 0,
+                                                      agg_tps=c["output_throughput"]).gbps
+        cells.append(c)
+    add_scaling(cells)
+    header = dict(h0, combined_from=[r.name for r in runs])
+    return Run(f"{len(runs)} clients combined ({', '.join(r.name for r in runs)})", header, cells,
+               warnings=warnings, records=[rec for r in runs for rec in r.records])
 
 
 def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
@@ -447,6 +498,9 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                   + (f"{run.beta:g} GB/s ({h.get('bandwidth_source', 'spec')})" if run.beta else "unknown"),
                   f"- simulated: {bool(h.get('simulated'))}"]
         lines += [f"- warning: {w}" for w in run.warnings]
+        if h.get("combined_from"):
+            lines.append(f"- combined from {len(h['combined_from'])} clients: throughput and concurrency summed "
+                         "per cell, latency percentiles over all their requests pooled")
         lines += ["", "| K | B | context | status | tok/s | ± sd | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | RSS GB | "
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
@@ -469,8 +523,11 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(paths: list[str], out: Path, crossover_of_two: bool = False) -> tuple[list[Path], Path, list[str]]:
+def report(paths: list[str], out: Path, crossover_of_two: bool = False,
+           combined: bool = False) -> tuple[list[Path], Path, list[str]]:
     runs = [load_run(p) for p in paths]
+    if combined:
+        runs = [combine(runs)]
     if crossover_of_two and len(runs) != 2:
         raise ReportError("--crossover compares exactly two runs (e.g. this machine's bench output and a server's)")
     files = render(runs, out)
@@ -484,3 +541,6 @@ def report(paths: list[str], out: Path, crossover_of_two: bool = False) -> tuple
     md = out / "report.md"
     md.write_text(text)
     return files, md, [w for r in runs for w in r.warnings]
+
+
+__all__ = ["Run", "ReportError", "load_run", "combine", "report", "cells_from_records", "crossover"]

@@ -3,6 +3,7 @@ source, memory budget, workload, URL settings), and from the plan the load sourc
 the run header. The dashboard, `bench` and their tests all start here; nothing in it parses argv."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +170,7 @@ class RunPlan:
                   "slo": self.slo.describe() if self.slo else None,
                   "cost": self.cost.describe() if self.cost and self.cost.set else None,
                   "bandwidth_source": self.bandwidth_source, "rate": self.rate, "ignore_eos": self.ignore_eos,
-                  "max_tokens": self.max_tokens, **extra}
+                  "max_tokens": self.max_tokens, "started_unix": round(time.time(), 3), **extra}
         if self.remote:  # the key's variable name only, never the key
             from engines.http_openai import public_url
 
