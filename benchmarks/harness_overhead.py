@@ -9,7 +9,14 @@ Per level: measured ÷ scheduled aggregate tok/s (scheduled = streams × N ÷ (T
 zero gap between a stream's requests), and the TTFT bias = measured queue-inclusive TTFT − the set TTFT
 (median and p99). Goals (issue 13): ratio ≥ 0.99 and median bias ≤ 1 ms at every level.
 
+Closed loop with B users against a fixed schedule keeps the streams in lockstep: all B start together,
+end together and start again, so the loop pays B request starts in one burst (the last waits for the rest).
+--open-loop adds, per stream level, Poisson arrivals at the rate that holds B streams on average (B ÷ the
+request's scheduled duration), with slots for B + 4√B: the same concurrency, the starts spread as users'
+are. Its ratio is measured ÷ offered tok/s (rate × tokens).
+
     python benchmarks/harness_overhead.py [--tokens 64] [--ttft-ms 20] [--itl-ms 10] [--streams 1,8,64]
+                                          [--open-loop] [--k 1,2,4,8 | --k 0 (no process levels)]
 
 The last line is one JSON object: {"min_ratio": …, "max_median_ttft_bias_ms": …, "levels": [...]}.
 """
@@ -30,18 +37,18 @@ import presets  # noqa: E402
 from engines.base import EngineSpec  # noqa: E402
 from measure.core import metrics as M  # noqa: E402
 from measure.core.records import RunMeta  # noqa: E402
-from measure.core.workload import ClosedLoop, Load  # noqa: E402
+from measure.core.workload import ClosedLoop, Load, Poisson  # noqa: E402
 from measure.sources.fleet import Fleet  # noqa: E402
 from measure.sources.http import HttpSource  # noqa: E402
 
 META = RunMeta(engine="null (scheduled tokens, no model)", model="none", model_bytes=0, simulated=True)
 
 
-def level(name: str, streams: int, recs, a) -> dict:
+def level(name: str, streams: int, recs, a, offered_tps: float | None = None) -> dict:
     good = M.ok(recs)
     measured = M.output_throughput(good)
     per_request_s = a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3
-    scheduled = streams * a.tokens / per_request_s
+    scheduled = offered_tps or streams * a.tokens / per_request_s
     bias = [(M.ttft(r) - a.ttft_ms / 1e3) * 1e3 for r in good]
     return {"level": name, "streams": streams, "requests": len(recs), "errors": len(recs) - len(good),
             "tokens": sum(r.output_tokens for r in good), "measured_tps": measured, "scheduled_tps": scheduled,
@@ -108,10 +115,34 @@ def http_levels(a) -> list[dict]:
                 lv["server_late_median_ms"] = late
             out.append(lv)
             print(_row(out[-1]), flush=True)
+            if a.open_loop:
+                out.append(open_level(url, wl, b, a))
+                print(_row(out[-1]), flush=True)
     finally:
         server.terminate()
         server.wait(timeout=10)
     return out
+
+
+def open_level(url: str, wl, b: int, a) -> dict:
+    """B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration."""
+    per_request_s = a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3
+    rate = b / per_request_s
+    slots = b + int(4 * b ** 0.5) + 4
+    n = max(a.min_requests, a.per_stream * b)
+    src = HttpSource(url, RunMeta("http", "null", 0, simulated=True), b=slots, events=False)
+    try:
+        src.start()
+        src.wait_ready(60)
+        recs = src.run_requests(Load(wl, Poisson(rate, total=n, seed=1), a.tokens), timeout=600)
+    finally:
+        src.close()
+    lv = level(f"~{b} open loop", b, recs, a, offered_tps=rate * a.tokens)
+    lv["rate"] = rate
+    late = _server_late(url)
+    if late is not None:
+        lv["server_late_median_ms"] = late
+    return lv
 
 
 def _server_late(url: str) -> float | None:
@@ -149,7 +180,9 @@ def main() -> int:
     ap.add_argument("--streams", type=lambda t: [int(x) for x in t.split(",")], default=[1, 8, 64])
     ap.add_argument("--per-stream", type=int, default=4, help="requests per stream and level (default 4)")
     ap.add_argument("--min-requests", type=int, default=16, help="at least this many per level (default 16)")
+    ap.add_argument("--open-loop", action="store_true", help="also Poisson arrivals holding B streams on average")
     a = ap.parse_args()
+    a.k = [k for k in a.k if k > 0]
     os.environ.setdefault("INFERENCE_TOP_LOGS", tempfile.mkdtemp(prefix="it-harness-"))
     print(f"null engine: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms, {a.tokens} tokens per request; "
           f"{os.cpu_count()} CPUs")
