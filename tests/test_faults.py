@@ -493,3 +493,60 @@ def test_a_worker_oom_killed_at_a_step_is_named_and_the_step_refused_next_time(t
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def test_ctrl_c_twice_to_the_dashboard_and_the_replay_leaves_nothing_and_keeps_the_recording(tmp_path):
+    """The dashboard (K=2 on the embedded model, recording) in a tmux pane gets SIGINT twice, the second
+    during its cleanup: it quits as `q` does, no worker outlives it by 3 s, and every line of the recording
+    parses. Then the replay of that recording gets the same: it ends too."""
+    import json
+    import shutil
+
+    import psutil
+
+    from conftest import descendants
+
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed (the dashboard needs a terminal)")
+    rec = tmp_path / "s.jsonl"
+    exe = os.path.join(os.path.dirname(sys.executable), "inference-top")
+    for what, cmd, ready in (
+            ("dashboard", [exe, "--k", "2", "--threads", "1", "--ctx", "512", "--max-tokens", "8", "--record", str(rec)],
+             lambda: rec.exists() and rec.read_text().count('"kind":"request"') >= 2),
+            ("replay", [exe, "replay", str(rec)], lambda: True)):
+        session = f"it-sigint-{os.getpid()}-{what}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", " ".join(cmd)],
+                       check=True)
+        try:
+            pane = int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True,
+                                      text=True).stdout)
+            end = time.monotonic() + 120
+            while time.monotonic() < end and not ready():
+                time.sleep(0.3)
+            time.sleep(2.0)
+            app = psutil.Process(pane)
+            kids = descendants(pane)
+            if what == "dashboard":
+                assert len(kids) >= 2, "the dashboard's workers did not start"
+            app.send_signal(signal.SIGINT)
+            def gone(p):
+                try:
+                    return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+                except psutil.NoSuchProcess:
+                    return True
+
+            while what == "dashboard" and not gone(app) and not any(gone(k) for k in kids):
+                time.sleep(0.01)  # until the cleanup has begun stopping workers
+            if not gone(app):
+                app.send_signal(signal.SIGINT)
+            gone_by = time.monotonic() + 10
+            while time.monotonic() < gone_by and not gone(app):
+                time.sleep(0.1)
+            assert gone(app), f"the {what} did not quit"
+            time.sleep(3.0)
+            left = [k.pid for k in kids if not gone(k)]
+            assert not left, f"{what}: these outlived it by 3 s: {left}"
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        lines = rec.read_text().splitlines()
+        assert all(json.loads(x) for x in lines)

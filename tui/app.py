@@ -14,6 +14,7 @@ from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
 from measure.core.units import fmt_bytes, fmt_ms
 from tui.charts import Chart, Panel
+from tui.signals import hold, quit_on_signals
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 SPAN_S = 180.0  # seconds of history on the charts
@@ -476,6 +477,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
     try:
         app.run()
     finally:
+        hold()  # a second Ctrl-C must not cut the cleanup
         c.close()
     return 0
 
@@ -519,20 +521,8 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
     try:
         app.run()
     finally:
+        hold()  # a second Ctrl-C must not cut the cleanup
         controller.close()
         if exporter:
             (exporter[0] if isinstance(exporter, tuple) else exporter).shutdown()
     return 0
-
-
-def quit_on_signals(app: App) -> None:
-    """SIGTERM and SIGHUP (the terminal closed) quit the dashboard as `q` does: the app exits, then every
-    worker is stopped and the recording closed, so nothing is orphaned and no line is cut."""
-    import signal
-
-    def handler(signum, frame):
-        app.call_later(app.exit)
-
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            signal.signal(sig, handler)

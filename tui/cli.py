@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from tui.signals import hold
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 
@@ -155,14 +157,6 @@ def _sigterm_to_exit() -> None:
         signal.signal(signal.SIGHUP, handler)
 
 
-def _hold_signals_for_cleanup() -> None:
-    """Once an interrupt is being handled, a second Ctrl-C (or SIGTERM, SIGHUP) must not cut the cleanup half-way
-    (summary unwritten, workers mid-stop, a traceback): further ones are ignored while the process ends."""
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_IGN)
-
-
 def _shown_argv(argv: list[str]) -> list[str]:
     """The command line as recorded: credentials written into a URL hidden."""
     from engines.http_openai import public_url
@@ -258,7 +252,7 @@ def bench_main(argv: list[str]) -> int:
     except SourceError as exc:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
     except (KeyboardInterrupt, SystemExit) as exc:
-        _hold_signals_for_cleanup()
+        hold()  # a second Ctrl-C must not cut the cleanup (tui/signals.py)
         code = 130 if isinstance(exc, KeyboardInterrupt) else (exc.code if isinstance(exc.code, int) else 1)
         why = "Ctrl-C" if code == 130 else f"signal {signal.Signals(code - 128).name}" if code > 128 else "exit"
         if cfg.current is not None:
