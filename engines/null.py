@@ -74,7 +74,8 @@ class NullEngine:
         self._batch: NullBatch | None = None
 
     def load(self) -> None:
-        pass
+        """Instant, or `load_s` seconds (options) to stand for a model load (fault tests kill a worker in it)."""
+        time.sleep(_seconds(self.spec.options, "load_s", 0.0))
 
     def warmup(self) -> None:
         """One short generate: 2 tokens."""

@@ -75,6 +75,9 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         "noisy": M.is_noisy(cv),
         "status": "ok" if s["completed"] else "failed",
     }
+    served = min((r.k for r in records), default=k)
+    if served < k:  # a worker died mid-cell: the rest of it ran with fewer
+        out["k_served_min"] = served
     classes = ttft_by_class(records)
     if len(classes) > 1:
         out["ttft_by_class"] = classes
@@ -384,6 +387,8 @@ def format_table(cells: list[dict]) -> str:
             note += f" context {c['context']}"
         if c["errors"]:
             note += f" {c['errors']} errors"
+        if c.get("k_served_min"):
+            note += f" K={c['k_served_min']} after a worker died"
         if c.get("goodput_tps") is not None:
             note += f" goodput {c['goodput_tps']:.1f} tok/s ({c['slo_attainment']:.0%} in SLO)"
         for d in (c.get("server_check") or {}).get("disagreements", []):

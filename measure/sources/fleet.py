@@ -138,6 +138,7 @@ class Fleet:
         self._closed = False
         self._fatal: str | None = None
         self._unready_deaths = 0
+        self._lost_ready = 0  # ready workers that died since K was last set: records say K − this
         self._oom_seen = oom_kills() or 0
         self.oom_killed: list[tuple] = []  # (K, B, mode) at each OOM kill: the guard's estimate was too low there
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
@@ -181,7 +182,8 @@ class Fleet:
             snap = self.workers()
             live = [w for w in snap if not w.state.leaving]
             # every command given before this call applied, every worker warmed up and in its mode
-            if synced and len(live) >= self.target_k and all(w.ready_ns and w.state != S.WARMING for w in live):
+            want = max(1, self.target_k - self._lost_ready)  # a ready worker lost since K was set is not waited for
+            if synced and len(live) >= want and all(w.ready_ns and w.state != S.WARMING for w in live):
                 return
             if not live and snap:
                 raise FleetError(self._first_error(snap) or "every worker died before it was ready")
@@ -385,6 +387,7 @@ class Fleet:
         return self.b if self.mode == "batch" else 1
 
     def _scale(self, k: int) -> None:
+        self._lost_ready = 0  # a new K: spawned up to it again
         active = self._active()
         if k > len(active):
             for _ in range(k - len(active)):
@@ -404,8 +407,9 @@ class Fleet:
                         w.info.threads = n
 
     def _ready_to_measure(self) -> bool:
-        active = self._active()
-        return len(active) >= self.target_k and all(w.info.ready_ns and not w.mode_pending for w in active)
+        active = self._active()  # a ready worker that died since K was set is not waited for (nothing replaces it)
+        return (len(active) >= max(1, self.target_k - self._lost_ready)
+                and all(w.info.ready_ns and not w.mode_pending for w in active))
 
     def _arrivals(self) -> None:
         if not self._requests.load or self._paused:
@@ -435,7 +439,8 @@ class Fleet:
                 self._pending.appendleft(req)
                 break
             w.inflight.add(req.request_id)
-            req.k, req.b, req.mode = self.target_k, self.b, self.mode  # the level that serves it
+            # the level that serves it: K minus the ready workers that died since K was set
+            req.k, req.b, req.mode = max(1, self.target_k - self._lost_ready), self.b, self.mode
             w.info.current = req.request_id
             w.info.active = len(w.inflight)
             w.info.state = S.SERVING
@@ -545,6 +550,11 @@ class Fleet:
             self._sink.put(OutOfMemory(self.mode, self.target_k, self.b))
         if phase and not w.retire and not self._closed:
             self._replace_unready(info, how)
+        elif not phase and not w.retire and not self._closed:
+            self._lost_ready += 1
+            left = max(0, self.target_k - self._lost_ready)
+            self._sink.log(f"{left} of K={self.target_k} workers serve on; records say K={max(1, left)} until K is set "
+                           "again (+/- in the dashboard spawns up to it)", "warn")
         lost = sorted(w.inflight)
         w.inflight.clear()
         info.current = None
