@@ -1,3 +1,4 @@
+import contextlib
 import os
 import socket
 import subprocess
@@ -89,3 +90,45 @@ def serve(module_args: list[str], timeout_s: float = 60):
         except httpx.HTTPError:
             time.sleep(0.3)
     return proc, url
+
+
+CGROUP_V1_MEMORY = "/sys/fs/cgroup/memory"
+
+
+@contextlib.contextmanager
+def memory_cgroup(limit_bytes: int, name: str):
+    """A cgroup v1 memory group limited to `limit_bytes` (pytest.skip where not root or no such controller):
+    yields the argv prefix that runs a command inside it. Afterwards, whatever happened, anything left in it
+    goes back to the root group and the group is removed."""
+    import pytest
+
+    base = CGROUP_V1_MEMORY
+    if os.geteuid() != 0 or not os.path.isdir(base):
+        pytest.skip("needs root and cgroup v1's memory controller")
+    group = f"{base}/{name}-{os.getpid()}"
+    try:
+        os.mkdir(group)
+        with open(f"{group}/memory.limit_in_bytes", "w") as fh:
+            fh.write(str(limit_bytes))
+    except OSError as exc:
+        pytest.skip(f"cannot make a memory cgroup here: {exc}")
+    try:
+        yield ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" "$@"']
+    finally:
+        try:
+            with open(f"{group}/cgroup.procs") as fh:
+                left = fh.read().split()
+            for pid in left:
+                try:
+                    with open(f"{base}/cgroup.procs", "w") as fh:
+                        fh.write(pid)
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        for _ in range(50):
+            try:
+                os.rmdir(group)
+                break
+            except OSError:
+                time.sleep(0.1)

@@ -179,34 +179,19 @@ def test_a_containers_memory_limit_refuses_the_step_before_any_swap(tmp_path):
 
     import pytest
 
-    base = "/sys/fs/cgroup/memory"
-    if os.geteuid() != 0 or not os.path.isdir(base):
-        pytest.skip("needs root and cgroup v1's memory controller")
-    group = f"{base}/it-test-{os.getpid()}"
-    try:
-        os.mkdir(group)
-        with open(f"{group}/memory.limit_in_bytes", "w") as fh:
-            fh.write(str(4_000_000_000))
-    except OSError as exc:
-        pytest.skip(f"cannot make a memory cgroup here: {exc}")
+    from conftest import memory_cgroup
+
     out = tmp_path / "cg"
-    try:
-        p = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" "$@"', sys.executable, "-m",
+    with memory_cgroup(4_000_000_000, "it-test") as inside:
+        p = subprocess.run([*inside, sys.executable, "-m",
                             "tui.cli", "bench", "--b", "2,32,64", "--ctx", "8192", "--max-tokens", "16",
                             "--requests", "64", "--out", str(out)], capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr
-        cells = json.loads((out / "summary.json").read_text())
-        assert [(c["b"], c["status"]) for c in cells] == [(2, "ok"), (32, "refused"), (64, "refused")]
-        header = json.loads((out / "records.jsonl").read_text().splitlines()[0])
-        assert "cgroup v1 memory.limit_in_bytes" in header["memory_budget_source"]
-        assert header["memory_budget"] == pytest.approx(3.4e9, rel=1e-4)  # the kernel rounds to pages
-    finally:
-        for _ in range(50):
-            try:
-                os.rmdir(group)
-                break
-            except OSError:
-                time.sleep(0.1)
+    assert p.returncode == 0, p.stderr
+    cells = json.loads((out / "summary.json").read_text())
+    assert [(c["b"], c["status"]) for c in cells] == [(2, "ok"), (32, "refused"), (64, "refused")]
+    header = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    assert "cgroup v1 memory.limit_in_bytes" in header["memory_budget_source"]
+    assert header["memory_budget"] == pytest.approx(3.4e9, rel=1e-4)  # the kernel rounds to pages
 
 
 class Misbehaving:
@@ -448,52 +433,25 @@ def test_a_worker_oom_killed_at_a_step_is_named_and_the_step_refused_next_time(t
 
     import pytest
 
-    base = "/sys/fs/cgroup/memory"
-    if os.geteuid() != 0 or not os.path.isdir(base):
-        pytest.skip("needs root and cgroup v1's memory controller")
+    from conftest import memory_cgroup
+
     if len(Path("/proc/swaps").read_text().strip().splitlines()) > 1:
         pytest.skip("swap is on: a worker over the group's limit would swap, not be OOM-killed")
-    group = f"{base}/it-oom-{os.getpid()}"
-    try:
-        os.mkdir(group)
-        with open(f"{group}/memory.limit_in_bytes", "w") as fh:
-            fh.write(str(230_000_000))
-    except OSError as exc:
-        pytest.skip(f"cannot make a memory cgroup here: {exc}")
     repo = Path(__file__).resolve().parent.parent
-    try:
-        p = subprocess.run(["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" "$@"', sys.executable, "-c",
-                            OOM_SCRIPT], capture_output=True, text=True, timeout=300, cwd=repo,
-                           env=dict(os.environ, INFERENCE_TOP_LOGS=str(tmp_path / "logs")))
-        found = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
-        assert p.returncode == 0 and found, p.stdout[-2000:] + p.stderr[-3000:]
-        r = json.loads(found[-1][len("RESULT "):])
-        assert r["k1_served"] and r["first_step"] is None, r
-        assert r["oom_seen"], r["log"]
-        assert any("out of memory" in d for d in r["deaths"]), r["deaths"]
-        assert sum("OOM killer" in x for x in r["log"]) >= 1 and all("\n" not in x for x in r["log"])
-        assert r["went_on"], r["log"]  # the worker left serves on
-        assert r["down"] is None
-        assert r["again"] and "OOM killer ended a worker at K=2 B=1 instances" in r["again"], r["again"]
-        assert "K=2 B=1 is refused" in r["again"] and "\n" not in r["again"]
-    finally:
-        try:
-            with open(f"{group}/cgroup.procs") as fh:
-                left = fh.read().split()
-            for pid in left:  # anything still in the group goes back to the root group, then the group goes
-                try:
-                    with open(f"{base}/cgroup.procs", "w") as fh:
-                        fh.write(pid)
-                except OSError:
-                    pass
-        except OSError:
-            pass
-        for _ in range(50):
-            try:
-                os.rmdir(group)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with memory_cgroup(230_000_000, "it-oom") as inside:
+        p = subprocess.run([*inside, sys.executable, "-c", OOM_SCRIPT], capture_output=True, text=True, timeout=300,
+                           cwd=repo, env=dict(os.environ, INFERENCE_TOP_LOGS=str(tmp_path / "logs")))
+    found = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    assert p.returncode == 0 and found, p.stdout[-2000:] + p.stderr[-3000:]
+    r = json.loads(found[-1][len("RESULT "):])
+    assert r["k1_served"] and r["first_step"] is None, r
+    assert r["oom_seen"], r["log"]
+    assert any("out of memory" in d for d in r["deaths"]), r["deaths"]
+    assert sum("OOM killer" in x for x in r["log"]) >= 1 and all("\n" not in x for x in r["log"])
+    assert r["went_on"], r["log"]  # the worker left serves on
+    assert r["down"] is None
+    assert r["again"] and "OOM killer ended a worker at K=2 B=1 instances" in r["again"], r["again"]
+    assert "K=2 B=1 is refused" in r["again"] and "\n" not in r["again"]
 
 
 def test_ctrl_c_twice_to_the_dashboard_and_the_replay_leaves_nothing_and_keeps_the_recording(tmp_path):
