@@ -74,22 +74,47 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(module_args: list[str], timeout_s: float = 60):
-    """`python -m <module_args> --port P` on loopback, waited for until /v1/models answers: (proc, url)."""
+def wait_answering(url: str, timeout_s: float = 60) -> bool:
+    """Until GET {url}/models answers 200 (True), or timeout_s passed (False)."""
     import httpx
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", *module_args, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         try:
             if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                break
+                return True
         except httpx.HTTPError:
-            time.sleep(0.3)
+            time.sleep(0.05)
+    return False
+
+
+def serve(module_args: list[str], timeout_s: float = 60, port: int | None = None):
+    """`python -m <module_args> --port P` on loopback, waited for until /v1/models answers: (proc, url)."""
+    port = port or free_port()
+    proc = subprocess.Popen([sys.executable, "-m", *module_args, "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    wait_answering(url, timeout_s)
     return proc, url
+
+
+class NullServerProcess:
+    """engines.null_server in its own process on a fixed port: kill() it, start() it again on that port."""
+
+    def __init__(self, ttft_ms: float = 5.0, itl_ms: float = 20.0):
+        self.port = free_port()
+        self.args = ["engines.null_server", "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc, _ = serve(self.args, 20, self.port)
+        assert self.proc.poll() is None, "the null server did not start"
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 CGROUP_V1_MEMORY = "/sys/fs/cgroup/memory"

@@ -6,10 +6,9 @@ import sys
 import time
 from types import SimpleNamespace
 
-import httpx
 import pytest
 
-from conftest import free_port
+from conftest import NullServerProcess
 from measure.control.runplan import StartError, http_endpoints
 from measure.core.records import RunMeta
 from measure.core.workload import ClosedLoop, Load
@@ -19,31 +18,8 @@ from presets import Workload
 WL = Workload("t", "tiny", prompts=("Hello there",))
 
 
-class Server:
-    """engines.null_server on a fixed port: killed and started again on the same port."""
-
-    def __init__(self, itl_ms: float = 20.0):
-        self.port = free_port()
-        self.itl_ms = itl_ms
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.proc = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(self.port),
-                                      "--ttft-ms", "5", "--itl-ms", str(self.itl_ms)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            try:
-                if httpx.get(f"{self.url}/models", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise RuntimeError("null server did not start")
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait()
+def Server(itl_ms: float = 20.0):
+    return NullServerProcess(ttft_ms=5.0, itl_ms=itl_ms)
 
 
 @pytest.fixture

@@ -256,26 +256,10 @@ def test_a_server_killed_mid_run_and_restarted_and_no_asyncio_warnings(tmp_path)
     then B = 1, 8, 32, 64 against it: no asyncio warning (a stream abandoned, a session unclosed) on stderr."""
     import json
 
-    from conftest import free_port
+    from conftest import NullServerProcess
 
-    port = free_port()
-
-    def start():
-        return subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms", "5",
-                                 "--itl-ms", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def up():
-        import httpx
-
-        for _ in range(100):
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=0.5).status_code == 200
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        return False
-
-    server = start()
-    assert up()
+    server = NullServerProcess(ttft_ms=5, itl_ms=20)
+    port = server.port
     out = tmp_path / "killed"
     bench = subprocess.Popen([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url",
                               f"http://127.0.0.1:{port}/v1", "--b", "2", "--requests", "40", "--max-tokens", "10",
@@ -284,10 +268,8 @@ def test_a_server_killed_mid_run_and_restarted_and_no_asyncio_warnings(tmp_path)
     try:
         time.sleep(2.5)
         server.kill()
-        server.wait()
         time.sleep(1.0)
-        server = start()
-        assert up()
+        server.start()
         _, err = bench.communicate(timeout=120)
         assert bench.returncode == 0, err
         recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()[1:]]
