@@ -23,7 +23,8 @@ from measure.control.steps import StepTable
 from measure.core.cost import Cost, PowerMeter, joules_per_token
 from measure.control.wall import Step, WallWatch, ceiling
 from measure.core import metrics as M
-from measure.core.probes import ProcessProbe, SystemProbe, SystemSample, physical_cores, total_memory_bytes
+from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
+                                 total_memory_bytes)
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import Finished, LoadSource, LoadStarted, Log, OutOfMemory, Tokens, WorkerInfo, WorkerState
@@ -116,13 +117,19 @@ class LiveController:
         if self.recorder:
             self.recorder.close()
 
+    TRIM_EVERY_S = 60.0
+
     def _run(self) -> None:
         period = 1.0 / self.s.sample_hz
+        last_trim = time.monotonic()
         while not self._stop.wait(period):
             try:
                 self.tick()
             except Exception as exc:  # keep sampling; say what broke
                 self.log("error", f"sampler: {type(exc).__name__}: {exc}")
+            if time.monotonic() - last_trim >= self.TRIM_EVERY_S:  # RSS stays flat over an hours-long run
+                last_trim = time.monotonic()
+                release_free_memory()
 
     def banner(self) -> str | None:
         """A label above everything else (a replay's position); none live."""

@@ -234,3 +234,24 @@ class ProcessProbe:
         for gone in set(self._procs) - set(pids):
             self._procs.pop(gone, None)
         return out
+
+
+_LIBC = None
+
+
+def release_free_memory() -> bool:
+    """Hand the C heap's free pages back to the OS (glibc's malloc_trim): a long-running process that churns
+    small objects in several threads otherwise keeps RSS at its high-water mark. False where there is no glibc."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if not _LIBC:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
