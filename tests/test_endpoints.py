@@ -202,3 +202,42 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
     assert 300 < both.cells[1]["output_throughput"] < 420  # 2 clients × 4 streams × ≤ 50 tok/s
     assert not any("apart" in w for w in both.warnings)
     assert "combined from 2 clients" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_path):
+    """A dashboard session over three endpoints (no --model: the header's model is null) replays: the
+    recording loads, and its samples give one row per endpoint with labels."""
+    from measure.control.replay import Recording, ReplayController
+    from measure.control.runplan import make_plan
+    from measure.core.recorder import Recorder
+    from measure.control.live import LiveController
+    from tui.cli import build_parser
+
+    dash, _ = build_parser()
+    argv = ["--engine", "http", "--tokenizer", "none", "--b", "1", "--k", "3", "--max-tokens", "4"]
+    for s in servers:
+        argv += ["--url", s.url]
+    plan = make_plan(dash.parse_args(argv), default_max_tokens=4)
+    rec_path = tmp_path / "eps.jsonl"
+    src = plan.make_source(k=3)
+    src.start()
+    c = LiveController(src, plan.workload, plan.live_settings(), recorder=Recorder(rec_path, plan.header({})))
+    try:
+        c.start(thread=False)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and c.totals["requests"] < 6:
+            c.tick()
+            time.sleep(0.2)
+        c.tick()
+    finally:
+        c.close()
+    rec = Recording.load(rec_path)
+    assert rec.header["model"] is None and len(rec.header["endpoints"]) == 3
+    r = ReplayController(rec, 1.0)
+    r.start(thread=False)
+    try:
+        r.advance_to(rec.end_ns)
+        labels = {w.label for w in r.snapshot().workers}
+    finally:
+        r.close()
+    assert labels == {"127.0.0.1:" + s.url.split(":")[2].split("/")[0] for s in servers}

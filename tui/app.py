@@ -470,7 +470,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
     c = ReplayController(rec, speed)
     c.start()
-    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model", ""))
+    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model") or "")
     quit_on_signals(app)
     for w in rec.warnings:
         app.call_later(app.notify, w, severity="warning", timeout=STICKY)

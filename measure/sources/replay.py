@@ -48,7 +48,7 @@ class Recording:
             _check_sample(path, s)
         h = headers[0]
         if not (isinstance(h.get("settings", {}), dict) and isinstance(h.get("model_bytes", 0), int)
-                and isinstance(h.get("engine", ""), str) and isinstance(h.get("model", ""), str)
+                and isinstance(h.get("engine", ""), str) and isinstance(h.get("model") or "", str)
                 and (h.get("bandwidth_gbps") is None or isinstance(h.get("bandwidth_gbps"), (int, float)))
                 and isinstance(h.get("chip", ""), str)):
             raise RecordingError(f"{path}: its header is not one the dashboard wrote (a field has the wrong type)")
@@ -93,7 +93,7 @@ class ReplaySource:
         h = rec.header
         first = rec.samples[0]
         self.rec = rec
-        self.meta = RunMeta(engine=engine_label(h.get("engine", "?")), model=h.get("model", "?"),
+        self.meta = RunMeta(engine=engine_label(h.get("engine", "?")), model=h.get("model") or "?",
                             model_bytes=int(h.get("model_bytes", 0)), mode=first.get("mode", "instances"),
                             b=first.get("b", 1), simulated=bool(h.get("simulated")))
         self.run_id = h.get("run_id", "replay")
