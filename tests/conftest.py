@@ -88,14 +88,18 @@ def wait_answering(url: str, timeout_s: float = 60) -> bool:
     return False
 
 
-def serve(module_args: list[str], timeout_s: float = 60, port: int | None = None):
-    """`python -m <module_args> --port P` on loopback, waited for until /v1/models answers: (proc, url)."""
-    port = port or free_port()
-    proc = subprocess.Popen([sys.executable, "-m", *module_args, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_server(cmd: list[str], port: int, timeout_s: float = 60):
+    """Run a server command listening on loopback `port`, waited for until /v1/models answers: (proc, url)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     wait_answering(url, timeout_s)
     return proc, url
+
+
+def serve(module_args: list[str], timeout_s: float = 60, port: int | None = None):
+    """`python -m <module_args> --port P` on loopback, waited for until /v1/models answers: (proc, url)."""
+    port = port or free_port()
+    return start_server([sys.executable, "-m", *module_args, "--port", str(port)], port, timeout_s)
 
 
 class NullServerProcess:

