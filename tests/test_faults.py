@@ -555,3 +555,30 @@ def test_a_worker_dying_in_any_phase_is_seen_within_2_s_and_the_rest_serve_on(tm
             assert all(r.k == 1 for r in done), [(r.k, r.worker) for r in done]  # K−1, labelled as such
     finally:
         fleet.close()
+
+
+def test_a_sweep_refuses_the_cells_above_one_where_a_worker_was_oom_killed():
+    """bench's sweep over K=1,2,3 (null-engine fleet, 4 requests of 4 tokens a cell): the kernel's OOM killer
+    'ends a worker' during K=2 (recorded in oom_killed, where the fleet puts a real one: the real kill is in
+    the cgroup test above). That cell is marked, the estimate raised, and K=3 is refused in this run with one
+    line naming the kill; K=1 ran before it."""
+    from measure.control.sweep import SweepConfig, run_sweep
+
+    class Killed(Fleet):
+        def run_requests(self, load, timeout=None, should_stop=None):
+            if self.target_k == 2:
+                self.oom_killed.append((2, 1, "instances"))
+            return super().run_requests(load, timeout, should_stop)
+
+    src = Killed(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.005}), META, k=1, threads=1, events=False)
+    said = []
+    try:
+        src.start(timeout=60)
+        cfg = SweepConfig(ks=[1, 2, 3], bs=[1], requests=4, max_tokens=4, memory_budget=8 * 10**9)
+        cells, _, src = run_sweep(src, presets.workload("synthetic:4"), cfg, said.append)
+    finally:
+        src.close()
+    assert [(c["k"], c["status"]) for c in cells] == [(1, "ok"), (2, "ok"), (3, "refused")]
+    assert cells[1]["oom_killed"] and "OOM killer ended a worker at K=2 B=1" in cells[2]["reason"]
+    assert any("larger cells of this mode are refused" in x for x in said)
+    assert 2 * cfg.overhead_bytes > 8 * 10**9  # raised: K=2's estimate (2 × overhead, no weights) exceeds the budget

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from measure.core import metrics as M
-from measure.core.guard import DEFAULT_OVERHEAD_BYTES, WallCheck, admit, engine_footprint
+from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, oom_refusal,
+                                overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop, Load, Poisson
@@ -279,6 +280,12 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
     cells = [] if cells is None else cells
     all_records: list[RequestRecord] = []
     probe = SystemProbe()
+    kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
+
+    def footprint(k: int, b: int, seq_ctx: int):
+        return engine_footprint(cfg.mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=cfg.ctx,
+                                weight_bytes=fleet.meta.model_bytes, kv_per_token=cfg.kv_bytes_per_token or 0.0,
+                                overhead_bytes=cfg.overhead_bytes)
     for context in cfg.contexts or [None]:
         wl = workload
         if context is not None:
@@ -295,12 +302,12 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     continue
                 seqs = 1 if cfg.mode == "instances" else b
                 seq_ctx = context or cfg.ctx
+                if local and not cfg.force and (why := oom_refusal(kills, cfg.mode, k, b)):
+                    say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
+                    cells.append(skipped_cell(k, b, context, "refused", why))
+                    continue
                 if local and cfg.memory_budget and not cfg.force:
-                    fp = engine_footprint(cfg.mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=cfg.ctx,
-                                          weight_bytes=fleet.meta.model_bytes,
-                                          kv_per_token=cfg.kv_bytes_per_token or 0.0,
-                                          overhead_bytes=cfg.overhead_bytes)
-                    why = admit(fp, cfg.memory_budget)
+                    why = admit(footprint(k, b, seq_ctx), cfg.memory_budget)
                     if why:
                         say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
                         cells.append(skipped_cell(k, b, context, "refused", why))
@@ -316,6 +323,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     cfg.overhead_bytes = max(cfg.overhead_bytes, max(rss) - fleet.meta.model_bytes)
                 cell_records: list[RequestRecord] = []
                 status = None
+                killed_before = len(fleet.oom_killed)
                 power.sample()  # a meter's reading counts from here
                 at_wall = WallCheck(probe)
                 for rep in range(cfg.reps):
@@ -352,6 +360,14 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                                     cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
                                     cfg.max_tokens, cfg.slo, cfg.cost, power.sample())
                 cell["context"] = context
+                if len(fleet.oom_killed) > killed_before:  # the estimate was too low here: raise it, refuse ≥ it
+                    fp = footprint(k, b, seq_ctx)
+                    budget = cfg.memory_budget or fp.total
+                    kills.append(OomKill(cfg.mode, k, b, fp.total, budget))
+                    cfg.overhead_bytes = overhead_after_oom(fp, budget, cfg.overhead_bytes)
+                    cell["oom_killed"] = True
+                    say(f"  the kernel's OOM killer ended a worker at K={k} B={b} (estimated {fp.total / 1e9:.2f} GB): "
+                        "larger cells of this mode are refused in this run")
                 cells.append(cell)
     add_scaling([c for c in cells if c["status"] == "ok"])
     cfg.current = None
@@ -389,6 +405,8 @@ def format_table(cells: list[dict]) -> str:
             note += f" {c['errors']} errors"
         if c.get("k_served_min"):
             note += f" K={c['k_served_min']} after a worker died"
+        if c.get("oom_killed"):
+            note += " OOM-KILLED"
         if c.get("goodput_tps") is not None:
             note += f" goodput {c['goodput_tps']:.1f} tok/s ({c['slo_attainment']:.0%} in SLO)"
         for d in (c.get("server_check") or {}).get("disagreements", []):

@@ -153,6 +153,7 @@ class LoadSource(Protocol):
     target_k: int
     b: int
     rep: int  # stamped on the records of the current repetition
+    oom_killed: list  # (K, B, mode) of each step at which the kernel's OOM killer ended a worker (local engines)
 
     def capabilities(self) -> Capabilities: ...
 

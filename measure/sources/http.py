@@ -147,6 +147,7 @@ class HttpSource:
         self.mode = "http"
         self.b = b
         self.rep = 0
+        self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
         self.run_id = uuid.uuid4().hex[:12]
         self._requests = RequestMaker()
         self._pending: deque[Request] = deque()

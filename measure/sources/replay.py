@@ -102,6 +102,7 @@ class ReplaySource:
         self.target_k = first.get("k", 1)
         self.b = self.meta.b
         self.rep = 0
+        self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
         self.current: dict = first
         toks = sorted(((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns), key=lambda x: x[0])
         self._tok, self._tok_t = toks, [t[0] for t in toks]

@@ -29,6 +29,7 @@ class SimulatedFleet:
         self.prefill_ns = int(prefill_s * NS)
         self.events: queue.Queue = queue.Queue()
         self.rep = 0
+        self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
         self.run_id = "simulated"
         self._clock = clock or time.perf_counter_ns
         self._threaded = threaded
