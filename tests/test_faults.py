@@ -436,10 +436,11 @@ def test_a_worker_oom_killed_at_a_step_is_named_and_the_step_refused_next_time(t
     assert "K=2 B=1 is refused" in r["again"] and "\n" not in r["again"]
 
 
-def test_ctrl_c_twice_to_the_dashboard_and_the_replay_leaves_nothing_and_keeps_the_recording(tmp_path):
-    """The dashboard (K=2 on the embedded model, recording) in a tmux pane gets SIGINT twice, the second
-    during its cleanup: it quits as `q` does, no worker outlives it by 3 s, and every line of the recording
-    parses. Then the replay of that recording gets the same: it ends too."""
+@pytest.mark.parametrize("sig", ["SIGINT twice", "SIGTERM", "SIGHUP"])
+def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_recording(tmp_path, sig):
+    """The dashboard (K=2 on the embedded model, recording) in a tmux pane gets the signal (SIGINT twice: the
+    second during its cleanup): it quits as `q` does, no worker outlives it by 3 s, and every line of the
+    recording parses. Then the replay of that recording gets the same: it ends too."""
     import json
     import shutil
 
@@ -469,17 +470,19 @@ def test_ctrl_c_twice_to_the_dashboard_and_the_replay_leaves_nothing_and_keeps_t
             kids = descendants(pane)
             if what == "dashboard":
                 assert len(kids) >= 2, "the dashboard's workers did not start"
-            app.send_signal(signal.SIGINT)
+            signum = getattr(signal, sig.split()[0])
+            app.send_signal(signum)
+
             def gone(p):
                 try:
                     return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
                 except psutil.NoSuchProcess:
                     return True
 
-            while what == "dashboard" and not gone(app) and not any(gone(k) for k in kids):
+            while sig.endswith("twice") and what == "dashboard" and not gone(app) and not any(gone(k) for k in kids):
                 time.sleep(0.01)  # until the cleanup has begun stopping workers
-            if not gone(app):
-                app.send_signal(signal.SIGINT)
+            if sig.endswith("twice") and not gone(app):
+                app.send_signal(signum)
             gone_by = time.monotonic() + 10
             while time.monotonic() < gone_by and not gone(app):
                 time.sleep(0.1)
