@@ -9,16 +9,18 @@ Request figures (TTFT, ITL) are the current level's: requests scheduled since th
 (or reset), so an earlier level's queue never shows in the next one. Each level that ends is kept as a
 row of `levels`.
 
-Memory stays flat over a long run: each finished request is turned into its figures once (`LevelFigures`:
-TTFT, TPOT, the SLO verdict, its tokens) when it arrives; full records are kept only for the last
-ITL_REQUESTS (the ITL gaps need every timestamp) and, slimmed (token times packed 8 bytes each, per-source
-details dropped), for the last KEEP since reset (the `e` export's summary).
+Memory and CPU stay flat over a long run: each finished request is turned into its figures once
+(`LevelFigures`: TTFT, TPOT, the SLO verdict, its tokens, its inter-token gaps as an array) when it arrives;
+records are kept only slimmed (token times packed 8 bytes each, per-source details dropped), for the last
+KEEP since reset (the `e` export's summary).
 """
 from __future__ import annotations
 
 from array import array
 from collections import deque
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
@@ -49,6 +51,7 @@ class LevelFigures:
         self.ttft_engine: list[float] = []
         self.tpot: list[float] = []
         self.prompt_tokens: deque[int] = deque(maxlen=20)  # the last ones known (the roofline's prompt length)
+        self.gaps: deque = deque(maxlen=ITL_REQUESTS)  # each good request's inter-token gaps (s), an array
         self.version = 0  # rises with every request added
 
     def add(self, rec: RequestRecord) -> None:
@@ -65,6 +68,7 @@ class LevelFigures:
             self.ttft_engine.append(M.ttft_engine(rec))
             if (tp := M.tpot(rec)) is not None:
                 self.tpot.append(tp)
+            self.gaps.append(np.diff(np.asarray(rec.token_ns, dtype=np.int64)) / NS)
             for xs in (self.ttft, self.ttft_engine, self.tpot):
                 if len(xs) > 2 * KEEP:
                     del xs[:-KEEP]
@@ -100,7 +104,6 @@ class LiveStats:
         self.load_start_ns: int | None = None  # the window is shorter than window_s until the load is that old
         self._tokens: list[tuple[int, int | None, int]] = []  # (t_ns, worker, request id)
         self.figures = LevelFigures(slo)  # of the current level
-        self._recent: deque[RequestRecord] = deque(maxlen=ITL_REQUESTS)  # of the current level, whole
         self._all: list[RequestRecord] = []  # since the last reset, slimmed (export)
         self.level_label = "start"
         self.level_start_ns = 0
@@ -123,7 +126,6 @@ class LiveStats:
             del self._all[:-KEEP]
         if rec.t_scheduled_ns >= self.level_start_ns:
             self.figures.add(rec)
-            self._recent.append(rec)
 
     def new_level(self, label: str, t_ns: int) -> None:
         """A K, B or mode step: the level so far becomes a row; request figures start again."""
@@ -132,7 +134,6 @@ class LiveStats:
                                 **self.request_numbers()})
         self.level_label, self.level_start_ns = label, t_ns
         self.figures = LevelFigures(self.slo)
-        self._recent = deque(maxlen=ITL_REQUESTS)
 
     def set_slo(self, slo) -> None:
         """Judge requests against `slo` from now on (a request already counted keeps its verdict)."""
@@ -186,7 +187,7 @@ class LiveStats:
         self._numbers = {
             "ttft_p50": M.percentile(ttfts, 50), "ttft_p99": M.percentile(ttfts, 99),
             "ttft_engine_p50": M.percentile(ttfte, 50), "ttft_engine_p99": M.percentile(ttfte, 99),
-            "itl_p50": M.percentile(M.itls(M.ok(self._recent)), 50),
+            "itl_p50": M.percentile(np.concatenate(f.gaps), 50) if f.gaps else None,
             "requests": f.good, "errors": f.errors,
         }
         self._numbers_key = key
