@@ -69,7 +69,7 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         **s,
         "per_stream_tps": per_stream,
         "rss_gb_sum": M.rss_sum_bytes(records) / 1e9,
-        **_bandwidth(records, M.mean(per_rep), weight_bytes, mode, kv_bytes_per_token),
+        **_bandwidth(records, M.mean(per_rep), weight_bytes, mode, kv_bytes_per_token, tpot_ms),
         "mode": mode,
         "predicted_tpot_ms": M.predicted_tpot(k, weight_bytes, bandwidth_gbps) * 1e3 if bandwidth_gbps else None,
         "cv": cv,
@@ -188,20 +188,18 @@ def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) ->
     secs = (span[1] - span[0]) / 1e9 if span and span[1] > span[0] else None
     out = []
     for wid, recs in sorted(groups.items(), key=lambda x: (x[0] is None, x[0] or 0)):
-        good = M.ok(recs)
-        tpots = [t for t in (M.tpot(r) for r in good) if t is not None]
-        tp = M.percentile(tpots, 50)
+        s = M.summarize(recs)
+        tp = s["median_tpot_ms"]
         ex = recs[0].extra or {}
         out.append({"endpoint": ex.get("endpoint", str(wid)), "url": ex.get("url"), "requests": len(recs),
-                    "errors": sum(1 for r in recs if r.error),
-                    "output_throughput": sum(r.output_tokens for r in good) / secs if secs else None,
-                    "median_ttft_ms": (M.percentile([M.ttft(r) for r in good], 50) or 0) * 1e3 if good else None,
-                    "median_tpot_ms": tp * 1e3 if tp else None,
-                    "bandwidth_gbps": weight_bytes / tp / 1e9 if weight_bytes and tp else None})
+                    "errors": s["errors"],
+                    "output_throughput": s["total_output_tokens"] / secs if secs else None,
+                    "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": tp,
+                    "bandwidth_gbps": weight_bytes / (tp / 1e3) / 1e9 if weight_bytes and tp else None})
     return out
 
 
-def _bandwidth(records, agg_tps, weight_bytes, mode, kvb) -> dict:
+def _bandwidth(records, agg_tps, weight_bytes, mode, kvb, tpot_ms: float | None = None) -> dict:
     if mode == "http":
         eps = endpoint_figures(records, weight_bytes)
         if eps:
@@ -209,9 +207,8 @@ def _bandwidth(records, agg_tps, weight_bytes, mode, kvb) -> dict:
             bw = M.bandwidth_product("http", weight_bytes)
             return {"bandwidth_gbps": sum(gb) if all(gb) else None, "bandwidth_formula": bw.formula,
                     "endpoints": eps}
-        tpots = [t for t in (M.tpot(r) for r in M.ok(records)) if t is not None]
-        tp = M.percentile(tpots, 50)
-        bw = M.bandwidth_product("http", weight_bytes, steps_per_s=[1 / tp] if tp else ())
+        # one server: its steps/s ≈ 1 ÷ the cell's TPOT p50 (one step serves all its streams)
+        bw = M.bandwidth_product("http", weight_bytes, steps_per_s=[1e3 / tpot_ms] if tpot_ms else ())
         return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
     if mode != "batch":
         bw = M.bandwidth_product(mode, weight_bytes, agg_tps=agg_tps)
