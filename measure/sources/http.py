@@ -116,6 +116,11 @@ class _Ep:
     def capacity(self, b: int) -> int:
         return min(b, self.warmed)
 
+    @property
+    def base(self) -> str:
+        """The server's root (its /tokenize and /metrics), the API base without /v1."""
+        return self.url[:-3] if self.url.endswith("/v1") else self.url
+
 
 class HttpSource:
     def __init__(self, url: str | Endpoint | list, meta: RunMeta, b: int = 1, endpoint: str = "completions",
@@ -132,7 +137,6 @@ class HttpSource:
         self._eps = [_Ep(i, e, e.url.rstrip("/"), e.shown(),
                          WorkerInfo(i, state=S.STARTING, label=e.name(), bandwidth_gbps=e.bandwidth_gbps))
                      for i, e in enumerate(specs)]
-        self.url = self._eps[0].url
         self.shown_url = ", ".join(ep.shown for ep in self._eps)  # what logs, records and screens say
         self.prefix_cache = prefix_cache
         self.tokenizer = tokenizer  # engines/tokenizer.py's shape: (Prompt) → ids, .text_ids(text) → ids; or None
@@ -174,9 +178,6 @@ class HttpSource:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
                             scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
                             simulated=False, endpoint=self.shown_url, max_k=n)
-
-    def endpoints(self) -> list[Endpoint]:
-        return [ep.spec for ep in self._eps]
 
     def server_view(self) -> dict | None:
         """One endpoint's figures; over several, the sum of each figure the scraped ones expose (KV use: the
@@ -249,11 +250,10 @@ class HttpSource:
         from engines.base import Prompt
 
         ours = list(self.tokenizer(Prompt("probe", text=self.PROBE)))
-        base = ep.url[:-3] if ep.url.endswith("/v1") else ep.url
         theirs = None
         for body in ({"content": self.PROBE, "add_special": True}, {"prompt": self.PROBE}):  # llama-server, vLLM
             try:
-                r = httpx.post(f"{base}/tokenize", json=body, headers=api_headers(self.api_key_env), timeout=5)
+                r = httpx.post(f"{ep.base}/tokenize", json=body, headers=api_headers(self.api_key_env), timeout=5)
                 if r.status_code == 200:
                     theirs = r.json().get("tokens")
                     break
@@ -512,11 +512,10 @@ class HttpSource:
             self._poke()
 
     async def _scrape(self, ep: _Ep, client) -> None:
-        base = ep.url[:-3] if ep.url.endswith("/v1") else ep.url
         try:
             import aiohttp
 
-            async with client.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+            async with client.get(f"{ep.base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
                 ep.view = parse_prometheus(await r.text()) if r.status == 200 else {}
         except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
             ep.view = {}
