@@ -182,8 +182,7 @@ class Fleet:
             snap = self.workers()
             live = [w for w in snap if not w.state.leaving]
             # every command given before this call applied, every worker warmed up and in its mode
-            want = max(1, self.target_k - self._lost_ready)  # a ready worker lost since K was set is not waited for
-            if synced and len(live) >= want and all(w.ready_ns and w.state != S.WARMING for w in live):
+            if synced and len(live) >= self._serving_k() and all(w.ready_ns and w.state != S.WARMING for w in live):
                 return
             if not live and snap:
                 raise FleetError(self._first_error(snap) or "every worker died before it was ready")
@@ -406,9 +405,14 @@ class Fleet:
                     if self._send(w, ThreadsMsg(n)):
                         w.info.threads = n
 
+    def _serving_k(self) -> int:
+        """K minus the ready workers that died since K was set (nothing replaces them): what records say, and
+        how many a load waits for."""
+        return max(1, self.target_k - self._lost_ready)
+
     def _ready_to_measure(self) -> bool:
         active = self._active()  # a ready worker that died since K was set is not waited for (nothing replaces it)
-        return (len(active) >= max(1, self.target_k - self._lost_ready)
+        return (len(active) >= self._serving_k()
                 and all(w.info.ready_ns and not w.mode_pending for w in active))
 
     def _arrivals(self) -> None:
@@ -440,7 +444,7 @@ class Fleet:
                 break
             w.inflight.add(req.request_id)
             # the level that serves it: K minus the ready workers that died since K was set
-            req.k, req.b, req.mode = max(1, self.target_k - self._lost_ready), self.b, self.mode
+            req.k, req.b, req.mode = self._serving_k(), self.b, self.mode
             w.info.current = req.request_id
             w.info.active = len(w.inflight)
             w.info.state = S.SERVING
@@ -552,8 +556,8 @@ class Fleet:
             self._replace_unready(info, how)
         elif not phase and not w.retire and not self._closed:
             self._lost_ready += 1
-            left = max(0, self.target_k - self._lost_ready)
-            self._sink.log(f"{left} of K={self.target_k} workers serve on; records say K={max(1, left)} until K is set "
+            self._sink.log(f"{max(0, self.target_k - self._lost_ready)} of K={self.target_k} workers serve on; records "
+                           f"say K={self._serving_k()} until K is set "
                            "again (+/- in the dashboard spawns up to it)", "warn")
         lost = sorted(w.inflight)
         w.inflight.clear()
