@@ -101,22 +101,13 @@ def http_levels(a) -> list[dict]:
                 time.sleep(0.1)
         wl = presets.workload("synthetic:16")
         for b in a.streams:
-            src = HttpSource(url, RunMeta("http", "null", 0, simulated=True), b=b, events=False)
-            try:
-                src.start()
-                src.wait_ready(60)
-                n = max(a.min_requests, a.per_stream * b)
-                recs = src.run_requests(Load(wl, ClosedLoop(b, total=n), a.tokens), timeout=600)
-            finally:
-                src.close()
-            lv = level(f"B={b} HTTP streams", b, recs, a)
-            late = _server_late(url)
-            if late is not None:
-                lv["server_late_median_ms"] = late
-            out.append(lv)
+            n = max(a.min_requests, a.per_stream * b)
+            out.append(http_level(url, f"B={b} HTTP streams", b, b, Load(wl, ClosedLoop(b, total=n), a.tokens), a))
             print(_row(out[-1]), flush=True)
-            if a.open_loop:
-                out.append(open_level(url, wl, b, a))
+            if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
+                rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
+                out.append(http_level(url, f"~{b} open loop", b, b + int(4 * b ** 0.5) + 4,
+                                      Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate))
                 print(_row(out[-1]), flush=True)
     finally:
         server.terminate()
@@ -124,21 +115,19 @@ def http_levels(a) -> list[dict]:
     return out
 
 
-def open_level(url: str, wl, b: int, a) -> dict:
-    """B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration."""
-    per_request_s = a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3
-    rate = b / per_request_s
-    slots = b + int(4 * b ** 0.5) + 4
-    n = max(a.min_requests, a.per_stream * b)
+def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None) -> dict:
+    """One level through inference-top's HTTP source with `slots` streams open; an open loop's ratio is
+    measured ÷ offered (rate × tokens)."""
     src = HttpSource(url, RunMeta("http", "null", 0, simulated=True), b=slots, events=False)
     try:
         src.start()
         src.wait_ready(60)
-        recs = src.run_requests(Load(wl, Poisson(rate, total=n, seed=1), a.tokens), timeout=600)
+        recs = src.run_requests(load, timeout=600)
     finally:
         src.close()
-    lv = level(f"~{b} open loop", b, recs, a, offered_tps=rate * a.tokens)
-    lv["rate"] = rate
+    lv = level(name, streams, recs, a, offered_tps=rate * a.tokens if rate else None)
+    if rate:
+        lv["rate"] = rate
     late = _server_late(url)
     if late is not None:
         lv["server_late_median_ms"] = late
