@@ -1,7 +1,7 @@
 """Does the fleet measure what the engine does? A bare llama-cpp-python loop vs the fleet at K=1.
 
 Interleaved A/B, several rounds, in one run: same model, threads, prompt, max_tokens, greedy decoding.
-Decode tok/s = 1 / TPOT (DESIGN §4) for both. Goal: fleet ÷ bare ≥ 0.97.
+Decode tok/s = 1 / TPOT (docs/design.md §4) for both. Goal: fleet ÷ bare ≥ 0.97.
 
     python benchmarks/fidelity.py [--rounds 5] [--requests 4] [--max-tokens 128] [--threads N]
 """

@@ -1,4 +1,4 @@
-"""Metrics on records computed by hand (shared/DESIGN.md section 4)."""
+"""Metrics on records computed by hand (docs/design.md §4)."""
 import math
 
 import pytest

@@ -50,7 +50,7 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
                  bandwidth_gbps: float | None = None, mode: str = "instances",
                  kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
                  max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None) -> dict:
-    """One cell's figures, every one recomputable from its records with DESIGN section 4."""
+    """One cell's figures, every one recomputable from its records with docs/design.md §4."""
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
     per_rep = [x for x in per_rep if x is not None]

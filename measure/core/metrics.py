@@ -1,4 +1,4 @@
-"""Metrics as pure functions over per-request records (shared/DESIGN.md section 4).
+"""Metrics as pure functions over per-request records (docs/design.md §4).
 
 Every function takes records (or plain numbers) and returns numbers; times in records are integer
 nanoseconds, results are seconds unless the name says otherwise (``_ms``, ``_gbps``).
@@ -138,7 +138,7 @@ class Goodput:
 
 
 def goodput(records: Sequence[RequestRecord], slo, span_s: float) -> Goodput | None:
-    """DESIGN section 4: requests (and their tokens) that met the SLO, per second of `span_s`."""
+    """docs/design.md §7: requests (and their tokens) that met the SLO, per second of `span_s`."""
     finished = [r for r in records if r.t_done_ns is not None]
     if not finished or span_s <= 0:
         return None
@@ -182,7 +182,7 @@ BANDWIDTH_FORMULA_HTTP_W = ("Σ endpoints W ÷ TPOT p50 (a batching server reads
 
 def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = None,
                       steps_per_s: Sequence[float] = (), kv_read_bps: float | None = None) -> Bandwidth:
-    """GB/s of weights (and KV) read per second, by mode (DESIGN section 4):
+    """GB/s of weights (and KV) read per second, by mode (docs/design.md §4):
     instances: every stream reads W per token, so aggregate tok/s × W — exact whatever number of streams
     is actually decoding (never the nominal K);
     batch: a step reads W once for all its sequences, so Σ over workers of steps/s × W (+ KV read per s);

@@ -1,7 +1,7 @@
 """The recorder: JSONL, one line per finished or failed request, written and fsynced as each ends.
 
 The first line is a header (``"kind": "header"``) with the run's environment; later lines carry a
-``kind`` of ``request`` (DESIGN section 3), ``event`` or ``sample``. A reader skips a cut last line,
+``kind`` of ``request`` (docs/design.md §3), ``event`` or ``sample``. A reader skips a cut last line,
 so a run killed with SIGKILL leaves a file that parses and holds every request that had finished.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-request record (shared/DESIGN.md section 3): one JSONL line per finished or failed request,
+"""The per-request record (docs/design.md §3): one JSONL line per finished or failed request,
 the run metadata every record repeats, and the one function that assembles a record."""
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class RequestRecord:
     finish_reason: str | None = None
     error: str | None = None
     simulated: bool = False
-    # beyond DESIGN section 3
+    # beyond docs/design.md §3
     rep: int = 0
     pid: int | None = None
     threads: int | None = None

@@ -1,4 +1,4 @@
-"""Units in one place: nanoseconds in records, decimal bytes on screen and in files (DESIGN section 4).
+"""Units in one place: nanoseconds in records, decimal bytes on screen and in files (docs/design.md §12).
 
 Sizes typed by a user accept both conventions: `48G`/`48GB` are decimal (48 × 10⁹ B, as chip spec sheets
 and this tool's screens use), `48GiB` is binary (48 × 2³⁰ B). Whatever was parsed is echoed in GB.

@@ -1,0 +1,66 @@
+"""The repo's design page is the one cited: no file points outside the repo for a definition, and every
+"docs/design.md §N" names a section that exists (docs/design.md §1)."""
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DESIGN = ROOT / "docs" / "design.md"
+# spelt in pieces so this file does not match itself
+OUTSIDE = ("shared/" + "DESIGN", "../" + "shared", "DESIGN " + "section", "DESIGN " + "§")
+CITE = re.compile(r"docs/design\.md`?\s*(?:§|section\s+)(\d+)")
+
+
+def tracked_text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = []
+    for name in out.decode().split("\0"):
+        p = ROOT / name
+        if name and p.is_file() and p.suffix not in (".gguf", ".png", ".svg", ".ambr", ".jsonl"):
+            files.append(p)
+    return files
+
+
+def design_sections(text: str) -> set[int]:
+    return {int(n) for n in re.findall(r"^## (\d+)\. \S", text, flags=re.M)}
+
+
+def citations(text: str) -> list[int]:
+    return [int(n) for n in CITE.findall(text)]
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return ""
+
+
+def test_no_file_cites_the_shared_notes_outside_the_repo():
+    bad = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+           for p in tracked_text_files() if p.name != "test_docs.py"
+           for i, line in enumerate(_read(p).splitlines(), 1) if any(s in line for s in OUTSIDE)]
+    assert bad == [], "cite docs/design.md §N instead:\n" + "\n".join(bad)
+
+
+def test_every_cited_design_section_exists():
+    sections = design_sections(DESIGN.read_text(encoding="utf-8"))
+    assert {3, 4, 5} <= sections  # the record, the metrics, the fairness rules
+    cited = {(str(p.relative_to(ROOT)), n) for p in tracked_text_files() for n in citations(_read(p))}
+    assert cited, "nothing cites docs/design.md"
+    missing = sorted((f, n) for f, n in cited if n not in sections)
+    assert missing == [], f"cited sections that docs/design.md lacks: {missing}"
+
+
+def test_the_sections_other_changes_fill_are_there():
+    titles = set(re.findall(r"^## \d+\. (.+)$", DESIGN.read_text(encoding="utf-8"), flags=re.M))
+    for t in ("Achieved concurrency", "Goodput", "ITL", "The wall's naming rule", "Units", "Rate search (--find)",
+              "Glossary"):
+        assert t in titles
+
+
+def test_the_checks_catch_a_bad_citation():
+    """The two rules on made-up text: a §9 citation against a page of §1 and §2, and an outside path."""
+    assert design_sections("## 1. A\ntext\n## 2. B\n") == {1, 2}
+    assert citations("see docs/design.md §9 and `docs/design.md` §2, docs/design.md section 4") == [9, 2, 4]
+    assert any(s in "(shared/" "DESIGN.md section 4)" for s in OUTSIDE)
