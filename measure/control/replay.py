@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
+from pathlib import Path
 
 from measure.control.live import LiveController, LiveSettings
 from measure.core.units import NS
@@ -73,6 +74,13 @@ class ReplayController:
 
     def log(self, level: str, text: str) -> None:
         self.live.log(level, text)
+
+    def export(self, path: str | Path | None = None) -> Path:
+        """`e`: what the replay shows now, in the live export's format (the live controller's export of its
+        snapshot, the records and levels fed up to this moment). Under the replay's lock, so the clock
+        cannot move between the snapshot and the records."""
+        with self._lock:
+            return self.live.export(path)
 
     def banner(self) -> str:
         pos = min(self.position_ns(), self.rec.end_ns)
