@@ -11,12 +11,21 @@ OUTSIDE = ("shared/" + "DESIGN", "../" + "shared", "DESIGN " + "section", "DESIG
 CITE = re.compile(r"docs/design\.md`?\s*(?:§|section\s+)(\d+)")
 
 
+SKIP_DIRS = {".git", ".venv", "__pycache__", "build", "out", ".pytest_cache", ".hypothesis"}
+
+
 def tracked_text_files() -> list[Path]:
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    """git's tracked files; in a copy without .git, every file outside the ignored folders."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        names = [n for n in out.decode().split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+                 if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts) and ".egg-info" not in str(p)]
     files = []
-    for name in out.decode().split("\0"):
+    for name in names:
         p = ROOT / name
-        if name and p.is_file() and p.suffix not in (".gguf", ".png", ".svg", ".ambr", ".jsonl"):
+        if p.is_file() and p.suffix not in (".gguf", ".png", ".svg", ".ambr", ".jsonl"):
             files.append(p)
     return files
 
