@@ -212,6 +212,8 @@ class LiveController:
             if refusal:
                 return refusal
         self._new_level(self.k, self.b, new, self._clock())
+        if self.wall:
+            self.wall.load_changed()
         self.mode = new
         self.source.set_batch(self.mode, self.b)
         self.mark(self.mode)
@@ -221,6 +223,8 @@ class LiveController:
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused
+        if self.wall:
+            self.wall.load_changed()  # tok/s falls by itself now: never the memory wall
         self.source.pause(self.paused)
         self.mark("pause" if self.paused else "resume")
 

@@ -1,7 +1,10 @@
 """The wall: which ceiling the load is against now, and the memory wall with its brake.
 
-The memory wall is detected from consecutive system samples (guard.detect_wall); it stays shown for
-WALL_HOLD_S after the last reading that showed it, and the brake undoes the step that led there once.
+The memory wall needs evidence: a memory reading (swap growing or swapping in, memory pressure, available
+memory nearly gone: guard.detect_wall on consecutive system samples), or aggregate tok/s fallen below half
+its pre-step rate ≥ 10 s after a step that *raised* the load (K or B up), with no pause, resume or mode change
+since. A pause, or a step down, lowers tok/s by itself and is never a wall. The wall stays shown for
+WALL_HOLD_S after the last reading that showed it, and the brake undoes the step up that led there, once.
 """
 from __future__ import annotations
 
@@ -59,19 +62,25 @@ class WallWatch:
         self.brake = brake
         self.last_step: Step | None = None
         self._braked: Step | None = None
+        self._compare: Step | None = None  # the step up whose pre-step rate tok/s is compared with
         self.reason: str | None = None
         self._until = 0
 
     def step(self, step: Step) -> None:
         self.last_step = step
+        self._compare = step if step.new > step.old else None  # only a higher load's fall is a wall
+
+    def load_changed(self) -> None:
+        """A pause, a resume or a mode change: tok/s no longer compares with the rate before the last step."""
+        self._compare = None
 
     def active(self, now_ns: int) -> bool:
         return bool(self.reason) and now_ns < self._until
 
     def check(self, prev, cur, agg_tps: float, now_ns: int) -> WallHit | None:
-        step = self.last_step
-        since = (now_ns - step.t_ns) / NS if step else 0.0
-        why = detect_wall(prev, cur, step.tps_before if step else None, agg_tps if step else None, since)
+        step, cmp = self.last_step, self._compare
+        since = (now_ns - cmp.t_ns) / NS if cmp else 0.0
+        why = detect_wall(prev, cur, cmp.tps_before if cmp else None, agg_tps if cmp else None, since)
         if why is None:
             return None
         first = not self.active(now_ns)
