@@ -14,6 +14,8 @@ as it would with a real engine: that excess is the harness's per-step cost.
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 import zlib
 from collections.abc import Iterator
@@ -52,6 +54,21 @@ def sleep_until(due_ns: int) -> int:
     return now
 
 
+CRASH_POINTS = ("load", "warmup", "generate", "batch", "batch_step")
+
+
+def _crash_if(spec: EngineSpec, point: str) -> None:
+    """Fault injection for tests: options crash_in=<point> ends this process with a signal there
+    (crash_signal, default SIGSEGV: what a memory-safety bug in an engine's C code does), as a real
+    engine's crash would: no exception, no message, the process is simply gone."""
+    if spec.options.get("crash_in") == point:
+        sig = getattr(signal, str(spec.options.get("crash_signal", "SIGSEGV")))
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)  # a faulthandler here must not turn it into a dump
+        os.kill(os.getpid(), sig)
+        time.sleep(10)  # not reached: the signal ends the process
+
+
 def _seconds(options: dict, key: str, default: float) -> float:
     try:
         v = float(options.get(key, default))
@@ -72,15 +89,25 @@ class NullEngine:
         self.ttft_ns = round(self.ttft_s * 1e9)
         self.itl_ns = round(self.itl_s * 1e9)
         self._batch: NullBatch | None = None
+        self._warming, self._generates = False, 0
+        crash_in = spec.options.get("crash_in")
+        if crash_in is not None and crash_in not in CRASH_POINTS:
+            raise EngineError(f"null engine option crash_in={crash_in!r}: choose one of {', '.join(CRASH_POINTS)}")
 
     def load(self) -> None:
         """Instant, or `load_s` seconds (options) to stand for a model load (fault tests kill a worker in it)."""
         time.sleep(_seconds(self.spec.options, "load_s", 0.0))
+        _crash_if(self.spec, "load")
 
     def warmup(self) -> None:
         """One short generate: 2 tokens."""
-        for _ in self.generate(self.tokenize(Prompt("warmup", text="Warm up.")), 2, True):
-            pass
+        _crash_if(self.spec, "warmup")
+        self._warming = True
+        try:
+            for _ in self.generate(self.tokenize(Prompt("warmup", text="Warm up.")), 2, True):
+                pass
+        finally:
+            self._warming = False
 
     def tokenize(self, prompt: Prompt) -> list[int]:
         """synthetic_tokens=N → exactly N ids (BOS, then FILLER's word ids repeated); text → BOS + one id
@@ -95,6 +122,10 @@ class NullEngine:
     def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
         """Token i (0-based) is due at start + ttft + i·itl, start being the first next() on this generator."""
         check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
+        if not self._warming:
+            self._generates += 1
+            if self._generates >= int(self.spec.options.get("crash_nth", 1)):  # the n-th request's generate
+                _crash_if(self.spec, "generate")
         start = time.perf_counter_ns()
         first = start + self.ttft_ns
         for i in range(max_tokens):
@@ -108,6 +139,7 @@ class NullEngine:
     def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "NullBatch":
         """A continuous batch of up to b_cap sequences (kept while b_cap and ctx_per_seq stay the same)."""
         ctx_per_seq = ctx_per_seq or self.spec.ctx
+        _crash_if(self.spec, "batch")
         if self._batch is None or (self._batch.b_cap, self._batch.ctx_per_seq) != (b_cap, ctx_per_seq):
             self._batch = NullBatch(self, b_cap, ctx_per_seq)
         return self._batch
@@ -151,6 +183,7 @@ class NullBatch:
         now = time.perf_counter_ns()
         if not self.seqs:
             return now, [], []
+        _crash_if(self.engine.spec, "batch_step")
         t = sleep_until(now + self.engine.itl_ns)
         tokens, finished = [], []
         for s in list(self.seqs.values()):

@@ -128,29 +128,39 @@ def read_bandwidth(processes: int) -> float:
     return sum(got)
 
 
-def _engine_worker(model_path: str, cores: int, q) -> None:
+PROBE_STAGES = ("load", "warmup", "decode", "prefill", "batch")
+
+
+def _engine_worker(spec_dict: dict, cores: int, conn) -> None:
+    """The engine's rates, measured in this (spawned) process. Before each stage it sends ("stage", name)
+    to the parent, so that a parent whose child dies (a segfault in the engine's C code, an OOM kill) can
+    name the stage it died in; at the end it sends the rates, or {"error": …} for an engine that raised."""
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # llama.cpp's C code prints its load log to fds 1 and 2
     os.dup2(null, 2)
     try:
-        from engines.base import EngineSpec, Prompt
-        from engines.llama_cpp import LlamaCppEngine
+        from engines.base import EngineSpec, Prompt, make_engine
 
-        e = LlamaCppEngine(EngineSpec("llama", model_path, threads=cores, ctx=512))
+        conn.send(("stage", "load"))
+        e = make_engine(EngineSpec(**spec_dict))
         e.load()
+        conn.send(("stage", "warmup"))
         e.warmup()
+        conn.send(("stage", "decode"))
         decode = {}
         for t in range(1, cores + 1):
             e.set_threads(t)
             toks = e.tokenize(Prompt("probe", text="The quick brown fox"))
             ts = [t_ns for _, t_ns in e.generate(toks, DECODE_TOKENS, True)]
             decode[str(t)] = (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)
+        conn.send(("stage", "prefill"))
         e.set_threads(cores)
         prompt = e.tokenize(Prompt("probe", synthetic_tokens=PREFILL_TOKENS))
         t0 = time.perf_counter_ns()
         first = next(iter(e.generate(prompt, 1, True)))[1]
         prefill = PREFILL_TOKENS / ((first - t0) / 1e9)
         # B sequences decoded together in one context: a step's fixed cost and each sequence's
+        conn.send(("stage", "batch"))
         b = e.batch(max(BATCH_BS), 256)
         batch = {}
         for n in BATCH_BS:
@@ -161,23 +171,66 @@ def _engine_worker(model_path: str, cores: int, q) -> None:
                 steps.append(b.step()[0])
             steady = steps[4:]  # past the prompts
             batch[str(n)] = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
-        q.put({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch})
+        conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch})
         e.close()
     except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
-        q.put({"error": f"{type(exc).__name__}: {exc}"})
+        conn.send({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def engine_rates(model_path: str, cores: int) -> dict:
-    """llama.cpp's own rates on this model, in a process of its own (the caller loads no engine)."""
+def _exit_text(code: int | None) -> str:
+    """How a child process ended, in words: 'killed by SIGSEGV', 'exit code 3'."""
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def engine_rates(model_path: str, cores: int, engine: str = "llama", options: dict | None = None,
+                 stage_timeout_s: float = 300.0) -> dict:
+    """The engine's own rates on this model, in a process of its own (the caller loads no engine).
+
+    Never waits on a dead child: its messages come over a pipe (a send is written at once, unlike a
+    multiprocessing.Queue's feeder thread, so a stage sent just before a crash is not lost), read in
+    short slices with the child's liveness checked between them. An engine that dies (a crash in its
+    C code, an OOM kill) is reported within a fraction of a second as {"error": "… died in its <stage>
+    stage (killed by SIGSEGV)", "stage": …}; a stage that runs past stage_timeout_s is ended and
+    reported the same way."""
+    from engines.base import EngineSpec
+
+    spec = EngineSpec(engine, model_path, threads=cores, ctx=512, options=dict(options or {}))
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_engine_worker, args=(model_path, cores, q), daemon=True)
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_engine_worker, args=(spec.to_dict(), cores, send), daemon=True)
     p.start()
+    send.close()  # the child holds the only write end: its death reads as EOF here
+    stage, since = "start", time.monotonic()
     try:
-        out = q.get(timeout=300)
+        while True:
+            if recv.poll(0.2):
+                try:
+                    msg = recv.recv()
+                except (EOFError, OSError):
+                    p.join(timeout=2)
+                    return {"error": f"the {engine} engine process died in its {stage} stage "
+                                     f"({_exit_text(p.exitcode)})", "stage": stage}
+                if isinstance(msg, tuple) and msg[0] == "stage":
+                    stage, since = msg[1], time.monotonic()
+                    continue
+                return msg
+            if time.monotonic() - since > stage_timeout_s:
+                p.kill()
+                return {"error": f"the {engine} engine's {stage} stage ran past {stage_timeout_s:.0f} s "
+                                 "and was ended", "stage": stage}
     finally:
+        recv.close()
         p.join(timeout=10)
-    return out
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=2)
 
 
 def probe(model=None, say=print) -> Ceilings:
