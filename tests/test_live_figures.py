@@ -101,3 +101,75 @@ def test_the_wall_needs_memory_evidence_or_a_fall_at_a_higher_load():
     paused.step(Step("k", 2, 1, t0, 100.0))
     hit = paused.check(_sample(109), _sample(110, swap=50 * 2**20), 30.0, t0 + 10 * NS)
     assert hit is not None and "swap growing" in hit.why and hit.undo is None  # nothing raised to undo
+
+
+# ---- item 4: goodput over the settled window, not from the level's start ------------------------------------
+W_SIM = 253_113_024
+
+
+def sim_cycle_s(max_tokens, prefill_s, step_s, tick_s=0.25):
+    """One closed-loop request of the sim, start to the next start: prefill, then a token every step; it ends
+    at the first tick at or after its last token, and the next is admitted one tick later."""
+    done = prefill_s + (max_tokens - 1) * step_s
+    return math.ceil(done / tick_s - 1e-9) * tick_s + tick_s
+
+
+def test_goodput_counts_over_the_settled_window_and_the_star_follows_the_true_rate():
+    """Batch mode, K=1, β = 10 GB/s: a step every W/β = 25.3 ms serves all B sequences; 256-token answers
+    take 0.05 + 255 × 25.3 ms = 6.50 s, a request cycle of 7.0 s (tick 0.25 s). True goodput (every request
+    meets the loose SLO) is B × 256 ÷ 7.0 s: 146.3 tok/s at B=4, 109.7 at B=3. B=4 is left after 20 s,
+    B=3 runs 120 s. Counting from the level's start, B=4 read 8 × 256 ÷ 19.75 s = 103.7 (the first answers
+    end only after 6.75 s) and lost the ★ to B=3 (≈ 109). Over the settled window it reads its true rate."""
+    slo = presets.SLO("loose", "loose", ttft_s=10.0, tpot_s=1.0)
+    c, fleet, clock = controller(k=1, b=4, mode="batch", bandwidth=10.0, max_tokens=256, slo=slo)
+    step_s = int(W_SIM / 10e9 * NS) / NS
+    cycle = sim_cycle_s(256, 0.05, step_s)
+    assert cycle == pytest.approx(7.0)
+    run_for(c, fleet, clock, 20)
+    c.set_b(3)
+    run_for(c, fleet, clock, 120)
+    rows = {r.level: r for r in c.snapshot().steps}
+    b4, b3 = rows["K=1 B=4 batch"], rows["K=1 B=3 batch"]
+    assert b4.settled and b3.settled
+    true4, true3 = 4 * 256 / cycle, 3 * 256 / cycle
+    # every request met the SLO: goodput is the row's settled tok/s, which is the true rate to within the
+    # phase of the 7 s cycle in its 5 s readings
+    assert b4.goodput_tps == pytest.approx(b4.agg_tps) and b3.goodput_tps == pytest.approx(b3.agg_tps)
+    assert b4.goodput_tps == pytest.approx(true4, rel=0.08), (b4.goodput_tps, true4)
+    assert b3.goodput_tps == pytest.approx(true3, rel=0.08), (b3.goodput_tps, true3)
+    assert b4.goodput_rps == pytest.approx(b4.goodput_tps / 256)
+    assert b4.attainment == 1.0 and b4.best and not b3.best
+
+
+def test_goodput_is_the_settled_rate_times_the_share_of_tokens_that_met_the_slo():
+    """StepTable fed by hand: 12 requests of 100 tokens finish before the level settles (all meet the SLO),
+    then 10 of 100 tokens in the settled window, 4 of which miss it (TTFT 2 s > 1 s). Settled readings of
+    200 tok/s: goodput = 200 × 600 ÷ 1000 = 120 tok/s, 1.2 req/s, attainment 6/10 (the window's requests),
+    whatever the level's age."""
+    from measure.control.stats import LevelFigures
+    from measure.control.steps import SETTLE_AFTER_S, StepTable
+    from measure.core.records import RequestRecord
+
+    slo = presets.SLO("t", "t", ttft_s=1.0)
+    figs, table = LevelFigures(slo), StepTable(slo)
+
+    def finish(rid, ttft_s):
+        ts = [int((ttft_s + i * 0.01) * NS) for i in range(100)]
+        figs.add(RequestRecord(run_id="r", request_id=rid, mode="instances", engine="e", model="m", model_bytes=1,
+                               k=1, b=1, t_scheduled_ns=0, t_started_ns=0, t_first_token_ns=ts[0],
+                               t_done_ns=ts[-1], token_ns=ts, output_tokens=100))
+
+    for i in range(12):
+        finish(i, 0.1)
+    row = None
+    for tick in range(200):  # 2 Hz for 100 s
+        now = int(tick * 0.5 * NS)
+        if tick * 0.5 == 20.0:
+            for i in range(10):
+                finish(100 + i, 2.0 if i < 4 else 0.1)
+        row = table.tick("L", "instances", 1, 1, 0, now, True, figs, 200.0, 1.0, None, None, None, "")
+        if tick * 0.5 < SETTLE_AFTER_S:
+            assert not row.settled
+    assert row.settled
+    assert row.goodput_tps == pytest.approx(120.0) and row.goodput_rps == pytest.approx(1.2)
+    assert row.attainment == pytest.approx(0.6)

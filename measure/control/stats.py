@@ -47,6 +47,7 @@ class LevelFigures:
         self.good = 0  # finished without error, ≥ 1 token
         self.met = 0  # met every SLO bound (where an SLO is set)
         self.met_tokens = 0
+        self.tokens = 0  # output tokens of the finished requests (goodput's share: met_tokens ÷ tokens)
         self.ttft: list[float] = []  # queue-inclusive, good requests
         self.ttft_engine: list[float] = []
         self.tpot: list[float] = []
@@ -58,6 +59,7 @@ class LevelFigures:
         self.version += 1
         if rec.t_done_ns is not None:
             self.finished += 1
+            self.tokens += rec.output_tokens
         if rec.error:
             self.errors += 1
         if rec.prompt_tokens:
@@ -76,12 +78,10 @@ class LevelFigures:
             self.met += 1
             self.met_tokens += rec.output_tokens
 
-    def goodput(self, span_s: float):
-        """M.goodput's figures from the counts (None without an SLO or a finished request)."""
-        if self.slo is None or not self.finished or span_s <= 0:
-            return None
-        return M.Goodput(self.met / span_s, self.met_tokens / span_s, self.met / self.finished, self.met,
-                         self.finished)
+    def counts(self) -> tuple[int, int, int, int]:
+        """(finished, met the SLO, the finished ones' output tokens, the met ones' output tokens) so far: the
+        step table's goodput takes the part of these counted in its settled window."""
+        return self.finished, self.met, self.tokens, self.met_tokens
 
 
 @dataclass(frozen=True)
