@@ -160,3 +160,171 @@ async def test_dashboard_draws_the_attainable_line_and_predictions_without_a_chi
         await pilot.pause()
         assert "attainable 25.0 GB/s" in str(app.query_one("#chart-bw").render())
         assert "predicted" in str(app.query_one("#numbers").render()) and "MBU" in str(app.query_one("#numbers").render())
+
+
+# ---- audit 22 -------------------------------------------------------------------------------------------------
+def _gemma():
+    return from_preset(presets.model("gemma-3-270m-q4_k_m"))
+
+
+def test_one_wall_rule_names_a_cpu_level_bandwidth_from_80_percent():
+    """Audit 22 item 12. Gemma (253,113,024 B a step at context 0) on a CPU of 25.3113024 GB/s attainable:
+    10 ms of bandwidth a step; the probe's decode costs 18 core-ms, 2 threads ×1.6: 11.25 ms. The step moves
+    253,113,024 B ÷ 11.25 ms = 22.5 GB/s, 89 % of attainable: the live view names memory bandwidth from 80 %,
+    and so must the predictor (it said 'compute' for anything under 100 %)."""
+    w = _gemma()
+    m = Machine("test CPU", 25.3113024, "test", cores=2, step_core_s=0.018, thread_speedup={1: 1.0, 2: 1.6})
+    p = predict(w, m, "instances", 1, threads=2, context=0)
+    assert p.tpot_s == pytest.approx(0.01125)
+    live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 2, attainable_gbps=25.3113024)
+    assert live == "memory bandwidth (89% of attainable)"
+    assert p.binding == "bandwidth"
+    assert p.wall() == live
+
+
+def test_one_wall_rule_k2_with_idle_cores_is_not_cores():
+    """Audit 22 item 12. K = 2 instances of 1 thread each on 4 cores: 2 cores decode, 2 are idle; the step is
+    the thread's 20 core-ms. It was 'cores' at every K > 1; the rule says compute, as the live view does."""
+    w = _gemma()
+    p = predict(w, cpu(cores=4), "instances", 2, threads=1, context=0)
+    assert p.tpot_s == pytest.approx(0.020)
+    assert p.binding == "compute"
+    live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 4, 1000.0, "compute", threads=2)
+    assert live == "compute (2.0 of 4 cores busy)" and p.wall() == live
+    # 3 instances on 2 cores: every core busy (time-shared): cores
+    p3 = predict(w, cpu(cores=2), "instances", 3, threads=1, context=0)
+    assert p3.binding == "cores" and p3.wall() == "CPU cores (2.0 of 2 busy)"
+
+
+def ceiling(*a, **kw):
+    from measure.control.wall import ceiling as live_ceiling
+
+    return live_ceiling(*a, **kw)
+
+
+def _bw_for(w, tpot_s, ctx):
+    """The bandwidth (GB/s) at which one step of one sequence at `ctx` takes tpot_s."""
+    return w.bytes_per_step([ctx]) / tpot_s / 1e9
+
+
+def test_calibration_reproduces_a_bandwidth_bound_point():
+    """Audit 22 item 16. The CPU of cpu() on a bandwidth of 20 ms a step (its cores: 12.5 ms): the K=1 point
+    is bandwidth-bound. Measured 25 ms: the old rescaling multiplied the core cost by 25/20 (15.6 ms) and
+    predicted 20 ms back; measured 15 ms (faster than the bandwidth ceiling allows): it predicted 20 ms. A
+    calibrated model gives back each of its calibration points."""
+    w = _gemma()
+    for measured in (0.025, 0.015):
+        m = replace_bw(cpu(), _bw_for(w, 0.020, 1))
+        assert predict(w, m, "instances", 1, 1, 2, 0, 2).tpot_s == pytest.approx(0.020)
+        cal = calibrate(w, m, [Point("instances", 1, 1, 2, measured, output_tokens=2, prompt_tokens=0)])
+        assert predict(w, cal, "instances", 1, 1, 2, 0, 2).tpot_s == pytest.approx(measured, rel=1e-9)
+    # a batch point faster than its bandwidth ceiling: B = 8 measured 18 ms where bandwidth alone is 20 ms
+    m = replace_bw(cpu(), w.bytes_per_step([1] * 8) / 0.020 / 1e9)
+    pts = [Point("instances", 1, 1, 2, 0.015, output_tokens=2, prompt_tokens=0),
+           Point("batch", 1, 8, 2, 0.018, output_tokens=2, prompt_tokens=0)]
+    cal = calibrate(w, m, pts)
+    for p in pts:
+        assert predict(w, cal, p.mode, p.k, p.b, p.threads, 0, 2).tpot_s == pytest.approx(p.tpot_s, rel=1e-9)
+
+
+def replace_bw(m, gbps):
+    from dataclasses import replace
+
+    return replace(m, bandwidth_gbps=gbps)
+
+
+def _http_records(k, n=4, model_bytes=0):
+    from measure.core.records import RequestRecord
+
+    ms = 1_000_000
+    return [RequestRecord("r", i, "http", "http", "m", model_bytes, k, 1, worker=i % k, prompt_tokens=4,
+                          output_tokens=5, t_scheduled_ns=0, t_submitted_ns=0, t_started_ns=0,
+                          t_first_token_ns=10 * ms, t_done_ns=90 * ms,
+                          token_ns=[10 * ms, 30 * ms, 50 * ms, 70 * ms, 90 * ms]) for i in range(n)]
+
+
+def test_http_predicted_tpot_without_model_bytes_is_absent():
+    """Audit 22 item 13. No --model-bytes (W = 0): K·W/β is not known; the summary said 0.0 ms."""
+    from measure.control.sweep import cell_summary
+
+    c = cell_summary(_http_records(1), 1, 1, 0, 400.0, "http")
+    assert c["predicted_tpot_ms"] is None and c["predicted_by"] is None
+
+
+def test_http_predicted_tpot_counts_the_endpoints_in_use():
+    """Audit 22 item 13. Two 400 GB/s servers listed, W = 16 GB: K = 1 uses one of them, 16 GB ÷ 400 GB/s =
+    40 ms (Σβ over both listed said 20 ms); K = 2: 2 × 16 ÷ 800 = 40 ms. The report recomputes the same from
+    the records file's header."""
+    from measure.control.report import cells_from_records
+
+    header = {"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
+              "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]}
+    cells = cells_from_records(_http_records(1) + _http_records(2), header, [])
+    assert [(c["k"], c["predicted_tpot_ms"]) for c in cells] == [(1, pytest.approx(40.0)), (2, pytest.approx(40.0))]
+
+
+def test_bench_http_predicts_from_the_k_endpoints_in_use(tmp_path):
+    """Audit 22 item 13, end to end: bench over two null servers named apple-m2-max (400 GB/s) in a urls file,
+    --model-bytes 16000000000: K = 1 and K = 2 are each predicted 40 ms."""
+    import subprocess
+    import sys
+
+    from conftest import NullServerProcess
+
+    servers = [NullServerProcess(ttft_ms=5.0, itl_ms=5.0) for _ in range(2)]
+    try:
+        urls = tmp_path / "fleet.txt"
+        urls.write_text("".join(f"{s.url} apple-m2-max m{i}\n" for i, s in enumerate(servers)))
+        out = tmp_path / "o"
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--tokenizer", "none",
+                            "--urls", str(urls), "--k", "1,2", "--b", "1", "--requests", "2", "--max-tokens", "4",
+                            "--model-bytes", "16000000000", "--out", str(out)],
+                           capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p.stderr
+    finally:
+        for s in servers:
+            s.kill()
+    cells = json.loads((out / "summary.json").read_text())
+    assert [(c["k"], round(c["predicted_tpot_ms"], 3)) for c in cells] == [(1, 40.0), (2, 40.0)]
+
+
+def _bench_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "roofline.py"
+    spec = importlib.util.spec_from_file_location("bench_roofline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_roofline_benchmark_judges_the_held_out_levels_only():
+    """Audit 22 item 16. The benchmark's levels on a 2-core machine whose probe ran decode at 1 and 2 threads
+    and batches of 2 and 8 (all threads): instances K=1 and batch B=8 are the calibration points, batch B=1
+    and B=2 the probe's own levels, instances K=2, K=3 and batch B=4, B=16 held out. Measured = the
+    calibrated model's own prediction × 1.05 on the held-out levels, × 1.5 on B=2: the worst error over the
+    held-out levels is 5 % (the old worst took the probe's B=2 in: 50 %)."""
+    bench = _bench_module()
+    w = _gemma()
+    c = Ceilings("host", "test CPU", 2, 8 * 2**30, 0, {"1": 20.0, "2": 25.0},
+                 {"model": "m", "weight_bytes": w.weight_bytes, "decode_tps": {"1": 56.0, "2": 80.0},
+                  "prefill_tps": 400.0, "batch_steps_per_s": {"2": 40.0, "8": 20.0}}, "now", 1.0)
+    levels = [("instances", 1, 1, 2), ("instances", 2, 1, 1), ("instances", 3, 1, 1), ("batch", 1, 1, 2),
+              ("batch", 1, 2, 2), ("batch", 1, 4, 2), ("batch", 1, 8, 2), ("batch", 1, 16, 2)]
+    base = Machine.from_ceilings(c, w)
+    off = {("batch", 2): 1.5, ("instances", 2): 1.05, ("instances", 3): 1.05, ("batch", 4): 1.05,
+           ("batch", 16): 1.05}
+    measured = []
+    for mode, k, b, thr in levels:
+        p = predict(w, base, mode, k, b, thr, 32, 64)
+        f = off.get((mode, b if mode == "batch" else k), 1.0)
+        measured.append({"mode": mode, "k": k, "b": b, "threads": thr, "tpot_s": p.tpot_s * f,
+                         "ttft_engine_s": None, "aggregate_tps": p.aggregate_tps / f, "prompt_tokens": 32})
+    out, _, _ = bench.score(w, c, measured, 64)
+    assert [x["role"] for x in out["levels"]] == ["calibration", "held out", "held out", "probe", "probe",
+                                                  "held out", "calibration", "held out"]
+    assert out["held_out"] == ["instances K=2 B=1", "instances K=3 B=1", "batch K=1 B=4", "batch K=1 B=16"]
+    assert out["worst_error_calibration"] == pytest.approx(0.0, abs=1e-6)
+    assert out["worst_error"] == pytest.approx(0.05, abs=0.001)
+    assert out["worst_error_probe"] == pytest.approx(0.5, abs=0.001)

@@ -415,7 +415,7 @@ class LiveController:
             wall=self.wall.reason if self.wall else None,
             ceiling=ceiling(bw.gbps, self.s.bandwidth_gbps, cpu_sum, self._cores, attainable,
                             level.binding if level else None, not self.caps.local, self.k * self.b,
-                            win.concurrency),
+                            win.concurrency, sum(r.threads or 0 for r in rows if r.state not in ("dead", "retired"))),
         )
         watts = self.power.sample() if self.power else None
         with self._lock:

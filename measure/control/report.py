@@ -116,7 +116,8 @@ def combine(runs: list[Run]) -> Run:
         parts = [(r, c) for r in runs for c in r.cells if (c["k"], c["b"], c.get("mode")) == key
                  and c.get("status") == "ok"]
         pooled = [rec for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
-        c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances")
+        c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
+                         endpoint_gbps=endpoint_gbps(h0))
         tps = [p.get("output_throughput") for _, p in parts]
         conc = [p.get("achieved_concurrency") for _, p in parts]
         c.update(output_throughput=sum(tps) if all(tps) else None, output_throughput_per_rep=[],
@@ -150,6 +151,12 @@ def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
     return out
 
 
+def endpoint_gbps(header: dict) -> list | None:
+    """HTTP: each endpoint's β as the header lists them (a header from before many endpoints: its one β)."""
+    eps = header.get("endpoints")
+    return [e.get("bandwidth_gbps") for e in eps] if eps else None
+
+
 def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]:
     """One cell per (K, B, mode) that served requests (records say which level served them). With a
     recording's samples, aggregate tok/s = tokens inside that level's periods ÷ the periods' length, so a
@@ -160,7 +167,8 @@ def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]
     periods = level_periods(samples) if samples else {}
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):
-        c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode)
+        c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode,
+                         endpoint_gbps=endpoint_gbps(header))
         c["span_ns"] = M.run_span_ns(recs)
         spans = periods.get((k, b, mode))
         if spans:

@@ -49,8 +49,10 @@ class SweepConfig:
 def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes: int,
                  bandwidth_gbps: float | None = None, mode: str = "instances",
                  kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
-                 max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None) -> dict:
-    """One cell's figures, every one recomputable from its records with docs/design.md §4."""
+                 max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None,
+                 endpoint_gbps: Sequence[float | None] | None = None) -> dict:
+    """One cell's figures, every one recomputable from its records with docs/design.md §4. `endpoint_gbps`:
+    HTTP, each listed endpoint's β in order (None where its chip is not known)."""
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
     per_rep = [x for x in per_rep if x is not None]
@@ -71,7 +73,7 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         "rss_gb_sum": M.rss_sum_bytes(records) / 1e9,
         **_bandwidth(records, M.mean(per_rep), weight_bytes, mode, kv_bytes_per_token, tpot_ms),
         "mode": mode,
-        "predicted_tpot_ms": M.predicted_tpot(k, weight_bytes, bandwidth_gbps) * 1e3 if bandwidth_gbps else None,
+        "predicted_tpot_ms": kwb_tpot_ms(k, weight_bytes, bandwidth_gbps, mode, endpoint_gbps),
         "cv": cv,
         "noisy": M.is_noisy(cv),
         "status": "ok" if s["completed"] else "failed",
@@ -98,6 +100,20 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if roofline is not None:
         out.update(_predicted(records, roofline, mode, k, b, threads, max_tokens, out))
     return out
+
+
+def kwb_tpot_ms(k: int, weight_bytes: int, bandwidth_gbps: float | None, mode: str = "instances",
+                endpoint_gbps: Sequence[float | None] | None = None) -> float | None:
+    """Predicted TPOT = K·W/β in ms; None (absent, never 0) where W or β is not known. HTTP: K is the endpoints
+    in use, the first K listed, each a server of its own: K·W ÷ Σβ of those K (one endpoint: K does not
+    apply, W ÷ its β); without the endpoints' list, `bandwidth_gbps` is one server's β."""
+    if mode == "http":
+        betas = list(endpoint_gbps) if endpoint_gbps else [bandwidth_gbps]
+        used = betas[:k] if len(betas) > 1 else betas
+        k, bandwidth_gbps = len(used), (sum(used) if all(used) else None)
+    if not (weight_bytes and bandwidth_gbps):
+        return None
+    return M.predicted_tpot(k, weight_bytes, bandwidth_gbps) * 1e3
 
 
 def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell) -> dict:
@@ -355,7 +371,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     continue
                 cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
                                     cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
-                                    cfg.max_tokens, cfg.slo, cfg.cost, power.sample())
+                                    cfg.max_tokens, cfg.slo, cfg.cost, power.sample(),
+                                    [w.bandwidth_gbps for w in fleet.workers()] if cfg.mode == "http" else None)
                 cell["context"] = context
                 if len(fleet.oom_killed) > killed_before:  # the estimate was too low here: raise it, refuse ≥ it
                     fp = footprint(k, b, seq_ctx)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from measure.core.guard import detect_wall
+from measure.core.roofline import name_wall
 from measure.core.units import NS
 
 WALL_HOLD_S = 10.0
@@ -36,25 +37,20 @@ class WallHit:
 
 def ceiling(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
             attainable_gbps: float | None = None, predicted_binding: str | None = None,
-            remote: bool = False, streams_asked: int = 1, streams_decoding: float = 0.0) -> str:
-    """Which wall the load is against, with its share: memory bandwidth (of the attainable figure where the
-    probe measured one, else of spec), the CPU cores, compute (the roofline says so and the cores are not
-    the limit), or none yet with the headroom left."""
+            remote: bool = False, streams_asked: int = 1, streams_decoding: float = 0.0,
+            threads: float = 0.0) -> str:
+    """Which wall the load is against, by the one naming rule (core/roofline.name_wall, docs/design.md §11)
+    applied to the measured figures: the bandwidth product's share of the attainable figure where the probe
+    measured one (else of spec), the workers' CPU in cores, `threads` the cores their threads were given
+    (0: all), and whether the roofline's binding ceiling is compute."""
     if remote:  # the server's ceilings are not measured here; its queue shows in the streams it decodes
         if streams_asked > 1 and 0 < streams_decoding <= 1.2:
-            return f"server queue (one request at a time: {streams_decoding:.1f} of {streams_asked} streams decode)"
+            return name_wall(0.0, queue=f"{streams_decoding:.1f} of {streams_asked} streams decode")[1]
         return "not measured here (the server's machine)"
     ref, ref_name = (attainable_gbps, "attainable") if attainable_gbps else (beta_gbps, "spec")
     bw_share = bw_gbps / ref if bw_gbps is not None and ref else 0.0
-    cpu_share = workers_cpu_percent / 100.0 / cores if cores else 0.0
-    if bw_share >= 0.8:
-        return f"memory bandwidth ({bw_share:.0%} of {ref_name})"
-    if cpu_share >= 0.9:
-        return f"CPU cores ({workers_cpu_percent / 100:.1f} of {cores} busy)"
-    if predicted_binding == "compute" and cpu_share >= 0.45:
-        return f"compute (the roofline's binding ceiling; CPU {workers_cpu_percent / 100:.1f} of {cores})"
-    used = max(bw_share, cpu_share)
-    return f"none: {1 - used:.0%} headroom" if used else "none reached"
+    return name_wall(bw_share, workers_cpu_percent / 100.0, cores, threads, predicted_binding == "compute",
+                     ref=ref_name)[1]
 
 
 class WallWatch:

@@ -10,9 +10,12 @@ A decode step of one engine (B sequences) takes the longest of:
 - a serializing server runs one request at a time (B streams wait in its queue).
 Per-stream TPOT = the step; aggregate tok/s = K × B × N ÷ (TTFT + (N − 1) × TPOT) (closed loop, every stream
 kept busy); TTFT = prefill + one step.
+The wall a level runs against (its `binding`) is named by the one rule the live view uses too (`name_wall`,
+docs/design.md §11), from the level's bandwidth share and the cores its threads keep busy.
 
-The CPU costs come from the probe (ceilings.py: llama.cpp's own decode at 1 … all threads, a batch of
-4, prefill) and are refined from at most two measured points (`calibrate`: one B = 1 point, one batch point).
+The CPU costs come from the probe (ceilings.py: llama.cpp's own decode at 1 … all threads, batches of 2
+and 8, prefill) and are refined from at most two measured points (`calibrate`: one B = 1 point, one batch
+point; the calibrated model gives each point back, whichever ceiling bound there).
 For a chip you do not own (`Machine.from_chip`) the efficiencies are documented assumptions, overridable.
 """
 from __future__ import annotations
@@ -29,6 +32,33 @@ from measure.core.work import WorkModel
 # decode shapes reach well under the tensor-core peak; 0.5 is likewise an assumption.
 ASSUMED_BW_EFFICIENCY = 0.8
 ASSUMED_FLOP_EFFICIENCY = 0.5
+
+# The wall's naming rule (docs/design.md §11), one function for the prediction of a level and for the live
+# view's figures alike: the first of these that holds names the wall.
+BANDWIDTH_WALL = 0.8  # bytes moved ÷ attainable bandwidth at or above which memory bandwidth is the wall
+CORES_WALL = 0.9  # cores busy ÷ the machine's cores at or above which the CPU cores are the wall
+COMPUTE_BUSY = 0.45  # compute binds only while the cores busy are ≥ this share of those the threads were given
+
+
+def name_wall(bw_share: float, cores_busy: float = 0.0, cores: int = 0, threads: float = 0.0,
+              compute_binds: bool = False, queue: str | None = None, ref: str = "attainable") -> tuple[str, str]:
+    """(binding, text). `bw_share`: bytes moved ÷ the `ref` bandwidth; `cores_busy`: cores the decode keeps
+    busy (a prediction: K × threads, at most the cores; live: the workers' CPU ÷ 100); `threads`: the
+    cores the engines' threads were given (K × threads; 0: all); `compute_binds`: the roofline's compute
+    time (core-seconds, or FLOPs) is longer than its memory time; `queue`: a server that runs one request
+    at a time (its detail). Binding: server queue | bandwidth | cores | compute | none."""
+    if queue is not None:
+        return "server queue", f"server queue (one request at a time{': ' + queue if queue else ''})"
+    if bw_share >= BANDWIDTH_WALL:
+        return "bandwidth", f"memory bandwidth ({bw_share:.0%} of {ref})"
+    cpu_share = cores_busy / cores if cores else 0.0
+    if cpu_share >= CORES_WALL:
+        return "cores", f"CPU cores ({cores_busy:.1f} of {cores} busy)"
+    given = min(threads, cores) if threads and cores else cores
+    if compute_binds and (not cores or cores_busy >= COMPUTE_BUSY * given):
+        return "compute", f"compute ({cores_busy:.1f} of {cores} cores busy)" if cores else "compute"
+    used = max(bw_share, cpu_share)
+    return "none", f"none: {1 - used:.0%} headroom" if used else "none reached"
 
 
 @dataclass(frozen=True)
@@ -113,17 +143,16 @@ class Prediction:
     aggregate_tps: float
     per_stream_tps: float
     bytes_per_s: float  # moved by all engines together
-    binding: str  # bandwidth | compute | cores | server queue
+    binding: str  # bandwidth | compute | cores | server queue (name_wall)
     shares: dict  # ceiling → its time ÷ the step's
+    cores: int = 0  # the machine's cores (0: not a CPU engine)
+    cores_busy: float = 0.0  # K × threads decoding, at most the cores
 
-    def wall(self, attainable_gbps: float, cores: int = 0) -> str:
-        if self.binding == "bandwidth":
-            return f"memory bandwidth ({self.bytes_per_s / 1e9 / attainable_gbps:.0%} of attainable)"
-        if self.binding == "cores":
-            return f"CPU cores ({min(cores, self.k * self.threads)} of {cores} busy decoding)"
-        if self.binding == "server queue":
-            return "server queue (one request at a time)"
-        return "compute"
+    def wall(self) -> str:
+        """The wall this level runs against, by the one naming rule (name_wall)."""
+        return name_wall(self.shares["bandwidth"], self.cores_busy, self.cores, self.k * self.threads,
+                         self.shares.get("compute", 0.0) > self.shares["bandwidth"],
+                         "" if self.binding == "server queue" else None)[1]
 
 
 def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
@@ -144,7 +173,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         rate = m.speedup(thr) / oversub
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)  # attention grows the step
         t_cpu = m.step_core(b_eff) * ctx_scale / rate
-        shares["cores" if oversub > 1 or k > 1 else "compute"] = t_cpu
+        shares["compute"] = t_cpu  # the engine's own cost, the cores' time-sharing included
         if m.prefill_core_s:  # B users of a closed loop arrive together: one engine prefills B prompts
             t_prefill = b_eff * prompt_tokens * m.prefill_core_s / rate
     elif m.flops:
@@ -153,7 +182,9 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         t_prefill = max(b_eff * work.prefill_flops(prompt_tokens) / (m.flops / k),
                         work.weight_bytes / (m.bandwidth_gbps * 1e9 / k))
     t_step = max(t_mem, t_cpu)
-    binding = max(shares, key=shares.get)
+    busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
+    binding = name_wall(t_mem / t_step, busy, m.cores, k * thr, t_cpu > t_mem,
+                        "" if m.serializing else None)[0]
     tpot = t_step
     ttft = t_prefill + t_step
     if not t_prefill:
@@ -161,13 +192,12 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     per_request = ttft + (output_tokens - 1) * tpot
     streams = k * b_eff
     if m.serializing:  # one request at a time however many streams: they queue
-        binding = "server queue"
         streams = 1
         ttft = ttft * (k * b_eff + 1) / 2
     agg = streams * output_tokens / per_request
     moved = k * work.bytes_per_step(ctxs) / t_step
     return Prediction(mode, k, b_eff, thr, tpot, ttft, agg, 1.0 / tpot, moved, binding,
-                      {c: v / t_step for c, v in shares.items()})
+                      {c: v / t_step for c, v in shares.items()}, m.cores, busy)
 
 
 @dataclass(frozen=True)
@@ -187,21 +217,25 @@ class Point:
 def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
     """At most two measured points: a B = 1 point rescales the per-step core cost (and the prefill cost
     from its engine TTFT); a batch point rescales the batched step's cost (its fixed part and each
-    sequence's; without the probe's batch line, it fixes what each further sequence adds)."""
+    sequence's; without the probe's batch line, it fixes what each further sequence adds). Each sets the
+    compute time at its level to the measured TPOT, whichever ceiling bound there before; a point faster
+    than the bandwidth ceiling allows raises the bandwidth to what it moved. So the calibrated model gives
+    back each of its points."""
     if len(points) > 2:
         raise ValueError("calibrate takes at most two measured points")
     if not (m.cores and m.step_core_s):
         return m
     single = [p for p in points if (p.b == 1 or p.mode == "instances")]
     batch = [p for p in points if p.mode == "batch" and p.b > 1]
+    notes = []
     for p in single[:1]:
         pr = predict(work, m, p.mode, p.k, 1, p.threads, p.prompt_tokens, p.output_tokens)
-        base = m.step_core_s * p.tpot_s / pr.tpot_s
-        upd = {"step_core_s": base}
+        t_cpu = pr.shares["compute"] * pr.tpot_s  # the compute time, not the step (bandwidth may bind)
+        upd = {"step_core_s": m.step_core_s * p.tpot_s / t_cpu}
         if p.ttft_engine_s and m.prefill_core_s:
             rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
             upd["prefill_core_s"] = max(1e-9, (p.ttft_engine_s - p.tpot_s) * rate / (p.prompt_tokens * p.b))
-        m = replace(m, **upd)
+        m = _bandwidth_at_most(replace(m, **upd), pr.shares["bandwidth"] * pr.tpot_s, p, notes)
     for p in batch[:1]:
         rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
         ctx = p.prompt_tokens + p.output_tokens // 2
@@ -212,7 +246,20 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
         else:
             m = replace(m, seq_core_s=max(0.0, (core - m.step_core_s) / (p.b - 1)))
-    return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",))
+        pr = predict(work, m, p.mode, p.k, p.b, p.threads, p.prompt_tokens, p.output_tokens)
+        m = _bandwidth_at_most(m, pr.shares["bandwidth"] * pr.tpot_s, p, notes)
+    return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",) + tuple(notes))
+
+
+def _bandwidth_at_most(m: Machine, t_mem: float, p: Point, notes: list) -> Machine:
+    """A measured step shorter than the bandwidth time at its level moved more than the bandwidth figure
+    allows: the figure is raised to what the step moved (a lower one leaves it)."""
+    if t_mem <= p.tpot_s:
+        return m
+    gbps = m.bandwidth_gbps * t_mem / p.tpot_s
+    notes.append(f"bandwidth raised {m.bandwidth_gbps:.1f} → {gbps:.1f} GB/s: {p.mode} K={p.k} B={p.b} "
+                 f"decoded faster than {m.bandwidth_source} allows")
+    return replace(m, bandwidth_gbps=gbps)
 
 
 def prediction_table(work: WorkModel, m: Machine, ks: Sequence[int] = (1, 2, 3, 4),
@@ -237,7 +284,7 @@ def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], 
         lines.append(f"{p.mode:<9} {p.k:>2} {p.b:>3} {p.tpot_s * 1e3:>7.1f}ms {p.per_stream_tps:>10.1f} "
                      f"{p.aggregate_tps:>10.1f} {p.ttft_s * 1e3:>7.0f}ms "
                      f"{p.k * p.per_stream_tps * work.weight_bytes / 1e9:>7.0f}GB/s  "
-                     f"{p.wall(m.bandwidth_gbps, m.cores)}")
+                     f"{p.wall()}")
     lines.append("K×tok/s×W: the bandwidth product of K instances; it pins near the bandwidth once one stream "
                  "saturates it (seed 000).")
     return "\n".join(lines)
