@@ -173,3 +173,55 @@ def test_goodput_is_the_settled_rate_times_the_share_of_tokens_that_met_the_slo(
     assert row.settled
     assert row.goodput_tps == pytest.approx(120.0) and row.goodput_rps == pytest.approx(1.2)
     assert row.attainment == pytest.approx(0.6)
+
+
+# ---- item 7: one achieved concurrency, Little's law over the time each request was in service ---------------
+def test_live_concurrency_is_littles_law_over_the_time_in_service():
+    """K=1, a 0.4 s prefill, 73 tokens 25 ms apart (W = 250 MB, β = 10 GB/s), ticks of 50 ms: a request is in
+    service 0.4 + 72 × 25 ms = 2.2 s (started → done) of every 2.25 s cycle. Over the 5 s window at t = 20 s
+    Little's law, Σ in-service overlap ÷ 5 s, is computed here from that schedule (≈ 0.98): the live panel,
+    the step table's readings and bench's function must all say it. Token spans alone (first → last token in
+    the window) leave out each prefill and read ≈ 0.8."""
+    c, fleet, clock = controller(k=1, bandwidth=10.0, model_bytes=250_000_000, max_tokens=73, prefill_s=0.4)
+    t_load = clock.now + int(0.05 * NS)  # the first tick starts the load and the first request
+    run_for(c, fleet, clock, 20, step=0.05)
+    now, a = clock.now, clock.now - 5 * NS
+    cycle, busy = int(2.25 * NS), int(2.2 * NS)
+    starts = range(t_load, now + 1, cycle)
+    little = sum(max(0, min(s + busy, now) - max(s, a)) for s in starts) / (5 * NS)
+    tokens_only = sum(max(0, min(s + busy, now) - max(s + int(0.4 * NS), a)) for s in starts) / (5 * NS)
+    assert 0.95 < little < 1.0 and tokens_only < 0.85  # what the two definitions differ by here
+    snap = c.snapshot()
+    assert snap.numbers.concurrency == pytest.approx(little, abs=1e-6), (snap.numbers.concurrency, little,
+                                                                           tokens_only)
+    # bench's figure over the same records and window: the same function, the same number
+    spans = [(r.t_started_ns, r.t_done_ns) for r in c.stats.records()]
+    open_start = max(starts)
+    assert M.achieved_concurrency(spans + [(open_start, None)], a, now) == pytest.approx(little, abs=1e-6)
+    row = snap.steps[-1]
+    assert row.settled and row.concurrency == pytest.approx(little, abs=0.05)
+
+
+def test_a_batching_server_is_not_named_a_one_at_a_time_queue():
+    """HTTP, B=2 streams to the null server (it serves every stream at once): 0.4 s TTFT, 30 tokens 20 ms apart,
+    so each stream is in service ≈ 0.98 s of every ≈ 1 s and two streams read ≈ 2. Token spans counted 0.58 s
+    of each: ≈ 1.2 streams, which named the wall 'server queue (one request at a time …)'."""
+    import time
+
+    from engines.null_server import NullServer
+    from measure.sources.http import HttpSource
+
+    with NullServer(ttft_ms=400, itl_ms=20) as srv:
+        src = HttpSource(srv.url, RunMeta(engine="http", model="null", model_bytes=0, mode="http"), b=2)
+        c = LiveController(src, presets.workload("default"), LiveSettings(max_tokens=30), procs_probe=NoProcesses())
+        try:
+            c.start(thread=False)
+            end = time.monotonic() + 4.5
+            while time.monotonic() < end:
+                time.sleep(0.25)
+                snap = c.tick()
+        finally:
+            c.close()
+    n = snap.numbers
+    assert 1.8 < n.concurrency <= 2.0, n.concurrency
+    assert "queue" not in n.ceiling, n.ceiling

@@ -27,7 +27,8 @@ from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physic
                                  total_memory_bytes)
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
-from measure.sources.base import Finished, LoadSource, LoadStarted, Log, OutOfMemory, Tokens, WorkerInfo, WorkerState
+from measure.sources.base import (Finished, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens, WorkerInfo,
+                                  WorkerState)
 from presets import Workload
 
 
@@ -288,6 +289,8 @@ class LiveController:
                 return
             if isinstance(ev, Tokens):
                 self.stats.add_tokens(ev.worker, ev.request_id, ev.token_ns)
+            elif isinstance(ev, Started):
+                self.stats.add_started(ev.request_id, ev.t_ns)
             elif isinstance(ev, Finished):
                 rec = ev.record
                 with self._lock:

@@ -93,7 +93,7 @@ class Window:
     tpots: list[float]  # one per stream with ≥ 2 tokens in the window (seconds)
     per_worker_tps: dict
     steps_per_s: dict  # batch mode: all tokens of one step share its timestamp
-    concurrency: float  # streams decoding, time-averaged over the window (Σ token spans ÷ span)
+    concurrency: float  # achieved: Σ each request's time in service in the window ÷ span (M.achieved_concurrency)
     tpot_by_worker: dict | None = None  # worker (endpoint) → TPOT p50 of its streams in the window (seconds)
 
 
@@ -103,6 +103,8 @@ class LiveStats:
         self.slo = slo
         self.load_start_ns: int | None = None  # the window is shorter than window_s until the load is that old
         self._tokens: list[tuple[int, int | None, int]] = []  # (t_ns, worker, request id)
+        self._open: dict[int, int] = {}  # request id → t_started of each request in service now
+        self._spans: list[tuple[int, int]] = []  # (t_started, t_done) of requests that ended in the window
         self.figures = LevelFigures(slo)  # of the current level
         self._all: list[RequestRecord] = []  # since the last reset, slimmed (export)
         self.level_label = "start"
@@ -120,7 +122,13 @@ class LiveStats:
     def add_tokens(self, worker: int | None, request_id: int, token_ns: list[int]) -> None:
         self._tokens.extend((t, worker, request_id) for t in token_ns)
 
+    def add_started(self, request_id: int, t_ns: int) -> None:
+        self._open[request_id] = t_ns
+
     def add_record(self, rec: RequestRecord) -> None:
+        self._open.pop(rec.request_id, None)
+        if rec.t_started_ns is not None and rec.t_done_ns is not None:
+            self._spans.append((rec.t_started_ns, rec.t_done_ns))
         self._all.append(slim(rec))
         if len(self._all) > 2 * KEEP:
             del self._all[:-KEEP]
@@ -151,6 +159,8 @@ class LiveStats:
         a = now_ns - int(self.window_s * NS)
         if self._tokens:
             self._tokens = [x for x in self._tokens if a <= x[0] <= now_ns]
+        if self._spans:
+            self._spans = [s for s in self._spans if s[1] >= a]
         if self.load_start_ns is None:
             return Window(0.0, 0.0, [], {}, {}, 0.0)
         span = min(self.window_s, max(1e-9, (now_ns - self.load_start_ns) / NS))
@@ -165,16 +175,16 @@ class LiveStats:
             steps.setdefault(wid, set()).add(t)
         tpots = []
         by_worker: dict = {}
-        busy = 0
         for rid, ts in per_req.items():
             ts.sort()
-            busy += ts[-1] - ts[0]
             if (tp := M.tpot_of_times(ts)) is not None:
                 tpots.append(tp)
                 by_worker.setdefault(req_worker[rid], []).append(tp)
         agg = M.aggregate_tps_from_times((x[0] for x in self._tokens), now_ns - int(span * NS), now_ns + 1)
+        in_service = self._spans + [(t, None) for t in self._open.values()]
+        conc = M.achieved_concurrency(in_service, now_ns - int(span * NS), now_ns) or 0.0
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
-                      {w: len(ts) / span for w, ts in steps.items()}, busy / NS / span,
+                      {w: len(ts) / span for w, ts in steps.items()}, conc,
                       {w: M.percentile(v, 50) for w, v in by_worker.items()})
 
     def request_numbers(self) -> dict:

@@ -102,16 +102,21 @@ def aggregate_tps_from_times(token_times_ns: Iterable[int], a_ns: int, b_ns: int
     return sum(1 for t in token_times_ns if a_ns <= t < b_ns) / ((b_ns - a_ns) / NS)
 
 
-def achieved_concurrency(records: Iterable[RequestRecord], a_ns: int, b_ns: int) -> float | None:
-    """Little's law: Σ over requests of the part of (t_started → t_done) inside [a, b), ÷ (b − a). The streams
-    actually being served on average, whatever K and B were asked for."""
+def achieved_concurrency(requests: Iterable[RequestRecord | tuple[int | None, int | None]], a_ns: int,
+                         b_ns: int) -> float | None:
+    """Achieved concurrency, the one definition (live panel, /metrics, step table, bench), by Little's law:
+    Σ over requests of the time each was in service (t_started → t_done, its prefill included) inside [a, b),
+    ÷ (b − a): the requests actually being served on average, whatever K and B were asked for. `requests`:
+    records, or (t_started_ns, t_done_ns) pairs where t_done None is a request still in service (counted up
+    to b, the live window's in-flight requests); one never started (t_started None) is not counted."""
     if b_ns <= a_ns:
         return None
     busy = 0
-    for r in records:
-        if r.t_started_ns is None or r.t_done_ns is None:
+    for r in requests:
+        start, done = (r.t_started_ns, r.t_done_ns) if isinstance(r, RequestRecord) else r
+        if start is None or (done is None and isinstance(r, RequestRecord)):
             continue
-        busy += max(0, min(r.t_done_ns, b_ns) - max(r.t_started_ns, a_ns))
+        busy += max(0, min(b_ns if done is None else done, b_ns) - max(start, a_ns))
     return busy / (b_ns - a_ns)
 
 

@@ -115,6 +115,14 @@ class Tokens(NamedTuple):
     token_ns: list[int]
 
 
+class Started(NamedTuple):
+    """A worker began a request: its time in service (achieved concurrency, Little's law) counts from here."""
+
+    worker: int | None
+    request_id: int
+    t_ns: int
+
+
 class Finished(NamedTuple):
     record: RequestRecord
 
@@ -139,7 +147,7 @@ class OutOfMemory(NamedTuple):
     b: int
 
 
-Event = Tokens | Finished | Log | LoadStarted | OutOfMemory
+Event = Tokens | Started | Finished | Log | LoadStarted | OutOfMemory
 
 
 @runtime_checkable

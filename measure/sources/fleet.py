@@ -29,7 +29,7 @@ from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request, RequestMaker
 from measure.sources.base import (Capabilities, CellStopped, EventSink, LoadStarted, OutOfMemory, RecordCollector,
-                                  SourceError, Tokens, WorkerInfo, WorkerState)
+                                  SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
 
@@ -474,6 +474,7 @@ class Fleet:
             fl = self._inflight.get(msg.request_id)
             if fl:
                 fl.t_started_ns = msg.t_ns
+                self._sink.put(Started(info.wid, msg.request_id, msg.t_ns))
         elif isinstance(msg, DoneMsg):
             self._done(w, msg, collector)
         elif isinstance(msg, StateMsg):

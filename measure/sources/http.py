@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from engines.http_openai import api_headers, endpoint_body, new_session, public_url, stream_one
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request, RequestMaker
-from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCollector, SourceError, Tokens,
-                                  WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCollector, SourceError, Started,
+                                  Tokens, WorkerInfo, WorkerState)
 
 WARMUP_TOKENS = 2
 PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
@@ -557,6 +557,7 @@ class HttpSource:
 
     async def _one(self, ep: _Ep, slot: int, req: Request) -> None:
         t_started = time.perf_counter_ns()
+        self._sink.put(Started(ep.idx, req.request_id, t_started))
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
         text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id)
         ids = self._prompt_ids(req, prefix) if ep.send_ids else None

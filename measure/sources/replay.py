@@ -14,7 +14,7 @@ from measure.core.recorder import read_jsonl
 from measure.core.records import RunMeta
 from measure.core.units import NS
 from measure.core.workload import Load
-from measure.sources.base import Capabilities, Finished, Tokens, WorkerInfo
+from measure.sources.base import Capabilities, Finished, Started, Tokens, WorkerInfo
 
 
 class RecordingError(ValueError):
@@ -107,6 +107,8 @@ class ReplaySource:
         toks = sorted(((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns), key=lambda x: x[0])
         self._tok, self._tok_t = toks, [t[0] for t in toks]
         self._recs = sorted((r for r in rec.records if r.t_done_ns), key=lambda r: r.t_done_ns)
+        self._starts = sorted((r.t_started_ns, r.worker, r.request_id) for r in rec.records if r.t_started_ns)
+        self._starts_t = [s[0] for s in self._starts]
         self._recs_t = [r.t_done_ns for r in self._recs]
 
     def capabilities(self) -> Capabilities:
@@ -115,7 +117,11 @@ class ReplaySource:
                             simulated=self.meta.simulated, endpoint=self.rec.header.get("url"))
 
     def feed(self, lo_ns: int, hi_ns: int) -> None:
-        """Token batches and finished records with times in (lo, hi], as the live source sent them."""
+        """Requests begun, token batches and finished records with times in (lo, hi], as the live source
+        sent them."""
+        for t, wid, rid in self._starts[bisect.bisect_right(self._starts_t, lo_ns):
+                                        bisect.bisect_right(self._starts_t, hi_ns)]:
+            self.events.put(Started(wid, rid, t))
         i, j = bisect.bisect_right(self._tok_t, lo_ns), bisect.bisect_right(self._tok_t, hi_ns)
         by: dict = {}
         for t, wid, rid in self._tok[i:j]:

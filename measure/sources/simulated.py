@@ -15,7 +15,8 @@ import time
 from measure.core.records import RunMeta, build_record
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Request, prompt_for
-from measure.sources.base import Capabilities, Finished, LoadStarted, Log, Tokens, WorkerInfo, WorkerState
+from measure.sources.base import (Capabilities, Finished, LoadStarted, Log, Started, Tokens, WorkerInfo,
+                                  WorkerState)
 
 S = WorkerState
 
@@ -133,6 +134,7 @@ class SimulatedFleet:
                     rid = next(self._req_ids)
                     st["reqs"].append({"rid": rid, "prompt": prompt_for(workload, next(self._prompts)), "t0": now,
                                        "tokens": []})
+                    self.events.put(Started(w.wid, rid, now))
                     in_flight += 1
                     if st["next"] is None:
                         st["next"] = now + self.prefill_ns
