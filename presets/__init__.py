@@ -26,15 +26,19 @@ def load(name: str) -> dict:
 class Chip:
     key: str
     name: str
-    bandwidth_gbps: float | None  # None: known chip, figure not verified
-    memory_gb: tuple[float, ...] = ()
+    bandwidth_gbps: float | None  # GB/s = 10⁹ B/s, the vendor's figure; None: known chip, figure not verified
+    memory_gib: tuple[float, ...] = ()  # the memory options, GiB (2³⁰ B): a "96 GB" Mac holds 96 GiB
     match: tuple[str, ...] = ()
     fp16_tflops: float | None = None  # dense FP16 tensor throughput, vendor datasheet; None: not in presets
+
+    @property
+    def memory_bytes(self) -> tuple[int, ...]:
+        return tuple(int(n * 2**30) for n in self.memory_gib)
 
 
 def chips() -> dict[str, Chip]:
     return {
-        key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gb", ())), tuple(d.get("match", ())),
+        key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gib", ())), tuple(d.get("match", ())),
                   d.get("fp16_tflops"))
         for key, d in load("chips").items()
     }

@@ -123,7 +123,7 @@ def test_bench_over_three_endpoints_writes_per_endpoint_figures(servers, tmp_pat
     --model-bytes gives W); the header names the endpoints and the routing."""
     out = tmp_path / "eps"
     argv = [sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--tokenizer", "none", "--k", "1,3",
-            "--b", "2", "--requests", "12", "--max-tokens", "6", "--model-bytes", "1G", "--out", str(out)]
+            "--b", "2", "--requests", "12", "--max-tokens", "6", "--model-bytes", "1e9", "--out", str(out)]
     for s in servers:
         argv += ["--url", s.url]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=120)

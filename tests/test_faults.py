@@ -294,7 +294,7 @@ def test_an_oom_kill_refuses_that_step_and_larger_ones_for_the_session():
     From then on K=2 and K=3 of that mode are refused with one line naming the kill, even on the confirm key;
     K=1 and the other mode are not; the estimate at K=2 is raised above the budget; --force passes."""
     from measure.control.admission import Admission
-    from measure.core.guard import GiB, MiB, fmt_gb
+    from measure.core.guard import GiB, MiB, fmt_gib
 
     clock = [0.0]
     adm = Admission(16 * GiB, 4 * GiB, False, 2048, 250 * MiB, 20_000.0, clock=lambda: clock[0])
@@ -309,7 +309,7 @@ def test_an_oom_kill_refuses_that_step_and_larger_ones_for_the_session():
             refusal, warning = adm.check(adm.footprint("instances", k, 1, 1), "k", "instances")
             assert warning is None and refusal and "\n" not in refusal
             assert "OOM killer ended a worker at K=2 B=1 instances" in refusal and f"K={k} B=1 is refused" in refusal
-            assert f"(estimated {fmt_gb(fp2.total)} fit the {fmt_gb(4 * GiB)} budget)" in refusal
+            assert f"(estimated {fmt_gib(fp2.total)} fit the {fmt_gib(4 * GiB)} budget)" in refusal
     assert adm.check(adm.footprint("instances", 1, 1, 1), "k", "instances") == (None, None)
     assert oom_free(adm.check(adm.footprint("batch", 2, 1, 1), "m", "batch"))
     adm.force = True

@@ -36,11 +36,11 @@ def test_plan_cli_prints_the_numbers():
 
 
 def test_sizes_and_footprint():
-    assert parse_size("48G") == 48e9 and parse_size("48GiB") == 48 * GiB and parse_size("512M") == 512e6 and parse_size("512MiB") == 512 * MiB and parse_size("1.5GiB") == int(1.5 * GiB)
+    assert parse_size("48G") == 48 * GiB and parse_size("48GiB") == 48 * GiB and parse_size("512M") == 512 * MiB and parse_size("512MiB") == 512 * MiB and parse_size("1.5GiB") == int(1.5 * GiB)
     fp = footprint(k=4, b=2, ctx=1000, weight_bytes=4_000_000_000, kv_per_token=100_000, overhead_bytes=500_000_000)
     assert fp.total == 4 * 4_000_000_000 + 4 * 500_000_000 + 4 * 2 * 1000 * 100_000  # 18.8 GB
     msg = admit(fp, budget=18_000_000_000)
-    assert "K=4 B=2 needs ≈ 18.8 GB of 18.0 GB budget" in msg
+    assert "K=4 B=2 needs ≈ 17.5 GiB of 16.8 GiB budget" in msg  # 18.8 × 10⁹ B of 18 × 10⁹ B
     assert admit(fp, budget=19_000_000_000) is None
 
 

@@ -168,9 +168,10 @@ def test_report_times_each_level_by_its_own_periods():
 
 
 # ---- 9. units ----------------------------------------------------------------------------------------------
-def test_sizes_are_decimal_unless_binary_is_written():
-    assert parse_size("48G") == 48_000_000_000 == parse_size("48GB")
-    assert parse_size("48GiB") == 48 * 2**30 and parse_size("512M") == 512_000_000
+def test_sizes_are_binary_as_ram_is_sold():
+    """Audit 22 item 14 changed this: a memory size is binary whatever its suffix (tests/test_units_audit.py)."""
+    assert parse_size("48G") == 48 * 2**30 == parse_size("48GB")
+    assert parse_size("48GiB") == 48 * 2**30 and parse_size("512M") == 512 * 2**20
 
 
 def test_a100_80gb_pcie_is_not_the_sxm_card():

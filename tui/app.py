@@ -286,7 +286,7 @@ class InferenceTop(App):
                          f"preempted {v['preemptions']:.0f}" if "preemptions" in v else "preempted —"]
                 t.append(" · ".join(parts))
         else:
-            t.append(f"\nfootprint ≈ {n.footprint / 1e9:.2f} GB of {n.budget / 1e9:.1f} GB budget")
+            t.append(f"\nfootprint ≈ {fmt_bytes(n.footprint)} of {fmt_bytes(n.budget)} budget")
             if self.c.s.memory_budget_source:
                 t.append(f" ({self.c.s.memory_budget_source})", "grey50")
         return t

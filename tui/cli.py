@@ -66,7 +66,7 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--routing", default="least", choices=["least", "round-robin"],
                    help="http engine, several endpoints: least outstanding requests (default) or round robin")
     p.add_argument("--model-bytes", metavar="SIZE", help="http engine: W, the served model's weight bytes "
-                   "(e.g. 16G), for the bandwidth product; default unknown")
+                   "(e.g. 15G = 15 GiB, or exact bytes: 16.06e9), for the bandwidth product; default unknown")
     p.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
                    help="http engine: /v1/completions (default) or /v1/chat/completions")
     p.add_argument("--api-key-env", help="http engine: the environment variable holding the API key")
@@ -98,8 +98,8 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
     p.add_argument("--no-flash-attn", action="store_true", help="turn llama.cpp's flash attention off")
     p.add_argument("--memory-budget", help="refuse steps whose estimated footprint exceeds this: a fraction of "
-                   "physical memory (0.85, the default) or a size: 20G or 20GB = 20×10⁹ bytes (decimal, as shown "
-                   "on screen), 20GiB = 20×2³⁰ bytes")
+                   "physical memory (0.85, the default) or a size: 20G = 20GB = 20GiB = 20×2³⁰ bytes (memory "
+                   "is counted in GiB, as RAM is sold and shown on screen)")
     p.add_argument("--force", action="store_true", help="go ahead with steps over the memory budget")
     p.add_argument("--slo", help="service-level objective for goodput: interactive (TTFT 450 ms, TPOT 40 ms), "
                    "server (2 s, 200 ms) — MLPerf's LLM scenarios — or ttft=450ms,tpot=40ms[,e2e=10s]")
@@ -194,6 +194,7 @@ def bench_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.recorder import Recorder
+    from measure.core.units import fmt_gib
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
@@ -239,7 +240,7 @@ def bench_main(argv: list[str]) -> int:
     else:
         say(f"{plan.choice.name} ({plan.choice.file_bytes / 1e9:.3f} GB) on {plan.chip}, {plan.describe_beta()}; "
             f"records → {out}/records.jsonl")
-        say(f"memory budget {plan.memory_budget / 1e9:.1f} GB: {plan.memory_budget_source}")
+        say(f"memory budget {fmt_gib(plan.memory_budget)}: {plan.memory_budget_source}")
         say(f"starting {plan.ks[0]} worker(s): load + 2 warmup requests each …")
     cells: list[dict] = []
     source = None
@@ -350,7 +351,7 @@ def plan_main(argv: list[str]) -> int:
     src.add_argument("--preset", help="a model preset (presets/models.toml)")
     p.add_argument("--context", type=int_list, default=[2048], help="context lengths, comma list")
     p.add_argument("--users", type=positive_int, help="concurrent users: the context at which they stop fitting")
-    p.add_argument("--memory", help="memory to plan for: 48G = 48 GB (decimal), 48GiB = 48×2³⁰ B "
+    p.add_argument("--memory", help="memory to plan for: 48G = 48GB = 48GiB = 48×2³⁰ B, as RAM is sold "
                    "(default: this machine's)")
     p.add_argument("--memory-budget", type=float, default=None, help="fraction of memory usable (default 0.85)")
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype: f16, bf16, q8_0, fp8 … (default: model's)")
@@ -419,14 +420,14 @@ def _chip_memory(key: str | None) -> int | None:
         c = chip(key)
     except PresetError:
         return None
-    return int(max(c.memory_gb) * 1e9) if c.memory_gb else None
+    return max(c.memory_bytes) if c.memory_bytes else None
 
 
 def _size_for_users(args, result: dict, work, machine) -> str:
     """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
     per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
     from measure.core.roofline import predict
-    from measure.core.units import fmt_bytes_iec
+    from measure.core.units import fmt_bytes
     from presets import PresetError, slo as preset_slo
 
     try:
@@ -447,9 +448,9 @@ def _size_for_users(args, result: dict, work, machine) -> str:
         return p, need, ok_mem, ok_slo
 
     p, need, ok_mem, ok_slo = verdict(args.users)
-    lines = [f"{args.users} users, {ctx:,} tokens each: KV {fmt_bytes_iec(args.users * per_req)} "
-             f"({fmt_bytes_iec(per_req)} a request) + weights and runtime {fmt_bytes_iec(fixed)} = "
-             f"{fmt_bytes_iec(need)} needed; budget {fmt_bytes_iec(budget)}: " + ("fits" if ok_mem else "does NOT fit"),
+    lines = [f"{args.users} users, {ctx:,} tokens each: KV {fmt_bytes(args.users * per_req)} "
+             f"({fmt_bytes(per_req)} a request) + weights and runtime {fmt_bytes(fixed)} = "
+             f"{fmt_bytes(need)} needed; budget {fmt_bytes(budget)}: " + ("fits" if ok_mem else "does NOT fit"),
              f"all {args.users} in one engine (B = {args.users}) on {machine.name}: {p.per_stream_tps:.1f} tok/s per "
              f"user, TPOT {p.tpot_s * 1e3:.1f} ms, TTFT ≈ {p.ttft_s:.2f} s when all {args.users} arrive at once "
              f"(the p99 of a burst; binding: {p.binding})"
@@ -459,7 +460,7 @@ def _size_for_users(args, result: dict, work, machine) -> str:
         pm, need_m, mem_ok, slo_ok = verdict(share)
         if mem_ok and slo_ok:
             lines.append(f"machines of this kind (or server instances): {m}, {share} users each "
-                         f"({fmt_bytes_iec(need_m)}, {pm.per_stream_tps:.1f} tok/s per user, TPOT "
+                         f"({fmt_bytes(need_m)}, {pm.per_stream_tps:.1f} tok/s per user, TPOT "
                          f"{pm.tpot_s * 1e3:.1f} ms, TTFT ≈ {pm.ttft_s:.2f} s)")
             break
     else:

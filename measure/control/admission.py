@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, Footprint, OomKill, admit,
-                                engine_footprint, fmt_gb, oom_refusal, overhead_after_oom)
+                                engine_footprint, fmt_gib, oom_refusal, overhead_after_oom)
 
 CONFIRM_S = 5.0
 
@@ -45,7 +45,7 @@ class Admission:
         self.overhead = overhead_after_oom(fp, self.budget, self.overhead or DEFAULT_OVERHEAD_BYTES)
         raised = self.footprint(mode, k, b, b_cap).total
         return (f"out of memory: the kernel's OOM killer ended a worker at K={k} B={b} {mode} (estimated "
-                f"{fmt_gb(fp.total)} of the {fmt_gb(self.budget)} budget; now estimated {fmt_gb(raised)}): this "
+                f"{fmt_gib(fp.total)} of the {fmt_gib(self.budget)} budget; now estimated {fmt_gib(raised)}): this "
                 "step and larger ones are refused for the rest of the session (--force to try anyway)")
 
     def check(self, fp: Footprint, key: str, mode: str | None = None) -> tuple[str | None, str | None]:

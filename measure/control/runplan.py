@@ -15,7 +15,7 @@ from measure.core.guard import DEFAULT_BUDGET_FRACTION, GuardError, parse_size
 from measure.core.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
 from measure.core.probes import detect_chip, effective_memory
 from measure.core.records import RequestRecord, RunMeta
-from measure.core.units import fmt_gb
+from measure.core.units import fmt_gib
 from measure.core.workload import PrefixCache
 from measure.sources.base import LoadSource
 from measure.core.cost import Cost
@@ -193,23 +193,23 @@ class RunPlan:
 
 def resolve_budget(text: str | None, total: int | None = None, limit_name: str | None = None) -> tuple[int, str]:
     """--memory-budget: None (the default fraction of the tightest memory limit: physical memory, a cgroup's,
-    an rlimit), a fraction of it, or a size (48G = 48 GB). The source names the limit that set it."""
+    an rlimit), a fraction of it, or a size (48G = 48 GiB). The source names the limit that set it."""
     if total is None:
         total, limit_name = effective_memory()
     limit_name = limit_name or "physical memory"
     if text is None:
-        return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gb(total)} ({limit_name})"
+        return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gib(total)} ({limit_name})"
     try:
         v = float(text)
     except ValueError:
         v = None
     if v is not None and 0 < v <= 1:
-        return int(v * total), f"{v:.0%} of {fmt_gb(total)} ({limit_name})"
+        return int(v * total), f"{v:.0%} of {fmt_gib(total)} ({limit_name})"
     try:
         n = parse_size(text)
     except GuardError as exc:
         raise StartError(f"--memory-budget: {exc} (or a fraction such as 0.85)") from None
-    return n, f"--memory-budget {text} = {fmt_gb(n)}"
+    return n, f"--memory-budget {text} = {fmt_gib(n)}"
 
 
 def resolve_bandwidth(chip_key: str | None, bandwidth: float | None) -> tuple[str, float | None, str]:

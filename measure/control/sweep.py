@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from measure.core import metrics as M
-from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, oom_refusal,
-                                overhead_after_oom)
+from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
+                                oom_refusal, overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop, Load, Poisson
@@ -380,7 +380,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     kills.append(OomKill(cfg.mode, k, b, fp.total, budget))
                     cfg.overhead_bytes = overhead_after_oom(fp, budget, cfg.overhead_bytes)
                     cell["oom_killed"] = True
-                    say(f"  the kernel's OOM killer ended a worker at K={k} B={b} (estimated {fp.total / 1e9:.2f} GB): "
+                    say(f"  the kernel's OOM killer ended a worker at K={k} B={b} (estimated {fmt_gib(fp.total)}): "
                         "larger cells of this mode are refused in this run")
                 cells.append(cell)
     add_scaling([c for c in cells if c["status"] == "ok"])

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from measure.core.units import fmt_gib
+
 READ_BYTES = 64 * 1024 * 1024 * 4  # per process
 READ_S = 0.6
 DECODE_TOKENS = 40
@@ -52,8 +54,8 @@ class Ceilings:
 
     def describe(self) -> str:
         bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items()))
-        out = [f"{self.chip}: {self.cores} cores, {self.memory_bytes / 1e9:.1f} GB memory, "
-               f"{self.swap_bytes / 1e9:.1f} GB swap",
+        out = [f"{self.chip}: {self.cores} cores, {fmt_gib(self.memory_bytes)} memory, "
+               f"{fmt_gib(self.swap_bytes)} swap",
                f"attainable memory read bandwidth: {self.attainable_gbps:.1f} GB/s ({bw} GB/s)"]
         e = self.engine
         if e.get("decode_tps"):

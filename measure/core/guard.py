@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from measure.core.metrics import kv_bytes_per_token
-from measure.core.units import GiB, MiB, UnitError, fmt_gb
+from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
 
-__all__ = ["GiB", "MiB", "fmt_gb"]
+__all__ = ["GiB", "MiB", "fmt_gib"]
 
 # bytes per cached element: llama.cpp block formats store a scale per 32 values
 KV_DTYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
@@ -33,7 +33,7 @@ def dtype_bytes(name: str) -> float:
 
 
 def parse_size(text: str) -> int:
-    """units.parse_size, failing with GuardError (G = 10⁹ B, GiB = 2³⁰ B)."""
+    """units.parse_size, failing with GuardError (a memory size: 48G = 48GB = 48GiB = 48 × 2³⁰ B)."""
     try:
         return _parse_size(text)
     except UnitError as exc:
@@ -126,8 +126,8 @@ def admit(fp: Footprint, budget: int) -> str | None:
     """None if the footprint fits the budget; else the refusal, with the numbers."""
     if fp.total <= budget:
         return None
-    return (f"K={fp.k} B={fp.b} needs ≈ {fmt_gb(fp.total)} of {fmt_gb(budget)} budget (weights {fmt_gb(fp.weights)}"
-            f" + runtime {fmt_gb(fp.overhead)} + KV {fmt_gb(fp.kv)}); refused (--force or --memory-budget to "
+    return (f"K={fp.k} B={fp.b} needs ≈ {fmt_gib(fp.total)} of {fmt_gib(budget)} budget (weights {fmt_gib(fp.weights)}"
+            f" + runtime {fmt_gib(fp.overhead)} + KV {fmt_gib(fp.kv)}); refused (--force or --memory-budget to "
             "override)")
 
 
@@ -147,7 +147,7 @@ class OomKill:
     def refusal(self, k: int, b: int) -> str:
         fit = "fit" if self.estimated <= self.budget else "exceeded"
         return (f"the kernel's OOM killer ended a worker at K={self.k} B={self.b} {self.mode} earlier in this session "
-                f"(estimated {fmt_gb(self.estimated)} {fit} the {fmt_gb(self.budget)} budget): the estimate was too "
+                f"(estimated {fmt_gib(self.estimated)} {fit} the {fmt_gib(self.budget)} budget): the estimate was too "
                 f"low there; K={k} B={b} is refused (--force to try anyway)")
 
 
@@ -199,7 +199,7 @@ def detect_wall(prev, cur, tps_before: float | None, tps_after: float | None, si
         if cur.pressure_source.startswith("macOS") and cur.pressure >= th.pressure_macos:
             return f"memory pressure level {cur.pressure:.0f} (macOS)"
     if cur.mem_total and cur.mem_available < th.available_fraction * cur.mem_total:
-        return f"available memory {fmt_gb(cur.mem_available)} < {th.available_fraction:.0%} of {fmt_gb(cur.mem_total)}"
+        return f"available memory {fmt_gib(cur.mem_available)} < {th.available_fraction:.0%} of {fmt_gib(cur.mem_total)}"
     if (tps_before and tps_after is not None and since_step_s >= th.settle_s
             and tps_after < th.collapse_ratio * tps_before):
         return f"aggregate tok/s collapsed {tps_before:.0f} → {tps_after:.0f} after the last step"

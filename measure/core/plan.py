@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from measure.core.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes, largest_fitting
-from measure.core.units import fmt_bytes_iec as fmt_bytes  # KV arithmetic in binary units, as seed 002's
+from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
@@ -40,7 +40,7 @@ def format_plan(p: dict, shape: KVShape) -> str:
         f"model {p['model']} ({p['source']}), KV dtype {p['kv_dtype']}",
         f"KV per token: {kvb:,.0f} B ({fmt_bytes(kvb)}) = 2 × {shape.layers} layers × {shape.kv_heads} KV heads × "
         f"{shape.head_dim} head_dim × {dtype_bytes(p['kv_dtype']):g} B",
-        f"weights: {p['weights'] / 1e9:.2f} GB; runtime overhead assumed {fmt_bytes(p['overhead'])} per engine",
+        f"weights: {fmt_bytes(p['weights'])}; runtime overhead assumed {fmt_bytes(p['overhead'])} per engine",
         f"memory {fmt_bytes(p['memory'])}, budget {p['budget_fraction']:.0%} = {fmt_bytes(p['budget'])}",
         "",
         f"{'context':>9} {'KV/request':>12} {'max B (1 engine)':>17} {'max K (1 seq each)':>19}"
