@@ -125,6 +125,9 @@ def main() -> int:
     model = resolve_model("llama", None)
     work = from_gguf(model.info)
     c = ceilings.get(rerun=a.reprobe)
+    if not (c.engine or {}).get("decode_tps"):  # a probe from before the engine could run has no costs to fit
+        print("the cached probe has no llama.cpp rates: probing again")
+        c = ceilings.get(rerun=True)
     print(c.describe())
     print(f"work: {work.weight_bytes / 1e9:.3f} GB read per step ({work.note}); "
           f"{work.flops_per_token(0) / 1e9:.2f} GFLOP per token + attention\n")
