@@ -132,8 +132,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--out", help="output folder (default ./out/bench-YYYYmmdd-HHMMSS)")
     bench.add_argument("--cell-timeout", type=positive_float, default=1800.0, help="seconds per rep before giving up")
     bench.add_argument("--find", choices=["users", "rate", "b"], help="find the knee: ramp concurrent users (one "
-                       "engine batching up to --max-b), the open-loop rate, or B, doubling then bisecting, until "
-                       "fewer than --target of requests meet --slo (default interactive) or a wall stops it")
+                       "engine batching up to --max-b; over HTTP one stream per user), the open-loop rate (a level "
+                       "keeps up while its queue does not grow), or B, doubling then bisecting, until fewer than "
+                       "--target of requests meet --slo (default interactive) or a wall stops it")
     bench.add_argument("--target", type=positive_float, default=0.9, help="--find: the SLO attainment a level "
                        "needs (default 0.9)")
     bench.add_argument("--contexts", type=int_list, help="rows of context lengths: a synthetic prompt of "
@@ -304,7 +305,9 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
     (out / "knee.json").write_text(json.dumps({
         "find": args.find, "slo": plan.slo.describe(), "target": args.target, "sentence": sentence,
         "knee": knee.passed.level if knee.passed else None, "first_out": knee.failed.level if knee.failed else None,
-        "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why} for st in knee.steps]},
+        "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
+                   **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in st.cell}}
+                  for st in knee.steps]},
         indent=2))
     if cells:
         say("")

@@ -1,7 +1,7 @@
 """`bench --find users|rate|b`: ramp the load (doubling, then bisecting) until the SLO attainment falls below
-a target, the achieved ÷ target rate falls below 0.98, or the memory guard or the wall stops it; then say the
-answer in one sentence with the binding ceiling. Every step is bounded in time; the search stops at the
-first wall.
+a target, a rate level's queue grows (it does not keep up, docs/design.md §13), or the memory guard or the
+wall stops it; then say the answer in one sentence with the binding ceiling. Every step is bounded in time;
+the search ends at the first wall, and where a level could not run the users it names.
 
 The search is a pure function of `run_level` (one measured level → a Step), so it is tested on a synthetic
 curve with a known knee; `measure_levels` runs real levels on a load source.
@@ -15,18 +15,25 @@ from dataclasses import dataclass, field
 from measure.core import metrics as M
 from measure.core.guard import WallCheck, admit, engine_footprint
 from measure.core.probes import SystemProbe, auto_threads
+from measure.core.records import RequestRecord
+from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import CellStopped
 
 TARGET_ATTAINMENT = 0.90
-RATE_RATIO = 0.98
+SERVED_RATIO = 0.95
+# queue-inclusive TTFT rising faster than this (s per s of arrivals) = a server completing < 95 % of the rate
+QUEUE_TREND = 1 / SERVED_RATIO - 1
+LEVEL_S = 10.0  # a rate level offers at least this many seconds of arrivals (and at least cfg.requests)
+LEVEL_SERVICES = 5  # … and at least 5 service times (a request's started → done), so a queue has time to show
+ENDS = ("refused", "wall", "short")  # a step that stops this way ends the search: nothing after it is measured
 
 
 @dataclass
 class Step:
     level: float
     ok: bool
-    stop: str | None = None  # refused | wall | timeout: the search ends here
+    stop: str | None = None  # refused | wall | short (fewer users ran than named): the search ends; timeout
     why: str = ""  # what failed, in words ("TTFT p99 1.9 s (queue)")
     cell: dict = field(default_factory=dict)
 
@@ -65,7 +72,7 @@ def find_knee(run_level: Callable[[float], Step], what: str = "users", start: fl
             continue
         failed = st
         break
-    if failed is None or failed.stop in ("refused",):
+    if failed is None or failed.stop in ENDS:
         return Knee(what, passed, failed, steps)
     lo = passed.level if passed else 0
     hi = failed.level
@@ -80,6 +87,8 @@ def find_knee(run_level: Callable[[float], Step], what: str = "users", start: fl
             passed, lo = st, mid
         else:
             failed, hi = st, mid
+            if st.stop in ENDS:  # a paused fleet or a refusal: what follows would measure nothing
+                break
     return Knee(what, passed, failed, steps)
 
 
@@ -89,11 +98,11 @@ def judge(cell: dict, slo, what: str, level: float, target: float = TARGET_ATTAI
     if cell.get("status") != "ok" or att is None:
         return Step(level, False, cell.get("status") if cell.get("status") != "ok" else None,
                     cell.get("reason", "no request finished"), cell)
-    if what == "rate":
-        achieved = cell["completed"] / max(1e-9, cell["span_s"])
-        if achieved / level < RATE_RATIO:
-            return Step(level, False, None, f"it completes {achieved:.2f} req/s of {level:g} asked (falls behind)",
-                        cell)
+    if what == "rate" and (trend := cell.get("ttft_trend")) is not None and trend > QUEUE_TREND:
+        offered = cell.get("offered_rps") or level
+        return Step(level, False, None, f"its queue grows: TTFT rises {trend * cell['arrivals_s']:.2f} s over its "
+                    f"{cell['arrivals_s']:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
+                    f"{offered:.3g} req/s offered)", cell)
     if att >= target:
         return Step(level, True, None, f"{att:.0%} of requests within the SLO", cell)
     return Step(level, False, None, _why(cell, slo, att), cell)
@@ -110,24 +119,85 @@ def _why(cell: dict, slo, att: float) -> str:
     return (" and ".join(parts) or f"only {att:.0%} of requests meet the SLO") + f" ({att:.0%} within it)"
 
 
+class ExactPoisson(Poisson):
+    """Poisson arrivals conditioned on their count: n arrivals whose n − 1 exponential gaps are scaled to sum
+    to (n − 1) ÷ λ, so the level offers exactly the rate it is named for (the arrival times of a Poisson
+    process given its count are uniform over its span: bursts and lulls as before). A plain draw of 20
+    arrivals can realise 0.84 of λ, and a level would then be judged at a rate it never offered."""
+
+    def __init__(self, rate: float, total: int, seed: int = 0):
+        super().__init__(rate, total, seed)
+        gaps = [self._rng.expovariate(rate) for _ in range(max(0, total - 1))]
+        scale = (total - 1) / rate / sum(gaps) if gaps else 1.0
+        self._gaps = iter([round(g * scale * NS) for g in gaps])
+
+    def _gap_ns(self) -> int:
+        return next(self._gaps, 0)  # the gap after the last arrival is never waited for
+
+
+def rate_figures(records: list[RequestRecord]) -> dict:
+    """A rate level's arrivals and queue (docs/design.md §13): offered_rps = (n − 1) ÷ (first → last scheduled);
+    ttft_trend = how fast queue-inclusive TTFT rises with arrival time (s per s), between the medians of the
+    earlier and the later half of the requests by scheduled time (robust to a few slow requests). With
+    the queue growing, TTFT rises by ρ − 1 seconds a second (ρ = offered ÷ served; requests queued in arrival
+    order, however many are served at once); it ignores the last request's own latency, which the old span
+    rule counted."""
+    sched = sorted(r.t_scheduled_ns for r in records)
+    out: dict = {"offered_rps": None, "arrivals_s": 0.0, "ttft_trend": None}
+    if len(sched) >= 2 and sched[-1] > sched[0]:
+        out["arrivals_s"] = (sched[-1] - sched[0]) / NS
+        out["offered_rps"] = (len(sched) - 1) / out["arrivals_s"]
+    good = sorted(M.ok(records), key=lambda r: r.t_scheduled_ns)
+    h = len(good) // 2
+    if h >= 2:
+        early, late = good[:h], good[-h:]
+        dt = (M.percentile([r.t_scheduled_ns for r in late], 50)
+              - M.percentile([r.t_scheduled_ns for r in early], 50)) / NS
+        if dt > 0:
+            out["ttft_trend"] = (M.percentile([M.ttft(r) for r in late], 50)
+                                 - M.percentile([M.ttft(r) for r in early], 50)) / dt
+    return out
+
+
+def peak_in_flight(records: list[RequestRecord], since: str = "t_scheduled_ns") -> int:
+    """The most requests in flight at once, scheduled → done: a closed loop's users that were really there
+    (since="t_started_ns": started → done, the streams or slots in use)."""
+    done = [r for r in records if r.t_done_ns is not None and getattr(r, since) is not None]
+    ev = sorted([(getattr(r, since), 1) for r in done] + [(r.t_done_ns, -1) for r in done])
+    now = peak = 0
+    for _, d in ev:
+        now += d
+        peak = max(peak, now)
+    return peak
+
+
 def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
                    target: float = TARGET_ATTAINMENT) -> Callable[[float], Step]:
     """run_level over a load source: users → one engine batching min(U, max-b) sequences for U closed-loop
-    users; b → B sequences for B users; rate → open-loop Poisson arrivals on the engine as configured."""
+    users (over HTTP one stream per user: the server batches them itself); b → B sequences for B users;
+    rate → open-loop Poisson arrivals on the engine as configured, for LEVEL_S seconds or LEVEL_SERVICES
+    service times (the shortest median started → done of the levels so far), whichever is longer, within
+    half the cell timeout. A closed-loop
+    level whose records never held as many users in flight as it names ends the search (stop "short")."""
     from measure.control.sweep import cell_summary
 
     probe = SystemProbe()
     local = source.capabilities().local
+    service_s: list[float] = []  # each level's median started → done
 
     def run(level: float) -> Step:
         if what == "rate":
             mode, b, users = cfg.mode, max(cfg.bs), None
-            n = max(cfg.requests, int(level * 10))
-            arrivals = Poisson(level, total=n)
+            secs = min(max(LEVEL_S, LEVEL_SERVICES * min(service_s, default=0.0)), cfg.cell_timeout_s / 2)
+            n = max(cfg.requests, int(level * secs))
+            arrivals = ExactPoisson(level, total=n)
         else:
             users = int(level)
-            b = users if what == "b" else min(users, cfg.max_b) if cfg.mode != "instances" or what == "users" else 1
-            mode = "http" if cfg.mode == "http" else ("batch" if b > 1 or cfg.mode == "batch" else "instances")
+            if cfg.mode == "http":  # a user is a stream; --max-b caps a local engine's batch, not a server's
+                b, mode = -(-users // k), "http"
+            else:
+                b = users if what == "b" else min(users, cfg.max_b)
+                mode = "batch" if b > 1 or cfg.mode == "batch" else "instances"
             n = max(cfg.requests, 2 * users)
             arrivals = ClosedLoop(users, total=n)
         if local and cfg.memory_budget and not cfg.force:
@@ -141,6 +211,8 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
         source.scale_to(k)
         source.set_batch(mode, b, b_cap=b, seq_ctx=cfg.ctx)
         source.wait_ready()
+        if users is not None:
+            source.set_users(users)  # exactly these (a source may otherwise follow its streams × endpoints)
         at_wall = WallCheck(probe)
         say(f"{what} {level:g}: {n} requests, {arrivals.describe()}, {mode} K={k} B={b} …")
         t0 = time.monotonic()
@@ -155,9 +227,26 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
                             cfg.threads or auto_threads(k), cfg.max_tokens, cfg.slo)
         span = M.run_span_ns(recs)
         cell.update({"level": level, "users": users, "span_s": (span[1] - span[0]) / 1e9 if span else 0.0})
+        if what == "rate":
+            cell.update(rate_figures(recs))
+            served = [(r.t_done_ns - r.t_started_ns) / NS for r in M.ok(recs) if r.t_started_ns and r.t_done_ns]
+            if served:
+                service_s.append(M.percentile(served, 50))
+        else:
+            cell["peak_users"] = peak_in_flight(recs)
+            if cell["peak_users"] < users:
+                say(f"  only {cell['peak_users']} of {users} users were in flight at once: the search stops")
+                return Step(level, False, "short", f"only {cell['peak_users']} of the {users} users asked were in "
+                            f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
+                            "stops here", cell)
         st = judge(cell, cfg.slo, what, level, target)
+        if what == "rate" and mode == "http" and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
+            st.why += (f"; all {b} of this client's streams were busy (--b {b}), so the queue may be the client's, "
+                       "not the server's: give a larger --b")
+        trend = cell.get("ttft_trend")
         say(f"  {time.monotonic() - t0:.0f} s: attainment {cell.get('slo_attainment') or 0:.0%}, TTFT p99 "
-            f"{(cell.get('p99_ttft_ms') or 0):.0f} ms, TPOT p50 {(cell.get('median_tpot_ms') or 0):.0f} ms → "
+            f"{(cell.get('p99_ttft_ms') or 0):.0f} ms, TPOT p50 {(cell.get('median_tpot_ms') or 0):.0f} ms"
+            + (f", TTFT trend {trend:+.3f} s/s" if trend is not None else "") + " → "
             + ("within" if st.ok else "out"))
         return st
 
