@@ -226,3 +226,54 @@ def test_a_batching_server_is_not_named_a_one_at_a_time_queue():
     n = snap.numbers
     assert 1.8 < n.concurrency <= 2.0, n.concurrency
     assert "queue" not in n.ceiling, n.ceiling
+
+
+# ---- item 15: HTTP records say the endpoints serving, not K, while one is down ------------------------------
+def _finished(src):
+    out = []
+    while not src.events.empty():
+        ev = src.events.get_nowait()
+        if type(ev).__name__ == "Finished":
+            out.append(ev.record)
+    return out
+
+
+def test_http_records_say_k_minus_one_while_an_endpoint_is_down():
+    """Two null servers as K=2, one stream each. Kill the second: while it is down every request goes to the
+    first, and its records say K=1 (the fleet's records say K−1 when a worker dies); they said K=2. Started
+    again, the second warms up and rejoins: records from then say K=2 again."""
+    import time
+
+    from conftest import NullServerProcess
+    from measure.core.workload import ClosedLoop, Load
+    from measure.sources.http import Endpoint, HttpSource
+
+    servers = [NullServerProcess(ttft_ms=5.0, itl_ms=20.0) for _ in range(2)]
+    src = HttpSource([Endpoint(s.url, label=f"ep{i}") for i, s in enumerate(servers)],
+                     RunMeta(engine="http", model="?", model_bytes=0, mode="http"), b=1)
+    try:
+        src.start()
+        src.set_load(Load(presets.workload("default"), ClosedLoop(2), 8, True))
+        time.sleep(1.0)
+        servers[1].kill()
+        t_kill = time.monotonic()
+        while src.workers()[1].state != "down" and time.monotonic() - t_kill < 5:
+            time.sleep(0.02)
+        assert src.workers()[1].state == "down"
+        t_down = time.perf_counter_ns()
+        time.sleep(1.5)
+        while_down = [r for r in _finished(src) if r.t_scheduled_ns > t_down and not r.error]
+        servers[1].start()
+        t_up = time.monotonic()
+        while src.workers()[1].ready_ns is None and time.monotonic() - t_up < 10:
+            time.sleep(0.05)
+        rejoined = src.workers()[1].ready_ns
+        time.sleep(1.0)
+        after = [r for r in _finished(src) if rejoined and r.t_started_ns > rejoined and not r.error]
+    finally:
+        src.close()
+        for s in servers:
+            s.kill()
+    assert len(while_down) >= 5 and {r.worker for r in while_down} == {0}
+    assert {r.k for r in while_down} == {1}, sorted({r.k for r in while_down})
+    assert rejoined is not None and after and {r.k for r in after} == {2} and {r.worker for r in after} == {0, 1}

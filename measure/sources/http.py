@@ -456,7 +456,7 @@ class HttpSource:
                 break
             slot = heapq.heappop(ep.free)
             req = self._pending.popleft()
-            req.k, req.b = self.target_k, self.b  # the level that serves it
+            req.k, req.b = self._serving_k(), self.b  # the level that serves it
             if not self._load_started:
                 self._load_started = True
                 self._sink.put(LoadStarted(time.perf_counter_ns()))
@@ -465,6 +465,12 @@ class HttpSource:
             with self._lock:
                 ep.info.state, ep.info.current = S.SERVING, req.request_id
             spawn(self._one(ep, slot, req))
+
+    def _serving_k(self) -> int:
+        """K on the records: the endpoints serving now (in use, answering, a stream warmed), not the K asked,
+        so one that is down or still warming is not counted (as the fleet's records say K − 1 after a worker
+        dies)."""
+        return max(1, sum(1 for ep in self._eps if ep.in_use and ep.up and ep.warmed))
 
     def _arrivals(self, now: int) -> None:
         if self._paused:
@@ -485,7 +491,8 @@ class HttpSource:
         left = sum(1 for e in self._eps if e.in_use and e.up)
         self._sink.log(f"endpoint {ep.info.label} down: {why}; its in-flight requests fail, "
                        + (f"{left} other endpoint{'s' if left != 1 else ''} go on" if left else
-                          "no endpoint answers: requests wait") + "; it rejoins when it answers again", "error")
+                          "no endpoint answers: requests wait") + "; it rejoins when it answers again"
+                       + (f"; records say K={self._serving_k()} until then" if left else ""), "error")
         for slot in [s for s in ep.clients if not any(a[0] is ep and a[1] == s for a in self._active.values())]:
             asyncio.ensure_future(ep.clients.pop(slot).close())
         ep.free, ep.used = [], 0
