@@ -1,4 +1,5 @@
-"""Issue 22, items 1, 2 and 5: `bench --find` measures the levels it names and stops at the first wall.
+"""Issue 22, items 1, 2 and 5: `bench --find` measures the levels it names and stops at the first wall; and a
+step-table level that is still ramping is not "settled".
 
 Servers with a known capacity: the null server (engines/null_server.py) and the null engine keep a fixed
 schedule, so what a level can serve follows from it — a server with `slots` streams, each request taking
@@ -315,4 +316,39 @@ def test_a_wall_while_bisecting_ends_the_search_too():
 
     knee = find_knee(run, "users")
     assert ran == [1, 2, 4, 8, 6] and knee.failed.stop == "wall" and knee.passed.level == 4
+
+
+# ---- settled: a level still ramping has not settled -------------------------------------------------------
+def _tick_series(values, requests=20):
+    """Feed the step table one level's tok/s readings at 2 Hz, from 5 s in (warmup over, requests done)."""
+    from measure.control.stats import LevelFigures
+    from measure.control.steps import StepTable
+
+    figs = LevelFigures()
+    for i in range(requests):
+        ts = [NS + i * NS // 10 + j * 10**7 for j in range(4)]
+        figs.add(RequestRecord("r", i, "batch", "null", "m", 0, 1, 4, t_scheduled_ns=ts[0] - 10**7,
+                               t_started_ns=ts[0] - 10**7, t_first_token_ns=ts[0], t_done_ns=ts[-1], token_ns=ts,
+                               output_tokens=4))
+    table = StepTable()
+    row = None
+    for i, v in enumerate(values):
+        now = (5 * NS) + i * NS // 2
+        row = table.tick("K=1 B=4 batch", "batch", 1, 4, 0, now, True, figs, v, 4.0, None, None, None, "")
+    return row
+
+
+def test_a_level_ramping_up_50_percent_is_not_settled():
+    """tok/s rising steadily by half over 15 s (100 → 150, 2 Hz): its last 10 readings have CV 0.04 (the CV
+    rule alone called it settled); the level is still climbing."""
+    ramp = [100 + 50 * i / 29 for i in range(30)]
+    row = _tick_series(ramp)
+    assert not row.settled and "rising" in row.progress, row.progress
+
+
+def test_a_flat_noisy_level_settles():
+    """±5 % noise around 100 tok/s, no trend: settled after 10 readings."""
+    noise = [0.0, 4.0, -3.0, 5.0, -5.0, 2.0, -2.0, 3.0, -4.0, 1.0, -1.0, 4.0]
+    row = _tick_series([100 + x for x in noise])
+    assert row.settled, row.progress
 

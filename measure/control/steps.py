@@ -3,7 +3,9 @@
 Settled, the stated rule: the level has run at least `SETTLE_AFTER_S` (one window: the 5 s tok/s window then
 holds only this level's tokens) with every worker ready, at least `SETTLE_REQUESTS` of its own requests have
 finished, and the last `SETTLE_SAMPLES` readings of aggregate tok/s (2 Hz) vary by less than `SETTLE_CV`
-(stdev ÷ mean). Until then the row says what it waits for. A row's tok/s and achieved concurrency are the
+(stdev ÷ mean) with no trend: the means of their later and earlier halves differ by less than `SETTLE_TREND`
+of their mean (a steady +50 % ramp over 15 s has CV 0.04 over 10 readings, but its halves differ by 6 %).
+Until then the row says what it waits for. A row's tok/s and achieved concurrency are the
 means of its settled readings; TPOT and TTFT come from the level's own requests.
 
 Goodput is counted over the settled window only (from the first settled reading on): of the level's requests
@@ -26,6 +28,7 @@ SETTLE_AFTER_S = 5.0
 SETTLE_REQUESTS = 8
 SETTLE_SAMPLES = 10
 SETTLE_CV = 0.10
+SETTLE_TREND = 0.05
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,13 @@ def goodput(tps: float, counts: tuple[int, int, int, int], base: tuple[int, int,
         return None
     per_token = tps / tokens if tokens else 0.0
     return M.Goodput(met * per_token, met_tokens * per_token, met / finished, met, finished)
+
+
+def _trend(xs: list[float]) -> float:
+    """(mean of the later half − mean of the earlier half) ÷ the mean: a ramp the CV alone lets through."""
+    h = len(xs) // 2
+    m = statistics.fmean(xs)
+    return (statistics.fmean(xs[-h:]) - statistics.fmean(xs[:h])) / m if h and m else 0.0
 
 
 class StepTable:
@@ -122,6 +132,9 @@ class StepTable:
             waits.append("tokens flowing")
         elif cv >= SETTLE_CV:
             waits.append(f"tok/s CV {cv:.2f} ≥ {SETTLE_CV:.2f}")
+        elif abs(trend := _trend(tps)) >= SETTLE_TREND:
+            waits.append(f"tok/s {'rising' if trend > 0 else 'falling'} {abs(trend):.0%} over the last "
+                         f"{len(tps)} readings")
         settled = not waits
         agg = statistics.fmean(tps) if tps else agg_tps
         g = goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
