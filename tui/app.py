@@ -12,6 +12,7 @@ from textual.widgets import Footer, RichLog, Static
 
 from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
+from measure.core.metrics import p99_mark
 from measure.core.units import fmt_bytes, fmt_ms
 from tui.charts import Chart, Panel
 from tui.signals import hold, quit_on_signals
@@ -257,9 +258,10 @@ class InferenceTop(App):
         t.append(f" · MBU {n.mbu:.0%} of attainable\n" if n.mbu is not None else "\n")
         t.append(f"  = {n.bw_formula}\n", "grey50")
         t.append(f"this level ({n.level}, {n.requests} requests):\n", "grey50")
-        t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {fmt_ms(n.ttft_p99)} (queue-incl.)\n")
-        t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {fmt_ms(n.ttft_engine_p99)} (engine)\n")
-        t.append(f"ITL p50 {fmt_ms(n.itl_p50)} · ")
+        few = p99_mark(n.requests)  # ≈: a p99 of fewer than 100 requests is about their maximum
+        t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {few}{fmt_ms(n.ttft_p99)} (queue-incl.)\n")
+        t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {few}{fmt_ms(n.ttft_engine_p99)} (engine)\n")
+        t.append(f"chunk ITL p50 {fmt_ms(n.itl_p50)} · ")
         t.append(f"errors {n.errors}", "bold red" if n.errors else "")
         if n.goodput_tps is not None:
             t.append(f"\ngoodput {n.goodput_rps:.2f} req/s · {n.goodput_tps:.1f} tok/s · "

@@ -159,16 +159,19 @@ def endpoint_gbps(header: dict) -> list | None:
 
 def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]:
     """One cell per (K, B, mode) that served requests (records say which level served them). With a
-    recording's samples, aggregate tok/s = tokens inside that level's periods ÷ the periods' length, so a
-    level left and visited again, or a pause, never stretches its span."""
+    recording's samples, every per-second figure is over that level's own periods, so a level left and
+    visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods ÷ their
+    length; achieved concurrency = Σ busy time inside them ÷ their length; batch mode's bandwidth = the steps
+    inside them ÷ their length × W. HTTP's bandwidth (W ÷ TPOT p50 per endpoint, summed) has no span in it:
+    it is the sweep's, as the bench and the dashboard showed it."""
     groups: dict = {}
     for r in records:
         groups.setdefault((r.k, r.b, r.mode), []).append(r)
     periods = level_periods(samples) if samples else {}
+    w = header.get("model_bytes", 0)
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):
-        c = cell_summary(recs, k, b, header.get("model_bytes", 0), header.get("bandwidth_gbps"), mode,
-                         endpoint_gbps=endpoint_gbps(header))
+        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, endpoint_gbps=endpoint_gbps(header))
         c["span_ns"] = M.run_span_ns(recs)
         spans = periods.get((k, b, mode))
         if spans:
@@ -176,12 +179,20 @@ def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]
             toks = sum(M.tokens_in_window(records, a, e) for a, e in spans)
             c["output_throughput"] = toks / secs if secs > 0 else None
             c["output_throughput_per_rep"] = [c["output_throughput"]]
+            busy = sum((M.achieved_concurrency(records, a, e) or 0.0) * (e - a) for a, e in spans)
+            c["achieved_concurrency"] = busy / (secs * NS) if secs > 0 else None
             c["periods"] = [[a, e] for a, e in spans]
             c["seconds"] = secs
             c["throughput_rule"] = "tokens inside this level's periods ÷ their length"
-            if mode != "batch":
-                c["bandwidth_gbps"] = M.bandwidth_product(mode, header.get("model_bytes", 0),
-                                                          agg_tps=c["output_throughput"]).gbps
+            if mode == "instances":
+                c["bandwidth_gbps"] = M.bandwidth_product(mode, w, agg_tps=c["output_throughput"]).gbps
+            elif mode == "batch" and secs > 0:
+                kvb = header.get("kv_bytes_per_token")
+                steps, kv = M.batch_reads(M.ok(records), spans, kvb)
+                bw = M.bandwidth_product(mode, w, steps_per_s=[steps / secs],
+                                         kv_read_bps=None if kv is None else kv / secs)
+                c.update(bandwidth_gbps=bw.gbps, bandwidth_formula=bw.formula, steps_per_s=steps / secs,
+                         kv_read_gbps=None if kv is None else kv / secs / 1e9)
         cells.append(c)
     add_scaling(cells)
     return cells
@@ -516,17 +527,21 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
             note = "NOISY" if c.get("noisy") else ""
             if status != "ok":
                 note = c.get("reason", "")
+            elif c.get("arrivals") or c.get("behind_schedule"):  # the load generator's lateness (open loop)
+                note += (f" {c.get('arrivals') or ''}, sent late p50/p99 {_f(c.get('lateness_p50_ms'))}/"
+                         f"{_f(c.get('lateness_p99_ms'))} ms" + (" BEHIND SCHEDULE" if c.get("behind_schedule") else ""))
             lines.append(
                 f"| {c['k']} | {c['b']} | {c.get('context') or '—'} | {status} | {_f(c.get('output_throughput'))} | "
                 f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.get('median_tpot_ms'))} | "
-                f"{_f(c.get('median_ttft_ms'), '.0f')} | {_f(c.get('p99_ttft_ms'), '.0f')} | "
+                f"{_f(c.get('median_ttft_ms'), '.0f')} | "
+                f"{M.p99_mark(c.get('completed'))}{_f(c.get('p99_ttft_ms'), '.0f')} | "
                 f"{_f(c.get('rss_gb_sum'), '.2f')} | {_f(c.get('bandwidth_gbps'), '.2f')} | "
                 f"{_f(c.get('cv'), '.3f')} | {note} |")
         lines.append("")
     lines += ["TTFT is queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); throughput ="
               " output tokens ÷ (first scheduled → last done), mean over reps (a recording: tokens inside the "
               "level's own periods ÷ their length, pauses excluded); CV = stdev/mean over reps, noisy above 0.10; "
-              "BW in instances mode = aggregate tok/s × W.", ""]
+              f"BW in instances mode = aggregate tok/s × W; {M.P99_LEGEND}.", ""]
     lines += [f"![{f.stem}]({f.name})" for f in files]
     return "\n".join(lines) + "\n"
 

@@ -70,7 +70,7 @@ class LevelFigures:
             self.ttft_engine.append(M.ttft_engine(rec))
             if (tp := M.tpot(rec)) is not None:
                 self.tpot.append(tp)
-            self.gaps.append(np.diff(np.asarray(rec.token_ns, dtype=np.int64)) / NS)
+            self.gaps.append(M.itl_gaps(rec.token_ns))  # over chunk arrivals
             for xs in (self.ttft, self.ttft_engine, self.tpot):
                 if len(xs) > 2 * KEEP:
                     del xs[:-KEEP]

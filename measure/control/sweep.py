@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from measure.core import metrics as M
+from measure.core.arrivals import lateness_figures
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
@@ -38,6 +39,7 @@ class SweepConfig:
     roofline: object | None = None  # core/roofline.Roofline: predicted columns and their errors
     slo: object | None = None  # presets.SLO: goodput per cell
     cost: object | None = None  # core/cost.Cost: $/Mtok per cell
+    arrivals: object | None = None  # core/arrivals.ArrivalSpec: each rep's open-loop schedule (else rate / users)
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
     current: tuple | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)
@@ -85,6 +87,7 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if len(classes) > 1:
         out["ttft_by_class"] = classes
     out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
+    out.update(lateness_figures(records))
     if mode == "http" and (check := server_check(records)):
         out["server_check"] = check
     if cost is not None and (cost.set or watts is not None):
@@ -235,12 +238,8 @@ def _bandwidth(records, agg_tps, weight_bytes, mode, kvb, tpot_ms: float | None 
         return {"bandwidth_gbps": None, "bandwidth_formula": M.bandwidth_product(mode, weight_bytes).formula,
                 "steps_per_s": None}
     secs = (span[1] - span[0]) / 1e9
-    # every token of one step shares the step's timestamp: distinct (worker, pid, t) are the steps
-    steps = len({(r.worker, r.pid, t) for r in good for t in r.token_ns})
-    kv_per_s = None
-    if kvb:
-        # the step that produced a sequence's i-th token read its prompt and i − 1 generated tokens of KV
-        kv_per_s = sum(((r.prompt_tokens or 0) + i) * kvb for r in good for i in range(len(r.token_ns))) / secs
+    steps, kv = M.batch_reads(good, None, kvb)
+    kv_per_s = None if kv is None else kv / secs
     bw = M.bandwidth_product(mode, weight_bytes, steps_per_s=[steps / secs], kv_read_bps=kv_per_s)
     return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula, "steps_per_s": steps / secs,
             "kv_read_gbps": None if kv_per_s is None else kv_per_s / 1e9}
@@ -342,7 +341,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 for rep in range(cfg.reps):
                     fleet.rep = rep
                     users = k * seqs
-                    arrivals = (Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
+                    arrivals = (cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
+                                else Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
                                 else ClosedLoop(users, cfg.requests))
                     t0 = time.monotonic()
                     say(f"K={k} B={b}" + (f" context {context}" if context else "")
@@ -371,9 +371,12 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     continue
                 cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
                                     cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
-                                    cfg.max_tokens, cfg.slo, cfg.cost, power.sample(),
+                                    None if getattr(wl, "varies", False) else cfg.max_tokens, cfg.slo, cfg.cost,
+                                    power.sample(),
                                     [w.bandwidth_gbps for w in fleet.workers()] if cfg.mode == "http" else None)
                 cell["context"] = context
+                if cfg.arrivals:
+                    cell["arrivals"] = cfg.arrivals.describe()
                 if len(fleet.oom_killed) > killed_before:  # the estimate was too low here: raise it, refuse ≥ it
                     fp = footprint(k, b, seq_ctx)
                     budget = cfg.memory_budget or fp.total
@@ -417,6 +420,9 @@ def format_table(cells: list[dict]) -> str:
             note += f" context {c['context']}"
         if c["errors"]:
             note += f" {c['errors']} errors"
+        if c.get("arrivals") or c.get("behind_schedule"):
+            note += (f" {(c.get('arrivals') or '') + ','} late p50/p99 {_fmt(c.get('lateness_p50_ms'))}/"
+                     f"{_fmt(c.get('lateness_p99_ms'))} ms" + (" BEHIND SCHEDULE" if c.get("behind_schedule") else ""))
         if c.get("k_served_min"):
             note += f" K={c['k_served_min']} after a worker died"
         if c.get("oom_killed"):
@@ -430,14 +436,16 @@ def format_table(cells: list[dict]) -> str:
                      f" ms, {e['requests']} req" + (f", {e['errors']} err" if e["errors"] else "") + "]")
         lines.append(
             f"{c['k']:>3} {c['b']:>3} {_fmt(c.get('achieved_concurrency'), '.2f'):>5} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
-            f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms {_fmt(c['p99_ttft_ms'], '.0f'):>7}ms "
+            f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms "
+            f"{M.p99_mark(c['completed']) + _fmt(c['p99_ttft_ms'], '.0f'):>7}ms "
             f"{_fmt(c['rss_gb_sum'], '.2f'):>6}GB {_fmt(c['bandwidth_gbps'], '.2f'):>8} "
             f"{_fmt(c.get('scaling_vs_k1'), '.2f'):>6} {_fmt(c.get('scaling_vs_b1'), '.2f'):>6} "
             f"{_fmt(c['cv'], '.3f'):>6} {_pred(c):>24}  {note.strip()}"
         )
     lines.append("conc: achieved concurrency = Σ (done − started) ÷ wall time, the streams actually served; tok/s: "
                  "output tokens ÷ (first scheduled → last done), mean over reps;")
-    lines.append("TTFT queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1);")
+    lines.append(f"TTFT queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); "
+                 f"{M.P99_LEGEND}; late: sent − scheduled by the load generator (open loop; inside TTFT);")
     lines.append(f"BW = {cells[0]['bandwidth_formula'] if cells else M.BANDWIDTH_FORMULA_INSTANCES}; "
                  f"CV over reps, NOISY above {M.NOISY_CV:.2f}; predicted: the roofline (inference-top probe), "
                  "error = (predicted − measured) ÷ measured")

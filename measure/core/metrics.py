@@ -48,12 +48,20 @@ def tpot_of_times(token_ns: Sequence[int]) -> float | None:
     return (token_ns[-1] - token_ns[0]) / (n - 1) / NS
 
 
+def itl_gaps(token_ns: Sequence[int]) -> np.ndarray:
+    """One request's inter-token latencies over chunk arrivals (seconds): the gaps between its consecutive
+    distinct token timestamps. Tokens that share a timestamp arrived together (an HTTP chunk carrying several,
+    or a final usage count spread over the chunks), so the wait for them is one gap, not one gap and then
+    zeros (vLLM's benchmark_serving convention). TPOT still divides by every token."""
+    d = np.diff(np.asarray(token_ns, dtype=np.int64))
+    return d[d > 0] / NS
+
+
 def itls(records: Iterable[RequestRecord]) -> list[float]:
-    """Every gap between consecutive tokens of a request, pooled across requests."""
+    """Every request's `itl_gaps`, pooled across requests."""
     out: list[float] = []
     for r in records:
-        t = r.token_ns
-        out.extend((t[i] - t[i - 1]) / NS for i in range(1, len(t)))
+        out.extend(itl_gaps(r.token_ns).tolist())
     return out
 
 
@@ -66,6 +74,18 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     if len(values) == 0:
         return None
     return float(np.percentile(np.asarray(values, dtype=float), p))
+
+
+P99_MIN_N = 100  # a p99 from fewer values has none above it: it is about their maximum
+
+
+def p99_mark(n: int | None) -> str:
+    """'≈' before a p99 computed from n < P99_MIN_N values (fewer than one value lies above a p99 of fewer
+    than 100: it is about their maximum, not a tail estimate); '' otherwise."""
+    return "≈" if n is not None and 0 < n < P99_MIN_N else ""
+
+
+P99_LEGEND = f"≈: p99 of fewer than {P99_MIN_N} requests (about their maximum)"
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -167,6 +187,24 @@ def output_throughput(records: Sequence[RequestRecord]) -> float | None:
     if span is None or span[1] <= span[0]:
         return None
     return aggregate_tps(records, span[0], span[1] + 1)
+
+
+def batch_reads(records: Iterable[RequestRecord], windows: Sequence[tuple[int, int]] | None,
+                kv_bytes_per_token: float | None = None) -> tuple[int, float | None]:
+    """Batch mode, over the windows [a, b) (ns; None: every token): the engine steps taken, and the KV bytes
+    they read (None without a KV size per token). Every token of one step shares the step's timestamp, so the
+    steps are the distinct (worker, pid, t); the step that produced a sequence's i-th token (from 0) read its
+    prompt and i tokens of KV."""
+    inside = (lambda t: True) if windows is None else (lambda t: any(a <= t < b for a, b in windows))  # noqa: E731
+    steps: set = set()
+    kv = 0.0
+    for r in records:
+        for i, t in enumerate(r.token_ns):
+            if inside(t):
+                steps.add((r.worker, r.pid, t))
+                if kv_bytes_per_token:
+                    kv += ((r.prompt_tokens or 0) + i) * kv_bytes_per_token
+    return len(steps), (kv if kv_bytes_per_token else None)
 
 
 @dataclass(frozen=True)
