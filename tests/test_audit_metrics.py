@@ -127,3 +127,166 @@ def test_the_dashboard_marks_a_p99_of_fewer_than_100_requests():
     text = InferenceTop(c, live=False)._render_numbers(snap).plain
     assert f"p99 ≈{snap.numbers.ttft_p99 * 1e3:.1f} ms (queue-incl.)" in text
     assert "chunk ITL p50" in text  # item 6: the panel says which ITL it shows
+
+
+# ---- items 10 and 11: power, counted once, over the cell -------------------------------------------------------
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def _zone(root, name, label, uj, max_uj=None):
+    d = root / name
+    d.mkdir()
+    (d / "name").write_text(label + "\n")
+    (d / "energy_uj").write_text(str(uj))
+    if max_uj is not None:
+        (d / "max_energy_range_uj").write_text(str(max_uj))
+    return d
+
+
+def _rapl_tree(root):
+    """A two-socket box as /sys/class/powercap lists it: the package zones, their core/uncore/dram sub-zones,
+    and the MMIO interface's duplicate of package 0. Package 0 draws 28 W, package 1 10 W; core and uncore are
+    part of their package; the MMIO zone counts package 0's energy again."""
+    zones = {"intel-rapl:0": ("package-0", 28), "intel-rapl:0:0": ("core", 20), "intel-rapl:0:1": ("uncore", 3),
+             "intel-rapl:1": ("package-1", 10), "intel-rapl:1:0": ("core", 6), "intel-rapl:1:1": ("dram", 2),
+             "intel-rapl-mmio:0": ("package-0", 28)}
+    for name, (label, _w) in zones.items():
+        _zone(root, name, label, 1_000_000)
+    return zones
+
+
+def _advance(root, zones, seconds):
+    for name, (_label, watts) in zones.items():
+        f = root / name / "energy_uj"
+        f.write_text(str(int(f.read_text()) + int(watts * seconds * 1e6)))
+
+
+def test_rapl_counts_top_level_packages_once(tmp_path):
+    """28 W + 10 W = 38 W drawn; summing every zone the glob matched read 28 + 20 + 3 + 10 + 6 + 2 + 28 = 97 W
+    (core and uncore are inside their package, MMIO is package 0 again; DRAM is left out: packages only):
+    J/token 2.55× too high."""
+    zones = _rapl_tree(tmp_path)
+    assert cost.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl:0, intel-rapl:1)"
+    clock = FakeClock()
+    meter = cost.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
+    assert meter.sample() is None  # the first reading starts the interval
+    clock.t += 10.0
+    _advance(tmp_path, zones, 10.0)
+    assert meter.sample() == pytest.approx(38.0)
+
+
+def test_rapl_mmio_is_used_only_where_the_msr_zones_are_absent(tmp_path):
+    _zone(tmp_path, "intel-rapl-mmio:0", "package-0", 5_000_000)
+    _zone(tmp_path, "intel-rapl-mmio:0:0", "dram", 5_000_000)
+    assert cost.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl-mmio:0)"
+
+
+def test_rapl_counter_wrap_is_added_back(tmp_path):
+    """A package counter at 262 143 328 850 µJ of its 262 143 328 850 range wraps to 9 999 999: 10 J in 2 s."""
+    d = _zone(tmp_path, "intel-rapl:0", "package-0", 262_143_328_850 - 1, max_uj=262_143_328_850)
+    clock = FakeClock()
+    meter = cost.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
+    meter.sample()
+    (d / "energy_uj").write_text("9999999")
+    clock.t += 2.0
+    assert meter.sample() == pytest.approx(5.0)
+
+
+class FakeNvml:
+    """pynvml as it answers on a box with `n` GPUs: each draws `busy_w` while `busy` is set, `idle_w` after.
+    With energy=True the driver's total-energy counter (mJ) integrates that draw on `clock`."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, clock, n=1, busy_w=300.0, idle_w=50.0, energy=True):
+        self.clock, self.n, self.busy_w, self.idle_w, self.energy = clock, n, busy_w, idle_w, energy
+        self.busy = False
+        self.mj = [0.0] * n
+        self.t_last = clock()
+        self.inits = 0
+
+    def _tick(self):
+        now = self.clock()
+        for i in range(self.n):
+            self.mj[i] += (self.busy_w if self.busy else self.idle_w) * (now - self.t_last) * 1e3
+        self.t_last = now
+
+    def set_busy(self, busy):
+        self._tick()
+        self.busy = busy
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return self.n
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return int((self.busy_w if self.busy else self.idle_w) * 1e3)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if not self.energy:
+            raise self.NVMLError("Not Supported")
+        self._tick()
+        return int(self.mj[h])
+
+
+def test_nvml_energy_is_integrated_over_the_cell(monkeypatch):
+    """A GPU drawing 300 W for a 10 s cell, idle (50 W) when the cell's last reading is taken: the cell's power
+    is 3000 J ÷ 10 s = 300 W from the energy counter; one power reading after the cell read 50 W (J/token 6×
+    too low)."""
+    clock = FakeClock()
+    nv = FakeNvml(clock)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    meter = cost.PowerMeter(root="/nonexistent", clock=clock)
+    assert meter.source == "NVML (1 GPU, energy counter)"
+    meter.sample()
+    nv.set_busy(True)
+    clock.t += 10.0
+    nv.set_busy(False)
+    assert meter.sample() == pytest.approx(300.0)
+
+
+def test_nvml_without_an_energy_counter_integrates_sampled_power():
+    """A GPU with no total-energy counter (before Volta): its power is read every 20 ms while the meter lives
+    and integrated; 300 W for 0.6 s then idle at the reading reads ≈ 300 W (one reading at the end said 50)."""
+    nv = FakeNvml(time.monotonic, energy=False)
+    meter = cost.PowerMeter(root="/nonexistent", nvml=nv, poll_s=0.02)
+    try:
+        assert meter.source == "NVML (1 GPU, sampled power)"
+        meter.sample()
+        nv.busy = True
+        time.sleep(0.6)
+        nv.busy = False
+        w = meter.sample()
+    finally:
+        meter.close()
+    assert 270 < w <= 301
+
+
+def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
+    """A Linux GPU box with readable RAPL: 38 W of CPU packages + 2 GPUs × 300 W = 638 W; RAPL alone (38 W) was
+    read and the GPUs' 600 W never counted."""
+    zones = _rapl_tree(tmp_path)
+    clock = FakeClock()
+    nv = FakeNvml(clock, n=2)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    assert cost.PowerMeter(root=str(tmp_path)).source == "RAPL (intel-rapl:0, intel-rapl:1) + NVML (2 GPUs, energy counter)"
+    meter = cost.PowerMeter(root=str(tmp_path), clock=clock)
+    meter.sample()
+    nv.set_busy(True)
+    clock.t += 10.0
+    _advance(tmp_path, zones, 10.0)
+    assert meter.sample() == pytest.approx(638.0)

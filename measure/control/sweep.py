@@ -375,6 +375,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                                     power.sample(),
                                     [w.bandwidth_gbps for w in fleet.workers()] if cfg.mode == "http" else None)
                 cell["context"] = context
+                if cell.get("watts") is not None:  # mean power over the cell, and what read it
+                    cell["power_source"] = power.source
                 if cfg.arrivals:
                     cell["arrivals"] = cfg.arrivals.describe()
                 if len(fleet.oom_killed) > killed_before:  # the estimate was too low here: raise it, refuse ≥ it

@@ -7,7 +7,8 @@ money per hour (rented: a price per hour; owned: hardware cost over its lifetime
 """
 from __future__ import annotations
 
-import glob
+import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,30 +55,152 @@ def joules_per_token(watts: float | None, tps: float | None) -> float | None:
 
 
 class PowerMeter:
-    """Watts drawn, from what the machine exposes without a root prompt: Linux RAPL energy counters under
-    /sys/class/powercap (package domains, where readable), NVIDIA's NVML; else the --watts figure, said as
-    such; else nothing."""
+    """Watts drawn over an interval, from what the machine exposes without a root prompt, every source summed:
+    Linux RAPL's top-level package zones under /sys/class/powercap (where readable; their sub-zones are inside
+    them, and intel-rapl-mmio repeats the packages, so it is read only where the MSR zones are absent), and
+    NVIDIA GPUs through NVML (every GPU's total-energy counter where the driver has one, else its power read
+    every `poll_s` and integrated); else the --watts figure, said as such; else nothing.
 
-    def __init__(self, fixed_watts: float | None = None, root: str = "/sys/class/powercap"):
+    sample() returns the mean watts since the previous sample() (None at the first): energy ÷ time, so a cell
+    bracketed by two samples gets its own mean draw, not a reading taken after it. `nvml`: the pynvml module
+    (None: import it; False: no NVML); `clock`: seconds, monotonic."""
+
+    def __init__(self, fixed_watts: float | None = None, root: str = "/sys/class/powercap", nvml=None,
+                 clock=time.monotonic, poll_s: float = 0.1):
         self.fixed = fixed_watts
-        self._files = [Path(p) for p in sorted(glob.glob(f"{root}/*rapl*:[0-9]/energy_uj"))
-                       if _readable(Path(p))]
-        self._last: tuple[float, int] | None = None
-        self.source = ("RAPL (" + ", ".join(f.parent.name for f in self._files) + ")" if self._files
-                       else "NVML" if _nvml_power() is not None else
-                       f"--watts {fixed_watts:g}" if fixed_watts else "none")
+        self._clock = clock
+        self._rapl = [_RaplZone(p) for p in rapl_packages(root)]
+        self._gpu = _NvmlEnergy.open(nvml, clock, poll_s) if nvml is not False else None
+        self._last: tuple[float, float] | None = None  # (time, joules)
+        parts = []
+        if self._rapl:
+            parts.append("RAPL (" + ", ".join(z.name for z in self._rapl) + ")")
+        if self._gpu is not None:
+            parts.append(self._gpu.describe())
+        self.source = (" + ".join(parts) if parts else f"--watts {fixed_watts:g}" if fixed_watts else "none")
 
     def sample(self) -> float | None:
-        if self._files:
-            now = time.monotonic()
-            total = sum(int(f.read_text()) for f in self._files)
-            last, self._last = self._last, (now, total)
-            if last is None or total < last[1]:  # the first reading, or a counter that wrapped
+        if not self._rapl and self._gpu is None:
+            return self.fixed
+        now = self._clock()
+        joules = sum(z.joules() for z in self._rapl) + (self._gpu.joules() if self._gpu is not None else 0.0)
+        last, self._last = self._last, (now, joules)
+        if last is None or now <= last[0]:
+            return None
+        return (joules - last[1]) / (now - last[0])
+
+    def close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
+
+
+_RAPL_TOP = re.compile(r"intel-rapl(-mmio)?:\d+")
+
+
+def rapl_packages(root: str = "/sys/class/powercap") -> list[Path]:
+    """The energy_uj files of RAPL's top-level package zones that can be read: intel-rapl:N named package-*
+    (not their core/uncore/dram sub-zones intel-rapl:N:M, nor psys, which holds the packages), or, where no
+    such zone reads, intel-rapl-mmio:N (the same packages through MMIO: never both)."""
+    found: dict[bool, list[Path]] = {False: [], True: []}
+    for d in sorted(Path(root).glob("*rapl*")):
+        m = _RAPL_TOP.fullmatch(d.name)
+        if not m or not _readable(d / "energy_uj"):
+            continue
+        try:
+            label = (d / "name").read_text().strip()
+        except OSError:
+            label = "package"  # no name to go by: a top-level zone is a package
+        if label.startswith("package"):
+            found[bool(m.group(1))].append(d / "energy_uj")
+    return found[False] or found[True]
+
+
+class _RaplZone:
+    """One RAPL energy counter as cumulative joules since it was opened (a wrap adds its range back)."""
+
+    def __init__(self, path: Path):
+        self.path, self.name = path, path.parent.name
+        try:
+            self.range = int((path.parent / "max_energy_range_uj").read_text())
+        except (OSError, ValueError):
+            self.range = None
+        self.raw = int(path.read_text())
+        self.total_uj = 0
+
+    def joules(self) -> float:
+        raw = int(self.path.read_text())
+        d = raw - self.raw
+        if d < 0:  # the counter wrapped (every few minutes to hours, by the package's draw)
+            d = d + self.range + 1 if self.range else 0
+        self.raw, self.total_uj = raw, self.total_uj + d
+        return self.total_uj / 1e6
+
+
+class _NvmlEnergy:
+    """Every NVIDIA GPU's energy as cumulative joules: the driver's total-energy counter (mJ, Volta and later)
+    where every GPU has one, else a daemon thread reading each GPU's power every poll_s and integrating it
+    (trapezoids; a reading at the call closes the last one)."""
+
+    @classmethod
+    def open(cls, nvml, clock, poll_s: float) -> "_NvmlEnergy | None":
+        try:
+            if nvml is None:
+                import pynvml as nvml
+            nvml.nvmlInit()
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            if not handles:
+                nvml.nvmlShutdown()
                 return None
-            return (total - last[1]) / 1e6 / (now - last[0])
-        if self.source == "NVML":
-            return _nvml_power()
-        return self.fixed
+            return cls(nvml, handles, clock, poll_s)
+        except Exception:  # noqa: BLE001 - no NVIDIA driver or no pynvml: no reading
+            return None
+
+    def __init__(self, nvml, handles, clock, poll_s: float):
+        self.nvml, self.handles, self.clock = nvml, handles, clock
+        try:
+            self._base = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
+            self.counter = True
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported on GPUs before Volta
+            self.counter = False
+            self._lock = threading.Lock()
+            self._stop = threading.Event()
+            self._t, self._w = clock(), self._watts()
+            self._j = 0.0
+            self._thread = threading.Thread(target=self._poll, args=(poll_s,), name="nvml-power", daemon=True)
+            self._thread.start()
+
+    def describe(self) -> str:
+        n = len(self.handles)
+        return f"NVML ({n} GPU{'s' if n > 1 else ''}, {'energy counter' if self.counter else 'sampled power'})"
+
+    def _watts(self) -> float:
+        return sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles) / 1e3
+
+    def _step(self) -> float:
+        """Integrate up to now (under the lock); the joules so far."""
+        now, w = self.clock(), self._watts()
+        self._j += (w + self._w) / 2 * (now - self._t)
+        self._t, self._w = now, w
+        return self._j
+
+    def _poll(self, poll_s: float) -> None:
+        while not self._stop.wait(poll_s):
+            try:
+                with self._lock:
+                    self._step()
+            except Exception:  # noqa: BLE001 - a failed reading: the next one spans the gap
+                pass
+
+    def joules(self) -> float:
+        if self.counter:
+            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) - b
+                       for h, b in zip(self.handles, self._base)) / 1e3
+        with self._lock:
+            return self._step()
+
+    def close(self) -> None:
+        if not self.counter:
+            self._stop.set()
 
 
 def _readable(p: Path) -> bool:
@@ -86,16 +209,3 @@ def _readable(p: Path) -> bool:
         return True
     except (OSError, ValueError):
         return False
-
-
-def _nvml_power() -> float | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0)) / 1000.0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVIDIA driver or no pynvml: no reading
-        return None
