@@ -290,3 +290,57 @@ def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
     clock.t += 10.0
     _advance(tmp_path, zones, 10.0)
     assert meter.sample() == pytest.approx(638.0)
+
+
+# ---- issue 21: report of an HTTP recording made with --model-bytes keeps its bandwidth ----------------------
+def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=None):
+    """A dashboard session against `url` recorded to a file (no terminal): its path."""
+    from measure.control.live import LiveController
+    from measure.control.runplan import make_plan
+    from measure.core.recorder import Recorder
+    from tui.cli import build_parser
+
+    dash, _ = build_parser()
+    plan = make_plan(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", *argv_extra]),
+                     default_max_tokens=8)
+    path = tmp_path / "session.jsonl"
+    src = plan.make_source(k=1)
+    src.start()
+    c = LiveController(src, plan.workload, plan.live_settings(), recorder=Recorder(path, plan.header({})))
+    try:
+        c.start(thread=False)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and c.totals["requests"] < until_requests:
+            c.tick()
+            time.sleep(0.2)
+        c.tick()
+    finally:
+        c.close()
+    return path
+
+
+def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tmp_path):
+    """Null server, 20 ms per token, --model-bytes 1G, B=2: one server step per 20 ms reads W = 1 GiB, so the
+    dashboard showed W ÷ TPOT p50 ≈ 1.074 GB ÷ 20 ms ≈ 53.7 GB/s and the report gives the sweep's figure for the
+    level's records (W ÷ their TPOT p50, as the bench computes it); it gave None (the instances-mode rule
+    tok/s × W re-applied, which has no answer over HTTP)."""
+    from conftest import NullServerProcess
+
+    srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
+    try:
+        path = _record_dashboard(tmp_path, srv.url, ["--b", "2", "--max-tokens", "8", "--model-bytes", "1G"])
+    finally:
+        srv.kill()
+    run = R.load_run(path)
+    (cell,) = [c for c in run.cells if c["mode"] == "http"]
+    assert cell.get("periods")  # a recording: the level's own periods were used
+    w = run.header["model_bytes"]
+    assert w == 2**30  # 1G: a size is binary
+    bench = cell_summary([r for r in run.records if r.mode == "http"], cell["k"], cell["b"], w, mode="http")
+    assert cell["bandwidth_gbps"] == pytest.approx(bench["bandwidth_gbps"])
+    assert cell["bandwidth_gbps"] == pytest.approx(w / (cell["median_tpot_ms"] / 1e3) / 1e9)
+    shown = sorted(s["bw_gbps"] for s in run.samples if s.get("bw_gbps"))
+    assert shown and cell["bandwidth_gbps"] == pytest.approx(shown[len(shown) // 2], rel=0.2)
+    assert 40 < cell["bandwidth_gbps"] < 58  # 1.07 GB ÷ 20 ms = 53.7 GB/s
+    md = R.markdown([run], [])
+    assert f"| {cell['bandwidth_gbps']:.2f} |" in md
