@@ -90,8 +90,20 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--threads", type=positive_int, help="threads per worker (default: physical cores ÷ K)")
     p.add_argument("--ctx", type=positive_int, default=2048, help="context length per worker (tokens)")
     p.add_argument("--max-tokens", type=positive_int, default=None, help="tokens generated per request")
-    p.add_argument("--workload", default="default", help="workload preset or synthetic:N")
+    p.add_argument("--workload", default="default", help="workload preset, synthetic:N, jsonl:FILE (one "
+                   "{\"prompt\": …, \"output_tokens\": N} per line), sharegpt:FILE, or trace:FILE (timestamp, "
+                   "prompt_tokens, output_tokens per line, or an inference-top records.jsonl: replayed at its own "
+                   "times, bench only); FILE 'sample' for the shipped sample")
+    p.add_argument("--prompt-len", help="synthetic prompts of seeded random lengths: N, N±D (uniform), "
+                   "uniform:A-B, normal:MEAN,SD, lognormal:MEAN,SD")
+    p.add_argument("--output-len", help="each answer's length (max_tokens, EOS ignored), seeded: N, N±D, "
+                   "uniform:A-B, normal:MEAN,SD, lognormal:MEAN,SD; --max-tokens then caps it")
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn lengths and arrivals (default 0: every "
+                   "run, engine and cell draws the same)")
     p.add_argument("--rate", type=positive_float, help="open-loop Poisson arrivals (requests/s); default closed loop")
+    p.add_argument("--arrivals", help="bench, open loop: constant, poisson (with --rate), gamma:B (with --rate; "
+                   "burstiness B, below 1 burstier), or ramp:FROM-TO (req/s over each cell's requests)")
+    p.add_argument("--speed", type=positive_float, help="bench, trace:FILE: replay its times this many times faster")
     p.add_argument("--users", type=positive_int, help="closed-loop users (default K × B)")
     p.add_argument("--chip", help="chip preset (see presets/chips.toml); default: detected")
     p.add_argument("--bandwidth", type=positive_float, help="the chip's bandwidth in GB/s (overrides the preset)")
@@ -127,7 +139,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
                           "writes records.jsonl, summary.json and summary.csv")
     common_args(bench, lists=True)
-    bench.add_argument("--requests", type=positive_int, default=16, help="requests per rep and cell")
+    bench.add_argument("--requests", type=positive_int, default=None, help="requests per rep and cell (default "
+                       "16; a trace: its length)")
     bench.add_argument("--reps", type=positive_int, default=1, help="repetitions per cell (CV across them)")
     bench.add_argument("--out", help="output folder (default ./out/bench-YYYYmmdd-HHMMSS)")
     bench.add_argument("--cell-timeout", type=positive_float, default=1800.0, help="seconds per rep before giving up")
@@ -199,6 +212,9 @@ def bench_main(argv: list[str]) -> int:
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
+    if args.find and (args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None):
+        fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed and trace:")
+    args.requests = args.requests or len(getattr(plan.workload, "times_s", None) or ()) or 16
     ks = plan.ks if not plan.remote or len(plan.endpoints) > 1 else [1]
     most = max(ks) * max(plan.bs or [1])
     if args.find and not 0 < args.target <= 1:
@@ -207,7 +223,7 @@ def bench_main(argv: list[str]) -> int:
         from presets import slo
 
         plan.slo = slo("interactive")
-    if args.requests < most and not args.force and not args.rate and not args.find:
+    if args.requests < most and not args.force and not plan.arrivals and not args.find:
         fail(f"--requests {args.requests} is fewer than K × B = {most}: the largest cell could never run "
              f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
              "with its achieved concurrency)")
@@ -220,7 +236,7 @@ def bench_main(argv: list[str]) -> int:
                       contexts=args.contexts, ctx=plan.ctx,
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
-                      max_b=plan.max_b, cost=plan.cost)
+                      max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals)
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
         "requests": args.requests, "reps": args.reps, "contexts": args.contexts}),
@@ -577,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         writable(Path(args.record), "--record", folder=False)
     plan = _plan(args, default_max_tokens=128)
+    if args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None:
+        fail("--arrivals, --speed and trace: workloads are bench's (a level of N requests): run inference-top "
+             "bench with them; the dashboard takes --rate (Poisson) or closed-loop users")
     if refusal := plan.start_refusal():
         fail(refusal)
     from measure.sources.base import SourceError

@@ -16,10 +16,13 @@ from measure.core.model_choice import ModelChoice, build_spec, engine_label, res
 from measure.core.probes import detect_chip, effective_memory
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import fmt_gib
+from measure.core.arrivals import parse_arrivals
+from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
+from measure.core.datasets import resolve as resolve_workload
 from measure.core.workload import PrefixCache
 from measure.sources.base import LoadSource
 from measure.core.cost import Cost
-from presets import PresetError, Workload, chip, workload
+from presets import PresetError, Workload, chip
 from presets import slo as preset_slo
 
 
@@ -61,6 +64,8 @@ class RunPlan:
     slo: object | None = None  # presets.SLO
     cost: object | None = None  # core/cost.Cost
     notes: list[str] = field(default_factory=list)  # lines to log at start
+    arrivals: object | None = None  # core/arrivals.ArrivalSpec: an open-loop pattern or a trace's times; None:
+    # closed loop (bench), or --rate's Poisson (the dashboard)
 
     @property
     def remote(self) -> bool:
@@ -170,7 +175,9 @@ class RunPlan:
                   "slo": self.slo.describe() if self.slo else None,
                   "cost": self.cost.describe() if self.cost and self.cost.set else None,
                   "bandwidth_source": self.bandwidth_source, "rate": self.rate, "ignore_eos": self.ignore_eos,
-                  "max_tokens": self.max_tokens, "started_unix": round(time.time(), 3), **extra}
+                  "max_tokens": self.max_tokens, "started_unix": round(time.time(), 3),
+                  "arrivals": self.arrivals.describe() if self.arrivals else None, **header_info(self.workload),
+                  **extra}
         if self.remote:  # the key's variable name only, never the key
             from engines.http_openai import public_url
 
@@ -286,11 +293,18 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     """The one place command-line choices become a plan. StartError: one line, nothing started."""
     ks = args.k if isinstance(args.k, list) else [args.k]
     bs = args.b if isinstance(args.b, list) or args.b is None else [args.b]
+    seed = getattr(args, "seed", None) or 0
     try:
-        wl = workload(args.workload)
-    except PresetError as exc:
+        wl = resolve_workload(args.workload, prompt_len=getattr(args, "prompt_len", None),
+                              output_len=getattr(args, "output_len", None), max_tokens=args.max_tokens, seed=seed)
+        arrivals = parse_arrivals(getattr(args, "arrivals", None), args.rate, speed=getattr(args, "speed", None),
+                                  trace_times=getattr(wl, "times_s", None), seed=seed)
+    except (DatasetError, ValueError) as exc:
         raise StartError(str(exc)) from None
     contexts = getattr(args, "contexts", None) or []
+    if contexts and isinstance(wl, Dataset):
+        raise StartError("--contexts makes its own synthetic prompts (context − max_tokens tokens each): it does not "
+                         "combine with --workload FILE, --prompt-len or --output-len")
     max_tokens = args.max_tokens or default_max_tokens
     if contexts and min(contexts) <= max_tokens:
         raise StartError(f"--contexts {min(contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
@@ -300,6 +314,10 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     if longest and not contexts and args.engine != "http" and longest + max_tokens > ctx:
         raise StartError(f"--workload {wl.key}: a prompt of {longest} tokens + --max-tokens {max_tokens} exceeds "
                          f"--ctx {ctx}; raise --ctx to {longest + max_tokens} or more, or shorten the prompt")
+    if args.engine != "http" and not contexts:
+        n = getattr(args, "requests", None) or max(len(getattr(wl, "items", ())), CHECK_DRAWS)
+        if why := check_fits(wl, n, max_tokens, ctx):
+            raise StartError(why)
     budget, budget_src = resolve_budget(args.memory_budget)
     try:
         slo = preset_slo(args.slo) if args.slo else None
@@ -312,7 +330,8 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     cost = Cost(args.price_per_hour, args.hardware_cost, args.lifetime, args.kwh_price, args.watts)
     common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
-                  force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost)
+                  force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost,
+                  arrivals=arrivals)
     if args.engine == "http":
         endpoints = http_endpoints(args)
         url = endpoints[0].url

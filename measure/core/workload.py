@@ -1,4 +1,5 @@
-"""What the dispatcher sends and when: prompt sets, closed-loop users and open-loop Poisson arrivals."""
+"""What the dispatcher sends and when: prompt sets, closed-loop users and open-loop Poisson arrivals (more
+open-loop patterns and trace times in arrivals.py; files and length distributions in datasets.py)."""
 from __future__ import annotations
 
 import itertools
@@ -7,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from engines.base import Prompt
+from measure.core.datasets import Dataset
 from presets import Workload
 
 
@@ -35,9 +37,19 @@ class Request:
         }
 
 
+def request_for(workload: Workload, index: int, max_tokens: int) -> tuple[Prompt, int]:
+    """The index-th request of a load: its prompt and its max_tokens (`max_tokens` unless the workload gives
+    each request its own answer length: a file's, or --output-len's draw)."""
+    if isinstance(workload, Dataset):
+        return prompt_for(workload, index), workload.output_at(index, max_tokens)
+    return prompt_for(workload, index), max_tokens
+
+
 def prompt_for(workload: Workload, index: int) -> Prompt:
     """The index-th prompt of a workload, cycling through the set in order (a mixed workload puts a long
     document at every long_every-th request; its prompt_id starts with "long-", the class in summaries)."""
+    if isinstance(workload, Dataset) and (p := workload.prompt_at(index)) is not None:
+        return p
     if workload.long_every and index % workload.long_every == 0:
         return Prompt(f"long-{workload.long_tokens}", synthetic_tokens=workload.long_tokens)
     if workload.long_every:
@@ -97,10 +109,11 @@ class PrefixCache:
 
 @dataclass
 class Load:
-    """A load to serve: which prompts, when they arrive (ClosedLoop or Poisson), how long each answer is."""
+    """A load to serve: which prompts, when they arrive (ClosedLoop, Poisson or an arrivals.Schedule), how long
+    each answer is (`max_tokens`, unless the workload gives each request its own)."""
 
     workload: Workload
-    arrivals: "ClosedLoop | Poisson"
+    arrivals: "ClosedLoop | Poisson | Schedule"
     max_tokens: int
     ignore_eos: bool = True
 
@@ -125,8 +138,9 @@ class RequestMaker:
         ld = self.load
         out = []
         for t_sched in ld.arrivals.due(now_ns, outstanding):
-            req = Request(next(self._ids), prompt_for(ld.workload, next(self._prompt_index)), ld.max_tokens,
-                          ld.ignore_eos, t_scheduled_ns=t_sched, rep=rep, k=k, b=b, mode=mode)
+            prompt, max_tokens = request_for(ld.workload, next(self._prompt_index), ld.max_tokens)
+            req = Request(next(self._ids), prompt, max_tokens, ld.ignore_eos, t_scheduled_ns=t_sched, rep=rep, k=k,
+                          b=b, mode=mode)
             req.t_submitted_ns = time.perf_counter_ns()
             out.append(req)
         return out

@@ -14,7 +14,7 @@ import time
 
 from measure.core.records import RunMeta, build_record
 from measure.core.units import NS
-from measure.core.workload import ClosedLoop, Load, Request, prompt_for
+from measure.core.workload import ClosedLoop, Load, Request, request_for
 from measure.sources.base import (Capabilities, Finished, LoadStarted, Log, Started, Tokens, WorkerInfo,
                                   WorkerState)
 
@@ -132,8 +132,8 @@ class SimulatedFleet:
                 while (not self._paused and w.state != S.RETIRING and len(st["reqs"]) < cap
                        and in_flight < self._users):
                     rid = next(self._req_ids)
-                    st["reqs"].append({"rid": rid, "prompt": prompt_for(workload, next(self._prompts)), "t0": now,
-                                       "tokens": []})
+                    prompt, n_out = request_for(workload, next(self._prompts), max_tokens)
+                    st["reqs"].append({"rid": rid, "prompt": prompt, "max_tokens": n_out, "t0": now, "tokens": []})
                     self.events.put(Started(w.wid, rid, now))
                     in_flight += 1
                     if st["next"] is None:
@@ -145,7 +145,7 @@ class SimulatedFleet:
                         r["tokens"].append(t)
                         self.events.put(Tokens(w.wid, r["rid"], [t]))
                         w.tokens += 1
-                    for r in [r for r in st["reqs"] if len(r["tokens"]) >= max_tokens]:
+                    for r in [r for r in st["reqs"] if len(r["tokens"]) >= r["max_tokens"]]:
                         st["reqs"].remove(r)
                         self._finish(w, r)
                     st["next"] = t + step_ns

@@ -1,0 +1,234 @@
+"""When open-loop requests arrive (docs/design.md §15): constant rate, Poisson, gamma with a burstiness factor,
+a linear ramp, or a trace's own times (time-scaled by --speed); and how late the load generator put each
+request out against that schedule (lateness), so a generator that falls behind says so.
+
+Every pattern is a `Schedule`: the i-th request is due at t0 + offset_i, t0 being the moment the load starts.
+It plugs into the dispatcher (workload.RequestMaker) like Poisson and ClosedLoop: due(), next_wakeup_ns(),
+resume(), exhausted(), total. A finite level (a bench cell's `--requests`) is conditioned on its count: the
+random gaps are scaled so the n arrivals span exactly (n − 1) ÷ rate, and the level offers the rate it is
+named for (the shape of the gaps, bursts and lulls, is kept).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from measure.core.units import NS
+
+LATE_MS = 10.0  # a cell whose p99 lateness is above this is marked behind its schedule
+PATTERNS = ("constant", "poisson", "gamma:B", "ramp:FROM-TO")
+
+
+class Schedule:
+    """Open-loop arrivals at t0 + offsets[i] (offsets in ns, non-decreasing); t0 = the first call to due()."""
+
+    def __init__(self, offsets: Iterator[int], total: int | None, label: str):
+        self.total = total
+        self.issued = 0
+        self.label = label
+        self._offsets = offsets
+        self._next: int | None = next(self._offsets, None)
+        self._t0: int | None = None
+
+    def describe(self) -> str:
+        return f"open loop, {self.label}"
+
+    def exhausted(self) -> bool:
+        return self._next is None or (self.total is not None and self.issued >= self.total)
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        if self._t0 is None:
+            self._t0 = now_ns
+        out = []
+        while not self.exhausted() and self._t0 + self._next <= now_ns:
+            out.append(self._t0 + self._next)
+            self.issued += 1
+            self._next = next(self._offsets, None)
+        return out
+
+    def next_wakeup_ns(self) -> int | None:
+        if self.exhausted() or self._t0 is None:
+            return None
+        return self._t0 + self._next
+
+    def resume(self, now_ns: int) -> None:
+        """After a pause the rest of the schedule moves on by the pause: arrivals missed while paused are not
+        sent as a burst, and the gaps after them keep their lengths."""
+        if self._t0 is not None and self._next is not None:
+            self._t0 = max(self._t0, now_ns - self._next)
+
+
+def _cumulative(gaps: Iterator[float]) -> Iterator[int]:
+    t = 0.0
+    yield 0
+    for g in gaps:
+        t += g
+        yield round(t * NS)
+
+
+def _scaled(gaps: list[float], span_s: float) -> list[float]:
+    """The gaps scaled to sum to span_s (a level conditioned on its count)."""
+    s = sum(gaps)
+    return [g * span_s / s for g in gaps] if s > 0 else [span_s / len(gaps)] * len(gaps) if gaps else []
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    """An open-loop pattern as asked on the command line; make() gives one level's Schedule."""
+
+    pattern: str  # constant | poisson | gamma | ramp | trace
+    rate: float | None = None  # req/s (constant, poisson, gamma)
+    burstiness: float | None = None  # gamma's shape: 1 = Poisson, < 1 burstier, > 1 more even
+    ramp: tuple[float, float] | None = None  # req/s at the start and at the end of the level
+    times_s: tuple[float, ...] = ()  # trace: each request's time, s from the first
+    speed: float = 1.0  # trace: 2 = twice as fast
+    seed: int = 0
+
+    def describe(self) -> str:
+        if self.pattern == "trace":
+            span = self.times_s[-1] if self.times_s else 0.0
+            return (f"trace replay, {len(self.times_s)} requests over {span:g} s"
+                    + (f" at ×{self.speed:g} speed" if self.speed != 1 else ""))
+        if self.pattern == "ramp":
+            return f"ramp {self.ramp[0]:g} → {self.ramp[1]:g} req/s (Poisson)"
+        if self.pattern == "gamma":
+            return f"gamma {self.rate:g} req/s, burstiness {self.burstiness:g} (CV {1 / math.sqrt(self.burstiness):.2f})"
+        return f"{'Poisson' if self.pattern == 'poisson' else 'constant'} {self.rate:g} req/s"
+
+    def mean_rate(self) -> float | None:
+        """The rate a level offers on average (req/s)."""
+        if self.pattern == "ramp":
+            return (self.ramp[0] + self.ramp[1]) / 2
+        if self.pattern == "trace":
+            n, span = len(self.times_s), (self.times_s[-1] if self.times_s else 0.0)
+            return (n - 1) / span * self.speed if n > 1 and span > 0 else None
+        return self.rate
+
+    def make(self, total: int | None, rep: int = 0) -> Schedule:
+        """One level's arrivals: `total` requests (None: without end, the dashboard), seeded by (seed, rep) so
+        every cell's rep r sends the same schedule."""
+        rng = random.Random(self.seed * 1_000_003 + rep)
+        label = self.describe()
+        if self.pattern == "trace":
+            return Schedule(self._trace_offsets(), total, label)
+        if self.pattern == "ramp":
+            if total is None:
+                raise ValueError("a ramp climbs over a level's requests: it needs bench --requests N")
+            return Schedule(self._ramp_offsets(total, rng), total, label)
+        gap = {"constant": lambda: 1.0 / self.rate,
+               "poisson": lambda: rng.expovariate(self.rate),
+               "gamma": lambda: rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))}[self.pattern]
+        if total is None:
+            return Schedule(_cumulative(gap() for _ in itertools.count()), None, label)
+        gaps = [gap() for _ in range(max(0, total - 1))]
+        return Schedule(_cumulative(iter(_scaled(gaps, (total - 1) / self.rate))), total, label)
+
+    def _ramp_offsets(self, n: int, rng: random.Random) -> Iterator[int]:
+        """A Poisson process whose rate climbs linearly from r0 to r1 over the level: unit-rate arrivals in
+        operational time u (conditioned: the last at u = n − 1), each mapped to real time by Λ⁻¹, where
+        Λ(t) = r0·t + (r1 − r0)·t²/(2T) and T = 2(n − 1)/(r0 + r1), so Λ(T) = n − 1."""
+        r0, r1 = self.ramp
+        if n < 2:
+            return iter([0])
+        big_t = 2 * (n - 1) / (r0 + r1)
+        a = (r1 - r0) / (2 * big_t)
+        gaps = _scaled([rng.expovariate(1.0) for _ in range(n - 1)], n - 1)
+
+        def t_of(u: float) -> float:
+            if abs(a) < 1e-12:
+                return u / r0
+            return (-r0 + math.sqrt(max(0.0, r0 * r0 + 4 * a * u))) / (2 * a)
+
+        u = 0.0
+        out = [0]
+        for g in gaps:
+            u += g
+            out.append(round(t_of(u) * NS))
+        return iter(out)
+
+    def _trace_offsets(self) -> Iterator[int]:
+        """The trace's times ÷ speed, and past its end the trace again, one mean gap after its last request."""
+        ts = self.times_s
+        n = len(ts)
+        period = ts[-1] + (ts[-1] / (n - 1) if n > 1 and ts[-1] > 0 else 1.0)
+        for i in itertools.count():
+            yield round((ts[i % n] + (i // n) * period) / self.speed * NS)
+
+
+def parse_arrivals(text: str | None, rate: float | None, *, speed: float | None = None,
+                   trace_times: Sequence[float] | None = None, seed: int = 0) -> ArrivalSpec | None:
+    """--arrivals, --rate, --speed and a trace workload's times → the open-loop spec, or None (closed loop).
+    ValueError: one line saying what was wrong and what to write."""
+    if trace_times is not None:
+        if text or rate:
+            raise ValueError("a trace brings its own arrival times: drop --rate and --arrivals (--speed 2 replays "
+                             "it twice as fast)")
+        return ArrivalSpec("trace", times_s=tuple(trace_times), speed=speed or 1.0, seed=seed)
+    if speed is not None:
+        raise ValueError("--speed scales a trace's times: it applies to --workload trace:FILE")
+    if text is None:
+        return ArrivalSpec("poisson", rate=rate, seed=seed) if rate else None
+    t = text.strip().lower()
+    name, _, arg = t.partition(":")
+    known = ("write constant, poisson, gamma:B (with --rate; burstiness B: 1 is Poisson, below 1 burstier, e.g. "
+             "gamma:0.5) or ramp:FROM-TO (req/s, e.g. ramp:1-8)")
+    if name == "ramp":
+        lo, sep, hi = arg.partition("-")
+        try:
+            r0, r1 = float(lo), float(hi)
+        except ValueError:
+            r0 = r1 = -1.0
+        if not sep or not (r0 >= 0 and r1 >= 0 and r0 + r1 > 0 and math.isfinite(r0 + r1)):
+            raise ValueError(f"--arrivals {text!r}: a ramp is ramp:FROM-TO in req/s, e.g. ramp:1-8 (FROM may be 0)")
+        if rate:
+            raise ValueError(f"--arrivals {text!r} names its own rates: drop --rate")
+        return ArrivalSpec("ramp", ramp=(r0, r1), seed=seed)
+    if name not in ("constant", "poisson", "gamma"):
+        raise ValueError(f"--arrivals {text!r}: unknown pattern; {known}")
+    if name == "gamma":
+        try:
+            b = float(arg)
+        except ValueError:
+            b = -1.0
+        if not (b > 0 and math.isfinite(b)):
+            raise ValueError(f"--arrivals {text!r}: gamma needs its burstiness, a number above 0: gamma:0.5 is "
+                             "burstier than Poisson, gamma:1 is Poisson, gamma:4 more even")
+    elif arg:
+        raise ValueError(f"--arrivals {text!r}: {name} takes no parameter; {known}")
+    if not rate:
+        raise ValueError(f"--arrivals {name} needs --rate R (requests per second)")
+    return ArrivalSpec(name, rate=rate, burstiness=b if name == "gamma" else None, seed=seed)
+
+
+def realised_rate(times_ns: Sequence[int]) -> float | None:
+    """(n − 1) ÷ (first → last) in req/s: the rate a schedule offered."""
+    if len(times_ns) < 2 or times_ns[-1] <= times_ns[0]:
+        return None
+    return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)
+
+
+def lateness_figures(records: Sequence) -> dict:
+    """How late the load generator put requests out against their schedule: lateness = t_submitted −
+    t_scheduled, p50/p99/max in ms over every record (ok or failed: the generator sent them all); the rate the
+    requests arrived at per rep, (n − 1) ÷ (first → last scheduled), meaned (open loop: the schedule's rate;
+    closed loop: what the users' loop made); `behind_schedule` when p99 > LATE_MS. TTFT counts from the
+    schedule, so lateness is inside it, never hidden."""
+    import numpy as np
+
+    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 for r in records if r.t_submitted_ns]
+    reps: dict[int, list[int]] = {}
+    for r in records:
+        reps.setdefault(r.rep, []).append(r.t_scheduled_ns)
+    rates = [x for x in (realised_rate(sorted(v)) for v in reps.values()) if x is not None]
+    if not late:
+        return {"lateness_p50_ms": None, "lateness_p99_ms": None, "lateness_max_ms": None,
+                "behind_schedule": False, "arrival_rps": sum(rates) / len(rates) if rates else None}
+    p50, p99 = (float(np.percentile(late, q)) for q in (50, 99))
+    return {"lateness_p50_ms": p50, "lateness_p99_ms": p99, "lateness_max_ms": max(late),
+            "behind_schedule": p99 > LATE_MS, "arrival_rps": sum(rates) / len(rates) if rates else None}
+
+
+__all__ = ["ArrivalSpec", "Schedule", "parse_arrivals", "lateness_figures", "realised_rate", "LATE_MS"]
