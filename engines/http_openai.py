@@ -5,8 +5,10 @@ perf_counter_ns() when it arrives. Its token count: where chunks carry a running
 (vLLM's continuous_usage_stats), the rise since the previous chunk ("continuous-usage"); else a per-chunk
 completion_tokens_delta where sent, else one ("chunks"). If the final usage then reports more tokens than
 the chunks gave (a server packing several tokens per chunk), the missing ones are spread evenly over the
-chunks' arrival times ("chunks+final-usage"). A role-only chunk is not a token. The API key is read from
-the environment and never stored.
+chunks' arrival times ("chunks+final-usage"). A role-only chunk is not a token. A reasoning model's thinking
+(delta.reasoning_content, as vLLM and llama-server send it, or delta.reasoning) is tokens like the answer's;
+the arrival of the first answer chunk (text or delta.content) is kept apart, for the time to the first
+answer token. The API key is read from the environment and never stored.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ class StreamResult:
     # how len(token_ns) was counted: "continuous-usage" | "chunks" | "chunks+final-usage"
     token_count: str = "chunks"
     unreachable: bool = False  # the server could not be reached or dropped the connection (not an HTTP error)
+    reasoning_tokens: int = 0  # tokens of reasoning chunks (in token_ns too)
+    t_first_answer_ns: int | None = None  # the first chunk with answer text, where reasoning came before it
 
 
 def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
@@ -92,6 +96,7 @@ class _Counter:
         self.counted = 0  # tokens in res.token_ns so far
         self.continuous: bool | None = None  # decided by the first content chunk: a running usage or not
         self.chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
+        self.answer_seen = False  # a chunk with answer text has come
 
     def chunk(self, chunk: dict, t: int) -> None:
         res = self.res
@@ -101,11 +106,13 @@ class _Counter:
             res.server_output_tokens = usage.get("completion_tokens", res.server_output_tokens)
         if chunk.get("timings"):
             res.timings = chunk["timings"]
-        has_text = False
+        has_text = has_answer = False
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             text = choice.get("text") if "text" in choice else delta.get("content")
             if text:  # a role-only or empty chunk carries no token
+                has_text = has_answer = True
+            if delta.get("reasoning_content") or delta.get("reasoning"):  # a reasoning model's thinking
                 has_text = True
             if choice.get("finish_reason"):
                 res.finish_reason = choice["finish_reason"]
@@ -123,6 +130,13 @@ class _Counter:
                 self.continuous = False
             n = 1
         self.chunk_ts.append((t, n))
+        if not self.answer_seen:
+            if not has_answer:  # still thinking (a chunk carrying both is the answer's first)
+                res.reasoning_tokens += n
+            else:
+                self.answer_seen = True
+                if res.reasoning_tokens:
+                    res.t_first_answer_ns = t
         if n:
             ts = [t] * n
             res.token_ns.extend(ts)

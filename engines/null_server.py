@@ -5,7 +5,7 @@ chunk at the request's arrival + TTFT, then one token every ITL. Its numbers are
 measurement; what a client measures beyond it is the client's (and the loopback's) own overhead.
 
     python -m engines.null_server --port 8000 [--host 127.0.0.1] [--ttft-ms 20] [--itl-ms 10]
-                                  [--tokens-per-chunk 1] [--usage continuous|final|none]
+                                  [--tokens-per-chunk 1] [--usage continuous|final|none] [--reasoning-tokens 0]
 
 In a test:  with NullServer(ttft_ms=20, itl_ms=10) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(usage="final"); ...; stop()
@@ -19,7 +19,9 @@ accepted and ignored), POST /tokenize (llama-server style), GET /metrics, GET /h
 --usage continuous: every chunk carries the running usage (vLLM's continuous_usage_stats), then a final
 usage-only chunk; final: only a last usage chunk with empty choices (OpenAI's include_usage); none: no
 usage at all. --tokens-per-chunk N packs N tokens into a chunk, sent at its last token's due time (like
-vLLM merging outputs, or speculative decoding). Prompt tokens: a list's length, or words + 1 (BOS).
+vLLM merging outputs, or speculative decoding). --reasoning-tokens N: on the chat endpoint, the first N
+tokens of every answer come as delta.reasoning_content (a reasoning model's thinking, as vLLM and
+llama-server stream it), the rest as delta.content. Prompt tokens: a list's length, or words + 1 (BOS).
 """
 from __future__ import annotations
 
@@ -76,9 +78,12 @@ class NullApp:
     its due time (the last 100 000), the server's own schedule accuracy."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                 usage: str = "continuous"):
+                 usage: str = "continuous", reasoning_tokens: int = 0):
         if ttft_ms < 0 or itl_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be ≥ 0")
+        if reasoning_tokens < 0:
+            raise ValueError("reasoning_tokens must be ≥ 0")
+        self.reasoning_tokens = reasoning_tokens
         if tokens_per_chunk < 1:
             raise ValueError("tokens_per_chunk must be ≥ 1")
         if usage not in USAGE_MODES:
@@ -246,8 +251,12 @@ class NullApp:
                     if done == 0:  # the role chunk carries no token
                         out += event(b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
                                      b'"finish_reason":null}', 0 if continuous else None)
-                    choice = (b'{"index":0,"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}'
-                              % (text, finish))
+                    thinking = max(0, min(upto, self.reasoning_tokens) - done)  # of this chunk's tokens
+                    parts = ([b'"reasoning_content":"%s"' % (_TOKEN_BYTES * thinking)] if thinking else []) + (
+                        [b'"content":"%s"' % (_TOKEN_BYTES * (upto - done - thinking))] if upto - done > thinking
+                        else [])
+                    choice = (b'{"index":0,"delta":{%s},"logprobs":null,"finish_reason":%s}'
+                              % (b",".join(parts), finish))
                 else:
                     choice = b'{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}' % (text, finish)
                 out += event(choice, upto if continuous else None)
@@ -276,8 +285,8 @@ class NullServer:
     Also a context manager: `with NullServer(itl_ms=5) as srv: srv.url`. port=0 takes a free port."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                 usage: str = "continuous", host: str = "127.0.0.1", port: int = 0):
-        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage)
+                 usage: str = "continuous", host: str = "127.0.0.1", port: int = 0, reasoning_tokens: int = 0):
+        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage, reasoning_tokens)
         self.host, self.port = host, port
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -345,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens packed into one SSE chunk (default 1)")
     ap.add_argument("--usage", choices=USAGE_MODES, default="continuous",
                     help="usage in every chunk (continuous), only at the end (final), or never (none)")
+    ap.add_argument("--reasoning-tokens", type=int, default=0,
+                    help="chat: the first N tokens of an answer as delta.reasoning_content (default 0)")
     a = ap.parse_args(argv)
     try:
-        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage)
+        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens)
     except ValueError as exc:
         ap.error(str(exc))
 

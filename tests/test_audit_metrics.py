@@ -344,3 +344,44 @@ def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tm
     assert 40 < cell["bandwidth_gbps"] < 58  # 1.07 GB ÷ 20 ms = 53.7 GB/s
     md = R.markdown([run], [])
     assert f"| {cell['bandwidth_gbps']:.2f} |" in md
+
+
+# ---- extra: reasoning models' reasoning_content chunks are tokens; TTFAT beside TTFT ---------------------------
+def test_reasoning_chunks_are_tokens_and_time_to_first_answer_token_is_reported():
+    """A chat server that reasons for 4 tokens before answering (delta.reasoning_content, as vLLM and
+    llama-server send it), 5 ms to the first token, 20 ms per token, max_tokens 8. All 8 tokens count (4
+    were, the reasoning ones dropped); TTFT is the first reasoning token's ≈ 5 ms (it read ≈ 85 ms, the first
+    answer token's); TTFAT = 5 + 4 × 20 = 85 ms is reported beside it."""
+    from engines.null_server import NullServer
+    from measure.core.records import RunMeta
+    from measure.core.workload import ClosedLoop, Load
+    from measure.sources.http import HttpSource
+    from presets import Workload
+
+    with NullServer(ttft_ms=5.0, itl_ms=20.0, reasoning_tokens=4) as srv:
+        src = HttpSource(srv.url, RunMeta(engine="http", model="?", model_bytes=0, mode="http"), b=1,
+                         endpoint="chat", events=False)
+        src.start()
+        try:
+            recs = src.run_requests(Load(Workload("t", "tiny", prompts=("Hello there",)), ClosedLoop(1, 3), 8, True),
+                                    timeout=30)
+        finally:
+            src.close()
+    assert len(recs) == 3 and all(r.error is None for r in recs)
+    for r in recs:
+        assert r.output_tokens == 8 and r.reasoning_tokens == 4
+        assert (r.t_first_answer_ns - r.t_first_token_ns) / MS == pytest.approx(80.0, abs=15.0)
+    s = M.summarize(recs)
+    assert s["median_ttft_ms"] < 40 and s["median_ttfat_ms"] == pytest.approx(s["median_ttft_ms"] + 80, abs=15)
+    assert s["reasoning_tokens"] == 12
+    cell = cell_summary(recs, 1, 1, 0, mode="http")
+    assert "TTFAT p50" in format_table([cell]).splitlines()[2]
+    assert "TTFAT p50" in R.markdown([R.Run("t", {"model_bytes": 0}, [cell])], [])
+
+
+def test_without_reasoning_ttfat_is_ttft():
+    r = rec(1, 0.0, [0.05, 0.07])
+    assert M.ttfat(r) == M.ttft(r) == pytest.approx(0.05)
+    assert M.summarize([r])["median_ttfat_ms"] == pytest.approx(50.0)
+    only_reasoning = rec(2, 0.0, [0.05, 0.07], reasoning_tokens=2)  # cut at max_tokens before any answer
+    assert M.ttfat(only_reasoning) is None

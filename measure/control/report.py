@@ -11,7 +11,7 @@ from pathlib import Path
 
 from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
-from measure.control.sweep import add_scaling, cell_summary
+from measure.control.sweep import add_scaling, answer_notes, cell_summary
 
 NS = 1_000_000_000
 
@@ -524,7 +524,7 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
             status = c.get("status", "ok")
-            note = "NOISY" if c.get("noisy") else ""
+            note = ("NOISY" if c.get("noisy") else "") + answer_notes(c)
             if status != "ok":
                 note = c.get("reason", "")
             elif c.get("arrivals") or c.get("behind_schedule"):  # the load generator's lateness (open loop)

@@ -405,6 +405,16 @@ def _pred(c: dict) -> str:
             f"{c['predicted_output_throughput']:.0f}{'' if e2 is None else f' {e2:+.0%}'}")
 
 
+def answer_notes(c: dict) -> str:
+    """A cell's notes on what its answers were: a reasoning model's time to the first answer token beside
+    TTFT (TTFT is to its first thinking token)."""
+    note = ""
+    if c.get("reasoning_tokens"):
+        note += (f" TTFAT p50/p99 {_fmt(c.get('median_ttfat_ms'), '.0f')}/{_fmt(c.get('p99_ttfat_ms'), '.0f')} ms"
+                 f" (first answer token; {c['reasoning_tokens']} reasoning tokens counted)")
+    return note
+
+
 def format_table(cells: list[dict]) -> str:
     head = (f"{'K':>3} {'B':>3} {'conc':>5} {'tok/s':>8} {'TPOT p50':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
             f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6} {'predicted TPOT, tok/s':>24}  note")
@@ -415,7 +425,7 @@ def format_table(cells: list[dict]) -> str:
             why = c.get("reason") or f"{c.get('errors', 0)} errors, no request completed"
             lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {why[:110]}")
             continue
-        note = "NOISY" if c["noisy"] else ""
+        note = ("NOISY" if c["noisy"] else "") + answer_notes(c)
         for cls, v in (c.get("ttft_by_class") or {}).items():
             note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{v['p99_ttft_ms']:.0f} ms"
         if c.get("context"):

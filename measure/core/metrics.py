@@ -31,6 +31,15 @@ def ttft_engine(r: RequestRecord) -> float:
     return (r.t_first_token_ns - r.t_started_ns) / NS
 
 
+def ttfat(r: RequestRecord) -> float | None:
+    """Queue-inclusive time to the first answer token: a reasoning model's first answer (not thinking) token
+    − scheduled time. TTFT where the request had no reasoning tokens; None where it reasoned and never
+    answered (cut at max_tokens while thinking)."""
+    if not r.reasoning_tokens:
+        return ttft(r)
+    return None if r.t_first_answer_ns is None else (r.t_first_answer_ns - r.t_scheduled_ns) / NS
+
+
 def queue_wait(r: RequestRecord) -> float:
     return (r.t_started_ns - r.t_scheduled_ns) / NS
 
@@ -262,6 +271,7 @@ def summarize(records: Sequence[RequestRecord]) -> dict:
     good = ok(records)
     ttfts = [ttft(r) for r in good]
     ttfts_e = [ttft_engine(r) for r in good]
+    ttfats = [t for t in (ttfat(r) for r in good) if t is not None]
     tpots = [t for t in (tpot(r) for r in good) if t is not None]
     itl = itls(good)
     e2es = [e2e(r) for r in good]
@@ -281,6 +291,9 @@ def summarize(records: Sequence[RequestRecord]) -> dict:
         "median_ttft_engine_ms": ms(percentile(ttfts_e, 50)),
         "p99_ttft_engine_ms": ms(percentile(ttfts_e, 99)),
         "median_queue_wait_ms": ms(percentile(waits, 50)),
+        "median_ttfat_ms": ms(percentile(ttfats, 50)),
+        "p99_ttfat_ms": ms(percentile(ttfats, 99)),
+        "reasoning_tokens": sum(r.reasoning_tokens or 0 for r in good),
         "mean_tpot_ms": ms(mean(tpots)),
         "median_tpot_ms": ms(percentile(tpots, 50)),
         "p90_tpot_ms": ms(percentile(tpots, 90)),

@@ -59,6 +59,9 @@ class RequestRecord:
     server_output_tokens: int | None = None
     server_view: dict | None = None
     extra: dict | None = None  # per-source details (how tokens were counted, the prompt's unique prefix …)
+    # a reasoning model over HTTP: its thinking tokens (counted in token_ns too) and its first answer token
+    reasoning_tokens: int = 0
+    t_first_answer_ns: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

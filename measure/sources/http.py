@@ -600,7 +600,7 @@ class HttpSource:
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
             server_view=dict(ep.view or {}, **({"timings": res.timings} if res.timings else {})) or None,
-            extra=extra,
+            extra=extra, reasoning_tokens=res.reasoning_tokens, t_first_answer_ns=res.t_first_answer_ns,
         )
         with self._lock:
             info = ep.info
