@@ -6,6 +6,7 @@ measurement; what a client measures beyond it is the client's (and the loopback'
 
     python -m engines.null_server --port 8000 [--host 127.0.0.1] [--ttft-ms 20] [--itl-ms 10]
                                   [--tokens-per-chunk 1] [--usage continuous|final|none] [--reasoning-tokens 0]
+                                  [--eos-after N]
 
 In a test:  with NullServer(ttft_ms=20, itl_ms=10) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(usage="final"); ...; stop()
@@ -21,7 +22,9 @@ usage-only chunk; final: only a last usage chunk with empty choices (OpenAI's in
 usage at all. --tokens-per-chunk N packs N tokens into a chunk, sent at its last token's due time (like
 vLLM merging outputs, or speculative decoding). --reasoning-tokens N: on the chat endpoint, the first N
 tokens of every answer come as delta.reasoning_content (a reasoning model's thinking, as vLLM and
-llama-server stream it), the rest as delta.content. Prompt tokens: a list's length, or words + 1 (BOS).
+llama-server stream it), the rest as delta.content. --eos-after N: every answer ends after N tokens with
+finish_reason "stop" (at most max_tokens), whatever ignore_eos says: a server that does not honour it.
+Prompt tokens: a list's length, or words + 1 (BOS).
 """
 from __future__ import annotations
 
@@ -78,12 +81,15 @@ class NullApp:
     its due time (the last 100 000), the server's own schedule accuracy."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                 usage: str = "continuous", reasoning_tokens: int = 0):
+                 usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None):
         if ttft_ms < 0 or itl_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be ≥ 0")
         if reasoning_tokens < 0:
             raise ValueError("reasoning_tokens must be ≥ 0")
         self.reasoning_tokens = reasoning_tokens
+        if eos_after is not None and eos_after < 1:
+            raise ValueError("eos_after must be ≥ 1")
+        self.eos_after = eos_after
         if tokens_per_chunk < 1:
             raise ValueError("tokens_per_chunk must be ≥ 1")
         if usage not in USAGE_MODES:
@@ -215,6 +221,9 @@ class NullApp:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise _HttpError(400, "max_tokens must be an integer ≥ 1")
         n_prompt = _prompt_tokens(req, chat)
+        stop = b'"length"'
+        if self.eos_after is not None and self.eos_after < max_tokens:  # EOS, ignore_eos or not
+            max_tokens, stop = self.eos_after, b'"stop"'
         self.requests_total += 1
         self._ids += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-null-{self._ids}"
@@ -244,7 +253,7 @@ class NullApp:
                 delay = due - time.perf_counter_ns()
                 if delay > 0:
                     await asyncio.sleep(delay / 1e9)
-                finish = b'"length"' if upto == max_tokens else b"null"
+                finish = stop if upto == max_tokens else b"null"
                 text = _TOKEN_BYTES * (upto - done)
                 out = b""
                 if chat:
@@ -285,8 +294,9 @@ class NullServer:
     Also a context manager: `with NullServer(itl_ms=5) as srv: srv.url`. port=0 takes a free port."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                 usage: str = "continuous", host: str = "127.0.0.1", port: int = 0, reasoning_tokens: int = 0):
-        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage, reasoning_tokens)
+                 usage: str = "continuous", host: str = "127.0.0.1", port: int = 0, reasoning_tokens: int = 0,
+                 eos_after: int | None = None):
+        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage, reasoning_tokens, eos_after)
         self.host, self.port = host, port
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -356,9 +366,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="usage in every chunk (continuous), only at the end (final), or never (none)")
     ap.add_argument("--reasoning-tokens", type=int, default=0,
                     help="chat: the first N tokens of an answer as delta.reasoning_content (default 0)")
+    ap.add_argument("--eos-after", type=int, default=None,
+                    help="end every answer after N tokens with finish_reason stop, ignoring ignore_eos")
     a = ap.parse_args(argv)
     try:
-        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens)
+        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after)
     except ValueError as exc:
         ap.error(str(exc))
 

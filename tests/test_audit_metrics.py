@@ -385,3 +385,46 @@ def test_without_reasoning_ttfat_is_ttft():
     assert M.summarize([r])["median_ttfat_ms"] == pytest.approx(50.0)
     only_reasoning = rec(2, 0.0, [0.05, 0.07], reasoning_tokens=2)  # cut at max_tokens before any answer
     assert M.ttfat(only_reasoning) is None
+
+
+# ---- extra: a server that stops before max_tokens although ignore_eos was sent is flagged per cell ------------
+def test_a_server_that_ignores_ignore_eos_is_flagged_in_the_bench_cell_and_the_report(tmp_path):
+    """A server that ends every answer after 3 tokens (finish_reason 'stop') whatever ignore_eos says; bench
+    asks 6 tokens with EOS ignored (the default). Every one of the 4 requests stopped early: the cell says
+    stopped_early 4, the bench table and the report say so. With --stop-at-eos an early stop is expected and
+    not flagged."""
+    from engines.null_server import NullServer
+
+    with NullServer(ttft_ms=5.0, itl_ms=5.0, eos_after=3) as srv:
+        outs = {}
+        for name, extra in (("eos-ignored", []), ("stop-at-eos", ["--stop-at-eos"])):
+            outs[name] = tmp_path / name
+            p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
+                                "--tokenizer", "none", "--requests", "4", "--max-tokens", "6", *extra,
+                                "--out", str(outs[name])], capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, p.stderr
+            if name == "eos-ignored":
+                assert "STOPPED EARLY 4/4" in p.stdout
+            else:
+                assert "STOPPED EARLY" not in p.stdout
+    (cell,) = json.loads((outs["eos-ignored"] / "summary.json").read_text())
+    assert cell["stopped_early"] == 4 and cell["total_output_tokens"] == 12
+    (other,) = json.loads((outs["stop-at-eos"] / "summary.json").read_text())
+    assert not other.get("stopped_early")
+    run = R.load_run(outs["eos-ignored"])
+    assert "STOPPED EARLY 4/4" in R.markdown([run], [])
+    # the same records without summary.json (a run cut short, or a recording): the header says what was asked
+    (outs["eos-ignored"] / "summary.json").unlink()
+    (again,) = R.load_run(outs["eos-ignored"]).cells
+    assert again["stopped_early"] == 4
+
+
+def test_stopped_early_by_hand():
+    """max_tokens 6, EOS ignored: A ran to 6 ('length'); B stopped at 3 ('stop'); C 'stop' at 6 (at the limit:
+    not early); D failed. One stopped early; without a fixed max_tokens (per-request lengths) 'stop' alone
+    counts: two."""
+    recs = [rec(1, 0, [0.1 * i for i in range(1, 7)]), rec(2, 0, [0.1, 0.2, 0.3], finish="stop"),
+            rec(3, 0, [0.1 * i for i in range(1, 7)], finish="stop"), rec(4, 0, [], error="x", finish="error")]
+    assert M.stopped_early(recs, 6) == 1 and M.stopped_early(recs) == 2
+    assert cell_summary(recs, 1, 1, 1, max_tokens=6, ignore_eos=True)["stopped_early"] == 1
+    assert "stopped_early" not in cell_summary(recs, 1, 1, 1, max_tokens=6, ignore_eos=False)

@@ -171,7 +171,8 @@ def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]
     w = header.get("model_bytes", 0)
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):
-        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, endpoint_gbps=endpoint_gbps(header))
+        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, endpoint_gbps=endpoint_gbps(header),
+                         max_tokens=header.get("max_tokens"), ignore_eos=bool(header.get("ignore_eos")))
         c["span_ns"] = M.run_span_ns(recs)
         spans = periods.get((k, b, mode))
         if spans:

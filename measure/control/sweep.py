@@ -52,9 +52,10 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
                  bandwidth_gbps: float | None = None, mode: str = "instances",
                  kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
                  max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None,
-                 endpoint_gbps: Sequence[float | None] | None = None) -> dict:
+                 endpoint_gbps: Sequence[float | None] | None = None, ignore_eos: bool = False) -> dict:
     """One cell's figures, every one recomputable from its records with docs/design.md §4. `endpoint_gbps`:
-    HTTP, each listed endpoint's β in order (None where its chip is not known)."""
+    HTTP, each listed endpoint's β in order (None where its chip is not known). With ignore_eos,
+    `stopped_early` counts the answers that ended before their length limit anyway."""
     reps = sorted({r.rep for r in records})
     per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
     per_rep = [x for x in per_rep if x is not None]
@@ -88,6 +89,8 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         out["ttft_by_class"] = classes
     out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
     out.update(lateness_figures(records))
+    if ignore_eos:
+        out["stopped_early"] = M.stopped_early(records, max_tokens)
     if mode == "http" and (check := server_check(records)):
         out["server_check"] = check
     if cost is not None and (cost.set or watts is not None):
@@ -373,7 +376,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                                     cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
                                     None if getattr(wl, "varies", False) else cfg.max_tokens, cfg.slo, cfg.cost,
                                     power.sample(),
-                                    [w.bandwidth_gbps for w in fleet.workers()] if cfg.mode == "http" else None)
+                                    [w.bandwidth_gbps for w in fleet.workers()] if cfg.mode == "http" else None,
+                                    ignore_eos=cfg.ignore_eos)
                 cell["context"] = context
                 if cell.get("watts") is not None:  # mean power over the cell, and what read it
                     cell["power_source"] = power.source
@@ -406,9 +410,13 @@ def _pred(c: dict) -> str:
 
 
 def answer_notes(c: dict) -> str:
-    """A cell's notes on what its answers were: a reasoning model's time to the first answer token beside
-    TTFT (TTFT is to its first thinking token)."""
+    """A cell's notes on what its answers were: answers that ended before max_tokens although EOS was to be
+    ignored; a reasoning model's time to the first answer token beside TTFT (TTFT is to its first thinking
+    token)."""
     note = ""
+    if c.get("stopped_early"):
+        note += (f" STOPPED EARLY {c['stopped_early']}/{c.get('completed', '?')} (answers ended before max_tokens "
+                 "although ignore_eos was sent: does the server honour it?)")
     if c.get("reasoning_tokens"):
         note += (f" TTFAT p50/p99 {_fmt(c.get('median_ttfat_ms'), '.0f')}/{_fmt(c.get('p99_ttfat_ms'), '.0f')} ms"
                  f" (first answer token; {c['reasoning_tokens']} reasoning tokens counted)")

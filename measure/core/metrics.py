@@ -305,6 +305,15 @@ def summarize(records: Sequence[RequestRecord]) -> dict:
     }
 
 
+def stopped_early(records: Iterable[RequestRecord], max_tokens: int | None = None) -> int:
+    """Requests that finished without error for a reason other than the length limit (finish_reason 'stop':
+    EOS or a stop string), and short of max_tokens where one is given for all (the server's own count where
+    it is larger than the client's). With EOS ignored none should: a server that does not honour ignore_eos
+    shortens the answers, and every per-request figure with them."""
+    return sum(1 for r in ok(records) if r.finish_reason != "length"
+               and (max_tokens is None or max(r.output_tokens, r.server_output_tokens or 0) < max_tokens))
+
+
 def rss_sum_bytes(records: Iterable[RequestRecord]) -> int:
     """Σ over workers of each worker's largest RSS seen at the end of its requests."""
     peak: dict[tuple, int] = {}
