@@ -428,3 +428,16 @@ def test_stopped_early_by_hand():
     assert M.stopped_early(recs, 6) == 1 and M.stopped_early(recs) == 2
     assert cell_summary(recs, 1, 1, 1, max_tokens=6, ignore_eos=True)["stopped_early"] == 1
     assert "stopped_early" not in cell_summary(recs, 1, 1, 1, max_tokens=6, ignore_eos=False)
+
+
+def test_bench_batch_bandwidth_by_hand():
+    """A bench cell in batch mode (the sweep's rule, shared with the report's since batch_reads): B=2, one
+    step every 0.1 s from 0.1 to 1.0 s (10 steps, both sequences' tokens in each), scheduled at 0, done at 1 s:
+    10 steps/s × 1 GB = 10 GB/s; with 100 B of KV per token and 4-token prompts, the steps read Σ over both
+    sequences of (4 + i) × 100 B for i = 0..9 = 2 × 8500 B in 1 s."""
+    steps = [0.1 * (i + 1) for i in range(10)]
+    recs = [rec(i, 0.0, steps, 1.0, b=2, mode="batch", pid=7, prompt_tokens=4) for i in range(2)]
+    cell = cell_summary(recs, 1, 2, 1_000_000_000, mode="batch", kv_bytes_per_token=100.0)
+    assert cell["steps_per_s"] == pytest.approx(10.0, rel=1e-6)
+    assert cell["kv_read_gbps"] == pytest.approx(17_000 / 1e9, rel=1e-6)
+    assert cell["bandwidth_gbps"] == pytest.approx(10.0 + 17_000 / 1e9, rel=1e-6)
