@@ -103,6 +103,8 @@ class LlamaCppEngine:
         lib = self._lib
         for i in range(0, len(tokens), self._n_batch):
             chunk = tokens[i : i + self._n_batch]
+            if not 0 < len(chunk) <= self._n_batch:  # checked here: llama.cpp reads what it is told
+                raise EngineError(f"a decode of {len(chunk)} tokens does not fit n_batch={self._n_batch}")
             arr = (lib.llama_token * len(chunk))(*chunk)
             rc = lib.llama_decode(self._ctx, lib.llama_batch_get_one(arr, len(chunk)))
             if rc != 0:
@@ -110,6 +112,8 @@ class LlamaCppEngine:
 
     def _argmax(self) -> int:
         ptr = self._lib.llama_get_logits_ith(self._ctx, -1)
+        if not ptr:  # llama.cpp returns NULL for a row it has no logits for; a view of NULL would crash
+            raise EngineError("llama.cpp has no logits for the last token of the step")
         logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self._n_vocab,))
         return int(logits.argmax())
 
@@ -185,6 +189,16 @@ class LlamaBatch:
         self.ctx = lib.llama_init_from_model(engine.llm.model, p)
         if not self.ctx:
             raise EngineError(f"could not create a batch context for B≤{b_cap} × {ctx_per_seq} tokens (memory?)")
+        # what the context was made with, read back: steps are filled to these, never to what was asked
+        # (llama.cpp clamps n_batch and n_ubatch to n_ctx: B=2 × 128 tokens gets 256, not the 512 asked)
+        made = (lib.llama_n_ctx(self.ctx), lib.llama_n_batch(self.ctx), lib.llama_n_ubatch(self.ctx),
+                lib.llama_n_seq_max(self.ctx))
+        self.n_batch = min(self.n_batch, made[1], made[2])
+        if made[0] < b_cap * ctx_per_seq or self.n_batch < b_cap or made[3] < b_cap:
+            lib.llama_free(self.ctx)
+            self.ctx = None
+            raise EngineError(f"llama.cpp made the batch context with n_ctx, n_batch, n_ubatch, n_seq_max = {made}: "
+                              f"too small for {b_cap} sequences of {ctx_per_seq} tokens")
         self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
         self.mem = lib.llama_get_memory(self.ctx)
         self._vocab = engine._vocab
@@ -210,6 +224,13 @@ class LlamaBatch:
         self.seqs[key] = _Seq(key, slot, prompt, max_tokens, ignore_eos)
 
     def _put(self, i: int, token: int, pos: int, slot: int, logits: bool) -> None:
+        # ctypes indexes these C arrays unchecked: a row past what llama_batch_init allocated, a seq_id ≥
+        # n_seq_max or a position past the sequence's share of the KV cache would be written (or read by
+        # llama_decode) out of bounds, so each is refused here, before C sees it
+        if not (0 <= i < self.n_batch and 0 <= slot < self.b_cap and 0 <= pos < self.ctx_per_seq
+                and 0 <= token < self._n_vocab):
+            raise EngineError(f"batch row {i} (token {token}, position {pos}, sequence {slot}) is outside the batch "
+                              f"of {self.n_batch} rows, {self.b_cap} sequences of {self.ctx_per_seq} positions")
         b = self.batch
         b.token[i] = token
         b.pos[i] = pos
@@ -250,6 +271,8 @@ class LlamaBatch:
                 outs.append(s)
         if n == 0:
             return perf_counter_ns(), [], []
+        if not self.ctx:
+            raise EngineError("the batch context is closed")
         self.batch.n_tokens = n
         rc = lib.llama_decode(self.ctx, self.batch)
         if rc != 0:
@@ -257,8 +280,14 @@ class LlamaBatch:
         if not outs:  # only prompt chunks that do not end in this step
             return perf_counter_ns(), [], []
         # llama.cpp keeps the requested logits as one (n_out, vocab) block in batch order, and outs is in
-        # batch order: one view and one argmax for the step, not a fetch, a view and an argmax per sequence
-        rows = np.ctypeslib.as_array(lib.llama_get_logits(self.ctx), shape=(len(outs), self._n_vocab))
+        # batch order: one view and one argmax for the step, not a fetch, a view and an argmax per sequence.
+        # The block holds exactly the rows whose logits flag was set; that count must be len(outs).
+        ptr = lib.llama_get_logits(self.ctx)
+        asked = sum(self.batch.logits[i] != 0 for i in range(n))
+        if not ptr or asked != len(outs):
+            raise EngineError(f"llama.cpp returned {'no logits' if not ptr else f'{asked} logit rows'} for a step "
+                              f"that asked {len(outs)}")
+        rows = np.ctypeslib.as_array(ptr, shape=(len(outs), self._n_vocab))
         ids = rows.argmax(axis=1).tolist()
         t = perf_counter_ns()  # every token of the step is stamped once, when the ids are known
         tokens, finished = [], []

@@ -106,3 +106,26 @@ def test_fleet_continuous_admission_and_refusal(make_fleet):
     assert short_r.error is None and short_r.output_tokens == 8
     assert short_r.t_started_ns < long_r.t_done_ns and short_r.t_done_ns < long_r.t_done_ns  # joined mid-batch
     assert big.error and "exceeds the 256 tokens" in big.error and big.output_tokens == 0
+
+
+def test_batch_is_filled_to_what_llama_cpp_made_and_rows_are_checked_before_c(engine):
+    """llama.cpp clamps n_batch and n_ubatch to n_ctx (B=2 × 128 tokens: 256, not the 512 asked) and asserts
+    (aborts) on a decode larger than n_batch; ctypes writes C arrays unchecked. So the batch is filled to the
+    sizes read back from the context, and a row outside the batch, a sequence id ≥ n_seq_max, a position past
+    the sequence's share or a token outside the vocabulary is refused before llama_decode sees it."""
+    lb = LlamaBatch(engine, 2, 128)
+    try:
+        assert lb.n_batch == 256
+        tok = engine.tokenize(Prompt("p", text="The capital of France is"))[1]
+        for bad in [(256, tok, 0, 0), (0, tok, 0, 2), (0, tok, 128, 0), (0, lb._n_vocab, 0, 0), (0, -1, 0, 0)]:
+            with pytest.raises(EngineError, match="outside the batch"):
+                lb._put(*bad, True)
+        # two prompts that fill both sequences' shares go through in steps of ≤ n_batch tokens
+        for key in ("a", "b"):
+            lb.add(key, engine.tokenize(Prompt(key, synthetic_tokens=120)), 4, True)
+        done = []
+        while lb.active():
+            done += [k for k, _ in lb.step()[2]]
+        assert sorted(done) == ["a", "b"]
+    finally:
+        lb.close()
