@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import email.utils
 import gc
 import json
 import sys
@@ -81,12 +82,14 @@ class NullApp:
     its due time (the last 100 000), the server's own schedule accuracy."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                 usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None):
+                 usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None,
+                 clock_skew_s: float = 0.0):
         if ttft_ms < 0 or itl_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be ≥ 0")
         if reasoning_tokens < 0:
             raise ValueError("reasoning_tokens must be ≥ 0")
         self.reasoning_tokens = reasoning_tokens
+        self.clock_skew_s = clock_skew_s  # its Date header reads this far ahead of this machine's clock
         if eos_after is not None and eos_after < 1:
             raise ValueError("eos_after must be ≥ 1")
         self.eos_after = eos_after
@@ -151,6 +154,7 @@ class NullApp:
     async def _json(self, writer, status: int, obj, keep: bool, ctype: str = "application/json") -> bool:
         data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {ctype}\r\n"
+                f"Date: {email.utils.formatdate(time.time() + self.clock_skew_s, usegmt=True)}\r\n"
                 f"Content-Length: {len(data)}\r\n" + ("" if keep else "Connection: close\r\n") + "\r\n")
         writer.write(head.encode() + data)
         await writer.drain()
@@ -295,8 +299,8 @@ class NullServer:
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
                  usage: str = "continuous", host: str = "127.0.0.1", port: int = 0, reasoning_tokens: int = 0,
-                 eos_after: int | None = None):
-        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage, reasoning_tokens, eos_after)
+                 eos_after: int | None = None, clock_skew_s: float = 0.0):
+        self.app = NullApp(ttft_ms, itl_ms, tokens_per_chunk, usage, reasoning_tokens, eos_after, clock_skew_s)
         self.host, self.port = host, port
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -368,9 +372,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="chat: the first N tokens of an answer as delta.reasoning_content (default 0)")
     ap.add_argument("--eos-after", type=int, default=None,
                     help="end every answer after N tokens with finish_reason stop, ignoring ignore_eos")
+    ap.add_argument("--clock-skew-s", type=float, default=0.0,
+                    help="stamp the Date header this many seconds off this machine's clock (clock-check tests)")
     a = ap.parse_args(argv)
     try:
-        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after)
+        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
+                      a.clock_skew_s)
     except ValueError as exc:
         ap.error(str(exc))
 

@@ -102,9 +102,11 @@ class InferenceTop(App):
 
     HELP_KEYS = KEYS
 
-    def __init__(self, controller: LiveController, refresh_hz: float = 1.0, live: bool = True, title: str = ""):
+    def __init__(self, controller: LiveController, refresh_hz: float = 1.0, live: bool = True, title: str = "",
+                 peers=None):
         super().__init__()
         self.c = controller
+        self.peers = peers  # control/peers.Peers: other clients' /metrics (--peer), or None
         self.refresh_hz = refresh_hz
         self.live = live
         self.model_title = title
@@ -299,7 +301,7 @@ class InferenceTop(App):
         style = {"serving": "green", "idle": "", "warming": "yellow", "loading": "yellow", "starting": "yellow",
                  "retiring": "magenta", "retired": "grey50", "dead": "bold red", "down": "bold red"}
         if s.mode == "http":
-            self.query_one("#workers", Panel).set_text(self._endpoint_rows(s, style))
+            self.query_one("#workers", Panel).set_text(self._with_clients(self._endpoint_rows(s, style), s))
             return
         t = Text()
         t.append(f"{'id':>2} {'pid':>6} {'state':<8} {'thr':>3} {'RSS':>7} {'CPU%':>4} {'tok/s':>5} {'done':>4} "
@@ -309,7 +311,27 @@ class InferenceTop(App):
             t.append(f"{w.state:<8}", style.get(w.state, ""))
             t.append(f" {w.threads or '—':>3} {fmt_bytes(w.rss):>7} {'—' if w.cpu is None else f'{w.cpu:.0f}':>4} "
                      f"{w.tps:>5.1f} {w.requests:>4} {fmt_ms(w.last_ttft):>9}\n")
-        self.query_one("#workers", Panel).set_text(t)
+        self.query_one("#workers", Panel).set_text(self._with_clients(t, s))
+
+    def _with_clients(self, t: Text, s: Snapshot) -> Text:
+        """--peer: under the workers, every client's tok/s, requests and errors summed (this one and the peers
+        that answer), then one row per client; a peer that does not answer is down."""
+        if not self.peers:
+            return t
+        from measure.control.peers import client_rows
+
+        own = {"tps": s.numbers.agg_tps, "requests": self.c.totals["requests"], "errors": self.c.totals["errors"]}
+        rows, total = client_rows(own, self.peers.readings())
+        t.append(f"\nclients Σ {total['clients']}" + (f" ({total['down']} down)" if total["down"] else "")
+                 + f": {total['tps']:.1f} tok/s · {total['requests']} done · {total['errors']} err\n", "bold cyan")
+        for r in rows:
+            t.append(f"  {r['label'][:21]:<21} ")
+            if not r["up"]:
+                t.append(f"down: {(r['error'] or '')[:34]}\n", "bold red")
+                continue
+            t.append(f"{_f(r['tps'], '.1f'):>7} tok/s {_f(r['requests'], 'd'):>6} done ")
+            t.append(f"{_f(r['errors'], 'd'):>3} err\n", "bold red" if r["errors"] else "")
+        return t
 
     def _endpoint_rows(self, s: Snapshot, style: dict) -> Text:
         """One row per endpoint: its state, streams busy / B, tok/s, requests, errors, TTFT, its bandwidth
@@ -485,7 +507,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
 
 def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True,
-                  prometheus: tuple[str, int] | None = None) -> int:
+                  prometheus: tuple[str, int] | None = None, peers: list[str] | None = None) -> int:
     """The live dashboard over a RunPlan (measure/control/runplan.py); SourceError when the source cannot
     start (nothing answers at --url)."""
     from measure.core.recorder import Recorder
@@ -517,14 +539,23 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
             controller.log("info", f"/metrics at http://{addr}:{port}/metrics")
         except OSError as exc:
             controller.log("error", f"--prometheus {port}: cannot listen on {addr}:{port} ({exc.strerror or exc})")
+    watch = None
+    if peers:
+        from measure.control.peers import Peers
+
+        watch = Peers(peers)
+        watch.start()
+        controller.log("info", f"watching {len(peers)} other client(s)' /metrics: {', '.join(r.label for r in watch.readings())}")
     title = plan.choice.name if plan.choice else source.meta.model
-    app = InferenceTop(controller, refresh_hz=refresh_hz, title=title)
+    app = InferenceTop(controller, refresh_hz=refresh_hz, title=title, peers=watch)
     quit_on_signals(app)
     try:
         app.run()
     finally:
         hold()  # a second Ctrl-C must not cut the cleanup
         controller.close()
+        if watch:
+            watch.close()
         if exporter:
             (exporter[0] if isinstance(exporter, tuple) else exporter).shutdown()
     return 0

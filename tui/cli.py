@@ -136,6 +136,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                       "http://ADDR:PORT/metrics for Prometheus (inference_top_* metrics)")
     dash.add_argument("--prometheus-addr", default="127.0.0.1", help="the address /metrics listens on "
                       "(default 127.0.0.1: loopback only; 0.0.0.0 only when you mean it)")
+    dash.add_argument("--peer", action="append", metavar="URL", help="another client's inference-top /metrics (its "
+                      "--prometheus PORT), e.g. 10.0.0.2:9400; repeatable: their tok/s, requests and errors summed "
+                      "with this one's, one row per client, read once a second (one that does not answer: down)")
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
                           "writes records.jsonl, summary.json and summary.csv")
     common_args(bench, lists=True)
@@ -152,6 +155,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        "needs (default 0.9)")
     bench.add_argument("--contexts", type=int_list, help="rows of context lengths: a synthetic prompt of "
                        "context − max_tokens tokens per request")
+    bench.add_argument("--segment", metavar="i/N", help="client i of N client machines: this client sends the "
+                       "requests of the one seeded open-loop schedule whose index ≡ i − 1 (mod N), with their ids and "
+                       "scheduled times (one cell, one rep); report --combine joins the N outputs")
+    bench.add_argument("--start-at", metavar="TIME", help="start the first load at this wall-clock time, the same on "
+                       "every client: ISO (2025-06-01T14:30:00Z; local without a zone) or unix seconds; the header "
+                       "records it and this clock's offset from the server's (its Date header)")
     return dash, bench
 
 
@@ -227,6 +236,7 @@ def bench_main(argv: list[str]) -> int:
         fail(f"--requests {args.requests} is fewer than K × B = {most}: the largest cell could never run "
              f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
              "with its achieved concurrency)")
+    client = _client_args(args, plan, ks) if args.segment or args.start_at else None
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
     bs = plan.bs or [1]
@@ -237,9 +247,10 @@ def bench_main(argv: list[str]) -> int:
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
                       max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals)
+    clients_header = _client_start(client, plan, cfg) if client else {}
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
-        "requests": args.requests, "reps": args.reps, "contexts": args.contexts}),
+        "requests": args.requests, "reps": args.reps, "contexts": args.contexts, **clients_header}),
         on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
                                  file=sys.stderr, flush=True))
 
@@ -265,6 +276,8 @@ def bench_main(argv: list[str]) -> int:
         source = new_source()
         if args.find:
             return find_main(args, plan, cfg, source, out, say)
+        if clients_header:
+            _say_start(clients_header, say)
         cells, _, source = run_sweep(source, plan.workload, cfg, say, new_fleet=None if plan.remote else new_source,
                                      cells=cells)
     except SourceError as exc:
@@ -291,6 +304,66 @@ def bench_main(argv: list[str]) -> int:
     if problems:
         fail("; ".join(problems), EXIT_FAILED)
     return 0
+
+
+def _client_args(args, plan, ks) -> tuple[tuple[int, int], float | None]:
+    """--segment and --start-at checked: ((i, N), the start in unix seconds or None). One line on a bad one."""
+    from measure.core.clients import parse_segment, parse_start_at
+
+    try:
+        seg = parse_segment(args.segment) if args.segment else (1, 1)
+        start = parse_start_at(args.start_at) if args.start_at else None
+    except ValueError as exc:
+        fail(str(exc))
+    if args.find or getattr(plan, "sessions", None):
+        fail("--segment and --start-at run a sweep's load: not with --find or --turns")
+    if seg[1] > 1:
+        if not plan.arrivals:
+            fail(f"--segment {args.segment} splits an open-loop schedule (--rate, --arrivals or a trace:): in a closed "
+                 "loop each client's users make their own times; run the clients without --segment (report --combine "
+                 "sums them)")
+        cells = len(ks) * len(plan.bs or [1]) * len(args.contexts or [None])
+        if cells > 1 or args.reps > 1:
+            fail(f"--segment splits one load: one cell and one rep (this asks {cells} cells × {args.reps} reps); run "
+                 "one bench per cell, each with its own --start-at")
+    return seg, start
+
+
+def _client_start(client, plan, cfg) -> dict:
+    """The run header's client fields, this clock checked against the server's, and the sweep's ClientShare."""
+    from measure.core.clients import ClientShare, clock_check, perf_ns_at
+
+    seg, start = client
+    out = {"segment": list(seg) if seg[1] > 1 else None, "seed": getattr(plan.arrivals, "seed", None),
+           "start_at_unix": start}
+    t0 = None
+    if start is not None:
+        if plan.remote:
+            from engines.http_openai import api_headers
+
+            out["clock_check"] = clock_check(plan.url, api_headers(plan.api_key_env))
+        else:
+            out["clock_check"] = {"offset_s": None, "why": "a local engine: no server clock to compare with"}
+        t0, anchor = perf_ns_at(start)
+        out.update(start_perf_ns=t0, clock_anchor=anchor)
+        cfg.cell_timeout_s += max(0.0, start - time.time())  # the wait is not the cell's
+    cfg.client = ClientShare(seg, t0)
+    return out
+
+
+def _say_start(h: dict, say) -> None:
+    from measure.core.clients import describe_clock
+
+    if h.get("segment"):
+        i, n = h["segment"]
+        say(f"segment {i}/{n} of one schedule (seed {h['seed']}): the requests whose index ≡ {i - 1} (mod {n}), "
+            "each with its id and at its scheduled time")
+    if h.get("start_at_unix") is not None:
+        say(describe_clock(h.get("clock_check")))
+        from datetime import datetime
+
+        at = datetime.fromtimestamp(h["start_at_unix"]).astimezone().isoformat(timespec="milliseconds")
+        say(f"waiting until {at} (--start-at, {h['start_at_unix'] - time.time():.1f} s from now) …")
 
 
 def find_main(args, plan, cfg, source, out: Path, say) -> int:
@@ -598,12 +671,21 @@ def main(argv: list[str] | None = None) -> int:
              "bench with them; the dashboard takes --rate (Poisson) or closed-loop users")
     if refusal := plan.start_refusal():
         fail(refusal)
+    if args.peer:
+        from measure.control.peers import peer_url
+
+        for u in args.peer:
+            try:
+                peer_url(u)
+            except ValueError as exc:
+                fail(str(exc))
     from measure.sources.base import SourceError
     from tui.app import run_dashboard
 
     try:
         return run_dashboard(plan, refresh_hz=args.refresh, record=args.record, brake=not args.no_brake,
-                             prometheus=(args.prometheus_addr, args.prometheus) if args.prometheus else None)
+                             prometheus=(args.prometheus_addr, args.prometheus) if args.prometheus else None,
+                             peers=args.peer)
     except SourceError as exc:
         fail(str(exc), EXIT_FAILED)
 

@@ -99,7 +99,14 @@ def combine(runs: list[Run]) -> Run:
         raise ReportError("--combine does not handle --contexts rows; combine runs without --contexts")
     warnings = [w for r in runs for w in r.warnings]
     starts = [r.header.get("started_unix") for r in runs]
-    if None in starts:
+    asked = [r.header.get("start_at_unix") for r in runs]
+    segments, more = _clients_check(runs)
+    warnings += more
+    if None not in asked:  # --start-at: every client was asked for one instant (when each was launched is moot)
+        if max(asked) - min(asked) > 0.001:
+            warnings.append(f"the clients were asked to start at different times (--start-at {min(asked):.3f} … "
+                            f"{max(asked):.3f}): their sum is not one load")
+    elif None in starts:
         warnings.append("a run has no start time (made before this version): cannot check that the clients ran "
                         "together; the sums assume they did")
     elif max(starts) - min(starts) > TOGETHER_S:
@@ -124,14 +131,85 @@ def combine(runs: list[Run]) -> Run:
                  achieved_concurrency=sum(conc) if all(conc) else None, clients=len(parts),
                  clients_throughput=tps, cv=None, noisy=False,
                  throughput_rule="Σ over clients of each client's output tokens ÷ its own span")
+        c["arrival_rps"] = _arrival_rps(parts, key, segments)
+        if parts[0][1].get("arrivals"):
+            c["arrivals"] = parts[0][1]["arrivals"]
+        if segments:
+            c["segments"] = segments
         if mode in (None, "instances") and c["output_throughput"]:  # aggregate tok/s × W, with the summed tok/s
             c["bandwidth_gbps"] = M.bandwidth_product("instances", h0.get("model_bytes") or 0,
                                                       agg_tps=c["output_throughput"]).gbps
         cells.append(c)
     add_scaling(cells)
-    header = dict(h0, combined_from=[r.name for r in runs])
+    header = dict(h0, combined_from=[r.name for r in runs], segment=None, segments=segments,
+                  clients_start=_clients_start(runs))
     return Run(f"{len(runs)} clients combined ({', '.join(r.name for r in runs)})", header, cells,
                warnings=warnings, records=[rec for r in runs for rec in r.records])
+
+
+def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
+    """Segments (bench --segment i/N) of one schedule: every share there exactly once, of one schedule; and the
+    clients' clocks against the server's. ("1/2 + 2/2" or None, warnings)."""
+    from collections import Counter
+
+    from measure.core.clients import CLOCK_WARN_S
+
+    warnings = []
+    checks = [(r.name, (r.header.get("clock_check") or {})) for r in runs]
+    checks = [(name, c["offset_s"], c["bound_s"]) for name, c in checks if c.get("offset_s") is not None]
+    if len(checks) > 1:
+        lo, hi = min(checks, key=lambda x: x[1]), max(checks, key=lambda x: x[1])
+        if hi[1] - lo[1] - (hi[2] + lo[2]) > CLOCK_WARN_S:
+            warnings.append(f"the clients' clocks differ by {(hi[1] - lo[1]) * 1e3:.0f} ms (each against the server's "
+                            f"Date): {lo[0]} and {hi[0]} started that far apart at --start-at")
+    segs = [r.header.get("segment") for r in runs]
+    if not any(segs):
+        return None, warnings
+    if not all(segs):
+        warnings.append("some runs are segments of a schedule (--segment) and some are not: their sum is not one load")
+        return None, warnings
+    n = segs[0][1]
+    if any(s[1] != n for s in segs):
+        warnings.append(f"the segments split their schedules in different ways ({', '.join(f'{i}/{m}' for i, m in segs)})")
+    seen = Counter(i for i, _ in segs)
+    for i in range(1, n + 1):
+        if not seen[i]:
+            warnings.append(f"segment {i}/{n} is missing: the combined load is not the whole schedule")
+        elif seen[i] > 1:
+            warnings.append(f"segment {i}/{n} is there {seen[i]} times: its requests are counted {seen[i]} times")
+    if len({tuple(r.header.get(f) for f in ("arrivals", "seed", "requests", "workload")) for r in runs}) > 1:
+        warnings.append("the segments are of different schedules (their arrivals, seed, requests or workload differ)")
+    return " + ".join(f"{i}/{m}" for i, m in sorted(segs)), warnings
+
+
+def _arrival_rps(parts, key, segments) -> float | None:
+    """The rate the clients offered together: segments of one schedule, anchored at their --start-at, put back on
+    the schedule's own clock (each scheduled time − its client's time zero) give the schedule's rate; else each
+    client offered its own, and the rates add (their clocks are never compared)."""
+    from measure.core.arrivals import realised_rate
+
+    if segments and all(r.header.get("start_perf_ns") is not None for r, _ in parts):
+        times = sorted(rec.t_scheduled_ns - r.header["start_perf_ns"] for r, _ in parts for rec in r.records
+                       if (rec.k, rec.b, rec.mode) == key)
+        return realised_rate(times)
+    rates = [p.get("arrival_rps") for _, p in parts]
+    return sum(rates) if rates and None not in rates else None
+
+
+def _clients_start(runs: list[Run]) -> list[dict]:
+    """Per client asked to --start-at: how late its first request went out, and its clock against the server's."""
+    from measure.core.clients import start_lateness_ms
+
+    out = []
+    for r in runs:
+        h = r.header
+        if h.get("start_at_unix") is None:
+            continue
+        c = h.get("clock_check") or {}
+        out.append({"client": r.name, "start_at_unix": h["start_at_unix"],
+                    "first_sent_late_ms": start_lateness_ms(h, r.records), "clock_offset_s": c.get("offset_s"),
+                    "clock_bound_s": c.get("bound_s"), "clock_why": c.get("why")})
+    return out
 
 
 def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
@@ -521,6 +599,18 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
         if h.get("combined_from"):
             lines.append(f"- combined from {len(h['combined_from'])} clients: throughput and concurrency summed "
                          "per cell, latency percentiles over all their requests pooled")
+        if h.get("segments"):
+            lines.append(f"- segments {h['segments']} of one schedule ({h.get('arrivals')}, seed {h.get('seed')}, "
+                         f"{h.get('requests')} requests): together, the load one client would have sent")
+        if h.get("clients_start"):
+            import time as _time
+
+            at = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(h["clients_start"][0]["start_at_unix"]))
+            lines.append(f"- started at the asked time {at}Z: " + "; ".join(
+                f"{c['client']}: first request sent {_f(c['first_sent_late_ms'], '+.1f')} ms after its schedule, clock "
+                + (f"{c['clock_offset_s'] * 1e3:+.1f} ± {c['clock_bound_s'] * 1e3:.1f} ms against the server's"
+                   if c["clock_offset_s"] is not None else f"not checked ({c['clock_why']})")
+                for c in h["clients_start"]))
         lines += ["", "| K | B | context | status | tok/s | ± sd | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | RSS GB | "
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
@@ -552,6 +642,8 @@ def report(paths: list[str], out: Path, crossover_of_two: bool = False,
     runs = [load_run(p) for p in paths]
     if combined:
         runs = [combine(runs)]
+        out.mkdir(parents=True, exist_ok=True)  # the combined cells as numbers, every figure exact
+        (out / "combined.json").write_text(json.dumps(runs[0].cells, indent=2, default=str))
     if crossover_of_two and len(runs) != 2:
         raise ReportError("--crossover compares exactly two runs (e.g. this machine's bench output and a server's)")
     files = render(runs, out)

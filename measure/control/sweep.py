@@ -40,6 +40,7 @@ class SweepConfig:
     slo: object | None = None  # presets.SLO: goodput per cell
     cost: object | None = None  # core/cost.Cost: $/Mtok per cell
     arrivals: object | None = None  # core/arrivals.ArrivalSpec: each rep's open-loop schedule (else rate / users)
+    client: object | None = None  # core/clients.ClientShare: --segment / --start-at, applied to the first load
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
     current: tuple | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)
@@ -347,6 +348,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     arrivals = (cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
                                 else Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
                                 else ClosedLoop(users, cfg.requests))
+                    if cfg.client is not None:  # this client's segment of the schedule, from the asked start
+                        arrivals = cfg.client.wrap(arrivals)
                     t0 = time.monotonic()
                     say(f"K={k} B={b}" + (f" context {context}" if context else "")
                         + f" rep {rep + 1}/{cfg.reps}: {cfg.requests} requests, {arrivals.describe()} …")

@@ -126,10 +126,15 @@ class RequestMaker:
     def __init__(self):
         self.load: Load | None = None
         self._ids = itertools.count(1)
+        self._id_base = 0  # a segment's ids: base + its index in the whole schedule + 1
         self._prompt_index = itertools.count()
 
     def set_load(self, load: Load | None) -> None:
         self.load = load
+        full = getattr(load.arrivals, "full_total", None) if load else None
+        if full is not None:  # a client's segment of one schedule (core/clients.py): request i of the whole
+            self._id_base = next(self._ids) - 1  # schedule has id base + i + 1; ids run on past all of it
+            self._ids = itertools.count(self._id_base + full + 1)
         self._prompt_index = itertools.count()
 
     def due(self, now_ns: int, outstanding: int, *, rep: int, k: int, b: int, mode: str) -> list[Request]:
@@ -137,10 +142,14 @@ class RequestMaker:
             return []
         ld = self.load
         out = []
-        for t_sched in ld.arrivals.due(now_ns, outstanding):
-            prompt, max_tokens = request_for(ld.workload, next(self._prompt_index), ld.max_tokens)
-            req = Request(next(self._ids), prompt, max_tokens, ld.ignore_eos, t_scheduled_ns=t_sched, rep=rep, k=k,
-                          b=b, mode=mode)
+        indexed = getattr(ld.arrivals, "due_indexed", None)  # a segment: each request's index in the schedule
+        due = indexed(now_ns, outstanding) if indexed else [(None, t) for t in ld.arrivals.due(now_ns, outstanding)]
+        for index, t_sched in due:
+            i = next(self._prompt_index) if index is None else index
+            prompt, max_tokens = request_for(ld.workload, i, ld.max_tokens)
+            rid = next(self._ids) if index is None else self._id_base + index + 1
+            req = Request(rid, prompt, max_tokens, ld.ignore_eos, t_scheduled_ns=t_sched, rep=rep, k=k, b=b,
+                          mode=mode)
             req.t_submitted_ns = time.perf_counter_ns()
             out.append(req)
         return out
@@ -167,11 +176,14 @@ class ClosedLoop:
         self.users = users
         self.total = total
         self.issued = 0
+        self.start_ns: int | None = None  # --start-at: no user starts before this (core/clients.py)
 
     def describe(self) -> str:
         return f"closed loop, {self.users} users"
 
     def due(self, now_ns: int, outstanding: int) -> list[int]:
+        if self.start_ns is not None and now_ns < self.start_ns:
+            return []
         n = max(0, self.users - outstanding)
         if self.total is not None:
             n = min(n, self.total - self.issued)
@@ -179,7 +191,7 @@ class ClosedLoop:
         return [now_ns] * n
 
     def next_wakeup_ns(self) -> int | None:
-        return None
+        return self.start_ns if self.start_ns is not None and self.issued == 0 else None
 
     def resume(self, now_ns: int) -> None:
         pass

@@ -1,0 +1,272 @@
+"""More than one client machine (docs/design.md §17): one seeded schedule split across N clients
+(`bench --segment i/N`), started together at a wall-clock time (`--start-at`), and a check of this client's
+clock against the server's (its HTTP `Date` header), so the clients' runs can be combined as one load.
+
+- **Segment**: client i of N takes the requests whose index in the schedule is ≡ i − 1 (mod N), round robin,
+  each at its scheduled offset and with its request id, prompt and lengths: the N clients together send
+  exactly what one client would have sent, and each spreads its share over the whole span.
+- **Start**: the first load's time zero is the asked instant on this client's clock (perf_counter, mapped
+  from the wall clock once, at start); nothing is sent before it.
+- **Clock check**: `clock_check` reads the server's `Date` (whole seconds) back to back and brackets the
+  moment it ticks, so the server's clock minus this client's is known to about one round trip.
+"""
+from __future__ import annotations
+
+import email.utils
+import http.client
+import math
+import time
+import urllib.parse
+from dataclasses import dataclass
+from datetime import datetime
+
+from measure.core.workload import ClosedLoop
+
+NS = 1_000_000_000
+CLOCK_WARN_S = 0.05  # an offset known to be larger than this is said: clients that far apart do not start together
+PAST_S = 1.0  # a --start-at further in the past than this is refused
+
+
+def parse_segment(text: str) -> tuple[int, int]:
+    """'i/N' → (i, N), 1 ≤ i ≤ N. ValueError: one line."""
+    a, sep, b = (text or "").strip().partition("/")
+    try:
+        i, n = int(a), int(b)
+    except ValueError:
+        raise ValueError(f"--segment {text!r}: write i/N, e.g. 1/2 (this is client 1 of 2)") from None
+    if not sep or not (1 <= i <= n):
+        raise ValueError(f"--segment {text!r}: i runs 1 … N (client i of N clients), e.g. 1/2 and 2/2")
+    return i, n
+
+
+def parse_start_at(text: str, now: float | None = None) -> float:
+    """An ISO time (local unless it names its zone: Z or +02:00) or unix seconds → unix seconds. ValueError
+    (one line) for anything else, or a time more than PAST_S in the past."""
+    t = (text or "").strip()
+    try:
+        v = float(t)
+    except ValueError:
+        try:
+            v = datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00")).timestamp()
+        except ValueError:
+            raise ValueError(f"--start-at {text!r}: give an ISO time (2025-06-01T14:30:00, local unless it names "
+                             "its zone: …Z or …+02:00) or unix seconds (1748788200), the same on every client") from None
+    if not math.isfinite(v):
+        raise ValueError(f"--start-at {text!r}: not a time")
+    now = time.time() if now is None else now
+    if v < now - PAST_S:
+        raise ValueError(f"--start-at {text}: that was {now - v:.0f} s ago (more than {PAST_S:g} s in the past); "
+                         "give a time ahead of now, the same on every client")
+    return v
+
+
+def perf_ns_at(unix_s: float) -> tuple[int, dict]:
+    """The perf_counter_ns reading that corresponds to wall-clock `unix_s` on this machine, and the anchor it
+    was mapped with ({unix, perf_ns}: read together, the perf reading the mean of one before and one after)."""
+    p0 = time.perf_counter_ns()
+    u = time.time()
+    p1 = time.perf_counter_ns()
+    perf = (p0 + p1) // 2
+    return perf + round((unix_s - u) * NS), {"unix": u, "perf_ns": perf}
+
+
+class Segment:
+    """Client i of n's share of one finite open-loop schedule (an arrivals.Schedule, or anything with its
+    due() interface and a total): the requests whose index ≡ i − 1 (mod n), each due at t0 + its offset in
+    the whole schedule. `t0_ns` (the asked start on this clock) anchors it; else t0 is the first due() call.
+    due_indexed() gives each request's index in the whole schedule (the dispatcher takes the request id,
+    prompt and lengths from it); full_total is the whole schedule's count."""
+
+    def __init__(self, inner, i: int = 1, n: int = 1, t0_ns: int | None = None):
+        if isinstance(inner, ClosedLoop) or getattr(inner, "total", None) is None:
+            raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
+        offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
+        self.i, self.n = i, n
+        self._own = [(idx, off) for idx, off in enumerate(offsets) if idx % n == i - 1]
+        self.full_total = len(offsets)
+        self.total = len(self._own)
+        self.issued = 0
+        self._t0 = t0_ns
+        self._inner_label = inner.describe()
+
+    def describe(self) -> str:
+        share = f", segment {self.i}/{self.n}: {self.total} of its {self.full_total} requests" if self.n > 1 else ""
+        return self._inner_label + share
+
+    def exhausted(self) -> bool:
+        return self.issued >= self.total
+
+    def due_indexed(self, now_ns: int, outstanding: int) -> list[tuple[int, int]]:
+        if self._t0 is None:
+            self._t0 = now_ns
+        out = []
+        while self.issued < self.total and self._t0 + self._own[self.issued][1] <= now_ns:
+            idx, off = self._own[self.issued]
+            out.append((idx, self._t0 + off))
+            self.issued += 1
+        return out
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        return [t for _, t in self.due_indexed(now_ns, outstanding)]
+
+    def next_wakeup_ns(self) -> int | None:
+        if self.exhausted() or self._t0 is None:
+            return None
+        return self._t0 + self._own[self.issued][1]
+
+    def resume(self, now_ns: int) -> None:
+        """After a pause the rest moves on by the pause (as arrivals.Schedule does)."""
+        if self._t0 is not None and not self.exhausted():
+            self._t0 = max(self._t0, now_ns - self._own[self.issued][1])
+
+
+@dataclass
+class ClientShare:
+    """What --segment and --start-at do to a bench's first load (`wrap`, called by the sweep with each load's
+    arrivals): an open loop becomes this client's Segment, anchored at t0; a closed loop's users start at t0.
+    Later loads are left alone (a segment is one load: the CLI refuses more than one cell or rep)."""
+
+    segment: tuple[int, int] = (1, 1)
+    t0_ns: int | None = None
+    used: bool = False
+
+    def wrap(self, arrivals):
+        if self.used:
+            if self.segment[1] > 1:
+                raise ValueError("--segment splits one load: one cell, one rep")
+            return arrivals
+        self.used = True
+        if isinstance(arrivals, ClosedLoop):
+            if self.segment[1] > 1:
+                raise ValueError("--segment splits an open-loop schedule, not a closed loop")
+            arrivals.start_ns = self.t0_ns
+            return arrivals
+        if self.segment == (1, 1) and self.t0_ns is None:
+            return arrivals
+        return Segment(arrivals, *self.segment, t0_ns=self.t0_ns)
+
+
+# ---- the clock check ---------------------------------------------------------------------------------
+
+def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, float] | None:
+    """(server clock − this clock, ± bound) in s from answers (local send time, local receive time, the
+    server's Date in whole unix seconds). Each answer says the server read D … D + 1 while it was between send
+    and receive: θ ∈ [D − recv, D + 1 − send]; two answers whose Dates differ put the tick to the later Date
+    between the earlier's send and the later's receive: θ ∈ (D' − recv', D' − send). The offset is the middle
+    of the intersection; None when the answers contradict each other (a Date cached, or a clock stepped)."""
+    lo, hi = -math.inf, math.inf
+    for s, r, d in samples:
+        lo, hi = max(lo, d - r), min(hi, d + 1 - s)
+    for (s0, _, d0), (_, r1, d1) in zip(samples, samples[1:]):
+        if d1 > d0:
+            lo, hi = max(lo, d1 - r1), min(hi, d1 - s0)
+    if not samples or lo > hi:
+        return None
+    return (lo + hi) / 2, (hi - lo) / 2
+
+
+def clock_check(url: str, headers: dict | None = None, timeout_s: float = 3.0, coarse_every_s: float = 0.02,
+                fine_s: float = 0.06) -> dict:
+    """This client's clock against the server's, from the `Date` header of GET {url}/models: polled every
+    20 ms until the Date ticks (≤ 1.05 s), then back to back around the next tick (predicted from the first),
+    ≤ 2.2 s in all. One connection, kept alive. Returns {method, server, offset_s (server − this client),
+    bound_s, samples, why}; offset_s None with `why` where it cannot tell (no Date, nothing answers).
+
+    It detects a client clock that is off from the server's (the same error on every client's check shows
+    the clients agree with each other even when the server's clock is wrong). It cannot see an asymmetric
+    path (the bound assumes the server read its clock somewhere between send and receive), a server that
+    caches its Date (uvicorn refreshes it every 0.1 s: read up to that much late), or drift after the check;
+    on loopback client and server share one clock, so it can only show ≈ 0."""
+    from engines.http_openai import public_url
+
+    parts = urllib.parse.urlsplit(url.rstrip("/"))
+    out = {"method": "the server's HTTP Date header (whole seconds; its tick bracketed)", "server": public_url(url),
+           "offset_s": None, "bound_s": None, "samples": 0, "why": None}
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    path = (parts.path or "") + "/models"
+    samples: list[tuple[float, float, int]] = []
+    conn = None
+
+    def ask() -> bool:
+        nonlocal conn
+        if conn is None:
+            conn = conn_cls(parts.hostname, parts.port, timeout=timeout_s)
+        s = time.time()
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        resp.read()
+        r = time.time()
+        date = resp.getheader("Date")
+        if resp.getheader("Connection", "").lower() == "close":
+            conn.close()
+            conn = None
+        if not date:
+            return False
+        parsed = email.utils.parsedate_to_datetime(date)
+        samples.append((s, r, int(parsed.timestamp())))
+        return True
+
+    try:
+        end = time.monotonic() + 1.05
+        while True:
+            if not ask():
+                out["why"] = "the server sends no Date header: its clock cannot be compared"
+                return out
+            if len(samples) > 1 and samples[-1][2] != samples[-2][2] or time.monotonic() > end:
+                break
+            time.sleep(coarse_every_s)
+        if len(samples) > 1 and samples[-1][2] != samples[-2][2]:  # next tick ≈ 1 s after this one
+            tick_local = (samples[-2][0] + samples[-1][1]) / 2 + 1.0
+            time.sleep(max(0.0, tick_local - fine_s / 2 - time.time()))
+            d_before = samples[-1][2]
+            end = time.monotonic() + fine_s * 2
+            while time.monotonic() < end:
+                ask()
+                if samples[-1][2] != d_before:
+                    break
+    except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
+        if not samples:
+            out["why"] = f"cannot ask {out['server']} for its Date: {exc}"
+            return out
+    finally:
+        if conn is not None:
+            conn.close()
+    got = offset_from_ticks(samples)
+    out["samples"] = len(samples)
+    if got is None:
+        out["why"] = "the server's Date headers contradict each other (a cached Date, or its clock stepped)"
+        return out
+    out["offset_s"], out["bound_s"] = got
+    return out
+
+
+def describe_clock(c: dict | None) -> str:
+    """One line for the bench's output: the offset and what it means."""
+    if not c:
+        return "clock: not checked"
+    if c.get("offset_s") is None:
+        return f"clock: not checked against the server ({c.get('why')})"
+    off, bound = c["offset_s"], c["bound_s"]
+    how = (f"within {bound * 1e3:.1f} ms of" if abs(off) <= bound else
+           f"{abs(off) * 1e3:.1f} ± {bound * 1e3:.1f} ms {'ahead of' if off > 0 else 'behind'}")
+    line = f"clock: the server's clock is {how} this client's ({c['samples']} reads of its Date header)"
+    if abs(off) - bound > CLOCK_WARN_S:
+        line += (f"; more than {CLOCK_WARN_S * 1e3:.0f} ms: clients whose clocks differ this much do not start "
+                 "together at --start-at; set the clocks (NTP) or expect the offset in the combined run")
+    return line
+
+
+def start_lateness_ms(header: dict, records) -> float | None:
+    """How late a client's first request went out against what its start asked: open loop, its send − its
+    scheduled time (t0 + its offset); closed loop, its send − t0. None without --start-at."""
+    t0 = header.get("start_perf_ns")
+    recs = [r for r in records if r.t_submitted_ns]
+    if t0 is None or not recs:
+        return None
+    first = min(recs, key=lambda r: r.t_submitted_ns)
+    ref = first.t_scheduled_ns if header.get("arrivals") else t0
+    return (first.t_submitted_ns - ref) / 1e6
+
+
+__all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare", "clock_check",
+           "offset_from_ticks", "describe_clock", "start_lateness_ms", "CLOCK_WARN_S"]
