@@ -31,6 +31,7 @@ class StreamResult:
     unreachable: bool = False  # the server could not be reached or dropped the connection (not an HTTP error)
     reasoning_tokens: int = 0  # tokens of reasoning chunks (in token_ns too)
     t_first_answer_ns: int | None = None  # the first chunk with answer text, where reasoning came before it
+    text: str = ""  # the answer's text as streamed (a multi-turn session's next turn carries it)
 
 
 def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
@@ -112,6 +113,7 @@ class _Counter:
             text = choice.get("text") if "text" in choice else delta.get("content")
             if text:  # a role-only or empty chunk carries no token
                 has_text = has_answer = True
+                res.text += str(text)
             if delta.get("reasoning_content") or delta.get("reasoning"):  # a reasoning model's thinking
                 has_text = True
             if choice.get("finish_reason"):

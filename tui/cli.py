@@ -161,6 +161,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--start-at", metavar="TIME", help="start the first load at this wall-clock time, the same on "
                        "every client: ISO (2025-06-01T14:30:00Z; local without a zone) or unix seconds; the header "
                        "records it and this clock's offset from the server's (its Date header)")
+    bench.add_argument("--turns", type=positive_int, help="http engine: multi-turn sessions of up to N turns: each "
+                       "user holds a conversation (a sharegpt: file's own, else the workload's prompts N at a time); "
+                       "a turn's prompt is every earlier message and the server's answer, then the new message; the "
+                       "table gives TTFT p50 by turn (compare --prefix-cache on and off)")
+    bench.add_argument("--think-time", help="--turns: the pause after an answer before the user's next turn, "
+                       "seeded: S (exponential, mean S seconds), exp:S or fixed:S (default 0)")
     return dash, bench
 
 
@@ -221,8 +227,9 @@ def bench_main(argv: list[str]) -> int:
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
-    if args.find and (args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None):
-        fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed and trace:")
+    if args.find and (args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None
+                      or plan.sessions):
+        fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed, --turns and trace:")
     args.requests = args.requests or len(getattr(plan.workload, "times_s", None) or ()) or 16
     ks = plan.ks if not plan.remote or len(plan.endpoints) > 1 else [1]
     most = max(ks) * max(plan.bs or [1])
@@ -246,7 +253,7 @@ def bench_main(argv: list[str]) -> int:
                       contexts=args.contexts, ctx=plan.ctx,
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
-                      max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals)
+                      max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, sessions=plan.sessions)
     clients_header = _client_start(client, plan, cfg) if client else {}
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,

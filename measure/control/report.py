@@ -12,6 +12,7 @@ from pathlib import Path
 from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
 from measure.control.sweep import add_scaling, answer_notes, cell_summary
+from measure.core.sessions import turn_note
 
 NS = 1_000_000_000
 
@@ -521,6 +522,20 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             ax.legend(fontsize=7)
         save(fig, "cost_vs_concurrency.png")
 
+    if any(c.get("ttft_by_turn") for run in runs for c in run.cells):  # multi-turn sessions: every run on one axes
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.set_title("TTFT p50 by turn of the session (queue-inclusive), labelled with the prefix cache", fontsize=9)
+        for run in runs:
+            for c in (c for c in _ok(run.cells) if c.get("ttft_by_turn")):
+                turns = c["ttft_by_turn"]
+                ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
+                        label=f"{run.name} K{c['k']}B{c['b']}, prefix cache {c.get('prefix_cache') or '?'}")
+        ax.set_xlabel("turn")
+        ax.set_ylabel("TTFT p50 (ms)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        save(fig, "ttft_by_turn.png")
+
     fig, axes = _axes(plt, runs, "Peak memory per cell: workers' RSS sum, and swap used", "GB", "cell")
     for ax, run in zip(axes, runs):
         cs = run.cells
@@ -615,7 +630,7 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
             status = c.get("status", "ok")
-            note = ("NOISY" if c.get("noisy") else "") + answer_notes(c)
+            note = ("NOISY" if c.get("noisy") else "") + answer_notes(c) + turn_note(c)
             if status != "ok":
                 note = c.get("reason", "")
             elif c.get("arrivals") or c.get("behind_schedule"):  # the load generator's lateness (open loop)

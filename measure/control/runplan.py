@@ -19,6 +19,7 @@ from measure.core.units import fmt_gib
 from measure.core.arrivals import parse_arrivals
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
 from measure.core.datasets import resolve as resolve_workload
+from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.workload import PrefixCache
 from measure.sources.base import LoadSource
 from measure.core.cost import Cost
@@ -66,6 +67,7 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)  # lines to log at start
     arrivals: object | None = None  # core/arrivals.ArrivalSpec: an open-loop pattern or a trace's times; None:
     # closed loop (bench), or --rate's Poisson (the dashboard)
+    sessions: object | None = None  # core/sessions.SessionSpec: bench --turns, users in multi-turn sessions
 
     @property
     def remote(self) -> bool:
@@ -177,6 +179,7 @@ class RunPlan:
                   "bandwidth_source": self.bandwidth_source, "rate": self.rate, "ignore_eos": self.ignore_eos,
                   "max_tokens": self.max_tokens, "started_unix": round(time.time(), 3),
                   "arrivals": self.arrivals.describe() if self.arrivals else None, **header_info(self.workload),
+                  **({"sessions": self.sessions.describe()} if self.sessions else {}),
                   **extra}
         if self.remote:  # the key's variable name only, never the key
             from engines.http_openai import public_url
@@ -294,13 +297,31 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     ks = args.k if isinstance(args.k, list) else [args.k]
     bs = args.b if isinstance(args.b, list) or args.b is None else [args.b]
     seed = getattr(args, "seed", None) or 0
+    turns = getattr(args, "turns", None)
     try:
         wl = resolve_workload(args.workload, prompt_len=getattr(args, "prompt_len", None),
-                              output_len=getattr(args, "output_len", None), max_tokens=args.max_tokens, seed=seed)
+                              output_len=getattr(args, "output_len", None), max_tokens=args.max_tokens, seed=seed,
+                              turns=bool(turns))
         arrivals = parse_arrivals(getattr(args, "arrivals", None), args.rate, speed=getattr(args, "speed", None),
                                   trace_times=getattr(wl, "times_s", None), seed=seed)
     except (DatasetError, ValueError) as exc:
         raise StartError(str(exc)) from None
+    sessions = None
+    if getattr(args, "think_time", None) is not None and not turns:
+        raise StartError("--think-time is the pause between a session's turns: give --turns N with it")
+    if turns:
+        if args.engine != "http":
+            raise StartError("--turns runs multi-turn sessions against a server (--engine http --url …): a local "
+                             "engine clears its KV cache before every request, so there is no prefix cache to show")
+        if arrivals is not None:
+            raise StartError("--turns: a user sends its next turn after the last answer (a closed loop): drop "
+                             "--rate, --arrivals and trace: workloads")
+        if getattr(args, "contexts", None):
+            raise StartError("--turns: a turn's prompt is the conversation so far: drop --contexts")
+        try:
+            sessions = SessionSpec(turns, parse_think(args.think_time), seed)
+        except SessionError as exc:
+            raise StartError(str(exc)) from None
     contexts = getattr(args, "contexts", None) or []
     if contexts and isinstance(wl, Dataset):
         raise StartError("--contexts makes its own synthetic prompts (context − max_tokens tokens each): it does not "
@@ -331,7 +352,7 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
                   force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost,
-                  arrivals=arrivals)
+                  arrivals=arrivals, sessions=sessions)
     if args.engine == "http":
         endpoints = http_endpoints(args)
         url = endpoints[0].url

@@ -14,6 +14,7 @@ from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admi
                                 oom_refusal, overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
+from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import CellStopped, LoadSource, SourceError
 from presets import Workload
@@ -40,6 +41,7 @@ class SweepConfig:
     slo: object | None = None  # presets.SLO: goodput per cell
     cost: object | None = None  # core/cost.Cost: $/Mtok per cell
     arrivals: object | None = None  # core/arrivals.ArrivalSpec: each rep's open-loop schedule (else rate / users)
+    sessions: object | None = None  # core/sessions.SessionSpec: the users hold multi-turn sessions (--turns)
     client: object | None = None  # core/clients.ClientShare: --segment / --start-at, applied to the first load
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
     current: tuple | None = None  # (k, b, context) of the cell running now
@@ -90,6 +92,8 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         out["ttft_by_class"] = classes
     out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
     out.update(lateness_figures(records))
+    if turns := ttft_by_turn(records):  # multi-turn sessions: TTFT by turn, labelled with the prefix cache
+        out.update(ttft_by_turn=turns, prefix_cache=prefix_cache_label(records))
     if ignore_eos:
         out["stopped_early"] = M.stopped_early(records, max_tokens)
     if mode == "http" and (check := server_check(records)):
@@ -143,8 +147,8 @@ DISAGREE = 0.05
 
 def server_check(records: Sequence[RequestRecord]) -> dict | None:
     """The server's own figures beside the client's, where it sends them (llama-server's per-response `timings`):
-    decode ms per token vs the client's TPOT, prompt tokens vs the client's count, generated tokens vs the
-    client's. A difference over 5 % is a finding, listed in `disagreements`."""
+    decode ms per token vs the client's TPOT, prompt tokens (prefilled + taken from its cache) vs the client's
+    count, generated tokens vs the client's. A difference over 5 % is a finding, listed in `disagreements`."""
     out = _counter_deltas(records)
     pairs = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
     pairs = [(r, t) for r, t in pairs if isinstance(t, dict)]
@@ -155,10 +159,14 @@ def server_check(records: Sequence[RequestRecord]) -> dict | None:
     out = dict(out or {}, requests=len(pairs))
     if server_tpot and client_tpot:
         out["server_tpot_ms"], out["client_tpot_ms"] = M.percentile(server_tpot, 50), M.percentile(client_tpot, 50)
-    sp = [(t.get("prompt_n"), r.prompt_tokens) for r, t in pairs if t.get("prompt_n") and r.prompt_tokens]
+    # a prompt = the tokens prefilled (prompt_n) + those taken from the server's prefix cache (cache_n)
+    sp = [(t.get("prompt_n"), t.get("cache_n") or 0, r.prompt_tokens) for r, t in pairs
+          if t.get("prompt_n") and r.prompt_tokens]
     if sp:
-        out["server_prompt_tokens"] = sum(a for a, _ in sp)
-        out["client_prompt_tokens"] = sum(b for _, b in sp)
+        out["server_prompt_tokens"] = sum(a + c for a, c, _ in sp)
+        out["client_prompt_tokens"] = sum(b for _, _, b in sp)
+        if any(c for _, c, _ in sp):
+            out["server_cached_tokens"] = sum(c for _, c, _ in sp)
     sg = [(t.get("predicted_n"), r.output_tokens) for r, t in pairs if t.get("predicted_n")]
     if sg:
         out["server_output_tokens"] = sum(a for a, _ in sg)
@@ -345,7 +353,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 for rep in range(cfg.reps):
                     fleet.rep = rep
                     users = k * seqs
-                    arrivals = (cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
+                    arrivals = (cfg.sessions.make(users, cfg.requests, rep) if cfg.sessions
+                                else cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
                                 else Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
                                 else ClosedLoop(users, cfg.requests))
                     if cfg.client is not None:  # this client's segment of the schedule, from the asked start
@@ -386,6 +395,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     cell["power_source"] = power.source
                 if cfg.arrivals:
                     cell["arrivals"] = cfg.arrivals.describe()
+                if cfg.sessions:
+                    cell["sessions"] = cfg.sessions.describe()
                 if len(fleet.oom_killed) > killed_before:  # the estimate was too low here: raise it, refuse ≥ it
                     fp = footprint(k, b, seq_ctx)
                     budget = cfg.memory_budget or fp.total
@@ -436,7 +447,7 @@ def format_table(cells: list[dict]) -> str:
             why = c.get("reason") or f"{c.get('errors', 0)} errors, no request completed"
             lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {why[:110]}")
             continue
-        note = ("NOISY" if c["noisy"] else "") + answer_notes(c)
+        note = ("NOISY" if c["noisy"] else "") + answer_notes(c) + turn_note(c)
         for cls, v in (c.get("ttft_by_class") or {}).items():
             note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{v['p99_ttft_ms']:.0f} ms"
         if c.get("context"):

@@ -134,6 +134,7 @@ class Item:
     text: str | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    more: tuple[tuple[str, int | None], ...] = ()  # a conversation's later turns: (human text, reply's tokens)
 
 
 @dataclass(frozen=True)
@@ -280,10 +281,12 @@ def load_jsonl(name: str) -> tuple[Path, str, list[Item]]:
     return path, text, items
 
 
-def load_sharegpt(name: str, count_tokens) -> tuple[Path, str, list[Item], int]:
+def load_sharegpt(name: str, count_tokens, later_turns: bool = False) -> tuple[Path, str, list[Item], int]:
     """The first human turn of each conversation as the prompt, the reply after it as the answer length
-    (its tokens, counted by `count_tokens`, or None where --output-len decides). Conversations without a
-    human turn are skipped (their number is returned)."""
+    (its tokens, counted by `count_tokens`, or None where --output-len decides); with later_turns, the later
+    human turns and their replies' lengths too, in `more` (multi-turn sessions, core/sessions.py; two human
+    turns in a row are one message). Conversations without a human turn are skipped (their number is
+    returned)."""
     path, text = _read("sharegpt", name)
     where = f"--workload sharegpt:{name}"
     try:
@@ -300,7 +303,7 @@ def load_sharegpt(name: str, count_tokens) -> tuple[Path, str, list[Item], int]:
         turns = conv.get("conversations", conv.get("messages")) if isinstance(conv, dict) else None
         if not isinstance(turns, list):
             raise DatasetError(f"{where}: conversation {n} has no \"conversations\" list; give a {_what('sharegpt')}")
-        human = reply = None
+        pairs: list[list] = []  # [human text, reply text or None] per human turn
         for t in turns:
             if not isinstance(t, dict):
                 continue
@@ -308,17 +311,23 @@ def load_sharegpt(name: str, count_tokens) -> tuple[Path, str, list[Item], int]:
             value = t.get("value", t.get("content"))
             if not isinstance(value, str) or not value.strip():
                 continue
-            if human is None and who in ("human", "user"):
-                human = value
-            elif human is not None and who in ("gpt", "assistant", "chatgpt", "bard", "model"):
-                reply = value
-                break
-        if human is None:
+            if who in ("human", "user"):
+                if pairs and pairs[-1][1] is None:  # two human turns in a row: one message
+                    pairs[-1][0] += "\n" + value
+                else:
+                    pairs.append([value, None])
+            elif pairs and pairs[-1][1] is None and who in ("gpt", "assistant", "chatgpt", "bard", "model"):
+                pairs[-1][1] = value
+        if not pairs:
             skipped += 1
             continue
         pid = str(conv.get("id")) if conv.get("id") is not None else f"{path.stem}-{n}"
-        out = count_tokens(reply) if (reply is not None and count_tokens is not None) else None
-        items.append(Item(pid, human, None, out))
+        if not later_turns:
+            pairs = pairs[:1]
+        lengths = [count_tokens(reply) if (reply is not None and count_tokens is not None) else None
+                   for _, reply in pairs]
+        items.append(Item(pid, pairs[0][0], None, lengths[0],
+                          tuple((h, n_out) for (h, _), n_out in zip(pairs[1:], lengths[1:]))))
     if not items:
         raise DatasetError(f"{where}: no conversation with a human turn; give a {_what('sharegpt')}")
     return path, text, items, skipped
@@ -409,9 +418,10 @@ def _embedded_counter():
 
 
 def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None = None,
-            max_tokens: int | None = None, seed: int = 0, count_tokens=None) -> Workload:
+            max_tokens: int | None = None, seed: int = 0, count_tokens=None, turns: bool = False) -> Workload:
     """--workload: a preset or synthetic:N (presets.workload), or KIND:FILE (jsonl, sharegpt, trace); with
-    --prompt-len / --output-len a Dataset. A preset with neither is returned as it is. DatasetError: one line."""
+    --prompt-len / --output-len a Dataset. A preset with neither is returned as it is. `turns`: multi-turn
+    sessions will run (a ShareGPT file's later turns are read too). DatasetError: one line."""
     from presets import PresetError, workload
 
     kind, colon, name = spec.partition(":")
@@ -446,7 +456,7 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
         path, text, items = load_jsonl(name)
     elif kind == "sharegpt":
         counter = None if ol is not None else (count_tokens or _embedded_counter())
-        path, text, items, skipped = load_sharegpt(name, counter)
+        path, text, items, skipped = load_sharegpt(name, counter, later_turns=turns)
     else:
         path, text, items, times, info = load_trace(name)
     items = tuple(items)

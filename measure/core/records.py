@@ -62,6 +62,9 @@ class RequestRecord:
     # a reasoning model over HTTP: its thinking tokens (counted in token_ns too) and its first answer token
     reasoning_tokens: int = 0
     t_first_answer_ns: int | None = None
+    # a multi-turn session's request (docs/design.md §16): its session (1-based in its load) and turn (1-based)
+    session: int | None = None
+    turn: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,5 +89,5 @@ def build_record(req: "Request", meta: RunMeta, run_id: str, token_ns: list[int]
         t_submitted_ns=req.t_submitted_ns, t_started_ns=t_started_ns, t_first_token_ns=toks[0] if toks else None,
         t_done_ns=t_done_ns or time.perf_counter_ns(), token_ns=toks,
         finish_reason="error" if error is not None else finish_reason, error=error, simulated=meta.simulated,
-        rep=req.rep, pid=pid, threads=threads, worker_rss_bytes=rss, **more,
+        rep=req.rep, pid=pid, threads=threads, worker_rss_bytes=rss, session=req.session, turn=req.turn, **more,
     )

@@ -24,6 +24,11 @@ class Request:
     k: int = 1
     b: int = 1
     mode: str = "instances"
+    # a multi-turn session's turn (core/sessions.py): its numbers, its prefix-cache key, its chat messages
+    session: int | None = None
+    turn: int | None = None
+    session_key: str | None = None
+    messages: list | None = None
 
     def wire(self) -> dict:
         """What travels to a worker."""
@@ -68,6 +73,8 @@ class PrefixCache:
       asked not to cache (`cache_prompt: false`), so TTFT always includes the prefill;
     on: prompts as they are, the server's cache left on (repeated prompts are served from it);
     shared:N: every prompt starts with the same N-word block, then its unique prefix: a controlled hit rate.
+    A multi-turn session's turn (docs/design.md §16) under on or shared:N starts with a prefix naming its
+    session instead of the request, so its turns share a prefix and two sessions never do.
     """
 
     policy: str = "off"  # off | on | shared
@@ -97,11 +104,12 @@ class PrefixCache:
     def cache_prompt(self) -> bool:
         return self.policy != "off"
 
-    def apply(self, text: str, run_id: str, request_id: int) -> tuple[str, str]:
-        """(the prompt to send, the prefix put before it)."""
-        if self.policy == "on":
+    def apply(self, text: str, run_id: str, request_id: int, session: str | None = None) -> tuple[str, str]:
+        """(the prompt to send, the prefix put before it). `session`: the key of a multi-turn session's turn."""
+        if self.policy == "on" and session is None:
             return text, ""
-        prefix = f"[request {run_id}-{request_id}] "
+        prefix = (f"[session {run_id}-{session}] " if session is not None and self.policy != "off"
+                  else f"[request {run_id}-{request_id}] ")
         if self.policy == "shared":
             prefix = ("shared " * self.shared_words) + prefix
         return prefix + text, prefix
@@ -128,6 +136,7 @@ class RequestMaker:
         self._ids = itertools.count(1)
         self._id_base = 0  # a segment's ids: base + its index in the whole schedule + 1
         self._prompt_index = itertools.count()
+        self._loads = 0  # loads set so far: a session's key names its load, so no later load shares its prefix
 
     def set_load(self, load: Load | None) -> None:
         self.load = load
@@ -136,12 +145,22 @@ class RequestMaker:
             self._id_base = next(self._ids) - 1  # schedule has id base + i + 1; ids run on past all of it
             self._ids = itertools.count(self._id_base + full + 1)
         self._prompt_index = itertools.count()
+        self._loads += 1
 
     def due(self, now_ns: int, outstanding: int, *, rep: int, k: int, b: int, mode: str) -> list[Request]:
         if self.load is None:
             return []
         ld = self.load
         out = []
+        if (turns := getattr(ld.arrivals, "due_turns", None)) is not None:  # multi-turn sessions
+            for t in turns(now_ns, ld.workload, ld.max_tokens):
+                req = Request(next(self._ids), t.prompt, t.max_tokens, ld.ignore_eos, t_scheduled_ns=t.t_scheduled_ns,
+                              rep=rep, k=k, b=b, mode=mode, session=t.session, turn=t.turn,
+                              session_key=f"{self._loads}.{t.key}", messages=t.messages)
+                ld.arrivals.sent(req.request_id, t)
+                req.t_submitted_ns = time.perf_counter_ns()
+                out.append(req)
+            return out
         indexed = getattr(ld.arrivals, "due_indexed", None)  # a segment: each request's index in the schedule
         due = indexed(now_ns, outstanding) if indexed else [(None, t) for t in ld.arrivals.due(now_ns, outstanding)]
         for index, t_sched in due:
@@ -157,9 +176,15 @@ class RequestMaker:
     def next_wakeup_ns(self) -> int | None:
         return self.load.arrivals.next_wakeup_ns() if self.load else None
 
+    def finished(self, req: Request, answer: str | None, t_done_ns: int) -> None:
+        """A request ended (answer: its text; None: it failed). A multi-turn session's user takes it into its
+        history and thinks before its next turn; other arrivals need not know."""
+        if self.load and req.session is not None and hasattr(self.load.arrivals, "finished"):
+            self.load.arrivals.finished(req.request_id, answer, t_done_ns)
+
     def set_users(self, users: int) -> None:
-        """Closed-loop users (an open loop has none to set)."""
-        if self.load and isinstance(self.load.arrivals, ClosedLoop):
+        """Closed-loop users, in sessions or not (an open loop has none to set)."""
+        if self.load and (isinstance(self.load.arrivals, ClosedLoop) or hasattr(self.load.arrivals, "due_turns")):
             self.load.arrivals.users = max(1, users)
 
     def resume(self, now_ns: int) -> None:

@@ -566,9 +566,12 @@ class HttpSource:
         t_started = time.perf_counter_ns()
         self._sink.put(Started(ep.idx, req.request_id, t_started))
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
-        text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id)
+        text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id, req.session_key)
         ids = self._prompt_ids(req, prefix) if ep.send_ids else None
         body = self._body(ep, ids or text, req.max_tokens, req.ignore_eos)
+        if req.messages and self.endpoint == "chat":  # a session's turn: the conversation as messages
+            body["messages"] = [dict(m) for m in req.messages]
+            body["messages"][0]["content"] = prefix + body["messages"][0]["content"]
 
         def on_tokens(ts: list[int]) -> None:
             self._sink.put(Tokens(ep.idx, req.request_id, ts))
@@ -613,6 +616,8 @@ class HttpSource:
                 info.state = (S.IDLE if ep.in_use else S.RETIRED) if ep.warmed else info.state
             if rec.t_first_token_ns:
                 info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
+        with self._lock:  # a session's user takes the answer into its history, then thinks
+            self._requests.finished(req, None if res.error else res.text, rec.t_done_ns)
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
         if self._wake:
             self._wake.set()
