@@ -531,6 +531,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                 ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
                         label=f"{run.name} K{c['k']}B{c['b']}, prefix cache {c.get('prefix_cache') or '?'}")
         ax.set_xlabel("turn")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel("TTFT p50 (ms)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
