@@ -277,3 +277,73 @@ def test_http_records_say_k_minus_one_while_an_endpoint_is_down():
     assert len(while_down) >= 5 and {r.worker for r in while_down} == {0}
     assert {r.k for r in while_down} == {1}, sorted({r.k for r in while_down})
     assert rejoined is not None and after and {r.k for r in after} == {2} and {r.worker for r in after} == {0, 1}
+
+
+# ---- item 8: a level starts when its workers are ready -------------------------------------------------------
+def test_a_new_level_starts_when_its_workers_are_ready_and_earlier_records_keep_the_old_k():
+    """β = 10 GB/s, W = 253 MB: TPOT is 25.3 ms with one worker serving and 50.6 ms with two; the SLO bounds
+    TPOT at 35 ms. K 1 → 2 at t = 10 s; the new worker warms up 3 s while the first serves alone (requests
+    meet the SLO). From the moment it is ready every request takes 50.6 ms a token and none meets it, so the
+    K=2 level's attainment is 0 % and its TPOT p50 50.6 ms. Counting from the key press it showed the
+    warmup's two K=1 requests as K=2 ones (50 % attainment 5 s after the key, 2 of 10 requests met 12 s
+    after), and their records said K=2."""
+    slo = presets.SLO("tpot35", "tpot35", tpot_s=0.035)
+    c, fleet, clock = controller(k=1, bandwidth=10.0, max_tokens=32, slo=slo, warmup_s=3.0)
+    run_for(c, fleet, clock, 10)
+    t_step = clock.now
+    c.set_k(2)
+    run_for(c, fleet, clock, 5)  # 2 s after the new worker is ready
+    assert c.snapshot().numbers.slo_attainment == 0.0  # it showed 50 %: 2 of 4, both served at K=1
+    run_for(c, fleet, clock, 7)
+    t_ready = t_step + 3 * NS
+    assert fleet.workers()[1].ready_ns == t_ready
+    snap = c.snapshot()
+    step2 = int(2 * W_SIM / 10e9 * NS) / NS
+    recs = c.stats.records()
+    warm = [r for r in recs if t_step <= r.t_scheduled_ns and r.t_done_ns < t_ready]
+    assert len(warm) == 2 and {r.k for r in warm} == {1}, sorted({r.k for r in warm})  # served by one worker
+    assert c.stats.level_start_ns == t_ready and snap.numbers.level == "K=2 B=1 instances"
+    f = c.stats.figures  # the level's own requests
+    assert (f.met, snap.numbers.slo_attainment) == (0, 0.0) and f.finished >= 6, (f.met, f.finished)
+    assert snap.numbers.requests >= 6 and snap.steps[-1].tpot_p50 == pytest.approx(step2, rel=1e-6)
+    assert c.stats.levels[-1]["level"] == "K=1 B=1 instances" and c.stats.levels[-1]["end_ns"] == t_ready
+
+
+def test_the_fleet_says_when_a_new_level_is_ready_and_stamps_the_k_that_served():
+    """The process fleet on the null engine (a 1 s model load): K 1 → 2 under a closed loop. Requests begun
+    while worker 2 loads are served by worker 1 alone and say K=1 (they said K=2); LevelReady comes once
+    worker 2 is ready, with K=2, and requests begun after it say K=2, on both workers."""
+    import time
+
+    from engines.base import EngineSpec
+    from measure.core.workload import ClosedLoop, Load
+    from measure.sources.base import Finished, LevelReady
+    from measure.sources.fleet import Fleet
+
+    meta = RunMeta("null (scheduled tokens, no model)", "none", 0, simulated=True)
+    fleet = Fleet(EngineSpec("null", "", options={"load_s": 1.0, "ttft_s": 0.02, "itl_s": 0.02}), meta, k=1,
+                  threads=1)
+    recs, ready = [], None
+    try:
+        assert fleet.capabilities().level_ready
+        fleet.start(timeout=60)
+        fleet.set_users(None)  # users follow the ready workers
+        fleet.set_load(Load(presets.workload("synthetic:4"), ClosedLoop(1), 5))
+        time.sleep(0.5)
+        fleet.scale_to(2)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and (ready is None or time.monotonic() < ready_at + 1.0):
+            ev = fleet.events.get(timeout=1)
+            if isinstance(ev, Finished):
+                recs.append(ev.record)
+            elif isinstance(ev, LevelReady):
+                ready, ready_at = ev, time.monotonic()
+    finally:
+        fleet.close()
+    assert ready is not None and (ready.k, ready.b, ready.mode) == (2, 1, "instances")
+    w2 = next(w for w in fleet.workers() if w.wid == 2)
+    assert w2.ready_ns is not None and ready.t_ns >= w2.ready_ns
+    before = [r for r in recs if r.t_started_ns < w2.ready_ns]
+    after = [r for r in recs if r.t_started_ns > ready.t_ns]
+    assert len(before) >= 5 and {r.k for r in before} == {1} and {r.worker for r in before} == {1}
+    assert after and {r.k for r in after} == {2} and {r.worker for r in after} == {1, 2}

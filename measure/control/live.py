@@ -27,8 +27,8 @@ from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physic
                                  total_memory_bytes)
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
-from measure.sources.base import (Finished, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens, WorkerInfo,
-                                  WorkerState)
+from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens,
+                                  WorkerInfo, WorkerState)
 from presets import Workload
 
 
@@ -99,6 +99,9 @@ class LiveController:
         self._last_sys: SystemSample | None = None
         self._cores = physical_cores()
         self._tps_now = 0.0
+        # a step's level begins when its workers are ready (LevelReady) where the source says when
+        self._pending: tuple[str, int, int, str] | None = None  # (label, K, B, mode) asked, not ready yet
+        self._level_kbm = (self.k, self.b, self.mode)  # the K, B, mode of the level the figures count now
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self, thread: bool = True) -> None:
@@ -270,7 +273,22 @@ class LiveController:
         self._new_level(k, b, self.mode, now)
 
     def _new_level(self, k: int, b: int, mode: str, now: int) -> None:
-        self.begin_level(f"K={k} B={b} {mode}", now)
+        """The level asked begins now, or, where the source says when its workers are ready, then: requests
+        served while new workers start or warm up count in the level before."""
+        label = f"K={k} B={b} {mode}"
+        if self.caps.level_ready:
+            self._pending = (label, k, b, mode)
+        else:
+            self._level_kbm = (k, b, mode)
+            self.begin_level(label, now)
+
+    def level_ready(self, ev: LevelReady) -> None:
+        """The source's workers of the level asked last are ready: that level begins at ev.t_ns."""
+        p = self._pending
+        if p is not None and (ev.k, ev.b, ev.mode) == p[1:]:
+            self._pending = None
+            self._level_kbm = p[1:]
+            self.begin_level(p[0], ev.t_ns)
 
     def begin_level(self, label: str, t_ns: int) -> None:
         """Request figures count from here (a replay calls this at the recorded time)."""
@@ -307,6 +325,8 @@ class LiveController:
                 self.log(ev.level, ev.text)
             elif isinstance(ev, LoadStarted):
                 self.load_started(ev.t_ns)
+            elif isinstance(ev, LevelReady):
+                self.level_ready(ev)
             elif isinstance(ev, OutOfMemory):
                 self.out_of_memory(ev)
 
@@ -424,7 +444,8 @@ class LiveController:
         with self._lock:
             figures = self.stats.figures
             level_start = self.stats.level_start_ns
-        row = self.steps.tick(self.stats.level_label, self.mode, self.k, self.b, level_start, now,
+        lk, lb, lmode = self._level_kbm if self._pending else (self.k, self.b, self.mode)
+        row = self.steps.tick(self.stats.level_label, lmode, lk, lb, level_start, now,
                               self.state(workers) == "steady", figures, win.agg_tps, win.concurrency,
                               sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts)
         numbers = replace(numbers, goodput_rps=row.goodput_rps, goodput_tps=row.goodput_tps,

@@ -104,6 +104,7 @@ class Capabilities:
     simulated: bool  # numbers follow a model, not a measurement
     endpoint: str | None = None  # the URL of a remote engine (several, comma-separated)
     max_k: int | None = None  # K cannot go above this (the endpoints given); None: no such bound
+    level_ready: bool = False  # it sends LevelReady after a K, B or mode step; else a level starts at the step
 
 
 # ---- events (source → live reader) -------------------------------------------------------------
@@ -138,6 +139,17 @@ class LoadStarted(NamedTuple):
     t_ns: int
 
 
+class LevelReady(NamedTuple):
+    """Every worker of the level asked last (K, B, mode) is ready and serving it: that level's figures count
+    from `t_ns`. Requests served while its new workers started or warmed up belong to the level before (their
+    records say the K and B that served them)."""
+
+    t_ns: int
+    k: int
+    b: int
+    mode: str
+
+
 class OutOfMemory(NamedTuple):
     """The kernel's OOM killer ended a worker while the source served this step: the memory guard's estimate
     was too low there (admission.py refuses the step from then on)."""
@@ -147,7 +159,7 @@ class OutOfMemory(NamedTuple):
     b: int
 
 
-Event = Tokens | Started | Finished | Log | LoadStarted | OutOfMemory
+Event = Tokens | Started | Finished | Log | LoadStarted | LevelReady | OutOfMemory
 
 
 @runtime_checkable

@@ -28,8 +28,8 @@ from engines.base import EngineSpec
 from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request, RequestMaker
-from measure.sources.base import (Capabilities, CellStopped, EventSink, LoadStarted, OutOfMemory, RecordCollector,
-                                  SourceError, Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CellStopped, EventSink, LevelReady, LoadStarted, OutOfMemory,
+                                  RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
 
@@ -83,7 +83,8 @@ class _Pause(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    pass
+    mode: str
+    b: int
 
 
 class _Users(NamedTuple):
@@ -138,7 +139,9 @@ class Fleet:
         self._closed = False
         self._fatal: str | None = None
         self._unready_deaths = 0
-        self._lost_ready = 0  # ready workers that died since K was last set: records say K − this
+        self._lost_ready = 0  # ready workers that died since K was last set: a load waits for K − this
+        self._asked = (k, self.b, self.mode)  # the level of the last step the I/O thread applied
+        self._level_wait = False  # a step applied, its LevelReady not sent yet
         self._oom_seen = oom_kills() or 0
         self.oom_killed: list[tuple] = []  # (K, B, mode) at each OOM kill: the guard's estimate was too low there
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
@@ -149,7 +152,7 @@ class Fleet:
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
                             modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
-                            server_view=False, simulated=self.meta.simulated)
+                            server_view=False, simulated=self.meta.simulated, level_ready=True)
 
     def server_view(self) -> dict | None:
         return None
@@ -205,7 +208,7 @@ class Fleet:
         self.mode, self.b = mode, b
         self.b_cap = max(b, b_cap) if b_cap else max(self.b_cap, b)
         self.seq_ctx = seq_ctx or self.seq_ctx
-        self._command_put(_Batch())
+        self._command_put(_Batch(mode, b))
 
     def set_load(self, load: Load | None) -> None:
         """Start (or replace) the load. Requests flow once every worker of the target K is ready."""
@@ -329,6 +332,7 @@ class Fleet:
                 # on this thread's sleep
                 self._arrivals()
                 self._dispatch()
+                self._level_check()
                 self._publish()
                 objs = [self._wake_r]
                 for w in self._live():
@@ -356,8 +360,16 @@ class Fleet:
             self._fatal = f"fleet I/O thread failed: {type(exc).__name__}: {exc}"
             self._sink.log(self._fatal, "error")
 
+    def _level_check(self) -> None:
+        """After a K, B or mode step: once every command given is applied and every worker of the level is
+        ready (in its mode), say so (LevelReady): the level's figures count from then."""
+        if self._level_wait and self._cmds_done >= self._cmds_put and self._ready_to_measure():
+            self._level_wait = False
+            self._sink.put(LevelReady(time.perf_counter_ns(), *self._asked))
+
     def _command(self, cmd) -> None:
         if isinstance(cmd, _Scale):
+            self._asked, self._level_wait = (cmd.k, *self._asked[1:]), True
             self._scale(cmd.k)
         elif isinstance(cmd, _SetLoad):
             self._requests.set_load(cmd.load)
@@ -368,6 +380,7 @@ class Fleet:
             self._paused = cmd.paused
             self._sink.log("load paused" if cmd.paused else "load resumed")
         elif isinstance(cmd, _Batch):
+            self._asked, self._level_wait = (self._asked[0], cmd.b, cmd.mode), True
             for w in self._live():
                 if w.info.ready_ns:
                     self._send_mode(w)
@@ -406,9 +419,14 @@ class Fleet:
                         w.info.threads = n
 
     def _serving_k(self) -> int:
-        """K minus the ready workers that died since K was set (nothing replaces them): what records say, and
-        how many a load waits for."""
+        """K minus the ready workers that died since K was set (nothing replaces them): how many a load waits
+        for."""
         return max(1, self.target_k - self._lost_ready)
+
+    def _ready_k(self) -> int:
+        """K on the records: the workers serving now (ready, in the current mode, not retiring). A worker still
+        starting or warming up after a K step is not counted, nor one that died."""
+        return max(1, sum(1 for w in self._active() if w.info.ready_ns and not w.mode_pending))
 
     def _ready_to_measure(self) -> bool:
         active = self._active()  # a ready worker that died since K was set is not waited for (nothing replaces it)
@@ -443,8 +461,8 @@ class Fleet:
                 self._pending.appendleft(req)
                 break
             w.inflight.add(req.request_id)
-            # the level that serves it: K minus the ready workers that died since K was set
-            req.k, req.b, req.mode = self._serving_k(), self.b, self.mode
+            # the level that serves it: the workers serving now (not one still warming up, nor one that died)
+            req.k, req.b, req.mode = self._ready_k(), self.b, self.mode
             w.info.current = req.request_id
             w.info.active = len(w.inflight)
             w.info.state = S.SERVING

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from engines.http_openai import api_headers, endpoint_body, new_session, public_url, stream_one
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request, RequestMaker
-from measure.sources.base import (Capabilities, EventSink, LoadStarted, RecordCollector, SourceError, Started,
-                                  Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, EventSink, LevelReady, LoadStarted, RecordCollector, SourceError,
+                                  Started, Tokens, WorkerInfo, WorkerState)
 
 WARMUP_TOKENS = 2
 PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
@@ -167,6 +167,7 @@ class HttpSource:
         self._ready_once = False  # every endpoint in use warmed once: the load may flow
         self._load_started = False
         self._rr = 0  # the endpoint after the last one chosen
+        self._level_sent = (self.target_k, b)  # the (K, B) the last LevelReady said (the first level: the load's)
 
     @property
     def send_ids(self) -> bool:
@@ -177,7 +178,7 @@ class HttpSource:
         n = len(self._eps)
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
                             scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
-                            simulated=False, endpoint=self.shown_url, max_k=n)
+                            simulated=False, endpoint=self.shown_url, max_k=n, level_ready=True)
 
     def server_view(self) -> dict | None:
         """One endpoint's figures; over several, the sum of each figure the scraped ones expose (KV use: the
@@ -400,6 +401,10 @@ class HttpSource:
                     if ep.warmed < self.b and not ep.warming:  # a new stream level: warm its new streams
                         ep.warming = True
                         spawn(self._warm(ep, self.b))
+                asked = (self.target_k, self.b)  # read before _ready(): a step after it is seen next time
+                if asked != self._level_sent and self._ready():
+                    self._level_sent = asked
+                    self._sink.put(LevelReady(time.perf_counter_ns(), *asked, "http"))
                 if not self._ready_once:
                     self._ready_once = self._ready()
                 if self._ready_once:

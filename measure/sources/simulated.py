@@ -1,6 +1,7 @@
 """A SIMULATED fleet for tests and demos: no engine runs, tokens follow the bandwidth model.
 
 Every record it makes says ``simulated: true`` and the dashboard shows SIMULATED in its header.
+A worker added by a K step warms up for `warmup_s` (default 0) before it serves.
 Decode follows TPOT(K) = K · W / β_sim with a fixed prefill time, so its numbers are what the physics
 predicts, not a measurement. It is driven by `advance(now_ns)`: from a thread in a demo, by hand (with
 a fake clock) in snapshot tests, so the screen is deterministic.
@@ -15,19 +16,22 @@ import time
 from measure.core.records import RunMeta, build_record
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Request, request_for
-from measure.sources.base import (Capabilities, Finished, LoadStarted, Log, Started, Tokens, WorkerInfo,
-                                  WorkerState)
+from measure.sources.base import (Capabilities, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
+                                  WorkerInfo, WorkerState)
 
 S = WorkerState
 
 
 class SimulatedFleet:
     def __init__(self, meta: RunMeta, k: int = 1, bandwidth_gbps: float = 100.0, prefill_s: float = 0.05,
-                 clock=None, threaded: bool = True):
+                 clock=None, threaded: bool = True, warmup_s: float = 0.0):
         self.meta = RunMeta(**{**meta.__dict__, "simulated": True})
         self.target_k = k
         self.beta = bandwidth_gbps
         self.prefill_ns = int(prefill_s * NS)
+        self.warmup_ns = int(warmup_s * NS)
+        self._ready_at: dict[int, int] = {}  # a warming worker → when it is ready
+        self._level_wait = False  # a K/B/mode step whose LevelReady is not sent yet
         self.events: queue.Queue = queue.Queue()
         self.rep = 0
         self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
@@ -53,7 +57,7 @@ class SimulatedFleet:
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
                             modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
-                            server_view=False, simulated=True)
+                            server_view=False, simulated=True, level_ready=True)
 
     def server_view(self) -> dict | None:
         return None
@@ -74,10 +78,14 @@ class SimulatedFleet:
         while not self._stop.wait(0.05):
             self.advance(self._clock())
 
-    def _spawn(self) -> None:
+    def _spawn(self, warm: bool = False) -> None:
         wid = next(self._ids)
         now = self._clock()
-        self._workers[wid] = WorkerInfo(wid, state=S.IDLE, pid=None, threads=1, rss=300_000_000, ready_ns=now)
+        warming = warm and self.warmup_ns > 0
+        self._workers[wid] = WorkerInfo(wid, state=S.WARMING if warming else S.IDLE, pid=None, threads=1,
+                                        rss=300_000_000, ready_ns=None if warming else now)
+        if warming:
+            self._ready_at[wid] = now + self.warmup_ns
         self.events.put(Log("info", f"worker {wid} started (simulated)"))
 
     def scale_to(self, k: int) -> None:
@@ -85,10 +93,12 @@ class SimulatedFleet:
             active = [w for w in self._workers.values() if not w.state.leaving]
             self.target_k = k
             for _ in range(k - len(active)):
-                self._spawn()
+                self._spawn(warm=True)
             for w in sorted(active, key=lambda w: -w.wid)[: max(0, len(active) - k)]:
                 w.state = S.RETIRING if self._busy.get(w.wid, {}).get("reqs") else S.RETIRED
             self.events.put(Log("info", f"K → {k}"))
+            self._level_wait = True
+            self._level_check(self._clock())
 
     def set_load(self, load: Load | None) -> None:
         self._load = (load.workload, load.max_tokens) if load else None
@@ -111,6 +121,19 @@ class SimulatedFleet:
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         self.mode, self.b = mode, b
         self.b_cap = max(self.b_cap, b)
+        with self._lock:
+            self._level_wait = True
+            self._level_check(self._clock())
+
+    def _serving(self) -> list[WorkerInfo]:
+        return [w for w in self._workers.values() if w.ready_ns and not w.state.leaving]
+
+    def _level_check(self, now: int) -> None:
+        """Every worker of the K asked is ready: the level asked last starts now (LevelReady)."""
+        active = [w for w in self._workers.values() if not w.state.leaving]
+        if self._level_wait and len(active) >= self.target_k and all(w.ready_ns for w in active):
+            self._level_wait = False
+            self.events.put(LevelReady(now, self.target_k, self.b, self.mode))
 
     def advance(self, now: int) -> None:
         """Move the simulation to `now`: admit requests into free slots, emit the tokens of every step
@@ -123,18 +146,27 @@ class SimulatedFleet:
                 self._started_load = True
                 self.events.put(LoadStarted(now))
             cap = self.b if self.mode == "batch" else 1
+            for wid, t in sorted(self._ready_at.items()):
+                if t <= now:
+                    del self._ready_at[wid]
+                    w = self._workers[wid]
+                    if w.state == S.WARMING:
+                        w.state, w.ready_ns = S.IDLE, t
+                        self.events.put(Log("info", f"worker {wid} ready (simulated)"))
+                        self._level_check(t)
             active = [w for w in self._workers.values() if not w.state.gone]
-            n_serving = max(1, sum(1 for w in active if w.state != S.RETIRING))
+            n_serving = max(1, sum(1 for w in active if w.ready_ns and w.state != S.RETIRING))  # warming: no reads
             step_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
             in_flight = sum(len(v["reqs"]) for v in self._busy.values())
             for w in active:
                 st = self._busy.setdefault(w.wid, {"reqs": [], "next": None})
-                while (not self._paused and w.state != S.RETIRING and len(st["reqs"]) < cap
+                while (not self._paused and w.ready_ns and w.state != S.RETIRING and len(st["reqs"]) < cap
                        and in_flight < self._users):
                     rid = next(self._req_ids)
                     prompt, n_out = request_for(workload, next(self._prompts), max_tokens)
                     st["reqs"].append({"rid": rid, "prompt": prompt, "max_tokens": n_out, "t0": now, "tokens": []})
                     self.events.put(Started(w.wid, rid, now))
+                    st["reqs"][-1]["k"] = max(1, len(self._serving()))  # the workers serving it: its records' K
                     in_flight += 1
                     if st["next"] is None:
                         st["next"] = now + self.prefill_ns
@@ -158,7 +190,7 @@ class SimulatedFleet:
     def _finish(self, w: WorkerInfo, cur: dict) -> None:
         toks = cur["tokens"]
         req = Request(cur["rid"], cur["prompt"], len(toks), True, t_scheduled_ns=cur["t0"], t_submitted_ns=cur["t0"],
-                      rep=self.rep, k=self.target_k, b=self.b, mode=self.mode)
+                      rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
         rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
                            t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
         w.requests_done += 1
