@@ -35,7 +35,7 @@ class SnapshotCollector:
         yield gauge("output_tokens_per_second", "aggregate output tok/s over the live window", n.agg_tps)
         yield gauge("instances", "K: engine instances asked for", snap.k)
         yield gauge("batch_size", "B: sequences per engine (or concurrent streams) asked for", snap.b)
-        yield gauge("achieved_concurrency", "streams actually decoding, time-averaged over the window",
+        yield gauge("achieved_concurrency", "requests in service (started to done), time-averaged over the window",
                     n.concurrency)
         for q, v in (("0.5", n.tpot_p50), ("0.9", n.tpot_p90)):
             yield gauge("tpot_seconds", "per-stream time per output token over the window", v, {"quantile": q})

@@ -63,7 +63,7 @@ class Numbers:
     level: str  # the K/B/mode level the request figures (TTFT, ITL, requests) belong to
     agg_tps: float
     streams: int  # streams with ≥ 2 tokens in the window
-    concurrency: float  # achieved: streams decoding, time-averaged over the window
+    concurrency: float  # achieved: requests in service, time-averaged over the window (M.achieved_concurrency)
     tpot_p50: float | None
     tpot_p90: float | None
     predicted_tpot: float | None
