@@ -146,7 +146,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     from dataclasses import asdict
 
     c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": fleet.meta.model_bytes,
-                                 "simulated": True, "settings": asdict(c.s), "chip": "test chip",
+                                 "simulated": True, "settings": asdict(c.settings), "chip": "test chip",
                                  "bandwidth_gbps": 100.0}, fsync=False)
     run_for(c, fleet, clock, 6)
     c.set_k(2)
@@ -188,7 +188,7 @@ async def test_replay_app_keys(tmp_path):
     path = tmp_path / "s.jsonl"
     c, fleet, clock = sim_controller(k=1)
     c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": fleet.meta.model_bytes,
-                                 "simulated": True, "settings": asdict(c.s)}, fsync=False)
+                                 "simulated": True, "settings": asdict(c.settings)}, fsync=False)
     run_for(c, fleet, clock, 30)
     c.set_k(2)
     run_for(c, fleet, clock, 30)
@@ -228,7 +228,7 @@ def test_report_renders_every_chart_from_a_recording(tmp_path):
     path = tmp_path / "s.jsonl"
     c, fleet, clock = sim_controller(k=1)
     c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": fleet.meta.model_bytes,
-                                 "simulated": True, "settings": asdict(c.s), "bandwidth_gbps": 100.0}, fsync=False)
+                                 "simulated": True, "settings": asdict(c.settings), "bandwidth_gbps": 100.0}, fsync=False)
     run_for(c, fleet, clock, 8)
     c.set_k(2)
     run_for(c, fleet, clock, 8)

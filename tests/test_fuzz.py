@@ -51,7 +51,7 @@ def recording_lines(tmp_path_factory):
     path = tmp_path_factory.mktemp("rec") / "s.jsonl"
     c, fleet, clock = sim_controller(k=1)
     c.recorder = Recorder(path, {"engine": "llama.cpp", "model": "m", "model_bytes": 1, "simulated": True,
-                                 "settings": asdict(c.s)}, fsync=False)
+                                 "settings": asdict(c.settings)}, fsync=False)
     run_for(c, fleet, clock, 6)
     c.set_k(2)
     run_for(c, fleet, clock, 6)

@@ -15,7 +15,7 @@ def recorded_session(tmp_path):
     path = tmp_path / "session.jsonl"
     c, fleet, clock = sim_controller(k=1)
     c.recorder = Recorder(path, {"engine": "llama.cpp", "model": fleet.meta.model, "model_bytes": fleet.meta.model_bytes,
-                                 "simulated": True, "settings": asdict(c.s), "chip": "test chip",
+                                 "simulated": True, "settings": asdict(c.settings), "chip": "test chip",
                                  "bandwidth_gbps": 100.0}, fsync=False)
     run_for(c, fleet, clock, 30)
     c.set_k(2)

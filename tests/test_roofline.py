@@ -147,7 +147,7 @@ async def test_dashboard_draws_the_attainable_line_and_predictions_without_a_chi
     roof = Roofline(w, Machine("test CPU", 25.0, "attainable (probe)", cores=2, step_core_s=0.01,
                                 thread_speedup={1: 1.0, 2: 1.5}), 25.0)
     c, fleet, clock = sim_controller(k=1, roofline=roof)
-    c.s.bandwidth_gbps = None
+    c.settings.bandwidth_gbps = None
     c.info = c.info.__class__(**{**c.info.__dict__, "bandwidth_gbps": None})
     run_for(c, fleet, clock, 8)
     n = c.snapshot().numbers

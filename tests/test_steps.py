@@ -11,8 +11,8 @@ async def test_plus_twice_and_b_three_times_leave_settled_rows_with_goodput():
     """K=1 → + → + (K=3), m, then ] three times (B=2, 3, 4): every level settles (≥ 5 s steady, ≥ 8 requests,
     tok/s CV < 0.10) and becomes a row with its goodput under the interactive SLO; the best is marked."""
     c, fleet, clock = sim_controller(k=1)
-    c.s.slo = c.steps.slo = presets.slo("interactive")
-    c.stats.set_slo(c.s.slo)
+    c.settings.slo = c.steps.slo = presets.slo("interactive")
+    c.stats.set_slo(c.settings.slo)
     app = InferenceTop(c, live=False)
     async with app.run_test(size=(160, 48)) as pilot:
         run_for(c, fleet, clock, 12)

@@ -1,7 +1,9 @@
-"""The Textual dashboard. It reads `LiveController.snapshot()` and calls its key actions; nothing here
+"""The Textual dashboard. It reads its controller's `snapshot()` and calls its key actions (the members of
+measure/control/controller.Controller: LiveController live, ReplayController over a recording); nothing here
 waits on a worker. Numbers and gauges refresh at 2 Hz; charts at --refresh Hz, and only when changed."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -10,12 +12,16 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
+from measure.control.controller import Controller
 from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
 from measure.core.metrics import p99_mark
 from measure.core.units import fmt_bytes, fmt_ms
 from tui.charts import Chart, Panel
 from tui.signals import hold, quit_on_signals
+
+if TYPE_CHECKING:
+    from measure.control.replay import ReplayController
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 SPAN_S = 180.0  # seconds of history on the charts
@@ -102,7 +108,7 @@ class InferenceTop(App):
 
     HELP_KEYS = KEYS
 
-    def __init__(self, controller: LiveController, refresh_hz: float = 1.0, live: bool = True, title: str = "",
+    def __init__(self, controller: Controller, refresh_hz: float = 1.0, live: bool = True, title: str = "",
                  peers=None):
         super().__init__()
         self.c = controller
@@ -111,8 +117,8 @@ class InferenceTop(App):
         self.live = live
         self.model_title = title
         self._log_seen = 0
-        self._last_numbers = None
-        self._last_charts = None
+        self._last_numbers: int | None = None  # the snapshot version last drawn
+        self._last_charts: int | None = None
         self.steps_view = False
 
     def compose(self) -> ComposeResult:
@@ -164,7 +170,7 @@ class InferenceTop(App):
             self.query_one("#chart-pareto", Chart).plot(
                 snap.version, [("settled levels", [r.agg_tps for r in rows], [r.per_user_tps for r in rows],
                                 "cyan", "line")],
-                x_range=(0.0, max([r.agg_tps for r in rows], default=1.0) * 1.1))
+                x_range=(0.0, max([r.agg_tps or 0.0 for r in rows], default=1.0) * 1.1))
             return
         hist = snap.history
         x1 = max(snap.t, 10.0)
@@ -265,9 +271,10 @@ class InferenceTop(App):
         t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {few}{fmt_ms(n.ttft_engine_p99)} (engine)\n")
         t.append(f"chunk ITL p50 {fmt_ms(n.itl_p50)} · ")
         t.append(f"errors {n.errors}", "bold red" if n.errors else "")
-        if n.goodput_tps is not None:
+        slo = self.c.settings.slo
+        if n.goodput_tps is not None and slo is not None:  # goodput is counted against an SLO only
             t.append(f"\ngoodput {n.goodput_rps:.2f} req/s · {n.goodput_tps:.1f} tok/s · "
-                     f"{n.slo_attainment:.0%} in SLO ({self.c.s.slo.key})")
+                     f"{n.slo_attainment:.0%} in SLO ({slo.key})")
         if n.watts is not None or n.usd_per_mtok is not None:
             t.append("\n" + " · ".join(x for x in (
                 f"power {n.watts:.0f} W" if n.watts is not None else "",
@@ -291,8 +298,8 @@ class InferenceTop(App):
                 t.append(" · ".join(parts))
         else:
             t.append(f"\nfootprint ≈ {fmt_bytes(n.footprint)} of {fmt_bytes(n.budget)} budget")
-            if self.c.s.memory_budget_source:
-                t.append(f" ({self.c.s.memory_budget_source})", "grey50")
+            if self.c.settings.memory_budget_source:
+                t.append(f" ({self.c.settings.memory_budget_source})", "grey50")
         return t
 
     def _fill_workers(self, s: Snapshot) -> None:
@@ -415,7 +422,7 @@ class InferenceTop(App):
 
     def _render_steps(self, s: Snapshot) -> Text:
         t = Text()
-        slo = self.c.s.slo
+        slo = self.c.settings.slo
         t.append("step table: one row per K/B level once settled (≥ 5 s steady, ≥ 8 requests, tok/s CV < 0.10)",
                  "bold")
         t.append(f" · SLO {slo.describe()}\n" if slo else " · no SLO (--slo interactive) for goodput\n")
@@ -446,6 +453,7 @@ class InferenceTop(App):
 class ReplayApp(InferenceTop):
     """The same dashboard over a recording: no engine runs; keys move through time instead."""
 
+    c: ReplayController  # its speed and seek keys are the replay's own
     HELP_KEYS = REPLAY_KEYS
     BINDINGS = [
         Binding("plus,minus,right_square_bracket,left_square_bracket,m,r", "k(0)", show=False),
@@ -459,6 +467,9 @@ class ReplayApp(InferenceTop):
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
     ]
+
+    def __init__(self, controller: ReplayController, refresh_hz: float = 1.0, live: bool = True, title: str = ""):
+        super().__init__(controller, refresh_hz, live, title)
 
     def action_pause(self) -> None:
         self.c.toggle_pause()

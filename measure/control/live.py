@@ -29,7 +29,7 @@ from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens,
                                   WorkerInfo, WorkerState)
-from presets import Workload
+from presets import SLO, Workload
 
 
 @dataclass
@@ -52,8 +52,8 @@ class LiveSettings:
     force: bool = False
     brake: bool = True
     # goodput and the cost of a token
-    slo: object | None = None  # presets.SLO
-    cost: object | None = None  # core/cost.Cost
+    slo: SLO | None = None
+    cost: Cost | None = None
 
 
 class LiveController:
@@ -62,7 +62,7 @@ class LiveController:
         self.source = source
         self.caps = source.capabilities()
         self.workload = workload
-        self.s = settings
+        self.settings = settings
         self.recorder = recorder
         self.mode = source.mode
         self.k = source.target_k
@@ -106,9 +106,9 @@ class LiveController:
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self, thread: bool = True) -> None:
         self.source.start(wait_ready=False)
-        self.source.set_users(self.s.users)  # None: users follow ready workers × B
-        self.source.set_load(Load(self.workload, self._arrivals(), self.s.max_tokens, self.s.ignore_eos))
-        self.log("info", f"serving {self.workload.key}: {self._arrivals_text()}, max_tokens {self.s.max_tokens}")
+        self.source.set_users(self.settings.users)  # None: users follow ready workers × B
+        self.source.set_load(Load(self.workload, self._arrivals(), self.settings.max_tokens, self.settings.ignore_eos))
+        self.log("info", f"serving {self.workload.key}: {self._arrivals_text()}, max_tokens {self.settings.max_tokens}")
         if thread:
             self._thread = threading.Thread(target=self._run, name="live-sampler", daemon=True)
             self._thread.start()
@@ -124,7 +124,7 @@ class LiveController:
     TRIM_EVERY_S = 60.0
 
     def _run(self) -> None:
-        period = 1.0 / self.s.sample_hz
+        period = 1.0 / self.settings.sample_hz
         last_trim = time.monotonic()
         while not self._stop.wait(period):
             try:
@@ -141,13 +141,13 @@ class LiveController:
 
     # ---- key actions (any thread) ------------------------------------------------------------
     def users(self) -> int:
-        return self.s.users or self.k * (1 if self.mode == "instances" else self.b)
+        return self.settings.users or self.k * (1 if self.mode == "instances" else self.b)
 
     def _arrivals(self):
-        return Poisson(self.s.rate) if self.s.rate else ClosedLoop(self.users())
+        return Poisson(self.settings.rate) if self.settings.rate else ClosedLoop(self.users())
 
     def _arrivals_text(self) -> str:
-        return f"open loop {self.s.rate:g} req/s" if self.s.rate else f"closed loop, {self.users()} users"
+        return f"open loop {self.settings.rate:g} req/s" if self.settings.rate else f"closed loop, {self.users()} users"
 
     def budget(self) -> int:
         return self.admission.budget
@@ -242,7 +242,7 @@ class LiveController:
         with self._lock:
             records = self.stats.records()
             levels = list(self.stats.levels)
-        path, png = export(snap, self.info, records, self.s.window_s, path, levels)
+        path, png = export(snap, self.info, records, self.settings.window_s, path, levels)
         self.log("info", f"exported statistics to {path}" + (f" and the charts to {png}" if png else
                                                                " (pip install matplotlib for a PNG too)"))
         return path
@@ -364,7 +364,7 @@ class LiveController:
             prompts = list(self.stats.figures.prompt_tokens)
         prompt = round(sum(prompts) / len(prompts)) if prompts else 32
         threads = next((w.threads for w in workers if w.threads and not w.state.gone), None)
-        return self.roofline.level(self.mode, self.k, self.b, threads, prompt, self.s.max_tokens)
+        return self.roofline.level(self.mode, self.k, self.b, threads, prompt, self.settings.max_tokens)
 
     def state(self, workers: list[WorkerInfo]) -> str:
         if self.wall and self.wall.active(self._clock()):
@@ -400,8 +400,8 @@ class LiveController:
         level = self._predict(workers)
         if level is not None:
             pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
-        elif self.s.bandwidth_gbps and W and self.mode == "instances":  # K instances share β
-            pred, pred_tps, pred_by = M.predicted_tpot(self.k, W, self.s.bandwidth_gbps), None, "K·W/β"
+        elif self.settings.bandwidth_gbps and W and self.mode == "instances":  # K instances share β
+            pred, pred_tps, pred_by = M.predicted_tpot(self.k, W, self.settings.bandwidth_gbps), None, "K·W/β"
         else:
             pred, pred_tps, pred_by = None, None, ""
         attainable = self.roofline.attainable_gbps if self.roofline else None
@@ -436,7 +436,7 @@ class LiveController:
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
-            ceiling=ceiling(bw.gbps, self.s.bandwidth_gbps, cpu_sum, self._cores, attainable,
+            ceiling=ceiling(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
                             level.binding if level else None, not self.caps.local, self.k * self.b,
                             win.concurrency, sum(r.threads or 0 for r in rows if r.state not in ("dead", "retired"))),
         )
@@ -472,7 +472,7 @@ class LiveController:
             self._version += 1
             snap = Snapshot(
                 version=self._version, t=t, state=state, mode=self.mode, k=self.k, b=self.b,
-                users=f"{self.s.rate:g}/s" if self.s.rate else str(self.users()), paused=self.paused,
+                users=f"{self.settings.rate:g}/s" if self.settings.rate else str(self.users()), paused=self.paused,
                 simulated=self.caps.simulated, workers=rows, numbers=numbers, system=sysv,
                 rss_sum=rss_sum, history=tuple(self._history), markers=tuple(self._markers), log=tuple(self._log),
                 steps=table,

@@ -7,16 +7,21 @@ import bisect
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from measure.control.live import LiveController, LiveSettings
+from measure.control.snapshot import RunInfo, Snapshot
 from measure.core.units import NS
+from measure.sources.base import Capabilities
 from measure.sources.replay import RecordedProcesses, Recording, RecordingError, ReplaySource
 from presets import Workload
 
 __all__ = ["Recording", "RecordingError", "ReplayController"]
 
+NO_ENGINE = "a replay runs no engine: K and B are what the recording shows"
 
-def _settings(saved: dict) -> LiveSettings:
+
+def _settings(saved: dict[str, Any]) -> LiveSettings:
     """The recorded settings, each of the type the live controller used (else RecordingError)."""
     defaults = LiveSettings()
     out = {}
@@ -60,17 +65,52 @@ class ReplayController:
         if not any(e.get("type") == "load_started" for e in self.rec.events):
             self.live.load_started(self.rec.t0_ns)  # a recording made before the event existed
 
-    # ---- what the dashboard reads -----------------------------------------------------------
+    # ---- what the dashboard reads (controller.Controller) ----------------------------------------
     @property
-    def info(self):
+    def info(self) -> RunInfo:
         return self.live.info
 
     @property
-    def s(self):
-        return self.live.s
+    def settings(self) -> LiveSettings:
+        return self.live.settings
 
-    def snapshot(self):
+    @property
+    def caps(self) -> Capabilities:
+        return self.live.caps
+
+    @property
+    def mode(self) -> str:  # K, B and mode: what the recording shows at this moment
+        return self.live.mode
+
+    @property
+    def k(self) -> int:
+        return self.live.k
+
+    @property
+    def b(self) -> int:
+        return self.live.b
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return self.live.totals
+
+    def snapshot(self) -> Snapshot | None:
         return self.live.snapshot()
+
+    # ---- the live keys: a replay runs no engine --------------------------------------------------
+    def set_k(self, k: int) -> str | None:
+        return NO_ENGINE
+
+    def set_b(self, b: int) -> str | None:
+        return NO_ENGINE
+
+    def toggle_mode(self) -> str | None:
+        return NO_ENGINE
+
+    def reset_stats(self) -> None:
+        """Request figures count from this moment of the recording (a seek back starts them afresh)."""
+        with self._lock:
+            self.live.reset_stats()
 
     def log(self, level: str, text: str) -> None:
         self.live.log(level, text)
@@ -114,7 +154,7 @@ class ReplayController:
                 live = self.live
                 live.k = self.source.target_k = s.get("k", live.k)
                 live.b, live.mode, live.paused = s.get("b", live.b), s.get("mode", live.mode), s.get("paused", False)
-                live.s.users = s.get("users")
+                live.settings.users = s.get("users")
                 live.tick(state=s.get("state", "steady"))
 
     def position_ns(self) -> int:
