@@ -5,9 +5,9 @@ stream of (token id, perf_counter_ns) pairs stamped the moment each id is produc
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class EngineError(Exception):
@@ -24,9 +24,9 @@ class EngineSpec:
     ctx: int = 2048
     seed: int = 0
     flash_attn: bool = True  # on CPU too: ≈10 % faster at B=1, ≈17 % at B=16 here
-    options: dict = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -64,6 +64,36 @@ def check_room(n_prompt: int, max_tokens: int, room: int, where: str) -> None:
                           "(raise --ctx or lower --max-tokens)")
 
 
+# A generate() stream: (token_id, t_ns) per token; its return value is the finish reason ("length" | "stop").
+TokenStream = Generator[tuple[int, int], None, str]
+# One step of a continuous batch: (t_ns, [(key, token_id)], [(key, finish_reason)]), each key as the caller
+# added it (any hashable: request ids, warmup tuples).
+BatchStep = tuple[int, list[tuple[Any, int]], list[tuple[Any, str]]]
+
+
+class Batch(Protocol):
+    """A continuous batch of up to b_cap sequences of ctx_per_seq tokens each, under the caller's keys."""
+
+    @property
+    def b_cap(self) -> int: ...
+
+    @property
+    def ctx_per_seq(self) -> int: ...
+
+    @property
+    def seqs(self) -> Mapping[Any, object]: ...  # the sequences held, by key
+
+    def active(self) -> int: ...
+
+    def add(self, key: Hashable, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None: ...
+
+    def step(self) -> BatchStep: ...
+
+    def remove(self, key: Hashable) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     name: str
 
@@ -75,13 +105,13 @@ class Engine(Protocol):
 
     def tokenize(self, prompt: Prompt) -> list[int]: ...
 
-    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> TokenStream:
         """Yield (token_id, t_ns) per generated token; return the finish reason ("length" | "stop")."""
         ...
 
     def set_threads(self, n: int) -> None: ...
 
-    def batch(self, b_cap: int, ctx_per_seq: int | None = None):
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> Batch:
         """Where the engine can: a continuous batch of up to b_cap sequences with add(key, tokens,
         max_tokens, ignore_eos), step() → (t_ns, [(key, token_id)], [(key, finish_reason)]), remove(key),
         active(). One step decodes one token of every sequence; all of a step's tokens share its t_ns."""
@@ -100,4 +130,5 @@ def make_engine(spec: EngineSpec) -> Engine:
     module_name, cls_name = ENGINES[spec.engine].split(":")
     import importlib
 
-    return getattr(importlib.import_module(module_name), cls_name)(spec)
+    engine: Engine = getattr(importlib.import_module(module_name), cls_name)(spec)
+    return engine

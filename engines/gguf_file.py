@@ -6,8 +6,13 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 GGUF_MAGIC = b"GGUF"
 
@@ -33,13 +38,13 @@ class GGUFInfo:
     vocab: int | None = None
 
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float | None:
-        if None in (self.layers, self.kv_heads, self.head_dim):
+        if self.layers is None or self.kv_heads is None or self.head_dim is None:
             return None
         return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
 
 
-def gguf_field(reader, key):
-    """A metadata value of a GGUFReader, or None."""
+def gguf_field(reader: GGUFReader, key: str) -> Any:
+    """A metadata value of a GGUFReader (whatever type the file holds), or None."""
     f = reader.fields.get(key)
     if f is None:
         return None
@@ -54,7 +59,7 @@ def _cache_file() -> Path:
     return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "gguf-info.json"
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
         table = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -62,7 +67,7 @@ def _read_json(path: Path) -> dict:
     return table if isinstance(table, dict) else {}
 
 
-def _write_json(path: Path, table: dict) -> None:
+def _write_json(path: Path, table: dict[str, Any]) -> None:
     """Replace a cache file whole (a reader never sees half of it); a cache that cannot be written is skipped."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,7 +78,7 @@ def _write_json(path: Path, table: dict) -> None:
         pass
 
 
-def inspect_gguf(path: str | os.PathLike, progress=None) -> GGUFInfo:
+def inspect_gguf(path: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> GGUFInfo:
     """Raise EngineError with one clear line unless `path` is a complete, readable GGUF file.
 
     gguf's reader parses every metadata array (Gemma's 262k-token vocabulary: ≈10 s here), so a file's
@@ -126,7 +131,9 @@ def _inspect(path: Path) -> GGUFInfo:
     embd = gguf_field(reader, f"{arch}.embedding_length")
     if head_dim is None and heads and embd:
         head_dim = int(embd) // int(heads)
-    as_int = lambda v: None if v is None else int(v)  # noqa: E731
+    def as_int(v: Any) -> int | None:
+        return None if v is None else int(v)
+
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     return GGUFInfo(
         tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors),
@@ -155,7 +162,7 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def sha256_prefix(path: str | os.PathLike, n: int = 16) -> str:
+def sha256_prefix(path: str | os.PathLike[str], n: int = 16) -> str:
     """sha256 of a model file, or of a model folder (its config.json and *.safetensors, in name order).
 
     Folders are hashed file by file with each file's digest cached by path, size and mtime (an mlx

@@ -18,6 +18,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engines.base import EngineError
 from engines.gguf_file import gguf_field
@@ -63,7 +64,7 @@ def is_norm(gguf_name: str) -> bool:
     return gguf_name.endswith("norm.weight")
 
 
-def gemma3_config(reader) -> dict:
+def gemma3_config(reader) -> dict[str, Any]:
     """config.json for mlx-lm's gemma3_text from the GGUF's gemma3.* metadata."""
     g = lambda key: gguf_field(reader, f"gemma3.{key}")  # noqa: E731
     missing = [k for k in ("embedding_length", "block_count", "feed_forward_length", "attention.head_count")
@@ -145,7 +146,7 @@ def default_folder(gguf_path: Path) -> Path:
     return cache / "mlx" / beside.name
 
 
-def _source_key(gguf_path: Path) -> dict:
+def _source_key(gguf_path: Path) -> dict[str, Any]:
     st = gguf_path.stat()
     return {"gguf": str(gguf_path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "converter": CONVERTER_VERSION}

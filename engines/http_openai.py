@@ -16,6 +16,11 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
 @dataclass
@@ -25,7 +30,7 @@ class StreamResult:
     error: str | None = None
     prompt_tokens: int | None = None
     server_output_tokens: int | None = None
-    timings: dict | None = None  # llama-server's per-response timings block, where sent
+    timings: dict[str, Any] | None = None  # llama-server's per-response timings block, where sent
     # how len(token_ns) was counted: "continuous-usage" | "chunks" | "chunks+final-usage"
     token_count: str = "chunks"
     unreachable: bool = False  # the server could not be reached or dropped the connection (not an HTTP error)
@@ -35,7 +40,7 @@ class StreamResult:
 
 
 def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
-                  cache_prompt: bool | None = False, continuous_usage: bool | None = True) -> dict:
+                  cache_prompt: bool | None = False, continuous_usage: bool | None = True) -> dict[str, Any]:
     """The streaming request body. `prompt` is a text, or token ids (the completions endpoint only, so
     engines that share a tokenizer get the same ids). cache_prompt (llama-server honours it, others ignore
     it) and stream_options.continuous_usage_stats (vLLM) are sent unless None."""
@@ -45,10 +50,11 @@ def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max
         if (not isinstance(prompt, list) or not prompt
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in prompt)):
             raise ValueError("prompt must be a text or a non-empty list of int token ids")
-    stream_options: dict = {"include_usage": True}
+    stream_options: dict[str, Any] = {"include_usage": True}
     if continuous_usage is not None:
         stream_options["continuous_usage_stats"] = continuous_usage
-    body: dict = {"max_tokens": max_tokens, "temperature": 0, "stream": True, "stream_options": stream_options}
+    body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0, "stream": True,
+                            "stream_options": stream_options}
     if cache_prompt is not None:
         body["cache_prompt"] = cache_prompt
     if ignore_eos:
@@ -81,7 +87,7 @@ def _without_userinfo(url: str) -> str:
     return urlunsplit((p.scheme, (p.hostname or "") + (f":{p.port}" if p.port else ""), p.path, p.query, p.fragment))
 
 
-def api_headers(api_key_env: str | None) -> dict:
+def api_headers(api_key_env: str | None) -> dict[str, str]:
     if not api_key_env:
         return {}
     key = os.environ.get(api_key_env)
@@ -91,7 +97,7 @@ def api_headers(api_key_env: str | None) -> dict:
 class _Counter:
     """Turns SSE chunks into token timestamps (the counting rules in this module's docstring)."""
 
-    def __init__(self, res: StreamResult, on_tokens):
+    def __init__(self, res: StreamResult, on_tokens: Callable[[list[int]], None] | None):
         self.res = res
         self.on_tokens = on_tokens
         self.counted = 0  # tokens in res.token_ns so far
@@ -99,7 +105,7 @@ class _Counter:
         self.chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
         self.answer_seen = False  # a chunk with answer text has come
 
-    def chunk(self, chunk: dict, t: int) -> None:
+    def chunk(self, chunk: dict[str, Any], t: int) -> None:
         res = self.res
         usage = chunk.get("usage") or {}
         if usage:
@@ -162,7 +168,7 @@ class _Counter:
                 self.on_tokens(extra)
 
 
-def new_session(connections: int = 1):
+def new_session(connections: int = 1) -> aiohttp.ClientSession:
     """An aiohttp session for streams: one per stream slot (a connection kept alive across its requests)."""
     import aiohttp
 
@@ -170,8 +176,9 @@ def new_session(connections: int = 1):
                                  auto_decompress=False)
 
 
-async def stream_one(session, url: str, body: dict, headers: dict, stall_s: float,
-                     on_tokens=None, read_to_end: bool = True) -> StreamResult:
+async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
+                     stall_s: float, on_tokens: Callable[[list[int]], None] | None = None,
+                     read_to_end: bool = True) -> StreamResult:
     """POST one streaming request on an aiohttp ClientSession; every failure becomes `error`, never an
     exception (on_tokens' own exceptions pass through).
 

@@ -11,6 +11,7 @@ import ctypes
 import heapq
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -204,9 +205,9 @@ class LlamaBatch:
         self._vocab = engine._vocab
         self._n_vocab = engine._n_vocab
         self._free = list(range(b_cap))  # a min-heap: the lowest free seq_id first
-        self.seqs: dict = {}
+        self.seqs: dict[str, Any] = {}
         self.keep_logits = False  # tests: keep a copy of each sequence's logits from the last step
-        self.last_logits: dict = {}
+        self.last_logits: dict[str, Any] = {}
 
     def set_threads(self, n: int) -> None:
         self._lib.llama_set_n_threads(self.ctx, n, n)

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
 
@@ -30,7 +31,7 @@ def require_mlx() -> None:
             raise EngineError(f"{name} is not installed in this Python: {INSTALL_HINT}")
 
 
-def check_folder(path: str | Path) -> dict:
+def check_folder(path: str | Path) -> dict[str, Any]:
     """config.json of an mlx-lm model folder, or EngineError naming what is wrong with it."""
     p = Path(path)
     what = "an mlx-lm model folder (config.json, *.safetensors and a tokenizer)"
@@ -160,8 +161,8 @@ class MlxBatch:
         # no stop tokens by default (ignore-EOS); a request that stops at EOS brings its own
         self.gen = BatchGenerator(engine.model, stop_tokens=None, completion_batch_size=b_cap,
                                   prefill_batch_size=b_cap)
-        self.seqs: dict = {}  # request key -> BatchGenerator uid
-        self._keys: dict = {}  # uid -> request key
+        self.seqs: dict[str, Any] = {}  # request key -> BatchGenerator uid
+        self._keys: dict[str, Any] = {}  # uid -> request key
 
     def active(self) -> int:
         return len(self.seqs)

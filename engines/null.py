@@ -18,9 +18,10 @@ import os
 import signal
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Hashable
+from typing import Any
 
-from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
+from engines.base import FILLER, BatchStep, EngineError, EngineSpec, Prompt, TokenStream, check_room, synthetic_ids
 
 BOS = 2
 VOCAB = 32000  # ids of words fall in [3, VOCAB)
@@ -69,7 +70,7 @@ def _crash_if(spec: EngineSpec, point: str) -> None:
         time.sleep(10)  # not reached: the signal ends the process
 
 
-def _seconds(options: dict, key: str, default: float) -> float:
+def _seconds(options: dict[str, Any], key: str, default: float) -> float:
     try:
         v = float(options.get(key, default))
     except (TypeError, ValueError):
@@ -119,7 +120,7 @@ class NullEngine:
     def detokenize(self, ids: list[int]) -> str:
         return " ".join(f"t{i}" for i in ids)
 
-    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> TokenStream:
         """Token i (0-based) is due at start + ttft + i·itl, start being the first next() on this generator."""
         check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
         if not self._warming:
@@ -151,7 +152,7 @@ class NullEngine:
 class _NullSeq:
     __slots__ = ("key", "max_tokens", "t_added_ns", "due_ns", "generated")
 
-    def __init__(self, key, max_tokens: int, t_added_ns: int, due_ns: int):
+    def __init__(self, key: Hashable, max_tokens: int, t_added_ns: int, due_ns: int):
         self.key, self.max_tokens = key, max_tokens
         self.t_added_ns, self.due_ns = t_added_ns, due_ns  # due_ns: no token from a step before this time
         self.generated = 0
@@ -164,12 +165,12 @@ class NullBatch:
         self.engine = engine
         self.b_cap = b_cap
         self.ctx_per_seq = ctx_per_seq
-        self.seqs: dict = {}
+        self.seqs: dict[Hashable, _NullSeq] = {}
 
     def active(self) -> int:
         return len(self.seqs)
 
-    def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
+    def add(self, key: Hashable, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
         check_room(len(prompt), max_tokens, self.ctx_per_seq,
                    f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
         if len(self.seqs) >= self.b_cap:
@@ -177,7 +178,7 @@ class NullBatch:
         t = time.perf_counter_ns()
         self.seqs[key] = _NullSeq(key, max_tokens, t, t + self.engine.ttft_ns)
 
-    def step(self):
+    def step(self) -> BatchStep:
         """One step of itl_s. Returns (t_ns, [(key, token_id)], [(key, finish_reason)]); an empty batch
         returns at once with nothing."""
         now = time.perf_counter_ns()
@@ -185,7 +186,8 @@ class NullBatch:
             return now, [], []
         _crash_if(self.engine.spec, "batch_step")
         t = sleep_until(now + self.engine.itl_ns)
-        tokens, finished = [], []
+        tokens: list[tuple[Any, int]] = []
+        finished: list[tuple[Any, str]] = []
         for s in list(self.seqs.values()):
             if t < s.due_ns:
                 continue  # still in its TTFT
@@ -197,7 +199,7 @@ class NullBatch:
             self.remove(key)
         return t, tokens, finished
 
-    def remove(self, key) -> None:
+    def remove(self, key: Hashable) -> None:
         self.seqs.pop(key, None)
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from engines.null import text_ids
 
@@ -57,7 +58,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             411: "Length Required", 500: "Internal Server Error"}
 
 
-def _prompt_tokens(req: dict, chat: bool) -> int:
+def _prompt_tokens(req: dict[str, Any], chat: bool) -> int:
     if chat:
         msgs = req.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -151,7 +152,8 @@ class NullApp:
             except Exception:  # noqa: BLE001 - closing a dead transport
                 pass
 
-    async def _json(self, writer, status: int, obj, keep: bool, ctype: str = "application/json") -> bool:
+    async def _json(self, writer: asyncio.StreamWriter, status: int, obj: object, keep: bool,
+                    ctype: str = "application/json") -> bool:
         data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {ctype}\r\n"
                 f"Date: {email.utils.formatdate(time.time() + self.clock_skew_s, usegmt=True)}\r\n"
@@ -160,10 +162,12 @@ class NullApp:
         await writer.drain()
         return keep
 
-    async def _route(self, writer, method: str, path: str, body: bytes, t_arrival: int, keep: bool) -> bool:
+    async def _route(self, writer: asyncio.StreamWriter, method: str, path: str, body: bytes, t_arrival: int,
+                     keep: bool) -> bool:
         p = path.rstrip("/")
-        gets = {"/v1/models": self._models, "/models": self._models, "/metrics": self._metrics,
-                "/health": lambda: {"status": "ok"}}
+        gets: dict[str, Callable[[], dict[str, Any] | bytes]] = {
+            "/v1/models": self._models, "/models": self._models, "/metrics": self._metrics,
+            "/health": lambda: {"status": "ok"}}
         posts = {"/v1/completions": False, "/completions": False,
                  "/v1/chat/completions": True, "/chat/completions": True}
         try:
@@ -195,7 +199,7 @@ class NullApp:
             err = {"message": e.message, "type": "invalid_request_error", "code": e.status}
             return await self._json(writer, e.status, {"error": err}, keep)
 
-    def _models(self) -> dict:
+    def _models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "inference-top",
                                             "created": 0}]}
 
@@ -218,7 +222,8 @@ class NullApp:
         return ("\n".join(lines) + "\n").encode()
 
     # --- the stream --------------------------------------------------------------------------------
-    async def _stream(self, writer, chat: bool, req: dict, t_arrival: int, keep: bool) -> bool:
+    async def _stream(self, writer: asyncio.StreamWriter, chat: bool, req: dict[str, Any], t_arrival: int,
+                      keep: bool) -> bool:
         if req.get("stream") is not True:
             raise _HttpError(400, "only streaming requests (\"stream\": true) are served")
         max_tokens = req.get("max_tokens", req.get("max_completion_tokens", 16))
@@ -288,7 +293,7 @@ class NullApp:
         return keep
 
 
-async def _serve(app: NullApp, host: str, port: int):
+async def _serve(app: NullApp, host: str, port: int) -> asyncio.Server:
     return await asyncio.start_server(app.handle, host, port, backlog=1024, reuse_address=True)
 
 
@@ -315,6 +320,8 @@ class NullServer:
             raise RuntimeError("the null server did not start within 30 s")
         if self._error is not None:
             raise self._error
+        if self.url is None:
+            raise RuntimeError("the null server started without an address")
         return self.url
 
     def _run(self, ready: threading.Event) -> None:
@@ -349,11 +356,11 @@ class NullServer:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def start_null_server(**kw) -> tuple[str, Callable[[], None]]:
+def start_null_server(**kw: Any) -> tuple[str, Callable[[], None]]:
     """Start a NullServer (same keywords) in a background thread: (base URL, stop)."""
     srv = NullServer(**kw)
     return srv.start(), srv.stop

@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from engines.base import FILLER, EngineError, Prompt, synthetic_ids
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def _quiet_stderr() -> Iterator[None]:
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 from importlib.resources import files
 
 if sys.version_info >= (3, 11):
@@ -17,9 +18,10 @@ class PresetError(ValueError):
 
 
 @lru_cache(maxsize=None)
-def load(name: str) -> dict:
+def load(name: str) -> dict[str, Any]:
     """The parsed TOML file `name` (``chips``, ``models`` or ``workloads``)."""
-    return tomllib.loads(files(__name__).joinpath(f"{name}.toml").read_text(encoding="utf-8"))
+    table: dict[str, Any] = tomllib.loads(files(__name__).joinpath(f"{name}.toml").read_text(encoding="utf-8"))
+    return table
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class ModelPreset:
     kv_dtype: str = "f16"
     vocab: int = 0
     tied_embeddings: bool = False
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def models() -> dict[str, ModelPreset]:
@@ -165,7 +167,8 @@ def slo(spec: str) -> SLO:
     table = load("slos")
     if spec in table:
         d = table[spec]
-        ms = lambda k: d[k] / 1e3 if k in d else None  # noqa: E731
+        def ms(k: str) -> float | None:
+            return d[k] / 1e3 if k in d else None
         return SLO(spec, d["name"], ms("ttft_ms"), ms("tpot_ms"), ms("e2e_ms"))
     if "=" not in spec:
         raise PresetError(f"unknown SLO {spec!r}; known: {', '.join(sorted(table))}, or ttft=450ms,tpot=40ms[,e2e=10s]")

@@ -5,6 +5,7 @@ passes it), and the estimate is raised so it no longer fits there."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, Footprint, OomKill, admit,
                                 engine_footprint, fmt_gib, oom_refusal, overhead_after_oom)
@@ -14,7 +15,7 @@ CONFIRM_S = 5.0
 
 class Admission:
     def __init__(self, total_memory: int, budget: int | None, force: bool, ctx: int, weight_bytes: int,
-                 kv_per_token: float | None, clock=time.monotonic):
+                 kv_per_token: float | None, clock: Callable[[], float] = time.monotonic):
         self.budget = budget or int(DEFAULT_BUDGET_FRACTION * total_memory)
         self.force = force
         self.ctx = ctx

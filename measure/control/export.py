@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from measure.control.snapshot import RunInfo, Snapshot
 from measure.core import metrics as M
@@ -13,7 +14,7 @@ from measure.core.records import RequestRecord
 
 
 def export(snap: Snapshot, info: RunInfo, records: list[RequestRecord], window_s: float,
-           path: str | Path | None = None, levels: list[dict] | None = None) -> tuple[Path, Path | None]:
+           path: str | Path | None = None, levels: list[dict[str, Any]] | None = None) -> tuple[Path, Path | None]:
     path = Path(path or f"inference-top-{time.strftime('%Y%m%d-%H%M%S')}.json")
     out = {
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -47,7 +48,9 @@ def snapshot_png(snap: Snapshot, path: Path, beta: float | None = None) -> Path 
     fig.suptitle(f"inference-top at t={snap.t:.0f} s: mode {snap.mode}, K={snap.k}, B={snap.b}"
                  + (" (SIMULATED)" if snap.simulated else ""))
     axes[0].plot(ts, [p.agg_tps for p in h], label="aggregate tok/s (5 s window)")
-    ms = lambda v: float("nan") if v is None else v * 1e3  # noqa: E731
+    def ms(v: float | None) -> float:
+        return float("nan") if v is None else v * 1e3
+
     axes[1].plot(ts, [ms(p.tpot_p50) for p in h], label="TPOT p50")
     axes[1].plot(ts, [ms(p.tpot_p90) for p in h], label="TPOT p90")
     axes[1].plot(ts, [ms(p.predicted_tpot) for p in h], "--", label="predicted K·W/β")

@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from measure.control.exporter import PREFIX
 
@@ -40,12 +41,12 @@ def peer_url(text: str) -> tuple[str, str]:
     return urllib.parse.urlunsplit((parts.scheme, netloc, path, parts.query, "")), netloc
 
 
-def parse_peer_metrics(text: str) -> dict:
+def parse_peer_metrics(text: str) -> dict[str, Any]:
     """An inference-top /metrics page → {tps, requests, errors, k}: the ones it has (a gauge without a value,
     e.g. tok/s before any token, is left out). ValueError when it has none of inference-top's."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             key = _SAMPLES.get(s.name)
@@ -127,7 +128,7 @@ class Peers:
         return replace(p, up=False, scraped=True, error=why[:120])
 
 
-def client_rows(own: dict, peers: Sequence[PeerReading]) -> tuple[list[dict], dict]:
+def client_rows(own: dict[str, Any], peers: Sequence[PeerReading]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One row per client (this one first, from its own figures {tps, requests, errors}) and their sum over the
     clients that answer: {tps, requests, errors, clients (answering), down}."""
     rows = [dict(label="this client", up=True, error=None, **own)]

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
@@ -16,14 +17,14 @@ from measure.core.model_choice import ModelChoice, build_spec, engine_label, res
 from measure.core.probes import detect_chip, effective_memory
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import fmt_gib
-from measure.core.arrivals import parse_arrivals
+from measure.core.arrivals import ArrivalSpec, parse_arrivals
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
 from measure.core.datasets import resolve as resolve_workload
 from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.workload import PrefixCache
 from measure.sources.base import LoadSource
 from measure.core.cost import Cost
-from presets import PresetError, Workload, chip
+from presets import SLO, PresetError, Workload, chip
 from presets import slo as preset_slo
 
 
@@ -62,12 +63,12 @@ class RunPlan:
     model_name: str | None = None  # http: --model, the name the server knows
     prefix_cache: PrefixCache = PrefixCache()
     tokenizer: str | None = None  # http: a GGUF whose tokenizer makes the prompt ids, where the server agrees
-    slo: object | None = None  # presets.SLO
-    cost: object | None = None  # core/cost.Cost
+    slo: SLO | None = None
+    cost: Cost | None = None
     notes: list[str] = field(default_factory=list)  # lines to log at start
-    arrivals: object | None = None  # core/arrivals.ArrivalSpec: an open-loop pattern or a trace's times; None:
+    arrivals: ArrivalSpec | None = None  # an open-loop pattern or a trace's times; None:
     # closed loop (bench), or --rate's Poisson (the dashboard)
-    sessions: object | None = None  # core/sessions.SessionSpec: bench --turns, users in multi-turn sessions
+    sessions: SessionSpec | None = None  # bench --turns: users in multi-turn sessions
 
     @property
     def remote(self) -> bool:
@@ -171,7 +172,7 @@ class RunPlan:
                             ctx=self.ctx, force=self.force, brake=brake and not self.remote, slo=self.slo,
                             cost=self.cost)
 
-    def header(self, extra: dict) -> dict:
+    def header(self, extra: dict[str, Any]) -> dict[str, Any]:
         """The first line of every records file and recording: environment, engine settings, model, plan."""
         common = {"workload": self.workload.key, "chip": self.chip, "bandwidth_gbps": self.bandwidth_gbps,
                   "slo": self.slo.describe() if self.slo else None,

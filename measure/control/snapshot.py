@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from measure.core.probes import SystemSample
+
+if TYPE_CHECKING:
+    from measure.control.steps import StepRow
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class WorkerRow:
     errors: int = 0
     active: int = 0
     streams: int | None = None
-    server: dict | None = None
+    server: dict[str, Any] | None = None
     bandwidth_gbps: float | None = None  # its chip's β
     bw_gbps: float | None = None  # its bandwidth product: W ÷ its TPOT p50
     error: str | None = None  # why it died, or why an endpoint is down
@@ -79,7 +83,7 @@ class Numbers:
     itl_p50: float | None
     requests: int
     errors: int
-    server_view: dict | None
+    server_view: dict[str, Any] | None
     workers_cpu_percent: float
     footprint: int | None  # None: the engine's memory is not on this machine
     budget: int | None
@@ -112,4 +116,4 @@ class Snapshot:
     history: tuple[Point, ...]
     markers: tuple[tuple[float, str], ...]
     log: tuple[tuple[int, float, str, str], ...]  # (seq, t, level, text)
-    steps: tuple = ()  # control/steps.StepRow: the levels visited, settled or settling
+    steps: tuple[StepRow, ...] = ()  # the levels visited, settled or settling

@@ -19,6 +19,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -91,10 +92,11 @@ class Window:
     span_s: float
     agg_tps: float  # tokens in the window ÷ its span
     tpots: list[float]  # one per stream with ≥ 2 tokens in the window (seconds)
-    per_worker_tps: dict
-    steps_per_s: dict  # batch mode: all tokens of one step share its timestamp
+    per_worker_tps: dict[int | None, float]
+    steps_per_s: dict[int | None, float]  # batch mode: all tokens of one step share its timestamp
     concurrency: float  # achieved: Σ each request's time in service in the window ÷ span (M.achieved_concurrency)
-    tpot_by_worker: dict | None = None  # worker (endpoint) → TPOT p50 of its streams in the window (seconds)
+    tpot_by_worker: dict[int | None, float | None] | None = None  # worker (endpoint) → TPOT p50 of its streams
+    # in the window (seconds)
 
 
 class LiveStats:
@@ -109,9 +111,9 @@ class LiveStats:
         self._all: list[RequestRecord] = []  # since the last reset, slimmed (export)
         self.level_label = "start"
         self.level_start_ns = 0
-        self.levels: list[dict] = []  # the levels left behind: label, start, end, their request figures
+        self.levels: list[dict[str, Any]] = []  # the levels left behind: label, start, end, their request figures
         self._numbers_key = None
-        self._numbers: dict = {}
+        self._numbers: dict[str, Any] = {}
 
     def load_started(self, t_ns: int) -> None:
         if self.load_start_ns is None:
@@ -166,15 +168,15 @@ class LiveStats:
         span = min(self.window_s, max(1e-9, (now_ns - self.load_start_ns) / NS))
         per_req: dict[int, list[int]] = {}
         req_worker: dict[int, object] = {}
-        per_worker: dict = {}
-        steps: dict = {}
+        per_worker: dict[str, Any] = {}
+        steps: dict[str, Any] = {}
         for t, wid, rid in self._tokens:
             per_req.setdefault(rid, []).append(t)
             req_worker[rid] = wid
             per_worker[wid] = per_worker.get(wid, 0) + 1
             steps.setdefault(wid, set()).add(t)
         tpots = []
-        by_worker: dict = {}
+        by_worker: dict[str, Any] = {}
         for rid, ts in per_req.items():
             ts.sort()
             if (tp := M.tpot_of_times(ts)) is not None:
@@ -187,7 +189,7 @@ class LiveStats:
                       {w: len(ts) / span for w, ts in steps.items()}, conc,
                       {w: M.percentile(v, 50) for w, v in by_worker.items()})
 
-    def request_numbers(self) -> dict:
+    def request_numbers(self) -> dict[str, Any]:
         """TTFT and ITL over the current level's requests, recomputed only when one more ended."""
         f = self.figures
         key = (f.version, id(f))

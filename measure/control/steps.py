@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from measure.control.stats import KEEP
+from measure.control.stats import KEEP, LevelFigures
 from measure.core import metrics as M
+from measure.core.cost import Cost
 from measure.core.units import NS
+from presets import SLO
 
 SETTLE_AFTER_S = 5.0
 SETTLE_REQUESTS = 8
@@ -57,16 +60,17 @@ class StepRow:
     usd_per_mtok: float | None = None
     best: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def goodput(tps: float, counts: tuple[int, int, int, int], base: tuple[int, int, int, int] | None):
+def goodput(tps: float, counts: tuple[int, int, int, int], base: tuple[int, int, int, int] | None
+            ) -> M.Goodput | None:
     """Goodput over the settled window: `counts` (finished, met, tokens, met tokens) now, less `base` (the
     counts at the first settled reading) where a request finished since; `tps` the row's settled tok/s.
     None before a request finished."""
     if base is not None and counts[0] > base[0]:
-        counts = tuple(n - b for n, b in zip(counts, base))
+        counts = (counts[0] - base[0], counts[1] - base[1], counts[2] - base[2], counts[3] - base[3])
     finished, met, tokens, met_tokens = counts
     if not finished:
         return None
@@ -82,21 +86,22 @@ def _trend(xs: list[float]) -> float:
 
 
 class StepTable:
-    def __init__(self, slo=None, cost=None):
+    def __init__(self, slo: SLO | None = None, cost: Cost | None = None):
         self.slo = slo
-        self.cost = cost  # core/cost.Cost or None
+        self.cost = cost
         self.rows: list[StepRow] = []  # levels left behind that settled
-        self._label = None
+        self._label: str | None = None
         self._start = 0
         self._samples: list[tuple[float, float]] = []  # (tok/s, concurrency) once the level may settle
         self.current: StepRow | None = None
-        self._figures_key = None
-        self._figures = None
-        self._base = None  # (id of the level's figures, their counts at its first settled reading)
+        self._figures_key: tuple[str, int, int] | None = None
+        self._figures: tuple[int, float | None, float | None, float | None] = (0, None, None, None)
+        # (id of the level's figures, their counts at its first settled reading)
+        self._base: tuple[int, tuple[int, int, int, int]] | None = None
 
     def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
-             figures, agg_tps: float, concurrency: float, mem_used: int | None, bw_gbps: float | None,
-             predicted_tps: float | None, wall: str, watts: float | None = None) -> StepRow:
+             figures: LevelFigures, agg_tps: float, concurrency: float, mem_used: int | None,
+             bw_gbps: float | None, predicted_tps: float | None, wall: str, watts: float | None = None) -> StepRow:
         if label != self._label:
             if self.current is not None and self.current.settled:
                 self.rows.append(self.current)

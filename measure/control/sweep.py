@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from measure.core import metrics as M
 from measure.core.arrivals import lateness_figures
@@ -18,6 +19,14 @@ from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.workload import ClosedLoop, Load, Poisson
 from measure.sources.base import CellStopped, LoadSource, SourceError
 from presets import Workload
+
+if TYPE_CHECKING:
+    from measure.core.arrivals import ArrivalSpec
+    from measure.core.clients import ClientShare
+    from measure.core.cost import Cost
+    from measure.core.roofline import Roofline
+    from measure.core.sessions import SessionSpec
+    from presets import SLO
 
 
 @dataclass
@@ -37,12 +46,12 @@ class SweepConfig:
     force: bool = False
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
     bandwidth_gbps: float | None = None
-    roofline: object | None = None  # core/roofline.Roofline: predicted columns and their errors
-    slo: object | None = None  # presets.SLO: goodput per cell
-    cost: object | None = None  # core/cost.Cost: $/Mtok per cell
-    arrivals: object | None = None  # core/arrivals.ArrivalSpec: each rep's open-loop schedule (else rate / users)
-    sessions: object | None = None  # core/sessions.SessionSpec: the users hold multi-turn sessions (--turns)
-    client: object | None = None  # core/clients.ClientShare: --segment / --start-at, applied to the first load
+    roofline: Roofline | None = None  # predicted columns and their errors
+    slo: SLO | None = None  # goodput per cell
+    cost: Cost | None = None  # $/Mtok per cell
+    arrivals: ArrivalSpec | None = None  # each rep's open-loop schedule (else rate / users)
+    sessions: SessionSpec | None = None  # the users hold multi-turn sessions (--turns)
+    client: ClientShare | None = None  # --segment / --start-at, applied to the first load
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
     current: tuple | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from measure.core.guard import detect_wall
+from measure.core.probes import SystemSample
 from measure.core.roofline import name_wall
 from measure.core.units import NS
 
@@ -73,7 +74,7 @@ class WallWatch:
     def active(self, now_ns: int) -> bool:
         return bool(self.reason) and now_ns < self._until
 
-    def check(self, prev, cur, agg_tps: float, now_ns: int) -> WallHit | None:
+    def check(self, prev: SystemSample | None, cur: SystemSample, agg_tps: float, now_ns: int) -> WallHit | None:
         step, cmp = self.last_step, self._compare
         since = (now_ns - cmp.t_ns) / NS if cmp else 0.0
         why = detect_wall(prev, cur, cmp.tps_before if cmp else None, agg_tps if cmp else None, since)

@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from measure.core.units import NS
 
@@ -210,7 +211,7 @@ def realised_rate(times_ns: Sequence[int]) -> float | None:
     return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)
 
 
-def lateness_figures(records: Sequence) -> dict:
+def lateness_figures(records: Sequence) -> dict[str, Any]:
     """How late the load generator put requests out against their schedule: lateness = t_submitted −
     t_scheduled, p50/p99/max in ms over every record (ok or failed: the generator sent them all); the rate the
     requests arrived at per rep, (n − 1) ÷ (first → last scheduled), meaned (open loop: the schedule's rate;

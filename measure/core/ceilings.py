@@ -18,6 +18,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -39,7 +40,8 @@ class Ceilings:
     memory_bytes: int
     swap_bytes: int
     read_gbps: dict  # processes → GB/s (JSON keys are strings)
-    engine: dict = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s}, prefill_tps
+    engine: dict[str, Any] = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s},
+    # prefill_tps
     measured_at: str = ""
     seconds: float = 0.0
     version: int = PROBE_VERSION
@@ -133,7 +135,7 @@ def read_bandwidth(processes: int) -> float:
 PROBE_STAGES = ("load", "warmup", "decode", "prefill", "batch")
 
 
-def _engine_worker(spec_dict: dict, cores: int, conn) -> None:
+def _engine_worker(spec_dict: dict[str, Any], cores: int, conn) -> None:
     """The engine's rates, measured in this (spawned) process. Before each stage it sends ("stage", name)
     to the parent, so that a parent whose child dies (a segfault in the engine's C code, an OOM kill) can
     name the stage it died in; at the end it sends the rates, or {"error": …} for an engine that raised."""
@@ -191,8 +193,8 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def engine_rates(model_path: str, cores: int, engine: str = "llama", options: dict | None = None,
-                 stage_timeout_s: float = 300.0) -> dict:
+def engine_rates(model_path: str, cores: int, engine: str = "llama", options: dict[str, Any] | None = None,
+                 stage_timeout_s: float = 300.0) -> dict[str, Any]:
     """The engine's own rates on this model, in a process of its own (the caller loads no engine).
 
     Never waits on a dead child: its messages come over a pipe (a send is written at once, unlike a

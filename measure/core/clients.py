@@ -19,6 +19,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from measure.core.workload import ClosedLoop
 
@@ -165,8 +166,8 @@ def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, f
     return (lo + hi) / 2, (hi - lo) / 2
 
 
-def clock_check(url: str, headers: dict | None = None, timeout_s: float = 3.0, coarse_every_s: float = 0.02,
-                fine_s: float = 0.06) -> dict:
+def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: float = 3.0, coarse_every_s: float = 0.02,
+                fine_s: float = 0.06) -> dict[str, Any]:
     """This client's clock against the server's, from the `Date` header of GET {url}/models: polled every
     20 ms until the Date ticks (≤ 1.05 s), then back to back around the next tick (predicted from the first),
     ≤ 2.2 s in all. One connection, kept alive. Returns {method, server, offset_s (server − this client),
@@ -240,7 +241,7 @@ def clock_check(url: str, headers: dict | None = None, timeout_s: float = 3.0, c
     return out
 
 
-def describe_clock(c: dict | None) -> str:
+def describe_clock(c: dict[str, Any] | None) -> str:
     """One line for the bench's output: the offset and what it means."""
     if not c:
         return "clock: not checked"
@@ -256,7 +257,7 @@ def describe_clock(c: dict | None) -> str:
     return line
 
 
-def start_lateness_ms(header: dict, records) -> float | None:
+def start_lateness_ms(header: dict[str, Any], records) -> float | None:
     """How late a client's first request went out against what its start asked: open loop, its send − its
     scheduled time (t0 + its offset); closed loop, its send − t0. None without --start-at."""
     t0 = header.get("start_perf_ns")

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from engines.base import Prompt
 from presets import Workload
@@ -147,7 +148,7 @@ class Dataset(Workload):
     output_len: LengthDist | None = None
     cap: int | None = None  # --max-tokens given beside per-request lengths: none is longer
     times_s: tuple[float, ...] | None = None  # a trace: each item's arrival, s from its first
-    info: dict = field(default_factory=dict, compare=False)  # what the run header records about it
+    info: dict[str, Any] = field(default_factory=dict, compare=False)  # what the run header records about it
 
     @property
     def varies(self) -> bool:
@@ -228,7 +229,7 @@ def _what(kind: str) -> str:
                      "inference-top records.jsonl"}[kind]
 
 
-def _count(obj: dict, names: tuple[str, ...], where: str, what: str) -> int | None:
+def _count(obj: dict[str, Any], names: tuple[str, ...], where: str, what: str) -> int | None:
     for n in names:
         if n in obj and obj[n] is not None:
             v = obj[n]
@@ -450,7 +451,7 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
         raise DatasetError(f"--prompt-len makes synthetic prompts; --workload {kind}: brings its own prompts: drop "
                            "one of them")
     times = None
-    info: dict = {}
+    info: dict[str, Any] = {}
     skipped = 0
     if kind == "jsonl":
         path, text, items = load_jsonl(name)
@@ -486,7 +487,7 @@ def check_fits(wl: Workload, count: int, default_max: int, ctx: int) -> str | No
             f"--ctx to {n_prompt + n_out} or more, or cap the answers with --max-tokens")
 
 
-def header_info(wl: Workload) -> dict:
+def header_info(wl: Workload) -> dict[str, Any]:
     """What a run header records about the workload beyond its key (file, sha256 prefix, length specs)."""
     return dict(wl.info) if isinstance(wl, Dataset) else {}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import platform
 import sys
 from importlib import metadata
+from typing import Any
 
 from measure.core.probes import detect_chip, total_memory_bytes
 
@@ -21,7 +22,7 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     chip_name, preset = detect_chip()
     return {
         "os": f"{platform.system()} {platform.release()}",

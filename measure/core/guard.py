@@ -5,10 +5,12 @@ All pure functions over numbers and probe readings, so each can be tested on inj
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from measure.core.metrics import kv_bytes_per_token
+from measure.core.probes import SystemProbe, SystemSample
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
 
@@ -77,9 +79,10 @@ def shape_from_gguf(path: str | Path) -> KVShape:
     from engines.gguf_file import inspect_gguf
 
     info = inspect_gguf(path)
-    if None in (info.layers, info.kv_heads, info.head_dim):
+    layers, kv_heads, head_dim = info.layers, info.kv_heads, info.head_dim
+    if layers is None or kv_heads is None or head_dim is None:
         raise GuardError(f"{path}: the GGUF metadata lacks the KV shape of architecture {info.architecture}")
-    return KVShape(info.name, info.layers, info.kv_heads, info.head_dim, info.file_bytes, f"GGUF {path}")
+    return KVShape(info.name, layers, kv_heads, head_dim, info.file_bytes, f"GGUF {path}")
 
 
 def shape_from_preset(name: str) -> KVShape:
@@ -151,7 +154,7 @@ class OomKill:
                 f"low there; K={k} B={b} is refused (--force to try anyway)")
 
 
-def oom_refusal(kills, mode: str, k: int, b: int) -> str | None:
+def oom_refusal(kills: Iterable[OomKill], mode: str, k: int, b: int) -> str | None:
     """The refusal of a step at or above one where a worker was OOM-killed (None: no kill covers it)."""
     hit = next((x for x in kills if x.covers(mode, k, b)), None)
     return hit.refusal(k, b) if hit else None
@@ -184,8 +187,8 @@ class WallThresholds:
     settle_s: float = 10.0  # …measured this long after the step
 
 
-def detect_wall(prev, cur, tps_before: float | None, tps_after: float | None, since_step_s: float,
-                th: WallThresholds = WallThresholds()) -> str | None:
+def detect_wall(prev: SystemSample | None, cur: SystemSample, tps_before: float | None, tps_after: float | None,
+                since_step_s: float, th: WallThresholds = WallThresholds()) -> str | None:
     """The reason the machine is at the memory wall, or None. `prev`/`cur`: consecutive SystemSamples."""
     if prev is not None and cur.t_ns > prev.t_ns:
         growth = (cur.swap_used - prev.swap_used) / ((cur.t_ns - prev.t_ns) / 1e9)
@@ -209,7 +212,7 @@ def detect_wall(prev, cur, tps_before: float | None, tps_after: float | None, si
 class WallCheck:
     """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee)."""
 
-    def __init__(self, probe):
+    def __init__(self, probe: SystemProbe):
         self.probe = probe
         self.prev = probe.sample()
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engines.base import EngineError, EngineSpec
 from engines.embedded import EMBEDDED_NAME, embedded_model_path
 from engines.gguf_file import GGUFInfo, inspect_gguf, sha256_prefix
 from measure.core.probes import auto_threads
-from measure.core.records import RunMeta
+from measure.core.records import Mode, RunMeta
 
 
 @dataclass
@@ -60,8 +61,8 @@ def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> Mod
     require_mlx()
     source = None
     embedded = model is None
-    if embedded or _is_gguf(Path(model)):
-        gguf = embedded_model_path(progress) if embedded else Path(model)
+    if model is None or _is_gguf(Path(model)):
+        gguf = embedded_model_path(progress) if model is None else Path(model)
         info = inspect_gguf(gguf, progress)
         if info.architecture not in SUPPORTED_ARCHITECTURES:
             raise unsupported(gguf.name, info.architecture)
@@ -102,7 +103,7 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
                       flash_attn=flash_attn, options=options)
 
 
-def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:
+def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict[str, Any]) -> dict[str, Any]:
     from measure.core.envinfo import environment
 
     return {
@@ -120,7 +121,7 @@ def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict) -> dict:
     }
 
 
-def engine_settings(spec: EngineSpec) -> dict:
+def engine_settings(spec: EngineSpec) -> dict[str, Any]:
     out = {"threads": spec.threads, "ctx": spec.ctx, "seed": spec.seed}
     if spec.engine == "llama":
         out["flash_attn"] = spec.flash_attn
@@ -134,6 +135,6 @@ def engine_label(engine: str) -> str:
     return {"llama": "llama.cpp", "mlx": "mlx-lm"}.get(engine, engine)
 
 
-def run_meta(engine: str, choice: ModelChoice, mode: str = "instances", b: int = 1) -> RunMeta:
+def run_meta(engine: str, choice: ModelChoice, mode: Mode = "instances", b: int = 1) -> RunMeta:
     return RunMeta(engine=engine_label(engine), model=choice.name,
                    model_bytes=choice.file_bytes, mode=mode, b=b)

@@ -1,13 +1,15 @@
 """`inference-top plan`: what fits before any process starts — KV per token, per request, largest B and K."""
 from __future__ import annotations
 
+from typing import Any
+
 from measure.core.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes, largest_fitting
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
          budget_fraction: float = DEFAULT_BUDGET_FRACTION, kv_cache_tokens: int | None = None,
-         overhead: int = DEFAULT_OVERHEAD_BYTES) -> dict:
+         overhead: int = DEFAULT_OVERHEAD_BYTES) -> dict[str, Any]:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element."""
     kvb = shape.per_token(kv_dtype)
     budget = int(memory * budget_fraction)
@@ -34,7 +36,7 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
     return out
 
 
-def format_plan(p: dict, shape: KVShape) -> str:
+def format_plan(p: dict[str, Any], shape: KVShape) -> str:
     kvb = p["kv_bytes_per_token"]
     lines = [
         f"model {p['model']} ({p['source']}), KV dtype {p['kv_dtype']}",

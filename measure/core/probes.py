@@ -4,12 +4,17 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import psutil
 
 from presets import Chip, match_chip
+
+if TYPE_CHECKING:
+    import ctypes
 
 
 def total_memory_bytes() -> int:
@@ -192,7 +197,7 @@ class SystemSample:
 class SystemProbe:
     """Samples the machine; swap rates are differences between consecutive samples."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._last: tuple[int, int, int] | None = None
         psutil.cpu_percent(None)
 
@@ -215,10 +220,10 @@ class SystemProbe:
 class ProcessProbe:
     """RSS and CPU % (of one core) for a set of pids, keeping psutil handles between samples."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
 
-    def sample(self, pids) -> dict[int, tuple[int, float]]:
+    def sample(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         out = {}
         for pid in pids:
             if pid is None:
@@ -236,7 +241,7 @@ class ProcessProbe:
         return out
 
 
-_LIBC = None
+_LIBC: ctypes.CDLL | Literal[False] | None = None  # glibc once looked up; False: none here
 
 
 def release_free_memory() -> bool:

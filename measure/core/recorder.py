@@ -11,6 +11,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 from measure.core.records import RequestRecord
 
@@ -20,7 +21,7 @@ class Recorder:
     back off the file, the failure is kept in `failed` and said once through `on_error`, and later lines are
     dropped, so every line in the file parses and the run itself goes on."""
 
-    def __init__(self, path: str | os.PathLike, header: dict, fsync: bool = True, on_error=None):
+    def __init__(self, path: str | os.PathLike, header: dict[str, Any], fsync: bool = True, on_error=None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # readable by its owner only: records and recordings can name prompts and servers
@@ -33,7 +34,7 @@ class Recorder:
         self.lost = 0  # lines not written after a failure
         self.write(dict(header, kind="header"))
 
-    def write(self, obj: dict) -> None:
+    def write(self, obj: dict[str, Any]) -> None:
         data = (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
         with self._lock:
             if self._fd < 0:
@@ -78,7 +79,7 @@ class Recorder:
                 self._fd = -1
 
 
-def read_jsonl(path: str | os.PathLike) -> tuple[list[dict], list[RequestRecord], list[dict]]:
+def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[RequestRecord], list[dict[str, Any]]]:
     """(headers, request records, other lines) of a recording; a cut last line is skipped with a warning."""
     headers, records, other = [], [], []
     try:

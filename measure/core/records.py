@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from measure.core.workload import Request
@@ -57,8 +57,8 @@ class RequestRecord:
     kind: str = "request"
     # http mode: the server's own count where it differs from the streamed chunks, and its view
     server_output_tokens: int | None = None
-    server_view: dict | None = None
-    extra: dict | None = None  # per-source details (how tokens were counted, the prompt's unique prefix …)
+    server_view: dict[str, Any] | None = None
+    extra: dict[str, Any] | None = None  # per-source details (how tokens were counted, the prompt's unique prefix …)
     # a reasoning model over HTTP: its thinking tokens (counted in token_ns too) and its first answer token
     reasoning_tokens: int = 0
     t_first_answer_ns: int | None = None
@@ -66,20 +66,20 @@ class RequestRecord:
     session: int | None = None
     turn: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RequestRecord":
+    def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def build_record(req: "Request", meta: RunMeta, run_id: str, token_ns: list[int], *, worker: int | None,
+def build_record(req: Request, meta: RunMeta, run_id: str, token_ns: list[int], *, worker: int | None,
                  t_started_ns: int | None, t_done_ns: int | None = None, prompt_tokens: int | None = 0,
                  finish_reason: str | None = None, error: str | None = None, pid: int | None = None,
                  threads: int | None = None, rss: int | None = None, model: str | None = None,
-                 **more) -> RequestRecord:
+                 **more: Any) -> RequestRecord:
     """The record of one finished or failed request, the same way for every load source."""
     toks = list(token_ns)
     return RequestRecord(

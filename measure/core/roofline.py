@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from measure.core.work import WorkModel
 
@@ -73,7 +74,7 @@ class Machine:
     batch_base_core_s: float | None = None
     seq_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
-    thread_speedup: dict = field(default_factory=dict)  # threads → speedup over 1 thread in one process
+    thread_speedup: dict[str, Any] = field(default_factory=dict)  # threads → speedup over 1 thread in one process
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()

@@ -14,6 +14,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from engines.base import Prompt
 from measure.core import metrics as M
@@ -110,9 +111,9 @@ def transcript(history: Sequence[tuple[str, str]], message: str) -> str:
     return "".join(f"User: {m}\nAssistant:{a}\n" for m, a in history) + f"User: {message}\nAssistant:"
 
 
-def messages(history: Sequence[tuple[str, str]], message: str) -> list[dict]:
+def messages(history: Sequence[tuple[str, str]], message: str) -> list[dict[str, Any]]:
     """The same conversation for a chat endpoint."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for m, a in history:
         out += [{"role": "user", "content": m}, {"role": "assistant", "content": a}]
     return out + [{"role": "user", "content": message}]
@@ -128,7 +129,7 @@ class DueTurn:
     session: int  # 1-based within its load
     turn: int  # 1-based within its session
     key: str  # unique to the session within the run: its prefix-cache marker
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     user: int
 
 
@@ -262,7 +263,7 @@ class SessionSpec:
         return Sessions(self.turns, self.think, total, self.seed, rep, users, tag)
 
 
-def ttft_by_turn(records) -> dict:
+def ttft_by_turn(records) -> dict[str, Any]:
     """Per turn number (1-based, as a string key): ok requests, queue-inclusive TTFT p50 and p99 (ms), the
     prompt's tokens p50, and where the server said so (llama-server's timings) the tokens it prefilled and the
     tokens it took from its cache, p50. Empty without session records."""
@@ -295,7 +296,7 @@ def prefix_cache_label(records) -> str | None:
     return None
 
 
-def turn_note(cell: dict) -> str:
+def turn_note(cell: dict[str, Any]) -> str:
     """The bench table's and report's note: TTFT p50 by turn, labelled with the prefix-cache setting."""
     turns = cell.get("ttft_by_turn")
     if not turns:

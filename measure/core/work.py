@@ -15,6 +15,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engines.gguf_file import GGUFInfo
+    from presets import ModelPreset
 
 
 @dataclass(frozen=True)
@@ -59,25 +64,27 @@ def _tied_note(tied: bool, embd_bytes: float) -> str:
     return f"untied: the input embedding ({embd_bytes / 1e9:.2f} GB) is a lookup, one row per sequence (excluded)"
 
 
-def from_gguf(info, kv_element_bytes: float = 2.0) -> WorkModel:
+def from_gguf(info: GGUFInfo, kv_element_bytes: float = 2.0) -> WorkModel:
     """From engines.gguf_file.GGUFInfo (its tensor totals are read once and cached)."""
-    if info.tensor_bytes is None or None in (info.layers, info.kv_heads, info.head_dim):
+    tensor_bytes, params, layers, kv_heads, head_dim = (info.tensor_bytes, info.params, info.layers, info.kv_heads,
+                                                       info.head_dim)
+    if tensor_bytes is None or params is None or layers is None or kv_heads is None or head_dim is None:
         raise ValueError(f"{info.path}: the GGUF lacks the tensor totals or attention shape for a work model")
     embd_bytes, embd_params = info.embd_bytes or 0, info.embd_params or 0
     tied = bool(info.tied)
     return WorkModel(
-        name=info.name, source=f"GGUF {info.path}", params=info.params, file_bytes=info.file_bytes,
-        weight_bytes=info.tensor_bytes - (0 if tied else embd_bytes),
+        name=info.name, source=f"GGUF {info.path}", params=params, file_bytes=info.file_bytes,
+        weight_bytes=tensor_bytes - (0 if tied else embd_bytes),
         embd_row_bytes=0.0 if tied or not info.vocab else embd_bytes / info.vocab,
-        matmul_params=info.params - (0 if tied else embd_params), layers=info.layers,
-        heads=info.heads or info.kv_heads, kv_heads=info.kv_heads, head_dim=info.head_dim,
+        matmul_params=params - (0 if tied else embd_params), layers=layers,
+        heads=info.heads or kv_heads, kv_heads=kv_heads, head_dim=head_dim,
         kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd_bytes))
 
 
 _DTYPE = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 
 
-def config_params(cfg: dict) -> tuple[int, int]:
+def config_params(cfg: dict[str, Any]) -> tuple[int, int]:
     """(all parameters, the input embedding's) of a Llama-shaped config: attention, gated MLP, norms."""
     h, inter, layers = int(cfg["hidden_size"]), int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
     heads = int(cfg["num_attention_heads"])
@@ -111,7 +118,7 @@ def from_config(path: str | Path) -> WorkModel:
         kv_element_bytes=_DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0), note=_tied_note(tied, embd * per_param))
 
 
-def from_preset(m, kv_element_bytes: float = 2.0) -> WorkModel:
+def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     """A presets/models.toml entry (params, bytes as shipped, hidden, vocab, whether tied)."""
     per_param = m.weight_bytes / m.params
     embd = m.vocab * m.hidden

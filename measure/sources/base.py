@@ -10,10 +10,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.workload import Load
@@ -26,7 +26,7 @@ class SourceError(RuntimeError):
 class CellStopped(RuntimeError):
     """A finite load stopped early (the memory wall); `records` holds what finished before."""
 
-    def __init__(self, why: str, records):
+    def __init__(self, why: str, records: Iterable[RequestRecord]):
         super().__init__(why)
         self.records = list(records)
 
@@ -80,10 +80,10 @@ class WorkerInfo:
     label: str | None = None
     errors: int = 0
     streams: int | None = None
-    server: dict | None = None
+    server: dict[str, Any] | None = None
     bandwidth_gbps: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.state = WorkerState(self.state)  # a recording holds the plain string
 
     def public(self) -> "WorkerInfo":
@@ -166,14 +166,31 @@ Event = Tokens | Started | Finished | Log | LoadStarted | LevelReady | OutOfMemo
 class LoadSource(Protocol):
     """Everything that serves a load. K = engine instances, B = sequences per engine (or streams)."""
 
-    meta: RunMeta
-    run_id: str
-    events: queue.Queue | None  # Event items, for a live reader; None when headless
-    mode: Mode
-    target_k: int
-    b: int
-    rep: int  # stamped on the records of the current repetition
-    oom_killed: list  # (K, B, mode) of each step at which the kernel's OOM killer ended a worker (local engines)
+    # read-only here (properties), so that each source may hold them as it likes
+    @property
+    def meta(self) -> RunMeta: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def events(self) -> queue.Queue[Event] | None: ...  # for a live reader; None when headless
+
+    @property
+    def mode(self) -> Mode: ...
+
+    @property
+    def target_k(self) -> int: ...
+
+    @property
+    def b(self) -> int: ...
+
+    @property
+    def rep(self) -> int: ...  # stamped on the records of the current repetition
+
+    @property
+    def oom_killed(self) -> Sequence[tuple[int, int, str]]: ...  # (K, B, mode) of each step at which the kernel's
+    # OOM killer ended a worker (local engines)
 
     def capabilities(self) -> Capabilities: ...
 
@@ -196,7 +213,7 @@ class LoadSource(Protocol):
 
     def workers(self) -> list[WorkerInfo]: ...
 
-    def server_view(self) -> dict | None:
+    def server_view(self) -> dict[str, Any] | None:
         """The server's own figures (None: not scraped yet or no server; {}: it exposes none)."""
 
     def run_requests(self, load: Load, timeout: float | None = None,
@@ -237,10 +254,10 @@ class EventSink:
     """The two ways a source tells what happened: typed events for a live reader, records for a sweep."""
 
     def __init__(self, events: bool, on_record: Callable[[RequestRecord], None] | None):
-        self.events: queue.Queue | None = queue.Queue() if events else None
+        self.events: queue.Queue[Event] | None = queue.Queue() if events else None
         self.on_record = on_record
 
-    def put(self, ev) -> None:
+    def put(self, ev: Event) -> None:
         if self.events is not None:
             self.events.put(ev)
 

@@ -2,7 +2,7 @@
 bare tuples they replace (the batch loop sends one per finished sequence and a batch every 100 ms)."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 # ---- worker → fleet ----------------------------------------------------------------------------
@@ -49,7 +49,7 @@ class FatalMsg(NamedTuple):
 
 # ---- fleet → worker ----------------------------------------------------------------------------
 class ReqMsg(NamedTuple):
-    request: dict  # Request.wire()
+    request: dict[str, Any]  # Request.wire()
 
 
 class ThreadsMsg(NamedTuple):

@@ -7,6 +7,7 @@ import bisect
 import queue
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from measure.core.model_choice import engine_label
 from measure.core.probes import SystemSample
@@ -23,10 +24,10 @@ class RecordingError(ValueError):
 
 @dataclass
 class Recording:
-    header: dict
+    header: dict[str, Any]
     records: list
-    samples: list[dict]
-    events: list[dict]
+    samples: list[dict[str, Any]]
+    events: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
@@ -68,7 +69,7 @@ class Recording:
         return (self.end_ns - self.t0_ns) / NS
 
 
-def _check_sample(path, s: dict) -> None:
+def _check_sample(path, s: dict[str, Any]) -> None:
     """A sample the replay can draw: its system reading, workers and K/B/mode as the dashboard wrote them."""
     try:
         SystemSample(**s["system"])
@@ -103,7 +104,7 @@ class ReplaySource:
         self.b = self.meta.b
         self.rep = 0
         self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
-        self.current: dict = first
+        self.current: dict[str, Any] = first
         toks = sorted(((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns), key=lambda x: x[0])
         self._tok, self._tok_t = toks, [t[0] for t in toks]
         self._recs = sorted((r for r in rec.records if r.t_done_ns), key=lambda r: r.t_done_ns)
@@ -123,7 +124,7 @@ class ReplaySource:
                                         bisect.bisect_right(self._starts_t, hi_ns)]:
             self.events.put(Started(wid, rid, t))
         i, j = bisect.bisect_right(self._tok_t, lo_ns), bisect.bisect_right(self._tok_t, hi_ns)
-        by: dict = {}
+        by: dict[str, Any] = {}
         for t, wid, rid in self._tok[i:j]:
             by.setdefault((wid, rid), []).append(t)
         for (wid, rid), ts in by.items():
@@ -135,13 +136,13 @@ class ReplaySource:
     def sample(self) -> SystemSample:
         return SystemSample(**self.current["system"])
 
-    def processes(self, pids) -> dict:
+    def processes(self, pids) -> dict[str, Any]:
         return {int(p): tuple(v) for p, v in self.current.get("procs", {}).items()}
 
     def workers(self) -> list[WorkerInfo]:
         return [WorkerInfo(**w) for w in self.current.get("workers", [])]
 
-    def server_view(self) -> dict | None:
+    def server_view(self) -> dict[str, Any] | None:
         return None
 
     # a replay runs no engine: what would change the load does nothing
@@ -179,5 +180,5 @@ class RecordedProcesses:
     def __init__(self, source: ReplaySource):
         self.source = source
 
-    def sample(self, pids) -> dict:
+    def sample(self, pids) -> dict[str, Any]:
         return self.source.processes(pids)

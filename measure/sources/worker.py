@@ -12,8 +12,10 @@ import signal
 import sys
 import time
 from collections import deque
+from multiprocessing.connection import Connection
+from typing import Any
 
-from engines.base import EngineError, EngineSpec, Prompt, make_engine
+from engines.base import Batch, Engine, EngineError, EngineSpec, Prompt, make_engine
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, RetireMsg, StartMsg, StateMsg, StopMsg,
                                       ThreadsMsg, TokensMsg)
 
@@ -60,20 +62,21 @@ def _error_text(exc: Exception) -> str:
 
 
 class Worker:
-    def __init__(self, conn, engine):
+    def __init__(self, conn: Connection, engine: Engine):
         self.conn = conn
         self.send = conn.send
         self.engine = engine
         self.mode = "single"
         self.b = 1
         self.b_cap = 1
-        self.seq_ctx = None
+        self.seq_ctx: int | None = None
         self.leaving = False  # retire or stop received
-        self.serving = None  # the batch serve_batch is decoding in, while it runs
+        self.serving: Batch | None = None  # the batch serve_batch is decoding in, while it runs
         self.batch_warmups: list[tuple[int, int]] = []  # (B, steps) of each batch warmup run, in order
-        self._warmed_in, self._warmed_bs = None, set()  # the batch context warm_batch last ran in, its Bs
+        self._warmed_in: Batch | None = None
+        self._warmed_bs: set[int] = set()  # the batch context warm_batch last ran in, its Bs
 
-    def control(self, msg) -> bool:
+    def control(self, msg: object) -> bool:
         """Apply a control message; False if it was not one (a request)."""
         if isinstance(msg, ThreadsMsg):
             self.engine.set_threads(msg.n)
@@ -95,7 +98,7 @@ class Worker:
             return False
         return True
 
-    def warm_batch(self, batch, b: int) -> None:
+    def warm_batch(self, batch: Batch, b: int) -> None:
         """B short sequences through an idle batch context, then removed, once per context and B: the
         first steps of a new batch shape (graph, output buffers, first-touch pages) are paid here, before
         the mode is reported applied, and not in the first TTFT of the level."""
@@ -135,7 +138,7 @@ class Worker:
         self.send(StateMsg("retired"))
         self.engine.close()
 
-    def serve_one(self, req: dict) -> None:
+    def serve_one(self, req: dict[str, Any]) -> None:
         rid = req["request_id"]
         t_started = time.perf_counter_ns()
         self.send(StartMsg(rid, t_started))
@@ -164,7 +167,7 @@ class Worker:
         self.send(DoneMsg(rid, pending, n_prompt, finish if error is None else "error", error,
                           time.perf_counter_ns(), _rss()))
 
-    def serve_batch(self, first: dict) -> None:
+    def serve_batch(self, first: dict[str, Any]) -> None:
         """Continuous batching: admit what arrives while fewer than B run, one decode per step, until
         nothing is left. Messages are read between steps without blocking."""
         try:
@@ -172,11 +175,11 @@ class Worker:
         finally:
             self.serving = None
 
-    def _serve_batch(self, waiting: deque) -> None:
+    def _serve_batch(self, waiting: deque[dict[str, Any]]) -> None:
         pending: dict[int, list[int]] = {}
         n_prompt: dict[int, int] = {}
         last_flush = time.perf_counter_ns()
-        batch = None
+        batch: Batch | None = None
         poll, send = self.conn.poll, self.send
         while True:
             while poll(0):
@@ -229,14 +232,14 @@ class Worker:
                         pending[rid] = []
                 last_flush = t
 
-    def _fail(self, req: dict, error: str) -> None:
+    def _fail(self, req: dict[str, Any], error: str) -> None:
         rid = req["request_id"]
         now = time.perf_counter_ns()
         self.send(StartMsg(rid, now))
         self.send(DoneMsg(rid, [], 0, "error", error, now, _rss()))
 
 
-def worker_main(wid: int, conn, spec_dict: dict, log_path: str | None = None) -> None:
+def worker_main(wid: int, conn: Connection, spec_dict: dict[str, Any], log_path: str | None = None) -> None:
     # Ctrl-C reaches the whole process group; the parent decides how workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
