@@ -18,10 +18,13 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError
 from engines.gguf_file import gguf_field
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
 
 CONVERTER_VERSION = 1
 SUPPORTED_ARCHITECTURES = ("gemma3",)
@@ -64,9 +67,11 @@ def is_norm(gguf_name: str) -> bool:
     return gguf_name.endswith("norm.weight")
 
 
-def gemma3_config(reader) -> dict[str, Any]:
+def gemma3_config(reader: GGUFReader) -> dict[str, Any]:
     """config.json for mlx-lm's gemma3_text from the GGUF's gemma3.* metadata."""
-    g = lambda key: gguf_field(reader, f"gemma3.{key}")  # noqa: E731
+    def g(key: str) -> Any:
+        return gguf_field(reader, f"gemma3.{key}")
+
     missing = [k for k in ("embedding_length", "block_count", "feed_forward_length", "attention.head_count")
                if g(k) is None]
     if missing:
@@ -100,7 +105,7 @@ def gemma3_config(reader) -> dict[str, Any]:
     }
 
 
-def _tokenizer(reader):
+def _tokenizer(reader: GGUFReader) -> Any:  # a transformers tokenizer
     """The GGUF's tokenizer as a transformers tokenizer, through transformers' own GGUF mapping (the
     torch-free part: its reader imports torch, so the metadata comes from gguf's reader here)."""
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # "PyTorch was not found": not needed here
@@ -162,7 +167,7 @@ def converted(gguf_path: Path, folder: Path | None = None) -> Path | None:
     return folder if seen.get("source") == _source_key(gguf_path) else None
 
 
-def convert_gguf(gguf_path: str | os.PathLike, folder: str | os.PathLike | None = None,
+def convert_gguf(gguf_path: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None,
                  progress: Callable[[str], None] | None = None) -> Path:
     """The mlx-lm folder for this GGUF, converting it once (EngineError: one line saying why not)."""
     src = Path(gguf_path)

@@ -7,17 +7,27 @@ credential (an API key, a URL's password) is ever part of a label.
 """
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
+
+from measure.control.controller import Controller
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 PREFIX = "inference_top"
 
 
 class SnapshotCollector:
-    def __init__(self, controller):
+    def __init__(self, controller: Controller):
         self.c = controller
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         snap = self.c.snapshot()
         if snap is None:
             return
@@ -26,7 +36,7 @@ class SnapshotCollector:
         labels = ["engine", "mode"]
         values = [info.engine, snap.mode]
 
-        def gauge(name, doc, value, extra=None):
+        def gauge(name: str, doc: str, value: float | None, extra: dict[str, str] | None = None) -> GaugeMetricFamily:
             g = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels + list((extra or {}).keys()))
             if value is not None:
                 g.add_metric(values + list((extra or {}).values()), float(value))
@@ -61,7 +71,7 @@ class SnapshotCollector:
             yield cm
 
 
-def serve(controller, port: int, addr: str = "127.0.0.1"):
+def serve(controller: Controller, port: int, addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
     """Start the exporter in a thread of its own: (server, thread), both to close on exit."""
     from prometheus_client import start_http_server
 

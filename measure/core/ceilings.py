@@ -17,12 +17,19 @@ import platform
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from measure.core.units import fmt_gib
+
+if TYPE_CHECKING:
+    import multiprocessing.queues
+
+    from measure.core.model_choice import ModelChoice
 
 READ_BYTES = 64 * 1024 * 1024 * 4  # per process
 READ_S = 0.6
@@ -39,7 +46,7 @@ class Ceilings:
     cores: int
     memory_bytes: int
     swap_bytes: int
-    read_gbps: dict  # processes → GB/s (JSON keys are strings)
+    read_gbps: dict[str, float]  # processes → GB/s (JSON keys are strings)
     engine: dict[str, Any] = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s},
     # prefill_tps
     measured_at: str = ""
@@ -108,7 +115,7 @@ def _save(c: Ceilings) -> None:
         pass
 
 
-def _read_worker(q) -> None:
+def _read_worker(q: multiprocessing.queues.Queue[float]) -> None:
     import numpy as np
 
     a = np.ones(READ_BYTES // 4, dtype=np.float32)
@@ -126,7 +133,7 @@ def read_bandwidth(processes: int) -> float:
     ps = [ctx.Process(target=_read_worker, args=(q,), daemon=True) for _ in range(processes)]
     for p in ps:
         p.start()
-    got = [q.get(timeout=60) for _ in ps]
+    got: list[float] = [q.get(timeout=60) for _ in ps]
     for p in ps:
         p.join(timeout=10)
     return sum(got)
@@ -135,7 +142,7 @@ def read_bandwidth(processes: int) -> float:
 PROBE_STAGES = ("load", "warmup", "decode", "prefill", "batch")
 
 
-def _engine_worker(spec_dict: dict[str, Any], cores: int, conn) -> None:
+def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> None:
     """The engine's rates, measured in this (spawned) process. Before each stage it sends ("stage", name)
     to the parent, so that a parent whose child dies (a segfault in the engine's C code, an OOM kill) can
     name the stage it died in; at the end it sends the rates, or {"error": …} for an engine that raised."""
@@ -224,7 +231,8 @@ def engine_rates(model_path: str, cores: int, engine: str = "llama", options: di
                 if isinstance(msg, tuple) and msg[0] == "stage":
                     stage, since = msg[1], time.monotonic()
                     continue
-                return msg
+                rates: dict[str, Any] = msg
+                return rates
             if time.monotonic() - since > stage_timeout_s:
                 p.kill()
                 return {"error": f"the {engine} engine's {stage} stage ran past {stage_timeout_s:.0f} s "
@@ -237,7 +245,7 @@ def engine_rates(model_path: str, cores: int, engine: str = "llama", options: di
             p.join(timeout=2)
 
 
-def probe(model=None, say=print) -> Ceilings:
+def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) -> Ceilings:
     """Measure now (and cache). `model`: a ModelChoice for the engine rates (default: the embedded model)."""
     from measure.core.model_choice import resolve_model
     from measure.core.probes import detect_chip
@@ -269,7 +277,7 @@ def probe(model=None, say=print) -> Ceilings:
     return c
 
 
-def get(rerun: bool = False, say=print) -> Ceilings:
+def get(rerun: bool = False, say: Callable[[str], None] = print) -> Ceilings:
     """The cached ceilings of this machine, measured first if there are none (or when asked)."""
     c = None if rerun else cached()
     return c or probe(say=say)

@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ class Recorder:
     back off the file, the failure is kept in `failed` and said once through `on_error`, and later lines are
     dropped, so every line in the file parses and the run itself goes on."""
 
-    def __init__(self, path: str | os.PathLike, header: dict[str, Any], fsync: bool = True, on_error=None):
+    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any], fsync: bool = True,
+                 on_error: Callable[[str], None] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # readable by its owner only: records and recordings can name prompts and servers
@@ -66,7 +68,7 @@ class Recorder:
     def record(self, rec: RequestRecord) -> None:
         self.write(rec.to_dict())
 
-    def event(self, t_ns: int, text: str, **extra) -> None:
+    def event(self, t_ns: int, text: str, **extra: Any) -> None:
         self.write(dict(extra, kind="event", t_ns=t_ns, text=text))
 
     def close(self) -> None:
@@ -79,7 +81,7 @@ class Recorder:
                 self._fd = -1
 
 
-def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[RequestRecord], list[dict[str, Any]]]:
+def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[RequestRecord], list[dict[str, Any]]]:
     """(headers, request records, other lines) of a recording; a cut last line is skipped with a warning."""
     headers, records, other = [], [], []
     try:
@@ -116,9 +118,9 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[Requ
     return headers, records, other
 
 
-def _checked(r: RequestRecord, path, line: int) -> RequestRecord:
+def _checked(r: RequestRecord, path: str | os.PathLike[str], line: int) -> RequestRecord:
     """A request line whose fields have the types every metric relies on, or ValueError naming the line."""
-    def is_int(v):
+    def is_int(v: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
     ints = ("request_id", "k", "b", "t_scheduled_ns", "t_submitted_ns", "output_tokens", "model_bytes", "rep")
