@@ -164,15 +164,40 @@ def outputs(tmp: Path) -> dict:
         cfg = SweepConfig(mode="http", bs=[1], requests=header["requests"], max_tokens=header["max_tokens"],
                           slo=presets.slo("interactive"), cell_timeout_s=300.0)
         level = KN.measure_levels(src, presets.workload("default"), what, cfg, lambda m: None, k=1)
-        steps = [level(lv) for lv in levels]
-        cells = knee_summary(steps)
-        out[name] = {"summary.json": json.dumps(cells, indent=2), "table": format_table(cells)}
+        cells = KN.Knee(what, None, None, [level(lv) for lv in levels]).cells()  # as tui/cli.py find_main writes
+        out[name] = {"summary.json": json.dumps([c.to_dict() for c in cells], indent=2), "table": format_table(cells)}
     return out
 
 
-def knee_summary(steps) -> list[dict]:
-    """bench --find's summary.json cells: each measured level's cell with its verdict (tui/cli.py find_main)."""
-    return [dict(_j(st.cell), level=st.level, within_slo=st.ok, verdict=st.why) for st in steps if st.cell]
+def same(a, b, path="") -> None:
+    """a and b hold the same JSON: the same keys in the same order, the same strings, integers and flags, and
+    numbers equal to 1e-12 (one formula for a figure computed two ways before may round its last bit
+    differently: HTTP's W ÷ TPOT)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), (path, list(a), list(b))
+        for k in a:
+            same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-300), (path, a, b)
+    else:
+        assert type(a) is type(b) and a == b, (path, a, b)
+
+
+def same_csv(a: str, b: str) -> None:
+    import csv
+    import io
+
+    def cell(v):
+        try:
+            return float(v) if "." in v or "e" in v else v
+        except ValueError:
+            return v
+    same([[cell(v) for v in row] for row in csv.reader(io.StringIO(a))],
+         [[cell(v) for v in row] for row in csv.reader(io.StringIO(b))])
 
 
 @pytest.fixture(scope="module")
@@ -190,19 +215,25 @@ def monkeypatch_module():
 @pytest.mark.parametrize("name", RUNS + ("knee_users", "knee_rate"))
 def test_summary_json_is_what_it_was(made, name):
     golden = json.loads(GOLDEN.read_text())
-    assert made[name]["summary.json"] == golden[name]["summary.json"]
+    same(json.loads(made[name]["summary.json"]), json.loads(golden[name]["summary.json"]))
     assert made[name]["table"] == golden[name]["table"]
 
 
 @pytest.mark.parametrize("name", RUNS)
 def test_csv_report_and_recording_cells_are_what_they_were(made, name):
     golden = json.loads(GOLDEN.read_text())
-    for part in ("summary.csv", "report.md", "from_records"):
-        assert made[name][part] == golden[name][part], part
+    same_csv(made[name]["summary.csv"], golden[name]["summary.csv"])
+    assert made[name]["report.md"] == golden[name]["report.md"]
+    same(_by_key(made[name]["from_records"]), _by_key(golden[name]["from_records"]))
+
+
+def _by_key(cells: list[dict]) -> list[dict]:
+    """A report's cells, compared without their key order (report.md is what is written of them)."""
+    return [dict(sorted(c.items())) for c in cells]
 
 
 def test_combined_cells_are_what_they_were(made):
-    assert made["combined"] == json.loads(GOLDEN.read_text())["combined"]
+    same(_by_key(made["combined"]), _by_key(json.loads(GOLDEN.read_text())["combined"]))
 
 
 if __name__ == "__main__" and "--write" in sys.argv:
@@ -213,3 +244,186 @@ if __name__ == "__main__" and "--write" in sys.argv:
         mp.setattr("measure.core.cost.PowerMeter", FixedPower)
         GOLDEN.write_text(json.dumps(outputs(Path(d)), indent=1) + "\n")
     print(f"wrote {GOLDEN}")
+
+
+# ---- one home per rule: where two copies disagreed, each test below failed on the copies -------------------
+def _rec(i, worker=0, tpot_ms=20.0, n=6, error=None, t0=0, mode="http", k=2, b=1, rep=0, together=1):
+    """Request i of a closed loop whose `together` users start together, one round a second."""
+    from measure.core.records import RequestRecord
+
+    NS = 1_000_000_000
+    start = t0 + i // together * NS
+    toks = [] if error else [start + int(5e6) + int(j * tpot_ms * 1e6) for j in range(n)]
+    return RequestRecord(run_id="r", request_id=i, mode=mode, engine="http", model="m", model_bytes=1_000_000_000,
+                         k=k, b=b, prompt_id=f"default-{i}", prompt_tokens=16, t_scheduled_ns=start,
+                         t_submitted_ns=start, t_started_ns=start, t_first_token_ns=toks[0] if toks else None,
+                         t_done_ns=(toks[-1] if toks else start + 1000), token_ns=toks, output_tokens=len(toks),
+                         finish_reason="error" if error else "length", error=error, worker=worker, rep=rep,
+                         extra={"endpoint": "ab"[worker]})
+
+
+def test_http_bandwidth_is_one_rule_for_the_bench_and_the_dashboard():
+    """Two endpoints, one of them down for the whole cell (every request it took failed): the dashboard summed
+    W ÷ TPOT p50 over the endpoints that decoded (50 GB/s: 1 GB each 20 ms step), the bench cell said None
+    because one endpoint had no TPOT. One rule now (metrics.http_bandwidth), in both."""
+    from measure.control.sweep import cell_summary
+    from measure.core import metrics as M
+
+    recs = [_rec(i, worker=i % 2, error="connection refused" if i % 2 else None) for i in range(8)]
+    cell = cell_summary(recs, 2, 1, 1_000_000_000, mode="http")
+    assert cell["bandwidth_gbps"] == pytest.approx(50.0)
+    dashboard = M.http_bandwidth(1_000_000_000, [0.020, None])  # what a tick computes from its endpoints' TPOT p50
+    assert cell["bandwidth_gbps"] == pytest.approx(dashboard.gbps)
+    assert [e["bandwidth_gbps"] for e in cell["endpoints"]] == [pytest.approx(50.0), None]
+
+
+def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
+    """K·W/β was the dashboard's prediction in instances mode only, the bench's in every mode: the same K=2,
+    batch, W = 253 MB, β = 100 GB/s read 'no prediction' live and 5.06 ms in the bench's cell."""
+    from sim import run_for, sim_controller
+
+    from measure.control.sweep import cell_summary
+
+    c, fleet, clock = sim_controller(k=2, bandwidth=100.0)
+    assert c.toggle_mode() is None and c.mode == "batch"
+    run_for(c, fleet, clock, 6)
+    n = c.snapshot().numbers
+    W = fleet.meta.model_bytes
+    bench = cell_summary([_rec(i, mode="batch") for i in range(4)], 2, 1, W, 100.0, "batch")
+    assert bench["predicted_by"] == "K·W/β" and bench["predicted_tpot_ms"] == pytest.approx(2 * W / 100e9 * 1e3)
+    assert n.predicted_by == "K·W/β" and n.predicted_tpot * 1e3 == pytest.approx(bench["predicted_tpot_ms"])
+
+
+def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch):
+    """HTTP over two endpoints (β 400 and 200 GB/s, W = 1 GB): a cell at K=1 predicts W ÷ 400 GB/s = 2.5 ms
+    (the endpoint in use); the report's TPOT chart drew K·W ÷ the header's Σβ (600 GB/s): 1.67 ms at K=1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    from measure.control import report as R
+
+    header, records = _read("http2")
+    drawn: dict = {}
+    plot = Axes.plot
+
+    def spy(ax, *args, **kw):
+        drawn.setdefault(kw.get("label") or "", []).append(args)
+        return plot(ax, *args, **kw)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+    run = R.Run("http2", header, R.cells_from_records(records, header, []))
+    R.render([run], tmp_path)
+    line = next(v for label, v in drawn.items() if label.startswith("predicted K·W/β"))[0]
+    cells = {c["k"]: c["predicted_tpot_ms"] for c in run.cells}
+    assert cells[1] == pytest.approx(2.5) and cells[2] == pytest.approx(2 * 1e3 / 600)
+    assert list(line[0]) == [1, 2] and list(line[1]) == [pytest.approx(cells[1]), pytest.approx(cells[2])]
+
+
+def test_the_reports_knee_uses_the_searchs_target(tmp_path):
+    """bench --find --target 0.95 found no level within it (92 % at best): the report's goodput chart still
+    marked a knee at the last cell ≥ 0.9 (its own literal), beside knee.json saying there is none."""
+    from measure.control import report as R
+
+    cells = [{"k": 1, "b": b, "level": b, "slo_attainment": 0.92, "achieved_concurrency": b, "status": "ok"}
+             for b in (1, 2)]
+    run = R.Run("find", {"_knee": {"find": "users", "target": 0.95, "knee": None}}, cells)
+    assert R._knee(run, run.cells) is None
+
+
+def test_bench_runs_the_users_it_is_given(tmp_path):
+    """bench --users 2 --b 4: the help says closed-loop users (default K × B); the sweep ran K × B = 4."""
+    from conftest import NullServerProcess
+
+    from measure.control.knee import peak_in_flight
+    from measure.core.recorder import read_jsonl
+
+    srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
+    try:
+        out = tmp_path / "o"
+        p = subprocess_run(["bench", "--engine", "http", "--url", srv.url, "--tokenizer", "none", "--b", "4",
+                            "--users", "2", "--requests", "8", "--max-tokens", "4", "--out", str(out)])
+    finally:
+        srv.kill()
+    assert p.returncode == 0, p.stderr
+    _, recs, _ = read_jsonl(out / "records.jsonl")
+    assert "closed loop, 2 users" in p.stdout
+    assert peak_in_flight(recs) == 2
+
+
+def subprocess_run(args):
+    import os
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+class Killing(Replay):
+    """The replay, local, whose worker the kernel's OOM killer ends while it serves `kill_at` users."""
+
+    def __init__(self, header, records, kill_at):
+        super().__init__(header, records, local=True)
+        self.kill_at, self.ran = kill_at, []
+
+    def run_requests(self, load, timeout=None, should_stop=None):
+        self.ran.append(self.b)
+        if self.b == self.kill_at:
+            self.oom_killed.append((1, self.b, self.mode))
+        return [_rec(i, mode=self.mode, k=1, b=self.b, tpot_ms=5.0, together=load.arrivals.users)
+                for i in range(load.arrivals.total)]
+
+
+def test_the_knee_learns_from_an_oom_kill_as_the_sweep_does():
+    """--find users on a local engine: the OOM killer ended a worker at 4 users (the level still met the SLO).
+    The sweep refuses every larger cell of that mode from then on; the knee ran 8 and 16 regardless."""
+    import presets
+    from measure.control import knee as KN
+    from measure.control.sweep import SweepConfig
+
+    header, _ = _read("local")
+    src = Killing(header, [], kill_at=4)
+    cfg = SweepConfig(mode="batch", requests=4, max_tokens=6, slo=presets.slo("server"), cell_timeout_s=60.0)
+    said: list[str] = []
+    knee = KN.find_knee(KN.measure_levels(src, presets.workload("default"), "users", cfg, said.append), "users",
+                        limit=16)
+    assert src.ran == [1, 2, 4]
+    assert knee.steps[2].cell["oom_killed"] and knee.failed.stop == "refused" and knee.failed.level == 8
+    assert "OOM killer" in knee.failed.why and any("OOM killer ended a worker" in s for s in said)
+
+
+def test_a_knee_level_has_the_figures_of_a_bench_cell():
+    """The knee summarised its levels with its own call: no K·W/β where β was known, no power or $/Mtok where a
+    cost was given, no stopped_early with EOS ignored. The same records as a sweep cell and as a knee level now
+    give the same figures."""
+    import presets
+    from measure.control import knee as KN
+    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.core.cost import Cost
+
+    header, records = _read("local")
+    cfg = dict(mode="instances", requests=4, max_tokens=8, slo=presets.slo("interactive"), bandwidth_gbps=50.0,
+               cost=Cost(price_per_hour=2.0, watts=30.0), threads=1)
+    mine = [r for r in records if r.k == 1 and r.rep == 0]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("measure.core.cost.PowerMeter", FixedPower)
+        cells, _, _ = run_sweep(Replay(header, mine, local=False), presets.workload("default"),
+                                SweepConfig(ks=[1], bs=[1], **cfg), lambda m: None)
+        st = KN.measure_levels(Replay(header, mine, local=False), presets.workload("default"), "b",
+                               SweepConfig(**cfg), lambda m: None)(1)
+    bench, level = _j(cells[0]), _j(st.cell)
+    for key in ("predicted_tpot_ms", "predicted_by", "stopped_early", "watts", "joules_per_token", "usd_per_mtok"):
+        assert key in level and level[key] == bench[key], key
+    assert {k: v for k, v in level.items() if k in bench} == {k: v for k, v in bench.items() if k in level}
+
+
+def test_the_table_of_a_sweep_whose_first_cell_was_refused():
+    """The table's BW legend read cells[0]'s formula: a sweep whose first cell the memory guard refused (no
+    figures) ended in KeyError 'bandwidth_formula' after every cell had run."""
+    from measure.control.sweep import cell_summary, format_table, skipped_cell
+
+    refused = skipped_cell(1, 64, None, "refused", "K=1 B=64 needs ≈ 9 GiB of 8 GiB budget")
+    ok = cell_summary([_rec(i, mode="batch", k=1) for i in range(4)], 1, 1, 1_000_000_000, mode="batch")
+    table = format_table([refused, ok])
+    assert "REFUSED" in table and f"BW = {ok.bandwidth_formula};" in table

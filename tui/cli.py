@@ -139,6 +139,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash.add_argument("--peer", action="append", metavar="URL", help="another client's inference-top /metrics (its "
                       "--prometheus PORT), e.g. 10.0.0.2:9400; repeatable: their tok/s, requests and errors summed "
                       "with this one's, one row per client, read once a second (one that does not answer: down)")
+    from measure.control.knee import TARGET_ATTAINMENT
+
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
                           "writes records.jsonl, summary.json and summary.csv")
     common_args(bench, lists=True)
@@ -151,8 +153,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        "engine batching up to --max-b; over HTTP one stream per user), the open-loop rate (a level "
                        "keeps up while its queue does not grow), or B, doubling then bisecting, until fewer than "
                        "--target of requests meet --slo (default interactive) or a wall stops it")
-    bench.add_argument("--target", type=positive_float, default=0.9, help="--find: the SLO attainment a level "
-                       "needs (default 0.9)")
+    bench.add_argument("--target", type=positive_float, default=TARGET_ATTAINMENT, help="--find: the SLO "
+                       f"attainment a level needs (default {TARGET_ATTAINMENT:g})")
     bench.add_argument("--contexts", type=int_list, help="rows of context lengths: a synthetic prompt of "
                        "context − max_tokens tokens per request")
     bench.add_argument("--segment", metavar="i/N", help="client i of N client machines: this client sends the "
@@ -232,7 +234,7 @@ def bench_main(argv: list[str]) -> int:
         fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed, --turns and trace:")
     args.requests = args.requests or len(getattr(plan.workload, "times_s", None) or ()) or 16
     ks = plan.ks if not plan.remote or len(plan.endpoints) > 1 else [1]
-    most = max(ks) * max(plan.bs or [1])
+    most = args.users or max(ks) * max(plan.bs or [1])
     if args.find and not 0 < args.target <= 1:
         fail(f"--target {args.target:g} must be a share of requests in (0, 1], e.g. 0.9")
     if args.find and plan.slo is None:
@@ -253,7 +255,8 @@ def bench_main(argv: list[str]) -> int:
                       contexts=args.contexts, ctx=plan.ctx,
                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
-                      max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, sessions=plan.sessions)
+                      max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, users=plan.users,
+                      sessions=plan.sessions)
     clients_header = _client_start(client, plan, cfg) if client else {}
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
@@ -299,7 +302,7 @@ def bench_main(argv: list[str]) -> int:
             k, b, ctx = cfg.current
             cells.append(skipped_cell(k, b, ctx, "cut", f"interrupted ({why}) while this cell ran"))
         _summary_quietly(out, cells)
-        fail(f"interrupted ({why}): {sum(c['status'] == 'ok' for c in cells)} finished cells in "
+        fail(f"interrupted ({why}): {sum(c.ok for c in cells)} finished cells in "
              f"{out}/summary.json, the cut one marked; records so far in {out}/records.jsonl", code)
     finally:
         if source is not None:
@@ -389,20 +392,20 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
     knee = find_knee(lambda lv: run(lv), args.find, start=start, limit=4096 if args.find == "rate" else 256)
     wall = None
     last = knee.failed or knee.passed
-    if last and last.cell.get("binding") and cfg.roofline is not None:
+    if last and last.cell and last.cell.binding and cfg.roofline is not None:
         wall = {"cores": "the CPU cores", "compute": "compute", "bandwidth": "memory bandwidth"}.get(
-            last.cell["binding"], last.cell["binding"])
+            last.cell.binding, last.cell.binding)
     if last and last.stop in ("wall", "refused"):
         wall = "memory capacity" if last.stop == "wall" else "the memory budget"
     sentence = knee.sentence(plan.slo.key, wall)
-    cells = [dict(st.cell, level=st.level, within_slo=st.ok, verdict=st.why) for st in knee.steps if st.cell]
+    cells = knee.cells()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(cells, indent=2))
+    (out / "summary.json").write_text(json.dumps([c.to_dict() for c in cells], indent=2))
     (out / "knee.json").write_text(json.dumps({
         "find": args.find, "slo": plan.slo.describe(), "target": args.target, "sentence": sentence,
         "knee": knee.passed.level if knee.passed else None, "first_out": knee.failed.level if knee.failed else None,
         "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
-                   **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in st.cell}}
+                   **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in (st.cell or ())}}
                   for st in knee.steps]},
         indent=2))
     if cells:
@@ -413,7 +416,7 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
     return 0
 
 
-def _summary_quietly(out: Path, cells: list[dict]) -> None:
+def _summary_quietly(out: Path, cells: list) -> None:
     from measure.control.sweep import write_summary
 
     if cells:
@@ -423,7 +426,7 @@ def _summary_quietly(out: Path, cells: list[dict]) -> None:
             pass
 
 
-def finish_bench(out: Path, cells: list[dict], say, quiet: bool = False):
+def finish_bench(out: Path, cells: list, say, quiet: bool = False):
     """summary.json and summary.csv beside records.jsonl, and the table on stdout. A summary that cannot be
     written: with `quiet`, the reason is returned (None when written), else one line and exit 1."""
     from measure.control.sweep import format_table, write_summary

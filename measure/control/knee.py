@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from measure.control.cell import Cell, as_cell
 from measure.core import metrics as M
-from measure.core.guard import WallCheck, admit, engine_footprint
-from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
 from measure.core.units import NS
-from measure.core.workload import ClosedLoop, Load, Poisson
+from measure.core.workload import ClosedLoop, Poisson
 from measure.sources.base import CellStopped
 
-TARGET_ATTAINMENT = 0.90
+TARGET_ATTAINMENT = 0.90  # the SLO attainment a level needs (--target's default; the report's knee without one)
 SERVED_RATIO = 0.95
 # queue-inclusive TTFT rising faster than this (s per s of arrivals) = a server completing < 95 % of the rate
 QUEUE_TREND = 1 / SERVED_RATIO - 1
@@ -35,7 +34,7 @@ class Step:
     ok: bool
     stop: str | None = None  # refused | wall | short (fewer users ran than named): the search ends; timeout
     why: str = ""  # what failed, in words ("TTFT p99 1.9 s (queue)")
-    cell: dict = field(default_factory=dict)
+    cell: Cell | None = None
 
 
 @dataclass
@@ -55,6 +54,11 @@ class Knee:
         if self.failed is not None:
             head += f"; at {fmt(self.failed.level)}, {self.failed.why}"
         return head + (f"; the wall is {wall}" if wall else "")
+
+    def cells(self) -> list[Cell]:
+        """bench --find's summary.json: each measured level's cell with its verdict."""
+        return [st.cell.copy().update(level=st.level, within_slo=st.ok, verdict=st.why)
+                for st in self.steps if st.cell is not None]
 
 
 def find_knee(run_level: Callable[[float], Step], what: str = "users", start: float = 1, limit: float = 512,
@@ -92,30 +96,30 @@ def find_knee(run_level: Callable[[float], Step], what: str = "users", start: fl
     return Knee(what, passed, failed, steps)
 
 
-def judge(cell: dict, slo, what: str, level: float, target: float = TARGET_ATTAINMENT) -> Step:
+def judge(cell: Cell | dict, slo, what: str, level: float, target: float = TARGET_ATTAINMENT) -> Step:
     """Whether a measured level meets the SLO target (and, for a rate, keeps up with it)."""
-    att = cell.get("slo_attainment")
-    if cell.get("status") != "ok" or att is None:
-        return Step(level, False, cell.get("status") if cell.get("status") != "ok" else None,
-                    cell.get("reason", "no request finished"), cell)
-    if what == "rate" and (trend := cell.get("ttft_trend")) is not None and trend > QUEUE_TREND:
-        offered = cell.get("offered_rps") or level
-        return Step(level, False, None, f"its queue grows: TTFT rises {trend * cell['arrivals_s']:.2f} s over its "
-                    f"{cell['arrivals_s']:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
+    cell = as_cell(cell)
+    att = cell.slo_attainment
+    if not cell.ok or att is None:
+        return Step(level, False, cell.status if not cell.ok else None, cell.reason or "no request finished", cell)
+    if what == "rate" and (trend := cell.ttft_trend) is not None and trend > QUEUE_TREND:
+        offered = cell.offered_rps or level
+        return Step(level, False, None, f"its queue grows: TTFT rises {trend * cell.arrivals_s:.2f} s over its "
+                    f"{cell.arrivals_s:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
                     f"{offered:.3g} req/s offered)", cell)
     if att >= target:
         return Step(level, True, None, f"{att:.0%} of requests within the SLO", cell)
     return Step(level, False, None, _why(cell, slo, att), cell)
 
 
-def _why(cell: dict, slo, att: float) -> str:
+def _why(cell: Cell, slo, att: float) -> str:
     parts = []
-    if slo.ttft_s is not None and (cell.get("p99_ttft_ms") or 0) > slo.ttft_s * 1e3:
-        queue = cell.get("median_queue_wait_ms") or 0
-        cause = "queue" if queue > 0.5 * (cell.get("median_ttft_ms") or 0) else "prefill"
-        parts.append(f"TTFT p99 is {cell['p99_ttft_ms'] / 1e3:.2f} s ({cause})")
-    if slo.tpot_s is not None and (cell.get("median_tpot_ms") or 0) > slo.tpot_s * 1e3:
-        parts.append(f"TPOT p50 is {cell['median_tpot_ms']:.0f} ms (each decode step)")
+    if slo.ttft_s is not None and (cell.p99_ttft_ms or 0) > slo.ttft_s * 1e3:
+        queue = cell.median_queue_wait_ms or 0
+        cause = "queue" if queue > 0.5 * (cell.median_ttft_ms or 0) else "prefill"
+        parts.append(f"TTFT p99 is {cell.p99_ttft_ms / 1e3:.2f} s ({cause})")
+    if slo.tpot_s is not None and (cell.median_tpot_ms or 0) > slo.tpot_s * 1e3:
+        parts.append(f"TPOT p50 is {cell.median_tpot_ms:.0f} ms (each decode step)")
     return (" and ".join(parts) or f"only {att:.0%} of requests meet the SLO") + f" ({att:.0%} within it)"
 
 
@@ -178,11 +182,12 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
     rate → open-loop Poisson arrivals on the engine as configured, for LEVEL_S seconds or LEVEL_SERVICES
     service times (the shortest median started → done of the levels so far), whichever is longer, within
     half the cell timeout. A closed-loop
-    level whose records never held as many users in flight as it names ends the search (stop "short")."""
-    from measure.control.sweep import cell_summary
+    level whose records never held as many users in flight as it names ends the search (stop "short"). Each
+    level runs as a sweep's cell does (sweep.CellRunner): the same figures, and a worker OOM-killed at one
+    level refuses that level and every larger one of its mode after it (the search ends there)."""
+    from measure.control.sweep import CellRunner
 
-    probe = SystemProbe()
-    local = source.capabilities().local
+    runner = CellRunner(source, cfg, say)
     service_s: list[float] = []  # each level's median started → done
 
     def run(level: float) -> Step:
@@ -200,52 +205,42 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
                 mode = "batch" if b > 1 or cfg.mode == "batch" else "instances"
             n = max(cfg.requests, 2 * users)
             arrivals = ClosedLoop(users, total=n)
-        if local and cfg.memory_budget and not cfg.force:
-            fp = engine_footprint(mode, k, b, b_cap=b, seq_ctx=cfg.ctx, ctx=cfg.ctx,
-                                  weight_bytes=source.meta.model_bytes, kv_per_token=cfg.kv_bytes_per_token or 0.0,
-                                  overhead_bytes=cfg.overhead_bytes)
-            refusal = admit(fp, cfg.memory_budget)
-            if refusal:
-                say(f"{what} {level:g}: {refusal}")
-                return Step(level, False, "refused", f"the memory guard refuses it: {refusal.split(';')[0]}")
-        source.scale_to(k)
-        source.set_batch(mode, b, b_cap=b, seq_ctx=cfg.ctx)
-        source.wait_ready()
-        if users is not None:
-            source.set_users(users)  # exactly these (a source may otherwise follow its streams × endpoints)
-        at_wall = WallCheck(probe)
+        if refusal := runner.oom_refusal(mode, k, b) or runner.budget_refusal(mode, k, b, cfg.ctx):
+            say(f"{what} {level:g}: {refusal}")
+            return Step(level, False, "refused", f"the memory guard refuses it: {refusal.split(';')[0]}")
+        # exactly these users (a source may otherwise follow its streams × endpoints)
+        runner.start(mode, k, b, cfg.ctx, users)
         say(f"{what} {level:g}: {n} requests, {arrivals.describe()}, {mode} K={k} B={b} …")
         t0 = time.monotonic()
         try:
-            recs = source.run_requests(Load(workload, arrivals, cfg.max_tokens, cfg.ignore_eos),
-                                       timeout=cfg.cell_timeout_s, should_stop=at_wall)
+            recs = runner.load(workload, arrivals)
         except CellStopped as stop:
             return Step(level, False, "wall", f"the memory wall: {stop}")
         except TimeoutError as exc:
             return Step(level, False, "timeout", str(exc))
-        cell = cell_summary(recs, k, b, source.meta.model_bytes, None, mode, cfg.kv_bytes_per_token, cfg.roofline,
-                            cfg.threads or auto_threads(k), cfg.max_tokens, cfg.slo)
+        cell = runner.finish(recs, workload, mode, k, b)
+        runner.learn(cell, mode, k, b, cfg.ctx)
         span = M.run_span_ns(recs)
-        cell.update({"level": level, "users": users, "span_s": (span[1] - span[0]) / 1e9 if span else 0.0})
+        cell.update(level=level, users=users, span_s=(span[1] - span[0]) / 1e9 if span else 0.0)
         if what == "rate":
-            cell.update(rate_figures(recs))
+            cell.update(**rate_figures(recs))
             served = [(r.t_done_ns - r.t_started_ns) / NS for r in M.ok(recs) if r.t_started_ns and r.t_done_ns]
             if served:
                 service_s.append(M.percentile(served, 50))
         else:
-            cell["peak_users"] = peak_in_flight(recs)
-            if cell["peak_users"] < users:
-                say(f"  only {cell['peak_users']} of {users} users were in flight at once: the search stops")
-                return Step(level, False, "short", f"only {cell['peak_users']} of the {users} users asked were in "
+            cell.peak_users = peak_in_flight(recs)
+            if cell.peak_users < users:
+                say(f"  only {cell.peak_users} of {users} users were in flight at once: the search stops")
+                return Step(level, False, "short", f"only {cell.peak_users} of the {users} users asked were in "
                             f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
                             "stops here", cell)
         st = judge(cell, cfg.slo, what, level, target)
         if what == "rate" and mode == "http" and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
             st.why += (f"; all {b} of this client's streams were busy (--b {b}), so the queue may be the client's, "
                        "not the server's: give a larger --b")
-        trend = cell.get("ttft_trend")
-        say(f"  {time.monotonic() - t0:.0f} s: attainment {cell.get('slo_attainment') or 0:.0%}, TTFT p99 "
-            f"{(cell.get('p99_ttft_ms') or 0):.0f} ms, TPOT p50 {(cell.get('median_tpot_ms') or 0):.0f} ms"
+        trend = cell.ttft_trend
+        say(f"  {time.monotonic() - t0:.0f} s: attainment {cell.slo_attainment or 0:.0%}, TTFT p99 "
+            f"{(cell.p99_ttft_ms or 0):.0f} ms, TPOT p50 {(cell.median_tpot_ms or 0):.0f} ms"
             + (f", TTFT trend {trend:+.3f} s/s" if trend is not None else "") + " → "
             + ("within" if st.ok else "out"))
         return st

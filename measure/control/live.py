@@ -26,7 +26,7 @@ from measure.core import metrics as M
 from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
                                  total_memory_bytes)
 from measure.core.units import NS
-from measure.core.workload import ClosedLoop, Load, Poisson
+from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens,
                                   WorkerInfo, WorkerState)
 from presets import SLO, Workload
@@ -141,7 +141,7 @@ class LiveController:
 
     # ---- key actions (any thread) ------------------------------------------------------------
     def users(self) -> int:
-        return self.settings.users or self.k * (1 if self.mode == "instances" else self.b)
+        return closed_loop_users(self.mode, self.k, self.b, self.settings.users)
 
     def _arrivals(self):
         return Poisson(self.settings.rate) if self.settings.rate else ClosedLoop(self.users())
@@ -391,17 +391,18 @@ class LiveController:
         p50, p90 = M.percentile(win.tpots, 50), M.percentile(win.tpots, 90)
         W = self.caps.weight_bytes
         workers = self.source.workers()
-        if self.mode == "http":  # each endpoint's steps/s ≈ 1 ÷ its streams' TPOT p50
-            ep_steps = {wid: 1 / tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
-            bw = M.bandwidth_product("http", W, steps_per_s=list(ep_steps.values()))
+        if self.mode == "http":  # each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)
+            ep_tpot = {wid: tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
+            bw = M.http_bandwidth(W, ep_tpot.values())
         else:
-            ep_steps = {}
+            ep_tpot = {}
             bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
         level = self._predict(workers)
+        eps_gbps = [w.bandwidth_gbps for w in workers] if self.mode == "http" else None
         if level is not None:
             pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
-        elif self.settings.bandwidth_gbps and W and self.mode == "instances":  # K instances share β
-            pred, pred_tps, pred_by = M.predicted_tpot(self.k, W, self.settings.bandwidth_gbps), None, "K·W/β"
+        elif (kwb := M.kwb_tpot(self.k, W, self.settings.bandwidth_gbps, self.mode, eps_gbps)) is not None:
+            pred, pred_tps, pred_by = kwb, None, "K·W/β"  # as a bench cell's, in every mode
         else:
             pred, pred_tps, pred_by = None, None, ""
         attainable = self.roofline.attainable_gbps if self.roofline else None
@@ -415,13 +416,12 @@ class LiveController:
                       procs.get(w.pid, (None, None))[1], win.per_worker_tps.get(w.wid, 0.0), w.requests_done,
                       w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
                       server=w.server, bandwidth_gbps=w.bandwidth_gbps, error=w.error,
-                      bw_gbps=ep_steps[w.wid] * W / 1e9 if W and w.wid in ep_steps else None)
+                      bw_gbps=M.http_bandwidth(W, [ep_tpot.get(w.wid)]).gbps)
             for w in workers
         )
         # the spec line of several endpoints: Σ β of those in use, where every one's chip is known
         in_use = [w for w in workers if w.streams]
-        spec = (sum(w.bandwidth_gbps for w in in_use)
-                if self.mode == "http" and in_use and all(w.bandwidth_gbps for w in in_use) else None)
+        spec = M.sum_gbps(w.bandwidth_gbps for w in in_use) if self.mode == "http" else None
         rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
         self.admission.observe([w.rss for w in workers if w.ready_ns and w.rss])
         self._check_wall(prev_sys, sysv, win.agg_tps, now)

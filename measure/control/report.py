@@ -11,6 +11,8 @@ from pathlib import Path
 
 from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
+from measure.control.cell import Cell, Clients, Periods, as_cell
+from measure.control.knee import TARGET_ATTAINMENT
 from measure.control.sweep import add_scaling, answer_notes, cell_summary
 from measure.core.sessions import turn_note
 
@@ -25,11 +27,14 @@ class ReportError(ValueError):
 class Run:
     name: str
     header: dict
-    cells: list[dict]
+    cells: list[Cell]
     samples: list[dict] = field(default_factory=list)
     events: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     records: list = field(default_factory=list)  # its RequestRecords (combine pools them)
+
+    def __post_init__(self):
+        self.cells = [as_cell(c) for c in self.cells]
 
     @property
     def beta(self) -> float | None:
@@ -70,7 +75,7 @@ def load_run(path: str | Path) -> Run:
     events = [o for o in other if o.get("kind") == "event"]
     summary = p.with_name("summary.json")
     if header.get("command") == "bench" and summary.exists():
-        cells = json.loads(summary.read_text())
+        cells = [Cell.from_dict(c) for c in json.loads(summary.read_text())]
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
         cells = cells_from_records(records, header, samples)
     knee = p.with_name("knee.json")
@@ -96,7 +101,7 @@ def combine(runs: list[Run]) -> Run:
     not run the same cells."""
     if len(runs) < 2:
         raise ReportError("--combine needs the outputs of two or more clients")
-    if any(c.get("context") for r in runs for c in r.cells):
+    if any(c.context for r in runs for c in r.cells):
         raise ReportError("--combine does not handle --contexts rows; combine runs without --contexts")
     warnings = [w for r in runs for w in r.warnings]
     starts = [r.header.get("started_unix") for r in runs]
@@ -113,7 +118,7 @@ def combine(runs: list[Run]) -> Run:
     elif max(starts) - min(starts) > TOGETHER_S:
         warnings.append(f"the clients' runs started {max(starts) - min(starts):.0f} s apart (> {TOGETHER_S:.0f} s):"
                         " they did not load the servers together, so their sum is not one load")
-    keys = [{(c["k"], c["b"], c.get("mode")) for c in r.cells if c.get("status") == "ok"} for r in runs]
+    keys = [{(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
     if any(k != keys[0] for k in keys):
         warnings.append("the clients did not run the same cells: a cell missing from one sums fewer clients "
                         "(see 'clients' per cell)")
@@ -121,25 +126,16 @@ def combine(runs: list[Run]) -> Run:
     cells = []
     for key in sorted(set().union(*keys)):
         k, b, mode = key
-        parts = [(r, c) for r in runs for c in r.cells if (c["k"], c["b"], c.get("mode")) == key
-                 and c.get("status") == "ok"]
+        parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
         pooled = [rec for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
+        timing = Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts])
         c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
-                         endpoint_gbps=endpoint_gbps(h0))
-        tps = [p.get("output_throughput") for _, p in parts]
-        conc = [p.get("achieved_concurrency") for _, p in parts]
-        c.update(output_throughput=sum(tps) if all(tps) else None, output_throughput_per_rep=[],
-                 achieved_concurrency=sum(conc) if all(conc) else None, clients=len(parts),
-                 clients_throughput=tps, cv=None, noisy=False,
-                 throughput_rule="Σ over clients of each client's output tokens ÷ its own span")
-        c["arrival_rps"] = _arrival_rps(parts, key, segments)
-        if parts[0][1].get("arrivals"):
-            c["arrivals"] = parts[0][1]["arrivals"]
+                         endpoint_gbps=endpoint_gbps(h0), timing=timing)
+        c.arrival_rps = _arrival_rps(parts, key, segments)
+        if parts[0][1].arrivals:
+            c.arrivals = parts[0][1].arrivals
         if segments:
-            c["segments"] = segments
-        if mode in (None, "instances") and c["output_throughput"]:  # aggregate tok/s × W, with the summed tok/s
-            c["bandwidth_gbps"] = M.bandwidth_product("instances", h0.get("model_bytes") or 0,
-                                                      agg_tps=c["output_throughput"]).gbps
+            c.segments = segments
         cells.append(c)
     add_scaling(cells)
     header = dict(h0, combined_from=[r.name for r in runs], segment=None, segments=segments,
@@ -193,7 +189,7 @@ def _arrival_rps(parts, key, segments) -> float | None:
         times = sorted(rec.t_scheduled_ns - r.header["start_perf_ns"] for r, _ in parts for rec in r.records
                        if (rec.k, rec.b, rec.mode) == key)
         return realised_rate(times)
-    rates = [p.get("arrival_rps") for _, p in parts]
+    rates = [p.arrival_rps for _, p in parts]
     return sum(rates) if rates and None not in rates else None
 
 
@@ -238,11 +234,11 @@ def endpoint_gbps(header: dict) -> list | None:
 
 def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]:
     """One cell per (K, B, mode) that served requests (records say which level served them). With a
-    recording's samples, every per-second figure is over that level's own periods, so a level left and
-    visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods ÷ their
-    length; achieved concurrency = Σ busy time inside them ÷ their length; batch mode's bandwidth = the steps
-    inside them ÷ their length × W. HTTP's bandwidth (W ÷ TPOT p50 per endpoint, summed) has no span in it:
-    it is the sweep's, as the bench and the dashboard showed it."""
+    recording's samples, every per-second figure is over that level's own periods (cell.Periods), so a level
+    left and visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods
+    ÷ their length; achieved concurrency = Σ busy time inside them ÷ their length; batch mode's bandwidth =
+    the steps inside them ÷ their length × W. HTTP's bandwidth (W ÷ TPOT p50 per endpoint, summed) has no
+    span in it: it is the sweep's, as the bench and the dashboard showed it."""
     groups: dict = {}
     for r in records:
         groups.setdefault((r.k, r.b, r.mode), []).append(r)
@@ -250,44 +246,30 @@ def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]
     w = header.get("model_bytes", 0)
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):
-        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, endpoint_gbps=endpoint_gbps(header),
-                         max_tokens=header.get("max_tokens"), ignore_eos=bool(header.get("ignore_eos")))
-        c["span_ns"] = M.run_span_ns(recs)
         spans = periods.get((k, b, mode))
-        if spans:
-            secs = sum(e - a for a, e in spans) / NS
-            toks = sum(M.tokens_in_window(records, a, e) for a, e in spans)
-            c["output_throughput"] = toks / secs if secs > 0 else None
-            c["output_throughput_per_rep"] = [c["output_throughput"]]
-            busy = sum((M.achieved_concurrency(records, a, e) or 0.0) * (e - a) for a, e in spans)
-            c["achieved_concurrency"] = busy / (secs * NS) if secs > 0 else None
-            c["periods"] = [[a, e] for a, e in spans]
-            c["seconds"] = secs
-            c["throughput_rule"] = "tokens inside this level's periods ÷ their length"
-            if mode == "instances":
-                c["bandwidth_gbps"] = M.bandwidth_product(mode, w, agg_tps=c["output_throughput"]).gbps
-            elif mode == "batch" and secs > 0:
-                kvb = header.get("kv_bytes_per_token")
-                steps, kv = M.batch_reads(M.ok(records), spans, kvb)
-                bw = M.bandwidth_product(mode, w, steps_per_s=[steps / secs],
-                                         kv_read_bps=None if kv is None else kv / secs)
-                c.update(bandwidth_gbps=bw.gbps, bandwidth_formula=bw.formula, steps_per_s=steps / secs,
-                         kv_read_gbps=None if kv is None else kv / secs / 1e9)
+        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, header.get("kv_bytes_per_token"),
+                         endpoint_gbps=endpoint_gbps(header), max_tokens=header.get("max_tokens"),
+                         ignore_eos=bool(header.get("ignore_eos")), timing=Periods(spans, records) if spans else None)
+        c.span_ns = M.run_span_ns(recs)
         cells.append(c)
     add_scaling(cells)
     return cells
 
 
-def _ok(cells):
-    return [c for c in cells if c.get("status", "ok") == "ok" and c.get("output_throughput")]
+def _status(c: Cell) -> str:
+    return c.status or "ok"  # a summary.json from before cells had a status
 
 
-def _marked(cells):
-    return [c for c in cells if c.get("status", "ok") not in ("ok",)]
+def _ok(cells: list[Cell]) -> list[Cell]:
+    return [c for c in cells if _status(c) == "ok" and c.output_throughput]
 
 
-def _per_rep_sd(c) -> float:
-    reps = c.get("output_throughput_per_rep") or []
+def _marked(cells: list[Cell]) -> list[Cell]:
+    return [c for c in cells if _status(c) != "ok"]
+
+
+def _per_rep_sd(c: Cell) -> float:
+    reps = c.output_throughput_per_rep or []
     return statistics.stdev(reps) if len(reps) > 1 else 0.0
 
 
@@ -309,17 +291,18 @@ def _mark_cells(ax, cells, x_of, y_level):
     """Refused, wall and timeout cells as labelled crosses on the x axis; noisy cells circled."""
     for c in _marked(cells):
         ax.plot([x_of(c)], [y_level], "x", color="red")
-        ax.annotate(c["status"], (x_of(c), y_level), textcoords="offset points", xytext=(0, 6), ha="center",
+        ax.annotate(c.status, (x_of(c), y_level), textcoords="offset points", xytext=(0, 6), ha="center",
                     fontsize=7, color="red")
 
 
 def _series(ax, cells, x_key, group_key, y, yerr=None, label_prefix=""):
+    """One curve per value of the cells' `group_key` figure (and context row), over their `x_key` figure."""
     groups: dict = {}
     for c in _ok(cells):
-        groups.setdefault((c.get(group_key), c.get("context")), []).append(c)
+        groups.setdefault((getattr(c, group_key), c.context), []).append(c)
     for (g, ctx), cs in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
-        cs.sort(key=lambda c: c[x_key])
-        xs = [c[x_key] for c in cs]
+        cs.sort(key=lambda c: getattr(c, x_key))
+        xs = [getattr(c, x_key) for c in cs]
         ys = [y(c) for c in cs]
         label = f"{label_prefix}{group_key.upper()}={g}" + (f", ctx {ctx}" if ctx else "")
         if yerr:
@@ -327,48 +310,49 @@ def _series(ax, cells, x_key, group_key, y, yerr=None, label_prefix=""):
         else:
             ax.plot(xs, ys, marker="o", label=label)
         for c in cs:
-            if c.get("noisy"):
-                ax.plot([c[x_key]], [y(c)], "o", mfc="none", mec="orange", ms=12)
-                ax.annotate("noisy", (c[x_key], y(c)), textcoords="offset points", xytext=(0, 8), fontsize=7,
+            if c.noisy:
+                ax.plot([getattr(c, x_key)], [y(c)], "o", mfc="none", mec="orange", ms=12)
+                ax.annotate("noisy", (getattr(c, x_key), y(c)), textcoords="offset points", xytext=(0, 8), fontsize=7,
                             color="orange", ha="center")
 
 
-def _predicted_series(ax, cells, x_key, group_key, key):
-    """The roofline's prediction per cell as a dashed curve beside the measured one."""
+def _predicted_series(ax, cells, x_key, group_key, key, by="roofline"):
+    """A prediction (the cells' `key` figure, made `by` the roofline or K·W/β) per cell as a dashed curve
+    beside the measured one: what each cell holds, so the chart and the table read one figure."""
     groups: dict = {}
     for c in _ok(cells):
-        if c.get("predicted_by") == "roofline" and c.get(key) is not None:
-            groups.setdefault(c.get(group_key), []).append(c)
+        if c.predicted_by == by and getattr(c, key) is not None:
+            groups.setdefault(getattr(c, group_key), []).append(c)
     for g, cs in sorted(groups.items(), key=lambda kv: kv[0] or 0):
-        cs.sort(key=lambda c: c[x_key])
-        ax.plot([c[x_key] for c in cs], [c[key] for c in cs], "--", alpha=0.8,
-                label=f"predicted {group_key.upper()}={g} (roofline)")
+        cs.sort(key=lambda c: getattr(c, x_key))
+        ax.plot([getattr(c, x_key) for c in cs], [getattr(c, key) for c in cs], "--", alpha=0.8,
+                label=f"predicted {group_key.upper()}={g} (roofline)" if by == "roofline"
+                else f"predicted K·W/β {group_key.upper()}={g}")
 
 
-def _concurrency(c: dict) -> float:
+def _concurrency(c: Cell) -> float:
     """A cell's x on the load axis: its achieved concurrency, else (older outputs) the nominal K × B."""
-    return c.get("achieved_concurrency") or c["k"] * c["b"]
+    return c.achieved_concurrency or c.k * c.b
 
 
-def _knee(run: Run, cells: list[dict]):
-    """(x, label) of the knee: knee.json's answer where `bench --find` wrote one, else the last cell whose
-    SLO attainment is ≥ 90 %."""
-    kj = run.header.get("_knee")
-    if kj and kj.get("knee") is not None:
-        for c in cells:
-            if c.get("level") == kj["knee"]:
-                return (_concurrency(c), f"{kj['knee']:g} ({kj['find']})")
-    within = [c for c in cells if (c.get("slo_attainment") or 0) >= 0.9]
+def _knee(run: Run, cells: list[Cell]):
+    """(x, label) of the knee: knee.json's answer where `bench --find` wrote one (none where it found none),
+    else the last cell whose SLO attainment meets the search's target (knee.TARGET_ATTAINMENT)."""
+    kj = run.header.get("_knee") or {}
+    if kj and kj.get("knee") is None:
+        return None
+    for c in cells:
+        if kj and c.level == kj["knee"]:
+            return (_concurrency(c), f"{kj['knee']:g} ({kj['find']})")
+    within = [c for c in cells if (c.slo_attainment or 0) >= (kj.get("target") or TARGET_ATTAINMENT)]
     if within:
         c = within[-1]
-        return (_concurrency(c), f"K{c['k']}B{c['b']}")
+        return (_concurrency(c), f"K{c.k}B{c.b}")
     return None
 
 
 def _cost_curve(run: Run) -> list[tuple[float, float]]:
-    pts = [(_concurrency(c), c["usd_per_mtok"]) for c in _ok(run.cells)
-           if c.get("usd_per_mtok") is not None]
-    return sorted(pts)
+    return sorted((_concurrency(c), c.usd_per_mtok) for c in _ok(run.cells) if c.usd_per_mtok is not None)
 
 
 def crossover(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:
@@ -441,46 +425,44 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         fig, axes = _axes(plt, runs, f"Aggregate throughput vs {x.upper()} (error bars: stdev over reps)",
                           "output tok/s", x.upper())
         for ax, run in zip(axes, runs):
-            _series(ax, run.cells, x, group, lambda c: c["output_throughput"], _per_rep_sd)
+            _series(ax, run.cells, x, group, lambda c: c.output_throughput, _per_rep_sd)
             _predicted_series(ax, run.cells, x, group, "predicted_output_throughput")
-            _mark_cells(ax, run.cells, lambda c, x=x: c[x], 0)
+            _mark_cells(ax, run.cells, lambda c, x=x: getattr(c, x), 0)
             ax.legend(fontsize=7)
         save(fig, f"throughput_vs_{x}.png")
 
     fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, measured (points) and predicted (dashed)", "median TPOT (ms)",
                       "K")
     for ax, run in zip(axes, runs):
-        _series(ax, run.cells, "k", "b", lambda c: c["median_tpot_ms"])
-        ks = sorted({c["k"] for c in run.cells})
-        if any(c.get("predicted_by") == "roofline" for c in run.cells):
-            _predicted_series(ax, run.cells, "k", "b", "predicted_tpot_ms")
-        elif run.beta and run.weight_bytes and ks:
-            ax.plot(ks, [M.predicted_tpot(k, run.weight_bytes, run.beta) * 1e3 for k in ks], "--", color="red",
-                    label=f"predicted K·W/β, β={run.beta:g} GB/s")
+        _series(ax, run.cells, "k", "b", lambda c: c.median_tpot_ms)
+        by = {c.predicted_by for c in _ok(run.cells)}
+        if by & {"roofline", "K·W/β"}:  # each cell's own prediction (K·W/β: over HTTP, Σβ of its endpoints)
+            _predicted_series(ax, run.cells, "k", "b", "predicted_tpot_ms",
+                              "roofline" if "roofline" in by else "K·W/β")
         else:
             ax.text(0.02, 0.95, "β unknown: no prediction (pass --bandwidth)", transform=ax.transAxes, fontsize=7)
-        _mark_cells(ax, run.cells, lambda c: c["k"], 0)
+        _mark_cells(ax, run.cells, lambda c: c.k, 0)
         ax.legend(fontsize=7)
     save(fig, "tpot_vs_k.png")
 
     fig, axes = _axes(plt, runs, "Bandwidth product vs K, against the chip's spec", "GB/s", "K")
     for ax, run in zip(axes, runs):
-        _series(ax, run.cells, "k", "b", lambda c: c["bandwidth_gbps"] or 0.0)
+        _series(ax, run.cells, "k", "b", lambda c: c.bandwidth_gbps or 0.0)
         if run.beta:
             ax.axhline(run.beta, color="red", ls="--", label=f"spec {run.beta:g} GB/s")
-        formula = next((c.get("bandwidth_formula") for c in _ok(run.cells)), "")
+        formula = next((c.bandwidth_formula for c in _ok(run.cells)), "")
         ax.text(0.02, 0.02, formula, transform=ax.transAxes, fontsize=6)
-        _mark_cells(ax, run.cells, lambda c: c["k"], 0)
+        _mark_cells(ax, run.cells, lambda c: c.k, 0)
         ax.legend(fontsize=7)
     save(fig, "bandwidth_vs_k.png")
 
     fig, axes = _axes(plt, runs, "TTFT (queue-inclusive) vs concurrency K×B", "TTFT (ms)", "concurrent users K×B")
     for ax, run in zip(axes, runs):
-        cs = sorted(_ok(run.cells), key=lambda c: c["k"] * c["b"])
-        xs = [c["k"] * c["b"] for c in cs]
-        ax.plot(xs, [c["median_ttft_ms"] for c in cs], "o-", label="p50")
-        ax.plot(xs, [c["p99_ttft_ms"] for c in cs], "s--", label="p99")
-        _mark_cells(ax, run.cells, lambda c: c["k"] * c["b"], 0)
+        cs = sorted(_ok(run.cells), key=lambda c: c.k * c.b)
+        xs = [c.k * c.b for c in cs]
+        ax.plot(xs, [c.median_ttft_ms for c in cs], "o-", label="p50")
+        ax.plot(xs, [c.p99_ttft_ms for c in cs], "s--", label="p99")
+        _mark_cells(ax, run.cells, lambda c: c.k * c.b, 0)
         ax.legend(fontsize=7)
     save(fig, "ttft_vs_concurrency.png")
 
@@ -488,32 +470,31 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                       "aggregate tok/s")
     for ax, run in zip(axes, runs):
         for group in ("instances", "batch", "http"):
-            cs = sorted((c for c in _ok(run.cells) if c.get("mode", "instances") == group and c.get("per_stream_tps")),
-                        key=lambda c: c["output_throughput"])
+            cs = sorted((c for c in _ok(run.cells) if (c.mode or "instances") == group and c.per_stream_tps),
+                        key=lambda c: c.output_throughput)
             if cs:
-                ax.plot([c["output_throughput"] for c in cs], [c["per_stream_tps"] for c in cs], "o-", label=group)
+                ax.plot([c.output_throughput for c in cs], [c.per_stream_tps for c in cs], "o-", label=group)
                 for c in cs:
-                    ax.annotate(f"K{c['k']}B{c['b']}", (c["output_throughput"], c["per_stream_tps"]), fontsize=6,
+                    ax.annotate(f"K{c.k}B{c.b}", (c.output_throughput, c.per_stream_tps), fontsize=6,
                                 textcoords="offset points", xytext=(3, 3))
         ax.legend(fontsize=7)
     save(fig, "pareto.png")
 
-    if any(c.get("goodput_tps") is not None for run in runs for c in run.cells):
+    if any(c.goodput_tps is not None for run in runs for c in run.cells):
         fig, axes = _axes(plt, runs, "Goodput vs load (requests within the SLO), the knee marked", "goodput tok/s",
                           "concurrency (achieved)")
         for ax, run in zip(axes, runs):
-            cs = sorted((c for c in _ok(run.cells) if c.get("goodput_tps") is not None),
-                        key=_concurrency)
+            cs = sorted((c for c in _ok(run.cells) if c.goodput_tps is not None), key=_concurrency)
             xs = [_concurrency(c) for c in cs]
-            ax.plot(xs, [c["goodput_tps"] for c in cs], "o-", label="goodput")
-            ax.plot(xs, [c["output_throughput"] for c in cs], "x--", alpha=0.5, label="all tokens")
+            ax.plot(xs, [c.goodput_tps for c in cs], "o-", label="goodput")
+            ax.plot(xs, [c.output_throughput for c in cs], "x--", alpha=0.5, label="all tokens")
             knee = _knee(run, cs)
             if knee is not None:
                 ax.axvline(knee[0], color="red", ls=":", label=f"knee: {knee[1]}")
             ax.legend(fontsize=7)
         save(fig, "goodput_vs_load.png")
 
-    if any(c.get("usd_per_mtok") is not None for run in runs for c in run.cells):
+    if any(c.usd_per_mtok is not None for run in runs for c in run.cells):
         fig, axes = _axes(plt, runs, "The cost of a token vs concurrency", "$ per million output tokens",
                           "concurrency (achieved)")
         for ax, run in zip(axes, runs):
@@ -522,14 +503,14 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             ax.legend(fontsize=7)
         save(fig, "cost_vs_concurrency.png")
 
-    if any(c.get("ttft_by_turn") for run in runs for c in run.cells):  # multi-turn sessions: every run on one axes
+    if any(c.ttft_by_turn for run in runs for c in run.cells):  # multi-turn sessions: every run on one axes
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.set_title("TTFT p50 by turn of the session (queue-inclusive), labelled with the prefix cache", fontsize=9)
         for run in runs:
-            for c in (c for c in _ok(run.cells) if c.get("ttft_by_turn")):
-                turns = c["ttft_by_turn"]
+            for c in (c for c in _ok(run.cells) if c.ttft_by_turn):
+                turns = c.ttft_by_turn
                 ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
-                        label=f"{run.name} K{c['k']}B{c['b']}, prefix cache {c.get('prefix_cache') or '?'}")
+                        label=f"{run.name} K{c.k}B{c.b}, prefix cache {c.prefix_cache or '?'}")
         ax.set_xlabel("turn")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylabel("TTFT p50 (ms)")
@@ -540,16 +521,16 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     fig, axes = _axes(plt, runs, "Peak memory per cell: workers' RSS sum, and swap used", "GB", "cell")
     for ax, run in zip(axes, runs):
         cs = run.cells
-        labels = [f"K{c['k']}B{c['b']}" + (f"\n{c['context']}" if c.get("context") else "") for c in cs]
-        rss = [c.get("rss_gb_sum") or 0.0 for c in cs]
+        labels = [f"K{c.k}B{c.b}" + (f"\n{c.context}" if c.context else "") for c in cs]
+        rss = [c.rss_gb_sum or 0.0 for c in cs]
         swap = [_peak_swap(run, c) for c in cs]
         xs = list(range(len(cs)))
         ax.bar([x - 0.2 for x in xs], rss, width=0.4, label="workers' RSS sum")
         ax.bar([x + 0.2 for x in xs], [s or 0.0 for s in swap], width=0.4, label="swap used (recordings)")
         ax.set_xticks(xs, labels, fontsize=7)
         for x, c in zip(xs, cs):
-            if c.get("status", "ok") != "ok":
-                ax.annotate(c["status"], (x, 0), textcoords="offset points", xytext=(0, 4), ha="center",
+            if _status(c) != "ok":
+                ax.annotate(c.status, (x, 0), textcoords="offset points", xytext=(0, 4), ha="center",
                             fontsize=7, color="red")
         ax.legend(fontsize=7)
     save(fig, "memory_per_cell.png")
@@ -588,8 +569,8 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     return files
 
 
-def _peak_swap(run: Run, cell: dict) -> float | None:
-    span = cell.get("span_ns")
+def _peak_swap(run: Run, cell: Cell) -> float | None:
+    span = cell.span_ns
     if not run.samples or not span:
         return None
     vals = [s["system"]["swap_used"] for s in run.samples if span[0] <= s["t_ns"] <= span[1]]
@@ -630,20 +611,20 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
         lines += ["", "| K | B | context | status | tok/s | ± sd | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | RSS GB | "
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
-            status = c.get("status", "ok")
-            note = ("NOISY" if c.get("noisy") else "") + answer_notes(c) + turn_note(c)
+            status = _status(c)
+            note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c)
             if status != "ok":
-                note = c.get("reason", "")
-            elif c.get("arrivals") or c.get("behind_schedule"):  # the load generator's lateness (open loop)
-                note += (f" {c.get('arrivals') or ''}, sent late p50/p99 {_f(c.get('lateness_p50_ms'))}/"
-                         f"{_f(c.get('lateness_p99_ms'))} ms" + (" BEHIND SCHEDULE" if c.get("behind_schedule") else ""))
+                note = c.reason or ""
+            elif c.arrivals or c.behind_schedule:  # the load generator's lateness (open loop)
+                note += (f" {c.arrivals or ''}, sent late p50/p99 {_f(c.lateness_p50_ms)}/"
+                         f"{_f(c.lateness_p99_ms)} ms" + (" BEHIND SCHEDULE" if c.behind_schedule else ""))
             lines.append(
-                f"| {c['k']} | {c['b']} | {c.get('context') or '—'} | {status} | {_f(c.get('output_throughput'))} | "
-                f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.get('median_tpot_ms'))} | "
-                f"{_f(c.get('median_ttft_ms'), '.0f')} | "
-                f"{M.p99_mark(c.get('completed'))}{_f(c.get('p99_ttft_ms'), '.0f')} | "
-                f"{_f(c.get('rss_gb_sum'), '.2f')} | {_f(c.get('bandwidth_gbps'), '.2f')} | "
-                f"{_f(c.get('cv'), '.3f')} | {note} |")
+                f"| {c.k} | {c.b} | {c.context or '—'} | {status} | {_f(c.output_throughput)} | "
+                f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.median_tpot_ms)} | "
+                f"{_f(c.median_ttft_ms, '.0f')} | "
+                f"{M.p99_mark(c.completed)}{_f(c.p99_ttft_ms, '.0f')} | "
+                f"{_f(c.rss_gb_sum, '.2f')} | {_f(c.bandwidth_gbps, '.2f')} | "
+                f"{_f(c.cv, '.3f')} | {note} |")
         lines.append("")
     lines += ["TTFT is queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); throughput ="
               " output tokens ÷ (first scheduled → last done), mean over reps (a recording: tokens inside the "
@@ -659,7 +640,7 @@ def report(paths: list[str], out: Path, crossover_of_two: bool = False,
     if combined:
         runs = [combine(runs)]
         out.mkdir(parents=True, exist_ok=True)  # the combined cells as numbers, every figure exact
-        (out / "combined.json").write_text(json.dumps(runs[0].cells, indent=2, default=str))
+        (out / "combined.json").write_text(json.dumps([c.to_dict() for c in runs[0].cells], indent=2, default=str))
     if crossover_of_two and len(runs) != 2:
         raise ReportError("--crossover compares exactly two runs (e.g. this machine's bench output and a server's)")
     files = render(runs, out)

@@ -256,9 +256,39 @@ def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = N
     return Bandwidth(agg_tps * weight_bytes / 1e9, BANDWIDTH_FORMULA_INSTANCES)
 
 
+def http_bandwidth(weight_bytes: int, tpots_s: Iterable[float | None]) -> Bandwidth:
+    """HTTP's bandwidth product, the one rule (bench cell, each endpoint's row, the dashboard): a batching
+    server reads W once per step for all its streams, and its steps/s is its streams' per-stream decode rate,
+    1 ÷ TPOT p50; summed over the endpoints that decoded (an endpoint with no TPOT — down, idle, or only
+    one-token answers — adds nothing). `tpots_s`: each endpoint's TPOT p50, seconds."""
+    return bandwidth_product("http", weight_bytes, steps_per_s=[1 / t for t in tpots_s if t])
+
+
+def sum_gbps(betas: Iterable[float | None]) -> float | None:
+    """Σβ of several endpoints (each a server with its own memory), where every one's β is known; else None."""
+    betas = list(betas)
+    return sum(betas) if betas and all(betas) else None
+
+
 def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:
     """Predicted TPOT(K) = K · W / β in seconds (β in GB/s, 1 GB = 1e9 B)."""
     return k * weight_bytes / (bandwidth_gbps * 1e9)
+
+
+def kwb_tpot(k: int, weight_bytes: int, bandwidth_gbps: float | None, mode: str = "instances",
+             endpoint_gbps: Sequence[float | None] | None = None) -> float | None:
+    """The K·W/β prediction (docs/design.md §4) in seconds, in every mode (a bench cell, a --find level, the
+    report's chart and the dashboard, where no roofline applies): K engines share β and each reads W per
+    decode step — one token of each of its streams, whatever its B. None (absent, never 0) where W or β is not
+    known. HTTP: K is the endpoints in use, the first K listed, each a server of its own: K·W ÷ Σβ of those K
+    (one endpoint: K does not apply, W ÷ its β); without the endpoints' list, `bandwidth_gbps` is one server's."""
+    if mode == "http":
+        betas = list(endpoint_gbps) if endpoint_gbps else [bandwidth_gbps]
+        used = betas[:k] if len(betas) > 1 else betas
+        k, bandwidth_gbps = len(used), sum_gbps(used)
+    if not (weight_bytes and bandwidth_gbps):
+        return None
+    return predicted_tpot(k, weight_bytes, bandwidth_gbps)
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_element: float) -> float:

@@ -192,6 +192,13 @@ class RequestMaker:
             self.load.arrivals.resume(now_ns)
 
 
+def closed_loop_users(mode: str, k: int, b: int, users: int | None = None) -> int:
+    """A closed loop's users, the one rule (bench cells, the dashboard, a source's own count as workers get
+    ready): `users` where given (--users), else every stream the level can serve at once: K × B (K in
+    instances mode, where B is 1; over HTTP, B streams per endpoint)."""
+    return users or k * (1 if mode == "instances" else b)
+
+
 class ClosedLoop:
     """U users, each sending its next request the moment its last one ends (scheduled = now)."""
 

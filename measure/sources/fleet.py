@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engines.base import EngineSpec
+from measure.core.metrics import ttft
 from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request, RequestMaker
@@ -552,7 +553,7 @@ class Fleet:
         rec = self._finish(fl, w, collector, error=msg.error, finish=msg.finish_reason, t_done=msg.t_done_ns,
                            n_prompt=msg.prompt_tokens, rss=msg.rss)
         if rec.t_first_token_ns is not None:
-            info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
+            info.last_ttft_s = ttft(rec)
 
     def _died(self, w: _Worker, collector) -> None:
         info = w.info

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engines.http_openai import api_headers, endpoint_body, new_session, public_url, stream_one
+from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request, RequestMaker
 from measure.sources.base import (Capabilities, EventSink, LevelReady, LoadStarted, RecordCollector, SourceError,
@@ -620,7 +621,7 @@ class HttpSource:
                 info.current = None
                 info.state = (S.IDLE if ep.in_use else S.RETIRED) if ep.warmed else info.state
             if rec.t_first_token_ns:
-                info.last_ttft_s = (rec.t_first_token_ns - rec.t_scheduled_ns) / 1e9
+                info.last_ttft_s = ttft(rec)
         with self._lock:  # a session's user takes the answer into its history, then thinks
             self._requests.finished(req, None if res.error else res.text, rec.t_done_ns)
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile

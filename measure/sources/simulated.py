@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 
+from measure.core.metrics import ttft
 from measure.core.records import RunMeta, build_record
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Request, request_for
@@ -194,5 +195,5 @@ class SimulatedFleet:
         rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
                            t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
         w.requests_done += 1
-        w.last_ttft_s = (toks[0] - cur["t0"]) / NS
+        w.last_ttft_s = ttft(rec)
         self.events.put(Finished(rec))
