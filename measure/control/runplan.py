@@ -376,12 +376,13 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
         elif tokenizer == "none":
             tokenizer = None
         from engines.http_openai import public_url
+        from measure.core.metrics import sum_gbps
 
         betas = [e.bandwidth_gbps for e in endpoints]
         where = ("server at " + public_url(url) if n == 1 else
                  f"{n} endpoints ({', '.join(e.name() for e in endpoints)})")
         return RunPlan(engine="http", chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
-                       bandwidth_gbps=sum(betas) if all(betas) else None,
+                       bandwidth_gbps=sum_gbps(betas),
                        bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
                        url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
                        endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,

@@ -9,14 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from measure.control.cell import Cell, PerRep, skipped
 from measure.core import metrics as M
 from measure.core.arrivals import lateness_figures
+from measure.core.cost import joules_per_token
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import RequestRecord
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
-from measure.core.workload import ClosedLoop, Load, Poisson
+from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import CellStopped, LoadSource, SourceError
 from presets import Workload
 
@@ -52,6 +54,7 @@ class SweepConfig:
     arrivals: ArrivalSpec | None = None  # each rep's open-loop schedule (else rate / users)
     sessions: SessionSpec | None = None  # the users hold multi-turn sessions (--turns)
     client: ClientShare | None = None  # --segment / --start-at, applied to the first load
+    users: int | None = None  # closed-loop users in every cell (None: K × B, workload.closed_loop_users)
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
     current: tuple | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)
@@ -64,79 +67,51 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
                  bandwidth_gbps: float | None = None, mode: str = "instances",
                  kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
                  max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None,
-                 endpoint_gbps: Sequence[float | None] | None = None, ignore_eos: bool = False) -> dict:
-    """One cell's figures, every one recomputable from its records with docs/design.md §4. `endpoint_gbps`:
-    HTTP, each listed endpoint's β in order (None where its chip is not known). With ignore_eos,
-    `stopped_early` counts the answers that ended before their length limit anyway."""
-    reps = sorted({r.rep for r in records})
-    per_rep = [M.output_throughput([r for r in records if r.rep == rep]) for rep in reps]
-    per_rep = [x for x in per_rep if x is not None]
-    conc = [c for c in (_achieved([r for r in records if r.rep == rep]) for rep in reps) if c is not None]
+                 endpoint_gbps: Sequence[float | None] | None = None, ignore_eos: bool = False,
+                 timing=None) -> Cell:
+    """One cell's figures, every one recomputable from its records with docs/design.md §4 (the one place a
+    bench cell, a --find level and a report's cell are made). `endpoint_gbps`: HTTP, each listed endpoint's β
+    in order (None where its chip is not known). With ignore_eos, `stopped_early` counts the answers that ended
+    before their length limit anyway. `timing`: how the per-second figures are timed (cell.PerRep, the
+    default; cell.Periods; cell.Clients); every figure derived from them is derived here, from them."""
+    t = (timing or PerRep()).time(records)
     s = M.summarize(records)
     tpot_ms = s["median_tpot_ms"]
-    per_stream = 1000.0 / tpot_ms if tpot_ms else None
-    cv = M.cv(per_rep)
-    out = {
-        "k": k,
-        "b": b,
-        "reps": len(reps),
-        "achieved_concurrency": M.mean(conc),
-        "output_throughput": M.mean(per_rep),
-        "output_throughput_per_rep": per_rep,
-        **s,
-        "per_stream_tps": per_stream,
-        "rss_gb_sum": M.rss_sum_bytes(records) / 1e9,
-        **_bandwidth(records, M.mean(per_rep), weight_bytes, mode, kv_bytes_per_token, tpot_ms),
-        "mode": mode,
-        "predicted_tpot_ms": kwb_tpot_ms(k, weight_bytes, bandwidth_gbps, mode, endpoint_gbps),
-        "cv": cv,
-        "noisy": M.is_noisy(cv),
-        "status": "ok" if s["completed"] else "failed",
-    }
+    cv = M.cv(t.per_rep)
+    kwb = M.kwb_tpot(k, weight_bytes, bandwidth_gbps, mode, endpoint_gbps)
+    out = Cell(k=k, b=b, reps=len({r.rep for r in records}), achieved_concurrency=t.concurrency,
+               output_throughput=t.throughput, output_throughput_per_rep=t.per_rep, **s,
+               per_stream_tps=1000.0 / tpot_ms if tpot_ms else None, rss_gb_sum=M.rss_sum_bytes(records) / 1e9,
+               **_bandwidth(records, t, weight_bytes, mode, kv_bytes_per_token, tpot_ms), mode=mode,
+               predicted_tpot_ms=None if kwb is None else kwb * 1e3, cv=cv, noisy=M.is_noisy(cv),
+               status="ok" if s["completed"] else "failed")
     served = min((r.k for r in records), default=k)
     if served < k:  # a worker died mid-cell: the rest of it ran with fewer
-        out["k_served_min"] = served
+        out.k_served_min = served
     classes = ttft_by_class(records)
     if len(classes) > 1:
-        out["ttft_by_class"] = classes
-    out["predicted_by"] = "K·W/β" if out["predicted_tpot_ms"] else None
-    out.update(lateness_figures(records))
+        out.ttft_by_class = classes
+    out.predicted_by = "K·W/β" if out.predicted_tpot_ms else None
+    out.update(**lateness_figures(records))
     if turns := ttft_by_turn(records):  # multi-turn sessions: TTFT by turn, labelled with the prefix cache
         out.update(ttft_by_turn=turns, prefix_cache=prefix_cache_label(records))
     if ignore_eos:
-        out["stopped_early"] = M.stopped_early(records, max_tokens)
+        out.stopped_early = M.stopped_early(records, max_tokens)
     if mode == "http" and (check := server_check(records)):
-        out["server_check"] = check
+        out.server_check = check
     if cost is not None and (cost.set or watts is not None):
-        out.update({"watts": watts, "joules_per_token": watts / out["output_throughput"]
-                    if watts and out["output_throughput"] else None,
-                    "usd_per_mtok": cost.usd_per_mtok(out["output_throughput"], watts)})
+        out.update(watts=watts, joules_per_token=joules_per_token(watts, out.output_throughput),
+                   usd_per_mtok=cost.usd_per_mtok(out.output_throughput, watts))
     if slo is not None:
-        spans = [M.run_span_ns([r for r in records if r.rep == rep]) for rep in reps]
-        secs = sum((e - a) / 1e9 for a, e in (x for x in spans if x))
-        g = M.goodput(records, slo, secs)
-        out.update({"slo": slo.describe(), "goodput_rps": g.rps if g else None, "goodput_tps": g.tps if g else None,
-                    "slo_attainment": g.attainment if g else None})
+        g = M.goodput(records, slo, t.goodput_s) if t.goodput_s is not None else None
+        out.update(slo=slo.describe(), goodput_rps=g.rps if g else None, goodput_tps=g.tps if g else None,
+                   slo_attainment=g.attainment if g else None)
     if roofline is not None:
-        out.update(_predicted(records, roofline, mode, k, b, threads, max_tokens, out))
-    return out
+        out.update(**_predicted(records, roofline, mode, k, b, threads, max_tokens, out))
+    return out.update(**t.notes)
 
 
-def kwb_tpot_ms(k: int, weight_bytes: int, bandwidth_gbps: float | None, mode: str = "instances",
-                endpoint_gbps: Sequence[float | None] | None = None) -> float | None:
-    """Predicted TPOT = K·W/β in ms; None (absent, never 0) where W or β is not known. HTTP: K is the endpoints
-    in use, the first K listed, each a server of its own: K·W ÷ Σβ of those K (one endpoint: K does not
-    apply, W ÷ its β); without the endpoints' list, `bandwidth_gbps` is one server's β."""
-    if mode == "http":
-        betas = list(endpoint_gbps) if endpoint_gbps else [bandwidth_gbps]
-        used = betas[:k] if len(betas) > 1 else betas
-        k, bandwidth_gbps = len(used), (sum(used) if all(used) else None)
-    if not (weight_bytes and bandwidth_gbps):
-        return None
-    return M.predicted_tpot(k, weight_bytes, bandwidth_gbps) * 1e3
-
-
-def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell) -> dict:
+def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell: Cell) -> dict:
     """The roofline's TPOT and tok/s for this cell, and the error of each against the measurement."""
     good = M.ok(records)
     prompts = [r.prompt_tokens for r in good if r.prompt_tokens]
@@ -147,8 +122,8 @@ def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell) -> dict
     err = lambda pred, meas: (pred - meas) / meas if meas else None  # noqa: E731
     return {"predicted_by": "roofline", "predicted_tpot_ms": p.tpot_s * 1e3,
             "predicted_output_throughput": p.aggregate_tps, "binding": p.binding,
-            "error_tpot": err(p.tpot_s * 1e3, cell["median_tpot_ms"]),
-            "error_output_throughput": err(p.aggregate_tps, cell["output_throughput"])}
+            "error_tpot": err(p.tpot_s * 1e3, cell.median_tpot_ms),
+            "error_output_throughput": err(p.aggregate_tps, cell.output_throughput)}
 
 
 DISAGREE = 0.05
@@ -210,15 +185,10 @@ def _disagree(out: dict) -> None:
         if s_key in out and out[c_key] and abs(out[s_key] / out[c_key] - 1) > DISAGREE]
 
 
-def _achieved(records) -> float | None:
-    span = M.run_span_ns(records)
-    return M.achieved_concurrency(records, span[0], span[1] + 1) if span else None
-
-
 def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[dict]:
     """Per endpoint of an HTTP run over several (records' worker = the endpoint): its requests, errors,
     output tok/s over the cell's span, TTFT and TPOT p50, and its bandwidth product W ÷ TPOT p50 (one weight
-    read per server step, all its streams in it) where W is known. [] for one endpoint."""
+    read per server step, all its streams in it: metrics.http_bandwidth) where W is known. [] for one endpoint."""
     groups: dict = {}
     for r in records:
         groups.setdefault(r.worker, []).append(r)
@@ -235,31 +205,30 @@ def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) ->
                     "errors": s["errors"],
                     "output_throughput": s["total_output_tokens"] / secs if secs else None,
                     "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": tp,
-                    "bandwidth_gbps": weight_bytes / (tp / 1e3) / 1e9 if weight_bytes and tp else None})
+                    "bandwidth_gbps": M.http_bandwidth(weight_bytes, [_s(tp)]).gbps})
     return out
 
 
-def _bandwidth(records, agg_tps, weight_bytes, mode, kvb, tpot_ms: float | None = None) -> dict:
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1e3
+
+
+def _bandwidth(records, timed, weight_bytes, mode, kvb, tpot_ms: float | None = None) -> dict:
+    """The bandwidth product (docs/design.md §4), from the cell's own figures: instances from its timed
+    throughput, batch from the steps inside its timed span, http from each endpoint's TPOT p50."""
     if mode == "http":
         eps = endpoint_figures(records, weight_bytes)
-        if eps:
-            gb = [e["bandwidth_gbps"] for e in eps]
-            bw = M.bandwidth_product("http", weight_bytes)
-            return {"bandwidth_gbps": sum(gb) if all(gb) else None, "bandwidth_formula": bw.formula,
-                    "endpoints": eps}
-        # one server: its steps/s ≈ 1 ÷ the cell's TPOT p50 (one step serves all its streams)
-        bw = M.bandwidth_product("http", weight_bytes, steps_per_s=[1e3 / tpot_ms] if tpot_ms else ())
-        return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
+        # one server: the cell's TPOT p50 is its streams' (one step serves all of them)
+        bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
+        return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula, **({"endpoints": eps} if eps else {})}
     if mode != "batch":
-        bw = M.bandwidth_product(mode, weight_bytes, agg_tps=agg_tps)
+        bw = M.bandwidth_product(mode, weight_bytes, agg_tps=timed.throughput)
         return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula}
-    good = M.ok(records)
-    span = M.run_span_ns(good)
-    if not good or span is None or span[1] <= span[0]:
+    if timed.batch is None:  # no request decoded over a span
         return {"bandwidth_gbps": None, "bandwidth_formula": M.bandwidth_product(mode, weight_bytes).formula,
                 "steps_per_s": None}
-    secs = (span[1] - span[0]) / 1e9
-    steps, kv = M.batch_reads(good, None, kvb)
+    good, windows, secs = timed.batch
+    steps, kv = M.batch_reads(good, windows, kvb)
     kv_per_s = None if kv is None else kv / secs
     bw = M.bandwidth_product(mode, weight_bytes, steps_per_s=[steps / secs], kv_read_bps=kv_per_s)
     return {"bandwidth_gbps": bw.gbps, "bandwidth_formula": bw.formula, "steps_per_s": steps / secs,
@@ -279,46 +248,116 @@ def ttft_by_class(records: Sequence[RequestRecord]) -> dict:
             for c, v in sorted(groups.items())}
 
 
-def add_scaling(cells: list[dict]) -> None:
-    """scaling = output_throughput ÷ that of K=1 at the same B (None where K=1 was not run)."""
-    ctx = lambda c: c.get("context")  # noqa: E731 - each context row scales against its own K=1, B=1
-    base_k = {(ctx(c), c["b"]): c["output_throughput"] for c in cells if c["k"] == 1 and c["output_throughput"]}
-    base_b = {(ctx(c), c["k"]): c["output_throughput"] for c in cells if c["b"] == 1 and c["output_throughput"]}
+def add_scaling(cells: list[Cell]) -> None:
+    """scaling = output_throughput ÷ that of K=1 at the same B (None where K=1 was not run); each context row
+    scales against its own K=1, B=1."""
+    base_k = {(c.context, c.b): c.output_throughput for c in cells if c.k == 1 and c.output_throughput}
+    base_b = {(c.context, c.k): c.output_throughput for c in cells if c.b == 1 and c.output_throughput}
     for c in cells:
-        ref = base_k.get((ctx(c), c["b"]))
-        c["scaling_vs_k1"] = c["output_throughput"] / ref if ref and c["output_throughput"] else None
-        ref = base_b.get((ctx(c), c["k"]))
-        c["scaling_vs_b1"] = c["output_throughput"] / ref if ref and c["output_throughput"] else None
+        ref = base_k.get((c.context, c.b))
+        c.scaling_vs_k1 = c.output_throughput / ref if ref and c.output_throughput else None
+        ref = base_b.get((c.context, c.k))
+        c.scaling_vs_b1 = c.output_throughput / ref if ref and c.output_throughput else None
 
 
-def skipped_cell(k: int, b: int, context: int | None, status: str, reason: str) -> dict:
-    """A cell that has no numbers: refused by admission, stopped at the wall, or out of time."""
-    return {"k": k, "b": b, "context": context, "status": status, "reason": reason, "output_throughput": None,
-            "median_tpot_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None, "rss_gb_sum": None,
-            "bandwidth_gbps": None, "cv": None, "noisy": False, "errors": 0, "completed": 0}
+skipped_cell = skipped  # a cell without numbers (cell.skipped)
+
+
+class CellRunner:
+    """One cell on a load source, run the same way for the sweep and for each --find level (knee.py): the
+    source scaled to K, set to the mode and B and waited for; what a warmed-up worker holds beyond its weights
+    learnt (later cells are admitted with it); each load under the memory wall's check; the cell summarised
+    with every figure the configuration asks for (K·W/β, power and cost, the SLO, the roofline); a worker the
+    kernel's OOM killer ended remembered, so that step and every larger one of its mode are refused from then
+    on and the guard's overhead is raised."""
+
+    def __init__(self, source: LoadSource, cfg: SweepConfig, say: Callable[[str], None]):
+        from measure.core.cost import PowerMeter
+
+        self.source, self.cfg, self.say = source, cfg, say
+        self.local = source.capabilities().local
+        self.power = PowerMeter(cfg.cost.watts if cfg.cost else None)
+        self.probe = SystemProbe()
+        self.kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
+        self._killed_before = 0
+        self._wall: WallCheck | None = None
+
+    def footprint(self, mode: str, k: int, b: int, seq_ctx: int):
+        return engine_footprint(mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=self.cfg.ctx,
+                                weight_bytes=self.source.meta.model_bytes,
+                                kv_per_token=self.cfg.kv_bytes_per_token or 0.0, overhead_bytes=self.cfg.overhead_bytes)
+
+    def oom_refusal(self, mode: str, k: int, b: int) -> str | None:
+        """Why this step is refused: a worker was OOM-killed at it or below it in this run (None: it is not)."""
+        return oom_refusal(self.kills, mode, k, b) if self.local and not self.cfg.force else None
+
+    def budget_refusal(self, mode: str, k: int, b: int, seq_ctx: int) -> str | None:
+        """Why this step is refused: its estimated footprint is over the memory budget (None: it fits)."""
+        if not (self.local and self.cfg.memory_budget and not self.cfg.force):
+            return None
+        return admit(self.footprint(mode, k, b, seq_ctx), self.cfg.memory_budget)
+
+    def start(self, mode: str, k: int, b: int, seq_ctx: int, users: int | None = None) -> None:
+        """The source at this step, ready; `users`: a closed loop's, told to the source (else it may follow its
+        streams × endpoints); the power meter and the wall's check count from here."""
+        src = self.source
+        src.scale_to(k)
+        src.set_batch(mode, b, b_cap=b, seq_ctx=seq_ctx)
+        src.wait_ready()
+        rss = [w.rss for w in src.workers() if w.rss and w.ready_ns]
+        if rss and self.local:
+            self.cfg.overhead_bytes = max(self.cfg.overhead_bytes, max(rss) - src.meta.model_bytes)
+        if users is not None:
+            src.set_users(users)
+        self._killed_before = len(src.oom_killed)
+        self.power.sample()  # a meter's reading counts from here
+        self._wall = WallCheck(self.probe)
+
+    def load(self, workload: Workload, arrivals) -> list[RequestRecord]:
+        """One load to completion (CellStopped at the memory wall, TimeoutError past the cell's timeout)."""
+        cfg = self.cfg
+        return self.source.run_requests(Load(workload, arrivals, cfg.max_tokens, cfg.ignore_eos),
+                                        timeout=cfg.cell_timeout_s, should_stop=self._wall)
+
+    def finish(self, records: list[RequestRecord], workload: Workload, mode: str, k: int, b: int, **first) -> Cell:
+        """The cell of these records; `first`: figures set right after its own (the sweep's context), before
+        the power meter's source."""
+        cfg, src = self.cfg, self.source
+        cell = cell_summary(records, k, b, src.meta.model_bytes, cfg.bandwidth_gbps, mode, cfg.kv_bytes_per_token,
+                            cfg.roofline, cfg.threads or auto_threads(k),
+                            None if getattr(workload, "varies", False) else cfg.max_tokens, cfg.slo, cfg.cost,
+                            self.power.sample(), [w.bandwidth_gbps for w in src.workers()] if mode == "http" else None,
+                            ignore_eos=cfg.ignore_eos)
+        cell.update(**first)
+        if cell.watts is not None:  # mean power over the cell, and what read it
+            cell.power_source = self.power.source
+        return cell
+
+    def learn(self, cell: Cell, mode: str, k: int, b: int, seq_ctx: int) -> None:
+        """A worker OOM-killed while this cell ran: the estimate was too low here, so raise it and refuse ≥ it."""
+        if len(self.source.oom_killed) <= self._killed_before:
+            return
+        cfg = self.cfg
+        fp = self.footprint(mode, k, b, seq_ctx)
+        budget = cfg.memory_budget or fp.total
+        self.kills.append(OomKill(mode, k, b, fp.total, budget))
+        cfg.overhead_bytes = overhead_after_oom(fp, budget, cfg.overhead_bytes)
+        cell.oom_killed = True
+        self.say(f"  the kernel's OOM killer ended a worker at K={k} B={b} (estimated {fmt_gib(fp.total)}): "
+                 "larger cells of this mode are refused in this run")
 
 
 def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
-              new_fleet: Callable[[], LoadSource] | None = None, cells: list[dict] | None = None
-              ) -> tuple[list[dict], list[RequestRecord], LoadSource]:
+              new_fleet: Callable[[], LoadSource] | None = None, cells: list[Cell] | None = None
+              ) -> tuple[list[Cell], list[RequestRecord], LoadSource]:
     """Cells in rows (one row per context), each row over B then K. A cell the admission check
     refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
     ends the row there (the source is replaced, so nothing of it lingers). Never hangs. `cells`, where
     given, is filled as cells finish (what an interrupted sweep still has); `cfg.current` names the cell
     running now."""
-    from measure.core.cost import PowerMeter
-
-    local = fleet.capabilities().local
-    power = PowerMeter(cfg.cost.watts if cfg.cost else None)
+    runner = CellRunner(fleet, cfg, say)
     cells = [] if cells is None else cells
     all_records: list[RequestRecord] = []
-    probe = SystemProbe()
-    kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
-
-    def footprint(k: int, b: int, seq_ctx: int):
-        return engine_footprint(cfg.mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=cfg.ctx,
-                                weight_bytes=fleet.meta.model_bytes, kv_per_token=cfg.kv_bytes_per_token or 0.0,
-                                overhead_bytes=cfg.overhead_bytes)
     for context in cfg.contexts or [None]:
         wl = workload
         if context is not None:
@@ -333,35 +372,24 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 if blocked and k >= blocked[0] and b >= blocked[1]:
                     cells.append(skipped_cell(k, b, context, blocked[2], f"after {blocked[3]}"))
                     continue
-                seqs = 1 if cfg.mode == "instances" else b
                 seq_ctx = context or cfg.ctx
-                if local and not cfg.force and (why := oom_refusal(kills, cfg.mode, k, b)):
+                users = closed_loop_users(cfg.mode, k, b, cfg.users)
+                closed = not (cfg.sessions or cfg.arrivals or cfg.rate)
+                if why := runner.oom_refusal(cfg.mode, k, b):
                     say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
                     cells.append(skipped_cell(k, b, context, "refused", why))
                     continue
-                if local and cfg.memory_budget and not cfg.force:
-                    why = admit(footprint(k, b, seq_ctx), cfg.memory_budget)
-                    if why:
-                        say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
-                        cells.append(skipped_cell(k, b, context, "refused", why))
-                        blocked = (k, b, "refused", f"K={k} B={b} refused")
-                        continue
+                if why := runner.budget_refusal(cfg.mode, k, b, seq_ctx):
+                    say(f"K={k} B={b}" + (f" context {context}" if context else "") + f": {why}")
+                    cells.append(skipped_cell(k, b, context, "refused", why))
+                    blocked = (k, b, "refused", f"K={k} B={b} refused")
+                    continue
                 cfg.current = (k, b, context)
-                fleet.scale_to(k)
-                fleet.set_batch(cfg.mode, b, b_cap=b, seq_ctx=seq_ctx)
-                fleet.wait_ready()
-                # what a warmed-up worker really holds beyond its weights: later cells are admitted with it
-                rss = [w.rss for w in fleet.workers() if w.rss and w.ready_ns]
-                if rss and local:
-                    cfg.overhead_bytes = max(cfg.overhead_bytes, max(rss) - fleet.meta.model_bytes)
+                runner.start(cfg.mode, k, b, seq_ctx, users if closed and cfg.users else None)
                 cell_records: list[RequestRecord] = []
                 status = None
-                killed_before = len(fleet.oom_killed)
-                power.sample()  # a meter's reading counts from here
-                at_wall = WallCheck(probe)
                 for rep in range(cfg.reps):
                     fleet.rep = rep
-                    users = k * seqs
                     arrivals = (cfg.sessions.make(users, cfg.requests, rep) if cfg.sessions
                                 else cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
                                 else Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
@@ -372,8 +400,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     say(f"K={k} B={b}" + (f" context {context}" if context else "")
                         + f" rep {rep + 1}/{cfg.reps}: {cfg.requests} requests, {arrivals.describe()} …")
                     try:
-                        recs = fleet.run_requests(Load(wl, arrivals, cfg.max_tokens, cfg.ignore_eos),
-                                                  timeout=cfg.cell_timeout_s, should_stop=at_wall)
+                        recs = runner.load(wl, arrivals)
                     except CellStopped as stop:
                         cell_records += stop.records
                         status = ("wall", f"memory wall: {stop}")
@@ -391,31 +418,16 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     blocked = (k, b, status[0], f"K={k} B={b} {status[0]}")
                     if new_fleet:  # whatever the stopped cell left running goes with the old fleet
                         fleet.close()
-                        fleet = new_fleet()
+                        fleet = runner.source = new_fleet()
                     continue
-                cell = cell_summary(cell_records, k, b, fleet.meta.model_bytes, cfg.bandwidth_gbps, cfg.mode,
-                                    cfg.kv_bytes_per_token, cfg.roofline, cfg.threads or auto_threads(k),
-                                    None if getattr(wl, "varies", False) else cfg.max_tokens, cfg.slo, cfg.cost,
-                                    power.sample(),
-                                    [w.bandwidth_gbps for w in fleet.workers()] if cfg.mode == "http" else None,
-                                    ignore_eos=cfg.ignore_eos)
-                cell["context"] = context
-                if cell.get("watts") is not None:  # mean power over the cell, and what read it
-                    cell["power_source"] = power.source
+                cell = runner.finish(cell_records, wl, cfg.mode, k, b, context=context)
                 if cfg.arrivals:
-                    cell["arrivals"] = cfg.arrivals.describe()
+                    cell.arrivals = cfg.arrivals.describe()
                 if cfg.sessions:
-                    cell["sessions"] = cfg.sessions.describe()
-                if len(fleet.oom_killed) > killed_before:  # the estimate was too low here: raise it, refuse ≥ it
-                    fp = footprint(k, b, seq_ctx)
-                    budget = cfg.memory_budget or fp.total
-                    kills.append(OomKill(cfg.mode, k, b, fp.total, budget))
-                    cfg.overhead_bytes = overhead_after_oom(fp, budget, cfg.overhead_bytes)
-                    cell["oom_killed"] = True
-                    say(f"  the kernel's OOM killer ended a worker at K={k} B={b} (estimated {fmt_gib(fp.total)}): "
-                        "larger cells of this mode are refused in this run")
+                    cell.sessions = cfg.sessions.describe()
+                runner.learn(cell, cfg.mode, k, b, seq_ctx)
                 cells.append(cell)
-    add_scaling([c for c in cells if c["status"] == "ok"])
+    add_scaling([c for c in cells if c.ok])
     cfg.current = None
     return cells, all_records, fleet
 
@@ -424,87 +436,90 @@ def _fmt(v, spec=".1f", none="—"):
     return none if v is None else format(v, spec)
 
 
-def _pred(c: dict) -> str:
-    if c.get("predicted_by") != "roofline":
+def _pred(c: Cell) -> str:
+    if c.predicted_by != "roofline":
         return "—"
-    e1, e2 = c.get("error_tpot"), c.get("error_output_throughput")
-    return (f"{c['predicted_tpot_ms']:.1f}ms{'' if e1 is None else f' {e1:+.0%}'} "
-            f"{c['predicted_output_throughput']:.0f}{'' if e2 is None else f' {e2:+.0%}'}")
+    e1, e2 = c.error_tpot, c.error_output_throughput
+    return (f"{c.predicted_tpot_ms:.1f}ms{'' if e1 is None else f' {e1:+.0%}'} "
+            f"{c.predicted_output_throughput:.0f}{'' if e2 is None else f' {e2:+.0%}'}")
 
 
-def answer_notes(c: dict) -> str:
+def answer_notes(c: Cell) -> str:
     """A cell's notes on what its answers were: answers that ended before max_tokens although EOS was to be
     ignored; a reasoning model's time to the first answer token beside TTFT (TTFT is to its first thinking
     token)."""
     note = ""
-    if c.get("stopped_early"):
-        note += (f" STOPPED EARLY {c['stopped_early']}/{c.get('completed', '?')} (answers ended before max_tokens "
-                 "although ignore_eos was sent: does the server honour it?)")
-    if c.get("reasoning_tokens"):
-        note += (f" TTFAT p50/p99 {_fmt(c.get('median_ttfat_ms'), '.0f')}/{_fmt(c.get('p99_ttfat_ms'), '.0f')} ms"
-                 f" (first answer token; {c['reasoning_tokens']} reasoning tokens counted)")
+    if c.stopped_early:
+        note += (f" STOPPED EARLY {c.stopped_early}/{'?' if c.completed is None else c.completed} (answers ended "
+                 "before max_tokens although ignore_eos was sent: does the server honour it?)")
+    if c.reasoning_tokens:
+        note += (f" TTFAT p50/p99 {_fmt(c.median_ttfat_ms, '.0f')}/{_fmt(c.p99_ttfat_ms, '.0f')} ms"
+                 f" (first answer token; {c.reasoning_tokens} reasoning tokens counted)")
     return note
 
 
-def format_table(cells: list[dict]) -> str:
+def format_table(cells: list[Cell]) -> str:
     head = (f"{'K':>3} {'B':>3} {'conc':>5} {'tok/s':>8} {'TPOT p50':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
             f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6} {'predicted TPOT, tok/s':>24}  note")
     lines = [head, "-" * len(head)]
     for c in cells:
-        if c["status"] != "ok":
-            ctx = f" context {c['context']}" if c.get("context") else ""
-            why = c.get("reason") or f"{c.get('errors', 0)} errors, no request completed"
-            lines.append(f"{c['k']:>3} {c['b']:>3} {c['status'].upper():>8}{ctx}: {why[:110]}")
+        if not c.ok:
+            ctx = f" context {c.context}" if c.context else ""
+            why = c.reason or f"{c.errors or 0} errors, no request completed"
+            lines.append(f"{c.k:>3} {c.b:>3} {c.status.upper():>8}{ctx}: {why[:110]}")
             continue
-        note = ("NOISY" if c["noisy"] else "") + answer_notes(c) + turn_note(c)
-        for cls, v in (c.get("ttft_by_class") or {}).items():
+        note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c)
+        for cls, v in (c.ttft_by_class or {}).items():
             note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{v['p99_ttft_ms']:.0f} ms"
-        if c.get("context"):
-            note += f" context {c['context']}"
-        if c["errors"]:
-            note += f" {c['errors']} errors"
-        if c.get("arrivals") or c.get("behind_schedule"):
-            note += (f" {(c.get('arrivals') or '') + ','} late p50/p99 {_fmt(c.get('lateness_p50_ms'))}/"
-                     f"{_fmt(c.get('lateness_p99_ms'))} ms" + (" BEHIND SCHEDULE" if c.get("behind_schedule") else ""))
-        if c.get("k_served_min"):
-            note += f" K={c['k_served_min']} after a worker died"
-        if c.get("oom_killed"):
+        if c.context:
+            note += f" context {c.context}"
+        if c.errors:
+            note += f" {c.errors} errors"
+        if c.arrivals or c.behind_schedule:
+            note += (f" {(c.arrivals or '') + ','} late p50/p99 {_fmt(c.lateness_p50_ms)}/"
+                     f"{_fmt(c.lateness_p99_ms)} ms" + (" BEHIND SCHEDULE" if c.behind_schedule else ""))
+        if c.k_served_min:
+            note += f" K={c.k_served_min} after a worker died"
+        if c.oom_killed:
             note += " OOM-KILLED"
-        if c.get("goodput_tps") is not None:
-            note += f" goodput {c['goodput_tps']:.1f} tok/s ({c['slo_attainment']:.0%} in SLO)"
-        for d in (c.get("server_check") or {}).get("disagreements", []):
+        if c.goodput_tps is not None:
+            note += f" goodput {c.goodput_tps:.1f} tok/s ({c.slo_attainment:.0%} in SLO)"
+        for d in (c.server_check or {}).get("disagreements", []):
             note += f" SERVER DISAGREES {d}"
-        for e in c.get("endpoints") or []:
+        for e in c.endpoints or []:
             note += (f" [{e['endpoint']}: {_fmt(e['output_throughput'])} tok/s, TTFT {_fmt(e['median_ttft_ms'], '.0f')}"
                      f" ms, {e['requests']} req" + (f", {e['errors']} err" if e["errors"] else "") + "]")
         lines.append(
-            f"{c['k']:>3} {c['b']:>3} {_fmt(c.get('achieved_concurrency'), '.2f'):>5} {_fmt(c['output_throughput']):>8} {_fmt(c['median_tpot_ms']):>7}ms "
-            f"{_fmt(c['median_ttft_ms'], '.0f'):>7}ms "
-            f"{M.p99_mark(c['completed']) + _fmt(c['p99_ttft_ms'], '.0f'):>7}ms "
-            f"{_fmt(c['rss_gb_sum'], '.2f'):>6}GB {_fmt(c['bandwidth_gbps'], '.2f'):>8} "
-            f"{_fmt(c.get('scaling_vs_k1'), '.2f'):>6} {_fmt(c.get('scaling_vs_b1'), '.2f'):>6} "
-            f"{_fmt(c['cv'], '.3f'):>6} {_pred(c):>24}  {note.strip()}"
+            f"{c.k:>3} {c.b:>3} {_fmt(c.achieved_concurrency, '.2f'):>5} {_fmt(c.output_throughput):>8} "
+            f"{_fmt(c.median_tpot_ms):>7}ms {_fmt(c.median_ttft_ms, '.0f'):>7}ms "
+            f"{M.p99_mark(c.completed) + _fmt(c.p99_ttft_ms, '.0f'):>7}ms "
+            f"{_fmt(c.rss_gb_sum, '.2f'):>6}GB {_fmt(c.bandwidth_gbps, '.2f'):>8} "
+            f"{_fmt(c.scaling_vs_k1, '.2f'):>6} {_fmt(c.scaling_vs_b1, '.2f'):>6} "
+            f"{_fmt(c.cv, '.3f'):>6} {_pred(c):>24}  {note.strip()}"
         )
+    formula = next((c.bandwidth_formula for c in cells if c.bandwidth_formula), M.BANDWIDTH_FORMULA_INSTANCES)
     lines.append("conc: achieved concurrency = Σ (done − started) ÷ wall time, the streams actually served; tok/s: "
                  "output tokens ÷ (first scheduled → last done), mean over reps;")
     lines.append(f"TTFT queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); "
                  f"{M.P99_LEGEND}; late: sent − scheduled by the load generator (open loop; inside TTFT);")
-    lines.append(f"BW = {cells[0]['bandwidth_formula'] if cells else M.BANDWIDTH_FORMULA_INSTANCES}; "
+    lines.append(f"BW = {formula}; "
                  f"CV over reps, NOISY above {M.NOISY_CV:.2f}; predicted: the roofline (inference-top probe), "
                  "error = (predicted − measured) ÷ measured")
     return "\n".join(lines)
 
 
-def write_summary(out_dir: Path, cells: list[dict]) -> None:
+def write_summary(out_dir: Path, cells: list[Cell]) -> None:
     """summary.json: a list of cells (vLLM's field names where they exist); summary.csv: the same, flat."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(cells, indent=2))
-    cols = [k for k in cells[0] if not isinstance(cells[0][k], list)] if cells else []
+    rows = [c.to_dict() for c in cells]
+    (out_dir / "summary.json").write_text(json.dumps(rows, indent=2))
+    cols = [k for k in rows[0] if not isinstance(rows[0][k], list)] if rows else []
     with (out_dir / "summary.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
-        for c in cells:
+        for c in rows:
             w.writerow(c)
 
 
-__all__ = ["SweepConfig", "run_sweep", "cell_summary", "format_table", "write_summary", "SourceError"]
+__all__ = ["SweepConfig", "run_sweep", "cell_summary", "CellRunner", "Cell", "format_table", "write_summary",
+           "SourceError"]
