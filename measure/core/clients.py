@@ -17,11 +17,15 @@ import http.client
 import math
 import time
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from measure.core.workload import ClosedLoop
+
+if TYPE_CHECKING:
+    from measure.core.records import RequestRecord
 
 NS = 1_000_000_000
 CLOCK_WARN_S = 0.05  # an offset known to be larger than this is said: clients that far apart do not start together
@@ -61,7 +65,7 @@ def parse_start_at(text: str, now: float | None = None) -> float:
     return v
 
 
-def perf_ns_at(unix_s: float) -> tuple[int, dict]:
+def perf_ns_at(unix_s: float) -> tuple[int, dict[str, Any]]:
     """The perf_counter_ns reading that corresponds to wall-clock `unix_s` on this machine, and the anchor it
     was mapped with ({unix, perf_ns}: read together, the perf reading the mean of one before and one after)."""
     p0 = time.perf_counter_ns()
@@ -71,6 +75,14 @@ def perf_ns_at(unix_s: float) -> tuple[int, dict]:
     return perf + round((unix_s - u) * NS), {"unix": u, "perf_ns": perf}
 
 
+class Arrivals(Protocol):
+    """What a load's arrivals answer (workload.ClosedLoop, workload.Poisson, arrivals.Schedule, a Segment)."""
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]: ...
+
+    def describe(self) -> str: ...
+
+
 class Segment:
     """Client i of n's share of one finite open-loop schedule (an arrivals.Schedule, or anything with its
     due() interface and a total): the requests whose index ≡ i − 1 (mod n), each due at t0 + its offset in
@@ -78,7 +90,7 @@ class Segment:
     due_indexed() gives each request's index in the whole schedule (the dispatcher takes the request id,
     prompt and lengths from it); full_total is the whole schedule's count."""
 
-    def __init__(self, inner, i: int = 1, n: int = 1, t0_ns: int | None = None):
+    def __init__(self, inner: Arrivals, i: int = 1, n: int = 1, t0_ns: int | None = None):
         if isinstance(inner, ClosedLoop) or getattr(inner, "total", None) is None:
             raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
         offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
@@ -88,7 +100,7 @@ class Segment:
         self.total = len(self._own)
         self.issued = 0
         self._t0 = t0_ns
-        self._inner_label = inner.describe()
+        self._inner_label: str = inner.describe()
 
     def describe(self) -> str:
         share = f", segment {self.i}/{self.n}: {self.total} of its {self.full_total} requests" if self.n > 1 else ""
@@ -113,7 +125,8 @@ class Segment:
     def next_wakeup_ns(self) -> int | None:
         if self.exhausted() or self._t0 is None:
             return None
-        return self._t0 + self._own[self.issued][1]
+        due: int = self._t0 + self._own[self.issued][1]
+        return due
 
     def resume(self, now_ns: int) -> None:
         """After a pause the rest moves on by the pause (as arrivals.Schedule does)."""
@@ -131,7 +144,7 @@ class ClientShare:
     t0_ns: int | None = None
     used: bool = False
 
-    def wrap(self, arrivals):
+    def wrap(self, arrivals: Arrivals) -> Arrivals:
         if self.used:
             if self.segment[1] > 1:
                 raise ValueError("--segment splits one load: one cell, one rep")
@@ -181,8 +194,8 @@ def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: floa
     from engines.http_openai import public_url
 
     parts = urllib.parse.urlsplit(url.rstrip("/"))
-    out = {"method": "the server's HTTP Date header (whole seconds; its tick bracketed)", "server": public_url(url),
-           "offset_s": None, "bound_s": None, "samples": 0, "why": None}
+    out: dict[str, Any] = {"method": "the server's HTTP Date header (whole seconds; its tick bracketed)",
+                           "server": public_url(url), "offset_s": None, "bound_s": None, "samples": 0, "why": None}
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     path = (parts.path or "") + "/models"
     samples: list[tuple[float, float, int]] = []
@@ -191,7 +204,7 @@ def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: floa
     def ask() -> bool:
         nonlocal conn
         if conn is None:
-            conn = conn_cls(parts.hostname, parts.port, timeout=timeout_s)
+            conn = conn_cls(cast(str, parts.hostname), parts.port, timeout=timeout_s)  # a URL the CLI took
         s = time.time()
         conn.request("GET", path, headers=headers or {})
         resp = conn.getresponse()
@@ -257,7 +270,7 @@ def describe_clock(c: dict[str, Any] | None) -> str:
     return line
 
 
-def start_lateness_ms(header: dict[str, Any], records) -> float | None:
+def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) -> float | None:
     """How late a client's first request went out against what its start asked: open loop, its send − its
     scheduled time (t0 + its offset); closed loop, its send − t0. None without --start-at."""
     t0 = header.get("start_perf_ns")
@@ -265,7 +278,7 @@ def start_lateness_ms(header: dict[str, Any], records) -> float | None:
     if t0 is None or not recs:
         return None
     first = min(recs, key=lambda r: r.t_submitted_ns)
-    ref = first.t_scheduled_ns if header.get("arrivals") else t0
+    ref: int = first.t_scheduled_ns if header.get("arrivals") else t0
     return (first.t_submitted_ns - ref) / 1e6
 
 

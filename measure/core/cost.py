@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Cost:
 
     @property
     def set(self) -> bool:
-        return self.price_per_hour is not None or (self.hardware_cost is not None and self.lifetime_hours)
+        return self.price_per_hour is not None or (self.hardware_cost is not None and bool(self.lifetime_hours))
 
     def usd_per_hour(self, watts: float | None = None) -> float | None:
         w = watts if watts is not None else self.watts
@@ -65,8 +67,8 @@ class PowerMeter:
     bracketed by two samples gets its own mean draw, not a reading taken after it. `nvml`: the pynvml module
     (None: import it; False: no NVML); `clock`: seconds, monotonic."""
 
-    def __init__(self, fixed_watts: float | None = None, root: str = "/sys/class/powercap", nvml=None,
-                 clock=time.monotonic, poll_s: float = 0.1):
+    def __init__(self, fixed_watts: float | None = None, root: str = "/sys/class/powercap", nvml: Any = None,
+                 clock: Callable[[], float] = time.monotonic, poll_s: float = 0.1):
         self.fixed = fixed_watts
         self._clock = clock
         self._rapl = [_RaplZone(p) for p in rapl_packages(root)]
@@ -121,7 +123,7 @@ class _RaplZone:
     def __init__(self, path: Path):
         self.path, self.name = path, path.parent.name
         try:
-            self.range = int((path.parent / "max_energy_range_uj").read_text())
+            self.range: int | None = int((path.parent / "max_energy_range_uj").read_text())
         except (OSError, ValueError):
             self.range = None
         self.raw = int(path.read_text())
@@ -142,10 +144,12 @@ class _NvmlEnergy:
     (trapezoids; a reading at the call closes the last one)."""
 
     @classmethod
-    def open(cls, nvml, clock, poll_s: float) -> "_NvmlEnergy | None":
+    def open(cls, nvml: Any, clock: Callable[[], float], poll_s: float) -> "_NvmlEnergy | None":
         try:
             if nvml is None:
-                import pynvml as nvml
+                import pynvml
+
+                nvml = pynvml
             nvml.nvmlInit()
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
             if not handles:
@@ -155,7 +159,7 @@ class _NvmlEnergy:
         except Exception:  # noqa: BLE001 - no NVIDIA driver or no pynvml: no reading
             return None
 
-    def __init__(self, nvml, handles, clock, poll_s: float):
+    def __init__(self, nvml: Any, handles: list[Any], clock: Callable[[], float], poll_s: float):
         self.nvml, self.handles, self.clock = nvml, handles, clock
         try:
             self._base = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
@@ -174,7 +178,8 @@ class _NvmlEnergy:
         return f"NVML ({n} GPU{'s' if n > 1 else ''}, {'energy counter' if self.counter else 'sampled power'})"
 
     def _watts(self) -> float:
-        return sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles) / 1e3
+        mw: float = sum(self.nvml.nvmlDeviceGetPowerUsage(h) for h in self.handles)
+        return mw / 1e3
 
     def _step(self) -> float:
         """Integrate up to now (under the lock); the joules so far."""
@@ -193,8 +198,9 @@ class _NvmlEnergy:
 
     def joules(self) -> float:
         if self.counter:
-            return sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) - b
-                       for h, b in zip(self.handles, self._base)) / 1e3
+            mj: float = sum(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) - b
+                            for h, b in zip(self.handles, self._base))
+            return mj / 1e3
         with self._lock:
             return self._step()
 

@@ -22,9 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from measure.core.work import WorkModel
+
+if TYPE_CHECKING:
+    from measure.core.ceilings import Ceilings
+    from presets import Chip
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -74,7 +78,7 @@ class Machine:
     batch_base_core_s: float | None = None
     seq_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
-    thread_speedup: dict[str, Any] = field(default_factory=dict)  # threads → speedup over 1 thread in one process
+    thread_speedup: dict[int | str, float] = field(default_factory=dict)  # threads → speedup over 1 thread
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()
@@ -91,7 +95,7 @@ class Machine:
         return known[top] * threads / top  # beyond what was measured: linear from the last point
 
     @classmethod
-    def from_ceilings(cls, c, work: WorkModel) -> "Machine":
+    def from_ceilings(cls, c: Ceilings, work: WorkModel) -> "Machine":
         """This machine, from the probe (ceilings.Ceilings) of the same model's engine."""
         e = c.engine or {}
         d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
@@ -114,14 +118,18 @@ class Machine:
 
     def step_core(self, b: int) -> float:
         """Core-seconds of one decode step of b sequences (one thread's worth)."""
+        if self.step_core_s is None:
+            raise ValueError("a decode step's core-seconds are known only from a CPU engine's probe")
         if b <= 1 or self.batch_base_core_s is None:
             return self.step_core_s + (b - 1) * self.seq_core_s
         return self.batch_base_core_s + b * self.seq_core_s
 
     @classmethod
-    def from_chip(cls, chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
+    def from_chip(cls, chip: Chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
                   flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> "Machine":
         """A chip from presets: spec bandwidth and FLOP/s × the assumed efficiencies (said in `notes`)."""
+        if not chip.bandwidth_gbps:
+            raise ValueError(f"chip {chip.name} has no verified bandwidth in presets")
         notes = [f"bandwidth {chip.bandwidth_gbps:g} GB/s spec × {bw_efficiency:g} (assumed efficiency)"]
         flops = None
         if chip.fp16_tflops:
@@ -145,7 +153,7 @@ class Prediction:
     per_stream_tps: float
     bytes_per_s: float  # moved by all engines together
     binding: str  # bandwidth | compute | cores | server queue (name_wall)
-    shares: dict  # ceiling → its time ÷ the step's
+    shares: dict[str, float]  # ceiling → its time ÷ the step's
     cores: int = 0  # the machine's cores (0: not a CPU engine)
     cores_busy: float = 0.0  # K × threads decoding, at most the cores
 
@@ -228,15 +236,17 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         return m
     single = [p for p in points if (p.b == 1 or p.mode == "instances")]
     batch = [p for p in points if p.mode == "batch" and p.b > 1]
-    notes = []
+    notes: list[str] = []
     for p in single[:1]:
         pr = predict(work, m, p.mode, p.k, 1, p.threads, p.prompt_tokens, p.output_tokens)
         t_cpu = pr.shares["compute"] * pr.tpot_s  # the compute time, not the step (bandwidth may bind)
-        upd = {"step_core_s": m.step_core_s * p.tpot_s / t_cpu}
+        step = m.step_core_s * p.tpot_s / t_cpu
+        prefill = m.prefill_core_s
         if p.ttft_engine_s and m.prefill_core_s:
             rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
-            upd["prefill_core_s"] = max(1e-9, (p.ttft_engine_s - p.tpot_s) * rate / (p.prompt_tokens * p.b))
-        m = _bandwidth_at_most(replace(m, **upd), pr.shares["bandwidth"] * pr.tpot_s, p, notes)
+            prefill = max(1e-9, (p.ttft_engine_s - p.tpot_s) * rate / (p.prompt_tokens * p.b))
+        m = _bandwidth_at_most(replace(m, step_core_s=step, prefill_core_s=prefill), pr.shares["bandwidth"] * pr.tpot_s,
+                               p, notes)
     for p in batch[:1]:
         rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
         ctx = p.prompt_tokens + p.output_tokens // 2
@@ -246,13 +256,13 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
             f = core / m.step_core(p.b)
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
         else:
-            m = replace(m, seq_core_s=max(0.0, (core - m.step_core_s) / (p.b - 1)))
+            m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0)) / (p.b - 1)))  # set: see the top
         pr = predict(work, m, p.mode, p.k, p.b, p.threads, p.prompt_tokens, p.output_tokens)
         m = _bandwidth_at_most(m, pr.shares["bandwidth"] * pr.tpot_s, p, notes)
     return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",) + tuple(notes))
 
 
-def _bandwidth_at_most(m: Machine, t_mem: float, p: Point, notes: list) -> Machine:
+def _bandwidth_at_most(m: Machine, t_mem: float, p: Point, notes: list[str]) -> Machine:
     """A measured step shorter than the bandwidth time at its level moved more than the bandwidth figure
     allows: the figure is raised to what the step moved (a lower one leaves it)."""
     if t_mem <= p.tpot_s:
