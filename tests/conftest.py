@@ -12,6 +12,28 @@ from measure.sources.fleet import Fleet
 from measure.core.model_choice import build_spec, resolve_model, run_meta
 
 
+def pytest_report_header(config):
+    """The CPU features llama.cpp was built for and the CPU it runs on, at the top of every test run: a crash
+    in llama.cpp's kernels can depend on them (an AMX or AVX512 path one machine has and another lacks)."""
+    import platform
+
+    lines = [f"cpu: {platform.processor() or platform.machine()}"]
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+        if name:
+            lines = [f"cpu: {name}"]
+    except OSError:
+        pass
+    try:
+        import llama_cpp
+
+        lines.append("llama.cpp built for: " + llama_cpp.llama_print_system_info().decode().strip())
+    except Exception as exc:  # noqa: BLE001 - a header line, never a failure
+        lines.append(f"llama.cpp: not loaded ({type(exc).__name__})")
+    return lines
+
+
 @pytest.fixture(scope="session")
 def model():
     return resolve_model("llama", None)

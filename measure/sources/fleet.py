@@ -139,6 +139,7 @@ class Fleet:
         self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
         self._closed = False
         self._fatal: str | None = None
+        self._last_death: str | None = None  # the last worker death, in words: why a queue with no worker fails
         self._unready_deaths = 0
         self._lost_ready = 0  # ready workers that died since K was last set: a load waits for K − this
         self._asked = (k, self.b, self.mode)  # the level of the last step the I/O thread applied
@@ -332,7 +333,7 @@ class Fleet:
                 # new arrivals go out before the wait, so a closed-loop user's next request never waits
                 # on this thread's sleep
                 self._arrivals()
-                self._dispatch()
+                self._dispatch(collector)
                 self._level_check()
                 self._publish()
                 objs = [self._wake_r]
@@ -439,8 +440,10 @@ class Fleet:
             return
         if not self._load_started:
             # measurement starts only when every worker of the target K has finished its warmup
-            if not self._ready_to_measure():
+            if not self._ready_to_measure() and (self._active() or not self._workers):
                 return
+            # (with every worker dead and none coming the load starts anyway: what arrives fails at once in
+            # _dispatch with the death's reason, where it would have waited for the cell's timeout)
             self._load_started = True
             self._sink.put(LoadStarted(time.perf_counter_ns()))
         if self._auto_users:
@@ -448,7 +451,7 @@ class Fleet:
         self._pending.extend(self._requests.due(time.perf_counter_ns(), len(self._pending) + len(self._inflight),
                                                 rep=self.rep, k=self.target_k, b=self.b, mode=self.mode))
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, collector: Callable[[RequestRecord], None] | None = None) -> None:
         cap = self._capacity()
         while self._pending:
             # the least loaded worker, then the one idle longest, takes the head of the queue
@@ -472,7 +475,9 @@ class Fleet:
             # nobody left to serve the queue: fail what waits rather than hang
             while self._pending:
                 req = self._pending.popleft()
-                self._finish(_InFlight(req), None, None, error="no live worker to serve the request")
+                # (counted by the finite load's collector too: a bench cell waited out its timeout for them)
+                self._finish(_InFlight(req), None, collector, error="no live worker to serve the request"
+                             + (f" ({self._last_death})" if self._last_death else ""))
 
     def _drain(self, w: _Worker, collector) -> None:
         try:
@@ -570,6 +575,7 @@ class Fleet:
         info.state = S.DEAD
         info.error = info.error or f"died{' ' + phase if phase else ''}: {how}"
         self._sink.log(f"worker {info.wid} (pid {info.pid}) died{' ' + phase if phase else ''}: {how}", "error")
+        self._last_death = f"worker {info.wid} died{' ' + phase if phase else ''}: {how}; engine log in {self.log_dir}"
         if oom:  # the guard learns that its estimate was too low at this step
             self._sink.put(OutOfMemory(self.mode, self.target_k, self.b))
         if phase and not w.retire and not self._closed:

@@ -244,6 +244,9 @@ def worker_main(wid: int, conn: Connection, spec_dict: dict[str, Any], log_path:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     _redirect_output(log_path)
+    import faulthandler
+
+    faulthandler.enable()  # a crash in the engine's C code leaves the Python stack in the engine log (fd 2)
     spec = EngineSpec(**spec_dict)
     send = conn.send
     limit = spec.options.get("memory_limit")
