@@ -378,8 +378,6 @@ def _say_start(h: dict, say) -> None:
 
 def find_main(args, plan, cfg, source, out: Path, say) -> int:
     """bench --find: the knee in one sentence, the levels it measured in summary.json."""
-    import json
-
     from measure.control.knee import find_knee, measure_levels
     from measure.control.sweep import format_table
 
@@ -390,24 +388,8 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
                          target=args.target)
     start = args.rate or (0.5 if args.find == "rate" else 1)
     knee = find_knee(lambda lv: run(lv), args.find, start=start, limit=4096 if args.find == "rate" else 256)
-    wall = None
-    last = knee.failed or knee.passed
-    if last and last.cell and last.cell.binding and cfg.roofline is not None:
-        wall = {"cores": "the CPU cores", "compute": "compute", "bandwidth": "memory bandwidth"}.get(
-            last.cell.binding, last.cell.binding)
-    if last and last.stop in ("wall", "refused"):
-        wall = "memory capacity" if last.stop == "wall" else "the memory budget"
-    sentence = knee.sentence(plan.slo.key, wall)
-    cells = knee.cells()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps([c.to_dict() for c in cells], indent=2))
-    (out / "knee.json").write_text(json.dumps({
-        "find": args.find, "slo": plan.slo.describe(), "target": args.target, "sentence": sentence,
-        "knee": knee.passed.level if knee.passed else None, "first_out": knee.failed.level if knee.failed else None,
-        "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
-                   **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in (st.cell or ())}}
-                  for st in knee.steps]},
-        indent=2))
+    sentence = knee.sentence(plan.slo.key, knee.wall(cfg.roofline is not None))
+    cells = knee.write(out, plan.slo, args.target, sentence)
     if cells:
         say("")
         say(format_table(cells))
@@ -467,7 +449,7 @@ def plan_main(argv: list[str]) -> int:
                    "ttft=450ms,tpot=40ms)")
     args = p.parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
-    from measure.core.plan import format_plan, plan
+    from measure.core.plan import PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users
     from measure.core.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
@@ -485,13 +467,17 @@ def plan_main(argv: list[str]) -> int:
         else:
             shape = shape_from_preset(args.preset)
         dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
-        memory = parse_size(args.memory) if args.memory else _chip_memory(args.chip) or total_memory_bytes()
+        memory = parse_size(args.memory) if args.memory else chip_memory(args.chip) or total_memory_bytes()
         result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens)
     except (GuardError, EngineError, PresetError) as exc:
         fail(str(exc))
     predictions = None
     if args.chip:
-        predictions = _predictions(args)
+        try:
+            predictions = chip_predictions(args.config, args.model, args.preset, args.chip, args.prompt, args.output,
+                                           say=lambda t: print(t, file=sys.stderr))
+        except PlanError as exc:
+            fail(str(exc))
     if args.json:
         import json
         from dataclasses import asdict
@@ -508,93 +494,12 @@ def plan_main(argv: list[str]) -> int:
             print(format_predictions(*predictions[:2], predictions[2], args.prompt, args.output))
             if args.users:
                 print()
-                print(_size_for_users(args, result, *predictions[:2]))
+                try:
+                    print(size_for_users(args.users, args.slo, args.context, result, *predictions[:2], args.prompt,
+                                         args.output))
+                except PlanError as exc:
+                    fail(str(exc))
     return 0
-
-
-def _chip_memory(key: str | None) -> int | None:
-    """The largest memory a preset chip comes with (plan --chip without --memory)."""
-    if not key or key == "this":
-        return None
-    from presets import PresetError, chip
-
-    try:
-        c = chip(key)
-    except PresetError:
-        return None
-    return max(c.memory_bytes) if c.memory_bytes else None
-
-
-def _size_for_users(args, result: dict, work, machine) -> str:
-    """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
-    per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
-    from measure.core.roofline import predict
-    from measure.core.units import fmt_bytes
-    from presets import PresetError, slo as preset_slo
-
-    try:
-        target = preset_slo(args.slo) if args.slo else None
-    except PresetError as exc:
-        fail(f"--slo: {exc}")
-    ctx = max(args.context)
-    per_req = ctx * result["kv_bytes_per_token"]
-    fixed = result["weights"] + result["overhead"]
-    budget = result["budget"]
-
-    def verdict(users: int):
-        p = predict(work, machine, "batch", 1, users, None, args.prompt, args.output, context=ctx)
-        need = fixed + users * per_req
-        ok_mem = need <= budget
-        ok_slo = target is None or ((target.tpot_s is None or p.tpot_s <= target.tpot_s)
-                                    and (target.ttft_s is None or p.ttft_s <= target.ttft_s))
-        return p, need, ok_mem, ok_slo
-
-    p, need, ok_mem, ok_slo = verdict(args.users)
-    lines = [f"{args.users} users, {ctx:,} tokens each: KV {fmt_bytes(args.users * per_req)} "
-             f"({fmt_bytes(per_req)} a request) + weights and runtime {fmt_bytes(fixed)} = "
-             f"{fmt_bytes(need)} needed; budget {fmt_bytes(budget)}: " + ("fits" if ok_mem else "does NOT fit"),
-             f"all {args.users} in one engine (B = {args.users}) on {machine.name}: {p.per_stream_tps:.1f} tok/s per "
-             f"user, TPOT {p.tpot_s * 1e3:.1f} ms, TTFT ≈ {p.ttft_s:.2f} s when all {args.users} arrive at once "
-             f"(the p99 of a burst; binding: {p.binding})"
-             + (f" → {'within' if ok_slo else 'OUTSIDE'} {target.key}" if target else "")]
-    for m in range(1, args.users + 1):
-        share = -(-args.users // m)
-        pm, need_m, mem_ok, slo_ok = verdict(share)
-        if mem_ok and slo_ok:
-            lines.append(f"machines of this kind (or server instances): {m}, {share} users each "
-                         f"({fmt_bytes(need_m)}, {pm.per_stream_tps:.1f} tok/s per user, TPOT "
-                         f"{pm.tpot_s * 1e3:.1f} ms, TTFT ≈ {pm.ttft_s:.2f} s)")
-            break
-    else:
-        lines.append("machines of this kind: none serves even one user within the bounds at this context")
-    return "\n".join(lines)
-
-
-def _predictions(args):
-    """(work, machine, rows) for plan --chip."""
-    from engines.base import EngineError
-    from engines.gguf_file import inspect_gguf
-    from measure.core import ceilings, work as W
-    from measure.core.roofline import Machine, prediction_table
-    from presets import PresetError, chip, model
-
-    try:
-        if args.config:
-            wm = W.from_config(args.config)
-        elif args.model:
-            wm = W.from_gguf(inspect_gguf(args.model))
-        else:
-            wm = W.from_preset(model(args.preset))
-        if args.chip == "this":
-            m = Machine.from_ceilings(ceilings.get(say=lambda t: print(t, file=sys.stderr)), wm)
-        else:
-            c = chip(args.chip)
-            if not c.bandwidth_gbps:
-                fail(f"chip {args.chip!r} has no verified bandwidth in presets; predict with a chip that has one")
-            m = Machine.from_chip(c)
-    except (EngineError, PresetError, ValueError, KeyError, OSError) as exc:
-        fail(str(exc))
-    return wm, m, prediction_table(wm, m, prompt_tokens=args.prompt, output_tokens=args.output)
 
 
 def probe_main(argv: list[str]) -> int:

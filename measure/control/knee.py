@@ -8,9 +8,12 @@ curve with a known knee; `measure_levels` runs real levels on a load source.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from measure.control.cell import Cell, as_cell
 from measure.core import metrics as M
@@ -18,6 +21,9 @@ from measure.core.records import RequestRecord
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Poisson
 from measure.sources.base import CellStopped
+
+if TYPE_CHECKING:
+    from presets import SLO
 
 TARGET_ATTAINMENT = 0.90  # the SLO attainment a level needs (--target's default; the report's knee without one)
 SERVED_RATIO = 0.95
@@ -59,6 +65,33 @@ class Knee:
         """bench --find's summary.json: each measured level's cell with its verdict."""
         return [st.cell.copy().update(level=st.level, within_slo=st.ok, verdict=st.why)
                 for st in self.steps if st.cell is not None]
+
+    def wall(self, roofline_known: bool) -> str | None:
+        """The wall the answer names (docs/design.md §11): the last level's roofline binding (where a roofline
+        was known), or memory capacity / the memory budget where the memory wall or the guard stopped it."""
+        wall = None
+        last = self.failed or self.passed
+        if last and last.cell and last.cell.binding and roofline_known:
+            wall = {"cores": "the CPU cores", "compute": "compute", "bandwidth": "memory bandwidth"}.get(
+                last.cell.binding, last.cell.binding)
+        if last and last.stop in ("wall", "refused"):
+            wall = "memory capacity" if last.stop == "wall" else "the memory budget"
+        return wall
+
+    def write(self, out: Path, slo: SLO, target: float, sentence: str) -> list[Cell]:
+        """bench --find's outputs in `out`: summary.json (each measured level's cell, `cells`) and knee.json (the
+        search, its answer and every level it measured); the cells written are returned."""
+        cells = self.cells()
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps([c.to_dict() for c in cells], indent=2))
+        (out / "knee.json").write_text(json.dumps({
+            "find": self.what, "slo": slo.describe(), "target": target, "sentence": sentence,
+            "knee": self.passed.level if self.passed else None, "first_out": self.failed.level if self.failed else None,
+            "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
+                       **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in (st.cell or ())}}
+                      for st in self.steps]},
+            indent=2))
+        return cells
 
 
 def find_knee(run_level: Callable[[float], Step], what: str = "users", start: float = 1, limit: float = 512,

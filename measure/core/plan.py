@@ -1,10 +1,20 @@
-"""`inference-top plan`: what fits before any process starts — KV per token, per request, largest B and K."""
+"""`inference-top plan`: what fits before any process starts — KV per token, per request, largest B and K —
+and, on a chip, what each K and B would do (the roofline) and how many machines N users need."""
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from measure.core.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes, largest_fitting
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
+
+if TYPE_CHECKING:
+    from measure.core.roofline import Machine, Prediction
+    from measure.core.work import WorkModel
+
+
+class PlanError(ValueError):
+    """A plan the command cannot make: one line saying why."""
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
@@ -61,3 +71,95 @@ def format_plan(p: dict[str, Any], shape: KVShape) -> str:
         lines.append(f"\n{p['users']} users (B={p['users']} in one engine) stop fitting above a context of "
                      f"{p['max_context_for_users']:,} tokens")
     return "\n".join(lines)
+
+
+def chip_memory(key: str | None) -> int | None:
+    """The largest memory a preset chip comes with (plan --chip without --memory)."""
+    if not key or key == "this":
+        return None
+    from presets import PresetError, chip
+
+    try:
+        c = chip(key)
+    except PresetError:
+        return None
+    return max(c.memory_bytes) if c.memory_bytes else None
+
+
+def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: WorkModel,
+                   machine: Machine, prompt: int, output: int) -> str:
+    """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
+    per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
+    from measure.core.roofline import predict
+    from presets import PresetError, slo as preset_slo
+
+    try:
+        target = preset_slo(slo_spec) if slo_spec else None
+    except PresetError as exc:
+        raise PlanError(f"--slo: {exc}") from None
+    ctx = max(contexts)
+    per_req = ctx * result["kv_bytes_per_token"]
+    fixed = result["weights"] + result["overhead"]
+    budget = result["budget"]
+
+    def verdict(n: int) -> tuple[Prediction, int, bool, bool]:
+        p = predict(work, machine, "batch", 1, n, None, prompt, output, context=ctx)
+        need = fixed + n * per_req
+        ok_mem = need <= budget
+        ok_slo = target is None or ((target.tpot_s is None or p.tpot_s <= target.tpot_s)
+                                    and (target.ttft_s is None or p.ttft_s <= target.ttft_s))
+        return p, need, ok_mem, ok_slo
+
+    p, need, ok_mem, ok_slo = verdict(users)
+    lines = [f"{users} users, {ctx:,} tokens each: KV {fmt_bytes(users * per_req)} "
+             f"({fmt_bytes(per_req)} a request) + weights and runtime {fmt_bytes(fixed)} = "
+             f"{fmt_bytes(need)} needed; budget {fmt_bytes(budget)}: " + ("fits" if ok_mem else "does NOT fit"),
+             f"all {users} in one engine (B = {users}) on {machine.name}: {p.per_stream_tps:.1f} tok/s per "
+             f"user, TPOT {p.tpot_s * 1e3:.1f} ms, TTFT ≈ {p.ttft_s:.2f} s when all {users} arrive at once "
+             f"(the p99 of a burst; binding: {p.binding})"
+             + (f" → {'within' if ok_slo else 'OUTSIDE'} {target.key}" if target else "")]
+    for m in range(1, users + 1):
+        share = -(-users // m)
+        pm, need_m, mem_ok, slo_ok = verdict(share)
+        if mem_ok and slo_ok:
+            lines.append(f"machines of this kind (or server instances): {m}, {share} users each "
+                         f"({fmt_bytes(need_m)}, {pm.per_stream_tps:.1f} tok/s per user, TPOT "
+                         f"{pm.tpot_s * 1e3:.1f} ms, TTFT ≈ {pm.ttft_s:.2f} s)")
+            break
+    else:
+        lines.append("machines of this kind: none serves even one user within the bounds at this context")
+    return "\n".join(lines)
+
+
+def chip_predictions(config: str | None, model_path: str | None, preset: str | None, chip_key: str, prompt: int,
+                     output: int, say: Callable[[str], None]) -> tuple[WorkModel, Machine, list[Prediction]]:
+    """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
+    preset, the chip from presets or this machine's probe ('this'), and the roofline's rows."""
+    from engines.base import EngineError
+    from engines.gguf_file import inspect_gguf
+    from measure.core import ceilings, work as W
+    from measure.core.roofline import Machine, prediction_table
+    from presets import PresetError, chip, model
+
+    try:
+        if config:
+            wm = W.from_config(config)
+        elif model_path:
+            wm = W.from_gguf(inspect_gguf(model_path))
+        elif preset is not None:
+            wm = W.from_preset(model(preset))
+        else:
+            raise PlanError("give --config, --model or --preset")  # the parser requires one of the three
+        if chip_key == "this":
+            m = Machine.from_ceilings(ceilings.get(say=say), wm)
+        else:
+            c = chip(chip_key)
+            if not c.bandwidth_gbps:
+                raise PlanError(f"chip {chip_key!r} has no verified bandwidth in presets; predict with a chip that "
+                                "has one")
+            m = Machine.from_chip(c)
+    except PlanError:
+        raise
+    except (EngineError, PresetError, ValueError, KeyError, OSError) as exc:
+        raise PlanError(str(exc)) from None
+    return wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output)
