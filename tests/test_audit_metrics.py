@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from measure.control import report as R
+from measure.control import report as R, runs as RU
 from measure.control.stats import LiveStats
 from measure.control.sweep import cell_summary, format_table
 from measure.core import cost
@@ -69,7 +69,7 @@ def test_report_concurrency_is_over_the_levels_own_periods():
         for w in range(k):
             rid += 1
             records.append(rec(rid, a, [a + 0.1 * (i + 1) for i in range(int((e - a) * 10) - 1)], e, k=k, worker=w))
-    cells = {c["k"]: c for c in R.cells_from_records(records, {"model_bytes": 1}, _periods_samples(plan))}
+    cells = {c["k"]: c for c in RU.cells_from_records(records, {"model_bytes": 1}, _periods_samples(plan))}
     assert cells[2]["achieved_concurrency"] == pytest.approx(2.0, rel=1e-3)
     assert cells[1]["achieved_concurrency"] == pytest.approx(1.0, rel=1e-3)
 
@@ -85,7 +85,7 @@ def test_report_batch_bandwidth_is_over_the_levels_own_periods():
         for _seq in range(b):
             rid += 1
             records.append(rec(rid, a, steps, e, k=k, b=b, mode=mode, pid=7))
-    cells = {c["b"]: c for c in R.cells_from_records(records, {"model_bytes": 1_000_000_000},
+    cells = {c["b"]: c for c in RU.cells_from_records(records, {"model_bytes": 1_000_000_000},
                                                      _periods_samples(plan))}
     assert cells[2]["bandwidth_gbps"] == pytest.approx(10.0 * 599 / 600, rel=1e-3)
     assert cells[1]["bandwidth_gbps"] == pytest.approx(10.0 * 599 / 600, rel=1e-3)
@@ -109,7 +109,7 @@ def test_a_p99_of_fewer_than_100_requests_is_marked_approximate():
     assert f"≈{few['p99_ttft_ms']:.0f}ms" in table[2]
     assert "≈: p99 of fewer than 100 requests" in table[-2]  # the legend says what ≈ means
     assert "≈" not in format_table([many]).splitlines()[2]
-    run = R.Run("t", {"model_bytes": 1}, [few, dict(many, k=2)])
+    run = RU.Run("t", {"model_bytes": 1}, [few, dict(many, k=2)])
     md = R.markdown([run], [])
     rows = [line for line in md.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert f"| ≈{few['p99_ttft_ms']:.0f} |" in rows[0] and "≈" not in rows[1]
@@ -331,7 +331,7 @@ def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tm
         path = _record_dashboard(tmp_path, srv.url, ["--b", "2", "--max-tokens", "8", "--model-bytes", "1G"])
     finally:
         srv.kill()
-    run = R.load_run(path)
+    run = RU.load_run(path)
     (cell,) = [c for c in run.cells if c["mode"] == "http"]
     assert cell.get("periods")  # a recording: the level's own periods were used
     w = run.header["model_bytes"]
@@ -376,7 +376,7 @@ def test_reasoning_chunks_are_tokens_and_time_to_first_answer_token_is_reported(
     assert s["reasoning_tokens"] == 12
     cell = cell_summary(recs, 1, 1, 0, mode="http")
     assert "TTFAT p50" in format_table([cell]).splitlines()[2]
-    assert "TTFAT p50" in R.markdown([R.Run("t", {"model_bytes": 0}, [cell])], [])
+    assert "TTFAT p50" in R.markdown([RU.Run("t", {"model_bytes": 0}, [cell])], [])
 
 
 def test_without_reasoning_ttfat_is_ttft():
@@ -411,11 +411,11 @@ def test_a_server_that_ignores_ignore_eos_is_flagged_in_the_bench_cell_and_the_r
     assert cell["stopped_early"] == 4 and cell["total_output_tokens"] == 12
     (other,) = json.loads((outs["stop-at-eos"] / "summary.json").read_text())
     assert not other.get("stopped_early")
-    run = R.load_run(outs["eos-ignored"])
+    run = RU.load_run(outs["eos-ignored"])
     assert "STOPPED EARLY 4/4" in R.markdown([run], [])
     # the same records without summary.json (a run cut short, or a recording): the header says what was asked
     (outs["eos-ignored"] / "summary.json").unlink()
-    (again,) = R.load_run(outs["eos-ignored"]).cells
+    (again,) = RU.load_run(outs["eos-ignored"]).cells
     assert again["stopped_early"] == 4
 
 

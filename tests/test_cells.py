@@ -135,7 +135,7 @@ def outputs(tmp: Path) -> dict:
     """Every cell figure and text this harness checks, from the recorded records."""
     import presets
     from measure.control import knee as KN
-    from measure.control import report as R
+    from measure.control import report as R, runs as RU
     from measure.control.sweep import SweepConfig, format_table, run_sweep, write_summary
 
     out: dict = {}
@@ -148,16 +148,16 @@ def outputs(tmp: Path) -> dict:
         write_summary(folder, cells)
         # a bench folder as report reads it: its records (header first) and the summary just written
         (folder / "records.jsonl").write_text((DATA / f"{name}.jsonl").read_text())
-        run = R.load_run(folder)
+        run = RU.load_run(folder)
         out[name] = {
             "summary.json": (folder / "summary.json").read_text(),
             "summary.csv": (folder / "summary.csv").read_text(),
             "table": format_table(cells),
             "report.md": R.markdown([run], []),
-            "from_records": [_j(c) for c in R.cells_from_records(records, header, _periods(records))],
+            "from_records": [_j(c) for c in RU.cells_from_records(records, header, _periods(records))],
         }
-    runs = [R.load_run(tmp / "http2"), R.load_run(tmp / "http2")]
-    out["combined"] = [_j(c) for c in R.combine(runs).cells]
+    runs = [RU.load_run(tmp / "http2"), RU.load_run(tmp / "http2")]
+    out["combined"] = [_j(c) for c in RU.combine(runs).cells]
     for name, what, levels in (("knee_users", "users", (1, 2, 4, 8, 16)), ("knee_rate", "rate", (4.0,))):
         header, records = _read(name)
         src = Replay(header, records, local=False)
@@ -302,7 +302,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
     matplotlib.use("Agg")
     from matplotlib.axes import Axes
 
-    from measure.control import report as R
+    from measure.control import report as R, runs as RU
 
     header, records = _read("http2")
     drawn: dict = {}
@@ -313,7 +313,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
         return plot(ax, *args, **kw)
 
     monkeypatch.setattr(Axes, "plot", spy)
-    run = R.Run("http2", header, R.cells_from_records(records, header, []))
+    run = RU.Run("http2", header, RU.cells_from_records(records, header, []))
     R.render([run], tmp_path)
     line = next(v for label, v in drawn.items() if label.startswith("predicted K·W/β"))[0]
     cells = {c["k"]: c["predicted_tpot_ms"] for c in run.cells}
@@ -324,11 +324,11 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
 def test_the_reports_knee_uses_the_searchs_target(tmp_path):
     """bench --find --target 0.95 found no level within it (92 % at best): the report's goodput chart still
     marked a knee at the last cell ≥ 0.9 (its own literal), beside knee.json saying there is none."""
-    from measure.control import report as R
+    from measure.control import report as R, runs as RU
 
     cells = [{"k": 1, "b": b, "level": b, "slo_attainment": 0.92, "achieved_concurrency": b, "status": "ok"}
              for b in (1, 2)]
-    run = R.Run("find", {"_knee": {"find": "users", "target": 0.95, "knee": None}}, cells)
+    run = RU.Run("find", {"_knee": {"find": "users", "target": 0.95, "knee": None}}, cells)
     assert R._knee(run, run.cells) is None
 
 

@@ -236,7 +236,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
     """The combined cell's percentiles are the percentiles over both clients' records pooled (numpy, here),
     not an average of the clients' own; the offered rate is the one schedule's."""
     one, outs, _, _, _, rep = two_clients
-    from measure.control.report import combine, load_run
+    from measure.control.runs import combine, load_run
 
     both = combine([load_run(o) for o in outs])
     assert not both.warnings, both.warnings
@@ -260,7 +260,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
 
 
 def test_combine_warns_when_a_segment_is_missing(two_clients):
-    from measure.control.report import combine, load_run
+    from measure.control.runs import combine, load_run
 
     _, outs, *_ = two_clients
     a = load_run(outs[0])
@@ -406,7 +406,7 @@ def test_start_at_alone_starts_a_closed_loop_at_that_time(null_server, tmp_path)
 
 def test_clock_offset_between_clients_is_warned(two_clients):
     """Two clients whose checks put the server 0.3 s apart from each other started 0.3 s apart: said."""
-    from measure.control.report import combine, load_run
+    from measure.control.runs import combine, load_run
     from measure.core.clients import describe_clock
 
     _, outs, *_ = two_clients

@@ -191,7 +191,7 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tui.cli", "report", "--combine", *map(str, outs), "--out",
                         str(tmp_path / "rep")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    from measure.control.report import combine, load_run
+    from measure.control.runs import combine, load_run
 
     runs = [load_run(o) for o in outs]
     both = combine(runs)

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engines.base import EngineError
-from measure.control.report import ReportError, load_run
+from measure.control.runs import ReportError, load_run
 from measure.sources.replay import Recording, RecordingError
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

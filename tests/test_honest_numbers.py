@@ -9,7 +9,7 @@ import pytest
 
 import presets
 from measure.control.live import LiveController, LiveSettings
-from measure.control.report import cells_from_records
+from measure.control.runs import cells_from_records
 from measure.control.sweep import cell_summary
 from measure.core import metrics as M
 from measure.core.records import RequestRecord, RunMeta

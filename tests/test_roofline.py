@@ -255,7 +255,7 @@ def test_http_predicted_tpot_counts_the_endpoints_in_use():
     """Audit 22 item 13. Two 400 GB/s servers listed, W = 16 GB: K = 1 uses one of them, 16 GB ÷ 400 GB/s =
     40 ms (Σβ over both listed said 20 ms); K = 2: 2 × 16 ÷ 800 = 40 ms. The report recomputes the same from
     the records file's header."""
-    from measure.control.report import cells_from_records
+    from measure.control.runs import cells_from_records
 
     header = {"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
               "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]}

@@ -533,7 +533,8 @@ def report_main(argv: list[str]) -> int:
                    "(one inference-top per client machine, started together): report them as one run, "
                    "throughput summed per cell and latencies pooled")
     a = p.parse_args(argv)
-    from measure.control.report import ReportError, report
+    from measure.control.report import report
+    from measure.control.runs import ReportError
 
     if a.combine and a.crossover:
         fail("--combine and --crossover do not go together: combine the clients first, then compare")

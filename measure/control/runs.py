@@ -1,0 +1,253 @@
+"""The runs a report reads: a bench output folder (its summary.json, or cells from its records) or a dashboard
+recording, read into one Run of cells; several clients' runs of one load combined into one (`report
+--combine`). The report draws and writes them (control/report.py)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from measure.core import metrics as M
+from measure.core.recorder import read_jsonl
+from measure.control.cell import Cell, Clients, Periods, as_cell
+from measure.control.sweep import add_scaling, cell_summary
+
+
+class ReportError(ValueError):
+    """An input the report cannot use: one line saying why."""
+
+
+@dataclass
+class Run:
+    name: str
+    header: dict
+    cells: list[Cell]
+    samples: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    records: list = field(default_factory=list)  # its RequestRecords (combine pools them)
+
+    def __post_init__(self):
+        self.cells = [as_cell(c) for c in self.cells]
+
+    @property
+    def beta(self) -> float | None:
+        return self.header.get("bandwidth_gbps")
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.header.get("model_bytes") or 0)
+
+
+def load_run(path: str | Path) -> Run:
+    """A bench output folder (or its summary.json / records.jsonl), or a dashboard recording."""
+    import warnings
+
+    p = Path(path)
+    if p.is_dir():
+        if not (p / "records.jsonl").exists():
+            raise ReportError(f"{p} holds no records.jsonl: give a bench --out folder or a recording")
+        p = p / "records.jsonl"
+    elif p.name == "summary.json":
+        p = p.with_name("records.jsonl")
+    if not p.exists():
+        raise ReportError(f"{path} not found")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            headers, records, other = read_jsonl(p)
+        except (OSError, ValueError) as exc:
+            raise ReportError(f"cannot read {p}: {exc}") from None
+    if not headers:
+        raise ReportError(f"{p} has no header line: not an inference-top output")
+    header = headers[0]
+    if not (isinstance(header.get("model_bytes", 0) or 0, int)
+            and (header.get("bandwidth_gbps") is None or isinstance(header.get("bandwidth_gbps"), (int, float)))):
+        raise ReportError(f"{p}: its header is not one inference-top wrote (model_bytes or bandwidth_gbps)")
+    header = dict(header, model_bytes=header.get("model_bytes") or 0)
+    samples = [o for o in other if o.get("kind") == "sample"]
+    events = [o for o in other if o.get("kind") == "event"]
+    summary = p.with_name("summary.json")
+    if header.get("command") == "bench" and summary.exists():
+        cells = [Cell.from_dict(c) for c in json.loads(summary.read_text())]
+    else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
+        cells = cells_from_records(records, header, samples)
+    knee = p.with_name("knee.json")
+    if knee.exists():
+        try:
+            header = dict(header, _knee=json.loads(knee.read_text()))
+        except ValueError:
+            pass
+    name = p.parent.name if p.name == "records.jsonl" else p.stem
+    engine = header.get("engine", "?")
+    return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught], records)
+
+
+TOGETHER_S = 60.0  # clients whose runs started further apart than this did not load the servers together
+
+
+def combine(runs: list[Run]) -> Run:
+    """Several clients' runs of the same sweep, started together against the same servers (one inference-top
+    per client machine when one client cannot drive them), as one run. Per cell (K, B, mode): throughput and
+    achieved concurrency add up (each client's tokens over its own span: their clocks are never compared),
+    request counts add up, and TTFT / TPOT / ITL percentiles come from every client's requests pooled
+    (each a duration on one machine's clock). A warning says when the runs did not start together or did
+    not run the same cells."""
+    if len(runs) < 2:
+        raise ReportError("--combine needs the outputs of two or more clients")
+    if any(c.context for r in runs for c in r.cells):
+        raise ReportError("--combine does not handle --contexts rows; combine runs without --contexts")
+    warnings = [w for r in runs for w in r.warnings]
+    starts = [r.header.get("started_unix") for r in runs]
+    asked = [r.header.get("start_at_unix") for r in runs]
+    segments, more = _clients_check(runs)
+    warnings += more
+    if None not in asked:  # --start-at: every client was asked for one instant (when each was launched is moot)
+        if max(asked) - min(asked) > 0.001:
+            warnings.append(f"the clients were asked to start at different times (--start-at {min(asked):.3f} … "
+                            f"{max(asked):.3f}): their sum is not one load")
+    elif None in starts:
+        warnings.append("a run has no start time (made before this version): cannot check that the clients ran "
+                        "together; the sums assume they did")
+    elif max(starts) - min(starts) > TOGETHER_S:
+        warnings.append(f"the clients' runs started {max(starts) - min(starts):.0f} s apart (> {TOGETHER_S:.0f} s):"
+                        " they did not load the servers together, so their sum is not one load")
+    keys = [{(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
+    if any(k != keys[0] for k in keys):
+        warnings.append("the clients did not run the same cells: a cell missing from one sums fewer clients "
+                        "(see 'clients' per cell)")
+    h0 = runs[0].header
+    cells = []
+    for key in sorted(set().union(*keys)):
+        k, b, mode = key
+        parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
+        pooled = [rec for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
+        timing = Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts])
+        c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
+                         endpoint_gbps=endpoint_gbps(h0), timing=timing)
+        c.arrival_rps = _arrival_rps(parts, key, segments)
+        if parts[0][1].arrivals:
+            c.arrivals = parts[0][1].arrivals
+        if segments:
+            c.segments = segments
+        cells.append(c)
+    add_scaling(cells)
+    header = dict(h0, combined_from=[r.name for r in runs], segment=None, segments=segments,
+                  clients_start=_clients_start(runs))
+    return Run(f"{len(runs)} clients combined ({', '.join(r.name for r in runs)})", header, cells,
+               warnings=warnings, records=[rec for r in runs for rec in r.records])
+
+
+def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
+    """Segments (bench --segment i/N) of one schedule: every share there exactly once, of one schedule; and the
+    clients' clocks against the server's. ("1/2 + 2/2" or None, warnings)."""
+    from collections import Counter
+
+    from measure.core.clients import CLOCK_WARN_S
+
+    warnings = []
+    checks = [(r.name, (r.header.get("clock_check") or {})) for r in runs]
+    checks = [(name, c["offset_s"], c["bound_s"]) for name, c in checks if c.get("offset_s") is not None]
+    if len(checks) > 1:
+        lo, hi = min(checks, key=lambda x: x[1]), max(checks, key=lambda x: x[1])
+        if hi[1] - lo[1] - (hi[2] + lo[2]) > CLOCK_WARN_S:
+            warnings.append(f"the clients' clocks differ by {(hi[1] - lo[1]) * 1e3:.0f} ms (each against the server's "
+                            f"Date): {lo[0]} and {hi[0]} started that far apart at --start-at")
+    segs = [r.header.get("segment") for r in runs]
+    if not any(segs):
+        return None, warnings
+    if not all(segs):
+        warnings.append("some runs are segments of a schedule (--segment) and some are not: their sum is not one load")
+        return None, warnings
+    n = segs[0][1]
+    if any(s[1] != n for s in segs):
+        warnings.append(f"the segments split their schedules in different ways ({', '.join(f'{i}/{m}' for i, m in segs)})")
+    seen = Counter(i for i, _ in segs)
+    for i in range(1, n + 1):
+        if not seen[i]:
+            warnings.append(f"segment {i}/{n} is missing: the combined load is not the whole schedule")
+        elif seen[i] > 1:
+            warnings.append(f"segment {i}/{n} is there {seen[i]} times: its requests are counted {seen[i]} times")
+    if len({tuple(r.header.get(f) for f in ("arrivals", "seed", "requests", "workload")) for r in runs}) > 1:
+        warnings.append("the segments are of different schedules (their arrivals, seed, requests or workload differ)")
+    return " + ".join(f"{i}/{m}" for i, m in sorted(segs)), warnings
+
+
+def _arrival_rps(parts, key, segments) -> float | None:
+    """The rate the clients offered together: segments of one schedule, anchored at their --start-at, put back on
+    the schedule's own clock (each scheduled time − its client's time zero) give the schedule's rate; else each
+    client offered its own, and the rates add (their clocks are never compared)."""
+    from measure.core.arrivals import realised_rate
+
+    if segments and all(r.header.get("start_perf_ns") is not None for r, _ in parts):
+        times = sorted(rec.t_scheduled_ns - r.header["start_perf_ns"] for r, _ in parts for rec in r.records
+                       if (rec.k, rec.b, rec.mode) == key)
+        return realised_rate(times)
+    rates = [p.arrival_rps for _, p in parts]
+    return sum(rates) if rates and None not in rates else None
+
+
+def _clients_start(runs: list[Run]) -> list[dict]:
+    """Per client asked to --start-at: how late its first request went out, and its clock against the server's."""
+    from measure.core.clients import start_lateness_ms
+
+    out = []
+    for r in runs:
+        h = r.header
+        if h.get("start_at_unix") is None:
+            continue
+        c = h.get("clock_check") or {}
+        out.append({"client": r.name, "start_at_unix": h["start_at_unix"],
+                    "first_sent_late_ms": start_lateness_ms(h, r.records), "clock_offset_s": c.get("offset_s"),
+                    "clock_bound_s": c.get("bound_s"), "clock_why": c.get("why")})
+    return out
+
+
+def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
+    """(K, B, mode) → its contiguous periods [start, end) in ns, from a recording's samples; paused time
+    belongs to no level. A level visited twice has two periods, each timed on its own."""
+    out: dict[tuple, list[tuple[int, int]]] = {}
+    ordered = sorted(samples, key=lambda s: s["t_ns"])
+    run_key, run_start = None, None
+    for s in ordered:
+        key = None if s.get("paused") else (s.get("k", 1), s.get("b", 1), s.get("mode", "instances"))
+        if key != run_key:
+            if run_key is not None:
+                out.setdefault(run_key, []).append((run_start, s["t_ns"]))
+            run_key, run_start = key, s["t_ns"]
+    if run_key is not None and ordered and ordered[-1]["t_ns"] > run_start:
+        out.setdefault(run_key, []).append((run_start, ordered[-1]["t_ns"]))
+    return out
+
+
+def endpoint_gbps(header: dict) -> list | None:
+    """HTTP: each endpoint's β as the header lists them (a header from before many endpoints: its one β)."""
+    eps = header.get("endpoints")
+    return [e.get("bandwidth_gbps") for e in eps] if eps else None
+
+
+def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]:
+    """One cell per (K, B, mode) that served requests (records say which level served them). With a
+    recording's samples, every per-second figure is over that level's own periods (cell.Periods), so a level
+    left and visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods
+    ÷ their length; achieved concurrency = Σ busy time inside them ÷ their length; batch mode's bandwidth =
+    the steps inside them ÷ their length × W. HTTP's bandwidth (W ÷ TPOT p50 per endpoint, summed) has no
+    span in it: it is the sweep's, as the bench and the dashboard showed it."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r.k, r.b, r.mode), []).append(r)
+    periods = level_periods(samples) if samples else {}
+    w = header.get("model_bytes", 0)
+    cells = []
+    for (k, b, mode), recs in sorted(groups.items()):
+        spans = periods.get((k, b, mode))
+        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, header.get("kv_bytes_per_token"),
+                         endpoint_gbps=endpoint_gbps(header), max_tokens=header.get("max_tokens"),
+                         ignore_eos=bool(header.get("ignore_eos")), timing=Periods(spans, records) if spans else None)
+        c.span_ns = M.run_span_ns(recs)
+        cells.append(c)
+    add_scaling(cells)
+    return cells
+
+
+__all__ = ["Run", "ReportError", "load_run", "combine", "cells_from_records", "level_periods", "endpoint_gbps"]
