@@ -9,6 +9,10 @@ chunks' arrival times ("chunks+final-usage"). A role-only chunk is not a token. 
 (delta.reasoning_content, as vLLM and llama-server send it, or delta.reasoning) is tokens like the answer's;
 the arrival of the first answer chunk (text or delta.content) is kept apart, for the time to the first
 answer token. The API key is read from the environment and never stored.
+
+What else the source asks a server, and how its answers are read, is here too: its models (GET /models, the
+check that a URL is an API base), its tokenizer (POST /tokenize, llama-server's or vLLM's), and its own
+figures (GET /metrics, vLLM's and llama-server's names).
 """
 from __future__ import annotations
 
@@ -17,10 +21,115 @@ import os
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+from engines.base import EngineError
 
 if TYPE_CHECKING:
     import aiohttp
+
+SERVER_METRICS = {
+    "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
+    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"),
+    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    # counters: a run's figure is their rise over it (the report takes deltas, never totals)
+    "generated_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
+    "prompt_tokens_total": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
+    "requests_total": ("vllm:request_success_total",),
+}
+
+
+class EndpointError(EngineError):
+    """A server that does not answer as an OpenAI-compatible API base: one line saying why and what to do."""
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """The server-view figures found in a /metrics page (sums over label sets); missing ones are absent."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        try:
+            name_labels, value = line.rsplit(" ", 1)
+            name = name_labels.split("{", 1)[0]
+            values[name] = values.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    out: dict[str, float] = {}
+    for key, names in SERVER_METRICS.items():
+        for n in names:
+            if n in values:
+                out[key] = values[n]
+                break
+    return out
+
+
+def stream_url(base: str, endpoint: str) -> str:
+    """Where a streamed request goes: the API base's /chat/completions (endpoint "chat") or /completions."""
+    return f"{base}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+
+
+def served_model(url: str, shown: str, headers: dict[str, str], timeout: float, which: str = "") -> str | None:
+    """GET {url}/models: the first model the server lists (None where its answer names none). An EndpointError
+    where nothing answers, the key is refused or the URL is not the API base (`which`: the endpoint's place
+    among several, said in the line)."""
+    import httpx
+
+    try:
+        r = httpx.get(f"{url}/models", headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"nothing answers at {shown}{which} ({type(exc).__name__}); start the server or "
+                            "fix --url") from None
+    if r.status_code in (401, 403):
+        raise EndpointError(f"{shown}/models answered HTTP {r.status_code}{which}: pass the key's variable "
+                            "with --api-key-env")
+    if r.status_code >= 400:
+        raise EndpointError(f"{shown}/models answered HTTP {r.status_code}{which}: is --url the API base "
+                            "(…/v1)?")
+    try:
+        return cast("str | None", r.json()["data"][0]["id"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def server_tokens(base: str, text: str, headers: dict[str, str]) -> list[int] | None:
+    """The server's own token ids for a text: llama-server's /tokenize, else vLLM's (`base`: the server's root,
+    without /v1); None where neither answers."""
+    import httpx
+
+    for body in ({"content": text, "add_special": True}, {"prompt": text}):  # llama-server, vLLM
+        try:
+            r = httpx.post(f"{base}/tokenize", json=body, headers=headers, timeout=5)
+            if r.status_code == 200:
+                return cast("list[int] | None", r.json().get("tokens"))
+        except (httpx.HTTPError, ValueError):
+            break
+    return None
+
+
+async def models_answer(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bool:
+    """Whether GET {url}/models answers below HTTP 400 within 2 s (a down endpoint asked again)."""
+    import asyncio
+
+    import aiohttp
+
+    try:
+        async with session.get(f"{url}/models", headers=headers, timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+            return r.status < 400
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return False
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
+    """The server's own figures from its /metrics (parse_prometheus); {} where it has none."""
+    try:
+        import aiohttp
+
+        async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+            return parse_prometheus(await r.text()) if r.status == 200 else {}
+    except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
+        return {}
 
 
 @dataclass

@@ -10,9 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from measure.sources.http import parse_prometheus
 from conftest import free_port, serve
-from engines.http_openai import endpoint_body, new_session, stream_one
+from engines.http_openai import endpoint_body, new_session, parse_prometheus, stream_one
 
 CLI = [sys.executable, "-m", "tui.cli"]
 

@@ -22,7 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engines.http_openai import api_headers, endpoint_body, new_session, public_url, stream_one
+from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, public_url,
+                                 scrape_metrics, served_model, server_tokens, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request, RequestMaker
@@ -34,39 +35,6 @@ PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
 ROUTING = ("least", "round-robin")
 
 S = WorkerState
-
-SERVER_METRICS = {
-    "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
-    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"),
-    "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
-    # counters: a run's figure is their rise over it (the report takes deltas, never totals)
-    "generated_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
-    "prompt_tokens_total": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
-    "requests_total": ("vllm:request_success_total",),
-}
-
-
-def parse_prometheus(text: str) -> dict:
-    """The server-view figures found in a /metrics page (sums over label sets); missing ones are absent."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        try:
-            name_labels, value = line.rsplit(" ", 1)
-            name = name_labels.split("{", 1)[0]
-            values[name] = values.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    out = {}
-    for key, names in SERVER_METRICS.items():
-        for n in names:
-            if n in values:
-                out[key] = values[n]
-                break
-    return out
-
 
 
 @dataclass(frozen=True)
@@ -217,26 +185,12 @@ class HttpSource:
                 else "round robin (an endpoint with no free stream is skipped)")
 
     def _check_endpoint(self, ep: _Ep, timeout: float) -> None:
-        import httpx
-
         which = f" (endpoint {ep.idx + 1} of {len(self._eps)})" if len(self._eps) > 1 else ""
         try:
-            r = httpx.get(f"{ep.url}/models", headers=api_headers(self.api_key_env), timeout=min(timeout, 10))
-        except httpx.HTTPError as exc:
-            raise SourceError(f"nothing answers at {ep.shown}{which} ({type(exc).__name__}); start the server or "
-                              "fix --url") from None
-        if r.status_code in (401, 403):
-            raise SourceError(f"{ep.shown}/models answered HTTP {r.status_code}{which}: pass the key's variable "
-                              "with --api-key-env")
-        if r.status_code >= 400:
-            raise SourceError(f"{ep.shown}/models answered HTTP {r.status_code}{which}: is --url the API base "
-                              "(…/v1)?")
-        ep.model = self.model
-        if not ep.model:
-            try:
-                ep.model = r.json()["data"][0]["id"]
-            except (ValueError, KeyError, IndexError, TypeError):
-                pass
+            listed = served_model(ep.url, ep.shown, api_headers(self.api_key_env), min(timeout, 10), which)
+        except EndpointError as exc:
+            raise SourceError(str(exc)) from None
+        ep.model = self.model or listed
         ep.send_ids = self._check_vocabulary(ep)
 
     PROBE = "The quick brown fox jumps over the lazy dog, 1234 times."
@@ -245,22 +199,12 @@ class HttpSource:
         """Send prompt ids (as the local engines read them) only where the server tokenizes as we do:
         llama-server's and vLLM's /tokenize must give our ids for a probe text. Else the prompt goes as text
         and the server's tokenizer decides its length (said in the log and in every record)."""
-        import httpx
-
         if self.tokenizer is None or self.endpoint != "completions":
             return False
         from engines.base import Prompt
 
         ours = list(self.tokenizer(Prompt("probe", text=self.PROBE)))
-        theirs = None
-        for body in ({"content": self.PROBE, "add_special": True}, {"prompt": self.PROBE}):  # llama-server, vLLM
-            try:
-                r = httpx.post(f"{ep.base}/tokenize", json=body, headers=api_headers(self.api_key_env), timeout=5)
-                if r.status_code == 200:
-                    theirs = r.json().get("tokens")
-                    break
-            except (httpx.HTTPError, ValueError):
-                break
+        theirs = server_tokens(ep.base, self.PROBE, api_headers(self.api_key_env))
         who = f"{ep.info.label}: " if len(self._eps) > 1 else ""
         if theirs is not None and [t for t in theirs if t != ours[0]] == [t for t in ours if t != ours[0]]:
             self._sink.log(f"{who}the server tokenizes as the local model does: prompts go as token ids")
@@ -361,7 +305,7 @@ class HttpSource:
 
     # ---- the loop ----------------------------------------------------------------------------
     def _url(self, ep: _Ep) -> str:
-        return f"{ep.url}/{'chat/completions' if self.endpoint == 'chat' else 'completions'}"
+        return stream_url(ep.url, self.endpoint)
 
     def _poke(self) -> None:
         if self._loop and self._wake:
@@ -505,14 +449,8 @@ class HttpSource:
 
     async def _probe(self, ep: _Ep, client) -> None:
         """A down endpoint: does /models answer again? Then warm its streams and let it rejoin."""
-        import aiohttp
-
         try:
-            async with client.get(f"{ep.url}/models", headers=api_headers(self.api_key_env),
-                                  timeout=aiohttp.ClientTimeout(total=2.0)) as r:
-                ok = r.status < 400
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            ok = False
+            ok = await models_answer(client, ep.url, api_headers(self.api_key_env))
         finally:
             ep.probing = False
         if ok and not ep.up and not self._stop:
@@ -525,13 +463,7 @@ class HttpSource:
             self._poke()
 
     async def _scrape(self, ep: _Ep, client) -> None:
-        try:
-            import aiohttp
-
-            async with client.get(f"{ep.base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
-                ep.view = parse_prometheus(await r.text()) if r.status == 200 else {}
-        except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
-            ep.view = {}
+        ep.view = await scrape_metrics(client, ep.base)
 
     def _body(self, ep: _Ep, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict:
         return endpoint_body(self.endpoint, ep.model, prompt, max_tokens, ignore_eos,
