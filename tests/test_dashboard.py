@@ -258,3 +258,133 @@ async def test_export_writes_a_png(tmp_path, monkeypatch):
     run_for(c, fleet, clock, 5)
     path = c.export()
     assert path.exists() and path.with_suffix(".png").exists()
+
+
+# ---- issue 23 item 6: the dashboard's own CPU -------------------------------------------------------------------
+def _cells(text, width):
+    """(character, style) of every cell, as the terminal would show them."""
+    from rich.console import Console
+
+    console = Console(width=width, color_system="256", force_terminal=True)
+    return [(ch, seg.style) for seg in text.render(console) for ch in seg.text]
+
+
+def test_a_chart_is_plotexts_figure_without_its_ansi_canvas(monkeypatch):
+    """The charts read plotext's cell matrix: every cell the same character in the same style as
+    Text.from_ansi(plt.build()), without plotext concatenating an ANSI string cell by cell and Rich decoding it
+    again (about a fifth of a chart's cost, three charts a second)."""
+    import plotext._matrix
+    import tui.charts as charts
+    from rich.text import Text
+
+    canvases = []
+    real = plotext._matrix.matrix_class.set_canvas
+    monkeypatch.setattr(plotext._matrix.matrix_class, "set_canvas",
+                        lambda self: canvases.append(self.rows * self.cols) or real(self))  # cells written
+    xs = [i * 0.5 for i in range(240)]
+    series = [("tok/s", xs, [40 + (i % 17) for i in range(240)], "cyan", "line"),
+              ("p90", xs, [None] * 20 + [30 + (i % 5) for i in range(220)], "yellow", "line"),
+              ("predicted", xs, [45.0] * 240, "red", "dash")]
+    args = (94, 10, series, [(70.0, "spec 70 GB/s", "red"), (None, "", "yellow")], [(30.0, "K=2"), (500.0, "x")],
+            (0.0, 120.0))
+    chart = charts.Chart("aggregate throughput", "tok/s")
+    fast = chart._build(*args)
+    assert sum(canvases) == 0
+    monkeypatch.setattr(charts, "_figure_text", lambda: Text.from_ansi(charts.plt.build()))
+    ref = chart._build(*args)
+    assert sum(canvases) > 0  # plotext's own path writes every cell
+    assert fast.plain == ref.plain and "K=2" in fast.plain and "spec 70 GB/s" in fast.plain
+    assert _cells(fast, 94) == _cells(ref, 94)
+
+
+@pytest.mark.asyncio
+async def test_the_pareto_chart_is_drawn_when_a_level_settles_not_every_sample():
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 15)
+    c.set_k(2)
+    run_for(c, fleet, clock, 15)
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("v")
+        await pilot.pause()
+        app.refresh_charts()
+        pareto = app.query_one("#chart-pareto")
+        before = pareto.builds
+        assert before >= 1
+        for _ in range(4):  # new samples, the same settled levels
+            run_for(c, fleet, clock, 0.5)
+            app.refresh_charts()
+        assert pareto.builds == before
+
+
+def _window_calls(n_per_stream):
+    """Python calls (and C calls) made by one LiveStats.window over two streams of n tokens each, 4 s long, in a
+    5 s window, and the window."""
+    import sys
+
+    from measure.control.stats import LiveStats
+
+    st = LiveStats(5.0)
+    st.load_started(0)
+    for rid in (1, 2):
+        ts = [1_000_000_000 + int(i * 4e9 / (n_per_stream - 1)) for i in range(n_per_stream)]
+        for i in range(0, n_per_stream, 10):
+            st.add_tokens(rid - 1, rid, ts[i:i + 10])
+    count = [0]
+
+    def prof(frame, event, arg):
+        count[0] += 1
+
+    sys.setprofile(prof)
+    try:
+        w = st.window(5_500_000_000)
+    finally:
+        sys.setprofile(None)
+    return count[0], w
+
+
+def test_a_ticks_window_work_does_not_grow_with_the_tokens_in_it():
+    """Two streams of 10 or of 1000 tokens in the window: a tick trims each stream at its ends and reads its TPOT
+    from its first and last token, the same calls either way. Flattening every token into one list and regrouping
+    it every tick made the work grow with the token rate (a fast server: thousands of tokens in 5 s)."""
+    calls_10, w10 = _window_calls(10)
+    calls_1000, w1000 = _window_calls(1000)
+    assert calls_1000 == calls_10
+    assert w10.tpots == pytest.approx([4.0 / 9] * 2) and w1000.tpots == pytest.approx([4.0 / 999] * 2)
+    assert w1000.agg_tps == pytest.approx(2000 / 5.0, rel=1e-6) and w1000.per_worker_tps == {0: 200.0, 1: 200.0}
+
+
+def test_the_window_keeps_tokens_by_time_late_or_out_of_order():
+    """A stream's tokens arriving late and out of order count by their times: the window [1, 6] s at t = 6 s
+    holds 1.1–1.4 s (TPOT (1.4 − 1.1) ÷ 3 = 100 ms); 0.5 s has left it and 7 s is not in it yet."""
+    from measure.control.stats import LiveStats
+
+    s = 1_000_000_000
+    st = LiveStats(5.0)
+    st.load_started(0)
+    st.add_tokens(0, 1, [int(1.3 * s), int(1.4 * s)])
+    st.add_tokens(0, 1, [int(1.2 * s), int(0.5 * s), int(1.1 * s)])
+    st.add_tokens(0, 1, [7 * s])
+    st.add_tokens(1, 2, [int(5.0 * s)])  # one token: no TPOT, but it counts in tok/s
+    w = st.window(6 * s)
+    assert w.tpots == pytest.approx([0.1])
+    assert w.tpot_by_worker == {0: pytest.approx(0.1)}
+    assert w.agg_tps == pytest.approx(5 / 5.0, rel=1e-6) and w.per_worker_tps == {0: 0.8, 1: 0.2}
+    assert w.steps_per_s == {0: 0.8, 1: 0.2}
+
+
+@pytest.mark.asyncio
+async def test_the_live_dashboard_keeps_its_startup_objects_out_of_the_collectors_passes():
+    """The cyclic collector walked every object made at startup (modules, Textual, the widget tree) on each full
+    pass; once the screen is up they are frozen (gc.freeze), so its passes only walk what the run makes."""
+    import gc
+
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 2)
+    app = InferenceTop(c, live=True)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(0.2)
+            assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()

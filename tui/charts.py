@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import plotext as plt
-from rich.text import Text
+from rich.style import Style
+from rich.text import Span, Text
 from textual.widget import Widget
 
 
@@ -55,10 +56,10 @@ class Chart(Panel):
         if key == self._key:
             return  # nothing changed: no redraw
         self._key = key
-        self.set_text(Text.from_ansi(self._build(w, h, series, hlines, markers, x_range)))
+        self.set_text(self._build(w, h, series, hlines, markers, x_range))
         self.builds += 1
 
-    def _build(self, w, h, series, hlines, markers, x_range) -> str:
+    def _build(self, w, h, series, hlines, markers, x_range) -> Text:
         plt.clf()
         plt.plotsize(w, h)
         plt.theme("clear")
@@ -93,4 +94,53 @@ class Chart(Panel):
         plt.ylim(0, ymax * 1.15 if ymax else 1)
         if not any_data:
             plt.text("waiting for data…", x_range[0] if x_range else 0, 0.5)
-        return plt.build()
+        return _figure_text()
+
+
+_STYLES: dict[tuple, Style | None] = {}  # plotext's (color, style, background) of a cell → the Rich style
+
+
+def _cell_style(key: tuple) -> Style | None:
+    """The Rich style Text.from_ansi gives a cell plotext colours with `key`: decoded once per colour."""
+    if key not in _STYLES:
+        spans = Text.from_ansi(plt._utility.colors_to_ansi(*key) + "x").spans
+        style = spans[0].style if spans else None
+        _STYLES[key] = style if isinstance(style, Style) else None  # decoded ANSI: always a Style
+    return _STYLES[key]
+
+
+def _figure_text() -> Text:
+    """The figure plt.build() would draw, as the Text that Text.from_ansi(plt.build()) makes, read from plotext's
+    cell matrix: plotext's own ANSI canvas (a string concatenated cell by cell) and Rich decoding it again were
+    about a fifth of a chart's cost. Falls back to that path where plotext's matrix is not where this reads it."""
+    fig = plt._core._figure  # the figure plt.* draws on
+    try:
+        fig._set_sizes()
+        fig._build_matrix()
+        m = fig.monitor.matrix
+        rows, cols = m.rows, m.cols
+        marker, fg, st, bg = m.marker, m.fullground, m.style, m.background
+    except AttributeError:  # another plotext
+        return Text.from_ansi(plt.build())
+    lines: list[str] = []
+    spans: list[Span] = []
+    pos = 0
+    for r in range(rows - 1, -1, -1):  # plotext's row 0 is the bottom one
+        line = "".join(marker[r])
+        if len(line) != cols:  # a marker wider than one character: leave it to plotext's canvas
+            return Text.from_ansi(plt.build())
+        keys = list(zip(fg[r], st[r], bg[r]))
+        c = 0
+        while c < cols:
+            key = keys[c]
+            e = c + 1
+            while e < cols and keys[e] == key:
+                e += 1
+            style = _cell_style(key)
+            if style is not None:
+                spans.append(Span(pos + c, pos + e, style))
+            c = e
+        lines.append(line)
+        pos += cols + 1
+    lines.append("")  # the canvas ends with a newline, which Text.from_ansi keeps as an empty last line
+    return Text("\n".join(lines), spans=spans, tab_size=8)

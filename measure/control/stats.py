@@ -17,6 +17,7 @@ KEEP since reset (the `e` export's summary).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any
@@ -104,7 +105,9 @@ class LiveStats:
         self.window_s = window_s
         self.slo = slo
         self.load_start_ns: int | None = None  # the window is shorter than window_s until the load is that old
-        self._tokens: list[tuple[int, int | None, int]] = []  # (t_ns, worker, request id)
+        # request id → [worker, its token times in the window, sorted]: kept grouped as they arrive, so a tick
+        # trims each stream's old end and reads its TPOT from its ends, not regrouping every token
+        self._streams: dict[int, list[Any]] = {}
         self._open: dict[int, int] = {}  # request id → t_started of each request in service now
         self._spans: list[tuple[int, int]] = []  # (t_started, t_done) of requests that ended in the window
         self.figures = LevelFigures(slo)  # of the current level
@@ -122,7 +125,18 @@ class LiveStats:
                 self.level_start_ns = t_ns  # the first level starts with the load
 
     def add_tokens(self, worker: int | None, request_id: int, token_ns: list[int]) -> None:
-        self._tokens.extend((t, worker, request_id) for t in token_ns)
+        if not token_ns:
+            return
+        st = self._streams.get(request_id)
+        if st is None:
+            self._streams[request_id] = [worker, sorted(token_ns)]
+            return
+        st[0] = worker
+        ts = st[1]
+        late = token_ns[0] < ts[-1]
+        ts.extend(token_ns)
+        if late or len(token_ns) > 1:
+            ts.sort()  # a batch delivered late or out of order (in C, linear on a sorted list)
 
     def add_started(self, request_id: int, t_ns: int) -> None:
         self._open[request_id] = t_ns
@@ -159,32 +173,36 @@ class LiveStats:
 
     def window(self, now_ns: int) -> Window:
         a = now_ns - int(self.window_s * NS)
-        if self._tokens:
-            self._tokens = [x for x in self._tokens if a <= x[0] <= now_ns]
+        streams = self._streams
+        for rid in list(streams):  # a token leaves the window by its time, whatever arrived after it
+            ts = streams[rid][1]
+            if ts[0] < a:
+                del ts[:bisect_left(ts, a)]
+            if ts and ts[-1] > now_ns:
+                del ts[bisect_right(ts, now_ns):]
+            if not ts:
+                del streams[rid]
         if self._spans:
             self._spans = [s for s in self._spans if s[1] >= a]
         if self.load_start_ns is None:
             return Window(0.0, 0.0, [], {}, {}, 0.0)
         span = min(self.window_s, max(1e-9, (now_ns - self.load_start_ns) / NS))
-        per_req: dict[int, list[int]] = {}
-        req_worker: dict[int, object] = {}
-        per_worker: dict[str, Any] = {}
-        steps: dict[str, Any] = {}
-        for t, wid, rid in self._tokens:
-            per_req.setdefault(rid, []).append(t)
-            req_worker[rid] = wid
-            per_worker[wid] = per_worker.get(wid, 0) + 1
-            steps.setdefault(wid, set()).add(t)
+        lo = now_ns - int(span * NS)
+        per_worker: dict[Any, int] = {}
+        steps: dict[Any, set[int]] = {}
         tpots = []
-        by_worker: dict[str, Any] = {}
-        for rid, ts in per_req.items():
-            ts.sort()
+        by_worker: dict[Any, list[float]] = {}
+        n_agg = 0
+        for wid, ts in streams.values():
+            per_worker[wid] = per_worker.get(wid, 0) + len(ts)
+            steps.setdefault(wid, set()).update(ts)
+            n_agg += len(ts) - (bisect_left(ts, lo) if ts[0] < lo else 0)
             if (tp := M.tpot_of_times(ts)) is not None:
                 tpots.append(tp)
-                by_worker.setdefault(req_worker[rid], []).append(tp)
-        agg = M.aggregate_tps_from_times((x[0] for x in self._tokens), now_ns - int(span * NS), now_ns + 1)
+                by_worker.setdefault(wid, []).append(tp)
+        agg = n_agg / ((now_ns + 1 - lo) / NS)  # as M.aggregate_tps_from_times over [lo, now]
         in_service = self._spans + [(t, None) for t in self._open.values()]
-        conc = M.achieved_concurrency(in_service, now_ns - int(span * NS), now_ns) or 0.0
+        conc = M.achieved_concurrency(in_service, lo, now_ns) or 0.0
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
                       {w: len(ts) / span for w, ts in steps.items()}, conc,
                       {w: M.percentile(v, 50) for w, v in by_worker.items()})
