@@ -136,3 +136,37 @@ def test_cli_values_are_refused_in_one_line_or_accepted(k, ctx, max_tokens, rate
             make_plan(args, default_max_tokens=16, progress=lambda m: None)
         except StartError as exc:
             assert "\n" not in str(exc)
+
+
+def _retyped(lines, kind, key, value):
+    """The recording with the first line of `kind` (a request or a sample) given `key` = value."""
+    out, done = [], False
+    for ln in lines:
+        obj = json.loads(ln)
+        if not done and obj.get("kind", "request") == kind and (kind != "request" or obj.get("t_first_token_ns")):
+            obj[key], done = value, True
+        out.append(json.dumps(obj))
+    assert done
+    return out
+
+
+@pytest.mark.parametrize("kind,key,value", [
+    ("request", "t_started_ns", None),  # a first token but no start: ttft_engine subtracted None (TypeError)
+    ("request", "reasoning_tokens", "x"),
+    ("sample", "k", ["2"]),  # a level key that is a list: the report's level periods hashed it (TypeError)
+    ("sample", "b", None),
+])
+def test_a_retyped_line_is_refused_in_one_line(recording_lines, tmp_path, kind, key, value):
+    """Cases hypothesis found (the garbled-recordings test above, on a fresh clone): each is refused by the
+    replay with RecordingError and by the report with ReportError, one line naming the line, never a
+    TypeError from deep inside a metric."""
+    from measure.control.replay import ReplayController
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join(_retyped(recording_lines, kind, key, value)) + "\n")
+    with pytest.raises(RecordingError) as exc:
+        ReplayController(Recording.load(p)).advance_to(Recording.load(p).end_ns)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ReportError) as exc2:
+        load_run(p)
+    assert "\n" not in str(exc2.value)
