@@ -389,7 +389,7 @@ def test_the_knee_learns_from_an_oom_kill_as_the_sweep_does():
     knee = KN.find_knee(KN.measure_levels(src, presets.workload("default"), "users", cfg, said.append), "users",
                         limit=16)
     assert src.ran == [1, 2, 4]
-    assert knee.steps[2].cell["oom_killed"] and knee.failed.stop == "refused" and knee.failed.level == 8
+    assert knee.levels[2].cell["oom_killed"] and knee.failed.stop == "refused" and knee.failed.level == 8
     assert "OOM killer" in knee.failed.why and any("OOM killer ended a worker" in s for s in said)
 
 

@@ -289,7 +289,7 @@ def test_peers_are_scraped_summed_and_a_dead_one_is_down():
     """Two inference-top exporters (simulated controllers) and a port where nothing listens: the two are read,
     summed with ours, one row each; the third is down and counts in no sum."""
     from conftest import free_port
-    from measure.control.exporter import serve
+    from measure.control.prometheus import serve
     from measure.control.peers import Peers, client_rows
     from sim import run_for, sim_controller
 

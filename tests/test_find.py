@@ -96,7 +96,7 @@ def test_rate_knee_of_a_server_with_a_capacity_lies_near_it(slots, ttft_s, itl_s
     src = ScheduleServer(slots, ttft_s, itl_s)
     mu = src.capacity(max_tokens)
     knee = rate_search(src, max_tokens, 1, 4096)
-    assert 0.8 * mu <= knee.passed.level <= 1.1 * mu, (mu, [(s.level, s.ok, s.why) for s in knee.steps])
+    assert 0.8 * mu <= knee.passed.level <= 1.1 * mu, (mu, [(s.level, s.ok, s.why) for s in knee.levels])
     assert knee.failed.level > knee.passed.level and "queue grows" in knee.failed.why
 
 
@@ -120,7 +120,7 @@ def test_a_rate_level_offers_the_rate_it_is_named_for():
     requests at 2 req/s realised 1.74)."""
     src = ScheduleServer(64, 1e-6, 1e-6)
     knee = rate_search(src, 8, 2, 16)
-    for st in knee.steps:
+    for st in knee.levels:
         assert st.cell["offered_rps"] == pytest.approx(st.level, rel=1e-6)
 
 
@@ -137,7 +137,7 @@ def test_rate_knee_over_http_on_the_null_server():
             knee = rate_search(src, 8, 4, 16)
         finally:
             src.close()
-    assert knee.failed is None and knee.passed.level == 16, [(s.level, s.why) for s in knee.steps]
+    assert knee.failed is None and knee.passed.level == 16, [(s.level, s.why) for s in knee.levels]
 
 
 def test_a_rate_level_held_back_by_the_clients_streams_says_so():
@@ -226,7 +226,7 @@ def test_find_users_stops_with_one_line_when_the_source_runs_fewer():
         finally:
             src.close()
     assert knee.passed.level == 4 and knee.failed.level == 8 and knee.failed.stop == "short"
-    assert [s.level for s in knee.steps] == [1, 2, 4, 8]
+    assert [s.level for s in knee.levels] == [1, 2, 4, 8]
     s = knee.sentence("interactive")
     assert "serves 4 concurrent users" in s and "only 4 of the 8 users" in s
 
@@ -298,24 +298,24 @@ def test_the_memory_wall_ends_a_users_search_with_its_sentence(tmp_path, monkeyp
         knee = find_knee(level, "users", start=1, limit=64)
     finally:
         fleet.close()
-    assert [s.level for s in knee.steps] == [1, 2, 4]
+    assert [s.level for s in knee.levels] == [1, 2, 4]
     assert knee.passed.level == 2 and knee.failed.stop == "wall"
-    assert not any(s.stop == "timeout" for s in knee.steps)
+    assert not any(s.stop == "timeout" for s in knee.levels)
     s = knee.sentence("server", "memory capacity")
     assert "at 4, the memory wall: available memory" in s and s.endswith("the wall is memory capacity")
 
 
 def test_a_wall_while_bisecting_ends_the_search_too():
     """Doubling passes 1, 2, 4 and fails 8 on its SLO; bisecting, 6 hits the wall: nothing runs after it."""
-    from measure.control.knee import Step
+    from measure.control.knee import Level
 
     ran = []
 
     def run(lv):
         ran.append(lv)
         if lv == 6:
-            return Step(lv, False, "wall", "the memory wall: swap growing 3.0 MiB/s")
-        return Step(lv, lv <= 4, None, "ok" if lv <= 4 else "TTFT p99 is 2.00 s (queue)")
+            return Level(lv, False, "wall", "the memory wall: swap growing 3.0 MiB/s")
+        return Level(lv, lv <= 4, None, "ok" if lv <= 4 else "TTFT p99 is 2.00 s (queue)")
 
     knee = find_knee(run, "users")
     assert ran == [1, 2, 4, 8, 6] and knee.failed.stop == "wall" and knee.passed.level == 4

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from measure.core.guard import GiB, MiB, WallThresholds, admit, detect_wall, footprint, parse_size, shape_from_preset
-from measure.core.plan import plan
+from measure.core.sizing import plan
 from measure.core.probes import SystemSample
 from sim import run_for, sim_controller
 

@@ -36,14 +36,14 @@ async def test_plus_twice_and_b_three_times_leave_settled_rows_with_goodput():
 
 def synthetic(knee_at: int, wall_at: int | None = None):
     """A machine whose TTFT p99 crosses 450 ms above `knee_at` users (a known knee), counting the levels run."""
-    from measure.control.knee import Step, judge
+    from measure.control.knee import Level, judge
 
     ran = []
 
     def run(level):
         ran.append(level)
         if wall_at is not None and level >= wall_at:
-            return Step(level, False, "wall", "the memory wall: swap growing")
+            return Level(level, False, "wall", "the memory wall: swap growing")
         att = 1.0 if level <= knee_at else 0.5
         cell = {"status": "ok", "slo_attainment": att, "p99_ttft_ms": 100 if level <= knee_at else 1900,
                 "median_ttft_ms": 80 if level <= knee_at else 1500, "median_queue_wait_ms": 1200,
@@ -111,7 +111,7 @@ def test_own_metrics_endpoint_parses_and_names_follow_prometheus():
     from prometheus_client.parser import text_string_to_metric_families
 
     from conftest import free_port
-    from measure.control.exporter import serve
+    from measure.control.prometheus import serve
 
     c, fleet, clock = sim_controller(k=2)
     run_for(c, fleet, clock, 6)

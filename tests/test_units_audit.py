@@ -5,7 +5,7 @@ import re
 
 import presets
 from measure.core.guard import shape_from_preset
-from measure.core.plan import format_plan, plan
+from measure.core.sizing import format_plan, plan
 from measure.core.units import GiB, MiB, parse_size
 
 
@@ -28,7 +28,7 @@ def test_plan_memory_48g_is_shown_in_the_unit_it_was_read_in():
 def test_a_chips_memory_is_gib():
     """A chip's '96 GB' is 96 GiB (Apple's unified memory, NVIDIA's HBM): it was read as 96 × 10⁹ B.
     The A100 80GB reports 81,920 MiB of memory in nvidia-smi: 80 GiB exactly."""
-    from measure.core.plan import chip_memory
+    from measure.core.sizing import chip_memory
 
     assert chip_memory("apple-m2-max") == 96 * GiB
     assert chip_memory("nvidia-a100-80gb") == 81_920 * MiB

@@ -555,7 +555,7 @@ def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brak
         controller.log("info", note)
     exporter = None
     if prometheus:
-        from measure.control.exporter import serve
+        from measure.control.prometheus import serve
 
         addr, port = prometheus
         try:

@@ -383,7 +383,7 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
 
     if args.find == "users" and not plan.remote:
         cfg.mode = "batch"  # concurrent users, served the way a server serves them: batched in one engine
-    cfg.cell_timeout_s = min(cfg.cell_timeout_s, 300.0)  # every step bounded
+    cfg.cell_timeout_s = min(cfg.cell_timeout_s, 300.0)  # every level bounded
     run = measure_levels(source, plan.workload, args.find, cfg, say, k=1 if plan.remote else plan.ks[0],
                          target=args.target)
     start = args.rate or (0.5 if args.find == "rate" else 1)
@@ -449,7 +449,7 @@ def plan_main(argv: list[str]) -> int:
                    "ttft=450ms,tpot=40ms)")
     args = p.parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
-    from measure.core.plan import PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users
+    from measure.core.sizing import PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users
     from measure.core.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model

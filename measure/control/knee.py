@@ -1,9 +1,9 @@
 """`bench --find users|rate|b`: ramp the load (doubling, then bisecting) until the SLO attainment falls below
 a target, a rate level's queue grows (it does not keep up, docs/design.md §13), or the memory guard or the
-wall stops it; then say the answer in one sentence with the binding ceiling. Every step is bounded in time;
+wall stops it; then say the answer in one sentence with the binding ceiling. Every level is bounded in time;
 the search ends at the first wall, and where a level could not run the users it names.
 
-The search is a pure function of `run_level` (one measured level → a Step), so it is tested on a synthetic
+The search is a pure function of `run_level` (one measured level → a Level), so it is tested on a synthetic
 curve with a known knee; `measure_levels` runs real levels on a load source.
 """
 from __future__ import annotations
@@ -31,11 +31,13 @@ SERVED_RATIO = 0.95
 QUEUE_TREND = 1 / SERVED_RATIO - 1
 LEVEL_S = 10.0  # a rate level offers at least this many seconds of arrivals (and at least cfg.requests)
 LEVEL_SERVICES = 5  # … and at least 5 service times (a request's started → done), so a queue has time to show
-ENDS = ("refused", "wall", "short")  # a step that stops this way ends the search: nothing after it is measured
+ENDS = ("refused", "wall", "short")  # a level that stops this way ends the search: nothing after it is measured
 
 
 @dataclass
-class Step:
+class Level:
+    """One measured level of the search: the users, rate or B it ran at, and its verdict."""
+
     level: float
     ok: bool
     stop: str | None = None  # refused | wall | short (fewer users ran than named): the search ends; timeout
@@ -46,9 +48,9 @@ class Step:
 @dataclass
 class Knee:
     what: str  # users | rate | b
-    passed: Step | None
-    failed: Step | None
-    steps: list[Step]
+    passed: Level | None
+    failed: Level | None
+    levels: list[Level]
 
     def sentence(self, slo_name: str, wall: str | None = None) -> str:
         unit = {"users": "concurrent users", "b": "sequences per engine (B)", "rate": "requests/s"}[self.what]
@@ -64,7 +66,7 @@ class Knee:
     def cells(self) -> list[Cell]:
         """bench --find's summary.json: each measured level's cell with its verdict."""
         return [st.cell.copy().update(level=st.level, within_slo=st.ok, verdict=st.why)
-                for st in self.steps if st.cell is not None]
+                for st in self.levels if st.cell is not None]
 
     def wall(self, roofline_known: bool) -> str | None:
         """The wall the answer names (docs/design.md §11): the last level's roofline binding (where a roofline
@@ -89,60 +91,60 @@ class Knee:
             "knee": self.passed.level if self.passed else None, "first_out": self.failed.level if self.failed else None,
             "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
                        **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in (st.cell or ())}}
-                      for st in self.steps]},
+                      for st in self.levels]},
             indent=2))
         return cells
 
 
-def find_knee(run_level: Callable[[float], Step], what: str = "users", start: float = 1, limit: float = 512,
-              max_steps: int = 12) -> Knee:
+def find_knee(run_level: Callable[[float], Level], what: str = "users", start: float = 1, limit: float = 512,
+              max_levels: int = 12) -> Knee:
     """Double from `start` until a level fails or stops, then bisect between the last pass and the first
     failure (whole numbers for users and B; to 10 % for a rate)."""
-    steps: list[Step] = []
+    levels: list[Level] = []
     passed = failed = None
     level = start
-    while level <= limit and len(steps) < max_steps:
+    while level <= limit and len(levels) < max_levels:
         st = run_level(level)
-        steps.append(st)
+        levels.append(st)
         if st.ok and not st.stop:
             passed, level = st, level * 2
             continue
         failed = st
         break
     if failed is None or failed.stop in ENDS:
-        return Knee(what, passed, failed, steps)
+        return Knee(what, passed, failed, levels)
     lo = passed.level if passed else 0
     hi = failed.level
     close = (lambda a, b: b - a <= 1) if what != "rate" else (lambda a, b: b - a <= 0.1 * b)
-    while not close(lo, hi) and len(steps) < max_steps:
+    while not close(lo, hi) and len(levels) < max_levels:
         mid = (lo + hi) // 2 if what != "rate" else (lo + hi) / 2
         if mid <= 0:
             break
         st = run_level(mid)
-        steps.append(st)
+        levels.append(st)
         if st.ok and not st.stop:
             passed, lo = st, mid
         else:
             failed, hi = st, mid
             if st.stop in ENDS:  # a paused fleet or a refusal: what follows would measure nothing
                 break
-    return Knee(what, passed, failed, steps)
+    return Knee(what, passed, failed, levels)
 
 
-def judge(cell: Cell | dict, slo, what: str, level: float, target: float = TARGET_ATTAINMENT) -> Step:
+def judge(cell: Cell | dict, slo, what: str, level: float, target: float = TARGET_ATTAINMENT) -> Level:
     """Whether a measured level meets the SLO target (and, for a rate, keeps up with it)."""
     cell = as_cell(cell)
     att = cell.slo_attainment
     if not cell.ok or att is None:
-        return Step(level, False, cell.status if not cell.ok else None, cell.reason or "no request finished", cell)
+        return Level(level, False, cell.status if not cell.ok else None, cell.reason or "no request finished", cell)
     if what == "rate" and (trend := cell.ttft_trend) is not None and trend > QUEUE_TREND:
         offered = cell.offered_rps or level
-        return Step(level, False, None, f"its queue grows: TTFT rises {trend * cell.arrivals_s:.2f} s over its "
+        return Level(level, False, None, f"its queue grows: TTFT rises {trend * cell.arrivals_s:.2f} s over its "
                     f"{cell.arrivals_s:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
                     f"{offered:.3g} req/s offered)", cell)
     if att >= target:
-        return Step(level, True, None, f"{att:.0%} of requests within the SLO", cell)
-    return Step(level, False, None, _why(cell, slo, att), cell)
+        return Level(level, True, None, f"{att:.0%} of requests within the SLO", cell)
+    return Level(level, False, None, _why(cell, slo, att), cell)
 
 
 def _why(cell: Cell, slo, att: float) -> str:
@@ -209,7 +211,7 @@ def peak_in_flight(records: list[RequestRecord], since: str = "t_scheduled_ns") 
 
 
 def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
-                   target: float = TARGET_ATTAINMENT) -> Callable[[float], Step]:
+                   target: float = TARGET_ATTAINMENT) -> Callable[[float], Level]:
     """run_level over a load source: users → one engine batching min(U, max-b) sequences for U closed-loop
     users (over HTTP one stream per user: the server batches them itself); b → B sequences for B users;
     rate → open-loop Poisson arrivals on the engine as configured, for LEVEL_S seconds or LEVEL_SERVICES
@@ -223,7 +225,7 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
     runner = CellRunner(source, cfg, say)
     service_s: list[float] = []  # each level's median started → done
 
-    def run(level: float) -> Step:
+    def run(level: float) -> Level:
         if what == "rate":
             mode, b, users = cfg.mode, max(cfg.bs), None
             secs = min(max(LEVEL_S, LEVEL_SERVICES * min(service_s, default=0.0)), cfg.cell_timeout_s / 2)
@@ -240,7 +242,7 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
             arrivals = ClosedLoop(users, total=n)
         if refusal := runner.oom_refusal(mode, k, b) or runner.budget_refusal(mode, k, b, cfg.ctx):
             say(f"{what} {level:g}: {refusal}")
-            return Step(level, False, "refused", f"the memory guard refuses it: {refusal.split(';')[0]}")
+            return Level(level, False, "refused", f"the memory guard refuses it: {refusal.split(';')[0]}")
         # exactly these users (a source may otherwise follow its streams × endpoints)
         runner.start(mode, k, b, cfg.ctx, users)
         say(f"{what} {level:g}: {n} requests, {arrivals.describe()}, {mode} K={k} B={b} …")
@@ -248,9 +250,9 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
         try:
             recs = runner.load(workload, arrivals)
         except CellStopped as stop:
-            return Step(level, False, "wall", f"the memory wall: {stop}")
+            return Level(level, False, "wall", f"the memory wall: {stop}")
         except TimeoutError as exc:
-            return Step(level, False, "timeout", str(exc))
+            return Level(level, False, "timeout", str(exc))
         cell = runner.finish(recs, workload, mode, k, b)
         runner.learn(cell, mode, k, b, cfg.ctx)
         span = M.run_span_ns(recs)
@@ -264,7 +266,7 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
             cell.peak_users = peak_in_flight(recs)
             if cell.peak_users < users:
                 say(f"  only {cell.peak_users} of {users} users were in flight at once: the search stops")
-                return Step(level, False, "short", f"only {cell.peak_users} of the {users} users asked were in "
+                return Level(level, False, "short", f"only {cell.peak_users} of the {users} users asked were in "
                             f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
                             "stops here", cell)
         st = judge(cell, cfg.slo, what, level, target)

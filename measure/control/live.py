@@ -21,7 +21,7 @@ from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRo
 from measure.control.stats import LiveStats
 from measure.control.steps import StepTable
 from measure.core.cost import Cost, PowerMeter, joules_per_token
-from measure.control.wall import Step, WallWatch, ceiling
+from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
 from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
                                  total_memory_bytes)
@@ -436,7 +436,7 @@ class LiveController:
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
-            ceiling=ceiling(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
+            ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
                             level.binding if level else None, not self.caps.local, self.k * self.b,
                             win.concurrency, sum(r.threads or 0 for r in rows if r.state not in ("dead", "retired"))),
         )

@@ -36,7 +36,7 @@ class WallHit:
     undo: Step | None  # the step the brake should undo, if any
 
 
-def ceiling(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
+def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
             attainable_gbps: float | None = None, predicted_binding: str | None = None,
             remote: bool = False, streams_asked: int = 1, streams_decoding: float = 0.0,
             threads: float = 0.0) -> str:

@@ -72,7 +72,7 @@ class SnapshotCollector:
 
 
 def serve(controller: Controller, port: int, addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
-    """Start the exporter in a thread of its own: (server, thread), both to close on exit."""
+    """Start the /metrics server in a thread of its own: (server, thread), both to close on exit."""
     from prometheus_client import start_http_server
 
     registry = CollectorRegistry()
