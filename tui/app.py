@@ -532,54 +532,14 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
 def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True,
                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None) -> int:
-    """The live dashboard over a RunPlan (measure/control/runplan.py); SourceError when the source cannot
-    start (nothing answers at --url)."""
-    from measure.core.recorder import Recorder
-
-    settings = plan.live_settings(brake)
-    source = plan.make_source(k=plan.ks[0])
-    if plan.remote:
-        source.start()  # nothing answers: one line before the screen takes over
-    recorder = None
-    if record:
-        from dataclasses import asdict
-
-        recorder = Recorder(record, plan.header({"command": "dashboard", "k": plan.ks[0],
-                                                 "settings": asdict(settings)}))
-    roofline = plan.roofline(say=lambda t: print(t, flush=True))
-    controller = LiveController(source, plan.workload, settings, recorder=recorder, roofline=roofline)
-    if recorder:
-        recorder.on_error = lambda m: controller.log("error", f"{m}: the recording stops here, the dashboard goes on")
-    controller.start()
-    for note in plan.notes:
-        controller.log("info", note)
-    exporter = None
-    if prometheus:
-        from measure.control.prometheus import serve
-
-        addr, port = prometheus
-        try:
-            exporter = serve(controller, port, addr)
-            controller.log("info", f"/metrics at http://{addr}:{port}/metrics")
-        except OSError as exc:
-            controller.log("error", f"--prometheus {port}: cannot listen on {addr}:{port} ({exc.strerror or exc})")
-    watch = None
-    if peers:
-        from measure.control.peers import Peers
-
-        watch = Peers(peers)
-        watch.start()
-        controller.log("info", f"watching {len(peers)} other client(s)' /metrics: {', '.join(r.label for r in watch.readings())}")
-    title = plan.choice.name if plan.choice else source.meta.model
-    app = InferenceTop(controller, refresh_hz=refresh_hz, title=title, peers=watch)
+    """The live dashboard over a RunPlan (measure/control/runplan.py: RunPlan.start_live starts its parts);
+    SourceError when the source cannot start (nothing answers at --url)."""
+    run = plan.start_live(record, brake, prometheus, peers)
+    app = InferenceTop(run.controller, refresh_hz=refresh_hz, title=run.title, peers=run.peers)
     quit_on_signals(app)
     try:
         app.run()
     finally:
         hold()  # a second Ctrl-C must not cut the cleanup
-        controller.close()
-        if watch:
-            watch.close()
-        if exporter:
-            (exporter[0] if isinstance(exporter, tuple) else exporter).shutdown()
+        run.close()
     return 0

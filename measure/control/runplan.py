@@ -28,6 +28,26 @@ from presets import SLO, PresetError, Workload, chip
 from presets import slo as preset_slo
 
 
+@dataclass
+class LiveRun:
+    """What the live dashboard drives, started by RunPlan.start_live: the controller, the screen's title, the
+    other clients watched (--peer: control/peers.Peers) and the /metrics server (--prometheus: control/
+    prometheus.serve's (server, thread)); close() stops the three in that order."""
+
+    controller: Any
+    title: str
+    peers: Any = None
+    metrics_server: Any = None
+
+    def close(self) -> None:
+        self.controller.close()
+        if self.peers:
+            self.peers.close()
+        if self.metrics_server:
+            ms = self.metrics_server
+            (ms[0] if isinstance(ms, tuple) else ms).shutdown()
+
+
 class StartError(ValueError):
     """A bad input found before anything starts: one line saying what was wrong and what to do."""
 
@@ -195,6 +215,53 @@ class RunPlan:
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
+
+    def start_live(self, record: str | None = None, brake: bool = True,
+                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None) -> LiveRun:
+        """The live dashboard's parts, started: the source (a remote one checked before the screen takes over:
+        SourceError when nothing answers), the recording, the roofline, the controller and its notes, the
+        /metrics server (--prometheus) and the other clients watched (--peer)."""
+        from measure.control.live import LiveController
+        from measure.core.recorder import Recorder
+
+        settings = self.live_settings(brake)
+        source = self.make_source(k=self.ks[0])
+        if self.remote:
+            source.start()  # nothing answers: one line before the screen takes over
+        recorder = None
+        if record:
+            from dataclasses import asdict
+
+            recorder = Recorder(record, self.header({"command": "dashboard", "k": self.ks[0],
+                                                     "settings": asdict(settings)}))
+        roofline = self.roofline(say=lambda t: print(t, flush=True))
+        controller = LiveController(source, self.workload, settings, recorder=recorder, roofline=roofline)
+        if recorder:
+            recorder.on_error = lambda m: controller.log("error", f"{m}: the recording stops here, the dashboard "
+                                                                  "goes on")
+        controller.start()
+        for note in self.notes:
+            controller.log("info", note)
+        metrics_server = None
+        if prometheus:
+            from measure.control.prometheus import serve
+
+            addr, port = prometheus
+            try:
+                metrics_server = serve(controller, port, addr)
+                controller.log("info", f"/metrics at http://{addr}:{port}/metrics")
+            except OSError as exc:
+                controller.log("error", f"--prometheus {port}: cannot listen on {addr}:{port} ({exc.strerror or exc})")
+        watch = None
+        if peers:
+            from measure.control.peers import Peers
+
+            watch = Peers(peers)
+            watch.start()
+            controller.log("info", f"watching {len(peers)} other client(s)' /metrics: "
+                           f"{', '.join(r.label for r in watch.readings())}")
+        title = self.choice.name if self.choice else source.meta.model
+        return LiveRun(controller, title, watch, metrics_server)
 
     def describe_beta(self) -> str:
         if self.bandwidth_gbps:
@@ -407,4 +474,4 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     return plan
 
 
-__all__ = ["RunPlan", "StartError", "make_plan", "resolve_budget", "resolve_bandwidth", "check_url"]
+__all__ = ["RunPlan", "LiveRun", "StartError", "make_plan", "resolve_budget", "resolve_bandwidth", "check_url"]
