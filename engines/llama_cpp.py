@@ -206,6 +206,7 @@ class LlamaBatch:
         self._n_vocab = engine._n_vocab
         self._free = list(range(b_cap))  # a min-heap: the lowest free seq_id first
         self.seqs: dict[str, Any] = {}
+        self._asked = 0
         self.keep_logits = False  # tests: keep a copy of each sequence's logits from the last step
         self.last_logits: dict[str, Any] = {}
 
@@ -238,6 +239,7 @@ class LlamaBatch:
         b.n_seq_id[i] = 1
         b.seq_id[i][0] = slot
         b.logits[i] = 1 if logits else 0
+        self._asked += logits
 
     def step(self):
         """One llama_decode. Returns (t_ns, [(key, token_id)], [(key, finish_reason)])."""
@@ -245,6 +247,7 @@ class LlamaBatch:
 
         lib = self._lib
         n = 0
+        self._asked = 0  # rows whose logits this step asks for, counted as _put sets their flag
         outs = []
         # seq_ids in ascending order: llama.cpp splits a batch whose sequences come out of order (with
         # per-sequence KV streams) into more micro-batches; seen here as 2.2× slower steps at B=8
@@ -284,7 +287,7 @@ class LlamaBatch:
         # batch order: one view and one argmax for the step, not a fetch, a view and an argmax per sequence.
         # The block holds exactly the rows whose logits flag was set; that count must be len(outs).
         ptr = lib.llama_get_logits(self.ctx)
-        asked = sum(self.batch.logits[i] != 0 for i in range(n))
+        asked = self._asked
         if not ptr or asked != len(outs):
             raise EngineError(f"llama.cpp returned {'no logits' if not ptr else f'{asked} logit rows'} for a step "
                               f"that asked {len(outs)}")
