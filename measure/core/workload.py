@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engines.base import Prompt
@@ -131,8 +132,9 @@ class RequestMaker:
     loads; the prompt sequence starts again with each new load, so every cell and rep of a sweep sends the
     same prompt mix whatever ran before it."""
 
-    def __init__(self):
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns):
         self.load: Load | None = None
+        self._clock = clock  # t_submitted_ns: when a request was put out (its lateness against t_scheduled_ns)
         self._ids = itertools.count(1)
         self._id_base = 0  # a segment's ids: base + its index in the whole schedule + 1
         self._prompt_index = itertools.count()
@@ -158,7 +160,7 @@ class RequestMaker:
                               rep=rep, k=k, b=b, mode=mode, session=t.session, turn=t.turn,
                               session_key=f"{self._loads}.{t.key}", messages=t.messages)
                 ld.arrivals.sent(req.request_id, t)
-                req.t_submitted_ns = time.perf_counter_ns()
+                req.t_submitted_ns = self._clock()
                 out.append(req)
             return out
         indexed = getattr(ld.arrivals, "due_indexed", None)  # a segment: each request's index in the schedule
@@ -169,7 +171,7 @@ class RequestMaker:
             rid = next(self._ids) if index is None else self._id_base + index + 1
             req = Request(rid, prompt, max_tokens, ld.ignore_eos, t_scheduled_ns=t_sched, rep=rep, k=k, b=b,
                           mode=mode)
-            req.t_submitted_ns = time.perf_counter_ns()
+            req.t_submitted_ns = self._clock()
             out.append(req)
         return out
 

@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 import weakref
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -28,9 +27,10 @@ from engines.base import EngineSpec
 from measure.core.metrics import ttft
 from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, Request, RequestMaker
+from measure.core.workload import Load, Request
 from measure.sources.base import (Capabilities, CellStopped, EventSink, LevelReady, LoadStarted, OutOfMemory,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.dispatch import Dispatcher
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
 
@@ -125,8 +125,7 @@ class Fleet:
         self._ctx = mp.get_context("spawn")
         self._workers: dict[int, _Worker] = {}
         self._ids = itertools.count(1)
-        self._requests = RequestMaker()
-        self._pending: deque[Request] = deque()  # the one shared request queue
+        self._dispatch = Dispatcher()  # the shared queue, the load's arrivals, pause and users (sources/dispatch.py)
         self._inflight: dict[int, _InFlight] = {}
         self._cmds: queue.Queue = queue.Queue()
         self._cmds_put = 0
@@ -135,8 +134,6 @@ class Fleet:
         self._lock = threading.Lock()
         self._snapshot: dict[int, WorkerInfo] = {}
         self._load_started = False
-        self._paused = False
-        self._auto_users = False  # True: closed-loop users follow ready workers × B (the dashboard)
         self._closed = False
         self._fatal: str | None = None
         self._last_death: str | None = None  # the last worker death, in words: why a queue with no worker fails
@@ -333,18 +330,13 @@ class Fleet:
                 # new arrivals go out before the wait, so a closed-loop user's next request never waits
                 # on this thread's sleep
                 self._arrivals()
-                self._dispatch(collector)
+                self._send_queued(collector)
                 self._level_check()
                 self._publish()
                 objs = [self._wake_r]
                 for w in self._live():
                     objs += [w.conn, w.proc.sentinel]
-                timeout = WAIT_S
-                if self._requests.load and not self._paused:
-                    nxt = self._requests.next_wakeup_ns()
-                    if nxt is not None:
-                        timeout = min(WAIT_S, max(0.0, (nxt - time.perf_counter_ns()) / 1e9))
-                ready = wait(objs, timeout)
+                ready = wait(objs, self._dispatch.wait_s(WAIT_S))
                 if self._wake_r in ready:
                     while self._wake_r.poll():
                         self._wake_r.recv_bytes()
@@ -374,12 +366,10 @@ class Fleet:
             self._asked, self._level_wait = (cmd.k, *self._asked[1:]), True
             self._scale(cmd.k)
         elif isinstance(cmd, _SetLoad):
-            self._requests.set_load(cmd.load)
+            self._dispatch.set_load(cmd.load)
             self._load_started = False
         elif isinstance(cmd, _Pause):
-            if self._paused and not cmd.paused:
-                self._requests.resume(time.perf_counter_ns())
-            self._paused = cmd.paused
+            self._dispatch.pause(cmd.paused)
             self._sink.log("load paused" if cmd.paused else "load resumed")
         elif isinstance(cmd, _Batch):
             self._asked, self._level_wait = (self._asked[0], cmd.b, cmd.mode), True
@@ -387,9 +377,7 @@ class Fleet:
                 if w.info.ready_ns:
                     self._send_mode(w)
         elif isinstance(cmd, _Users):
-            self._auto_users = cmd.users is None
-            if cmd.users is not None:
-                self._requests.set_users(cmd.users)
+            self._dispatch.set_users(cmd.users)
 
     def _send_mode(self, w: _Worker) -> None:
         """Tell a worker the mode; it takes no request until it says the mode is applied."""
@@ -436,45 +424,43 @@ class Fleet:
                 and all(w.info.ready_ns and not w.mode_pending for w in active))
 
     def _arrivals(self) -> None:
-        if not self._requests.load or self._paused:
+        if not self._dispatch.flowing:
             return
         if not self._load_started:
             # measurement starts only when every worker of the target K has finished its warmup
             if not self._ready_to_measure() and (self._active() or not self._workers):
                 return
             # (with every worker dead and none coming the load starts anyway: what arrives fails at once in
-            # _dispatch with the death's reason, where it would have waited for the cell's timeout)
+            # _send_queued with the death's reason, where it would have waited for the cell's timeout)
             self._load_started = True
             self._sink.put(LoadStarted(time.perf_counter_ns()))
-        if self._auto_users:
-            self._requests.set_users(max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity())
-        self._pending.extend(self._requests.due(time.perf_counter_ns(), len(self._pending) + len(self._inflight),
-                                                rep=self.rep, k=self.target_k, b=self.b, mode=self.mode))
+        self._dispatch.release(len(self._inflight), rep=self.rep, k=self.target_k, b=self.b, mode=self.mode,
+                               slots=max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity())
 
-    def _dispatch(self, collector: Callable[[RequestRecord], None] | None = None) -> None:
+    def _room(self) -> _Worker | None:
+        """Who takes the head of the queue: the least loaded worker with room, then the one idle longest."""
         cap = self._capacity()
-        while self._pending:
-            # the least loaded worker, then the one idle longest, takes the head of the queue
-            room = [w for w in self._live()
-                    if w.info.ready_ns and not w.retire and not w.mode_pending and len(w.inflight) < cap]
-            if not room:
-                break
-            w = min(room, key=lambda w: (len(w.inflight), w.idle_since))
-            req = self._pending.popleft()
-            if not self._send(w, ReqMsg(req.wire())):
-                self._pending.appendleft(req)
-                break
-            w.inflight.add(req.request_id)
-            # the level that serves it: the workers serving now (not one still warming up, nor one that died)
-            req.k, req.b, req.mode = self._ready_k(), self.b, self.mode
-            w.info.current = req.request_id
-            w.info.active = len(w.inflight)
-            w.info.state = S.SERVING
-            self._inflight[req.request_id] = _InFlight(req, w.info.wid)
-        if self._pending and not self._active():
+        room = [w for w in self._live()
+                if w.info.ready_ns and not w.retire and not w.mode_pending and len(w.inflight) < cap]
+        return min(room, key=lambda w: (len(w.inflight), w.idle_since)) if room else None
+
+    def _send_req(self, w: _Worker, req: Request) -> bool:
+        if not self._send(w, ReqMsg(req.wire())):
+            return False
+        w.inflight.add(req.request_id)
+        # the level that serves it: the workers serving now (not one still warming up, nor one that died)
+        req.k, req.b, req.mode = self._ready_k(), self.b, self.mode
+        w.info.current = req.request_id
+        w.info.active = len(w.inflight)
+        w.info.state = S.SERVING
+        self._inflight[req.request_id] = _InFlight(req, w.info.wid)
+        return True
+
+    def _send_queued(self, collector: Callable[[RequestRecord], None] | None = None) -> None:
+        self._dispatch.dispatch(self._room, self._send_req)
+        if self._dispatch.pending and not self._active():
             # nobody left to serve the queue: fail what waits rather than hang
-            while self._pending:
-                req = self._pending.popleft()
+            for req in self._dispatch.take_all():
                 # (counted by the finite load's collector too: a bench cell waited out its timeout for them)
                 self._finish(_InFlight(req), None, collector, error="no live worker to serve the request"
                              + (f" ({self._last_death})" if self._last_death else ""))

@@ -12,13 +12,15 @@ import itertools
 import queue
 import threading
 import time
+from dataclasses import replace
 
 from measure.core.metrics import ttft
 from measure.core.records import RunMeta, build_record
 from measure.core.units import NS
-from measure.core.workload import ClosedLoop, Load, Request, request_for
+from measure.core.workload import ClosedLoop, Load, Request
 from measure.sources.base import (Capabilities, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
                                   WorkerInfo, WorkerState)
+from measure.sources.dispatch import Dispatcher
 
 S = WorkerState
 
@@ -40,8 +42,7 @@ class SimulatedFleet:
         self._clock = clock or time.perf_counter_ns
         self._threaded = threaded
         self._ids = itertools.count(1)
-        self._req_ids = itertools.count(1)
-        self._prompts = itertools.count()
+        self._dispatch = Dispatcher(self._clock)  # request ids, prompts and release (sources/dispatch.py)
         self._workers: dict[int, WorkerInfo] = {}
         self._busy: dict[int, dict] = {}  # wid -> {"reqs": [request states], "next": next step time}
         self.mode = self.meta.mode
@@ -103,6 +104,9 @@ class SimulatedFleet:
 
     def set_load(self, load: Load | None) -> None:
         self._load = (load.workload, load.max_tokens) if load else None
+        # its own closed loop whatever the load's arrivals: a request starts the moment a slot is free (below
+        # `users`), never queued, so the snapshots stay the same on every machine
+        self._dispatch.set_load(Load(load.workload, ClosedLoop(1), load.max_tokens) if load else None)
         if self._users is None and load is not None:
             self._users = load.arrivals.users if isinstance(load.arrivals, ClosedLoop) else 10**9
 
@@ -111,6 +115,7 @@ class SimulatedFleet:
 
     def pause(self, paused: bool = True) -> None:
         self._paused = paused
+        self._dispatch.paused = paused  # its closed loop has no schedule to move on
 
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
@@ -142,7 +147,6 @@ class SimulatedFleet:
         with self._lock:
             if self._load is None:
                 return
-            workload, max_tokens = self._load
             if not self._started_load:
                 self._started_load = True
                 self.events.put(LoadStarted(now))
@@ -159,19 +163,16 @@ class SimulatedFleet:
             n_serving = max(1, sum(1 for w in active if w.ready_ns and w.state != S.RETIRING))  # warming: no reads
             step_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
             in_flight = sum(len(v["reqs"]) for v in self._busy.values())
+            serving = [w for w in active if w.ready_ns and w.state != S.RETIRING]
+            free = sum(max(0, cap - len(self._busy.get(w.wid, {}).get("reqs", ()))) for w in serving)
+            if free:  # as many requests as there are free slots, up to the users
+                self._dispatch.set_users(min(self._users, in_flight + free))
+                self._dispatch.release(in_flight, rep=self.rep, k=self.target_k, b=self.b, mode=self.mode)
             for w in active:
                 st = self._busy.setdefault(w.wid, {"reqs": [], "next": None})
-                while (not self._paused and w.ready_ns and w.state != S.RETIRING and len(st["reqs"]) < cap
-                       and in_flight < self._users):
-                    rid = next(self._req_ids)
-                    prompt, n_out = request_for(workload, next(self._prompts), max_tokens)
-                    st["reqs"].append({"rid": rid, "prompt": prompt, "max_tokens": n_out, "t0": now, "tokens": []})
-                    self.events.put(Started(w.wid, rid, now))
-                    st["reqs"][-1]["k"] = max(1, len(self._serving()))  # the workers serving it: its records' K
-                    in_flight += 1
-                    if st["next"] is None:
-                        st["next"] = now + self.prefill_ns
-                    w.state, w.current = S.SERVING, rid
+                if w in serving:
+                    self._dispatch.dispatch(lambda: w if len(st["reqs"]) < cap else None,
+                                            lambda w, req: self._admit(w, st, req, now))
                 while st["reqs"] and st["next"] is not None and st["next"] <= now:
                     t = st["next"]
                     for r in st["reqs"]:
@@ -188,10 +189,20 @@ class SimulatedFleet:
                     w.state = S.RETIRED if w.state == S.RETIRING else (S.IDLE if w.state == S.SERVING else w.state)
                 w.active = len(st["reqs"])
 
+    def _admit(self, w: WorkerInfo, st: dict, req: Request, now: int) -> bool:
+        """A request into a free slot of `w`: it starts now (its first token after the prefill)."""
+        st["reqs"].append({"rid": req.request_id, "req": req, "max_tokens": req.max_tokens, "t0": now, "tokens": []})
+        self.events.put(Started(w.wid, req.request_id, now))
+        st["reqs"][-1]["k"] = max(1, len(self._serving()))  # the workers serving it: its records' K
+        if st["next"] is None:
+            st["next"] = now + self.prefill_ns
+        w.state, w.current = S.SERVING, req.request_id
+        return True
+
     def _finish(self, w: WorkerInfo, cur: dict) -> None:
         toks = cur["tokens"]
-        req = Request(cur["rid"], cur["prompt"], len(toks), True, t_scheduled_ns=cur["t0"], t_submitted_ns=cur["t0"],
-                      rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
+        req = replace(cur["req"], max_tokens=len(toks), ignore_eos=True, t_scheduled_ns=cur["t0"],
+                      t_submitted_ns=cur["t0"], rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
         rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
                            t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
         w.requests_done += 1

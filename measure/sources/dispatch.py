@@ -1,0 +1,107 @@
+"""The one scheduler of every load source: the fleet's I/O thread, the HTTP source's asyncio loop and the simulated
+fleet's advance() each call a Dispatcher from their own loop (docs/design.md §14, Dispatcher).
+
+It owns what a load means in time: the queue of requests released and not yet sent (one shared queue, first in,
+first out), the release of a load's arrivals into it (an open loop at its scheduled times, a closed loop when a
+user's last request ends, a session's user after its think time: core/workload.RequestMaker makes the Requests),
+each request's lateness (t_submitted_ns, read from the dispatcher's clock as the request is released, against
+t_scheduled_ns: arrivals.lateness_figures), pause and resume, a closed loop's users (told, or following the
+slots the source can serve at once), and how long the source's loop may sleep before the next arrival is due.
+
+A source keeps two things of its own: who has room (`room`: the slot the head of the queue goes to, or None)
+and how to send (`send`: True once it is on its way). Which slot is chosen (least loaded, round robin, the first
+free) is the source's rule, in its `room`.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
+
+from measure.core.workload import Load, Request, RequestMaker
+
+Slot = TypeVar("Slot")
+
+
+class Dispatcher:
+    """A load's arrivals → the shared queue → the slots a source names. Not thread-safe: one loop calls it (a
+    source that changes the load from another thread holds its own lock around both)."""
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns, auto_users: bool = False):
+        self.clock = clock
+        self.requests = RequestMaker(clock)
+        self.pending: deque[Request] = deque()  # released, not sent yet
+        self.paused = False
+        self.auto_users = auto_users  # a closed loop's users follow the slots the source serves (set_users(None))
+
+    @property
+    def load(self) -> Load | None:
+        return self.requests.load
+
+    @property
+    def flowing(self) -> bool:
+        """A load is set and not paused: arrivals are released."""
+        return self.requests.load is not None and not self.paused
+
+    def set_load(self, load: Load | None) -> None:
+        self.requests.set_load(load)
+
+    def set_users(self, users: int | None) -> None:
+        """Closed-loop users; None: they follow the slots the source can serve at once (release's `slots`)."""
+        self.auto_users = users is None
+        if users is not None:
+            self.requests.set_users(users)
+
+    def pause(self, paused: bool) -> None:
+        """Paused: nothing is released. On resume the schedule moves on by the pause (no burst of the arrivals
+        missed meanwhile)."""
+        if self.paused and not paused:
+            self.requests.resume(self.clock())
+        self.paused = paused
+
+    def release(self, outstanding: int, *, rep: int, k: int, b: int, mode: str,
+                slots: int | None = None) -> list[Request]:
+        """Put the arrivals due now at the back of the queue and return them. `outstanding`: requests sent and
+        not finished (a closed loop's users count the queue and these); `slots`: what the source can serve at
+        once now, a closed loop's users when they follow it. The requests say rep, K, B and mode as given; the
+        source stamps the level that serves each as it sends it."""
+        if not self.flowing:
+            return []
+        if self.auto_users and slots is not None:
+            self.requests.set_users(slots)
+        new = self.requests.due(self.clock(), len(self.pending) + outstanding, rep=rep, k=k, b=b, mode=mode)
+        self.pending.extend(new)
+        return new
+
+    def dispatch(self, room: Callable[[], Slot | None], send: Callable[[Slot, Request], bool]) -> int:
+        """The head of the queue to the slot `room` names, while it names one; a request `send` could not send
+        goes back to the head and dispatching stops there. Returns how many were sent."""
+        n = 0
+        while self.pending:
+            slot = room()
+            if slot is None:
+                break
+            req = self.pending.popleft()
+            if not send(slot, req):
+                self.pending.appendleft(req)
+                break
+            n += 1
+        return n
+
+    def take_all(self) -> list[Request]:
+        """Every request still queued, the queue emptied (nobody is left to serve them)."""
+        out = list(self.pending)
+        self.pending.clear()
+        return out
+
+    def finished(self, req: Request, answer: str | None, t_done_ns: int) -> None:
+        """A request ended (answer: its text; None: it failed): a session's user takes it and thinks."""
+        self.requests.finished(req, answer, t_done_ns)
+
+    def wait_s(self, longest: float) -> float:
+        """How long the source's loop may sleep: until the next scheduled arrival, `longest` at most."""
+        nxt = self.requests.next_wakeup_ns() if self.flowing else None
+        if nxt is None:
+            return longest
+        return min(longest, max(0.0, (nxt - self.clock()) / 1e9))
