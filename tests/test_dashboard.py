@@ -261,40 +261,83 @@ async def test_export_writes_a_png(tmp_path, monkeypatch):
 
 
 # ---- issue 23 item 6: the dashboard's own CPU -------------------------------------------------------------------
-def _cells(text, width):
-    """(character, style) of every cell, as the terminal would show them."""
-    from rich.console import Console
+def _dots(chart_rows, rows):
+    """The braille dots of a chart's plot area as {(x, y)} in dots from its bottom left, and the colour of each
+    cell that holds dots, by (column, row from the bottom)."""
+    bit = {0x01: (0, 0), 0x02: (0, 1), 0x04: (0, 2), 0x40: (0, 3), 0x08: (1, 0), 0x10: (1, 1), 0x20: (1, 2),
+           0x80: (1, 3)}  # a braille character's bit → (column, row from the top) of its dot in the cell
+    dots, colors = set(), {}
+    for r in range(rows):  # the plot's rows from the top, below the title and the top frame
+        x = 0
+        for text, color in chart_rows[2 + r][1:-1]:  # between the y label + axis and the right frame
+            for ch in text:
+                code = ord(ch) - 0x2800
+                if 0 < code < 256:
+                    for b, (dx, dy) in bit.items():
+                        if code & b:
+                            dots.add((2 * x + dx, 4 * (rows - 1 - r) + 3 - dy))
+                    colors[x, rows - 1 - r] = color
+                x += 1
+    return dots, colors
 
-    console = Console(width=width, color_system="256", force_terminal=True)
-    return [(ch, seg.style) for seg in text.render(console) for ch in seg.text]
+
+def test_a_chart_puts_its_dots_where_its_points_are():
+    """The braille chart of known points: a line from (0, 0) to (79, 20) over x 0–79 and y 0–23 (1.15 × 20) on a
+    plot of 40 × 8 cells (80 × 32 dots, y 0 on the bottom row's middle, dot 1.5, and 23 on the top row's, dot
+    29.5) starts and ends on those dots, has dots in every column within one dot of the straight line and nowhere
+    else; the y labels are 0–23, one a row (the value at its middle), the x labels 0–79, five."""
+    from tui.charts import draw
+
+    rows = draw(46, 12, "t [u]", [("", [0.0, 79.0], [0.0, 20.0], "cyan", "line")], x_range=(0.0, 79.0))
+    plain = ["".join(s for s, _ in row) for row in rows]
+    assert len(rows) == 12 and all(len(p) == 46 for p in plain)
+    assert plain[0].strip() == "t [u]"
+    assert [p[:5] for p in plain[2:10]] == [f"{23 * r / 7:4.1f}┤" for r in range(7, -1, -1)]  # top row first
+    assert plain[1] == "    ┌" + "─" * 40 + "┐"
+    # x ticks at 0, 19.75, 39.5, 59.25, 79: dot columns 0, 20, 40, 59, 79, cells 0, 10, 20, 29, 39
+    assert plain[10] == "    └┬" + "─" * 9 + "┬" + "─" * 9 + "┬" + "─" * 8 + "┬" + "─" * 9 + "┬┘"
+    assert plain[11].split() == ["0", "20", "40", "59", "79"]
+    dots, colors = _dots(rows, 8)
+    assert (0, 2) in dots and (79, 26) in dots  # round(1.5) = 2 (to even), round(1.5 + 20 / 23 × 28) = 26
+    assert {x for x, _ in dots} == set(range(80))
+    assert all(abs(y - (2 + 24 * x / 79)) <= 1 for x, y in dots)
+    assert set(colors.values()) == {"cyan"}
 
 
-def test_a_chart_is_plotexts_figure_without_its_ansi_canvas(monkeypatch):
-    """The charts read plotext's cell matrix: every cell the same character in the same style as
-    Text.from_ansi(plt.build()), without plotext concatenating an ANSI string cell by cell and Rich decoding it
-    again (about a fifth of a chart's cost, three charts a second)."""
-    import plotext._matrix
-    import tui.charts as charts
-    from rich.text import Text
+def test_a_chart_draws_gaps_dashes_lines_markers_and_a_legend():
+    """A None breaks a line; a dashed series is ─ held from point to point in every other cell; an hline is a
+    row of ─ with its label; a marker a │ with its label at the top; data is drawn over both; the legend names
+    the series in the top left corner. y 0–23 on 8 rows (32 dots), x 0–79 on 40 columns (80 dots)."""
+    from tui.charts import draw
 
-    canvases = []
-    real = plotext._matrix.matrix_class.set_canvas
-    monkeypatch.setattr(plotext._matrix.matrix_class, "set_canvas",
-                        lambda self: canvases.append(self.rows * self.cols) or real(self))  # cells written
-    xs = [i * 0.5 for i in range(240)]
-    series = [("tok/s", xs, [40 + (i % 17) for i in range(240)], "cyan", "line"),
-              ("p90", xs, [None] * 20 + [30 + (i % 5) for i in range(220)], "yellow", "line"),
-              ("predicted", xs, [45.0] * 240, "red", "dash")]
-    args = (94, 10, series, [(70.0, "spec 70 GB/s", "red"), (None, "", "yellow")], [(30.0, "K=2"), (500.0, "x")],
-            (0.0, 120.0))
-    chart = charts.Chart("aggregate throughput", "tok/s")
-    fast = chart._build(*args)
-    assert sum(canvases) == 0
-    monkeypatch.setattr(charts, "_figure_text", lambda: Text.from_ansi(charts.plt.build()))
-    ref = chart._build(*args)
-    assert sum(canvases) > 0  # plotext's own path writes every cell
-    assert fast.plain == ref.plain and "K=2" in fast.plain and "spec 70 GB/s" in fast.plain
-    assert _cells(fast, 94) == _cells(ref, 94)
+    xs = [float(x) for x in range(80)]
+    ys = [5.0 if x < 30 or x >= 50 else None for x in range(80)]  # no value over x 30–49
+    rows = draw(46, 12, "t [u]", [("tok/s", xs, ys, "cyan", "line"),
+                                  ("pred", [0.0, 79.0], [10.0, 10.0], "red", "dash"),
+                                  ("p90", xs, [None] * 80, "yellow", "line")],  # no data: not in the legend
+                hlines=[(20.0, "spec 20", "yellow"), (None, "", "red")], markers=[(60.0, "K=2"), (500.0, "x")],
+                x_range=(0.0, 79.0))
+    plain = ["".join(s for s, _ in row) for row in rows]
+    body = [p[5:45] for p in plain[2:10]]  # the plot's 8 rows, top first
+    dots, colors = _dots(rows, 8)
+    legend = {(x, y) for x, y in dots if y >= 28 and x < 6}  # the legend's ⢕⢕ in the top row
+    assert dots - legend == {(x, 8) for x in range(80) if not 30 <= x < 50}  # round(1.5 + 5 / 23 × 28) = 8
+    assert set(colors.values()) == {"cyan"}
+    r10 = 7 - (14 >> 2)  # the dashed row (round(1.5 + 10 / 23 × 28) = 14), from the top
+    assert [c for c, ch in enumerate(body[r10]) if ch == "─"] == list(range(0, 40, 2))
+    assert 7 - (26 >> 2) == 1  # the hline's row, the legend's second: its label follows the legend's
+    assert body[1] == "─── pred─spec 20" + "─" * 24
+    assert body[2][30] == "│" and body[5][30] == "⣀"  # the marker; the data over it at y = 5 (dot 8)
+    assert body[0].startswith(" ⢕⢕ tok/s") and body[0][31:34] == "K=2" and body[1].startswith("─── pred")
+    assert "p90" not in "".join(plain) and "x" not in "".join(body)
+
+
+def test_a_chart_without_data_says_so():
+    from tui.charts import draw
+
+    plain = ["".join(s for s, _ in row) for row in draw(46, 12, "t [u]", [("a", [0.0], [None], "cyan", "line")],
+                                                        x_range=(0.0, 10.0))]
+    assert "waiting for data…" in plain[5] and plain[9].startswith("0.00┤") and plain[2].startswith("1.00┤")
 
 
 @pytest.mark.asyncio
@@ -388,3 +431,32 @@ async def test_the_live_dashboard_keeps_its_startup_objects_out_of_the_collector
             assert gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.asyncio
+async def test_the_live_dashboard_redraws_its_numbers_once_a_second_with_its_charts():
+    """Live, the numbers and the charts are redrawn together once a second (charts at --refresh 1): one
+    repaint of the screen a second, not the numbers at 2 Hz between the charts' second."""
+    import gc
+
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 2)
+    app = InferenceTop(c, live=True)
+    drawn, counting = [], [False]
+    real = app.refresh_numbers
+
+    def numbers():
+        if counting[0]:
+            run_for(c, fleet, clock, 0.5)  # a new snapshot every time: every call draws
+            drawn.append(round(time.monotonic(), 1))
+        real()
+
+    app.refresh_numbers = numbers  # before the timers are set
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(0.3)
+            counting[0] = True
+            await pilot.pause(3.2)
+    finally:
+        gc.unfreeze()
+    assert 2 <= len(drawn) <= 4  # 6 or 7 at 2 Hz

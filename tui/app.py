@@ -1,6 +1,7 @@
 """The Textual dashboard. It reads its controller's `snapshot()` and calls its key actions (the members of
 measure/control/controller.Controller: LiveController live, ReplayController over a recording); nothing here
-waits on a worker. Numbers and gauges refresh at 2 Hz; charts at --refresh Hz, and only when changed."""
+waits on a worker. Numbers and gauges refresh at 1 Hz, charts at --refresh Hz (together at 1 Hz), each panel only
+when its content changed."""
 from __future__ import annotations
 
 import gc
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 SPAN_S = 180.0  # seconds of history on the charts
+NUMBERS_HZ = 1.0  # the numbers panels' redraws a second (a key's effect is drawn at once)
 _t = attrgetter("t")
 
 KEYS = [
@@ -145,8 +147,11 @@ class InferenceTop(App):
 
     def on_mount(self) -> None:
         if self.live:
-            self.set_interval(0.5, self.refresh_numbers)
-            self.set_interval(1.0 / self.refresh_hz, self.refresh_charts)
+            if self.refresh_hz == NUMBERS_HZ:  # one repaint a second: numbers and charts together
+                self.set_interval(1.0 / NUMBERS_HZ, self._refresh_both)
+            else:
+                self.set_interval(1.0 / NUMBERS_HZ, self.refresh_numbers)
+                self.set_interval(1.0 / self.refresh_hz, self.refresh_charts)
             self.call_after_refresh(self._freeze_startup)
         self.refresh_numbers()
         self.call_after_refresh(self.refresh_charts)
@@ -160,6 +165,10 @@ class InferenceTop(App):
         gc.freeze()
 
     # ---- refresh -----------------------------------------------------------------------------
+    def _refresh_both(self) -> None:
+        self.refresh_numbers()
+        self.refresh_charts()
+
     def refresh_numbers(self) -> None:
         snap = self.c.snapshot()
         if snap is None or snap.version == self._last_numbers:

@@ -1,10 +1,22 @@
-"""Plotext charts rendered into a Static: built on the main thread, only when their data changed."""
+"""The dashboard's charts, drawn in braille by this module (2 × 4 dots a cell) straight into Textual strips, and
+the text panels beside them. A chart is rebuilt on the main thread only when its data changed."""
 from __future__ import annotations
 
-import plotext as plt
+import math
+from collections.abc import Iterable, Sequence
+
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Span, Text
+from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
+
+BRAILLE = 0x2800
+# the bit of the dot (column 0/1, row 0–3 from the top of the cell) in a braille character (U+2800 + bits)
+_DOT = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+LINE_MARK = "⢕⢕"  # the legend's sign for a line series
+DASH_MARK = "──"
 
 
 class Panel(Widget):
@@ -16,7 +28,7 @@ class Panel(Widget):
         self._text: Text | str = ""
 
     def set_text(self, text: Text | str) -> None:
-        if text != self._text:
+        if text != self._text:  # the same text: no repaint
             self._text = text
             self.refresh()
 
@@ -24,20 +36,216 @@ class Panel(Widget):
         return self._text
 
 
-def downsample(xs: list[float], ys: list, max_points: int) -> tuple[list[float], list]:
-    """Every n-th point (the last always kept) so a series holds at most `max_points`."""
-    if len(xs) <= max_points:
-        return xs, ys
-    step = -(-len(xs) // max_points)
-    idx = list(range(0, len(xs), step))
-    if idx[-1] != len(xs) - 1:
-        idx.append(len(xs) - 1)
-    return [xs[i] for i in idx], [ys[i] for i in idx]
+def ticks(lo: float, hi: float, n: int) -> list[float]:
+    """n values evenly from lo to hi (both included)."""
+    if n <= 1:
+        return [lo]
+    return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
 
 
-class Chart(Panel):
-    """One time-series chart. `series`: (label, xs, ys, color, style) with style 'line' or 'dash';
-    `hlines`: (y, label, color); `markers`: (x, label) drawn as labelled vertical lines."""
+def tick_format(lo: float, hi: float, n: int) -> str:
+    """A format with enough decimals for two significant digits of the step between n ticks."""
+    step = (hi - lo) / max(1, n - 1)
+    if step <= 0:
+        return ".1f"
+    return f".{min(4, max(0, 1 - math.floor(math.log10(step))))}f"
+
+
+class Grid:
+    """A chart's plot area: `cols` × `rows` cells, 2·cols × 4·rows braille dots, x and y scaled from
+    [x0, x1] and [y0, y1] (dot 0 is the left / bottom one). A cell holds dots or a character, and a colour."""
+
+    def __init__(self, cols: int, rows: int, x0: float, x1: float, y0: float, y1: float):
+        self.cols, self.rows = cols, rows
+        self.x0, self.x1, self.y0, self.y1 = x0, x1, y0, y1
+        self.w, self.h = 2 * cols, 4 * rows  # dots
+        self.bits = [0] * (cols * rows)  # row 0 is the bottom one
+        self.char: list[str | None] = [None] * (cols * rows)
+        self.color: list[str | None] = [None] * (cols * rows)
+
+    def dx(self, x: float) -> int:
+        return round((x - self.x0) / (self.x1 - self.x0) * (self.w - 1)) if self.x1 > self.x0 else 0
+
+    def dy(self, y: float) -> int:
+        """y0 at the middle of the bottom row (dot 1.5), y1 at the middle of the top row: a row's label (the value
+        at its middle) is the nearest to every value drawn in it."""
+        if self.y1 <= self.y0:
+            return 0
+        return min(self.h - 1, max(0, round(1.5 + (y - self.y0) / (self.y1 - self.y0) * (self.h - 4))))
+
+    def _dot(self, x: int, y: int, color: str) -> None:
+        i = (y >> 2) * self.cols + (x >> 1)
+        self.bits[i] |= _DOT[x & 1][3 - (y & 3)]
+        self.char[i] = None
+        self.color[i] = color
+
+    def _run(self, x: int, ya: int, yb: int, color: str) -> None:
+        """Dots in column x from row ya to yb."""
+        if ya > yb:
+            ya, yb = yb, ya
+        for y in range(ya, yb + 1):
+            self._dot(x, y, color)
+
+    def line(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
+        """The points joined by straight lines, in the order given (a None breaks the line); points outside
+        [x0, x1] are left out."""
+        prev: tuple[int, int] | None = None  # the last point drawn, in dots
+        x0, x1 = self.x0, self.x1
+        for x, y in zip(xs, ys):
+            if y is None or not x0 <= x <= x1:
+                prev = None
+                continue
+            p = (self.dx(x), self.dy(y))
+            if prev is None:
+                self._run(p[0], p[1], p[1], color)
+            elif p != prev:
+                self._segment(prev, p, color)
+            prev = p
+
+    def _segment(self, a: tuple[int, int], b: tuple[int, int], color: str) -> None:
+        """Dots from a to b: in each dot column, the run of rows the segment crosses over that column's width."""
+        (ax, ay), (bx, by) = sorted((a, b))
+        if ax == bx:
+            self._run(ax, ay, by, color)
+            return
+        slope = (by - ay) / (bx - ax)
+        for x in range(ax, bx + 1):
+            self._run(x, round(ay + slope * (max(ax, x - 0.5) - ax)), round(ay + slope * (min(bx, x + 0.5) - ax)),
+                      color)
+
+    def dashes(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
+        """A value held from each point to the next, drawn as ─ in every other cell."""
+        pts = [(self.dx(x) >> 1, self.dy(y) >> 2) for x, y in zip(xs, ys) if y is not None and self.x0 <= x <= self.x1]
+        for (c, r), nxt in zip(pts, pts[1:] + [None]):
+            end = c + 1 if nxt is None else max(c + 1, nxt[0])
+            for c_ in range(c, end):
+                if c_ % 2 == 0:
+                    self.put(c_, r, "─", color)
+
+    def put(self, col: int, row: int, ch: str, color: str | None) -> None:
+        if 0 <= col < self.cols and 0 <= row < self.rows:
+            i = row * self.cols + col
+            self.char[i], self.bits[i], self.color[i] = ch, 0, color
+
+    def hline(self, y: float, color: str) -> int:
+        r = self.dy(y) >> 2
+        for c in range(self.cols):
+            self.put(c, r, "─", color)
+        return r
+
+    def vline(self, x: float, color: str) -> int:
+        c = self.dx(x) >> 1
+        for r in range(self.rows):
+            self.put(c, r, "│", color)
+        return c
+
+    def text(self, col: int, row: int, s: str, color: str | None) -> None:
+        for i, ch in enumerate(s):
+            self.put(col + i, row, ch, color)
+
+    def cell(self, col: int, row: int) -> tuple[str, str | None]:
+        i = row * self.cols + col
+        ch = self.char[i]
+        if ch is None:
+            ch = chr(BRAILLE + self.bits[i]) if self.bits[i] else " "
+        return ch, self.color[i]
+
+
+Series = tuple[str, Sequence[float], Sequence[float | None], str, str]  # label, xs, ys, colour, 'line' | 'dash'
+Row = list[tuple[str, str | None]]  # a chart's row: runs of (text, colour or None)
+
+
+def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), markers=(),
+         x_range: tuple[float, float] | None = None) -> list[Row]:
+    """The chart as h rows of (text, colour) runs, each row w cells: the title; the plot framed, y labels on
+    its left (one a row: the value at that row), x labels under it (five); the legend in its top left corner.
+    The y axis runs from 0 to 1.15 × the largest value (or hline) shown."""
+    series = [(label, xs, ys, color, style) for label, xs, ys, color, style in series]
+    if x_range is None:
+        allx = [x for _, xs, ys, _, _ in series for x, y in zip(xs, ys) if y is not None]
+        x_range = (min(allx), max(allx)) if allx else (0.0, 1.0)
+    x0, x1 = x_range
+    ymax = 0.0
+    shown = []
+    for label, xs, ys, color, style in series:
+        vals = [y for x, y in zip(xs, ys) if y is not None and x0 <= x <= x1]
+        if vals:
+            ymax = max(ymax, max(vals))
+            shown.append((label, xs, ys, color, style))
+    hl = [(y, label, color) for y, label, color in hlines if y is not None]
+    ymax = max([ymax] + [y for y, _, _ in hl])
+    y0, y1 = 0.0, (ymax * 1.15 if ymax > 0 else 1.0)
+    rows = h - 4
+    yfmt = tick_format(y0, y1, rows)
+    ylabels = [format(v, yfmt) for v in ticks(y0, y1, rows)]  # bottom row first
+    lw = max(len(s) for s in ylabels)
+    cols = w - lw - 2
+    g = Grid(cols, rows, x0, x1, y0, y1)
+    mk = [(g.vline(x, "magenta"), label) for x, label in markers if x0 <= x <= x1]
+    hr = [(g.hline(y, color), label, color) for y, label, color in hl]
+    for label, xs, ys, color, style in shown:
+        (g.dashes if style == "dash" else g.line)(xs, ys, color)
+    legend = [(f"{DASH_MARK if style == 'dash' else LINE_MARK} {label}", color)
+              for label, _, _, color, style in shown if label]
+    for r, label, color in hr:  # after the legend where it shares its row
+        if label:
+            i = rows - 1 - r
+            g.text(1 + (len(legend[i][0]) + 1 if i < len(legend) else 0), r, label, color)
+    for c, label in mk:
+        g.text(c + 1, rows - 1, label, "magenta")
+    for i, (s, color) in enumerate(legend):
+        g.text(1, rows - 1 - i, s, color)
+    if not shown:
+        g.text(1, rows // 2, "waiting for data…", None)
+    out: list[Row] = [[(_center(f"{title}", w), None)]]
+    out.append([(" " * lw + "┌" + "─" * cols + "┐", None)])
+    for r in range(rows - 1, -1, -1):
+        line: Row = [(ylabels[r].rjust(lw) + "┤", None)]
+        run: list[str] = []
+        run_color: str | None = None
+        for c in range(cols):
+            ch, cc = g.cell(c, r)
+            if cc != run_color and run:
+                line.append(("".join(run), run_color))
+                run = []
+            run_color = cc
+            run.append(ch)
+        if run:
+            line.append(("".join(run), run_color))
+        line.append(("│", None))
+        out.append(line)
+    xt = ticks(x0, x1, 5)
+    tick_cols = [g.dx(x) >> 1 for x in xt]  # the cells these x values are drawn in
+    bottom = ["─"] * cols
+    for c in tick_cols:
+        bottom[c] = "┬"
+    out.append([(" " * lw + "└" + "".join(bottom) + "┘", None)])
+    labels = [" "] * w
+    end = 0
+    xfmt = tick_format(x0, x1, 5)
+    for c, v in zip(tick_cols, xt):
+        s = format(v, xfmt)
+        start = min(w - len(s), max(end, lw + 1 + c - len(s) // 2))
+        if start < end:
+            continue
+        labels[start:start + len(s)] = s
+        end = start + len(s) + 1
+    out.append([("".join(labels), None)])
+    return out
+
+
+def _center(s: str, w: int) -> str:
+    n = cell_len(s)
+    if n >= w:
+        return s[:w]
+    left = (w - n) // 2
+    return " " * left + s + " " * (w - n - left)
+
+
+class Chart(Widget):
+    """One chart. `series`: (label, xs, ys, color, style) with style 'line' or 'dash'; `hlines`: (y, label,
+    color); `markers`: (x, label) drawn as labelled vertical lines. Drawn into strips once per change of its key
+    and size (the line API: Textual asks for lines, nothing is laid out or wrapped)."""
 
     DEFAULT_CSS = "Chart { height: 1fr; }"
 
@@ -46,6 +254,9 @@ class Chart(Panel):
         self.title = title
         self.unit = unit
         self._key = None
+        self._rows: list[Row] = []
+        self._strips: list[Strip] = []
+        self._base = Style()  # the widget's style the strips were made with
         self.builds = 0
 
     def plot(self, key, series, hlines=(), markers=(), x_range=None) -> None:
@@ -56,91 +267,28 @@ class Chart(Panel):
         if key == self._key:
             return  # nothing changed: no redraw
         self._key = key
-        self.set_text(self._build(w, h, series, hlines, markers, x_range))
+        rows = draw(w, h, f"{self.title} [{self.unit}]", series, hlines, markers, x_range)
         self.builds += 1
+        if rows != self._rows:
+            self._rows = rows
+            self._strips = []
+            self.refresh()
 
-    def _build(self, w, h, series, hlines, markers, x_range) -> Text:
-        plt.clf()
-        plt.plotsize(w, h)
-        plt.theme("clear")
-        plt.title(f"{self.title} [{self.unit}]")
-        ymax = 0.0
-        any_data = False
-        for label, xs, ys, color, style in series:
-            pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
-            if not pts:
-                continue
-            any_data = True
-            px, py = downsample([p[0] for p in pts], [p[1] for p in pts], max(10, w // 2))
-            ymax = max(ymax, max(py))
-            if style == "dash":
-                px, py = downsample(px, py, max(5, w // 4))
-                plt.scatter(px, py, label=label, color=color, marker="─")
-            else:
-                plt.plot(px, py, label=label, color=color, marker="braille")
-        for y, label, color in hlines:
-            if y is None:
-                continue
-            plt.hline(y, color)
-            ymax = max(ymax, y)
-            if x_range:
-                plt.text(label, x_range[0] + 0.02 * (x_range[1] - x_range[0]), y, color=color, alignment="left")
-        if x_range:
-            plt.xlim(*x_range)
-            for x, label in markers:
-                if x_range[0] <= x <= x_range[1]:
-                    plt.vline(x, "magenta")
-                    plt.text(label, x, ymax * 1.08 if ymax else 1, color="magenta")
-        plt.ylim(0, ymax * 1.15 if ymax else 1)
-        if not any_data:
-            plt.text("waiting for data…", x_range[0] if x_range else 0, 0.5)
-        return _figure_text()
+    @property
+    def plain(self) -> list[str]:
+        """The chart's rows as text (no colours)."""
+        return ["".join(s for s, _ in row) for row in self._rows]
 
-
-_STYLES: dict[tuple, Style | None] = {}  # plotext's (color, style, background) of a cell → the Rich style
-
-
-def _cell_style(key: tuple) -> Style | None:
-    """The Rich style Text.from_ansi gives a cell plotext colours with `key`: decoded once per colour."""
-    if key not in _STYLES:
-        spans = Text.from_ansi(plt._utility.colors_to_ansi(*key) + "x").spans
-        style = spans[0].style if spans else None
-        _STYLES[key] = style if isinstance(style, Style) else None  # decoded ANSI: always a Style
-    return _STYLES[key]
-
-
-def _figure_text() -> Text:
-    """The figure plt.build() would draw, as the Text that Text.from_ansi(plt.build()) makes, read from plotext's
-    cell matrix: plotext's own ANSI canvas (a string concatenated cell by cell) and Rich decoding it again were
-    about a fifth of a chart's cost. Falls back to that path where plotext's matrix is not where this reads it."""
-    fig = plt._core._figure  # the figure plt.* draws on
-    try:
-        fig._set_sizes()
-        fig._build_matrix()
-        m = fig.monitor.matrix
-        rows, cols = m.rows, m.cols
-        marker, fg, st, bg = m.marker, m.fullground, m.style, m.background
-    except AttributeError:  # another plotext
-        return Text.from_ansi(plt.build())
-    lines: list[str] = []
-    spans: list[Span] = []
-    pos = 0
-    for r in range(rows - 1, -1, -1):  # plotext's row 0 is the bottom one
-        line = "".join(marker[r])
-        if len(line) != cols:  # a marker wider than one character: leave it to plotext's canvas
-            return Text.from_ansi(plt.build())
-        keys = list(zip(fg[r], st[r], bg[r]))
-        c = 0
-        while c < cols:
-            key = keys[c]
-            e = c + 1
-            while e < cols and keys[e] == key:
-                e += 1
-            style = _cell_style(key)
-            if style is not None:
-                spans.append(Span(pos + c, pos + e, style))
-            c = e
-        lines.append(line)
-        pos += cols + 1
-    lines.append("")  # the canvas ends with a newline, which Text.from_ansi keeps as an empty last line
-    return Text("\n".join(lines), spans=spans, tab_size=8)
+    def render_line(self, y: int) -> Strip:
+        base = self.rich_style
+        if self._rows and (not self._strips or base != self._base):
+            self._base = base
+            styles: dict[str | None, Style] = {None: base}
+            for row in self._rows:
+                for _, color in row:
+                    if color not in styles:
+                        styles[color] = base + Style(color=color)
+            self._strips = [Strip([Segment(s, styles[c]) for s, c in row]) for row in self._rows]
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(self.size.width, self.rich_style)
