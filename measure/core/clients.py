@@ -102,6 +102,18 @@ class Segment:
         self._t0 = t0_ns
         self._inner_label: str = inner.describe()
 
+    def share(self, j: int, m: int, t0_ns: int | None = None) -> "Segment":
+        """Part j of m of this segment (its requests at positions ≡ j − 1 mod m), each keeping its index in
+        the whole schedule and its offset: one client's processes (sources/http_pool.py) split it again, all
+        from one start `t0_ns` (else this segment's)."""
+        out = Segment.__new__(Segment)
+        out.i, out.n = self.i, self.n
+        out._own = self._own[j - 1::m]
+        out.full_total, out.total, out.issued = self.full_total, len(out._own), 0
+        out._t0 = self._t0 if t0_ns is None else t0_ns
+        out._inner_label = self._inner_label
+        return out
+
     def describe(self) -> str:
         share = f", segment {self.i}/{self.n}: {self.total} of its {self.full_total} requests" if self.n > 1 else ""
         return self._inner_label + share

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import queue
 import threading
 import time
@@ -137,6 +138,8 @@ class HttpSource:
         self._load_started = False
         self._rr = 0  # the endpoint after the last one chosen
         self._level_sent = (self.target_k, b)  # the (K, B) the last LevelReady said (the first level: the load's)
+        self.proc: int | None = None  # one process of a pool (sources/http_pool.py): its number, on each record
+        self.level_b: int | None = None  # …and the pool's whole B, which its records say (self.b is its share)
 
     @property
     def send_ids(self) -> bool:
@@ -261,8 +264,12 @@ class HttpSource:
         self.b = b
         self._poke()
 
-    def set_load(self, load: Load | None) -> None:
+    def set_load(self, load: Load | None, first_id: int | None = None, id_step: int = 1) -> None:
+        """`first_id`, `id_step`: this load's request ids run first_id, first_id + step … (a pool's process
+        takes every step-th id of its closed loop; a segment's ids come from its index in the schedule)."""
         with self._lock:
+            if first_id is not None:
+                self._requests._ids = itertools.count(first_id, id_step)
             self._requests.set_load(load)
         self._poke()
 
@@ -406,7 +413,7 @@ class HttpSource:
                 break
             slot = heapq.heappop(ep.free)
             req = self._pending.popleft()
-            req.k, req.b = self._serving_k(), self.b  # the level that serves it
+            req.k, req.b = self._serving_k(), self.level_b or self.b  # the level that serves it
             if not self._load_started:
                 self._load_started = True
                 self._sink.put(LoadStarted(time.perf_counter_ns()))
@@ -531,6 +538,8 @@ class HttpSource:
                  "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text", "slot": slot}
         if len(self._eps) > 1:
             extra.update(endpoint=ep.info.label, url=ep.shown, routing=self.routing)
+        if self.proc is not None:
+            extra["proc"] = self.proc
         if res.unreachable:
             extra["endpoint_down"] = True
         rec = build_record(

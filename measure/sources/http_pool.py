@@ -1,0 +1,467 @@
+"""B HTTP streams spread over P worker processes (docs/design.md §18): each process runs sources/http.py's
+HttpSource (one asyncio loop) with its share of the streams, and takes its share of one schedule from one
+start, so the P loops together send what one loop would have sent, without one loop's CPU as the limit.
+
+- **Streams**: process p of P (1-based) holds B ÷ P streams per endpoint (the first B mod P one more).
+- **Open loop** (a finite schedule: --rate, --arrivals, a trace, a client's --segment): the requests are
+  dealt round robin by their position in the schedule, as `bench --segment` deals them over machines
+  (core/clients.Segment.share): each keeps its index, offset and id; all processes count from one t0.
+- **Closed loop**: the U users are dealt the same way (process p: U ÷ P, the first U mod P one more) with
+  the total; process p's requests take ids first + p − 1, first + p − 1 + P … so ids stay unique and, for a
+  finite total, complete. All users start at one t0.
+- **One clock**: records are stamped with time.perf_counter_ns, CLOCK_MONOTONIC on Linux (mach absolute
+  time on macOS): one system-wide clock, so the processes' timestamps compare as one process's would.
+- **Records and events** come back over a pipe per process to one reader thread here, which hands them to
+  the same collector and event queue an HttpSource would: headless, each record as it ends; live, the
+  events every 0.1 s in their order (a record as its Finished, after its Tokens), one LoadStarted, one
+  LevelReady when every process has its share of the new level warmed. Records say the whole B and carry
+  extra.proc = p.
+
+Not split: multi-turn sessions and an endless open loop (the dashboard's --rate without --requests): the
+pool refuses them in one line (use one process: --client-procs 1).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from measure.core.clients import Segment
+from measure.core.records import RequestRecord, RunMeta
+from measure.core.workload import ClosedLoop, Load, PrefixCache
+from measure.sources.base import (Capabilities, EventSink, Finished, LevelReady, LoadStarted, Log, RecordCollector,
+                                  SourceError, WorkerInfo, WorkerState)
+
+START_LEAD_NS = 30_000_000  # a load's t0 is this far ahead of the moment it is handed out: every process has it
+STREAMS_PER_PROC = 96  # about what one asyncio loop streams without falling behind (benchmarks/harness_overhead.py)
+EVENT_EVERY_S = 0.1  # a process sends its live events this often
+WORKERS_EVERY_S = 0.5  # …and its endpoints' rows
+
+
+def auto_procs(b: int, cores: int | None = None) -> int:
+    """Processes for B streams: one per STREAMS_PER_PROC streams (rounded up), at most one per core, at
+    least 1."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, min(-(-b // STREAMS_PER_PROC), cores))
+
+
+def _split(n: int, parts: int) -> list[int]:
+    return [n // parts + (1 if p < n % parts else 0) for p in range(parts)]
+
+
+# ---- one process -----------------------------------------------------------------------------------
+def _child(conn: Connection, proc: int, kw: dict[str, Any], events: bool, run_id: str) -> None:
+    """Process `proc` (1-based): an HttpSource driven by the parent's messages."""
+    from measure.sources.http import HttpSource
+
+    lock = threading.Lock()
+
+    def send(msg: tuple) -> None:
+        with lock:
+            try:
+                conn.send(msg)
+            except (OSError, ValueError):
+                pass  # the parent went away
+
+    tok = kw.pop("tokenizer_path", None)
+    if tok is not None:
+        try:
+            from engines.tokenizer import GGUFTokenizer
+
+            kw["tokenizer"] = GGUFTokenizer(tok)
+        except Exception as exc:  # noqa: BLE001 - said to the parent, prompts go as text
+            send(("log", "warn", f"process {proc}: no local tokenizer ({exc}): prompts go as text"))
+    # live: a record travels as its Finished, in order after its Tokens; headless: at once, by itself
+    src = HttpSource(**kw, events=events, on_record=None if events else lambda r: send(("rec", r)))
+    src.proc, src.run_id = proc, run_id
+    try:
+        src.start(wait_ready=False, timeout=30.0)
+    except SourceError as exc:
+        send(("error", str(exc)))
+        return
+    send(("started", src.meta))
+    stop = threading.Event()
+
+    def pump() -> None:
+        last_rows = 0.0
+        while not stop.wait(EVENT_EVERY_S):
+            if src.events is not None:
+                batch = []
+                while True:
+                    try:
+                        batch.append(src.events.get_nowait())
+                    except queue.Empty:
+                        break
+                if batch:
+                    send(("ev", batch))
+            if time.monotonic() - last_rows >= WORKERS_EVERY_S:
+                last_rows = time.monotonic()
+                send(("rows", src.workers(), src.server_view()))
+
+    threading.Thread(target=pump, name="pool-pump", daemon=True).start()
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            what = msg[0]
+            if what == "close":
+                break
+            if what == "batch":
+                src.level_b = msg[2]
+                src.set_batch("http", msg[1])
+            elif what == "scale":
+                src.scale_to(msg[1])
+            elif what == "users":
+                src.set_users(msg[1])
+            elif what == "pause":
+                src.pause(msg[1])
+            elif what == "load":
+                _, load, first_id, step, rep = msg
+                src.rep = rep
+                src.set_load(load, first_id, step)
+            elif what == "wait_ready":
+                err = None
+                try:
+                    src.wait_ready(msg[1])
+                except SourceError as exc:
+                    err = str(exc)
+                send(("rows", src.workers(), src.server_view()))
+                send(("ready", msg[2], err))
+    finally:
+        stop.set()
+        src.close()
+        send(("closed",))
+
+
+# ---- the pool --------------------------------------------------------------------------------------
+class HttpPool:
+    """An HttpSource's face (sources/base.LoadSource) over `procs` processes; the same arguments."""
+
+    def __init__(self, url, meta: RunMeta, b: int = 1, procs: int | None = None, endpoint: str = "completions",
+                 model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
+                 on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
+                 prefix_cache: PrefixCache = PrefixCache(), tokenizer=None, routing: str = "least"):
+        from measure.sources.http import Endpoint
+
+        specs = url if isinstance(url, list) else [url]
+        self._specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in specs]
+        self.procs = max(1, procs or auto_procs(b))
+        self._kw = dict(url=self._specs, meta=meta, b=1, endpoint=endpoint, model=model, api_key_env=api_key_env,
+                        stall_s=stall_s, prefix_cache=prefix_cache, routing=routing)
+        if tokenizer is not None:
+            self._kw["tokenizer_path"] = str(getattr(tokenizer, "path", tokenizer))
+        self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
+        self._sink = EventSink(events, on_record)
+        self.events: queue.Queue | None = self._sink.events
+        self.mode = "http"
+        self.target_k = len(self._specs)
+        self.b = b
+        self.rep = 0
+        self.oom_killed: list = []
+        self.run_id = uuid.uuid4().hex[:12]
+        self.shown_url = ", ".join(e.shown() for e in self._specs)
+        self._conns: list[Connection] = []
+        self._children: list = []
+        self._rows: dict[int, tuple[list[WorkerInfo], dict | None]] = {}
+        self._collector: RecordCollector | None = None
+        self._next_id = 1
+        self._users: int | None = None
+        self._ready_tokens: dict[int, dict[int, str | None]] = {}
+        self._token = itertools.count(1)
+        self._load_started = False
+        self._level_ready: dict[int, LevelReady] = {}
+        self._error: str | None = None
+        self._closed: set[int] = set()
+        self._started: dict[int, RunMeta] = {}
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._reader: threading.Thread | None = None
+
+    # ---- the LoadSource face -----------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        n = len(self._specs)
+        return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
+                            scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
+                            simulated=False, endpoint=self.shown_url, max_k=n, level_ready=True)
+
+    def _shares(self) -> list[int]:
+        return _split(self.b, min(self.procs, max(1, self.b)))
+
+    def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
+        if self._children:
+            return
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        n = len(self._shares())
+        for p, share in enumerate(self._shares(), 1):
+            here, there = socket.socketpair()
+            # a fresh interpreter (`python -m` this module), not multiprocessing's spawn, which re-runs the
+            # caller's main script in every child; the pipe is a socket pair it inherits
+            child = subprocess.Popen([sys.executable, "-m", "measure.sources.http_pool", str(there.fileno())],
+                                     pass_fds=(there.fileno(),), env=env, stdin=subprocess.DEVNULL)
+            there.close()
+            conn = Connection(here.detach())
+            conn.send((p, dict(self._kw, b=share), self._sink.events is not None, self.run_id))
+            self._conns.append(conn)
+            self._children.append(child)
+        self._reader = threading.Thread(target=self._read, name="http-pool-reader", daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout + 30  # the processes import and check the endpoints first
+        with self._cv:
+            while len(self._started) < n and self._error is None:
+                if time.monotonic() > deadline:
+                    self._error = f"the {n} client processes did not start within {timeout + 30:.0f} s"
+                    break
+                self._cv.wait(0.1)
+        if self._error is not None:
+            self.close()
+            raise SourceError(self._error)
+        self.meta = self._started[1]
+        self._sink.log(f"{self.b} streams over {n} client processes (one asyncio loop each, one schedule)")
+        self._send_all_batch()
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def _send(self, p: int, msg: tuple) -> None:
+        try:
+            self._conns[p - 1].send(msg)
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"client process {p} is gone ({exc})") from None
+
+    def _send_all_batch(self) -> None:
+        for p, share in enumerate(self._shares(), 1):
+            self._send(p, ("batch", share, self.b))
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        token = next(self._token)
+        n = len(self._shares())
+        with self._cv:
+            self._ready_tokens[token] = {}
+        for p in range(1, n + 1):
+            self._send(p, ("wait_ready", timeout, token))
+        deadline = time.monotonic() + timeout + 5
+        with self._cv:
+            while len(self._ready_tokens[token]) < n and self._error is None:
+                if time.monotonic() > deadline:
+                    raise SourceError(f"warmup of {self.b} streams at {self.shown_url} did not finish within "
+                                      f"{timeout:.0f} s")
+                self._cv.wait(0.1)
+            got = self._ready_tokens.pop(token)
+        err = self._error or next((e for e in got.values() if e), None)
+        if err:
+            raise SourceError(err)
+
+    def scale_to(self, k: int) -> None:
+        self.target_k = max(1, min(k, len(self._specs)))
+        for p in range(1, len(self._conns) + 1):
+            self._send(p, ("scale", k))
+
+    def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
+        if b > self.b and min(self.procs, b) > len(self._conns) and self._conns:
+            self._sink.log(f"B={b}: {len(self._conns)} client processes were started for B={self.b}; each holds "
+                           "more streams now", "warn")
+        self.b = b
+        with self._lock:
+            self._level_ready.clear()
+        if self._conns:
+            shares = _split(b, len(self._conns))
+            for p, share in enumerate(shares, 1):
+                self._send(p, ("batch", share, b))
+
+    def set_users(self, users: int | None) -> None:
+        self._users = users
+        if not self._conns:
+            return
+        for p, u in enumerate(_split(users, len(self._conns)) if users else [None] * len(self._conns), 1):
+            self._send(p, ("users", u if u is None or u > 0 else 1))
+
+    def pause(self, paused: bool = True) -> None:
+        for p in range(1, len(self._conns) + 1):
+            self._send(p, ("pause", paused))
+
+    def set_load(self, load: Load | None) -> None:
+        n = len(self._conns)
+        if load is None:
+            for p in range(1, n + 1):
+                self._send(p, ("load", None, None, 1, self.rep))
+            return
+        arr = load.arrivals
+        t0 = time.perf_counter_ns() + START_LEAD_NS
+        first = self._next_id
+        if isinstance(arr, ClosedLoop):
+            users = _split(self._users or arr.users, n)
+            totals = _split(arr.total, n) if arr.total is not None else [None] * n
+            for p in range(1, n + 1):
+                if not users[p - 1] or totals[p - 1] == 0:
+                    self._send(p, ("load", None, None, 1, self.rep))
+                    continue
+                cl = ClosedLoop(users[p - 1], totals[p - 1])
+                cl.start_ns = t0 if arr.start_ns is None else arr.start_ns
+                self._send(p, ("load", Load(load.workload, cl, load.max_tokens, load.ignore_eos), first + p - 1, n,
+                               self.rep))
+            if arr.total is not None:
+                self._next_id += arr.total
+            else:  # endless: ids keep their stride; the next load starts far past them
+                self._next_id += 1 << 40
+            return
+        if getattr(arr, "due_turns", None) is not None:
+            raise SourceError("multi-turn sessions run in one client process (--client-procs 1)")
+        if isinstance(arr, Segment):
+            whole = arr
+        else:
+            try:
+                whole = Segment(arr)
+            except ValueError:
+                raise SourceError("an endless open-loop schedule is not split over client processes: give it "
+                                  "--requests N, or run one process (--client-procs 1)") from None
+        for p in range(1, n + 1):
+            part = whole.share(p, n, t0 if whole._t0 is None else None)
+            self._send(p, ("load", Load(load.workload, part, load.max_tokens, load.ignore_eos), first, 1, self.rep))
+        self._next_id += whole.full_total
+
+    def workers(self) -> list[WorkerInfo]:
+        """One row per endpoint, summed over the processes (state: the first process's)."""
+        with self._lock:
+            rows = [self._rows[p][0] for p in sorted(self._rows)]
+        if not rows:
+            return [WorkerInfo(i, state=WorkerState.STARTING, label=e.name()) for i, e in enumerate(self._specs)]
+        out = []
+        for i in range(len(rows[0])):
+            w = rows[0][i].public()
+            for other in rows[1:]:
+                o = other[i]
+                w.requests_done += o.requests_done
+                w.tokens += o.tokens
+                w.errors += o.errors
+                w.active += o.active
+                w.streams = (w.streams or 0) + (o.streams or 0)
+                if o.state == WorkerState.SERVING:
+                    w.state = o.state
+                if w.ready_ns is None or (o.ready_ns is not None and o.ready_ns > w.ready_ns):
+                    w.ready_ns = o.ready_ns
+            out.append(w)
+        return out
+
+    def server_view(self) -> dict | None:
+        with self._lock:
+            return self._rows[min(self._rows)][1] if self._rows else None
+
+    def run_requests(self, load: Load, timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
+        self._collector = RecordCollector(load.arrivals.total)
+        self.set_load(load)
+        try:
+            return self._collector.wait(timeout, should_stop)
+        finally:
+            self._collector = None
+
+    def close(self, grace: float = 1.0) -> None:
+        for p in range(1, len(self._conns) + 1):
+            try:
+                self._send(p, ("close",))
+            except SourceError:
+                pass
+        end = time.monotonic() + grace + 5
+        for child in self._children:
+            try:
+                child.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.terminate()
+                child.wait(2)
+        if self._reader is not None:
+            self._reader.join(2)
+        for c in self._conns:
+            c.close()
+
+    # ---- the reader --------------------------------------------------------------------------
+    def _read(self) -> None:
+        live = {c: p for p, c in enumerate(self._conns, 1)}
+        while live:
+            for c in wait(list(live)):
+                p = live[c]
+                try:
+                    msg = c.recv()
+                except (EOFError, OSError):
+                    del live[c]
+                    self._gone(p)
+                    continue
+                if msg[0] == "closed":
+                    del live[c]
+                    with self._cv:
+                        self._closed.add(p)
+                    continue
+                self._handle(p, msg)
+
+    def _gone(self, p: int) -> None:
+        with self._cv:
+            if p not in self._closed and self._error is None:
+                self._error = f"client process {p} ended unexpectedly"
+                self._sink.log(self._error, "error")
+            self._cv.notify_all()
+
+    def _handle(self, p: int, msg: tuple) -> None:
+        what = msg[0]
+        if what == "rec":
+            self._sink.record(msg[1], self._collector)
+        elif what == "ev":
+            for ev in msg[1]:
+                self._event(p, ev)
+        elif what == "rows":
+            with self._lock:
+                self._rows[p] = (msg[1], msg[2])
+        elif what == "ready":
+            with self._cv:
+                if msg[1] in self._ready_tokens:
+                    self._ready_tokens[msg[1]][p] = msg[2]
+                self._cv.notify_all()
+        elif what == "started":
+            with self._cv:
+                self._started[p] = msg[1]
+                self._cv.notify_all()
+        elif what == "error":
+            with self._cv:
+                self._error = f"client process {p}: {msg[1]}"
+                self._cv.notify_all()
+        elif what == "log":
+            self._sink.log(msg[2], msg[1])
+
+    def _event(self, p: int, ev: Any) -> None:
+        if isinstance(ev, LoadStarted):
+            if not self._load_started:
+                self._load_started = True
+                self._sink.put(ev)
+        elif isinstance(ev, LevelReady):
+            with self._lock:
+                self._level_ready[p] = ev
+                n = len([s for s in self._shares() if s])
+                done = len(self._level_ready) >= n
+                if done:
+                    t = max(e.t_ns for e in self._level_ready.values())
+                    self._level_ready.clear()
+            if done:
+                self._sink.put(LevelReady(t, self.target_k, self.b, "http"))
+        elif isinstance(ev, Log):
+            if p == 1 or ev.level != "info":  # the processes say the same things: the first one speaks
+                self._sink.put(ev)
+        elif isinstance(ev, Finished):
+            self._sink.record(ev.record, self._collector)
+        else:  # Tokens, Started (worker: the endpoint's index)
+            self._sink.put(ev)
+
+
+__all__ = ["HttpPool", "auto_procs", "STREAMS_PER_PROC"]
+
+
+if __name__ == "__main__":  # one process of a pool: its pipe's fd, then (proc, HttpSource args, events, run_id)
+    _conn = Connection(int(sys.argv[1]))
+    _child(_conn, *_conn.recv())

@@ -1,0 +1,127 @@
+"""The process-spread HTTP client (measure/sources/http_pool.py): B streams over P worker processes, one
+shared schedule, every record back in the parent's collector with its id, on one clock."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import presets
+from engines.null_server import NullServer
+from measure.core.arrivals import ArrivalSpec
+from measure.core.clients import Segment
+from measure.core.records import RunMeta
+from measure.core.workload import ClosedLoop, Load, Poisson
+from measure.sources.base import Finished, LevelReady, LoadStarted, Tokens
+from measure.sources.http_pool import HttpPool, auto_procs
+
+META = RunMeta("http", "null", 0, simulated=True)
+TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def server():
+    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def pool(server):
+    p = HttpPool(server.url, META, b=8, procs=2, events=False)
+    p.start(timeout=60)
+    yield p
+    p.close()
+
+
+def _check_times(recs, before_ns, after_ns):
+    for r in recs:
+        assert before_ns <= r.t_scheduled_ns <= r.t_submitted_ns <= r.t_first_token_ns <= r.t_done_ns <= after_ns
+        assert r.token_ns == sorted(r.token_ns) and len(r.token_ns) == TOKENS
+
+
+def test_closed_loop_b8_over_two_processes_records_every_request_once(pool):
+    wl = presets.workload("synthetic:16")
+    before = time.perf_counter_ns()
+    recs = pool.run_requests(Load(wl, ClosedLoop(8, total=24), TOKENS), timeout=60)
+    after = time.perf_counter_ns()
+    assert len(recs) == 24 and not [r.error for r in recs if r.error]
+    ids = sorted(r.request_id for r in recs)
+    assert ids == list(range(ids[0], ids[0] + 24))  # unique and complete
+    assert {r.run_id for r in recs} == {pool.run_id}
+    assert {r.b for r in recs} == {8}  # the level's B, not a process's share
+    by_proc = {}
+    for r in recs:
+        by_proc.setdefault(r.extra["proc"], []).append(r)
+    assert sorted(by_proc) == [1, 2] and [len(v) for _, v in sorted(by_proc.items())] == [12, 12]
+    _check_times(recs, before, after)  # the children's perf_counter_ns is the parent's clock
+
+
+def test_open_loop_schedule_is_dealt_round_robin_with_the_whole_schedules_ids_and_offsets(pool):
+    wl = presets.workload("synthetic:16")
+    total = 20
+    whole = Segment(Poisson(300, total=total, seed=3))  # the one-process schedule, for its offsets
+    offsets = [off for _, off in whole._own]
+    pool.set_users(None)
+    before = time.perf_counter_ns()
+    recs = pool.run_requests(Load(wl, Poisson(300, total=total, seed=3), TOKENS), timeout=60)
+    after = time.perf_counter_ns()
+    assert len(recs) == total and not [r.error for r in recs if r.error]
+    base = min(r.request_id for r in recs) - 1
+    assert sorted(r.request_id for r in recs) == list(range(base + 1, base + total + 1))
+    t0 = min(r.t_scheduled_ns for r in recs)  # index 0 is due at t0 + 0
+    for r in recs:
+        idx = r.request_id - base - 1
+        assert r.t_scheduled_ns - t0 == offsets[idx]  # the whole schedule's offset, from one start
+        assert r.extra["proc"] == idx % 2 + 1  # index ≡ proc − 1 (mod 2)
+    _check_times(recs, before, after)
+
+
+def test_a_client_segment_is_split_again_keeping_its_indexes(pool):
+    """--segment 2/2 on this machine, spread over 2 processes: its requests are indexes 1, 3, 5 … of the
+    whole schedule (ids base + index + 1), dealt 1, 5, 9 … and 3, 7, 11 … to the processes."""
+    wl = presets.workload("synthetic:16")
+    spec = ArrivalSpec("poisson", rate=300, seed=5)
+    recs = pool.run_requests(Load(wl, Segment(spec.make(16), 2, 2), TOKENS), timeout=60)
+    assert len(recs) == 8
+    base = min(r.request_id for r in recs) - 2  # the smallest is index 1
+    idx = sorted(r.request_id - base - 1 for r in recs)
+    assert idx == [1, 3, 5, 7, 9, 11, 13, 15]
+    assert {r.extra["proc"] for r in recs if (r.request_id - base - 1) % 4 == 1} == {1}
+    assert {r.extra["proc"] for r in recs if (r.request_id - base - 1) % 4 == 3} == {2}
+
+
+def test_live_events_arrive_from_every_process(server):
+    p = HttpPool(server.url, META, b=4, procs=2, events=True)
+    try:
+        p.start(timeout=60)
+        recs = p.run_requests(Load(presets.workload("synthetic:16"), ClosedLoop(4, total=8), TOKENS), timeout=60)
+        deadline = time.monotonic() + 5
+        evs = []
+        while time.monotonic() < deadline and sum(isinstance(e, Finished) for e in evs) < 8:
+            while not p.events.empty():
+                evs.append(p.events.get())
+            time.sleep(0.05)
+        deadline = time.monotonic() + 5  # each process sends its endpoints' rows every 0.5 s
+        while time.monotonic() < deadline and p.workers()[0].requests_done < 8:
+            time.sleep(0.05)
+        rows = p.workers()
+    finally:
+        p.close()
+    fin = [e.record.request_id for e in evs if isinstance(e, Finished)]
+    assert sorted(fin) == sorted(r.request_id for r in recs)
+    toks = {}
+    for e in evs:
+        if isinstance(e, Tokens):
+            toks.setdefault(e.request_id, []).extend(e.token_ns)
+    assert {rid: sorted(ts) for rid, ts in toks.items()} == {r.request_id: r.token_ns for r in recs}
+    assert sum(isinstance(e, LoadStarted) for e in evs) == 1  # one load start, not one per process
+    assert not [e for e in evs if isinstance(e, LevelReady)]  # no step was asked after the first level
+    assert [(w.requests_done, w.tokens, w.streams) for w in rows] == [(8, 8 * TOKENS, 4)]  # summed over both
+
+
+def test_auto_procs_follows_streams_and_cores():
+    assert auto_procs(1, cores=2) == 1
+    assert auto_procs(8, cores=2) == 1
+    assert auto_procs(256, cores=2) == 2
+    assert auto_procs(256, cores=16) == 3
+    assert auto_procs(10_000, cores=2) == 2
