@@ -1,20 +1,28 @@
-"""The recorder: JSONL, one line per finished or failed request, written and fsynced as each ends.
+"""The recorder: JSONL, one line per finished or failed request, written as each ends.
 
 The first line is a header (``"kind": "header"``) with the run's environment; later lines carry a
 ``kind`` of ``request`` (docs/design.md §3), ``event`` or ``sample``. A reader skips a cut last line,
 so a run killed with SIGKILL leaves a file that parses and holds every request that had finished.
+
+Each line goes to the file (the kernel) as it is written: a process that exits, is stopped by SIGTERM or killed
+by SIGKILL loses none. fsync, which only matters when the machine itself stops (a power loss, a kernel crash),
+runs at most once a second (a timer syncs what was written since) and at close: such a stop can lose the lines
+of the last second or so, never part of a line in the middle of the file.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from measure.core.records import RequestRecord
+
+FSYNC_EVERY_S = 1.0  # the most often the file is synced to the disk
 
 
 class Recorder:
@@ -34,6 +42,9 @@ class Recorder:
         self.on_error = on_error
         self.failed: str | None = None
         self.lost = 0  # lines not written after a failure
+        self._synced = -FSYNC_EVERY_S  # monotonic time of the last fsync
+        self._dirty = False  # lines written since it
+        self._timer: threading.Timer | None = None
         self.write(dict(header, kind="header"))
 
     def write(self, obj: dict[str, Any]) -> None:
@@ -49,9 +60,9 @@ class Recorder:
                 while view:
                     n = os.write(self._fd, view)
                     view = view[n:]
-                if self._fsync:
-                    os.fsync(self._fd)
                 self._size += len(data)
+                if self._fsync:
+                    self._sync_soon()
             except OSError as exc:
                 self.failed = f"cannot write {self.path}: {exc.strerror or exc}"
                 self.lost += 1
@@ -65,6 +76,35 @@ class Recorder:
         if notify:
             notify(self.failed)
 
+    def _sync_soon(self) -> None:
+        """fsync now if the last was a second ago or more, else once that second is up (the lock is held)."""
+        wait = self._synced + FSYNC_EVERY_S - time.monotonic()
+        if wait <= 0:
+            os.fsync(self._fd)
+            self._synced, self._dirty = time.monotonic(), False
+            return
+        self._dirty = True
+        if self._timer is None:
+            self._timer = threading.Timer(wait, self._sync_due)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _sync_due(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._fd < 0 or not self._dirty or self.failed:
+                return
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                self.failed = f"cannot write {self.path}: {exc.strerror or exc}"
+                notify = self.on_error
+            else:
+                self._synced, self._dirty = time.monotonic(), False
+                return
+        if notify:
+            notify(self.failed)
+
     def record(self, rec: RequestRecord) -> None:
         self.write(rec.to_dict())
 
@@ -73,8 +113,13 @@ class Recorder:
 
     def close(self) -> None:
         with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if self._fd >= 0:
                 try:
+                    if self._dirty and not self.failed:
+                        os.fsync(self._fd)
                     os.close(self._fd)
                 except OSError:
                     pass
