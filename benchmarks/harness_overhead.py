@@ -15,16 +15,33 @@ end together and start again, so the loop pays B request starts in one burst (th
 request's scheduled duration), with slots for B + 4√B: the same concurrency, the starts spread as users'
 are. Its ratio is measured ÷ offered tok/s (rate × tokens).
 
+Client processes (issue 24: 5): --client-procs 1,auto runs each HTTP level with the streams in one asyncio
+loop (1) and spread over P worker processes (sources/http_pool.py; auto = http_pool.auto_procs(B)), one
+shared schedule from one start.
+
+GuideLLM beside it: where a `guidellm` (0.8.x) is installed (on PATH, beside this Python, or --guidellm EXE;
+pip install 'inference-top[bench]'), each stream level is also run through GuideLLM's own client (its
+concurrent profile, B streams, the same requests per level, the same null server, /v1/completions), and
+its JSON report is read: its output tok/s ÷ the same scheduled tok/s, its TTFT p50 − the set TTFT. Its
+synthetic prompts need a tokenizer and no model hub may be reachable: a word-level tokenizer is written to a
+temporary folder for it (the null server's answers do not depend on the prompt). GuideLLM's TTFT counts
+from when it sent the request; ours from when the request was due (queue-inclusive).
+
     python benchmarks/harness_overhead.py [--tokens 64] [--ttft-ms 20] [--itl-ms 10] [--streams 1,8,64]
                                           [--open-loop] [--k 1,2,4,8 | --k 0 (no process levels)]
+                                          [--client-procs 1,auto] [--guidellm EXE | --no-guidellm]
 
-The last line is one JSON object: {"min_ratio": …, "max_median_ttft_bias_ms": …, "levels": [...]}.
+The last line is one JSON object: {"min_ratio": …, "max_median_ttft_bias_ms": …, "streams_256_ratio": …,
+"streams_256_median_bias_ms": …, "guidellm_streams_256_ratio": …, …, "levels": [...]}: streams_B_* are
+the closed loop at B streams with the most client processes run (streams_B_one_loop_*: one process),
+guidellm_streams_B_* GuideLLM's at B.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +57,7 @@ from measure.core.records import RunMeta  # noqa: E402
 from measure.core.workload import ClosedLoop, Load, Poisson  # noqa: E402
 from measure.sources.fleet import Fleet  # noqa: E402
 from measure.sources.http import HttpSource  # noqa: E402
+from measure.sources.http_pool import HttpPool, auto_procs  # noqa: E402
 
 META = RunMeta(engine="null (scheduled tokens, no model)", model="none", model_bytes=0, simulated=True)
 
@@ -102,23 +120,43 @@ def http_levels(a) -> list[dict]:
         wl = presets.workload("synthetic:16")
         for b in a.streams:
             n = max(a.min_requests, a.per_stream * b)
-            out.append(http_level(url, f"B={b} HTTP streams", b, b, Load(wl, ClosedLoop(b, total=n), a.tokens), a))
-            print(_row(out[-1]), flush=True)
-            if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
-                rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
-                out.append(http_level(url, f"~{b} open loop", b, b + int(4 * b ** 0.5) + 4,
-                                      Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate))
+            for p in procs_for(a, b):
+                tag = f" ×{p} procs" if p > 1 else ""
+                out.append(http_level(url, f"B={b} HTTP{tag}", b, b, Load(wl, ClosedLoop(b, total=n), a.tokens), a,
+                                      procs=p))
                 print(_row(out[-1]), flush=True)
+                if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
+                    rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
+                    out.append(http_level(url, f"~{b} open loop{tag}", b, b + int(4 * b ** 0.5) + 4,
+                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate, procs=p))
+                    print(_row(out[-1]), flush=True)
+            if a.guidellm:
+                gl = guidellm_level(a, url, b, n)
+                out.append(gl)
+                print(_row(gl) if "ratio" in gl else f"{gl['level']:<20} {gl['error']}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=10)
     return out
 
 
-def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None) -> dict:
-    """One level through inference-top's HTTP source with `slots` streams open; an open loop's ratio is
-    measured ÷ offered (rate × tokens)."""
-    src = HttpSource(url, RunMeta("http", "null", 0, simulated=True), b=slots, events=False)
+def procs_for(a, b: int) -> list[int]:
+    """The client-process counts to run at B streams: --client-procs, auto = http_pool.auto_procs(B)."""
+    out: list[int] = []
+    for p in a.client_procs:
+        p = auto_procs(b) if p == "auto" else min(int(p), b)
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None,
+               procs: int = 1) -> dict:
+    """One level through inference-top's HTTP source with `slots` streams open (over `procs` processes);
+    an open loop's ratio is measured ÷ offered (rate × tokens)."""
+    meta = RunMeta("http", "null", 0, simulated=True)
+    src = (HttpPool(url, meta, b=slots, procs=procs, events=False) if procs > 1
+           else HttpSource(url, meta, b=slots, events=False))
     try:
         src.start()
         src.wait_ready(60)
@@ -126,6 +164,8 @@ def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rat
     finally:
         src.close()
     lv = level(name, streams, recs, a, offered_tps=rate * a.tokens if rate else None)
+    lv["client_procs"] = procs
+    lv["loop"] = "open" if rate else "closed"
     if rate:
         lv["rate"] = rate
     late = _server_late(url)
@@ -146,6 +186,106 @@ def _server_late(url: str) -> float | None:
         if line.startswith('null:chunk_late_seconds{quantile="0.5"}'):
             return float(line.split()[-1]) * 1e3
     return None
+
+
+# ---- GuideLLM's own client on the same server ----------------------------------------------------------
+TOKENIZER_SCRIPT = """
+import sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+# every whitespace-separated word is one token, an unknown word the plain word "w0" (not a special token,
+# so a decoded prompt keeps one word per token: the null server counts words)
+words = ["w0", "<s>", "</s>"] + [f"w{i}" for i in range(1, 1000)]
+tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="w0"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.decoder = decoders.WordPiece(prefix="##")
+PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>").save_pretrained(sys.argv[1])
+"""
+
+
+def find_guidellm(given: str | None) -> str | None:
+    """GuideLLM's command: --guidellm, else `guidellm` beside this Python, else on PATH."""
+    if given:
+        return given if os.path.exists(given) or shutil.which(given) else None
+    here = os.path.join(os.path.dirname(sys.executable), "guidellm")
+    return here if os.path.exists(here) else shutil.which("guidellm")
+
+
+def _guidellm_python(exe: str) -> str:
+    """The interpreter GuideLLM is installed in (its script's #! line)."""
+    path = shutil.which(exe) or exe
+    try:
+        with open(path, "rb") as f:
+            first = f.readline().decode().strip()
+    except OSError:
+        return sys.executable
+    return first[2:].split()[0] if first.startswith("#!") else sys.executable
+
+
+def guidellm_level(a, url: str, b: int, n: int) -> dict:
+    """GuideLLM 0.8.x's concurrent profile at B streams, n requests, against the same null server; its JSON
+    report's output tok/s (its mean over the benchmark) and TTFT p50."""
+    name = f"B={b} GuideLLM"
+    work = tempfile.mkdtemp(prefix="it-guidellm-")
+    tok = os.path.join(work, "tokenizer")
+    made = subprocess.run([_guidellm_python(a.guidellm), "-c", TOKENIZER_SCRIPT, tok], capture_output=True, text=True)
+    if made.returncode:
+        return {"level": name, "streams": b, "error": "no tokenizer for GuideLLM: " + made.stderr.strip()[-200:]}
+    report = os.path.join(work, "report.json")
+    cmd = [a.guidellm, "run", "--backend", f"kind=openai_http,target={url[:-3]},request_format=/v1/completions",
+           "--profile", f"kind=concurrent,streams={b}", "--constraint", f"kind=max_requests,count={n}",
+           "--data", f"kind=synthetic_text,prompt_tokens=16,output_tokens={a.tokens}",
+           "--tokenizer", f"kind=huggingface_auto,model={tok}", "--output", f"kind=json,path={report}",
+           "--disable-console"]
+    t0 = time.monotonic()
+    run = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=900)
+    if run.returncode or not os.path.exists(report):
+        tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"level": name, "streams": b, "error": f"GuideLLM failed ({run.returncode}): {tail[0][:200]}"}
+    with open(report) as f:
+        rep = json.load(f)
+    bench, m = rep["benchmarks"][0], rep["benchmarks"][0]["metrics"]
+    per_request_s = a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3
+    scheduled = b * a.tokens / per_request_s
+    measured = m["output_tokens_per_second"]["successful"]["mean"]
+    ttft = m["time_to_first_token_ms"]["successful"]
+    totals = m["request_totals"]
+    del bench
+    return {"level": name, "streams": b, "requests": totals["total"], "errors": totals["errored"],
+            "tokens": int(m["output_token_count"]["successful"]["total_sum"]), "measured_tps": measured,
+            "scheduled_tps": scheduled, "ratio": measured / scheduled,
+            "achieved_concurrency": m["request_concurrency"]["successful"]["mean"],
+            "ttft_bias_median_ms": ttft["median"] - a.ttft_ms, "ttft_bias_p99_ms": ttft["percentiles"]["p99"] - a.ttft_ms,
+            "tpot_median_ms": m["time_per_output_token_ms"]["successful"]["median"],
+            "client": f"guidellm {rep.get('metadata', {}).get('guidellm_version', '?')}",
+            "wall_s": round(time.monotonic() - t0, 1), "server_late_median_ms": _server_late(url),
+            "ttft_counted_from": "GuideLLM's request start (not queue-inclusive)"}
+
+
+def summary(levels: list[dict]) -> dict:
+    """streams_B_{ratio, median_bias_ms, p99_bias_ms, server_late_ms, client_procs}: the closed loop at B with
+    the most client processes; streams_B_one_loop_*: with one; guidellm_streams_B_*: GuideLLM's."""
+    out: dict = {}
+    for b in sorted({lv["streams"] for lv in levels if lv.get("loop") == "closed"}):
+        mine = [lv for lv in levels if lv.get("loop") == "closed" and lv["streams"] == b]
+        for key, lv in (("streams", max(mine, key=lambda x: x["client_procs"])),
+                        ("streams_one_loop", next((x for x in mine if x["client_procs"] == 1), None))):
+            if lv is None or (key == "streams_one_loop" and len(mine) == 1):
+                continue
+            pre = key.replace("streams", f"streams_{b}", 1)
+            out.update({f"{pre}_ratio": round(lv["ratio"], 4),
+                        f"{pre}_median_bias_ms": round(lv["ttft_bias_median_ms"] or 0, 3),
+                        f"{pre}_p99_bias_ms": round(lv["ttft_bias_p99_ms"] or 0, 3),
+                        f"{pre}_server_late_ms": lv.get("server_late_median_ms"),
+                        f"{pre}_client_procs": lv["client_procs"]})
+        gl = next((lv for lv in levels if lv["level"] == f"B={b} GuideLLM"), None)
+        if gl is not None and "ratio" in gl:
+            out.update({f"guidellm_streams_{b}_ratio": round(gl["ratio"], 4),
+                        f"guidellm_streams_{b}_median_bias_ms": round(gl["ttft_bias_median_ms"], 3),
+                        f"guidellm_streams_{b}_p99_bias_ms": round(gl["ttft_bias_p99_ms"], 3)})
+        elif gl is not None:
+            out[f"guidellm_streams_{b}_error"] = gl["error"]
+    return out
 
 
 HEAD = (f"{'level':<20} {'streams':>7} {'req':>5} {'tokens':>7} {'sched tok/s':>11} {'meas tok/s':>10} "
@@ -170,19 +310,33 @@ def main() -> int:
     ap.add_argument("--per-stream", type=int, default=4, help="requests per stream and level (default 4)")
     ap.add_argument("--min-requests", type=int, default=16, help="at least this many per level (default 16)")
     ap.add_argument("--open-loop", action="store_true", help="also Poisson arrivals holding B streams on average")
+    ap.add_argument("--client-procs", type=lambda t: t.split(","), default=["1", "auto"],
+                    help="client processes per HTTP level, comma-separated; auto: http_pool.auto_procs(B) "
+                         "(default 1,auto)")
+    ap.add_argument("--guidellm", default=None, help="GuideLLM's command (default: beside this Python, or on PATH)")
+    ap.add_argument("--no-guidellm", action="store_true", help="do not run GuideLLM")
     a = ap.parse_args()
     a.k = [k for k in a.k if k > 0]
+    a.guidellm = None if a.no_guidellm else find_guidellm(a.guidellm)
+    if a.guidellm is None and not a.no_guidellm:
+        print("GuideLLM is not installed (pip install 'inference-top[bench]', or --guidellm EXE): its figures are "
+              "left out")
     os.environ.setdefault("INFERENCE_TOP_LOGS", tempfile.mkdtemp(prefix="it-harness-"))
     print(f"null engine: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms, {a.tokens} tokens per request; "
           f"{os.cpu_count()} CPUs")
     print(HEAD)
     levels = fleet_levels(a) + http_levels(a)
-    worst = min(levels, key=lambda lv: lv["ratio"])
-    bias = max(levels, key=lambda lv: lv["ttft_bias_median_ms"] or 0)
+    ours = [lv for lv in levels if "ratio" in lv and "client" not in lv]
+    worst = min(ours, key=lambda lv: lv["ratio"])
+    bias = max(ours, key=lambda lv: lv["ttft_bias_median_ms"] or 0)
     print(f"\nlowest measured ÷ scheduled: {worst['ratio']:.4f} at {worst['level']}; largest median TTFT bias "
           f"{bias['ttft_bias_median_ms']:.2f} ms at {bias['level']} (goals: ≥ 0.99, ≤ 1 ms)")
+    summ = summary(levels)
+    for k, v in summ.items():
+        if k.endswith(("_ratio", "_median_bias_ms")):
+            print(f"  {k}: {v}")
     print(json.dumps({"min_ratio": round(worst["ratio"], 4),
-                      "max_median_ttft_bias_ms": round(bias["ttft_bias_median_ms"], 3),
+                      "max_median_ttft_bias_ms": round(bias["ttft_bias_median_ms"], 3), **summ,
                       "levels": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in lv.items()}
                                  for lv in levels]}))
     return 0
