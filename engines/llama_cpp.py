@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import heapq
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,21 @@ import numpy as np
 
 from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
 
+
+
+def amx_warning(lib, out=None) -> str | None:
+    """One line in the engine log when this llama.cpp was built with AMX kernels (a build other than the
+    Makefile's, docs/design.md §18): its multi-row matmuls segfault on some Xeons, so if a batch step dies,
+    the log says what to rebuild. None (nothing written) for a build without them."""
+    info = lib.llama_print_system_info().decode(errors="replace")
+    if "AMX_INT8 = 1" not in info:
+        return None
+    line = ("warning: this llama.cpp was built with AMX kernels (AMX_INT8 = 1), which segfault in multi-row "
+            "matmuls (batch steps) on some Xeons (llama.cpp #20824); if a batch step dies, rebuild without them: "
+            "CMAKE_ARGS=\"-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile "
+            "-mno-amx-int8 -mno-amx-bf16'\" pip install --force-reinstall --no-cache-dir llama-cpp-python")
+    print(line, file=out or sys.stderr, flush=True)
+    return line
 
 
 class LlamaCppEngine:
@@ -97,6 +113,7 @@ class LlamaCppEngine:
             if self._batch is not None:
                 self._batch.close()
                 self._batch = None
+            amx_warning(self._lib)
             self._batch = LlamaBatch(self, b_cap, ctx_per_seq)
         return self._batch
 
