@@ -319,7 +319,9 @@ class HttpSource:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     def _run(self) -> None:
-        self._loop = asyncio.new_event_loop()
+        from engines.null_server import precise_event_loop  # timers to the µs: an open loop's arrivals on time
+
+        self._loop = precise_event_loop()
         try:
             self._loop.run_until_complete(self._main())
         finally:
