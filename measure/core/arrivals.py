@@ -13,11 +13,14 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from measure.core.units import NS
+
+if TYPE_CHECKING:
+    from measure.core.records import RequestRecord
 
 LATE_MS = 10.0  # a cell whose p99 lateness is above this is marked behind its schedule
 PATTERNS = ("constant", "poisson", "gamma:B", "ramp:FROM-TO")
@@ -44,14 +47,15 @@ class Schedule:
         if self._t0 is None:
             self._t0 = now_ns
         out = []
-        while not self.exhausted() and self._t0 + self._next <= now_ns:
+        # exhausted() is true when _next is None: the explicit check only tells the type checker so
+        while self._next is not None and not self.exhausted() and self._t0 + self._next <= now_ns:
             out.append(self._t0 + self._next)
             self.issued += 1
             self._next = next(self._offsets, None)
         return out
 
     def next_wakeup_ns(self) -> int | None:
-        if self.exhausted() or self._t0 is None:
+        if self._next is None or self.exhausted() or self._t0 is None:  # (exhausted() when _next is None)
             return None
         return self._t0 + self._next
 
@@ -88,21 +92,36 @@ class ArrivalSpec:
     speed: float = 1.0  # trace: 2 = twice as fast
     seed: int = 0
 
+    # The pattern's own parameters, set for it by parse_arrivals (rate: constant, poisson, gamma; burstiness: gamma;
+    # ramp: ramp): asserted where used, as the pattern needs them.
+    def _rate(self) -> float:
+        assert self.rate is not None, f"{self.pattern} arrivals need a rate"
+        return self.rate
+
+    def _burstiness(self) -> float:
+        assert self.burstiness is not None, f"{self.pattern} arrivals need a burstiness"
+        return self.burstiness
+
+    def _ramp(self) -> tuple[float, float]:
+        assert self.ramp is not None, f"{self.pattern} arrivals need a ramp"
+        return self.ramp
+
     def describe(self) -> str:
         if self.pattern == "trace":
             span = self.times_s[-1] if self.times_s else 0.0
             return (f"trace replay, {len(self.times_s)} requests over {span:g} s"
                     + (f" at ×{self.speed:g} speed" if self.speed != 1 else ""))
         if self.pattern == "ramp":
-            return f"ramp {self.ramp[0]:g} → {self.ramp[1]:g} req/s (Poisson)"
+            return f"ramp {self._ramp()[0]:g} → {self._ramp()[1]:g} req/s (Poisson)"
         if self.pattern == "gamma":
-            return f"gamma {self.rate:g} req/s, burstiness {self.burstiness:g} (CV {1 / math.sqrt(self.burstiness):.2f})"
+            return (f"gamma {self.rate:g} req/s, burstiness {self.burstiness:g} "
+                    f"(CV {1 / math.sqrt(self._burstiness()):.2f})")
         return f"{'Poisson' if self.pattern == 'poisson' else 'constant'} {self.rate:g} req/s"
 
     def mean_rate(self) -> float | None:
         """The rate a level offers on average (req/s)."""
         if self.pattern == "ramp":
-            return (self.ramp[0] + self.ramp[1]) / 2
+            return (self._ramp()[0] + self._ramp()[1]) / 2
         if self.pattern == "trace":
             n, span = len(self.times_s), (self.times_s[-1] if self.times_s else 0.0)
             return (n - 1) / span * self.speed if n > 1 and span > 0 else None
@@ -119,19 +138,21 @@ class ArrivalSpec:
             if total is None:
                 raise ValueError("a ramp climbs over a level's requests: it needs bench --requests N")
             return Schedule(self._ramp_offsets(total, rng), total, label)
-        gap = {"constant": lambda: 1.0 / self.rate,
-               "poisson": lambda: rng.expovariate(self.rate),
-               "gamma": lambda: rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))}[self.pattern]
+        gaps_of: dict[str, Callable[[], float]] = {
+            "constant": lambda: 1.0 / self._rate(),
+            "poisson": lambda: rng.expovariate(self._rate()),
+            "gamma": lambda: rng.gammavariate(self._burstiness(), 1.0 / (self._rate() * self._burstiness()))}
+        gap = gaps_of[self.pattern]
         if total is None:
             return Schedule(_cumulative(gap() for _ in itertools.count()), None, label)
         gaps = [gap() for _ in range(max(0, total - 1))]
-        return Schedule(_cumulative(iter(_scaled(gaps, (total - 1) / self.rate))), total, label)
+        return Schedule(_cumulative(iter(_scaled(gaps, (total - 1) / self._rate()))), total, label)
 
     def _ramp_offsets(self, n: int, rng: random.Random) -> Iterator[int]:
         """A Poisson process whose rate climbs linearly from r0 to r1 over the level: unit-rate arrivals in
         operational time u (conditioned: the last at u = n − 1), each mapped to real time by Λ⁻¹, where
         Λ(t) = r0·t + (r1 − r0)·t²/(2T) and T = 2(n − 1)/(r0 + r1), so Λ(T) = n − 1."""
-        r0, r1 = self.ramp
+        r0, r1 = self._ramp()
         if n < 2:
             return iter([0])
         big_t = 2 * (n - 1) / (r0 + r1)
@@ -211,7 +232,7 @@ def realised_rate(times_ns: Sequence[int]) -> float | None:
     return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)
 
 
-def lateness_figures(records: Sequence) -> dict[str, Any]:
+def lateness_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """How late the load generator put requests out against their schedule: lateness = t_submitted −
     t_scheduled, p50/p99/max in ms over every record (ok or failed: the generator sent them all); the rate the
     requests arrived at per rep, (n − 1) ÷ (first → last scheduled), meaned (open loop: the schedule's rate;
