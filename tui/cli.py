@@ -169,6 +169,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        "table gives TTFT p50 by turn (compare --prefix-cache on and off)")
     bench.add_argument("--think-time", help="--turns: the pause after an answer before the user's next turn, "
                        "seeded: S (exponential, mean S seconds), exp:S or fixed:S (default 0)")
+    bench.add_argument("--client-procs", type=lambda t: None if t == "auto" else positive_int(t), default=None,
+                       metavar="N|auto", help="http engine: spread the streams over N client processes, one asyncio "
+                       "loop each, one schedule (default auto: one per 96 streams, at most one per core)")
     return dash, bench
 
 

@@ -89,6 +89,7 @@ class RunPlan:
     arrivals: ArrivalSpec | None = None  # an open-loop pattern or a trace's times; None:
     # closed loop (bench), or --rate's Poisson (the dashboard)
     sessions: SessionSpec | None = None  # bench --turns: users in multi-turn sessions
+    client_procs: int | None = 1  # http bench: processes its streams spread over (None: http_pool.auto_procs)
 
     @property
     def remote(self) -> bool:
@@ -110,9 +111,12 @@ class RunPlan:
         sets each cell's mode, B and batch context itself, so the workers start plain (no batch context made
         for the largest B before the memory guard has seen it)."""
         if self.remote:
-            from measure.sources.http import HttpSource
+            from measure.sources.http_pool import http_source
 
-            src = HttpSource(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
+            # a bench spreads its streams over client processes (one asyncio loop each, one schedule); the
+            # dashboard and multi-turn sessions keep one
+            make = http_source(self.client_procs if not events and self.sessions is None else 1, max(self.bs or [1]))
+            src = make(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
                              on_record=on_record, events=events, prefix_cache=self.prefix_cache,
                              tokenizer=self._tokenizer(), routing=self.routing)
@@ -453,7 +457,8 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
                        bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
                        url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
                        endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
-                       model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer, **common)
+                       model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer,
+                       client_procs=getattr(args, "client_procs", 1), **common)
     if args.url or args.urls or args.model_bytes:
         raise StartError("--url, --urls and --model-bytes apply to --engine http")
     if args.tokenizer is not None:
