@@ -6,14 +6,24 @@ nanoseconds, results are seconds unless the name says otherwise (``_ms``, ``_gbp
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from measure.core.records import RequestRecord
 from measure.core.units import NS
+from presets import SLO
 NOISY_CV = 0.10
+
+
+def _set(t_ns: int | None) -> int:
+    """A record's time that the caller has made sure is set (an ok record's first token and start, a finished
+    one's end): None raises the TypeError the arithmetic on it always raised."""
+    if t_ns is None:
+        raise TypeError("a record's time is None where it must be set (an ok, or finished, request's)")
+    return t_ns
 
 
 def ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:
@@ -23,12 +33,12 @@ def ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:
 
 def ttft(r: RequestRecord) -> float:
     """Queue-inclusive TTFT: first token id − scheduled time (what a user feels)."""
-    return (r.t_first_token_ns - r.t_scheduled_ns) / NS
+    return (_set(r.t_first_token_ns) - r.t_scheduled_ns) / NS
 
 
 def ttft_engine(r: RequestRecord) -> float:
     """Engine TTFT: first token id − the moment a worker began the request."""
-    return (r.t_first_token_ns - r.t_started_ns) / NS
+    return (_set(r.t_first_token_ns) - _set(r.t_started_ns)) / NS
 
 
 def ttfat(r: RequestRecord) -> float | None:
@@ -41,7 +51,7 @@ def ttfat(r: RequestRecord) -> float | None:
 
 
 def queue_wait(r: RequestRecord) -> float:
-    return (r.t_started_ns - r.t_scheduled_ns) / NS
+    return (_set(r.t_started_ns) - r.t_scheduled_ns) / NS
 
 
 def tpot(r: RequestRecord) -> float | None:
@@ -75,7 +85,7 @@ def itls(records: Iterable[RequestRecord]) -> list[float]:
 
 
 def e2e(r: RequestRecord) -> float:
-    return (r.t_done_ns - r.t_scheduled_ns) / NS
+    return (_set(r.t_done_ns) - r.t_scheduled_ns) / NS
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -149,7 +159,7 @@ def achieved_concurrency(requests: Iterable[RequestRecord | tuple[int | None, in
     return busy / (b_ns - a_ns)
 
 
-def meets_slo(r: RequestRecord, slo) -> bool:
+def meets_slo(r: RequestRecord, slo: SLO) -> bool:
     """Every bound the SLO sets holds for this request (a failed request meets none; TPOT of a one-token
     answer is not bounded)."""
     if r.error is not None or r.t_first_token_ns is None:
@@ -171,7 +181,7 @@ class Goodput:
     finished: int
 
 
-def goodput(records: Sequence[RequestRecord], slo, span_s: float) -> Goodput | None:
+def goodput(records: Sequence[RequestRecord], slo: SLO, span_s: float) -> Goodput | None:
     """docs/design.md §7: requests (and their tokens) that met the SLO, per second of `span_s`."""
     finished = [r for r in records if r.t_done_ns is not None]
     if not finished or span_s <= 0:
@@ -204,8 +214,9 @@ def batch_reads(records: Iterable[RequestRecord], windows: Sequence[tuple[int, i
     they read (None without a KV size per token). Every token of one step shares the step's timestamp, so the
     steps are the distinct (worker, pid, t); the step that produced a sequence's i-th token (from 0) read its
     prompt and i tokens of KV."""
-    inside = (lambda t: True) if windows is None else (lambda t: any(a <= t < b for a, b in windows))  # noqa: E731
-    steps: set = set()
+    inside: Callable[[int], bool] = ((lambda t: True) if windows is None  # noqa: E731
+                                     else (lambda t: any(a <= t < b for a, b in windows)))
+    steps: set[tuple[int | None, int | None, int]] = set()
     kv = 0.0
     for r in records:
         for i, t in enumerate(r.token_ns):
@@ -267,7 +278,7 @@ def http_bandwidth(weight_bytes: int, tpots_s: Iterable[float | None]) -> Bandwi
 def sum_gbps(betas: Iterable[float | None]) -> float | None:
     """Σβ of several endpoints (each a server with its own memory), where every one's β is known; else None."""
     betas = list(betas)
-    return sum(betas) if betas and all(betas) else None
+    return sum(b for b in betas if b) if betas and all(betas) else None  # (every b is set: the filter is for mypy)
 
 
 def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:
@@ -296,7 +307,7 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, bytes_per_elem
     return 2 * layers * kv_heads * head_dim * bytes_per_element
 
 
-def summarize(records: Sequence[RequestRecord]) -> dict:
+def summarize(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """vLLM-style figures for one group of records (one cell: every rep pooled)."""
     good = ok(records)
     ttfts = [ttft(r) for r in good]
@@ -307,7 +318,7 @@ def summarize(records: Sequence[RequestRecord]) -> dict:
     e2es = [e2e(r) for r in good]
     waits = [queue_wait(r) for r in good]
 
-    def ms(v):
+    def ms(v: float | None) -> float | None:
         return None if v is None else v * 1e3
 
     return {
@@ -346,7 +357,7 @@ def stopped_early(records: Iterable[RequestRecord], max_tokens: int | None = Non
 
 def rss_sum_bytes(records: Iterable[RequestRecord]) -> int:
     """Σ over workers of each worker's largest RSS seen at the end of its requests."""
-    peak: dict[tuple, int] = {}
+    peak: dict[tuple[int | None, int | None], int] = {}
     for r in records:
         if r.worker_rss_bytes is not None:
             key = (r.worker, r.pid)
