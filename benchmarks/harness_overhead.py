@@ -13,7 +13,9 @@ Closed loop with B users against a fixed schedule keeps the streams in lockstep:
 end together and start again, so the loop pays B request starts in one burst (the last waits for the rest).
 --open-loop adds, per stream level, Poisson arrivals at the rate that holds B streams on average (B ÷ the
 request's scheduled duration), with slots for B + 4√B: the same concurrency, the starts spread as users'
-are. Its ratio is measured ÷ offered tok/s (rate × tokens).
+are. Its ratio is measured ÷ the schedule's own tok/s: its tokens ÷ (first arrival → last arrival + one
+request's scheduled duration), what a client with no overhead would measure over the same span (rate ×
+tokens, `offered_tps`, is beside it; a short run's ramp up and down keeps a perfect client below that).
 
 Client processes (issue 24: 5): --client-procs 1,auto runs each HTTP level with the streams in one asyncio
 loop (1) and spread over P worker processes (sources/http_pool.py; auto = http_pool.auto_procs(B)), one
@@ -66,7 +68,12 @@ def level(name: str, streams: int, recs, a, offered_tps: float | None = None) ->
     good = M.ok(recs)
     measured = M.output_throughput(good)
     per_request_s = a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3
-    scheduled = offered_tps or streams * a.tokens / per_request_s
+    scheduled = streams * a.tokens / per_request_s
+    if offered_tps and recs:  # open loop: what a client with no overhead measures on this very schedule (its
+        # tokens ÷ (first arrival → last arrival + one request), as output_throughput spans a run), not rate ×
+        # tokens: 256 Poisson arrivals at ~64 streams read 0.82 of that from the ramp up and down alone
+        span_s = (max(r.t_scheduled_ns for r in recs) - min(r.t_scheduled_ns for r in recs)) / 1e9 + per_request_s
+        scheduled = len(recs) * a.tokens / span_s
     bias = [(M.ttft(r) - a.ttft_ms / 1e3) * 1e3 for r in good]
     return {"level": name, "streams": streams, "requests": len(recs), "errors": len(recs) - len(good),
             "tokens": sum(r.output_tokens for r in good), "measured_tps": measured, "scheduled_tps": scheduled,
@@ -153,7 +160,7 @@ def procs_for(a, b: int) -> list[int]:
 def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None,
                procs: int = 1) -> dict:
     """One level through inference-top's HTTP source with `slots` streams open (over `procs` processes);
-    an open loop's ratio is measured ÷ offered (rate × tokens)."""
+    an open loop's ratio is measured ÷ the schedule's own tok/s (level())."""
     meta = RunMeta("http", "null", 0, simulated=True)
     src = (HttpPool(url, meta, b=slots, procs=procs, events=False) if procs > 1
            else HttpSource(url, meta, b=slots, events=False))
@@ -168,6 +175,7 @@ def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rat
     lv["loop"] = "open" if rate else "closed"
     if rate:
         lv["rate"] = rate
+        lv["offered_tps"] = rate * a.tokens
     late = _server_late(url)
     if late is not None:
         lv["server_late_median_ms"] = late

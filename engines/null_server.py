@@ -325,14 +325,14 @@ class NullApp:
 FD_SETSIZE = 1024  # select() takes descriptors below this
 
 
-class PreciseSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class PreciseSelector(selectors.DefaultSelector):
     """An event loop's selector that waits to the microsecond. epoll_wait takes whole milliseconds and
     Python rounds a wait up, so a timer due in 0.3 ms fired ≈ 1 ms late (the null server's chunks and an open
     loop's arrivals, ≈ 0.5 ms on average); this one waits on the epoll descriptor itself with select(), whose
     timeout is in microseconds and which returns as soon as any registered descriptor is ready, then takes
     the events without waiting. Elsewhere (kqueue: nanoseconds) it is the default selector."""
 
-    def select(self, timeout: float | None = None) -> list:
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is not None and timeout > 0 and isinstance(self, getattr(selectors, "EpollSelector", ())) \
                 and self.fileno() < FD_SETSIZE:
             select.select([self.fileno()], [], [], timeout)

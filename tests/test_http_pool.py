@@ -155,3 +155,31 @@ def test_the_event_loops_wait_for_a_timer_to_the_microsecond_not_the_next_whole_
         assert isinstance(loop._selector, PreciseSelector)
     finally:
         loop.close()
+
+
+def test_fewer_streams_than_processes_send_every_request(server):
+    """B=1 after starting 2 processes (a sweep's B=1 cell): the process with no stream gets no share."""
+    p = HttpPool(server.url, META, b=2, procs=2, events=False)
+    try:
+        p.start(timeout=60)
+        p.set_batch("http", 1)
+        p.wait_ready(30)
+        wl = presets.workload("synthetic:16")
+        recs = p.run_requests(Load(wl, Poisson(300, total=6, seed=2), TOKENS), timeout=60)
+        assert len(recs) == 6 and {r.extra["proc"] for r in recs} == {1} and {r.b for r in recs} == {1}
+        recs = p.run_requests(Load(wl, ClosedLoop(1, total=3), TOKENS), timeout=60)
+        assert len(recs) == 3 and {r.extra["proc"] for r in recs} == {1}
+    finally:
+        p.close()
+
+
+def test_http_source_picks_one_process_or_the_pool():
+    from functools import partial
+
+    from measure.sources.http import HttpSource
+    from measure.sources.http_pool import http_source
+
+    assert http_source(1, 256) is HttpSource
+    assert http_source(4, 1) is HttpSource  # one stream: one process
+    made = http_source(2, 256)
+    assert isinstance(made, partial) and made.func is HttpPool and made.keywords == {"procs": 2}

@@ -33,18 +33,29 @@ import time
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, Load, PrefixCache
-from measure.sources.base import (Capabilities, EventSink, Finished, LevelReady, LoadStarted, Log, RecordCollector,
+from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log, RecordCollector,
                                   SourceError, WorkerInfo, WorkerState)
 
 START_LEAD_NS = 30_000_000  # a load's t0 is this far ahead of the moment it is handed out: every process has it
 STREAMS_PER_PROC = 96  # about what one asyncio loop streams without falling behind (benchmarks/harness_overhead.py)
 EVENT_EVERY_S = 0.1  # a process sends its live events this often
 WORKERS_EVERY_S = 0.5  # …and its endpoints' rows
+
+
+def http_source(procs: int | None, b: int) -> Callable[..., Any]:
+    """The class to build B streams with: HttpSource for one process, else HttpPool over `procs` (None:
+    auto_procs(b)); both take HttpSource's arguments."""
+    from functools import partial
+
+    from measure.sources.http import HttpSource
+
+    p = auto_procs(b) if procs is None else max(1, min(procs, b))
+    return HttpSource if p == 1 else partial(HttpPool, procs=p)
 
 
 def auto_procs(b: int, cores: int | None = None) -> int:
@@ -65,7 +76,7 @@ def _child(conn: Connection, proc: int, kw: dict[str, Any], events: bool, run_id
 
     lock = threading.Lock()
 
-    def send(msg: tuple) -> None:
+    def send(msg: tuple[Any, ...]) -> None:
         with lock:
             try:
                 conn.send(msg)
@@ -148,10 +159,10 @@ def _child(conn: Connection, proc: int, kw: dict[str, Any], events: bool, run_id
 class HttpPool:
     """An HttpSource's face (sources/base.LoadSource) over `procs` processes; the same arguments."""
 
-    def __init__(self, url, meta: RunMeta, b: int = 1, procs: int | None = None, endpoint: str = "completions",
+    def __init__(self, url: Any, meta: RunMeta, b: int = 1, procs: int | None = None, endpoint: str = "completions",
                  model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache(), tokenizer=None, routing: str = "least"):
+                 prefix_cache: PrefixCache = PrefixCache(), tokenizer: Any = None, routing: str = "least"):
         from measure.sources.http import Endpoint
 
         specs = url if isinstance(url, list) else [url]
@@ -163,17 +174,17 @@ class HttpPool:
             self._kw["tokenizer_path"] = str(getattr(tokenizer, "path", tokenizer))
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
         self._sink = EventSink(events, on_record)
-        self.events: queue.Queue | None = self._sink.events
+        self.events: queue.Queue[Event] | None = self._sink.events
         self.mode = "http"
         self.target_k = len(self._specs)
         self.b = b
         self.rep = 0
-        self.oom_killed: list = []
+        self.oom_killed: list[tuple[int, int, str]] = []
         self.run_id = uuid.uuid4().hex[:12]
         self.shown_url = ", ".join(e.shown() for e in self._specs)
         self._conns: list[Connection] = []
-        self._children: list = []
-        self._rows: dict[int, tuple[list[WorkerInfo], dict | None]] = {}
+        self._children: list[subprocess.Popen[bytes]] = []
+        self._rows: dict[int, tuple[list[WorkerInfo], dict[str, Any] | None]] = {}
         self._collector: RecordCollector | None = None
         self._next_id = 1
         self._users: int | None = None
@@ -230,10 +241,12 @@ class HttpPool:
         self.meta = self._started[1]
         self._sink.log(f"{self.b} streams over {n} client processes (one asyncio loop each, one schedule)")
         self._send_all_batch()
+        if self.target_k != len(self._specs):  # scale_to before start
+            self.scale_to(self.target_k)
         if wait_ready:
             self.wait_ready(timeout)
 
-    def _send(self, p: int, msg: tuple) -> None:
+    def _send(self, p: int, msg: tuple[Any, ...]) -> None:
         try:
             self._conns[p - 1].send(msg)
         except (OSError, ValueError) as exc:
@@ -281,9 +294,8 @@ class HttpPool:
 
     def set_users(self, users: int | None) -> None:
         self._users = users
-        if not self._conns:
-            return
-        for p, u in enumerate(_split(users, len(self._conns)) if users else [None] * len(self._conns), 1):
+        n = min(len(self._conns), max(1, self.b))
+        for p, u in enumerate(_split(users, n) if users else [None] * n, 1):
             self._send(p, ("users", u if u is None or u > 0 else 1))
 
     def pause(self, paused: bool = True) -> None:
@@ -291,7 +303,9 @@ class HttpPool:
             self._send(p, ("pause", paused))
 
     def set_load(self, load: Load | None) -> None:
-        n = len(self._conns)
+        n = min(len(self._conns), max(1, self.b))  # the processes holding streams (B < P: the first B)
+        for p in range(n + 1, len(self._conns) + 1):
+            self._send(p, ("load", None, None, 1, self.rep))
         if load is None:
             for p in range(1, n + 1):
                 self._send(p, ("load", None, None, 1, self.rep))
@@ -353,12 +367,16 @@ class HttpPool:
             out.append(w)
         return out
 
-    def server_view(self) -> dict | None:
+    def server_view(self) -> dict[str, Any] | None:
         with self._lock:
             return self._rows[min(self._rows)][1] if self._rows else None
 
-    def run_requests(self, load: Load, timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
-        self._collector = RecordCollector(load.arrivals.total)
+    def run_requests(self, load: Load, timeout: float | None = None,
+                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
+        total = load.arrivals.total
+        if total is None:
+            raise ValueError("run_requests needs a finite load (a total)")
+        self._collector = RecordCollector(total)
         self.set_load(load)
         try:
             return self._collector.wait(timeout, should_stop)
@@ -385,12 +403,13 @@ class HttpPool:
 
     # ---- the reader --------------------------------------------------------------------------
     def _read(self) -> None:
-        live = {c: p for p, c in enumerate(self._conns, 1)}
+        live: dict[Any, int] = {c: p for p, c in enumerate(self._conns, 1)}
         while live:
-            for c in wait(list(live)):
+            for ready in wait(list(live)):
+                c = cast(Connection, ready)  # wait() gives back the Connections it was given
                 p = live[c]
                 try:
-                    msg = c.recv()
+                    msg: tuple[Any, ...] = c.recv()
                 except (EOFError, OSError):
                     del live[c]
                     self._gone(p)
@@ -409,7 +428,7 @@ class HttpPool:
                 self._sink.log(self._error, "error")
             self._cv.notify_all()
 
-    def _handle(self, p: int, msg: tuple) -> None:
+    def _handle(self, p: int, msg: tuple[Any, ...]) -> None:
         what = msg[0]
         if what == "rec":
             self._sink.record(msg[1], self._collector)
@@ -459,7 +478,7 @@ class HttpPool:
             self._sink.put(ev)
 
 
-__all__ = ["HttpPool", "auto_procs", "STREAMS_PER_PROC"]
+__all__ = ["HttpPool", "auto_procs", "http_source", "STREAMS_PER_PROC"]
 
 
 if __name__ == "__main__":  # one process of a pool: its pipe's fd, then (proc, HttpSource args, events, run_id)
