@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engines.base import Prompt
 from measure.core import metrics as M
+from measure.core.records import RequestRecord
 from presets import Workload
 
 THINK_FORMS = "S (seconds, exponential with mean S), exp:S, or fixed:S; 0 (the default) sends the next turn at once"
@@ -208,6 +209,7 @@ class Sessions:
                 u.turns = conversation(workload, self._sessions, self.turns, max_tokens)[:left]
                 self._sessions += 1
             t = u.turns[u.sent]
+            assert u.due_ns is not None  # every user taken above is due (the branches that clear it continue)
             out.append(DueTurn(u.due_ns, Prompt(t.prompt_id, text=transcript(u.history, t.message)), t.max_tokens,
                                u.session, u.sent + 1, f"{self.tag}{u.session}", messages(u.history, t.message),
                                u.idx))
@@ -263,19 +265,26 @@ class SessionSpec:
         return Sessions(self.turns, self.think, total, self.seed, rep, users, tag)
 
 
-def ttft_by_turn(records) -> dict[str, Any]:
+def _p(values: Sequence[float], q: float) -> float:
+    """A percentile of values that are there (a turn's group holds its requests)."""
+    p = M.percentile(values, q)
+    assert p is not None
+    return p
+
+
+def ttft_by_turn(records: Iterable[RequestRecord]) -> dict[str, Any]:
     """Per turn number (1-based, as a string key): ok requests, queue-inclusive TTFT p50 and p99 (ms), the
     prompt's tokens p50, and where the server said so (llama-server's timings) the tokens it prefilled and the
     tokens it took from its cache, p50. Empty without session records."""
-    groups: dict[int, list] = {}
+    groups: dict[int, list[RequestRecord]] = {}
     for r in M.ok(records):
-        if getattr(r, "turn", None) is not None:
-            groups.setdefault(r.turn, []).append(r)
-    out = {}
+        if (turn := getattr(r, "turn", None)) is not None:
+            groups.setdefault(turn, []).append(r)
+    out: dict[str, Any] = {}
     for turn, rs in sorted(groups.items()):
         timings = [(r.server_view or {}).get("timings") or {} for r in rs]
-        fig = {"n": len(rs), "median_ttft_ms": M.percentile([M.ttft(r) for r in rs], 50) * 1e3,
-               "p99_ttft_ms": M.percentile([M.ttft(r) for r in rs], 99) * 1e3}
+        fig: dict[str, Any] = {"n": len(rs), "median_ttft_ms": _p([M.ttft(r) for r in rs], 50) * 1e3,
+                               "p99_ttft_ms": _p([M.ttft(r) for r in rs], 99) * 1e3}
         prompts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
         if prompts:
             fig["median_prompt_tokens"] = M.percentile(prompts, 50)
@@ -287,10 +296,10 @@ def ttft_by_turn(records) -> dict[str, Any]:
     return out
 
 
-def prefix_cache_label(records) -> str | None:
+def prefix_cache_label(records: Iterable[RequestRecord]) -> str | None:
     """off | on | shared:N, as the records' HTTP source said (None: not said)."""
     for r in records:
-        said = (r.extra or {}).get("prefix_cache")
+        said: str | None = (r.extra or {}).get("prefix_cache")  # a PrefixCache.describe() line
         if said:
             return "shared:" + said.split(":")[1] if said.startswith("shared:") else said.split(":", 1)[0]
     return None
