@@ -72,7 +72,11 @@ class Replay:
         self.users = []
 
     def capabilities(self):
-        return SimpleNamespace(local=self.local, batch_capacity=16)
+        from measure.sources.base import Capabilities
+
+        modes = ("http",) if self.mode == "http" else ("instances", "batch")
+        return Capabilities(self.meta.engine, self.meta.model_bytes, modes, scales_k=True, local=self.local,
+                            batch_capacity=16, server_view=False, simulated=False)
 
     def scale_to(self, k):
         self.target_k = k

@@ -91,3 +91,22 @@ async def test_every_key_the_replay_binds_works(tmp_path, monkeypatch):
         await pilot.press("q")
     assert app.return_code in (0, None)
     assert len(exported(tmp_path)) == 1  # e, once
+
+
+def test_a_replay_cannot_run_a_finite_load_and_says_so(tmp_path):
+    """A recording replays what happened: it says by capability that it runs no finite load, and a sweep cell or a
+    --find level asked of it gets one clear error (its run_requests once returned [] without a word)."""
+    from measure.control.replay import Recording
+    from measure.control.sweep import CellRunner, SweepConfig
+    from measure.sources.base import SourceError
+    from measure.sources.replay import ReplaySource
+
+    path, _ = recorded_session(tmp_path)
+    src = ReplaySource(Recording.load(path))
+    assert src.capabilities().finite_loads is False
+    with pytest.raises(SourceError, match="cannot run a finite load"):
+        CellRunner(src, SweepConfig(), print)
+    _, fleet, _ = sim_controller(k=1)  # the simulated fleet serves the dashboard only
+    assert fleet.capabilities().finite_loads is False
+    with pytest.raises(SourceError, match="cannot run a finite load"):
+        CellRunner(fleet, SweepConfig(), print)

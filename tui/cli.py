@@ -228,7 +228,6 @@ def bench_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.recorder import Recorder
-    from measure.core.units import fmt_gib
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
@@ -236,7 +235,7 @@ def bench_main(argv: list[str]) -> int:
                       or plan.sessions):
         fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed, --turns and trace:")
     args.requests = args.requests or len(getattr(plan.workload, "times_s", None) or ()) or 16
-    ks = plan.ks if not plan.remote or len(plan.endpoints) > 1 else [1]
+    ks = plan.sweep_ks
     most = args.users or max(ks) * max(plan.bs or [1])
     if args.find and not 0 < args.target <= 1:
         fail(f"--target {args.target:g} must be a share of requests in (0, 1], e.g. 0.9")
@@ -276,13 +275,8 @@ def bench_main(argv: list[str]) -> int:
     _sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
     cfg.roofline = plan.roofline(say)
-    if plan.remote:
-        say(f"{plan.chip}; records → {out}/records.jsonl")
-    else:
-        say(f"{plan.choice.name} ({plan.choice.file_bytes / 1e9:.3f} GB) on {plan.chip}, {plan.describe_beta()}; "
-            f"records → {out}/records.jsonl")
-        say(f"memory budget {fmt_gib(plan.memory_budget)}: {plan.memory_budget_source}")
-        say(f"starting {plan.ks[0]} worker(s): load + 2 warmup requests each …")
+    for line in plan.start_lines(f"{out}/records.jsonl"):
+        say(line)
     cells: list[dict] = []
     source = None
     try:
@@ -291,8 +285,8 @@ def bench_main(argv: list[str]) -> int:
             return find_main(args, plan, cfg, source, out, say)
         if clients_header:
             _say_start(clients_header, say)
-        cells, _, source = run_sweep(source, plan.workload, cfg, say, new_fleet=None if plan.remote else new_source,
-                                     cells=cells)
+        cells, _, source = run_sweep(source, plan.workload, cfg, say,  # a local source's stuck workers: a fresh one
+                                     new_fleet=new_source if source.capabilities().local else None, cells=cells)
     except SourceError as exc:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -351,7 +345,7 @@ def _client_start(client, plan, cfg) -> dict:
            "start_at_unix": start}
     t0 = None
     if start is not None:
-        if plan.remote:
+        if plan.url:  # a server's clock to compare with
             from engines.http_openai import api_headers
 
             out["clock_check"] = clock_check(plan.url, api_headers(plan.api_key_env))
@@ -384,10 +378,10 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
     from measure.control.knee import find_knee, measure_levels
     from measure.control.sweep import format_table
 
-    if args.find == "users" and not plan.remote:
+    if args.find == "users" and "batch" in source.capabilities().modes:
         cfg.mode = "batch"  # concurrent users, served the way a server serves them: batched in one engine
     cfg.cell_timeout_s = min(cfg.cell_timeout_s, 300.0)  # every level bounded
-    run = measure_levels(source, plan.workload, args.find, cfg, say, k=1 if plan.remote else plan.ks[0],
+    run = measure_levels(source, plan.workload, args.find, cfg, say, k=plan.find_k,
                          target=args.target)
     start = args.rate or (0.5 if args.find == "rate" else 1)
     knee = find_knee(lambda lv: run(lv), args.find, start=start, limit=4096 if args.find == "rate" else 256)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from measure.control.cell import Cell, as_cell
 from measure.core import metrics as M
-from measure.core.records import RequestRecord
+from measure.core.records import RequestRecord, is_remote
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Poisson
 from measure.sources.base import CellStopped
@@ -233,8 +233,8 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
             arrivals = ExactPoisson(level, total=n)
         else:
             users = int(level)
-            if cfg.mode == "http":  # a user is a stream; --max-b caps a local engine's batch, not a server's
-                b, mode = -(-users // k), "http"
+            if is_remote(cfg.mode):  # a user is a stream; --max-b caps a local engine's batch, not a server's
+                b, mode = -(-users // k), cfg.mode
             else:
                 b = users if what == "b" else min(users, cfg.max_b)
                 mode = "batch" if b > 1 or cfg.mode == "batch" else "instances"
@@ -270,7 +270,7 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
                             f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
                             "stops here", cell)
         st = judge(cell, cfg.slo, what, level, target)
-        if what == "rate" and mode == "http" and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
+        if what == "rate" and is_remote(mode) and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
             st.why += (f"; all {b} of this client's streams were busy (--b {b}), so the queue may be the client's, "
                        "not the server's: give a larger --b")
         trend = cell.ttft_trend

@@ -391,14 +391,14 @@ class LiveController:
         p50, p90 = M.percentile(win.tpots, 50), M.percentile(win.tpots, 90)
         W = self.caps.weight_bytes
         workers = self.source.workers()
-        if self.mode == "http":  # each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)
+        if self.caps.per_endpoint_bandwidth:  # each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)
             ep_tpot = {wid: tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
             bw = M.http_bandwidth(W, ep_tpot.values())
         else:
             ep_tpot = {}
             bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
         level = self._predict(workers)
-        eps_gbps = [w.bandwidth_gbps for w in workers] if self.mode == "http" else None
+        eps_gbps = [w.bandwidth_gbps for w in workers] if self.caps.per_endpoint_bandwidth else None
         if level is not None:
             pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
         elif (kwb := M.kwb_tpot(self.k, W, self.settings.bandwidth_gbps, self.mode, eps_gbps)) is not None:
@@ -421,7 +421,7 @@ class LiveController:
         )
         # the spec line of several endpoints: Σ β of those in use, where every one's chip is known
         in_use = [w for w in workers if w.streams]
-        spec = M.sum_gbps(w.bandwidth_gbps for w in in_use) if self.mode == "http" else None
+        spec = M.sum_gbps(w.bandwidth_gbps for w in in_use) if self.caps.per_endpoint_bandwidth else None
         rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
         self.admission.observe([w.rss for w in workers if w.ready_ns and w.rss])
         self._check_wall(prev_sys, sysv, win.agg_tps, now)

@@ -14,6 +14,7 @@ from measure.control.cell import Cell
 from measure.control.knee import TARGET_ATTAINMENT
 from measure.control.runs import ReportError, Run, combine, load_run
 from measure.control.sweep import answer_notes
+from measure.core.records import MODES
 from measure.core.sessions import turn_note
 
 NS = 1_000_000_000
@@ -232,7 +233,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     fig, axes = _axes(plt, runs, "Pareto: per-user tok/s vs aggregate tok/s (one point per cell)", "tok/s per user",
                       "aggregate tok/s")
     for ax, run in zip(axes, runs):
-        for group in ("instances", "batch", "http"):
+        for group in MODES:
             cs = sorted((c for c in _ok(run.cells) if (c.mode or "instances") == group and c.per_stream_tps),
                         key=lambda c: c.output_throughput)
             if cs:

@@ -22,7 +22,7 @@ from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits
 from measure.core.datasets import resolve as resolve_workload
 from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.workload import PrefixCache
-from measure.sources.base import LoadSource
+from measure.sources.base import FiniteLoadSource
 from measure.core.cost import Cost
 from presets import SLO, PresetError, Workload, chip
 from presets import slo as preset_slo
@@ -46,6 +46,12 @@ class LiveRun:
         if self.metrics_server:
             ms = self.metrics_server
             (ms[0] if isinstance(ms, tuple) else ms).shutdown()
+
+
+def remote_engine(engine: str) -> bool:
+    """The one test of --engine for "a server of its own, reached at --url" (http); its records' mode is the one
+    records.is_remote names."""
+    return engine == "http"
 
 
 class StartError(ValueError):
@@ -92,25 +98,45 @@ class RunPlan:
     client_procs: int | None = 1  # http bench: processes its streams spread over (None: http_pool.auto_procs)
 
     @property
-    def remote(self) -> bool:
-        return self.engine == "http"
+    def engine_is_remote(self) -> bool:
+        """A server of its own at --url (remote_engine): no model, memory or workers of ours."""
+        return remote_engine(self.engine)
+
+    @property
+    def sweep_ks(self) -> list[int]:
+        """The Ks a sweep steps through: K engines here or K endpoints; one server has no K (B are its streams)."""
+        return self.ks if not self.engine_is_remote or len(self.endpoints) > 1 else [1]
+
+    @property
+    def find_k(self) -> int:
+        """The K a --find search runs at: a server's users are its streams (K 1), a local engine's is the first --k."""
+        return 1 if self.engine_is_remote else self.ks[0]
+
+    def start_lines(self, records: str) -> list[str]:
+        """What a bench says as it starts: what is measured, where the records go (`records`), the budget."""
+        if self.engine_is_remote or self.choice is None:
+            return [f"{self.chip}; records → {records}"]
+        return [f"{self.choice.name} ({self.choice.file_bytes / 1e9:.3f} GB) on {self.chip}, {self.describe_beta()}; "
+                f"records → {records}",
+                f"memory budget {fmt_gib(self.memory_budget)}: {self.memory_budget_source}",
+                f"starting {self.ks[0]} worker(s): load + 2 warmup requests each …"]
 
     @property
     def mode(self) -> str:
-        return "http" if self.remote else "batch" if self.bs else "instances"
+        return "http" if self.engine_is_remote else "batch" if self.bs else "instances"
 
     def meta(self) -> RunMeta:
-        if self.remote:
-            return RunMeta(engine=engine_label("http"), model=self.model_name or "?", model_bytes=self.model_bytes,
-                           mode="http", b=(self.bs or [1])[0])
+        if self.engine_is_remote:
+            return RunMeta(engine=engine_label(self.engine), model=self.model_name or "?",
+                           model_bytes=self.model_bytes, mode="http", b=(self.bs or [1])[0])
         return run_meta(self.engine, self.choice, self.mode, (self.bs or [1])[0])
 
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
-                    k: int | None = None, per_cell: bool = False) -> LoadSource:
+                    k: int | None = None, per_cell: bool = False) -> FiniteLoadSource:
         """The load source, not started: K local workers, or B streams against --url. `per_cell`: a sweep
         sets each cell's mode, B and batch context itself, so the workers start plain (no batch context made
         for the largest B before the memory guard has seen it)."""
-        if self.remote:
+        if self.engine_is_remote:
             from measure.sources.http_pool import http_source
 
             # a bench spreads its streams over client processes (one asyncio loop each, one schedule); the
@@ -146,7 +172,7 @@ class RunPlan:
         """The work model of the local model (core/work.py), or None (a server's model is not ours)."""
         from measure.core import work as W
 
-        if self.remote or self.choice is None:
+        if self.engine_is_remote or self.choice is None:
             return None
         try:
             if self.engine == "mlx":
@@ -175,7 +201,7 @@ class RunPlan:
     def start_refusal(self) -> str | None:
         """The dashboard's first level checked like any step: refused with the numbers unless it fits the budget
         or --force is given (--k 1000 must not spawn 1000 workers)."""
-        if self.remote or self.force or self.choice is None:
+        if self.engine_is_remote or self.force or self.choice is None:
             return None
         from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
 
@@ -193,7 +219,7 @@ class RunPlan:
                             chip=self.chip, ignore_eos=self.ignore_eos, memory_budget=self.memory_budget,
                             kv_bytes_per_token=self.choice.kv_bytes_per_token() if self.choice else None,
                             memory_budget_source=self.memory_budget_source,
-                            ctx=self.ctx, force=self.force, brake=brake and not self.remote, slo=self.slo,
+                            ctx=self.ctx, force=self.force, brake=brake and not self.engine_is_remote, slo=self.slo,
                             cost=self.cost)
 
     def header(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -206,10 +232,10 @@ class RunPlan:
                   "arrivals": self.arrivals.describe() if self.arrivals else None, **header_info(self.workload),
                   **({"sessions": self.sessions.describe()} if self.sessions else {}),
                   **extra}
-        if self.remote:  # the key's variable name only, never the key
+        if self.engine_is_remote:  # the key's variable name only, never the key
             from engines.http_openai import public_url
 
-            return {"environment": environment(), "engine": "http", "url": public_url(self.url),
+            return {"environment": environment(), "engine": self.engine, "url": public_url(self.url),
                     "endpoints": [{"url": e.shown(), "chip": e.chip, "label": e.name(),
                                    "bandwidth_gbps": e.bandwidth_gbps} for e in self.endpoints],
                     "routing": self.routing, "endpoint": self.endpoint,
@@ -230,7 +256,7 @@ class RunPlan:
 
         settings = self.live_settings(brake)
         source = self.make_source(k=self.ks[0])
-        if self.remote:
+        if self.engine_is_remote:
             source.start()  # nothing answers: one line before the screen takes over
         recorder = None
         if record:
@@ -382,7 +408,7 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
     if getattr(args, "think_time", None) is not None and not turns:
         raise StartError("--think-time is the pause between a session's turns: give --turns N with it")
     if turns:
-        if args.engine != "http":
+        if not remote_engine(args.engine):
             raise StartError("--turns runs multi-turn sessions against a server (--engine http --url …): a local "
                              "engine clears its KV cache before every request, so there is no prefix cache to show")
         if arrivals is not None:
@@ -404,10 +430,10 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
                          "give contexts above max_tokens")
     ctx = max([args.ctx, *contexts])
     longest = max(wl.synthetic_tokens or 0, wl.long_tokens if wl.long_every else 0)
-    if longest and not contexts and args.engine != "http" and longest + max_tokens > ctx:
+    if longest and not contexts and not remote_engine(args.engine) and longest + max_tokens > ctx:
         raise StartError(f"--workload {wl.key}: a prompt of {longest} tokens + --max-tokens {max_tokens} exceeds "
                          f"--ctx {ctx}; raise --ctx to {longest + max_tokens} or more, or shorten the prompt")
-    if args.engine != "http" and not contexts:
+    if not remote_engine(args.engine) and not contexts:
         n = getattr(args, "requests", None) or max(len(getattr(wl, "items", ())), CHECK_DRAWS)
         if why := check_fits(wl, n, max_tokens, ctx):
             raise StartError(why)
@@ -425,7 +451,7 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
                   force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost,
                   arrivals=arrivals, sessions=sessions)
-    if args.engine == "http":
+    if remote_engine(args.engine):
         endpoints = http_endpoints(args)
         url = endpoints[0].url
         n = len(endpoints)
@@ -452,7 +478,8 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
         betas = [e.bandwidth_gbps for e in endpoints]
         where = ("server at " + public_url(url) if n == 1 else
                  f"{n} endpoints ({', '.join(e.name() for e in endpoints)})")
-        return RunPlan(engine="http", chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
+        return RunPlan(engine=args.engine,
+                       chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
                        bandwidth_gbps=sum_gbps(betas),
                        bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
                        url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,

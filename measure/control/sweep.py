@@ -16,10 +16,10 @@ from measure.core.cost import joules_per_token
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
-from measure.core.records import RequestRecord
+from measure.core.records import RequestRecord, is_remote
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
-from measure.sources.base import CellStopped, LoadSource, SourceError
+from measure.sources.base import CellStopped, FiniteLoadSource, LoadSource, SourceError, finite
 from presets import Workload
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         out.update(ttft_by_turn=turns, prefix_cache=prefix_cache_label(records))
     if ignore_eos:
         out.stopped_early = M.stopped_early(records, max_tokens)
-    if mode == "http" and (check := server_check(records)):
+    if is_remote(mode) and (check := server_check(records)):
         out.server_check = check
     if cost is not None and (cost.set or watts is not None):
         out.update(watts=watts, joules_per_token=joules_per_token(watts, out.output_throughput),
@@ -216,7 +216,7 @@ def _s(ms: float | None) -> float | None:
 def _bandwidth(records, timed, weight_bytes, mode, kvb, tpot_ms: float | None = None) -> dict:
     """The bandwidth product (docs/design.md §4), from the cell's own figures: instances from its timed
     throughput, batch from the steps inside its timed span, http from each endpoint's TPOT p50."""
-    if mode == "http":
+    if is_remote(mode):
         eps = endpoint_figures(records, weight_bytes)
         # one server: the cell's TPOT p50 is its streams' (one step serves all of them)
         bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
@@ -274,8 +274,9 @@ class CellRunner:
     def __init__(self, source: LoadSource, cfg: SweepConfig, say: Callable[[str], None]):
         from measure.core.cost import PowerMeter
 
-        self.source, self.cfg, self.say = source, cfg, say
-        self.local = source.capabilities().local
+        self.source, self.cfg, self.say = finite(source), cfg, say  # SourceError: it serves a live view only
+        self.caps = source.capabilities()
+        self.local = self.caps.local
         self.power = PowerMeter(cfg.cost.watts if cfg.cost else None)
         self.probe = SystemProbe()
         self.kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
@@ -326,7 +327,8 @@ class CellRunner:
         cell = cell_summary(records, k, b, src.meta.model_bytes, cfg.bandwidth_gbps, mode, cfg.kv_bytes_per_token,
                             cfg.roofline, cfg.threads or auto_threads(k),
                             None if getattr(workload, "varies", False) else cfg.max_tokens, cfg.slo, cfg.cost,
-                            self.power.sample(), [w.bandwidth_gbps for w in src.workers()] if mode == "http" else None,
+                            self.power.sample(),
+                            [w.bandwidth_gbps for w in src.workers()] if self.caps.per_endpoint_bandwidth else None,
                             ignore_eos=cfg.ignore_eos)
         cell.update(**first)
         if cell.watts is not None:  # mean power over the cell, and what read it
@@ -349,7 +351,7 @@ class CellRunner:
 
 def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
               new_fleet: Callable[[], LoadSource] | None = None, cells: list[Cell] | None = None
-              ) -> tuple[list[Cell], list[RequestRecord], LoadSource]:
+              ) -> tuple[list[Cell], list[RequestRecord], FiniteLoadSource]:
     """Cells in rows (one row per context), each row over B then K. A cell the admission check
     refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
     ends the row there (the source is replaced, so nothing of it lingers). Never hangs. `cells`, where
@@ -418,7 +420,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     blocked = (k, b, status[0], f"K={k} B={b} {status[0]}")
                     if new_fleet:  # whatever the stopped cell left running goes with the old fleet
                         fleet.close()
-                        fleet = runner.source = new_fleet()
+                        fleet = runner.source = finite(new_fleet())
                     continue
                 cell = runner.finish(cell_records, wl, cfg.mode, k, b, context=context)
                 if cfg.arrivals:

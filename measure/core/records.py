@@ -13,6 +13,14 @@ Mode = Literal["instances", "batch", "http"]
 MODES: tuple[Mode, ...] = ("instances", "batch", "http")
 
 
+def is_remote(mode: str) -> bool:
+    """The one test of a mode for "a server of its own serves the load" (http): K counts its endpoints, each on
+    its chip with its β (bandwidth from each one's TPOT p50), B the streams this client keeps open to each (no
+    batch context here: a user is a stream), the server counts its own tokens; its memory and queue are not
+    ours."""
+    return mode == "http"
+
+
 @dataclass
 class RunMeta:
     """What every record of a run repeats: engine label, model, W (bytes read per token) and whether the

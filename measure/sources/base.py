@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
-from measure.core.records import Mode, RequestRecord, RunMeta
+from measure.core.records import Mode, RequestRecord, RunMeta, is_remote
 from measure.core.workload import Load
 
 
@@ -105,6 +105,13 @@ class Capabilities:
     endpoint: str | None = None  # the URL of a remote engine (several, comma-separated)
     max_k: int | None = None  # K cannot go above this (the endpoints given); None: no such bound
     level_ready: bool = False  # it sends LevelReady after a K, B or mode step; else a level starts at the step
+    finite_loads: bool = True  # it runs a finite load to completion (FiniteLoadSource: a bench cell, a --find level)
+
+    @property
+    def per_endpoint_bandwidth(self) -> bool:
+        """K servers of their own, each on its chip (records.is_remote): bandwidth from each one's TPOT p50
+        (metrics.http_bandwidth), the spec line Σ β of those in use, K·W/β with each one's β."""
+        return any(is_remote(m) for m in self.modes)
 
 
 # ---- events (source → live reader) -------------------------------------------------------------
@@ -216,11 +223,27 @@ class LoadSource(Protocol):
     def server_view(self) -> dict[str, Any] | None:
         """The server's own figures (None: not scraped yet or no server; {}: it exposes none)."""
 
+    def close(self, grace: float = 1.0) -> None: ...
+
+
+@runtime_checkable
+class FiniteLoadSource(LoadSource, Protocol):
+    """A source that also runs a finite load to completion (Capabilities.finite_loads): the fleet and HTTP. The
+    simulated fleet and a replay serve a live view only."""
+
     def run_requests(self, load: Load, timeout: float | None = None,
                      should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
         """A finite load to completion (CellStopped, TimeoutError, SourceError)."""
 
-    def close(self, grace: float = 1.0) -> None: ...
+
+def finite(source: LoadSource) -> FiniteLoadSource:
+    """The source, where it runs finite loads; else SourceError saying so (one line), for a bench cell or a --find
+    level asked of a source that serves a live view only."""
+    caps = source.capabilities()
+    if not caps.finite_loads:
+        raise SourceError(f"the {'simulated ' if caps.simulated else ''}{caps.engine} source of this run cannot run "
+                          "a finite load (a bench cell, a --find level): it serves a live view only")
+    return cast(FiniteLoadSource, source)  # the capability says so (callers branch on data, not on classes)
 
 
 class RecordCollector:

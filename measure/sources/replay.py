@@ -115,7 +115,7 @@ class ReplaySource:
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=(self.mode,),
                             scales_k=False, local=False, batch_capacity=self.b, server_view=False,
-                            simulated=self.meta.simulated, endpoint=self.rec.header.get("url"))
+                            simulated=self.meta.simulated, endpoint=self.rec.header.get("url"), finite_loads=False)
 
     def feed(self, lo_ns: int, hi_ns: int) -> None:
         """Requests begun, token batches and finished records with times in (lo, hi], as the live source
@@ -166,9 +166,6 @@ class ReplaySource:
 
     def pause(self, paused: bool = True) -> None:
         pass
-
-    def run_requests(self, load: Load, timeout=None, should_stop=None):
-        return []
 
     def close(self, grace: float = 0) -> None:
         pass

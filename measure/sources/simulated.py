@@ -59,16 +59,13 @@ class SimulatedFleet:
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
                             modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
-                            server_view=False, simulated=True, level_ready=True)
+                            server_view=False, simulated=True, level_ready=True, finite_loads=False)
 
     def server_view(self) -> dict | None:
         return None
 
     def wait_ready(self, timeout: float = 0) -> None:
         pass
-
-    def run_requests(self, load: Load, timeout=None, should_stop=None):
-        raise NotImplementedError("the simulated fleet serves the dashboard only; bench runs a real engine")
 
     def start(self, wait_ready: bool = True, timeout: float = 0) -> None:
         for _ in range(self.target_k):
