@@ -118,3 +118,13 @@ def test_users_follow_the_slots_until_told():
     d.set_users(5)
     assert len(d.release(0, rep=0, k=3, b=1, mode="instances", slots=3)) == 2  # told: 5 users (3 queued)
     assert len(d.pending) == 5
+
+
+def test_a_load_may_number_its_requests_from_a_first_id_by_a_step():
+    """A pool's process takes every step-th id of one closed loop (sources/http_pool.py)."""
+    d = Dispatcher(Clock())
+    d.set_load(Load(WL, ClosedLoop(3, total=3), 4), first_id=2, id_step=4)
+    assert [r.request_id for r in d.release(0, rep=0, k=1, b=3, mode="http")] == [2, 6, 10]
+    d.take_all()
+    d.set_load(Load(WL, ClosedLoop(2, total=2), 4))  # ids run on
+    assert [r.request_id for r in d.release(0, rep=0, k=1, b=3, mode="http")] == [14, 18]

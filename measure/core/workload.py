@@ -140,6 +140,10 @@ class RequestMaker:
         self._prompt_index = itertools.count()
         self._loads = 0  # loads set so far: a session's key names its load, so no later load shares its prefix
 
+    def number_from(self, first_id: int, step: int = 1) -> None:
+        """Request ids run first_id, first_id + step … from here (a pool's process takes every step-th id)."""
+        self._ids = itertools.count(first_id, step)
+
     def set_load(self, load: Load | None) -> None:
         self.load = load
         full = getattr(load.arrivals, "full_total", None) if load else None

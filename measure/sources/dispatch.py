@@ -44,7 +44,11 @@ class Dispatcher:
         """A load is set and not paused: arrivals are released."""
         return self.requests.load is not None and not self.paused
 
-    def set_load(self, load: Load | None) -> None:
+    def set_load(self, load: Load | None, first_id: int | None = None, id_step: int = 1) -> None:
+        """`first_id`, `id_step`: this load's request ids run first_id, first_id + step … (a pool's process takes
+        every step-th id of one closed loop); else they run on from the last load's."""
+        if first_id is not None:
+            self.requests.number_from(first_id, id_step)
         self.requests.set_load(load)
 
     def set_users(self, users: int | None) -> None:
