@@ -12,6 +12,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -244,7 +245,7 @@ PROMPT_TOKEN_KEYS = ("prompt_tokens", "input_tokens", "input_length", "prompt_le
 OUTPUT_KEYS = ("output_tokens", "max_tokens", "output_length", "output_len", "generated_tokens")
 
 
-def _lines(kind: str, name: str, path: Path, text: str):
+def _lines(kind: str, name: str, path: Path, text: str) -> Iterator[tuple[int, str, Any]]:
     for i, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s:
@@ -282,7 +283,7 @@ def load_jsonl(name: str) -> tuple[Path, str, list[Item]]:
     return path, text, items
 
 
-def load_sharegpt(name: str, count_tokens, later_turns: bool = False) -> tuple[Path, str, list[Item], int]:
+def load_sharegpt(name: str, count_tokens: Callable[[str], int] | None, later_turns: bool = False) -> tuple[Path, str, list[Item], int]:
     """The first human turn of each conversation as the prompt, the reply after it as the answer length
     (its tokens, counted by `count_tokens`, or None where --output-len decides); with later_turns, the later
     human turns and their replies' lengths too, in `more` (multi-turn sessions, core/sessions.py; two human
@@ -304,7 +305,7 @@ def load_sharegpt(name: str, count_tokens, later_turns: bool = False) -> tuple[P
         turns = conv.get("conversations", conv.get("messages")) if isinstance(conv, dict) else None
         if not isinstance(turns, list):
             raise DatasetError(f"{where}: conversation {n} has no \"conversations\" list; give a {_what('sharegpt')}")
-        pairs: list[list] = []  # [human text, reply text or None] per human turn
+        pairs: list[list[Any]] = []  # [human text, reply text or None] per human turn
         for t in turns:
             if not isinstance(t, dict):
                 continue
@@ -337,7 +338,7 @@ def load_sharegpt(name: str, count_tokens, later_turns: bool = False) -> tuple[P
 TIME_KEYS = ("timestamp", "time", "arrival_time", "t")
 
 
-def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict]:
+def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
     """A timestamped trace (times in s; `timestamp_ms` in ms), or an inference-top records.jsonl (its requests'
     scheduled times, prompt and answer lengths). Sorted by time; times from the first."""
     path, text = _read("trace", name)
@@ -376,7 +377,8 @@ def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict]:
     return path, text, [r[1] for r in rows], [r[0] - t0 for r in rows], {"trace_format": "timestamped JSONL"}
 
 
-def _records_trace(name: str, path: Path, text: str):
+def _records_trace(name: str, path: Path, text: str
+                   ) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
     from measure.core.recorder import read_jsonl
 
     where = f"--workload trace:{name}"
@@ -404,7 +406,7 @@ def _records_trace(name: str, path: Path, text: str):
 # ---- from the command line -----------------------------------------------------------------------------------
 
 
-def _embedded_counter():
+def _embedded_counter() -> Callable[[str], int]:
     """Token counts with the embedded model's tokenizer: the same count whatever engine runs."""
     from engines.base import EngineError
     from engines.embedded import embedded_model_path
@@ -419,7 +421,8 @@ def _embedded_counter():
 
 
 def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None = None,
-            max_tokens: int | None = None, seed: int = 0, count_tokens=None, turns: bool = False) -> Workload:
+            max_tokens: int | None = None, seed: int = 0, count_tokens: Callable[[str], int] | None = None,
+            turns: bool = False) -> Workload:
     """--workload: a preset or synthetic:N (presets.workload), or KIND:FILE (jsonl, sharegpt, trace); with
     --prompt-len / --output-len a Dataset. A preset with neither is returned as it is. `turns`: multi-turn
     sessions will run (a ShareGPT file's later turns are read too). DatasetError: one line."""
@@ -460,14 +463,14 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
         path, text, items, skipped = load_sharegpt(name, counter, later_turns=turns)
     else:
         path, text, items, times, info = load_trace(name)
-    items = tuple(items)
-    desc = f"{len(items)} requests from {path.name}"
+    file_items = tuple(items)
+    desc = f"{len(file_items)} requests from {path.name}"
     if skipped:
         desc += f" ({skipped} conversations without a human turn skipped)"
     info = {"workload_file": str(path.resolve()), "workload_sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
-            "workload_items": len(items), "output_len": output_len, "length_seed": seed, **info}
-    return Dataset(f"{kind}:{name}", desc, source=str(path), items=items, output_len=ol,
-                   cap=max_tokens if (ol or any(it.output_tokens for it in items)) else None,
+            "workload_items": len(file_items), "output_len": output_len, "length_seed": seed, **info}
+    return Dataset(f"{kind}:{name}", desc, source=str(path), items=file_items, output_len=ol,
+                   cap=max_tokens if (ol or any(it.output_tokens for it in file_items)) else None,
                    times_s=tuple(times) if times is not None else None, info=info)
 
 
