@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import itertools
 import queue
 import threading
 import time
@@ -269,7 +268,7 @@ class HttpSource:
         takes every step-th id of its closed loop; a segment's ids come from its index in the schedule)."""
         with self._lock:
             if first_id is not None:
-                self._requests._ids = itertools.count(first_id, id_step)
+                self._requests.number_from(first_id, id_step)
             self._requests.set_load(load)
         self._poke()
 
