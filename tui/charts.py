@@ -62,56 +62,70 @@ class Grid:
         self.bits = [0] * (cols * rows)  # row 0 is the bottom one
         self.char: list[str | None] = [None] * (cols * rows)
         self.color: list[str | None] = [None] * (cols * rows)
+        self._sx = (self.w - 1) / (x1 - x0) if x1 > x0 else 0.0  # dots per unit of x
+        self._sy = (self.h - 4) / (y1 - y0) if y1 > y0 else 0.0  # y: from the bottom row's middle to the top's
 
     def dx(self, x: float) -> int:
-        return round((x - self.x0) / (self.x1 - self.x0) * (self.w - 1)) if self.x1 > self.x0 else 0
+        return round((x - self.x0) * self._sx)
 
     def dy(self, y: float) -> int:
         """y0 at the middle of the bottom row (dot 1.5), y1 at the middle of the top row: a row's label (the value
         at its middle) is the nearest to every value drawn in it."""
-        if self.y1 <= self.y0:
-            return 0
-        return min(self.h - 1, max(0, round(1.5 + (y - self.y0) / (self.y1 - self.y0) * (self.h - 4))))
-
-    def _dot(self, x: int, y: int, color: str) -> None:
-        i = (y >> 2) * self.cols + (x >> 1)
-        self.bits[i] |= _DOT[x & 1][3 - (y & 3)]
-        self.char[i] = None
-        self.color[i] = color
-
-    def _run(self, x: int, ya: int, yb: int, color: str) -> None:
-        """Dots in column x from row ya to yb."""
-        if ya > yb:
-            ya, yb = yb, ya
-        for y in range(ya, yb + 1):
-            self._dot(x, y, color)
+        return min(self.h - 1, max(0, round(1.5 + (y - self.y0) * self._sy)))
 
     def line(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
         """The points joined by straight lines, in the order given (a None breaks the line); points outside
-        [x0, x1] are left out."""
-        prev: tuple[int, int] | None = None  # the last point drawn, in dots
-        x0, x1 = self.x0, self.x1
+        [x0, x1] are left out. Each dot column gets the rows the segments cross over its width, as one run from
+        the lowest to the highest (the hot path of a chart: plain loops, no call per dot)."""
+        x0, x1, y0, sx, sy = self.x0, self.x1, self.y0, self._sx, self._sy
+        top = self.h - 1
+        lo: dict[int, int] = {}  # dot column → its run's lowest and highest dot rows
+        hi: dict[int, int] = {}
+        ax = ay = -1  # the last point drawn, in dots (ax −1: none, the line starts again)
         for x, y in zip(xs, ys):
             if y is None or not x0 <= x <= x1:
-                prev = None
+                ax = -1
                 continue
-            p = (self.dx(x), self.dy(y))
-            if prev is None:
-                self._run(p[0], p[1], p[1], color)
-            elif p != prev:
-                self._segment(prev, p, color)
-            prev = p
-
-    def _segment(self, a: tuple[int, int], b: tuple[int, int], color: str) -> None:
-        """Dots from a to b: in each dot column, the run of rows the segment crosses over that column's width."""
-        (ax, ay), (bx, by) = sorted((a, b))
-        if ax == bx:
-            self._run(ax, ay, by, color)
-            return
-        slope = (by - ay) / (bx - ax)
-        for x in range(ax, bx + 1):
-            self._run(x, round(ay + slope * (max(ax, x - 0.5) - ax)), round(ay + slope * (min(bx, x + 0.5) - ax)),
-                      color)
+            px = round((x - x0) * sx)
+            py = round(1.5 + (y - y0) * sy)
+            py = 0 if py < 0 else top if py > top else py
+            if ax < 0 or px == ax:  # one column: from the last point (if any) to this one
+                a, b = (py, py) if ax < 0 else ((ay, py) if ay < py else (py, ay))
+                if px in lo:
+                    if a < lo[px]:
+                        lo[px] = a
+                    if b > hi[px]:
+                        hi[px] = b
+                else:
+                    lo[px], hi[px] = a, b
+            else:  # over the columns from ax to px: in each, the rows the segment crosses over its width
+                if px < ax:
+                    ax, ay, px_, py_ = px, py, ax, ay
+                else:
+                    px_, py_ = px, py
+                slope = (py_ - ay) / (px_ - ax)
+                for c in range(ax, px_ + 1):
+                    a = round(ay + slope * (max(ax, c - 0.5) - ax))
+                    b = round(ay + slope * (min(px_, c + 0.5) - ax))
+                    if a > b:
+                        a, b = b, a
+                    if c in lo:
+                        if a < lo[c]:
+                            lo[c] = a
+                        if b > hi[c]:
+                            hi[c] = b
+                    else:
+                        lo[c], hi[c] = a, b
+            ax, ay = px, py
+        cols, bits, char, cell_color = self.cols, self.bits, self.char, self.color
+        for c, a in lo.items():
+            half = _DOT[c & 1]
+            base = c >> 1
+            for y in range(a, hi[c] + 1):
+                i = (y >> 2) * cols + base
+                bits[i] |= half[3 - (y & 3)]
+                char[i] = None
+                cell_color[i] = color
 
     def dashes(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
         """A value held from each point to the next, drawn as ─ in every other cell."""
@@ -256,7 +270,6 @@ class Chart(Widget):
         self._key = None
         self._rows: list[Row] = []
         self._strips: list[Strip] = []
-        self._base = Style()  # the widget's style the strips were made with
         self.builds = 0
 
     def plot(self, key, series, hlines=(), markers=(), x_range=None) -> None:
@@ -280,9 +293,8 @@ class Chart(Widget):
         return ["".join(s for s, _ in row) for row in self._rows]
 
     def render_line(self, y: int) -> Strip:
-        base = self.rich_style
-        if self._rows and (not self._strips or base != self._base):
-            self._base = base
+        if self._rows and not self._strips:  # new rows: their strips, made once
+            base = self.rich_style  # the widget's own colours (a walk up the DOM: once per drawing)
             styles: dict[str | None, Style] = {None: base}
             for row in self._rows:
                 for _, color in row:
@@ -291,4 +303,4 @@ class Chart(Widget):
             self._strips = [Strip([Segment(s, styles[c]) for s, c in row]) for row in self._rows]
         if y < len(self._strips):
             return self._strips[y]
-        return Strip.blank(self.size.width, self.rich_style)
+        return Strip.blank(self.size.width)
