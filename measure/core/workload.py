@@ -7,10 +7,16 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from engines.base import Prompt
 from measure.core.datasets import Dataset
 from presets import Workload
+
+if TYPE_CHECKING:
+    from measure.core.arrivals import Schedule
+    from measure.core.clients import Segment
+    from measure.core.sessions import Sessions
 
 
 @dataclass
@@ -29,9 +35,9 @@ class Request:
     session: int | None = None
     turn: int | None = None
     session_key: str | None = None
-    messages: list | None = None
+    messages: list[dict[str, Any]] | None = None
 
-    def wire(self) -> dict:
+    def wire(self) -> dict[str, Any]:
         """What travels to a worker."""
         return {
             "request_id": self.request_id,
@@ -118,13 +124,19 @@ class PrefixCache:
 
 @dataclass
 class Load:
-    """A load to serve: which prompts, when they arrive (ClosedLoop, Poisson or an arrivals.Schedule), how long
-    each answer is (`max_tokens`, unless the workload gives each request its own)."""
+    """A load to serve: which prompts, when they arrive (ClosedLoop, Poisson, an arrivals.Schedule, a client's
+    clients.Segment of one, or multi-turn sessions.Sessions), how long each answer is (`max_tokens`, unless the
+    workload gives each request its own)."""
 
     workload: Workload
-    arrivals: "ClosedLoop | Poisson | Schedule"
+    arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions
     max_tokens: int
     ignore_eos: bool = True
+
+
+def _in_sessions(arrivals: object) -> TypeGuard[Sessions]:
+    """Multi-turn sessions' arrivals: the ones that make their own turns (due_turns, a method: never None)."""
+    return hasattr(arrivals, "due_turns")
 
 
 class RequestMaker:
@@ -158,12 +170,12 @@ class RequestMaker:
             return []
         ld = self.load
         out = []
-        if (turns := getattr(ld.arrivals, "due_turns", None)) is not None:  # multi-turn sessions
-            for t in turns(now_ns, ld.workload, ld.max_tokens):
+        if _in_sessions(arr := ld.arrivals):  # multi-turn sessions
+            for t in arr.due_turns(now_ns, ld.workload, ld.max_tokens):
                 req = Request(next(self._ids), t.prompt, t.max_tokens, ld.ignore_eos, t_scheduled_ns=t.t_scheduled_ns,
                               rep=rep, k=k, b=b, mode=mode, session=t.session, turn=t.turn,
                               session_key=f"{self._loads}.{t.key}", messages=t.messages)
-                ld.arrivals.sent(req.request_id, t)
+                arr.sent(req.request_id, t)
                 req.t_submitted_ns = self._clock()
                 out.append(req)
             return out
@@ -190,8 +202,8 @@ class RequestMaker:
 
     def set_users(self, users: int) -> None:
         """Closed-loop users, in sessions or not (an open loop has none to set)."""
-        if self.load and (isinstance(self.load.arrivals, ClosedLoop) or hasattr(self.load.arrivals, "due_turns")):
-            self.load.arrivals.users = max(1, users)
+        if self.load and (isinstance(arr := self.load.arrivals, ClosedLoop) or _in_sessions(arr)):
+            arr.users = max(1, users)
 
     def resume(self, now_ns: int) -> None:
         if self.load:
