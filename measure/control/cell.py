@@ -15,14 +15,18 @@ tests and scripts that read cells as summary.json).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
+from measure.core.records import RequestRecord
 
 
 @dataclass(init=False)
 class Cell:
+    if TYPE_CHECKING:  # (not a field: set in __init__) the figures set, in the order set; a dict as an ordered set
+        _keys: dict[str, None]
     # which level
     k: int | None = None
     b: int | None = None
@@ -30,7 +34,7 @@ class Cell:
     # per-second figures, timed by the cell's Timing
     achieved_concurrency: float | None = None  # Little's law (§6)
     output_throughput: float | None = None  # aggregate tok/s (§4)
-    output_throughput_per_rep: list | None = None
+    output_throughput_per_rep: list[float] | None = None
     # request figures (metrics.summarize; every rep pooled)
     completed: int | None = None
     errors: int | None = None
@@ -58,7 +62,7 @@ class Cell:
     # the bandwidth product (§4) and what made it
     bandwidth_gbps: float | None = None
     bandwidth_formula: str | None = None
-    endpoints: list | None = None  # http, several endpoints: one dict per endpoint (sweep.endpoint_figures)
+    endpoints: list[dict[str, Any]] | None = None  # http, several endpoints: one per endpoint (sweep.endpoint_figures)
     steps_per_s: float | None = None  # batch
     kv_read_gbps: float | None = None  # batch, the KV size known
     mode: str | None = None
@@ -67,7 +71,7 @@ class Cell:
     noisy: bool | None = None
     status: str | None = None  # ok | failed | refused | wall | timeout | cut
     k_served_min: int | None = None  # a worker died mid-cell
-    ttft_by_class: dict | None = None
+    ttft_by_class: dict[str, Any] | None = None
     predicted_by: str | None = None  # roofline | K·W/β | None
     # the load generator (core/arrivals.lateness_figures)
     lateness_p50_ms: float | None = None
@@ -76,10 +80,10 @@ class Cell:
     behind_schedule: bool | None = None
     arrival_rps: float | None = None
     # multi-turn sessions (core/sessions.py)
-    ttft_by_turn: dict | None = None
+    ttft_by_turn: dict[str, Any] | None = None
     prefix_cache: str | None = None
     stopped_early: int | None = None  # with EOS ignored
-    server_check: dict | None = None  # http: the server's own figures beside the client's
+    server_check: dict[str, Any] | None = None  # http: the server's own figures beside the client's
     # cost (--watts, --price-per-hour …)
     watts: float | None = None
     joules_per_token: float | None = None
@@ -114,29 +118,29 @@ class Cell:
     within_slo: bool | None = None
     verdict: str | None = None
     # the report: a recording's level periods, or clients combined
-    span_ns: tuple | list | None = None
-    periods: list | None = None
+    span_ns: tuple[int, int] | list[int] | None = None
+    periods: list[list[int]] | None = None
     seconds: float | None = None
     throughput_rule: str | None = None
     clients: int | None = None
-    clients_throughput: list | None = None
+    clients_throughput: list[float | None] | None = None
     segments: str | None = None  # --segment i/N: the schedule's segments combined ("1/2 + 2/2")
-    extra: dict = field(default_factory=dict)  # keys this version does not name, read from another's JSON
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not name, read from another's JSON
 
-    def __init__(self, **figures):
+    def __init__(self, **figures: Any):
         object.__setattr__(self, "_keys", {})
         for f in FIELDS.values():
             object.__setattr__(self, f.name, {} if f.name == "extra" else None)
         self.update(**figures)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         if name not in FIELDS or name == "extra":
             raise AttributeError(f"a cell has no figure {name!r} (cell.py names them; cell[{name!r}] = … keeps "
                                  "one it does not)")
         object.__setattr__(self, name, value)
         self._keys[name] = None
 
-    def update(self, **figures) -> Cell:
+    def update(self, **figures: Any) -> Cell:
         """Set figures in this order (a figure set before keeps its place in the JSON)."""
         for name, value in figures.items():
             setattr(self, name, value)
@@ -146,12 +150,12 @@ class Cell:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """summary.json's cell: every figure set, in the order set."""
         return {name: self.extra[name] if name in self.extra else getattr(self, name) for name in self._keys}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Cell:
+    def from_dict(cls, d: Mapping[str, Any]) -> Cell:
         c = cls()
         for name, value in d.items():
             c[name] = value
@@ -161,25 +165,25 @@ class Cell:
         return Cell.from_dict(self.to_dict())
 
     # ---- the JSON's view ------------------------------------------------------------------------------
-    def __getitem__(self, key: str):
+    def __getitem__(self, key: str) -> Any:
         if key not in self._keys:
             raise KeyError(key)
         return self.extra[key] if key in self.extra else getattr(self, key)
 
-    def __setitem__(self, key: str, value) -> None:
+    def __setitem__(self, key: str, value: Any) -> None:
         if key in FIELDS and key != "extra":
             setattr(self, key, value)
         else:
             self.extra[key] = value
             self._keys[key] = None
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self._keys else default
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
 
-    def keys(self):
+    def keys(self) -> KeysView[str]:
         return self._keys.keys()
 
     def __iter__(self) -> Iterator[str]:
@@ -189,7 +193,7 @@ class Cell:
 FIELDS = {f.name: f for f in fields(Cell)}
 
 
-def as_cell(c) -> Cell:
+def as_cell(c: Cell | Mapping[str, Any]) -> Cell:
     """A cell, whether given as one or as summary.json's dict."""
     return c if isinstance(c, Cell) else Cell.from_dict(c)
 
@@ -210,8 +214,9 @@ class Timed:
     throughput: float | None
     concurrency: float | None
     goodput_s: float | None  # the seconds goodput is per
-    batch: tuple[list, list | None, float] | None  # (ok records, windows or None for all, seconds); None: no span
-    notes: dict = field(default_factory=dict)  # how it was timed, set after the cell's own figures
+    batch: tuple[list[RequestRecord], list[tuple[int, int]] | None, float] | None  # (ok records, windows or None
+    # for all, seconds); None: no span
+    notes: dict[str, Any] = field(default_factory=dict)  # how it was timed, set after the cell's own figures
 
 
 class PerRep:
@@ -219,7 +224,7 @@ class PerRep:
     done, meaned over the reps; achieved concurrency likewise; goodput per second of the reps' spans summed;
     batch steps over the cell's span."""
 
-    def time(self, records: Sequence) -> Timed:
+    def time(self, records: Sequence[RequestRecord]) -> Timed:
         reps = sorted({r.rep for r in records})
         per_rep = [x for x in (M.output_throughput([r for r in records if r.rep == rep]) for rep in reps)
                    if x is not None]
@@ -236,10 +241,10 @@ class Periods:
     again, or a pause, never stretches its span: tokens inside them ÷ their length; busy time inside them ÷
     their length; batch steps inside them (every record's: a request of the level before may still decode)."""
 
-    def __init__(self, spans: Sequence[tuple[int, int]], all_records: Sequence):
+    def __init__(self, spans: Sequence[tuple[int, int]], all_records: Sequence[RequestRecord]):
         self.spans, self.all = list(spans), all_records
 
-    def time(self, records: Sequence) -> Timed:
+    def time(self, records: Sequence[RequestRecord]) -> Timed:
         own = PerRep().time(records)
         secs = sum(e - a for a, e in self.spans) / 1e9
         if secs <= 0:
@@ -258,15 +263,17 @@ class Clients:
     def __init__(self, throughput: Sequence[float | None], concurrency: Sequence[float | None]):
         self.tps, self.conc = list(throughput), list(concurrency)
 
-    def time(self, records: Sequence) -> Timed:
+    def time(self, records: Sequence[RequestRecord]) -> Timed:
         own = PerRep().time(records)
-        return Timed([], sum(self.tps) if all(self.tps) else None, sum(self.conc) if all(self.conc) else None,
+        # (all() holds: every value is set, the filters are for the type checker)
+        return Timed([], sum(t for t in self.tps if t) if all(self.tps) else None,
+                     sum(c for c in self.conc if c) if all(self.conc) else None,
                      None, own.batch,
                      {"clients": len(self.tps), "clients_throughput": self.tps,
                       "throughput_rule": "Σ over clients of each client's output tokens ÷ its own span"})
 
 
-def _achieved(records) -> float | None:
+def _achieved(records: Sequence[RequestRecord]) -> float | None:
     span = M.run_span_ns(records)
     return M.achieved_concurrency(records, span[0], span[1] + 1) if span else None
 
