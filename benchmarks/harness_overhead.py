@@ -35,8 +35,8 @@ from when it sent the request; ours from when the request was due (queue-inclusi
 
 The last line is one JSON object: {"min_ratio": …, "max_median_ttft_bias_ms": …, "streams_256_ratio": …,
 "streams_256_median_bias_ms": …, "guidellm_streams_256_ratio": …, …, "levels": [...]}: streams_B_* are
-the closed loop at B streams with the most client processes run (streams_B_one_loop_*: one process),
-guidellm_streams_B_* GuideLLM's at B.
+the closed loop at B streams with the most client processes run (streams_B_one_loop_*: one process;
+streams_B_open_*: the open loop), guidellm_streams_B_* GuideLLM's at B.
 """
 from __future__ import annotations
 
@@ -272,21 +272,23 @@ def guidellm_level(a, url: str, b: int, n: int) -> dict:
 
 def summary(levels: list[dict]) -> dict:
     """streams_B_{ratio, median_bias_ms, p99_bias_ms, server_late_ms, client_procs}: the closed loop at B with
-    the most client processes; streams_B_one_loop_*: with one; guidellm_streams_B_*: GuideLLM's."""
+    the most client processes; streams_B_one_loop_*: with one; streams_B_open_*: the open loop (--open-loop);
+    guidellm_streams_B_*: GuideLLM's (its concurrent profile: a closed loop)."""
     out: dict = {}
-    for b in sorted({lv["streams"] for lv in levels if lv.get("loop") == "closed"}):
-        mine = [lv for lv in levels if lv.get("loop") == "closed" and lv["streams"] == b]
-        for key, lv in (("streams", max(mine, key=lambda x: x["client_procs"])),
-                        ("streams_one_loop", next((x for x in mine if x["client_procs"] == 1), None))):
-            if lv is None or (key == "streams_one_loop" and len(mine) == 1):
+    for b, loop in sorted({(lv["streams"], lv["loop"]) for lv in levels if lv.get("loop")}):
+        mine = [lv for lv in levels if lv.get("loop") == loop and lv["streams"] == b]
+        for key, lv in (("", max(mine, key=lambda x: x["client_procs"])),
+                        ("_one_loop", next((x for x in mine if x["client_procs"] == 1), None))):
+            if lv is None or (key == "_one_loop" and len(mine) == 1):
                 continue
-            pre = key.replace("streams", f"streams_{b}", 1)
+            pre = f"streams_{b}" + ("_open" if loop == "open" else "") + key
             out.update({f"{pre}_ratio": round(lv["ratio"], 4),
                         f"{pre}_median_bias_ms": round(lv["ttft_bias_median_ms"] or 0, 3),
                         f"{pre}_p99_bias_ms": round(lv["ttft_bias_p99_ms"] or 0, 3),
-                        f"{pre}_server_late_ms": lv.get("server_late_median_ms"),
+                        f"{pre}_server_late_ms": (None if lv.get("server_late_median_ms") is None
+                                                  else round(lv["server_late_median_ms"], 3)),
                         f"{pre}_client_procs": lv["client_procs"]})
-        gl = next((lv for lv in levels if lv["level"] == f"B={b} GuideLLM"), None)
+        gl = next((lv for lv in levels if lv["level"] == f"B={b} GuideLLM"), None) if loop == "closed" else None
         if gl is not None and "ratio" in gl:
             out.update({f"guidellm_streams_{b}_ratio": round(gl["ratio"], 4),
                         f"guidellm_streams_{b}_median_bias_ms": round(gl["ttft_bias_median_ms"], 3),
