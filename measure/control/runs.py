@@ -4,11 +4,14 @@ recording, read into one Run of cells; several clients' runs of one load combine
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
+from measure.core.records import RequestRecord
 from measure.control.cell import Cell, Clients, Periods, as_cell
 from measure.control.sweep import add_scaling, cell_summary
 
@@ -20,14 +23,14 @@ class ReportError(ValueError):
 @dataclass
 class Run:
     name: str
-    header: dict
+    header: dict[str, Any]
     cells: list[Cell]
-    samples: list[dict] = field(default_factory=list)
-    events: list[dict] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    records: list = field(default_factory=list)  # its RequestRecords (combine pools them)
+    records: list[RequestRecord] = field(default_factory=list)  # combine pools them
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.cells = [as_cell(c) for c in self.cells]
 
     @property
@@ -102,15 +105,17 @@ def combine(runs: list[Run]) -> Run:
     asked = [r.header.get("start_at_unix") for r in runs]
     segments, more = _clients_check(runs)
     warnings += more
+    # (where no value is None, the lists without the Nones are the lists themselves: the filters are for mypy)
+    asked_at, started = [t for t in asked if t is not None], [t for t in starts if t is not None]
     if None not in asked:  # --start-at: every client was asked for one instant (when each was launched is moot)
-        if max(asked) - min(asked) > 0.001:
-            warnings.append(f"the clients were asked to start at different times (--start-at {min(asked):.3f} … "
-                            f"{max(asked):.3f}): their sum is not one load")
+        if max(asked_at) - min(asked_at) > 0.001:
+            warnings.append(f"the clients were asked to start at different times (--start-at {min(asked_at):.3f} … "
+                            f"{max(asked_at):.3f}): their sum is not one load")
     elif None in starts:
         warnings.append("a run has no start time (made before this version): cannot check that the clients ran "
                         "together; the sums assume they did")
-    elif max(starts) - min(starts) > TOGETHER_S:
-        warnings.append(f"the clients' runs started {max(starts) - min(starts):.0f} s apart (> {TOGETHER_S:.0f} s):"
+    elif max(started) - min(started) > TOGETHER_S:
+        warnings.append(f"the clients' runs started {max(started) - min(started):.0f} s apart (> {TOGETHER_S:.0f} s):"
                         " they did not load the servers together, so their sum is not one load")
     keys = [{(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
     if any(k != keys[0] for k in keys):
@@ -120,6 +125,7 @@ def combine(runs: list[Run]) -> Run:
     cells = []
     for key in sorted(set().union(*keys)):
         k, b, mode = key
+        assert k is not None and b is not None  # an ok cell names its level (cell_summary sets K and B)
         parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
         pooled = [rec for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
         timing = Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts])
@@ -146,8 +152,8 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
     from measure.core.clients import CLOCK_WARN_S
 
     warnings = []
-    checks = [(r.name, (r.header.get("clock_check") or {})) for r in runs]
-    checks = [(name, c["offset_s"], c["bound_s"]) for name, c in checks if c.get("offset_s") is not None]
+    said: list[tuple[str, dict[str, Any]]] = [(r.name, (r.header.get("clock_check") or {})) for r in runs]
+    checks = [(name, c["offset_s"], c["bound_s"]) for name, c in said if c.get("offset_s") is not None]
     if len(checks) > 1:
         lo, hi = min(checks, key=lambda x: x[1]), max(checks, key=lambda x: x[1])
         if hi[1] - lo[1] - (hi[2] + lo[2]) > CLOCK_WARN_S:
@@ -159,10 +165,12 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
     if not all(segs):
         warnings.append("some runs are segments of a schedule (--segment) and some are not: their sum is not one load")
         return None, warnings
-    n = segs[0][1]
-    if any(s[1] != n for s in segs):
-        warnings.append(f"the segments split their schedules in different ways ({', '.join(f'{i}/{m}' for i, m in segs)})")
-    seen = Counter(i for i, _ in segs)
+    shares = [s for s in segs if s]  # every one (all() above): [i, n] of a run's --segment i/n
+    n = shares[0][1]
+    if any(s[1] != n for s in shares):
+        warnings.append("the segments split their schedules in different ways "
+                        f"({', '.join(f'{i}/{m}' for i, m in shares)})")
+    seen = Counter(i for i, _ in shares)
     for i in range(1, n + 1):
         if not seen[i]:
             warnings.append(f"segment {i}/{n} is missing: the combined load is not the whole schedule")
@@ -170,10 +178,11 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
             warnings.append(f"segment {i}/{n} is there {seen[i]} times: its requests are counted {seen[i]} times")
     if len({tuple(r.header.get(f) for f in ("arrivals", "seed", "requests", "workload")) for r in runs}) > 1:
         warnings.append("the segments are of different schedules (their arrivals, seed, requests or workload differ)")
-    return " + ".join(f"{i}/{m}" for i, m in sorted(segs)), warnings
+    return " + ".join(f"{i}/{m}" for i, m in sorted(shares)), warnings
 
 
-def _arrival_rps(parts, key, segments) -> float | None:
+def _arrival_rps(parts: list[tuple[Run, Cell]], key: tuple[int | None, int | None, str | None],
+                 segments: str | None) -> float | None:
     """The rate the clients offered together: segments of one schedule, anchored at their --start-at, put back on
     the schedule's own clock (each scheduled time − its client's time zero) give the schedule's rate; else each
     client offered its own, and the rates add (their clocks are never compared)."""
@@ -184,10 +193,10 @@ def _arrival_rps(parts, key, segments) -> float | None:
                        if (rec.k, rec.b, rec.mode) == key)
         return realised_rate(times)
     rates = [p.arrival_rps for _, p in parts]
-    return sum(rates) if rates and None not in rates else None
+    return sum(x for x in rates if x is not None) if rates and None not in rates else None  # (a filter for mypy)
 
 
-def _clients_start(runs: list[Run]) -> list[dict]:
+def _clients_start(runs: list[Run]) -> list[dict[str, Any]]:
     """Per client asked to --start-at: how late its first request went out, and its clock against the server's."""
     from measure.core.clients import start_lateness_ms
 
@@ -203,12 +212,13 @@ def _clients_start(runs: list[Run]) -> list[dict]:
     return out
 
 
-def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
+def level_periods(samples: list[dict[str, Any]]) -> dict[tuple[int, int, str], list[tuple[int, int]]]:
     """(K, B, mode) → its contiguous periods [start, end) in ns, from a recording's samples; paused time
     belongs to no level. A level visited twice has two periods, each timed on its own."""
-    out: dict[tuple, list[tuple[int, int]]] = {}
+    out: dict[tuple[int, int, str], list[tuple[int, int]]] = {}
     ordered = sorted(samples, key=lambda s: s["t_ns"])
-    run_key, run_start = None, None
+    run_key: tuple[int, int, str] | None = None
+    run_start = 0  # read only once run_key is set, with it
     for s in ordered:
         key = None if s.get("paused") else (s.get("k", 1), s.get("b", 1), s.get("mode", "instances"))
         if key != run_key:
@@ -220,20 +230,21 @@ def level_periods(samples: list[dict]) -> dict[tuple, list[tuple[int, int]]]:
     return out
 
 
-def endpoint_gbps(header: dict) -> list | None:
+def endpoint_gbps(header: dict[str, Any]) -> list[float | None] | None:
     """HTTP: each endpoint's β as the header lists them (a header from before many endpoints: its one β)."""
     eps = header.get("endpoints")
     return [e.get("bandwidth_gbps") for e in eps] if eps else None
 
 
-def cells_from_records(records, header: dict, samples: list[dict]) -> list[dict]:
+def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
+                       samples: list[dict[str, Any]]) -> list[Cell]:
     """One cell per (K, B, mode) that served requests (records say which level served them). With a
     recording's samples, every per-second figure is over that level's own periods (cell.Periods), so a level
     left and visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods
     ÷ their length; achieved concurrency = Σ busy time inside them ÷ their length; batch mode's bandwidth =
     the steps inside them ÷ their length × W. HTTP's bandwidth (W ÷ TPOT p50 per endpoint, summed) has no
     span in it: it is the sweep's, as the bench and the dashboard showed it."""
-    groups: dict = {}
+    groups: dict[tuple[int, int, str], list[RequestRecord]] = {}
     for r in records:
         groups.setdefault((r.k, r.b, r.mode), []).append(r)
     periods = level_periods(samples) if samples else {}
