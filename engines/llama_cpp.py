@@ -10,17 +10,22 @@ from __future__ import annotations
 import ctypes
 import heapq
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
+from engines.base import FILLER, BatchStep, EngineError, EngineSpec, Prompt, TokenStream, check_room, synthetic_ids
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+# The bindings' C functions (llama_decode, llama_get_logits_ith, …) are called through the module as `Any`: their
+# handles are ctypes pointers this code only passes back to C, and a NULL one is checked where C can return it.
 
 
-
-def amx_warning(lib, out=None) -> str | None:
+def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:
     """One line in the engine log when this llama.cpp was built with AMX kernels (a build other than the
     Makefile's, docs/design.md §18): its multi-row matmuls segfault on some Xeons, so if a batch step dies,
     the log says what to rebuild. None (nothing written) for a build without them."""
@@ -40,7 +45,7 @@ class LlamaCppEngine:
 
     def __init__(self, spec: EngineSpec):
         self.spec = spec
-        self.llm = None
+        self.llm: Llama | None = None
         self._batch: LlamaBatch | None = None
 
     def load(self) -> None:
@@ -51,7 +56,7 @@ class LlamaCppEngine:
             raise EngineError(
                 "llama-cpp-python is not installed: pip install 'inference-top[llama]' (or make install)"
             ) from None
-        self._lib = llama_cpp
+        self._lib: Any = llama_cpp
         try:
             self.llm = self._llama(Llama)
         except (ValueError, MemoryError, OSError) as exc:
@@ -61,12 +66,17 @@ class LlamaCppEngine:
                 + (f" (worker memory limit {int(limit) / 2**20:.0f} MiB)" if limit else "")
             ) from None
         self._ctx = self.llm.ctx
-        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
-        self._n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._vocab = self._lib.llama_model_get_vocab(self.llm.model)
+        self._n_vocab: int = self._lib.llama_vocab_n_tokens(self._vocab)
         self._n_batch = min(512, self.spec.ctx)
-        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._mem = self._lib.llama_get_memory(self._ctx)
 
-    def _llama(self, Llama):
+    def _loaded(self) -> Llama:
+        """The model, after load()."""
+        assert self.llm is not None, "load() first"
+        return self.llm
+
+    def _llama(self, Llama: Callable[..., Llama]) -> Llama:
         return Llama(
             model_path=self.spec.model_path,
             n_ctx=self.spec.ctx,
@@ -87,15 +97,15 @@ class LlamaCppEngine:
     def tokenize(self, prompt: Prompt) -> list[int]:
         if prompt.synthetic_tokens:
             return self.synthetic(prompt.synthetic_tokens)
-        return self.llm.tokenize((prompt.text or "").encode("utf-8"), add_bos=True, special=False)
+        return self._loaded().tokenize((prompt.text or "").encode("utf-8"), add_bos=True, special=False)
 
     def synthetic(self, n: int) -> list[int]:
         """Exactly n prompt tokens: BOS, then a fixed English filler text tokenized and repeated."""
-        body = self.llm.tokenize(FILLER.encode(), add_bos=False, special=False)
-        return synthetic_ids(self.llm.tokenize(b"", add_bos=True, special=False), body, n)
+        body = self._loaded().tokenize(FILLER.encode(), add_bos=False, special=False)
+        return synthetic_ids(self._loaded().tokenize(b"", add_bos=True, special=False), body, n)
 
     def detokenize(self, ids: list[int]) -> str:
-        return self.llm.detokenize(ids).decode("utf-8", errors="replace")
+        return self._loaded().detokenize(ids).decode("utf-8", errors="replace")
 
     def set_threads(self, n: int) -> None:
         self._lib.llama_set_n_threads(self._ctx, n, n)
@@ -135,7 +145,7 @@ class LlamaCppEngine:
         logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(self._n_vocab,))
         return int(logits.argmax())
 
-    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> TokenStream:
         from time import perf_counter_ns
 
         check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
@@ -170,12 +180,12 @@ class LlamaCppEngine:
 class _Seq:
     __slots__ = ("key", "slot", "prompt", "max_tokens", "ignore_eos", "fed", "n_past", "last", "generated")
 
-    def __init__(self, key, slot, prompt, max_tokens, ignore_eos):
+    def __init__(self, key: Hashable, slot: int, prompt: list[int], max_tokens: int, ignore_eos: bool):
         self.key, self.slot, self.prompt = key, slot, prompt
         self.max_tokens, self.ignore_eos = max_tokens, ignore_eos
         self.fed = 0  # prompt tokens decoded so far
         self.n_past = 0  # this sequence's next position
-        self.last = None  # the last sampled token, fed at the next step
+        self.last: int | None = None  # the last sampled token, fed at the next step
         self.generated = 0
 
 
@@ -204,7 +214,7 @@ class LlamaBatch:
         p.flash_attn_type = 1 if engine.spec.flash_attn else 0  # the same setting as the single-stream path
         p.kv_unified = False
         p.no_perf = True
-        self.ctx = lib.llama_init_from_model(engine.llm.model, p)
+        self.ctx = lib.llama_init_from_model(engine._loaded().model, p)
         if not self.ctx:
             raise EngineError(f"could not create a batch context for B≤{b_cap} × {ctx_per_seq} tokens (memory?)")
         # what the context was made with, read back: steps are filled to these, never to what was asked
@@ -222,10 +232,10 @@ class LlamaBatch:
         self._vocab = engine._vocab
         self._n_vocab = engine._n_vocab
         self._free = list(range(b_cap))  # a min-heap: the lowest free seq_id first
-        self.seqs: dict[str, Any] = {}
+        self.seqs: dict[Hashable, _Seq] = {}
         self._asked = 0
         self.keep_logits = False  # tests: keep a copy of each sequence's logits from the last step
-        self.last_logits: dict[str, Any] = {}
+        self.last_logits: dict[Hashable, Any] = {}
 
     def set_threads(self, n: int) -> None:
         self._lib.llama_set_n_threads(self.ctx, n, n)
@@ -233,7 +243,7 @@ class LlamaBatch:
     def active(self) -> int:
         return len(self.seqs)
 
-    def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
+    def add(self, key: Hashable, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
         check_room(len(prompt), max_tokens, self.ctx_per_seq,
                    f"the {self.ctx_per_seq} tokens each of B≤{self.b_cap} sequences gets")
         if not self._free:
@@ -258,14 +268,14 @@ class LlamaBatch:
         b.logits[i] = 1 if logits else 0
         self._asked += logits
 
-    def step(self):
+    def step(self) -> BatchStep:
         """One llama_decode. Returns (t_ns, [(key, token_id)], [(key, finish_reason)])."""
         from time import perf_counter_ns
 
         lib = self._lib
         n = 0
         self._asked = 0  # rows whose logits this step asks for, counted as _put sets their flag
-        outs = []
+        outs: list[_Seq] = []
         # seq_ids in ascending order: llama.cpp splits a batch whose sequences come out of order (with
         # per-sequence KV streams) into more micro-batches; seen here as 2.2× slower steps at B=8
         seqs = sorted(self.seqs.values(), key=lambda s: s.slot)
@@ -311,7 +321,8 @@ class LlamaBatch:
         rows = np.ctypeslib.as_array(ptr, shape=(len(outs), self._n_vocab))
         ids = rows.argmax(axis=1).tolist()
         t = perf_counter_ns()  # every token of the step is stamped once, when the ids are known
-        tokens, finished = [], []
+        tokens: list[tuple[Any, int]] = []
+        finished: list[tuple[Any, str]] = []
         for row, (s, tok) in enumerate(zip(outs, ids)):
             if self.keep_logits:
                 self.last_logits[s.key] = rows[row].copy()
@@ -326,7 +337,7 @@ class LlamaBatch:
             self.remove(key)
         return t, tokens, finished
 
-    def remove(self, key) -> None:
+    def remove(self, key: Hashable) -> None:
         s = self.seqs.pop(key, None)
         if s is not None:
             self._lib.llama_memory_seq_rm(self.mem, s.slot, -1, -1)
