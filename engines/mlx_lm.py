@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterator
+from collections.abc import Hashable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engines.base import FILLER, EngineError, EngineSpec, Prompt, check_room, synthetic_ids
+from engines.base import FILLER, BatchStep, EngineError, EngineSpec, Prompt, TokenStream, check_room, synthetic_ids
+
+if TYPE_CHECKING:
+    from engines.mlx_blas import LoadedBlas
+
+# mlx and mlx-lm are held as Any here: mlx-lm's annotations are partial and not what it does at run time
+# (BatchGenerator's next/remove/close are unannotated, generate_step is annotated as yielding mx.arrays where
+# it yields int ids, load as returning two or three values where it returns two without return_config).
 
 INSTALL_HINT = "pip install 'inference-top[mlx]' (Linux: mlx[cpu]), or use --engine llama"
 
@@ -61,9 +68,9 @@ class MlxLmEngine:
 
     def __init__(self, spec: EngineSpec):
         self.spec = spec
-        self.model = None
-        self.tokenizer = None
-        self.blas = None
+        self.model: Any = None  # mlx-lm's nn.Module
+        self.tokenizer: Any = None  # mlx-lm's TokenizerWrapper (encode: the Hugging Face tokenizer's)
+        self.blas: LoadedBlas | None = None
         self._batch: MlxBatch | None = None
 
     def load(self) -> None:
@@ -78,13 +85,14 @@ class MlxLmEngine:
             from mlx_lm.utils import load
         except ImportError as exc:
             raise EngineError(f"mlx-lm cannot be imported ({exc}): {INSTALL_HINT}") from None
-        self.mx = mx
+        self.mx: Any = mx
         check_folder(self.spec.model_path)
+        mlx_load: Any = load  # (see the note above on mlx-lm's annotations)
         try:
-            self.model, self.tokenizer = load(self.spec.model_path)
+            self.model, self.tokenizer = mlx_load(self.spec.model_path)
         except (ValueError, OSError, KeyError) as exc:
             raise EngineError(f"mlx-lm could not load {self.spec.model_path}: {exc}") from None
-        self.eos = set(self.tokenizer.eos_token_ids or [])
+        self.eos: set[int] = set(self.tokenizer.eos_token_ids or [])
 
     def warmup(self) -> None:
         """One warmup request: a short prompt and 8 generated tokens."""
@@ -103,13 +111,14 @@ class MlxLmEngine:
 
     def set_threads(self, n: int) -> None:
         """OpenBLAS's thread count (the shim); with the bundled BLAS mlx has no such knob."""
+        assert self.blas is not None, "load() first"
         self.blas.set_threads(n)
         self.spec = replace(self.spec, threads=n)
 
     def blas_calls(self) -> int | None:
         return self.blas.calls() if self.blas else None
 
-    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> Iterator[tuple[int, int]]:
+    def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> TokenStream:
         from time import perf_counter_ns
 
         from mlx_lm.generate import generate_step, generation_stream
@@ -117,7 +126,7 @@ class MlxLmEngine:
         check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
         mx = self.mx
         # a fresh prompt cache per call: no KV or prefix reuse between requests
-        steps = generate_step(mx.array(tokens), self.model, max_tokens=max_tokens)
+        steps: Any = generate_step(mx.array(tokens), self.model, max_tokens=max_tokens)  # yields (int id, logprobs)
         reason = "length"
         try:
             for tok, _logprobs in steps:
@@ -159,15 +168,15 @@ class MlxBatch:
         self.b_cap = b_cap
         self.ctx_per_seq = ctx_per_seq
         # no stop tokens by default (ignore-EOS); a request that stops at EOS brings its own
-        self.gen = BatchGenerator(engine.model, stop_tokens=None, completion_batch_size=b_cap,
+        self.gen: Any = BatchGenerator(engine.model, stop_tokens=None, completion_batch_size=b_cap,
                                   prefill_batch_size=b_cap)
-        self.seqs: dict[str, Any] = {}  # request key -> BatchGenerator uid
-        self._keys: dict[str, Any] = {}  # uid -> request key
+        self.seqs: dict[Hashable, int] = {}  # request key -> BatchGenerator uid
+        self._keys: dict[int, Hashable] = {}  # uid -> request key
 
     def active(self) -> int:
         return len(self.seqs)
 
-    def add(self, key, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
+    def add(self, key: Hashable, prompt: list[int], max_tokens: int, ignore_eos: bool) -> None:
         from mlx_lm.generate import StopSequences
 
         check_room(len(prompt), max_tokens, self.ctx_per_seq,
@@ -179,13 +188,14 @@ class MlxBatch:
         self.seqs[key] = uid
         self._keys[uid] = key
 
-    def step(self):
+    def step(self) -> BatchStep:
         """One BatchGenerator.next(). Returns (t_ns, [(key, token_id)], [(key, finish_reason)])."""
         from time import perf_counter_ns
 
         _prompts, responses = self.gen.next()
         t = perf_counter_ns()
-        tokens, finished = [], []
+        tokens: list[tuple[Any, int]] = []
+        finished: list[tuple[Any, str]] = []
         for r in responses:
             key = self._keys.get(r.uid)
             if key is None:
@@ -197,7 +207,7 @@ class MlxBatch:
                 self._keys.pop(r.uid, None)
         return t, tokens, finished
 
-    def remove(self, key) -> None:
+    def remove(self, key: Hashable) -> None:
         uid = self.seqs.pop(key, None)
         if uid is not None:
             self._keys.pop(uid, None)
