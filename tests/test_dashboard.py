@@ -460,3 +460,40 @@ async def test_the_live_dashboard_redraws_its_numbers_once_a_second_with_its_cha
     finally:
         gc.unfreeze()
     assert 2 <= len(drawn) <= 4  # 6 or 7 at 2 Hz
+
+
+@pytest.mark.asyncio
+async def test_a_panel_draws_again_only_the_lines_that_changed():
+    """The numbers panel changes a few of its lines a second: those lines are laid out again (Textual's Content:
+    wrapped, styled, cut into strips), the others' strips are kept; the screen shows the same either way."""
+    from rich.text import Text
+    from textual.content import Content
+
+    lines_laid_out = []
+    real = Content.from_rich_text.__func__
+
+    def counting(cls, text, console=None):
+        lines_laid_out.append(text.plain.count("\n") + 1)
+        return real(cls, text, console)
+
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 2)
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        panel = app.query_one("#numbers")
+        text = Text("\n".join(f"line {i} " + "x" * (i * 9) for i in range(12)), "bold")  # lines 7+ wrap
+        panel.set_text(text)
+        await pilot.pause()
+        first = [s.text for s in panel.render_lines(panel.content_region.reset_offset)]
+        Content.from_rich_text = classmethod(counting)
+        try:
+            changed = text.copy()
+            changed.plain = changed.plain.replace("line 3", "LINE 3")
+            panel.set_text(changed)
+            await pilot.pause()
+            after = [s.text for s in panel.render_lines(panel.content_region.reset_offset)]
+        finally:
+            Content.from_rich_text = classmethod(real)
+    assert sum(lines_laid_out) == 1
+    assert [line.replace("LINE 3", "line 3") for line in after] == first and any("LINE 3" in x for x in after)
+    assert any(x.strip("│ ").startswith("x") for x in first)  # a wrapped line's second part

@@ -9,7 +9,9 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.content import Content
 from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 
 BRAILLE = 0x2800
@@ -21,19 +23,54 @@ DASH_MARK = "──"
 
 class Panel(Widget):
     """Text that changes often: render() returns it and an update only repaints this widget (a
-    Static.update asks for a layout pass of the whole screen, which costs more than the drawing)."""
+    Static.update asks for a layout pass of the whole screen, which costs more than the drawing). Each line is
+    laid out (Textual's Content: wrapped, styled, cut into strips) when it changes; an unchanged line keeps its
+    strips (most of the numbers panel's lines stay the same from one second to the next)."""
 
     def __init__(self, *, id: str | None = None):
         super().__init__(id=id)
         self._text: Text | str = ""
+        self._strips: list[Strip] | None = None  # the text's, at _width
+        self._width = 0
+        self._style: object = None  # the widget's style (Textual's VisualStyle) of the cached strips
+        self._cache: dict[tuple, list[Strip]] = {}  # a line (text, spans, style) → its strips, at _width
 
     def set_text(self, text: Text | str) -> None:
         if text != self._text:  # the same text: no repaint
             self._text = text
+            self._strips = None
             self.refresh()
 
     def render(self):
         return self._text
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._strips is None or width != self._width:
+            self._strips = self._lay_out(width)
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, self.visual_style.rich_style)
+
+    def _lay_out(self, width: int) -> list[Strip]:
+        text = self._text if isinstance(self._text, Text) else Text(self._text)
+        style = self.visual_style
+        if self.text_selection is not None:  # a selection spans lines: the whole text at once, as Textual does
+            self._cache = {}
+            return Visual.to_strips(self, Content.from_rich_text(text, console=self.app.console), width, None, style)
+        cache = self._cache if (width, style) == (self._width, self._style) else {}
+        kept: dict[tuple, list[Strip]] = {}
+        out: list[Strip] = []
+        for line in text.split("\n", allow_blank=True):
+            key = (line.plain, tuple(line.spans), line.style)
+            strips = cache.get(key)
+            if strips is None:
+                strips = Visual.to_strips(self, Content.from_rich_text(line, console=self.app.console), width, None,
+                                          style)
+            kept[key] = strips
+            out.extend(strips)
+        self._cache, self._width, self._style = kept, width, style
+        return out
 
 
 def ticks(lo: float, hi: float, n: int) -> list[float]:
