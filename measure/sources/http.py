@@ -18,7 +18,6 @@ import queue
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,9 +25,10 @@ from engines.http_openai import (EndpointError, api_headers, endpoint_body, mode
                                  scrape_metrics, served_model, server_tokens, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, PrefixCache, Request, RequestMaker
+from measure.core.workload import Load, PrefixCache, Request
 from measure.sources.base import (Capabilities, EventSink, LevelReady, LoadStarted, RecordCollector, SourceError,
                                   Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.dispatch import Dispatcher
 
 WARMUP_TOKENS = 2
 PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
@@ -122,11 +122,8 @@ class HttpSource:
         self.rep = 0
         self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
         self.run_id = uuid.uuid4().hex[:12]
-        self._requests = RequestMaker()
-        self._pending: deque[Request] = deque()
+        self._dispatch = Dispatcher(auto_users=True)  # the queue, arrivals, pause and users (sources/dispatch.py)
         self._active: dict[int, tuple[_Ep, int, Request]] = {}  # request id → (endpoint, slot, request)
-        self._paused = False
-        self._auto_users = True
         self._collector: RecordCollector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -267,22 +264,17 @@ class HttpSource:
         """`first_id`, `id_step`: this load's request ids run first_id, first_id + step … (a pool's process
         takes every step-th id of its closed loop; a segment's ids come from its index in the schedule)."""
         with self._lock:
-            if first_id is not None:
-                self._requests.number_from(first_id, id_step)
-            self._requests.set_load(load)
+            self._dispatch.set_load(load, first_id, id_step)
         self._poke()
 
     def set_users(self, users: int | None) -> None:
         with self._lock:
-            if users is not None:
-                self._requests.set_users(users)
-            self._auto_users = users is None
+            self._dispatch.set_users(users)
         self._poke()
 
     def pause(self, paused: bool = True) -> None:
-        self._paused = paused
-        if not paused:
-            self._requests.resume(time.perf_counter_ns())
+        with self._lock:
+            self._dispatch.pause(paused)
         self._poke()
 
     def workers(self) -> list[WorkerInfo]:
@@ -361,18 +353,16 @@ class HttpSource:
                 if not self._ready_once:
                     self._ready_once = self._ready()
                 if self._ready_once:
-                    self._arrivals(time.perf_counter_ns())
-                    self._dispatch(spawn)
+                    self._arrivals()
+                    self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
                 if now_s - last_scrape >= 1.0:
                     last_scrape = now_s
                     for ep in self._eps:
                         if ep.in_use and ep.up:
                             spawn(self._scrape(ep, scrape_client))
                 self._wake.clear()
-                nxt = self._requests.next_wakeup_ns() if not self._paused else None
-                wait = 0.5 if nxt is None else max(0.0, min(0.5, (nxt - time.perf_counter_ns()) / 1e9))
                 try:
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    await asyncio.wait_for(self._wake.wait(), self._dispatch.wait_s(0.5))
                 except asyncio.TimeoutError:
                     pass
         finally:
@@ -407,22 +397,19 @@ class HttpSource:
         self._rr = (ep.idx + 1) % n
         return ep
 
-    def _dispatch(self, spawn) -> None:
-        while self._pending:
-            ep = self._route()
-            if ep is None:
-                break
-            slot = heapq.heappop(ep.free)
-            req = self._pending.popleft()
-            req.k, req.b = self._serving_k(), self.level_b or self.b  # the level that serves it
-            if not self._load_started:
-                self._load_started = True
-                self._sink.put(LoadStarted(time.perf_counter_ns()))
-            self._active[req.request_id] = (ep, slot, req)
-            ep.outstanding += 1
-            with self._lock:
-                ep.info.state, ep.info.current = S.SERVING, req.request_id
-            spawn(self._one(ep, slot, req))
+    def _send(self, ep: _Ep, req: Request, spawn) -> bool:
+        """A request on a free stream of `ep`, the endpoint _route chose."""
+        slot = heapq.heappop(ep.free)
+        req.k, req.b = self._serving_k(), self.level_b or self.b  # the level that serves it
+        if not self._load_started:
+            self._load_started = True
+            self._sink.put(LoadStarted(time.perf_counter_ns()))
+        self._active[req.request_id] = (ep, slot, req)
+        ep.outstanding += 1
+        with self._lock:
+            ep.info.state, ep.info.current = S.SERVING, req.request_id
+        spawn(self._one(ep, slot, req))
+        return True
 
     def _serving_k(self) -> int:
         """K on the records: the endpoints serving now (in use, answering, a stream warmed), not the K asked,
@@ -430,14 +417,10 @@ class HttpSource:
         dies)."""
         return max(1, sum(1 for ep in self._eps if ep.in_use and ep.up and ep.warmed))
 
-    def _arrivals(self, now: int) -> None:
-        if self._paused:
-            return
+    def _arrivals(self) -> None:
         with self._lock:
-            if self._auto_users:
-                self._requests.set_users(self.b * max(1, sum(1 for ep in self._eps if ep.in_use and ep.up)))
-            self._pending.extend(self._requests.due(now, len(self._pending) + len(self._active), rep=self.rep,
-                                                    k=self.target_k, b=self.b, mode="http"))
+            self._dispatch.release(len(self._active), rep=self.rep, k=self.target_k, b=self.b, mode="http",
+                                   slots=self.b * max(1, sum(1 for ep in self._eps if ep.in_use and ep.up)))
 
     def _mark_down(self, ep: _Ep, why: str) -> None:
         if not ep.up:
@@ -565,7 +548,7 @@ class HttpSource:
             if rec.t_first_token_ns:
                 info.last_ttft_s = ttft(rec)
         with self._lock:  # a session's user takes the answer into its history, then thinks
-            self._requests.finished(req, None if res.error else res.text, rec.t_done_ns)
+            self._dispatch.finished(req, None if res.error else res.text, rec.t_done_ns)
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
         if self._wake:
             self._wake.set()
