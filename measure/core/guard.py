@@ -11,6 +11,7 @@ from pathlib import Path
 
 from measure.core.metrics import kv_bytes_per_token
 from measure.core.probes import SystemProbe, SystemSample
+from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
 
@@ -119,7 +120,7 @@ def engine_footprint(mode: str, k: int, b: int, *, b_cap: int, seq_ctx: int, ctx
     """What K local engines allocate, by mode (the one rule the dashboard and the sweep use): each worker's
     weights and runtime, its single-stream context of `ctx` tokens (made whole at load), and in batch mode
     a batch context of max(B, b_cap) sequences × `seq_ctx` tokens beside it. A server's memory is not ours."""
-    if mode == "http":
+    if is_remote(mode):  # a server's memory is not ours
         return Footprint(k, b, 0, 0, 0)
     seqs = max(b, b_cap) if mode == "batch" else 0
     return footprint(k, seqs, seq_ctx, weight_bytes, kv_per_token, overhead_bytes, extra_kv_tokens=ctx, label_b=b)

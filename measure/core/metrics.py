@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from measure.core.records import RequestRecord
+from measure.core.records import RequestRecord, is_remote
 from measure.core.units import NS
 from presets import SLO
 NOISY_CV = 0.10
@@ -251,7 +251,7 @@ def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = N
     batch: a step reads W once for all its sequences, so Σ over workers of steps/s × W (+ KV read per s);
     http: the weights are read on the servers; where W is given, each endpoint's steps/s is taken as its
     streams' per-stream decode rate (1 ÷ TPOT p50: one step serves all its streams), summed."""
-    if mode == "http":
+    if is_remote(mode):
         if not weight_bytes:
             return Bandwidth(None, BANDWIDTH_FORMULA_HTTP)
         if not steps_per_s:
@@ -293,7 +293,7 @@ def kwb_tpot(k: int, weight_bytes: int, bandwidth_gbps: float | None, mode: str 
     decode step — one token of each of its streams, whatever its B. None (absent, never 0) where W or β is not
     known. HTTP: K is the endpoints in use, the first K listed, each a server of its own: K·W ÷ Σβ of those K
     (one endpoint: K does not apply, W ÷ its β); without the endpoints' list, `bandwidth_gbps` is one server's."""
-    if mode == "http":
+    if is_remote(mode):
         betas = list(endpoint_gbps) if endpoint_gbps else [bandwidth_gbps]
         used = betas[:k] if len(betas) > 1 else betas
         k, bandwidth_gbps = len(used), sum_gbps(used)

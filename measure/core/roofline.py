@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from measure.core.records import is_remote
 from measure.core.work import WorkModel
 
 if TYPE_CHECKING:
@@ -311,6 +312,6 @@ class Roofline:
 
     def level(self, mode: str, k: int, b: int, threads: int | None, prompt_tokens: int,
               output_tokens: int) -> Prediction | None:
-        if mode == "http":
+        if is_remote(mode):  # no roofline of ours for a server's machine
             return None
         return predict(self.work, self.machine, mode, k, b, threads, prompt_tokens, output_tokens)
