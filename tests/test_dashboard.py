@@ -497,3 +497,24 @@ async def test_a_panel_draws_again_only_the_lines_that_changed():
     assert sum(lines_laid_out) == 1
     assert [line.replace("LINE 3", "line 3") for line in after] == first and any("LINE 3" in x for x in after)
     assert any(x.strip("│ ").startswith("x") for x in first)  # a wrapped line's second part
+
+
+def test_a_charts_fast_line_puts_the_same_dots_as_the_plain_one():
+    """Charts draw lines with Grid.line_np (numpy); Grid.line says the same in plain loops: the same dots and
+    colours for random series, sorted or not, with gaps, points outside the x range and values off the y axis."""
+    import random
+
+    from tui.charts import Grid
+
+    rnd = random.Random(7)
+    for _ in range(400):
+        cols, rows, n = rnd.randint(3, 90), rnd.randint(1, 12), rnd.randint(0, 300)
+        x0, x1 = rnd.choice([(0.0, 79.0), (10.0, 190.0), (0.0, 1.0)])
+        xs = [rnd.uniform(x0 - 5, x1 + 5) for _ in range(n)]
+        if rnd.random() < 0.8:
+            xs.sort()
+        ys = [None if rnd.random() < 0.05 else rnd.choice([rnd.uniform(-1, 30), 5.0, 0.0]) for _ in range(n)]
+        plain, fast = Grid(cols, rows, x0, x1, 0.0, 23.0), Grid(cols, rows, x0, x1, 0.0, 23.0)
+        plain.line(xs, ys, "cyan")
+        fast.line_np(xs, ys, "cyan")
+        assert (fast.bits, fast.color, fast.char) == (plain.bits, plain.color, plain.char)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -17,6 +18,7 @@ from textual.widget import Widget
 BRAILLE = 0x2800
 # the bit of the dot (column 0/1, row 0–3 from the top of the cell) in a braille character (U+2800 + bits)
 _DOT = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+_BITS = np.array([[_DOT[half][3 - sub] for half in (0, 1)] for sub in range(4)])  # [row from the bottom, column]
 LINE_MARK = "⢕⢕"  # the legend's sign for a line series
 DASH_MARK = "──"
 
@@ -113,7 +115,8 @@ class Grid:
     def line(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
         """The points joined by straight lines, in the order given (a None breaks the line); points outside
         [x0, x1] are left out. Each dot column gets the rows the segments cross over its width, as one run from
-        the lowest to the highest (the hot path of a chart: plain loops, no call per dot)."""
+        the lowest to the highest. The plain statement of where the dots go; charts draw with `line_np`, the same
+        dots in numpy (about 2.5 times faster on a 180 s series)."""
         x0, x1, y0, sx, sy = self.x0, self.x1, self.y0, self._sx, self._sy
         top = self.h - 1
         lo: dict[int, int] = {}  # dot column → its run's lowest and highest dot rows
@@ -163,6 +166,60 @@ class Grid:
                 bits[i] |= half[3 - (y & 3)]
                 char[i] = None
                 cell_color[i] = color
+
+    def line_np(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
+        """`line` in numpy, the same dots: the columns every segment crosses at once, then each column's run
+        from its lowest to its highest row, then the runs' dots as braille bits (a chart's hot path)."""
+        n = len(xs)
+        if n == 0:
+            return
+        y_arr = np.array([np.nan if y is None else y for y in ys], dtype=float)
+        x_arr = np.asarray(xs, dtype=float)
+        ok = ~np.isnan(y_arr) & (x_arr >= self.x0) & (x_arr <= self.x1)
+        if not ok.any():
+            return
+        px = np.rint((x_arr - self.x0) * self._sx).astype(np.int64)
+        py = np.clip(np.rint(1.5 + (np.where(ok, y_arr, 0.0) - self.y0) * self._sy), 0, self.h - 1).astype(np.int64)
+        idx = np.flatnonzero(ok)
+        px, py = px[idx], py[idx]
+        joined = np.zeros(len(idx), dtype=bool)  # this point and the one before it are joined
+        joined[1:] = (idx[1:] - idx[:-1]) == 1
+        prev_x, prev_y = np.roll(px, 1), np.roll(py, 1)
+        moved = joined & ((px != prev_x) | (py != prev_y))
+        # one column: a point starting a line, or joined to the last one in its column
+        one = ~joined | (moved & (px == prev_x))
+        a1 = np.where(joined, np.minimum(prev_y, py), py)[one]
+        b1 = np.where(joined, np.maximum(prev_y, py), py)[one]
+        c1 = px[one]
+        # over columns: each segment between different columns, in x order
+        seg = moved & (px != prev_x)
+        ax, ay, bx, by = prev_x[seg], prev_y[seg], px[seg], py[seg]
+        swap = bx < ax
+        ax, bx = np.where(swap, bx, ax), np.where(swap, ax, bx)
+        ay, by = np.where(swap, by, ay), np.where(swap, ay, by)
+        span = bx - ax + 1
+        c2 = np.repeat(ax, span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
+        axr, ayr, bxr = np.repeat(ax, span), np.repeat(ay, span), np.repeat(bx, span)
+        slope = np.repeat((by - ay) / (bx - ax), span)
+        ya = np.rint(ayr + slope * (np.maximum(axr, c2 - 0.5) - axr)).astype(np.int64)
+        yb = np.rint(ayr + slope * (np.minimum(bxr, c2 + 0.5) - axr)).astype(np.int64)
+        cols_ = np.concatenate([c1, c2])
+        lo_ = np.concatenate([a1, np.minimum(ya, yb)])
+        hi_ = np.concatenate([b1, np.maximum(ya, yb)])
+        lo = np.full(self.w, self.h, dtype=np.int64)
+        hi = np.full(self.w, -1, dtype=np.int64)
+        np.minimum.at(lo, cols_, lo_)
+        np.maximum.at(hi, cols_, hi_)
+        rows_y = np.arange(self.h)[:, None]
+        mask = (rows_y >= lo[None, :]) & (rows_y <= hi[None, :])  # (dot rows, dot columns)
+        cell_bits = (mask.reshape(self.rows, 4, self.cols, 2) * _BITS[None, :, None, :]).sum(axis=(1, 3))
+        flat = cell_bits.ravel()
+        where = np.flatnonzero(flat)
+        bits, char, cell_color = self.bits, self.char, self.color
+        for i, v in zip(where.tolist(), flat[where].tolist()):
+            bits[i] |= v
+            char[i] = None
+            cell_color[i] = color
 
     def dashes(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
         """A value held from each point to the next, drawn as ─ in every other cell."""
@@ -235,7 +292,7 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
     mk = [(g.vline(x, "magenta"), label) for x, label in markers if x0 <= x <= x1]
     hr = [(g.hline(y, color), label, color) for y, label, color in hl]
     for label, xs, ys, color, style in shown:
-        (g.dashes if style == "dash" else g.line)(xs, ys, color)
+        (g.dashes if style == "dash" else g.line_np)(xs, ys, color)
     legend = [(f"{DASH_MARK if style == 'dash' else LINE_MARK} {label}", color)
               for label, _, _, color, style in shown if label]
     for r, label, color in hr:  # after the legend where it shares its row
