@@ -142,6 +142,7 @@ async def test_dashboard_draws_the_attainable_line_and_predictions_without_a_chi
     from measure.core.roofline import Roofline
     from sim import run_for, sim_controller
     from tui.app import InferenceTop
+    from tui.charts import Chart
 
     w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
     roof = Roofline(w, Machine("test CPU", 25.0, "attainable (probe)", cores=2, step_core_s=0.01,
@@ -158,7 +159,7 @@ async def test_dashboard_draws_the_attainable_line_and_predictions_without_a_chi
         await pilot.pause()
         app.refresh_charts()
         await pilot.pause()
-        assert "attainable 25.0 GB/s" in str(app.query_one("#chart-bw").render())
+        assert "attainable 25.0 GB/s" in "\n".join(app.query_one("#chart-bw", Chart).plain)
         assert "predicted" in str(app.query_one("#numbers").render()) and "MBU" in str(app.query_one("#numbers").render())
 
 
