@@ -20,6 +20,7 @@ from measure.control.controller import Controller
 from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
 from measure.core.metrics import p99_mark
+from measure.core.records import is_remote
 from measure.core.units import fmt_bytes, fmt_ms
 from tui.charts import Chart, Panel
 from tui.signals import hold, quit_on_signals
@@ -329,7 +330,7 @@ class InferenceTop(App):
         which cost more CPU than the three charts together."""
         style = {"serving": "green", "idle": "", "warming": "yellow", "loading": "yellow", "starting": "yellow",
                  "retiring": "magenta", "retired": "grey50", "dead": "bold red", "down": "bold red"}
-        if s.mode == "http":
+        if is_remote(s.mode):
             self.query_one("#workers", Panel).set_text(self._with_clients(self._endpoint_rows(s, style), s))
             return
         t = Text()
@@ -409,7 +410,7 @@ class InferenceTop(App):
     def action_k(self, delta: int) -> None:
         """+/- change K in instances mode (and endpoints in use over HTTP, where several were given) and B in
         batch mode (m switches) or against one server."""
-        if self.c.mode == "batch" or (self.c.mode == "http" and not self.c.caps.scales_k):
+        if self.c.mode == "batch" or (is_remote(self.c.mode) and not self.c.caps.scales_k):
             self._refuse(self.c.set_b(self.c.b + delta))
         else:
             self._refuse(self.c.set_k(self.c.k + delta))
