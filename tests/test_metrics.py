@@ -130,3 +130,10 @@ def test_cost_arithmetic_by_hand(tmp_path):
     w = meter.sample()
     assert w is not None and w > 0  # 5 J over the (tiny) interval since the first reading
     assert PowerMeter(fixed_watts=65.0, root=str(tmp_path / "none"), nvml=False).sample() == 65.0
+
+
+def test_cv_by_hand_in_floats():
+    # values 2, 4, 4, 4, 5, 5, 7, 9: mean 5, squared deviations sum 32, sample variance 32/7
+    from measure.core.metrics import cv
+    assert cv([2, 4, 4, 4, 5, 5, 7, 9]) == pytest.approx((32 / 7) ** 0.5 / 5, rel=1e-15)
+    assert cv([3.0]) is None and cv([0.0, 0.0]) is None
