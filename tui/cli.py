@@ -10,8 +10,12 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from tui.signals import hold
+
+if TYPE_CHECKING:
+    from measure.control.cell import Cell
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -175,7 +179,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     return dash, bench
 
 
-def fail(msg: str, code: int = EXIT_USAGE):
+def fail(msg: str, code: int = EXIT_USAGE) -> NoReturn:
     print(f"inference-top: error: {msg}", file=sys.stderr, flush=True)
     sys.exit(code)
 
@@ -277,7 +281,7 @@ def bench_main(argv: list[str]) -> int:
     cfg.roofline = plan.roofline(say)
     for line in plan.start_lines(f"{out}/records.jsonl"):
         say(line)
-    cells: list[dict] = []
+    cells: list[Cell] = []
     source = None
     try:
         source = new_source()
