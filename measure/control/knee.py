@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import Cell, as_cell
 from measure.core import metrics as M
@@ -23,7 +23,9 @@ from measure.core.workload import ClosedLoop, Poisson
 from measure.sources.base import CellStopped
 
 if TYPE_CHECKING:
-    from presets import SLO
+    from measure.control.sweep import SweepConfig
+    from measure.sources.base import LoadSource
+    from presets import SLO, Workload
 
 TARGET_ATTAINMENT = 0.90  # the SLO attainment a level needs (--target's default; the report's knee without one)
 SERVED_RATIO = 0.95
@@ -54,7 +56,10 @@ class Knee:
 
     def sentence(self, slo_name: str, wall: str | None = None) -> str:
         unit = {"users": "concurrent users", "b": "sequences per engine (B)", "rate": "requests/s"}[self.what]
-        fmt = (lambda v: f"{v:g}") if self.what == "rate" else (lambda v: f"{int(v)}")
+
+        def fmt(v: float) -> str:
+            return f"{v:g}" if self.what == "rate" else f"{int(v)}"
+
         if self.passed is None:
             head = f"this machine serves no level of this workload within the {slo_name} SLO"
         else:
@@ -90,7 +95,8 @@ class Knee:
             "find": self.what, "slo": slo.describe(), "target": target, "sentence": sentence,
             "knee": self.passed.level if self.passed else None, "first_out": self.failed.level if self.failed else None,
             "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
-                       **{f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in (st.cell or ())}}
+                       **({f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in st.cell}
+                          if st.cell is not None else {})}
                       for st in self.levels]},
             indent=2))
         return cells
@@ -101,7 +107,8 @@ def find_knee(run_level: Callable[[float], Level], what: str = "users", start: f
     """Double from `start` until a level fails or stops, then bisect between the last pass and the first
     failure (whole numbers for users and B; to 10 % for a rate)."""
     levels: list[Level] = []
-    passed = failed = None
+    passed: Level | None = None
+    failed: Level | None = None
     level = start
     while level <= limit and len(levels) < max_levels:
         st = run_level(level)
@@ -115,7 +122,10 @@ def find_knee(run_level: Callable[[float], Level], what: str = "users", start: f
         return Knee(what, passed, failed, levels)
     lo = passed.level if passed else 0
     hi = failed.level
-    close = (lambda a, b: b - a <= 1) if what != "rate" else (lambda a, b: b - a <= 0.1 * b)
+
+    def close(a: float, b: float) -> bool:
+        return b - a <= 1 if what != "rate" else b - a <= 0.1 * b
+
     while not close(lo, hi) and len(levels) < max_levels:
         mid = (lo + hi) // 2 if what != "rate" else (lo + hi) / 2
         if mid <= 0:
@@ -131,7 +141,8 @@ def find_knee(run_level: Callable[[float], Level], what: str = "users", start: f
     return Knee(what, passed, failed, levels)
 
 
-def judge(cell: Cell | dict, slo, what: str, level: float, target: float = TARGET_ATTAINMENT) -> Level:
+def judge(cell: Cell | Mapping[str, Any], slo: SLO | None, what: str, level: float,
+          target: float = TARGET_ATTAINMENT) -> Level:
     """Whether a measured level meets the SLO target (and, for a rate, keeps up with it)."""
     cell = as_cell(cell)
     att = cell.slo_attainment
@@ -139,17 +150,20 @@ def judge(cell: Cell | dict, slo, what: str, level: float, target: float = TARGE
         return Level(level, False, cell.status if not cell.ok else None, cell.reason or "no request finished", cell)
     if what == "rate" and (trend := cell.ttft_trend) is not None and trend > QUEUE_TREND:
         offered = cell.offered_rps or level
+        assert cell.arrivals_s is not None  # set beside ttft_trend (rate_figures)
         return Level(level, False, None, f"its queue grows: TTFT rises {trend * cell.arrivals_s:.2f} s over its "
                     f"{cell.arrivals_s:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
                     f"{offered:.3g} req/s offered)", cell)
     if att >= target:
         return Level(level, True, None, f"{att:.0%} of requests within the SLO", cell)
+    assert slo is not None  # a cell has an SLO attainment only where an SLO was given
     return Level(level, False, None, _why(cell, slo, att), cell)
 
 
-def _why(cell: Cell, slo, att: float) -> str:
+def _why(cell: Cell, slo: SLO, att: float) -> str:
     parts = []
     if slo.ttft_s is not None and (cell.p99_ttft_ms or 0) > slo.ttft_s * 1e3:
+        assert cell.p99_ttft_ms is not None  # over a bound of ≥ 0 s
         queue = cell.median_queue_wait_ms or 0
         cause = "queue" if queue > 0.5 * (cell.median_ttft_ms or 0) else "prefill"
         parts.append(f"TTFT p99 is {cell.p99_ttft_ms / 1e3:.2f} s ({cause})")
@@ -174,7 +188,14 @@ class ExactPoisson(Poisson):
         return next(self._gaps, 0)  # the gap after the last arrival is never waited for
 
 
-def rate_figures(records: list[RequestRecord]) -> dict:
+def _p50(values: Sequence[float]) -> float:
+    """The median of values that are there (each caller's list is non-empty)."""
+    p = M.percentile(values, 50)
+    assert p is not None
+    return p
+
+
+def rate_figures(records: list[RequestRecord]) -> dict[str, Any]:
     """A rate level's arrivals and queue (docs/design.md §13): offered_rps = (n − 1) ÷ (first → last scheduled);
     ttft_trend = how fast queue-inclusive TTFT rises with arrival time (s per s), between the medians of the
     earlier and the later half of the requests by scheduled time (robust to a few slow requests). With
@@ -182,7 +203,7 @@ def rate_figures(records: list[RequestRecord]) -> dict:
     order, however many are served at once); it ignores the last request's own latency, which the old span
     rule counted."""
     sched = sorted(r.t_scheduled_ns for r in records)
-    out: dict = {"offered_rps": None, "arrivals_s": 0.0, "ttft_trend": None}
+    out: dict[str, Any] = {"offered_rps": None, "arrivals_s": 0.0, "ttft_trend": None}
     if len(sched) >= 2 and sched[-1] > sched[0]:
         out["arrivals_s"] = (sched[-1] - sched[0]) / NS
         out["offered_rps"] = (len(sched) - 1) / out["arrivals_s"]
@@ -190,11 +211,9 @@ def rate_figures(records: list[RequestRecord]) -> dict:
     h = len(good) // 2
     if h >= 2:
         early, late = good[:h], good[-h:]
-        dt = (M.percentile([r.t_scheduled_ns for r in late], 50)
-              - M.percentile([r.t_scheduled_ns for r in early], 50)) / NS
+        dt = (_p50([r.t_scheduled_ns for r in late]) - _p50([r.t_scheduled_ns for r in early])) / NS
         if dt > 0:
-            out["ttft_trend"] = (M.percentile([M.ttft(r) for r in late], 50)
-                                 - M.percentile([M.ttft(r) for r in early], 50)) / dt
+            out["ttft_trend"] = (_p50([M.ttft(r) for r in late]) - _p50([M.ttft(r) for r in early])) / dt
     return out
 
 
@@ -210,7 +229,8 @@ def peak_in_flight(records: list[RequestRecord], since: str = "t_scheduled_ns") 
     return peak
 
 
-def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
+def measure_levels(source: LoadSource, workload: Workload, what: str, cfg: SweepConfig, say: Callable[[str], None],
+                   k: int = 1,
                    target: float = TARGET_ATTAINMENT) -> Callable[[float], Level]:
     """run_level over a load source: users → one engine batching min(U, max-b) sequences for U closed-loop
     users (over HTTP one stream per user: the server batches them itself); b → B sequences for B users;
@@ -226,6 +246,8 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
     service_s: list[float] = []  # each level's median started → done
 
     def run(level: float) -> Level:
+        arrivals: ExactPoisson | ClosedLoop
+        users: int | None
         if what == "rate":
             mode, b, users = cfg.mode, max(cfg.bs), None
             secs = min(max(LEVEL_S, LEVEL_SERVICES * min(service_s, default=0.0)), cfg.cell_timeout_s / 2)
@@ -261,9 +283,10 @@ def measure_levels(source, workload, what: str, cfg, say, k: int = 1,
             cell.update(**rate_figures(recs))
             served = [(r.t_done_ns - r.t_started_ns) / NS for r in M.ok(recs) if r.t_started_ns and r.t_done_ns]
             if served:
-                service_s.append(M.percentile(served, 50))
+                service_s.append(_p50(served))
         else:
             cell.peak_users = peak_in_flight(recs)
+            assert users is not None  # set for users and b
             if cell.peak_users < users:
                 say(f"  only {cell.peak_users} of {users} users were in flight at once: the search stops")
                 return Level(level, False, "short", f"only {cell.peak_users} of the {users} users asked were in "
