@@ -20,13 +20,16 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
 from measure.core.units import NS
+
+if TYPE_CHECKING:
+    from presets import SLO
 
 ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
 KEEP = 1000  # requests kept per level and since reset: the percentiles are over the last KEEP (memory stays flat)
@@ -35,14 +38,16 @@ KEEP = 1000  # requests kept per level and since reset: the percentiles are over
 def slim(rec: RequestRecord) -> RequestRecord:
     """The record with its token times packed (8 bytes each, not a list of int objects) and its per-source
     details dropped: what the export's summary needs, at about a quarter of the memory."""
-    return replace(rec, token_ns=array("q", rec.token_ns), extra=None, server_view=None)
+    # an array("q") where the record's type says list[int]: a slimmed record is only read (metrics, the export),
+    # and an array reads as the same sequence of ints
+    return replace(rec, token_ns=array("q", rec.token_ns), extra=None, server_view=None)  # type: ignore[arg-type]
 
 
 class LevelFigures:
     """One level's requests as figures, each computed once when the request ends. Counts (finished, errors,
     met the SLO, their tokens) are exact over the level; the percentile lists hold the last KEEP."""
 
-    def __init__(self, slo=None):
+    def __init__(self, slo: SLO | None = None) -> None:
         self.slo = slo
         self.finished = 0
         self.errors = 0
@@ -54,7 +59,7 @@ class LevelFigures:
         self.ttft_engine: list[float] = []
         self.tpot: list[float] = []
         self.prompt_tokens: deque[int] = deque(maxlen=20)  # the last ones known (the roofline's prompt length)
-        self.gaps: deque = deque(maxlen=ITL_REQUESTS)  # each good request's inter-token gaps (s), an array
+        self.gaps: deque[np.ndarray] = deque(maxlen=ITL_REQUESTS)  # each good request's inter-token gaps (s), an array
         self.version = 0  # rises with every request added
 
     def add(self, rec: RequestRecord) -> None:
@@ -101,7 +106,7 @@ class Window:
 
 
 class LiveStats:
-    def __init__(self, window_s: float, slo=None):
+    def __init__(self, window_s: float, slo: SLO | None = None) -> None:
         self.window_s = window_s
         self.slo = slo
         self.load_start_ns: int | None = None  # the window is shorter than window_s until the load is that old
@@ -115,7 +120,7 @@ class LiveStats:
         self.level_label = "start"
         self.level_start_ns = 0
         self.levels: list[dict[str, Any]] = []  # the levels left behind: label, start, end, their request figures
-        self._numbers_key = None
+        self._numbers_key: tuple[int, int] | None = None
         self._numbers: dict[str, Any] = {}
 
     def load_started(self, t_ns: int) -> None:
@@ -159,7 +164,7 @@ class LiveStats:
         self.level_label, self.level_start_ns = label, t_ns
         self.figures = LevelFigures(self.slo)
 
-    def set_slo(self, slo) -> None:
+    def set_slo(self, slo: SLO | None) -> None:
         """Judge requests against `slo` from now on (a request already counted keeps its verdict)."""
         self.slo = self.figures.slo = slo
 

@@ -89,7 +89,7 @@ def e2e(r: RequestRecord) -> float:
     return (_set(r.t_done_ns) - r.t_scheduled_ns) / NS
 
 
-def percentile(values: Sequence[float], p: float) -> float | None:
+def percentile(values: Sequence[float] | np.ndarray, p: float) -> float | None:
     """Linear interpolation (numpy's default); None for no values."""
     if len(values) == 0:
         return None
