@@ -12,22 +12,27 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from measure.core.metrics import ttft
-from measure.core.records import RunMeta, build_record
+from measure.core.records import Mode, RunMeta, build_record
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Request
-from measure.sources.base import (Capabilities, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
+from measure.sources.base import (Capabilities, Event, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
                                   WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    from presets import Workload
 
 S = WorkerState
 
 
 class SimulatedFleet:
     def __init__(self, meta: RunMeta, k: int = 1, bandwidth_gbps: float = 100.0, prefill_s: float = 0.05,
-                 clock=None, threaded: bool = True, warmup_s: float = 0.0):
+                 clock: Callable[[], int] | None = None, threaded: bool = True, warmup_s: float = 0.0) -> None:
         self.meta = RunMeta(**{**meta.__dict__, "simulated": True})
         self.target_k = k
         self.beta = bandwidth_gbps
@@ -35,22 +40,22 @@ class SimulatedFleet:
         self.warmup_ns = int(warmup_s * NS)
         self._ready_at: dict[int, int] = {}  # a warming worker → when it is ready
         self._level_wait = False  # a K/B/mode step whose LevelReady is not sent yet
-        self.events: queue.Queue = queue.Queue()
+        self.events: queue.Queue[Event] = queue.Queue()
         self.rep = 0
-        self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
+        self.oom_killed: list[tuple[int, int, str]] = []  # nothing here runs under this machine's OOM killer
         self.run_id = "simulated"
         self._clock = clock or time.perf_counter_ns
         self._threaded = threaded
         self._ids = itertools.count(1)
         self._dispatch = Dispatcher(self._clock)  # request ids, prompts and release (sources/dispatch.py)
         self._workers: dict[int, WorkerInfo] = {}
-        self._busy: dict[int, dict] = {}  # wid -> {"reqs": [request states], "next": next step time}
+        self._busy: dict[int, dict[str, Any]] = {}  # wid -> {"reqs": [request states], "next": next step time}
         self.mode = self.meta.mode
         self.b = self.meta.b
         self.b_cap = max(16, self.b)
-        self._load = None
+        self._load: tuple[Workload, int] | None = None
         self._paused = False
-        self._users = None
+        self._users: int | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last = None
@@ -61,7 +66,7 @@ class SimulatedFleet:
                             modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
                             server_view=False, simulated=True, level_ready=True, finite_loads=False)
 
-    def server_view(self) -> dict | None:
+    def server_view(self) -> dict[str, Any] | None:
         return None
 
     def wait_ready(self, timeout: float = 0) -> None:
@@ -121,7 +126,7 @@ class SimulatedFleet:
     def close(self, grace: float = 0) -> None:
         self._stop.set()
 
-    def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
+    def set_batch(self, mode: Mode, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         self.mode, self.b = mode, b
         self.b_cap = max(self.b_cap, b)
         with self._lock:
@@ -163,6 +168,7 @@ class SimulatedFleet:
             serving = [w for w in active if w.ready_ns and w.state != S.RETIRING]
             free = sum(max(0, cap - len(self._busy.get(w.wid, {}).get("reqs", ()))) for w in serving)
             if free:  # as many requests as there are free slots, up to the users
+                assert self._users is not None  # set with the first load (set_load), and a load is set here
                 self._dispatch.set_users(min(self._users, in_flight + free))
                 self._dispatch.release(in_flight, rep=self.rep, k=self.target_k, b=self.b, mode=self.mode)
             for w in active:
@@ -186,7 +192,7 @@ class SimulatedFleet:
                     w.state = S.RETIRED if w.state == S.RETIRING else (S.IDLE if w.state == S.SERVING else w.state)
                 w.active = len(st["reqs"])
 
-    def _admit(self, w: WorkerInfo, st: dict, req: Request, now: int) -> bool:
+    def _admit(self, w: WorkerInfo, st: dict[str, Any], req: Request, now: int) -> bool:
         """A request into a free slot of `w`: it starts now (its first token after the prefill)."""
         st["reqs"].append({"rid": req.request_id, "req": req, "max_tokens": req.max_tokens, "t0": now, "tokens": []})
         self.events.put(Started(w.wid, req.request_id, now))
@@ -196,7 +202,7 @@ class SimulatedFleet:
         w.state, w.current = S.SERVING, req.request_id
         return True
 
-    def _finish(self, w: WorkerInfo, cur: dict) -> None:
+    def _finish(self, w: WorkerInfo, cur: dict[str, Any]) -> None:
         toks = cur["tokens"]
         req = replace(cur["req"], max_tokens=len(toks), ignore_eos=True, t_scheduled_ns=cur["t0"],
                       t_submitted_ns=cur["t0"], rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
