@@ -4,18 +4,20 @@ that the replay controller (control/replay.py) moves."""
 from __future__ import annotations
 
 import bisect
+import os
 import queue
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from measure.core.model_choice import engine_label
 from measure.core.probes import SystemSample
 from measure.core.recorder import read_jsonl
-from measure.core.records import RunMeta
+from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import NS
 from measure.core.workload import Load
-from measure.sources.base import Capabilities, Finished, Started, Tokens, WorkerInfo
+from measure.sources.base import Capabilities, Event, Finished, Started, Tokens, WorkerInfo
 
 
 class RecordingError(ValueError):
@@ -25,13 +27,13 @@ class RecordingError(ValueError):
 @dataclass
 class Recording:
     header: dict[str, Any]
-    records: list
+    records: list[RequestRecord]
     samples: list[dict[str, Any]]
     events: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, path) -> "Recording":
+    def load(cls, path: str | os.PathLike[str]) -> "Recording":
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -58,18 +60,20 @@ class Recording:
     @property
     def t0_ns(self) -> int:
         s = self.samples[0]
-        return s["t_ns"] - int(s.get("t", 0.0) * NS)
+        t_ns: int = s["t_ns"]
+        return t_ns - int(s.get("t", 0.0) * NS)
 
     @property
     def end_ns(self) -> int:
-        return self.samples[-1]["t_ns"]
+        t_ns: int = self.samples[-1]["t_ns"]
+        return t_ns
 
     @property
     def duration_s(self) -> float:
         return (self.end_ns - self.t0_ns) / NS
 
 
-def _check_sample(path, s: dict[str, Any]) -> None:
+def _check_sample(path: str | os.PathLike[str], s: dict[str, Any]) -> None:
     """A sample the replay can draw: its system reading, workers and K/B/mode as the dashboard wrote them."""
     try:
         SystemSample(**s["system"])
@@ -86,6 +90,12 @@ def _check_sample(path, s: dict[str, Any]) -> None:
                              "missing or has the wrong type)")
 
 
+def _done_ns(r: RequestRecord) -> int:
+    """The end of a record the replay kept (those with a t_done_ns)."""
+    assert r.t_done_ns is not None
+    return r.t_done_ns
+
+
 class ReplaySource:
     """The LoadSource of a recording. It runs nothing: `feed(lo, hi)` puts what happened in (lo, hi] on
     `events`, and `current` is the recorded sample of the moment (workers, system, processes)."""
@@ -98,19 +108,19 @@ class ReplaySource:
                             model_bytes=int(h.get("model_bytes", 0)), mode=first.get("mode", "instances"),
                             b=first.get("b", 1), simulated=bool(h.get("simulated")))
         self.run_id = h.get("run_id", "replay")
-        self.events: queue.Queue = queue.Queue()
+        self.events: queue.Queue[Event] = queue.Queue()
         self.mode = self.meta.mode
         self.target_k = first.get("k", 1)
         self.b = self.meta.b
         self.rep = 0
-        self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
+        self.oom_killed: list[tuple[int, int, str]] = []  # nothing here runs under this machine's OOM killer
         self.current: dict[str, Any] = first
         toks = sorted(((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns), key=lambda x: x[0])
         self._tok, self._tok_t = toks, [t[0] for t in toks]
-        self._recs = sorted((r for r in rec.records if r.t_done_ns), key=lambda r: r.t_done_ns)
+        self._recs = sorted((r for r in rec.records if r.t_done_ns), key=_done_ns)
         self._starts = sorted((r.t_started_ns, r.worker, r.request_id) for r in rec.records if r.t_started_ns)
         self._starts_t = [s[0] for s in self._starts]
-        self._recs_t = [r.t_done_ns for r in self._recs]
+        self._recs_t = [_done_ns(r) for r in self._recs]
 
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=(self.mode,),
@@ -124,7 +134,7 @@ class ReplaySource:
                                         bisect.bisect_right(self._starts_t, hi_ns)]:
             self.events.put(Started(wid, rid, t))
         i, j = bisect.bisect_right(self._tok_t, lo_ns), bisect.bisect_right(self._tok_t, hi_ns)
-        by: dict[str, Any] = {}
+        by: dict[tuple[int | None, int], list[int]] = {}
         for t, wid, rid in self._tok[i:j]:
             by.setdefault((wid, rid), []).append(t)
         for (wid, rid), ts in by.items():
@@ -136,7 +146,7 @@ class ReplaySource:
     def sample(self) -> SystemSample:
         return SystemSample(**self.current["system"])
 
-    def processes(self, pids) -> dict[str, Any]:
+    def processes(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         return {int(p): tuple(v) for p, v in self.current.get("procs", {}).items()}
 
     def workers(self) -> list[WorkerInfo]:
@@ -155,13 +165,13 @@ class ReplaySource:
     def scale_to(self, k: int) -> None:
         pass
 
-    def set_batch(self, mode, b, b_cap=None, seq_ctx=None) -> None:
+    def set_batch(self, mode: Mode, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         pass
 
     def set_load(self, load: Load | None) -> None:
         pass
 
-    def set_users(self, users) -> None:
+    def set_users(self, users: int | None) -> None:
         pass
 
     def pause(self, paused: bool = True) -> None:
@@ -177,5 +187,5 @@ class RecordedProcesses:
     def __init__(self, source: ReplaySource):
         self.source = source
 
-    def sample(self, pids) -> dict[str, Any]:
+    def sample(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         return self.source.processes(pids)
