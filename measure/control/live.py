@@ -12,8 +12,10 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from measure.control.admission import Admission
 from measure.control.export import export
@@ -30,6 +32,24 @@ from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens,
                                   WorkerInfo, WorkerState)
 from presets import SLO, Workload
+
+if TYPE_CHECKING:
+    from measure.core.guard import Footprint
+    from measure.core.recorder import Recorder
+    from measure.core.records import Mode
+    from measure.core.roofline import Prediction, Roofline
+
+
+class SystemSampler(Protocol):
+    """The machine's figures now: probes.SystemProbe live, the recording's in a replay."""
+
+    def sample(self) -> SystemSample: ...
+
+
+class ProcessSampler(Protocol):
+    """RSS and CPU % of each pid found: probes.ProcessProbe live, the recording's in a replay."""
+
+    def sample(self, pids: Iterable[int | None]) -> Mapping[int, tuple[int, float]]: ...
 
 
 @dataclass
@@ -57,8 +77,10 @@ class LiveSettings:
 
 
 class LiveController:
-    def __init__(self, source: LoadSource, workload: Workload, settings: LiveSettings, recorder=None,
-                 sys_probe=None, procs_probe=None, clock=None, watch_wall: bool = True, roofline=None):
+    def __init__(self, source: LoadSource, workload: Workload, settings: LiveSettings,
+                 recorder: Recorder | None = None, sys_probe: SystemSampler | None = None,
+                 procs_probe: ProcessSampler | None = None, clock: Callable[[], int] | None = None,
+                 watch_wall: bool = True, roofline: Roofline | None = None) -> None:
         self.source = source
         self.caps = source.capabilities()
         self.workload = workload
@@ -70,8 +92,8 @@ class LiveController:
         self.paused = False
         self._clock = clock or time.perf_counter_ns
         self.t0 = self._clock()
-        self._sys = sys_probe or SystemProbe()
-        self._procs = procs_probe or ProcessProbe()
+        self._sys: SystemSampler = sys_probe or SystemProbe()
+        self._procs: ProcessSampler = procs_probe or ProcessProbe()
         self.stats = LiveStats(settings.window_s, settings.slo)
         self.stats.level_label = f"K={self.k} B={self.b} {self.mode}"
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
@@ -100,7 +122,7 @@ class LiveController:
         self._cores = physical_cores()
         self._tps_now = 0.0
         # a step's level begins when its workers are ready (LevelReady) where the source says when
-        self._pending: tuple[str, int, int, str] | None = None  # (label, K, B, mode) asked, not ready yet
+        self._pending: tuple[str, int, int, Mode] | None = None  # (label, K, B, mode) asked, not ready yet
         self._level_kbm = (self.k, self.b, self.mode)  # the K, B, mode of the level the figures count now
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -143,7 +165,7 @@ class LiveController:
     def users(self) -> int:
         return closed_loop_users(self.mode, self.k, self.b, self.settings.users)
 
-    def _arrivals(self):
+    def _arrivals(self) -> Poisson | ClosedLoop:
         return Poisson(self.settings.rate) if self.settings.rate else ClosedLoop(self.users())
 
     def _arrivals_text(self) -> str:
@@ -152,7 +174,7 @@ class LiveController:
     def budget(self) -> int:
         return self.admission.budget
 
-    def footprint(self, k: int, b: int, mode: str | None = None):
+    def footprint(self, k: int, b: int, mode: str | None = None) -> Footprint:
         """K × (weights + runtime overhead measured at warmup) + Σ KV of each worker's contexts."""
         return self.admission.footprint(mode or self.mode, k, b, self.source.capabilities().batch_capacity)
 
@@ -272,7 +294,7 @@ class LiveController:
         k, b = (new, self.b) if kind == "k" else (self.k, new)
         self._new_level(k, b, self.mode, now)
 
-    def _new_level(self, k: int, b: int, mode: str, now: int) -> None:
+    def _new_level(self, k: int, b: int, mode: Mode, now: int) -> None:
         """The level asked begins now, or, where the source says when its workers are ready, then: requests
         served while new workers start or warm up count in the level before."""
         label = f"K={k} B={b} {mode}"
@@ -342,10 +364,11 @@ class LiveController:
         if self.recorder:
             self.recorder.event(t_ns, "load started", type="load_started")
 
-    def _check_wall(self, prev, cur, agg: float, now: int) -> None:
+    def _check_wall(self, prev: SystemSample | None, cur: SystemSample, agg: float, now: int) -> None:
         hit = self.wall.check(prev, cur, agg, now) if self.wall else None
         if hit is None or not hit.first:
             return
+        assert self.wall is not None  # the hit came from it
         self.mark("WALL")
         self.log("error", f"memory wall: {hit.why}")
         if hit.undo:
@@ -355,7 +378,7 @@ class LiveController:
         elif not self.wall.brake:
             self.log("warn", "--no-brake: the last step stays; lower K or B by hand")
 
-    def _predict(self, workers):
+    def _predict(self, workers: list[WorkerInfo]) -> Prediction | None:
         """The roofline's figures for the level now: its mode, K, B, the workers' threads, the prompts and
         answers being served (the level's own records where there are some)."""
         if self.roofline is None:
@@ -412,8 +435,8 @@ class LiveController:
         self._tps_now = win.agg_tps
         procs = self._procs.sample([w.pid for w in workers if not w.state.gone])
         rows = tuple(
-            WorkerRow(w.wid, w.pid, str(w.state), w.threads, procs.get(w.pid, (w.rss, None))[0],
-                      procs.get(w.pid, (None, None))[1], win.per_worker_tps.get(w.wid, 0.0), w.requests_done,
+            WorkerRow(w.wid, w.pid, str(w.state), w.threads, *_rss_cpu(procs, w), win.per_worker_tps.get(w.wid, 0.0),
+                      w.requests_done,
                       w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
                       server=w.server, bandwidth_gbps=w.bandwidth_gbps, error=w.error,
                       bw_gbps=M.http_bandwidth(W, [ep_tpot.get(w.wid)]).gbps)
@@ -479,3 +502,10 @@ class LiveController:
             )
             self._snapshot = snap
         return snap
+
+
+def _rss_cpu(procs: Mapping[int, tuple[int, float]], w: WorkerInfo) -> tuple[int | None, float | None]:
+    """A worker's RSS and CPU % as its process probe saw them; its own RSS and no CPU where the probe has no such pid
+    (none, or it ended)."""
+    got = procs.get(w.pid) if w.pid is not None else None
+    return (w.rss, None) if got is None else got
