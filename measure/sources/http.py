@@ -18,23 +18,37 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, public_url,
                                  scrape_metrics, served_model, server_tokens, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request
-from measure.sources.base import (Capabilities, EventSink, LevelReady, LoadStarted, RecordCollector, SourceError,
-                                  Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, Event, EventSink, LevelReady, LoadStarted, RecordCollector,
+                                  SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from engines.base import Prompt
 
 WARMUP_TOKENS = 2
 PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
 ROUTING = ("least", "round-robin")
 
 S = WorkerState
+
+
+class PromptTokenizer(Protocol):
+    """engines/tokenizer.py's shape: a prompt's token ids as the local engines read them, and a text's."""
+
+    def __call__(self, prompt: Prompt) -> list[int]: ...
+
+    def text_ids(self, text: str) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -71,9 +85,9 @@ class _Ep:
     up: bool = True
     send_ids: bool = False
     model: str | None = None
-    view: dict | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
-    clients: dict = field(default_factory=dict)  # stream slot → aiohttp session
-    free: list = field(default_factory=list)  # free slot numbers, a heap
+    view: dict[str, float] | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
+    clients: dict[int, aiohttp.ClientSession] = field(default_factory=dict)  # stream slot → aiohttp session
+    free: list[int] = field(default_factory=list)  # free slot numbers, a heap
     used: int = 0  # slots 1..used exist
     warmed: int = 0  # streams warmed since it (re)joined
     warming: bool = False
@@ -92,12 +106,14 @@ class _Ep:
 
 
 class HttpSource:
-    def __init__(self, url: str | Endpoint | list, meta: RunMeta, b: int = 1, endpoint: str = "completions",
-                 model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
+    def __init__(self, url: str | Endpoint | list[str] | list[Endpoint] | list[str | Endpoint], meta: RunMeta,
+                 b: int = 1, endpoint: str = "completions", model: str | None = None,
+                 api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache(), tokenizer=None, routing: str = "least"):
-        specs = url if isinstance(url, list) else [url]
-        specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in specs]
+                 prefix_cache: PrefixCache = PrefixCache(), tokenizer: PromptTokenizer | None = None,
+                 routing: str = "least") -> None:
+        given = url if isinstance(url, list) else [url]
+        specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in given]
         if not specs:
             raise ValueError("no endpoint")
         if routing not in ROUTING:
@@ -115,12 +131,12 @@ class HttpSource:
         self.stall_s = stall_s
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
         self._sink = EventSink(events, on_record)
-        self.events: queue.Queue | None = self._sink.events
+        self.events: queue.Queue[Event] | None = self._sink.events
         self.target_k = len(self._eps)
         self.mode = "http"
         self.b = b
         self.rep = 0
-        self.oom_killed: list = []  # nothing here runs under this machine's OOM killer
+        self.oom_killed: list[tuple[int, int, str]] = []  # nothing here runs under this machine's OOM killer
         self.run_id = uuid.uuid4().hex[:12]
         self._dispatch = Dispatcher(auto_users=True)  # the queue, arrivals, pause and users (sources/dispatch.py)
         self._active: dict[int, tuple[_Ep, int, Request]] = {}  # request id → (endpoint, slot, request)
@@ -148,7 +164,7 @@ class HttpSource:
                             scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
                             simulated=False, endpoint=self.shown_url, max_k=n, level_ready=True)
 
-    def server_view(self) -> dict | None:
+    def server_view(self) -> dict[str, Any] | None:
         """One endpoint's figures; over several, the sum of each figure the scraped ones expose (KV use: the
         highest), None until one was scraped."""
         views = [ep.view for ep in self._eps if ep.in_use and ep.view is not None]
@@ -156,7 +172,7 @@ class HttpSource:
             return self._eps[0].view
         if not views:
             return None
-        out: dict = {}
+        out: dict[str, float] = {}
         for v in views:
             for key, x in v.items():
                 out[key] = max(out.get(key, 0.0), x) if key == "kv_cache_usage" else out.get(key, 0.0) + x
@@ -213,6 +229,7 @@ class HttpSource:
         return False
 
     def _prompt_ids(self, req: Request, prefix: str) -> list[int]:
+        assert self.tokenizer is not None  # prompts go as ids only where there is one (_check_vocabulary)
         ids = list(self.tokenizer(req.prompt))
         if not prefix:
             return ids
@@ -287,8 +304,12 @@ class HttpSource:
                 out.append(w)
             return out
 
-    def run_requests(self, load: Load, timeout: float | None = None, should_stop=None) -> list[RequestRecord]:
-        self._collector = RecordCollector(load.arrivals.total)
+    def run_requests(self, load: Load, timeout: float | None = None,
+                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
+        total = load.arrivals.total
+        if total is None:
+            raise ValueError("run_requests needs a finite load (a total)")
+        self._collector = RecordCollector(total)
         self.set_load(load)
         try:
             return self._collector.wait(timeout, should_stop)
@@ -320,9 +341,9 @@ class HttpSource:
 
     async def _main(self) -> None:
         self._wake = asyncio.Event()
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task[None]] = set()
 
-        def spawn(coro) -> None:
+        def spawn(coro: Coroutine[Any, Any, None]) -> None:
             t = asyncio.create_task(coro)
             tasks.add(t)
             t.add_done_callback(tasks.discard)
@@ -374,7 +395,7 @@ class HttpSource:
             for c in [scrape_client, *(c for ep in self._eps for c in ep.clients.values())]:
                 await c.close()
 
-    def _client(self, ep: _Ep, slot: int):
+    def _client(self, ep: _Ep, slot: int) -> aiohttp.ClientSession:
         if slot not in ep.clients:
             ep.clients[slot] = new_session()
         return ep.clients[slot]
@@ -397,7 +418,7 @@ class HttpSource:
         self._rr = (ep.idx + 1) % n
         return ep
 
-    def _send(self, ep: _Ep, req: Request, spawn) -> bool:
+    def _send(self, ep: _Ep, req: Request, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> bool:
         """A request on a free stream of `ep`, the endpoint _route chose."""
         slot = heapq.heappop(ep.free)
         req.k, req.b = self._serving_k(), self.level_b or self.b  # the level that serves it
@@ -438,7 +459,7 @@ class HttpSource:
             asyncio.ensure_future(ep.clients.pop(slot).close())
         ep.free, ep.used = [], 0
 
-    async def _probe(self, ep: _Ep, client) -> None:
+    async def _probe(self, ep: _Ep, client: aiohttp.ClientSession) -> None:
         """A down endpoint: does /models answer again? Then warm its streams and let it rejoin."""
         try:
             ok = await models_answer(client, ep.url, api_headers(self.api_key_env))
@@ -453,10 +474,10 @@ class HttpSource:
                            "then it rejoins")
             self._poke()
 
-    async def _scrape(self, ep: _Ep, client) -> None:
+    async def _scrape(self, ep: _Ep, client: aiohttp.ClientSession) -> None:
         ep.view = await scrape_metrics(client, ep.base)
 
-    def _body(self, ep: _Ep, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict:
+    def _body(self, ep: _Ep, prompt: str | list[int], max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
         return endpoint_body(self.endpoint, ep.model, prompt, max_tokens, ignore_eos,
                              cache_prompt=self.prefix_cache.cache_prompt)
 
@@ -518,7 +539,7 @@ class HttpSource:
             heapq.heappush(ep.free, slot)
         elif ep.clients.get(slot) is client:
             await ep.clients.pop(slot).close()
-        extra = {"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
+        extra: dict[str, Any] = {"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
                  "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text", "slot": slot}
         if len(self._eps) > 1:
             extra.update(endpoint=ep.info.label, url=ep.shown, routing=self.routing)
@@ -547,6 +568,7 @@ class HttpSource:
                 info.state = (S.IDLE if ep.in_use else S.RETIRED) if ep.warmed else info.state
             if rec.t_first_token_ns:
                 info.last_ttft_s = ttft(rec)
+        assert rec.t_done_ns is not None  # build_record sets it
         with self._lock:  # a session's user takes the answer into its history, then thinks
             self._dispatch.finished(req, None if res.error else res.text, rec.t_done_ns)
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
