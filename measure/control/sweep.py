@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import Cell, PerRep, skipped
 from measure.core import metrics as M
@@ -16,18 +16,20 @@ from measure.core.cost import joules_per_token
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
 from measure.core.probes import SystemProbe, auto_threads
-from measure.core.records import RequestRecord, is_remote
+from measure.core.records import MODES, RequestRecord, is_remote
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import CellStopped, FiniteLoadSource, LoadSource, SourceError, finite
 from presets import Workload
 
 if TYPE_CHECKING:
-    from measure.core.arrivals import ArrivalSpec
-    from measure.core.clients import ClientShare
+    from measure.control.cell import Clients, Periods, Timed
+    from measure.core.arrivals import ArrivalSpec, Schedule
+    from measure.core.clients import ClientShare, Segment
     from measure.core.cost import Cost
+    from measure.core.guard import Footprint
     from measure.core.roofline import Roofline
-    from measure.core.sessions import SessionSpec
+    from measure.core.sessions import Sessions, SessionSpec
     from presets import SLO
 
 
@@ -56,19 +58,20 @@ class SweepConfig:
     client: ClientShare | None = None  # --segment / --start-at, applied to the first load
     users: int | None = None  # closed-loop users in every cell (None: K × B, workload.closed_loop_users)
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
-    current: tuple | None = None  # (k, b, context) of the cell running now
+    current: tuple[int, int, int | None] | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes: int,
                  bandwidth_gbps: float | None = None, mode: str = "instances",
-                 kv_bytes_per_token: float | None = None, roofline=None, threads: int | None = None,
-                 max_tokens: int | None = None, slo=None, cost=None, watts: float | None = None,
+                 kv_bytes_per_token: float | None = None, roofline: Roofline | None = None,
+                 threads: int | None = None, max_tokens: int | None = None, slo: SLO | None = None,
+                 cost: Cost | None = None, watts: float | None = None,
                  endpoint_gbps: Sequence[float | None] | None = None, ignore_eos: bool = False,
-                 timing=None) -> Cell:
+                 timing: PerRep | Periods | Clients | None = None) -> Cell:
     """One cell's figures, every one recomputable from its records with docs/design.md §4 (the one place a
     bench cell, a --find level and a report's cell are made). `endpoint_gbps`: HTTP, each listed endpoint's β
     in order (None where its chip is not known). With ignore_eos, `stopped_early` counts the answers that ended
@@ -111,15 +114,33 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     return out.update(**t.notes)
 
 
-def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell: Cell) -> dict:
+def _mean(values: Sequence[float]) -> float:
+    """The mean of values that are there (each caller's list is non-empty)."""
+    m = M.mean(values)
+    assert m is not None
+    return m
+
+
+def _pct(values: Sequence[float], p: float) -> float:
+    """A percentile of values that are there (each caller's list is non-empty)."""
+    v = M.percentile(values, p)
+    assert v is not None
+    return v
+
+
+def _predicted(records: Sequence[RequestRecord], roofline: Roofline, mode: str, k: int, b: int, threads: int | None,
+               max_tokens: int | None, cell: Cell) -> dict[str, Any]:
     """The roofline's TPOT and tok/s for this cell, and the error of each against the measurement."""
     good = M.ok(records)
     prompts = [r.prompt_tokens for r in good if r.prompt_tokens]
-    out_tokens = max_tokens or (round(M.mean([r.output_tokens for r in good])) if good else 128)
-    p = roofline.level(mode, k, b, threads, round(M.mean(prompts)) if prompts else 32, out_tokens)
+    out_tokens = max_tokens or (round(_mean([r.output_tokens for r in good])) if good else 128)
+    p = roofline.level(mode, k, b, threads, round(_mean(prompts)) if prompts else 32, out_tokens)
     if p is None:
         return {}
-    err = lambda pred, meas: (pred - meas) / meas if meas else None  # noqa: E731
+
+    def err(pred: float, meas: float | None) -> float | None:
+        return (pred - meas) / meas if meas else None
+
     return {"predicted_by": "roofline", "predicted_tpot_ms": p.tpot_s * 1e3,
             "predicted_output_throughput": p.aggregate_tps, "binding": p.binding,
             "error_tpot": err(p.tpot_s * 1e3, cell.median_tpot_ms),
@@ -129,22 +150,22 @@ def _predicted(records, roofline, mode, k, b, threads, max_tokens, cell: Cell) -
 DISAGREE = 0.05
 
 
-def server_check(records: Sequence[RequestRecord]) -> dict | None:
+def server_check(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
     """The server's own figures beside the client's, where it sends them (llama-server's per-response `timings`):
     decode ms per token vs the client's TPOT, prompt tokens (prefilled + taken from its cache) vs the client's
     count, generated tokens vs the client's. A difference over 5 % is a finding, listed in `disagreements`."""
     out = _counter_deltas(records)
-    pairs = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
-    pairs = [(r, t) for r, t in pairs if isinstance(t, dict)]
+    timings = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
+    pairs = [(r, t) for r, t in timings if isinstance(t, dict)]
     if not pairs:
         return out
     server_tpot = [t["predicted_per_token_ms"] for _, t in pairs if t.get("predicted_per_token_ms")]
-    client_tpot = [M.tpot(r) * 1e3 for r, _ in pairs if M.tpot(r) is not None]
+    client_tpot = [tp * 1e3 for tp in (M.tpot(r) for r, _ in pairs) if tp is not None]
     out = dict(out or {}, requests=len(pairs))
     if server_tpot and client_tpot:
         out["server_tpot_ms"], out["client_tpot_ms"] = M.percentile(server_tpot, 50), M.percentile(client_tpot, 50)
     # a prompt = the tokens prefilled (prompt_n) + those taken from the server's prefix cache (cache_n)
-    sp = [(t.get("prompt_n"), t.get("cache_n") or 0, r.prompt_tokens) for r, t in pairs
+    sp = [(t["prompt_n"], t.get("cache_n") or 0, r.prompt_tokens) for r, t in pairs
           if t.get("prompt_n") and r.prompt_tokens]
     if sp:
         out["server_prompt_tokens"] = sum(a + c for a, c, _ in sp)
@@ -159,7 +180,7 @@ def server_check(records: Sequence[RequestRecord]) -> dict | None:
     return out
 
 
-def _counter_deltas(records) -> dict | None:
+def _counter_deltas(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
     """The server's Prometheus counters' rise over the cell (the view each record carried when it ended,
     first vs last), beside the client's own counts."""
     views = [(r.t_done_ns, r.server_view) for r in records if isinstance(r.server_view, dict) and r.t_done_ns]
@@ -167,7 +188,7 @@ def _counter_deltas(records) -> dict | None:
         return None
     views.sort(key=lambda v: v[0])
     first, last = views[0][1], views[-1][1]
-    out = {}
+    out: dict[str, Any] = {}
     # deltas between the scrapes the first and the last record carried (≤ 1 s apart from their ends): shown
     # beside the client's counts, not compared to 5 % (the scrape times do not line up with the records)
     for key in ("generated_tokens_total", "prompt_tokens_total", "requests_total", "preemptions"):
@@ -176,7 +197,7 @@ def _counter_deltas(records) -> dict | None:
     return out or None
 
 
-def _disagree(out: dict) -> None:
+def _disagree(out: dict[str, Any]) -> None:
     out["disagreements"] = [
         f"{what}: server {out[s_key]:.4g} vs client {out[c_key]:.4g} ({out[s_key] / out[c_key] - 1:+.0%})"
         for what, s_key, c_key in (("decode ms/token vs TPOT", "server_tpot_ms", "client_tpot_ms"),
@@ -185,11 +206,11 @@ def _disagree(out: dict) -> None:
         if s_key in out and out[c_key] and abs(out[s_key] / out[c_key] - 1) > DISAGREE]
 
 
-def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[dict]:
+def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[dict[str, Any]]:
     """Per endpoint of an HTTP run over several (records' worker = the endpoint): its requests, errors,
     output tok/s over the cell's span, TTFT and TPOT p50, and its bandwidth product W ÷ TPOT p50 (one weight
     read per server step, all its streams in it: metrics.http_bandwidth) where W is known. [] for one endpoint."""
-    groups: dict = {}
+    groups: dict[int | None, list[RequestRecord]] = {}
     for r in records:
         groups.setdefault(r.worker, []).append(r)
     if len(groups) < 2:
@@ -213,7 +234,8 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1e3
 
 
-def _bandwidth(records, timed, weight_bytes, mode, kvb, tpot_ms: float | None = None) -> dict:
+def _bandwidth(records: Sequence[RequestRecord], timed: Timed, weight_bytes: int, mode: str, kvb: float | None,
+               tpot_ms: float | None = None) -> dict[str, Any]:
     """The bandwidth product (docs/design.md §4), from the cell's own figures: instances from its timed
     throughput, batch from the steps inside its timed span, http from each endpoint's TPOT p50."""
     if is_remote(mode):
@@ -239,12 +261,12 @@ def request_class(prompt_id: str) -> str:
     return "long" if prompt_id.startswith("long-") else "short"
 
 
-def ttft_by_class(records: Sequence[RequestRecord]) -> dict:
+def ttft_by_class(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
     """Queue-inclusive TTFT p50/p99 (ms) per request class: long documents vs short prompts."""
     groups: dict[str, list[float]] = {}
     for r in M.ok(records):
         groups.setdefault(request_class(r.prompt_id), []).append(M.ttft(r))
-    return {c: {"n": len(v), "median_ttft_ms": M.percentile(v, 50) * 1e3, "p99_ttft_ms": M.percentile(v, 99) * 1e3}
+    return {c: {"n": len(v), "median_ttft_ms": _pct(v, 50) * 1e3, "p99_ttft_ms": _pct(v, 99) * 1e3}
             for c, v in sorted(groups.items())}
 
 
@@ -283,7 +305,7 @@ class CellRunner:
         self._killed_before = 0
         self._wall: WallCheck | None = None
 
-    def footprint(self, mode: str, k: int, b: int, seq_ctx: int):
+    def footprint(self, mode: str, k: int, b: int, seq_ctx: int) -> Footprint:
         return engine_footprint(mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=self.cfg.ctx,
                                 weight_bytes=self.source.meta.model_bytes,
                                 kv_per_token=self.cfg.kv_bytes_per_token or 0.0, overhead_bytes=self.cfg.overhead_bytes)
@@ -303,6 +325,7 @@ class CellRunner:
         streams × endpoints); the power meter and the wall's check count from here."""
         src = self.source
         src.scale_to(k)
+        assert mode in MODES  # the sweep's and --find's modes are a source's
         src.set_batch(mode, b, b_cap=b, seq_ctx=seq_ctx)
         src.wait_ready()
         rss = [w.rss for w in src.workers() if w.rss and w.ready_ns]
@@ -314,13 +337,15 @@ class CellRunner:
         self.power.sample()  # a meter's reading counts from here
         self._wall = WallCheck(self.probe)
 
-    def load(self, workload: Workload, arrivals) -> list[RequestRecord]:
+    def load(self, workload: Workload, arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions
+             ) -> list[RequestRecord]:
         """One load to completion (CellStopped at the memory wall, TimeoutError past the cell's timeout)."""
         cfg = self.cfg
         return self.source.run_requests(Load(workload, arrivals, cfg.max_tokens, cfg.ignore_eos),
                                         timeout=cfg.cell_timeout_s, should_stop=self._wall)
 
-    def finish(self, records: list[RequestRecord], workload: Workload, mode: str, k: int, b: int, **first) -> Cell:
+    def finish(self, records: list[RequestRecord], workload: Workload, mode: str, k: int, b: int,
+               **first: Any) -> Cell:
         """The cell of these records; `first`: figures set right after its own (the sweep's context), before
         the power meter's source."""
         cfg, src = self.cfg, self.source
@@ -360,7 +385,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
     runner = CellRunner(fleet, cfg, say)
     cells = [] if cells is None else cells
     all_records: list[RequestRecord] = []
-    for context in cfg.contexts or [None]:
+    contexts: Sequence[int | None] = cfg.contexts or [None]
+    for context in contexts:
         wl = workload
         if context is not None:
             from presets import Workload as WL
@@ -392,10 +418,11 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 status = None
                 for rep in range(cfg.reps):
                     fleet.rep = rep
-                    arrivals = (cfg.sessions.make(users, cfg.requests, rep) if cfg.sessions
-                                else cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
-                                else Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
-                                else ClosedLoop(users, cfg.requests))
+                    arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions = (
+                        cfg.sessions.make(users, cfg.requests, rep) if cfg.sessions
+                        else cfg.arrivals.make(cfg.requests, rep) if cfg.arrivals
+                        else Poisson(cfg.rate, total=cfg.requests, seed=rep) if cfg.rate
+                        else ClosedLoop(users, cfg.requests))
                     if cfg.client is not None:  # this client's segment of the schedule, from the asked start
                         arrivals = cfg.client.wrap(arrivals)
                     t0 = time.monotonic()
@@ -431,10 +458,10 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 cells.append(cell)
     add_scaling([c for c in cells if c.ok])
     cfg.current = None
-    return cells, all_records, fleet
+    return cells, all_records, runner.source  # the fleet (or the last one it was replaced by), as a finite source
 
 
-def _fmt(v, spec=".1f", none="—"):
+def _fmt(v: float | None, spec: str = ".1f", none: str = "—") -> str:
     return none if v is None else format(v, spec)
 
 
@@ -468,6 +495,7 @@ def format_table(cells: list[Cell]) -> str:
         if not c.ok:
             ctx = f" context {c.context}" if c.context else ""
             why = c.reason or f"{c.errors or 0} errors, no request completed"
+            assert c.status is not None  # a cell not ok says why: refused, wall, timeout, failed …
             lines.append(f"{c.k:>3} {c.b:>3} {c.status.upper():>8}{ctx}: {why[:110]}")
             continue
         note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c)

@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from measure.core.workload import ClosedLoop
 
@@ -81,6 +81,9 @@ class Arrivals(Protocol):
     def due(self, now_ns: int, outstanding: int) -> list[int]: ...
 
     def describe(self) -> str: ...
+
+
+ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 
 class Segment:
@@ -156,7 +159,7 @@ class ClientShare:
     t0_ns: int | None = None
     used: bool = False
 
-    def wrap(self, arrivals: Arrivals) -> Arrivals:
+    def wrap(self, arrivals: ArrivalsT) -> ArrivalsT | Segment:
         if self.used:
             if self.segment[1] > 1:
                 raise ValueError("--segment splits one load: one cell, one rep")

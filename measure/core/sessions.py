@@ -14,7 +14,7 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from engines.base import Prompt
 from measure.core import metrics as M
@@ -305,7 +305,15 @@ def prefix_cache_label(records: Iterable[RequestRecord]) -> str | None:
     return None
 
 
-def turn_note(cell: dict[str, Any]) -> str:
+class _Figures(Protocol):
+    """A cell's figures by name: summary.json's dict, or a control.cell.Cell (which reads the same way)."""
+
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def turn_note(cell: _Figures) -> str:
     """The bench table's and report's note: TTFT p50 by turn, labelled with the prefix-cache setting."""
     turns = cell.get("ttft_by_turn")
     if not turns:

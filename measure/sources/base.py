@@ -195,6 +195,9 @@ class LoadSource(Protocol):
     @property
     def rep(self) -> int: ...  # stamped on the records of the current repetition
 
+    @rep.setter
+    def rep(self, rep: int) -> None: ...  # the one settable one: the sweep sets it before each repetition's load
+
     @property
     def oom_killed(self) -> Sequence[tuple[int, int, str]]: ...  # (K, B, mode) of each step at which the kernel's
     # OOM killer ended a worker (local engines)
