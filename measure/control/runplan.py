@@ -3,11 +3,12 @@ source, memory budget, workload, URL settings), and from the plan the load sourc
 the run header. The dashboard, `bench` and their tests all start here; nothing in it parses argv."""
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
@@ -15,7 +16,7 @@ from measure.core.envinfo import environment
 from measure.core.guard import DEFAULT_BUDGET_FRACTION, GuardError, parse_size
 from measure.core.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
 from measure.core.probes import detect_chip, effective_memory
-from measure.core.records import RequestRecord, RunMeta
+from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import fmt_gib
 from measure.core.arrivals import ArrivalSpec, parse_arrivals
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
@@ -24,8 +25,14 @@ from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.workload import PrefixCache
 from measure.sources.base import FiniteLoadSource
 from measure.core.cost import Cost
-from presets import SLO, PresetError, Workload, chip
+from presets import SLO, Chip, PresetError, Workload, chip
 from presets import slo as preset_slo
+
+if TYPE_CHECKING:
+    from engines.tokenizer import GGUFTokenizer
+    from measure.core.roofline import Roofline
+    from measure.core.work import WorkModel
+    from measure.sources.http import Endpoint
 
 
 @dataclass
@@ -80,7 +87,7 @@ class RunPlan:
     choice: ModelChoice | None = None  # local engines
     spec: EngineSpec | None = None
     url: str | None = None  # http: the first endpoint's API base
-    endpoints: list = field(default_factory=list)  # http: sources/http.Endpoint, one per server behind the queue
+    endpoints: list[Endpoint] = field(default_factory=list)  # http: one per server behind the queue
     routing: str = "least"  # http: least (outstanding requests) | round-robin
     model_bytes: int = 0  # http: W of the served model where the user gave it (--model-bytes)
     endpoint: str = "completions"
@@ -122,13 +129,14 @@ class RunPlan:
                 f"starting {self.ks[0]} worker(s): load + 2 warmup requests each …"]
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         return "http" if self.engine_is_remote else "batch" if self.bs else "instances"
 
     def meta(self) -> RunMeta:
         if self.engine_is_remote:
             return RunMeta(engine=engine_label(self.engine), model=self.model_name or "?",
                            model_bytes=self.model_bytes, mode="http", b=(self.bs or [1])[0])
+        assert self.choice is not None  # a local engine's plan has its model (make_plan)
         return run_meta(self.engine, self.choice, self.mode, (self.bs or [1])[0])
 
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
@@ -142,6 +150,7 @@ class RunPlan:
             # a bench spreads its streams over client processes (one asyncio loop each, one schedule); the
             # dashboard and multi-turn sessions keep one
             make = http_source(self.client_procs if not events and self.sessions is None else 1, max(self.bs or [1]))
+            src: FiniteLoadSource  # HttpSource or HttpPool (http_source gives the class untyped)
             src = make(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
                              on_record=on_record, events=events, prefix_cache=self.prefix_cache,
@@ -151,13 +160,14 @@ class RunPlan:
             return src
         from measure.sources.fleet import Fleet
 
+        assert self.spec is not None and self.choice is not None  # a local engine's plan has both (make_plan)
         if per_cell:
             return Fleet(self.spec, run_meta(self.engine, self.choice, "instances", 1), k=k or self.ks[0],
                          threads=self.threads, on_record=on_record, b_cap=1, events=events)
         return Fleet(self.spec, self.meta(), k=k or self.ks[0], threads=self.threads, on_record=on_record,
                      b_cap=max(self.max_b, max(self.bs or [1])), events=events)
 
-    def _tokenizer(self):
+    def _tokenizer(self) -> GGUFTokenizer | None:
         if not self.tokenizer:
             return None
         from engines.tokenizer import GGUFTokenizer
@@ -168,7 +178,7 @@ class RunPlan:
             self.notes.append(f"no local tokenizer ({exc}): prompts go as text")
             return None
 
-    def work(self):
+    def work(self) -> WorkModel | None:
         """The work model of the local model (core/work.py), or None (a server's model is not ours)."""
         from measure.core import work as W
 
@@ -177,11 +187,12 @@ class RunPlan:
         try:
             if self.engine == "mlx":
                 return W.from_config(self.choice.path / "config.json")
+            assert self.choice.info is not None  # a GGUF's, read when the model was resolved
             return W.from_gguf(self.choice.info, self.choice.kv_element_bytes)
         except (ValueError, KeyError, OSError):
             return None
 
-    def roofline(self, say: Callable[[str], None] = print):
+    def roofline(self, say: Callable[[str], None] = print) -> Roofline | None:
         """The predictor for the live view: this machine's probe (measured once, cached), the model's work.
         The probe's engine rates are llama.cpp's: another engine gets the bandwidth ceiling only."""
         from measure.core import ceilings
@@ -235,6 +246,7 @@ class RunPlan:
         if self.engine_is_remote:  # the key's variable name only, never the key
             from engines.http_openai import public_url
 
+            assert self.url is not None  # the first endpoint's (make_plan)
             return {"environment": environment(), "engine": self.engine, "url": public_url(self.url),
                     "endpoints": [{"url": e.shown(), "chip": e.chip, "label": e.name(),
                                    "bandwidth_gbps": e.bandwidth_gbps} for e in self.endpoints],
@@ -242,6 +254,7 @@ class RunPlan:
                     "model": self.model_name, "model_bytes": self.model_bytes, "simulated": False,
                     "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
                     "tokenizer": self.tokenizer, **common}
+        assert self.choice is not None and self.spec is not None  # a local engine's plan has both (make_plan)
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
@@ -322,6 +335,7 @@ def resolve_budget(text: str | None, total: int | None = None, limit_name: str |
 
 def resolve_bandwidth(chip_key: str | None, bandwidth: float | None) -> tuple[str, float | None, str]:
     """(chip name, β GB/s or None, where β came from): --bandwidth, else --chip preset, else detected."""
+    c: Chip | None
     if chip_key:
         try:
             c = chip(chip_key)
@@ -337,7 +351,7 @@ def resolve_bandwidth(chip_key: str | None, bandwidth: float | None) -> tuple[st
     return name, beta, src if beta else "unknown"
 
 
-def http_endpoints(args) -> list:
+def http_endpoints(args: argparse.Namespace) -> list[Endpoint]:
     """The endpoints of an HTTP run: every --url (with --chip, where given), then the lines of --urls FILE
     (`URL [chip] [label]`, '#' comments; '-' for no chip). StartError names the line that is wrong."""
     from measure.sources.http import Endpoint
@@ -390,7 +404,8 @@ def check_url(url: str | None) -> str:
     return url
 
 
-def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] | None = None) -> RunPlan:
+def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
+              progress: Callable[[str], None] | None = None) -> RunPlan:
     """The one place command-line choices become a plan. StartError: one line, nothing started."""
     ks = args.k if isinstance(args.k, list) else [args.k]
     bs = args.b if isinstance(args.b, list) or args.b is None else [args.b]
@@ -429,7 +444,9 @@ def make_plan(args, *, default_max_tokens: int, progress: Callable[[str], None] 
         raise StartError(f"--contexts {min(contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
                          "give contexts above max_tokens")
     ctx = max([args.ctx, *contexts])
-    longest = max(wl.synthetic_tokens or 0, wl.long_tokens if wl.long_every else 0)
+    long_tokens = wl.long_tokens if wl.long_every else 0
+    assert long_tokens is not None  # a mixed workload (long_every) gives its long prompts' length too
+    longest = max(wl.synthetic_tokens or 0, long_tokens)
     if longest and not contexts and not remote_engine(args.engine) and longest + max_tokens > ctx:
         raise StartError(f"--workload {wl.key}: a prompt of {longest} tokens + --max-tokens {max_tokens} exceeds "
                          f"--ctx {ctx}; raise --ctx to {longest + max_tokens} or more, or shorten the prompt")
