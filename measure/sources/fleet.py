@@ -21,18 +21,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engines.base import EngineSpec
 from measure.core.metrics import ttft
 from measure.core.probes import auto_threads, oom_kills, physical_cores
-from measure.core.records import RequestRecord, RunMeta, build_record
+from measure.core.records import Mode, RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request
-from measure.sources.base import (Capabilities, CellStopped, EventSink, LevelReady, LoadStarted, OutOfMemory,
-                                  RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CellStopped, Event, EventSink, LevelReady, LoadStarted,
+                                  OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    _ToWorker = ReqMsg | ThreadsMsg | ModeMsg | RetireMsg | StopMsg
+    _FromWorker = StateMsg | StartMsg | TokensMsg | DoneMsg | FatalMsg
 
 WAIT_S = 0.5  # the I/O thread sleeps this long at most; commands and workers wake it at once
 S = WorkerState
@@ -54,9 +61,9 @@ __all__ = ["Fleet", "FleetError", "CellStopped", "RunMeta", "WorkerInfo", "physi
 @dataclass
 class _Worker:
     info: WorkerInfo
-    proc: mp.Process
-    conn: object
-    inflight: set = field(default_factory=set)
+    proc: BaseProcess
+    conn: Connection[_ToWorker, _FromWorker]
+    inflight: set[int] = field(default_factory=set)
     idle_since: int = 0  # when its last request ended: the longest idle asks first, as on a shared queue
     mode_pending: bool = False  # a mode change sent, not yet applied (its batch context being made)
     retire: bool = False
@@ -84,7 +91,7 @@ class _Pause(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    mode: str
+    mode: Mode
     b: int
 
 
@@ -100,12 +107,16 @@ class _Close(NamedTuple):
     pass
 
 
+if TYPE_CHECKING:
+    _Cmd = _Scale | _SetLoad | _Pause | _Batch | _Users | _Collector | _Close
+
+
 class Fleet:
     """K engine workers on one shared queue: a LoadSource (sources/base.py)."""
 
     def __init__(self, spec: EngineSpec, meta: RunMeta, k: int = 1, threads: int | None = None,
                  on_record: Callable[[RequestRecord], None] | None = None, b_cap: int | None = None,
-                 events: bool = True):
+                 events: bool = True) -> None:
         if k < 1:
             raise FleetError(f"K must be at least 1 (got {k})")
         self.spec = spec
@@ -113,9 +124,9 @@ class Fleet:
         self.fixed_threads = threads
         self._sink = EventSink(events, on_record)
         # what happened, for a live reader; a headless sweep reads records through on_record instead
-        self.events: queue.Queue | None = self._sink.events
+        self.events: queue.Queue[Event] | None = self._sink.events
         self.target_k = k
-        self.mode = meta.mode if meta.mode in ("instances", "batch") else "instances"
+        self.mode: Mode = meta.mode if meta.mode in ("instances", "batch") else "instances"
         self.b = meta.b
         self.b_cap = max(b_cap or 1, meta.b)  # sequences a batch context holds; B above it remakes it
         self.seq_ctx: int | None = None  # tokens per sequence in the batch context (None: the spec's ctx)
@@ -127,7 +138,7 @@ class Fleet:
         self._ids = itertools.count(1)
         self._dispatch = Dispatcher()  # the shared queue, the load's arrivals, pause and users (sources/dispatch.py)
         self._inflight: dict[int, _InFlight] = {}
-        self._cmds: queue.Queue = queue.Queue()
+        self._cmds: queue.Queue[_Cmd] = queue.Queue()
         self._cmds_put = 0
         self._cmds_done = 0
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
@@ -139,10 +150,11 @@ class Fleet:
         self._last_death: str | None = None  # the last worker death, in words: why a queue with no worker fails
         self._unready_deaths = 0
         self._lost_ready = 0  # ready workers that died since K was last set: a load waits for K − this
-        self._asked = (k, self.b, self.mode)  # the level of the last step the I/O thread applied
+        self._asked: tuple[int, int, Mode] = (k, self.b, self.mode)  # the level of the last step the I/O thread applied
         self._level_wait = False  # a step applied, its LevelReady not sent yet
         self._oom_seen = oom_kills() or 0
-        self.oom_killed: list[tuple] = []  # (K, B, mode) at each OOM kill: the guard's estimate was too low there
+        # (K, B, mode) at each OOM kill: the guard's estimate was too low there
+        self.oom_killed: list[tuple[int, int, str]] = []
         self._thread = threading.Thread(target=self._loop, name="fleet-io", daemon=True)
         self._started = False
         _OPEN.add(self)
@@ -153,10 +165,10 @@ class Fleet:
                             modes=("instances", "batch"), scales_k=True, local=True, batch_capacity=self.b_cap,
                             server_view=False, simulated=self.meta.simulated, level_ready=True)
 
-    def server_view(self) -> dict | None:
+    def server_view(self) -> dict[str, Any] | None:
         return None
 
-    def _command_put(self, cmd) -> None:
+    def _command_put(self, cmd: _Cmd) -> None:
         with self._lock:
             self._cmds_put += 1
         self._cmds.put(cmd)
@@ -197,7 +209,7 @@ class Fleet:
         self.target_k = k  # at once, so wait_ready() waits for the new workers
         self._command_put(_Scale(k))
 
-    def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
+    def set_batch(self, mode: Mode, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         """instances: one request per worker; batch: up to b sequences per worker, decoded together in a
         context made for b_cap sequences (default: the largest B so far) of seq_ctx tokens each."""
         if mode not in ("instances", "batch"):
@@ -298,7 +310,7 @@ class Fleet:
         with self._lock:
             self._snapshot = {wid: w.info.public() for wid, w in self._workers.items()}
 
-    def _send(self, w: _Worker, msg) -> bool:
+    def _send(self, w: _Worker, msg: _ToWorker) -> bool:
         try:
             w.conn.send(msg)
             return True
@@ -312,7 +324,7 @@ class Fleet:
         return [w for w in self._live() if not w.retire]
 
     def _loop(self) -> None:
-        collector = None
+        collector: RecordCollector | None = None
         try:
             while True:
                 try:
@@ -333,7 +345,7 @@ class Fleet:
                 self._send_queued(collector)
                 self._level_check()
                 self._publish()
-                objs = [self._wake_r]
+                objs: list[Connection[Any, Any] | int] = [self._wake_r]
                 for w in self._live():
                     objs += [w.conn, w.proc.sentinel]
                 ready = wait(objs, self._dispatch.wait_s(WAIT_S))
@@ -361,7 +373,7 @@ class Fleet:
             self._level_wait = False
             self._sink.put(LevelReady(time.perf_counter_ns(), *self._asked))
 
-    def _command(self, cmd) -> None:
+    def _command(self, cmd: _Cmd) -> None:
         if isinstance(cmd, _Scale):
             self._asked, self._level_wait = (cmd.k, *self._asked[1:]), True
             self._scale(cmd.k)
@@ -465,14 +477,14 @@ class Fleet:
                 self._finish(_InFlight(req), None, collector, error="no live worker to serve the request"
                              + (f" ({self._last_death})" if self._last_death else ""))
 
-    def _drain(self, w: _Worker, collector) -> None:
+    def _drain(self, w: _Worker, collector: Callable[[RequestRecord], None] | None) -> None:
         try:
             while w.conn.poll():
                 self._handle(w, w.conn.recv(), collector)
         except (EOFError, OSError):
             pass
 
-    def _handle(self, w: _Worker, msg, collector) -> None:
+    def _handle(self, w: _Worker, msg: _FromWorker, collector: Callable[[RequestRecord], None] | None) -> None:
         info = w.info
         if isinstance(msg, TokensMsg):
             fl = self._inflight.get(msg.request_id)
@@ -521,7 +533,7 @@ class Fleet:
         else:
             info.state = S(msg.state)
 
-    def _done(self, w: _Worker, msg: DoneMsg, collector) -> None:
+    def _done(self, w: _Worker, msg: DoneMsg, collector: Callable[[RequestRecord], None] | None) -> None:
         info = w.info
         fl = self._inflight.get(msg.request_id)
         if fl is None:
@@ -546,13 +558,14 @@ class Fleet:
         if rec.t_first_token_ns is not None:
             info.last_ttft_s = ttft(rec)
 
-    def _died(self, w: _Worker, collector) -> None:
+    def _died(self, w: _Worker, collector: Callable[[RequestRecord], None] | None) -> None:
         info = w.info
         w.proc.join(timeout=1.0)  # the sentinel can fire a moment before the process is reaped
         code = w.proc.exitcode
         how = f"signal {-code} ({signal.Signals(-code).name})" if code and code < 0 else f"exit code {code}"
         oom = code == -signal.SIGKILL and (n := oom_kills()) is not None and n > self._oom_seen
         if oom:
+            assert n is not None  # oom says so
             self._oom_seen = n
             how += ", out of memory? (the memory group's OOM killer count rose)"
             self.oom_killed.append((self.target_k, self.b, self.mode))
@@ -599,8 +612,9 @@ class Fleet:
             self._fatal = (f"worker {info.wid} {first or how}; every worker died before it was ready (engine logs: "
                            f"{self.log_dir})")
 
-    def _finish(self, fl: _InFlight, w: _Worker | None, collector, *, error=None, finish=None, t_done=None,
-                n_prompt=0, rss=None) -> RequestRecord:
+    def _finish(self, fl: _InFlight, w: _Worker | None, collector: Callable[[RequestRecord], None] | None, *,
+                error: str | None = None, finish: str | None = None, t_done: int | None = None,
+                n_prompt: int | None = 0, rss: int | None = None) -> RequestRecord:
         self._inflight.pop(fl.req.request_id, None)
         rec = build_record(fl.req, self.meta, self.run_id, fl.tokens, worker=w.info.wid if w else None,
                            t_started_ns=fl.t_started_ns, t_done_ns=t_done, prompt_tokens=n_prompt,
