@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
 from measure.control.cell import Cell
@@ -16,6 +20,10 @@ from measure.control.runs import ReportError, Run, combine, load_run
 from measure.control.sweep import answer_notes
 from measure.core.records import MODES
 from measure.core.sessions import turn_note
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 NS = 1_000_000_000
 
@@ -37,7 +45,8 @@ def _per_rep_sd(c: Cell) -> float:
     return statistics.stdev(reps) if len(reps) > 1 else 0.0
 
 
-def _axes(plt, runs, title, ylabel, xlabel):
+def _axes(plt: ModuleType, runs: list[Run], title: str, ylabel: str, xlabel: str) -> tuple[Figure, Any]:
+    """A figure of one axes per run, side by side (`plt`: matplotlib.pyplot); the axes' row."""
     fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 4.5), sharey=True, squeeze=False)
     fig.suptitle(title)
     from matplotlib.ticker import MaxNLocator
@@ -51,39 +60,41 @@ def _axes(plt, runs, title, ylabel, xlabel):
     return fig, axes[0]
 
 
-def _mark_cells(ax, cells, x_of, y_level):
+def _mark_cells(ax: Axes, cells: list[Cell], x_of: Callable[[Cell], float], y_level: float) -> None:
     """Refused, wall and timeout cells as labelled crosses on the x axis; noisy cells circled."""
     for c in _marked(cells):
         ax.plot([x_of(c)], [y_level], "x", color="red")
-        ax.annotate(c.status, (x_of(c), y_level), textcoords="offset points", xytext=(0, 6), ha="center",
+        ax.annotate(_status(c), (x_of(c), y_level), textcoords="offset points", xytext=(0, 6), ha="center",
                     fontsize=7, color="red")
 
 
-def _series(ax, cells, x_key, group_key, y, yerr=None, label_prefix=""):
+def _series(ax: Axes, cells: list[Cell], x_key: str, group_key: str, y: Callable[[Cell], float | None],
+            yerr: Callable[[Cell], float] | None = None, label_prefix: str = "") -> None:
     """One curve per value of the cells' `group_key` figure (and context row), over their `x_key` figure."""
-    groups: dict = {}
+    groups: dict[tuple[Any, int | None], list[Cell]] = {}
     for c in _ok(cells):
         groups.setdefault((getattr(c, group_key), c.context), []).append(c)
     for (g, ctx), cs in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
         cs.sort(key=lambda c: getattr(c, x_key))
         xs = [getattr(c, x_key) for c in cs]
-        ys = [y(c) for c in cs]
+        ys = [y(c) for c in cs]  # a None is drawn as a gap (matplotlib's stubs take no None: the ignores below)
         label = f"{label_prefix}{group_key.upper()}={g}" + (f", ctx {ctx}" if ctx else "")
         if yerr:
-            ax.errorbar(xs, ys, yerr=[yerr(c) for c in cs], marker="o", capsize=3, label=label)
+            ax.errorbar(xs, ys, yerr=[yerr(c) for c in cs], marker="o", capsize=3,  # type: ignore[arg-type]
+                        label=label)
         else:
-            ax.plot(xs, ys, marker="o", label=label)
+            ax.plot(xs, ys, marker="o", label=label)  # type: ignore[arg-type]
         for c in cs:
             if c.noisy:
-                ax.plot([getattr(c, x_key)], [y(c)], "o", mfc="none", mec="orange", ms=12)
+                ax.plot([getattr(c, x_key)], [y(c)], "o", mfc="none", mec="orange", ms=12)  # type: ignore[arg-type]
                 ax.annotate("noisy", (getattr(c, x_key), y(c)), textcoords="offset points", xytext=(0, 8), fontsize=7,
                             color="orange", ha="center")
 
 
-def _predicted_series(ax, cells, x_key, group_key, key, by="roofline"):
+def _predicted_series(ax: Axes, cells: list[Cell], x_key: str, group_key: str, key: str, by: str = "roofline") -> None:
     """A prediction (the cells' `key` figure, made `by` the roofline or K·W/β) per cell as a dashed curve
     beside the measured one: what each cell holds, so the chart and the table read one figure."""
-    groups: dict = {}
+    groups: dict[Any, list[Cell]] = {}
     for c in _ok(cells):
         if c.predicted_by == by and getattr(c, key) is not None:
             groups.setdefault(getattr(c, group_key), []).append(c)
@@ -94,12 +105,30 @@ def _predicted_series(ax, cells, x_key, group_key, key, by="roofline"):
                 else f"predicted K·W/β {group_key.upper()}={g}")
 
 
+def _k(c: Cell) -> int:
+    """K (every cell has its K: cell_summary and skipped set it)."""
+    assert c.k is not None
+    return c.k
+
+
+def _kb(c: Cell) -> int:
+    """K × B (every cell has its K and B: cell_summary and skipped set them)."""
+    assert c.k is not None and c.b is not None
+    return c.k * c.b
+
+
+def _throughput(c: Cell) -> float:
+    """An ok cell's aggregate tok/s (_ok keeps only cells that have it)."""
+    assert c.output_throughput is not None
+    return c.output_throughput
+
+
 def _concurrency(c: Cell) -> float:
     """A cell's x on the load axis: its achieved concurrency, else (older outputs) the nominal K × B."""
-    return c.achieved_concurrency or c.k * c.b
+    return c.achieved_concurrency or _kb(c)
 
 
-def _knee(run: Run, cells: list[Cell]):
+def _knee(run: Run, cells: list[Cell]) -> tuple[float, str] | None:
     """(x, label) of the knee: knee.json's answer where `bench --find` wrote one (none where it found none),
     else the last cell whose SLO attainment meets the search's target (knee.TARGET_ATTAINMENT)."""
     kj = run.header.get("_knee") or {}
@@ -139,7 +168,7 @@ def crossover(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> flo
     return float(xs[i] - d[i] * (xs[i + 1] - xs[i]) / (d[i + 1] - d[i]))
 
 
-def render_crossover(runs: list[Run], out: Path) -> tuple[Path | None, float | None]:
+def render_crossover(runs: list[Run], out: Path) -> tuple[Path, float | None]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,9 +205,9 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     except ImportError:
         raise ReportError("matplotlib is not installed: pip install 'inference-top[report]'") from None
     out.mkdir(parents=True, exist_ok=True)
-    files = []
+    files: list[Path] = []
 
-    def save(fig, name):
+    def save(fig: Figure, name: str) -> None:
         fig.tight_layout()
         path = out / name
         fig.savefig(path, dpi=110)
@@ -191,7 +220,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         for ax, run in zip(axes, runs):
             _series(ax, run.cells, x, group, lambda c: c.output_throughput, _per_rep_sd)
             _predicted_series(ax, run.cells, x, group, "predicted_output_throughput")
-            _mark_cells(ax, run.cells, lambda c, x=x: getattr(c, x), 0)
+            _mark_cells(ax, run.cells, attrgetter(x), 0)
             ax.legend(fontsize=7)
         save(fig, f"throughput_vs_{x}.png")
 
@@ -205,7 +234,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                               "roofline" if "roofline" in by else "K·W/β")
         else:
             ax.text(0.02, 0.95, "β unknown: no prediction (pass --bandwidth)", transform=ax.transAxes, fontsize=7)
-        _mark_cells(ax, run.cells, lambda c: c.k, 0)
+        _mark_cells(ax, run.cells, _k, 0)
         ax.legend(fontsize=7)
     save(fig, "tpot_vs_k.png")
 
@@ -216,17 +245,17 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             ax.axhline(run.beta, color="red", ls="--", label=f"spec {run.beta:g} GB/s")
         formula = next((c.bandwidth_formula for c in _ok(run.cells)), "")
         ax.text(0.02, 0.02, formula, transform=ax.transAxes, fontsize=6)
-        _mark_cells(ax, run.cells, lambda c: c.k, 0)
+        _mark_cells(ax, run.cells, _k, 0)
         ax.legend(fontsize=7)
     save(fig, "bandwidth_vs_k.png")
 
     fig, axes = _axes(plt, runs, "TTFT (queue-inclusive) vs concurrency K×B", "TTFT (ms)", "concurrent users K×B")
     for ax, run in zip(axes, runs):
-        cs = sorted(_ok(run.cells), key=lambda c: c.k * c.b)
-        xs = [c.k * c.b for c in cs]
+        cs = sorted(_ok(run.cells), key=_kb)
+        xs: list[float] = [_kb(c) for c in cs]
         ax.plot(xs, [c.median_ttft_ms for c in cs], "o-", label="p50")
         ax.plot(xs, [c.p99_ttft_ms for c in cs], "s--", label="p99")
-        _mark_cells(ax, run.cells, lambda c: c.k * c.b, 0)
+        _mark_cells(ax, run.cells, _kb, 0)
         ax.legend(fontsize=7)
     save(fig, "ttft_vs_concurrency.png")
 
@@ -235,7 +264,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     for ax, run in zip(axes, runs):
         for group in MODES:
             cs = sorted((c for c in _ok(run.cells) if (c.mode or "instances") == group and c.per_stream_tps),
-                        key=lambda c: c.output_throughput)
+                        key=_throughput)
             if cs:
                 ax.plot([c.output_throughput for c in cs], [c.per_stream_tps for c in cs], "o-", label=group)
                 for c in cs:
@@ -262,8 +291,8 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         fig, axes = _axes(plt, runs, "The cost of a token vs concurrency", "$ per million output tokens",
                           "concurrency (achieved)")
         for ax, run in zip(axes, runs):
-            cs = _cost_curve(run)
-            ax.plot([x for x, _ in cs], [y for _, y in cs], "o-", label=run.header.get("cost") or "")
+            pts = _cost_curve(run)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=run.header.get("cost") or "")
             ax.legend(fontsize=7)
         save(fig, "cost_vs_concurrency.png")
 
@@ -273,10 +302,15 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         for run in runs:
             for c in (c for c in _ok(run.cells) if c.ttft_by_turn):
                 turns = c.ttft_by_turn
+                assert turns is not None  # the cells picked have turns
                 ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
                         label=f"{run.name} K{c.k}B{c.b}, prefix cache {c.prefix_cache or '?'}")
         ax.set_xlabel("turn")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        from matplotlib.ticker import MaxNLocator
+
+        locator = ax.xaxis.get_major_locator()
+        assert isinstance(locator, MaxNLocator)  # a new axes' AutoLocator is one
+        locator.set_params(integer=True)
         ax.set_ylabel("TTFT p50 (ms)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
@@ -292,9 +326,9 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         ax.bar([x - 0.2 for x in xs], rss, width=0.4, label="workers' RSS sum")
         ax.bar([x + 0.2 for x in xs], [s or 0.0 for s in swap], width=0.4, label="swap used (recordings)")
         ax.set_xticks(xs, labels, fontsize=7)
-        for x, c in zip(xs, cs):
-            if _status(c) != "ok":
-                ax.annotate(c.status, (x, 0), textcoords="offset points", xytext=(0, 4), ha="center",
+        for xi, c in zip(xs, cs):
+            if (status := _status(c)) != "ok":
+                ax.annotate(status, (xi, 0), textcoords="offset points", xytext=(0, 4), ha="center",
                             fontsize=7, color="red")
         ax.legend(fontsize=7)
     save(fig, "memory_per_cell.png")
@@ -341,7 +375,7 @@ def _peak_swap(run: Run, cell: Cell) -> float | None:
     return max(vals) / 1e9 if vals else None
 
 
-def _f(v, spec=".1f"):
+def _f(v: float | None, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
