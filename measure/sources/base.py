@@ -249,6 +249,28 @@ def finite(source: LoadSource) -> FiniteLoadSource:
     return cast(FiniteLoadSource, source)  # the capability says so (callers branch on data, not on classes)
 
 
+class CollectsRecords:
+    """run_requests for a source whose records reach `self._collector` as they end (HTTP, its process pool):
+    a finite load's collector is set, the load started, and the records waited for."""
+
+    _collector: "RecordCollector | None" = None
+
+    def set_load(self, load: Load | None) -> None:
+        raise NotImplementedError
+
+    def run_requests(self, load: Load, timeout: float | None = None,
+                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
+        total = load.arrivals.total
+        if total is None:
+            raise ValueError("run_requests needs a finite load (a total)")
+        self._collector = RecordCollector(total)
+        self.set_load(load)
+        try:
+            return self._collector.wait(timeout, should_stop)
+        finally:
+            self._collector = None
+
+
 class RecordCollector:
     """The records of one finite load, and the wait for them (every source's run_requests)."""
 

@@ -27,8 +27,8 @@ from engines.http_openai import (EndpointError, api_headers, endpoint_body, mode
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, PrefixCache, Request
-from measure.sources.base import (Capabilities, Event, EventSink, LevelReady, LoadStarted, RecordCollector,
-                                  SourceError, Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, LevelReady, LoadStarted,
+                                  RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class _Ep:
         return self.url[:-3] if self.url.endswith("/v1") else self.url
 
 
-class HttpSource:
+class HttpSource(CollectsRecords):
     def __init__(self, url: str | Endpoint | list[str] | list[Endpoint] | list[str | Endpoint], meta: RunMeta,
                  b: int = 1, endpoint: str = "completions", model: str | None = None,
                  api_key_env: str | None = None, stall_s: float = 60.0,
@@ -303,18 +303,6 @@ class HttpSource:
                 w.active, w.streams, w.server = ep.outstanding, self.b if ep.in_use else 0, ep.view
                 out.append(w)
             return out
-
-    def run_requests(self, load: Load, timeout: float | None = None,
-                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
-        total = load.arrivals.total
-        if total is None:
-            raise ValueError("run_requests needs a finite load (a total)")
-        self._collector = RecordCollector(total)
-        self.set_load(load)
-        try:
-            return self._collector.wait(timeout, should_stop)
-        finally:
-            self._collector = None
 
     def close(self, grace: float = 1.0) -> None:
         self._stop = True

@@ -38,8 +38,8 @@ from typing import Any, cast
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, Load, PrefixCache
-from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log, RecordCollector,
-                                  SourceError, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, Finished, LevelReady, LoadStarted,
+                                  Log, RecordCollector, SourceError, WorkerInfo, WorkerState)
 
 START_LEAD_NS = 30_000_000  # a load's t0 is this far ahead of the moment it is handed out: every process has it
 STREAMS_PER_PROC = 96  # about what one asyncio loop streams without falling behind (benchmarks/harness_overhead.py)
@@ -156,7 +156,7 @@ def _child(conn: Connection, proc: int, kw: dict[str, Any], events: bool, run_id
 
 
 # ---- the pool --------------------------------------------------------------------------------------
-class HttpPool:
+class HttpPool(CollectsRecords):
     """An HttpSource's face (sources/base.LoadSource) over `procs` processes; the same arguments."""
 
     def __init__(self, url: Any, meta: RunMeta, b: int = 1, procs: int | None = None, endpoint: str = "completions",
@@ -370,18 +370,6 @@ class HttpPool:
     def server_view(self) -> dict[str, Any] | None:
         with self._lock:
             return self._rows[min(self._rows)][1] if self._rows else None
-
-    def run_requests(self, load: Load, timeout: float | None = None,
-                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
-        total = load.arrivals.total
-        if total is None:
-            raise ValueError("run_requests needs a finite load (a total)")
-        self._collector = RecordCollector(total)
-        self.set_load(load)
-        try:
-            return self._collector.wait(timeout, should_stop)
-        finally:
-            self._collector = None
 
     def close(self, grace: float = 1.0) -> None:
         for p in range(1, len(self._conns) + 1):
