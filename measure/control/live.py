@@ -488,7 +488,7 @@ class LiveController:
             self.recorder.write({
                 "kind": "sample", "t_ns": now, "t": t, "k": self.k, "b": self.b, "mode": self.mode,
                 "paused": self.paused, "state": state, "users": self.users(), "system": asdict(sysv),
-                "workers": [asdict(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
+                "workers": [vars(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
                 "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps, "concurrency": win.concurrency,
             })
         with self._lock:

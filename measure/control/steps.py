@@ -18,7 +18,7 @@ Before the first settled reading the share is over every request of the level so
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from measure.control.stats import KEEP, LevelFigures
@@ -61,7 +61,7 @@ class StepRow:
     best: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # every field is a number or a string
 
 
 def goodput(tps: float, counts: tuple[int, int, int, int], base: tuple[int, int, int, int] | None
@@ -160,5 +160,5 @@ class StepTable:
         if settled:
             key = (lambda r: r.goodput_tps or 0.0) if self.slo else (lambda r: r.agg_tps or 0.0)
             best = max(settled, key=key)
-            rows = [StepRow(**{**r.to_dict(), "best": r is best}) for r in rows]
+            rows = [replace(r, best=r is best) for r in rows]
         return rows
