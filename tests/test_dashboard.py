@@ -500,6 +500,39 @@ async def test_a_panel_draws_again_only_the_lines_that_changed():
     assert any(x.strip("│ ").startswith("x") for x in first)  # a wrapped line's second part
 
 
+
+@pytest.mark.asyncio
+async def test_textual_paints_again_only_the_rows_that_changed():
+    """A panel with one line changed, a chart with one row changed: Textual is asked for those rows only (the
+    widget refreshes their regions, not itself whole), and the screen then shows the new row among the old."""
+    from rich.text import Text
+
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 2)
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.refresh_numbers = app.refresh_charts = lambda *a, **k: None  # only this test's changes
+        panel, chart = app.query_one("#numbers"), app.query_one("#chart-tps")
+        text = Text("\n".join(f"line {i}" for i in range(12)))
+        panel.set_text(text)
+        series = [("tok/s", [0.0, 10.0, 20.0], [1.0, 5.0, 9.0], "green", "line")]
+        chart.plot(1, series, x_range=(0.0, 20.0))
+        await pilot.pause()
+        asked: dict[str, list[int]] = {"panel": [], "chart": []}
+        for name, w in (("panel", panel), ("chart", chart)):
+            real = w.render_line
+            w.render_line = lambda y, real=real, name=name: asked[name].append(y) or real(y)
+        panel.set_text(Text(text.plain.replace("line 3", "LINE 3")))
+        before = chart.plain
+        chart.plot(2, series, hlines=[(9.0, "top", "red")], x_range=(0.0, 20.0))  # one row gains a line
+        changed_rows = [y for y, (a, b) in enumerate(zip(before, chart.plain)) if a != b]
+        await pilot.pause()
+        shown = [s.text for s in panel.render_lines(panel.content_region.reset_offset)]
+    assert asked["panel"] == [3], asked
+    assert 0 < len(changed_rows) < len(before) and sorted(set(asked["chart"])) == changed_rows, (asked, changed_rows)
+    i = next(i for i, x in enumerate(shown) if "LINE 3" in x)  # (the first row is the panel's border)
+    assert "line 2" in shown[i - 1] and "line 4" in shown[i + 1] and not any("line 3" in x for x in shown)
+
 def test_a_charts_fast_line_puts_the_same_dots_as_the_plain_one():
     """Charts draw lines with Grid.line_np (numpy); Grid.line says the same in plain loops: the same dots and
     colours for random series, sorted or not, with gaps, points outside the x range and values off the y axis."""

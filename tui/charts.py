@@ -11,6 +11,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.content import Content
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
@@ -38,10 +39,19 @@ class Panel(Widget):
         self._cache: dict[tuple, list[Strip]] = {}  # a line (text, spans, style) → its strips, at _width
 
     def set_text(self, text: Text | str) -> None:
-        if text != self._text:  # the same text: no repaint
-            self._text = text
+        if text == self._text:  # the same text: no repaint
+            return
+        self._text = text
+        old, width = self._strips, self.size.width
+        if old is None or not width or width != self._width or not self.is_mounted:
             self._strips = None
             self.refresh()
+            return
+        self._strips = new = self._lay_out(width)  # an unchanged line keeps its very strips
+        if len(new) != len(old):
+            self.refresh()
+        else:
+            refresh_rows(self, [y for y, (a, b) in enumerate(zip(old, new)) if a is not b], width)
 
     def render(self):
         return self._text
@@ -73,6 +83,19 @@ class Panel(Widget):
             out.extend(strips)
         self._cache, self._width, self._style = kept, width, style
         return out
+
+
+def refresh_rows(widget: Widget, rows: Sequence[int], width: int) -> None:
+    """Repaint only these rows of the widget (each run of adjacent rows as one region): Textual then renders
+    just those lines again, not the whole widget (most of a second's repaint was lines that had not changed)."""
+    runs: list[list[int]] = []
+    for y in rows:
+        if runs and y == runs[-1][1]:
+            runs[-1][1] = y + 1
+        else:
+            runs.append([y, y + 1])
+    if runs:
+        widget.refresh(*(Region(0, a, width, b - a) for a, b in runs))
 
 
 def ticks(lo: float, hi: float, n: int) -> list[float]:
@@ -363,7 +386,7 @@ class Chart(Widget):
         self.unit = unit
         self._key = None
         self._rows: list[Row] = []
-        self._strips: list[Strip] = []
+        self._strips: list[Strip | None] = []  # None: a row changed, its strip not made yet
         self.builds = 0
 
     def plot(self, key, series, hlines=(), markers=(), x_range=None) -> None:
@@ -377,9 +400,16 @@ class Chart(Widget):
         rows = draw(w, h, f"{self.title} [{self.unit}]", series, hlines, markers, x_range)
         self.builds += 1
         if rows != self._rows:
+            old = self._rows
             self._rows = rows
-            self._strips = []
-            self.refresh()
+            if len(old) != len(rows) or not self._strips:
+                self._strips = []
+                self.refresh()
+            else:  # the rows that changed are made again and repainted; the others keep their strips
+                changed = [y for y, (a, b) in enumerate(zip(old, rows)) if a != b]
+                for y in changed:
+                    self._strips[y] = None
+                refresh_rows(self, changed, w)
 
     @property
     def plain(self) -> list[str]:
@@ -387,14 +417,17 @@ class Chart(Widget):
         return ["".join(s for s, _ in row) for row in self._rows]
 
     def render_line(self, y: int) -> Strip:
-        if self._rows and not self._strips:  # new rows: their strips, made once
+        if self._rows and (not self._strips or None in self._strips):  # new rows: their strips, made once
             base = self.rich_style  # the widget's own colours (a walk up the DOM: once per drawing)
             styles: dict[str | None, Style] = {None: base}
-            for row in self._rows:
-                for _, color in row:
-                    if color not in styles:
-                        styles[color] = base + Style(color=color)
-            self._strips = [Strip([Segment(s, styles[c]) for s, c in row]) for row in self._rows]
+            strips = self._strips or [None] * len(self._rows)
+            for i, row in enumerate(self._rows):
+                if strips[i] is None:
+                    for _, color in row:
+                        if color not in styles:
+                            styles[color] = base + Style(color=color)
+                    strips[i] = Strip([Segment(s, styles[c]) for s, c in row])
+            self._strips = strips
         if y < len(self._strips):
-            return self._strips[y]
+            return self._strips[y]  # type: ignore[return-value]  # every one made just above
         return Strip.blank(self.size.width)
