@@ -4,6 +4,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -96,12 +97,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_answering(url: str, timeout_s: float = 60) -> bool:
-    """Until GET {url}/models answers 200 (True), or timeout_s passed (False)."""
+def wait_answering(url: str, timeout_s: float = 60, proc: subprocess.Popen | None = None) -> bool:
+    """Until GET {url}/models answers 200 (True), or timeout_s passed or `proc` ended (False)."""
     import httpx
 
     end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
+    while time.monotonic() < end and (proc is None or proc.poll() is None):
         try:
             if httpx.get(f"{url}/models", timeout=1).status_code == 200:
                 return True
@@ -110,12 +111,40 @@ def wait_answering(url: str, timeout_s: float = 60) -> bool:
     return False
 
 
+_SERVERS: dict[str, tuple[subprocess.Popen, str]] = {}  # url → (process, its log file)
+
+
 def start_server(cmd: list[str], port: int, timeout_s: float = 60):
-    """Run a server command listening on loopback `port`, waited for until /v1/models answers: (proc, url)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Run a server command listening on loopback `port`, waited for until /v1/models answers: (proc, url).
+    Its output goes to a log file; one that does not answer in time fails the test with that log's end."""
+    import tempfile
+
+    log = tempfile.NamedTemporaryFile(prefix="it-server-", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
     url = f"http://127.0.0.1:{port}/v1"
-    wait_answering(url, timeout_s)
+    _SERVERS[url] = (proc, log.name)
+    if not wait_answering(url, timeout_s, proc):
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"{os.path.basename(cmd[0])} {' '.join(cmd[1:3])} did not answer at {url} within {timeout_s:.0f} s"
+                    + server_log(url))
     return proc, url
+
+
+def server_log(url: str, lines: int = 25) -> str:
+    """For a failing test's message: whether the server at `url` (started by start_server) still runs, or how it
+    ended, and the end of its output (a server that crashed or refused mid-test says why there)."""
+    if url not in _SERVERS:
+        return ""
+    proc, path = _SERVERS[url]
+    rc = proc.poll()
+    state = "still running" if rc is None else f"exited with {rc}" + (f" (signal {-rc})" if rc < 0 else "")
+    try:
+        tail = Path(path).read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        tail = []
+    return f"\n--- the server at {url}: {state}; its log ({path}) ends:\n" + "\n".join(tail)
 
 
 def serve(module_args: list[str], timeout_s: float = 60, port: int | None = None):

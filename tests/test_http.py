@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import free_port, serve
+from conftest import free_port, serve, server_log
 from engines.http_openai import endpoint_body, new_session, parse_prometheus, stream_one
 
 CLI = [sys.executable, "-m", "tui.cli"]
@@ -53,11 +53,13 @@ def test_bench_against_llama_cpp_server(llama_server, tmp_path):
     p = subprocess.run(CLI + ["bench", "--engine", "http", "--url", llama_server, "--b", "1,3", "--requests", "6",
                               "--max-tokens", "8", "--api-key-env", "IT_SECRET_KEY", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, env=env)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + server_log(llama_server)
     cells = json.loads((out / "summary.json").read_text())
-    assert [(c["b"], c["completed"], c["errors"]) for c in cells] == [(1, 6, 0), (3, 6, 0)]
-    # this server decodes one request at a time: three streams queue behind each other
-    assert cells[1]["p99_ttft_ms"] > cells[0]["p99_ttft_ms"]
+    assert [(c["b"], c["completed"], c["errors"]) for c in cells] == [(1, 6, 0), (3, 6, 0)], server_log(llama_server)
+    # this server decodes one request at a time: three streams queue behind each other. Medians: one request
+    # held up by a busy machine made B=1's p99 (the largest of six) 3.0 s against B=3's 1.4 s
+    assert cells[1]["median_ttft_ms"] > cells[0]["median_ttft_ms"], [(c["median_ttft_ms"], c["p99_ttft_ms"])
+                                                                      for c in cells]
     text = (out / "records.jsonl").read_text()
     assert "sk-very-secret-123" not in text and "sk-very-secret-123" not in p.stdout + p.stderr
     recs = [json.loads(x) for x in text.splitlines()[1:]]

