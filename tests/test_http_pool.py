@@ -183,3 +183,22 @@ def test_http_source_picks_one_process_or_the_pool():
     assert http_source(4, 1) is HttpSource  # one stream: one process
     made = http_source(2, 256)
     assert isinstance(made, partial) and made.func is HttpPool and made.keywords == {"procs": 2}
+
+
+def test_a_bench_header_says_how_many_client_processes_sent_its_streams(server, tmp_path):
+    """bench --client-procs 2 at B=4: the records file's header says 2 and the records come from both; auto at
+    B=4 is one process (http_pool.auto_procs), and the header says that too."""
+    import json
+    import subprocess
+    import sys
+
+    for procs, want in (("2", 2), ("auto", 1)):
+        out = tmp_path / procs
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", server.url,
+                            "--b", "4", "--requests", "8", "--max-tokens", "4", "--client-procs", procs,
+                            "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        lines = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+        assert lines[0]["client_procs"] == want
+        procs_seen = {(r.get("extra") or {}).get("proc") for r in lines[1:] if r.get("kind") == "request"}
+        assert len(procs_seen) == want and len([r for r in lines[1:] if r.get("kind") == "request"]) == 8

@@ -266,7 +266,8 @@ def bench_main(argv: list[str]) -> int:
     clients_header = _client_start(client, plan, cfg) if client else {}
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
-        "requests": args.requests, "reps": args.reps, "contexts": args.contexts, **clients_header}),
+        "requests": args.requests, "reps": args.reps, "contexts": args.contexts, **clients_header,
+        **({"client_procs": plan.client_processes(events=False)} if plan.engine_is_remote else {})}),
         on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
                                  file=sys.stderr, flush=True))
 

@@ -139,6 +139,17 @@ class RunPlan:
         assert self.choice is not None  # a local engine's plan has its model (make_plan)
         return run_meta(self.engine, self.choice, self.mode, (self.bs or [1])[0])
 
+    def client_processes(self, events: bool) -> int:
+        """The client processes an HTTP load's streams spread over (one asyncio loop each, one schedule): a
+        bench's --client-procs (auto: http_pool.auto_procs of its largest B), never more than its streams; the
+        dashboard (`events`) and multi-turn sessions keep one."""
+        from measure.sources.http_pool import auto_procs
+
+        if events or self.sessions is not None:
+            return 1
+        b = max(self.bs or [1])
+        return auto_procs(b) if self.client_procs is None else max(1, min(self.client_procs, b))
+
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
                     k: int | None = None, per_cell: bool = False) -> FiniteLoadSource:
         """The load source, not started: K local workers, or B streams against --url. `per_cell`: a sweep
@@ -147,9 +158,7 @@ class RunPlan:
         if self.engine_is_remote:
             from measure.sources.http_pool import http_source
 
-            # a bench spreads its streams over client processes (one asyncio loop each, one schedule); the
-            # dashboard and multi-turn sessions keep one
-            make = http_source(self.client_procs if not events and self.sessions is None else 1, max(self.bs or [1]))
+            make = http_source(self.client_processes(events), max(self.bs or [1]))
             src: FiniteLoadSource  # HttpSource or HttpPool (http_source gives the class untyped)
             src = make(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
