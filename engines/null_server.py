@@ -105,6 +105,7 @@ class NullApp:
         self.tokens_per_chunk = tokens_per_chunk
         self.usage = usage
         self.requests_total = 0
+        self.connections_total = 0  # TCP connections accepted: a client that keeps its streams' alive makes few
         self.running = 0
         self.late_ns: collections.deque[int] = collections.deque(maxlen=100_000)
         self._ids = 0
@@ -112,6 +113,7 @@ class NullApp:
     # --- HTTP/1.1 --------------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: requests one after another while the client keeps it alive."""
+        self.connections_total += 1
         try:
             while True:
                 line = await reader.readline()
@@ -215,6 +217,9 @@ class NullApp:
             "# HELP null:requests_running Streams open now.",
             "# TYPE null:requests_running gauge",
             f"null:requests_running {self.running}",
+            "# HELP null:connections_total TCP connections accepted.",
+            "# TYPE null:connections_total counter",
+            f"null:connections_total {self.connections_total}",
             "# HELP null:chunk_late_seconds Chunk send time minus its scheduled time (recent chunks).",
             "# TYPE null:chunk_late_seconds summary",
             *(f'null:chunk_late_seconds{{quantile="{f:g}"}} {v:.9f}' for f, v in q.items()),

@@ -111,6 +111,21 @@ def _stream(url, body, on_tokens=None):
     return asyncio.run(go())
 
 
+
+def test_a_streams_requests_one_after_another_keep_one_connection():
+    """Five streams in turn on one session: each read to its end, so all go over one kept-alive connection
+    (a connection closed after each would put a TCP handshake into every TTFT)."""
+    async def go(url):
+        async with new_session() as client:
+            return [await stream_one(client, url + "/completions", endpoint_body("completions", None, "a b", 3, True),
+                                     {}, stall_s=5.0) for _ in range(5)]
+
+    with NullServer(ttft_ms=1, itl_ms=1) as srv:
+        results = asyncio.run(go(srv.url))
+        made = srv.app.connections_total
+    assert [(r.error, len(r.token_ns)) for r in results] == [(None, 3)] * 5
+    assert made == 1
+
 def test_continuous_usage_counts_packed_tokens():
     with NullServer(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="continuous") as srv:
         _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b c", 10, True))
