@@ -25,7 +25,10 @@ def test_k1_records_have_every_field_and_token(make_fleet):
     assert {r.prompt_id for r in recs} == {"default-1", "default-2"}
 
 
-def test_k2_scale_up_and_down_mid_run(make_fleet):
+def test_k2_scale_up_and_down_mid_run(make_fleet, monkeypatch):
+    from measure.sources import fleet as fleet_module
+
+    monkeypatch.setattr(fleet_module, "RETIRED_SHOWN_S", 3.0)  # (10 s in a run)
     fleet = make_fleet(k=2)
     fleet.start()
     ws = fleet.workers()
@@ -57,6 +60,9 @@ def test_k2_scale_up_and_down_mid_run(make_fleet):
     pump(lambda: len(got) >= n + 2)
     assert all(r.worker == 1 for r in got[n + 1 :])
     assert all(r.error is None for r in got)
+    # the retired rows leave the list after RETIRED_SHOWN_S: each K step no longer adds one for good
+    pump(lambda: len(fleet.workers()) == 1)
+    assert [w.wid for w in fleet.workers()] == [1]
 
 
 def test_worker_killed_mid_request_is_recorded(make_fleet):

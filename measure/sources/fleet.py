@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     _FromWorker = StateMsg | StartMsg | TokensMsg | DoneMsg | FatalMsg
 
 WAIT_S = 0.5  # the I/O thread sleeps this long at most; commands and workers wake it at once
+RETIRED_SHOWN_S = 10.0  # a retired worker's row stays this long, then leaves the list (_forget_retired)
 S = WorkerState
 FleetError = SourceError  # the name callers knew
 
@@ -67,6 +68,7 @@ class _Worker:
     idle_since: int = 0  # when its last request ended: the longest idle asks first, as on a shared queue
     mode_pending: bool = False  # a mode change sent, not yet applied (its batch context being made)
     retire: bool = False
+    retired_at: float | None = None  # time.monotonic() when it said it retired
 
 
 @dataclass
@@ -308,6 +310,20 @@ class Fleet:
         self._sink.log(f"worker {wid} started (pid {proc.pid}, {threads} threads)")
         self._publish()
 
+    def _forget_retired(self) -> None:
+        """A worker retired (K lowered) RETIRED_SHOWN_S ago leaves the list: its row has said so, and every K step
+        would otherwise add a row that each sample, panel and recording carries for the rest of the run. A dead
+        worker stays: it says why the fleet is degraded."""
+        now = time.monotonic()
+        for wid, w in list(self._workers.items()):
+            if w.retired_at is not None and now - w.retired_at > RETIRED_SHOWN_S and not w.proc.is_alive():
+                w.proc.join(timeout=0)
+                try:
+                    w.conn.close()
+                except OSError:
+                    pass
+                del self._workers[wid]
+
     def _publish(self) -> None:
         with self._lock:
             self._snapshot = {wid: w.info.public() for wid, w in self._workers.items()}
@@ -346,6 +362,7 @@ class Fleet:
                 self._arrivals()
                 self._send_queued(collector)
                 self._level_check()
+                self._forget_retired()
                 self._publish()
                 ready = self._wait(self._dispatch.wait_s(WAIT_S))
                 if self._wake_r in ready:
@@ -558,6 +575,7 @@ class Fleet:
                 info.state = S.WARMING if w.mode_pending else S.IDLE if info.current is None else S.SERVING
         elif msg.state == "retired":
             info.state = S.RETIRED
+            w.retired_at = time.monotonic()
             self._sink.log(f"worker {info.wid} retired")
         else:
             info.state = S(msg.state)
