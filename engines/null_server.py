@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import email.utils
 import gc
 import json
@@ -80,9 +79,56 @@ def _prompt_tokens(req: dict[str, Any], chat: bool) -> int:
     raise _HttpError(400, "prompt must be a string or a non-empty list of token ids (one prompt per request)")
 
 
+class LateHistogram:
+    """Chunk lateness in fixed bins: 1 µs up to 1 ms, 10 µs up to 10 ms, 1 ms up to 1 s, then one bin. Adding is
+    two comparisons; a quantile walks ≈ 2900 bins. (It kept the last 100 000 values and sorted them on every
+    /metrics scrape: ≈ 10 ms each, once a second from every client process, during which no chunk went out.)"""
+
+    BINS = 1000 + 900 + 990 + 1
+
+    def __init__(self) -> None:
+        self.counts = [0] * self.BINS
+        self.count = 0
+        self.total_ns = 0
+
+    def add(self, ns: int) -> None:
+        ns = max(0, ns)
+        self.count += 1
+        self.total_ns += ns
+        if ns < 1_000_000:
+            self.counts[ns // 1_000] += 1
+        elif ns < 10_000_000:
+            self.counts[1000 + (ns - 1_000_000) // 10_000] += 1
+        elif ns < 1_000_000_000:
+            self.counts[1900 + (ns - 10_000_000) // 1_000_000] += 1
+        else:
+            self.counts[-1] += 1
+
+    @staticmethod
+    def upper_ns(i: int) -> int:
+        """The upper edge of bin i (the last bin's: 1 s)."""
+        if i < 1000:
+            return (i + 1) * 1_000
+        if i < 1900:
+            return 1_000_000 + (i - 999) * 10_000
+        return min(10_000_000 + (i - 1899) * 1_000_000, 1_000_000_000)
+
+    def quantile(self, f: float) -> int:
+        """The upper edge of the bin holding the f-quantile (0 for no chunks)."""
+        if not self.count:
+            return 0
+        rank = min(self.count - 1, int(f * self.count))
+        seen = 0
+        for i, n in enumerate(self.counts):
+            seen += n
+            if seen > rank:
+                return self.upper_ns(i)
+        return self.upper_ns(self.BINS - 1)
+
+
 class NullApp:
-    """The protocol handler and its counters; one per server. `late_ns` keeps each chunk's send time −
-    its due time (the last 100 000), the server's own schedule accuracy."""
+    """The protocol handler and its counters; one per server. `late` counts each chunk's send time − its due
+    time (LateHistogram), the server's own schedule accuracy."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
                  usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None,
@@ -107,7 +153,7 @@ class NullApp:
         self.requests_total = 0
         self.connections_total = 0  # TCP connections accepted: a client that keeps its streams' alive makes few
         self.running = 0
-        self.late_ns: collections.deque[int] = collections.deque(maxlen=100_000)
+        self.late = LateHistogram()
         self._ids = 0
 
     # --- HTTP/1.1 --------------------------------------------------------------------------------
@@ -208,8 +254,7 @@ class NullApp:
                                             "created": 0}]}
 
     def _metrics(self) -> bytes:
-        late = sorted(self.late_ns)
-        q = {f: late[min(len(late) - 1, int(f * len(late)))] / 1e9 if late else 0.0 for f in (0.5, 0.9, 0.99, 1.0)}
+        q = {f: self.late.quantile(f) / 1e9 for f in (0.5, 0.9, 0.99, 1.0)}
         lines = [
             "# HELP null:requests_total Streaming requests received.",
             "# TYPE null:requests_total counter",
@@ -220,11 +265,12 @@ class NullApp:
             "# HELP null:connections_total TCP connections accepted.",
             "# TYPE null:connections_total counter",
             f"null:connections_total {self.connections_total}",
-            "# HELP null:chunk_late_seconds Chunk send time minus its scheduled time (recent chunks).",
+            "# HELP null:chunk_late_seconds Chunk send time minus its scheduled time (every chunk; quantiles are "
+            "their 1 µs, 10 µs or 1 ms bin's upper edge).",
             "# TYPE null:chunk_late_seconds summary",
             *(f'null:chunk_late_seconds{{quantile="{f:g}"}} {v:.9f}' for f, v in q.items()),
-            f"null:chunk_late_seconds_sum {sum(late) / 1e9:.9f}",
-            f"null:chunk_late_seconds_count {len(late)}",
+            f"null:chunk_late_seconds_sum {self.late.total_ns / 1e9:.9f}",
+            f"null:chunk_late_seconds_count {self.late.count}",
         ]
         return ("\n".join(lines) + "\n").encode()
 
@@ -301,7 +347,7 @@ class NullApp:
                     out += event(b"", upto)
                 out += b"data: [DONE]\n\n"
             transport.write(b"%x\r\n%s\r\n" % (len(out), out) + (b"0\r\n\r\n" if upto == max_tokens else b""))
-            self.late_ns.append(time.perf_counter_ns() - due)
+            self.late.add(time.perf_counter_ns() - due)
             if upto == max_tokens:
                 ended.set_result(True)
             else:

@@ -215,3 +215,24 @@ def test_64_concurrent_streams_through_the_http_source():
     assert len(recs) == 64 and all(r.error is None and r.output_tokens == 12 for r in recs)
     assert max(r.t_started_ns for r in recs) < min(r.t_done_ns for r in recs)  # 64 open at once
     assert "null:requests_running 0" in metrics and "null:requests_total 128" in metrics  # 64 warmups + 64
+
+
+def test_the_servers_lateness_quantiles_are_the_upper_edge_of_the_true_ones_bin():
+    """The null server counts chunk lateness in bins (1 µs to 1 ms, 10 µs to 10 ms, 1 ms to 1 s): a quantile is
+    the upper edge of the bin that holds the exact one, so at most one bin above it, never below."""
+    import random
+
+    from engines.null_server import LateHistogram
+
+    rng = random.Random(3)
+    xs = [rng.choice([rng.randint(0, 999_999), rng.randint(10**6, 10**7 - 1), rng.randint(10**7, 10**9 - 1)])
+          for _ in range(5000)] + [-5, 0, 999, 1000, 10**6, 10**7]
+    h = LateHistogram()
+    for x in xs:
+        h.add(x)
+    exact = sorted(max(0, x) for x in xs)
+    for f in (0.0, 0.1, 0.5, 0.9, 0.99, 1.0):
+        true = exact[min(len(exact) - 1, int(f * len(exact)))]
+        step = 1_000 if true < 10**6 else 10_000 if true < 10**7 else 10**6
+        assert true < h.quantile(f) <= true + step, (f, true, h.quantile(f))
+    assert (h.count, h.total_ns) == (len(xs), sum(exact)) and LateHistogram().quantile(0.5) == 0
