@@ -13,6 +13,17 @@ from measure.sources.fleet import Fleet
 from measure.core.model_choice import build_spec, resolve_model, run_meta
 
 
+def pytest_configure(config):
+    """Tests Ctrl-C a bench (SIGINT) and expect it to stop. A shell that runs `make test &` in the background
+    starts pytest with SIGINT ignored, which every program it starts inherits: Python then installs no
+    KeyboardInterrupt and such a bench ran on (two failures that were only how the tests were launched). A
+    handler is reset to the default in a child at exec, so one here gives the tests' children Ctrl-C back."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_report_header(config):
     """The CPU features llama.cpp was built for and the CPU it runs on, at the top of every test run: a crash
     in llama.cpp's kernels can depend on them (an AMX or AVX512 path one machine has and another lacks)."""
