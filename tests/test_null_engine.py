@@ -126,6 +126,56 @@ def test_a_streams_requests_one_after_another_keep_one_connection():
     assert [(r.error, len(r.token_ns)) for r in results] == [(None, 3)] * 5
     assert made == 1
 
+
+class _DropsSecondRequest:
+    """Reads a request line through: on a connection's second request, the end of the stream instead, so the
+    server closes that kept-alive connection without answering (what a keep-alive timeout racing a request does)."""
+
+    def __init__(self, reader):
+        self.reader, self.requests = reader, 0
+
+    async def readline(self):
+        line = await self.reader.readline()
+        if line.startswith((b"POST ", b"GET ")):
+            self.requests += 1
+            if self.requests == 2:
+                return b""
+        return line
+
+    def __getattr__(self, name):
+        return getattr(self.reader, name)
+
+
+def test_a_request_on_a_connection_the_server_closed_is_sent_again_on_a_new_one():
+    """The second request on a kept-alive connection is dropped unanswered by the server: stream_one sends it once
+    more on a new connection (resent, its tokens all there); a server that drops every attempt is the error."""
+    async def go(url, n):
+        async with new_session() as client:
+            return [await stream_one(client, url + "/completions", endpoint_body("completions", None, "a b", 3, True),
+                                     {}, stall_s=5.0) for _ in range(n)]
+
+    srv = NullServer(ttft_ms=1, itl_ms=1)
+    real = srv.app.handle
+    srv.app.handle = lambda reader, writer: real(_DropsSecondRequest(reader), writer)
+    with srv:
+        first, second, third = asyncio.run(go(srv.url, 3))
+        made = srv.app.connections_total
+    assert (first.error, first.resent, len(first.token_ns)) == (None, False, 3)
+    assert (second.error, second.resent, len(second.token_ns)) == (None, True, 3), second.error
+    assert (third.error, third.resent) == (None, True) and made == 3
+
+    class _DropsAll(_DropsSecondRequest):
+        async def readline(self):
+            line = await self.reader.readline()
+            return b"" if line.startswith(b"POST ") else line
+
+    srv = NullServer(ttft_ms=1, itl_ms=1)
+    real = srv.app.handle
+    srv.app.handle = lambda reader, writer: real(_DropsAll(reader), writer)
+    with srv:
+        (res,) = asyncio.run(go(srv.url, 1))
+    assert res.error and res.unreachable and res.resent and not res.token_ns
+
 def test_continuous_usage_counts_packed_tokens():
     with NullServer(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="continuous") as srv:
         _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b c", 10, True))

@@ -535,6 +535,8 @@ class HttpSource(CollectsRecords):
             extra["proc"] = self.proc
         if res.unreachable:
             extra["endpoint_down"] = True
+        if res.resent:  # its kept-alive connection was closed under it: sent again on a new one (stream_one)
+            extra["resent"] = True
         rec = build_record(
             req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
             prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
