@@ -143,12 +143,11 @@ class RunPlan:
         """The client processes an HTTP load's streams spread over (one asyncio loop each, one schedule): a
         bench's --client-procs (auto: http_pool.auto_procs of its largest B), never more than its streams; the
         dashboard (`events`) and multi-turn sessions keep one."""
-        from measure.sources.http_pool import auto_procs
+        from measure.sources.http_pool import client_procs
 
         if events or self.sessions is not None:
             return 1
-        b = max(self.bs or [1])
-        return auto_procs(b) if self.client_procs is None else max(1, min(self.client_procs, b))
+        return client_procs(self.client_procs, max(self.bs or [1]))
 
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
                     k: int | None = None, per_cell: bool = False) -> FiniteLoadSource:

@@ -54,8 +54,13 @@ def http_source(procs: int | None, b: int) -> Callable[..., Any]:
 
     from measure.sources.http import HttpSource
 
-    p = auto_procs(b) if procs is None else max(1, min(procs, b))
+    p = client_procs(procs, b)
     return HttpSource if p == 1 else partial(HttpPool, procs=p)
+
+
+def client_procs(procs: int | None, b: int) -> int:
+    """The processes B streams go through: `procs` (None: auto_procs(b)), never more than the streams."""
+    return auto_procs(b) if procs is None else max(1, min(procs, b))
 
 
 def auto_procs(b: int, cores: int | None = None) -> int:
