@@ -148,7 +148,6 @@ class StreamResult:
     t_first_answer_ns: int | None = None  # the first chunk with answer text, where reasoning came before it
     text: str = ""  # the answer's text as streamed (a multi-turn session's next turn carries it)
     resent: bool = False  # sent again on a new connection: the kept-alive one was closed under it (stream_one)
-    _closed_unanswered: bool = False  # (internal) the connection dropped before any answer came
 
 
 def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max_tokens: int, ignore_eos: bool,
@@ -297,20 +296,21 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
     exception (on_tokens' own exceptions pass through).
 
     A kept-alive connection the server closed as the request went out (its keep-alive timeout or request
-    count: llama-server did it to 1 request in a few hundred) drops before any answer: the request is sent
+    count: llama-server did it once in a test run of a fresh clone) drops before any answer: the request is sent
     once more, on a new connection, and `resent` says so; its TTFT still counts from the first send. A second
     drop is the error it is (the server is down). See _stream_once for the rest."""
-    res = await _stream_once(session, url, body, headers, stall_s, on_tokens, read_to_end)
-    if res._closed_unanswered:
-        res = await _stream_once(session, url, body, headers, stall_s, on_tokens, read_to_end)
+    res, dropped = await _stream_once(session, url, body, headers, stall_s, on_tokens, read_to_end)
+    if dropped:
+        res, _ = await _stream_once(session, url, body, headers, stall_s, on_tokens, read_to_end)
         res.resent = True
     return res
 
 
 async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
                        stall_s: float, on_tokens: Callable[[list[int]], None] | None = None,
-                       read_to_end: bool = True) -> StreamResult:
-    """One POST of a streaming request (stream_one).
+                       read_to_end: bool = True) -> tuple[StreamResult, bool]:
+    """One POST of a streaming request (stream_one): its result, and whether the connection dropped before any
+    answer came.
 
     on_tokens(list_of_t_ns), where given, is called in the event loop as each chunk's tokens arrive (not
     for a chunk that counts none), and once more at the end with the timestamps a final usage added.
@@ -330,7 +330,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
     if shown != url and any(k.lower() == "authorization" for k in headers):
         url = _without_userinfo(url)  # an API key is the credential then (aiohttp takes one or the other)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=stall_s)
-    answered = False
+    answered = dropped = False
     try:
         data = json.dumps(body, separators=(",", ":")).encode()
         async with session.post(url, data=data, headers={"Content-Type": "application/json", **headers},
@@ -340,11 +340,11 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
                 text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
                 retry = r.headers.get("retry-after")
                 res.error = f"HTTP {r.status} from {shown}: {text}" + (f" (retry after {retry} s)" if retry else "")
-                return res
+                return res, False
             ctype = r.headers.get("content-type", "")
             if "text/event-stream" not in ctype:
                 res.error = f"not a stream: {shown} answered content-type {ctype or 'none'} (is stream supported?)"
-                return res
+                return res, False
             async for raw in r.content:
                 t = time.perf_counter_ns()  # when the chunk arrived, before parsing it
                 if not raw.startswith(b"data:"):
@@ -362,7 +362,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
                     chunk = json.loads(data)
                 except ValueError:
                     res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
-                    return res
+                    return res, False
                 counter.chunk(chunk, t)
     except aiohttp.ClientConnectorError as exc:
         res.error = f"cannot connect to {shown}: {exc}"
@@ -375,7 +375,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
         res.unreachable = True
-        res._closed_unanswered = not answered
+        dropped = not answered
     except aiohttp.ClientError as exc:
         res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
     except (ValueError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # a line beyond aiohttp's buffer
@@ -387,4 +387,4 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
         # llama_cpp.server with interrupt_requests=True ends a stream this way when another request arrives
         res.error = (f"stream ended after {len(res.token_ns)} tokens without a finish_reason (truncated: the "
                      "server interrupted it?)")
-    return res
+    return res, dropped
