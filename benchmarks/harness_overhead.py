@@ -7,7 +7,9 @@ inference-top's HTTP source against engines/null_server.py, a separate process o
 
 Per level: measured ÷ scheduled aggregate tok/s (scheduled = streams × N ÷ (TTFT + (N − 1) · ITL), i.e.
 zero gap between a stream's requests), and the TTFT bias = measured queue-inclusive TTFT − the set TTFT
-(median and p99). Goals (issue 13): ratio ≥ 0.99 and median bias ≤ 1 ms at every level.
+(median and p99). Goals (issue 13): ratio ≥ 0.99 and median bias ≤ 1 ms at every level. Each HTTP level
+also splits the bias (bias_split): dispatch, request, server, response, from the records and the null
+server's own times of each request (its `timings`), so a level that misses says where its time went.
 
 Closed loop with B users against a fixed schedule keeps the streams in lockstep: all B start together,
 end together and start again, so the loop pays B request starts in one burst (the last waits for the rest).
@@ -75,12 +77,40 @@ def level(name: str, streams: int, recs, a, offered_tps: float | None = None) ->
         span_s = (max(r.t_scheduled_ns for r in recs) - min(r.t_scheduled_ns for r in recs)) / 1e9 + per_request_s
         scheduled = len(recs) * a.tokens / span_s
     bias = [(M.ttft(r) - a.ttft_ms / 1e3) * 1e3 for r in good]
-    return {"level": name, "streams": streams, "requests": len(recs), "errors": len(recs) - len(good),
-            "tokens": sum(r.output_tokens for r in good), "measured_tps": measured, "scheduled_tps": scheduled,
-            "ratio": measured / scheduled if measured else 0.0,
-            "achieved_concurrency": M.achieved_concurrency(good, *M.run_span_ns(good)) if good else None,
-            "ttft_bias_median_ms": M.percentile(bias, 50), "ttft_bias_p99_ms": M.percentile(bias, 99),
-            "tpot_median_ms": (M.percentile([t for t in map(M.tpot, good) if t], 50) or 0) * 1e3}
+    out = {"level": name, "streams": streams, "requests": len(recs), "errors": len(recs) - len(good),
+           "tokens": sum(r.output_tokens for r in good), "measured_tps": measured, "scheduled_tps": scheduled,
+           "ratio": measured / scheduled if measured else 0.0,
+           "achieved_concurrency": M.achieved_concurrency(good, *M.run_span_ns(good)) if good else None,
+           "ttft_bias_median_ms": M.percentile(bias, 50), "ttft_bias_p99_ms": M.percentile(bias, 99),
+           "tpot_median_ms": (M.percentile([t for t in map(M.tpot, good) if t], 50) or 0) * 1e3}
+    split = bias_split(good)
+    if split:
+        out["bias_split_median_ms"] = split
+    return out
+
+
+SPLIT = ("dispatch", "request", "server", "response")
+
+
+def bias_split(recs) -> dict[str, float] | None:
+    """Where each TTFT's bias went, from the client's records and the null server's own times (its last
+    event's `timings`, the same clock on one machine): dispatch = due → the client took it up (t_started);
+    request = → the server had read it (the client's request CPU, the kernel, the server's read); server = the
+    first chunk's send − its due time (arrival + TTFT: the server's lateness); response = → the client
+    stamped the first token (the kernel, the client's wake and parse). The four add up to the bias of each
+    request; their medians (returned, in ms) need not add up to the bias's."""
+    parts: dict[str, list[float]] = {k: [] for k in SPLIT}
+    for r in recs:
+        t = (r.server_view or {}).get("timings") or {}
+        if "null_arrival_ns" not in t or r.t_started_ns is None or r.t_first_token_ns is None:
+            continue
+        for k, v in zip(SPLIT, (r.t_started_ns - r.t_scheduled_ns, t["null_arrival_ns"] - r.t_started_ns,
+                                t["null_first_sent_ns"] - t["null_first_due_ns"],
+                                r.t_first_token_ns - t["null_first_sent_ns"])):
+            parts[k].append(v / 1e6)
+    if not parts["dispatch"]:
+        return None
+    return {k: round(M.percentile(v, 50), 3) for k, v in parts.items()}
 
 
 def fleet_levels(a) -> list[dict]:
@@ -287,6 +317,7 @@ def summary(levels: list[dict]) -> dict:
                         f"{pre}_p99_bias_ms": round(lv["ttft_bias_p99_ms"] or 0, 3),
                         f"{pre}_server_late_ms": (None if lv.get("server_late_median_ms") is None
                                                   else round(lv["server_late_median_ms"], 3)),
+                        f"{pre}_bias_split_median_ms": lv.get("bias_split_median_ms"),
                         f"{pre}_client_procs": lv["client_procs"]})
         gl = next((lv for lv in levels if lv["level"] == f"B={b} GuideLLM"), None) if loop == "closed" else None
         if gl is not None and "ratio" in gl:
@@ -307,7 +338,10 @@ def _row(lv: dict) -> str:
             f"{lv['measured_tps'] or 0:>10.1f} {lv['ratio']:>6.3f} {lv['achieved_concurrency'] or 0:>5.2f} "
             f"{lv['ttft_bias_median_ms'] or 0:>10.2f} ms {lv['ttft_bias_p99_ms'] or 0:>5.1f}ms "
             f"{lv['tpot_median_ms']:>6.2f}ms" + (f"  (server late p50 {lv['server_late_median_ms']:.2f} ms)"
-                                                if "server_late_median_ms" in lv else ""))
+                                                if "server_late_median_ms" in lv else "")
+            + ("\n" + " " * 22 + "bias split p50: " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                                            lv["bias_split_median_ms"].items()) + " ms"
+               if lv.get("bias_split_median_ms") else ""))
 
 
 def main() -> int:

@@ -25,6 +25,11 @@ tokens of every answer come as delta.reasoning_content (a reasoning model's thin
 llama-server stream it), the rest as delta.content. --eos-after N: every answer ends after N tokens with
 finish_reason "stop" (at most max_tokens), whatever ignore_eos says: a server that does not honour it.
 Prompt tokens: a list's length, or words + 1 (BOS).
+
+The last event before [DONE] carries `timings`, where llama-server puts its own, with the server's side of
+one request on its perf_counter_ns clock (CLOCK_MONOTONIC on Linux: the same clock as a client's records on
+this machine): null_arrival_ns (the request read), null_first_due_ns (arrival + TTFT) and null_first_sent_ns
+(its first chunk handed to the kernel). benchmarks/harness_overhead.py splits each TTFT's bias with them.
 """
 from __future__ import annotations
 
@@ -299,11 +304,11 @@ class NullApp:
         head = b'data: {"id":"%s","object":"%s","created":%d,"model":"%s","choices":[' % (
             rid.encode(), obj.encode(), created, MODEL_ID.encode())
 
-        def event(choices: bytes, done: int | None) -> bytes:
+        def event(choices: bytes, done: int | None, timings: bytes = b"") -> bytes:
             if done is None:
-                return head + choices + b"]}\n\n"
-            return head + choices + (b'],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}\n\n'
-                                     % (n_prompt, done, n_prompt + done))
+                return head + choices + b"]" + timings + b"}\n\n"
+            return head + choices + (b'],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}%s}\n\n'
+                                     % (n_prompt, done, n_prompt + done, timings))
 
         continuous = self.usage == "continuous"
         n = self.tokens_per_chunk
@@ -311,6 +316,7 @@ class NullApp:
         transport = writer.transport
         ended: asyncio.Future[bool] = loop.create_future()
         sent = [0]  # tokens sent so far
+        first_sent = [0]  # when the first chunk was handed to the kernel (perf_counter_ns)
 
         def due_of(upto: int) -> int:
             return t_arrival + self.ttft_ns + (upto - 1) * self.itl_ns
@@ -341,13 +347,20 @@ class NullApp:
             else:
                 choice = b'{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}' % (
                     _TOKEN_BYTES * (upto - done), finish)
-            out += event(choice, upto if continuous else None)
+            last = upto == max_tokens
+            t_write = time.perf_counter_ns()
+            if done == 0:
+                first_sent[0] = t_write
+            # the last event says when this request arrived and its first chunk went out (server_timings)
+            timings = (b',"timings":{"null_arrival_ns":%d,"null_first_due_ns":%d,"null_first_sent_ns":%d}'
+                       % (t_arrival, due_of(min(n, max_tokens)), first_sent[0])) if last else b""
+            out += event(choice, upto if continuous else None, b"" if self.usage != "none" else timings)
             sent[0] = upto
-            if upto == max_tokens:
+            if last:
                 if self.usage != "none":
-                    out += event(b"", upto)
+                    out += event(b"", upto, timings)
                 out += b"data: [DONE]\n\n"
-            transport.write(b"%x\r\n%s\r\n" % (len(out), out) + (b"0\r\n\r\n" if upto == max_tokens else b""))
+            transport.write(b"%x\r\n%s\r\n" % (len(out), out) + (b"0\r\n\r\n" if last else b""))
             self.late.add(time.perf_counter_ns() - due)
             if upto == max_tokens:
                 ended.set_result(True)

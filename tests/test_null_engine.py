@@ -265,6 +265,34 @@ def test_64_concurrent_streams_through_the_http_source():
     assert len(recs) == 64 and all(r.error is None and r.output_tokens == 12 for r in recs)
     assert max(r.t_started_ns for r in recs) < min(r.t_done_ns for r in recs)  # 64 open at once
     assert "null:requests_running 0" in metrics and "null:requests_total 128" in metrics  # 64 warmups + 64
+    # the server's side of each request, on the one clock the client's records use (another process here)
+    for r in recs:
+        t = r.server_view["timings"]
+        assert t["null_first_due_ns"] == t["null_arrival_ns"] + 20 * MS
+        assert r.t_started_ns < t["null_arrival_ns"] < t["null_first_due_ns"] <= t["null_first_sent_ns"]
+        assert t["null_first_sent_ns"] < r.t_first_token_ns
+
+
+@pytest.mark.parametrize("usage", ["continuous", "final", "none"])
+def test_the_last_event_says_when_the_request_arrived_and_its_first_chunk_went_out(usage):
+    """A server-side split of TTFT: the null server's `timings` (its own keys only, so sweep.server_check,
+    which compares llama-server's, leaves them alone)."""
+    from measure.control.sweep import server_check
+    from measure.core.records import RequestRecord
+
+    with NullServer(ttft_ms=10, itl_ms=2, usage=usage) as srv:
+        t0, res, t_end = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b", 3, True))
+        _, chat, _ = _stream(srv.url + "/chat/completions", endpoint_body("chat", None, "hi", 1, True))
+    for r in (res, chat):
+        assert r.error is None and set(r.timings) == {"null_arrival_ns", "null_first_due_ns", "null_first_sent_ns"}
+    t = res.timings
+    assert t0 < t["null_arrival_ns"] < t["null_first_sent_ns"] < res.token_ns[0] < t_end
+    assert t["null_first_due_ns"] - t["null_arrival_ns"] == 10 * MS <= t["null_first_sent_ns"] - t["null_arrival_ns"]
+    rec = RequestRecord(run_id="r", request_id=1, mode="http", engine="http", model="null", model_bytes=0, k=1, b=1,
+                        worker=0, prompt_tokens=3, output_tokens=3, t_scheduled_ns=t0, t_submitted_ns=t0, t_started_ns=t0,
+                        t_first_token_ns=res.token_ns[0], t_done_ns=t_end, token_ns=res.token_ns,
+                        server_view={"timings": t})
+    assert server_check([rec]) is None
 
 
 def test_the_servers_lateness_quantiles_are_the_upper_edge_of_the_true_ones_bin():

@@ -148,6 +148,8 @@ def _predicted(records: Sequence[RequestRecord], roofline: Roofline, mode: str, 
 
 
 DISAGREE = 0.05
+# llama-server's timings keys server_check compares (engines/null_server.py sends only its own null_* keys)
+LLAMA_TIMINGS = {"predicted_per_token_ms", "prompt_n", "predicted_n"}
 
 
 def server_check(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
@@ -156,7 +158,7 @@ def server_check(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
     count, generated tokens vs the client's. A difference over 5 % is a finding, listed in `disagreements`."""
     out = _counter_deltas(records)
     timings = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
-    pairs = [(r, t) for r, t in timings if isinstance(t, dict)]
+    pairs = [(r, t) for r, t in timings if isinstance(t, dict) and t.keys() & LLAMA_TIMINGS]
     if not pairs:
         return out
     server_tpot = [t["predicted_per_token_ms"] for _, t in pairs if t.get("predicted_per_token_ms")]
