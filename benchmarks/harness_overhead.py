@@ -9,7 +9,9 @@ Per level: measured ÷ scheduled aggregate tok/s (scheduled = streams × N ÷ (T
 zero gap between a stream's requests), and the TTFT bias = measured queue-inclusive TTFT − the set TTFT
 (median and p99). Goals (issue 13): ratio ≥ 0.99 and median bias ≤ 1 ms at every level. Each HTTP level
 also splits the bias (bias_split): dispatch, request, server, response, from the records and the null
-server's own times of each request (its `timings`), so a level that misses says where its time went.
+server's own times of each request (its `timings`), so a level that misses says where its time went, and
+counts the CPU the client and the null server used per token and the cores busy (cpu), so a level that
+misses says whether the machine ran out of cores.
 
 Closed loop with B users against a fixed schedule keeps the streams in lockstep: all B start together,
 end together and start again, so the loop pays B request starts in one burst (the last waits for the rest).
@@ -160,12 +162,13 @@ def http_levels(a) -> list[dict]:
             for p in procs_for(a, b):
                 tag = f" ×{p} procs" if p > 1 else ""
                 out.append(http_level(url, f"B={b} HTTP{tag}", b, b, Load(wl, ClosedLoop(b, total=n), a.tokens), a,
-                                      procs=p))
+                                      procs=p, server_pid=server.pid))
                 print(_row(out[-1]), flush=True)
                 if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
                     rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
                     out.append(http_level(url, f"~{b} open loop{tag}", b, b + int(4 * b ** 0.5) + 4,
-                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate, procs=p))
+                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate, procs=p,
+                                          server_pid=server.pid))
                     print(_row(out[-1]), flush=True)
             if a.guidellm:
                 gl = guidellm_level(a, url, b, n)
@@ -187,20 +190,42 @@ def procs_for(a, b: int) -> list[int]:
     return out
 
 
+def _cpu_s(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None,
-               procs: int = 1) -> dict:
+               procs: int = 1, server_pid: int | None = None) -> dict:
     """One level through inference-top's HTTP source with `slots` streams open (over `procs` processes);
-    an open loop's ratio is measured ÷ the schedule's own tok/s (level())."""
+    an open loop's ratio is measured ÷ the schedule's own tok/s (level()). The CPU the client (this process,
+    or the pool's processes) and the null server used over the run, per token, and the cores busy."""
     meta = RunMeta("http", "null", 0, simulated=True)
     src = (HttpPool(url, meta, b=slots, procs=procs, events=False) if procs > 1
            else HttpSource(url, meta, b=slots, events=False))
     try:
         src.start()
         src.wait_ready(60)
+        clients = [os.getpid(), *(src.pids() if isinstance(src, HttpPool) else [])]
+        servers = [server_pid] if server_pid else []
+        c0, s0, w0 = _cpu_s(clients), _cpu_s(servers), time.monotonic()
         recs = src.run_requests(load, timeout=600)
+        c1, s1, w1 = _cpu_s(clients), _cpu_s(servers), time.monotonic()
     finally:
         src.close()
     lv = level(name, streams, recs, a, offered_tps=rate * a.tokens if rate else None)
+    if lv["tokens"]:
+        lv["cpu"] = {"client_us_per_token": round((c1 - c0) / lv["tokens"] * 1e6, 1),
+                     "server_us_per_token": round((s1 - s0) / lv["tokens"] * 1e6, 1) if servers else None,
+                     "cores_busy": round((c1 - c0 + s1 - s0) / (w1 - w0), 2), "cores": os.cpu_count()}
     lv["client_procs"] = procs
     lv["loop"] = "open" if rate else "closed"
     if rate:
@@ -318,6 +343,7 @@ def summary(levels: list[dict]) -> dict:
                         f"{pre}_server_late_ms": (None if lv.get("server_late_median_ms") is None
                                                   else round(lv["server_late_median_ms"], 3)),
                         f"{pre}_bias_split_median_ms": lv.get("bias_split_median_ms"),
+                        f"{pre}_cpu": lv.get("cpu"),
                         f"{pre}_client_procs": lv["client_procs"]})
         gl = next((lv for lv in levels if lv["level"] == f"B={b} GuideLLM"), None) if loop == "closed" else None
         if gl is not None and "ratio" in gl:
@@ -341,7 +367,10 @@ def _row(lv: dict) -> str:
                                                 if "server_late_median_ms" in lv else "")
             + ("\n" + " " * 22 + "bias split p50: " + ", ".join(f"{k} {v:.2f}" for k, v in
                                                             lv["bias_split_median_ms"].items()) + " ms"
-               if lv.get("bias_split_median_ms") else ""))
+               if lv.get("bias_split_median_ms") else "")
+            + (f"; CPU per token: client {lv['cpu']['client_us_per_token']:.0f} µs, server "
+               f"{lv['cpu']['server_us_per_token'] or 0:.0f} µs; {lv['cpu']['cores_busy']:.2f} of "
+               f"{lv['cpu']['cores']} cores busy" if lv.get("cpu") else ""))
 
 
 def main() -> int:

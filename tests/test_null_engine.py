@@ -314,3 +314,32 @@ def test_the_servers_lateness_quantiles_are_the_upper_edge_of_the_true_ones_bin(
         step = 1_000 if true < 10**6 else 10_000 if true < 10**7 else 10**6
         assert true < h.quantile(f) <= true + step, (f, true, h.quantile(f))
     assert (h.count, h.total_ns) == (len(xs), sum(exact)) and LateHistogram().quantile(0.5) == 0
+
+
+def test_harness_overhead_splits_a_ttft_bias_into_its_four_parts_by_hand():
+    """benchmarks/harness_overhead.py's bias_split on two records worked by hand (ms from the due time 0,
+    TTFT 20): A started at 0.1, reached the server at 0.6, its first chunk was due at 20.6 and sent at 20.8,
+    and the client stamped it at 21.2: dispatch 0.1, request 0.5, server 0.2, response 0.4 (bias 1.2);
+    B: 0.3, 1.5, 0.0, 0.2 (bias 2.0). Medians of two: the means. A record with no null timings is left out."""
+    import importlib.util
+    from pathlib import Path
+
+    from measure.core.records import RequestRecord
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
+    spec = importlib.util.spec_from_file_location("bench_harness_overhead", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def rec(started, arrival, sent, first, timings=True):
+        us = 1_000
+        t = {"null_arrival_ns": arrival * us, "null_first_due_ns": (arrival + 20_000) * us,
+             "null_first_sent_ns": sent * us} if timings else None
+        return RequestRecord(run_id="r", request_id=1, mode="http", engine="http", model="null", model_bytes=0, k=1,
+                             b=1, t_scheduled_ns=0, t_started_ns=started * us, t_first_token_ns=first * us,
+                             server_view={"timings": t} if t else None)
+
+    split = bench.bias_split([rec(100, 600, 20_800, 21_200), rec(300, 1_800, 21_800, 22_000),
+                              rec(0, 0, 0, 99_000, timings=False)])
+    assert split == {"dispatch": 0.2, "request": 1.0, "server": 0.1, "response": 0.3}
+    assert bench.bias_split([rec(0, 0, 0, 1, timings=False)]) is None

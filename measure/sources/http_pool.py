@@ -376,6 +376,10 @@ class HttpPool(CollectsRecords):
         with self._lock:
             return self._rows[min(self._rows)][1] if self._rows else None
 
+    def pids(self) -> list[int]:
+        """The client processes' pids (a benchmark reads their CPU)."""
+        return [c.pid for c in self._children]
+
     def close(self, grace: float = 1.0) -> None:
         for p in range(1, len(self._conns) + 1):
             try:
