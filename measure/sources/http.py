@@ -322,6 +322,9 @@ class HttpSource(CollectsRecords):
         from engines.null_server import precise_event_loop  # timers to the µs: an open loop's arrivals on time
 
         self._loop = precise_event_loop()
+        if hasattr(asyncio, "eager_task_factory"):  # Python ≥ 3.12: a task runs at once to its first wait
+            # (a request taken up is sent in the same turn of the loop, not the next: docs/design.md §19)
+            self._loop.set_task_factory(asyncio.eager_task_factory)
         try:
             self._loop.run_until_complete(self._main())
         finally:
