@@ -1,7 +1,8 @@
 """An OpenAI-compatible server as the engine: one streamed request, token timestamps from the SSE chunks.
 
 Used by measure/sources/http.py, which keeps B such streams open at once. Each content chunk is stamped with
-perf_counter_ns() when it arrives. Its token count: where chunks carry a running usage.completion_tokens
+perf_counter_ns() when it arrives: when the read that completed it came off the socket (_ArrivalClock), not
+when the reading coroutine got to it, which under load is a turn of a busy event loop later. Its token count: where chunks carry a running usage.completion_tokens
 (vLLM's continuous_usage_stats), the rise since the previous chunk ("continuous-usage"); else a per-chunk
 completion_tokens_delta where sent, else one ("chunks"). If the final usage then reports more tokens than
 the chunks gave (a server packing several tokens per chunk), the missing ones are spread evenly over the
@@ -20,6 +21,7 @@ import functools
 import json
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -281,6 +283,47 @@ class _Counter:
                 self.on_tokens(extra)
 
 
+class _ArrivalClock:
+    """When each byte of one response's body came off the socket: the connection's protocol is asked to note,
+    after each read it is handed, how many body bytes have come so far and when that read started (the
+    response's own reads only: removed at its end). at(offset) is the time of the read that brought the body's
+    byte `offset`; bytes already there when the clock was set get that moment. Where the protocol cannot be
+    reached (another transport that binds data_received once, a closed connection), there are no marks and
+    at() is now: the coroutine's own time, as before."""
+
+    def __init__(self, r: Any):
+        self.t0 = time.perf_counter_ns()
+        self.content = r.content
+        self.base = int(getattr(r.content, "total_bytes", 0) or 0)
+        self.marks: deque[tuple[int, int]] = deque()
+        self.proto = getattr(getattr(r, "connection", None), "protocol", None)
+        if self.proto is None or "data_received" in vars(self.proto):
+            self.proto = None
+            return
+        received = self.proto.data_received
+        content, marks, clock = self.content, self.marks, time.perf_counter_ns
+
+        def noted(data: bytes) -> None:
+            t = clock()
+            received(data)
+            marks.append((content.total_bytes, t))
+
+        self.proto.data_received = noted
+
+    def at(self, offset: int) -> int:
+        if offset <= self.base:
+            return self.t0
+        marks = self.marks
+        while marks and marks[0][0] < offset:
+            marks.popleft()
+        return marks[0][1] if marks else time.perf_counter_ns()
+
+    def close(self) -> None:
+        if self.proto is not None:
+            vars(self.proto).pop("data_received", None)
+            self.proto = None
+
+
 def new_session(connections: int = 1) -> aiohttp.ClientSession:
     """An aiohttp session for streams: one per stream slot (a connection kept alive across its requests)."""
     import aiohttp
@@ -345,25 +388,31 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
             if "text/event-stream" not in ctype:
                 res.error = f"not a stream: {shown} answered content-type {ctype or 'none'} (is stream supported?)"
                 return res, False
-            async for raw in r.content:
-                t = time.perf_counter_ns()  # when the chunk arrived, before parsing it
-                if not raw.startswith(b"data:"):
-                    continue
-                data = raw[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    if read_to_end and not r.content.is_eof():  # (the body's end has mostly come with [DONE])
-                        try:
-                            await asyncio.wait_for(r.content.read(), 0.05)
-                        except (asyncio.TimeoutError, aiohttp.ClientError):
-                            pass
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
-                    return res, False
-                counter.chunk(chunk, t)
+            clock = _ArrivalClock(r)
+            offset = 0  # the body's bytes read so far
+            try:
+                async for raw in r.content:
+                    offset += len(raw)
+                    if not raw.startswith(b"data:"):
+                        continue
+                    t = clock.at(offset)  # when the chunk's last byte came off the socket
+                    data = raw[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        if read_to_end and not r.content.is_eof():  # (the body's end has mostly come with [DONE])
+                            try:
+                                await asyncio.wait_for(r.content.read(), 0.05)
+                            except (asyncio.TimeoutError, aiohttp.ClientError):
+                                pass
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
+                        return res, False
+                    counter.chunk(chunk, t)
+            finally:
+                clock.close()
     except aiohttp.ClientConnectorError as exc:
         res.error = f"cannot connect to {shown}: {exc}"
         res.unreachable = True

@@ -360,3 +360,31 @@ def test_the_http_sources_loop_starts_its_tasks_eagerly():
             assert src._loop.get_task_factory() is asyncio.eager_task_factory
         finally:
             src.close()
+
+
+def test_a_chunk_is_stamped_when_it_came_off_the_socket_not_when_the_loop_got_to_it():
+    """The client's loop is held from +40 to +70 ms (a callback that sleeps), so the first chunk, sent at
+    +50 ms, waits in the socket; a second callback falls due meanwhile, so the turn after the hold reads the
+    chunk first and then sleeps 50 ms more before the reading coroutine's turn. The chunk's time is the read's,
+    before that second sleep (it was the coroutine's, after it)."""
+    marks = {}
+
+    def hold(name, s):
+        marks[name] = time.perf_counter_ns()
+        time.sleep(s)
+        marks[name + " end"] = time.perf_counter_ns()
+
+    async def go(url):
+        loop = asyncio.get_running_loop()
+        body = endpoint_body("completions", None, "a b", 1, True)
+        async with new_session() as client:
+            await stream_one(client, url, body, {}, stall_s=5.0)  # a kept-alive connection
+            t = loop.time()
+            loop.call_at(t + 0.040, hold, "first", 0.030)
+            loop.call_at(t + 0.060, hold, "second", 0.050)
+            return await stream_one(client, url, body, {}, stall_s=5.0)
+
+    with NullServer(ttft_ms=50, itl_ms=100) as srv:
+        res = asyncio.run(go(srv.url + "/completions"))
+    assert res.error is None and len(res.token_ns) == 1
+    assert marks["first end"] <= res.token_ns[0] < marks["second"] < marks["second end"]
