@@ -1,10 +1,11 @@
 """An OpenAI-compatible server as the engine: one streamed request, token timestamps from the SSE chunks.
 
 Used by measure/sources/http.py, which keeps B such streams open at once. Each content chunk is stamped with
-perf_counter_ns() when it arrives: when the read that completed it came off the socket (_ArrivalClock), not
-when the reading coroutine got to it, which under load is a turn of a busy event loop later. Its token count: where chunks carry a running usage.completion_tokens
-(vLLM's continuous_usage_stats), the rise since the previous chunk ("continuous-usage"); else a per-chunk
-completion_tokens_delta where sent, else one ("chunks"). If the final usage then reports more tokens than
+perf_counter_ns() when it arrives: when the socket read that completed it was handed over (_ArrivalClock),
+not when the reading coroutine got to it, a turn of the event loop later (under load, a busy one). Its token
+count: where chunks carry a running usage.completion_tokens (vLLM's continuous_usage_stats), the rise since
+the previous chunk ("continuous-usage"); else a per-chunk completion_tokens_delta where sent, else one
+("chunks"). If the final usage then reports more tokens than
 the chunks gave (a server packing several tokens per chunk), the missing ones are spread evenly over the
 chunks' arrival times ("chunks+final-usage"). A role-only chunk is not a token. A reasoning model's thinking
 (delta.reasoning_content, as vLLM and llama-server send it, or delta.reasoning) is tokens like the answer's;
@@ -284,12 +285,12 @@ class _Counter:
 
 
 class _ArrivalClock:
-    """When each byte of one response's body came off the socket: the connection's protocol is asked to note,
-    after each read it is handed, how many body bytes have come so far and when that read started (the
-    response's own reads only: removed at its end). at(offset) is the time of the read that brought the body's
-    byte `offset`; bytes already there when the clock was set get that moment. Where the protocol cannot be
-    reached (another transport that binds data_received once, a closed connection), there are no marks and
-    at() is now: the coroutine's own time, as before."""
+    """When each byte of one response's body came off the socket: the connection's protocol is asked to
+    note, for each read it is handed, when (as it is handed over, just after the recv) and how many body
+    bytes have come by its end (the response's own reads only: removed at its end). at(offset) is the time
+    of the read that brought the body's byte `offset`; bytes already there when the clock was set get that
+    moment. Where the protocol cannot be reached (another transport that binds data_received once, a closed
+    connection), there are no marks and at() is now: the coroutine's own time, as before."""
 
     def __init__(self, r: Any):
         self.t0 = time.perf_counter_ns()

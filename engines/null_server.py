@@ -351,7 +351,7 @@ class NullApp:
             t_write = time.perf_counter_ns()
             if done == 0:
                 first_sent[0] = t_write
-            # the last event says when this request arrived and its first chunk went out (server_timings)
+            # the last event says when this request arrived and its first chunk went out (this module's doc)
             timings = (b',"timings":{"null_arrival_ns":%d,"null_first_due_ns":%d,"null_first_sent_ns":%d}'
                        % (t_arrival, due_of(min(n, max_tokens)), first_sent[0])) if last else b""
             out += event(choice, upto if continuous else None, b"" if self.usage != "none" else timings)
@@ -362,7 +362,7 @@ class NullApp:
                 out += b"data: [DONE]\n\n"
             transport.write(b"%x\r\n%s\r\n" % (len(out), out) + (b"0\r\n\r\n" if last else b""))
             self.late.add(time.perf_counter_ns() - due)
-            if upto == max_tokens:
+            if last:
                 ended.set_result(True)
             else:
                 at(due_of(min(upto + n, max_tokens)))

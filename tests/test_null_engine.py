@@ -289,7 +289,8 @@ def test_the_last_event_says_when_the_request_arrived_and_its_first_chunk_went_o
     assert t0 < t["null_arrival_ns"] < t["null_first_sent_ns"] < res.token_ns[0] < t_end
     assert t["null_first_due_ns"] - t["null_arrival_ns"] == 10 * MS <= t["null_first_sent_ns"] - t["null_arrival_ns"]
     rec = RequestRecord(run_id="r", request_id=1, mode="http", engine="http", model="null", model_bytes=0, k=1, b=1,
-                        worker=0, prompt_tokens=3, output_tokens=3, t_scheduled_ns=t0, t_submitted_ns=t0, t_started_ns=t0,
+                        worker=0, prompt_tokens=3, output_tokens=3, t_scheduled_ns=t0, t_submitted_ns=t0,
+                        t_started_ns=t0,
                         t_first_token_ns=res.token_ns[0], t_done_ns=t_end, token_ns=res.token_ns,
                         server_view={"timings": t})
     assert server_check([rec]) is None
