@@ -329,3 +329,47 @@ def test_roofline_benchmark_judges_the_held_out_levels_only():
     assert out["worst_error_calibration"] == pytest.approx(0.0, abs=1e-6)
     assert out["worst_error"] == pytest.approx(0.05, abs=0.001)
     assert out["worst_error_probe"] == pytest.approx(0.5, abs=0.001)
+
+
+def test_a_probe_taken_on_a_busy_machine_says_so_wherever_its_rates_are_used(tmp_path, monkeypatch):
+    """The probe of this machine that a fresh clone's dashboard found cached said 7.9 tok/s at 2 threads against
+    23.3 at 1 (the dashboard then predicted 7.8 tok/s, err −87 %, for a measured 61): measured while other work
+    held the cores. Other work is the machine's busy CPU less the probe's own: 30 s of the machine's busy time
+    and 12 s of ours over 20 s of wall is 0.9 cores (never below 0). A probe over BUSY_LIMIT says so in
+    describe(), in the Machine's notes (the predict and size commands print them) and in the plan's warnings
+    (the dashboard's log, a bench's start); a probe cached by version 3, which did not count it, is measured
+    again."""
+    from measure.core import ceilings
+    from measure.control.runplan import RunPlan
+
+    assert ceilings.others_cores((100.0, 5.0), (130.0, 17.0), 20.0) == pytest.approx(0.9)
+    assert ceilings.others_cores((100.0, 5.0), (101.0, 17.0), 20.0) == 0.0
+    rates = {"model": "m", "weight_bytes": 246_587_904, "decode_tps": {"1": 23.3, "2": 7.9}, "prefill_tps": 191.0,
+             "batch_steps_per_s": {"2": 12.4, "8": 6.7}}
+    busy = Ceilings("host", "AMD EPYC", 2, 25_000_000_000, 0, {"1": 14.0, "2": 24.4}, rates, "2026-12-01T10:43:17",
+                    24.4, busy_cores=0.9)
+    quiet = Ceilings("host", "AMD EPYC", 2, 25_000_000_000, 0, {"1": 14.0, "2": 24.4}, rates, "now", 24.4,
+                     busy_cores=0.1)
+    assert busy.busy and not quiet.busy and quiet.busy_warning() is None
+    assert "warning: the probe of 2026-12-01T10:43:17 ran while other work used 0.9 of 2 cores" in busy.describe()
+    assert "inference-top probe --rerun" in busy.describe() and "warning" not in quiet.describe()
+    w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
+    assert any("0.9 of 2 cores" in n for n in Machine.from_ceilings(busy, w).notes)
+    assert not any("cores:" in n for n in Machine.from_ceilings(quiet, w).notes)
+
+    monkeypatch.setenv("INFERENCE_TOP_CACHE", str(tmp_path))
+    monkeypatch.setattr(ceilings, "cached", lambda: busy)
+    plan = RunPlan.__new__(RunPlan)
+    plan.engine, plan.warnings = "llama", []
+    monkeypatch.setattr(RunPlan, "work", lambda self: w)
+    said: list[str] = []
+    plan.roofline(say=said.append)
+    plan.roofline(say=said.append)  # said once
+    assert len(plan.warnings) == 1 and said == [f"warning: {busy.busy_warning()}"]
+
+    old = dict(busy.__dict__, version=3)
+    del old["busy_cores"]
+    (tmp_path / "probe.json").write_text(json.dumps({ceilings.machine_key(): old}))
+    monkeypatch.undo()
+    monkeypatch.setenv("INFERENCE_TOP_CACHE", str(tmp_path))
+    assert ceilings.cached() is None

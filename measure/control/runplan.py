@@ -99,6 +99,7 @@ class RunPlan:
     slo: SLO | None = None
     cost: Cost | None = None
     notes: list[str] = field(default_factory=list)  # lines to log at start
+    warnings: list[str] = field(default_factory=list)  # …and warnings (a probe taken on a busy machine)
     arrivals: ArrivalSpec | None = None  # an open-loop pattern or a trace's times; None:
     # closed loop (bench), or --rate's Poisson (the dashboard)
     sessions: SessionSpec | None = None  # bench --turns: users in multi-turn sessions
@@ -210,6 +211,10 @@ class RunPlan:
         if work is None:
             return None
         c = ceilings.get(say=say)
+        warning = c.busy_warning()
+        if warning and warning not in self.warnings:  # said at the start, and kept in the dashboard's log
+            say(f"warning: {warning}")
+            self.warnings.append(warning)
         if self.engine == "llama":
             m = Machine.from_ceilings(c, work)
         else:
@@ -293,6 +298,8 @@ class RunPlan:
         controller.start()
         for note in self.notes:
             controller.log("info", note)
+        for warning in self.warnings:
+            controller.log("warn", warning)
         metrics_server = None
         if prometheus:
             from measure.control.prometheus import serve

@@ -36,7 +36,8 @@ READ_S = 0.6
 DECODE_TOKENS = 40
 PREFILL_TOKENS = 128
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
-PROBE_VERSION = 3
+PROBE_VERSION = 4  # 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 
 
 @dataclass
@@ -51,7 +52,21 @@ class Ceilings:
     # prefill_tps
     measured_at: str = ""
     seconds: float = 0.0
+    busy_cores: float | None = None  # other work on the machine during the probe, in cores (CpuWatch)
     version: int = PROBE_VERSION
+
+    @property
+    def busy(self) -> bool:
+        """Measured while other work used more than BUSY_LIMIT cores: its rates, and what is predicted from
+        them, may be low."""
+        return self.busy_cores is not None and self.busy_cores > BUSY_LIMIT
+
+    def busy_warning(self) -> str | None:
+        if not self.busy:
+            return None
+        return (f"the probe of {self.measured_at} ran while other work used {self.busy_cores:.1f} of {self.cores} "
+                "cores: its rates, and the predictions made from them, may be low; measure again on a quiet "
+                "machine: inference-top probe --rerun")
 
     @property
     def attainable_gbps(self) -> float:
@@ -74,7 +89,11 @@ class Ceilings:
             out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
                        f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
                        f"{e['prefill_tps']:.0f} tok/s (all threads)")
-        out.append(f"measured {self.measured_at} in {self.seconds:.1f} s")
+        out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"
+                   + (f", other work on the machine meanwhile: {self.busy_cores:.2f} cores"
+                      if self.busy_cores is not None else ""))
+        if self.busy:
+            out.append(f"warning: {self.busy_warning()}")
         return "\n".join(out)
 
 
@@ -113,6 +132,22 @@ def _save(c: Ceilings) -> None:
         tmp.replace(p)
     except OSError:
         pass
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(the whole machine's busy CPU seconds, hypervisor steal included; this process's and its reaped
+    children's)."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + sum(getattr(t, f, 0.0) for f in ("irq", "softirq", "steal"))
+    me = psutil.Process().cpu_times()
+    return busy, me.user + me.system + me.children_user + me.children_system
+
+
+def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s: float) -> float:
+    """Other work's CPU between two _cpu_times() readings, in cores: the machine's busy time less ours."""
+    if wall_s <= 0:
+        return 0.0
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s
 
 
 def _read_worker(q: multiprocessing.queues.Queue[float]) -> None:
@@ -252,6 +287,7 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     from measure.core.work import from_gguf
 
     t0 = time.perf_counter()
+    cpu0 = _cpu_times()  # how busy the rest of the machine is while this measures (its workers are reaped)
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     name, _ = detect_chip()
     say(f"probing {name} ({cores} cores): memory read bandwidth …")
@@ -270,9 +306,12 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     except Exception as exc:  # noqa: BLE001 - bandwidth alone is still a ceiling
         say(f"the engine could not be probed: {type(exc).__name__}: {exc}")
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    seconds = time.perf_counter() - t0
     c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
                  read_gbps=read, engine=engine, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                 seconds=time.perf_counter() - t0)
+                 seconds=seconds, busy_cores=round(others_cores(cpu0, _cpu_times(), seconds), 3))
+    if c.busy:
+        say(f"warning: {c.busy_warning()}")
     _save(c)
     return c
 

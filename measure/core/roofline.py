@@ -100,9 +100,10 @@ class Machine:
         """This machine, from the probe (ceilings.Ceilings) of the same model's engine."""
         e = c.engine or {}
         d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
+        busy = (f"warning: {c.busy_warning()}",) if c.busy else ()
         if not d:
             return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores,
-                       notes=("no engine rates in the probe: bandwidth ceiling only",))
+                       notes=("no engine rates in the probe: bandwidth ceiling only", *busy))
         step1 = 1.0 / d[1]
         scale = work.weight_bytes / e["weight_bytes"] if e.get("weight_bytes") else 1.0  # another model: by W
         top = max(d)  # batches and prefill ran with all threads: in one-thread core-seconds, × the speedup
@@ -115,7 +116,7 @@ class Machine:
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
                    prefill_core_s=(d[top] / d[1]) / e["prefill_tps"] * scale,
-                   thread_speedup={t: v / d[1] for t, v in d.items()})
+                   thread_speedup={t: v / d[1] for t, v in d.items()}, notes=busy)
 
     def step_core(self, b: int) -> float:
         """Core-seconds of one decode step of b sequences (one thread's worth)."""
