@@ -348,9 +348,8 @@ class NullApp:
                 choice = b'{"index":0,"text":"%s","logprobs":null,"finish_reason":%s}' % (
                     _TOKEN_BYTES * (upto - done), finish)
             last = upto == max_tokens
-            t_write = time.perf_counter_ns()
             if done == 0:
-                first_sent[0] = t_write
+                first_sent[0] = time.perf_counter_ns()
             # the last event says when this request arrived and its first chunk went out (this module's doc)
             timings = (b',"timings":{"null_arrival_ns":%d,"null_first_due_ns":%d,"null_first_sent_ns":%d}'
                        % (t_arrival, due_of(min(n, max_tokens)), first_sent[0])) if last else b""

@@ -52,7 +52,7 @@ class Ceilings:
     # prefill_tps
     measured_at: str = ""
     seconds: float = 0.0
-    busy_cores: float | None = None  # other work on the machine during the probe, in cores (CpuWatch)
+    busy_cores: float | None = None  # other work on the machine during the probe, in cores (others_cores)
     version: int = PROBE_VERSION
 
     @property
@@ -310,9 +310,7 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
                  read_gbps=read, engine=engine, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
                  seconds=seconds, busy_cores=round(others_cores(cpu0, _cpu_times(), seconds), 3))
-    if c.busy:
-        say(f"warning: {c.busy_warning()}")
-    _save(c)
+    _save(c)  # a busy one is said where its rates are shown: describe(), the Machine's notes, RunPlan.roofline
     return c
 
 
