@@ -76,7 +76,8 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--api-key-env", help="http engine: the environment variable holding the API key")
     p.add_argument("--prefix-cache", default=None, help="http engine: off (default: a unique prefix per request "
                    "and cache_prompt false, so every TTFT includes its prefill), on (the server may reuse cached "
-                   "prompts), or shared:N (N shared words before the unique prefix: a controlled hit rate)")
+                   "prompts), or shared:N (N shared words before the unique prefix: a controlled hit rate); "
+                   "mooncake: and bailian: traces default to on (their shared blocks), off defeats them")
     p.add_argument("--tokenizer", default=None, help="http engine: a GGUF whose tokenizer makes the prompt ids "
                    "(default: the embedded model's; none: send text). Ids are sent only where the server's "
                    "/tokenize agrees, so an HTTP run reads the same prompt as a local one")
@@ -97,7 +98,10 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--workload", default="default", help="workload preset, synthetic:N, jsonl:FILE (one "
                    "{\"prompt\": …, \"output_tokens\": N} per line), sharegpt:FILE, or trace:FILE (timestamp, "
                    "prompt_tokens, output_tokens per line, or an inference-top records.jsonl: replayed at its own "
-                   "times, bench only); FILE 'sample' for the shipped sample")
+                   "times, bench only); FILE 'sample' for the shipped sample; the public traces as published: "
+                   "mooncake:FILE, bailian:FILE, burstgpt:FILE, azure:FILE (README: Trace formats)")
+    p.add_argument("--model-filter", metavar="MODEL", help="burstgpt:FILE: only the rows of this Model "
+                   "(e.g. ChatGPT or GPT-4)")
     p.add_argument("--prompt-len", help="synthetic prompts of seeded random lengths: N, N±D (uniform), "
                    "uniform:A-B, normal:MEAN,SD, lognormal:MEAN,SD")
     p.add_argument("--output-len", help="each answer's length (max_tokens, EOS ignored), seeded: N, N±D, "
@@ -329,6 +333,9 @@ def _client_args(args, plan, ks) -> tuple[tuple[int, int], float | None]:
         fail(str(exc))
     if args.find or getattr(plan, "sessions", None):
         fail("--segment and --start-at run a sweep's load: not with --find or --turns")
+    if seg[1] > 1 and getattr(plan.arrivals, "after", None) is not None:
+        fail(f"--segment: --workload {plan.workload.key}'s follow-ups wait for their parents' answers, which one "
+             "client sees only for its own requests: run it from one client")
     if seg[1] > 1:
         if not plan.arrivals:
             fail(f"--segment {args.segment} splits an open-loop schedule (--rate, --arrivals or a trace:): in a closed "

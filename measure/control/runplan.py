@@ -22,6 +22,7 @@ from measure.core.arrivals import ArrivalSpec, parse_arrivals
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
 from measure.core.datasets import resolve as resolve_workload
 from measure.core.sessions import SessionError, SessionSpec, parse_think
+from measure.core.traces import after_of
 from measure.core.workload import PrefixCache
 from measure.sources.base import FiniteLoadSource
 from measure.core.cost import Cost
@@ -146,8 +147,8 @@ class RunPlan:
         dashboard (`events`) and multi-turn sessions keep one."""
         from measure.sources.http_pool import client_procs
 
-        if events or self.sessions is not None:
-            return 1
+        if events or self.sessions is not None or (self.arrivals is not None and self.arrivals.after is not None):
+            return 1  # (a Bailian trace's follow-ups wait for their parents' answers: one process sees both)
         return client_procs(self.client_procs, max(self.bs or [1]))
 
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
@@ -429,11 +430,14 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
     try:
         wl = resolve_workload(args.workload, prompt_len=getattr(args, "prompt_len", None),
                               output_len=getattr(args, "output_len", None), max_tokens=args.max_tokens, seed=seed,
-                              turns=bool(turns))
+                              turns=bool(turns), model_filter=getattr(args, "model_filter", None))
         arrivals = parse_arrivals(getattr(args, "arrivals", None), args.rate, speed=getattr(args, "speed", None),
-                                  trace_times=getattr(wl, "times_s", None), seed=seed)
+                                  trace_times=getattr(wl, "times_s", None), seed=seed, trace_after=after_of(wl))
     except (DatasetError, ValueError) as exc:
         raise StartError(str(exc)) from None
+    if arrivals is not None and arrivals.after is not None and not remote_engine(args.engine):
+        raise StartError(f"--workload {wl.key}: its follow-ups are sent after their parents' answers, which only a "
+                         "server's stream tells: run it with --engine http --url …")
     sessions = None
     if getattr(args, "think_time", None) is not None and not turns:
         raise StartError("--think-time is the pause between a session's turns: give --turns N with it")
@@ -494,7 +498,8 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
         except GuardError as exc:
             raise StartError(f"--model-bytes: {exc}") from None
         try:
-            prefix = PrefixCache.parse(args.prefix_cache)
+            prefix = PrefixCache.parse(args.prefix_cache or ("on" if getattr(wl, "shares_prefixes", False)
+                                                              else None))  # a trace's block ids: kept by default
         except ValueError as exc:
             raise StartError(str(exc)) from None
         tokenizer = args.tokenizer

@@ -88,9 +88,10 @@ class ArrivalSpec:
     rate: float | None = None  # req/s (constant, poisson, gamma)
     burstiness: float | None = None  # gamma's shape: 1 = Poisson, < 1 burstier, > 1 more even
     ramp: tuple[float, float] | None = None  # req/s at the start and at the end of the level
-    times_s: tuple[float, ...] = ()  # trace: each request's time, s from the first
+    times_s: Sequence[float] = ()  # trace: each request's time, s from the first (core/traces.py: read as needed)
     speed: float = 1.0  # trace: 2 = twice as fast
     seed: int = 0
+    after: Sequence[int] | None = None  # trace: each request's parent's index, −1 for none (traces.TraceSessions)
 
     # The pattern's own parameters, set for it by parse_arrivals (rate: constant, poisson, gamma; burstiness: gamma;
     # ramp: ramp): asserted where used, as the pattern needs them.
@@ -132,6 +133,10 @@ class ArrivalSpec:
         every cell's rep r sends the same schedule."""
         rng = random.Random(self.seed * 1_000_003 + rep)
         label = self.describe()
+        if self.pattern == "trace" and self.after is not None:
+            from measure.core.traces import TraceSessions
+
+            return TraceSessions(self._trace_offsets(), self.after, total, label)
         if self.pattern == "trace":
             return Schedule(self._trace_offsets(), total, label)
         if self.pattern == "ramp":
@@ -181,14 +186,16 @@ class ArrivalSpec:
 
 
 def parse_arrivals(text: str | None, rate: float | None, *, speed: float | None = None,
-                   trace_times: Sequence[float] | None = None, seed: int = 0) -> ArrivalSpec | None:
+                   trace_times: Sequence[float] | None = None, seed: int = 0,
+                   trace_after: Sequence[int] | None = None) -> ArrivalSpec | None:
     """--arrivals, --rate, --speed and a trace workload's times → the open-loop spec, or None (closed loop).
     ValueError: one line saying what was wrong and what to write."""
     if trace_times is not None:
         if text or rate:
             raise ValueError("a trace brings its own arrival times: drop --rate and --arrivals (--speed 2 replays "
                              "it twice as fast)")
-        return ArrivalSpec("trace", times_s=tuple(trace_times), speed=speed or 1.0, seed=seed)
+        return ArrivalSpec("trace", times_s=tuple(trace_times) if isinstance(trace_times, list) else trace_times,
+                           speed=speed or 1.0, seed=seed, after=trace_after)
     if speed is not None:
         raise ValueError("--speed scales a trace's times: it applies to --workload trace:FILE")
     if text is None:

@@ -12,7 +12,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any
 from engines.base import Prompt
 from presets import Workload
 
-KINDS = ("jsonl", "sharegpt", "trace")
+KINDS = ("jsonl", "sharegpt", "trace", "mooncake", "bailian", "burstgpt", "azure")  # the last four: core/traces.py
 SAMPLES = {"jsonl": "prompts.jsonl", "sharegpt": "sharegpt.json", "trace": "trace.jsonl"}
 CHECK_DRAWS = 1000  # a length distribution's first draws checked against --ctx before anything starts
 
@@ -148,7 +148,7 @@ class Dataset(Workload):
     prompt_len: LengthDist | None = None
     output_len: LengthDist | None = None
     cap: int | None = None  # --max-tokens given beside per-request lengths: none is longer
-    times_s: tuple[float, ...] | None = None  # a trace: each item's arrival, s from its first
+    times_s: Sequence[float] | None = None  # a trace: each item's arrival, s from its first
     info: dict[str, Any] = field(default_factory=dict, compare=False)  # what the run header records about it
 
     @property
@@ -203,6 +203,23 @@ def _path(kind: str, name: str) -> Path:
     return Path(name).expanduser()
 
 
+def _file(kind: str, name: str) -> Path:
+    """The file --workload KIND:NAME names, there and not a folder (DatasetError: one line)."""
+    where = f"--workload {kind}:{name}"
+    if not name or name == "sample" and kind not in SAMPLES:
+        raise DatasetError(f"{where}: give a file after the colon, e.g. {kind}:trace.{_ext(kind)}")
+    path = _path(kind, name)
+    if not path.exists():
+        raise DatasetError(f"{where}: file not found; give the path of a {_what(kind)}")
+    if path.is_dir():
+        raise DatasetError(f"{where}: is a folder; give the path of a {_what(kind)}")
+    return path
+
+
+def _ext(kind: str) -> str:
+    return "csv" if kind in ("burstgpt", "azure") else "jsonl"
+
+
 def _read(kind: str, name: str) -> tuple[Path, str]:
     where = f"--workload {kind}:{name}"
     if not name:
@@ -223,6 +240,10 @@ def _read(kind: str, name: str) -> tuple[Path, str]:
 
 
 def _what(kind: str) -> str:
+    if kind not in SAMPLES:
+        from measure.core.traces import describe_format
+
+        return describe_format(kind)
     return {"jsonl": 'JSONL file, one {"prompt": "…", "output_tokens": 128} per line (output_tokens optional)',
             "sharegpt": 'ShareGPT JSON file, a list of {"conversations": [{"from": "human", "value": "…"}, '
                         '{"from": "gpt", "value": "…"}]}',
@@ -287,8 +308,9 @@ def load_sharegpt(name: str, count_tokens: Callable[[str], int] | None, later_tu
     """The first human turn of each conversation as the prompt, the reply after it as the answer length
     (its tokens, counted by `count_tokens`, or None where --output-len decides); with later_turns, the later
     human turns and their replies' lengths too, in `more` (multi-turn sessions, core/sessions.py; two human
-    turns in a row are one message). Conversations without a human turn are skipped (their number is
-    returned)."""
+    turns in a row are one message). Conversations without a human turn, or (with `count_tokens`) without a
+    reply to it, are skipped (their number is returned); docs/design.md §20 compares this with vLLM's and
+    GuideLLM's loaders."""
     path, text = _read("sharegpt", name)
     where = f"--workload sharegpt:{name}"
     try:
@@ -320,8 +342,8 @@ def load_sharegpt(name: str, count_tokens: Callable[[str], int] | None, later_tu
                     pairs.append([value, None])
             elif pairs and pairs[-1][1] is None and who in ("gpt", "assistant", "chatgpt", "bard", "model"):
                 pairs[-1][1] = value
-        if not pairs:
-            skipped += 1
+        if not pairs or (count_tokens is not None and pairs[0][1] is None):
+            skipped += 1  # no human turn, or (its reply giving the length) no reply: vLLM and GuideLLM drop it too
             continue
         pid = str(conv.get("id")) if conv.get("id") is not None else f"{path.stem}-{n}"
         if not later_turns:
@@ -422,10 +444,11 @@ def _embedded_counter() -> Callable[[str], int]:
 
 def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None = None,
             max_tokens: int | None = None, seed: int = 0, count_tokens: Callable[[str], int] | None = None,
-            turns: bool = False) -> Workload:
-    """--workload: a preset or synthetic:N (presets.workload), or KIND:FILE (jsonl, sharegpt, trace); with
-    --prompt-len / --output-len a Dataset. A preset with neither is returned as it is. `turns`: multi-turn
-    sessions will run (a ShareGPT file's later turns are read too). DatasetError: one line."""
+            turns: bool = False, model_filter: str | None = None) -> Workload:
+    """--workload: a preset or synthetic:N (presets.workload), or KIND:FILE (jsonl, sharegpt, trace; the public
+    traces mooncake, bailian, burstgpt, azure: core/traces.py); with --prompt-len / --output-len a Dataset. A
+    preset with neither is returned as it is. `turns`: multi-turn sessions will run (a ShareGPT file's later
+    turns are read too). `model_filter`: a BurstGPT trace's rows of that Model. DatasetError: one line."""
     from presets import PresetError, workload
 
     kind, colon, name = spec.partition(":")
@@ -434,7 +457,8 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
         try:
             base = workload(spec)
         except PresetError as exc:
-            more = ", jsonl:FILE, sharegpt:FILE or trace:FILE" if str(exc).startswith("unknown") else ""
+            more = (", jsonl:FILE, sharegpt:FILE, trace:FILE, mooncake:FILE, bailian:FILE, burstgpt:FILE or azure:FILE"
+                    if str(exc).startswith("unknown") else "")
             raise DatasetError(f"{exc}{more}") from None
     pl = parse_length(prompt_len, "--prompt-len", seed) if prompt_len else None
     ol = parse_length(output_len, "--output-len", seed) if output_len else None
@@ -453,6 +477,14 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
     if pl is not None:
         raise DatasetError(f"--prompt-len makes synthetic prompts; --workload {kind}: brings its own prompts: drop "
                            "one of them")
+    if model_filter and kind != "burstgpt":
+        raise DatasetError(f"--model-filter picks a BurstGPT trace's rows by their Model column: it does not apply "
+                           f"to --workload {kind}:")
+    if kind in ("mooncake", "bailian", "burstgpt", "azure"):
+        from measure.core import traces
+
+        return traces.load(kind, name, _file(kind, name), output_len=ol, max_tokens=max_tokens,
+                           model_filter=model_filter, seed=seed, output_spec=output_len)
     times = None
     info: dict[str, Any] = {}
     skipped = 0
@@ -466,7 +498,7 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
     file_items = tuple(items)
     desc = f"{len(file_items)} requests from {path.name}"
     if skipped:
-        desc += f" ({skipped} conversations without a human turn skipped)"
+        desc += f" ({skipped} conversations without a human turn and a reply skipped)"
     info = {"workload_file": str(path.resolve()), "workload_sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
             "workload_items": len(file_items), "output_len": output_len, "length_seed": seed, **info}
     return Dataset(f"{kind}:{name}", desc, source=str(path), items=file_items, output_len=ol,

@@ -174,7 +174,7 @@ class RequestMaker:
             for t in arr.due_turns(now_ns, ld.workload, ld.max_tokens):
                 req = Request(next(self._ids), t.prompt, t.max_tokens, ld.ignore_eos, t_scheduled_ns=t.t_scheduled_ns,
                               rep=rep, k=k, b=b, mode=mode, session=t.session, turn=t.turn,
-                              session_key=f"{self._loads}.{t.key}", messages=t.messages)
+                              session_key=f"{self._loads}.{t.key}" if t.key else None, messages=t.messages)
                 arr.sent(req.request_id, t)
                 req.t_submitted_ns = self._clock()
                 out.append(req)

@@ -1,0 +1,648 @@
+"""Public serving traces read as they are published (docs/design.md §20): `mooncake:`, `bailian:`, `burstgpt:`
+and `azure:` FILE, each by its own columns, units and quirks.
+
+- **mooncake** (FAST'25 Mooncake traces, JSONL): `timestamp` in **milliseconds**, `input_length`,
+  `output_length`, `hash_ids`: one id per 512-token block, prefix-chained (an equal id means that block and all
+  before it are the same tokens).
+- **bailian** (Alibaba Qwen-Bailian traces, JSONL): `chat_id`, `parent_chat_id` (−1 for a root), `timestamp` in
+  seconds, `input_length` (a follow-up's includes its history), `output_length`, `type`, `turn`, `hash_ids`
+  over 16-token blocks. A follow-up is sent after its parent's answer has ended: at its own time, or then,
+  whichever is later (`TraceSessions`).
+- **burstgpt** (CSV): `Timestamp` (s from the trace's start), `Model`, `Request tokens`, `Response tokens`,
+  `Total tokens`, `Log Type`; newer files add `Session ID` and `Elapsed time`. Rows with 0 request or
+  response tokens (failures, ≈ 1.8 % of the published file) are dropped and counted; `--model-filter`.
+- **azure** (Azure LLM inference traces, CSV `TIMESTAMP,ContextTokens,GeneratedTokens`): 2023's naive times
+  with 7 fractional digits, 2024's with a `+00:00` offset; told apart by the first row.
+
+Files are **streamed**: one pass reads and checks every row (a bad row is one line naming the file, the line
+and what was expected), hashes the file, and keeps only a byte offset every CHUNK rows; a request's row is read
+again from there when the load reaches it (the rows of the CHUNKS_KEPT last chunks are kept), so a 16.8 M-row
+week does not sit in memory. Rows must be sorted by time, as the published files are.
+
+Block ids become text: block id h is BLOCK_WORDS words drawn from VOCAB seeded by h (each word one token in
+common tokenizers), the same words wherever h appears, so a server's prefix cache sees the reuse the trace
+recorded; `--prefix-cache off` puts a unique prefix before each prompt and defeats it.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+import math
+import random
+import re
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from engines.base import Prompt
+from measure.core.arrivals import Schedule
+from measure.core.datasets import Dataset, DatasetError, LengthDist
+from measure.core.sessions import DueTurn
+
+if TYPE_CHECKING:
+    from presets import Workload
+
+KINDS = ("mooncake", "bailian", "burstgpt", "azure")
+BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
+CHUNK = 4096  # rows between two kept byte offsets
+CHUNKS_KEPT = 4
+
+# Common English words, each one token (with its leading space) in the Gemma, Llama 3 and Qwen tokenizers.
+VOCAB = tuple("""the of and to in is was for on as with by he at from his an were are which this be or had not
+but have one they you all her she there their been has who can more when will would so no if out new up two what
+time into only some other could first than then its also after them way about over many may these just any most
+well like people such where should each back those both year good great must while city world state day life made
+part long own down even war game work same high still three found before house under home during between water
+little name very because last being through might place small world open left little since power number used took
+light school group never came best early church family run music line end point king team mother father free
+book set few name high left hand show four age less best land form night death side five three young six real
+word body town need food help case city head tree dark kind half river road army head heart field love play
+sea sun black white green red blue gold stone fire wind rain snow ice star moon light color voice face eye door
+wall floor table chair bed room window garden street bridge train ship car plane bird fish horse dog cat lion
+bear wolf song story letter paper page picture film art dance sport ball money price market bank trade law court
+police doctor teacher student child baby friend brother sister uncle queen prince lord god spirit mind idea
+fact truth peace fear hope dream sleep walk talk read write sing swim fly drive build grow cook eat drink""".split())
+VOCAB = tuple(dict.fromkeys(VOCAB))  # each once
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One request of a trace: its time (s from the first kept row), lengths, block ids, and in a Bailian trace
+    its parent's row index (−1: a root) and turn."""
+
+    index: int
+    line: int
+    t: float
+    prompt: int
+    output: int
+    hash_ids: tuple[int, ...] = ()
+    parent: int = -1
+    turn: int = 1
+
+
+def describe_format(kind: str) -> str:
+    """What a file of `kind` holds, for error lines."""
+    return _what(kind)
+
+
+def _what(kind: str) -> str:
+    return {"mooncake": 'Mooncake JSONL, one {"timestamp": ms, "input_length": N, "output_length": M, '
+                        '"hash_ids": [...]} per line',
+            "bailian": 'Bailian JSONL, one {"chat_id", "parent_chat_id", "timestamp": s, "input_length", '
+                       '"output_length", "type", "turn", "hash_ids"} per line',
+            "burstgpt": "BurstGPT CSV with the header Timestamp,Model,Request tokens,Response tokens,Total tokens,"
+                        "Log Type",
+            "azure": "Azure LLM inference trace CSV with the header TIMESTAMP,ContextTokens,GeneratedTokens"}[kind]
+
+
+_AZURE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+
+
+def _azure_time(raw: str) -> tuple[int, float, bool] | None:
+    """An Azure trace's TIMESTAMP: (whole seconds since 0001-01-01 UTC, the fraction, whether it named an
+    offset), any number of fractional digits (2023's files have 7, more than strptime's %f and Python 3.10's
+    fromisoformat take); None for anything else."""
+    m = _AZURE_TIME.fullmatch(raw)
+    if m is None:
+        return None
+    y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+    try:
+        day = date(y, mo, d).toordinal()
+    except ValueError:
+        return None
+    if h > 23 or mi > 59 or sec > 60:
+        return None
+    tz, frac = m.group(8), m.group(7)
+    off = 0 if tz in (None, "Z") else (-1 if tz[0] == "-" else 1) * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
+    return day * 86400 + h * 3600 + mi * 60 + sec - off, int(frac) / 10 ** len(frac) if frac else 0.0, tz is not None
+
+
+class _Parser:
+    """One kind's rows, line by line: parse() gives (raw time, prompt, output, hash ids, chat, parent chat, turn,
+    model) or raises DatasetError naming the line; None for a header."""
+
+    def __init__(self, kind: str, name: str, model_filter: str | None):
+        self.kind, self.name = kind, name
+        self.model_filter = model_filter.lower() if model_filter else None
+        self.cols: dict[str, int] = {}
+        self.ncols = 0
+        self.t0_dt: tuple[int, float] | None = None  # azure: the first row's time (whole s, fraction)
+        self.azure_offset: bool | None = None  # azure: 2024's +00:00 offsets (True) or 2023's naive times
+
+    def bad(self, line: int, why: str) -> DatasetError:
+        return DatasetError(f"--workload {self.kind}:{self.name} line {line}: {why}; expected: {_what(self.kind)}")
+
+    def header(self, line: int, text: str) -> None:
+        names = [c.strip().lower() for c in text.rstrip("\r\n").lstrip("\ufeff").split(",")]
+        need = {"burstgpt": ("timestamp", "model", "request tokens", "response tokens"),
+                "azure": ("timestamp", "contexttokens", "generatedtokens")}[self.kind]
+        missing = [n for n in need if n not in names]
+        if missing:
+            raise self.bad(line, f"the header {text.strip()!r} lacks the column{'s' if len(missing) > 1 else ''} "
+                                 + ", ".join(repr(m) for m in missing))
+        self.cols = {n: i for i, n in enumerate(names)}
+        self.ncols = len(names)
+
+    def _int(self, line: int, col: str, v: Any) -> int:
+        raw = v
+        if isinstance(v, str):
+            try:
+                v = float(v) if v.strip() else None
+            except ValueError:
+                raise self.bad(line, f"{col} {v!r} is not a number") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
+            raise self.bad(line, f"{col} {raw!r} must be a whole number of tokens, 0 or more")
+        return int(v)
+
+    def _time(self, line: int, col: str, v: Any) -> float:
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                raise self.bad(line, f"{col} {v!r} is not a number") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise self.bad(line, f"{col} {v!r} must be a time ≥ 0")
+        return float(v)
+
+    def parse(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int] | None:
+        """(time in s, raw; prompt; output; hash ids; chat id; parent chat id; turn), None for a row dropped
+        by --model-filter. A row of 0 tokens comes back with its zeros (the caller counts and drops it)."""
+        if self.kind in ("mooncake", "bailian"):
+            return self._json(line, text)
+        return self._csv(line, text)
+
+    def _json(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int]:
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            raise self.bad(line, f"not JSON ({getattr(exc, 'msg', exc)}; a truncated line?)") from None
+        if not isinstance(obj, dict):
+            raise self.bad(line, f"a JSON {type(obj).__name__}, not an object")
+        need = ("timestamp", "input_length", "output_length", "hash_ids") + (
+            ("chat_id", "parent_chat_id") if self.kind == "bailian" else ())
+        missing = [k for k in need if k not in obj]
+        if missing:
+            raise self.bad(line, "no " + ", ".join(repr(m) for m in missing))
+        t = self._time(line, "timestamp", obj["timestamp"])
+        if self.kind == "mooncake":
+            t /= 1000.0  # Mooncake's timestamps are milliseconds
+        ids = obj["hash_ids"]
+        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+            raise self.bad(line, "hash_ids must be a list of whole numbers")
+        chat = parent = turn = 0
+        if self.kind == "bailian":
+            chat, parent = (self._signed(line, k, obj[k]) for k in ("chat_id", "parent_chat_id"))
+            turn = self._signed(line, "turn", obj.get("turn", 1))
+        return (t, self._int(line, "input_length", obj["input_length"]),
+                self._int(line, "output_length", obj["output_length"]), tuple(ids), chat, parent, turn)
+
+    def _signed(self, line: int, key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.bad(line, f"{key} {v!r} must be a whole number")
+        return v
+
+    def _csv(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int] | None:
+        s = text.rstrip("\r\n")
+        if '"' in s:
+            import csv
+
+            fields = next(csv.reader([s]))
+        else:
+            fields = s.split(",")
+        if len(fields) != self.ncols:
+            raise self.bad(line, f"{len(fields)} fields where the header has {self.ncols} (a truncated line?)")
+        c = self.cols
+        if self.kind == "burstgpt":
+            if self.model_filter and fields[c["model"]].strip().lower() != self.model_filter:
+                return None
+            return (self._time(line, "Timestamp", fields[c["timestamp"]]),
+                    self._int(line, "Request tokens", fields[c["request tokens"]]),
+                    self._int(line, "Response tokens", fields[c["response tokens"]]), (), 0, 0, 1)
+        raw = fields[c["timestamp"]].strip()
+        got = _azure_time(raw)
+        if got is None:
+            raise self.bad(line, f"TIMESTAMP {raw!r} is not a time like 2023-11-16 18:15:46.6805900 or "
+                                 "2024-05-10 00:00:00.009930+00:00")
+        whole, frac, has_offset = got
+        if self.t0_dt is None:
+            self.t0_dt, self.azure_offset = (whole, frac), has_offset
+        elif has_offset != self.azure_offset:
+            raise self.bad(line, f"TIMESTAMP {raw!r} {'lacks' if self.azure_offset else 'has'} a UTC offset where "
+                                 "the first row's time " + ("has one" if self.azure_offset else "does not"))
+        return ((whole - self.t0_dt[0]) + (frac - self.t0_dt[1]),
+                self._int(line, "ContextTokens", fields[c["contexttokens"]]),
+                self._int(line, "GeneratedTokens", fields[c["generatedtokens"]]), (), 0, 0, 1)
+
+
+class TraceTable(Sequence[Row]):
+    """A trace file's kept rows, streamed: scanned once at open (checks, counts, sha256, a byte offset every
+    CHUNK rows), each row read again from its chunk when asked for (the CHUNKS_KEPT last chunks kept)."""
+
+    def __init__(self, kind: str, name: str, path: Path, model_filter: str | None = None):
+        self.kind, self.name, self.path = kind, name, path
+        self.model_filter = model_filter
+        self.block = BLOCK_TOKENS.get(kind, 0)
+        self._offsets: list[tuple[int, int]] = []  # (byte offset, line number) of rows 0, CHUNK, 2·CHUNK …
+        self._chunks: OrderedDict[int, list[Row]] = OrderedDict()
+        self.parents: array[int] | None = array("q") if kind == "bailian" else None
+        self.zero_rows = self.filtered = self.orphans = self.mismatched = 0
+        self.sessions = 0
+        self.n = 0
+        self.last_t = 0.0
+        self.t0 = 0.0
+        self.sha256 = ""
+        self.variant = ""
+        self._header_line: str | None = None
+        self._scan()
+
+    # -- the one pass
+    def _lines(self, start: int = 0, line_no: int = 0) -> Iterator[tuple[int, int, str, bytes]]:
+        """(line number, byte offset, text, raw bytes) from byte `start` (whose line is line_no + 1)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                off = start
+                for raw in f:
+                    line_no += 1
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise DatasetError(f"--workload {self.kind}:{self.name} line {line_no}: not UTF-8 text; "
+                                           f"expected: {_what(self.kind)}") from None
+                    yield line_no, off, text, raw
+                    off += len(raw)
+        except OSError as exc:
+            raise DatasetError(f"--workload {self.kind}:{self.name}: cannot read it ({exc.strerror or exc})") from None
+
+    def _scan(self) -> None:
+        p = _Parser(self.kind, self.name, self.model_filter)
+        h = hashlib.sha256()
+        chats: dict[int, int] = {}  # bailian: chat id → its row index
+        prev_t: float | None = None
+        prev_line = 0
+        csv = self.kind in ("burstgpt", "azure")
+        for line, off, text, raw in self._lines():
+            h.update(raw)
+            if not text.strip():
+                continue
+            if csv and self._header_line is None:
+                p.header(line, text)
+                self._header_line = text
+                continue
+            got = p.parse(line, text)
+            if got is None:
+                self.filtered += 1
+                continue
+            t, n_in, n_out, ids, chat, parent, _ = got
+            if prev_t is not None and t < prev_t:
+                raise p.bad(line, f"its time is {prev_t - t:g} s before line {prev_line}'s: the rows must be sorted "
+                                  "by time")
+            prev_t, prev_line = t, line
+            if n_in == 0 or n_out == 0:
+                self.zero_rows += 1
+                continue
+            if self.n == 0:
+                self.t0 = t  # times count from the first kept row
+            if self.block and len(ids) != -(-n_in // self.block):
+                self.mismatched += 1
+            if self.parents is not None:
+                if parent >= 0 and parent not in chats:
+                    self.orphans += 1  # its parent is not in the file (a sampled trace): sent as a root
+                self.parents.append(chats.get(parent, -1) if parent >= 0 else -1)
+                if parent < 0 or parent not in chats:
+                    self.sessions += 1
+                chats[chat] = self.n
+            if self.n % CHUNK == 0:
+                self._offsets.append((off, line - 1))
+            self.n += 1
+            self.last_t = t - self.t0
+        self.sha256 = h.hexdigest()[:16]
+        if self._header_line is None and csv:
+            raise DatasetError(f"--workload {self.kind}:{self.name}: the file is empty; expected: {_what(self.kind)}")
+        if self.kind == "azure":
+            self.variant = "2024 (UTC offsets)" if p.azure_offset else "2023 (naive times)"
+        self._azure_t0 = p.t0_dt
+        self._header_cols = (p.cols, p.ncols)
+
+    # -- reading rows back
+    def _chunk(self, c: int) -> list[Row]:
+        if c in self._chunks:
+            self._chunks.move_to_end(c)
+            return self._chunks[c]
+        p = _Parser(self.kind, self.name, self.model_filter)
+        p.cols, p.ncols = self._header_cols
+        p.t0_dt = self._azure_t0
+        p.azure_offset = self.variant.startswith("2024")
+        start, line0 = self._offsets[c]
+        rows: list[Row] = []
+        i = c * CHUNK
+        for line, _, text, _ in self._lines(start, line0):
+            if len(rows) == CHUNK or i >= self.n:
+                break
+            if not text.strip():
+                continue
+            got = p.parse(line, text)
+            if got is None or got[1] == 0 or got[2] == 0:
+                continue
+            t, n_in, n_out, ids, _, _, turn = got
+            rows.append(Row(i, line, t - self.t0, n_in, n_out, ids,
+                            self.parents[i] if self.parents is not None else -1, turn))
+            i += 1
+        self._chunks[c] = rows
+        while len(self._chunks) > CHUNKS_KEPT:
+            self._chunks.popitem(last=False)
+        return rows
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Row]: ...
+
+    def __getitem__(self, i: int | slice) -> Row | Sequence[Row]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self._chunk(i // CHUNK)[i % CHUNK]
+
+
+class TraceTimes(Sequence[float]):
+    """A trace's arrival times (s from its first row) as a sequence, read through its table: what
+    arrivals.ArrivalSpec replays, without a list of every time."""
+
+    def __init__(self, table: TraceTable):
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.n
+
+    @overload
+    def __getitem__(self, i: int) -> float: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[float]: ...
+
+    def __getitem__(self, i: int | slice) -> float | Sequence[float]:
+        if isinstance(i, slice):
+            return [self.table[j].t for j in range(*i.indices(self.table.n))]
+        if i == -1 or i == self.table.n - 1:
+            return self.table.last_t
+        return self.table[i].t
+
+
+class TraceAfter(Sequence[int]):
+    """Each request's parent's index (−1: none): a Bailian trace's session links, for TraceSessions."""
+
+    def __init__(self, parents: array[int]):
+        self.parents = parents
+
+    def __len__(self) -> int:
+        return len(self.parents)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        return list(self.parents[i]) if isinstance(i, slice) else self.parents[i]
+
+
+# ---- block ids as text ------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8192)
+def block_words(block: int, h: int) -> tuple[str, ...]:
+    """The words of block id h in a trace of `block`-token blocks: the same wherever h appears."""
+    return tuple(random.Random(f"block:{block}:{h}").choices(VOCAB, k=block))
+
+
+def blocks_text(ids: Sequence[int], n_tokens: int, block: int, own: str) -> str:
+    """A prompt of about n_tokens tokens (one word each) from its block ids: block j is block_words(ids[j]),
+    the last one cut to what is left; tokens past the ids (a trace whose ids cover less) are words of blocks
+    only this request has (`own`, its id)."""
+    words: list[str] = []
+    j = 0
+    while len(words) < n_tokens:
+        h = block_words(block, ids[j]) if j < len(ids) else block_words(block, hash(("own", own, j)) & (2**62 - 1))
+        words.extend(h[:n_tokens - len(words)])
+        j += 1
+    return " ".join(words)
+
+
+# ---- the dataset ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceDataset(Dataset):
+    """A public trace as a workload: request i is row i (cycling), its prompt the row's block ids as text (or a
+    synthetic prompt of its length where the trace has no ids), its answer length the row's output."""
+
+    table: TraceTable | None = field(default=None, compare=False)
+
+    @property
+    def varies(self) -> bool:
+        return True
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether its prompts carry the trace's block ids (a prefix cache has something to find)."""
+        return self.table is not None and self.table.block > 0
+
+    def row(self, index: int) -> Row:
+        assert self.table is not None
+        return self.table[index % self.table.n]
+
+    def prompt_at(self, index: int) -> Prompt | None:
+        r = self.row(index)
+        assert self.table is not None
+        pid = f"{self.table.path.stem}-{r.line}"
+        if self.table.block:
+            return Prompt(pid, text=blocks_text(r.hash_ids, r.prompt, self.table.block, pid))
+        return Prompt(pid, synthetic_tokens=r.prompt)
+
+    def output_at(self, index: int, default: int) -> int:
+        if self.output_len is not None:
+            n = self.output_len.draw(index)
+        else:
+            n = self.row(index).output
+        return min(n, self.cap) if self.cap else n
+
+    def longest(self, count: int, default: int) -> tuple[int, int, int] | None:
+        best = None
+        for i in range(count):
+            n, out = self.row(i).prompt, self.output_at(i, default)
+            if best is None or n + out > best[1] + best[2]:
+                best = (i, n, out)
+        return best
+
+
+def load(kind: str, name: str, path: Path, *, output_len: LengthDist | None, max_tokens: int | None,
+         model_filter: str | None, seed: int, output_spec: str | None) -> TraceDataset:
+    """--workload KIND:FILE for the public traces. DatasetError: one line."""
+    if model_filter and kind != "burstgpt":
+        raise DatasetError(f"--model-filter picks a BurstGPT trace's rows by their Model column: it does not apply "
+                           f"to --workload {kind}:")
+    table = TraceTable(kind, name, path, model_filter)
+    if not table.n:
+        why = (f"no row of Model {model_filter!r} ({table.filtered} rows of other models)" if table.filtered
+               else f"no request with tokens ({table.zero_rows} rows of 0 tokens)" if table.zero_rows
+               else "no requests")
+        raise DatasetError(f"--workload {kind}:{name}: {why}; expected: {_what(kind)}")
+    desc = f"{table.n} requests from {path.name} ({kind}" + (f" {table.variant}" if table.variant else "")
+    notes = []
+    if table.zero_rows:
+        notes.append(f"{table.zero_rows} rows of 0 tokens dropped")
+    if table.filtered:
+        notes.append(f"{table.filtered} rows of other models dropped")
+    if table.parents is not None:
+        notes.append(f"{table.sessions} sessions")
+    desc += "".join(f"; {n}" for n in notes) + ")"
+    info: dict[str, Any] = {
+        "workload_file": str(path.resolve()), "workload_sha256": table.sha256, "workload_items": table.n,
+        "trace_format": kind + (f" {table.variant}" if table.variant else ""), "output_len": output_spec,
+        "length_seed": seed, "trace_span_s": table.last_t}
+    if table.block:
+        info["trace_block_tokens"] = table.block
+    if kind in ("burstgpt", "azure"):
+        info["trace_zero_token_rows"] = table.zero_rows
+    if model_filter:
+        info.update(trace_model_filter=model_filter, trace_filtered_rows=table.filtered)
+    if table.parents is not None:
+        info.update(trace_sessions=table.sessions, trace_orphans=table.orphans)
+    if table.mismatched:
+        info["trace_hash_mismatch_rows"] = table.mismatched
+    return TraceDataset(f"{kind}:{name}", desc, source=str(path), output_len=output_len, cap=max_tokens,
+                        times_s=TraceTimes(table), info=info, table=table)
+
+
+def after_of(wl: Workload) -> Sequence[int] | None:
+    """A Bailian trace's session links (each request's parent's index, −1 for none), else None."""
+    if isinstance(wl, TraceDataset) and wl.table is not None and wl.table.parents is not None:
+        return TraceAfter(wl.table.parents)
+    return None
+
+
+# ---- a trace's sessions -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Turn:
+    index: int
+    due_ns: int
+
+
+@dataclass
+class TraceTurn(DueTurn):
+    """A trace's request as a session's turn: its row index too (to release its follow-ups when it ends)."""
+
+    index: int = 0
+
+
+class TraceSessions(Schedule):
+    """A trace whose follow-ups wait for their parents (Bailian): request i is due at t0 + offset_i, and a
+    follow-up not before its parent's answer has ended (then at once). It makes its own requests, as
+    sessions.Sessions does (RequestMaker asks due_turns and tells finished); session = its root's index + 1,
+    turn = the file's."""
+
+    def __init__(self, offsets: Iterator[int], after: Sequence[int], total: int | None, label: str):
+        super().__init__(offsets, total, label)
+        self.after = after
+        self.users = 1  # RequestMaker.set_users sets it; a trace has no users
+        self._released = 0  # rows whose own time has come
+        self._ready: list[tuple[int, int]] = []  # (due ns, index), a heap
+        self._waiting: dict[int, list[_Turn]] = {}  # parent index → follow-ups whose time came before its end
+        self._ended: dict[int, int] = {}  # index → when its answer ended
+        self._root: dict[int, int] = {}
+        self._flight: dict[int, int] = {}  # request id → index
+
+    def describe(self) -> str:
+        return f"open loop, {self.label}, follow-ups after their parents' answers"
+
+    def _parent(self, i: int) -> int:
+        n = len(self.after)
+        p = self.after[i % n]
+        return -1 if p < 0 else p + (i // n) * n
+
+    def _release(self, now_ns: int) -> None:
+        assert self._t0 is not None
+        while (self._next is not None and self._t0 + self._next <= now_ns
+               and (self.total is None or self._released < self.total)):
+            i, due = self._released, self._t0 + self._next
+            self._released += 1
+            self._next = next(self._offsets, None)
+            p = self._parent(i)
+            self._root[i] = self._root.get(p, p) if p >= 0 else i
+            if p < 0:
+                heapq.heappush(self._ready, (due, i))
+            elif p in self._ended:
+                heapq.heappush(self._ready, (max(due, self._ended[p]), i))
+            else:
+                self._waiting.setdefault(p, []).append(_Turn(i, due))
+
+    def due_turns(self, now_ns: int, workload: Workload, max_tokens: int) -> list[DueTurn]:
+        from measure.core.workload import request_for
+
+        if self._t0 is None:
+            self._t0 = now_ns
+        self._release(now_ns)
+        out: list[DueTurn] = []
+        while self._ready and self._ready[0][0] <= now_ns and not self.exhausted():
+            due, i = heapq.heappop(self._ready)
+            prompt, n = request_for(workload, i, max_tokens)
+            turn = workload.row(i).turn if isinstance(workload, TraceDataset) else 1
+            out.append(TraceTurn(due, prompt, n, self._root[i] + 1, turn, "", [], 0, i))
+            self.issued += 1
+        return out
+
+    def sent(self, request_id: int, turn: DueTurn) -> None:
+        assert isinstance(turn, TraceTurn)
+        self._flight[request_id] = turn.index
+
+    def finished(self, request_id: int, answer: str | None, t_done_ns: int) -> None:
+        i = self._flight.pop(request_id, None)
+        if i is None:
+            return
+        self._ended[i] = t_done_ns
+        for w in self._waiting.pop(i, []):
+            heapq.heappush(self._ready, (max(w.due_ns, t_done_ns), w.index))
+
+    def exhausted(self) -> bool:
+        if self.total is not None:
+            return self.issued >= self.total
+        return self._next is None and not self._ready and not self._waiting
+
+    def next_wakeup_ns(self) -> int | None:
+        if self.exhausted() or self._t0 is None:
+            return None
+        times = [self._ready[0][0]] if self._ready else []
+        if self._next is not None and (self.total is None or self._released < self.total):
+            times.append(self._t0 + self._next)
+        return min(times, default=None)
+
+    def resume(self, now_ns: int) -> None:
+        """After a pause: the rows still to come move on by it (Schedule.resume); ready ones are due now."""
+        super().resume(now_ns)
+        self._ready = [(max(d, now_ns), i) for d, i in self._ready]
+        heapq.heapify(self._ready)
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        raise TypeError("a trace's sessions make their own requests: RequestMaker asks due_turns()")
+
+
+
+__all__ = ["KINDS", "TraceDataset", "TraceTable", "TraceTimes", "TraceSessions", "Row", "load", "after_of",
+           "blocks_text", "block_words", "VOCAB", "BLOCK_TOKENS"]
