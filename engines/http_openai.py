@@ -260,6 +260,8 @@ class _Counter:
             else:
                 self.answer_seen = True
                 if res.reasoning_tokens:
+        self.reasoning_chunks = 0  # content chunks of thinking before the answer's first
+        self.server_reasoning: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where sent
                     res.t_first_answer_ns = t
         if n:
             ts = [t] * n
@@ -267,6 +269,12 @@ class _Counter:
             self.counted += n
             if self.on_tokens is not None:
                 self.on_tokens(ts)
+            done = usage.get("completion_tokens_details")  # OpenAI's, vLLM's: the thinking tokens counted
+            if isinstance(done, dict) and isinstance(done.get("reasoning_tokens"), int):
+                self.server_reasoning = done["reasoning_tokens"]
+            details = usage.get("prompt_tokens_details")  # vLLM, SGLang, mlx_lm.server, llama-server
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                res.cached_tokens = details["cached_tokens"]
 
     def finish(self) -> None:
         res = self.res
@@ -297,6 +305,7 @@ class _ArrivalClock:
         self.content = r.content
         self.base = int(getattr(r.content, "total_bytes", 0) or 0)
         self.marks: deque[tuple[int, int]] = deque()
+                self.reasoning_chunks += 1
         self.proto = getattr(getattr(r, "connection", None), "protocol", None)
         if self.proto is None or "data_received" in vars(self.proto):
             self.proto = None
@@ -320,8 +329,13 @@ class _ArrivalClock:
         return marks[0][1] if marks else time.perf_counter_ns()
 
     def close(self) -> None:
+            if res.reasoning_tokens:  # the thinking chunks' tokens, not the chunks: each holds its share too
+                r = self.reasoning_chunks
+                res.reasoning_tokens = sum(n + k for (_, n), k in zip(self.chunk_ts[:r], per[:r]))
         if self.proto is not None:
             vars(self.proto).pop("data_received", None)
+        if self.server_reasoning is not None and res.reasoning_tokens:  # the server's own count, where it gives one
+            res.reasoning_tokens = self.server_reasoning
             self.proto = None
 
 

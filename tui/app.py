@@ -459,8 +459,8 @@ class InferenceTop(App):
             good = (f"{r.goodput_tps:.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
                     is not None else "—")
             ms = lambda v: _f(None if v is None else v * 1e3, '.0f')  # noqa: E731
-            t.append(f"{mark}{r.level:<19} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
-                     f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} {ms(r.ttft_p99):>5} "
+            t.append(f"\n{mark}{r.level:<{lw}} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
+                     f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} {p99_mark(r.requests) + ms(r.ttft_p99):>5} "
                      f"{good:>11} {_f(r.predicted_tps, '.0f'):>5}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
                      + f"  {(r.wall if r.settled else r.progress)[:40]}\n", style)
         return t

@@ -85,8 +85,9 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
                    help="http engine: seconds without data before a stream counts as stalled")
     p.add_argument("--model", help="a .gguf file (llama); an mlx-lm folder, or a Gemma 3 .gguf converted once "
                    "(mlx); default: the embedded Gemma 3 270M")
-    p.add_argument("--k", type=int_list if lists else positive_int, default=[1] if lists else 1,
-                   help="engine instances (worker processes)" + (", comma list" if lists else ""))
+    p.add_argument("--k", type=int_list if lists else positive_int, default=None,
+                   help="engine instances (worker processes), or endpoints in use over HTTP" + (", comma list" if lists
+                   else "") + " (default 1; over several --url, all of them)")
     p.add_argument("--b", type=int_list if lists else positive_int, default=None,
                    help="sequences batched in one engine (continuous batching; turns batch mode on)"
                    + (", comma list" if lists else ""))

@@ -79,6 +79,12 @@ class Cell:
     lateness_max_ms: float | None = None
     behind_schedule: bool | None = None
     arrival_rps: float | None = None
+    # http: requests that were due while every client stream was busy, and how long they waited in the client
+    # (arrivals.client_wait_figures), only where some did: the client's queue, not the server's
+    client_waited: int | None = None
+    client_wait_p50_ms: float | None = None
+    client_wait_p99_ms: float | None = None
+    client_wait_max_ms: float | None = None
     # multi-turn sessions (core/sessions.py)
     ttft_by_turn: dict[str, Any] | None = None
     prefix_cache: str | None = None
@@ -266,9 +272,11 @@ class Clients:
     def time(self, records: Sequence[RequestRecord]) -> Timed:
         own = PerRep().time(records)
         # (all() holds: every value is set, the filters are for the type checker)
-        return Timed([], sum(t for t in self.tps if t) if all(self.tps) else None,
-                     sum(c for c in self.conc if c) if all(self.conc) else None,
-                     None, own.batch,
+        tps = sum(t for t in self.tps if t) if all(self.tps) else None
+        tokens = sum(r.output_tokens for r in M.ok(records))
+        # goodput per second of the span that gives the summed throughput (tokens ÷ Σ tok/s)
+        return Timed([], tps, sum(c for c in self.conc if c) if all(self.conc) else None,
+                     tokens / tps if tps and tokens else None, own.batch,
                      {"clients": len(self.tps), "clients_throughput": self.tps,
                       "throughput_rule": "Σ over clients of each client's output tokens ÷ its own span"})
 

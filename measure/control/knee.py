@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import Cell, as_cell
 from measure.core import metrics as M
+from measure.core.arrivals import LATE_MS
 from measure.core.records import RequestRecord, is_remote
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Poisson
@@ -31,9 +32,12 @@ TARGET_ATTAINMENT = 0.90  # the SLO attainment a level needs (--target's default
 SERVED_RATIO = 0.95
 # queue-inclusive TTFT rising faster than this (s per s of arrivals) = a server completing < 95 % of the rate
 QUEUE_TREND = 1 / SERVED_RATIO - 1
+CLIENT_LATE_SHARE = 0.2  # a failing level sent later than this share of the SLO's TTFT (p99; ≥ arrivals.LATE_MS)
+# is the client's failure, not the server's
 LEVEL_S = 10.0  # a rate level offers at least this many seconds of arrivals (and at least cfg.requests)
 LEVEL_SERVICES = 5  # … and at least 5 service times (a request's started → done), so a queue has time to show
-ENDS = ("refused", "wall", "short")  # a level that stops this way ends the search: nothing after it is measured
+ENDS = ("refused", "wall", "short", "client")  # a level that stops this way ends the search: nothing after it
+# is measured ("client": the load generator could not send the level on schedule, twice: the client's limit)
 
 
 @dataclass
@@ -42,7 +46,8 @@ class Level:
 
     level: float
     ok: bool
-    stop: str | None = None  # refused | wall | short (fewer users ran than named): the search ends; timeout
+    stop: str | None = None  # refused | wall | short (fewer users ran than named) | client (the load generator fell
+    # behind its schedule): the search ends; timeout
     why: str = ""  # what failed, in words ("TTFT p99 1.9 s (queue)")
     cell: Cell | None = None
 
@@ -64,7 +69,10 @@ class Knee:
             head = f"this machine serves no level of this workload within the {slo_name} SLO"
         else:
             head = f"this machine serves {fmt(self.passed.level)} {unit} of this workload within the {slo_name} SLO"
-        if self.failed is not None:
+        if self.failed is not None and self.failed.stop == "client":
+            head += (f"; {fmt(self.failed.level)} was not measured: {self.failed.why}, so the knee is at or above "
+                     f"{fmt(self.passed.level) if self.passed else 'nothing measured'}, not found")
+        elif self.failed is not None:
             head += f"; at {fmt(self.failed.level)}, {self.failed.why}"
         return head + (f"; the wall is {wall}" if wall else "")
 
@@ -109,10 +117,26 @@ def find_knee(run_level: Callable[[float], Level], what: str = "users", start: f
     levels: list[Level] = []
     passed: Level | None = None
     failed: Level | None = None
-    level = start
-    while level <= limit and len(levels) < max_levels:
+
+    def measured(level: float, confirm: bool = True) -> Level:
+        """A level; the doubling's first failure is run once more before the search bisects below it: it counts
+        as failed only when the second run fails too (one stall on a shared machine put a knee 17× too low); a
+        level the load generator could not send on schedule (stop "client") is the client's failure, and twice
+        ends the search."""
         st = run_level(level)
         levels.append(st)
+        if (st.ok and not st.stop) or (st.stop in ENDS and st.stop != "client") or len(levels) >= max_levels or (
+                not confirm and st.stop != "client"):
+            return st
+        again = run_level(level)
+        levels.append(again)
+        if again.ok and not again.stop:
+            again.why += f" (on a second run; the first was out: {st.why})"
+        return again
+
+    level = start
+    while level <= limit and len(levels) < max_levels:
+        st = measured(level)
         if st.ok and not st.stop:
             passed, level = st, level * 2
             continue
@@ -130,8 +154,7 @@ def find_knee(run_level: Callable[[float], Level], what: str = "users", start: f
         mid = (lo + hi) // 2 if what != "rate" else (lo + hi) / 2
         if mid <= 0:
             break
-        st = run_level(mid)
-        levels.append(st)
+        st = measured(mid, confirm=False)
         if st.ok and not st.stop:
             passed, lo = st, mid
         else:
@@ -166,7 +189,7 @@ def _why(cell: Cell, slo: SLO, att: float) -> str:
         assert cell.p99_ttft_ms is not None  # over a bound of ≥ 0 s
         queue = cell.median_queue_wait_ms or 0
         cause = "queue" if queue > 0.5 * (cell.median_ttft_ms or 0) else "prefill"
-        parts.append(f"TTFT p99 is {cell.p99_ttft_ms / 1e3:.2f} s ({cause})")
+        parts.append(f"TTFT p99 is {M.p99_mark(cell.completed)}{cell.p99_ttft_ms / 1e3:.2f} s ({cause})")
     if slo.tpot_s is not None and (cell.median_tpot_ms or 0) > slo.tpot_s * 1e3:
         parts.append(f"TPOT p50 is {cell.median_tpot_ms:.0f} ms (each decode step)")
     return (" and ".join(parts) or f"only {att:.0%} of requests meet the SLO") + f" ({att:.0%} within it)"
@@ -293,6 +316,13 @@ def measure_levels(source: LoadSource, workload: Workload, what: str, cfg: Sweep
                             f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
                             "stops here", cell)
         st = judge(cell, cfg.slo, what, level, target)
+        late_bound = max(LATE_MS, CLIENT_LATE_SHARE * cfg.slo.ttft_s * 1e3 if cfg.slo and cfg.slo.ttft_s else 0.0)
+        if not st.ok and not st.stop and (cell.lateness_p99_ms or 0.0) > late_bound:
+            # the load generator itself fell behind: the level was not offered as named, so its verdict is the
+            # client's, not the server's (find_knee runs it again, and ends the search if it falls behind twice)
+            st = Level(level, False, "client", f"the load generator fell behind its schedule (requests sent late p99 "
+                       f"{M.p99_mark(cell.completed)}{cell.lateness_p99_ms or 0:.0f} ms): this client could not "
+                       "offer the level", cell)
         if what == "rate" and is_remote(mode) and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
             st.why += (f"; all {b} of this client's streams were busy (--b {b}), so the queue may be the client's, "
                        "not the server's: give a larger --b")

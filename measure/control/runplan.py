@@ -105,6 +105,7 @@ class RunPlan:
     # closed loop (bench), or --rate's Poisson (the dashboard)
     sessions: SessionSpec | None = None  # bench --turns: users in multi-turn sessions
     client_procs: int | None = 1  # http bench: processes its streams spread over (None: http_pool.auto_procs)
+    cap_open_loop: bool = False  # http, --b given: an open loop waits for one of the B streams (else never capped)
 
     @property
     def engine_is_remote(self) -> bool:
@@ -118,8 +119,9 @@ class RunPlan:
 
     @property
     def find_k(self) -> int:
-        """The K a --find search runs at: a server's users are its streams (K 1), a local engine's is the first --k."""
-        return 1 if self.engine_is_remote else self.ks[0]
+        """The K a --find search runs at: the first --k; over HTTP that is every endpoint given unless --k says fewer
+        (a level's users or rate spread over them, not the first endpoint's alone)."""
+        return min(self.ks[0], max(1, len(self.endpoints))) if self.engine_is_remote else self.ks[0]
 
     def start_lines(self, records: str) -> list[str]:
         """What a bench says as it starts: what is measured, where the records go (`records`), the budget."""
@@ -164,7 +166,7 @@ class RunPlan:
             src = make(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
                              on_record=on_record, events=events, prefix_cache=self.prefix_cache,
-                             tokenizer=self._tokenizer(), routing=self.routing)
+                             tokenizer=self._tokenizer(), routing=self.routing, cap_open_loop=self.cap_open_loop)
             if k is not None or len(self.endpoints) > 1:
                 src.scale_to(k or self.ks[0])
             return src
@@ -267,7 +269,9 @@ class RunPlan:
                     "routing": self.routing, "endpoint": self.endpoint,
                     "model": self.model_name, "model_bytes": self.model_bytes, "simulated": False,
                     "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
-                    "tokenizer": self.tokenizer, **common}
+                    "tokenizer": self.tokenizer,
+                    "open_loop_streams": "capped at B (--b)" if self.cap_open_loop else "not capped by the client",
+                    **common}
         assert self.choice is not None and self.spec is not None  # a local engine's plan has both (make_plan)
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
@@ -423,7 +427,7 @@ def check_url(url: str | None) -> str:
 def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
               progress: Callable[[str], None] | None = None) -> RunPlan:
     """The one place command-line choices become a plan. StartError: one line, nothing started."""
-    ks = args.k if isinstance(args.k, list) else [args.k]
+    ks = args.k if isinstance(args.k, list) else [args.k or 1]  # None (not given): 1, or every endpoint given
     bs = args.b if isinstance(args.b, list) or args.b is None else [args.b]
     seed = getattr(args, "seed", None) or 0
     turns = getattr(args, "turns", None)
@@ -491,6 +495,8 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
         endpoints = http_endpoints(args)
         url = endpoints[0].url
         n = len(endpoints)
+        if args.k is None:  # a user who lists several servers means all of them: K = the endpoints given
+            common["ks"] = ks = [n]
         if n > 1 and max(ks) > n:
             raise StartError(f"--k {max(ks)}: only {n} endpoints were given (K = endpoints in use)")
         try:
@@ -522,7 +528,7 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
                        url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
                        endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
                        model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer,
-                       client_procs=getattr(args, "client_procs", 1), **common)
+                       client_procs=getattr(args, "client_procs", 1), cap_open_loop=args.b is not None, **common)
     if args.url or args.urls or args.model_bytes:
         raise StartError("--url, --urls and --model-bytes apply to --engine http")
     if args.tokenizer is not None:

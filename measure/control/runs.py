@@ -7,13 +7,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
 from measure.core.records import RequestRecord
 from measure.control.cell import Cell, Clients, Periods, as_cell
 from measure.control.sweep import add_scaling, cell_summary
+
+if TYPE_CHECKING:
+    from presets import SLO
 
 
 class ReportError(ValueError):
@@ -74,7 +77,7 @@ def load_run(path: str | Path) -> Run:
     if header.get("command") == "bench" and summary.exists():
         cells = [Cell.from_dict(c) for c in json.loads(summary.read_text())]
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
-        cells = cells_from_records(records, header, samples)
+        cells = cells_from_records(records, header, samples, events)
     knee = p.with_name("knee.json")
     if knee.exists():
         try:
@@ -127,10 +130,17 @@ def combine(runs: list[Run]) -> Run:
         k, b, mode = key
         assert k is not None and b is not None  # an ok cell names its level (cell_summary sets K and B)
         parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
-        pooled = [rec for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
-        timing = Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts])
+        one_clock = _one_clock(runs)
+        pooled = [_shifted(rec, one_clock[r.name]) if one_clock else rec
+                  for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
+        timing = (None if one_clock else
+                  Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts]))
         c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
-                         endpoint_gbps=endpoint_gbps(h0), timing=timing)
+                         endpoint_gbps=endpoint_gbps(h0), timing=timing, slo=slo_of(h0),
+                         max_tokens=h0.get("max_tokens"), ignore_eos=bool(h0.get("ignore_eos")))
+        if one_clock:
+            c.update(clients=len(parts), throughput_rule="every client's requests pooled on one clock (each client's "
+                     "times from its --start-at), tokens ÷ first scheduled → last done")
         c.arrival_rps = _arrival_rps(parts, key, segments)
         if parts[0][1].arrivals:
             c.arrivals = parts[0][1].arrivals
@@ -142,6 +152,52 @@ def combine(runs: list[Run]) -> Run:
                   clients_start=_clients_start(runs))
     return Run(f"{len(runs)} clients combined ({', '.join(r.name for r in runs)})", header, cells,
                warnings=warnings, records=[rec for r in runs for rec in r.records])
+
+
+def slo_of(header: dict[str, Any]) -> SLO | None:
+    """The SLO a run was measured under, read back from its header's description ("interactive: TTFT ≤ 450 ms,
+    TPOT ≤ 40 ms"); None where it had none or the text is not one this version wrote."""
+    from presets import SLO
+
+    text = header.get("slo")
+    if not isinstance(text, str) or ": " not in text:
+        return None
+    key, _, rest = text.partition(": ")
+    bounds: dict[str, float] = {}
+    for part in rest.split(", "):
+        name, _, value = part.partition(" ≤ ")
+        if name not in ("TTFT", "TPOT", "E2E") or not value.endswith(" ms"):
+            return None
+        try:
+            bounds[name.lower() + "_s"] = float(value[:-3]) / 1e3
+        except ValueError:
+            return None
+    return SLO(key, key, **bounds)
+
+
+def _one_clock(runs: list[Run]) -> dict[str, int] | None:
+    """Each client's shift onto one clock (ns to add to its records' times), where every client was asked to
+    --start-at and recorded where that instant fell on its own clock: its times then count from the one instant
+    all were asked for. None where some client lacks it (their clocks cannot be compared)."""
+    out = {}
+    for r in runs:
+        h = r.header
+        if h.get("start_perf_ns") is None or h.get("start_at_unix") is None:
+            return None
+        out[r.name] = round(float(h["start_at_unix"]) * 1e9) - int(h["start_perf_ns"])
+    return out
+
+
+def _shifted(rec: RequestRecord, d: int) -> RequestRecord:
+    from dataclasses import replace
+
+    def s(t: int | None) -> int | None:
+        return None if t is None else t + d
+
+    return replace(rec, t_scheduled_ns=rec.t_scheduled_ns + d, t_submitted_ns=rec.t_submitted_ns + d
+                   if rec.t_submitted_ns else rec.t_submitted_ns, t_started_ns=s(rec.t_started_ns),
+                   t_first_token_ns=s(rec.t_first_token_ns), t_done_ns=s(rec.t_done_ns),
+                   token_ns=[t + d for t in rec.token_ns], t_first_answer_ns=s(rec.t_first_answer_ns))
 
 
 def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
@@ -212,19 +268,48 @@ def _clients_start(runs: list[Run]) -> list[dict[str, Any]]:
     return out
 
 
-def level_periods(samples: list[dict[str, Any]]) -> dict[tuple[int, int, str], list[tuple[int, int]]]:
+def _level_key(label: str) -> tuple[int, int, str] | None:
+    """A `level` event's label, "K=2 B=1 instances", as (K, B, mode); None where it is not one."""
+    parts = label.split()
+    try:
+        if len(parts) == 3 and parts[0].startswith("K=") and parts[1].startswith("B="):
+            return int(parts[0][2:]), int(parts[1][2:]), parts[2]
+    except ValueError:
+        pass
+    return None
+
+
+def level_periods(samples: list[dict[str, Any]], events: Sequence[dict[str, Any]] = ()
+                  ) -> dict[tuple[int, int, str], list[tuple[int, int]]]:
     """(K, B, mode) → its contiguous periods [start, end) in ns, from a recording's samples; paused time
-    belongs to no level. A level visited twice has two periods, each timed on its own."""
-    out: dict[tuple[int, int, str], list[tuple[int, int]]] = {}
+    belongs to no level. A level visited twice has two periods, each timed on its own. Where the recording has
+    `level` events (a level begins when its workers are ready, docs/design.md §9), a level runs from its event
+    to the next one: the samples' K and B are the ones asked at the key press, and until the new workers were
+    ready the level before went on (timing from the key press put the warmup's seconds, served by the old K,
+    into the new level's span). Without such events, the samples' K, B and mode say the level."""
     ordered = sorted(samples, key=lambda s: s["t_ns"])
+    changes = sorted((e["t_ns"], key) for e in events
+                     if e.get("type") == "level" and (key := _level_key(str(e.get("text", "")))) is not None)
+    # the timeline: each sample (pause state; without level events, its K, B, mode), and each level's start
+    points: list[tuple[int, int, Any]] = [(s["t_ns"], 1, s) for s in ordered] + [(t, 0, k) for t, k in changes]
+    points.sort(key=lambda p: (p[0], p[1]))
+    out: dict[tuple[int, int, str], list[tuple[int, int]]] = {}
+    level: tuple[int, int, str] | None = None
+    paused = False
     run_key: tuple[int, int, str] | None = None
     run_start = 0  # read only once run_key is set, with it
-    for s in ordered:
-        key = None if s.get("paused") else (s.get("k", 1), s.get("b", 1), s.get("mode", "instances"))
+    for t, kind, what in points:
+        if kind == 0:
+            level = what
+        else:
+            paused = bool(what.get("paused"))
+            if level is None or not changes:  # the first level (it has no event), or no events at all
+                level = (what.get("k", 1), what.get("b", 1), what.get("mode", "instances"))
+        key = None if paused else level
         if key != run_key:
             if run_key is not None:
-                out.setdefault(run_key, []).append((run_start, s["t_ns"]))
-            run_key, run_start = key, s["t_ns"]
+                out.setdefault(run_key, []).append((run_start, t))
+            run_key, run_start = key, t
     if run_key is not None and ordered and ordered[-1]["t_ns"] > run_start:
         out.setdefault(run_key, []).append((run_start, ordered[-1]["t_ns"]))
     return out
@@ -237,7 +322,7 @@ def endpoint_gbps(header: dict[str, Any]) -> list[float | None] | None:
 
 
 def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
-                       samples: list[dict[str, Any]]) -> list[Cell]:
+                       samples: list[dict[str, Any]], events: Sequence[dict[str, Any]] = ()) -> list[Cell]:
     """One cell per (K, B, mode) that served requests (records say which level served them). With a
     recording's samples, every per-second figure is over that level's own periods (cell.Periods), so a level
     left and visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods
@@ -247,7 +332,7 @@ def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
     groups: dict[tuple[int, int, str], list[RequestRecord]] = {}
     for r in records:
         groups.setdefault((r.k, r.b, r.mode), []).append(r)
-    periods = level_periods(samples) if samples else {}
+    periods = level_periods(samples, events) if samples else {}
     w = header.get("model_bytes", 0)
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):

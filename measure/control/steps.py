@@ -98,14 +98,21 @@ class StepTable:
         self._figures: tuple[int, float | None, float | None, float | None] = (0, None, None, None)
         # (id of the level's figures, their counts at its first settled reading)
         self._base: tuple[int, tuple[int, int, int, int]] | None = None
+        self._settled: StepRow | None = None  # the current level's row as it last stood settled
 
     def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
              figures: LevelFigures, agg_tps: float, concurrency: float, mem_used: int | None,
              bw_gbps: float | None, predicted_tps: float | None, wall: str, watts: float | None = None) -> StepRow:
         if label != self._label:
-            if self.current is not None and self.current.settled:
-                self.rows.append(self.current)
+            if self._settled is not None:  # the level left behind keeps its row as it last stood settled
+                self.rows.append(self._settled)
             self._label, self._start, self._samples, self._base = label, level_start_ns, [], None
+            self._settled = None
+        if not steady and self._settled is not None:
+            # a step is pending (new workers load and warm up; the level goes on until they are ready): the
+            # row stays as it last stood settled, not re-marked unsettled by the warmup's ticks
+            self.current = self._settled
+            return self.current
         del self._samples[:-SETTLE_SAMPLES]  # only the last readings count
         age = (now_ns - level_start_ns) / NS
         if self._base is not None and self._base[0] != id(figures):  # statistics reset: a new window
@@ -150,6 +157,8 @@ class StepTable:
             1 / p50 if p50 else None, p50, ttft50, ttft99, n_good,
             g.rps if g else None, g.tps if g else None, g.attainment if g else None, mem_used, bw_gbps,
             predicted_tps, wall, watts, usd)
+        if settled:
+            self._settled = self.current
         return self.current
 
     def table(self) -> list[StepRow]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import Cell, PerRep, skipped
 from measure.core import metrics as M
-from measure.core.arrivals import lateness_figures
+from measure.core.arrivals import client_wait_figures, lateness_figures
 from measure.core.cost import joules_per_token
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
@@ -103,6 +103,9 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if is_remote(mode) and (check := server_check(records)):
         out.server_check = check
     if cost is not None and (cost.set or watts is not None):
+    if is_remote(mode):
+        out.update(**cache_figures(records))
+        out.update(**client_wait_figures(records))
         out.update(watts=watts, joules_per_token=joules_per_token(watts, out.output_throughput),
                    usd_per_mtok=cost.usd_per_mtok(out.output_throughput, watts))
     if slo is not None:
@@ -415,7 +418,9 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     blocked = (k, b, "refused", f"K={k} B={b} refused")
                     continue
                 cfg.current = (k, b, context)
-                runner.start(cfg.mode, k, b, seq_ctx, users if closed and cfg.users else None)
+                # a closed loop's or the sessions' users told to the source: it may otherwise follow its slots
+                # (B × endpoints), and sessions of --users 4 ran B × endpoints users
+                runner.start(cfg.mode, k, b, seq_ctx, users if cfg.sessions or (closed and cfg.users) else None)
                 cell_records: list[RequestRecord] = []
                 status = None
                 for rep in range(cfg.reps):
@@ -484,7 +489,8 @@ def answer_notes(c: Cell) -> str:
         note += (f" STOPPED EARLY {c.stopped_early}/{'?' if c.completed is None else c.completed} (answers ended "
                  "before max_tokens although ignore_eos was sent: does the server honour it?)")
     if c.reasoning_tokens:
-        note += (f" TTFAT p50/p99 {_fmt(c.median_ttfat_ms, '.0f')}/{_fmt(c.p99_ttfat_ms, '.0f')} ms"
+        note += (f" TTFAT p50/p99 {_fmt(c.median_ttfat_ms, '.0f')}/{M.p99_mark(c.completed)}"
+                 f"{_fmt(c.p99_ttfat_ms, '.0f')} ms"
                  f" (first answer token; {c.reasoning_tokens} reasoning tokens counted)")
     return note
 
@@ -502,7 +508,7 @@ def format_table(cells: list[Cell]) -> str:
             continue
         note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c)
         for cls, v in (c.ttft_by_class or {}).items():
-            note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{v['p99_ttft_ms']:.0f} ms"
+            note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{M.p99_mark(v.get('n'))}{v['p99_ttft_ms']:.0f} ms"
         if c.context:
             note += f" context {c.context}"
         if c.errors:

@@ -239,6 +239,23 @@ def realised_rate(times_ns: Sequence[int]) -> float | None:
     return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)
 
 
+def client_wait_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """HTTP: the requests that were due while every client stream was busy (extra.client_queue_ms: released on
+    schedule, then queued in the client until a stream was free: an open loop capped by --b, or a closed loop's
+    users above its streams), their count and their wait's p50/p99/max over every request sent (0 for one that
+    did not wait), in ms. Empty where none waited. A queue-inclusive TTFT holds this wait; without these figures
+    it would read as the server's latency."""
+    waits = [float((r.extra or {}).get("client_queue_ms") or 0.0) for r in records]
+    waited = sum(1 for r in records if "client_queue_ms" in (r.extra or {}))
+    if not waited:
+        return {}
+    import numpy as np
+
+    a = np.asarray(waits)
+    return {"client_waited": waited, "client_wait_p50_ms": float(np.percentile(a, 50)),
+            "client_wait_p99_ms": float(np.percentile(a, 99)), "client_wait_max_ms": float(a.max())}
+
+
 def lateness_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
     """How late the load generator put requests out against their schedule: lateness = t_submitted −
     t_scheduled, p50/p99/max in ms over every record (ok or failed: the generator sent them all); the rate the
@@ -260,4 +277,5 @@ def lateness_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
             "behind_schedule": p99 > LATE_MS, "arrival_rps": sum(rates) / len(rates) if rates else None}
 
 
-__all__ = ["ArrivalSpec", "Schedule", "parse_arrivals", "lateness_figures", "realised_rate", "LATE_MS"]
+__all__ = ["ArrivalSpec", "Schedule", "parse_arrivals", "lateness_figures", "client_wait_figures", "realised_rate",
+           "LATE_MS"]

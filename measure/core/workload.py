@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -36,6 +36,7 @@ class Request:
     turn: int | None = None
     session_key: str | None = None
     messages: list[dict[str, Any]] | None = None
+    waited_for_stream: bool = False  # http: it was due while every client stream was busy (the client's queue)
 
     def wire(self) -> dict[str, Any]:
         """What travels to a worker."""
@@ -129,7 +130,7 @@ class Load:
     workload gives each request its own)."""
 
     workload: Workload
-    arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions
+    arrivals: ClosedLoop | ClosedShare | Poisson | Schedule | Segment | Sessions
     max_tokens: int
     ignore_eos: bool = True
 
@@ -158,10 +159,12 @@ class RequestMaker:
 
     def set_load(self, load: Load | None) -> None:
         self.load = load
-        full = getattr(load.arrivals, "full_total", None) if load else None
-        if full is not None:  # a client's segment of one schedule (core/clients.py): request i of the whole
-            self._id_base = next(self._ids) - 1  # schedule has id base + i + 1; ids run on past all of it
-            self._ids = itertools.count(self._id_base + full + 1)
+        if load is not None and hasattr(load.arrivals, "due_indexed"):
+            # a client's segment of one schedule (core/clients.py) or a process's share of a closed loop: request
+            # i of the whole has id base + i + 1; ids run on past all of it (an endless one: far past)
+            full = getattr(load.arrivals, "full_total", None)
+            self._id_base = next(self._ids) - 1
+            self._ids = itertools.count(self._id_base + (full if full is not None else 1 << 40) + 1)
         self._prompt_index = itertools.count()
         self._loads += 1
 
@@ -248,6 +251,70 @@ class ClosedLoop:
 
     def exhausted(self) -> bool:
         return self.total is not None and self.issued >= self.total
+
+
+class ClosedShare:
+    """One client process's share of a closed loop of `all_users` users and `total` requests (sources/http_pool.py):
+    user u (0-based, of all) sends the requests of index u, u + U, u + 2U … (below `total`), each the moment the
+    last one of this share ended, so request i keeps its index, id and prompt whatever the number of processes,
+    and each process's users stay in flight for their share of the whole (not for an equal split of the total).
+    Its users are those given; `full_total` is the whole loop's count (the dispatcher takes request ids from the
+    indices, as for a clients.Segment)."""
+
+    def __init__(self, users: Sequence[int], all_users: int, total: int | None, start_ns: int | None = None):
+        if not users or all_users < 1 or any(not 0 <= u < all_users for u in users):
+            raise ValueError(f"a closed-loop share needs users among 0..{all_users - 1} (got {list(users)})")
+        self._mine = sorted(users)
+        self.all_users = all_users
+        self.users = len(self._mine)
+        self.full_total = total
+        self.total = (None if total is None else
+                      sum(len(range(u, total, all_users)) for u in self._mine))
+        self.issued = 0
+        self.start_ns = start_ns
+        self._at = 0  # the next of this share's requests: round self._at // users, its user self._at % users
+
+    def _next_index(self) -> int | None:
+        """This share's next request index (users in turn, round after round), None past the total."""
+        j, pos = divmod(self._at, self.users)
+        i = self._mine[pos] + j * self.all_users
+        if self.full_total is not None and i >= self.full_total:
+            return None
+        self._at += 1
+        return i
+
+    def describe(self) -> str:
+        return f"closed loop, {self.users} of {self.all_users} users"
+
+    def due_indexed(self, now_ns: int, outstanding: int) -> list[tuple[int, int]]:
+        if self.start_ns is not None and now_ns < self.start_ns:
+            return []
+        out = []
+        for _ in range(max(0, self.users - outstanding)):
+            i = self._next_index()
+            if i is None:
+                break
+            out.append((i, now_ns))
+            self.issued += 1
+        return out
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        return [t for _, t in self.due_indexed(now_ns, outstanding)]
+
+    def next_wakeup_ns(self) -> int | None:
+        return self.start_ns if self.start_ns is not None and self.issued == 0 else None
+
+    def resume(self, now_ns: int) -> None:
+        pass
+
+    def exhausted(self) -> bool:
+        return self.total is not None and self.issued >= self.total
+
+
+def is_open_loop(arrivals: object) -> bool:
+    """Arrivals on a schedule of their own (Poisson, a Schedule, a trace, a segment of one): not users who wait
+    for their answers (a closed loop, a share of one, sessions). A client never caps an open loop by itself."""
+    return not isinstance(arrivals, (ClosedLoop, ClosedShare)) and not _in_sessions(arrivals)
 
 
 class Poisson:

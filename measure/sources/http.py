@@ -26,7 +26,7 @@ from engines.http_openai import (EndpointError, api_headers, endpoint_body, mode
                                  scrape_metrics, served_model, server_tokens, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, PrefixCache, Request
+from measure.core.workload import Load, PrefixCache, Request, is_open_loop
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, LevelReady, LoadStarted,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
@@ -88,6 +88,8 @@ class _Ep:
     view: dict[str, float] | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
     clients: dict[int, aiohttp.ClientSession] = field(default_factory=dict)  # stream slot → aiohttp session
     free: list[int] = field(default_factory=list)  # free slot numbers, a heap
+    spare: list[int] = field(default_factory=list)  # free streams opened beyond B for an open loop (slots < 0)
+    opened: int = 0  # streams opened beyond B so far
     used: int = 0  # slots 1..used exist
     warmed: int = 0  # streams warmed since it (re)joined
     warming: bool = False
@@ -111,7 +113,7 @@ class HttpSource(CollectsRecords):
                  api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
                  prefix_cache: PrefixCache = PrefixCache(), tokenizer: PromptTokenizer | None = None,
-                 routing: str = "least") -> None:
+                 routing: str = "least", cap_open_loop: bool = False) -> None:
         given = url if isinstance(url, list) else [url]
         specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in given]
         if not specs:
@@ -119,6 +121,9 @@ class HttpSource(CollectsRecords):
         if routing not in ROUTING:
             raise ValueError(f"routing must be one of {', '.join(ROUTING)}")
         self.routing = routing
+        # an open loop's requests are sent when due, on a new stream where B are busy (the client never queues
+        # them), unless B was asked as the client's cap (--b with an open loop): then they wait, and the cell says
+        self.cap_open_loop = cap_open_loop
         self._eps = [_Ep(i, e, e.url.rstrip("/"), e.shown(),
                          WorkerInfo(i, state=S.STARTING, label=e.name(), bandwidth_gbps=e.bandwidth_gbps))
                      for i, e in enumerate(specs)]
@@ -367,6 +372,8 @@ class HttpSource(CollectsRecords):
                 if self._ready_once:
                     self._arrivals()
                     self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
+                    for req in self._dispatch.pending:  # due, and no stream free: the client's own queue
+                        req.waited_for_stream = True
                 if now_s - last_scrape >= 1.0:
                     last_scrape = now_s
                     for ep in self._eps:
@@ -391,8 +398,9 @@ class HttpSource(CollectsRecords):
             ep.clients[slot] = new_session()
         return ep.clients[slot]
 
-    def _route(self) -> _Ep | None:
-        """The endpoint for the next request: in use, answering, with a warmed stream free."""
+    def _route(self) -> tuple[_Ep, bool] | None:
+        """The endpoint for the next request: in use, answering, with a warmed stream free; in an open loop not
+        capped by the client, where none is free, the one with the fewest outstanding (True: a stream beyond B)."""
         n = len(self._eps)
         order = [self._eps[(self._rr + i) % n] for i in range(n)]
         room = []
@@ -403,15 +411,30 @@ class HttpSource(CollectsRecords):
                 heapq.heappop(ep.free)
             if ep.free:
                 room.append(ep)
+        beyond = False
         if not room:
-            return None
+            load = self._dispatch.load
+            if self.cap_open_loop or load is None or not is_open_loop(load.arrivals):
+                return None
+            room = [ep for ep in order if ep.in_use and ep.up and ep.warmed]
+            if not room:
+                return None
+            beyond = True
         ep = room[0] if self.routing == "round-robin" else min(room, key=lambda e: e.outstanding)
         self._rr = (ep.idx + 1) % n
-        return ep
+        return ep, beyond
 
-    def _send(self, ep: _Ep, req: Request, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> bool:
-        """A request on a free stream of `ep`, the endpoint _route chose."""
-        slot = heapq.heappop(ep.free)
+    def _send(self, choice: tuple[_Ep, bool], req: Request, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> bool:
+        """A request on a free stream of the endpoint _route chose (or on a stream beyond B: one opened before and
+        free again, else a new one)."""
+        ep, beyond = choice
+        if not beyond or (ep.free and ep.free[0] <= ep.capacity(self.b)):
+            slot = heapq.heappop(ep.free)
+        elif ep.spare:
+            slot = ep.spare.pop()
+        else:
+            ep.opened += 1
+            slot = -ep.opened
         req.k, req.b = self._serving_k(), self.level_b or self.b  # the level that serves it
         if not self._load_started:
             self._load_started = True
@@ -448,7 +471,7 @@ class HttpSource(CollectsRecords):
                        + (f"; records say K={self._serving_k()} until then" if left else ""), "error")
         for slot in [s for s in ep.clients if not any(a[0] is ep and a[1] == s for a in self._active.values())]:
             asyncio.ensure_future(ep.clients.pop(slot).close())
-        ep.free, ep.used = [], 0
+        ep.free, ep.used, ep.spare = [], 0, []
 
     async def _probe(self, ep: _Ep, client: aiohttp.ClientSession) -> None:
         """A down endpoint: does /models answer again? Then warm its streams and let it rejoin."""
@@ -527,7 +550,10 @@ class HttpSource(CollectsRecords):
         if res.unreachable:
             self._mark_down(ep, res.error or "unreachable")
         if ep.up:
-            heapq.heappush(ep.free, slot)
+            if slot > 0:
+                heapq.heappush(ep.free, slot)
+            else:
+                ep.spare.append(slot)
         elif ep.clients.get(slot) is client:
             await ep.clients.pop(slot).close()
         extra: dict[str, Any] = {"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
@@ -540,6 +566,10 @@ class HttpSource(CollectsRecords):
             extra["endpoint_down"] = True
         if res.resent:  # its kept-alive connection was closed under it: sent again on a new one (stream_one)
             extra["resent"] = True
+        if req.waited_for_stream:  # released on schedule, then queued in the client until a stream was free
+            extra["client_queue_ms"] = round((t_started - req.t_submitted_ns) / 1e6, 3)
+        if res.cached_tokens is not None:  # the server's usage.prompt_tokens_details (prefix-cache hits)
+            extra["cached_tokens"] = res.cached_tokens
         rec = build_record(
             req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
             prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),

@@ -37,7 +37,7 @@ from typing import Any, cast
 
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
-from measure.core.workload import ClosedLoop, Load, PrefixCache
+from measure.core.workload import ClosedLoop, ClosedShare, Load, PrefixCache
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, Finished, LevelReady, LoadStarted,
                                   Log, RecordCollector, SourceError, WorkerInfo, WorkerState)
 
@@ -167,14 +167,15 @@ class HttpPool(CollectsRecords):
     def __init__(self, url: Any, meta: RunMeta, b: int = 1, procs: int | None = None, endpoint: str = "completions",
                  model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
                  on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache(), tokenizer: Any = None, routing: str = "least"):
+                 prefix_cache: PrefixCache = PrefixCache(), tokenizer: Any = None, routing: str = "least",
+                 cap_open_loop: bool = False):
         from measure.sources.http import Endpoint
 
         specs = url if isinstance(url, list) else [url]
         self._specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in specs]
         self.procs = max(1, procs or auto_procs(b))
         self._kw = dict(url=self._specs, meta=meta, b=1, endpoint=endpoint, model=model, api_key_env=api_key_env,
-                        stall_s=stall_s, prefix_cache=prefix_cache, routing=routing)
+                        stall_s=stall_s, prefix_cache=prefix_cache, routing=routing, cap_open_loop=cap_open_loop)
         if tokenizer is not None:
             self._kw["tokenizer_path"] = str(getattr(tokenizer, "path", tokenizer))
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
@@ -197,6 +198,7 @@ class HttpPool(CollectsRecords):
         self._token = itertools.count(1)
         self._load_started = False
         self._level_ready: dict[int, LevelReady] = {}
+        self._awaiting: set[int] = set()  # the processes whose share of a new B must say LevelReady
         self._error: str | None = None
         self._closed: set[int] = set()
         self._started: dict[int, RunMeta] = {}
@@ -211,15 +213,23 @@ class HttpPool(CollectsRecords):
                             scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
                             simulated=False, endpoint=self.shown_url, max_k=n, level_ready=True)
 
+    def _active(self) -> int:
+        """The processes holding streams at this B: the first min(P, B) of the P started (all P are started,
+        however small the first B, so a sweep's larger B later finds them)."""
+        return min(len(self._conns) or self.procs, max(1, self.b))
+
     def _shares(self) -> list[int]:
-        return _split(self.b, min(self.procs, max(1, self.b)))
+        """Each started process's streams at this B (0 for one beyond the first B)."""
+        n = len(self._conns) or self.procs
+        act = self._active()
+        return _split(self.b, act) + [0] * (n - act)
 
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self._children:
             return
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        n = len(self._shares())
+        n = self.procs
         for p, share in enumerate(self._shares(), 1):
             here, there = socket.socketpair()
             # a fresh interpreter (`python -m` this module), not multiprocessing's spawn, which re-runs the
@@ -244,7 +254,8 @@ class HttpPool(CollectsRecords):
             self.close()
             raise SourceError(self._error)
         self.meta = self._started[1]
-        self._sink.log(f"{self.b} streams over {n} client processes (one asyncio loop each, one schedule)")
+        self._sink.log(f"{self.b} streams over {self._active()} of {n} client processes (one asyncio loop each, "
+                       "one schedule)")
         self._send_all_batch()
         if self.target_k != len(self._specs):  # scale_to before start
             self.scale_to(self.target_k)
@@ -257,13 +268,17 @@ class HttpPool(CollectsRecords):
         except (OSError, ValueError) as exc:
             raise SourceError(f"client process {p} is gone ({exc})") from None
 
-    def _send_all_batch(self) -> None:
-        for p, share in enumerate(self._shares(), 1):
+    def _send_all_batch(self, before: list[int] | None = None) -> None:
+        shares = self._shares()
+        with self._lock:
+            self._level_ready.clear()
+            self._awaiting = {p for p, s in enumerate(shares, 1) if s and (before is None or before[p - 1] != s)}
+        for p, share in enumerate(shares, 1):
             self._send(p, ("batch", share, self.b))
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         token = next(self._token)
-        n = len(self._shares())
+        n = len(self._conns)
         with self._cv:
             self._ready_tokens[token] = {}
         for p in range(1, n + 1):
@@ -286,29 +301,22 @@ class HttpPool(CollectsRecords):
             self._send(p, ("scale", k))
 
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
-        if b > self.b and min(self.procs, b) > len(self._conns) and self._conns:
-            self._sink.log(f"B={b}: {len(self._conns)} client processes were started for B={self.b}; each holds "
-                           "more streams now", "warn")
+        before = self._shares() if self._conns else None
         self.b = b
-        with self._lock:
-            self._level_ready.clear()
         if self._conns:
-            shares = _split(b, len(self._conns))
-            for p, share in enumerate(shares, 1):
-                self._send(p, ("batch", share, b))
+            self._send_all_batch(before)
 
     def set_users(self, users: int | None) -> None:
+        """A closed loop's users, dealt round robin to the processes holding streams at its load (set_load): kept
+        here until then."""
         self._users = users
-        n = min(len(self._conns), max(1, self.b))
-        for p, u in enumerate(_split(users, n) if users else [None] * n, 1):
-            self._send(p, ("users", u if u is None or u > 0 else 1))
 
     def pause(self, paused: bool = True) -> None:
         for p in range(1, len(self._conns) + 1):
             self._send(p, ("pause", paused))
 
     def set_load(self, load: Load | None) -> None:
-        n = min(len(self._conns), max(1, self.b))  # the processes holding streams (B < P: the first B)
+        n = self._active()  # the processes holding streams (B < P: the first B)
         for p in range(n + 1, len(self._conns) + 1):
             self._send(p, ("load", None, None, 1, self.rep))
         if load is None:
@@ -319,20 +327,22 @@ class HttpPool(CollectsRecords):
         t0 = time.perf_counter_ns() + START_LEAD_NS
         first = self._next_id
         if isinstance(arr, ClosedLoop):
-            users = _split(self._users or arr.users, n)
-            totals = _split(arr.total, n) if arr.total is not None else [None] * n
+            # user u of U sends requests u, u + U … (core/workload.ClosedShare): users dealt round robin to the
+            # processes, each request keeping its index, id and prompt; a process without users gets no load
+            users = self._users or arr.users
+            used = min(n, users)
             for p in range(1, n + 1):
-                if not users[p - 1] or totals[p - 1] == 0:
+                if p > used:
                     self._send(p, ("load", None, None, 1, self.rep))
                     continue
-                cl = ClosedLoop(users[p - 1], totals[p - 1])
-                cl.start_ns = t0 if arr.start_ns is None else arr.start_ns
-                self._send(p, ("load", Load(load.workload, cl, load.max_tokens, load.ignore_eos), first + p - 1, n,
+                share = ClosedShare(range(p - 1, users, used), users, arr.total,
+                                    t0 if arr.start_ns is None else arr.start_ns)
+                if share.total == 0:
+                    self._send(p, ("load", None, None, 1, self.rep))
+                    continue
+                self._send(p, ("load", Load(load.workload, share, load.max_tokens, load.ignore_eos), first, 1,
                                self.rep))
-            if arr.total is not None:
-                self._next_id += arr.total
-            else:  # endless: ids keep their stride; the next load starts far past them
-                self._next_id += 1 << 40
+            self._next_id += arr.total if arr.total is not None else 1 << 40  # endless: far past its ids
             return
         if getattr(arr, "due_turns", None) is not None:
             raise SourceError("multi-turn sessions run in one client process (--client-procs 1)")
@@ -459,9 +469,9 @@ class HttpPool(CollectsRecords):
         elif isinstance(ev, LevelReady):
             with self._lock:
                 self._level_ready[p] = ev
-                n = len([s for s in self._shares() if s])
-                done = len(self._level_ready) >= n
+                done = bool(self._awaiting) and self._awaiting <= set(self._level_ready)
                 if done:
+                    self._awaiting = set()
                     t = max(e.t_ns for e in self._level_ready.values())
                     self._level_ready.clear()
             if done:
