@@ -41,6 +41,12 @@ SERVER_METRICS = {
     "generated_tokens_total": ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total"),
     "prompt_tokens_total": ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total"),
     "requests_total": ("vllm:request_success_total",),
+    # prefix cache and speculative decoding (vLLM's counters; llama-server's come per response, in its timings)
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prefix_cache_queries_total": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "spec_decode_drafts_total": ("vllm:spec_decode_num_drafts_total",),
+    "spec_decode_draft_tokens_total": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_decode_accepted_tokens_total": ("vllm:spec_decode_num_accepted_tokens_total",),
 }
 
 
@@ -67,6 +73,24 @@ def parse_prometheus(text: str) -> dict[str, float]:
                 out[key] = values[n]
                 break
     return out
+
+
+def parse_slots(slots: Any) -> dict[str, float]:
+    """KV occupancy from llama-server's /slots (its /metrics lost llamacpp:kv_cache_usage_ratio): the tokens
+    the slots hold (their prompt and what they generated, kept for reuse after a request ends) over their
+    n_ctx, summed. With a unified KV cache (-np auto) the slots share one context of n_ctx: kv_tokens ÷ n_ctx is
+    then the cache's own share. {} for an answer without slots."""
+    if not isinstance(slots, list):
+        return {}
+    held = room = 0
+    for s in slots:
+        if not isinstance(s, dict) or not isinstance(s.get("n_ctx"), int) or s["n_ctx"] <= 0:
+            return {}
+        held += int(s.get("n_prompt_tokens") or 0)
+        room += s["n_ctx"]
+    if not room:
+        return {}
+    return {"kv_cache_usage": min(1.0, held / room), "kv_tokens": float(held), "kv_slots_ctx": float(room)}
 
 
 def stream_url(base: str, endpoint: str) -> str:
@@ -125,15 +149,30 @@ async def models_answer(session: aiohttp.ClientSession, url: str, headers: dict[
         return False
 
 
+_NO_SLOTS: set[str] = set()  # servers whose /slots did not answer: not asked again
+
+
 async def scrape_metrics(session: aiohttp.ClientSession, base: str) -> dict[str, float]:
-    """The server's own figures from its /metrics (parse_prometheus); {} where it has none."""
+    """The server's own figures from its /metrics (parse_prometheus); {} where it has none. Where /metrics
+    gives no KV use (llama-server now), its /slots does (parse_slots), asked while it answers."""
     try:
         import aiohttp
 
         async with session.get(f"{base}/metrics", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
-            return parse_prometheus(await r.text()) if r.status == 200 else {}
+            out = parse_prometheus(await r.text()) if r.status == 200 else {}
     except Exception:  # noqa: BLE001 - a server without /metrics simply has no view
-        return {}
+        out = {}
+    if "kv_cache_usage" not in out and base not in _NO_SLOTS:
+        slots: dict[str, float] = {}
+        try:
+            async with session.get(f"{base}/slots", timeout=aiohttp.ClientTimeout(total=2.0)) as r:
+                slots = parse_slots(await r.json(content_type=None)) if r.status == 200 else {}
+                if not slots:  # not llama-server, or its /slots is off (--no-slots): not asked again
+                    _NO_SLOTS.add(base)
+        except Exception:  # noqa: BLE001 - no answer this time: asked again at the next scrape
+            pass
+        out.update(slots)
+    return out
 
 
 @dataclass
@@ -148,6 +187,7 @@ class StreamResult:
     token_count: str = "chunks"
     unreachable: bool = False  # the server could not be reached or dropped the connection (not an HTTP error)
     reasoning_tokens: int = 0  # tokens of reasoning chunks (in token_ns too)
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: prompt tokens from its cache
     t_first_answer_ns: int | None = None  # the first chunk with answer text, where reasoning came before it
     text: str = ""  # the answer's text as streamed (a multi-turn session's next turn carries it)
     resent: bool = False  # sent again on a new connection: the kept-alive one was closed under it (stream_one)
@@ -220,6 +260,8 @@ class _Counter:
         self.continuous: bool | None = None  # decided by the first content chunk: a running usage or not
         self.chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
         self.answer_seen = False  # a chunk with answer text has come
+        self.reasoning_chunks = 0  # content chunks of thinking before the answer's first
+        self.server_reasoning: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where sent
 
     def chunk(self, chunk: dict[str, Any], t: int) -> None:
         res = self.res
@@ -227,6 +269,12 @@ class _Counter:
         if usage:
             res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
             res.server_output_tokens = usage.get("completion_tokens", res.server_output_tokens)
+            done = usage.get("completion_tokens_details")  # OpenAI's, vLLM's: the thinking tokens counted
+            if isinstance(done, dict) and isinstance(done.get("reasoning_tokens"), int):
+                self.server_reasoning = done["reasoning_tokens"]
+            details = usage.get("prompt_tokens_details")  # vLLM, SGLang, mlx_lm.server, llama-server
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                res.cached_tokens = details["cached_tokens"]
         if chunk.get("timings"):
             res.timings = chunk["timings"]
         has_text = has_answer = False
@@ -257,11 +305,10 @@ class _Counter:
         if not self.answer_seen:
             if not has_answer:  # still thinking (a chunk carrying both is the answer's first)
                 res.reasoning_tokens += n
+                self.reasoning_chunks += 1
             else:
                 self.answer_seen = True
                 if res.reasoning_tokens:
-        self.reasoning_chunks = 0  # content chunks of thinking before the answer's first
-        self.server_reasoning: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where sent
                     res.t_first_answer_ns = t
         if n:
             ts = [t] * n
@@ -269,12 +316,6 @@ class _Counter:
             self.counted += n
             if self.on_tokens is not None:
                 self.on_tokens(ts)
-            done = usage.get("completion_tokens_details")  # OpenAI's, vLLM's: the thinking tokens counted
-            if isinstance(done, dict) and isinstance(done.get("reasoning_tokens"), int):
-                self.server_reasoning = done["reasoning_tokens"]
-            details = usage.get("prompt_tokens_details")  # vLLM, SGLang, mlx_lm.server, llama-server
-            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-                res.cached_tokens = details["cached_tokens"]
 
     def finish(self) -> None:
         res = self.res
@@ -288,8 +329,13 @@ class _Counter:
             res.token_ns = [t for (t, n), k in zip(self.chunk_ts, per) for _ in range(n + k)]
             extra = [t for (t, _), k in zip(self.chunk_ts, per) for _ in range(k)]
             res.token_count = "chunks+final-usage"
+            if res.reasoning_tokens:  # the thinking chunks' tokens, not the chunks: each holds its share too
+                r = self.reasoning_chunks
+                res.reasoning_tokens = sum(n + k for (_, n), k in zip(self.chunk_ts[:r], per[:r]))
             if self.on_tokens is not None:
                 self.on_tokens(extra)
+        if self.server_reasoning is not None and res.reasoning_tokens:  # the server's own count, where it gives one
+            res.reasoning_tokens = self.server_reasoning
 
 
 class _ArrivalClock:
@@ -305,7 +351,6 @@ class _ArrivalClock:
         self.content = r.content
         self.base = int(getattr(r.content, "total_bytes", 0) or 0)
         self.marks: deque[tuple[int, int]] = deque()
-                self.reasoning_chunks += 1
         self.proto = getattr(getattr(r, "connection", None), "protocol", None)
         if self.proto is None or "data_received" in vars(self.proto):
             self.proto = None
@@ -329,13 +374,8 @@ class _ArrivalClock:
         return marks[0][1] if marks else time.perf_counter_ns()
 
     def close(self) -> None:
-            if res.reasoning_tokens:  # the thinking chunks' tokens, not the chunks: each holds its share too
-                r = self.reasoning_chunks
-                res.reasoning_tokens = sum(n + k for (_, n), k in zip(self.chunk_ts[:r], per[:r]))
         if self.proto is not None:
             vars(self.proto).pop("data_received", None)
-        if self.server_reasoning is not None and res.reasoning_tokens:  # the server's own count, where it gives one
-            res.reasoning_tokens = self.server_reasoning
             self.proto = None
 
 

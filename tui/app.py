@@ -21,6 +21,7 @@ from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
 from measure.core.metrics import p99_mark
 from measure.core.records import is_remote
+from measure.core.server_cache import live_rates
 from measure.core.units import fmt_bytes, fmt_ms
 from tui.charts import Chart, Panel
 from tui.signals import hold, quit_on_signals
@@ -318,6 +319,11 @@ class InferenceTop(App):
                          f"waiting {v['waiting']:.0f}" if "waiting" in v else "waiting —",
                          f"KV {v['kv_cache_usage'] * 100:.0f} %" if "kv_cache_usage" in v else "KV —",
                          f"preempted {v['preemptions']:.0f}" if "preemptions" in v else "preempted —"]
+                rates = live_rates(v)  # vLLM's counters, since the server started
+                if "prefix_cache_hit_rate" in rates:
+                    parts.append(f"prefix-cache hits {rates['prefix_cache_hit_rate'] * 100:.0f} %")
+                if "spec_acceptance_rate" in rates:
+                    parts.append(f"drafts accepted {rates['spec_acceptance_rate'] * 100:.0f} %")
                 t.append(" · ".join(parts))
         else:
             t.append(f"\nfootprint ≈ {fmt_bytes(n.footprint)} of {fmt_bytes(n.budget)} budget")

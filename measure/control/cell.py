@@ -90,6 +90,15 @@ class Cell:
     prefix_cache: str | None = None
     stopped_early: int | None = None  # with EOS ignored
     server_check: dict[str, Any] | None = None  # http: the server's own figures beside the client's
+    # http: the server's prefix cache, speculative decoding and KV use (core/server_cache.py), where given
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_tokens: float | None = None
+    prefix_cache_source: str | None = None
+    spec_acceptance_rate: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_source: str | None = None
+    spec_mean_acceptance_length: float | None = None
+    kv_cache_usage_max: float | None = None
     # cost (--watts, --price-per-hour …)
     watts: float | None = None
     joules_per_token: float | None = None

@@ -16,6 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
 from measure.control.controller import Controller
+from measure.core.server_cache import live_rates
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -59,6 +60,15 @@ class SnapshotCollector:
             yield gauge("memory_used_bytes", "memory used on this machine", snap.system.mem_used)
             yield gauge("swap_used_bytes", "swap used on this machine", snap.system.swap_used)
         yield gauge("at_wall", "1 while the memory wall holds", 1 if snap.state == "WALL" else 0)
+        rates = live_rates(n.server_view)  # what the server says of its caches, where it does
+        for key, name, doc in (("kv_cache_usage", "server_kv_cache_usage_ratio", "the server's KV cache in use "
+                                "(vLLM's gauge; llama-server's /slots)"),
+                               ("prefix_cache_hit_rate", "server_prefix_cache_hit_ratio", "prompt tokens served "
+                                "from the server's prefix cache, since it started (vLLM's counters)"),
+                               ("spec_acceptance_rate", "server_spec_decode_acceptance_ratio", "draft tokens "
+                                "accepted, since the server started (vLLM's counters)")):
+            if key in rates:
+                yield gauge(name, doc, rates[key])
         if n.goodput_rps is not None:
             yield gauge("goodput_requests_per_second", "requests per second within every SLO bound", n.goodput_rps)
             yield gauge("slo_attainment_ratio", "share of this level's requests within the SLO", n.slo_attainment)

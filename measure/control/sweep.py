@@ -18,6 +18,7 @@ from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admi
 from measure.core.probes import SystemProbe, auto_threads
 from measure.core.records import MODES, RequestRecord, is_remote
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
+from measure.core.server_cache import cache_figures, cache_note
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import CellStopped, FiniteLoadSource, LoadSource, SourceError, finite
 from presets import Workload
@@ -102,10 +103,10 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
         out.stopped_early = M.stopped_early(records, max_tokens)
     if is_remote(mode) and (check := server_check(records)):
         out.server_check = check
-    if cost is not None and (cost.set or watts is not None):
     if is_remote(mode):
         out.update(**cache_figures(records))
         out.update(**client_wait_figures(records))
+    if cost is not None and (cost.set or watts is not None):
         out.update(watts=watts, joules_per_token=joules_per_token(watts, out.output_throughput),
                    usd_per_mtok=cost.usd_per_mtok(out.output_throughput, watts))
     if slo is not None:
@@ -506,7 +507,7 @@ def format_table(cells: list[Cell]) -> str:
             assert c.status is not None  # a cell not ok says why: refused, wall, timeout, failed …
             lines.append(f"{c.k:>3} {c.b:>3} {c.status.upper():>8}{ctx}: {why[:110]}")
             continue
-        note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c)
+        note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c) + cache_note(c)
         for cls, v in (c.ttft_by_class or {}).items():
             note += f" {cls} TTFT p50/p99 {v['median_ttft_ms']:.0f}/{M.p99_mark(v.get('n'))}{v['p99_ttft_ms']:.0f} ms"
         if c.context:
