@@ -32,6 +32,7 @@ class Chip:
     memory_gib: tuple[float, ...] = ()  # the memory options, GiB (2³⁰ B): a "96 GB" Mac holds 96 GiB
     match: tuple[str, ...] = ()
     fp16_tflops: float | None = None  # dense FP16 tensor throughput, vendor datasheet; None: not in presets
+    unified: bool = False  # unified memory (Apple Silicon): the GPU may wire only its working set
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -41,7 +42,7 @@ class Chip:
 def chips() -> dict[str, Chip]:
     return {
         key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gib", ())), tuple(d.get("match", ())),
-                  d.get("fp16_tflops"))
+                  d.get("fp16_tflops"), bool(d.get("unified_memory", False)))
         for key, d in load("chips").items()
     }
 

@@ -207,6 +207,9 @@ def same_csv(a: str, b: str) -> None:
 @pytest.fixture(scope="module")
 def made(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setattr("measure.core.cost.PowerMeter", FixedPower)
+    # no thermal reading, whatever sensors the machine running the tests has (a cell's `thermal`: test_mac.py)
+    from measure.core import host
+    monkeypatch_module.setattr(host.ThermalReader, "read", lambda self: host.UNKNOWN_THERMAL)
     return outputs(tmp_path_factory.mktemp("cells"))
 
 

@@ -447,7 +447,8 @@ def plan_main(argv: list[str]) -> int:
     p.add_argument("--users", type=positive_int, help="concurrent users: the context at which they stop fitting")
     p.add_argument("--memory", help="memory to plan for: 48G = 48GB = 48GiB = 48×2³⁰ B, as RAM is sold "
                    "(default: this machine's)")
-    p.add_argument("--memory-budget", type=float, default=None, help="fraction of memory usable (default 0.85)")
+    p.add_argument("--memory-budget", type=float, default=None, help="fraction of memory usable (default 0.85; "
+                   "on an Apple chip or this Mac: the GPU's working set less what macOS holds)")
     p.add_argument("--kv-dtype", default=None, help="KV cache dtype: f16, bf16, q8_0, fp8 … (default: model's)")
     p.add_argument("--kv-cache-tokens", type=positive_int, help="a server's KV cache in tokens (vLLM's log line)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -459,15 +460,13 @@ def plan_main(argv: list[str]) -> int:
                    "ttft=450ms,tpot=40ms)")
     args = p.parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
-    from measure.core.sizing import PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users
+    from measure.core.sizing import (PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users,
+                                     unified_memory)
     from measure.core.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
 
-    from measure.core.guard import DEFAULT_BUDGET_FRACTION
-
-    args.memory_budget = DEFAULT_BUDGET_FRACTION if args.memory_budget is None else args.memory_budget
-    if not 0 < args.memory_budget <= 1:
+    if args.memory_budget is not None and not 0 < args.memory_budget <= 1:
         fail(f"--memory-budget {args.memory_budget} must be a fraction in (0, 1], e.g. 0.85")
     try:
         if args.config:
@@ -478,14 +477,16 @@ def plan_main(argv: list[str]) -> int:
             shape = shape_from_preset(args.preset)
         dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
         memory = parse_size(args.memory) if args.memory else chip_memory(args.chip) or total_memory_bytes()
-        result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens)
+        result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens,
+                      unified=unified_memory(args.chip))
     except (GuardError, EngineError, PresetError) as exc:
         fail(str(exc))
     predictions = None
     if args.chip:
         try:
             predictions = chip_predictions(args.config, args.model, args.preset, args.chip, args.prompt, args.output,
-                                           say=lambda t: print(t, file=sys.stderr))
+                                           say=lambda t: print(t, file=sys.stderr), context=max(args.context),
+                                           result=result)
         except PlanError as exc:
             fail(str(exc))
     if args.json:

@@ -120,6 +120,8 @@ class Cell:
     arrivals: str | None = None
     sessions: str | None = None
     oom_killed: bool | None = None
+    thermal: str | None = None  # the thermal states seen while the cell ran ("nominal → throttled (…)")
+    thermal_changed: bool | None = None  # set (True) when the state changed: its figures mix two machines
     scaling_vs_k1: float | None = None
     scaling_vs_b1: float | None = None
     # a --find level (knee.py) and its verdict (tui/cli.py)

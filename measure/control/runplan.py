@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
 from measure.core.envinfo import environment
-from measure.core.guard import DEFAULT_BUDGET_FRACTION, GuardError, parse_size
+from measure.core.guard import GuardError, default_budget, parse_size
 from measure.core.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
 from measure.core.probes import detect_chip, effective_memory
 from measure.core.records import Mode, RequestRecord, RunMeta
@@ -338,8 +338,8 @@ def resolve_budget(text: str | None, total: int | None = None, limit_name: str |
     if total is None:
         total, limit_name = effective_memory()
     limit_name = limit_name or "physical memory"
-    if text is None:
-        return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gib(total)} ({limit_name})"
+    if text is None:  # on a Mac: the GPU's working set less what macOS holds (docs/design.md §21)
+        return default_budget(total, limit_name)
     try:
         v = float(text)
     except ValueError:

@@ -15,7 +15,7 @@ from measure.core.arrivals import client_wait_figures, lateness_figures
 from measure.core.cost import joules_per_token
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
-from measure.core.probes import SystemProbe, auto_threads
+from measure.core.probes import SystemProbe, ThermalLog, auto_threads
 from measure.core.records import MODES, RequestRecord, is_remote
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.server_cache import cache_figures, cache_note
@@ -307,6 +307,7 @@ class CellRunner:
         self.local = self.caps.local
         self.power = PowerMeter(cfg.cost.watts if cfg.cost else None)
         self.probe = SystemProbe()
+        self.heat = ThermalLog()  # a cell's thermal states
         self.kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
         self._killed_before = 0
         self._wall: WallCheck | None = None
@@ -341,7 +342,8 @@ class CellRunner:
             src.set_users(users)
         self._killed_before = len(src.oom_killed)
         self.power.sample()  # a meter's reading counts from here
-        self._wall = WallCheck(self.probe)
+        self.heat.mark()  # the thermal states seen from here, in the wall check's samples
+        self._wall = WallCheck(self.probe, self.heat)
 
     def load(self, workload: Workload, arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions
              ) -> list[RequestRecord]:
@@ -362,6 +364,11 @@ class CellRunner:
                             [w.bandwidth_gbps for w in src.workers()] if self.caps.per_endpoint_bandwidth else None,
                             ignore_eos=cfg.ignore_eos)
         cell.update(**first)
+        heat = self.heat
+        if heat.describe():  # docs/design.md §21: a cell whose thermal state changed is not one machine's figure
+            cell.thermal = heat.describe()
+            if heat.changed:
+                cell.thermal_changed = True
         if cell.watts is not None:  # mean power over the cell, and what read it
             cell.power_source = self.power.source
         return cell

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from measure.core.metrics import kv_bytes_per_token
-from measure.core.probes import SystemProbe, SystemSample
+from measure.core.probes import SystemProbe, SystemSample, ThermalLog
 from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
@@ -51,9 +51,30 @@ class KVShape:
     head_dim: int
     weight_bytes: int
     source: str
+    hidden: int = 0  # for the prefill activations an mlx engine keeps (0: not known)
+    intermediate: int = 0
 
     def per_token(self, dtype: str = "f16") -> float:
         return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes(dtype))
+
+    def prefill_bytes_per_seq(self, prompt_tokens: int) -> float:
+        """mlx_prefill_bytes for this model (0 where its hidden and MLP widths are not known)."""
+        return mlx_prefill_bytes(self.hidden, self.intermediate, prompt_tokens)
+
+
+# mlx-lm's BatchGenerator prefills the B prompts of a batch together (engines/mlx_lm.py: prefill_batch_size =
+# B) in chunks of PREFILL_STEP tokens; one layer's activations of a chunk are live at once — the input, its
+# norm, the attention's output and projection (≈ 4 × hidden) and the MLP's gate, up and their product (3 ×
+# intermediate), 2 bytes each — and mlx keeps freed buffers in its cache (its cache limit defaults to its
+# memory limit), so that peak stays wired for the run. An estimate (docs/design.md §21), per sequence.
+MLX_PREFILL_STEP = 2048
+ACTIVATION_BYTES = 2
+
+
+def mlx_prefill_bytes(hidden: int, intermediate: int, prompt_tokens: int) -> float:
+    if not (hidden and intermediate):
+        return 0.0
+    return min(prompt_tokens, MLX_PREFILL_STEP) * (4 * hidden + 3 * intermediate) * ACTIVATION_BYTES
 
 
 def shape_from_config(path: str | Path) -> KVShape:
@@ -73,7 +94,8 @@ def shape_from_config(path: str | Path) -> KVShape:
         raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
                          "hidden_size or head_dim") from None
     weights = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
-    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights, f"config {p}")
+    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights, f"config {p}",
+                   int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0))
 
 
 def shape_from_gguf(path: str | Path) -> KVShape:
@@ -90,7 +112,13 @@ def shape_from_preset(name: str) -> KVShape:
     from presets import model
 
     m = model(name)
-    return KVShape(m.name, m.layers, m.kv_heads, m.head_dim, m.weight_bytes, f"preset {name}")
+    inter = 0
+    if m.hidden and m.heads and m.vocab:  # a Llama-shaped preset: the gated MLP's width from the parameters
+        h, hd = m.hidden, m.head_dim
+        attn = h * m.heads * hd * 2 + h * m.kv_heads * hd * 2 + 2 * h  # q, o, k, v and the two norms
+        per_layer = (m.params - m.vocab * h * (1 if m.tied_embeddings else 2) - h) / m.layers
+        inter = max(0, round((per_layer - attn) / (3 * h)))
+    return KVShape(m.name, m.layers, m.kv_heads, m.head_dim, m.weight_bytes, f"preset {name}", m.hidden, inter)
 
 
 @dataclass(frozen=True)
@@ -116,14 +144,57 @@ def footprint(k: int, b: int, ctx: int, weight_bytes: int, kv_per_token: float,
 
 
 def engine_footprint(mode: str, k: int, b: int, *, b_cap: int, seq_ctx: int, ctx: int, weight_bytes: int,
-                     kv_per_token: float, overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> Footprint:
+                     kv_per_token: float, overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
+                     seq_extra_bytes: float = 0.0) -> Footprint:
     """What K local engines allocate, by mode (the one rule the dashboard and the sweep use): each worker's
     weights and runtime, its single-stream context of `ctx` tokens (made whole at load), and in batch mode
-    a batch context of max(B, b_cap) sequences × `seq_ctx` tokens beside it. A server's memory is not ours."""
+    a batch context of max(B, b_cap) sequences × `seq_ctx` tokens beside it, each sequence with
+    `seq_extra_bytes` more the engine keeps (mlx's prefill activations, mlx_prefill_bytes). A server's memory
+    is not ours."""
     if is_remote(mode):  # a server's memory is not ours
         return Footprint(k, b, 0, 0, 0)
     seqs = max(b, b_cap) if mode == "batch" else 0
-    return footprint(k, seqs, seq_ctx, weight_bytes, kv_per_token, overhead_bytes, extra_kv_tokens=ctx, label_b=b)
+    fp = footprint(k, seqs, seq_ctx, weight_bytes, kv_per_token, overhead_bytes, extra_kv_tokens=ctx, label_b=b)
+    return replace(fp, overhead=fp.overhead + int(k * seqs * seq_extra_bytes))
+
+
+# ---- the budget on unified memory (Apple Silicon) ------------------------------------------------------
+# What macOS and the user's other processes hold on a Mac that is not this one (plan --chip): an assumption,
+# the idle footprint users report for a headless Mac (≈ 4 GB of 64 GB; docs/design.md §21). On the Mac itself
+# the reading replaces it (host.read_mac_memory: Activity Monitor's Memory Used less our own engines).
+ASSUMED_OS_HELD_BYTES = 4 * GiB
+
+
+def unified_budget(total: int, ws_bytes: int, ws_source: str, others: int | None = None) -> tuple[int, str]:
+    """(bytes, why): the memory an engine may wire on unified memory — Metal's working set, and no more than
+    what the OS and the other processes leave of the RAM (`others`: what they hold; None: assumed)."""
+    held = ASSUMED_OS_HELD_BYTES if others is None else others
+    left = total - held
+    held_src = f"{fmt_gib(held)} {'assumed' if others is None else 'read (vm_stat)'} for macOS and other processes"
+    if ws_bytes <= left:
+        return ws_bytes, f"GPU working set {fmt_gib(ws_bytes)} ({ws_source}); {held_src}"
+    return max(0, left), (f"{fmt_gib(total)} less {held_src} (below the GPU working set {fmt_gib(ws_bytes)}, "
+                          f"{ws_source})")
+
+
+def mac_budget(total: int, mem: object | None = None) -> tuple[int, str]:
+    """The default budget on this Mac (host.read_mac_memory's reading) or on a Mac of `total` bytes."""
+    from measure.core import host
+
+    if isinstance(mem, host.MacMemory):
+        return unified_budget(mem.total, mem.working_set.bytes, mem.working_set.source, host.others_held(mem))
+    ws = host.working_set(total)
+    return unified_budget(total, ws.bytes, ws.source)
+
+
+def default_budget(total: int, limit_name: str) -> tuple[int, str]:
+    """The budget when none is given: on a Mac, the unified-memory rule read from the machine; elsewhere
+    DEFAULT_BUDGET_FRACTION of the tightest memory limit."""
+    from measure.core import host
+
+    if host.is_mac() and limit_name == "physical memory":
+        return mac_budget(total, host.read_mac_memory())
+    return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gib(total)} ({limit_name})"
 
 
 def admit(fp: Footprint, budget: int) -> str | None:
@@ -211,14 +282,21 @@ def detect_wall(prev: SystemSample | None, cur: SystemSample, tps_before: float 
 
 
 class WallCheck:
-    """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee)."""
+    """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee);
+    each sample's thermal state goes to `heat` (the cell's states, docs/design.md §21)."""
 
-    def __init__(self, probe: SystemProbe):
-        self.probe = probe
-        self.prev = probe.sample()
+    def __init__(self, probe: SystemProbe, heat: ThermalLog | None = None):
+        self.probe, self.heat = probe, heat
+        self.prev = self._sample()
+
+    def _sample(self) -> SystemSample:
+        s = self.probe.sample()
+        if self.heat is not None:
+            self.heat.note(s.thermal)
+        return s
 
     def __call__(self) -> str | None:
-        cur = self.probe.sample()
+        cur = self._sample()
         why = detect_wall(self.prev, cur, None, None, 0.0)
         self.prev = cur
         return why

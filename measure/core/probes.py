@@ -16,6 +16,8 @@ from presets import Chip, match_chip
 if TYPE_CHECKING:
     import ctypes
 
+    from measure.core.host import ThermalReader
+
 
 def total_memory_bytes() -> int:
     return psutil.virtual_memory().total
@@ -192,13 +194,39 @@ class SystemSample:
     pressure_source: str
     pressure: float | None
     cpu_percent: float  # whole machine, % of all cores
+    thermal: str | None = None  # host.Thermal.label(): nominal | throttled (what says so) | unknown
+
+
+class ThermalLog:
+    """The thermal states seen since `mark()`, in order, repeats dropped: a cell's "nominal → throttled"."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def mark(self) -> None:
+        self.seen = self.seen[-1:]
+
+    def note(self, label: str | None) -> None:
+        if label and label != "unknown" and (not self.seen or self.seen[-1] != label):  # unknown: no reading
+            self.seen.append(label)
+
+    @property
+    def changed(self) -> bool:
+        return len({s.split(" (")[0] for s in self.seen}) > 1
+
+    def describe(self) -> str | None:
+        return " → ".join(self.seen) if self.seen else None
 
 
 class SystemProbe:
-    """Samples the machine; swap rates are differences between consecutive samples."""
+    """Samples the machine; swap rates are differences between consecutive samples; the thermal state
+    (host.ThermalReader: pmset on a Mac, NVML, /sys/class/thermal) rides in every sample."""
 
-    def __init__(self) -> None:
+    def __init__(self, thermal: "ThermalReader | None" = None) -> None:
+        from measure.core.host import ThermalReader
+
         self._last: tuple[int, int, int] | None = None
+        self.thermal = thermal or ThermalReader()
         psutil.cpu_percent(None)
 
     def sample(self) -> SystemSample:
@@ -213,8 +241,9 @@ class SystemProbe:
                 sout = max(0.0, (sw.sout - self._last[2]) / dt)
         self._last = (now, sw.sin, sw.sout)
         src, pressure = memory_pressure()
+        heat = self.thermal.read().label()
         return SystemSample(now, vm.total, vm.total - vm.available, vm.available, sw.total, sw.used,
-                            sin, sout, src, pressure, psutil.cpu_percent(None))
+                            sin, sout, src, pressure, psutil.cpu_percent(None), heat)
 
 
 class ProcessProbe:

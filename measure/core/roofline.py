@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 # decode shapes reach well under the tensor-core peak; 0.5 is likewise an assumption.
 ASSUMED_BW_EFFICIENCY = 0.8
 ASSUMED_FLOP_EFFICIENCY = 0.5
+# Past the memory budget on unified memory (docs/design.md §21) the part of the footprint over it is paged out,
+# and every decode step reads all of its weights and KV, so that part comes back from swap each step. The rate
+# is an assumption, not a measurement: Apple's internal SSDs read several GB/s sequentially, swap-ins are
+# page-sized and pass through the compressor.
+ASSUMED_SWAP_GBPS = 3.0
 
 # The wall's naming rule (docs/design.md §11), one function for the prediction of a level and for the live
 # view's figures alike: the first of these that holds names the wall.
@@ -83,6 +88,12 @@ class Machine:
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()
+    # unified memory: what an engine may wire (None: not modelled), what each sequence holds beside its KV,
+    # the runtime per engine, and the rate the part over the budget comes back from swap
+    memory_budget: int | None = None
+    seq_extra_bytes: float = 0.0
+    overhead_bytes: int = 0
+    swap_gbps: float = ASSUMED_SWAP_GBPS
 
     def speedup(self, threads: int) -> float:
         if not self.thread_speedup:
@@ -126,6 +137,16 @@ class Machine:
             return self.step_core_s + (b - 1) * self.seq_core_s
         return self.batch_base_core_s + b * self.seq_core_s
 
+    def spill_bytes(self, work: WorkModel, k: int, b: int, ctx: int) -> float:
+        """Bytes of K engines' footprint (weights as shipped, runtime, B sequences' KV at `ctx` and what each
+        sequence holds beside it: guard.footprint) over the memory budget; 0 without a budget."""
+        if self.memory_budget is None:
+            return 0.0
+        from measure.core.guard import footprint
+
+        fp = footprint(k, b, ctx, work.file_bytes, work.kv_bytes_per_token, self.overhead_bytes)
+        return max(0.0, fp.total + k * b * self.seq_extra_bytes - self.memory_budget)
+
     @classmethod
     def from_chip(cls, chip: Chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
                   flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> "Machine":
@@ -158,9 +179,13 @@ class Prediction:
     shares: dict[str, float]  # ceiling → its time ÷ the step's
     cores: int = 0  # the machine's cores (0: not a CPU engine)
     cores_busy: float = 0.0  # K × threads decoding, at most the cores
+    spill_bytes: float = 0.0  # footprint over the memory budget, read back from swap every step
 
     def wall(self) -> str:
-        """The wall this level runs against, by the one naming rule (name_wall)."""
+        """The wall this level runs against, by the one naming rule (name_wall); past the memory budget,
+        the memory wall."""
+        if self.spill_bytes > 0:
+            return f"memory: {self.spill_bytes / 2**30:.1f} GiB over the budget, read back from swap each step"
         return name_wall(self.shares["bandwidth"], self.cores_busy, self.cores, self.k * self.threads,
                          self.shares.get("compute", 0.0) > self.shares["bandwidth"],
                          "" if self.binding == "server queue" else None)[1]
@@ -192,10 +217,14 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         shares["compute"] = t_cpu
         t_prefill = max(b_eff * work.prefill_flops(prompt_tokens) / (m.flops / k),
                         work.weight_bytes / (m.bandwidth_gbps * 1e9 / k))
-    t_step = max(t_mem, t_cpu)
+    spill = m.spill_bytes(work, k, b_eff, ctx)
+    t_swap = spill / (m.swap_gbps * 1e9)  # the part over the budget comes back from swap every step
+    if spill:
+        shares["swap"] = t_swap
+    t_step = max(t_mem, t_cpu) + t_swap
     busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
-    binding = name_wall(t_mem / t_step, busy, m.cores, k * thr, t_cpu > t_mem,
-                        "" if m.serializing else None)[0]
+    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, t_cpu > t_mem,
+                                               "" if m.serializing else None)[0]
     tpot = t_step
     ttft = t_prefill + t_step
     if not t_prefill:
@@ -208,7 +237,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     agg = streams * output_tokens / per_request
     moved = k * work.bytes_per_step(ctxs) / t_step
     return Prediction(mode, k, b_eff, thr, tpot, ttft, agg, 1.0 / tpot, moved, binding,
-                      {c: v / t_step for c, v in shares.items()}, m.cores, busy)
+                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill)
 
 
 @dataclass(frozen=True)
@@ -277,9 +306,11 @@ def _bandwidth_at_most(m: Machine, t_mem: float, p: Point, notes: list[str]) -> 
 
 def prediction_table(work: WorkModel, m: Machine, ks: Sequence[int] = (1, 2, 3, 4),
                      bs: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), prompt_tokens: int = 128,
-                     output_tokens: int = 256) -> list[Prediction]:
-    return ([predict(work, m, "instances", k, 1, None, prompt_tokens, output_tokens) for k in ks]
-            + [predict(work, m, "batch", 1, b, None, prompt_tokens, output_tokens) for b in bs])
+                     output_tokens: int = 256, context: int | None = None) -> list[Prediction]:
+    """`context`: the KV tokens each sequence holds during decode (plan --context; None: prompt + half the
+    output), so each step's attention reads the KV of the context asked."""
+    return ([predict(work, m, "instances", k, 1, None, prompt_tokens, output_tokens, context) for k in ks]
+            + [predict(work, m, "batch", 1, b, None, prompt_tokens, output_tokens, context) for b in bs])
 
 
 def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], prompt_tokens: int,

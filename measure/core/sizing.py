@@ -3,9 +3,11 @@ and, on a chip, what each K and B would do (the roofline) and how many machines 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from measure.core.guard import DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes, largest_fitting
+from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
+                                largest_fitting, mac_budget)
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
 
 if TYPE_CHECKING:
@@ -18,26 +20,37 @@ class PlanError(ValueError):
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
-         budget_fraction: float = DEFAULT_BUDGET_FRACTION, kv_cache_tokens: int | None = None,
-         overhead: int = DEFAULT_OVERHEAD_BYTES) -> dict[str, Any]:
-    """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element."""
+         budget_fraction: float | None = None, kv_cache_tokens: int | None = None,
+         overhead: int = DEFAULT_OVERHEAD_BYTES, unified: bool = False) -> dict[str, Any]:
+    """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element.
+    `unified`: an Apple Silicon Mac (docs/design.md §21): the budget is the GPU's working set less what the
+    OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also holds the prefill
+    activations an mlx engine keeps (guard.mlx_prefill_bytes, at a prompt as long as the context)."""
     kvb = shape.per_token(kv_dtype)
-    budget = int(memory * budget_fraction)
+    if unified and budget_fraction is None:
+        budget, budget_source = mac_budget(memory)
+    else:
+        budget_fraction = DEFAULT_BUDGET_FRACTION if budget_fraction is None else budget_fraction
+        budget = int(memory * budget_fraction)
+        budget_source = f"{budget_fraction:.0%} of {fmt_bytes(memory)}"
     rows = []
     for ctx in contexts:
         per_req = ctx * kvb
+        extra = shape.prefill_bytes_per_seq(ctx) if unified else 0.0
         rows.append({
             "context": ctx,
             "kv_per_request": per_req,
-            "max_b_one_engine": largest_fitting(budget, per_req, shape.weight_bytes + overhead),
-            "max_k_one_seq_each": largest_fitting(budget, shape.weight_bytes + overhead + per_req),
+            "engine_per_request": extra,
+            "max_b_one_engine": largest_fitting(budget, per_req + extra, shape.weight_bytes + overhead),
+            "max_k_one_seq_each": largest_fitting(budget, shape.weight_bytes + overhead + per_req + extra),
             "concurrency_in_kv_cache": kv_cache_tokens / ctx if kv_cache_tokens else None,
             "users_fit": None if users is None else
-            shape.weight_bytes + overhead + users * per_req <= budget,
+            shape.weight_bytes + overhead + users * (per_req + extra) <= budget,
         })
     out = {
         "model": shape.name, "source": shape.source, "kv_dtype": kv_dtype, "kv_bytes_per_token": kvb,
         "weights": shape.weight_bytes, "memory": memory, "budget": budget, "budget_fraction": budget_fraction,
+        "budget_source": budget_source, "unified": unified,
         "overhead": overhead, "rows": rows, "users": users,
     }
     if users:
@@ -53,7 +66,12 @@ def format_plan(p: dict[str, Any], shape: KVShape) -> str:
         f"KV per token: {kvb:,.0f} B ({fmt_bytes(kvb)}) = 2 × {shape.layers} layers × {shape.kv_heads} KV heads × "
         f"{shape.head_dim} head_dim × {dtype_bytes(p['kv_dtype']):g} B",
         f"weights: {fmt_bytes(p['weights'])}; runtime overhead assumed {fmt_bytes(p['overhead'])} per engine",
+        f"memory {fmt_bytes(p['memory'])}, budget {fmt_bytes(p['budget'])}: {p['budget_source']}" if p.get("unified")
+        and p["budget_fraction"] is None else
         f"memory {fmt_bytes(p['memory'])}, budget {p['budget_fraction']:.0%} = {fmt_bytes(p['budget'])}",
+        *([f"unified memory: each sequence also holds ≈ {fmt_bytes(p['rows'][0]['engine_per_request'])} of prefill "
+           "activations an mlx engine keeps cached (estimated; docs/design.md §21)"]
+          if p.get("unified") and p["rows"] and p["rows"][0]["engine_per_request"] else []),
         "",
         f"{'context':>9} {'KV/request':>12} {'max B (1 engine)':>17} {'max K (1 seq each)':>19}"
         + (f" {'KV-cache concurrency':>21}" if p["rows"] and p["rows"][0]["concurrency_in_kv_cache"] else "")
@@ -86,6 +104,19 @@ def chip_memory(key: str | None) -> int | None:
     return max(c.memory_bytes) if c.memory_bytes else None
 
 
+def unified_memory(chip_key: str | None) -> bool:
+    """Whether plan sizes for unified memory: an Apple chip from presets, or this machine when it is a Mac."""
+    from measure.core import host
+    from presets import PresetError, chip
+
+    if not chip_key or chip_key == "this":
+        return host.is_mac()
+    try:
+        return chip(chip_key).unified
+    except PresetError:
+        return False
+
+
 def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: WorkModel,
                    machine: Machine, prompt: int, output: int) -> str:
     """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
@@ -98,7 +129,8 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     except PresetError as exc:
         raise PlanError(f"--slo: {exc}") from None
     ctx = max(contexts)
-    per_req = ctx * result["kv_bytes_per_token"]
+    row: dict[str, Any] = next((r for r in result["rows"] if r["context"] == ctx), {})
+    per_req = ctx * result["kv_bytes_per_token"] + row.get("engine_per_request", 0.0)
     fixed = result["weights"] + result["overhead"]
     budget = result["budget"]
 
@@ -132,9 +164,13 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
 
 
 def chip_predictions(config: str | None, model_path: str | None, preset: str | None, chip_key: str, prompt: int,
-                     output: int, say: Callable[[str], None]) -> tuple[WorkModel, Machine, list[Prediction]]:
+                     output: int, say: Callable[[str], None], context: int | None = None,
+                     result: dict[str, Any] | None = None) -> tuple[WorkModel, Machine, list[Prediction]]:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
-    preset, the chip from presets or this machine's probe ('this'), and the roofline's rows."""
+    preset, the chip from presets or this machine's probe ('this'), and the roofline's rows, each step's KV
+    read at `context` tokens a sequence (None: prompt + half the output). On unified memory (`result` of
+    plan() with unified set) a level whose footprint is over plan's budget reads the excess back from swap
+    each step (Machine.spill_bytes)."""
     from engines.base import EngineError
     from engines.gguf_file import inspect_gguf
     from measure.core import ceilings, work as W
@@ -162,4 +198,11 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
         raise
     except (EngineError, PresetError, ValueError, KeyError, OSError) as exc:
         raise PlanError(str(exc)) from None
-    return wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output)
+    if result and result.get("unified"):
+        ctx = context or prompt + output // 2
+        row = next((r for r in result["rows"] if r["context"] == ctx), None)
+        m = replace(m, memory_budget=result["budget"], overhead_bytes=result["overhead"],
+                    seq_extra_bytes=row["engine_per_request"] if row else 0.0,
+                    notes=m.notes + (f"memory budget {fmt_bytes(result['budget'])} (unified memory): a level over it "
+                                     f"reads the excess back from swap at {m.swap_gbps:g} GB/s (assumed) each step",))
+    return wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output, context=context)
