@@ -286,6 +286,14 @@ def test_bad_files_name_the_file_the_line_and_what_was_expected(tmp_path, kind, 
     assert f"--workload {kind}:{f} line {line}: " in msg and says in msg and "; expected: " in msg and "\n" not in msg
 
 
+def test_a_byte_order_mark_is_not_a_bad_first_line(tmp_path):
+    """Files saved by Windows tools start with a UTF-8 BOM: the first JSON line and the CSV header read as usual."""
+    m, a = tmp_path / "m.jsonl", tmp_path / "a.csv"
+    m.write_text("\ufeff" + GOOD_MOONCAKE, encoding="utf-8")
+    a.write_text("\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n", encoding="utf-8")
+    assert len(resolve(f"mooncake:{m}").times_s) == 1 and len(resolve(f"azure:{a}").times_s) == 1
+
+
 def test_a_bad_file_exits_non_zero_with_one_line(tmp_path):
     f = tmp_path / "b.csv"
     f.write_text(BAD[2][2])

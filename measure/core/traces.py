@@ -179,7 +179,7 @@ class _Parser:
 
     def _json(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int]:
         try:
-            obj = json.loads(text)
+            obj = json.loads(text.lstrip("\ufeff") if line == 1 else text)
         except ValueError as exc:
             raise self.bad(line, f"not JSON ({getattr(exc, 'msg', exc)}; a truncated line?)") from None
         if not isinstance(obj, dict):
