@@ -294,6 +294,46 @@ def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
     assert second.thermal_changed is True and second.to_dict()["thermal_changed"] is True
 
 
+def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
+    """zeus-apple-silicon's window around each cell (a stand-in module with the library's names, as the
+    frozen-CPU Mac returns them): J/token per readable rail, the frozen and absent ones said, not 0."""
+    import sys
+    import types
+
+    import presets
+    from engines.base import EngineSpec
+    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.core.records import RunMeta
+    from measure.sources.fleet import Fleet
+
+    window = json.loads(text("zeus_window_frozen_cpu.json"))
+
+    class Monitor:  # zeus_apple_silicon.AppleEnergyMonitor's interface
+        def begin_window(self, label):
+            self.label = label
+
+        def end_window(self, label):
+            assert label == self.label
+            return types.SimpleNamespace(**{k: v for k, v in window.items() if k.endswith("_mj")})
+    monkeypatch.setitem(sys.modules, "zeus_apple_silicon", types.SimpleNamespace(AppleEnergyMonitor=Monitor))
+    monkeypatch.setattr(host, "is_mac", lambda: True)
+    monkeypatch.setattr(host.ThermalReader, "read", lambda self: host.UNKNOWN_THERMAL)
+    monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
+    fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.02}),
+                  RunMeta("null", "null", 0, simulated=True), k=1, threads=1, events=False)
+    fleet.start()
+    try:
+        (cell,), _, _ = run_sweep(fleet, presets.workload("default"),
+                                  SweepConfig(ks=[1], bs=[1], max_tokens=8, requests=4, cell_timeout_s=30),
+                                  lambda m: None)
+    finally:
+        fleet.close()
+    assert set(cell.rails_watts) == {"gpu", "dram"} and cell.rails_watts["gpu"] > 0
+    assert cell.rails_joules_per_token["gpu"] == pytest.approx(179.9 / cell.total_output_tokens)
+    assert "cpu: frozen" in cell.rails_unread and "ane: not reported" in cell.rails_unread
+    assert "cpu" not in cell.rails_joules_per_token and cell.thermal is None  # no reading: not recorded
+
+
 # ---- power ---------------------------------------------------------------------------------------------
 def test_rail_power_and_a_frozen_counter():
     w = json.loads(text("zeus_window_m4pro.json"))

@@ -122,6 +122,10 @@ class Cell:
     oom_killed: bool | None = None
     thermal: str | None = None  # the thermal states seen while the cell ran ("nominal → throttled (…)")
     thermal_changed: bool | None = None  # set (True) when the state changed: its figures mix two machines
+    # a Mac's energy per rail over the cell (zeus-apple-silicon, docs/design.md §21): readable rails only
+    rails_watts: dict[str, float] | None = None
+    rails_joules_per_token: dict[str, float] | None = None
+    rails_unread: str | None = None  # the rails not read and why ("cpu: frozen: …")
     scaling_vs_k1: float | None = None
     scaling_vs_b1: float | None = None
     # a --find level (knee.py) and its verdict (tui/cli.py)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import Cell, PerRep, skipped
+from measure.core import host
 from measure.core import metrics as M
 from measure.core.arrivals import client_wait_figures, lateness_figures
 from measure.core.cost import joules_per_token
@@ -308,6 +309,7 @@ class CellRunner:
         self.power = PowerMeter(cfg.cost.watts if cfg.cost else None)
         self.probe = SystemProbe()
         self.heat = ThermalLog()  # a cell's thermal states
+        self.energy: host.EnergyWindow | None = None  # a Mac's energy per rail over the cell
         self.kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
         self._killed_before = 0
         self._wall: WallCheck | None = None
@@ -343,6 +345,9 @@ class CellRunner:
         self._killed_before = len(src.oom_killed)
         self.power.sample()  # a meter's reading counts from here
         self.heat.mark()  # the thermal states seen from here, in the wall check's samples
+        self.energy = host.EnergyWindow("inference-top cell") if host.is_mac() else None
+        if self.energy and not self.energy.begin():  # zeus-apple-silicon not installed, or IOReport closed
+            self.energy = None
         self._wall = WallCheck(self.probe, self.heat)
 
     def load(self, workload: Workload, arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions
@@ -369,6 +374,14 @@ class CellRunner:
             cell.thermal = heat.describe()
             if heat.changed:
                 cell.thermal_changed = True
+        if self.energy:
+            rails = self.energy.end(busy=bool(records))
+            self.energy = None
+            if read := {r.rail: r.watts for r in rails if r.watts is not None}:
+                cell.rails_watts = read
+                cell.rails_joules_per_token = host.joules_per_token(rails, cell.total_output_tokens or 0) or None
+            if unread := "; ".join(r.label() for r in rails if r.watts is None):
+                cell.rails_unread = unread
         if cell.watts is not None:  # mean power over the cell, and what read it
             cell.power_source = self.power.source
         return cell
