@@ -20,7 +20,8 @@ def text(name: str) -> str:
 
 def mac(case: str = "b32", sysctl: str | None = None):
     """A `run` answering each tool as a 48 GB Mac does, idle or at the published batch-32 cell."""
-    files = {"sysctl": sysctl or ("sysctl_48g.txt" if case == "b32" else "sysctl_48g_idle.txt"), "vm_stat": f"vm_stat_48g_{case}.txt", "memory_pressure": f"memory_pressure_{case}.txt",
+    files = {"sysctl": sysctl or ("sysctl_48g.txt" if case == "b32" else "sysctl_48g_idle.txt"),
+             "vm_stat": f"vm_stat_48g_{case}.txt", "memory_pressure": f"memory_pressure_{case}.txt",
              "pmset": "pmset_therm_nominal.txt"}
 
     def run(cmd):
@@ -332,6 +333,36 @@ def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
     assert cell.rails_joules_per_token["gpu"] == pytest.approx(179.9 / cell.total_output_tokens)
     assert "cpu: frozen" in cell.rails_unread and "ane: not reported" in cell.rails_unread
     assert "cpu" not in cell.rails_joules_per_token and cell.thermal is None  # no reading: not recorded
+
+
+def test_a_live_level_is_not_settled_while_its_thermal_state_changes():
+    from measure.control.stats import LevelFigures
+    from measure.control.steps import SETTLE_SAMPLES, StepTable
+    from measure.core.units import NS
+
+    fig = LevelFigures()
+    fig.good = fig.finished = 20
+    fig.tpot = [0.05] * 20
+    fig.ttft = [0.2] * 20
+    table = StepTable()
+
+    def tick(t_s, thermal):
+        return table.tick("K=1", "instances", 1, 1, 0, int(t_s * NS), True, fig, 20.0, 1.0, None, None, None,
+                          "none", thermal=thermal)
+    t = 5.0
+    for _ in range(SETTLE_SAMPLES):
+        row = tick(t, "nominal (no warning recorded)")
+        t += 0.5
+    assert row.settled
+    row = tick(t, "throttled (CPU speed limit 71 %)")  # the machine got hot: the readings before are a cool one's
+    assert not row.settled and "thermal state now throttled" in row.progress
+    for _ in range(SETTLE_SAMPLES):
+        t += 0.3
+        row = tick(t, "throttled (CPU speed limit 71 %)")
+    assert not row.settled and "3 s ago" in row.progress  # 10 readings, but under 5 s since the change
+    t += 3.0
+    assert tick(t, "throttled (CPU speed limit 71 %)").settled
+    assert tick(t + 0.5, "unknown").settled  # no reading is not a change
 
 
 # ---- power ---------------------------------------------------------------------------------------------

@@ -470,7 +470,7 @@ class LiveController:
         lk, lb, lmode = self._level_kbm if self._pending else (self.k, self.b, self.mode)
         row = self.steps.tick(self.stats.level_label, lmode, lk, lb, level_start, now,
                               self.state(workers) == "steady", figures, win.agg_tps, win.concurrency,
-                              sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts)
+                              sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal)
         numbers = replace(numbers, goodput_rps=row.goodput_rps, goodput_tps=row.goodput_tps,
                           slo_attainment=row.attainment, watts=watts,
                           joules_per_token=joules_per_token(watts, win.agg_tps),

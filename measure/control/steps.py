@@ -99,10 +99,17 @@ class StepTable:
         # (id of the level's figures, their counts at its first settled reading)
         self._base: tuple[int, tuple[int, int, int, int]] | None = None
         self._settled: StepRow | None = None  # the current level's row as it last stood settled
+        self._heat: tuple[str, int] | None = None  # the thermal state and when it last changed (docs/design.md §21)
 
     def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
              figures: LevelFigures, agg_tps: float, concurrency: float, mem_used: int | None,
-             bw_gbps: float | None, predicted_tps: float | None, wall: str, watts: float | None = None) -> StepRow:
+             bw_gbps: float | None, predicted_tps: float | None, wall: str, watts: float | None = None,
+             thermal: str | None = None) -> StepRow:
+        heat = thermal.split(" (")[0] if thermal and not thermal.startswith("unknown") else None
+        if heat and self._heat and heat != self._heat[0]:  # hotter or cooler: the readings before are another
+            self._samples, self._base, self._settled = [], None, None  # machine's; the level settles again
+        if heat and (not self._heat or heat != self._heat[0]):
+            self._heat = (heat, now_ns if self._heat else 0)  # the first reading is not a change
         if label != self._label:
             if self._settled is not None:  # the level left behind keeps its row as it last stood settled
                 self.rows.append(self._settled)
@@ -136,6 +143,8 @@ class StepTable:
         waits = []
         if age < SETTLE_AFTER_S or not steady:
             waits.append(f"{max(0.0, SETTLE_AFTER_S - age):.0f} s of warmup")
+        if self._heat and self._heat[1] > level_start_ns and (since := (now_ns - self._heat[1]) / NS) < SETTLE_AFTER_S:
+            waits.append(f"thermal state now {self._heat[0]} ({since:.0f} s ago)")
         if n_good < SETTLE_REQUESTS:
             waits.append(f"{n_good}/{SETTLE_REQUESTS} requests")
         if len(recent) < SETTLE_SAMPLES:

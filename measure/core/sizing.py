@@ -24,8 +24,9 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
          overhead: int = DEFAULT_OVERHEAD_BYTES, unified: bool = False) -> dict[str, Any]:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element.
     `unified`: an Apple Silicon Mac (docs/design.md §21): the budget is the GPU's working set less what the
-    OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also holds the prefill
-    activations an mlx engine keeps (guard.mlx_prefill_bytes, at a prompt as long as the context)."""
+    OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also
+    holds the prefill activations an mlx engine keeps (guard.mlx_prefill_bytes, at a prompt as long as the
+    context)."""
     kvb = shape.per_token(kv_dtype)
     if unified and budget_fraction is None:
         budget, budget_source = mac_budget(memory)
