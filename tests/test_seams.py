@@ -343,3 +343,39 @@ def test_a_stalled_client_is_not_the_knee_and_a_failure_is_confirmed():
 
     knee = find_knee(flaky, "rate", start=1, limit=4096)
     assert knee.passed.level >= 64 > 32
+
+
+def test_a_reasoning_models_ttft_bound_is_judged_at_its_first_answer_token():
+    """(weighed) The thinking starts at 50 ms, the answer at 2 s: an interactive SLO (TTFT 450 ms) is not met
+    (it was, judged at the first thinking token); without reasoning the bound is TTFT's as before."""
+    from measure.core import metrics as M
+
+    slo = presets.slo("interactive")
+    r = _rec(1, 1, 0.0, 10, gap=0.01, ttft=0.05)
+    assert M.meets_slo(r, slo)
+    from dataclasses import replace
+
+    thinking = replace(r, reasoning_tokens=5, t_first_answer_ns=int(2.0 * NS))
+    assert not M.meets_slo(thinking, slo)
+    cut = replace(r, reasoning_tokens=10, t_first_answer_ns=None)
+    assert not M.meets_slo(cut, slo)
+
+
+def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
+    """(weighed) 6 requests, 4 users, sessions of up to 3 turns: all 4 users start (2 did: the first two took
+    3 turns each), the conversations cut short instead."""
+    from engines.null_server import NullServer
+    from measure.control.knee import peak_in_flight
+    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.core.sessions import SessionSpec
+    from measure.sources.http import HttpSource
+
+    with NullServer(ttft_ms=20.0, itl_ms=5.0) as srv:
+        src = HttpSource(srv.url, _meta(), b=4, events=False, endpoint="chat")
+        src.start()
+        try:
+            cfg = SweepConfig(mode="http", bs=[4], requests=6, max_tokens=8, users=4, sessions=SessionSpec(3))
+            _, recs, _ = run_sweep(src, _wl(), cfg, lambda m: None)
+        finally:
+            src.close()
+    assert len(recs) == 6 and len({r.session for r in recs}) == 4 and peak_in_flight(recs) == 4

@@ -400,6 +400,17 @@ class CellRunner:
                  "larger cells of this mode are refused in this run")
 
 
+def _idle_until(t0_ns: int | None, runner: CellRunner) -> None:
+    """--start-at: wait here for the asked start (the load would wait for it anyway), then count the power meter
+    from it, so the idle wait is not in the cell's watts."""
+    if t0_ns is None:
+        return
+    wait = (t0_ns - time.perf_counter_ns()) / 1e9 - 0.05  # the load's own timers take the last 50 ms
+    if wait > 0:
+        time.sleep(wait)
+        runner.power.sample()
+
+
 def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Callable[[str], None] = print,
               new_fleet: Callable[[], LoadSource] | None = None, cells: list[Cell] | None = None
               ) -> tuple[list[Cell], list[RequestRecord], FiniteLoadSource]:
@@ -453,6 +464,7 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                         else ClosedLoop(users, cfg.requests))
                     if cfg.client is not None:  # this client's segment of the schedule, from the asked start
                         arrivals = cfg.client.wrap(arrivals)
+                        _idle_until(cfg.client.t0_ns, runner)
                     t0 = time.monotonic()
                     say(f"K={k} B={b}" + (f" context {context}" if context else "")
                         + f" rep {rep + 1}/{cfg.reps}: {cfg.requests} requests, {arrivals.describe()} …")

@@ -185,10 +185,12 @@ def achieved_concurrency(requests: Iterable[RequestRecord | tuple[int | None, in
 
 def meets_slo(r: RequestRecord, slo: SLO) -> bool:
     """Every bound the SLO sets holds for this request (a failed request meets none; TPOT of a one-token
-    answer is not bounded)."""
+    answer is not bounded). A reasoning model's TTFT bound is judged at its first answer token (ttfat): its user
+    waits for the answer, not for the thinking, which may start at once while the answer comes seconds later;
+    one cut while thinking never answered and does not meet it."""
     if r.error is not None or r.t_first_token_ns is None:
         return False
-    if slo.ttft_s is not None and ttft(r) > slo.ttft_s:
+    if slo.ttft_s is not None and ((t := ttfat(r)) is None or t > slo.ttft_s):
         return False
     tp = tpot(r)
     if slo.tpot_s is not None and tp is not None and tp > slo.tpot_s:

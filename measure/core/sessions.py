@@ -147,17 +147,17 @@ class _User:
     done: bool = False  # left: no requests were left for a new conversation
 
     def owed(self) -> int:
-        """Turns of its conversation still to send."""
-        return len(self.turns) - self.sent
+        """Turns of its conversation still to send (none once it left: its turns are cleared, not its count)."""
+        return max(0, len(self.turns) - self.sent)
 
 
 class Sessions:
     """Closed-loop users in multi-turn sessions. User u holds one conversation at a time; its next request is
     due `think` after its last answer ended (the first one at once), and is the conversation's next turn, or the
     first turn of the next conversation not yet given out when its own is over (or a turn failed: the user
-    leaves that conversation). A level of `total` requests runs whole conversations first: a user opens a new
-    one only with the requests the others' open conversations do not still need, cut to what is left, and
-    leaves when none are. Conversation i is the same in every cell, rep and engine; which user holds it depends
+    leaves that conversation). A level of `total` requests starts every user (one request kept for each user
+    that has no conversation yet) and then runs whole conversations: a user opens a new one only with the
+    requests the others' open conversations do not still need, cut to what is left, and leaves when none are. Conversation i is the same in every cell, rep and engine; which user holds it depends
     on who is free first."""
 
     def __init__(self, turns: int, think: ThinkTime = ThinkTime(), total: int | None = None, seed: int = 0,
@@ -200,8 +200,12 @@ class Sessions:
                 u.due_ns, u.retired, u.turns = None, True, u.turns[:u.sent]
                 continue
             if not u.owed():  # no conversation yet, or its last turn is done: the next one
+                # every user asked starts a conversation (one request kept for each that has none yet), so a
+                # total that is not a multiple of users × turns cuts conversations short, not users
+                unstarted = sum(1 for v in self._users[:self.users] if v is not u and not v.session and not v.done)
                 left = (None if self.total is None else
-                        self.total - self.issued - sum(v.owed() for v in self._users if v is not u))
+                        self.total - self.issued - sum(v.owed() for v in self._users if v is not u)
+                        - min(unstarted, max(0, self.total - self.issued - 1)))
                 if left is not None and left <= 0:  # the others' conversations need every request left
                     u.due_ns, u.done, u.turns = None, True, []
                     continue
