@@ -379,3 +379,16 @@ def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
         finally:
             src.close()
     assert len(recs) == 6 and len({r.session for r in recs}) == 4 and peak_in_flight(recs) == 4
+
+
+def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream():
+    """(2) A capped open loop's cell says in its note how many requests waited for a stream, and how long."""
+    from measure.control import report as R
+    from measure.control import runs as RU
+    from measure.control.cell import Cell
+    from measure.control.sweep import format_table
+
+    c = Cell(k=1, b=1, completed=80, status="ok", client_waited=79, client_wait_p50_ms=1033.2,
+             client_wait_p99_ms=2298.5)
+    assert "CLIENT QUEUE: 79 requests waited for a free stream, p50/p99 1033/≈2298 ms" in format_table([c])
+    assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", {"model_bytes": 0}, [c])], [])

@@ -17,7 +17,7 @@ from measure.core import metrics as M
 from measure.control.cell import Cell
 from measure.control.knee import TARGET_ATTAINMENT
 from measure.control.runs import ReportError, Run, combine, load_run
-from measure.control.sweep import answer_notes
+from measure.control.sweep import answer_notes, client_note
 from measure.core.records import MODES
 from measure.core.sessions import turn_note
 
@@ -410,7 +410,7 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
             status = _status(c)
-            note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c)
+            note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c) + client_note(c)
             if status != "ok":
                 note = c.reason or ""
             elif c.arrivals or c.behind_schedule:  # the load generator's lateness (open loop)

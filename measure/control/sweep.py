@@ -528,6 +528,15 @@ def answer_notes(c: Cell) -> str:
     return note
 
 
+def client_note(c: Cell) -> str:
+    """HTTP: requests that waited for a free client stream (the client's own queue, inside their TTFT)."""
+    if not c.client_waited:
+        return ""
+    return (f" CLIENT QUEUE: {c.client_waited} requests waited for a free stream, p50/p99 "
+            f"{_fmt(c.client_wait_p50_ms, '.0f')}/{M.p99_mark(c.completed)}{_fmt(c.client_wait_p99_ms, '.0f')} ms "
+            "(inside their TTFT: the client's queue, not the server's; a larger --b, or no --b with an open loop)")
+
+
 def format_table(cells: list[Cell]) -> str:
     head = (f"{'K':>3} {'B':>3} {'conc':>5} {'tok/s':>8} {'TPOT p50':>9} {'TTFT p50':>9} {'TTFT p99':>9} "
             f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6} {'predicted TPOT, tok/s':>24}  note")
@@ -549,6 +558,7 @@ def format_table(cells: list[Cell]) -> str:
         if c.arrivals or c.behind_schedule:
             note += (f" {(c.arrivals or '') + ','} late p50/p99 {_fmt(c.lateness_p50_ms)}/"
                      f"{_fmt(c.lateness_p99_ms)} ms" + (" BEHIND SCHEDULE" if c.behind_schedule else ""))
+        note += client_note(c)
         if c.k_served_min:
             note += f" K={c.k_served_min} after a worker died"
         if c.oom_killed:
