@@ -100,9 +100,9 @@ def test_wall_after_plus_drives_the_brake(brake):
 
 
 def test_worker_under_a_memory_limit_fails_cleanly(make_fleet):
-    from measure.sources.base import SourceError as FleetError
+    from measure.sources.base import SourceError
 
     fleet = make_fleet(k=1)
     fleet.spec = fleet.spec.__class__(**{**fleet.spec.to_dict(), "options": {"memory_limit": 200 * MiB}})
-    with pytest.raises(FleetError, match="could not load|memory|Memory"):
+    with pytest.raises(SourceError, match="could not load|memory|Memory"):
         fleet.start(timeout=60)

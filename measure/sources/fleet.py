@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 WAIT_S = 0.5  # the I/O thread sleeps this long at most; commands and workers wake it at once
 RETIRED_SHOWN_S = 10.0  # a retired worker's row stays this long, then leaves the list (_forget_retired)
 S = WorkerState
-FleetError = SourceError  # the name callers knew
 
 _OPEN: "weakref.WeakSet[Fleet]" = weakref.WeakSet()
 
@@ -56,7 +55,7 @@ def _close_open_fleets() -> None:
         f.close()
 
 
-__all__ = ["Fleet", "FleetError", "CellStopped", "RunMeta", "WorkerInfo", "physical_cores", "auto_threads"]
+__all__ = ["Fleet", "CellStopped", "RunMeta", "WorkerInfo", "physical_cores", "auto_threads"]
 
 
 @dataclass
@@ -120,7 +119,7 @@ class Fleet:
                  on_record: Callable[[RequestRecord], None] | None = None, b_cap: int | None = None,
                  events: bool = True) -> None:
         if k < 1:
-            raise FleetError(f"K must be at least 1 (got {k})")
+            raise SourceError(f"K must be at least 1 (got {k})")
         self.spec = spec
         self.meta = meta
         self.fixed_threads = threads
@@ -190,11 +189,11 @@ class Fleet:
             self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float = 600.0) -> None:
-        """Block until every worker of the target K is ready (or raise FleetError)."""
+        """Block until every worker of the target K is ready (or raise SourceError)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._fatal:
-                raise FleetError(self._fatal)
+                raise SourceError(self._fatal)
             with self._lock:
                 synced = self._cmds_done >= self._cmds_put
             snap = self.workers()
@@ -203,13 +202,13 @@ class Fleet:
             if synced and len(live) >= self._serving_k() and all(w.ready_ns and w.state != S.WARMING for w in live):
                 return
             if not live and snap:
-                raise FleetError(self._first_error(snap) or "every worker died before it was ready")
+                raise SourceError(self._first_error(snap) or "every worker died before it was ready")
             time.sleep(0.02)
-        raise FleetError(f"workers not ready after {timeout:.0f} s")
+        raise SourceError(f"workers not ready after {timeout:.0f} s")
 
     def scale_to(self, k: int) -> None:
         if k < 1:
-            raise FleetError(f"K must be at least 1 (got {k})")
+            raise SourceError(f"K must be at least 1 (got {k})")
         self.target_k = k  # at once, so wait_ready() waits for the new workers
         self._command_put(_Scale(k))
 
@@ -217,9 +216,9 @@ class Fleet:
         """instances: one request per worker; batch: up to b sequences per worker, decoded together in a
         context made for b_cap sequences (default: the largest B so far) of seq_ctx tokens each."""
         if mode not in ("instances", "batch"):
-            raise FleetError(f"mode must be instances or batch (got {mode!r})")
+            raise SourceError(f"mode must be instances or batch (got {mode!r})")
         if b < 1:
-            raise FleetError(f"B must be at least 1 (got {b})")
+            raise SourceError(f"B must be at least 1 (got {b})")
         self.mode, self.b = mode, b
         self.b_cap = max(b, b_cap) if b_cap else max(self.b_cap, b)
         self.seq_ctx = seq_ctx or self.seq_ctx
@@ -257,7 +256,7 @@ class Fleet:
         finally:
             self._command_put(_Collector(None))
         if self._fatal:
-            raise FleetError(self._fatal)
+            raise SourceError(self._fatal)
         return done
 
     def close(self, grace: float = 1.0) -> None:
