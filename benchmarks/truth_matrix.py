@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +304,9 @@ def _one(c: Combo, servers: NullServers | None, res: Result) -> None:
     _check_cell(c, cells[-1], [r for r in recs if r.b == c.b], res)
 
 
-def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: int | None = None) -> None:
+def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: int | None = None,
+                engines: int = 1) -> None:
+    """`engines`: how many copies of the source served the records (two clients of a local engine run two)."""
     from measure.control.knee import peak_in_flight
     from measure.core import metrics as M
     from measure.core.workload import prompt_for
@@ -357,8 +359,9 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: 
     # rates within tolerance of the schedule's truth
     if c.load != "sessions" and c.source != "batch":
         sched, sent = [r.t_scheduled_ns for r in recs], [r.t_submitted_ns or r.t_scheduled_ns for r in recs]
-        tps, conc = ideal(c, sched, sent)  # no harness cost at all …
-        tps_lo, conc_hi = ideal(c, sched, sent, OVERHEAD_MS / 1e3)  # … and OVERHEAD_MS of it on every request
+        served = replace(c, k=c.k * engines)
+        tps, conc = ideal(served, sched, sent)  # no harness cost at all …
+        tps_lo, conc_hi = ideal(served, sched, sent, OVERHEAD_MS / 1e3)  # … and OVERHEAD_MS of it on every request
         got_t, got_c = cell.output_throughput or 0.0, cell.achieved_concurrency or 0.0
         res.check(tps_lo * (1 - RATE_TOL) <= got_t <= tps * (1 + RATE_TOL),
                   f"tok/s {got_t:.1f} vs the schedule's {tps_lo:.1f}–{tps:.1f}")
@@ -417,7 +420,7 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
         a, b = getattr(cell, f), getattr(truth, f)
         res.check(a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b)),
                   f"--combine {f} {a} ≠ pooled on one clock {b}")
-    _check_cell(c, truth, pooled, res)
+    _check_cell(c, truth, pooled, res, engines=1 if c.source in ("http", "pool") else 2)
 
 
 # ---- --find against a server without a capacity limit ----------------------------------------------------
