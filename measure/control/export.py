@@ -53,7 +53,8 @@ def snapshot_png(snap: Snapshot, path: Path, beta: float | None = None) -> Path 
 
     axes[1].plot(ts, [ms(p.tpot_p50) for p in h], label="TPOT p50")
     axes[1].plot(ts, [ms(p.tpot_p90) for p in h], label="TPOT p90")
-    axes[1].plot(ts, [ms(p.predicted_tpot) for p in h], "--", label="predicted K·W/β")
+    by = snap.numbers.predicted_by or "K·W/β"  # what made the prediction now: the roofline, or K·W/β
+    axes[1].plot(ts, [ms(p.predicted_tpot) for p in h], "--", label=f"predicted ({by})")
     axes[2].plot(ts, [p.bw_gbps if p.bw_gbps is not None else float("nan") for p in h], label="bandwidth product")
     if beta:
         axes[2].axhline(beta, color="red", ls="--", label=f"spec {beta:g} GB/s")
