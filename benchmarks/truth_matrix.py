@@ -306,7 +306,8 @@ def _one(c: Combo, servers: NullServers | None, res: Result) -> None:
 
 def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: int | None = None,
                 engines: int = 1) -> None:
-    """`engines`: how many copies of the source served the records (two clients of a local engine run two)."""
+    """`engines`: how many copies of the source served the records (two clients run two local engines, or two
+    sets of B client streams)."""
     from measure.control.knee import peak_in_flight
     from measure.core import metrics as M
     from measure.core.workload import prompt_for
@@ -420,7 +421,7 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
         a, b = getattr(cell, f), getattr(truth, f)
         res.check(a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b)),
                   f"--combine {f} {a} ≠ pooled on one clock {b}")
-    _check_cell(c, truth, pooled, res, engines=1 if c.source in ("http", "pool") else 2)
+    _check_cell(c, truth, pooled, res, engines=2)  # each client its own engine, or its own B streams
 
 
 # ---- --find against a server without a capacity limit ----------------------------------------------------
