@@ -1,17 +1,24 @@
-"""What does the dashboard cost? The same load headless and with the dashboard open, in one run.
+"""What does the dashboard cost, with plotext's charts and with the braille renderer it replaced? One run measures
+the same load headless and with each build of the dashboard open, side by side.
 
 Each round runs K workers on the embedded model, closed loop K users, for --seconds of steady state:
   headless:  inference-top bench (the same fleet, no UI)
-  dashboard: inference-top in a 160×48 tmux pane, recording its requests (--record)
-Prints the dashboard process's CPU % of one core (its own threads, workers excluded) and
-aggregate tok/s with the dashboard ÷ headless. Goals: ≤ 3 % (issue 23) and ≥ 0.97.
+  plotext:   the dashboard as it is (tui/charts.py draws with plotext) in a 160×48 tmux pane, recording
+  braille:   the same dashboard drawing with the hand-written braille renderer it replaced (draw() of
+             tui/charts.py as it stood at --braille-rev; every other file as it is now), from a copy of tui/
+The two dashboards take turns first from one round to the next. Prints each dashboard process's CPU % of one core
+(its own threads, workers excluded), aggregate tok/s with it ÷ headless, plotext's CPU ÷ braille's, and each
+renderer's in-process CPU for drawing the three live charts once (180 s at 2 Hz, 94 × 12 cells); the last line
+is JSON. Goals: ≤ 3 % of a core and ≥ 0.97 (docs/design.md §23).
 
-    python benchmarks/tui_overhead.py [--rounds 2] [--seconds 40] [--k 2] [--refresh 1]
+    python benchmarks/tui_overhead.py [--rounds 2] [--seconds 40] [--k 2] [--refresh 1] [--renderers plotext,braille]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import os
 import shutil
 import statistics
@@ -30,6 +37,7 @@ from measure.core import metrics as M  # noqa: E402
 from measure.core.recorder import read_jsonl  # noqa: E402
 
 EXE = str(Path(sys.executable).parent / "inference-top")
+BRAILLE_REV = "1f0385a"  # the last commit whose tui/charts.py drew its own braille (before plotext came back)
 
 
 def steady_throughput(records, skip_s: float) -> float:
@@ -50,24 +58,55 @@ def headless(k: int, seconds: float, max_tokens: int, tmp: Path) -> float:
     return steady_throughput(recs, 3.0)
 
 
-def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path) -> tuple[float, float]:
+def braille_tree(rev: str, tmp: Path) -> Path:
+    """A copy of tui/ whose charts draw with the braille renderer: tui/charts.py as it stood at `rev` is
+    tui/_braille_charts.py, and today's tui/charts.py takes its draw() (the widgets, the row-by-row repaint and
+    every other file stay as they are now: only the renderer differs). A folder to run the dashboard from."""
+    where = tmp / f"braille-{rev}"
+    shutil.copytree(ROOT / "tui", where / "tui", ignore=shutil.ignore_patterns("__pycache__"))
+    p = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tui/charts.py"], capture_output=True, text=True)
+    if p.returncode != 0 or "class Grid" not in p.stdout:
+        sys.exit(f"tui_overhead: no braille renderer in tui/charts.py at {rev} ({p.stderr.strip() or 'no Grid'}): "
+                 f"run it in a git clone of the project, or give --braille-rev a commit that has it")
+    (where / "tui" / "_braille_charts.py").write_text(p.stdout)
+    with open(where / "tui" / "charts.py", "a") as f:
+        f.write("\nfrom tui._braille_charts import draw  # noqa: E402,F811  (tui_overhead: the braille renderer)\n")
+    return where
+
+
+def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path, path: Path
+              ) -> tuple[float, float]:
+    """The dashboard run with `path` first on PYTHONPATH (the project root, or the braille copy of tui/):
+    (its process's CPU % of one core over `seconds` of steady load, its recording's steady tok/s)."""
     rec = tmp / f"dash-{time.monotonic_ns()}.jsonl"
     name = f"tuiov{os.getpid()}"
-    cmd = f"{EXE} --k {k} --max-tokens {max_tokens} --refresh {refresh} --record {rec}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", cmd], check=True)
+    env = f"PYTHONPATH={path}"
+    cmd = (f"env {env} {sys.executable} -m tui.cli --k {k} --max-tokens {max_tokens} --refresh {refresh} "
+           f"--record {rec}")
+    # started in `path`: `python -m` puts the working folder first on sys.path, so its tui/ is the one imported
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", "-c", str(path), cmd],
+                   check=True)
+    subprocess.run(["tmux", "set-option", "-t", name, "remain-on-exit", "on"], check=True)  # to show a crash
     try:
         # wait for the app process and for every worker to be ready and serving
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         app = None
         while time.monotonic() < deadline:
+            if subprocess.run(["tmux", "display", "-p", "-t", name, "#{pane_dead}"], capture_output=True,
+                              text=True).stdout.strip() == "1":
+                screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True,
+                                        text=True).stdout.strip()
+                sys.exit(f"tui_overhead: the dashboard run from {path} exited:\n{screen[-2000:]}")
             pane_pid = int(subprocess.run(["tmux", "display", "-p", "-t", name, "#{pane_pid}"],
                                           capture_output=True, text=True).stdout.strip())
             pp = psutil.Process(pane_pid)
-            app = pp if "inference-top" in " ".join(pp.cmdline()) else next(
-                (c for c in pp.children() if "inference-top" in " ".join(c.cmdline())), None)
+            app = pp if "tui.cli" in " ".join(pp.cmdline()) else next(
+                (c for c in pp.children(recursive=True) if "tui.cli" in " ".join(c.cmdline())), None)
             if app and rec.exists() and rec.read_text().count('"kind":"request"') >= k:
                 break
             time.sleep(0.5)
+        if app is None:
+            sys.exit("tui_overhead: the dashboard did not start within 180 s")
         time.sleep(3.0)
         c0 = app.cpu_times()
         t0 = time.monotonic()
@@ -82,6 +121,33 @@ def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path
     return cpu, steady_throughput(recs, 3.0)
 
 
+def chart_ms(charts_py: Path, repeat: int = 30) -> float:
+    """One renderer's draw() of the three live charts once (180 s at 2 Hz, 94 × 12 cells each, as at 160×48), in
+    this process: the median of `repeat` drawings, milliseconds."""
+    spec = importlib.util.spec_from_file_location(f"charts_{abs(hash(charts_py))}", charts_py)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    xs = [i * 0.5 for i in range(360)]
+    tps = [60 + 8 * math.sin(x / 9) for x in xs]
+    tpot = [28 + 3 * math.sin(x / 5) for x in xs]
+    charts = [
+        ("aggregate throughput [tok/s]", [("tok/s (5 s window)", xs, tps, "cyan", "line"),
+                                          ("predicted", xs, [66.0] * 360, "red", "dash")], []),
+        ("per-stream TPOT [ms]", [("p50", xs, tpot, "green", "line"), ("p90", xs, [t * 1.1 for t in tpot], "yellow",
+                                                                              "line"),
+                                  ("predicted", xs, [30.0] * 360, "red", "dash")], []),
+        ("bandwidth product [GB/s]", [("GB/s", xs, [t * 0.25 for t in tps], "cyan", "line")],
+         [(25.0, "spec 25 GB/s", "red"), (19.0, "attainable 19.0 GB/s", "yellow")]),
+    ]
+    times = []
+    for _ in range(repeat):
+        t0 = time.process_time()  # this process's CPU: other work on the machine does not count
+        for title, series, hl in charts:
+            mod.draw(94, 12, title, series, hl, [(60.0, "K=2")], (0.0, 180.0))
+        times.append((time.process_time() - t0) * 1e3)
+    return statistics.median(times)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -89,24 +155,53 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--refresh", type=float, default=1.0)
+    ap.add_argument("--renderers", default="plotext,braille", help="which dashboards: plotext, braille or both")
+    ap.add_argument("--braille-rev", default=BRAILLE_REV, help="the commit whose tui/charts.py is the braille one")
     a = ap.parse_args()
+    names = [n.strip() for n in a.renderers.split(",") if n.strip()]
+    if not names or any(n not in ("plotext", "braille") for n in names):
+        sys.exit(f"tui_overhead: --renderers {a.renderers!r}: give plotext, braille or plotext,braille")
     if not shutil.which("tmux"):
         sys.exit("tui_overhead: tmux is needed (apt-get install tmux)")
     tmp = Path(tempfile.mkdtemp(prefix="tui-overhead-"))
-    rows = []
+    paths = {"plotext": ROOT}
+    if "braille" in names:
+        paths["braille"] = braille_tree(a.braille_rev, tmp)
+    renderer = {"plotext": ROOT / "tui" / "charts.py", "braille": paths.get("braille", ROOT) / "tui" / "_braille_charts.py"}
+    draw_ms = {n: chart_ms(renderer[n]) for n in names}
+    for n in names:
+        print(f"{n}: the three charts drawn once in {draw_ms[n]:.1f} ms (in-process, 94 × 12 cells each)", flush=True)
+    heads: list[float] = []
+    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for r in range(a.rounds):
         h = headless(a.k, a.seconds, a.max_tokens, tmp)
-        cpu, d = dashboard(a.k, a.seconds, a.max_tokens, a.refresh, tmp)
-        rows.append((h, d, cpu))
-        print(f"round {r + 1}: headless {h:6.1f} tok/s   dashboard {d:6.1f} tok/s   ratio {d / h:.3f}   "
-              f"dashboard CPU {cpu:.1f} % of one core", flush=True)
-    h = statistics.median(x[0] for x in rows)
-    d = statistics.median(x[1] for x in rows)
-    cpu = statistics.median(x[2] for x in rows)
-    print(f"\nK={a.k}, {a.rounds} rounds, 160×48, charts at {a.refresh:g} Hz")
-    print(f"dashboard process CPU: {cpu:.1f} % of one core (goal ≤ 3 %)")
-    print(f"aggregate tok/s with dashboard ÷ headless: {d / h:.3f} (goal ≥ 0.97)")
-    print(json.dumps({"cpu_percent": cpu, "ratio": d / h, "headless_tps": h, "dashboard_tps": d}))
+        heads.append(h)
+        line = f"round {r + 1}: headless {h:6.1f} tok/s"
+        for n in names if r % 2 == 0 else names[::-1]:  # each takes its turn first
+            cpu, d = dashboard(a.k, a.seconds, a.max_tokens, a.refresh, tmp, paths[n])
+            runs[n].append((cpu, d))
+            line += f" · {n} {d:6.1f} tok/s ({d / h:.3f}), CPU {cpu:.2f} %"
+        print(line, flush=True)
+    h = statistics.median(heads)
+    out: dict[str, object] = {"k": a.k, "rounds": a.rounds, "seconds": a.seconds, "size": "160x48",
+                              "refresh_hz": a.refresh, "headless_tps": h}
+    print(f"\nK={a.k}, {a.rounds} rounds of {a.seconds:g} s, 160×48, charts at {a.refresh:g} Hz; "
+          f"headless {h:.1f} tok/s")
+    for n in names:
+        cpu = statistics.median(x[0] for x in runs[n])
+        d = statistics.median(x[1] for x in runs[n])
+        out[n] = {"cpu_percent": round(cpu, 3), "dashboard_tps": round(d, 2), "ratio": round(d / h, 4),
+                  "charts_ms": round(draw_ms[n], 2)}
+        print(f"{n:8} dashboard CPU {cpu:.2f} % of one core (goal ≤ 3 %) · tok/s ÷ headless {d / h:.3f} "
+              f"(goal ≥ 0.97) · charts {draw_ms[n]:.1f} ms a drawing")
+    if len(names) == 2:
+        p, b = out["plotext"], out["braille"]
+        assert isinstance(p, dict) and isinstance(b, dict)
+        out["cpu_plotext_over_braille"] = round(p["cpu_percent"] / b["cpu_percent"], 3) if b["cpu_percent"] else None
+        out["charts_plotext_over_braille"] = round(p["charts_ms"] / b["charts_ms"], 2)
+        print(f"plotext ÷ braille: dashboard CPU ×{out['cpu_plotext_over_braille']}, "
+              f"chart drawing ×{out['charts_plotext_over_braille']}")
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -93,6 +93,69 @@ def test_snapshot_steady_k2(snap_compare):
     assert snap_compare(InferenceTop(c, live=False), terminal_size=(160, 48))
 
 
+def _stepped(levels=(1, 2, 3), seconds=20.0):
+    """A simulated run through K = 1, 2, 3 under the interactive SLO: each level settles into the step table."""
+    import presets
+
+    c, fleet, clock = sim_controller(k=levels[0])
+    c.settings.slo = c.steps.slo = presets.slo("interactive")
+    c.stats.set_slo(c.settings.slo)
+    run_for(c, fleet, clock, seconds)
+    for k in levels[1:]:
+        c.set_k(k)
+        run_for(c, fleet, clock, seconds)
+    return c, fleet, clock
+
+
+@pytest.mark.parametrize("size", [(120, 40), (160, 48)], ids=["120x40", "160x48"])
+def test_snapshot_step_table(snap_compare, size):
+    """The step table (v) at the two sizes the README and the tests use: a row a line, the wall by its name."""
+    c, _, _ = _stepped()
+    assert snap_compare(InferenceTop(c, live=False), press=["v"], terminal_size=size)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size, sideways", [((160, 48), False), ((120, 40), True)])
+async def test_the_step_table_fits_its_panel_or_scrolls_sideways(size, sideways):
+    """Issue 34 item 3. At 160 columns every row of the step table fits its panel on one line (its wall column
+    says the wall's name; "CPU cores (2.0 of 2 busy)" split onto a second line before); at 120 columns the rows
+    are still one line each and the panel scrolls sideways. The wall's figures stay on the numbers panel."""
+    from tui.app import wall_name
+
+    c, fleet, clock = _stepped()
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("v")
+        await pilot.pause()
+        box, table = app.query_one("#steps-box"), app.query_one("#steps")
+        lines = str(table.render()).split("\n")
+        rows = [x for x in lines if x.startswith(("  K=", "★ K="))]
+        assert len(rows) == 3, lines
+        assert table.size.height == len(lines)  # no line wrapped
+        assert (box.max_scroll_x > 0) == sideways, (box.max_scroll_x, table.size.width, box.size.width)
+        settled = [r for r in c.snapshot().steps if r.settled]
+        assert [row.rsplit(" ", 1)[-1] for row in rows] == [wall_name(r.wall).rsplit(" ", 1)[-1] for r in settled]
+        assert all("(" not in row.split("%)")[-1] for row in rows)  # no wall figures in the table
+        numbers = str(app.query_one("#numbers").render())
+        assert f"wall: {c.snapshot().numbers.ceiling}" in numbers
+        c.set_k(4)  # a level that has not settled: "settling" in its row, what it waits for on the numbers panel
+        run_for(c, fleet, clock, 1.0)
+        app.refresh_numbers()
+        await pilot.pause()
+        assert str(table.render()).split("\n")[-1].endswith(" settling")
+        assert "this level is settling: " in str(app.query_one("#numbers").render())
+
+
+def test_a_walls_name_is_its_text_without_its_figures():
+    from tui.app import wall_name
+
+    assert [wall_name(w) for w in ("CPU cores (2.0 of 2 busy)", "memory bandwidth (91% of attainable)",
+                                   "none: 30% headroom", "none reached", "compute (1.9 of 2 cores busy)",
+                                   "server queue (one request at a time: 1.0 of 4 streams decode)",
+                                   "not measured here (the server's machine)")] == [
+        "CPU cores", "memory bandwidth", "none", "none reached", "compute", "server queue", "not measured here"]
+
+
 def test_snapshot_help(snap_compare):
     c, fleet, clock = sim_controller(k=1)
     run_for(c, fleet, clock, 5)
@@ -261,83 +324,114 @@ async def test_export_writes_a_png(tmp_path, monkeypatch):
 
 
 # ---- issue 23 item 6: the dashboard's own CPU -------------------------------------------------------------------
-def _dots(chart_rows, rows):
-    """The braille dots of a chart's plot area as {(x, y)} in dots from its bottom left, and the colour of each
-    cell that holds dots, by (column, row from the bottom)."""
-    bit = {0x01: (0, 0), 0x02: (0, 1), 0x04: (0, 2), 0x40: (0, 3), 0x08: (1, 0), 0x10: (1, 1), 0x20: (1, 2),
-           0x80: (1, 3)}  # a braille character's bit → (column, row from the top) of its dot in the cell
-    dots, colors = set(), {}
-    for r in range(rows):  # the plot's rows from the top, below the title and the top frame
-        x = 0
-        for text, color in chart_rows[2 + r][1:-1]:  # between the y label + axis and the right frame
-            for ch in text:
-                code = ord(ch) - 0x2800
-                if 0 < code < 256:
-                    for b, (dx, dy) in bit.items():
-                        if code & b:
-                            dots.add((2 * x + dx, 4 * (rows - 1 - r) + 3 - dy))
-                    colors[x, rows - 1 - r] = color
-                x += 1
-    return dots, colors
+# ---- issue 34 item 1: the charts are plotext's --------------------------------------------------------------------
+def _plain(rows):
+    return ["".join(s for s, _ in row) for row in rows]
 
 
-def test_a_chart_puts_its_dots_where_its_points_are():
-    """The braille chart of known points: a line from (0, 0) to (79, 20) over x 0–79 and y 0–23 (1.15 × 20) on a
-    plot of 40 × 8 cells (80 × 32 dots, y 0 on the bottom row's middle, dot 1.5, and 23 on the top row's, dot
-    29.5) starts and ends on those dots, has dots in every column within one dot of the straight line and nowhere
-    else; the y labels are 0–23, one a row (the value at its middle), the x labels 0–79, five."""
-    from tui.charts import draw
-
-    rows = draw(46, 12, "t [u]", [("", [0.0, 79.0], [0.0, 20.0], "cyan", "line")], x_range=(0.0, 79.0))
-    plain = ["".join(s for s, _ in row) for row in rows]
-    assert len(rows) == 12 and all(len(p) == 46 for p in plain)
-    assert plain[0].strip() == "t [u]"
-    assert [p[:5] for p in plain[2:10]] == [f"{23 * r / 7:4.1f}┤" for r in range(7, -1, -1)]  # top row first
-    assert plain[1] == "    ┌" + "─" * 40 + "┐"
-    # x ticks at 0, 19.75, 39.5, 59.25, 79: dot columns 0, 20, 40, 59, 79, cells 0, 10, 20, 29, 39
-    assert plain[10] == "    └┬" + "─" * 9 + "┬" + "─" * 9 + "┬" + "─" * 8 + "┬" + "─" * 9 + "┬┘"
-    assert plain[11].split() == ["0", "20", "40", "59", "79"]
-    dots, colors = _dots(rows, 8)
-    assert (0, 2) in dots and (79, 26) in dots  # round(1.5) = 2 (to even), round(1.5 + 20 / 23 × 28) = 26
-    assert {x for x, _ in dots} == set(range(80))
-    assert all(abs(y - (2 + 24 * x / 79)) <= 1 for x, y in dots)
-    assert set(colors.values()) == {"cyan"}
+def _cells(rows):
+    """Each cell of a chart's rows as (character, colour or None)."""
+    return [[(ch, color) for s, color in row for ch in s] for row in rows]
 
 
-def test_a_chart_draws_gaps_dashes_lines_markers_and_a_legend():
-    """A None breaks a line; a dashed series is ─ held from point to point in every other cell; an hline is a
-    row of ─ with its label; a marker a │ with its label at the top; data is drawn over both; the legend names
-    the series in the top left corner. y 0–23 on 8 rows (32 dots), x 0–79 on 40 columns (80 dots)."""
+def test_a_chart_is_plotexts_figure_cell_for_cell():
+    """draw() hands the dashboard plotext's own figure under the chart's title: the characters plt.build() prints,
+    each in the colour plotext gives it (read from plotext's cell matrix, not decoded again from the ANSI text it
+    would print)."""
+    import plotext as plt
+    from rich.color import Color
+    from rich.text import Text
+
     from tui.charts import draw
 
     xs = [float(x) for x in range(80)]
-    ys = [5.0 if x < 30 or x >= 50 else None for x in range(80)]  # no value over x 30–49
-    rows = draw(46, 12, "t [u]", [("tok/s", xs, ys, "cyan", "line"),
-                                  ("pred", [0.0, 79.0], [10.0, 10.0], "red", "dash"),
-                                  ("p90", xs, [None] * 80, "yellow", "line")],  # no data: not in the legend
-                hlines=[(20.0, "spec 20", "yellow"), (None, "", "red")], markers=[(60.0, "K=2"), (500.0, "x")],
+    rows = draw(60, 14, "t [u]", [("tok/s", xs, [5.0 + x % 7 for x in xs], "cyan", "line"),
+                                  ("pred", [0.0, 79.0], [10.0, 10.0], "red", "dash")],
+                hlines=[(12.0, "spec 12", "yellow")], markers=[(40.0, "K=2")], x_range=(0.0, 79.0))
+    printed = Text.from_ansi(plt.build()).split("\n")  # the same figure as plotext prints it, under our title
+    assert len(rows) == 14 and [len(p) for p in _plain(rows)] == [60] * 14 and _plain(rows)[0].strip() == "t [u]"
+    assert _plain(rows)[1:] == [line.plain for line in printed][:13]
+    for line, cells in zip(printed, _cells(rows)[1:]):
+        for i, (_, color) in enumerate(cells):  # plotext prints a colour as its number in the 256-colour palette
+            styles = [sp.style for sp in line.spans if sp.start <= i < sp.end]
+            printed_color = styles[-1].color.number if styles and styles[-1].color else None
+            assert printed_color == (Color.parse(color).number if color else None), (i, line.plain)
+    assert {c for row in _cells(rows) for _, c in row} >= {"cyan", "red", "yellow", "magenta"}
+
+
+def test_a_gap_in_a_series_breaks_its_line():
+    """No value over x 30–49 (None): plotext would join 5 at x 29 to 20 at x 50 across the gap; the chart draws
+    the two runs apart, so no dot of the series lies over the gap."""
+    from tui.charts import draw
+
+    xs = [float(x) for x in range(80)]
+    ys = [None if 30 <= x < 50 else (5.0 if x < 30 else 20.0) for x in range(80)]
+    rows = draw(60, 14, "t [u]", [("", xs, ys, "cyan", "line")], x_range=(0.0, 79.0))
+    plain = _plain(rows)
+    left = plain[3].index("┤") + 1  # the plot's first column, after the y labels and the axis
+    cols = 60 - left - 1
+    gap = range(left + round(33 / 79 * (cols - 1)), left + round(46 / 79 * (cols - 1)))  # well inside the gap
+    cells = _cells(rows)
+    assert not [(r, c) for r in range(2, 12) for c in gap if cells[r][c][1] == "cyan"]
+    assert [(r, c) for r in range(2, 12) for c in range(left, gap[0]) if cells[r][c][1] == "cyan"]
+    assert [(r, c) for r in range(2, 12) for c in range(gap[-1] + 1, 59) if cells[r][c][1] == "cyan"]
+
+
+def test_a_chart_has_its_title_legend_lines_markers_and_y_axis():
+    """The title on top; the legend names the series that have data (p90 has none); the hline's label at its
+    right end, the marker a magenta │ with its label; the dashed series as red ─; the y axis from 0 to 1.15 × the
+    largest value or hline shown."""
+    from tui.charts import draw
+
+    xs = [float(x) for x in range(80)]
+    rows = draw(70, 14, "aggregate [tok/s]", [("tok/s", xs, [40.0] * 80, "cyan", "line"),
+                                              ("predicted", [0.0, 79.0], [30.0, 30.0], "red", "dash"),
+                                              ("p90", xs, [None] * 80, "yellow", "line")],
+                hlines=[(60.0, "spec 60", "yellow"), (None, "", "red")], markers=[(50.0, "K=2"), (500.0, "x")],
                 x_range=(0.0, 79.0))
-    plain = ["".join(s for s, _ in row) for row in rows]
-    body = [p[5:45] for p in plain[2:10]]  # the plot's 8 rows, top first
-    dots, colors = _dots(rows, 8)
-    legend = {(x, y) for x, y in dots if y >= 28 and x < 6}  # the legend's ⢕⢕ in the top row
-    assert dots - legend == {(x, 8) for x in range(80) if not 30 <= x < 50}  # round(1.5 + 5 / 23 × 28) = 8
-    assert set(colors.values()) == {"cyan"}
-    r10 = 7 - (14 >> 2)  # the dashed row (round(1.5 + 10 / 23 × 28) = 14), from the top
-    assert [c for c, ch in enumerate(body[r10]) if ch == "─"] == list(range(0, 40, 2))
-    assert 7 - (26 >> 2) == 1  # the hline's row, the legend's second: its label follows the legend's
-    assert body[1] == "─── pred─spec 20" + "─" * 24
-    assert body[2][30] == "│" and body[5][30] == "⣀"  # the marker; the data over it at y = 5 (dot 8)
-    assert body[0].startswith(" ⢕⢕ tok/s") and body[0][31:34] == "K=2" and body[1].startswith("─── pred")
-    assert "p90" not in "".join(plain) and "x" not in "".join(body)
+    plain = _plain(rows)
+    text = "\n".join(plain)
+    assert plain[0].strip() == "aggregate [tok/s]"
+    assert "tok/s" in plain[2] and "predicted" in text and "p90" not in text
+    assert "spec 60" in text and "K=2" in text and " x " not in text
+    cells = _cells(rows)
+    assert any(ch == "│" and c == "magenta" for row in cells[2:-2] for ch, c in row)
+    assert sum(ch == "─" and c == "red" for row in cells[2:-2] for ch, c in row) >= 10
+    top = float(plain[2].split("┤")[0])
+    bottom = float(plain[-3].split("┤")[0])
+    assert top == pytest.approx(1.15 * 60.0, rel=0.01) and bottom == 0.0
+
+
+def test_a_series_reaches_plotext_as_two_points_a_cell_with_its_extremes(monkeypatch):
+    """A 180 s span at 2 Hz is 360 points for a plot of ≈ 45 cells: plotext is handed at most two a cell, each
+    cell's lowest and highest in x order (a one-sample spike stays on the chart), so its cost does not grow with
+    the sample rate."""
+    import random
+
+    import tui.charts as charts
+
+    rnd = random.Random(3)
+    xs = [i * 0.5 for i in range(360)]
+    ys = [20 + rnd.uniform(-1, 1) for _ in xs]
+    ys[101] = 60.0  # a spike
+    handed = []
+    real = charts.plt.plot
+    monkeypatch.setattr(charts.plt, "plot", lambda x, y, **kw: handed.append((list(x), list(y))) or real(x, y, **kw))
+    charts.draw(90, 12, "t", [("a", xs, ys, "cyan", "line")], x_range=(0.0, 180.0))
+    (hx, hy), = handed
+    assert len(hx) <= 2 * 45 and hx == sorted(hx) and max(hy) == 60.0 and min(hy) == min(ys)
+    for c in range(45):  # every cell keeps its lowest and highest
+        cell = [y for x, y in zip(xs, ys) if int(x * 45 / 180) == c]
+        kept = [y for x, y in zip(hx, hy) if int(x * 45 / 180) == c]
+        assert min(cell) in kept and max(cell) in kept
 
 
 def test_a_chart_without_data_says_so():
     from tui.charts import draw
 
-    plain = ["".join(s for s, _ in row) for row in draw(46, 12, "t [u]", [("a", [0.0], [None], "cyan", "line")],
-                                                        x_range=(0.0, 10.0))]
-    assert "waiting for data…" in plain[5] and plain[9].startswith("0.00┤") and plain[2].startswith("1.00┤")
+    plain = _plain(draw(46, 12, "t [u]", [("a", [0.0], [None], "cyan", "line")], x_range=(0.0, 10.0)))
+    assert any("waiting for data…" in p for p in plain)
+    assert float(plain[2].split("┤")[0]) == 1.0
 
 
 @pytest.mark.asyncio
@@ -532,23 +626,3 @@ async def test_textual_paints_again_only_the_rows_that_changed():
     assert 0 < len(changed_rows) < len(before) and sorted(set(asked["chart"])) == changed_rows, (asked, changed_rows)
     i = next(i for i, x in enumerate(shown) if "LINE 3" in x)  # (the first row is the panel's border)
     assert "line 2" in shown[i - 1] and "line 4" in shown[i + 1] and not any("line 3" in x for x in shown)
-
-def test_a_charts_fast_line_puts_the_same_dots_as_the_plain_one():
-    """Charts draw lines with Grid.line_np (numpy); Grid.line says the same in plain loops: the same dots and
-    colours for random series, sorted or not, with gaps, points outside the x range and values off the y axis."""
-    import random
-
-    from tui.charts import Grid
-
-    rnd = random.Random(7)
-    for _ in range(400):
-        cols, rows, n = rnd.randint(3, 90), rnd.randint(1, 12), rnd.randint(0, 300)
-        x0, x1 = rnd.choice([(0.0, 79.0), (10.0, 190.0), (0.0, 1.0)])
-        xs = [rnd.uniform(x0 - 5, x1 + 5) for _ in range(n)]
-        if rnd.random() < 0.8:
-            xs.sort()
-        ys = [None if rnd.random() < 0.05 else rnd.choice([rnd.uniform(-1, 30), 5.0, 0.0]) for _ in range(n)]
-        plain, fast = Grid(cols, rows, x0, x1, 0.0, 23.0), Grid(cols, rows, x0, x1, 0.0, 23.0)
-        plain.line(xs, ys, "cyan")
-        fast.line_np(xs, ys, "cyan")
-        assert (fast.bits, fast.color, fast.char) == (plain.bits, plain.color, plain.char)

@@ -12,18 +12,19 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
 from measure.control.controller import Controller
 from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
+from measure.control.steps import SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS
 from measure.core.metrics import p99_mark
 from measure.core.records import is_remote
 from measure.core.server_cache import live_rates
 from measure.core.units import fmt_bytes, fmt_ms
-from tui.charts import Chart, Panel
+from tui.charts import Chart, Panel, TablePanel
 from tui.signals import hold, quit_on_signals
 
 if TYPE_CHECKING:
@@ -56,6 +57,12 @@ def _err(measured: float | None, predicted: float | None) -> str:
     if not measured or predicted is None:
         return ""
     return f" (err {(predicted - measured) / measured:+.0%})"
+
+
+def wall_name(text: str) -> str:
+    """A wall's name without its figures (core/roofline.name_wall's text): "CPU cores (2.0 of 2 busy)" → "CPU
+    cores", "none: 30 % headroom" → "none", "memory bandwidth (91% of attainable)" → "memory bandwidth"."""
+    return text.split(" (", 1)[0].split(":", 1)[0]
 
 
 def bar(used: float, total: float, width: int, marked: float = 0.0) -> Text:
@@ -137,7 +144,8 @@ class InferenceTop(App):
                 yield Chart("per-stream TPOT: p50, p90; ─ predicted (roofline, or K·W/β)", "ms", id="chart-tpot")
                 yield Chart("bandwidth product (formula in the numbers panel)", "GB/s", id="chart-bw")
             with Vertical(id="steps-view"):
-                yield Panel(id="steps")
+                with ScrollableContainer(id="steps-box"):  # sideways where the table is wider than the panel
+                    yield TablePanel(id="steps")
                 yield Chart("Pareto: per-user tok/s vs aggregate tok/s, one point per settled level", "tok/s/user",
                             id="chart-pareto")
             with Vertical(id="side"):
@@ -180,7 +188,7 @@ class InferenceTop(App):
         self.query_one("#gauges", Panel).set_text(self._render_gauges(snap))
         self.query_one("#numbers", Panel).set_text(self._render_numbers(snap))
         if self.steps_view:
-            self.query_one("#steps", Panel).set_text(self._render_steps(snap))
+            self.query_one("#steps", TablePanel).set_text(self._render_steps(snap))
         self._fill_workers(snap)
         self._append_log(snap)
 
@@ -304,6 +312,9 @@ class InferenceTop(App):
                 f"power {n.watts:.0f} W" if n.watts is not None else "",
                 f"{n.joules_per_token:.2f} J/token" if n.joules_per_token else "",
                 f"${n.usd_per_mtok:.2f}/Mtok" if n.usd_per_mtok is not None else "") if x))
+        cur = next((r for r in reversed(s.steps) if r.level == n.level), None) if self.steps_view else None
+        if cur is not None and not cur.settled:  # the step table's row says "settling"; what it waits for is here
+            t.append(f"\nthis level is {cur.progress}", "grey50")
         t.append("\nwall: ")
         t.append(f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,
                  "bold white on red" if s.state == "WALL" else "bold")
@@ -450,15 +461,19 @@ class InferenceTop(App):
         self.call_after_refresh(self.refresh_charts)
 
     def _render_steps(self, s: Snapshot) -> Text:
+        """The step table, a row per line and never wrapped: the wall by its name (its figures are on the numbers
+        panel's wall line, what a settling level waits for under its "this level" line). It fits the panel at
+        160 columns; where it is wider than the panel (120 columns, a $/Mtok column) the panel scrolls sideways."""
         t = Text()
         slo = self.c.settings.slo
-        t.append("step table: one row per K/B level once settled (≥ 5 s steady, ≥ 8 requests, tok/s CV < 0.10)",
-                 "bold")
-        t.append(f" · SLO {slo.describe()}\n" if slo else " · no SLO (--slo interactive) for goodput\n")
+        t.append("step table (times in ms) · ", "bold")
+        t.append(f"SLO {slo.describe()}\n" if slo else "no SLO (--slo interactive) for goodput\n")
+        t.append(f"a row per K/B level once settled: ≥ {SETTLE_AFTER_S:g} s steady, ≥ {SETTLE_REQUESTS} requests, "
+                 f"tok/s CV < {SETTLE_CV:.2f}\n", "grey50")
         cost = any(r.usd_per_mtok is not None for r in s.steps)
-        t.append(f"  {'level':<19} {'conc':>4} {'tok/s':>6} {'/user':>6} {'TPOT':>5} {'TTFT':>5} {'p99':>5} "
-                 f"{'goodput':>11} {'pred':>5}" + (f" {'$/Mtok':>6}" if cost else "") + "  wall  (times in ms)\n",
-                 "bold")
+        lw = max([len("level")] + [len(r.level) for r in s.steps])
+        t.append(f"  {'level':<{lw}} {'conc':>4} {'tok/s':>6} {'/user':>6} {'TPOT':>5} {'TTFT':>5} {'p99':>5} "
+                 f"{'goodput':>11} {'pred':>5}" + (f" {'$/Mtok':>6}" if cost else "") + " wall", "bold")
         for r in s.steps:
             mark = "★ " if r.best else "  "
             style = "bold green" if r.best else ("" if r.settled else "grey50")
@@ -468,7 +483,7 @@ class InferenceTop(App):
             t.append(f"\n{mark}{r.level:<{lw}} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
                      f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} {p99_mark(r.requests) + ms(r.ttft_p99):>5} "
                      f"{good:>11} {_f(r.predicted_tps, '.0f'):>5}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
-                     + f"  {(r.wall if r.settled else r.progress)[:40]}\n", style)
+                     + f" {wall_name(r.wall) if r.settled else 'settling'}", style)
         return t
 
     def action_help(self) -> None:

@@ -1,12 +1,16 @@
-"""The dashboard's charts, drawn in braille by this module (2 × 4 dots a cell) straight into Textual strips, and
-the text panels beside them. A chart is rebuilt on the main thread only when its data changed."""
+"""The dashboard's charts, drawn by plotext (braille lines) and handed to Textual as strips, and the text panels
+beside them. What plotext does not do is here: a gap in a series breaks its line, and Textual is asked to
+repaint only the rows of a chart or a panel that changed (the line API: nothing is laid out or wrapped). A chart
+is rebuilt on the main thread only when its data changed."""
 from __future__ import annotations
 
-import math
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
-import numpy as np
+import plotext as plt
+from plotext._dict import color_codes as PLOTEXT_CODES  # plotext's colour names → their number (0–15)
 from rich.cells import cell_len
+from rich.color import ANSI_COLOR_NAMES
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -16,12 +20,6 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
 
-BRAILLE = 0x2800
-# the bit of the dot (column 0/1, row 0–3 from the top of the cell) in a braille character (U+2800 + bits)
-_DOT = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
-_BITS = np.array([[_DOT[half][3 - sub] for half in (0, 1)] for sub in range(4)])  # [row from the bottom, column]
-LINE_MARK = "⢕⢕"  # the legend's sign for a line series
-DASH_MARK = "──"
 
 
 class Panel(Widget):
@@ -85,6 +83,34 @@ class Panel(Widget):
         return out
 
 
+class TablePanel(Panel):
+    """A Panel as wide and as tall as its text, its lines never wrapped (a table's rows): in a container that
+    scrolls, a table wider than the room it has scrolls sideways instead of breaking its rows in two."""
+
+    DEFAULT_CSS = "TablePanel { width: auto; height: auto; }"
+
+    def __init__(self, *, id: str | None = None):
+        super().__init__(id=id)
+        self._extent = (0, 0)  # the text's widest line (cells) and its lines
+
+    def set_text(self, text: Text | str) -> None:
+        lines = (text.plain if isinstance(text, Text) else text).split("\n")
+        extent = (max(cell_len(line) for line in lines), len(lines))
+        if extent != self._extent:  # another size: lay the screen out again (the container's scrollbars)
+            self._extent = extent
+            self._text = text
+            self._strips = None
+            self.refresh(layout=True)
+            return
+        super().set_text(text)
+
+    def get_content_width(self, container, viewport) -> int:
+        return self._extent[0]
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return self._extent[1]
+
+
 def refresh_rows(widget: Widget, rows: Sequence[int], width: int) -> None:
     """Repaint only these rows of the widget (each run of adjacent rows as one region): Textual then renders
     just those lines again, not the whole widget (most of a second's repaint was lines that had not changed)."""
@@ -98,279 +124,174 @@ def refresh_rows(widget: Widget, rows: Sequence[int], width: int) -> None:
         widget.refresh(*(Region(0, a, width, b - a) for a, b in runs))
 
 
-def ticks(lo: float, hi: float, n: int) -> list[float]:
-    """n values evenly from lo to hi (both included)."""
-    if n <= 1:
-        return [lo]
-    return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+# A colour by its number in the terminal's 16: plotext and Rich name some differently (plotext's "orange" is Rich's
+# "yellow", its "white" Rich's "bright_white"), so charts are given Rich's names and plotext its own.
+_RICH_NAME = {n: name for name, n in reversed(list(ANSI_COLOR_NAMES.items())) if n < 16}
+_PLOTEXT_NAME = {name: p for p, n in PLOTEXT_CODES.items() for name, m in ANSI_COLOR_NAMES.items() if m == n}
+_FROM_PLOTEXT = {p: _RICH_NAME[n] for p, n in PLOTEXT_CODES.items()}
 
 
-def tick_format(lo: float, hi: float, n: int) -> str:
-    """A format with enough decimals for two significant digits of the step between n ticks."""
-    step = (hi - lo) / max(1, n - 1)
-    if step <= 0:
-        return ".1f"
-    return f".{min(4, max(0, 1 - math.floor(math.log10(step))))}f"
-
-
-class Grid:
-    """A chart's plot area: `cols` × `rows` cells, 2·cols × 4·rows braille dots, x and y scaled from
-    [x0, x1] and [y0, y1] (dot 0 is the left / bottom one). A cell holds dots or a character, and a colour."""
-
-    def __init__(self, cols: int, rows: int, x0: float, x1: float, y0: float, y1: float):
-        self.cols, self.rows = cols, rows
-        self.x0, self.x1, self.y0, self.y1 = x0, x1, y0, y1
-        self.w, self.h = 2 * cols, 4 * rows  # dots
-        self.bits = [0] * (cols * rows)  # row 0 is the bottom one
-        self.char: list[str | None] = [None] * (cols * rows)
-        self.color: list[str | None] = [None] * (cols * rows)
-        self._sx = (self.w - 1) / (x1 - x0) if x1 > x0 else 0.0  # dots per unit of x
-        self._sy = (self.h - 4) / (y1 - y0) if y1 > y0 else 0.0  # y: from the bottom row's middle to the top's
-
-    def dx(self, x: float) -> int:
-        return round((x - self.x0) * self._sx)
-
-    def dy(self, y: float) -> int:
-        """y0 at the middle of the bottom row (dot 1.5), y1 at the middle of the top row: a row's label (the value
-        at its middle) is the nearest to every value drawn in it."""
-        return min(self.h - 1, max(0, round(1.5 + (y - self.y0) * self._sy)))
-
-    def line(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
-        """The points joined by straight lines, in the order given (a None breaks the line); points outside
-        [x0, x1] are left out. Each dot column gets the rows the segments cross over its width, as one run from
-        the lowest to the highest. The plain statement of where the dots go; charts draw with `line_np`, the same
-        dots in numpy (about 2.5 times faster on a 180 s series)."""
-        x0, x1, y0, sx, sy = self.x0, self.x1, self.y0, self._sx, self._sy
-        top = self.h - 1
-        lo: dict[int, int] = {}  # dot column → its run's lowest and highest dot rows
-        hi: dict[int, int] = {}
-        ax = ay = -1  # the last point drawn, in dots (ax −1: none, the line starts again)
-        for x, y in zip(xs, ys):
-            if y is None or not x0 <= x <= x1:
-                ax = -1
-                continue
-            px = round((x - x0) * sx)
-            py = round(1.5 + (y - y0) * sy)
-            py = 0 if py < 0 else top if py > top else py
-            if ax < 0 or px == ax:  # one column: from the last point (if any) to this one
-                a, b = (py, py) if ax < 0 else ((ay, py) if ay < py else (py, ay))
-                if px in lo:
-                    if a < lo[px]:
-                        lo[px] = a
-                    if b > hi[px]:
-                        hi[px] = b
-                else:
-                    lo[px], hi[px] = a, b
-            else:  # over the columns from ax to px: in each, the rows the segment crosses over its width
-                if px < ax:
-                    ax, ay, px_, py_ = px, py, ax, ay
-                else:
-                    px_, py_ = px, py
-                slope = (py_ - ay) / (px_ - ax)
-                for c in range(ax, px_ + 1):
-                    a = round(ay + slope * (max(ax, c - 0.5) - ax))
-                    b = round(ay + slope * (min(px_, c + 0.5) - ax))
-                    if a > b:
-                        a, b = b, a
-                    if c in lo:
-                        if a < lo[c]:
-                            lo[c] = a
-                        if b > hi[c]:
-                            hi[c] = b
-                    else:
-                        lo[c], hi[c] = a, b
-            ax, ay = px, py
-        cols, bits, char, cell_color = self.cols, self.bits, self.char, self.color
-        for c, a in lo.items():
-            half = _DOT[c & 1]
-            base = c >> 1
-            for y in range(a, hi[c] + 1):
-                i = (y >> 2) * cols + base
-                bits[i] |= half[3 - (y & 3)]
-                char[i] = None
-                cell_color[i] = color
-
-    def line_np(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
-        """`line` in numpy, the same dots: the columns every segment crosses at once, then each column's run
-        from its lowest to its highest row, then the runs' dots as braille bits (a chart's hot path)."""
-        n = len(xs)
-        if n == 0:
-            return
-        y_arr = np.array([np.nan if y is None else y for y in ys], dtype=float)
-        x_arr = np.asarray(xs, dtype=float)
-        ok = ~np.isnan(y_arr) & (x_arr >= self.x0) & (x_arr <= self.x1)
-        if not ok.any():
-            return
-        px = np.rint((x_arr - self.x0) * self._sx).astype(np.int64)
-        py = np.clip(np.rint(1.5 + (np.where(ok, y_arr, 0.0) - self.y0) * self._sy), 0, self.h - 1).astype(np.int64)
-        idx = np.flatnonzero(ok)
-        px, py = px[idx], py[idx]
-        joined = np.zeros(len(idx), dtype=bool)  # this point and the one before it are joined
-        joined[1:] = (idx[1:] - idx[:-1]) == 1
-        prev_x, prev_y = np.roll(px, 1), np.roll(py, 1)
-        moved = joined & ((px != prev_x) | (py != prev_y))
-        # one column: a point starting a line, or joined to the last one in its column
-        one = ~joined | (moved & (px == prev_x))
-        a1 = np.where(joined, np.minimum(prev_y, py), py)[one]
-        b1 = np.where(joined, np.maximum(prev_y, py), py)[one]
-        c1 = px[one]
-        # over columns: each segment between different columns, in x order
-        seg = moved & (px != prev_x)
-        ax, ay, bx, by = prev_x[seg], prev_y[seg], px[seg], py[seg]
-        swap = bx < ax
-        ax, bx = np.where(swap, bx, ax), np.where(swap, ax, bx)
-        ay, by = np.where(swap, by, ay), np.where(swap, ay, by)
-        span = bx - ax + 1
-        c2 = np.repeat(ax, span) + (np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span))
-        axr, ayr, bxr = np.repeat(ax, span), np.repeat(ay, span), np.repeat(bx, span)
-        slope = np.repeat((by - ay) / (bx - ax), span)
-        ya = np.rint(ayr + slope * (np.maximum(axr, c2 - 0.5) - axr)).astype(np.int64)
-        yb = np.rint(ayr + slope * (np.minimum(bxr, c2 + 0.5) - axr)).astype(np.int64)
-        cols_ = np.concatenate([c1, c2])
-        lo_ = np.concatenate([a1, np.minimum(ya, yb)])
-        hi_ = np.concatenate([b1, np.maximum(ya, yb)])
-        lo = np.full(self.w, self.h, dtype=np.int64)
-        hi = np.full(self.w, -1, dtype=np.int64)
-        np.minimum.at(lo, cols_, lo_)
-        np.maximum.at(hi, cols_, hi_)
-        rows_y = np.arange(self.h)[:, None]
-        mask = (rows_y >= lo[None, :]) & (rows_y <= hi[None, :])  # (dot rows, dot columns)
-        cell_bits = (mask.reshape(self.rows, 4, self.cols, 2) * _BITS[None, :, None, :]).sum(axis=(1, 3))
-        flat = cell_bits.ravel()
-        where = np.flatnonzero(flat)
-        bits, char, cell_color = self.bits, self.char, self.color
-        for i, v in zip(where.tolist(), flat[where].tolist()):
-            bits[i] |= v
-            char[i] = None
-            cell_color[i] = color
-
-    def dashes(self, xs: Sequence[float], ys: Sequence[float | None], color: str) -> None:
-        """A value held from each point to the next, drawn as ─ in every other cell."""
-        pts = [(self.dx(x) >> 1, self.dy(y) >> 2) for x, y in zip(xs, ys) if y is not None and self.x0 <= x <= self.x1]
-        for (c, r), nxt in zip(pts, pts[1:] + [None]):
-            end = c + 1 if nxt is None else max(c + 1, nxt[0])
-            for c_ in range(c, end):
-                if c_ % 2 == 0:
-                    self.put(c_, r, "─", color)
-
-    def put(self, col: int, row: int, ch: str, color: str | None) -> None:
-        if 0 <= col < self.cols and 0 <= row < self.rows:
-            i = row * self.cols + col
-            self.char[i], self.bits[i], self.color[i] = ch, 0, color
-
-    def hline(self, y: float, color: str) -> int:
-        r = self.dy(y) >> 2
-        for c in range(self.cols):
-            self.put(c, r, "─", color)
-        return r
-
-    def vline(self, x: float, color: str) -> int:
-        c = self.dx(x) >> 1
-        for r in range(self.rows):
-            self.put(c, r, "│", color)
-        return c
-
-    def text(self, col: int, row: int, s: str, color: str | None) -> None:
-        for i, ch in enumerate(s):
-            self.put(col + i, row, ch, color)
-
-    def cell(self, col: int, row: int) -> tuple[str, str | None]:
-        i = row * self.cols + col
-        ch = self.char[i]
-        if ch is None:
-            ch = chr(BRAILLE + self.bits[i]) if self.bits[i] else " "
-        return ch, self.color[i]
+def _pc(color: str) -> str:
+    """plotext's name for a Rich colour name."""
+    return _PLOTEXT_NAME.get(color, color)
 
 
 Series = tuple[str, Sequence[float], Sequence[float | None], str, str]  # label, xs, ys, colour, 'line' | 'dash'
 Row = list[tuple[str, str | None]]  # a chart's row: runs of (text, colour or None)
 
 
+def runs(xs: Sequence[float], ys: Sequence[float | None], x0: float, x1: float
+         ) -> list[tuple[list[float], list[float]]]:
+    """The points in [x0, x1] as runs of consecutive values: a None (no value then) ends a run, so plotext does not
+    join the values either side of a gap."""
+    out: list[tuple[list[float], list[float]]] = []
+    cur: tuple[list[float], list[float]] | None = None
+    for x, y in zip(xs, ys):
+        if y is None or not x0 <= x <= x1:
+            cur = None
+            continue
+        if cur is None:
+            cur = ([], [])
+            out.append(cur)
+        cur[0].append(x)
+        cur[1].append(y)
+    return out
+
+
+def thin(xs: list[float], ys: list[float], x0: float, x1: float, cells: int) -> tuple[list[float], list[float]]:
+    """At most two points a character cell of the plot: where more fall in one, its lowest and highest, in x order.
+    plotext's cost grows with the segments it joins (a 180 s span at 2 Hz is 360 points for ≈ 90 cells); the line
+    through a cell's extremes spans the same rows of that cell. The points are in x order."""
+    if len(xs) <= 2 * cells:
+        return xs, ys
+    scale = cells / (x1 - x0)
+    out_x: list[float] = []
+    out_y: list[float] = []
+    i, n = 0, len(xs)
+    while i < n:
+        cell = int((xs[i] - x0) * scale)
+        j = i + 1
+        while j < n and int((xs[j] - x0) * scale) == cell:
+            j += 1
+        if j - i <= 2:
+            out_x.extend(xs[i:j])
+            out_y.extend(ys[i:j])
+        else:
+            seg = ys[i:j]
+            lo = i + seg.index(min(seg))
+            hi = i + seg.index(max(seg))
+            for k in sorted({lo, hi}):
+                out_x.append(xs[k])
+                out_y.append(ys[k])
+        i = j
+    return out_x, out_y
+
+
+def held(parts: list[tuple[list[float], list[float]]], x0: float, x1: float, n: int
+         ) -> tuple[list[float], list[float]]:
+    """A dashed series' marks: at `n` evenly spaced x over [x0, x1], the value of the run's last point at or before
+    it (a value held until the next point, none past a run's last point); a run no mark falls in keeps its first
+    point. The points of a run are in x order (a time series)."""
+    grid = [x0 + (x1 - x0) * i / (n - 1) for i in range(n)]
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for px, py in parts:
+        marks = [g for g in grid if px[0] <= g <= px[-1]]
+        if not marks:
+            out_x.append(px[0])
+            out_y.append(py[0])
+        for g in marks:
+            out_x.append(g)
+            out_y.append(py[bisect_right(px, g) - 1])
+    return out_x, out_y
+
+
 def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), markers=(),
          x_range: tuple[float, float] | None = None) -> list[Row]:
-    """The chart as h rows of (text, colour) runs, each row w cells: the title; the plot framed, y labels on
-    its left (one a row: the value at that row), x labels under it (five); the legend in its top left corner.
-    The y axis runs from 0 to 1.15 × the largest value (or hline) shown."""
-    series = [(label, xs, ys, color, style) for label, xs, ys, color, style in series]
+    """The chart as h rows of (text, colour) runs, each row w cells, drawn by plotext: the title, the framed plot
+    with plotext's ticks and its legend (the labelled series), braille lines (a None breaks a line), a dashed
+    series as ─, hlines with their labels at the right, markers as labelled vertical lines. The y axis runs from 0
+    to 1.15 × the largest value (or hline) shown."""
+    series = list(series)
     if x_range is None:
         allx = [x for _, xs, ys, _, _ in series for x, y in zip(xs, ys) if y is not None]
         x_range = (min(allx), max(allx)) if allx else (0.0, 1.0)
     x0, x1 = x_range
+    if x1 <= x0:
+        x1 = x0 + 1.0
+    plt.clf()
+    plt.limit_size(False, False)  # the widget's size, not the terminal's
+    plt.plotsize(w, h - 1)  # under the title, which is ours: plotext leaves out one longer than its plot
+    plt.theme("clear")
     ymax = 0.0
-    shown = []
+    shown = False
     for label, xs, ys, color, style in series:
-        vals = [y for x, y in zip(xs, ys) if y is not None and x0 <= x <= x1]
-        if vals:
-            ymax = max(ymax, max(vals))
-            shown.append((label, xs, ys, color, style))
+        parts = runs(xs, ys, x0, x1)
+        if not parts:
+            continue
+        shown = True
+        ymax = max(ymax, max(max(py) for _, py in parts))
+        if style == "dash":  # a value held from each point to the next: a ─ about every other cell
+            px, py = held(parts, x0, x1, max(5, w // 2))
+            plt.scatter(px, py, label=label or None, color=_pc(color), marker="─")
+            continue
+        for i, (px, py) in enumerate(parts):
+            px, py = thin(px, py, x0, x1, w // 2)  # half the chart's width: no more than its plot's cells
+            if len(px) == 1:
+                plt.scatter(px, py, label=(label or None) if i == 0 else None, color=_pc(color), marker="braille")
+            else:
+                plt.plot(px, py, label=(label or None) if i == 0 else None, color=_pc(color), marker="braille")
     hl = [(y, label, color) for y, label, color in hlines if y is not None]
     ymax = max([ymax] + [y for y, _, _ in hl])
-    y0, y1 = 0.0, (ymax * 1.15 if ymax > 0 else 1.0)
-    rows = h - 4
-    yfmt = tick_format(y0, y1, rows)
-    ylabels = [format(v, yfmt) for v in ticks(y0, y1, rows)]  # bottom row first
-    lw = max(len(s) for s in ylabels)
-    cols = w - lw - 2
-    g = Grid(cols, rows, x0, x1, y0, y1)
-    mk = [(g.vline(x, "magenta"), label) for x, label in markers if x0 <= x <= x1]
-    hr = [(g.hline(y, color), label, color) for y, label, color in hl]
-    for label, xs, ys, color, style in shown:
-        (g.dashes if style == "dash" else g.line_np)(xs, ys, color)
-    legend = [(f"{DASH_MARK if style == 'dash' else LINE_MARK} {label}", color)
-              for label, _, _, color, style in shown if label]
-    for r, label, color in hr:  # after the legend where it shares its row
-        if label:
-            i = rows - 1 - r
-            g.text(1 + (len(legend[i][0]) + 1 if i < len(legend) else 0), r, label, color)
-    for c, label in mk:
-        g.text(c + 1, rows - 1, label, "magenta")
-    for i, (s, color) in enumerate(legend):
-        g.text(1, rows - 1 - i, s, color)
+    y1 = ymax * 1.15 if ymax > 0 else 1.0
+    for y, label, color in hl:
+        plt.hline(y, _pc(color))
+        if label:  # at the right end: the legend holds the top left corner
+            plt.text(label, x1 - 0.01 * (x1 - x0), y, color=_pc(color), alignment="right")
+    for x, label in markers:
+        if x0 <= x <= x1:
+            plt.vline(x, "magenta")
+            plt.text(label, x, y1 * 0.94, color="magenta", alignment="left")
     if not shown:
-        g.text(1, rows // 2, "waiting for data…", None)
-    out: list[Row] = [[(_center(f"{title}", w), None)]]
-    out.append([(" " * lw + "┌" + "─" * cols + "┐", None)])
-    for r in range(rows - 1, -1, -1):
-        line: Row = [(ylabels[r].rjust(lw) + "┤", None)]
-        run: list[str] = []
-        run_color: str | None = None
-        for c in range(cols):
-            ch, cc = g.cell(c, r)
-            if cc != run_color and run:
-                line.append(("".join(run), run_color))
-                run = []
-            run_color = cc
-            run.append(ch)
-        if run:
-            line.append(("".join(run), run_color))
-        line.append(("│", None))
-        out.append(line)
-    xt = ticks(x0, x1, 5)
-    tick_cols = [g.dx(x) >> 1 for x in xt]  # the cells these x values are drawn in
-    bottom = ["─"] * cols
-    for c in tick_cols:
-        bottom[c] = "┬"
-    out.append([(" " * lw + "└" + "".join(bottom) + "┘", None)])
-    labels = [" "] * w
-    end = 0
-    xfmt = tick_format(x0, x1, 5)
-    for c, v in zip(tick_cols, xt):
-        s = format(v, xfmt)
-        start = min(w - len(s), max(end, lw + 1 + c - len(s) // 2))
-        if start < end:
-            continue
-        labels[start:start + len(s)] = s
-        end = start + len(s) + 1
-    out.append([("".join(labels), None)])
-    return out
+        plt.text("waiting for data…", x0 + 0.02 * (x1 - x0), y1 / 2, alignment="left")
+    plt.xlim(x0, x1)
+    plt.ylim(0, y1)
+    title_row: Row = [(_center(title, w), None)]
+    return [title_row, *_rows()]
 
 
 def _center(s: str, w: int) -> str:
     n = cell_len(s)
-    if n >= w:
-        return s[:w]
+    if n > w:
+        return s[:w - 1] + "…"
     left = (w - n) // 2
     return " " * left + s + " " * (w - n - left)
+
+
+def _rows() -> list[Row]:
+    """plotext's figure as rows of (text, Rich colour name) runs, read from its cell matrix (the characters and
+    each one's colour) rather than from the ANSI text plt.build() would make of it and Rich would decode again."""
+    fig = plt._core._figure  # the figure plt.* draws on
+    fig._set_sizes()
+    fig._build_matrix()
+    m = fig.monitor.matrix
+    out: list[Row] = []
+    for r in range(m.rows - 1, -1, -1):  # plotext's row 0 is the bottom one
+        chars, colors = m.marker[r], m.fullground[r]
+        row: Row = []
+        run: list[str] = []
+        run_color: str | None = None
+        for ch, c in zip(chars, colors):
+            color = _FROM_PLOTEXT.get(c)  # plotext's "default": none
+            if color != run_color and run:
+                row.append(("".join(run), run_color))
+                run = []
+            run_color = color
+            run.append(ch)
+        if run:
+            row.append(("".join(run), run_color))
+        out.append(row)
+    return out
 
 
 class Chart(Widget):
