@@ -525,6 +525,52 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
     return res
 
 
+# ---- the command line: what the header and summary.json say is what ran ------------------------------------
+CLI = [
+    ("two endpoints, no --k; B 1 then 4 over 2 client processes",
+     ["--b", "1,4", "--client-procs", "2", "--requests", "8"]),
+    ("sessions of 3 users over 2 endpoints", ["--turns", "2", "--users", "3", "--requests", "6", "--endpoint", "chat"]),
+]
+
+
+def run_cli(name: str, extra: list[str], servers: NullServers) -> Result:
+    """`inference-top bench` as a user runs it, against both null servers: K is the endpoints given; each cell's
+    K, B and users, and the header's client processes, are what its records show."""
+    from measure.control.knee import peak_in_flight
+    from measure.core.recorder import read_jsonl
+
+    res = Result(f"cli: {name}")
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", servers.urls[0], "--url",
+               servers.urls[1], "--tokenizer", "none", "--max-tokens", str(TOKENS), "--out", d, *extra]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(ROOT))
+        res.check(p.returncode == 0, f"exit {p.returncode}: {p.stderr.strip()[-300:]}")
+        if p.returncode != 0:
+            return res
+        headers, recs, _ = read_jsonl(Path(d) / "records.jsonl")
+        cells = json.loads((Path(d) / "summary.json").read_text())
+        h = headers[0]
+        res.check(all(c["k"] == 2 for c in cells), f"cells' K {[c['k'] for c in cells]}, 2 endpoints given")
+        res.check({(r.extra or {}).get("endpoint") for r in recs} == {e["label"] for e in h["endpoints"]},
+                  "every endpoint given served requests")
+        for c in cells:
+            mine = [r for r in recs if r.b == c["b"]]
+            res.check(len(mine) == c["completed"], f"B={c['b']}: {len(mine)} records, the cell says {c['completed']}")
+            procs = {(r.extra or {}).get("proc") for r in mine} - {None}
+            if "--client-procs" in extra:  # the first min(P, B) processes hold streams
+                want = min(h.get("client_procs") or 1, c["b"])
+                res.check(len(procs) == want == c.get("client_procs"),
+                          f"B={c['b']}: {len(procs)} client processes sent (expected {want}), the cell says "
+                          f"{c.get('client_procs')}, the header {h.get('client_procs')} started")
+            if "--users" in extra:
+                users = int(extra[extra.index("--users") + 1])
+                res.check(peak_in_flight(mine) == users, f"users in flight {peak_in_flight(mine)}, asked {users}")
+    res.seconds = round(time.monotonic() - t_start, 2)
+    return res
+
+
 LIVE = [(("+", "+"), 8.0), (("+", "+"), 0.0), (("m", "]", "]"), 8.0), (("+", "m", "]"), 8.0)]
 FINDS = [("users", 1), ("users", 2), ("rate", 1), ("rate", 2)]
 
@@ -533,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", type=int, help="run this many bench combinations, drawn with --seed (default: all)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", choices=["bench", "find", "live"], help="one part of the matrix")
+    ap.add_argument("--only", choices=["bench", "find", "cli", "live"], help="one part of the matrix")
     ap.add_argument("--quiet", action="store_true", help="only the last JSON line")
     ap.add_argument("--no-cap", action="store_true", help="leave out the capped open loops (a version without "
                     "--b as the client's cap: the matrix run on older code)")
@@ -545,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         combos = random.Random(a.seed).sample(combos, min(a.sample, len(combos)))
     results: list[Result] = []
     say = (lambda m: None) if a.quiet else (lambda m: print(m, flush=True))
-    servers = NullServers(2) if a.only in (None, "bench", "find") else None
+    servers = NullServers(2) if a.only in (None, "bench", "find", "cli") else None
     try:
         if a.only in (None, "bench"):
             for c in combos:
@@ -557,6 +603,13 @@ def main(argv: list[str] | None = None) -> int:
             assert servers is not None
             for what, n in FINDS:
                 r = run_find(what, n, servers)
+                results.append(r)
+                say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
+                    + "".join(f"\n       {f}" for f in r.failures))
+        if a.only in (None, "cli"):
+            assert servers is not None
+            for name, extra in CLI:
+                r = run_cli(name, extra, servers)
                 results.append(r)
                 say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
                     + "".join(f"\n       {f}" for f in r.failures))

@@ -62,3 +62,9 @@ def test_the_matrix_covers_every_option_a_user_can_combine():
     assert {c.source for c in cs} == set(T.SOURCES) and {c.load for c in cs} == set(T.LOADS)
     assert {c.k for c in cs} == {1, 2} and {c.procs for c in cs} == {1, 2} and {c.segments for c in cs} == {1, 2}
     assert any(c.cap for c in cs) and len(cs) > 300 and len(set(cs)) == len(cs)
+
+
+@pytest.mark.parametrize("name,extra", T.CLI)
+def test_the_command_line_says_what_ran(servers, name, extra):
+    r = T.run_cli(name, extra, servers)
+    assert r.checked >= 4 and not r.failures, "; ".join(r.failures)

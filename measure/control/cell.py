@@ -82,6 +82,7 @@ class Cell:
     # http: requests that were due while every client stream was busy, and how long they waited in the client
     # (arrivals.client_wait_figures), only where some did: the client's queue, not the server's
     client_waited: int | None = None
+    client_procs: int | None = None  # http: the client processes whose streams sent this cell's requests (a pool)
     client_wait_p50_ms: float | None = None
     client_wait_p99_ms: float | None = None
     client_wait_max_ms: float | None = None

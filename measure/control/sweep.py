@@ -107,6 +107,8 @@ def cell_summary(records: Sequence[RequestRecord], k: int, b: int, weight_bytes:
     if is_remote(mode):
         out.update(**cache_figures(records))
         out.update(**client_wait_figures(records))
+        if procs := {(r.extra or {}).get("proc") for r in records} - {None}:  # sent through a pool of processes
+            out.client_procs = len(procs)
     if cost is not None and (cost.set or watts is not None):
         out.update(watts=watts, joules_per_token=joules_per_token(watts, out.output_throughput),
                    usd_per_mtok=cost.usd_per_mtok(out.output_throughput, watts))
