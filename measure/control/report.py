@@ -432,8 +432,87 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tune_file(path: str) -> Path | None:
+    """The tune.json of a `tune --out` folder (or the file itself); None for anything else."""
+    p = Path(path)
+    f = p / "tune.json" if p.is_dir() else p
+    return f if f.name == "tune.json" and f.is_file() else None
+
+
+def render_tune(f: Path, out: Path) -> tuple[Path, str]:
+    """A tune's Pareto front: goodput vs TTFT p99 of every measured candidate (its longest run), the front joined,
+    the winner starred, colour by J/token or $/Mtok where every candidate has it; and its Markdown section."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    try:
+        res = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"cannot read {f}: {exc}") from None
+    if not isinstance(res, dict) or res.get("command") != "tune":
+        raise ReportError(f"{f} is not a tune's output")
+    pts = []
+    for c in res.get("candidates", []):
+        ok = [t for t in c.get("trials", []) if t.get("status") == "ok"]
+        if ok:
+            t = max(ok, key=lambda t: t["requests"])
+            pts.append((c["key"], t.get("p99_ttft_ms") or 0.0, t.get("goodput_tps") or 0.0, t))
+    front = res.get("front", [])
+    win = (res.get("winner") or {}).get("key")
+    third = next((k for k in ("usd_per_mtok", "joules_per_token") if pts and all(p[3].get(k) is not None
+                                                                               for p in pts)), None)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    sc = ax.scatter([p[1] for p in pts], [p[2] for p in pts], c=[p[3][third] for p in pts] if third else None,
+                    cmap="viridis" if third else None, s=30)
+    if third:
+        fig.colorbar(sc, ax=ax, label={"usd_per_mtok": "$/Mtok", "joules_per_token": "J/token"}[third])
+    fr = sorted((p for p in pts if p[0] in front), key=lambda p: p[1])
+    ax.plot([p[1] for p in fr], [p[2] for p in fr], "r-", lw=1, label="Pareto front")
+    for key, x, y, _ in pts:
+        ax.annotate(key, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        if key == win:
+            ax.plot([x], [y], "r*", ms=14, label=f"winner: {key}")
+    slo = (res.get("settings") or {}).get("slo", "")
+    ax.set_xlabel("TTFT p99 (ms, queue included)")
+    ax.set_ylabel("goodput (tok/s within the SLO)")
+    ax.set_title(f"tune: {len(pts)} candidates measured, {slo}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / f"tune_front_{f.parent.name or 'tune'}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    lines = [f"## tune: {f.parent}", "", f"{len(pts)} candidates measured under {slo}; front: {', '.join(front)}.",
+             "", "| candidate | requests | goodput tok/s | tok/s | TTFT p99 ms | front |", "|---|---|---|---|---|---|"]
+    for key, x, y, t in sorted(pts, key=lambda p: -p[2]):
+        lines.append(f"| {'★ ' if key == win else ''}{key} | {t['requests']} | {y:.1f} | "
+                     f"{_f(t.get('output_throughput'))} | {x:.0f} | {'yes' if key in front else ''} |")
+    if w := res.get("winner"):
+        lines += ["", f"Winner: **{w['key']}**. Serve it:", "", f"    {w['serve_command']}", "", "Reproduce it:", "",
+                  f"    {w['bench_command']}"]
+    return path, "\n".join(lines + ["", f"![front]({path.name})", ""])
+
+
 def report(paths: list[str], out: Path, crossover_of_two: bool = False,
            combined: bool = False) -> tuple[list[Path], Path, list[str]]:
+    tunes = [f for f in map(tune_file, paths) if f is not None]
+    paths = [p for p in paths if tune_file(p) is None]
+    if tunes:  # a tune's front, beside any runs given with it
+        if combined or crossover_of_two:
+            raise ReportError("--combine and --crossover take bench outputs, not a tune's")
+        drawn = [render_tune(f, out) for f in tunes]
+        files = [d[0] for d in drawn]
+        if paths:
+            more, md0, warns = report(paths, out)
+            text = md0.read_text() + "\n" + "\n".join(d[1] for d in drawn)
+            files = more + files
+        else:
+            text, warns = "# inference-top report\n\n" + "\n".join(d[1] for d in drawn), []
+        md = out / "report.md"
+        md.write_text(text)
+        return files, md, warns
     runs = [load_run(p) for p in paths]
     if combined:
         runs = [combine(runs)]
@@ -454,4 +533,4 @@ def report(paths: list[str], out: Path, crossover_of_two: bool = False,
     return files, md, [w for r in runs for w in r.warnings]
 
 
-__all__ = ["report", "render", "markdown", "crossover"]
+__all__ = ["report", "render", "markdown", "crossover", "render_tune", "tune_file"]

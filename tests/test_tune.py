@@ -1,0 +1,218 @@
+"""inference-top tune (docs/design.md §25): the search finds a planted best configuration among null-engine
+fleets measured for real (every candidate the same closed loop, seed and workload); a candidate that crashes
+is a row with its reason; the roofline prunes with a reason; the budget stops it and says what it did not
+try; --resume measures nothing twice; the winner's command lines; the CLI's one-line errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import presets
+from engines.base import EngineSpec
+from measure.control.tune import (Candidate, Predicted, Settings, Tune, TuneError, bench_command, candidates,
+                                  cell_measure, format_result, load_done, local_opener, memory_refusal,
+                                  parse_budget, serve_command, write_result)
+from measure.core.records import RunMeta
+
+META = RunMeta("null", "null", 0, simulated=True)
+PLANTED = Candidate("llama", "instances", 2, 1, 1)  # two one-thread instances: the planted best
+CRASHES = Candidate("llama", "batch", 1, 2, 2)
+
+
+def settings(**kw):
+    base = dict(engines=["llama"], users=2, requests=4, max_tokens=8, ctx=512, budget_s=600.0,
+                slo=presets.slo("ttft=300ms,tpot=12ms"), workload=presets.workload("synthetic:8"))
+    return Settings(**{**base, **kw})
+
+
+def null_opener(seen):
+    """Null-engine fleets: 2 ms a token for the planted candidate, 30 ms for every other (out of the 12 ms
+    TPOT bound), and the CRASHES shape's worker killed by SIGSEGV while it loads."""
+    def open_source(c, on_record):
+        opts = {"ttft_s": 0.005, "itl_s": 0.002 if c == PLANTED else 0.03}
+        if c.shape == CRASHES.shape:
+            opts["crash_in"] = "load"
+        seen.append(c)
+        return local_opener(EngineSpec("null", "", threads=c.threads, ctx=512, options=opts), META,
+                            ready_s=30)(c, on_record)
+    return open_source
+
+
+def test_the_search_finds_the_planted_best_and_keeps_the_crash_as_a_row(tmp_path):
+    s = settings()
+    seen = []
+    cands = candidates(["llama"], cores=2, users=2)
+    assert PLANTED in cands and CRASHES in cands
+    tune = Tune(s, cands, cell_measure(null_opener(seen), s, tmp_path, {"engine": "null"}, lambda m: None),
+                say=lambda m: None)
+    winner = tune.search()
+    assert winner is not None and winner.candidate == PLANTED
+    res = tune.result("null.gguf", s.ctx)
+    rows = {c["key"]: c for c in res["candidates"]}
+    crash = rows[CRASHES.key]
+    assert crash["status"] == "crashed" and crash["reason"], crash  # a row with its reason, never dropped
+    # every run: the same closed loop of 2 users over the same requests (ids and prompts by index)
+    for c in res["candidates"]:
+        for t in c["trials"]:
+            lines = (tmp_path / t["records"]).read_text().splitlines()
+            head = json.loads(lines[0])
+            assert head["users"] == 2 and head["candidate_key"] == c["key"]
+            recs = [json.loads(x) for x in lines[1:]]
+            if t["status"] == "ok":
+                assert len(recs) == t["requests"]
+    won = rows[PLANTED.key]["trials"]
+    assert len(won) >= 3 and [t["requests"] for t in won] == sorted(t["requests"] for t in won)  # halving: longer runs
+    assert won[-1]["goodput_tps"] > 0
+    assert all((c["trials"][-1].get("goodput_tps") or 0) == 0 for k, c in rows.items() if k != PLANTED.key
+               and c["trials"] and c["trials"][-1]["status"] == "ok")
+    assert res["winner"]["key"] == PLANTED.key and PLANTED.key in res["front"]
+    assert "--k 2 --threads 1" in res["winner"]["bench_command"]
+    text = format_result(res)
+    assert "★ " + PLANTED.key in text and "CRASHED" in text
+    path = write_result(tmp_path, res)
+    assert json.loads(path.read_text())["winner"]["key"] == PLANTED.key
+
+
+def test_same_prompts_for_every_candidate(tmp_path):
+    """Request i is the same prompt for every candidate (one workload, one seed)."""
+    s = settings(requests=4)
+    seen = []
+    measure = cell_measure(null_opener(seen), s, tmp_path, {}, lambda m: None)
+    a = measure(Candidate("llama", "instances", 1, 1, 2), 4, 60)
+    b = measure(PLANTED, 4, 60)
+
+    def prompts(t):
+        recs = [json.loads(x) for x in (tmp_path / t["records"]).read_text().splitlines()[1:]]
+        return sorted((r["request_id"], r["prompt_id"], r["prompt_tokens"]) for r in recs)
+
+    assert a["status"] == b["status"] == "ok"
+    assert prompts(a) == prompts(b)
+
+
+def fake(scores, clock, secs=10.0, calls=None):
+    """A measure whose goodput is planted per candidate key; each run takes `secs` on the fake clock."""
+    def measure(c, n, timeout):
+        clock[0] += secs
+        if calls is not None:
+            calls.append((c.key, n))
+        g = scores.get(c.key, 1.0)
+        return {"requests": n, "status": "ok", "reason": "", "goodput_tps": g, "output_throughput": g + 1,
+                "p99_ttft_ms": 100.0 / g, "records": None, "load_s": secs - 1}
+    return measure
+
+
+def test_roofline_prunes_with_a_reason_and_the_budget_says_what_it_did_not_try():
+    clock = [0.0]
+    cands = candidates(["llama-server"], cores=4, users=8)
+    assert {c.b for c in cands} == {1, 2, 4, 8} and {c.threads for c in cands} == {4, 2}
+    pred = {c.key: Predicted(10.0 * c.b, 0.1, 0.02, 10.0 * c.b, "cores") for c in cands}
+    tune = Tune(settings(engines=["llama-server"], users=8, budget_s=45.0), cands,
+                fake({c.key: 10.0 * c.b for c in cands}, clock), predict=lambda c: pred[c.key],
+                say=lambda m: None, clock=lambda: clock[0])
+    tune.search()
+    res = tune.result("m.gguf", 512)
+    rows = {c["key"]: c for c in res["candidates"]}
+    pruned = [c for c in rows.values() if c["status"] == "pruned"]
+    assert {c["b"] for c in pruned} == {1, 2}  # predicted 10 and 20 tok/s, under half of the best 80
+    assert all("under 50% of the best predicted 80.0 tok/s" in c["reason"] for c in pruned)
+    assert res["stopped"] == "budget"
+    untried = [c for c in rows.values() if c["status"] == "not tried"]
+    assert untried and all(c["reason"].startswith("the budget:") for c in untried)
+    assert set(res["not_tried"]) >= {c["key"] for c in untried + pruned}
+    assert "the budget stopped it" in format_result(res)
+
+
+def test_memory_guard_refuses_with_numbers():
+    c = Candidate("llama-server", "slots", 1, 64, 2)
+    why = memory_refusal(c, 4096, 1 << 30, 1 << 20, 8 << 30)
+    assert why and "refused" in why  # 64 slots × 4096 tokens × 1 MiB = 256 GiB of KV
+    q8 = memory_refusal(Candidate("llama-server", "slots", 1, 8, 2, kv_type="q8_0"), 4096, 1 << 30, 1 << 20, 30 << 30)
+    f16 = memory_refusal(Candidate("llama-server", "slots", 1, 8, 2), 4096, 1 << 30, 1 << 20, 30 << 30)
+    assert q8 is None and f16 is not None  # 8 × 4096 tokens of KV: 32 GiB in f16, 17 GiB in q8_0
+
+
+def test_resume_measures_nothing_twice(tmp_path):
+    clock = [0.0]
+    calls = []
+    cands = candidates(["llama"], cores=2, users=2)
+    s = settings(budget_s=35.0)
+    scores = {c.key: float(i + 1) for i, c in enumerate(cands)}
+    t1 = Tune(s, cands, fake(scores, clock, calls=calls), say=lambda m: None, clock=lambda: clock[0])
+    t1.search()
+    assert t1.stopped == "budget"
+    write_result(tmp_path, t1.result("m.gguf", 512))
+    first = list(calls)
+    done, spent = load_done(tmp_path, s, "m.gguf")
+    assert len(done) == len(first) and spent == clock[0]
+    calls.clear()
+    s2 = settings(budget_s=600.0)
+    t2 = Tune(s2, cands, fake(scores, clock, calls=calls), say=lambda m: None, clock=lambda: clock[0], done=done)
+    w = t2.search()
+    assert not set(calls) & set(first)  # what the first tune measured is read back, not run again
+    assert w is not None and w.candidate.key == max(scores, key=lambda k: scores[k] if "fa=off" not in k else 0)
+    with pytest.raises(TuneError, match="another users"):
+        load_done(tmp_path, settings(users=3), "m.gguf")
+
+
+def test_commands_serve_the_winner():
+    s = settings()
+    c = Candidate("llama-server", "slots", 1, 4, 2, flash_attn=False, kv_type="q8_0", ubatch=128)
+    cmd = serve_command(c, "/m/x.gguf", 1024)
+    assert cmd == ("llama-server -m /m/x.gguf --host 127.0.0.1 --port 8080 -np 4 -c 4096 -t 2 -fa off -ctk q8_0 "
+                   "-ctv q8_0 -ub 128")
+    assert bench_command(c, "/m/x.gguf", s, 16).startswith("inference-top bench --engine http --url "
+                                                           "http://127.0.0.1:8080/v1 --tokenizer /m/x.gguf --b 2 --users 2")
+    b = Candidate("llama", "batch", 1, 4, 2, flash_attn=False)
+    assert serve_command(b, "m.gguf", 512) == ("inference-top --engine llama --model m.gguf --k 1 --b 4 --max-b 4 "
+                                               "--threads 2 --ctx 512 --no-flash-attn")
+    assert "--slo ttft=300ms,tpot=12ms" in bench_command(b, "m.gguf", s, 8)
+
+
+def test_parse_budget():
+    assert parse_budget("10m") == 600 and parse_budget("90") == 90 and parse_budget("1.5h") == 5400
+    with pytest.raises(TuneError, match="600s, 10m or 1h"):
+        parse_budget("soon")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--budget", "later"], "--budget 'later'"),
+    (["--engine", "vllm"], "--engine 'vllm'"),
+    (["--resume", "/nonexistent/tune"], "--resume /nonexistent/tune"),
+])
+def test_cli_bad_input_is_one_line(argv, says, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "tune", "--out", str(tmp_path / "o"), *argv],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_roofline_far_off_has_its_pruned_shapes_measured_after_all():
+    """Predicted 10 × slots tok/s, measured 400 ÷ slots (the other way round) (np=1 the fastest): off by far more
+    than 2×, so the shapes it pruned are run in a round of their own and the real best wins."""
+    clock = [0.0]
+    cands = candidates(["llama-server"], cores=2, users=4)
+    pred = {c.key: Predicted(10.0 * c.b, 0.1, 0.02, 10.0 * c.b, "cores") for c in cands}
+    scores = {c.key: 400.0 / c.b for c in cands}
+    tune = Tune(settings(engines=["llama-server"], users=4), cands, fake(scores, clock),
+                predict=lambda c: pred[c.key], say=lambda m: None, clock=lambda: clock[0])
+    w = tune.search()
+    assert w is not None and w.candidate.b == 1
+    assert any("the roofline was off by" in r["what"] for r in tune.rounds)
+    assert all(r.trials for r in tune.rows.values() if r.candidate.default_knobs)
+
+
+def test_report_draws_the_front(tmp_path):
+    pytest.importorskip("matplotlib")
+    from measure.control.report import report
+
+    clock = [0.0]
+    cands = candidates(["llama"], cores=2, users=2)
+    tune = Tune(settings(), cands, fake({c.key: float(c.k * c.b + c.threads) for c in cands}, clock),
+                say=lambda m: None, clock=lambda: clock[0])
+    tune.search()
+    write_result(tmp_path / "t", tune.result("m.gguf", 512))
+    files, md, warns = report([str(tmp_path / "t")], tmp_path / "r")
+    assert [f.name for f in files] == ["tune_front_t.png"] and files[0].stat().st_size > 0
+    text = md.read_text()
+    assert f"Winner: **{tune.winner.candidate.key}**" in text and "inference-top bench" in text
