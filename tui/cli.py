@@ -173,6 +173,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--start-at", metavar="TIME", help="start the first load at this wall-clock time, the same on "
                        "every client: ISO (2025-06-01T14:30:00Z; local without a zone) or unix seconds; the header "
                        "records it and this clock's offset from the server's (its Date header)")
+    bench.add_argument("--ray", metavar="ADDRESS|auto", help="http engine, open loop: send the load from --clients "
+                       "client actors on a Ray cluster (auto: the one this machine is in), one per node, each its "
+                       "share of the one schedule from one start; records stream into one records.jsonl "
+                       "(pip install 'inference-top[cluster]')")
+    bench.add_argument("--clients", type=positive_int, help="--ray: client actors (default: the cluster's nodes)")
+    bench.add_argument("--weights", metavar="W1,W2,…", help="--ray: each client's share of the schedule, e.g. 2,1,1 "
+                       "(default equal)")
     bench.add_argument("--turns", type=positive_int, help="http engine: multi-turn sessions of up to N turns: each "
                        "user holds a conversation (a sharegpt: file's own, else the workload's prompts N at a time); "
                        "a turn's prompt is every earlier message and the server's answer, then the new message; the "
@@ -269,6 +276,8 @@ def bench_main(argv: list[str]) -> int:
                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
                       max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, users=plan.users,
                       sessions=plan.sessions)
+    if args.ray or args.clients or args.weights:
+        return ray_bench(args, plan, cfg, out, argv)
     clients_header = _client_start(client, plan, cfg) if client else {}
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
@@ -319,6 +328,58 @@ def bench_main(argv: list[str]) -> int:
     problems = [p for p in (finish_bench(out, cells, say),
                             recorder.failed and f"{recorder.failed}: {recorder.lost} records were not kept (the lines "
                                                 "written parse)") if p]
+    if problems:
+        fail("; ".join(problems), EXIT_FAILED)
+    return 0
+
+
+def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
+    """bench --ray: the load from client actors on a Ray cluster (measure/control/cluster.py, docs/design.md §24)."""
+    from measure.control.cluster import ClusterError, parse_weights, refusal, run_cluster
+
+    if not args.ray:
+        fail("--clients and --weights go with --ray ADDRESS|auto (the Ray cluster the client actors run on)")
+    if args.segment or args.start_at:
+        fail("--ray splits the schedule and starts the clients itself: drop --segment and --start-at")
+    cells = len(cfg.ks) * len(cfg.bs) * len(args.contexts or [None])
+    if why := refusal(plan, cells, args.reps, bool(args.find)):
+        fail(why)
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    _sigterm_to_exit()
+    got: list[int] = []  # the signal, kept: inside a Ray call its SystemExit comes back as SystemExit(1)
+    on_term = signal.getsignal(signal.SIGTERM)
+
+    def note(signum, frame):
+        got.append(signum)
+        if callable(on_term):  # (_sigterm_to_exit's: SystemExit)
+            on_term(signum, frame)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, note)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, note)
+    try:
+        weights = parse_weights(args.weights, args.clients)
+        n = args.clients or (len(weights) if weights else None)  # None: one per node of the cluster
+        cfg.roofline = plan.roofline(say)
+        header = plan.header({"command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": cfg.bs,
+                              "mode": plan.mode, "requests": args.requests, "reps": 1, "contexts": None,
+                              "seed": getattr(plan.arrivals, "seed", None)})
+        run = run_cluster(args.ray, n, weights, plan, cfg, header, out, say)
+    except ClusterError as exc:
+        fail(str(exc))
+    except (KeyboardInterrupt, SystemExit) as exc:  # the actors were stopped on the way out (run_cluster)
+        hold()
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 128 + got[-1] if got else \
+            (exc.code if isinstance(exc.code, int) else 1)
+        fail(f"interrupted: the client actors stopped; the records that had arrived are in {out}/records.jsonl", code)
+    problems = [p for p in (finish_bench(out, run.cells, say),) if p]
+    for w in run.warnings:
+        say(f"warning: {w}")
+    if run.failed:
+        names = ", ".join(c.name for c in run.failed)
+        problems.append(f"{len(run.failed)} of {len(run.clients)} clients did not finish ({names}): the summary "
+                        "covers the records they left")
     if problems:
         fail("; ".join(problems), EXIT_FAILED)
     return 0

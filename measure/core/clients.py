@@ -83,6 +83,24 @@ class Arrivals(Protocol):
     def describe(self) -> str: ...
 
 
+def deal(weights: list[int], total: int) -> list[int]:
+    """The client (1-based) of each of `total` requests in schedule order, dealt by smooth weighted round robin
+    (nginx's): each turn every client gains its weight, the one with the most (the first on a tie) takes the
+    request and gives back the sum. Client i takes weight_i ÷ Σ of every run of Σ weights requests, spread
+    through it (2,1,1 → 1 2 3 1, 1 2 3 1 …); equal weights deal plain round robin (index ≡ i − 1 mod N)."""
+    if not weights or min(weights) < 1:
+        raise ValueError(f"weights {weights}: one whole number ≥ 1 a client")
+    credit = [0] * len(weights)
+    whole = sum(weights)
+    out = []
+    for _ in range(total):
+        credit = [c + w for c, w in zip(credit, weights)]
+        j = credit.index(max(credit))
+        credit[j] -= whole
+        out.append(j + 1)
+    return out
+
+
 ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 
@@ -93,12 +111,17 @@ class Segment:
     due_indexed() gives each request's index in the whole schedule (the dispatcher takes the request id,
     prompt and lengths from it); full_total is the whole schedule's count."""
 
-    def __init__(self, inner: Arrivals, i: int = 1, n: int = 1, t0_ns: int | None = None):
+    def __init__(self, inner: Arrivals, i: int = 1, n: int = 1, t0_ns: int | None = None,
+                 weights: list[int] | None = None):
         if isinstance(inner, ClosedLoop) or getattr(inner, "total", None) is None:
             raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
         offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
         self.i, self.n = i, n
-        self._own = [(idx, off) for idx, off in enumerate(offsets) if idx % n == i - 1]
+        if weights and len(set(weights)) > 1:  # unequal clients (bench --ray … --weights): a weighted deal
+            owner = deal(weights, len(offsets))
+            self._own = [(idx, off) for idx, off in enumerate(offsets) if owner[idx] == i]
+        else:
+            self._own = [(idx, off) for idx, off in enumerate(offsets) if idx % n == i - 1]
         self.full_total = len(offsets)
         self.total = len(self._own)
         self.issued = 0
@@ -158,6 +181,8 @@ class ClientShare:
     segment: tuple[int, int] = (1, 1)
     t0_ns: int | None = None
     used: bool = False
+    weights: list[int] | None = None  # unequal shares (bench --ray … --weights): Segment's weighted deal
+    made: Segment | None = None  # the segment wrap made (its progress: issued of total)
 
     def wrap(self, arrivals: ArrivalsT) -> ArrivalsT | Segment:
         if self.used:
@@ -172,7 +197,8 @@ class ClientShare:
             return arrivals
         if self.segment == (1, 1) and self.t0_ns is None:
             return arrivals
-        return Segment(arrivals, *self.segment, t0_ns=self.t0_ns)
+        self.made = Segment(arrivals, *self.segment, t0_ns=self.t0_ns, weights=self.weights)
+        return self.made
 
 
 # ---- the clock check ---------------------------------------------------------------------------------
@@ -298,4 +324,4 @@ def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) 
 
 
 __all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare", "clock_check",
-           "offset_from_ticks", "describe_clock", "start_lateness_ms", "CLOCK_WARN_S"]
+           "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]

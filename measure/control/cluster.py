@@ -1,0 +1,508 @@
+"""Client actors on a Ray cluster (`bench --ray ADDRESS|auto --clients N [--weights 2,1,1]`, docs/design.md §24).
+
+When one client machine cannot drive a server, N client actors, one per node (a placement group spreads them),
+each send their share of the one seeded open-loop schedule (clients.Segment, weighted where --weights says so)
+from one start. The driver (this process):
+
+- measures each actor's perf_counter against its own by round trips (the actor's reading lies between the send
+  and the receive: offset = its reading − the midpoint, bound = half the round trip; the shortest of
+  ROUND_TRIPS kept), and gives each actor the one start on its own clock;
+- polls every actor every POLL_S for the records written since, and appends them, moved onto the driver's clock
+  and marked with their client, to the one records.jsonl as they arrive;
+- names a client whose actor died (Ray says so at the next poll) or that has not answered for STALL_S, stops
+  one silent for `lost_s`, keeps its records so far and says the share of the schedule it did not send;
+- writes the combined cell: `report --combine`'s figures over every client's records pooled on the driver's clock.
+
+Ray is an optional extra (pip install 'inference-top[cluster]'): it is imported here, inside the functions that
+use it, and nowhere else. Every node runs the same inference-top (the actors import this module).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from measure.control.cell import Cell
+from measure.control.runplan import RunPlan
+from measure.control.sweep import SweepConfig
+from measure.core.clients import ClientShare, deal
+from measure.core.records import RequestRecord
+
+NS = 1_000_000_000
+POLL_S = 0.2  # the driver asks every actor for its new records this often
+STALL_S = 3.0  # an actor that has not answered a poll for this long is named as stalled
+LOST_S = 15.0  # … and for this long is stopped and counted as lost (its unsent share said)
+ROUND_TRIPS = 16  # clock round trips per actor; the shortest is kept
+LEAD_S = 1.0  # the start is this far after the last clock check (every actor told before it)
+PLACE_S = 60.0  # the placement group must be placed within this
+PREPARE_S = 120.0  # an actor's plan and source ready within this
+PROGRESS_S = 2.0  # a progress line this often
+INSTALL = "pip install 'inference-top[cluster]'"
+
+
+class ClusterError(ValueError):
+    """What stops a cluster run before it starts: one line."""
+
+
+def _ray() -> Any:
+    """Ray, imported here only; ClusterError (one line: what to install) without it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise ClusterError(f"--ray needs Ray on this machine and every node: {INSTALL}") from None
+
+
+def parse_weights(text: str | None, n: int | None) -> list[int] | None:
+    """--weights 2,1,1 → [2, 1, 1]: one whole number ≥ 1 for each of the N clients (n None: as many as given).
+    ClusterError: one line."""
+    if not text:
+        return None
+    try:
+        w = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ClusterError(f"--weights {text!r}: whole numbers separated by commas, one per client, e.g. 2,1,1") \
+            from None
+    if min(w) < 1:
+        raise ClusterError(f"--weights {text}: each weight is a whole number ≥ 1, e.g. 2,1,1")
+    if n is not None and len(w) != n:
+        raise ClusterError(f"--weights {text}: give {n} weights, one per --clients {n}, e.g. "
+                           f"{','.join(['2'] + ['1'] * (n - 1))}")
+    return w
+
+
+def refusal(plan: RunPlan, cells: int, reps: int, find: bool) -> str | None:
+    """Why this bench cannot run on client actors (one line), or None."""
+    if not plan.engine_is_remote:
+        return "--ray runs clients of a server: give --engine http --url … (the server every node can reach)"
+    if find or plan.sessions is not None:
+        return "--ray runs one load of a sweep: not with --find or --turns"
+    if plan.arrivals is None:
+        return ("--ray splits one open-loop schedule over the clients (--rate, --arrivals or a trace:): in a closed "
+                "loop each client's users would make their own times")
+    if plan.arrivals.after is not None:
+        return (f"--ray: --workload {plan.workload.key}'s follow-ups wait for their parents' answers, which one "
+                "client sees only for its own requests: run it from one client")
+    if cells > 1 or reps > 1:
+        return (f"--ray runs one load: one cell and one rep (this asks {cells} cells × {reps} reps); run one bench "
+                "per cell")
+    return None
+
+
+# ---- the actor -----------------------------------------------------------------------------------------
+
+class ClientActor:
+    """One client: its share of the schedule through its own load source, records kept until the driver takes
+    them. A plain class; run_cluster makes it a Ray actor (several of its methods run at once: `take` and `clock`
+    answer while `run` runs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[RequestRecord] = []
+        self._lines: list[str] = []
+        self._plan: RunPlan | None = None
+        self._cfg: SweepConfig | None = None
+        self._share: ClientShare | None = None
+        self._source: Any = None
+        self._total = 0
+
+    def _keep(self, rec: RequestRecord) -> None:
+        with self._lock:
+            self._records.append(rec)
+
+    def _say(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+
+    def prepare(self, plan: RunPlan, cfg: SweepConfig, i: int, n: int, weights: list[int] | None) -> dict[str, Any]:
+        """The source made and started (connections, client processes), nothing sent. Where it runs."""
+        ray = _ray()
+        from importlib.metadata import PackageNotFoundError, version
+
+        self._plan, self._cfg = plan, replace(cfg, out_dir=None)
+        self._share = ClientShare((i, n), None, weights=weights)
+        self._cfg.client = self._share
+        assert plan.arrivals is not None  # refusal(): an open loop
+        owners = deal(weights or [1] * n, cfg.requests)
+        self._total = owners.count(i)
+        self._source = plan.make_source(events=False, on_record=self._keep, per_cell=True)
+        self._source.start()
+        try:
+            ver = version("inference-top")
+        except PackageNotFoundError:
+            ver = None
+        return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
+                "host": socket.gethostname(), "pid": os.getpid(), "requests": self._total, "version": ver}
+
+    def clock(self) -> int:
+        return time.perf_counter_ns()
+
+    def run(self, t0_ns: int) -> list[dict[str, Any]]:
+        """The share from t0 (this machine's perf_counter): its cells (one) as dicts."""
+        from measure.control.sweep import run_sweep
+
+        assert self._plan is not None and self._cfg is not None and self._share is not None  # prepare() first
+        self._share.t0_ns = t0_ns
+        self._cfg.cell_timeout_s += max(0.0, (t0_ns - time.perf_counter_ns()) / NS)  # the wait is not the cell's
+        try:
+            cells, _, self._source = run_sweep(self._source, self._plan.workload, self._cfg, self._say)
+        finally:
+            self._source.close()
+        return [c.to_dict() for c in cells]
+
+    def take(self) -> tuple[list[RequestRecord], list[str], int]:
+        """The records and lines since the last take, and how many requests of the share were sent."""
+        with self._lock:
+            recs, lines = self._records, self._lines
+            self._records, self._lines = [], []
+        made = self._share.made if self._share else None
+        return recs, lines, made.issued if made else 0
+
+
+# ---- the driver ----------------------------------------------------------------------------------------
+
+@dataclass
+class Client:
+    """What the driver knows of one client actor."""
+
+    i: int
+    n: int
+    actor: Any = None
+    node_id: str = "?"
+    ip: str = "?"
+    host: str = "?"
+    pid: int | None = None
+    requests: int = 0  # its share of the schedule
+    version: str | None = None
+    offset_ns: int = 0  # its perf_counter − the driver's
+    bound_ns: int = 0  # ± this (half the shortest round trip)
+    rtt_ns: int = 0
+    state: str = "starting"  # starting | running | done | died | lost
+    why: str | None = None
+    sent: int = 0  # requests of its share sent, as it last said
+    records: list[RequestRecord] = field(default_factory=list)  # on the driver's clock
+    cells: list[dict[str, Any]] | None = None
+    asked_at: float | None = None  # monotonic: when the poll now outstanding was sent
+    stall_said: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"client {self.i}/{self.n} on {self.ip} ({self.host}, pid {self.pid})"
+
+    def header(self) -> dict[str, Any]:
+        return {"client": self.i, "node_id": self.node_id, "ip": self.ip, "host": self.host, "pid": self.pid,
+                "requests": self.requests, "clock_offset_ns": self.offset_ns, "clock_bound_ns": self.bound_ns,
+                "rtt_ns": self.rtt_ns}
+
+    def outcome(self) -> dict[str, Any]:
+        """How it ended (the `client` event at the end of records.jsonl)."""
+        return {"client": self.i, "state": self.state, "why": self.why, "sent": self.sent, "requests": self.requests,
+                "records": len(self.records)}
+
+
+@dataclass
+class ClusterRun:
+    cells: list[Cell]
+    clients: list[Client]
+    warnings: list[str]
+
+    @property
+    def failed(self) -> list[Client]:
+        return [c for c in self.clients if c.state in ("died", "lost")]
+
+
+def measure_offset(read: Callable[[], int], trips: int = ROUND_TRIPS,
+                   now: Callable[[], int] = time.perf_counter_ns) -> tuple[int, int, int]:
+    """(the other clock − this one, ± bound, round trip) in ns, from `trips` round trips of `read` (the other
+    clock's reading, taken somewhere between this send and this receive): offset = reading − the midpoint,
+    bound = half the round trip; the shortest round trip's, where the bound is tightest."""
+    best: tuple[int, int, int] | None = None
+    for _ in range(trips):
+        s = now()
+        r_other = read()
+        r = now()
+        rtt = r - s
+        if best is None or rtt < best[2]:
+            best = (r_other - (s + r) // 2, rtt // 2 + 1, rtt)
+    assert best is not None  # trips ≥ 1
+    return best
+
+
+def _reachable(address: str) -> None:
+    """The cluster's address (auto: RAY_ADDRESS, else the one `ray start` last wrote on this machine) answers a TCP
+    connect within 3 s: ray.init would otherwise retry an address nobody listens on, without end."""
+    hostport: str | None = address[len("ray://"):] if address.startswith("ray://") else address
+    if not address.startswith("ray://"):
+        try:
+            hostport = importlib.import_module("ray._private.services").canonicalize_bootstrap_address(address)
+        except Exception:  # noqa: BLE001 - Ray's own lookup failed: try the address as given
+            hostport = None if address == "auto" else address
+    if not hostport:
+        raise ClusterError(f"--ray {address}: this machine is in no Ray cluster (no RAY_ADDRESS, no `ray start` here); "
+                           "start one (ray start --head) or give its address, HOST:6379")
+    host, _, port = str(hostport).rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=3.0).close()
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ClusterError(f"--ray {address}: nothing answers at {hostport} ({why}): is the cluster up (ray status)?"
+                           ) from None
+
+
+def _connect(ray: Any, address: str) -> None:
+    import logging
+
+    _reachable(address)
+    # the caller's SIGTERM handling stays (ray.init puts sys.exit in its place), and Ray's C++ failure handler does
+    # not print a stack for a SIGTERM the bench handles itself
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    import signal
+
+    on_term = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, include_dashboard=False,
+                 configure_logging=True)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError …: said in one line
+        where = "the cluster this machine is in (ray start on it first)" if address == "auto" else address
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ClusterError(f"--ray {address}: cannot join {where}: {msg}") from None
+    finally:
+        if on_term is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_term)
+
+
+def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: RunPlan, cfg: SweepConfig,
+                header: dict[str, Any], out: Path, say: Callable[[str], None] = print, lost_s: float = LOST_S,
+                on_start: Callable[[list[Client]], None] | None = None) -> ClusterRun:
+    """The bench's one load from N client actors (None: one per node); records.jsonl and the combined cell in `out` (the caller writes
+    the summary). `header`: the run's header (plan.header(…)); the clients' fields are added. ClusterError where
+    it cannot start. `on_start` is called with the clients once they run (the tests stop one there)."""
+    ray = _ray()
+    pgs: Any = importlib.import_module("ray.util.placement_group")  # (Any: mypy never needs Ray installed)
+    strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
+    placement_group, remove_placement_group = pgs.placement_group, pgs.remove_placement_group
+    PlacementGroupSchedulingStrategy = strategies.PlacementGroupSchedulingStrategy  # noqa: N806 - Ray's name
+
+    joined = not ray.is_initialized()
+    if joined:
+        _connect(ray, address)
+    clients: list[Client] = []
+    pg = None
+    try:
+        nodes = [x for x in ray.nodes() if x.get("Alive")]
+        if n is None:
+            n = len(nodes)
+            say(f"--clients not given: one client per node of the cluster, {n}")
+        clients = [Client(i, n) for i in range(1, n + 1)]
+        spread = len(nodes) >= n
+        if not spread:
+            say(f"the cluster has {len(nodes)} node{'s' * (len(nodes) != 1)} for {n} clients: some nodes run more "
+                "than one client (their share of a machine is not a machine)")
+        pg = placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD" if spread else "SPREAD")
+        try:
+            ray.get(pg.ready(), timeout=PLACE_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each"
+                               f"{', one per node' if spread else ''} within {PLACE_S:.0f} s (ray status shows "
+                               "its free CPUs)") from None
+        remote = ray.remote(ClientActor)
+        for c in clients:
+            c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
+                                     scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                         placement_group=pg, placement_group_bundle_index=c.i - 1)).remote()
+        try:
+            infos = ray.get([c.actor.prepare.remote(plan, cfg, c.i, n, weights) for c in clients], timeout=PREPARE_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
+        except ray.exceptions.RayError as exc:
+            raise ClusterError(f"a client actor could not start: {_why(exc)} (is inference-top installed on every "
+                               "node, the same version?)") from None
+        for c, info in zip(clients, infos):
+            c.node_id, c.ip, c.host, c.pid = info["node_id"], info["ip"], info["host"], info["pid"]
+            c.requests, c.version = info["requests"], info["version"]
+        warnings = _placement_warnings(clients, plan)
+        for w in warnings:
+            say(f"warning: {w}")
+        for c in clients:
+            c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
+            say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
+                f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
+        lead_ns = int(LEAD_S * NS)
+        t0 = time.perf_counter_ns() + lead_ns
+        start_unix = time.time() + LEAD_S
+        runs = {c.i: c.actor.run.remote(t0 + c.offset_ns) for c in clients}
+        for c in clients:
+            c.state = "running"
+        from measure.core.recorder import Recorder
+
+        head = dict(header, segment=None, start_perf_ns=t0, start_at_unix=round(start_unix, 6),
+                    clock_anchor={"unix": start_unix, "perf_ns": t0},
+                    ray={"address": address, "clients": n, "weights": weights, "spread": spread,
+                         "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the "
+                                  "round trip (docs/design.md §24)",
+                         "client_list": [c.header() for c in clients]})
+        recorder = Recorder(out / "records.jsonl", head, on_error=lambda m: say(f"warning: {m}; later records are "
+                                                                                  "not kept"))
+        say(f"{n} clients start together in {LEAD_S:.1f} s; records → {out}/records.jsonl")
+        try:
+            if on_start:
+                on_start(clients)
+            _follow(ray, clients, runs, recorder, say, lost_s, cfg.cell_timeout_s + LEAD_S + 30.0)
+        finally:
+            for c in clients:
+                text = f"{c.name} {c.state}" + (f": {c.why}; {unsent(c, cfg.requests)}" if c.why else "")
+                recorder.event(time.perf_counter_ns(), text, type="client", **c.outcome())
+            recorder.close()
+        warnings += [f"{c.name} {c.state}: {c.why}; {unsent(c, cfg.requests)}" for c in clients
+                     if c.state in ("died", "lost")]
+        cells = combined_cells(clients, head, weights)
+        return ClusterRun(cells, clients, warnings)
+    finally:
+        for c in clients:
+            if c.actor is not None:
+                try:
+                    ray.kill(c.actor, no_restart=True)
+                except Exception:  # noqa: BLE001,S110 - an actor already gone
+                    pass
+        if pg is not None:
+            try:
+                remove_placement_group(pg)
+            except Exception:  # noqa: BLE001,S110 - the cluster already gone
+                pass
+        if joined:
+            ray.shutdown()
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [x for x in text.splitlines() if x.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
+
+
+def _placement_warnings(clients: list[Client], plan: RunPlan) -> list[str]:
+    out = []
+    versions = {c.version for c in clients}
+    if len(versions) > 1:
+        out.append(f"the nodes run different inference-top versions ({', '.join(sorted(map(str, versions)))})")
+    from urllib.parse import urlsplit
+
+    hosts = {urlsplit(e.url).hostname for e in plan.endpoints} or {urlsplit(plan.url or "").hostname}
+    if len({c.ip for c in clients}) > 1 and hosts & {"127.0.0.1", "localhost", "::1"}:
+        out.append("the --url is loopback: each node asks its own 127.0.0.1; give an address every node reaches")
+    return out
+
+
+def _follow(ray: Any, clients: list[Client], runs: dict[int, Any], recorder: Any, say: Callable[[str], None],
+            lost_s: float, limit_s: float) -> None:
+    """Poll every client until each is done, died or lost; its records onto the driver's clock, into the file."""
+    from measure.control.runs import _shifted
+
+    polls: dict[int, Any] = {}
+    end = time.monotonic() + limit_s
+    next_progress = time.monotonic() + PROGRESS_S
+    live = {c.i: c for c in clients}
+
+    def absorb(c: Client, got: tuple[list[RequestRecord], list[str], int]) -> None:
+        recs, lines, sent = got
+        c.sent = max(c.sent, sent)
+        for line in lines:
+            say(f"  client {c.i}/{c.n}: {line.strip()}")
+        for rec in recs:
+            rec = _shifted(rec, -c.offset_ns)
+            rec.extra = dict(rec.extra or {}, client=c.i)
+            c.records.append(rec)
+            recorder.record(rec)
+
+    def gone(c: Client, state: str, why: str) -> None:
+        c.state, c.why = state, why
+        say(f"{c.name} {state}: {why}; its {len(c.records)} records kept")
+        live.pop(c.i, None)
+        polls.pop(c.i, None)
+
+    while live:
+        now = time.monotonic()
+        for c in live.values():  # one poll in flight per client, at most one every POLL_S
+            if c.i not in polls and now >= (c.asked_at or 0.0) + POLL_S:
+                polls[c.i] = c.actor.take.remote()
+                c.asked_at = now
+        due = min(((c.asked_at or now) + POLL_S for c in live.values() if c.i not in polls), default=now + POLL_S)
+        refs = list(polls.values()) + [runs[i] for i in live]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.01, min(POLL_S, due - now)))
+        ready_set = set(ready)
+        for c in list(live.values()):
+            ref = polls.get(c.i)
+            if ref is not None and ref in ready_set:
+                del polls[c.i]
+                try:
+                    absorb(c, ray.get(ref))
+                except ray.exceptions.RayError as exc:
+                    gone(c, "died", _why(exc))
+                    continue
+                if c.stall_said:
+                    say(f"{c.name} answers again")
+                    c.stall_said = False
+            if c.i in live and runs[c.i] in ready_set:
+                try:
+                    c.cells = ray.get(runs[c.i])
+                except ray.exceptions.RayError as exc:
+                    gone(c, "died", _why(exc))
+                    continue
+                try:  # what it wrote after the last poll
+                    absorb(c, ray.get(c.actor.take.remote(), timeout=lost_s))
+                except ray.exceptions.RayError as exc:  # (GetTimeoutError is one)
+                    gone(c, "died", f"finished, then its last records were lost: {_why(exc)}")
+                    continue
+                c.state = "done"
+                live.pop(c.i)
+                polls.pop(c.i, None)
+        now = time.monotonic()
+        for c in list(live.values()):
+            waited = now - (c.asked_at or now)
+            if c.i in polls and waited > lost_s:
+                ray.kill(c.actor, no_restart=True)
+                gone(c, "lost", f"no answer for {waited:.0f} s (stalled), stopped")
+            elif c.i in polls and waited > STALL_S and not c.stall_said:
+                say(f"{c.name} has not answered for {waited:.0f} s: stalled? (stopped after {lost_s:.0f} s)")
+                c.stall_said = True
+        if now > end:
+            for c in list(live.values()):
+                ray.kill(c.actor, no_restart=True)
+                gone(c, "lost", f"still running after {limit_s:.0f} s (the cell's timeout and the start), stopped")
+        if now >= next_progress:
+            next_progress = now + PROGRESS_S
+            say("progress: " + " · ".join(f"{c.i}/{c.n} {c.state} {c.sent}/{c.requests} sent {len(c.records)} done"
+                                          for c in clients))
+
+
+def unsent(c: Client, total: int) -> str:
+    """The share of the schedule a client that died or was stopped did not send (from its last answer)."""
+    not_sent = max(0, c.requests - c.sent)
+    no_record = max(0, c.sent - len(c.records))
+    return (f"{c.sent} of its {c.requests} requests sent, {len(c.records)} with a record; {not_sent} requests of "
+            f"the schedule ({not_sent / max(1, total):.0%} of {total}) were not sent"
+            + (f", {no_record} sent without a record" if no_record else ""))
+
+
+def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[int] | None) -> list[Cell]:
+    """`report --combine`'s cells over every client's records, all on the driver's clock (one start for all): a
+    client that died or was stopped counts with the records it left."""
+    from measure.control.runs import Run, cells_from_records, combine
+
+    runs = []
+    for c in clients:
+        h = dict(header, segment=[c.i, c.n], weights=weights, ray=None)
+        cells = ([Cell.from_dict(d) for d in c.cells] if c.cells and any(d.get("status") == "ok" for d in c.cells)
+                 else cells_from_records(c.records, h, []))
+        runs.append(Run(f"client {c.i}/{c.n}", h, cells, records=c.records))
+    if len(runs) == 1:
+        return runs[0].cells
+    return combine(runs).cells
+
+
+__all__ = ["ClusterError", "ClusterRun", "Client", "ClientActor", "run_cluster", "parse_weights", "refusal",
+           "measure_offset", "unsent", "combined_cells", "POLL_S", "STALL_S", "LOST_S"]
