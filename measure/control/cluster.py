@@ -182,7 +182,7 @@ class Client:
     offset_ns: int = 0  # its perf_counter − the driver's
     bound_ns: int = 0  # ± this (half the shortest round trip)
     rtt_ns: int = 0
-    state: str = "starting"  # starting | running | done | died | lost
+    state: str = "starting"  # starting | running | done | died (its process) | failed (its load raised) | lost
     why: str | None = None
     sent: int = 0  # requests of its share sent, as it last said
     records: list[RequestRecord] = field(default_factory=list)  # on the driver's clock
@@ -213,7 +213,7 @@ class ClusterRun:
 
     @property
     def failed(self) -> list[Client]:
-        return [c for c in self.clients if c.state in ("died", "lost")]
+        return [c for c in self.clients if c.state in ("died", "failed", "lost")]
 
 
 def measure_offset(read: Callable[[], int], trips: int = ROUND_TRIPS,
@@ -320,6 +320,9 @@ def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: Ru
         except ray.exceptions.GetTimeoutError:
             raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
         except ray.exceptions.RayError as exc:
+            cause = getattr(exc, "cause", None)
+            if cause is not None and not isinstance(cause, ImportError):  # its source could not start: its line
+                raise ClusterError(f"a client actor could not start its load: {_why(cause)}") from None
             raise ClusterError(f"a client actor could not start: {_why(exc)} (is inference-top installed on every "
                                "node, the same version?)") from None
         for c, info in zip(clients, infos):
@@ -359,7 +362,7 @@ def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: Ru
                 recorder.event(time.perf_counter_ns(), text, type="client", **c.outcome())
             recorder.close()
         warnings += [f"{c.name} {c.state}: {c.why}; {unsent(c, cfg.requests)}" for c in clients
-                     if c.state in ("died", "lost")]
+                     if c.state in ("died", "failed", "lost")]
         cells = combined_cells(clients, head, weights)
         return ClusterRun(cells, clients, warnings)
     finally:
@@ -449,8 +452,11 @@ def _follow(ray: Any, clients: list[Client], runs: dict[int, Any], recorder: Any
             if c.i in live and runs[c.i] in ready_set:
                 try:
                     c.cells = ray.get(runs[c.i])
-                except ray.exceptions.RayError as exc:
+                except ray.exceptions.RayActorError as exc:
                     gone(c, "died", _why(exc))
+                    continue
+                except ray.exceptions.RayError as exc:  # its load raised (the actor lives): what it said
+                    gone(c, "failed", _why(exc))
                     continue
                 try:  # what it wrote after the last poll
                     absorb(c, ray.get(c.actor.take.remote(), timeout=lost_s))
