@@ -392,3 +392,20 @@ def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream()
              client_wait_p99_ms=2298.5)
     assert "CLIENT QUEUE: 79 requests waited for a free stream, p50/p99 1033/≈2298 ms" in format_table([c])
     assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", {"model_bytes": 0}, [c])], [])
+
+
+def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
+    """Issue 34 item 4: K × threads > cores (K=3 on 2 cores) is time-shared and ran 25–36 % below the model:
+    the prediction says so; K=2 on 2 cores does not."""
+    from measure.core.roofline import Prediction
+
+    def p(k, threads):
+        return Prediction("instances", k, 1, threads, 0.02, 0.05, 50.0, 50.0, 1e9, "cores", {}, cores=2)
+
+    assert p(3, 1).oversubscribed and "3 > 2 cores" in p(3, 1).caveat()
+    assert not p(2, 1).oversubscribed and p(2, 1).caveat() == ""
+    from measure.control.cell import Cell
+    from measure.control.sweep import format_table
+
+    c = Cell(k=3, b=1, completed=8, status="ok", prediction_caveat=p(3, 1).caveat())
+    assert "PREDICTION: K × threads = 3 > 2 cores" in format_table([c])

@@ -114,6 +114,7 @@ class Cell:
     binding: str | None = None
     error_tpot: float | None = None
     error_output_throughput: float | None = None
+    prediction_caveat: str | None = None  # where the prediction does not hold (K × threads > cores), else unset
     # the sweep's row and what ran it
     context: int | None = None
     reason: str | None = None  # a cell without numbers: why

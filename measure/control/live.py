@@ -424,6 +424,8 @@ class LiveController:
         eps_gbps = [w.bandwidth_gbps for w in workers] if self.caps.per_endpoint_bandwidth else None
         if level is not None:
             pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
+            if caveat := level.caveat():
+                pred_by += f"; {caveat}"
         elif (kwb := M.kwb_tpot(self.k, W, self.settings.bandwidth_gbps, self.mode, eps_gbps)) is not None:
             pred, pred_tps, pred_by = kwb, None, "K·W/β"  # as a bench cell's, in every mode
         else:

@@ -151,7 +151,8 @@ def _predicted(records: Sequence[RequestRecord], roofline: Roofline, mode: str, 
     return {"predicted_by": "roofline", "predicted_tpot_ms": p.tpot_s * 1e3,
             "predicted_output_throughput": p.aggregate_tps, "binding": p.binding,
             "error_tpot": err(p.tpot_s * 1e3, cell.median_tpot_ms),
-            "error_output_throughput": err(p.aggregate_tps, cell.output_throughput)}
+            "error_output_throughput": err(p.aggregate_tps, cell.output_throughput),
+            **({"prediction_caveat": p.caveat()} if p.oversubscribed else {})}
 
 
 DISAGREE = 0.05
@@ -561,6 +562,8 @@ def format_table(cells: list[Cell]) -> str:
             note += (f" {(c.arrivals or '') + ','} late p50/p99 {_fmt(c.lateness_p50_ms)}/"
                      f"{_fmt(c.lateness_p99_ms)} ms" + (" BEHIND SCHEDULE" if c.behind_schedule else ""))
         note += client_note(c)
+        if c.prediction_caveat:
+            note += f" PREDICTION: {c.prediction_caveat}"
         if c.k_served_min:
             note += f" K={c.k_served_min} after a worker died"
         if c.oom_killed:

@@ -181,6 +181,19 @@ class Prediction:
     cores_busy: float = 0.0  # K × threads decoding, at most the cores
     spill_bytes: float = 0.0  # footprint over the memory budget, read back from swap every step
 
+    @property
+    def oversubscribed(self) -> bool:
+        """More decoding threads than cores (K × threads > cores): the engines time-share the cores, which the
+        model only divides out; measured, such levels run 25–36 % below it (docs/design.md §10)."""
+        return bool(self.cores) and self.k * self.threads > self.cores
+
+    def caveat(self) -> str:
+        """What the screen and the cell say where the prediction does not hold, else ''."""
+        if not self.oversubscribed:
+            return ""
+        return (f"K × threads = {self.k * self.threads} > {self.cores} cores: time-shared, the prediction does "
+                "not hold here (it reads 25–36 % high)")
+
     def wall(self) -> str:
         """The wall this level runs against, by the one naming rule (name_wall); past the memory budget,
         the memory wall."""
