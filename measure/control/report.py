@@ -472,7 +472,8 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     fr = sorted((p for p in pts if p[0] in front), key=lambda p: p[1])
     ax.plot([p[1] for p in fr], [p[2] for p in fr], "r-", lw=1, label="Pareto front")
     for key, x, y, _ in pts:
-        ax.annotate(key, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        if key in front:  # the front named; the rest are points (the table below lists every one)
+            ax.annotate(key, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
         if key == win:
             ax.plot([x], [y], "r*", ms=14, label=f"winner: {key}")
     slo = (res.get("settings") or {}).get("slo", "")

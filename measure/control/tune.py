@@ -574,14 +574,17 @@ def format_result(res: dict[str, Any]) -> str:
     front, the winner and the command lines, and how many were not tried and why."""
     rows = [c for c in res["candidates"] if c["trials"]]
     front = set(res["front"])
-    head = (f"{'candidate':<52} {'runs':>4} {'goodput':>8} {'tok/s':>7} {'in SLO':>6} {'TTFT p99':>9} "
+    n0 = res["settings"]["requests"]
+    head = (f"{'candidate':<52} {'runs':>4} {f'@n={n0}':>7} {'goodput':>8} {'tok/s':>7} {'in SLO':>6} {'TTFT p99':>9} "
             f"{'TPOT p50':>9} {'pred tok/s':>10} {'err':>6}  note")
     lines = [head, "-" * len(head)]
 
-    def order(c: dict[str, Any]) -> tuple[float, float]:
+    def order(c: dict[str, Any]) -> tuple[bool, int, float, float]:
+        """The winner, then by how far the halving took each (its longest run), then goodput there."""
         ok = [t for t in c["trials"] if t["status"] == "ok"]
         t = max(ok, key=lambda t: t["requests"]) if ok else {}
-        return (t.get("goodput_tps") or -1.0, t.get("output_throughput") or -1.0)
+        return (bool(res.get("winner")) and res["winner"]["key"] == c["key"], t.get("requests") or 0,
+                t.get("goodput_tps") or -1.0, t.get("output_throughput") or -1.0)
 
     for c in sorted(rows, key=order, reverse=True):
         ok = [t for t in c["trials"] if t["status"] == "ok"]
@@ -595,13 +598,17 @@ def format_result(res: dict[str, Any]) -> str:
             lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {c['status'].upper()}: {c['reason'][:90]}")
             continue
         t = max(ok, key=lambda t: t["requests"])
+        first = next((x.get("goodput_tps") or 0.0 for x in ok if x["requests"] == n0), None)
         note = f"n={t['requests']}" + (f"; {c['reason']}" if c["reason"] else "")
-        lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {t.get('goodput_tps') or 0:>8.1f} "
+        lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {'—' if first is None else f'{first:.1f}':>7} "
+                     f"{t.get('goodput_tps') or 0:>8.1f} "
                      f"{t.get('output_throughput') or 0:>7.1f} {t.get('slo_attainment') or 0:>6.0%} "
                      f"{t.get('p99_ttft_ms') or 0:>7.0f}ms {t.get('median_tpot_ms') or 0:>7.1f}ms {pred:>10} "
                      f"{errs:>6}  {note[:70]}")
-    lines.append("goodput: output tok/s of the requests within the SLO; err: (predicted − measured) ÷ measured "
-                 "tok/s (the roofline); ★ winner, ◆ on the Pareto front (goodput, TTFT p99"
+    lines.append(f"@n={n0}: goodput in the first round, where every candidate ran the same {n0} requests; the other "
+                 "figures are from its longest run (n), goodput = output tok/s of the requests within the SLO;")
+    lines.append("err: (predicted − measured) ÷ measured tok/s (the roofline); ★ winner, ◆ on the Pareto front "
+                 "(goodput, TTFT p99"
                  + (", $/Mtok or J/token" if any("usd_per_mtok" in t or "joules_per_token" in t
                                                  for c in rows for t in c["trials"]) else "") + ")")
     by: dict[str, int] = {}
