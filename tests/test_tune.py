@@ -237,3 +237,21 @@ def test_cli_tunes_the_embedded_model_and_resumes(tmp_path, model):
     assert p2.returncode == 0, p2.stdout[-2000:] + p2.stderr[-2000:]
     assert f"{len(ran)} runs read back from {out}" in p2.stdout
     assert all((out / r).stat().st_mtime_ns == m for r, m in mtimes.items())
+
+
+def test_find_rate_searches_the_winners_knee(tmp_path, monkeypatch):
+    """--find rate: the planted winner (two null instances, 5 ms + 7 × 2 ms a request: ≈ 100 req/s between them)
+    gets its open-loop knee searched from half the rate its closed loop completed; the sentence names a rate it
+    served within the SLO and one it did not."""
+    import measure.control.knee as knee
+
+    monkeypatch.setattr(knee, "LEVEL_S", 1.0)  # one second of arrivals a level (10 s by default)
+    from measure.control.tune import winner_knee
+
+    s = settings()
+    t = cell_measure(null_opener([]), s, tmp_path, {}, lambda m: None)(PLANTED, 8, 60)
+    rps = t["output_throughput"] / s.max_tokens
+    k = winner_knee(null_opener([]), PLANTED, s, tmp_path, {}, lambda m: None, 120.0, rps / 2)
+    assert k["knee_rps"] and k["first_out_rps"] and k["knee_rps"] < k["first_out_rps"] < 400, k
+    assert "requests/s of this workload within the" in k["sentence"]
+    assert (tmp_path / k["records"]).exists() and len(k["levels"]) >= 2

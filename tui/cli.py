@@ -526,6 +526,8 @@ def tune_main(argv: list[str]) -> int:
     p.add_argument("--out", help="output folder (default ./out/tune-YYYYmmdd-HHMMSS)")
     p.add_argument("--resume", metavar="OUT", help="go on from the tune in OUT (its runs are read back, not run "
                    "again); writes there")
+    p.add_argument("--find", choices=["rate"], help="then search the winner's knee: the open-loop rate it serves "
+                   "within the SLO (as bench --find rate), in what is left of the budget")
     args = p.parse_args(argv)
     from measure.control.tune import ENGINES, Settings, TuneError, parse_budget, run_tune, format_result
 
@@ -578,7 +580,7 @@ def tune_main(argv: list[str]) -> int:
     from measure.sources.base import SourceError
 
     try:
-        res = run_tune(plans, s, out, resume, say, server_bin, _shown_argv(["tune", *argv]))
+        res = run_tune(plans, s, out, resume, say, server_bin, _shown_argv(["tune", *argv]), args.find)
     except TuneError as exc:
         fail(str(exc))
     except SourceError as exc:

@@ -629,6 +629,8 @@ def format_result(res: dict[str, Any]) -> str:
         if not t.get("goodput_tps"):
             lines.append("  no candidate met the SLO for these users: the winner is the fastest; try fewer --users "
                          "or a looser --slo")
+        if w.get("knee"):
+            lines.append(f"knee (--find rate): {w['knee']['sentence']}")
         lines.append(f"serve it:      {w['serve_command']}")
         lines.append(f"reproduce it:  {w['bench_command']}")
     else:
@@ -815,6 +817,50 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
     return open_source
 
 
+def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
+                say: Callable[[str], None], left_s: float, start_rps: float,
+                kv_bytes_per_token: float | None = None) -> dict[str, Any]:
+    """`tune --find rate`: the winner's knee, the open-loop rate it serves within the SLO (knee.py, docs/design.md
+    §13), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
+    budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl."""
+    from measure.control.knee import Level, find_knee, measure_levels
+    from measure.control.sweep import SweepConfig
+    from measure.core.recorder import Recorder
+
+    rel = f"runs/{c.slug}-knee.jsonl"
+    rec = Recorder(out / rel, {**header, "command": "tune", "candidate": asdict(c), "candidate_key": c.key,
+                               "find": "rate"})
+    src, stop = None, None
+    try:
+        try:
+            src, mode, stop = open_source(c, rec.record)
+        except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
+            return {"sentence": f"the knee was not searched: the winner did not start again ({exc})", "records": rel}
+        k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+        deadline = time.monotonic() + left_s
+        cfg = SweepConfig(ks=[k], bs=[b], requests=s.requests, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
+                          mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, threads=c.threads, max_b=max(b, 1),
+                          kv_bytes_per_token=kv_bytes_per_token, cell_timeout_s=max(10.0, min(300.0, left_s / 2)))
+        run = measure_levels(src, s.workload, "rate", cfg, say, k=k)
+
+        def level(rate: float) -> Level:
+            if time.monotonic() > deadline:
+                return Level(rate, False, "refused", "the tune's budget ran out before this level")
+            return run(rate)
+
+        knee = find_knee(level, "rate", start=round(max(0.05, start_rps), 2), limit=4096)
+        return {"knee_rps": knee.passed.level if knee.passed else None,
+                "first_out_rps": knee.failed.level if knee.failed else None,
+                "sentence": knee.sentence(s.slo.key), "records": rel,
+                "levels": [{"rate": st.level, "within": st.ok, "stop": st.stop, "why": st.why} for st in knee.levels]}
+    finally:
+        if src is not None:
+            src.close()
+        if stop is not None:
+            stop()
+        rec.close()
+
+
 def write_result(out: Path, res: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "tune.json"
@@ -827,12 +873,12 @@ def write_result(out: Path, res: dict[str, Any]) -> Path:
 __all__ = ["Candidate", "Settings", "Tune", "TuneError", "candidates", "cell_measure", "format_result", "local_opener",
            "server_opener",
            "load_done", "memory_refusal", "parse_budget", "roofline_predictor", "serve_command", "bench_command",
-           "write_result", "run_tune"]
+           "write_result", "run_tune", "winner_knee"]
 
 
 def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None = None,
              say: Callable[[str], None] = print, server_bin: str | None = None,
-             argv: Sequence[str] = ()) -> dict[str, Any]:
+             argv: Sequence[str] = (), find: str | None = None) -> dict[str, Any]:
     """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
@@ -891,7 +937,18 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
                 spent_s=spent)
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
-    tune.search()
+    w = tune.search()
     res = tune.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server")
+    if find == "rate" and w is not None and w.last is not None and res["winner"]:
+        left = tune.left()
+        if left < 20:
+            res["winner"]["knee"] = {"sentence": f"the knee was not searched: {max(0.0, left):.0f} s of the budget "
+                                                 "left (tune --resume OUT --find rate with more)"}
+        else:
+            say(f"— the winner's knee (--find rate), {left:.0f} s of the budget left")
+            rps = (w.last.get("output_throughput") or 0.0) / s.max_tokens
+            res["winner"]["knee"] = winner_knee(openers[w.candidate.engine], w.candidate, s, out, header, say, left,
+                                                rps / 2, plans[family(w.candidate)].choice.kv_bytes_per_token())
+        res["elapsed_s"] = round(tune.clock() - tune.t0 + tune.spent_before, 1)
     write_result(out, res)
     return res
