@@ -255,3 +255,23 @@ def test_find_rate_searches_the_winners_knee(tmp_path, monkeypatch):
     assert k["knee_rps"] and k["first_out_rps"] and k["knee_rps"] < k["first_out_rps"] < 400, k
     assert "requests/s of this workload within the" in k["sentence"]
     assert (tmp_path / k["records"]).exists() and len(k["levels"]) >= 2
+
+
+def test_a_candidate_past_its_timeout_is_a_row_with_its_reason(tmp_path):
+    """A candidate that cannot finish its requests in the time given (1 s a token, 3 s allowed) is a 'timeout'
+    trial with the reason, and its workers are stopped."""
+    s = settings(requests=2)
+    slow = Candidate("llama", "instances", 1, 1, 1)
+
+    def opener(c, on_record):
+        return local_opener(EngineSpec("null", "", threads=1, ctx=512, options={"ttft_s": 0.005, "itl_s": 1.0}),
+                            META, ready_s=30)(c, on_record)
+
+    t = cell_measure(opener, s, tmp_path, {}, lambda m: None)(slow, 2, 3.0)
+    assert t["status"] == "timeout" and t["reason"], t
+    clock = [0.0]
+    tune = Tune(s, [slow], lambda c, n, timeout: dict(t), say=lambda m: None, clock=lambda: clock[0])
+    assert tune.search() is None
+    row = tune.result("m", 512)["candidates"][0]
+    assert row["status"] == "timeout" and row["reason"] == t["reason"]
+    assert "TIMEOUT" in format_result(tune.result("m", 512))
