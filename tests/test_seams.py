@@ -409,3 +409,23 @@ def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
 
     c = Cell(k=3, b=1, completed=8, status="ok", prediction_caveat=p(3, 1).caveat())
     assert "PREDICTION: K × threads = 3 > 2 cores" in format_table([c])
+
+
+def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
+    """Issue 37 item 2: a cell of 60 s whose tokens come at 20 tok/s for 30 s, then 15 tok/s: burst (first fifth)
+    20, sustained (last half) 15; the report says −25 %. A 10 s cell has no such figure."""
+    from measure.control import report as R
+    from measure.control import runs as RU
+    from measure.control.sweep import cell_summary
+    from measure.core import metrics as M
+    from measure.core.records import RequestRecord
+
+    toks = [int(i / 20 * NS) for i in range(600)] + [int((30 + i / 15) * NS) for i in range(450)]
+    r = RequestRecord(run_id="r", request_id=1, mode="instances", engine="t", model="m", model_bytes=1, k=1, b=1,
+                      worker=1, prompt_id="p", prompt_tokens=4, output_tokens=len(toks), t_scheduled_ns=0,
+                      t_submitted_ns=0, t_started_ns=0, t_first_token_ns=toks[0], t_done_ns=toks[-1], token_ns=toks)
+    burst, sustained = M.burst_sustained([r])
+    assert burst == pytest.approx(20.0, rel=0.01) and sustained == pytest.approx(15.0, rel=0.01)
+    assert M.burst_sustained([_rec(1, 1, 0.0, 10)]) is None
+    md = R.markdown([RU.Run("t", {"model_bytes": 1}, [cell_summary([r], 1, 1, 1)], records=[r])], [])
+    assert "burst 20.0 tok/s (its first fifth), sustained 15.0 (its last half): -25%" in md

@@ -379,6 +379,23 @@ def _f(v: float | None, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _heat_lines(run: Run) -> list[str]:
+    """Burst vs sustained tok/s of each cell that ran long enough (metrics.burst_sustained), with the thermal
+    states it saw: a machine that throttles as it heats reads sustained below burst."""
+    out = []
+    for c in run.cells:
+        recs = [r for r in run.records if (r.k, r.b, r.mode) == (c.k, c.b, c.mode) and not r.error]
+        bs = M.burst_sustained(recs) if c.ok and recs else None
+        if bs is None:
+            continue
+        burst, sustained = bs
+        out.append(f"- K={c.k} B={c.b}: burst {burst:.1f} tok/s (its first fifth), sustained {sustained:.1f} "
+                   f"(its last half): {(sustained - burst) / burst:+.0%}" if burst else "")
+        if c.thermal:
+            out[-1] += f"; thermal {c.thermal}"
+    return ["", "Burst vs sustained (cells of 30 s or more):", *out] if out else []
+
+
 def markdown(runs: list[Run], files: list[Path]) -> str:
     lines = ["# inference-top report", ""]
     for run in runs:
@@ -423,6 +440,7 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                 f"{M.p99_mark(c.completed)}{_f(c.p99_ttft_ms, '.0f')} | "
                 f"{_f(c.rss_gb_sum, '.2f')} | {_f(c.bandwidth_gbps, '.2f')} | "
                 f"{_f(c.cv, '.3f')} | {note} |")
+        lines += _heat_lines(run)
         lines.append("")
     lines += ["TTFT is queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); throughput ="
               " output tokens ÷ (first scheduled → last done), mean over reps (a recording: tokens inside the "

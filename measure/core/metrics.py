@@ -183,6 +183,24 @@ def achieved_concurrency(requests: Iterable[RequestRecord | tuple[int | None, in
     return busy / (b_ns - a_ns)
 
 
+HEAT_MIN_S = 30.0  # a cell shorter than this has no burst vs sustained figure (heat takes minutes)
+
+
+def burst_sustained(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
+    """(burst, sustained) aggregate tok/s of a cell, over its span (first scheduled → last done): its tokens
+    in the first fifth ÷ that fifth, and in the last half ÷ that half. A machine that heats up and throttles
+    (a MacBook Air: 21.1 → 17.5 tok/s over five runs) reads sustained below burst. None for a span under
+    HEAT_MIN_S."""
+    span = run_span_ns(records)
+    if span is None or (span[1] - span[0]) / NS < HEAT_MIN_S:
+        return None
+    a, b = span
+    first, last = a + (b - a) // 5, a + (b - a) // 2
+    early = sum(1 for r in records for t in r.token_ns if a <= t < first)
+    late = sum(1 for r in records for t in r.token_ns if last <= t <= b)
+    return early / ((first - a) / NS), late / ((b - last) / NS)
+
+
 def meets_slo(r: RequestRecord, slo: SLO) -> bool:
     """Every bound the SLO sets holds for this request (a failed request meets none; TPOT of a one-token
     answer is not bounded). A reasoning model's TTFT bound is judged at its first answer token (ttfat): its user
