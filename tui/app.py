@@ -100,7 +100,8 @@ class HelpScreen(ModalScreen):
         lines = ["[b]inference-top keys[/b]", ""] + [f"  [b]{k:<7}[/b] {v}" for k, v in self.keys]
         lines += ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine, over the",
                   "requests of the current K/B level; TPOT = (t_last − t_first)/(N − 1) per stream over the",
-                  "last 5 s; achieved concurrency = streams actually decoding, time-averaged.", "", "esc closes"]
+                  "last 5 s; achieved concurrency = requests in service (started → done, prefill included),",
+                  "time-averaged (Little's law: docs/design.md §6).", "", "esc closes"]
         yield Static("\n".join(lines), id="help")
 
 
