@@ -52,7 +52,7 @@ class FixedRoofline:
     def level(self, mode, k, b, threads, prompt_tokens, output_tokens):
         if mode == "http":
             return None
-        return SimpleNamespace(tpot_s=0.02 * k, aggregate_tps=50.0 * b, binding="bandwidth")
+        return SimpleNamespace(tpot_s=0.02 * k, aggregate_tps=50.0 * b, binding="bandwidth", oversubscribed=False)
 
 
 class Replay:
