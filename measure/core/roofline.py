@@ -184,7 +184,7 @@ class Prediction:
     @property
     def oversubscribed(self) -> bool:
         """More decoding threads than cores (K × threads > cores): the engines time-share the cores, which the
-        model only divides out; measured, such levels run 25–36 % below it (docs/design.md §10)."""
+        model only divides out; measured, such levels ran 5–36 % below it (docs/design.md §10)."""
         return bool(self.cores) and self.k * self.threads > self.cores
 
     def caveat(self) -> str:
@@ -192,7 +192,7 @@ class Prediction:
         if not self.oversubscribed:
             return ""
         return (f"K × threads = {self.k * self.threads} > {self.cores} cores: time-shared, the prediction does "
-                "not hold here (it reads 25–36 % high)")
+                "not hold here (measured 5–36 % high)")
 
     def wall(self) -> str:
         """The wall this level runs against, by the one naming rule (name_wall); past the memory budget,
