@@ -48,7 +48,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -133,29 +132,12 @@ def fleet_levels(a) -> list[dict]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http_levels(a) -> list[dict]:
-    import httpx
+    from engines.null_server import spawn
 
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms",
-                               str(a.ttft_ms), "--itl-ms", str(a.itl_ms)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
+    server, url = spawn(a.ttft_ms, a.itl_ms)
     out = []
     try:
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         wl = presets.workload("synthetic:16")
         for b in a.streams:
             n = max(a.min_requests, a.per_stream * b)

@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,12 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import harness_overhead as H  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from engines.null_server import free_port, spawn  # noqa: E402
 
 
 def _plan(url: str, a, rate: float, procs: int):
@@ -135,26 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     a.requests = a.requests or 4 * a.streams
     rate = a.streams / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms",
-                               str(a.ttft_ms), "--itl-ms", str(a.itl_ms)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}/v1"
+    server, url = spawn(a.ttft_ms, a.itl_ms)
     started = None
     levels = []
     try:
-        import httpx
-
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         address = a.ray
         if address is None:
-            started = _free_port()
+            started = free_port()
             address = start_local_cluster(started)
         print(f"{a.requests} requests, Poisson {rate:.0f} req/s (≈ {a.streams} streams), {a.tokens} tokens, "
               f"TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; {os.cpu_count()} cores", flush=True)

@@ -30,7 +30,6 @@ import itertools
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -128,39 +127,22 @@ class Result:
 
 
 # ---- the engines whose schedule is the truth -------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class NullServers:
     """Two null servers, each in its own process on loopback (the client's loop does not share their GIL)."""
 
     def __init__(self, n: int = 2):
+        from engines.null_server import spawn
+
         self.procs: list[subprocess.Popen[bytes]] = []
         self.urls: list[str] = []
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        for _ in range(n):
-            port = _free_port()
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms", str(TTFT_MS),
-                 "--itl-ms", str(ITL_MS)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            self.urls.append(f"http://127.0.0.1:{port}/v1")
-        import httpx
-
-        end = time.monotonic() + 30
-        for url in self.urls:
-            while True:
-                try:
-                    if httpx.get(f"{url}/models", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > end:
-                    self.close()
-                    raise RuntimeError(f"the null server at {url} did not answer")
-                time.sleep(0.05)
+        try:
+            for _ in range(n):
+                proc, url = spawn(TTFT_MS, ITL_MS)
+                self.procs.append(proc)
+                self.urls.append(url)
+        except RuntimeError:
+            self.close()
+            raise
 
     def close(self) -> None:
         for p in self.procs:
@@ -592,6 +574,12 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     flaky: list[str] = []  # cells that failed once and passed when run again (their first failures)
     say = (lambda m: None) if a.quiet else (lambda m: print(m, flush=True))
+
+    def done(r: Result) -> None:
+        results.append(r)
+        say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
+            + "".join(f"\n       {f}" for f in r.failures))
+
     servers = NullServers(2) if a.only in (None, "bench", "find", "cli") else None
     try:
         if a.only in (None, "bench"):
@@ -602,29 +590,18 @@ def main(argv: list[str] | None = None) -> int:
                     if not again.failures:
                         flaky.append(f"{r.combo}: {'; '.join(r.failures)}")
                         r = again
-                results.append(r)
-                say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
-                    + "".join(f"\n       {f}" for f in r.failures))
+                done(r)
         if a.only in (None, "find"):
             assert servers is not None
             for what, n in FINDS:
-                r = run_find(what, n, servers)
-                results.append(r)
-                say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
-                    + "".join(f"\n       {f}" for f in r.failures))
+                done(run_find(what, n, servers))
         if a.only in (None, "cli"):
             assert servers is not None
             for name, extra in CLI:
-                r = run_cli(name, extra, servers)
-                results.append(r)
-                say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
-                    + "".join(f"\n       {f}" for f in r.failures))
+                done(run_cli(name, extra, servers))
         if a.only in (None, "live"):
             for steps, warm in LIVE:
-                r = run_live(steps, warm)
-                results.append(r)
-                say(f"{'ok  ' if not r.failures else 'FAIL'} {r.combo} ({r.checked} checks, {r.seconds} s)"
-                    + "".join(f"\n       {f}" for f in r.failures))
+                done(run_live(steps, warm))
     finally:
         if servers is not None:
             servers.close()

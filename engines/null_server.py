@@ -482,6 +482,46 @@ def start_null_server(**kw: Any) -> tuple[str, Callable[[], None]]:
     return srv.start(), srv.stop
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(ttft_ms: float, itl_ms: float, *args: str, timeout_s: float = 30.0) -> tuple[Any, str]:
+    """The null server in a process of its own on a free loopback port (so a client's loop does not share its
+    GIL), waited for until GET /v1/models answers: (the process, its base URL). RuntimeError, the process
+    killed, when it does not answer within timeout_s. `args`: more of its flags (--usage final, …)."""
+    import os
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms",
+                             str(ttft_ms), "--itl-ms", str(itl_ms), *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=1) as r:  # noqa: S310 - loopback, our own server
+                if r.status == 200:
+                    return proc, url
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > end or proc.poll() is not None:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"the null server at {url} did not answer within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m engines.null_server", description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
