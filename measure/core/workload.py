@@ -36,7 +36,8 @@ class Request:
     turn: int | None = None
     session_key: str | None = None
     messages: list[dict[str, Any]] | None = None
-    waited_for_stream: bool = False  # http: it was due while every client stream was busy (the client's queue)
+    waited_for_stream: bool = False  # due while no slot had room (sources/dispatch.py); over HTTP, every client
+    # stream busy: the client's own queue (extra.client_queue_ms)
 
     def wire(self) -> dict[str, Any]:
         """What travels to a worker."""

@@ -80,11 +80,14 @@ class Dispatcher:
 
     def dispatch(self, room: Callable[[], Slot | None], send: Callable[[Slot, Request], bool]) -> int:
         """The head of the queue to the slot `room` names, while it names one; a request `send` could not send
-        goes back to the head and dispatching stops there. Returns how many were sent."""
+        goes back to the head and dispatching stops there. Returns how many were sent. Requests left because no
+        slot had room are marked `waited_for_stream` (the source's own queue: over HTTP the client's)."""
         n = 0
         while self.pending:
             slot = room()
             if slot is None:
+                for req in self.pending:
+                    req.waited_for_stream = True
                 break
             req = self.pending.popleft()
             if not send(slot, req):

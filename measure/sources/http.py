@@ -372,8 +372,6 @@ class HttpSource(CollectsRecords):
                 if self._ready_once:
                     self._arrivals()
                     self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
-                    for req in self._dispatch.pending:  # due, and no stream free: the client's own queue
-                        req.waited_for_stream = True
                 if now_s - last_scrape >= 1.0:
                     last_scrape = now_s
                     for ep in self._eps:
