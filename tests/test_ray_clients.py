@@ -144,6 +144,59 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     assert abs(cell.median_ttft_ms - one[0].median_ttft_ms) <= T.TTFT_TOL_MS
 
 
+def _wait(what, limit_s: float = 30.0):
+    end = time.monotonic() + limit_s
+    while not (got := what()):
+        assert time.monotonic() < end, "not within the limit"
+        time.sleep(0.1)
+    return got
+
+
+def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(cluster, server, tmp_path):
+    """inference-top --ray: B=3 dealt 2 + 1 over the two actors (one per node), their records on the driver's clock
+    in the recording with unique ids, one row per client; B → 6 gives 4 + 2 and the level is ready once both
+    said so; an actor killed is named (an error line) and its row is down, its streams dealt to the other, which goes on."""
+    import ray
+
+    from measure.control.runplan import make_plan
+    from tui.cli import build_parser
+
+    dash, _ = build_parser()
+    args = dash.parse_args(["--engine", "http", "--url", server, "--b", "3", "--max-tokens", str(T.TOKENS),
+                            "--tokenizer", "none", "--ray", cluster, "--clients", "2", "--weights", "2,1"])
+    plan = make_plan(args, default_max_tokens=128)
+    rec = tmp_path / "live.jsonl"
+    run = plan.start_live(str(rec), brake=True, ray=(cluster, 2, [2, 1]))
+    src, c = run.peers, run.controller
+    try:
+        assert [x.streams for x in src.clients] == [2, 1]
+        assert src.clients[0].ip and len({x.pid for x in src.clients}) == 2
+        _wait(lambda: all(r.requests for r in src.readings()))  # both clients' records reach the driver
+        assert c.set_b(6) is None
+        assert [x.streams for x in src.clients] == [4, 2]
+        _wait(lambda: c._pending is None)  # the level is ready: both clients that changed said LevelReady
+        n_before = c.totals["requests"]
+        ray.kill(src.clients[1].actor, no_restart=True)
+        _wait(lambda: not src.readings()[1].up, 15)
+        _wait(lambda: c.totals["requests"] > n_before + 5)  # client 1 goes on
+        rows = src.readings()
+        assert rows[0].up and not rows[1].up and rows[1].error
+        assert [x.streams for x in src.clients] == [6, 0], "B stays 6: the dead client's streams dealt to the other"
+        _wait(lambda: any("client 2/2" in t and "died" in t for _, _, lvl, t in list(c._log) if lvl == "error"))
+    finally:
+        run.close()
+    recs, _ = _requests(rec)
+    ids = [r.request_id for r in recs]
+    assert len(ids) == len(set(ids)) and len(recs) >= 10, "every record once, no two clients' ids alike"
+    assert {r.extra["client"] for r in recs} == {1, 2}
+    for r in recs:  # on the driver's clock: one machine, so each record's own order holds after the shift
+        assert r.t_scheduled_ns <= r.t_first_token_ns <= r.t_done_ns
+    from measure.core.recorder import read_jsonl
+
+    head = read_jsonl(rec)[0][0]
+    assert [x["client"] for x in head["ray"]["client_list"]] == [1, 2]
+
+
 def _signal_later(clients, plan: list[tuple[float, int, int]], fired: dict[int, float]):
     """Signals sent to client actors' processes at set times after the clients were told to start."""
     def go():
@@ -303,3 +356,42 @@ def test_weights_are_checked_in_one_line(text, n, says):
     with pytest.raises(ClusterError, match=says):
         parse_weights(text, n)
     assert parse_weights("2,1,1", None) == [2, 1, 1]
+
+
+class _Calls:
+    """A client actor's `call.remote` as the driver uses it: what it was sent, in order (no Ray)."""
+
+    def __init__(self):
+        self.sent = []
+        self.call = self
+
+    def remote(self, name, *args):
+        self.sent.append((name, args))
+
+
+def test_the_live_clients_deal_b_users_and_rate_by_weight_and_their_ids_never_meet():
+    from types import SimpleNamespace
+
+    from measure.control.cluster_live import ID_STRIDE, LiveClient, RayClients
+    from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
+
+    plan = SimpleNamespace(meta=lambda: SimpleNamespace(engine="http", model_bytes=0), endpoints=[], bs=[3])
+    src = RayClients(plan, "auto", 2, [2, 1], events=True)
+    src.clients = [LiveClient(1, 2, 2, _Calls()), LiveClient(2, 2, 1, _Calls())]
+    src.set_batch("http", 3)
+    assert [c.streams for c in src.clients] == [2, 1]
+    wl = SimpleNamespace(key="w")
+    src.set_users(5)  # --users 5 over weights 2,1: the smooth weighted deal, 3 users and 2
+    src.set_load(Load(wl, ClosedLoop(5), 8))
+    loads = [[a for n, a in c.actor.sent if n == "set_load"][-1] for c in src.clients]
+    users = [[a for n, a in c.actor.sent if n == "set_users"][-1][0] for c in src.clients]
+    assert users == [3, 2] and all(isinstance(lo[0].arrivals, ClosedShare) for lo in loads)
+    assert loads[0][0].arrivals.users + loads[1][0].arrivals.users == 5
+    assert loads[0][1] != loads[1][1] and abs(loads[0][1] - loads[1][1]) >= ID_STRIDE  # id blocks apart
+    src.set_users(None)  # an endless Poisson stream: parts at 2/3 and 1/3 of the rate
+    src.set_load(Load(wl, Poisson(9.0), 8))
+    parts = [[a for n, a in c.actor.sent if n == "set_load"][-1][0].arrivals for c in src.clients]
+    assert [p.rate for p in parts] == [6.0, 3.0]
+    src.set_batch("http", 1)  # B below the clients: the second holds no stream and no load
+    assert [c.streams for c in src.clients] == [1, 0]
+    assert src.clients[1].actor.sent[-1] == ("set_load", (None,))

@@ -369,7 +369,7 @@ class InferenceTop(App):
         from measure.control.peers import client_rows
 
         own = {"tps": s.numbers.agg_tps, "requests": self.c.totals["requests"], "errors": self.c.totals["errors"]}
-        rows, total = client_rows(own, self.peers.readings())
+        rows, total = client_rows(own, self.peers.readings(), self.peers.with_own)
         t.append(f"\nclients Σ {total['clients']}" + (f" ({total['down']} down)" if total["down"] else "")
                  + f": {total['tps']:.1f} tok/s · {total['requests']} done · {total['errors']} err\n", "bold cyan")
         for r in rows:
@@ -563,10 +563,11 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
 
 def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True,
-                  prometheus: tuple[str, int] | None = None, peers: list[str] | None = None) -> int:
+                  prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
+                  ray: tuple[str, int | None, list[int] | None] | None = None) -> int:
     """The live dashboard over a RunPlan (measure/control/runplan.py: RunPlan.start_live starts its parts);
     SourceError when the source cannot start (nothing answers at --url)."""
-    run = plan.start_live(record, brake, prometheus, peers)
+    run = plan.start_live(record, brake, prometheus, peers, ray)
     app = InferenceTop(run.controller, refresh_hz=refresh_hz, title=run.title, peers=run.peers)
     quit_on_signals(app)
     try:

@@ -149,6 +149,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash.add_argument("--peer", action="append", metavar="URL", help="another client's inference-top /metrics (its "
                       "--prometheus PORT), e.g. 10.0.0.2:9400; repeatable: their tok/s, requests and errors summed "
                       "with this one's, one row per client, read once a second (one that does not answer: down)")
+    dash.add_argument("--ray", metavar="ADDRESS|auto", help="http engine: drive the load from --clients client actors "
+                      "on a Ray cluster (auto: the one this machine is in), one per node; B and the users are dealt "
+                      "over them, one row per client under the workers (pip install 'inference-top[cluster]')")
+    dash.add_argument("--clients", type=positive_int, help="--ray: client actors (default: the cluster's nodes)")
+    dash.add_argument("--weights", metavar="W1,W2,…", help="--ray: each client's share of B, the users and the "
+                      "rate, e.g. 2,1,1 (default equal)")
     from measure.control.knee import TARGET_ATTAINMENT
 
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
@@ -766,15 +772,37 @@ def main(argv: list[str] | None = None) -> int:
                 peer_url(u)
             except ValueError as exc:
                 fail(str(exc))
+    ray = _live_ray(args, plan)
     from measure.sources.base import SourceError
     from tui.app import run_dashboard
 
     try:
         return run_dashboard(plan, refresh_hz=args.refresh, record=args.record, brake=not args.no_brake,
                              prometheus=(args.prometheus_addr, args.prometheus) if args.prometheus else None,
-                             peers=args.peer)
+                             peers=args.peer, ray=ray)
     except SourceError as exc:
         fail(str(exc), EXIT_FAILED)
+    except ValueError as exc:  # cluster.ClusterError: the cluster cannot be joined or the clients placed
+        fail(str(exc), EXIT_FAILED)
+
+
+def _live_ray(args, plan) -> tuple[str, int | None, list[int] | None] | None:
+    """The dashboard's --ray, --clients, --weights checked: (address, N or None: a client per node, weights)."""
+    if not (args.ray or args.clients or args.weights):
+        return None
+    from measure.control.cluster import ClusterError, parse_weights
+
+    if not args.ray:
+        fail("--clients and --weights go with --ray ADDRESS|auto (the Ray cluster the client actors run on)")
+    if not plan.engine_is_remote:
+        fail("--ray drives clients of a server: give --engine http --url … (the server every node can reach)")
+    if args.peer:
+        fail("--ray shows one row per client actor itself: drop --peer")
+    try:
+        weights = parse_weights(args.weights, args.clients)
+    except ClusterError as exc:
+        fail(str(exc))
+    return args.ray, args.clients or (len(weights) if weights else None), weights
 
 
 if __name__ == "__main__":

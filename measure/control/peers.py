@@ -79,6 +79,8 @@ class PeerReading:
 class Peers:
     """The --peer URLs, scraped every `every_s` seconds (each with `timeout_s`) by one daemon thread."""
 
+    with_own = True  # this client sends load of its own: its row comes first (client_rows)
+
     def __init__(self, urls: Sequence[str], every_s: float = 1.0, timeout_s: float = 0.8):
         self.every_s, self.timeout_s = every_s, timeout_s
         self._readings = [PeerReading(*peer_url(u)) for u in urls]
@@ -128,10 +130,12 @@ class Peers:
         return replace(p, up=False, scraped=True, error=why[:120])
 
 
-def client_rows(own: dict[str, Any], peers: Sequence[PeerReading]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """One row per client (this one first, from its own figures {tps, requests, errors}) and their sum over the
-    clients that answer: {tps, requests, errors, clients (answering), down}."""
-    rows = [dict(label="this client", up=True, error=None, **own)]
+def client_rows(own: dict[str, Any], peers: Sequence[PeerReading], with_own: bool = True
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One row per client (this one first, from its own figures {tps, requests, errors}, unless `with_own` is
+    False: the live Ray clients', whose rows are every client there is) and their sum over the clients that
+    answer: {tps, requests, errors, clients (answering), down}."""
+    rows = [dict(label="this client", up=True, error=None, **own)] if with_own else []
     rows += [{"label": p.label, "up": p.up, "tps": p.tps, "requests": p.requests, "errors": p.errors,
               "error": p.error if p.scraped else "not read yet"} for p in peers]
     up = [r for r in rows if r["up"]]

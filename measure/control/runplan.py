@@ -277,7 +277,8 @@ class RunPlan:
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
 
     def start_live(self, record: str | None = None, brake: bool = True,
-                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None) -> LiveRun:
+                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
+                   ray: tuple[str, int | None, list[int] | None] | None = None) -> LiveRun:
         """The live dashboard's parts, started: the source (a remote one checked before the screen takes over:
         SourceError when nothing answers), the recording, the roofline, the controller and its notes, the
         /metrics server (--prometheus) and the other clients watched (--peer)."""
@@ -285,15 +286,22 @@ class RunPlan:
         from measure.core.recorder import Recorder
 
         settings = self.live_settings(brake)
-        source = self.make_source(k=self.ks[0])
+        source: Any
+        if ray is not None:  # --ray: the load from client actors (control/cluster_live.py)
+            from measure.control.cluster_live import RayClients
+
+            source = RayClients(self, *ray, say=lambda t: print(t, flush=True))
+        else:
+            source = self.make_source(k=self.ks[0])
         if self.engine_is_remote:
             source.start()  # nothing answers: one line before the screen takes over
         recorder = None
         if record:
             from dataclasses import asdict
 
+            extra = {"ray": source.header()} if ray is not None else {}
             recorder = Recorder(record, self.header({"command": "dashboard", "k": self.ks[0],
-                                                     "settings": asdict(settings)}))
+                                                     "settings": asdict(settings), **extra}))
         roofline = self.roofline(say=lambda t: print(t, flush=True))
         controller = LiveController(source, self.workload, settings, recorder=recorder, roofline=roofline)
         if recorder:
@@ -314,7 +322,7 @@ class RunPlan:
                 controller.log("info", f"/metrics at http://{addr}:{port}/metrics")
             except OSError as exc:
                 controller.log("error", f"--prometheus {port}: cannot listen on {addr}:{port} ({exc.strerror or exc})")
-        watch = None
+        watch: Any = source if ray is not None else None  # one row per client actor
         if peers:
             from measure.control.peers import Peers
 

@@ -336,6 +336,14 @@ class Poisson:
     def describe(self) -> str:
         return f"open loop, Poisson {self.rate:g} req/s"
 
+    def part(self, fraction: float) -> "Poisson":
+        """An independent Poisson stream at `fraction` of this rate, endless, its seed drawn from this one's
+        generator: parts whose fractions sum to 1 superpose to a Poisson stream at the whole rate (a live
+        dashboard's clients on several machines each send one, control/cluster_live.py)."""
+        if self.total is not None:
+            raise ValueError("a finite Poisson schedule is split by index (clients.Segment), not by rate")
+        return Poisson(self.rate * fraction, None, seed=self._rng.getrandbits(32))
+
     def _gap_ns(self) -> int:
         return int(self._rng.expovariate(self.rate) * 1e9)
 

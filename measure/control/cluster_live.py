@@ -1,0 +1,458 @@
+"""The live dashboard's load from client actors on a Ray cluster (`inference-top --ray ADDRESS --clients N`,
+docs/design.md §24): one load source (sources/base.LoadSource's face) whose streams are dealt over N actors, each
+holding an HTTP source of its own on its own machine. B (the streams) and a closed loop's users are dealt by
+the weights; an open loop (--rate) is split into one Poisson stream a client, at its share of the rate (the
+superposition of independent Poisson streams is Poisson at the whole rate). A thread of the driver polls every
+actor for its events, puts them on the driver's clock (each actor's perf_counter offset, measured by round
+trips as bench --ray does) and hands them to the live controller as one source's; one row a client under the
+workers, as --peer's rows. A client that dies is named and its streams are dealt to the others (B stays what
+was asked); one that stops answering is named as stalled."""
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from measure.control.cluster import (PLACE_S, POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _ray, _why,
+                                     measure_offset)
+from measure.control.peers import PeerReading
+from measure.control.runs import _shifted
+from measure.core.clients import deal
+from measure.core.records import RequestRecord, RunMeta
+from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
+from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log,
+                                  SourceError, Started, Tokens, WorkerInfo, WorkerState)
+
+ID_STRIDE = 1 << 40  # each load dealt to a client takes its request ids from its own block of this many
+TPS_WINDOW_S = 5.0  # a client row's tok/s: the tokens of its requests finished in this window
+
+
+def shares(b: int, weights: list[int]) -> list[int]:
+    """Each client's part of `b` streams (or users), dealt by the weights (clients.deal): 5 over 2,1,1 → 3,1,1."""
+    owners = deal(weights, b)
+    return [owners.count(i) for i in range(1, len(weights) + 1)]
+
+
+class LiveClientActor:
+    """One client of the live dashboard: its HTTP source, started on its node; the driver takes its events.
+    A plain class; RayClients makes it a Ray actor (`take` and `clock` answer while the others run)."""
+
+    def __init__(self) -> None:
+        self._source: Any = None
+
+    def prepare(self, plan: Any, b: int) -> dict[str, Any]:
+        """The source made and started at `b` streams (its endpoints checked and warmed): where it runs."""
+        ray = _ray()
+        self._source = plan.make_source(events=True, k=plan.ks[0])
+        self._source.set_batch("http", max(1, b))
+        self._source.start(wait_ready=False)
+        return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
+                "host": socket.gethostname(), "pid": os.getpid(), "meta": self._source.meta}
+
+    def clock(self) -> int:
+        return time.perf_counter_ns()
+
+    def call(self, name: str, *args: Any) -> None:
+        """One of the source's setters (set_batch, set_users, set_load, scale_to, pause)."""
+        getattr(self._source, name)(*args)
+
+    def take(self) -> tuple[list[Event], list[WorkerInfo], dict[str, Any] | None]:
+        """The events since the last take, the source's rows and its server view."""
+        out: list[Event] = []
+        q = self._source.events
+        while True:
+            try:
+                out.append(q.get_nowait())
+            except queue.Empty:
+                break
+        return out, self._source.workers(), self._source.server_view()
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+
+
+@dataclass
+class LiveClient:
+    """What the driver knows of one live client."""
+
+    i: int
+    n: int
+    weight: int = 1
+    actor: Any = None
+    ip: str = "?"
+    host: str = "?"
+    pid: int | None = None
+    offset_ns: int = 0  # its perf_counter − the driver's
+    bound_ns: int = 0
+    streams: int = 0  # its share of B now
+    up: bool = True
+    why: str | None = None
+    asked_at: float | None = None  # monotonic: when the poll now outstanding was sent
+    ref: Any = None  # that poll
+    stall_said: bool = False
+    requests: int = 0
+    errors: int = 0
+    done: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, tokens) of its recent records
+    rows: list[WorkerInfo] = field(default_factory=list)
+    view: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"client {self.i}/{self.n} {self.ip}"
+
+    def reading(self, now: float) -> PeerReading:
+        self.done = [(t, n) for t, n in self.done if t >= now - TPS_WINDOW_S]
+        tps = sum(n for _, n in self.done) / TPS_WINDOW_S
+        return PeerReading(f"ray:{self.host}:{self.pid}", self.label, self.up, True, tps if self.up else None,
+                           self.requests, self.errors, None, self.why, now)
+
+
+class RayClients:
+    """sources/base.LoadSource over N live client actors (see the module's docstring). Its `readings()` give
+    one row a client (control/peers.PeerReading), the figures of the records it sent, so it also serves as the
+    dashboard's client watch (`with_own = False`: there is no load of the driver's own to add)."""
+
+    with_own = False
+
+    def __init__(self, plan: Any, address: str, n: int | None, weights: list[int] | None, events: bool = True,
+                 on_record: Callable[[RequestRecord], None] | None = None, say: Callable[[str], None] = print):
+        self.plan, self.address, self._n, self._weights, self._say = plan, address, n, weights, say
+        self._sink = EventSink(events, on_record)
+        self.events: queue.Queue[Event] | None = self._sink.events
+        self.meta: RunMeta = plan.meta()
+        self.mode = "http"
+        self.target_k = len(plan.endpoints) or 1
+        self.b = (plan.bs or [1])[0]
+        self.rep = 0
+        self.oom_killed: list[tuple[int, int, str]] = []  # nothing here runs under this machine's OOM killer
+        self.run_id = uuid.uuid4().hex[:12]
+        self.clients: list[LiveClient] = []
+        self._users: int | None = None
+        self._load: Load | None = None
+        self._lock = threading.Lock()
+        self._deal = threading.RLock()  # set_batch from the controller and from the poller (a client died)
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._pg: Any = None
+        self._joined = False
+        self._load_started = False
+        self._awaiting: set[int] = set()
+        self._level_ready: dict[int, int] = {}
+        self._blocks = 0  # the id blocks dealt (set_load)
+
+    # ---- the LoadSource face -----------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        n = self.target_k
+        return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=("http",),
+                            scales_k=n > 1, local=False, batch_capacity=1 << 30, server_view=True,
+                            simulated=False, endpoint=self.plan.url or "", max_k=n, level_ready=True)
+
+    def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
+        if self.clients:
+            return
+        ray = _ray()
+        if not ray.is_initialized():
+            _connect(ray, self.address)
+            self._joined = True
+        try:
+            self._place(ray)
+        except BaseException:
+            self.close()
+            raise
+        self._poller = threading.Thread(target=self._poll, name="ray-clients", daemon=True)
+        self._poller.start()
+
+    def _place(self, ray: Any) -> None:
+        pgs: Any = importlib.import_module("ray.util.placement_group")
+        strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
+        nodes = [x for x in ray.nodes() if x.get("Alive")]
+        n = self._n or len(nodes)
+        weights = self._weights or [1] * n
+        if len(weights) != n:
+            raise ClusterError(f"--weights gives {len(weights)} weights for {n} clients: one a client")
+        spread = len(nodes) >= n
+        if not spread:
+            self._sink.log(f"the cluster has {len(nodes)} node(s) for {n} clients: some nodes run more than one "
+                           "client (their share of a machine is not a machine)", "warn")
+        self._pg = pgs.placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD" if spread else "SPREAD")
+        try:
+            ray.get(self._pg.ready(), timeout=PLACE_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each within {PLACE_S:.0f} s "
+                               "(ray status shows its free CPUs)") from None
+        remote = ray.remote(LiveClientActor)
+        self.clients = [LiveClient(i, n, w) for i, w in enumerate(weights, 1)]
+        parts = shares(self.b, weights)
+        for c, b in zip(self.clients, parts):
+            c.streams = b
+            c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
+                                     scheduling_strategy=strategies.PlacementGroupSchedulingStrategy(
+                                         placement_group=self._pg, placement_group_bundle_index=c.i - 1)).remote()
+        try:
+            infos = ray.get([c.actor.prepare.remote(self.plan, c.streams) for c in self.clients], timeout=PREPARE_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
+        except ray.exceptions.RayError as exc:
+            raise ClusterError(f"a client actor could not start its load: {_why(exc)}") from None
+        for c, info in zip(self.clients, infos):
+            c.ip, c.host, c.pid = info["ip"], info["host"], info["pid"]
+            c.offset_ns, c.bound_ns, _ = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
+            self._sink.log(f"{c.label} ({c.host}, pid {c.pid}): {c.streams} of {self.b} streams; clock "
+                           f"{c.offset_ns / 1e6:+.3f} ms from the driver's, ± {c.bound_ns / 1e6:.3f} ms")
+        self.meta = infos[0]["meta"]
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        return None  # each client warms its own streams; LevelReady says when the level counts
+
+    def scale_to(self, k: int) -> None:
+        self.target_k = max(1, min(k, len(self.plan.endpoints) or 1))
+        self._each(lambda c: ("scale_to", k))
+
+    def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
+        """B streams dealt by the weights over the clients that are up; a client left at 0 holds no stream
+        and no load. The load is dealt again only where the clients holding streams change."""
+        with self._deal:
+            self._set_batch(b)
+
+    def _set_batch(self, b: int) -> None:
+        up = [c for c in self.clients if c.up]
+        parts = shares(b, [c.weight for c in up]) if up else []
+        before = {c.i for c in self.clients if c.up and c.streams}
+        with self._lock:
+            self.b = b
+            self._awaiting = {c.i for c, s in zip(up, parts) if s and s != c.streams}
+            self._level_ready.clear()
+        for c, s in zip(up, parts):
+            if s and s != c.streams:
+                self._send(c, "set_batch", "http", s)
+            c.streams = s
+        if self._load is not None and before != {c.i for c in self.clients if c.up and c.streams}:
+            self._set_load(self._load)
+
+    def set_users(self, users: int | None) -> None:
+        self._users = users
+
+    def set_load(self, load: Load | None) -> None:
+        with self._deal:
+            self._set_load(load)
+
+    def _set_load(self, load: Load | None) -> None:
+        """The load dealt to the clients holding streams: a closed loop whose users follow B runs in each client
+        at its own B; one of U users (--users) is dealt by the weights (user u keeps sending the requests u,
+        u + U …, core/workload.ClosedShare); an endless Poisson stream is split by rate. Each load dealt to a
+        client takes its request ids from a block of ID_STRIDE of its own, so no two clients' ids meet."""
+        self._load = load
+        holding = [c for c in self.clients if c.up and c.streams]
+        for c in self.clients:
+            if c.up and c not in holding:
+                self._send(c, "set_load", None)
+        if load is None or not holding:
+            return
+        arr = load.arrivals
+        parts: list[Any]
+        users = self._users
+        if isinstance(arr, ClosedLoop) and users is None:  # each client's users follow its own streams
+            parts = [ClosedLoop(arr.users, arr.total) for _ in holding]
+            for c in holding:
+                self._send(c, "set_users", None)
+        elif isinstance(arr, ClosedLoop) and users is not None:
+            owners = deal([c.weight for c in holding], users)
+            mine = [[u for u, o in enumerate(owners) if o == j] for j in range(1, len(holding) + 1)]
+            parts = [ClosedShare(m, users, arr.total, None) if m else None for m in mine]
+            for c, m in zip(holding, mine):
+                self._send(c, "set_users", len(m) or None)
+        elif isinstance(arr, Poisson) and arr.total is None:
+            whole = sum(c.weight for c in holding)
+            parts = [arr.part(c.weight / whole) for c in holding]
+        else:
+            raise SourceError("the live dashboard's Ray clients take a closed loop (users) or an endless --rate: "
+                              "a finite schedule is bench --ray's")
+        for c, part in zip(holding, parts):
+            if part is None:
+                self._send(c, "set_load", None)
+                continue
+            self._blocks += 1
+            self._send(c, "set_load", Load(load.workload, part, load.max_tokens, load.ignore_eos),
+                       1 + self._blocks * ID_STRIDE, 1)
+
+    def pause(self, paused: bool = True) -> None:
+        for c in self.clients:
+            if c.up and c.streams:
+                self._send(c, "pause", paused)
+
+    def workers(self) -> list[WorkerInfo]:
+        """One row an endpoint, summed over the clients (as a pool of client processes does)."""
+        with self._lock:
+            rows = [c.rows for c in self.clients if c.up and c.rows]
+        if not rows:
+            return [WorkerInfo(0, state=WorkerState.STARTING, label="ray clients")]
+        out = []
+        for i in range(len(rows[0])):
+            w = rows[0][i].public()
+            for other in rows[1:]:
+                if i >= len(other):
+                    continue
+                o = other[i]
+                w.requests_done += o.requests_done
+                w.tokens += o.tokens
+                w.errors += o.errors
+                w.active += o.active
+                w.streams = (w.streams or 0) + (o.streams or 0)
+                if o.state == WorkerState.SERVING:
+                    w.state = o.state
+            out.append(w)
+        return out
+
+    def server_view(self) -> dict[str, Any] | None:
+        with self._lock:
+            return next((c.view for c in self.clients if c.up and c.view is not None), None)
+
+    def readings(self) -> list[PeerReading]:
+        now = time.monotonic()
+        with self._lock:
+            return [c.reading(now) for c in self.clients]
+
+    def header(self) -> dict[str, Any]:
+        """The recording's account of the clients (docs/design.md §24)."""
+        return {"address": self.address, "clients": len(self.clients), "weights": [c.weight for c in self.clients],
+                "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the round trip",
+                "client_list": [{"client": c.i, "ip": c.ip, "host": c.host, "pid": c.pid,
+                                 "clock_offset_ns": c.offset_ns, "clock_bound_ns": c.bound_ns}
+                                for c in self.clients]}
+
+    def close(self, grace: float = 1.0) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=grace + 2)
+        try:
+            ray = _ray()
+        except ClusterError:
+            return
+        for c in self.clients:
+            if c.actor is None:
+                continue
+            try:
+                if c.up:
+                    ray.get(c.actor.close.remote(), timeout=grace + 5)
+            except Exception:  # noqa: BLE001,S110 - an actor already gone
+                pass
+            try:
+                ray.kill(c.actor, no_restart=True)
+            except Exception:  # noqa: BLE001,S110 - an actor already gone
+                pass
+        if self._pg is not None:
+            try:
+                importlib.import_module("ray.util.placement_group").remove_placement_group(self._pg)
+            except Exception:  # noqa: BLE001,S110 - the cluster already gone
+                pass
+        if self._joined and ray.is_initialized():
+            ray.shutdown()
+
+    # ---- the driver's side -------------------------------------------------------------------
+    def _send(self, c: LiveClient, name: str, *args: Any) -> None:
+        if c.up and c.actor is not None:
+            c.actor.call.remote(name, *args)
+
+    def _each(self, what: Callable[[LiveClient], tuple[Any, ...]]) -> None:
+        for c in self.clients:
+            name, *args = what(c)
+            self._send(c, name, *args)
+
+    def _poll(self) -> None:
+        ray = _ray()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for c in self.clients:
+                if c.up and c.ref is None and now >= (c.asked_at or 0.0) + POLL_S:
+                    c.ref, c.asked_at = c.actor.take.remote(), now
+            refs = [c.ref for c in self.clients if c.ref is not None]
+            if not refs:
+                if self._stop.wait(POLL_S):
+                    return
+                continue
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
+            got = set(ready)
+            for c in self.clients:
+                if c.ref is not None and c.ref in got:
+                    ref, c.ref = c.ref, None
+                    try:
+                        self._absorb(c, ray.get(ref))
+                    except ray.exceptions.RayError as exc:
+                        self._gone(c, _why(exc))
+                        continue
+                    if c.stall_said:
+                        self._sink.log(f"{c.label} answers again")
+                        c.stall_said = False
+            now = time.monotonic()
+            for c in self.clients:
+                if c.up and c.ref is not None and now - (c.asked_at or now) > STALL_S and not c.stall_said:
+                    self._sink.log(f"{c.label} has not answered for {now - (c.asked_at or now):.0f} s: stalled?",
+                                   "warn")
+                    c.stall_said = True
+
+    def _gone(self, c: LiveClient, why: str) -> None:
+        with self._lock:
+            c.up, c.why, c.rows = False, why, []
+            self._awaiting.discard(c.i)
+        lost, c.streams = c.streams, 0
+        if not any(x.up for x in self.clients):
+            self._sink.log(f"{c.label} died ({why}): no client is left; the load has stopped", "error")
+            return
+        self._sink.log(f"{c.label} died ({why}): its {lost} of {self.b} streams are dealt to the other clients "
+                       f"(B stays {self.b})", "error")
+        with self._deal:  # its users or its part of the rate, too
+            self._set_batch(self.b)
+            if self._load is not None:
+                self._set_load(self._load)
+
+    def _absorb(self, c: LiveClient, got: tuple[list[Event], list[WorkerInfo], dict[str, Any] | None]) -> None:
+        events, rows, view = got
+        d = -c.offset_ns
+        with self._lock:
+            c.rows, c.view = rows, view
+        for ev in events:
+            if isinstance(ev, Finished):
+                rec = _shifted(ev.record, d)
+                rec.extra = dict(rec.extra or {}, client=c.i)
+                with self._lock:
+                    c.requests += 1
+                    c.errors += rec.error is not None
+                    c.done.append((time.monotonic(), rec.output_tokens))
+                self._sink.record(rec)
+            elif isinstance(ev, Tokens):
+                self._sink.put(Tokens(ev.worker, ev.request_id, [t + d for t in ev.token_ns]))
+            elif isinstance(ev, Started):
+                self._sink.put(Started(ev.worker, ev.request_id, ev.t_ns + d))
+            elif isinstance(ev, LoadStarted):
+                if not self._load_started:
+                    self._load_started = True
+                    self._sink.put(LoadStarted(ev.t_ns + d))
+            elif isinstance(ev, LevelReady):
+                self._level(c, ev.t_ns + d)
+            elif isinstance(ev, Log):
+                if c.i == 1 or ev.level != "info":  # the clients say the same things: the first one speaks
+                    self._sink.put(Log(ev.level, f"{c.label}: {ev.text}" if c.i != 1 else ev.text))
+            else:
+                self._sink.put(ev)
+
+    def _level(self, c: LiveClient, t_ns: int) -> None:
+        """A client's share of the new B is warm; the level counts once every client that changed says so."""
+        with self._lock:
+            self._level_ready[c.i] = t_ns
+            done = bool(self._awaiting) and self._awaiting <= set(self._level_ready)
+            if done:
+                self._awaiting = set()
+                t = max(self._level_ready.values())
+                self._level_ready.clear()
+        if done:
+            self._sink.put(LevelReady(t, self.target_k, self.b, "http"))
+
+
+__all__ = ["RayClients", "LiveClientActor", "shares", "ID_STRIDE"]
