@@ -283,6 +283,18 @@ def test_bench_ray_refuses_in_one_line(extra, says, tmp_path):
     one_line_error(run_cli(BENCH + extra + ["--out", str(tmp_path / "o")]), says)
 
 
+DASH = ["--engine", "http", "--url", "http://127.0.0.1:9/v1", "--tokenizer", "none", "--max-tokens", "8"]
+
+
+@pytest.mark.parametrize("extra,says", [
+    (["--clients", "2"], "--clients and --weights go with --ray"),
+    (["--ray", "auto", "--clients", "2", "--weights", "2,1,1"], "give 2 weights"),
+    (["--ray", "auto", "--peer", "127.0.0.1:9400"], "drop --peer"),
+])
+def test_the_dashboard_ray_refuses_in_one_line(extra, says):
+    one_line_error(run_cli(DASH + extra), says)
+
+
 def test_without_ray_it_says_what_to_install(tmp_path):
     """Ray not importable (a package named ray that fails to import, first on the path): one line, exit 2."""
     fake = tmp_path / "shadow" / "ray"
@@ -291,6 +303,9 @@ def test_without_ray_it_says_what_to_install(tmp_path):
     p = run_cli(BENCH + ["--ray", "auto", "--rate", "5", "--out", str(tmp_path / "o")],
                 env={"PYTHONPATH": os.pathsep.join([str(fake.parent), str(Path(__file__).resolve().parent.parent)])})
     one_line_error(p, "pip install 'inference-top[cluster]'")
+    p = run_cli(DASH + ["--ray", "auto"], env={"PYTHONPATH": os.pathsep.join([str(fake.parent), str(Path(
+        __file__).resolve().parent.parent)])})
+    one_line_error(p, "pip install 'inference-top[cluster]'")  # the dashboard's --ray
 
 
 def test_a_cluster_nobody_answers_at_is_one_line_not_a_hang(tmp_path):
@@ -298,6 +313,7 @@ def test_a_cluster_nobody_answers_at_is_one_line_not_a_hang(tmp_path):
     t0 = time.monotonic()
     p = run_cli(BENCH + ["--ray", f"127.0.0.1:{_free_port()}", "--rate", "5", "--out", str(tmp_path / "o")])
     one_line_error(p, "nothing answers at")
+    one_line_error(run_cli(DASH + ["--ray", f"127.0.0.1:{_free_port()}"]), "nothing answers at")  # the dashboard
     assert time.monotonic() - t0 < 30
 
 

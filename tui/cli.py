@@ -782,8 +782,8 @@ def main(argv: list[str] | None = None) -> int:
                              peers=args.peer, ray=ray)
     except SourceError as exc:
         fail(str(exc), EXIT_FAILED)
-    except ValueError as exc:  # cluster.ClusterError: the cluster cannot be joined or the clients placed
-        fail(str(exc), EXIT_FAILED)
+    except ValueError as exc:  # cluster.ClusterError: no Ray, no cluster at --ray, the clients not placed
+        fail(str(exc))
 
 
 def _live_ray(args, plan) -> tuple[str, int | None, list[int] | None] | None:
