@@ -22,7 +22,7 @@ KV_BYTES = 1000.0  # the batch run's KV bytes per token, fixed here (its model's
 
 def _j(c) -> dict:
     """A cell as its JSON holds it (tuples become lists)."""
-    return json.loads(json.dumps(c.to_dict() if hasattr(c, "to_dict") else dict(c)))
+    return json.loads(json.dumps(c.to_json() if hasattr(c, "to_json") else dict(c)))
 
 
 def _read(name: str):
@@ -169,7 +169,7 @@ def outputs(tmp: Path) -> dict:
                           slo=presets.slo("interactive"), cell_timeout_s=300.0)
         level = KN.measure_levels(src, presets.workload("default"), what, cfg, lambda m: None, k=1)
         cells = KN.Knee(what, None, None, [level(lv) for lv in levels]).cells()  # as tui/cli.py find_main writes
-        out[name] = {"summary.json": json.dumps([c.to_dict() for c in cells], indent=2), "table": format_table(cells)}
+        out[name] = {"summary.json": json.dumps([c.to_json() for c in cells], indent=2), "table": format_table(cells)}
     return out
 
 
@@ -273,11 +273,11 @@ def test_http_bandwidth_is_one_rule_for_the_bench_and_the_dashboard():
     """Two endpoints, one of them down for the whole cell (every request it took failed): the dashboard summed
     W ÷ TPOT p50 over the endpoints that decoded (50 GB/s: 1 GB each 20 ms step), the bench cell said None
     because one endpoint had no TPOT. One rule now (metrics.http_bandwidth), in both."""
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
     from measure.core import metrics as M
 
     recs = [_rec(i, worker=i % 2, error="connection refused" if i % 2 else None) for i in range(8)]
-    cell = cell_summary(recs, 2, 1, 1_000_000_000, mode="http")
+    cell = Cell.measure(recs, Spec(2, 1, 1_000_000_000, mode="http"))
     assert cell["bandwidth_gbps"] == pytest.approx(50.0)
     dashboard = M.http_bandwidth(1_000_000_000, [0.020, None])  # what a tick computes from its endpoints' TPOT p50
     assert cell["bandwidth_gbps"] == pytest.approx(dashboard.gbps)
@@ -289,14 +289,14 @@ def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
     batch, W = 253 MB, β = 100 GB/s read 'no prediction' live and 5.06 ms in the bench's cell."""
     from sim import run_for, sim_controller
 
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
 
     c, fleet, clock = sim_controller(k=2, bandwidth=100.0)
     assert c.toggle_mode() is None and c.mode == "batch"
     run_for(c, fleet, clock, 6)
     n = c.snapshot().numbers
     W = fleet.meta.model_bytes
-    bench = cell_summary([_rec(i, mode="batch") for i in range(4)], 2, 1, W, 100.0, "batch")
+    bench = Cell.measure([_rec(i, mode="batch") for i in range(4)], Spec(2, 1, W, 100.0, "batch"))
     assert bench["predicted_by"] == "K·W/β" and bench["predicted_tpot_ms"] == pytest.approx(2 * W / 100e9 * 1e3)
     assert n.predicted_by == "K·W/β" and n.predicted_tpot * 1e3 == pytest.approx(bench["predicted_tpot_ms"])
 
@@ -428,9 +428,10 @@ def test_a_knee_level_has_the_figures_of_a_bench_cell():
 def test_the_table_of_a_sweep_whose_first_cell_was_refused():
     """The table's BW legend read cells[0]'s formula: a sweep whose first cell the memory guard refused (no
     figures) ended in KeyError 'bandwidth_formula' after every cell had run."""
-    from measure.control.sweep import cell_summary, format_table, skipped_cell
+    from measure.control.cell import Cell, Spec
+    from measure.control.sweep import format_table, skipped_cell
 
     refused = skipped_cell(1, 64, None, "refused", "K=1 B=64 needs ≈ 9 GiB of 8 GiB budget")
-    ok = cell_summary([_rec(i, mode="batch", k=1) for i in range(4)], 1, 1, 1_000_000_000, mode="batch")
+    ok = Cell.measure([_rec(i, mode="batch", k=1) for i in range(4)], Spec(1, 1, 1_000_000_000, mode="batch"))
     table = format_table([refused, ok])
     assert "REFUSED" in table and f"BW = {ok.bandwidth_formula};" in table

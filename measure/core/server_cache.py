@@ -89,15 +89,16 @@ def live_rates(view: dict[str, float] | None) -> dict[str, float]:
     return out
 
 
-def cache_note(cell: Any) -> str:
-    """The bench table's note: hit rate, acceptance, KV peak, where the server gave them."""
+def cache_note(server: Any) -> str:
+    """The bench table's note: hit rate, acceptance, KV peak, where the server gave them (a cell's server
+    figures: control/cell.Server)."""
     note = ""
-    if cell.get("prefix_cache_hit_rate") is not None:
-        note += f" prefix-cache hits {cell['prefix_cache_hit_rate']:.0%}"
-    if cell.get("spec_acceptance_rate") is not None:
-        note += f" draft acceptance {cell['spec_acceptance_rate']:.0%}"
-    if cell.get("kv_cache_usage_max") is not None:
-        note += f" KV max {cell['kv_cache_usage_max']:.0%}"
+    if server.prefix_cache_hit_rate is not None:
+        note += f" prefix-cache hits {server.prefix_cache_hit_rate:.0%}"
+    if server.spec_acceptance_rate is not None:
+        note += f" draft acceptance {server.spec_acceptance_rate:.0%}"
+    if server.kv_cache_usage_max is not None:
+        note += f" KV max {server.kv_cache_usage_max:.0%}"
     return note
 
 
