@@ -278,10 +278,10 @@ def test_http_bandwidth_is_one_rule_for_the_bench_and_the_dashboard():
 
     recs = [_rec(i, worker=i % 2, error="connection refused" if i % 2 else None) for i in range(8)]
     cell = Cell.measure(recs, Spec(2, 1, 1_000_000_000, mode="http"))
-    assert cell["bandwidth_gbps"] == pytest.approx(50.0)
+    assert cell.bandwidth.gbps == pytest.approx(50.0)
     dashboard = M.http_bandwidth(1_000_000_000, [0.020, None])  # what a tick computes from its endpoints' TPOT p50
-    assert cell["bandwidth_gbps"] == pytest.approx(dashboard.gbps)
-    assert [e["bandwidth_gbps"] for e in cell["endpoints"]] == [pytest.approx(50.0), None]
+    assert cell.bandwidth.gbps == pytest.approx(dashboard.gbps)
+    assert [e["bandwidth_gbps"] for e in cell.bandwidth.endpoints] == [pytest.approx(50.0), None]
 
 
 def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
@@ -297,8 +297,8 @@ def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
     n = c.snapshot().numbers
     W = fleet.meta.model_bytes
     bench = Cell.measure([_rec(i, mode="batch") for i in range(4)], Spec(2, 1, W, 100.0, "batch"))
-    assert bench["predicted_by"] == "K·W/β" and bench["predicted_tpot_ms"] == pytest.approx(2 * W / 100e9 * 1e3)
-    assert n.predicted_by == "K·W/β" and n.predicted_tpot * 1e3 == pytest.approx(bench["predicted_tpot_ms"])
+    assert bench.prediction.by == "K·W/β" and bench.prediction.tpot_ms == pytest.approx(2 * W / 100e9 * 1e3)
+    assert n.predicted_by == "K·W/β" and n.predicted_tpot * 1e3 == pytest.approx(bench.prediction.tpot_ms)
 
 
 def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch):
@@ -323,7 +323,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
     run = RU.Run("http2", header, RU.cells_from_records(records, header, []))
     R.render([run], tmp_path)
     line = next(v for label, v in drawn.items() if label.startswith("predicted K·W/β"))[0]
-    cells = {c["k"]: c["predicted_tpot_ms"] for c in run.cells}
+    cells = {c.k: c.prediction.tpot_ms for c in run.cells}
     assert cells[1] == pytest.approx(2.5) and cells[2] == pytest.approx(2 * 1e3 / 600)
     assert list(line[0]) == [1, 2] and list(line[1]) == [pytest.approx(cells[1]), pytest.approx(cells[2])]
 
@@ -396,7 +396,7 @@ def test_the_knee_learns_from_an_oom_kill_as_the_sweep_does():
     knee = KN.find_knee(KN.measure_levels(src, presets.workload("default"), "users", cfg, said.append), "users",
                         limit=16)
     assert src.ran == [1, 2, 4]
-    assert knee.levels[2].cell["oom_killed"] and knee.failed.stop == "refused" and knee.failed.level == 8
+    assert knee.levels[2].cell.machine.oom_killed and knee.failed.stop == "refused" and knee.failed.level == 8
     assert "OOM killer" in knee.failed.why and any("OOM killer ended a worker" in s for s in said)
 
 
@@ -434,4 +434,4 @@ def test_the_table_of_a_sweep_whose_first_cell_was_refused():
     refused = skipped_cell(1, 64, None, "refused", "K=1 B=64 needs ≈ 9 GiB of 8 GiB budget")
     ok = Cell.measure([_rec(i, mode="batch", k=1) for i in range(4)], Spec(1, 1, 1_000_000_000, mode="batch"))
     table = format_table([refused, ok])
-    assert "REFUSED" in table and f"BW = {ok.bandwidth_formula};" in table
+    assert "REFUSED" in table and f"BW = {ok.bandwidth.formula};" in table
