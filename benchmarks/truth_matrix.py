@@ -443,7 +443,8 @@ def run_find(what: str, endpoints: int, servers: NullServers) -> Result:
             continue
         res.check(cell.k == endpoints, f"level {lv.level:g} ran K={cell.k}, endpoints {endpoints}")
         if what == "users":
-            res.check(cell.knee.peak_users == int(lv.level), f"level {lv.level:g}: {cell.knee.peak_users} users in flight")
+            res.check(cell.knee.peak_users == int(lv.level),
+                      f"level {lv.level:g}: {cell.knee.peak_users} users in flight")
         eps = len(cell.bandwidth.endpoints or []) or 1
         res.check(eps == endpoints, f"level {lv.level:g}: {eps} endpoints in its figures")
     res.seconds = round(time.monotonic() - t_start, 2)

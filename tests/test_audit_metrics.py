@@ -337,7 +337,8 @@ def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tm
     assert cell.get("periods")  # a recording: the level's own periods were used
     w = run.header["model_bytes"]
     assert w == 2**30  # 1G: a size is binary
-    bench = Cell.measure([r for r in run.records if r.mode == "http"], Spec(cell["k"], cell["b"], w, mode="http")).to_json()
+    bench = Cell.measure([r for r in run.records if r.mode == "http"],
+                         Spec(cell["k"], cell["b"], w, mode="http")).to_json()
     assert cell["bandwidth_gbps"] == pytest.approx(bench["bandwidth_gbps"])
     assert cell["bandwidth_gbps"] == pytest.approx(w / (cell["median_tpot_ms"] / 1e3) / 1e9)
     shown = sorted(s["bw_gbps"] for s in run.samples if s.get("bw_gbps"))

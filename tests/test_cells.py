@@ -234,6 +234,26 @@ def test_csv_report_and_recording_cells_are_what_they_were(made, name):
     same(_by_key(made[name]["from_records"]), _by_key(golden[name]["from_records"]))
 
 
+@pytest.mark.parametrize("name", RUNS + ("knee_users", "knee_rate"))
+def test_a_summary_json_cell_read_back_is_written_the_same(made, name):
+    """Cell.from_json reads every figure of summary.json into its part, and to_json writes it back: the same keys
+    in the same order, the same values (what `report` of a bench folder reads)."""
+    from measure.control.cell import Cell
+
+    for d in json.loads(made[name]["summary.json"]):
+        again = Cell.from_json(d).to_json()
+        assert list(again) == list(d) and again == d
+
+
+def test_a_figure_this_version_does_not_name_is_kept():
+    """A key from another version's summary.json is kept and written back (after the figures this one names)."""
+    from measure.control.cell import Cell
+
+    c = Cell.from_json({"k": 1, "b": 2, "completed": 3, "status": "ok", "future_figure": [1, 2]})
+    assert c.requests.completed == 3 and c.extra == {"future_figure": [1, 2]}
+    assert list(c.to_json())[-1] == "future_figure"
+
+
 def _by_key(cells: list[dict]) -> list[dict]:
     """A report's cells, compared without their key order (report.md is what is written of them)."""
     return [dict(sorted(c.items())) for c in cells]

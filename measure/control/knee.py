@@ -93,7 +93,8 @@ class Knee:
         last = self.failed or self.passed
         binding = last.cell.prediction.binding if last and last.cell else None
         if binding and roofline_known:
-            wall = {"cores": "the CPU cores", "compute": "compute", "bandwidth": "memory bandwidth"}.get(binding, binding)
+            wall = {"cores": "the CPU cores", "compute": "compute",
+                    "bandwidth": "memory bandwidth"}.get(binding, binding)
         if last and last.stop in ("wall", "refused"):
             wall = "memory capacity" if last.stop == "wall" else "the memory budget"
         return wall

@@ -106,13 +106,13 @@ def _predicted_series(ax: Axes, cells: list[Cell], x_key: str, group_key: str, k
 
 
 def _k(c: Cell) -> int:
-    """K (every cell has its K: cell_summary and skipped set it)."""
+    """K (every cell has its K: Cell.measure and skipped set it)."""
     assert c.k is not None
     return c.k
 
 
 def _kb(c: Cell) -> int:
-    """K × B (every cell has its K and B: cell_summary and skipped set them)."""
+    """K × B (every cell has its K and B: Cell.measure and skipped set them)."""
     assert c.k is not None and c.b is not None
     return c.k * c.b
 
@@ -145,7 +145,8 @@ def _knee(run: Run, cells: list[Cell]) -> tuple[float, str] | None:
 
 
 def _cost_curve(run: Run) -> list[tuple[float, float]]:
-    return sorted((_concurrency(c), c.cost.usd_per_mtok) for c in _ok(run.cells) if c.cost and c.cost.usd_per_mtok is not None)
+    return sorted((_concurrency(c), c.cost.usd_per_mtok) for c in _ok(run.cells)
+                  if c.cost and c.cost.usd_per_mtok is not None)
 
 
 def crossover(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:

@@ -127,7 +127,7 @@ def combine(runs: list[Run]) -> Run:
     cells = []
     for key in sorted(set().union(*keys)):
         k, b, mode = key
-        assert k is not None and b is not None  # an ok cell names its level (cell_summary sets K and B)
+        assert k is not None and b is not None  # an ok cell names its level (Cell.measure sets K and B)
         parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
         one_clock = _one_clock(runs)
         pooled = [_shifted(rec, one_clock[r.name]) if one_clock else rec
@@ -336,7 +336,8 @@ def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
         spans = periods.get((k, b, mode))
         c = Cell.measure(recs, Spec(k, b, w, header.get("bandwidth_gbps"), mode, header.get("kv_bytes_per_token"),
                                     endpoint_gbps=endpoint_gbps(header), max_tokens=header.get("max_tokens"),
-                                    ignore_eos=bool(header.get("ignore_eos"))), Periods(spans, records) if spans else None)
+                                    ignore_eos=bool(header.get("ignore_eos"))),
+                         Periods(spans, records) if spans else None)
         c.timing = replace(c.timing, span_ns=M.run_span_ns(recs))
         cells.append(c)
     add_scaling(cells)

@@ -292,7 +292,7 @@ def format_table(cells: list[Cell]) -> str:
             f"{'RSS sum':>8} {'BW GB/s':>8} {'×K=1':>6} {'×B=1':>6} {'CV':>6} {'predicted TPOT, tok/s':>24}  note")
     lines = [head, "-" * len(head)]
     for c in cells:
-        r, sc = c.requests, c.scaling
+        r, sc, p99 = c.requests, c.scaling, M.p99_mark(c.requests.completed)
         if not c.ok:
             ctx = f" context {c.context}" if c.context else ""
             why = c.reason or f"{r.errors or 0} errors, no request completed"
@@ -301,7 +301,7 @@ def format_table(cells: list[Cell]) -> str:
             continue
         lines.append(
             f"{c.k:>3} {c.b:>3} {fmt(c.achieved_concurrency, '.2f'):>5} {fmt(c.output_throughput):>8} "
-            f"{fmt(r.tpot.p50):>7}ms {fmt(r.ttft.p50, '.0f'):>7}ms {M.p99_mark(r.completed) + fmt(r.ttft.p99, '.0f'):>7}ms "
+            f"{fmt(r.tpot.p50):>7}ms {fmt(r.ttft.p50, '.0f'):>7}ms {p99 + fmt(r.ttft.p99, '.0f'):>7}ms "
             f"{fmt(c.machine.rss_gb_sum, '.2f'):>6}GB {fmt(c.bandwidth.gbps, '.2f'):>8} "
             f"{fmt(sc.vs_k1 if sc else None, '.2f'):>6} {fmt(sc.vs_b1 if sc else None, '.2f'):>6} "
             f"{fmt(c.cv, '.3f'):>6} {prediction_text(c):>24}  {_note(c).strip()}")
