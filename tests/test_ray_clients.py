@@ -128,7 +128,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     truth = Cell.measure(recs, Spec(1, 1, 0, mode="http", slo=plan.slo))
     for f in ("output_throughput", "achieved_concurrency", "goodput_tps", "slo_attainment", "p99_ttft_ms",
               "median_ttft_ms"):
-        x, y = getattr(cell, f), getattr(truth, f)
+        x, y = cell.to_json()[f], truth.to_json()[f]
         assert x is not None and y is not None and abs(x - y) <= 1e-6 * max(1.0, abs(y)), (f, x, y)
     # … and within the truth matrix's tolerances of the schedule (every request once, TTFT = set + lateness,
     # tok/s and concurrency), and of one client sending the whole schedule
