@@ -337,8 +337,8 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: 
         res.check(abs(med) <= TTFT_TOL_MS + 0.5 * TTFT_MS,
                   f"TTFT p50 exceeds set TTFT + lateness + client queue by {med:.1f} ms (unreported wait)")
         if http and not c.cap:
-            res.check(not getattr(cell, "client_waited", None) if c.load in OPEN else True,
-                      f"open loop capped by the client: {getattr(cell, 'client_waited', None)} requests waited")
+            res.check(not cell.load.client_waited if c.load in OPEN else True,
+                      f"open loop capped by the client: {cell.load.client_waited} requests waited")
     # rates within tolerance of the schedule's truth
     if c.load != "sessions" and c.source != "batch":
         sched, sent = [r.t_scheduled_ns for r in recs], [r.t_submitted_ns or r.t_scheduled_ns for r in recs]
@@ -355,7 +355,8 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: 
 def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
     """Two clients, each its segment of one schedule from one --start-at, run at once; then report --combine."""
     from measure.control.runs import Run, combine
-    from measure.control.sweep import cell_summary, run_sweep
+    from measure.control.cell import Cell, Spec
+    from measure.control.sweep import run_sweep
     from measure.core.clients import ClientShare
     from presets import slo
 
@@ -397,10 +398,13 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
     res.check(len(combined.cells) == 1, f"combined cells: {len(combined.cells)}")
     cell = combined.cells[0]
     pooled = out[1][1] + out[2][1]
-    truth = cell_summary(pooled, c.k, c.b, 1_000_000, mode="http" if c.source in ("http", "pool") else "instances",
-                         slo=s)
-    for f in ("output_throughput", "achieved_concurrency", "goodput_tps", "slo_attainment", "p99_ttft_ms"):
-        a, b = getattr(cell, f), getattr(truth, f)
+    truth = Cell.measure(pooled, Spec(c.k, c.b, 1_000_000, slo=s,
+                                      mode="http" if c.source in ("http", "pool") else "instances"))
+    for f, a, b in (("output_throughput", cell.output_throughput, truth.output_throughput),
+                    ("achieved_concurrency", cell.achieved_concurrency, truth.achieved_concurrency),
+                    ("goodput_tps", cell.goodput.tps, truth.goodput.tps),
+                    ("slo_attainment", cell.goodput.attainment, truth.goodput.attainment),
+                    ("p99_ttft_ms", cell.requests.ttft.p99, truth.requests.ttft.p99)):
         res.check(a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b)),
                   f"--combine {f} {a} ≠ pooled on one clock {b}")
     _check_cell(c, truth, pooled, res, engines=2)  # each client its own engine, or its own B streams
@@ -439,8 +443,9 @@ def run_find(what: str, endpoints: int, servers: NullServers) -> Result:
             continue
         res.check(cell.k == endpoints, f"level {lv.level:g} ran K={cell.k}, endpoints {endpoints}")
         if what == "users":
-            res.check(cell.peak_users == int(lv.level), f"level {lv.level:g}: {cell.peak_users} users in flight")
-        eps = len(cell.endpoints or []) or 1
+            res.check(cell.knee.peak_users == int(lv.level),
+                      f"level {lv.level:g}: {cell.knee.peak_users} users in flight")
+        eps = len(cell.bandwidth.endpoints or []) or 1
         res.check(eps == endpoints, f"level {lv.level:g}: {eps} endpoints in its figures")
     res.seconds = round(time.monotonic() - t_start, 2)
     return res

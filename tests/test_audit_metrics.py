@@ -10,7 +10,8 @@ import pytest
 
 from measure.control import report as R, runs as RU
 from measure.control.stats import LiveStats
-from measure.control.sweep import cell_summary, format_table
+from measure.control.cell import Cell, Spec
+from measure.control.sweep import format_table
 from measure.core import cost
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
@@ -69,9 +70,9 @@ def test_report_concurrency_is_over_the_levels_own_periods():
         for w in range(k):
             rid += 1
             records.append(rec(rid, a, [a + 0.1 * (i + 1) for i in range(int((e - a) * 10) - 1)], e, k=k, worker=w))
-    cells = {c["k"]: c for c in RU.cells_from_records(records, {"model_bytes": 1}, _periods_samples(plan))}
-    assert cells[2]["achieved_concurrency"] == pytest.approx(2.0, rel=1e-3)
-    assert cells[1]["achieved_concurrency"] == pytest.approx(1.0, rel=1e-3)
+    cells = {c.k: c for c in RU.cells_from_records(records, {"model_bytes": 1}, _periods_samples(plan))}
+    assert cells[2].achieved_concurrency == pytest.approx(2.0, rel=1e-3)
+    assert cells[1].achieved_concurrency == pytest.approx(1.0, rel=1e-3)
 
 
 def test_report_batch_bandwidth_is_over_the_levels_own_periods():
@@ -85,18 +86,18 @@ def test_report_batch_bandwidth_is_over_the_levels_own_periods():
         for _seq in range(b):
             rid += 1
             records.append(rec(rid, a, steps, e, k=k, b=b, mode=mode, pid=7))
-    cells = {c["b"]: c for c in RU.cells_from_records(records, {"model_bytes": 1_000_000_000},
-                                                     _periods_samples(plan))}
-    assert cells[2]["bandwidth_gbps"] == pytest.approx(10.0 * 599 / 600, rel=1e-3)
-    assert cells[1]["bandwidth_gbps"] == pytest.approx(10.0 * 599 / 600, rel=1e-3)
-    assert cells[2]["achieved_concurrency"] == pytest.approx(2.0, rel=1e-3)
+    cells = {c.b: c for c in RU.cells_from_records(records, {"model_bytes": 1_000_000_000},
+                                                   _periods_samples(plan))}
+    assert cells[2].bandwidth.gbps == pytest.approx(10.0 * 599 / 600, rel=1e-3)
+    assert cells[1].bandwidth.gbps == pytest.approx(10.0 * 599 / 600, rel=1e-3)
+    assert cells[2].achieved_concurrency == pytest.approx(2.0, rel=1e-3)
 
 
 # ---- extra: a p99 from too few requests is marked ---------------------------------------------------------------
 def _cell_of(n):
     """n requests, TTFT 10, 20, …, n × 10 ms: their p99 (linear interpolation) lies between the two largest."""
     recs = [rec(i, 0.0, [0.010 * (i + 1), 0.010 * (i + 1) + 0.005]) for i in range(n)]
-    return cell_summary(recs, 1, 1, 1_000_000_000)
+    return Cell.measure(recs, Spec(1, 1, 1_000_000_000))
 
 
 def test_a_p99_of_fewer_than_100_requests_is_marked_approximate():
@@ -104,15 +105,15 @@ def test_a_p99_of_fewer_than_100_requests_is_marked_approximate():
     between the two largest: no request lies above it, it is about their maximum, and the bench table, the
     report and the dashboard mark it '≈'. 200 requests: two lie above p99, shown plain."""
     few, many = _cell_of(16), _cell_of(200)
-    assert few["p99_ttft_ms"] == pytest.approx(158.5)
+    assert few.requests.ttft.p99 == pytest.approx(158.5)
     table = format_table([few]).splitlines()
-    assert f"≈{few['p99_ttft_ms']:.0f}ms" in table[2]
+    assert f"≈{few.requests.ttft.p99:.0f}ms" in table[2]
     assert "≈: p99 of fewer than 100 requests" in table[-2]  # the legend says what ≈ means
     assert "≈" not in format_table([many]).splitlines()[2]
-    run = RU.Run("t", {"model_bytes": 1}, [few, dict(many, k=2)])
+    run = RU.Run("t", {"model_bytes": 1}, [few, many.to_json() | {"k": 2}])
     md = R.markdown([run], [])
     rows = [line for line in md.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
-    assert f"| ≈{few['p99_ttft_ms']:.0f} |" in rows[0] and "≈" not in rows[1]
+    assert f"| ≈{few.requests.ttft.p99:.0f} |" in rows[0] and "≈" not in rows[1]
     assert "≈: p99 of fewer than 100 requests" in md
 
 
@@ -332,11 +333,12 @@ def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tm
     finally:
         srv.kill()
     run = RU.load_run(path)
-    (cell,) = [c for c in run.cells if c["mode"] == "http"]
+    (cell,) = [c.to_json() for c in run.cells if c.mode == "http"]
     assert cell.get("periods")  # a recording: the level's own periods were used
     w = run.header["model_bytes"]
     assert w == 2**30  # 1G: a size is binary
-    bench = cell_summary([r for r in run.records if r.mode == "http"], cell["k"], cell["b"], w, mode="http")
+    bench = Cell.measure([r for r in run.records if r.mode == "http"],
+                         Spec(cell["k"], cell["b"], w, mode="http")).to_json()
     assert cell["bandwidth_gbps"] == pytest.approx(bench["bandwidth_gbps"])
     assert cell["bandwidth_gbps"] == pytest.approx(w / (cell["median_tpot_ms"] / 1e3) / 1e9)
     shown = sorted(s["bw_gbps"] for s in run.samples if s.get("bw_gbps"))
@@ -374,7 +376,7 @@ def test_reasoning_chunks_are_tokens_and_time_to_first_answer_token_is_reported(
     s = M.summarize(recs)
     assert s["median_ttft_ms"] < 40 and s["median_ttfat_ms"] == pytest.approx(s["median_ttft_ms"] + 80, abs=15)
     assert s["reasoning_tokens"] == 12
-    cell = cell_summary(recs, 1, 1, 0, mode="http")
+    cell = Cell.measure(recs, Spec(1, 1, 0, mode="http"))
     assert "TTFAT p50" in format_table([cell]).splitlines()[2]
     assert "TTFAT p50" in R.markdown([RU.Run("t", {"model_bytes": 0}, [cell])], [])
 
@@ -416,7 +418,7 @@ def test_a_server_that_ignores_ignore_eos_is_flagged_in_the_bench_cell_and_the_r
     # the same records without summary.json (a run cut short, or a recording): the header says what was asked
     (outs["eos-ignored"] / "summary.json").unlink()
     (again,) = RU.load_run(outs["eos-ignored"]).cells
-    assert again["stopped_early"] == 4
+    assert again.requests.stopped_early == 4
 
 
 def test_stopped_early_by_hand():
@@ -426,8 +428,8 @@ def test_stopped_early_by_hand():
     recs = [rec(1, 0, [0.1 * i for i in range(1, 7)]), rec(2, 0, [0.1, 0.2, 0.3], finish="stop"),
             rec(3, 0, [0.1 * i for i in range(1, 7)], finish="stop"), rec(4, 0, [], error="x", finish="error")]
     assert M.stopped_early(recs, 6) == 1 and M.stopped_early(recs) == 2
-    assert cell_summary(recs, 1, 1, 1, max_tokens=6, ignore_eos=True)["stopped_early"] == 1
-    assert "stopped_early" not in cell_summary(recs, 1, 1, 1, max_tokens=6, ignore_eos=False)
+    assert Cell.measure(recs, Spec(1, 1, 1, max_tokens=6, ignore_eos=True)).requests.stopped_early == 1
+    assert "stopped_early" not in Cell.measure(recs, Spec(1, 1, 1, max_tokens=6, ignore_eos=False)).to_json()
 
 
 def test_bench_batch_bandwidth_by_hand():
@@ -437,7 +439,7 @@ def test_bench_batch_bandwidth_by_hand():
     sequences of (4 + i) × 100 B for i = 0..9 = 2 × 8500 B in 1 s."""
     steps = [0.1 * (i + 1) for i in range(10)]
     recs = [rec(i, 0.0, steps, 1.0, b=2, mode="batch", pid=7, prompt_tokens=4) for i in range(2)]
-    cell = cell_summary(recs, 1, 2, 1_000_000_000, mode="batch", kv_bytes_per_token=100.0)
-    assert cell["steps_per_s"] == pytest.approx(10.0, rel=1e-6)
-    assert cell["kv_read_gbps"] == pytest.approx(17_000 / 1e9, rel=1e-6)
-    assert cell["bandwidth_gbps"] == pytest.approx(10.0 + 17_000 / 1e9, rel=1e-6)
+    cell = Cell.measure(recs, Spec(1, 2, 1_000_000_000, mode="batch", kv_bytes_per_token=100.0))
+    assert cell.bandwidth.steps_per_s == pytest.approx(10.0, rel=1e-6)
+    assert cell.bandwidth.kv_read_gbps == pytest.approx(17_000 / 1e9, rel=1e-6)
+    assert cell.bandwidth.gbps == pytest.approx(10.0 + 17_000 / 1e9, rel=1e-6)

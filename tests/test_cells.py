@@ -22,7 +22,7 @@ KV_BYTES = 1000.0  # the batch run's KV bytes per token, fixed here (its model's
 
 def _j(c) -> dict:
     """A cell as its JSON holds it (tuples become lists)."""
-    return json.loads(json.dumps(c.to_dict() if hasattr(c, "to_dict") else dict(c)))
+    return json.loads(json.dumps(c.to_json() if hasattr(c, "to_json") else dict(c)))
 
 
 def _read(name: str):
@@ -169,7 +169,7 @@ def outputs(tmp: Path) -> dict:
                           slo=presets.slo("interactive"), cell_timeout_s=300.0)
         level = KN.measure_levels(src, presets.workload("default"), what, cfg, lambda m: None, k=1)
         cells = KN.Knee(what, None, None, [level(lv) for lv in levels]).cells()  # as tui/cli.py find_main writes
-        out[name] = {"summary.json": json.dumps([c.to_dict() for c in cells], indent=2), "table": format_table(cells)}
+        out[name] = {"summary.json": json.dumps([c.to_json() for c in cells], indent=2), "table": format_table(cells)}
     return out
 
 
@@ -234,6 +234,26 @@ def test_csv_report_and_recording_cells_are_what_they_were(made, name):
     same(_by_key(made[name]["from_records"]), _by_key(golden[name]["from_records"]))
 
 
+@pytest.mark.parametrize("name", RUNS + ("knee_users", "knee_rate"))
+def test_a_summary_json_cell_read_back_is_written_the_same(made, name):
+    """Cell.from_json reads every figure of summary.json into its part, and to_json writes it back: the same keys
+    in the same order, the same values (what `report` of a bench folder reads)."""
+    from measure.control.cell import Cell
+
+    for d in json.loads(made[name]["summary.json"]):
+        again = Cell.from_json(d).to_json()
+        assert list(again) == list(d) and again == d
+
+
+def test_a_figure_this_version_does_not_name_is_kept():
+    """A key from another version's summary.json is kept and written back (after the figures this one names)."""
+    from measure.control.cell import Cell
+
+    c = Cell.from_json({"k": 1, "b": 2, "completed": 3, "status": "ok", "future_figure": [1, 2]})
+    assert c.requests.completed == 3 and c.extra == {"future_figure": [1, 2]}
+    assert list(c.to_json())[-1] == "future_figure"
+
+
 def _by_key(cells: list[dict]) -> list[dict]:
     """A report's cells, compared without their key order (report.md is what is written of them)."""
     return [dict(sorted(c.items())) for c in cells]
@@ -273,15 +293,15 @@ def test_http_bandwidth_is_one_rule_for_the_bench_and_the_dashboard():
     """Two endpoints, one of them down for the whole cell (every request it took failed): the dashboard summed
     W ÷ TPOT p50 over the endpoints that decoded (50 GB/s: 1 GB each 20 ms step), the bench cell said None
     because one endpoint had no TPOT. One rule now (metrics.http_bandwidth), in both."""
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
     from measure.core import metrics as M
 
     recs = [_rec(i, worker=i % 2, error="connection refused" if i % 2 else None) for i in range(8)]
-    cell = cell_summary(recs, 2, 1, 1_000_000_000, mode="http")
-    assert cell["bandwidth_gbps"] == pytest.approx(50.0)
+    cell = Cell.measure(recs, Spec(2, 1, 1_000_000_000, mode="http"))
+    assert cell.bandwidth.gbps == pytest.approx(50.0)
     dashboard = M.http_bandwidth(1_000_000_000, [0.020, None])  # what a tick computes from its endpoints' TPOT p50
-    assert cell["bandwidth_gbps"] == pytest.approx(dashboard.gbps)
-    assert [e["bandwidth_gbps"] for e in cell["endpoints"]] == [pytest.approx(50.0), None]
+    assert cell.bandwidth.gbps == pytest.approx(dashboard.gbps)
+    assert [e["bandwidth_gbps"] for e in cell.bandwidth.endpoints] == [pytest.approx(50.0), None]
 
 
 def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
@@ -289,16 +309,16 @@ def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
     batch, W = 253 MB, β = 100 GB/s read 'no prediction' live and 5.06 ms in the bench's cell."""
     from sim import run_for, sim_controller
 
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
 
     c, fleet, clock = sim_controller(k=2, bandwidth=100.0)
     assert c.toggle_mode() is None and c.mode == "batch"
     run_for(c, fleet, clock, 6)
     n = c.snapshot().numbers
     W = fleet.meta.model_bytes
-    bench = cell_summary([_rec(i, mode="batch") for i in range(4)], 2, 1, W, 100.0, "batch")
-    assert bench["predicted_by"] == "K·W/β" and bench["predicted_tpot_ms"] == pytest.approx(2 * W / 100e9 * 1e3)
-    assert n.predicted_by == "K·W/β" and n.predicted_tpot * 1e3 == pytest.approx(bench["predicted_tpot_ms"])
+    bench = Cell.measure([_rec(i, mode="batch") for i in range(4)], Spec(2, 1, W, 100.0, "batch"))
+    assert bench.prediction.by == "K·W/β" and bench.prediction.tpot_ms == pytest.approx(2 * W / 100e9 * 1e3)
+    assert n.predicted_by == "K·W/β" and n.predicted_tpot * 1e3 == pytest.approx(bench.prediction.tpot_ms)
 
 
 def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch):
@@ -323,7 +343,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
     run = RU.Run("http2", header, RU.cells_from_records(records, header, []))
     R.render([run], tmp_path)
     line = next(v for label, v in drawn.items() if label.startswith("predicted K·W/β"))[0]
-    cells = {c["k"]: c["predicted_tpot_ms"] for c in run.cells}
+    cells = {c.k: c.prediction.tpot_ms for c in run.cells}
     assert cells[1] == pytest.approx(2.5) and cells[2] == pytest.approx(2 * 1e3 / 600)
     assert list(line[0]) == [1, 2] and list(line[1]) == [pytest.approx(cells[1]), pytest.approx(cells[2])]
 
@@ -396,7 +416,7 @@ def test_the_knee_learns_from_an_oom_kill_as_the_sweep_does():
     knee = KN.find_knee(KN.measure_levels(src, presets.workload("default"), "users", cfg, said.append), "users",
                         limit=16)
     assert src.ran == [1, 2, 4]
-    assert knee.levels[2].cell["oom_killed"] and knee.failed.stop == "refused" and knee.failed.level == 8
+    assert knee.levels[2].cell.machine.oom_killed and knee.failed.stop == "refused" and knee.failed.level == 8
     assert "OOM killer" in knee.failed.why and any("OOM killer ended a worker" in s for s in said)
 
 
@@ -428,9 +448,10 @@ def test_a_knee_level_has_the_figures_of_a_bench_cell():
 def test_the_table_of_a_sweep_whose_first_cell_was_refused():
     """The table's BW legend read cells[0]'s formula: a sweep whose first cell the memory guard refused (no
     figures) ended in KeyError 'bandwidth_formula' after every cell had run."""
-    from measure.control.sweep import cell_summary, format_table, skipped_cell
+    from measure.control.cell import Cell, Spec
+    from measure.control.sweep import format_table, skipped_cell
 
     refused = skipped_cell(1, 64, None, "refused", "K=1 B=64 needs ≈ 9 GiB of 8 GiB budget")
-    ok = cell_summary([_rec(i, mode="batch", k=1) for i in range(4)], 1, 1, 1_000_000_000, mode="batch")
+    ok = Cell.measure([_rec(i, mode="batch", k=1) for i in range(4)], Spec(1, 1, 1_000_000_000, mode="batch"))
     table = format_table([refused, ok])
-    assert "REFUSED" in table and f"BW = {ok.bandwidth_formula};" in table
+    assert "REFUSED" in table and f"BW = {ok.bandwidth.formula};" in table

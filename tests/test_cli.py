@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from measure.core.recorder import read_jsonl
-from measure.control.sweep import cell_summary
+from measure.control.cell import Cell, Spec
 
 CLI = [sys.executable, "-m", "tui.cli"]
 
@@ -51,7 +51,7 @@ def test_summary_is_recomputable_from_records(bench_run):
     cells = json.loads((out / "summary.json").read_text())
     for c in cells:
         mine = [r for r in records if r.k == c["k"] and r.b == c["b"]]
-        again = cell_summary(mine, c["k"], c["b"], h["model_bytes"], h["bandwidth_gbps"], h["mode"])
+        again = Cell.measure(mine, Spec(c["k"], c["b"], h["model_bytes"], h["bandwidth_gbps"], h["mode"])).to_json()
         for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms",
                     "rss_gb_sum", "bandwidth_gbps"):
             assert again[key] == pytest.approx(c[key]), key

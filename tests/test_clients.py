@@ -240,7 +240,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
 
     both = combine([load_run(o) for o in outs])
     assert not both.warnings, both.warnings
-    (cell,) = both.cells
+    (cell,) = [c.to_json() for c in both.cells]
     assert cell["completed"] == 24 and cell["clients"] == 2 and cell["segments"] == "1/2 + 2/2"
     pooled = [r for o in outs for r in records_of(o)[1]]
     ttft = [(r.t_first_token_ns - r.t_scheduled_ns) / 1e6 for r in pooled]
@@ -249,7 +249,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
     assert cell["p99_ttft_ms"] == pytest.approx(np.percentile(ttft, 99), rel=1e-12)
     assert cell["median_tpot_ms"] == pytest.approx(np.percentile(tpot, 50), rel=1e-12)
     assert cell["p99_tpot_ms"] == pytest.approx(np.percentile(tpot, 99), rel=1e-12)
-    per_client = [c["median_ttft_ms"] for o in outs for c in load_run(o).cells]
+    per_client = [c.requests.ttft.p50 for o in outs for c in load_run(o).cells]
     assert len(per_client) == 2
     _, ref = records_of(one)
     assert cell["arrival_rps"] == pytest.approx(realised_rate(sorted(r.t_scheduled_ns for r in ref)), rel=1e-9)

@@ -195,12 +195,12 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
 
     runs = [load_run(o) for o in outs]
     both = combine(runs)
-    assert [c["clients"] for c in both.cells] == [2, 2]
+    assert [c.timing.clients for c in both.cells] == [2, 2]
     for c in both.cells:
-        parts = [x["output_throughput"] for r in runs for x in r.cells if x["b"] == c["b"]]
-        assert c["output_throughput"] == pytest.approx(sum(parts))
-        assert c["completed"] == 16
-    assert 300 < both.cells[1]["output_throughput"] <= 2 * 4 * 10 / 0.185  # 432.4: the schedule's ceiling
+        parts = [x.output_throughput for r in runs for x in r.cells if x.b == c.b]
+        assert c.output_throughput == pytest.approx(sum(parts))
+        assert c.requests.completed == 16
+    assert 300 < both.cells[1].output_throughput <= 2 * 4 * 10 / 0.185  # 432.4: the schedule's ceiling
     assert not any("apart" in w for w in both.warnings)
     assert "combined from 2 clients" in (tmp_path / "rep" / "report.md").read_text()
 

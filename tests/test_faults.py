@@ -581,7 +581,7 @@ def test_a_sweep_refuses_the_cells_above_one_where_a_worker_was_oom_killed():
         cells, _, src = run_sweep(src, presets.workload("synthetic:4"), cfg, said.append)
     finally:
         src.close()
-    assert [(c["k"], c["status"]) for c in cells] == [(1, "ok"), (2, "ok"), (3, "refused")]
-    assert cells[1]["oom_killed"] and "OOM killer ended a worker at K=2 B=1" in cells[2]["reason"]
+    assert [(c.k, c.status) for c in cells] == [(1, "ok"), (2, "ok"), (3, "refused")]
+    assert cells[1].machine.oom_killed and "OOM killer ended a worker at K=2 B=1" in cells[2].reason
     assert any("larger cells of this mode are refused" in x for x in said)
     assert 2 * cfg.overhead_bytes > 8 * 10**9  # raised: K=2's estimate (2 × overhead, no weights) exceeds the budget

@@ -121,7 +121,7 @@ def test_a_rate_level_offers_the_rate_it_is_named_for():
     src = ScheduleServer(64, 1e-6, 1e-6)
     knee = rate_search(src, 8, 2, 16)
     for st in knee.levels:
-        assert st.cell["offered_rps"] == pytest.approx(st.level, rel=1e-6)
+        assert st.cell.knee.offered_rps == pytest.approx(st.level, rel=1e-6)
 
 
 def test_rate_knee_over_http_on_the_null_server():

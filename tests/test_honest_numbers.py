@@ -10,7 +10,7 @@ import pytest
 import presets
 from measure.control.live import LiveController, LiveSettings
 from measure.control.runs import cells_from_records
-from measure.control.sweep import cell_summary
+from measure.control.cell import Cell, Spec
 from measure.core import metrics as M
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import NS, parse_size
@@ -115,9 +115,9 @@ def test_achieved_concurrency_and_bandwidth_by_hand():
     a = rec(1, 0.0, 0.0, [1.0, 2.0, 3.0, 4.0], k=4)
     b = rec(2, 2.0, 2.0, [2.5, 3.0, 3.5, 4.0], k=4)
     assert M.achieved_concurrency([a, b], 0, 4 * NS) == pytest.approx(1.5)
-    cell = cell_summary([a, b], 4, 1, 1_000_000_000)
-    assert cell["achieved_concurrency"] == pytest.approx(6 / (4 + 1e-9), rel=1e-6)
-    assert cell["bandwidth_gbps"] == pytest.approx(8 / (4 + 1e-9), rel=1e-6)
+    cell = Cell.measure([a, b], Spec(4, 1, 1_000_000_000))
+    assert cell.achieved_concurrency == pytest.approx(6 / (4 + 1e-9), rel=1e-6)
+    assert cell.bandwidth.gbps == pytest.approx(8 / (4 + 1e-9), rel=1e-6)
 
 
 def test_bench_refuses_fewer_requests_than_k_times_b():
@@ -161,10 +161,10 @@ def test_report_times_each_level_by_its_own_periods():
         rid += 1
         records.append(rec(rid, a, a, [a + i / rate for i in range(n)], k=k))
     samples.append({"kind": "sample", "t_ns": 210 * NS, "k": 1, "b": 1, "mode": "instances", "paused": False})
-    cells = {c["k"]: c for c in cells_from_records(records, {"model_bytes": 1}, samples)}
-    assert cells[1]["output_throughput"] == pytest.approx(9.5, rel=0.01)
-    assert cells[2]["output_throughput"] == pytest.approx(12.0, rel=0.01)
-    assert len(cells[1]["periods"]) == 3 and cells[1]["seconds"] == pytest.approx(120.0)
+    cells = {c.k: c for c in cells_from_records(records, {"model_bytes": 1}, samples)}
+    assert cells[1].output_throughput == pytest.approx(9.5, rel=0.01)
+    assert cells[2].output_throughput == pytest.approx(12.0, rel=0.01)
+    assert len(cells[1].timing.periods) == 3 and cells[1].timing.seconds == pytest.approx(120.0)
 
 
 # ---- 9. units ----------------------------------------------------------------------------------------------

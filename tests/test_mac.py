@@ -290,9 +290,9 @@ def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
         fleet.close()
     first, second = cells
     assert calls["n"] >= 2
-    assert first.thermal == "nominal (no warning recorded)" and first.thermal_changed is None
-    assert second.thermal == "nominal (no warning recorded) → throttled (CPU speed limit 71 %)"
-    assert second.thermal_changed is True and second.to_dict()["thermal_changed"] is True
+    assert first.machine.thermal == "nominal (no warning recorded)" and first.machine.thermal_changed is None
+    assert second.machine.thermal == "nominal (no warning recorded) → throttled (CPU speed limit 71 %)"
+    assert second.machine.thermal_changed is True and second.to_json()["thermal_changed"] is True
 
 
 def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
@@ -329,10 +329,11 @@ def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
                                   lambda m: None)
     finally:
         fleet.close()
-    assert set(cell.rails_watts) == {"gpu", "dram"} and cell.rails_watts["gpu"] > 0
-    assert cell.rails_joules_per_token["gpu"] == pytest.approx(179.9 / cell.total_output_tokens)
-    assert "cpu: frozen" in cell.rails_unread and "ane: not reported" in cell.rails_unread
-    assert "cpu" not in cell.rails_joules_per_token and cell.thermal is None  # no reading: not recorded
+    m = cell.machine
+    assert set(m.rails_watts) == {"gpu", "dram"} and m.rails_watts["gpu"] > 0
+    assert m.rails_joules_per_token["gpu"] == pytest.approx(179.9 / cell.requests.total_output_tokens)
+    assert "cpu: frozen" in m.rails_unread and "ane: not reported" in m.rails_unread
+    assert "cpu" not in m.rails_joules_per_token and m.thermal is None  # no reading: not recorded
 
 
 def test_a_live_level_is_not_settled_while_its_thermal_state_changes():

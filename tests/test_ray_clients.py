@@ -90,7 +90,8 @@ def _requests(path: Path):
 
 def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_clock(cluster, server, tmp_path):
     from measure.control.cluster import run_cluster
-    from measure.control.sweep import cell_summary, run_sweep
+    from measure.control.cell import Cell, Spec
+    from measure.control.sweep import run_sweep
     from measure.core.clients import deal
 
     plan, cfg, header = _plan(server)
@@ -124,10 +125,10 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     assert [e["state"] for e in other if e.get("type") == "client"] == ["done", "done"]
     # the combined cell = every client's records pooled on the driver's clock (report --combine's figures)
     (cell,) = run.cells
-    truth = cell_summary(recs, 1, 1, 0, mode="http", slo=plan.slo)
+    truth = Cell.measure(recs, Spec(1, 1, 0, mode="http", slo=plan.slo))
     for f in ("output_throughput", "achieved_concurrency", "goodput_tps", "slo_attainment", "p99_ttft_ms",
               "median_ttft_ms"):
-        x, y = getattr(cell, f), getattr(truth, f)
+        x, y = cell.to_json()[f], truth.to_json()[f]
         assert x is not None and y is not None and abs(x - y) <= 1e-6 * max(1.0, abs(y)), (f, x, y)
     # … and within the truth matrix's tolerances of the schedule (every request once, TTFT = set + lateness,
     # tok/s and concurrency), and of one client sending the whole schedule
@@ -141,7 +142,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     finally:
         src.close()
     assert abs(cell.output_throughput / one[0].output_throughput - 1) <= T.RATE_TOL
-    assert abs(cell.median_ttft_ms - one[0].median_ttft_ms) <= T.TTFT_TOL_MS
+    assert abs(cell.requests.ttft.p50 - one[0].requests.ttft.p50) <= T.TTFT_TOL_MS
 
 
 def _wait(what, limit_s: float = 30.0):
@@ -240,7 +241,7 @@ def test_a_client_killed_or_stalled_mid_run_is_named_its_records_kept_its_unsent
         (ev,) = [e for e in other if e.get("type") == "client" and e["client"] == c.i]
         assert ev["state"] == c.state and ev["sent"] == c.sent and ev["records"] == len(by[c.i])
     (cell,) = run.cells
-    assert cell.completed == len(recs), "the combined cell counts the records every client left"
+    assert cell.requests.completed == len(recs), "the combined cell counts the records every client left"
 
 
 def test_bench_ray_from_the_command_line_with_weights(cluster, server, tmp_path):

@@ -246,10 +246,10 @@ def _http_records(k, n=4, model_bytes=0):
 
 def test_http_predicted_tpot_without_model_bytes_is_absent():
     """Audit 22 item 13. No --model-bytes (W = 0): K·W/β is not known; the summary said 0.0 ms."""
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
 
-    c = cell_summary(_http_records(1), 1, 1, 0, 400.0, "http")
-    assert c["predicted_tpot_ms"] is None and c["predicted_by"] is None
+    c = Cell.measure(_http_records(1), Spec(1, 1, 0, 400.0, "http"))
+    assert c.prediction.tpot_ms is None and c.prediction.by is None
 
 
 def test_http_predicted_tpot_counts_the_endpoints_in_use():
@@ -261,7 +261,7 @@ def test_http_predicted_tpot_counts_the_endpoints_in_use():
     header = {"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
               "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]}
     cells = cells_from_records(_http_records(1) + _http_records(2), header, [])
-    assert [(c["k"], c["predicted_tpot_ms"]) for c in cells] == [(1, pytest.approx(40.0)), (2, pytest.approx(40.0))]
+    assert [(c.k, c.prediction.tpot_ms) for c in cells] == [(1, pytest.approx(40.0)), (2, pytest.approx(40.0))]
 
 
 def test_bench_http_predicts_from_the_k_endpoints_in_use(tmp_path):

@@ -99,7 +99,7 @@ def test_an_http_open_loop_is_not_capped_by_the_client():
     stream of its own, so TTFT p50 is the server's 20 ms (it read ≈ 0.98 s: the client's own queue of one
     stream); asked as a cap (cap_open_loop), the wait is there and the cell says so."""
     from engines.null_server import NullServer
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
     from measure.core.arrivals import ArrivalSpec
     from measure.core.workload import Load
     from measure.sources.http import HttpSource
@@ -114,12 +114,12 @@ def test_an_http_open_loop_is_not_capped_by_the_client():
                 recs = src.run_requests(Load(_wl(), arr, 16, True), timeout=60)
             finally:
                 src.close()
-            out[cap] = cell_summary(recs, 1, 1, 0, mode="http")
+            out[cap] = Cell.measure(recs, Spec(1, 1, 0, mode="http"))
     free, capped = out[False], out[True]
-    assert free.median_ttft_ms < 60, free.median_ttft_ms
-    assert free.client_waited is None  # nobody waited for a stream
-    assert capped.median_ttft_ms > 100  # one stream: the client's queue
-    assert capped.client_waited and capped.client_waited > 10 and capped.client_wait_p99_ms > 100
+    assert free.requests.ttft.p50 < 60, free.requests.ttft.p50
+    assert free.load.client_waited is None  # nobody waited for a stream
+    assert capped.requests.ttft.p50 > 100  # one stream: the client's queue
+    assert capped.load.client_waited and capped.load.client_waited > 10 and capped.load.client_wait.p99 > 100
 
 
 def _pool_run(b, procs, total, users=None, srv_url=None):
@@ -227,10 +227,10 @@ def test_find_users_over_two_endpoints_loads_both():
             st = run(4)
         finally:
             src.close()
-    assert st.cell is not None and st.cell.peak_users == 4
+    assert st.cell is not None and st.cell.knee.peak_users == 4
     assert st.cell.k == 2 and st.cell.b == 2
-    assert {e["requests"] for e in st.cell.endpoints} == {st.cell.completed // 2} or \
-        all(e["requests"] > 0 for e in st.cell.endpoints), st.cell.endpoints
+    assert {e["requests"] for e in st.cell.bandwidth.endpoints} == {st.cell.requests.completed // 2} or \
+        all(e["requests"] > 0 for e in st.cell.bandwidth.endpoints), st.cell.bandwidth.endpoints
 
 
 def test_sessions_run_the_users_asked():
@@ -283,7 +283,7 @@ def test_combine_pools_segments_on_one_clock_with_goodput():
     combined tok/s is every token over the pooled span (Σ of each client's own span read 3.8 % high), and
     goodput, attainment and the SLO are kept."""
     from measure.control.runs import Run, combine
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
 
     slo = presets.slo("interactive")
     a = [_rec(i, 1, 0.5 * i, 10) for i in range(0, 20, 2)]  # client 1: even requests, clock zero at 0
@@ -292,13 +292,13 @@ def test_combine_pools_segments_on_one_clock_with_goodput():
     for name, recs, zero in (("a", a, 0), ("b", b, 1000 * NS)):
         h = {"model_bytes": 1, "slo": slo.describe(), "start_at_unix": 5000.0, "start_perf_ns": zero,
              "segment": [1 if name == "a" else 2, 2], "max_tokens": 10, "ignore_eos": True}
-        runs.append(Run(name, h, [cell_summary(recs, 1, 1, 1, slo=slo)], records=recs))
+        runs.append(Run(name, h, [Cell.measure(recs, Spec(1, 1, 1, slo=slo))], records=recs))
     c = combine(runs).cells[0]
     pooled = [_rec(i, 1, 0.5 * i, 10) for i in range(20)]
-    truth = cell_summary(pooled, 1, 1, 1, slo=slo)
+    truth = Cell.measure(pooled, Spec(1, 1, 1, slo=slo))
     assert c.output_throughput == pytest.approx(truth.output_throughput, rel=1e-6)
-    assert c.goodput_tps == pytest.approx(truth.goodput_tps, rel=1e-6)
-    assert c.slo_attainment == truth.slo_attainment and c.slo == slo.describe()
+    assert c.goodput.tps == pytest.approx(truth.goodput.tps, rel=1e-6)
+    assert c.goodput.attainment == truth.goodput.attainment and c.goodput.slo == slo.describe()
 
 
 def test_p99_of_fewer_than_100_requests_is_marked_everywhere():
@@ -307,10 +307,11 @@ def test_p99_of_fewer_than_100_requests_is_marked_everywhere():
     from measure.control.knee import _why
     from measure.control.sweep import answer_notes, format_table
 
-    c = Cell(k=1, b=1, completed=16, status="ok", reasoning_tokens=40, median_ttfat_ms=100.0, p99_ttfat_ms=300.0,
-             ttft_by_class={"long": {"n": 4, "median_ttft_ms": 900.0, "p99_ttft_ms": 1500.0},
-                            "short": {"n": 12, "median_ttft_ms": 90.0, "p99_ttft_ms": 150.0}},
-             p99_ttft_ms=1900.0, median_ttft_ms=1000.0, median_queue_wait_ms=800.0, median_tpot_ms=10.0)
+    c = Cell.from_json(dict(
+        k=1, b=1, completed=16, status="ok", reasoning_tokens=40, median_ttfat_ms=100.0, p99_ttfat_ms=300.0,
+        ttft_by_class={"long": {"n": 4, "median_ttft_ms": 900.0, "p99_ttft_ms": 1500.0},
+                       "short": {"n": 12, "median_ttft_ms": 90.0, "p99_ttft_ms": 150.0}},
+        p99_ttft_ms=1900.0, median_ttft_ms=1000.0, median_queue_wait_ms=800.0, median_tpot_ms=10.0))
     assert "TTFAT p50/p99 100/≈300" in answer_notes(c)
     table = format_table([c])
     assert "long TTFT p50/p99 900/≈1500" in table
@@ -388,8 +389,8 @@ def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream()
     from measure.control.cell import Cell
     from measure.control.sweep import format_table
 
-    c = Cell(k=1, b=1, completed=80, status="ok", client_waited=79, client_wait_p50_ms=1033.2,
-             client_wait_p99_ms=2298.5)
+    c = Cell.from_json(dict(k=1, b=1, completed=80, status="ok", client_waited=79, client_wait_p50_ms=1033.2,
+                            client_wait_p99_ms=2298.5))
     assert "CLIENT QUEUE: 79 requests waited for a free stream, p50/p99 1033/≈2298 ms" in format_table([c])
     assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", {"model_bytes": 0}, [c])], [])
 
@@ -407,7 +408,7 @@ def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
     from measure.control.cell import Cell
     from measure.control.sweep import format_table
 
-    c = Cell(k=3, b=1, completed=8, status="ok", prediction_caveat=p(3, 1).caveat())
+    c = Cell.from_json(dict(k=3, b=1, completed=8, status="ok", prediction_caveat=p(3, 1).caveat()))
     assert "PREDICTION: K × threads = 3 > 2 cores" in format_table([c])
 
 
@@ -416,7 +417,7 @@ def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     20, sustained (last half) 15; the report says −25 %. A 10 s cell has no such figure."""
     from measure.control import report as R
     from measure.control import runs as RU
-    from measure.control.sweep import cell_summary
+    from measure.control.cell import Cell, Spec
     from measure.core import metrics as M
     from measure.core.records import RequestRecord
 
@@ -427,5 +428,5 @@ def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     burst, sustained = M.burst_sustained([r])
     assert burst == pytest.approx(20.0, rel=0.01) and sustained == pytest.approx(15.0, rel=0.01)
     assert M.burst_sustained([_rec(1, 1, 0.0, 10)]) is None
-    md = R.markdown([RU.Run("t", {"model_bytes": 1}, [cell_summary([r], 1, 1, 1)], records=[r])], [])
+    md = R.markdown([RU.Run("t", {"model_bytes": 1}, [Cell.measure([r], Spec(1, 1, 1))], records=[r])], [])
     assert "burst 20.0 tok/s (its first fifth), sustained 15.0 (its last half): -25%" in md

@@ -278,7 +278,7 @@ def test_fleet_null_engine_runs_a_trace_with_its_lengths(tmp_path, monkeypatch):
     assert [r.prompt_tokens for r in recs] == [it.prompt_tokens for it in wl.items]
     t0 = recs[0].t_scheduled_ns
     assert [r.t_scheduled_ns - t0 for r in recs] == [round(t / 4 * NS) for t in wl.times_s]
-    c = cells[0]
+    c = cells[0].to_json()
     assert c["completed"] == 40 and c["lateness_p99_ms"] is not None and c["lateness_p50_ms"] >= 0
     assert c["arrivals"].startswith("trace replay, 40 requests")
 

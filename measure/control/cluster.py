@@ -153,7 +153,7 @@ class ClientActor:
             cells, _, self._source = run_sweep(self._source, self._plan.workload, self._cfg, self._say)
         finally:
             self._source.close()
-        return [c.to_dict() for c in cells]
+        return [c.to_json() for c in cells]
 
     def take(self) -> tuple[list[RequestRecord], list[str], int]:
         """The records and lines since the last take, and how many requests of the share were sent."""
@@ -502,7 +502,7 @@ def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[
     runs = []
     for c in clients:
         h = dict(header, segment=[c.i, c.n], weights=weights, ray=None)
-        cells = ([Cell.from_dict(d) for d in c.cells] if c.cells and any(d.get("status") == "ok" for d in c.cells)
+        cells = ([Cell.from_json(d) for d in c.cells] if c.cells and any(d.get("status") == "ok" for d in c.cells)
                  else cells_from_records(c.records, h, []))
         runs.append(Run(f"client {c.i}/{c.n}", h, cells, records=c.records))
     if len(runs) == 1:

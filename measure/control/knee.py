@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.cell import Cell, as_cell
+from measure.control.cell import Cell, KneeLevel, as_cell
 from measure.core import metrics as M
 from measure.core.arrivals import LATE_MS
 from measure.core.records import RequestRecord, is_remote
@@ -78,17 +78,23 @@ class Knee:
 
     def cells(self) -> list[Cell]:
         """bench --find's summary.json: each measured level's cell with its verdict."""
-        return [st.cell.copy().update(level=st.level, within_slo=st.ok, verdict=st.why)
-                for st in self.levels if st.cell is not None]
+        out = []
+        for st in self.levels:
+            if st.cell is not None:
+                c = st.cell.copy()
+                c.knee = replace(c.knee, level=st.level, within_slo=st.ok, verdict=st.why)
+                out.append(c)
+        return out
 
     def wall(self, roofline_known: bool) -> str | None:
         """The wall the answer names (docs/design.md §11): the last level's roofline binding (where a roofline
         was known), or memory capacity / the memory budget where the memory wall or the guard stopped it."""
         wall = None
         last = self.failed or self.passed
-        if last and last.cell and last.cell.binding and roofline_known:
-            wall = {"cores": "the CPU cores", "compute": "compute", "bandwidth": "memory bandwidth"}.get(
-                last.cell.binding, last.cell.binding)
+        binding = last.cell.prediction.binding if last and last.cell else None
+        if binding and roofline_known:
+            wall = {"cores": "the CPU cores", "compute": "compute",
+                    "bandwidth": "memory bandwidth"}.get(binding, binding)
         if last and last.stop in ("wall", "refused"):
             wall = "memory capacity" if last.stop == "wall" else "the memory budget"
         return wall
@@ -98,16 +104,21 @@ class Knee:
         search, its answer and every level it measured); the cells written are returned."""
         cells = self.cells()
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps([c.to_dict() for c in cells], indent=2))
+        (out / "summary.json").write_text(json.dumps([c.to_json() for c in cells], indent=2))
         (out / "knee.json").write_text(json.dumps({
             "find": self.what, "slo": slo.describe(), "target": target, "sentence": sentence,
             "knee": self.passed.level if self.passed else None, "first_out": self.failed.level if self.failed else None,
             "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
-                       **({f: st.cell[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in st.cell}
-                          if st.cell is not None else {})}
+                       **_step_figures(st.cell)}
                       for st in self.levels]},
             indent=2))
         return cells
+
+
+def _step_figures(cell: Cell | None) -> dict[str, Any]:
+    """knee.json's figures of a level: a rate's offered rate and TTFT trend, the users' peak, as its cell has them."""
+    figures = cell.to_json() if cell is not None else {}
+    return {f: figures[f] for f in ("offered_rps", "ttft_trend", "peak_users") if f in figures}
 
 
 def find_knee(run_level: Callable[[float], Level], what: str = "users", start: float = 1, limit: float = 512,
@@ -168,14 +179,14 @@ def judge(cell: Cell | Mapping[str, Any], slo: SLO | None, what: str, level: flo
           target: float = TARGET_ATTAINMENT) -> Level:
     """Whether a measured level meets the SLO target (and, for a rate, keeps up with it)."""
     cell = as_cell(cell)
-    att = cell.slo_attainment
+    att, kl = cell.goodput.attainment, cell.knee
     if not cell.ok or att is None:
         return Level(level, False, cell.status if not cell.ok else None, cell.reason or "no request finished", cell)
-    if what == "rate" and (trend := cell.ttft_trend) is not None and trend > QUEUE_TREND:
-        offered = cell.offered_rps or level
-        assert cell.arrivals_s is not None  # set beside ttft_trend (rate_figures)
-        return Level(level, False, None, f"its queue grows: TTFT rises {trend * cell.arrivals_s:.2f} s over its "
-                    f"{cell.arrivals_s:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
+    if what == "rate" and (trend := kl.ttft_trend) is not None and trend > QUEUE_TREND:
+        offered = kl.offered_rps or level
+        assert kl.arrivals_s is not None  # set beside ttft_trend (rate_figures)
+        return Level(level, False, None, f"its queue grows: TTFT rises {trend * kl.arrivals_s:.2f} s over its "
+                    f"{kl.arrivals_s:.0f} s of arrivals (it serves ≈ {offered / (1 + trend):.3g} of the "
                     f"{offered:.3g} req/s offered)", cell)
     if att >= target:
         return Level(level, True, None, f"{att:.0%} of requests within the SLO", cell)
@@ -184,14 +195,14 @@ def judge(cell: Cell | Mapping[str, Any], slo: SLO | None, what: str, level: flo
 
 
 def _why(cell: Cell, slo: SLO, att: float) -> str:
-    parts = []
-    if slo.ttft_s is not None and (cell.p99_ttft_ms or 0) > slo.ttft_s * 1e3:
-        assert cell.p99_ttft_ms is not None  # over a bound of ≥ 0 s
-        queue = cell.median_queue_wait_ms or 0
-        cause = "queue" if queue > 0.5 * (cell.median_ttft_ms or 0) else "prefill"
-        parts.append(f"TTFT p99 is {M.p99_mark(cell.completed)}{cell.p99_ttft_ms / 1e3:.2f} s ({cause})")
-    if slo.tpot_s is not None and (cell.median_tpot_ms or 0) > slo.tpot_s * 1e3:
-        parts.append(f"TPOT p50 is {cell.median_tpot_ms:.0f} ms (each decode step)")
+    parts, r = [], cell.requests
+    if slo.ttft_s is not None and (r.ttft.p99 or 0) > slo.ttft_s * 1e3:
+        assert r.ttft.p99 is not None  # over a bound of ≥ 0 s
+        queue = r.queue_wait.p50 or 0
+        cause = "queue" if queue > 0.5 * (r.ttft.p50 or 0) else "prefill"
+        parts.append(f"TTFT p99 is {M.p99_mark(r.completed)}{r.ttft.p99 / 1e3:.2f} s ({cause})")
+    if slo.tpot_s is not None and (r.tpot.p50 or 0) > slo.tpot_s * 1e3:
+        parts.append(f"TPOT p50 is {r.tpot.p50:.0f} ms (each decode step)")
     return (" and ".join(parts) or f"only {att:.0%} of requests meet the SLO") + f" ({att:.0%} within it)"
 
 
@@ -253,8 +264,7 @@ def peak_in_flight(records: list[RequestRecord], since: str = "t_scheduled_ns") 
 
 
 def measure_levels(source: LoadSource, workload: Workload, what: str, cfg: SweepConfig, say: Callable[[str], None],
-                   k: int = 1,
-                   target: float = TARGET_ATTAINMENT) -> Callable[[float], Level]:
+                   k: int = 1, target: float = TARGET_ATTAINMENT) -> Callable[[float], Level]:
     """run_level over a load source: users → one engine batching min(U, max-b) sequences for U closed-loop
     users (over HTTP one stream per user: the server batches them itself); b → B sequences for B users;
     rate → open-loop Poisson arrivals on the engine as configured, for LEVEL_S seconds or LEVEL_SERVICES
@@ -269,28 +279,13 @@ def measure_levels(source: LoadSource, workload: Workload, what: str, cfg: Sweep
     service_s: list[float] = []  # each level's median started → done
 
     def run(level: float) -> Level:
-        arrivals: ExactPoisson | ClosedLoop
-        users: int | None
-        if what == "rate":
-            mode, b, users = cfg.mode, max(cfg.bs), None
-            secs = min(max(LEVEL_S, LEVEL_SERVICES * min(service_s, default=0.0)), cfg.cell_timeout_s / 2)
-            n = max(cfg.requests, int(level * secs))
-            arrivals = ExactPoisson(level, total=n)
-        else:
-            users = int(level)
-            if is_remote(cfg.mode):  # a user is a stream; --max-b caps a local engine's batch, not a server's
-                b, mode = -(-users // k), cfg.mode
-            else:
-                b = users if what == "b" else min(users, cfg.max_b)
-                mode = "batch" if b > 1 or cfg.mode == "batch" else "instances"
-            n = max(cfg.requests, 2 * users)
-            arrivals = ClosedLoop(users, total=n)
+        mode, b, users, arrivals = _plan(what, level, cfg, k, service_s)
         if refusal := runner.oom_refusal(mode, k, b) or runner.budget_refusal(mode, k, b, cfg.ctx):
             say(f"{what} {level:g}: {refusal}")
             return Level(level, False, "refused", f"the memory guard refuses it: {refusal.split(';')[0]}")
         # exactly these users (a source may otherwise follow its streams × endpoints)
         runner.start(mode, k, b, cfg.ctx, users)
-        say(f"{what} {level:g}: {n} requests, {arrivals.describe()}, {mode} K={k} B={b} …")
+        say(f"{what} {level:g}: {arrivals.total} requests, {arrivals.describe()}, {mode} K={k} B={b} …")
         t0 = time.monotonic()
         try:
             recs = runner.load(workload, arrivals)
@@ -301,36 +296,57 @@ def measure_levels(source: LoadSource, workload: Workload, what: str, cfg: Sweep
         cell = runner.finish(recs, workload, mode, k, b)
         runner.learn(cell, mode, k, b, cfg.ctx)
         span = M.run_span_ns(recs)
-        cell.update(level=level, users=users, span_s=(span[1] - span[0]) / 1e9 if span else 0.0)
+        cell.knee = KneeLevel(level, users, (span[1] - span[0]) / 1e9 if span else 0.0,
+                              **(rate_figures(recs) if what == "rate" else {"peak_users": peak_in_flight(recs)}))
         if what == "rate":
-            cell.update(**rate_figures(recs))
             served = [(r.t_done_ns - r.t_started_ns) / NS for r in M.ok(recs) if r.t_started_ns and r.t_done_ns]
             if served:
                 service_s.append(_p50(served))
-        else:
-            cell.peak_users = peak_in_flight(recs)
-            assert users is not None  # set for users and b
-            if cell.peak_users < users:
-                say(f"  only {cell.peak_users} of {users} users were in flight at once: the search stops")
-                return Level(level, False, "short", f"only {cell.peak_users} of the {users} users asked were in "
-                            f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
-                            "stops here", cell)
-        st = judge(cell, cfg.slo, what, level, target)
-        late_bound = max(LATE_MS, CLIENT_LATE_SHARE * cfg.slo.ttft_s * 1e3 if cfg.slo and cfg.slo.ttft_s else 0.0)
-        if not st.ok and not st.stop and (cell.lateness_p99_ms or 0.0) > late_bound:
-            # the load generator itself fell behind: the level was not offered as named, so its verdict is the
-            # client's, not the server's (find_knee runs it again, and ends the search if it falls behind twice)
-            st = Level(level, False, "client", f"the load generator fell behind its schedule (requests sent late p99 "
-                       f"{M.p99_mark(cell.completed)}{cell.lateness_p99_ms or 0:.0f} ms): this client could not "
-                       "offer the level", cell)
-        if what == "rate" and is_remote(mode) and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
-            st.why += (f"; all {b} of this client's streams were busy (--b {b}), so the queue may be the client's, "
-                       "not the server's: give a larger --b")
-        trend = cell.ttft_trend
-        say(f"  {time.monotonic() - t0:.0f} s: attainment {cell.slo_attainment or 0:.0%}, TTFT p99 "
-            f"{(cell.p99_ttft_ms or 0):.0f} ms, TPOT p50 {(cell.median_tpot_ms or 0):.0f} ms"
+        elif (peak := cell.knee.peak_users or 0) < (users or 0):
+            say(f"  only {peak} of {users} users were in flight at once: the search stops")
+            return Level(level, False, "short", f"only {peak} of the {users} users asked were in "
+                         f"flight at once ({mode} K={k} B={b}): this source did not run them, so the search "
+                         "stops here", cell)
+        st = _verdict(cell, recs, what, level, cfg, target, b)
+        trend, r = cell.knee.ttft_trend, cell.requests
+        say(f"  {time.monotonic() - t0:.0f} s: attainment {cell.goodput.attainment or 0:.0%}, TTFT p99 "
+            f"{(r.ttft.p99 or 0):.0f} ms, TPOT p50 {(r.tpot.p50 or 0):.0f} ms"
             + (f", TTFT trend {trend:+.3f} s/s" if trend is not None else "") + " → "
             + ("within" if st.ok else "out"))
         return st
 
     return run
+
+
+def _plan(what: str, level: float, cfg: SweepConfig, k: int, service_s: list[float]
+          ) -> tuple[str, int, int | None, ExactPoisson | ClosedLoop]:
+    """A level's mode, B, closed-loop users (None: a rate) and arrivals."""
+    if what == "rate":
+        secs = min(max(LEVEL_S, LEVEL_SERVICES * min(service_s, default=0.0)), cfg.cell_timeout_s / 2)
+        return cfg.mode, max(cfg.bs), None, ExactPoisson(level, total=max(cfg.requests, int(level * secs)))
+    users = int(level)
+    if is_remote(cfg.mode):  # a user is a stream; --max-b caps a local engine's batch, not a server's
+        b, mode = -(-users // k), cfg.mode
+    else:
+        b = users if what == "b" else min(users, cfg.max_b)
+        mode = "batch" if b > 1 or cfg.mode == "batch" else "instances"
+    return mode, b, users, ClosedLoop(users, total=max(cfg.requests, 2 * users))
+
+
+def _verdict(cell: Cell, recs: list[RequestRecord], what: str, level: float, cfg: SweepConfig, target: float,
+             b: int) -> Level:
+    """The level judged (judge); a failing level the load generator sent late is the client's failure; a rate
+    level over HTTP whose client streams were all busy says so."""
+    st = judge(cell, cfg.slo, what, level, target)
+    late_bound = max(LATE_MS, CLIENT_LATE_SHARE * cfg.slo.ttft_s * 1e3 if cfg.slo and cfg.slo.ttft_s else 0.0)
+    late = cell.load.lateness.p99
+    if not st.ok and not st.stop and (late or 0.0) > late_bound:
+        # the load generator itself fell behind: the level was not offered as named, so its verdict is the
+        # client's, not the server's (find_knee runs it again, and ends the search if it falls behind twice)
+        st = Level(level, False, "client", f"the load generator fell behind its schedule (requests sent late p99 "
+                   f"{M.p99_mark(cell.requests.completed)}{late or 0:.0f} ms): this client could not "
+                   "offer the level", cell)
+    if what == "rate" and is_remote(cell.mode or "") and not st.ok and peak_in_flight(recs, "t_started_ns") >= b:
+        st.why += (f"; all {b} of this client's streams were busy (--b {b}), so the queue may be the client's, "
+                   "not the server's: give a larger --b")
+    return st

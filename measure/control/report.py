@@ -96,23 +96,23 @@ def _predicted_series(ax: Axes, cells: list[Cell], x_key: str, group_key: str, k
     beside the measured one: what each cell holds, so the chart and the table read one figure."""
     groups: dict[Any, list[Cell]] = {}
     for c in _ok(cells):
-        if c.predicted_by == by and getattr(c, key) is not None:
+        if c.prediction.by == by and getattr(c.prediction, key) is not None:
             groups.setdefault(getattr(c, group_key), []).append(c)
     for g, cs in sorted(groups.items(), key=lambda kv: kv[0] or 0):
         cs.sort(key=lambda c: getattr(c, x_key))
-        ax.plot([getattr(c, x_key) for c in cs], [getattr(c, key) for c in cs], "--", alpha=0.8,
+        ax.plot([getattr(c, x_key) for c in cs], [getattr(c.prediction, key) for c in cs], "--", alpha=0.8,
                 label=f"predicted {group_key.upper()}={g} (roofline)" if by == "roofline"
                 else f"predicted K·W/β {group_key.upper()}={g}")
 
 
 def _k(c: Cell) -> int:
-    """K (every cell has its K: cell_summary and skipped set it)."""
+    """K (every cell has its K: Cell.measure and skipped set it)."""
     assert c.k is not None
     return c.k
 
 
 def _kb(c: Cell) -> int:
-    """K × B (every cell has its K and B: cell_summary and skipped set them)."""
+    """K × B (every cell has its K and B: Cell.measure and skipped set them)."""
     assert c.k is not None and c.b is not None
     return c.k * c.b
 
@@ -135,9 +135,9 @@ def _knee(run: Run, cells: list[Cell]) -> tuple[float, str] | None:
     if kj and kj.get("knee") is None:
         return None
     for c in cells:
-        if kj and c.level == kj["knee"]:
+        if kj and c.knee.level == kj["knee"]:
             return (_concurrency(c), f"{kj['knee']:g} ({kj['find']})")
-    within = [c for c in cells if (c.slo_attainment or 0) >= (kj.get("target") or TARGET_ATTAINMENT)]
+    within = [c for c in cells if (c.goodput.attainment or 0) >= (kj.get("target") or TARGET_ATTAINMENT)]
     if within:
         c = within[-1]
         return (_concurrency(c), f"K{c.k}B{c.b}")
@@ -145,7 +145,8 @@ def _knee(run: Run, cells: list[Cell]) -> tuple[float, str] | None:
 
 
 def _cost_curve(run: Run) -> list[tuple[float, float]]:
-    return sorted((_concurrency(c), c.usd_per_mtok) for c in _ok(run.cells) if c.usd_per_mtok is not None)
+    return sorted((_concurrency(c), c.cost.usd_per_mtok) for c in _ok(run.cells)
+                  if c.cost and c.cost.usd_per_mtok is not None)
 
 
 def crossover(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float | None:
@@ -219,7 +220,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                           "output tok/s", x.upper())
         for ax, run in zip(axes, runs):
             _series(ax, run.cells, x, group, lambda c: c.output_throughput, _per_rep_sd)
-            _predicted_series(ax, run.cells, x, group, "predicted_output_throughput")
+            _predicted_series(ax, run.cells, x, group, "output_throughput")
             _mark_cells(ax, run.cells, attrgetter(x), 0)
             ax.legend(fontsize=7)
         save(fig, f"throughput_vs_{x}.png")
@@ -227,10 +228,10 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, measured (points) and predicted (dashed)", "median TPOT (ms)",
                       "K")
     for ax, run in zip(axes, runs):
-        _series(ax, run.cells, "k", "b", lambda c: c.median_tpot_ms)
-        by = {c.predicted_by for c in _ok(run.cells)}
+        _series(ax, run.cells, "k", "b", lambda c: c.requests.tpot.p50)
+        by = {c.prediction.by for c in _ok(run.cells)}
         if by & {"roofline", "K·W/β"}:  # each cell's own prediction (K·W/β: over HTTP, Σβ of its endpoints)
-            _predicted_series(ax, run.cells, "k", "b", "predicted_tpot_ms",
+            _predicted_series(ax, run.cells, "k", "b", "tpot_ms",
                               "roofline" if "roofline" in by else "K·W/β")
         else:
             ax.text(0.02, 0.95, "β unknown: no prediction (pass --bandwidth)", transform=ax.transAxes, fontsize=7)
@@ -240,10 +241,10 @@ def render(runs: list[Run], out: Path) -> list[Path]:
 
     fig, axes = _axes(plt, runs, "Bandwidth product vs K, against the chip's spec", "GB/s", "K")
     for ax, run in zip(axes, runs):
-        _series(ax, run.cells, "k", "b", lambda c: c.bandwidth_gbps or 0.0)
+        _series(ax, run.cells, "k", "b", lambda c: c.bandwidth.gbps or 0.0)
         if run.beta:
             ax.axhline(run.beta, color="red", ls="--", label=f"spec {run.beta:g} GB/s")
-        formula = next((c.bandwidth_formula for c in _ok(run.cells)), "")
+        formula = next((c.bandwidth.formula for c in _ok(run.cells)), "")
         ax.text(0.02, 0.02, formula, transform=ax.transAxes, fontsize=6)
         _mark_cells(ax, run.cells, _k, 0)
         ax.legend(fontsize=7)
@@ -253,8 +254,8 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     for ax, run in zip(axes, runs):
         cs = sorted(_ok(run.cells), key=_kb)
         xs: list[float] = [_kb(c) for c in cs]
-        ax.plot(xs, [c.median_ttft_ms for c in cs], "o-", label="p50")
-        ax.plot(xs, [c.p99_ttft_ms for c in cs], "s--", label="p99")
+        ax.plot(xs, [c.requests.ttft.p50 for c in cs], "o-", label="p50")
+        ax.plot(xs, [c.requests.ttft.p99 for c in cs], "s--", label="p99")
         _mark_cells(ax, run.cells, _kb, 0)
         ax.legend(fontsize=7)
     save(fig, "ttft_vs_concurrency.png")
@@ -263,23 +264,23 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                       "aggregate tok/s")
     for ax, run in zip(axes, runs):
         for group in MODES:
-            cs = sorted((c for c in _ok(run.cells) if (c.mode or "instances") == group and c.per_stream_tps),
+            cs = sorted((c for c in _ok(run.cells) if (c.mode or "instances") == group and c.requests.per_stream_tps),
                         key=_throughput)
             if cs:
-                ax.plot([c.output_throughput for c in cs], [c.per_stream_tps for c in cs], "o-", label=group)
+                ax.plot([c.output_throughput for c in cs], [c.requests.per_stream_tps for c in cs], "o-", label=group)
                 for c in cs:
-                    ax.annotate(f"K{c.k}B{c.b}", (c.output_throughput, c.per_stream_tps), fontsize=6,
+                    ax.annotate(f"K{c.k}B{c.b}", (c.output_throughput, c.requests.per_stream_tps), fontsize=6,
                                 textcoords="offset points", xytext=(3, 3))
         ax.legend(fontsize=7)
     save(fig, "pareto.png")
 
-    if any(c.goodput_tps is not None for run in runs for c in run.cells):
+    if any(c.goodput.tps is not None for run in runs for c in run.cells):
         fig, axes = _axes(plt, runs, "Goodput vs load (requests within the SLO), the knee marked", "goodput tok/s",
                           "concurrency (achieved)")
         for ax, run in zip(axes, runs):
-            cs = sorted((c for c in _ok(run.cells) if c.goodput_tps is not None), key=_concurrency)
+            cs = sorted((c for c in _ok(run.cells) if c.goodput.tps is not None), key=_concurrency)
             xs = [_concurrency(c) for c in cs]
-            ax.plot(xs, [c.goodput_tps for c in cs], "o-", label="goodput")
+            ax.plot(xs, [c.goodput.tps for c in cs], "o-", label="goodput")
             ax.plot(xs, [c.output_throughput for c in cs], "x--", alpha=0.5, label="all tokens")
             knee = _knee(run, cs)
             if knee is not None:
@@ -287,7 +288,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             ax.legend(fontsize=7)
         save(fig, "goodput_vs_load.png")
 
-    if any(c.usd_per_mtok is not None for run in runs for c in run.cells):
+    if any(c.cost and c.cost.usd_per_mtok is not None for run in runs for c in run.cells):
         fig, axes = _axes(plt, runs, "The cost of a token vs concurrency", "$ per million output tokens",
                           "concurrency (achieved)")
         for ax, run in zip(axes, runs):
@@ -296,15 +297,15 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             ax.legend(fontsize=7)
         save(fig, "cost_vs_concurrency.png")
 
-    if any(c.ttft_by_turn for run in runs for c in run.cells):  # multi-turn sessions: every run on one axes
+    if any(c.turns.ttft_by_turn for run in runs for c in run.cells):  # multi-turn sessions: every run on one axes
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.set_title("TTFT p50 by turn of the session (queue-inclusive), labelled with the prefix cache", fontsize=9)
         for run in runs:
-            for c in (c for c in _ok(run.cells) if c.ttft_by_turn):
-                turns = c.ttft_by_turn
+            for c in (c for c in _ok(run.cells) if c.turns.ttft_by_turn):
+                turns = c.turns.ttft_by_turn
                 assert turns is not None  # the cells picked have turns
                 ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
-                        label=f"{run.name} K{c.k}B{c.b}, prefix cache {c.prefix_cache or '?'}")
+                        label=f"{run.name} K{c.k}B{c.b}, prefix cache {c.turns.prefix_cache or '?'}")
         ax.set_xlabel("turn")
         from matplotlib.ticker import MaxNLocator
 
@@ -320,7 +321,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
     for ax, run in zip(axes, runs):
         cs = run.cells
         labels = [f"K{c.k}B{c.b}" + (f"\n{c.context}" if c.context else "") for c in cs]
-        rss = [c.rss_gb_sum or 0.0 for c in cs]
+        rss = [c.machine.rss_gb_sum or 0.0 for c in cs]
         swap = [_peak_swap(run, c) for c in cs]
         xs = list(range(len(cs)))
         ax.bar([x - 0.2 for x in xs], rss, width=0.4, label="workers' RSS sum")
@@ -368,7 +369,7 @@ def render(runs: list[Run], out: Path) -> list[Path]:
 
 
 def _peak_swap(run: Run, cell: Cell) -> float | None:
-    span = cell.span_ns
+    span = cell.timing.span_ns
     if not run.samples or not span:
         return None
     vals = [s["system"]["swap_used"] for s in run.samples if span[0] <= s["t_ns"] <= span[1]]
@@ -391,8 +392,8 @@ def _heat_lines(run: Run) -> list[str]:
         burst, sustained = bs
         out.append(f"- K={c.k} B={c.b}: burst {burst:.1f} tok/s (its first fifth), sustained {sustained:.1f} "
                    f"(its last half): {(sustained - burst) / burst:+.0%}" if burst else "")
-        if c.thermal:
-            out[-1] += f"; thermal {c.thermal}"
+        if c.machine.thermal:
+            out[-1] += f"; thermal {c.machine.thermal}"
     return ["", "Burst vs sustained (cells of 30 s or more):", *out] if out else []
 
 
@@ -427,18 +428,18 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:
             status = _status(c)
-            note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c) + client_note(c)
+            note = ("NOISY" if c.noisy else "") + answer_notes(c) + turn_note(c.turns) + client_note(c)
             if status != "ok":
                 note = c.reason or ""
-            elif c.arrivals or c.behind_schedule:  # the load generator's lateness (open loop)
-                note += (f" {c.arrivals or ''}, sent late p50/p99 {_f(c.lateness_p50_ms)}/"
-                         f"{_f(c.lateness_p99_ms)} ms" + (" BEHIND SCHEDULE" if c.behind_schedule else ""))
+            elif c.load.arrivals or c.load.behind_schedule:  # the load generator's lateness (open loop)
+                note += (f" {c.load.arrivals or ''}, sent late p50/p99 {_f(c.load.lateness.p50)}/"
+                         f"{_f(c.load.lateness.p99)} ms" + (" BEHIND SCHEDULE" if c.load.behind_schedule else ""))
             lines.append(
                 f"| {c.k} | {c.b} | {c.context or '—'} | {status} | {_f(c.output_throughput)} | "
-                f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.median_tpot_ms)} | "
-                f"{_f(c.median_ttft_ms, '.0f')} | "
-                f"{M.p99_mark(c.completed)}{_f(c.p99_ttft_ms, '.0f')} | "
-                f"{_f(c.rss_gb_sum, '.2f')} | {_f(c.bandwidth_gbps, '.2f')} | "
+                f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.requests.tpot.p50)} | "
+                f"{_f(c.requests.ttft.p50, '.0f')} | "
+                f"{M.p99_mark(c.requests.completed)}{_f(c.requests.ttft.p99, '.0f')} | "
+                f"{_f(c.machine.rss_gb_sum, '.2f')} | {_f(c.bandwidth.gbps, '.2f')} | "
                 f"{_f(c.cv, '.3f')} | {note} |")
         lines += _heat_lines(run)
         lines.append("")
@@ -536,7 +537,7 @@ def report(paths: list[str], out: Path, crossover_of_two: bool = False,
     if combined:
         runs = [combine(runs)]
         out.mkdir(parents=True, exist_ok=True)  # the combined cells as numbers, every figure exact
-        (out / "combined.json").write_text(json.dumps([c.to_dict() for c in runs[0].cells], indent=2, default=str))
+        (out / "combined.json").write_text(json.dumps([c.to_json() for c in runs[0].cells], indent=2, default=str))
     if crossover_of_two and len(runs) != 2:
         raise ReportError("--crossover compares exactly two runs (e.g. this machine's bench output and a server's)")
     files = render(runs, out)

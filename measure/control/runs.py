@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
 from measure.core.recorder import read_jsonl
 from measure.core.records import RequestRecord
-from measure.control.cell import Cell, Clients, Periods, as_cell
-from measure.control.sweep import add_scaling, cell_summary
+from measure.control.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
 
 if TYPE_CHECKING:
     from presets import SLO
@@ -75,7 +74,7 @@ def load_run(path: str | Path) -> Run:
     events = [o for o in other if o.get("kind") == "event"]
     summary = p.with_name("summary.json")
     if header.get("command") == "bench" and summary.exists():
-        cells = [Cell.from_dict(c) for c in json.loads(summary.read_text())]
+        cells = [Cell.from_json(c) for c in json.loads(summary.read_text())]
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
         cells = cells_from_records(records, header, samples, events)
     knee = p.with_name("knee.json")
@@ -128,24 +127,22 @@ def combine(runs: list[Run]) -> Run:
     cells = []
     for key in sorted(set().union(*keys)):
         k, b, mode = key
-        assert k is not None and b is not None  # an ok cell names its level (cell_summary sets K and B)
+        assert k is not None and b is not None  # an ok cell names its level (Cell.measure sets K and B)
         parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
         one_clock = _one_clock(runs)
         pooled = [_shifted(rec, one_clock[r.name]) if one_clock else rec
                   for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
         timing = (None if one_clock else
                   Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts]))
-        c = cell_summary(pooled, k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
-                         endpoint_gbps=endpoint_gbps(h0), timing=timing, slo=slo_of(h0),
-                         max_tokens=h0.get("max_tokens"), ignore_eos=bool(h0.get("ignore_eos")))
+        c = Cell.measure(pooled, Spec(k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
+                                      endpoint_gbps=endpoint_gbps(h0), slo=slo_of(h0),
+                                      max_tokens=h0.get("max_tokens"), ignore_eos=bool(h0.get("ignore_eos"))), timing)
         if one_clock:
-            c.update(clients=len(parts), throughput_rule="every client's requests pooled on one clock (each client's "
-                     "times from its --start-at), tokens ÷ first scheduled → last done")
-        c.arrival_rps = _arrival_rps(parts, key, segments)
-        if parts[0][1].arrivals:
-            c.arrivals = parts[0][1].arrivals
-        if segments:
-            c.segments = segments
+            c.timing = TimingNote(clients=len(parts), throughput_rule="every client's requests pooled on one clock "
+                                  "(each client's times from its --start-at), tokens ÷ first scheduled → last done")
+        c.load = replace(c.load, arrival_rps=_arrival_rps(parts, key, segments),
+                         arrivals=parts[0][1].load.arrivals or c.load.arrivals)
+        c.timing = replace(c.timing, segments=segments or None)
         cells.append(c)
     add_scaling(cells)
     header = dict(h0, combined_from=[r.name for r in runs], segment=None, segments=segments,
@@ -248,7 +245,7 @@ def _arrival_rps(parts: list[tuple[Run, Cell]], key: tuple[int | None, int | Non
         times = sorted(rec.t_scheduled_ns - r.header["start_perf_ns"] for r, _ in parts for rec in r.records
                        if (rec.k, rec.b, rec.mode) == key)
         return realised_rate(times)
-    rates = [p.arrival_rps for _, p in parts]
+    rates = [p.load.arrival_rps for _, p in parts]
     return sum(x for x in rates if x is not None) if rates and None not in rates else None  # (a filter for mypy)
 
 
@@ -337,10 +334,11 @@ def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):
         spans = periods.get((k, b, mode))
-        c = cell_summary(recs, k, b, w, header.get("bandwidth_gbps"), mode, header.get("kv_bytes_per_token"),
-                         endpoint_gbps=endpoint_gbps(header), max_tokens=header.get("max_tokens"),
-                         ignore_eos=bool(header.get("ignore_eos")), timing=Periods(spans, records) if spans else None)
-        c.span_ns = M.run_span_ns(recs)
+        c = Cell.measure(recs, Spec(k, b, w, header.get("bandwidth_gbps"), mode, header.get("kv_bytes_per_token"),
+                                    endpoint_gbps=endpoint_gbps(header), max_tokens=header.get("max_tokens"),
+                                    ignore_eos=bool(header.get("ignore_eos"))),
+                         Periods(spans, records) if spans else None)
+        c.timing = replace(c.timing, span_ns=M.run_span_ns(recs))
         cells.append(c)
     add_scaling(cells)
     return cells

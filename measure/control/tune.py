@@ -324,10 +324,11 @@ def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, reques
     out: dict[str, Any] = {"requests": requests, "status": status, "reason": reason, "seconds": round(seconds, 2),
                            "records": records}
     if cell is not None:
+        figures = cell.to_json()  # (summary.json's names)
         for f in ("goodput_tps", "goodput_rps", "slo_attainment", "output_throughput", "p99_ttft_ms",
                   "median_ttft_ms", "median_tpot_ms", "completed", "errors", "achieved_concurrency",
                   "joules_per_token", "usd_per_mtok", "watts", "error_output_throughput", "binding"):
-            v = getattr(cell, f, None)
+            v = figures.get(f)
             if v is not None:
                 out[f] = v
     return out
@@ -726,8 +727,8 @@ def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[s
                                 time.monotonic() - t0, n, rel)
             t = trial_of(cell, "ok", "", time.monotonic() - t0, n, rel)
             t["load_s"] = round(load_s, 2)
-            if cell.errors:
-                t["reason"] = f"{cell.errors} errors"
+            if cell.requests.errors:
+                t["reason"] = f"{cell.requests.errors} errors"
             return t
         finally:
             if src is not None:

@@ -16,7 +16,7 @@ A figure a server does not give is absent (never 0).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
@@ -89,15 +89,28 @@ def live_rates(view: dict[str, float] | None) -> dict[str, float]:
     return out
 
 
-def cache_note(cell: Any) -> str:
+class CacheFigures(Protocol):
+    """A cell's server figures (control/cell.Server)."""
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None: ...
+
+    @property
+    def spec_acceptance_rate(self) -> float | None: ...
+
+    @property
+    def kv_cache_usage_max(self) -> float | None: ...
+
+
+def cache_note(server: CacheFigures) -> str:
     """The bench table's note: hit rate, acceptance, KV peak, where the server gave them."""
     note = ""
-    if cell.get("prefix_cache_hit_rate") is not None:
-        note += f" prefix-cache hits {cell['prefix_cache_hit_rate']:.0%}"
-    if cell.get("spec_acceptance_rate") is not None:
-        note += f" draft acceptance {cell['spec_acceptance_rate']:.0%}"
-    if cell.get("kv_cache_usage_max") is not None:
-        note += f" KV max {cell['kv_cache_usage_max']:.0%}"
+    if server.prefix_cache_hit_rate is not None:
+        note += f" prefix-cache hits {server.prefix_cache_hit_rate:.0%}"
+    if server.spec_acceptance_rate is not None:
+        note += f" draft acceptance {server.spec_acceptance_rate:.0%}"
+    if server.kv_cache_usage_max is not None:
+        note += f" KV max {server.kv_cache_usage_max:.0%}"
     return note
 
 

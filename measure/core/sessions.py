@@ -309,25 +309,27 @@ def prefix_cache_label(records: Iterable[RequestRecord]) -> str | None:
     return None
 
 
-class _Figures(Protocol):
-    """A cell's figures by name: summary.json's dict, or a control.cell.Cell (which reads the same way)."""
+class TurnFigures(Protocol):
+    """A cell's multi-turn figures (control/cell.Turns)."""
 
-    def get(self, key: str, default: Any = None, /) -> Any: ...
+    @property
+    def ttft_by_turn(self) -> dict[str, Any] | None: ...
 
-    def __getitem__(self, key: str, /) -> Any: ...
+    @property
+    def prefix_cache(self) -> str | None: ...
 
 
-def turn_note(cell: _Figures) -> str:
+def turn_note(turns: TurnFigures) -> str:
     """The bench table's and report's note: TTFT p50 by turn, labelled with the prefix-cache setting."""
-    turns = cell.get("ttft_by_turn")
-    if not turns:
+    by_turn = turns.ttft_by_turn
+    if not by_turn:
         return ""
-    label = f" (prefix cache {cell['prefix_cache']})" if cell.get("prefix_cache") else ""
-    ttft = " ".join(f"{t}:{v['median_ttft_ms']:.0f}" for t, v in turns.items())
+    label = f" (prefix cache {turns.prefix_cache})" if turns.prefix_cache else ""
+    ttft = " ".join(f"{t}:{v['median_ttft_ms']:.0f}" for t, v in by_turn.items())
     note = f" TTFT p50 by turn{label} {ttft} ms"
-    if all("median_prefilled_tokens" in v and "median_prompt_tokens" in v for v in turns.values()):
+    if all("median_prefilled_tokens" in v and "median_prompt_tokens" in v for v in by_turn.values()):
         note += "; prefilled/prompt tokens " + " ".join(
-            f"{t}:{v['median_prefilled_tokens']:.0f}/{v['median_prompt_tokens']:.0f}" for t, v in turns.items())
+            f"{t}:{v['median_prefilled_tokens']:.0f}/{v['median_prompt_tokens']:.0f}" for t, v in by_turn.items())
     return note
 
 
