@@ -174,7 +174,7 @@ class InferenceTop(App):
 
     def view(self) -> View:
         """What the panels show besides the snapshot (tui/panels.py)."""
-        return View(self.c.info, self.model_title, self.c.banner(), self.c.settings.slo,
+        return View(self.c.info, self.model_title, self.c.banner() or "", self.c.settings.slo,
                     self.c.settings.memory_budget_source, self.steps_view)
 
     def _render_header(self, s: Snapshot) -> Text:

@@ -321,7 +321,8 @@ def pareto_chart(rows: Sequence[StepRow]) -> ChartData:
     """One point per settled level: per-user tok/s against aggregate tok/s (keyed by the points: redrawn when a
     level settles, not every sample)."""
     rows = [r for r in rows if r.settled and r.agg_tps and r.per_user_tps]
-    xs, ys = [r.agg_tps for r in rows], [r.per_user_tps for r in rows]
+    xs = [r.agg_tps or 0.0 for r in rows]  # (each one given: the rows are filtered on them)
+    ys = [r.per_user_tps or 0.0 for r in rows]
     return ChartData((tuple(xs), tuple(ys)), [("settled levels", xs, ys, "cyan", "line")],
                      x_range=(0.0, max([r.agg_tps or 0.0 for r in rows], default=1.0) * 1.1))
 
