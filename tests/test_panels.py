@@ -13,7 +13,7 @@ from measure.control.steps import StepRow
 from measure.core.probes import SystemSample
 from presets import slo
 from tui.panels import (CHART_BW, CHART_PARETO, View, chart_text, pareto_chart, render_clients, render_gauges,
-                        render_header, render_numbers, render_step_table, render_workers, series_charts)
+                        render_header, render_log, render_numbers, render_step_table, render_workers, series_charts)
 
 DATA = Path(__file__).parent / "data" / "panels"
 GiB = 2**30
@@ -74,6 +74,14 @@ def test_workers_and_clients():
              "requests": None, "errors": None}]
     total = {"tps": 350.0, "requests": 42, "errors": 1, "clients": 1, "down": 1}
     golden("workers.txt", render_clients(render_workers(SNAP), rows, total).plain)
+
+
+def test_log_lines_after_the_last_seen():
+    log = ((1, 0.5, "info", "serving default"), (2, 12.25, "warn", "K=3 refused"), (3, 13.0, "error", "worker 1 died"))
+    got = render_log(log, 1)
+    assert [(seq, line.plain, err) for seq, line, err in got] == [
+        (2, "   12.2s warn  K=3 refused", None), (3, "   13.0s error worker 1 died", "worker 1 died")]
+    assert str(got[1][1].style) == "red" and render_log(log, 3) == []
 
 
 def test_step_table():

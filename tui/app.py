@@ -20,9 +20,9 @@ from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
 from measure.core.records import is_remote
 from tui.charts import Chart, Panel, TablePanel
-from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, pareto_chart,
-                        render_clients, render_gauges, render_header, render_numbers, render_step_table,
-                        render_workers, series_charts)
+from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, pareto_chart, render_clients,
+                        render_gauges, render_header, render_log, render_numbers, render_step_table, render_workers,
+                        series_charts)
 from tui.panels import bar, wall_name  # noqa: F401  # where tests and callers found them before tui/panels.py
 from tui.signals import hold, quit_on_signals
 
@@ -202,13 +202,11 @@ class InferenceTop(App):
 
     def _append_log(self, s: Snapshot) -> None:
         log = self.query_one("#log", RichLog)
-        for seq, t, level, text in s.log:
-            if seq <= self._log_seen:
-                continue
+        for seq, line, error in render_log(s.log, self._log_seen):
             self._log_seen = seq
-            log.write(Text(f"{t:7.1f}s {level:5} {text}", "red" if level == "error" else ""))
-            if level == "error":
-                self.notify(text, severity="error", timeout=STICKY)
+            log.write(line)
+            if error is not None:
+                self.notify(error, severity="error", timeout=STICKY)
 
     # ---- actions -----------------------------------------------------------------------------
     def _refuse(self, msg: str | None) -> None:

@@ -279,6 +279,14 @@ def render_clients(t: Text, rows: Sequence[dict[str, Any]], total: dict[str, Any
     return t
 
 
+# ---- the log -----------------------------------------------------------------------------------------------------
+def render_log(log: Sequence[tuple[int, float, str, str]], seen: int) -> list[tuple[int, Text, str | None]]:
+    """The log's lines after sequence number `seen` (the snapshot's log: (seq, t, level, text)), each as (seq, its
+    line, its text where it is an error: the dashboard also notifies it, and the notification stays up)."""
+    return [(seq, Text(f"{t:7.1f}s {level:5} {text}", "red" if level == "error" else ""),
+             text if level == "error" else None) for seq, t, level, text in log if seq > seen]
+
+
 # ---- the step table -----------------------------------------------------------------------------------------------
 def render_step_table(rows: Sequence[StepRow], slo: SLO | None) -> Text:
     """The step table, a row per line and never wrapped: the wall by its name (its figures are on the numbers
