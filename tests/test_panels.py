@@ -102,7 +102,7 @@ def test_charts():
 # ---- `e` on a worker ----------------------------------------------------------------------------------------------
 @pytest.mark.asyncio
 async def test_a_slow_export_runs_on_a_worker_while_the_screen_refreshes(tmp_path, monkeypatch):
-    """The export sleeps 2.5 s; meanwhile the dashboard's own 1 Hz refresh keeps repainting the header (its clock
+    """The export sleeps 3 s; meanwhile the dashboard's own 1 Hz refresh keeps repainting the header (its clock
     moves: the simulated fleet is advanced here), and the export then finishes with its notification."""
     from sim import run_for, sim_controller
     from tui.app import InferenceTop
@@ -117,7 +117,7 @@ async def test_a_slow_export_runs_on_a_worker_while_the_screen_refreshes(tmp_pat
     def slow_export(path=None):
         span["thread"] = threading.current_thread()
         span["start"] = time.monotonic()
-        time.sleep(2.5)
+        time.sleep(3.0)
         out = real_export(path)
         span["end"] = time.monotonic()
         return out
