@@ -59,11 +59,11 @@ def one_client(url: str, a, rate: float, procs: int) -> dict:
 
 
 def ray_clients(url: str, a, rate: float, address: str) -> dict:
-    from measure.control.cluster import run_cluster
+    from measure.control.cluster import ClusterSpec, run_cluster
 
     plan, cfg = _plan(url, a, rate, 1)
     out = Path(tempfile.mkdtemp(prefix="it-ray-"))
-    run = run_cluster(address, a.clients, None, plan, cfg, plan.header({"command": "bench"}), out,
+    run = run_cluster(ClusterSpec(address, a.clients), plan, cfg, plan.header({"command": "bench"}), out,
                       say=lambda m: print(f"  {m}", flush=True))
     recs = [r for c in run.clients for r in c.records]
     lv = H.level(f"{a.clients} Ray actors", a.streams, recs, a, offered_tps=rate * a.tokens)

@@ -379,6 +379,71 @@ class _ArrivalClock:
             self.proto = None
 
 
+async def _refusal(r: aiohttp.ClientResponse, shown: str) -> str | None:
+    """Why the server's answer is not a stream to read (an HTTP error, another content type); None: it is one."""
+    if r.status >= 400:
+        text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
+        retry = r.headers.get("retry-after")
+        return f"HTTP {r.status} from {shown}: {text}" + (f" (retry after {retry} s)" if retry else "")
+    ctype = r.headers.get("content-type", "")
+    if "text/event-stream" not in ctype:
+        return f"not a stream: {shown} answered content-type {ctype or 'none'} (is stream supported?)"
+    return None
+
+
+async def _read_events(r: aiohttp.ClientResponse, clock: _ArrivalClock, res: StreamResult, counter: _Counter,
+                       read_to_end: bool) -> bool | None:
+    """The stream's events counted as they come: True at [DONE], False where the body ended without it, None at
+    a line that is not JSON (res.error says which)."""
+    import asyncio
+
+    import aiohttp
+
+    offset = 0  # the body's bytes read so far
+    async for raw in r.content:
+        offset += len(raw)
+        if not raw.startswith(b"data:"):
+            continue
+        t = clock.at(offset)  # when the chunk's last byte came off the socket
+        data = raw[5:].strip()
+        if data == b"[DONE]":
+            if read_to_end and not r.content.is_eof():  # (the body's end has mostly come with [DONE])
+                try:
+                    await asyncio.wait_for(r.content.read(), 0.05)
+                except (asyncio.TimeoutError, aiohttp.ClientError):
+                    pass
+            return True
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
+            return None
+        counter.chunk(chunk, t)
+    return False
+
+
+def _failure(exc: BaseException, shown: str, stall_s: float, answered: bool) -> tuple[str, bool, bool]:
+    """What a request's exception says: (its error, whether the server is unreachable, whether the connection
+    dropped before any answer came: then it is sent once more)."""
+    import asyncio
+
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"cannot connect to {shown}: {exc}", True, False
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"stalled: no data from {shown} for {stall_s:g} s", False, False
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return f"stream broken mid-body (truncated: did the server stop?): {exc}", True, False
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        return f"{type(exc).__name__} talking to {shown}: {exc}", True, not answered
+    if isinstance(exc, aiohttp.ClientError):
+        return f"{type(exc).__name__} talking to {shown}: {exc}", False, False
+    # ValueError, HttpProcessingError: a line beyond aiohttp's buffer
+    return (f"unreadable stream from {shown}: "
+            f"{str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"), False, False
+
+
 def new_session(connections: int = 1) -> aiohttp.ClientSession:
     """An aiohttp session for streams: one per stream slot (a connection kept alive across its requests)."""
     import aiohttp
@@ -422,7 +487,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
     import aiohttp.http_exceptions
 
     res = StreamResult()
-    done = False
+    done: bool | None = False
     counter = _Counter(res, on_tokens)
     shown = public_url(url)
     if shown != url and any(k.lower() == "authorization" for k in headers):
@@ -434,56 +499,20 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
         async with session.post(url, data=data, headers={"Content-Type": "application/json", **headers},
                                 timeout=timeout) as r:
             answered = True
-            if r.status >= 400:
-                text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
-                retry = r.headers.get("retry-after")
-                res.error = f"HTTP {r.status} from {shown}: {text}" + (f" (retry after {retry} s)" if retry else "")
-                return res, False
-            ctype = r.headers.get("content-type", "")
-            if "text/event-stream" not in ctype:
-                res.error = f"not a stream: {shown} answered content-type {ctype or 'none'} (is stream supported?)"
+            if (refused := await _refusal(r, shown)) is not None:
+                res.error = refused
                 return res, False
             clock = _ArrivalClock(r)
-            offset = 0  # the body's bytes read so far
             try:
-                async for raw in r.content:
-                    offset += len(raw)
-                    if not raw.startswith(b"data:"):
-                        continue
-                    t = clock.at(offset)  # when the chunk's last byte came off the socket
-                    data = raw[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        if read_to_end and not r.content.is_eof():  # (the body's end has mostly come with [DONE])
-                            try:
-                                await asyncio.wait_for(r.content.read(), 0.05)
-                            except (asyncio.TimeoutError, aiohttp.ClientError):
-                                pass
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
-                        return res, False
-                    counter.chunk(chunk, t)
+                done = await _read_events(r, clock, res, counter, read_to_end)
             finally:
                 clock.close()
-    except aiohttp.ClientConnectorError as exc:
-        res.error = f"cannot connect to {shown}: {exc}"
-        res.unreachable = True
-    except asyncio.TimeoutError:
-        res.error = f"stalled: no data from {shown} for {stall_s:g} s"
-    except aiohttp.ClientPayloadError as exc:
-        res.error = f"stream broken mid-body (truncated: did the server stop?): {exc}"
-        res.unreachable = True
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
-        res.unreachable = True
-        dropped = not answered
-    except aiohttp.ClientError as exc:
-        res.error = f"{type(exc).__name__} talking to {shown}: {exc}"
-    except (ValueError, aiohttp.http_exceptions.HttpProcessingError) as exc:  # a line beyond aiohttp's buffer
-        res.error = f"unreadable stream from {shown}: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}"
+            if done is None:  # malformed JSON: said in res.error
+                return res, False
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, aiohttp.http_exceptions.HttpProcessingError) as exc:
+        res.error, unreachable, dropped = _failure(exc, shown, stall_s, answered)
+        if unreachable:
+            res.unreachable = True
     counter.finish()
     if res.error is None and not done:
         res.error = "stream ended without [DONE] (truncated: did the server interrupt it?)"

@@ -273,33 +273,7 @@ class LlamaBatch:
         from time import perf_counter_ns
 
         lib = self._lib
-        n = 0
-        self._asked = 0  # rows whose logits this step asks for, counted as _put sets their flag
-        outs: list[_Seq] = []
-        # seq_ids in ascending order: llama.cpp splits a batch whose sequences come out of order (with
-        # per-sequence KV streams) into more micro-batches; seen here as 2.2× slower steps at B=8
-        seqs = sorted(self.seqs.values(), key=lambda s: s.slot)
-        for s in seqs:  # decoding sequences: one token each
-            if s.last is not None:
-                self._put(n, s.last, s.n_past, s.slot, True)
-                s.n_past += 1
-                outs.append(s)
-                n += 1
-        for s in seqs:  # admitted sequences: prompt chunks with what room is left
-            left = len(s.prompt) - s.fed
-            if s.last is not None or left <= 0:
-                continue
-            take = min(left, self.n_batch - n)
-            if take <= 0:
-                break
-            for j in range(take):
-                idx = s.fed + j
-                self._put(n + j, s.prompt[idx], s.n_past + j, s.slot, idx == len(s.prompt) - 1)
-            s.fed += take
-            s.n_past += take
-            n += take
-            if s.fed == len(s.prompt):
-                outs.append(s)
+        n, outs = self._fill()
         if n == 0:
             return perf_counter_ns(), [], []
         if not self.ctx:
@@ -336,6 +310,38 @@ class LlamaBatch:
         for key, _ in finished:
             self.remove(key)
         return t, tokens, finished
+
+    def _fill(self) -> tuple[int, list[_Seq]]:
+        """The step's batch: one token of each decoding sequence, then prompt chunks of the admitted ones with
+        what room is left; (rows filled, the sequences whose next token this step gives, in batch order)."""
+        n = 0
+        self._asked = 0  # rows whose logits this step asks for, counted as _put sets their flag
+        outs: list[_Seq] = []
+        # seq_ids in ascending order: llama.cpp splits a batch whose sequences come out of order (with
+        # per-sequence KV streams) into more micro-batches; seen here as 2.2× slower steps at B=8
+        seqs = sorted(self.seqs.values(), key=lambda s: s.slot)
+        for s in seqs:  # decoding sequences: one token each
+            if s.last is not None:
+                self._put(n, s.last, s.n_past, s.slot, True)
+                s.n_past += 1
+                outs.append(s)
+                n += 1
+        for s in seqs:  # admitted sequences: prompt chunks with what room is left
+            left = len(s.prompt) - s.fed
+            if s.last is not None or left <= 0:
+                continue
+            take = min(left, self.n_batch - n)
+            if take <= 0:
+                break
+            for j in range(take):
+                idx = s.fed + j
+                self._put(n + j, s.prompt[idx], s.n_past + j, s.slot, idx == len(s.prompt) - 1)
+            s.fed += take
+            s.n_past += take
+            n += take
+            if s.fed == len(s.prompt):
+                outs.append(s)
+        return n, outs
 
     def remove(self, key: Hashable) -> None:
         s = self.seqs.pop(key, None)

@@ -68,6 +68,7 @@ async def test_export_and_reset(tmp_path, monkeypatch):
     app = InferenceTop(c, live=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("e")
+        await app.workers.wait_for_complete()  # the export runs on a worker thread
         files = list(tmp_path.glob("inference-top-*.json"))
         assert len(files) == 1
         import json

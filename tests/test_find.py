@@ -327,7 +327,7 @@ def test_a_wall_while_bisecting_ends_the_search_too():
 def _tick_series(values, requests=20):
     """Feed the step table one level's tok/s readings at 2 Hz, from 5 s in (warmup over, requests done)."""
     from measure.control.stats import LevelFigures
-    from measure.control.steps import StepTable
+    from measure.control.steps import StepLevel, StepReading, StepTable
 
     figs = LevelFigures()
     for i in range(requests):
@@ -339,7 +339,7 @@ def _tick_series(values, requests=20):
     row = None
     for i, v in enumerate(values):
         now = (5 * NS) + i * NS // 2
-        row = table.tick("K=1 B=4 batch", "batch", 1, 4, 0, now, True, figs, v, 4.0, None, None, None, "")
+        row = table.tick(StepLevel("K=1 B=4 batch", "batch", 1, 4, 0), StepReading(now, True, figs, v, 4.0))
     return row
 
 

@@ -148,7 +148,7 @@ def test_goodput_is_the_settled_rate_times_the_share_of_tokens_that_met_the_slo(
     200 tok/s: goodput = 200 × 600 ÷ 1000 = 120 tok/s, 1.2 req/s, attainment 6/10 (the window's requests),
     whatever the level's age."""
     from measure.control.stats import LevelFigures
-    from measure.control.steps import SETTLE_AFTER_S, StepTable
+    from measure.control.steps import SETTLE_AFTER_S, StepLevel, StepReading, StepTable
     from measure.core.records import RequestRecord
 
     slo = presets.SLO("t", "t", ttft_s=1.0)
@@ -168,7 +168,7 @@ def test_goodput_is_the_settled_rate_times_the_share_of_tokens_that_met_the_slo(
         if tick * 0.5 == 20.0:
             for i in range(10):
                 finish(100 + i, 2.0 if i < 4 else 0.1)
-        row = table.tick("L", "instances", 1, 1, 0, now, True, figs, 200.0, 1.0, None, None, None, "")
+        row = table.tick(StepLevel("L", "instances", 1, 1, 0), StepReading(now, True, figs, 200.0, 1.0))
         if tick * 0.5 < SETTLE_AFTER_S:
             assert not row.settled
     assert row.settled

@@ -338,7 +338,7 @@ def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
 
 def test_a_live_level_is_not_settled_while_its_thermal_state_changes():
     from measure.control.stats import LevelFigures
-    from measure.control.steps import SETTLE_SAMPLES, StepTable
+    from measure.control.steps import SETTLE_SAMPLES, StepLevel, StepReading, StepTable
     from measure.core.units import NS
 
     fig = LevelFigures()
@@ -348,8 +348,8 @@ def test_a_live_level_is_not_settled_while_its_thermal_state_changes():
     table = StepTable()
 
     def tick(t_s, thermal):
-        return table.tick("K=1", "instances", 1, 1, 0, int(t_s * NS), True, fig, 20.0, 1.0, None, None, None,
-                          "none", thermal=thermal)
+        return table.tick(StepLevel("K=1", "instances", 1, 1, 0),
+                          StepReading(int(t_s * NS), True, fig, 20.0, 1.0, wall="none", thermal=thermal))
     t = 5.0
     for _ in range(SETTLE_SAMPLES):
         row = tick(t, "nominal (no warning recorded)")

@@ -89,8 +89,8 @@ def _requests(path: Path):
 
 
 def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_clock(cluster, server, tmp_path):
-    from measure.control.cluster import run_cluster
     from measure.control.cell import Cell, Spec
+    from measure.control.cluster import ClusterSpec, run_cluster
     from measure.control.sweep import run_sweep
     from measure.core.clients import deal
 
@@ -108,7 +108,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
 
     lines: list[str] = []
     try:
-        run = run_cluster(cluster, 2, None, plan, cfg, header, tmp_path, lines.append, on_start=watch)
+        run = run_cluster(ClusterSpec(cluster, 2), plan, cfg, header, tmp_path, lines.append, on_start=watch)
     finally:
         stop.set()
     assert not run.failed and not run.warnings, (run.warnings, lines)
@@ -213,12 +213,12 @@ def test_a_client_killed_or_stalled_mid_run_is_named_its_records_kept_its_unsent
                                                                                               tmp_path):
     """Three clients on two nodes (said: some nodes run two): client 3 killed (SIGKILL) and client 1 stopped
     (SIGSTOP) while the schedule runs, client 2 goes on to the end."""
-    from measure.control.cluster import STALL_S, run_cluster
+    from measure.control.cluster import STALL_S, ClusterSpec, run_cluster
 
     plan, cfg, header = _plan(server, requests=60)  # 1.5 s of schedule from 1 s after the start
     said: list[tuple[float, str]] = []
     fired: dict[int, float] = {}
-    run = run_cluster(cluster, 3, None, plan, cfg, header, tmp_path, lambda m: said.append((time.monotonic(), m)),
+    run = run_cluster(ClusterSpec(cluster, 3), plan, cfg, header, tmp_path, lambda m: said.append((time.monotonic(), m)),
                       lost_s=STALL_S + 0.6,
                       on_start=lambda cs: _signal_later(cs, [(1.4, signal.SIGSTOP, 0), (1.6, signal.SIGKILL, 2)],
                                                         fired))

@@ -50,6 +50,7 @@ async def test_e_in_a_replay_exports_the_moment_shown(tmp_path, monkeypatch):
         shown = r.snapshot()
         assert shown.k == 1
         await pilot.press("e")
+        await app.workers.wait_for_complete()  # the export runs on a worker thread
         assert app.is_running
         files = exported(tmp_path)
         assert len(files) == 1, "e wrote no export"

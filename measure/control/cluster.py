@@ -276,25 +276,31 @@ def _connect(ray: Any, address: str) -> None:
             signal.signal(signal.SIGTERM, on_term)
 
 
-def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: RunPlan, cfg: SweepConfig,
-                header: dict[str, Any], out: Path, say: Callable[[str], None] = print, lost_s: float = LOST_S,
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where the bench's clients run: the Ray cluster's address, how many client actors (None: one per node of
+    the cluster) and their shares of the schedule (--weights; None: equal)."""
+
+    address: str
+    n: int | None = None
+    weights: list[int] | None = None
+
+
+def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict[str, Any], out: Path,
+                say: Callable[[str], None] = print, lost_s: float = LOST_S,
                 on_start: Callable[[list[Client]], None] | None = None) -> ClusterRun:
-    """The bench's one load from N client actors (None: one per node); records.jsonl and the combined cell in `out` (the caller writes
+    """The bench's one load from N client actors; records.jsonl and the combined cell in `out` (the caller writes
     the summary). `header`: the run's header (plan.header(…)); the clients' fields are added. ClusterError where
     it cannot start. `on_start` is called with the clients once they run (the tests stop one there)."""
     ray = _ray()
-    pgs: Any = importlib.import_module("ray.util.placement_group")  # (Any: mypy never needs Ray installed)
-    strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
-    placement_group, remove_placement_group = pgs.placement_group, pgs.remove_placement_group
-    PlacementGroupSchedulingStrategy = strategies.PlacementGroupSchedulingStrategy  # noqa: N806 - Ray's name
-
     joined = not ray.is_initialized()
     if joined:
-        _connect(ray, address)
+        _connect(ray, spec.address)
     clients: list[Client] = []
     pg = None
     try:
         nodes = [x for x in ray.nodes() if x.get("Alive")]
+        n = spec.n
         if n is None:
             n = len(nodes)
             say(f"--clients not given: one client per node of the cluster, {n}")
@@ -303,52 +309,20 @@ def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: Ru
         if not spread:
             say(f"the cluster has {len(nodes)} node{'s' * (len(nodes) != 1)} for {n} clients: some nodes run more "
                 "than one client (their share of a machine is not a machine)")
-        pg = placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD" if spread else "SPREAD")
-        try:
-            ray.get(pg.ready(), timeout=PLACE_S)
-        except ray.exceptions.GetTimeoutError:
-            raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each"
-                               f"{', one per node' if spread else ''} within {PLACE_S:.0f} s (ray status shows "
-                               "its free CPUs)") from None
-        remote = ray.remote(ClientActor)
-        for c in clients:
-            c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
-                                     scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                         placement_group=pg, placement_group_bundle_index=c.i - 1)).remote()
-        try:
-            infos = ray.get([c.actor.prepare.remote(plan, cfg, c.i, n, weights) for c in clients], timeout=PREPARE_S)
-        except ray.exceptions.GetTimeoutError:
-            raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
-        except ray.exceptions.RayError as exc:
-            cause = getattr(exc, "cause", None)
-            if cause is not None and not isinstance(cause, ImportError):  # its source could not start: its line
-                raise ClusterError(f"a client actor could not start its load: {_why(cause)}") from None
-            raise ClusterError(f"a client actor could not start: {_why(exc)} (is inference-top installed on every "
-                               "node, the same version?)") from None
-        for c, info in zip(clients, infos):
-            c.node_id, c.ip, c.host, c.pid = info["node_id"], info["ip"], info["host"], info["pid"]
-            c.requests, c.version = info["requests"], info["version"]
+        pg = _place(ray, clients, spread)
+        _prepare(ray, clients, plan, cfg, spec.weights)
         warnings = _placement_warnings(clients, plan)
         for w in warnings:
             say(f"warning: {w}")
-        for c in clients:
-            c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
-            say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
-                f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
-        lead_ns = int(LEAD_S * NS)
-        t0 = time.perf_counter_ns() + lead_ns
+        _sync_clocks(ray, clients, cfg, say)
+        t0 = time.perf_counter_ns() + int(LEAD_S * NS)
         start_unix = time.time() + LEAD_S
         runs = {c.i: c.actor.run.remote(t0 + c.offset_ns) for c in clients}
         for c in clients:
             c.state = "running"
         from measure.core.recorder import Recorder
 
-        head = dict(header, segment=None, start_perf_ns=t0, start_at_unix=round(start_unix, 6),
-                    clock_anchor={"unix": start_unix, "perf_ns": t0},
-                    ray={"address": address, "clients": n, "weights": weights, "spread": spread,
-                         "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the "
-                                  "round trip (docs/design.md §24)",
-                         "client_list": [c.header() for c in clients]})
+        head = _run_header(header, clients, spec, spread, t0, start_unix)
         recorder = Recorder(out / "records.jsonl", head, on_error=lambda m: say(f"warning: {m}; later records are "
                                                                                   "not kept"))
         say(f"{n} clients start together in {LEAD_S:.1f} s; records → {out}/records.jsonl")
@@ -363,22 +337,86 @@ def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: Ru
             recorder.close()
         warnings += [f"{c.name} {c.state}: {c.why}; {unsent(c, cfg.requests)}" for c in clients
                      if c.state in ("died", "failed", "lost")]
-        cells = combined_cells(clients, head, weights)
+        cells = combined_cells(clients, head, spec.weights)
         return ClusterRun(cells, clients, warnings)
     finally:
-        for c in clients:
-            if c.actor is not None:
-                try:
-                    ray.kill(c.actor, no_restart=True)
-                except Exception:  # noqa: BLE001,S110 - an actor already gone
-                    pass
-        if pg is not None:
+        _tear_down(ray, clients, pg, joined)
+
+
+def _place(ray: Any, clients: list[Client], spread: bool) -> Any:
+    """A placement group of one CPU per client (one per node where the cluster has the nodes) and an actor in
+    each bundle; the placement group."""
+    pgs: Any = importlib.import_module("ray.util.placement_group")  # (Any: mypy never needs Ray installed)
+    strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
+    PlacementGroupSchedulingStrategy = strategies.PlacementGroupSchedulingStrategy  # noqa: N806 - Ray's name
+    n = len(clients)
+    pg = pgs.placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD" if spread else "SPREAD")
+    try:
+        ray.get(pg.ready(), timeout=PLACE_S)
+    except ray.exceptions.GetTimeoutError:
+        raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each"
+                           f"{', one per node' if spread else ''} within {PLACE_S:.0f} s (ray status shows "
+                           "its free CPUs)") from None
+    remote = ray.remote(ClientActor)
+    for c in clients:
+        c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
+                                 scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                     placement_group=pg, placement_group_bundle_index=c.i - 1)).remote()
+    return pg
+
+
+def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, weights: list[int] | None) -> None:
+    """Each actor makes its source and its share of the schedule; what it says of itself onto its Client."""
+    n = len(clients)
+    try:
+        infos = ray.get([c.actor.prepare.remote(plan, cfg, c.i, n, weights) for c in clients], timeout=PREPARE_S)
+    except ray.exceptions.GetTimeoutError:
+        raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
+    except ray.exceptions.RayError as exc:
+        cause = getattr(exc, "cause", None)
+        if cause is not None and not isinstance(cause, ImportError):  # its source could not start: its line
+            raise ClusterError(f"a client actor could not start its load: {_why(cause)}") from None
+        raise ClusterError(f"a client actor could not start: {_why(exc)} (is inference-top installed on every "
+                           "node, the same version?)") from None
+    for c, info in zip(clients, infos):
+        c.node_id, c.ip, c.host, c.pid = info["node_id"], info["ip"], info["host"], info["pid"]
+        c.requests, c.version = info["requests"], info["version"]
+
+
+def _sync_clocks(ray: Any, clients: list[Client], cfg: SweepConfig, say: Callable[[str], None]) -> None:
+    """Each actor's clock against the driver's, by round trips (docs/design.md §24), said per client."""
+    for c in clients:
+        c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
+        say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
+            f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
+
+
+def _run_header(header: dict[str, Any], clients: list[Client], spec: ClusterSpec, spread: bool, t0: int,
+                start_unix: float) -> dict[str, Any]:
+    """records.jsonl's header: the run's, with the common start and the clients (their clocks)."""
+    return dict(header, segment=None, start_perf_ns=t0, start_at_unix=round(start_unix, 6),
+                clock_anchor={"unix": start_unix, "perf_ns": t0},
+                ray={"address": spec.address, "clients": len(clients), "weights": spec.weights, "spread": spread,
+                     "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the "
+                              "round trip (docs/design.md §24)",
+                     "client_list": [c.header() for c in clients]})
+
+
+def _tear_down(ray: Any, clients: list[Client], pg: Any, joined: bool) -> None:
+    """The actors killed, the placement group removed, and the cluster left where this run joined it."""
+    for c in clients:
+        if c.actor is not None:
             try:
-                remove_placement_group(pg)
-            except Exception:  # noqa: BLE001,S110 - the cluster already gone
+                ray.kill(c.actor, no_restart=True)
+            except Exception:  # noqa: BLE001,S110 - an actor already gone
                 pass
-        if joined:
-            ray.shutdown()
+    if pg is not None:
+        try:
+            importlib.import_module("ray.util.placement_group").remove_placement_group(pg)
+        except Exception:  # noqa: BLE001,S110 - the cluster already gone
+            pass
+    if joined:
+        ray.shutdown()
 
 
 def _why(exc: BaseException) -> str:
@@ -403,86 +441,113 @@ def _placement_warnings(clients: list[Client], plan: RunPlan) -> list[str]:
 def _follow(ray: Any, clients: list[Client], runs: dict[int, Any], recorder: Any, say: Callable[[str], None],
             lost_s: float, limit_s: float) -> None:
     """Poll every client until each is done, died or lost; its records onto the driver's clock, into the file."""
-    from measure.control.runs import _shifted
+    _Follow(ray, clients, runs, recorder, say, lost_s, limit_s).run()
 
-    polls: dict[int, Any] = {}
-    end = time.monotonic() + limit_s
-    next_progress = time.monotonic() + PROGRESS_S
-    live = {c.i: c for c in clients}
 
-    def absorb(c: Client, got: tuple[list[RequestRecord], list[str], int]) -> None:
-        recs, lines, sent = got
-        c.sent = max(c.sent, sent)
-        for line in lines:
-            say(f"  client {c.i}/{c.n}: {line.strip()}")
-        for rec in recs:
-            rec = _shifted(rec, -c.offset_ns)
-            rec.extra = dict(rec.extra or {}, client=c.i)
-            c.records.append(rec)
-            recorder.record(rec)
+class _Follow:
+    """_follow's state: the clients still followed, the polls in flight (one per client, at most one every
+    POLL_S), and the run's end."""
 
-    def gone(c: Client, state: str, why: str) -> None:
-        c.state, c.why = state, why
-        say(f"{c.name} {state}: {why}; its {len(c.records)} records kept")
-        live.pop(c.i, None)
-        polls.pop(c.i, None)
+    def __init__(self, ray: Any, clients: list[Client], runs: dict[int, Any], recorder: Any,
+                 say: Callable[[str], None], lost_s: float, limit_s: float) -> None:
+        self.ray, self.clients, self.runs, self.recorder, self.say = ray, clients, runs, recorder, say
+        self.lost_s, self.limit_s = lost_s, limit_s
+        self.polls: dict[int, Any] = {}
+        self.end = time.monotonic() + limit_s
+        self.next_progress = time.monotonic() + PROGRESS_S
+        self.live = {c.i: c for c in clients}
 
-    while live:
+    def run(self) -> None:
+        while self.live:
+            ready_set = self._wait()
+            for c in list(self.live.values()):
+                self._collect(c, ready_set)
+            self._watch(time.monotonic())
+
+    def _wait(self) -> set[Any]:
+        """A poll sent to each client due one; what became ready within POLL_S (sooner where a poll falls due)."""
         now = time.monotonic()
+        live, polls = self.live, self.polls
         for c in live.values():  # one poll in flight per client, at most one every POLL_S
             if c.i not in polls and now >= (c.asked_at or 0.0) + POLL_S:
                 polls[c.i] = c.actor.take.remote()
                 c.asked_at = now
         due = min(((c.asked_at or now) + POLL_S for c in live.values() if c.i not in polls), default=now + POLL_S)
-        refs = list(polls.values()) + [runs[i] for i in live]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.01, min(POLL_S, due - now)))
-        ready_set = set(ready)
-        for c in list(live.values()):
-            ref = polls.get(c.i)
-            if ref is not None and ref in ready_set:
-                del polls[c.i]
-                try:
-                    absorb(c, ray.get(ref))
-                except ray.exceptions.RayError as exc:
-                    gone(c, "died", _why(exc))
-                    continue
-                if c.stall_said:
-                    say(f"{c.name} answers again")
-                    c.stall_said = False
-            if c.i in live and runs[c.i] in ready_set:
-                try:
-                    c.cells = ray.get(runs[c.i])
-                except ray.exceptions.RayActorError as exc:
-                    gone(c, "died", _why(exc))
-                    continue
-                except ray.exceptions.RayError as exc:  # its load raised (the actor lives): what it said
-                    gone(c, "failed", _why(exc))
-                    continue
-                try:  # what it wrote after the last poll
-                    absorb(c, ray.get(c.actor.take.remote(), timeout=lost_s))
-                except ray.exceptions.RayError as exc:  # (GetTimeoutError is one)
-                    gone(c, "died", f"finished, then its last records were lost: {_why(exc)}")
-                    continue
-                c.state = "done"
-                live.pop(c.i)
-                polls.pop(c.i, None)
-        now = time.monotonic()
-        for c in list(live.values()):
+        refs = list(polls.values()) + [self.runs[i] for i in live]
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=max(0.01, min(POLL_S, due - now)))
+        return set(ready)
+
+    def _collect(self, c: Client, ready_set: set[Any]) -> None:
+        """A client's answered poll absorbed; a client whose run returned: its cells and its last records."""
+        ray = self.ray
+        ref = self.polls.get(c.i)
+        if ref is not None and ref in ready_set:
+            del self.polls[c.i]
+            try:
+                self._absorb(c, ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                self._gone(c, "died", _why(exc))
+                return
+            if c.stall_said:
+                self.say(f"{c.name} answers again")
+                c.stall_said = False
+        if c.i in self.live and self.runs[c.i] in ready_set:
+            try:
+                c.cells = ray.get(self.runs[c.i])
+            except ray.exceptions.RayActorError as exc:
+                self._gone(c, "died", _why(exc))
+                return
+            except ray.exceptions.RayError as exc:  # its load raised (the actor lives): what it said
+                self._gone(c, "failed", _why(exc))
+                return
+            try:  # what it wrote after the last poll
+                self._absorb(c, ray.get(c.actor.take.remote(), timeout=self.lost_s))
+            except ray.exceptions.RayError as exc:  # (GetTimeoutError is one)
+                self._gone(c, "died", f"finished, then its last records were lost: {_why(exc)}")
+                return
+            c.state = "done"
+            self.live.pop(c.i)
+            self.polls.pop(c.i, None)
+
+    def _watch(self, now: float) -> None:
+        """A client silent past STALL_S is said to stall, past lost_s stopped; all are stopped past the limit."""
+        lost_s = self.lost_s
+        for c in list(self.live.values()):
             waited = now - (c.asked_at or now)
-            if c.i in polls and waited > lost_s:
-                ray.kill(c.actor, no_restart=True)
-                gone(c, "lost", f"no answer for {waited:.0f} s (stalled), stopped")
-            elif c.i in polls and waited > STALL_S and not c.stall_said:
-                say(f"{c.name} has not answered for {waited:.0f} s: stalled? (stopped after {lost_s:.0f} s)")
+            if c.i in self.polls and waited > lost_s:
+                self.ray.kill(c.actor, no_restart=True)
+                self._gone(c, "lost", f"no answer for {waited:.0f} s (stalled), stopped")
+            elif c.i in self.polls and waited > STALL_S and not c.stall_said:
+                self.say(f"{c.name} has not answered for {waited:.0f} s: stalled? (stopped after {lost_s:.0f} s)")
                 c.stall_said = True
-        if now > end:
-            for c in list(live.values()):
-                ray.kill(c.actor, no_restart=True)
-                gone(c, "lost", f"still running after {limit_s:.0f} s (the cell's timeout and the start), stopped")
-        if now >= next_progress:
-            next_progress = now + PROGRESS_S
-            say("progress: " + " · ".join(f"{c.i}/{c.n} {c.state} {c.sent}/{c.requests} sent {len(c.records)} done"
-                                          for c in clients))
+        if now > self.end:
+            for c in list(self.live.values()):
+                self.ray.kill(c.actor, no_restart=True)
+                self._gone(c, "lost", f"still running after {self.limit_s:.0f} s (the cell's timeout and the start), "
+                                      "stopped")
+        if now >= self.next_progress:
+            self.next_progress = now + PROGRESS_S
+            self.say("progress: " + " · ".join(f"{c.i}/{c.n} {c.state} {c.sent}/{c.requests} sent "
+                                               f"{len(c.records)} done" for c in self.clients))
+
+    def _absorb(self, c: Client, got: tuple[list[RequestRecord], list[str], int]) -> None:
+        from measure.control.runs import _shifted
+
+        recs, lines, sent = got
+        c.sent = max(c.sent, sent)
+        for line in lines:
+            self.say(f"  client {c.i}/{c.n}: {line.strip()}")
+        for rec in recs:
+            rec = _shifted(rec, -c.offset_ns)
+            rec.extra = dict(rec.extra or {}, client=c.i)
+            c.records.append(rec)
+            self.recorder.record(rec)
+
+    def _gone(self, c: Client, state: str, why: str) -> None:
+        c.state, c.why = state, why
+        self.say(f"{c.name} {state}: {why}; its {len(c.records)} records kept")
+        self.live.pop(c.i, None)
+        self.polls.pop(c.i, None)
 
 
 def unsent(c: Client, total: int) -> str:

@@ -15,13 +15,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from measure.control.admission import Admission
 from measure.control.export import export
 from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
-from measure.control.stats import LiveStats
-from measure.control.steps import StepTable
+from measure.control.stats import LiveStats, Window
+from measure.control.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, PowerMeter, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
@@ -34,6 +34,7 @@ from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted,
 from presets import SLO, Workload
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
     from measure.core.guard import Footprint
     from measure.core.recorder import Recorder
     from measure.core.records import Mode
@@ -76,11 +77,23 @@ class LiveSettings:
     cost: Cost | None = None
 
 
+class LiveHooks(TypedDict, total=False):
+    """What a LiveController reads the world through, where not the machine's own (a replay's recording, a test's
+    fixed readings): the system and process probes and the clock (perf_counter_ns); `watch_wall` False for no
+    wall watch and no power meter (a replay: the recording's WALL is in its samples)."""
+
+    sys_probe: SystemSampler | None
+    procs_probe: ProcessSampler | None
+    clock: Callable[[], int] | None
+    watch_wall: bool
+
+
 class LiveController:
     def __init__(self, source: LoadSource, workload: Workload, settings: LiveSettings,
-                 recorder: Recorder | None = None, sys_probe: SystemSampler | None = None,
-                 procs_probe: ProcessSampler | None = None, clock: Callable[[], int] | None = None,
-                 watch_wall: bool = True, roofline: Roofline | None = None) -> None:
+                 recorder: Recorder | None = None, roofline: Roofline | None = None,
+                 **hooks: Unpack[LiveHooks]) -> None:
+        sys_probe, procs_probe, clock = hooks.get("sys_probe"), hooks.get("procs_probe"), hooks.get("clock")
+        watch_wall = hooks.get("watch_wall", True)
         self.source = source
         self.caps = source.capabilities()
         self.workload = workload
@@ -412,45 +425,24 @@ class LiveController:
             win = self.stats.window(now)
             request_numbers = self.stats.request_numbers()
         p50, p90 = M.percentile(win.tpots, 50), M.percentile(win.tpots, 90)
-        W = self.caps.weight_bytes
         workers = self.source.workers()
-        if self.caps.per_endpoint_bandwidth:  # each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)
-            ep_tpot = {wid: tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
-            bw = M.http_bandwidth(W, ep_tpot.values())
-        else:
-            ep_tpot = {}
-            bw = M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values()))
+        bw, ep_tpot = self._bandwidth(win)
         level = self._predict(workers)
-        eps_gbps = [w.bandwidth_gbps for w in workers] if self.caps.per_endpoint_bandwidth else None
-        if level is not None:
-            pred, pred_tps, pred_by = level.tpot_s, level.aggregate_tps, f"roofline (binding: {level.binding})"
-            if caveat := level.caveat():
-                pred_by += f"; {caveat}"
-        elif (kwb := M.kwb_tpot(self.k, W, self.settings.bandwidth_gbps, self.mode, eps_gbps)) is not None:
-            pred, pred_tps, pred_by = kwb, None, "K·W/β"  # as a bench cell's, in every mode
-        else:
-            pred, pred_tps, pred_by = None, None, ""
+        pred, pred_tps, pred_by = self._predicted(level, workers)
         attainable = self.roofline.attainable_gbps if self.roofline else None
         prev_sys = self._last_sys
         sysv = self._sys.sample()
         self._last_sys = sysv
         self._tps_now = win.agg_tps
         procs = self._procs.sample([w.pid for w in workers if not w.state.gone])
-        rows = tuple(
-            WorkerRow(w.wid, w.pid, str(w.state), w.threads, *_rss_cpu(procs, w), win.per_worker_tps.get(w.wid, 0.0),
-                      w.requests_done,
-                      w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
-                      server=w.server, bandwidth_gbps=w.bandwidth_gbps, error=w.error,
-                      bw_gbps=M.http_bandwidth(W, [ep_tpot.get(w.wid)]).gbps)
-            for w in workers
-        )
+        rows = self._worker_rows(workers, win, ep_tpot, procs)
         # the spec line of several endpoints: Σ β of those in use, where every one's chip is known
         in_use = [w for w in workers if w.streams]
         spec = M.sum_gbps(w.bandwidth_gbps for w in in_use) if self.caps.per_endpoint_bandwidth else None
-        rss_sum = sum(r.rss or 0 for r in rows if r.state not in ("dead", "retired"))
         self.admission.observe([w.rss for w in workers if w.ready_ns and w.rss])
         self._check_wall(prev_sys, sysv, win.agg_tps, now)
-        cpu_sum = sum(r.cpu or 0.0 for r in rows if r.state not in ("dead", "retired"))
+        live_rows = [r for r in rows if r.state not in ("dead", "retired")]
+        cpu_sum = sum(r.cpu or 0.0 for r in live_rows)
         numbers = Numbers(
             **request_numbers, level=self.stats.level_label, agg_tps=win.agg_tps, streams=len(win.tpots),
             concurrency=win.concurrency,
@@ -462,29 +454,17 @@ class LiveController:
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
             ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
-                            level.binding if level else None, not self.caps.local, self.k * self.b,
-                            win.concurrency, sum(r.threads or 0 for r in rows if r.state not in ("dead", "retired"))),
+                                  level.binding if level else None, remote=not self.caps.local,
+                                  streams_asked=self.k * self.b, streams_decoding=win.concurrency,
+                                  threads=sum(r.threads or 0 for r in live_rows)),
         )
         watts = self.power.sample() if self.power else None
         with self._lock:
-            figures = self.stats.figures
-            level_start = self.stats.level_start_ns
-        lk, lb, lmode = self._level_kbm if self._pending else (self.k, self.b, self.mode)
-        row = self.steps.tick(self.stats.level_label, lmode, lk, lb, level_start, now,
-                              self.state(workers) == "steady", figures, win.agg_tps, win.concurrency,
-                              sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal)
-        numbers = replace(numbers, goodput_rps=row.goodput_rps, goodput_tps=row.goodput_tps,
-                          slo_attainment=row.attainment, watts=watts,
-                          joules_per_token=joules_per_token(watts, win.agg_tps),
-                          usd_per_mtok=self.cost.usd_per_mtok(win.agg_tps, watts))
-        table = tuple(self.steps.table())
-        if self.recorder:
-            while self._rows_written < len(self.steps.rows):  # a level left behind, settled: its row
-                self.recorder.write({"kind": "step_row", "t_ns": now,
-                                     **self.steps.rows[self._rows_written].to_dict()})
-                self._rows_written += 1
-        point = Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps)
-        self._history.append(point)
+            figures, level_start = self.stats.figures, self.stats.level_start_ns
+        numbers = self._step_row(numbers, level_start, StepReading(
+            now, self.state(workers) == "steady", figures, win.agg_tps, win.concurrency, sysv.mem_used, bw.gbps,
+            pred_tps, numbers.ceiling, watts, sysv.thermal))
+        self._history.append(Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
             self.recorder.write({
@@ -493,6 +473,32 @@ class LiveController:
                 "workers": [vars(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
                 "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps, "concurrency": win.concurrency,
             })
+        return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))
+
+    def _bandwidth(self, win: Window) -> tuple[M.Bandwidth, dict[int | None, float]]:
+        """The bandwidth product now, and over HTTP each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)."""
+        W = self.caps.weight_bytes
+        if self.caps.per_endpoint_bandwidth:
+            ep_tpot = {wid: tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
+            return M.http_bandwidth(W, ep_tpot.values()), ep_tpot
+        return M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values())), {}
+
+    def _worker_rows(self, workers: list[WorkerInfo], win: Window, ep_tpot: dict[int | None, float],
+                     procs: Mapping[int, tuple[int, float]]) -> tuple[WorkerRow, ...]:
+        W = self.caps.weight_bytes
+        return tuple(
+            WorkerRow(w.wid, w.pid, str(w.state), w.threads, *_rss_cpu(procs, w), win.per_worker_tps.get(w.wid, 0.0),
+                      w.requests_done,
+                      w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
+                      server=w.server, bandwidth_gbps=w.bandwidth_gbps, error=w.error,
+                      bw_gbps=M.http_bandwidth(W, [ep_tpot.get(w.wid)]).gbps)
+            for w in workers
+        )
+
+    def _publish(self, t: float, state: str, rows: tuple[WorkerRow, ...], numbers: Numbers, sysv: SystemSample,
+                 rss_sum: int) -> Snapshot:
+        """The new Snapshot, the one the dashboard reads from now on."""
+        table = tuple(self.steps.table())
         with self._lock:
             self._version += 1
             snap = Snapshot(
@@ -504,6 +510,36 @@ class LiveController:
             )
             self._snapshot = snap
         return snap
+
+    def _predicted(self, level: Prediction | None, workers: list[WorkerInfo]
+                   ) -> tuple[float | None, float | None, str]:
+        """(TPOT, aggregate tok/s, by what): the roofline's level, else K·W/β as a bench cell's, else nothing."""
+        if level is not None:
+            pred_by = f"roofline (binding: {level.binding})"
+            if caveat := level.caveat():
+                pred_by += f"; {caveat}"
+            return level.tpot_s, level.aggregate_tps, pred_by
+        eps_gbps = [w.bandwidth_gbps for w in workers] if self.caps.per_endpoint_bandwidth else None
+        if (kwb := M.kwb_tpot(self.k, self.caps.weight_bytes, self.settings.bandwidth_gbps, self.mode,
+                              eps_gbps)) is not None:
+            return kwb, None, "K·W/β"  # as a bench cell's, in every mode
+        return None, None, ""
+
+    def _step_row(self, numbers: Numbers, level_start: int, reading: StepReading) -> Numbers:
+        """The step table ticked with this reading (a settled row left behind written to the recording); the
+        numbers with the level's goodput, power and cost from its row."""
+        lk, lb, lmode = self._level_kbm if self._pending else (self.k, self.b, self.mode)
+        row = self.steps.tick(StepLevel(self.stats.level_label, lmode, lk, lb, level_start), reading)
+        watts, tps = reading.watts, reading.agg_tps
+        numbers = replace(numbers, goodput_rps=row.goodput_rps, goodput_tps=row.goodput_tps,
+                          slo_attainment=row.attainment, watts=watts, joules_per_token=joules_per_token(watts, tps),
+                          usd_per_mtok=self.cost.usd_per_mtok(tps, watts))
+        if self.recorder:
+            while self._rows_written < len(self.steps.rows):  # a level left behind, settled: its row
+                self.recorder.write({"kind": "step_row", "t_ns": reading.now_ns,
+                                     **self.steps.rows[self._rows_written].to_dict()})
+                self._rows_written += 1
+        return numbers
 
 
 def _rss_cpu(procs: Mapping[int, tuple[int, float]], w: WorkerInfo) -> tuple[int | None, float | None]:

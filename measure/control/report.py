@@ -198,6 +198,7 @@ def render_crossover(runs: list[Run], out: Path) -> tuple[Path, float | None]:
 
 
 def render(runs: list[Run], out: Path) -> list[Path]:
+    """Every chart the runs have data for, as PNGs under `out`, in CHARTS' order; the files written."""
     try:
         import matplotlib
 
@@ -207,15 +208,20 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         raise ReportError("matplotlib is not installed: pip install 'inference-top[report]'") from None
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-
-    def save(fig: Figure, name: str) -> None:
+    for name, chart in CHARTS:
+        fig = chart(plt, runs)
+        if fig is None:  # nothing in these runs to draw it from
+            continue
         fig.tight_layout()
         path = out / name
         fig.savefig(path, dpi=110)
         plt.close(fig)
         files.append(path)
+    return files
 
-    for x, group in (("k", "b"), ("b", "k")):
+
+def _throughput_chart(x: str, group: str) -> Callable[[ModuleType, list[Run]], Figure]:
+    def chart(plt: ModuleType, runs: list[Run]) -> Figure:
         fig, axes = _axes(plt, runs, f"Aggregate throughput vs {x.upper()} (error bars: stdev over reps)",
                           "output tok/s", x.upper())
         for ax, run in zip(axes, runs):
@@ -223,8 +229,11 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             _predicted_series(ax, run.cells, x, group, "output_throughput")
             _mark_cells(ax, run.cells, attrgetter(x), 0)
             ax.legend(fontsize=7)
-        save(fig, f"throughput_vs_{x}.png")
+        return fig
+    return chart
 
+
+def _tpot_chart(plt: ModuleType, runs: list[Run]) -> Figure:
     fig, axes = _axes(plt, runs, "Per-stream TPOT vs K, measured (points) and predicted (dashed)", "median TPOT (ms)",
                       "K")
     for ax, run in zip(axes, runs):
@@ -237,8 +246,10 @@ def render(runs: list[Run], out: Path) -> list[Path]:
             ax.text(0.02, 0.95, "β unknown: no prediction (pass --bandwidth)", transform=ax.transAxes, fontsize=7)
         _mark_cells(ax, run.cells, _k, 0)
         ax.legend(fontsize=7)
-    save(fig, "tpot_vs_k.png")
+    return fig
 
+
+def _bandwidth_chart(plt: ModuleType, runs: list[Run]) -> Figure:
     fig, axes = _axes(plt, runs, "Bandwidth product vs K, against the chip's spec", "GB/s", "K")
     for ax, run in zip(axes, runs):
         _series(ax, run.cells, "k", "b", lambda c: c.bandwidth.gbps or 0.0)
@@ -248,8 +259,10 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         ax.text(0.02, 0.02, formula, transform=ax.transAxes, fontsize=6)
         _mark_cells(ax, run.cells, _k, 0)
         ax.legend(fontsize=7)
-    save(fig, "bandwidth_vs_k.png")
+    return fig
 
+
+def _ttft_chart(plt: ModuleType, runs: list[Run]) -> Figure:
     fig, axes = _axes(plt, runs, "TTFT (queue-inclusive) vs concurrency K×B", "TTFT (ms)", "concurrent users K×B")
     for ax, run in zip(axes, runs):
         cs = sorted(_ok(run.cells), key=_kb)
@@ -258,8 +271,10 @@ def render(runs: list[Run], out: Path) -> list[Path]:
         ax.plot(xs, [c.requests.ttft.p99 for c in cs], "s--", label="p99")
         _mark_cells(ax, run.cells, _kb, 0)
         ax.legend(fontsize=7)
-    save(fig, "ttft_vs_concurrency.png")
+    return fig
 
+
+def _pareto_chart(plt: ModuleType, runs: list[Run]) -> Figure:
     fig, axes = _axes(plt, runs, "Pareto: per-user tok/s vs aggregate tok/s (one point per cell)", "tok/s per user",
                       "aggregate tok/s")
     for ax, run in zip(axes, runs):
@@ -272,51 +287,63 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                     ax.annotate(f"K{c.k}B{c.b}", (c.output_throughput, c.requests.per_stream_tps), fontsize=6,
                                 textcoords="offset points", xytext=(3, 3))
         ax.legend(fontsize=7)
-    save(fig, "pareto.png")
+    return fig
 
-    if any(c.goodput.tps is not None for run in runs for c in run.cells):
-        fig, axes = _axes(plt, runs, "Goodput vs load (requests within the SLO), the knee marked", "goodput tok/s",
-                          "concurrency (achieved)")
-        for ax, run in zip(axes, runs):
-            cs = sorted((c for c in _ok(run.cells) if c.goodput.tps is not None), key=_concurrency)
-            xs = [_concurrency(c) for c in cs]
-            ax.plot(xs, [c.goodput.tps for c in cs], "o-", label="goodput")
-            ax.plot(xs, [c.output_throughput for c in cs], "x--", alpha=0.5, label="all tokens")
-            knee = _knee(run, cs)
-            if knee is not None:
-                ax.axvline(knee[0], color="red", ls=":", label=f"knee: {knee[1]}")
-            ax.legend(fontsize=7)
-        save(fig, "goodput_vs_load.png")
 
-    if any(c.cost and c.cost.usd_per_mtok is not None for run in runs for c in run.cells):
-        fig, axes = _axes(plt, runs, "The cost of a token vs concurrency", "$ per million output tokens",
-                          "concurrency (achieved)")
-        for ax, run in zip(axes, runs):
-            pts = _cost_curve(run)
-            ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=run.header.get("cost") or "")
-            ax.legend(fontsize=7)
-        save(fig, "cost_vs_concurrency.png")
-
-    if any(c.turns.ttft_by_turn for run in runs for c in run.cells):  # multi-turn sessions: every run on one axes
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.set_title("TTFT p50 by turn of the session (queue-inclusive), labelled with the prefix cache", fontsize=9)
-        for run in runs:
-            for c in (c for c in _ok(run.cells) if c.turns.ttft_by_turn):
-                turns = c.turns.ttft_by_turn
-                assert turns is not None  # the cells picked have turns
-                ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
-                        label=f"{run.name} K{c.k}B{c.b}, prefix cache {c.turns.prefix_cache or '?'}")
-        ax.set_xlabel("turn")
-        from matplotlib.ticker import MaxNLocator
-
-        locator = ax.xaxis.get_major_locator()
-        assert isinstance(locator, MaxNLocator)  # a new axes' AutoLocator is one
-        locator.set_params(integer=True)
-        ax.set_ylabel("TTFT p50 (ms)")
+def _goodput_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
+    if not any(c.goodput.tps is not None for run in runs for c in run.cells):
+        return None
+    fig, axes = _axes(plt, runs, "Goodput vs load (requests within the SLO), the knee marked", "goodput tok/s",
+                      "concurrency (achieved)")
+    for ax, run in zip(axes, runs):
+        cs = sorted((c for c in _ok(run.cells) if c.goodput.tps is not None), key=_concurrency)
+        xs = [_concurrency(c) for c in cs]
+        ax.plot(xs, [c.goodput.tps for c in cs], "o-", label="goodput")
+        ax.plot(xs, [c.output_throughput for c in cs], "x--", alpha=0.5, label="all tokens")
+        knee = _knee(run, cs)
+        if knee is not None:
+            ax.axvline(knee[0], color="red", ls=":", label=f"knee: {knee[1]}")
         ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        save(fig, "ttft_by_turn.png")
+    return fig
 
+
+def _cost_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
+    if not any(c.cost and c.cost.usd_per_mtok is not None for run in runs for c in run.cells):
+        return None
+    fig, axes = _axes(plt, runs, "The cost of a token vs concurrency", "$ per million output tokens",
+                      "concurrency (achieved)")
+    for ax, run in zip(axes, runs):
+        pts = _cost_curve(run)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=run.header.get("cost") or "")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def _turns_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
+    """Multi-turn sessions: every run on one axes."""
+    if not any(c.turns.ttft_by_turn for run in runs for c in run.cells):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.set_title("TTFT p50 by turn of the session (queue-inclusive), labelled with the prefix cache", fontsize=9)
+    for run in runs:
+        for c in (c for c in _ok(run.cells) if c.turns.ttft_by_turn):
+            turns = c.turns.ttft_by_turn
+            assert turns is not None  # the cells picked have turns
+            ax.plot([int(t) for t in turns], [v["median_ttft_ms"] for v in turns.values()], "o-",
+                    label=f"{run.name} K{c.k}B{c.b}, prefix cache {c.turns.prefix_cache or '?'}")
+    ax.set_xlabel("turn")
+    from matplotlib.ticker import MaxNLocator
+
+    locator = ax.xaxis.get_major_locator()
+    assert isinstance(locator, MaxNLocator)  # a new axes' AutoLocator is one
+    locator.set_params(integer=True)
+    ax.set_ylabel("TTFT p50 (ms)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return fig  # type: ignore[no-any-return]  # pyplot's subplots is untyped here
+
+
+def _memory_chart(plt: ModuleType, runs: list[Run]) -> Figure:
     fig, axes = _axes(plt, runs, "Peak memory per cell: workers' RSS sum, and swap used", "GB", "cell")
     for ax, run in zip(axes, runs):
         cs = run.cells
@@ -332,40 +359,63 @@ def render(runs: list[Run], out: Path) -> list[Path]:
                 ax.annotate(status, (xi, 0), textcoords="offset points", xytext=(0, 4), ha="center",
                             fontsize=7, color="red")
         ax.legend(fontsize=7)
-    save(fig, "memory_per_cell.png")
+    return fig
 
+
+def _timeline_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
+    """Recorded sessions: tok/s, TPOT and memory over time, a column per recording, its markers drawn."""
     timed = [r for r in runs if r.samples]
-    if timed:
-        fig, axes = plt.subplots(3, len(timed), figsize=(7 * len(timed), 8), sharex="col", squeeze=False)
-        fig.suptitle("Recorded session: the steps as they happened")
-        for col, run in enumerate(timed):
-            t0 = run.samples[0]["t_ns"] - int(run.samples[0].get("t", 0) * NS)
-            ts = [(s["t_ns"] - t0) / NS for s in run.samples]
-            ax = axes[0][col]
-            ax.set_title(run.name, fontsize=9)
-            ax.plot(ts, [s.get("agg_tps") or 0 for s in run.samples], label="aggregate tok/s (5 s window)")
-            ax.set_ylabel("tok/s")
-            ax = axes[1][col]
-            ax.plot(ts, [(s.get("tpot_p50") or float("nan")) * 1e3 for s in run.samples], color="green",
-                    label="per-stream TPOT p50")
-            ax.set_ylabel("TPOT (ms)")
-            ax = axes[2][col]
-            ax.plot(ts, [s["system"]["mem_used"] / 1e9 for s in run.samples], label="memory used")
-            ax.plot(ts, [s["system"]["swap_used"] / 1e9 for s in run.samples], label="swap used")
-            ax.set_ylabel("GB")
-            ax.set_xlabel("seconds")
-            for e in run.events:
-                if e.get("type") == "marker":
-                    x = (e["t_ns"] - t0) / NS
-                    for row in range(3):
-                        axes[row][col].axvline(x, color="magenta", ls=":")
-                    axes[0][col].annotate(e["text"], (x, 0), textcoords="offset points", xytext=(2, 2),
-                                          fontsize=7, color="magenta")
-            for row in range(3):
-                axes[row][col].legend(fontsize=7)
-                axes[row][col].grid(alpha=0.3)
-        save(fig, "timeline.png")
-    return files
+    if not timed:
+        return None
+    fig, axes = plt.subplots(3, len(timed), figsize=(7 * len(timed), 8), sharex="col", squeeze=False)
+    fig.suptitle("Recorded session: the steps as they happened")
+    for col, run in enumerate(timed):
+        t0 = run.samples[0]["t_ns"] - int(run.samples[0].get("t", 0) * NS)
+        ts = [(s["t_ns"] - t0) / NS for s in run.samples]
+        _timeline_column(run, [row[col] for row in axes], ts)
+        for e in run.events:
+            if e.get("type") == "marker":
+                x = (e["t_ns"] - t0) / NS
+                for row in range(3):
+                    axes[row][col].axvline(x, color="magenta", ls=":")
+                axes[0][col].annotate(e["text"], (x, 0), textcoords="offset points", xytext=(2, 2),
+                                      fontsize=7, color="magenta")
+        for row in range(3):
+            axes[row][col].legend(fontsize=7)
+            axes[row][col].grid(alpha=0.3)
+    return fig  # type: ignore[no-any-return]  # pyplot's subplots is untyped here
+
+
+def _timeline_column(run: Run, axes: list[Axes], ts: list[float]) -> None:
+    ax = axes[0]
+    ax.set_title(run.name, fontsize=9)
+    ax.plot(ts, [s.get("agg_tps") or 0 for s in run.samples], label="aggregate tok/s (5 s window)")
+    ax.set_ylabel("tok/s")
+    ax = axes[1]
+    ax.plot(ts, [(s.get("tpot_p50") or float("nan")) * 1e3 for s in run.samples], color="green",
+            label="per-stream TPOT p50")
+    ax.set_ylabel("TPOT (ms)")
+    ax = axes[2]
+    ax.plot(ts, [s["system"]["mem_used"] / 1e9 for s in run.samples], label="memory used")
+    ax.plot(ts, [s["system"]["swap_used"] / 1e9 for s in run.samples], label="swap used")
+    ax.set_ylabel("GB")
+    ax.set_xlabel("seconds")
+
+
+# The report's charts in the order they are drawn: (file name, what draws it; None where the runs lack its data).
+CHARTS: list[tuple[str, Callable[[ModuleType, list[Run]], Figure | None]]] = [
+    ("throughput_vs_k.png", _throughput_chart("k", "b")),
+    ("throughput_vs_b.png", _throughput_chart("b", "k")),
+    ("tpot_vs_k.png", _tpot_chart),
+    ("bandwidth_vs_k.png", _bandwidth_chart),
+    ("ttft_vs_concurrency.png", _ttft_chart),
+    ("pareto.png", _pareto_chart),
+    ("goodput_vs_load.png", _goodput_chart),
+    ("cost_vs_concurrency.png", _cost_chart),
+    ("ttft_by_turn.png", _turns_chart),
+    ("memory_per_cell.png", _memory_chart),
+    ("timeline.png", _timeline_chart),
+]
 
 
 def _peak_swap(run: Run, cell: Cell) -> float | None:

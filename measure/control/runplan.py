@@ -438,6 +438,24 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
     bs = args.b if isinstance(args.b, list) or args.b is None else [args.b]
     seed = getattr(args, "seed", None) or 0
     turns = getattr(args, "turns", None)
+    wl, arrivals = _workload(args, seed, turns)
+    sessions = _sessions(args, turns, arrivals, seed)
+    contexts = getattr(args, "contexts", None) or []
+    max_tokens = args.max_tokens or default_max_tokens
+    ctx = _check_lengths(args, wl, contexts, max_tokens)
+    budget, budget_src = resolve_budget(args.memory_budget)
+    slo, cost = _slo_and_cost(args)
+    common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
+                  max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
+                  force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost,
+                  arrivals=arrivals, sessions=sessions)
+    if remote_engine(args.engine):
+        return _remote_plan(args, common, progress)
+    return _local_plan(args, common, progress)
+
+
+def _workload(args: argparse.Namespace, seed: int, turns: int | None) -> tuple[Workload, ArrivalSpec | None]:
+    """The workload and its arrival process (None: a closed loop)."""
     try:
         wl = resolve_workload(args.workload, prompt_len=getattr(args, "prompt_len", None),
                               output_len=getattr(args, "output_len", None), max_tokens=args.max_tokens, seed=seed,
@@ -449,31 +467,39 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
     if arrivals is not None and arrivals.after is not None and not remote_engine(args.engine):
         raise StartError(f"--workload {wl.key}: its follow-ups are sent after their parents' answers, which only a "
                          "server's stream tells: run it with --engine http --url …")
-    sessions = None
+    return wl, arrivals
+
+
+def _sessions(args: argparse.Namespace, turns: int | None, arrivals: ArrivalSpec | None, seed: int
+              ) -> SessionSpec | None:
+    """--turns: multi-turn sessions against a server, closed loop only."""
     if getattr(args, "think_time", None) is not None and not turns:
         raise StartError("--think-time is the pause between a session's turns: give --turns N with it")
-    if turns:
-        if not remote_engine(args.engine):
-            raise StartError("--turns runs multi-turn sessions against a server (--engine http --url …): a local "
-                             "engine clears its KV cache before every request, so there is no prefix cache to show")
-        if arrivals is not None:
-            raise StartError("--turns: a user sends its next turn after the last answer (a closed loop): drop "
-                             "--rate, --arrivals and trace: workloads")
-        if getattr(args, "contexts", None):
-            raise StartError("--turns: a turn's prompt is the conversation so far: drop --contexts")
-        try:
-            sessions = SessionSpec(turns, parse_think(args.think_time), seed)
-        except SessionError as exc:
-            raise StartError(str(exc)) from None
-    contexts = getattr(args, "contexts", None) or []
+    if not turns:
+        return None
+    if not remote_engine(args.engine):
+        raise StartError("--turns runs multi-turn sessions against a server (--engine http --url …): a local "
+                         "engine clears its KV cache before every request, so there is no prefix cache to show")
+    if arrivals is not None:
+        raise StartError("--turns: a user sends its next turn after the last answer (a closed loop): drop "
+                         "--rate, --arrivals and trace: workloads")
+    if getattr(args, "contexts", None):
+        raise StartError("--turns: a turn's prompt is the conversation so far: drop --contexts")
+    try:
+        return SessionSpec(turns, parse_think(args.think_time), seed)
+    except SessionError as exc:
+        raise StartError(str(exc)) from None
+
+
+def _check_lengths(args: argparse.Namespace, wl: Workload, contexts: list[int], max_tokens: int) -> int:
+    """The context size (--ctx, or the largest of --contexts), once every prompt and answer fits in it."""
     if contexts and isinstance(wl, Dataset):
         raise StartError("--contexts makes its own synthetic prompts (context − max_tokens tokens each): it does not "
                          "combine with --workload FILE, --prompt-len or --output-len")
-    max_tokens = args.max_tokens or default_max_tokens
     if contexts and min(contexts) <= max_tokens:
         raise StartError(f"--contexts {min(contexts)} leaves no room for a prompt with --max-tokens {max_tokens}; "
                          "give contexts above max_tokens")
-    ctx = max([args.ctx, *contexts])
+    ctx: int = max([args.ctx, *contexts])
     long_tokens = wl.long_tokens if wl.long_every else 0
     assert long_tokens is not None  # a mixed workload (long_every) gives its long prompts' length too
     longest = max(wl.synthetic_tokens or 0, long_tokens)
@@ -484,7 +510,10 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
         n = getattr(args, "requests", None) or max(len(getattr(wl, "items", ())), CHECK_DRAWS)
         if why := check_fits(wl, n, max_tokens, ctx):
             raise StartError(why)
-    budget, budget_src = resolve_budget(args.memory_budget)
+    return ctx
+
+
+def _slo_and_cost(args: argparse.Namespace) -> tuple[SLO | None, Cost]:
     try:
         slo = preset_slo(args.slo) if args.slo else None
     except PresetError as exc:
@@ -493,49 +522,55 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
         raise StartError("--hardware-cost and --lifetime go together (the price spread over the hours of service)")
     if args.price_per_hour is not None and args.hardware_cost is not None:
         raise StartError("give --price-per-hour (rented) or --hardware-cost with --lifetime (owned), not both")
-    cost = Cost(args.price_per_hour, args.hardware_cost, args.lifetime, args.kwh_price, args.watts)
-    common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
-                  max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,
-                  force=args.force, memory_budget=budget, memory_budget_source=budget_src, slo=slo, cost=cost,
-                  arrivals=arrivals, sessions=sessions)
-    if remote_engine(args.engine):
-        endpoints = http_endpoints(args)
-        url = endpoints[0].url
-        n = len(endpoints)
-        if args.k is None:  # a user who lists several servers means all of them: K = the endpoints given
-            common["ks"] = ks = [n]
-        if n > 1 and max(ks) > n:
-            raise StartError(f"--k {max(ks)}: only {n} endpoints were given (K = endpoints in use)")
-        try:
-            model_bytes = parse_size(args.model_bytes) if args.model_bytes else 0
-        except GuardError as exc:
-            raise StartError(f"--model-bytes: {exc}") from None
-        try:
-            prefix = PrefixCache.parse(args.prefix_cache or ("on" if getattr(wl, "shares_prefixes", False)
-                                                              else None))  # a trace's block ids: kept by default
-        except ValueError as exc:
-            raise StartError(str(exc)) from None
-        tokenizer = args.tokenizer
-        if tokenizer in (None, "embedded"):
-            from engines.embedded import embedded_model_path
+    return slo, Cost(args.price_per_hour, args.hardware_cost, args.lifetime, args.kwh_price, args.watts)
 
-            tokenizer = str(embedded_model_path(progress or (lambda m: None)))
-        elif tokenizer == "none":
-            tokenizer = None
-        from engines.http_openai import public_url
-        from measure.core.metrics import sum_gbps
 
-        betas = [e.bandwidth_gbps for e in endpoints]
-        where = ("server at " + public_url(url) if n == 1 else
-                 f"{n} endpoints ({', '.join(e.name() for e in endpoints)})")
-        return RunPlan(engine=args.engine,
-                       chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
-                       bandwidth_gbps=sum_gbps(betas),
-                       bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
-                       url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
-                       endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
-                       model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer,
-                       client_procs=getattr(args, "client_procs", 1), cap_open_loop=args.b is not None, **common)
+def _remote_plan(args: argparse.Namespace, common: dict[str, Any], progress: Callable[[str], None] | None
+                 ) -> RunPlan:
+    """--engine http: the endpoints, K over them, the model's bytes, the prefix cache and the tokenizer."""
+    endpoints = http_endpoints(args)
+    url = endpoints[0].url
+    n = len(endpoints)
+    ks = common["ks"]
+    if args.k is None:  # a user who lists several servers means all of them: K = the endpoints given
+        common["ks"] = ks = [n]
+    if n > 1 and max(ks) > n:
+        raise StartError(f"--k {max(ks)}: only {n} endpoints were given (K = endpoints in use)")
+    try:
+        model_bytes = parse_size(args.model_bytes) if args.model_bytes else 0
+    except GuardError as exc:
+        raise StartError(f"--model-bytes: {exc}") from None
+    try:
+        prefix = PrefixCache.parse(args.prefix_cache or ("on" if getattr(common["workload"], "shares_prefixes", False)
+                                                          else None))  # a trace's block ids: kept by default
+    except ValueError as exc:
+        raise StartError(str(exc)) from None
+    tokenizer = args.tokenizer
+    if tokenizer in (None, "embedded"):
+        from engines.embedded import embedded_model_path
+
+        tokenizer = str(embedded_model_path(progress or (lambda m: None)))
+    elif tokenizer == "none":
+        tokenizer = None
+    from engines.http_openai import public_url
+    from measure.core.metrics import sum_gbps
+
+    betas = [e.bandwidth_gbps for e in endpoints]
+    where = ("server at " + public_url(url) if n == 1 else
+             f"{n} endpoints ({', '.join(e.name() for e in endpoints)})")
+    return RunPlan(engine=args.engine,
+                   chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
+                   bandwidth_gbps=sum_gbps(betas),
+                   bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
+                   url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
+                   endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
+                   model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer,
+                   client_procs=getattr(args, "client_procs", 1), cap_open_loop=args.b is not None, **common)
+
+
+def _local_plan(args: argparse.Namespace, common: dict[str, Any], progress: Callable[[str], None] | None
+                ) -> RunPlan:
+    """A local engine: its model resolved and its launch spec built (K workers of --threads each)."""
     if args.url or args.urls or args.model_bytes:
         raise StartError("--url, --urls and --model-bytes apply to --engine http")
     if args.tokenizer is not None:
@@ -546,7 +581,8 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
     chip_name, beta, beta_src = resolve_bandwidth(args.chip, args.bandwidth)
     try:
         choice = resolve_model(args.engine, args.model, progress)
-        spec = build_spec(args.engine, choice, args.threads, ctx, max(ks), not args.no_flash_attn, progress)
+        spec = build_spec(args.engine, choice, args.threads, common["ctx"], max(common["ks"]),
+                          not args.no_flash_attn, progress)
     except (EngineError, GuardError) as exc:
         raise StartError(str(exc)) from None
     plan = RunPlan(engine=args.engine, chip=chip_name, bandwidth_gbps=beta, bandwidth_source=beta_src,

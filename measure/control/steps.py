@@ -85,6 +85,35 @@ def _trend(xs: list[float]) -> float:
     return (statistics.fmean(xs[-h:]) - statistics.fmean(xs[:h])) / m if h and m else 0.0
 
 
+@dataclass(frozen=True)
+class StepLevel:
+    """The K/B level a reading belongs to: its label, mode, K, B and when it began."""
+
+    label: str
+    mode: str
+    k: int
+    b: int
+    start_ns: int
+
+
+@dataclass(frozen=True)
+class StepReading:
+    """One tick's figures for the step table: the aggregate tok/s and achieved concurrency of the window, the
+    level's request figures (stats.LevelFigures), and what the row shows beside them."""
+
+    now_ns: int
+    steady: bool  # every worker ready and the load running (the controller's state "steady")
+    figures: LevelFigures
+    agg_tps: float
+    concurrency: float
+    mem_used: int | None = None
+    bw_gbps: float | None = None
+    predicted_tps: float | None = None
+    wall: str = ""
+    watts: float | None = None
+    thermal: str | None = None
+
+
 class StepTable:
     def __init__(self, slo: SLO | None = None, cost: Cost | None = None):
         self.slo = slo
@@ -101,54 +130,80 @@ class StepTable:
         self._settled: StepRow | None = None  # the current level's row as it last stood settled
         self._heat: tuple[str, int] | None = None  # the thermal state and when it last changed (docs/design.md §21)
 
-    def tick(self, label: str, mode: str, k: int, b: int, level_start_ns: int, now_ns: int, steady: bool,
-             figures: LevelFigures, agg_tps: float, concurrency: float, mem_used: int | None,
-             bw_gbps: float | None, predicted_tps: float | None, wall: str, watts: float | None = None,
-             thermal: str | None = None) -> StepRow:
-        heat = thermal.split(" (")[0] if thermal and not thermal.startswith("unknown") else None
-        if heat and self._heat and heat != self._heat[0]:  # hotter or cooler: the readings before are another
-            self._samples, self._base, self._settled = [], None, None  # machine's; the level settles again
-        if heat and (not self._heat or heat != self._heat[0]):
-            self._heat = (heat, now_ns if self._heat else 0)  # the first reading is not a change
-        if label != self._label:
+    def tick(self, level: StepLevel, r: StepReading) -> StepRow:
+        """The current level's row after this reading (and the row of a level left behind, settled, kept)."""
+        self._track_heat(r.thermal, r.now_ns)
+        if level.label != self._label:
             if self._settled is not None:  # the level left behind keeps its row as it last stood settled
                 self.rows.append(self._settled)
-            self._label, self._start, self._samples, self._base = label, level_start_ns, [], None
+            self._label, self._start, self._samples, self._base = level.label, level.start_ns, [], None
             self._settled = None
-        if not steady and self._settled is not None:
+        if not r.steady and self._settled is not None:
             # a step is pending (new workers load and warm up; the level goes on until they are ready): the
             # row stays as it last stood settled, not re-marked unsettled by the warmup's ticks
             self.current = self._settled
             return self.current
         del self._samples[:-SETTLE_SAMPLES]  # only the last readings count
-        age = (now_ns - level_start_ns) / NS
+        age = (r.now_ns - level.start_ns) / NS
+        figures = r.figures
         if self._base is not None and self._base[0] != id(figures):  # statistics reset: a new window
             self._base = None
-        if steady and age >= SETTLE_AFTER_S:
-            self._samples.append((agg_tps, concurrency))
+        if r.steady and age >= SETTLE_AFTER_S:
+            self._samples.append((r.agg_tps, r.concurrency))
             if self._base is None:
                 self._base = (id(figures), figures.counts())
         recent = self._samples[-SETTLE_SAMPLES:]
         tps = [s[0] for s in recent]
-        cv = M.cv(tps) if len(tps) >= 2 else None
-        # the request figures only change when a request ended: recomputed then, not every tick
-        # (`figures`: stats.LevelFigures, each request's figures computed once as it ended)
+        n_good, p50, ttft50, ttft99 = self._request_figures(level.label, figures)
+        waits = self._waits(level, r, age, n_good, tps)
+        settled = not waits
+        agg = statistics.fmean(tps) if tps else r.agg_tps
+        g = goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
+        usd = self.cost.usd_per_mtok(agg, r.watts) if self.cost and agg else None
+        self.current = StepRow(
+            level.label, level.mode, level.k, level.b, settled,
+            "settled" if settled else "settling: " + ", ".join(waits),
+            statistics.fmean(s[1] for s in recent) if recent else r.concurrency, agg,
+            1 / p50 if p50 else None, p50, ttft50, ttft99, n_good,
+            g.rps if g else None, g.tps if g else None, g.attainment if g else None, r.mem_used, r.bw_gbps,
+            r.predicted_tps, r.wall, r.watts, usd)
+        if settled:
+            self._settled = self.current
+        return self.current
+
+    def _track_heat(self, thermal: str | None, now_ns: int) -> None:
+        """A change of the thermal state: the readings before it are another machine's; the level settles again."""
+        heat = thermal.split(" (")[0] if thermal and not thermal.startswith("unknown") else None
+        if heat and self._heat and heat != self._heat[0]:  # hotter or cooler: the readings before are another
+            self._samples, self._base, self._settled = [], None, None  # machine's; the level settles again
+        if heat and (not self._heat or heat != self._heat[0]):
+            self._heat = (heat, now_ns if self._heat else 0)  # the first reading is not a change
+
+    def _request_figures(self, label: str, figures: LevelFigures) -> tuple[int, float | None, float | None,
+                                                                           float | None]:
+        """(good requests, TPOT p50, TTFT p50, TTFT p99) of the level. They only change when a request ended:
+        recomputed then, not every tick (`figures`: stats.LevelFigures, each request's computed once as it ended)."""
         key = (label, figures.version, id(figures))
         if key != self._figures_key:
             ttfts = figures.ttft[-KEEP:]
             self._figures = (figures.good, M.percentile(figures.tpot[-KEEP:], 50), M.percentile(ttfts, 50),
                              M.percentile(ttfts, 99))
             self._figures_key = key
-        n_good, p50, ttft50, ttft99 = self._figures
+        return self._figures
+
+    def _waits(self, level: StepLevel, r: StepReading, age: float, n_good: int, tps: list[float]) -> list[str]:
+        """What the level still waits for before it settles (none: settled), by the rule in this module's doc."""
         waits = []
-        if age < SETTLE_AFTER_S or not steady:
+        if age < SETTLE_AFTER_S or not r.steady:
             waits.append(f"{max(0.0, SETTLE_AFTER_S - age):.0f} s of warmup")
-        if self._heat and self._heat[1] > level_start_ns and (since := (now_ns - self._heat[1]) / NS) < SETTLE_AFTER_S:
+        if (self._heat and self._heat[1] > level.start_ns
+                and (since := (r.now_ns - self._heat[1]) / NS) < SETTLE_AFTER_S):
             waits.append(f"thermal state now {self._heat[0]} ({since:.0f} s ago)")
         if n_good < SETTLE_REQUESTS:
             waits.append(f"{n_good}/{SETTLE_REQUESTS} requests")
-        if len(recent) < SETTLE_SAMPLES:
-            waits.append(f"{len(recent)}/{SETTLE_SAMPLES} readings")
+        cv = M.cv(tps) if len(tps) >= 2 else None
+        if len(tps) < SETTLE_SAMPLES:
+            waits.append(f"{len(tps)}/{SETTLE_SAMPLES} readings")
         elif cv is None:
             waits.append("tokens flowing")
         elif cv >= SETTLE_CV:
@@ -156,19 +211,7 @@ class StepTable:
         elif abs(trend := _trend(tps)) >= SETTLE_TREND:
             waits.append(f"tok/s {'rising' if trend > 0 else 'falling'} {abs(trend):.0%} over the last "
                          f"{len(tps)} readings")
-        settled = not waits
-        agg = statistics.fmean(tps) if tps else agg_tps
-        g = goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
-        usd = self.cost.usd_per_mtok(agg, watts) if self.cost and agg else None
-        self.current = StepRow(
-            label, mode, k, b, settled, "settled" if settled else "settling: " + ", ".join(waits),
-            statistics.fmean(s[1] for s in recent) if recent else concurrency, agg,
-            1 / p50 if p50 else None, p50, ttft50, ttft99, n_good,
-            g.rps if g else None, g.tps if g else None, g.attainment if g else None, mem_used, bw_gbps,
-            predicted_tps, wall, watts, usd)
-        if settled:
-            self._settled = self.current
-        return self.current
+        return waits
 
     def table(self) -> list[StepRow]:
         """The settled rows and the current level's, the best marked: the most goodput where an SLO is set,

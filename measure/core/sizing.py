@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from measure.core.roofline import Machine, Prediction
     from measure.core.work import WorkModel
 
@@ -19,14 +21,23 @@ class PlanError(ValueError):
     """A plan the command cannot make: one line saying why."""
 
 
+class PlanMachine(TypedDict, total=False):
+    """plan's keywords on the machine: the runtime overhead an engine holds beside its weights (bytes), and
+    whether its memory is unified (an Apple Silicon Mac)."""
+
+    overhead: int
+    unified: bool
+
+
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
          budget_fraction: float | None = None, kv_cache_tokens: int | None = None,
-         overhead: int = DEFAULT_OVERHEAD_BYTES, unified: bool = False) -> dict[str, Any]:
+         **machine: Unpack[PlanMachine]) -> dict[str, Any]:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element.
     `unified`: an Apple Silicon Mac (docs/design.md §21): the budget is the GPU's working set less what the
     OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also
     holds the prefill activations an mlx engine keeps (guard.mlx_prefill_bytes, at a prompt as long as the
     context)."""
+    overhead, unified = machine.get("overhead", DEFAULT_OVERHEAD_BYTES), machine.get("unified", False)
     kvb = shape.per_token(kv_dtype)
     if unified and budget_fraction is None:
         budget, budget_source = mac_budget(memory)
@@ -164,9 +175,17 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     return "\n".join(lines)
 
 
+class PredictAt(TypedDict, total=False):
+    """chip_predictions' keywords: the KV tokens a sequence reads each step (None: prompt + half the output), and
+    plan()'s result (its budget, on unified memory)."""
+
+    context: int | None
+    result: dict[str, Any] | None
+
+
 def chip_predictions(config: str | None, model_path: str | None, preset: str | None, chip_key: str, prompt: int,
-                     output: int, say: Callable[[str], None], context: int | None = None,
-                     result: dict[str, Any] | None = None) -> tuple[WorkModel, Machine, list[Prediction]]:
+                     output: int, say: Callable[[str], None], **at: Unpack[PredictAt]
+                     ) -> tuple[WorkModel, Machine, list[Prediction]]:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
     preset, the chip from presets or this machine's probe ('this'), and the roofline's rows, each step's KV
     read at `context` tokens a sequence (None: prompt + half the output). On unified memory (`result` of
@@ -178,6 +197,7 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
     from measure.core.roofline import Machine, prediction_table
     from presets import PresetError, chip, model
 
+    context, result = at.get("context"), at.get("result")
     try:
         if config:
             wm = W.from_config(config)

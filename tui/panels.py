@@ -1,0 +1,366 @@
+"""The dashboard's panels as pure functions of a Snapshot (measure/control/snapshot.py) and the run's fixed facts
+(a View): each returns the panel's text, or for a chart what it plots, and needs no App, no widget and no
+controller. tui/app.py hands their results to its widgets; tests/test_panels.py compares them to golden text."""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+from rich.text import Text
+
+from measure.control.snapshot import RunInfo, Snapshot
+from measure.control.steps import SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
+from measure.core.metrics import p99_mark
+from measure.core.records import is_remote
+from measure.core.server_cache import live_rates
+from measure.core.units import fmt_bytes, fmt_ms
+from presets import SLO
+from tui.charts import Series, draw
+
+SPAN_S = 180.0  # seconds of history on the charts
+_t = attrgetter("t")
+
+STATE_STYLE = {"steady": "bold green", "warming": "bold yellow", "loading": "bold yellow",
+               "degraded": "bold white on dark_orange3", "paused": "bold blue", "WALL": "bold white on red"}
+WORKER_STYLE = {"serving": "green", "idle": "", "warming": "yellow", "loading": "yellow", "starting": "yellow",
+                "retiring": "magenta", "retired": "grey50", "dead": "bold red", "down": "bold red"}
+
+
+@dataclass(frozen=True)
+class View:
+    """What the panels show besides the snapshot: the run's fixed facts and the dashboard's own settings."""
+
+    info: RunInfo
+    title: str = ""  # the model's name as the header shows it ("" → info.model)
+    banner: str = ""  # the controller's banner (a replay's position), "" for none
+    slo: SLO | None = None
+    memory_budget_source: str = ""  # which limit set the memory budget (shown after the footprint)
+    steps_view: bool = False  # the chart area shows the step table (the numbers panel then says what a level awaits)
+
+
+@dataclass(frozen=True)
+class ChartData:
+    """What one chart plots (tui/charts.Chart.plot's arguments): `key` changes when the data does."""
+
+    key: Any
+    series: list[Series]
+    hlines: list[tuple[float | None, str, str]] = field(default_factory=list)
+    markers: tuple[tuple[float, str], ...] = ()
+    x_range: tuple[float, float] | None = None
+
+
+def _f(v, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _err(measured: float | None, predicted: float | None) -> str:
+    """ (err +5 %): predicted − measured, relative to measured."""
+    if not measured or predicted is None:
+        return ""
+    return f" (err {(predicted - measured) / measured:+.0%})"
+
+
+def wall_name(text: str) -> str:
+    """A wall's name without its figures (core/roofline.name_wall's text): "CPU cores (2.0 of 2 busy)" → "CPU
+    cores", "none: 30 % headroom" → "none", "memory bandwidth (91% of attainable)" → "memory bandwidth"."""
+    return text.split(" (", 1)[0].split(":", 1)[0]
+
+
+def bar(used: float, total: float, width: int, marked: float = 0.0) -> Text:
+    """█ used by others, ▓ the part marked (the workers' RSS), ░ free."""
+    if total <= 0:
+        return Text("n/a")
+    n_used = min(width, round(width * used / total))
+    n_mark = min(n_used, round(width * marked / total))
+    t = Text()
+    t.append("█" * (n_used - n_mark), "cyan")
+    t.append("▓" * n_mark, "yellow")
+    t.append("░" * (width - n_used), "grey50")
+    return t
+
+
+# ---- the header ---------------------------------------------------------------------------------------------------
+def render_header(s: Snapshot, v: View) -> Text:
+    """Two lines: the engine, model, chip and β; the mode, K, B, users, achieved concurrency, state and clock."""
+    info = v.info
+    beta = info.bandwidth_gbps
+    t = Text()
+    if v.banner:
+        t.append(f" {v.banner} ", "bold black on yellow")
+        t.append(" ")
+    if s.simulated:
+        t.append(" SIMULATED ", "bold white on magenta")
+        t.append(" ")
+    t.append(f"{info.engine}", "bold")
+    t.append(f" · {v.title or info.model}")
+    if info.weight_bytes:
+        t.append(f" {info.weight_bytes / 1e9:.3f} GB")
+    t.append(f" · {info.chip} ")
+    if s.numbers.spec_gbps:
+        t.append(f"β Σ {s.numbers.spec_gbps:g} GB/s (the endpoints' chips)")
+    else:
+        t.append(f"β {beta:g} GB/s ({info.bandwidth_source})" if beta else "β unknown (--bandwidth)")
+    t.append("\n")
+    t.append(f"mode {s.mode}", "bold")
+    t.append(f" · K={s.k} · B={s.b} · users {s.users} · achieved {s.numbers.concurrency:.1f} · ")
+    t.append(f" {s.state} ", STATE_STYLE.get(s.state, "bold"))
+    t.append(f" · t={s.t:.0f} s")
+    return t
+
+
+# ---- the gauges ---------------------------------------------------------------------------------------------------
+def render_gauges(s: Snapshot, v: View) -> Text:
+    """This machine's memory (the workers' RSS marked), swap, pressure and CPU; empty before the first reading."""
+    t = Text()
+    m = s.system
+    if m is None:
+        return t
+    w = 28
+    endpoint = v.info.endpoint
+    if endpoint and not any(h in endpoint for h in ("://127.", "://localhost", "://[::1]")):
+        t.append("this machine; the server is remote\n", "grey50")
+    t.append("memory ")
+    t.append_text(bar(m.mem_used, m.mem_total, w, min(s.rss_sum, m.mem_used)))
+    t.append(f" {fmt_bytes(m.mem_used)} / {fmt_bytes(m.mem_total)}\n")
+    t.append(f"       ▓ workers' RSS Σ {fmt_bytes(s.rss_sum)} (shared pages per worker)\n", "yellow")
+    t.append("swap   ")
+    if m.swap_total:
+        t.append_text(bar(m.swap_used, m.swap_total, w))
+        t.append(f" {fmt_bytes(m.swap_used)} / {fmt_bytes(m.swap_total)}")
+    else:
+        t.append("none configured")
+    t.append(f"\n       in {m.swap_in_bps / 1e6:.1f} MB/s · out {m.swap_out_bps / 1e6:.1f} MB/s\n")
+    t.append("pressure ")
+    t.append(f"{m.pressure:.2f} ({m.pressure_source})" if m.pressure is not None else "not reported by this OS")
+    t.append(f" · CPU {m.cpu_percent:.0f} %")
+    return t
+
+
+# ---- the numbers panel --------------------------------------------------------------------------------------------
+def render_numbers(s: Snapshot, v: View) -> Text:
+    """The level's figures: throughput and TPOT against the prediction, the bandwidth product, TTFT, ITL, errors,
+    goodput, power and cost, what a settling level waits for, the wall, and the server's or the footprint's line."""
+    t = Text()
+    _throughput_lines(t, s)
+    _request_lines(t, s, v)
+    _wall_line(t, s, v)
+    if s.numbers.footprint is None:
+        _server_line(t, s.numbers.server_view)
+    else:
+        t.append(f"\nfootprint ≈ {fmt_bytes(s.numbers.footprint)} of {fmt_bytes(s.numbers.budget)} budget")
+        if v.memory_budget_source:
+            t.append(f" ({v.memory_budget_source})", "grey50")
+    return t
+
+
+def _throughput_lines(t: Text, s: Snapshot) -> None:
+    n = s.numbers
+    t.append(f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan")
+    t.append(f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})\n")
+    t.append(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
+    if n.predicted_tpot is not None:
+        t.append(f" · predicted {fmt_ms(n.predicted_tpot)}{_err(n.tpot_p50, n.predicted_tpot)}")
+    t.append("\n")
+    if n.predicted_tps is not None:
+        t.append(f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)} · {n.predicted_by}\n",
+                 "grey50")
+    t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s" if n.bw_gbps is not None else "bandwidth product —")
+    t.append(f" · MBU {n.mbu:.0%} of attainable\n" if n.mbu is not None else "\n")
+    t.append(f"  = {n.bw_formula}\n", "grey50")
+
+
+def _request_lines(t: Text, s: Snapshot, v: View) -> None:
+    n = s.numbers
+    t.append(f"this level ({n.level}, {n.requests} requests):\n", "grey50")
+    few = p99_mark(n.requests)  # ≈: a p99 of fewer than 100 requests is about their maximum
+    t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {few}{fmt_ms(n.ttft_p99)} (queue-incl.)\n")
+    t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {few}{fmt_ms(n.ttft_engine_p99)} (engine)\n")
+    t.append(f"chunk ITL p50 {fmt_ms(n.itl_p50)} · ")
+    t.append(f"errors {n.errors}", "bold red" if n.errors else "")
+    if n.goodput_tps is not None and v.slo is not None:  # goodput is counted against an SLO only
+        t.append(f"\ngoodput {n.goodput_rps:.2f} req/s · {n.goodput_tps:.1f} tok/s · "
+                 f"{n.slo_attainment:.0%} in SLO ({v.slo.key})")
+    if n.watts is not None or n.usd_per_mtok is not None:
+        t.append("\n" + " · ".join(x for x in (
+            f"power {n.watts:.0f} W" if n.watts is not None else "",
+            f"{n.joules_per_token:.2f} J/token" if n.joules_per_token else "",
+            f"${n.usd_per_mtok:.2f}/Mtok" if n.usd_per_mtok is not None else "") if x))
+
+
+def _wall_line(t: Text, s: Snapshot, v: View) -> None:
+    n = s.numbers
+    cur = next((r for r in reversed(s.steps) if r.level == n.level), None) if v.steps_view else None
+    if cur is not None and not cur.settled:  # the step table's row says "settling"; what it waits for is here
+        t.append(f"\nthis level is {cur.progress}", "grey50")
+    t.append("\nwall: ")
+    t.append(f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,
+             "bold white on red" if s.state == "WALL" else "bold")
+
+
+def _server_line(t: Text, v: dict[str, Any] | None) -> None:
+    """What the server's /metrics say (absent, not zero, where it exposes none)."""
+    t.append("\nserver: ")
+    if v is None:
+        t.append("not scraped yet")
+    elif not v:
+        t.append("exposes no /metrics (absent, not zero)", "grey50")
+    else:
+        parts = [f"running {v['running']:.0f}" if "running" in v else "running —",
+                 f"waiting {v['waiting']:.0f}" if "waiting" in v else "waiting —",
+                 f"KV {v['kv_cache_usage'] * 100:.0f} %" if "kv_cache_usage" in v else "KV —",
+                 f"preempted {v['preemptions']:.0f}" if "preemptions" in v else "preempted —"]
+        rates = live_rates(v)  # vLLM's counters, since the server started
+        if "prefix_cache_hit_rate" in rates:
+            parts.append(f"prefix-cache hits {rates['prefix_cache_hit_rate'] * 100:.0f} %")
+        if "spec_acceptance_rate" in rates:
+            parts.append(f"drafts accepted {rates['spec_acceptance_rate'] * 100:.0f} %")
+        t.append(" · ".join(parts))
+
+
+# ---- the workers panel --------------------------------------------------------------------------------------------
+def render_workers(s: Snapshot) -> Text:
+    """The workers table as fixed-width text (one row per engine worker), or per endpoint over HTTP."""
+    if is_remote(s.mode):
+        return render_endpoints(s)
+    t = Text()
+    t.append(f"{'id':>2} {'pid':>6} {'state':<8} {'thr':>3} {'RSS':>7} {'CPU%':>4} {'tok/s':>5} {'done':>4} "
+             f"{'TTFT':>9}\n", "bold")
+    for w in s.workers:
+        t.append(f"{w.wid:>2} {w.pid or '—':>6} ")
+        t.append(f"{w.state:<8}", WORKER_STYLE.get(w.state, ""))
+        t.append(f" {w.threads or '—':>3} {fmt_bytes(w.rss):>7} {'—' if w.cpu is None else f'{w.cpu:.0f}':>4} "
+                 f"{w.tps:>5.1f} {w.requests:>4} {fmt_ms(w.last_ttft):>9}\n")
+    return t
+
+
+def render_endpoints(s: Snapshot) -> Text:
+    """One row per endpoint: its state, streams busy / B, tok/s, requests, errors, TTFT, its bandwidth
+    product (/ its chip's β); under it, what its server says where it exposes /metrics, or why it is down."""
+    t = Text()
+    t.append(f"{'id':>2} {'endpoint':<8} {'state':<8} {'strm':>5} {'tok/s':>5} {'done':>4} {'err':>3} "
+             f"{'TTFT':>7} {'GB/s':>7}\n", "bold")
+    for w in s.workers:
+        t.append(f"{w.wid:>2} {(w.label or '?')[:8]:<8} ")
+        t.append(f"{w.state:<8}", WORKER_STYLE.get(w.state, ""))
+        bw = "—" if w.bw_gbps is None else f"{w.bw_gbps:.0f}"
+        if w.bandwidth_gbps:
+            bw += f"/{w.bandwidth_gbps:g}"
+        ttft = "—" if w.last_ttft is None else f"{w.last_ttft * 1e3:.0f} ms"
+        t.append(f" {w.active:>2}/{w.streams or 0:<2} {w.tps:>5.1f} {w.requests:>4} ")
+        t.append(f"{w.errors:>3}", "bold red" if w.errors else "")
+        t.append(f" {ttft:>7} {bw:>7}\n")
+        v = w.server
+        if w.state == "down" and w.error:
+            t.append(f"   {w.error[:54]}\n", "red")
+        elif v:
+            parts = [f"{name} {v[key]:.0f}" for key, name in (("running", "running"), ("waiting", "waiting"),
+                                                              ("preemptions", "preempted")) if key in v]
+            if "kv_cache_usage" in v:
+                parts.append(f"KV {v['kv_cache_usage'] * 100:.0f} %")
+            t.append(f"   server: {' · '.join(parts)}\n", "grey50")
+    return t
+
+
+def render_clients(t: Text, rows: Sequence[dict[str, Any]], total: dict[str, Any]) -> Text:
+    """--peer: appended under the workers, every client's tok/s, requests and errors summed (this one and the peers
+    that answer), then one row per client (control/peers.client_rows); a peer that does not answer is down."""
+    t.append(f"\nclients Σ {total['clients']}" + (f" ({total['down']} down)" if total["down"] else "")
+             + f": {total['tps']:.1f} tok/s · {total['requests']} done · {total['errors']} err\n", "bold cyan")
+    for r in rows:
+        t.append(f"  {r['label'][:21]:<21} ")
+        if not r["up"]:
+            t.append(f"down: {(r['error'] or '')[:34]}\n", "bold red")
+            continue
+        t.append(f"{_f(r['tps'], '.1f'):>7} tok/s {_f(r['requests'], 'd'):>6} done ")
+        t.append(f"{_f(r['errors'], 'd'):>3} err\n", "bold red" if r["errors"] else "")
+    return t
+
+
+# ---- the log -----------------------------------------------------------------------------------------------------
+def render_log(log: Sequence[tuple[int, float, str, str]], seen: int) -> list[tuple[int, Text, str | None]]:
+    """The log's lines after sequence number `seen` (the snapshot's log: (seq, t, level, text)), each as (seq, its
+    line, its text where it is an error: the dashboard also notifies it, and the notification stays up)."""
+    return [(seq, Text(f"{t:7.1f}s {level:5} {text}", "red" if level == "error" else ""),
+             text if level == "error" else None) for seq, t, level, text in log if seq > seen]
+
+
+# ---- the step table -----------------------------------------------------------------------------------------------
+def render_step_table(rows: Sequence[StepRow], slo: SLO | None) -> Text:
+    """The step table, a row per line and never wrapped: the wall by its name (its figures are on the numbers
+    panel's wall line, what a settling level waits for under its "this level" line). It fits the panel at
+    160 columns; where it is wider than the panel (120 columns, a $/Mtok column) the panel scrolls sideways."""
+    t = Text()
+    t.append("step table (times in ms) · ", "bold")
+    t.append(f"SLO {slo.describe()}\n" if slo else "no SLO (--slo interactive) for goodput\n")
+    t.append(f"a row per K/B level once settled: ≥ {SETTLE_AFTER_S:g} s steady, ≥ {SETTLE_REQUESTS} requests, "
+             f"tok/s CV < {SETTLE_CV:.2f}\n", "grey50")
+    cost = any(r.usd_per_mtok is not None for r in rows)
+    lw = max([len("level")] + [len(r.level) for r in rows])
+    t.append(f"  {'level':<{lw}} {'conc':>4} {'tok/s':>6} {'/user':>6} {'TPOT':>5} {'TTFT':>5} {'p99':>5} "
+             f"{'goodput':>11} {'pred':>5}" + (f" {'$/Mtok':>6}" if cost else "") + " wall", "bold")
+    for r in rows:
+        t.append("\n" + _step_row(r, lw, cost), "bold green" if r.best else ("" if r.settled else "grey50"))
+    return t
+
+
+def _step_row(r: StepRow, lw: int, cost: bool) -> str:
+    mark = "★ " if r.best else "  "
+    good = (f"{r.goodput_tps:.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
+            is not None else "—")
+    ms = lambda v: _f(None if v is None else v * 1e3, '.0f')  # noqa: E731
+    return (f"{mark}{r.level:<{lw}} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
+            f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} "
+            f"{p99_mark(r.requests) + ms(r.ttft_p99):>5} "
+            f"{good:>11} {_f(r.predicted_tps, '.0f'):>5}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
+            + f" {wall_name(r.wall) if r.settled else 'settling'}")
+
+
+# ---- the charts ---------------------------------------------------------------------------------------------------
+CHART_TPS = ("aggregate throughput", "tok/s")
+CHART_TPOT = ("per-stream TPOT: p50, p90; ─ predicted (roofline, or K·W/β)", "ms")
+CHART_BW = ("bandwidth product (formula in the numbers panel)", "GB/s")
+CHART_PARETO = ("Pareto: per-user tok/s vs aggregate tok/s, one point per settled level", "tok/s/user")
+
+
+def pareto_chart(rows: Sequence[StepRow]) -> ChartData:
+    """One point per settled level: per-user tok/s against aggregate tok/s (keyed by the points: redrawn when a
+    level settles, not every sample)."""
+    rows = [r for r in rows if r.settled and r.agg_tps and r.per_user_tps]
+    xs = [r.agg_tps or 0.0 for r in rows]  # (each one given: the rows are filtered on them)
+    ys = [r.per_user_tps or 0.0 for r in rows]
+    return ChartData((tuple(xs), tuple(ys)), [("settled levels", xs, ys, "cyan", "line")],
+                     x_range=(0.0, max([r.agg_tps or 0.0 for r in rows], default=1.0) * 1.1))
+
+
+def series_charts(s: Snapshot, info: RunInfo) -> tuple[ChartData, ChartData, ChartData]:
+    """The three time series over the last SPAN_S seconds: aggregate tok/s, TPOT p50/p90 and the bandwidth
+    product, each against its prediction or the spec and attainable β (keyed by the snapshot's version)."""
+    hist = s.history
+    x1 = max(s.t, 10.0)
+    x0 = max(0.0, x1 - SPAN_S)
+    pts = hist[bisect_left(hist, x0, key=_t):]  # the span shown, not a pass over the whole history
+    xs = [p.t for p in pts]
+    beta = s.numbers.spec_gbps or info.bandwidth_gbps
+    att = info.attainable_gbps
+    ms = lambda v: None if v is None else v * 1e3  # noqa: E731
+    tps = ChartData(s.version, [("tok/s (5 s window)", xs, [p.agg_tps for p in pts], "cyan", "line"),
+                                ("predicted", xs, [p.predicted_tps for p in pts], "red", "dash")],
+                    markers=s.markers, x_range=(x0, x1))
+    tpot = ChartData(s.version, [("p50", xs, [ms(p.tpot_p50) for p in pts], "green", "line"),
+                                 ("p90", xs, [ms(p.tpot_p90) for p in pts], "yellow", "line"),
+                                 ("predicted", xs, [ms(p.predicted_tpot) for p in pts], "red", "dash")],
+                     markers=s.markers, x_range=(x0, x1))
+    bw = ChartData(s.version, [("GB/s", xs, [p.bw_gbps for p in pts], "cyan", "line")],
+                   hlines=[(beta, f"spec {beta:g} GB/s" if beta else "", "red"),
+                           (att, f"attainable {att:.1f} GB/s" if att else "", "yellow")],
+                   markers=s.markers, x_range=(x0, x1))
+    return tps, tpot, bw
+
+
+def chart_text(title: tuple[str, str], data: ChartData, w: int, h: int) -> list[str]:
+    """A chart as the rows of text a w × h Chart widget shows (no colours)."""
+    rows = draw(w, h, f"{title[0]} [{title[1]}]", data.series, data.hlines, data.markers, data.x_range)
+    return ["".join(s for s, _ in row) for row in rows]
