@@ -163,7 +163,7 @@ def http_levels(a) -> list[dict]:
                 if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
                     rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
                     out.append(http_level(url, f"~{b} open loop{tag}", b, b + int(4 * b ** 0.5) + 4,
-                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate, procs=p,
+                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, procs=p,
                                           server_pid=server.pid))
                     print(_row(out[-1]), flush=True)
             if a.guidellm:
@@ -199,11 +199,13 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None,
-               procs: int = 1, server_pid: int | None = None) -> dict:
+def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, procs: int = 1,
+               server_pid: int | None = None) -> dict:
     """One level through inference-top's HTTP source with `slots` streams open (over `procs` processes);
-    an open loop's ratio is measured ÷ the schedule's own tok/s (level()). The CPU the client (this process,
-    or the pool's processes) and the null server used over the run, per token, and the cores busy."""
+    an open loop's (Poisson: its rate) ratio is measured ÷ the schedule's own tok/s (level()). The CPU the
+    client (this process, or the pool's processes) and the null server used over the run, per token, and the
+    cores busy."""
+    rate = load.arrivals.rate if isinstance(load.arrivals, Poisson) else None
     meta = RunMeta("http", "null", 0, simulated=True)
     rec = recorder(name)
     src = (HttpPool(url, meta, b=slots, procs=procs, events=False, on_record=rec.record) if procs > 1

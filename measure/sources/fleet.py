@@ -586,8 +586,7 @@ class Fleet(CollectsRecords):
             else:
                 info.state = S.IDLE
         info.requests_done += 1
-        rec = self._finish(fl, w, collector, error=msg.error, finish=msg.finish_reason, t_done=msg.t_done_ns,
-                           n_prompt=msg.prompt_tokens, rss=msg.rss)
+        rec = self._finish(fl, w, collector, error=msg.error, done=msg)
         if rec.t_first_token_ns is not None:
             info.last_ttft_s = ttft(rec)
 
@@ -645,14 +644,17 @@ class Fleet(CollectsRecords):
             self._fatal = (f"worker {info.wid} {first or how}; every worker died before it was ready (engine logs: "
                            f"{self.log_dir})")
 
-    def _finish(self, fl: _InFlight, w: _Worker | None, collector: Callable[[RequestRecord], None] | None, *,
-                error: str | None = None, finish: str | None = None, t_done: int | None = None,
-                n_prompt: int | None = 0, rss: int | None = None) -> RequestRecord:
+    def _finish(self, fl: _InFlight, w: _Worker | None, collector: Callable[[RequestRecord], None] | None,
+                error: str | None = None, done: DoneMsg | None = None) -> RequestRecord:
+        """A request's record, said (`done`: the worker's end of it; None: it ended without one, `error` says
+        why)."""
         self._inflight.pop(fl.req.request_id, None)
         rec = build_record(fl.req, self.meta, self.run_id, fl.tokens, worker=w.info.wid if w else None,
-                           t_started_ns=fl.t_started_ns, t_done_ns=t_done, prompt_tokens=n_prompt,
-                           finish_reason=finish, error=error, pid=w.info.pid if w else None,
-                           threads=w.info.threads if w else None, rss=rss)
+                           t_started_ns=fl.t_started_ns, t_done_ns=done.t_done_ns if done else None,
+                           prompt_tokens=done.prompt_tokens if done else 0,
+                           finish_reason=done.finish_reason if done else None, error=error,
+                           pid=w.info.pid if w else None, threads=w.info.threads if w else None,
+                           rss=done.rss if done else None)
         self._sink.record(rec, collector)
         return rec
 
