@@ -141,7 +141,8 @@ class Log(NamedTuple):
 
 
 class LoadStarted(NamedTuple):
-    """The load began flowing (every worker warmed up): windows and rates count from here."""
+    """The load began flowing (every worker warmed up): windows and rates count from here. Said once per load,
+    before its first record, when the source's dispatcher decides it (sources/dispatch.Dispatcher.start)."""
 
     t_ns: int
 
