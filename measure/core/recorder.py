@@ -88,7 +88,10 @@ class Recorder:
         self._put(obj)
 
     def record(self, rec: RequestRecord) -> None:
-        self._put(rec)  # serialised on the writer thread (RequestRecord.to_dict, then JSON)
+        """The record, serialised on the writer thread (to_dict, then JSON): a record is final when it is handed
+        over (every source makes it as its request ends; one changed later, e.g. moved onto another clock, is a
+        new record: runs._shifted)."""
+        self._put(rec)
 
     def event(self, t_ns: int, text: str, **extra: Any) -> None:
         self._put(dict(extra, kind="event", t_ns=t_ns, text=text))
