@@ -231,7 +231,11 @@ class SimulatedFleet:
             at = max(req.t_scheduled_ns, st["free_at"], w.ready_ns or 0) if self._open else now
             return self._admit(w, st, req, at)
 
-        self._dispatch.dispatch(lambda: w if len(st["reqs"]) < cap else None, admit)
+        def room() -> WorkerInfo | None:
+            got = self._dispatch.choose([w], lambda _: len(st["reqs"]), lambda _: cap, first=True)
+            return got[0] if got else None
+
+        self._dispatch.dispatch(room, admit)
 
     def _admit(self, w: WorkerInfo, st: dict[str, Any], req: Request, now: int) -> bool:
         """A request into a free slot of `w`: it starts at `now` (its first token after the prefill)."""
