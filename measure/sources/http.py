@@ -138,7 +138,8 @@ class HttpSource(CollectsRecords):
             raise ValueError(f"routing must be one of {', '.join(ROUTING)}")
         self.options = opts
         self.routing, self.cap_open_loop = opts.routing, opts.cap_open_loop
-        self.endpoint, self.model, self.api_key_env, self.stall_s = opts.endpoint, opts.model, opts.api_key_env, opts.stall_s
+        self.endpoint, self.model, self.stall_s = opts.endpoint, opts.model, opts.stall_s
+        self.api_key_env = opts.api_key_env
         self.prefix_cache, self.tokenizer = opts.prefix_cache, opts.tokenizer
         self._eps = [_Ep(i, e, e.url.rstrip("/"), e.shown(),
                          WorkerInfo(i, state=S.STARTING, label=e.name(), bandwidth_gbps=e.bandwidth_gbps))
