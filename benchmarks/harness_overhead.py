@@ -21,6 +21,10 @@ are. Its ratio is measured ÷ the schedule's own tok/s: its tokens ÷ (first arr
 request's scheduled duration), what a client with no overhead would measure over the same span (rate ×
 tokens, `offered_tps`, is beside it; a short run's ramp up and down keeps a perfect client below that).
 
+Every level records its requests as a run does (core/recorder.Recorder, one JSONL per level in a temporary
+folder, fed from the source's on_record on the thread that dispatches the next request), so the figures include
+what recording costs the client.
+
 Client processes (issue 24: 5): --client-procs 1,auto runs each HTTP level with the streams in one asyncio
 loop (1) and spread over P worker processes (sources/http_pool.py; auto = http_pool.auto_procs(B)), one
 shared schedule from one start.
@@ -58,6 +62,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import presets  # noqa: E402
 from engines.base import EngineSpec  # noqa: E402
 from measure.core import metrics as M  # noqa: E402
+from measure.core.recorder import Recorder  # noqa: E402
 from measure.core.records import RunMeta  # noqa: E402
 from measure.core.workload import ClosedLoop, Load, Poisson  # noqa: E402
 from measure.sources.fleet import Fleet  # noqa: E402
@@ -65,6 +70,13 @@ from measure.sources.http import HttpSource  # noqa: E402
 from measure.sources.http_pool import HttpPool, auto_procs  # noqa: E402
 
 META = RunMeta(engine="null (scheduled tokens, no model)", model="none", model_bytes=0, simulated=True)
+
+
+def recorder(name: str) -> Recorder:
+    """A level's recording, as a run writes one (its records go to it as each ends)."""
+    folder = os.environ["INFERENCE_TOP_LOGS"]
+    safe = "".join(c if c.isalnum() else "-" for c in name)
+    return Recorder(os.path.join(folder, f"{safe}.jsonl"), {"command": "harness_overhead", "level": name})
 
 
 def level(name: str, streams: int, recs, a, offered_tps: float | None = None) -> dict:
@@ -120,13 +132,15 @@ def fleet_levels(a) -> list[dict]:
     for k in a.k:
         spec = EngineSpec("null", "", threads=1, ctx=4096,
                           options={"ttft_s": a.ttft_ms / 1e3, "itl_s": a.itl_ms / 1e3})
-        fleet = Fleet(spec, META, k=k, threads=1, events=False)
+        rec = recorder(f"K={k}")
+        fleet = Fleet(spec, META, k=k, threads=1, events=False, on_record=rec.record)
         try:
             fleet.start(timeout=120)
             n = max(a.min_requests, a.per_stream * k)
             recs = fleet.run_requests(Load(wl, ClosedLoop(k, total=n), a.tokens), timeout=600)
         finally:
             fleet.close()
+            rec.close()
         out.append(level(f"K={k} processes", k, recs, a))
         print(_row(out[-1]), flush=True)
     return out
@@ -149,7 +163,7 @@ def http_levels(a) -> list[dict]:
                 if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
                     rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
                     out.append(http_level(url, f"~{b} open loop{tag}", b, b + int(4 * b ** 0.5) + 4,
-                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, rate, procs=p,
+                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, procs=p,
                                           server_pid=server.pid))
                     print(_row(out[-1]), flush=True)
             if a.guidellm:
@@ -185,14 +199,17 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rate: float | None = None,
-               procs: int = 1, server_pid: int | None = None) -> dict:
+def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, procs: int = 1,
+               server_pid: int | None = None) -> dict:
     """One level through inference-top's HTTP source with `slots` streams open (over `procs` processes);
-    an open loop's ratio is measured ÷ the schedule's own tok/s (level()). The CPU the client (this process,
-    or the pool's processes) and the null server used over the run, per token, and the cores busy."""
+    an open loop's (Poisson: its rate) ratio is measured ÷ the schedule's own tok/s (level()). The CPU the
+    client (this process, or the pool's processes) and the null server used over the run, per token, and the
+    cores busy."""
+    rate = load.arrivals.rate if isinstance(load.arrivals, Poisson) else None
     meta = RunMeta("http", "null", 0, simulated=True)
-    src = (HttpPool(url, meta, b=slots, procs=procs, events=False) if procs > 1
-           else HttpSource(url, meta, b=slots, events=False))
+    rec = recorder(name)
+    src = (HttpPool(url, meta, b=slots, procs=procs, events=False, on_record=rec.record) if procs > 1
+           else HttpSource(url, meta, b=slots, events=False, on_record=rec.record))
     try:
         src.start()
         src.wait_ready(60)
@@ -203,6 +220,7 @@ def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, rat
         c1, s1, w1 = _cpu_s(clients), _cpu_s(servers), time.monotonic()
     finally:
         src.close()
+        rec.close()
     lv = level(name, streams, recs, a, offered_tps=rate * a.tokens if rate else None)
     if lv["tokens"]:
         lv["cpu"] = {"client_us_per_token": round((c1 - c0) / lv["tokens"] * 1e6, 1),

@@ -128,3 +128,40 @@ def test_a_load_may_number_its_requests_from_a_first_id_by_a_step():
     d.take_all()
     d.set_load(Load(WL, ClosedLoop(2, total=2), 4))  # ids run on
     assert [r.request_id for r in d.release(0, rep=0, k=1, b=3, mode="http")] == [14, 18]
+
+
+def test_the_load_starts_once_per_load_when_the_source_is_ready_and_nothing_is_released_before():
+    clock = Clock(5 * MS)
+    said = []
+    d = Dispatcher(clock, on_start=said.append)
+    d.set_load(Load(WL, ClosedLoop(2, total=4), 4))
+    assert d.release(0, rep=0, k=1, b=1, mode="instances", ready=False) == [] and said == []  # warming up
+    clock.now = 7 * MS
+    assert len(d.release(0, rep=0, k=1, b=1, mode="instances")) == 2 and said == [7 * MS]
+    clock.now = 9 * MS
+    d.release(0, rep=0, k=1, b=1, mode="instances", ready=False)  # a later step warming: the load goes on
+    assert said == [7 * MS]
+    d.pause(True)
+    d.set_load(Load(WL, ClosedLoop(1, total=1), 4))  # a new load: it starts again, once it flows
+    assert not d.start() and said == [7 * MS]
+    d.pause(False)
+    assert d.start() and d.start() and said == [7 * MS, 9 * MS]
+
+
+def test_the_slot_rule_least_loaded_then_tie_or_the_first_and_an_uncapped_open_loop_spills():
+    d = Dispatcher(Clock(), cap_open_loop=False)
+    held = {"a": 2, "b": 1, "c": 1, "d": 4}
+    cap = {"a": 4, "b": 1, "c": 4, "d": 4}.__getitem__
+    tie = {"a": 0, "b": 0, "c": 9, "d": 0}.__getitem__
+    assert d.choose("abcd", held.__getitem__, cap) == ("c", False)  # b is full; c the least loaded with room
+    assert d.choose("abcd", held.__getitem__, cap, first=True) == ("a", False)  # round robin: the first with room
+    held["a"] = 1
+    assert d.choose("abcd", held.__getitem__, cap, tie=tie) == ("a", False)  # a and c hold 1: the tie says a
+    full = dict.fromkeys("abcd", 4).__getitem__
+    assert d.choose("abcd", full, cap, spill="cd") is None  # no load: nothing spills
+    d.set_load(Load(WL, ClosedLoop(2), 4))
+    assert d.choose("abcd", full, cap, spill="cd") is None  # a closed loop waits for a free slot
+    d.set_load(Load(WL, ArrivalSpec("constant", rate=10.0).make(4), 4))
+    assert d.choose("abcd", {"a": 4, "b": 1, "c": 7, "d": 5}.__getitem__, cap, spill="cd") == ("d", True)  # beyond B
+    d.cap_open_loop = True
+    assert d.choose("abcd", full, cap, spill="cd") is None  # B asked as the client's cap: it waits

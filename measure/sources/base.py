@@ -141,7 +141,8 @@ class Log(NamedTuple):
 
 
 class LoadStarted(NamedTuple):
-    """The load began flowing (every worker warmed up): windows and rates count from here."""
+    """The load began flowing (every worker warmed up): windows and rates count from here. Said once per load,
+    before its first record, when the source's dispatcher decides it (sources/dispatch.Dispatcher.start)."""
 
     t_ns: int
 
@@ -250,25 +251,45 @@ def finite(source: LoadSource) -> FiniteLoadSource:
 
 
 class CollectsRecords:
-    """run_requests for a source whose records reach `self._collector` as they end (HTTP, its process pool):
-    a finite load's collector is set, the load started, and the records waited for."""
+    """The one run_requests (FiniteLoadSource) of every source that runs finite loads (the fleet, HTTP, its process
+    pool): a collector for the load's records is installed (`_collect`), the load set, the records waited for,
+    the collector taken away. A source says how its collector is installed (by default `self._collector`, which
+    its record path reads), what a stopped cell leaves behind (`_cell_stopped`) and what failed under it
+    (`_check`)."""
 
     _collector: "RecordCollector | None" = None
 
     def set_load(self, load: Load | None) -> None:
         raise NotImplementedError
 
+    def _collect(self, collector: "RecordCollector | None") -> None:
+        self._collector = collector
+
+    def _cell_stopped(self) -> None:
+        """A cell stopped early (CellStopped): nothing more is left to do here by default."""
+
+    def _check(self) -> None:
+        """After the records are in: SourceError if the source failed meanwhile."""
+
     def run_requests(self, load: Load, timeout: float | None = None,
                      should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
+        """A finite load to completion: its records (CellStopped when `should_stop`, asked twice a second, gives a
+        reason; TimeoutError past `timeout`; SourceError)."""
         total = load.arrivals.total
         if total is None:
             raise ValueError("run_requests needs a finite load (a total)")
-        self._collector = RecordCollector(total)
+        collect = RecordCollector(total)
+        self._collect(collect)
         self.set_load(load)
         try:
-            return self._collector.wait(timeout, should_stop)
+            done = collect.wait(timeout, should_stop)
+        except CellStopped:
+            self._cell_stopped()
+            raise
         finally:
-            self._collector = None
+            self._collect(None)
+        self._check()
+        return done
 
 
 class RecordCollector:

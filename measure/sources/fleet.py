@@ -28,8 +28,9 @@ from measure.core.metrics import ttft
 from measure.core.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import Mode, RequestRecord, RunMeta, build_record
 from measure.core.workload import Load, Request
-from measure.sources.base import (Capabilities, CellStopped, Event, EventSink, LevelReady, LoadStarted,
-                                  OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
+from measure.sources.base import (Capabilities, CellStopped, CollectsRecords, Event, EventSink, LevelReady,
+                                  LoadStarted, OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo,
+                                  WorkerState)
 from measure.sources.dispatch import Dispatcher
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
@@ -112,7 +113,7 @@ if TYPE_CHECKING:
     _Cmd = _Scale | _SetLoad | _Pause | _Batch | _Users | _Collector | _Close
 
 
-class Fleet:
+class Fleet(CollectsRecords):
     """K engine workers on one shared queue: a LoadSource (sources/base.py)."""
 
     def __init__(self, spec: EngineSpec, meta: RunMeta, k: int = 1, threads: int | None = None,
@@ -137,7 +138,8 @@ class Fleet:
         self._ctx = mp.get_context("spawn")
         self._workers: dict[int, _Worker] = {}
         self._ids = itertools.count(1)
-        self._dispatch = Dispatcher()  # the shared queue, the load's arrivals, pause and users (sources/dispatch.py)
+        # the shared queue, the load's arrivals and start, the slot rule, pause and users (sources/dispatch.py)
+        self._dispatch = Dispatcher(on_start=lambda t: self._sink.put(LoadStarted(t)), cap_open_loop=True)
         self._inflight: dict[int, _InFlight] = {}
         self._cmds: queue.Queue[_Cmd] = queue.Queue()
         self._cmds_put = 0
@@ -147,7 +149,6 @@ class Fleet:
         self._watched: dict[int, _Worker] = {}
         self._lock = threading.Lock()
         self._snapshot: dict[int, WorkerInfo] = {}
-        self._load_started = False
         self._closed = False
         self._fatal: str | None = None
         self._last_death: str | None = None  # the last worker death, in words: why a queue with no worker fails
@@ -239,25 +240,16 @@ class Fleet:
         with self._lock:
             return [w.public() for w in self._snapshot.values()]
 
-    def run_requests(self, load: Load, timeout: float | None = None,
-                     should_stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
-        """Run a finite load to completion and return its records (the headless sweep's cell).
+    # run_requests (sources/base.CollectsRecords): the collector goes to the I/O thread as a command
+    def _collect(self, collector: RecordCollector | None) -> None:
+        self._command_put(_Collector(collector))
 
-        `should_stop` is asked twice a second; a reason from it ends the wait with CellStopped."""
-        assert load.arrivals.total is not None, "run_requests needs arrivals with a total"
-        collect = RecordCollector(load.arrivals.total)
-        self._command_put(_Collector(collect))
-        self.set_load(load)
-        try:
-            done = collect.wait(timeout, should_stop)
-        except CellStopped:
-            self.pause(True)
-            raise
-        finally:
-            self._command_put(_Collector(None))
+    def _cell_stopped(self) -> None:
+        self.pause(True)
+
+    def _check(self) -> None:
         if self._fatal:
             raise SourceError(self._fatal)
-        return done
 
     def close(self, grace: float = 1.0) -> None:
         """Stop every worker: ask, then SIGTERM, then SIGKILL. Idempotent; never leaves a child."""
@@ -424,7 +416,6 @@ class Fleet:
             self._scale(cmd.k)
         elif isinstance(cmd, _SetLoad):
             self._dispatch.set_load(cmd.load)
-            self._load_started = False
         elif isinstance(cmd, _Pause):
             self._dispatch.pause(cmd.paused)
             self._sink.log("load paused" if cmd.paused else "load resumed")
@@ -481,25 +472,21 @@ class Fleet:
                 and all(w.info.ready_ns and not w.mode_pending for w in active))
 
     def _arrivals(self) -> None:
-        if not self._dispatch.flowing:
-            return
-        if not self._load_started:
-            # measurement starts only when every worker of the target K has finished its warmup
-            if not self._ready_to_measure() and (self._active() or not self._workers):
-                return
-            # (with every worker dead and none coming the load starts anyway: what arrives fails at once in
-            # _send_queued with the death's reason, where it would have waited for the cell's timeout)
-            self._load_started = True
-            self._sink.put(LoadStarted(time.perf_counter_ns()))
+        # the load starts (the dispatcher says when) once every worker of the target K has finished its warmup;
+        # with every worker dead and none coming it starts anyway: what arrives fails at once in _send_queued with
+        # the death's reason, where it would have waited for the cell's timeout
+        ready = self._ready_to_measure() or (bool(self._workers) and not self._active())
         self._dispatch.release(len(self._inflight), rep=self.rep, k=self.target_k, b=self.b, mode=self.mode,
-                               slots=max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity())
+                               slots=max(1, sum(1 for w in self._active() if w.info.ready_ns)) * self._capacity(),
+                               ready=ready)
 
     def _room(self) -> _Worker | None:
-        """Who takes the head of the queue: the least loaded worker with room, then the one idle longest."""
+        """Who takes the head of the queue (the dispatcher's rule): the least loaded worker with room, then the one
+        idle longest."""
         cap = self._capacity()
-        room = [w for w in self._live()
-                if w.info.ready_ns and not w.retire and not w.mode_pending and len(w.inflight) < cap]
-        return min(room, key=lambda w: (len(w.inflight), w.idle_since)) if room else None
+        serving = [w for w in self._live() if w.info.ready_ns and not w.retire and not w.mode_pending]
+        got = self._dispatch.choose(serving, lambda w: len(w.inflight), lambda w: cap, tie=lambda w: w.idle_since)
+        return got[0] if got else None
 
     def _send_req(self, w: _Worker, req: Request) -> bool:
         if not self._send(w, ReqMsg(req.wire())):
@@ -599,8 +586,7 @@ class Fleet:
             else:
                 info.state = S.IDLE
         info.requests_done += 1
-        rec = self._finish(fl, w, collector, error=msg.error, finish=msg.finish_reason, t_done=msg.t_done_ns,
-                           n_prompt=msg.prompt_tokens, rss=msg.rss)
+        rec = self._finish(fl, w, collector, error=msg.error, done=msg)
         if rec.t_first_token_ns is not None:
             info.last_ttft_s = ttft(rec)
 
@@ -658,14 +644,17 @@ class Fleet:
             self._fatal = (f"worker {info.wid} {first or how}; every worker died before it was ready (engine logs: "
                            f"{self.log_dir})")
 
-    def _finish(self, fl: _InFlight, w: _Worker | None, collector: Callable[[RequestRecord], None] | None, *,
-                error: str | None = None, finish: str | None = None, t_done: int | None = None,
-                n_prompt: int | None = 0, rss: int | None = None) -> RequestRecord:
+    def _finish(self, fl: _InFlight, w: _Worker | None, collector: Callable[[RequestRecord], None] | None,
+                error: str | None = None, done: DoneMsg | None = None) -> RequestRecord:
+        """A request's record, said (`done`: the worker's end of it; None: it ended without one, `error` says
+        why)."""
         self._inflight.pop(fl.req.request_id, None)
         rec = build_record(fl.req, self.meta, self.run_id, fl.tokens, worker=w.info.wid if w else None,
-                           t_started_ns=fl.t_started_ns, t_done_ns=t_done, prompt_tokens=n_prompt,
-                           finish_reason=finish, error=error, pid=w.info.pid if w else None,
-                           threads=w.info.threads if w else None, rss=rss)
+                           t_started_ns=fl.t_started_ns, t_done_ns=done.t_done_ns if done else None,
+                           prompt_tokens=done.prompt_tokens if done else 0,
+                           finish_reason=done.finish_reason if done else None, error=error,
+                           pid=w.info.pid if w else None, threads=w.info.threads if w else None,
+                           rss=done.rss if done else None)
         self._sink.record(rec, collector)
         return rec
 

@@ -19,14 +19,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, public_url,
-                                 scrape_metrics, served_model, server_tokens, stream_one, stream_url)
+                                 scrape_metrics, served_model, server_tokens, StreamResult, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, PrefixCache, Request, is_open_loop
+from measure.core.workload import Load, PrefixCache, Request
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, LevelReady, LoadStarted,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
@@ -107,33 +107,44 @@ class _Ep:
         return self.url[:-3] if self.url.endswith("/v1") else self.url
 
 
+@dataclass(frozen=True)
+class HttpOptions:
+    """How an HttpSource talks to its servers (each one a keyword of HttpSource, or given whole as `options`)."""
+
+    endpoint: str = "completions"  # completions | chat
+    model: str | None = None  # the model asked for (None: the one the server lists)
+    api_key_env: str | None = None  # the environment variable holding the API key
+    stall_s: float = 60.0  # a stream silent this long fails
+    prefix_cache: PrefixCache = PrefixCache()
+    tokenizer: PromptTokenizer | None = None  # engines/tokenizer.py's shape: prompts go as ids where it agrees
+    routing: str = "least"  # over several endpoints: least | round-robin
+    # an open loop's requests are sent when due, on a new stream where B are busy (the client never queues
+    # them), unless B was asked as the client's cap (--b with an open loop): then they wait, and the cell says
+    cap_open_loop: bool = False
+
+
 class HttpSource(CollectsRecords):
     def __init__(self, url: str | Endpoint | list[str] | list[Endpoint] | list[str | Endpoint], meta: RunMeta,
-                 b: int = 1, endpoint: str = "completions", model: str | None = None,
-                 api_key_env: str | None = None, stall_s: float = 60.0,
-                 on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache(), tokenizer: PromptTokenizer | None = None,
-                 routing: str = "least", cap_open_loop: bool = False) -> None:
-        given = url if isinstance(url, list) else [url]
-        specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in given]
+                 b: int = 1, on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
+                 options: HttpOptions | None = None, **given: Any) -> None:
+        """`given`: HttpOptions' fields as keywords (HttpSource(url, meta, endpoint="chat") is
+        HttpSource(url, meta, options=HttpOptions(endpoint="chat"))), the same as HttpPool takes."""
+        opts = replace(options, **given) if options else HttpOptions(**given)
+        given_urls = url if isinstance(url, list) else [url]
+        specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in given_urls]
         if not specs:
             raise ValueError("no endpoint")
-        if routing not in ROUTING:
+        if opts.routing not in ROUTING:
             raise ValueError(f"routing must be one of {', '.join(ROUTING)}")
-        self.routing = routing
-        # an open loop's requests are sent when due, on a new stream where B are busy (the client never queues
-        # them), unless B was asked as the client's cap (--b with an open loop): then they wait, and the cell says
-        self.cap_open_loop = cap_open_loop
+        self.options = opts
+        self.routing, self.cap_open_loop = opts.routing, opts.cap_open_loop
+        self.endpoint, self.model, self.stall_s = opts.endpoint, opts.model, opts.stall_s
+        self.api_key_env = opts.api_key_env
+        self.prefix_cache, self.tokenizer = opts.prefix_cache, opts.tokenizer
         self._eps = [_Ep(i, e, e.url.rstrip("/"), e.shown(),
                          WorkerInfo(i, state=S.STARTING, label=e.name(), bandwidth_gbps=e.bandwidth_gbps))
                      for i, e in enumerate(specs)]
         self.shown_url = ", ".join(ep.shown for ep in self._eps)  # what logs, records and screens say
-        self.prefix_cache = prefix_cache
-        self.tokenizer = tokenizer  # engines/tokenizer.py's shape: (Prompt) → ids, .text_ids(text) → ids; or None
-        self.endpoint = endpoint
-        self.model = model
-        self.api_key_env = api_key_env
-        self.stall_s = stall_s
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
         self._sink = EventSink(events, on_record)
         self.events: queue.Queue[Event] | None = self._sink.events
@@ -143,7 +154,9 @@ class HttpSource(CollectsRecords):
         self.rep = 0
         self.oom_killed: list[tuple[int, int, str]] = []  # nothing here runs under this machine's OOM killer
         self.run_id = uuid.uuid4().hex[:12]
-        self._dispatch = Dispatcher(auto_users=True)  # the queue, arrivals, pause and users (sources/dispatch.py)
+        # the queue, the load's arrivals and start, the slot rule, pause and users (sources/dispatch.py)
+        self._dispatch = Dispatcher(auto_users=True, on_start=lambda t: self._sink.put(LoadStarted(t)),
+                                    cap_open_loop=self.cap_open_loop)
         self._active: dict[int, tuple[_Ep, int, Request]] = {}  # request id → (endpoint, slot, request)
         self._collector: RecordCollector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,8 +164,6 @@ class HttpSource(CollectsRecords):
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
-        self._ready_once = False  # every endpoint in use warmed once: the load may flow
-        self._load_started = False
         self._rr = 0  # the endpoint after the last one chosen
         self._level_sent = (self.target_k, b)  # the (K, B) the last LevelReady said (the first level: the load's)
         self.proc: int | None = None  # one process of a pool (sources/http_pool.py): its number, on each record
@@ -320,8 +331,11 @@ class HttpSource(CollectsRecords):
         return stream_url(ep.url, self.endpoint)
 
     def _poke(self) -> None:
-        if self._loop and self._wake:
-            self._loop.call_soon_threadsafe(self._wake.set)
+        if self._loop and self._wake and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # closed meanwhile (the source closed): nothing left to wake
+                pass
 
     def _run(self) -> None:
         from engines.null_server import precise_event_loop  # timers to the µs: an open loop's arrivals on time
@@ -367,11 +381,8 @@ class HttpSource(CollectsRecords):
                 if asked != self._level_sent and self._ready():
                     self._level_sent = asked
                     self._sink.put(LevelReady(time.perf_counter_ns(), *asked, "http"))
-                if not self._ready_once:
-                    self._ready_once = self._ready()
-                if self._ready_once:
-                    self._arrivals()
-                    self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
+                self._arrivals()  # none until every endpoint in use has warmed its streams (the load's start)
+                self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
                 if now_s - last_scrape >= 1.0:
                     last_scrape = now_s
                     for ep in self._eps:
@@ -397,30 +408,20 @@ class HttpSource(CollectsRecords):
         return ep.clients[slot]
 
     def _route(self) -> tuple[_Ep, bool] | None:
-        """The endpoint for the next request: in use, answering, with a warmed stream free; in an open loop not
-        capped by the client, where none is free, the one with the fewest outstanding (True: a stream beyond B)."""
+        """The endpoint for the next request (the dispatcher's rule, over the endpoints in use and answering from
+        the one after the last chosen): one with a warmed stream free; in an open loop not capped by the client,
+        where none is free, the one with the fewest outstanding (True: a stream beyond B)."""
         n = len(self._eps)
-        order = [self._eps[(self._rr + i) % n] for i in range(n)]
-        room = []
+        order = [ep for i in range(n) if (ep := self._eps[(self._rr + i) % n]).in_use and ep.up]
         for ep in order:
-            if not (ep.in_use and ep.up) or ep.outstanding >= ep.capacity(self.b):
-                continue
-            while ep.free and ep.free[0] > ep.capacity(self.b):  # slots above a lowered B (or not warmed)
-                heapq.heappop(ep.free)
-            if ep.free:
-                room.append(ep)
-        beyond = False
-        if not room:
-            load = self._dispatch.load
-            if self.cap_open_loop or load is None or not is_open_loop(load.arrivals):
-                return None
-            room = [ep for ep in order if ep.in_use and ep.up and ep.warmed]
-            if not room:
-                return None
-            beyond = True
-        ep = room[0] if self.routing == "round-robin" else min(room, key=lambda e: e.outstanding)
-        self._rr = (ep.idx + 1) % n
-        return ep, beyond
+            while ep.outstanding < ep.capacity(self.b) and ep.free and ep.free[0] > ep.capacity(self.b):
+                heapq.heappop(ep.free)  # slots above a lowered B (or not warmed)
+        got = self._dispatch.choose([ep for ep in order if ep.free], lambda ep: ep.outstanding,
+                                    lambda ep: ep.capacity(self.b), first=self.routing == "round-robin",
+                                    spill=[ep for ep in order if ep.warmed])
+        if got is not None:
+            self._rr = (got[0].idx + 1) % n
+        return got
 
     def _send(self, choice: tuple[_Ep, bool], req: Request, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> bool:
         """A request on a free stream of the endpoint _route chose (or on a stream beyond B: one opened before and
@@ -434,9 +435,6 @@ class HttpSource(CollectsRecords):
             ep.opened += 1
             slot = -ep.opened
         req.k, req.b = self._serving_k(), self.level_b or self.b  # the level that serves it
-        if not self._load_started:
-            self._load_started = True
-            self._sink.put(LoadStarted(time.perf_counter_ns()))
         self._active[req.request_id] = (ep, slot, req)
         ep.outstanding += 1
         with self._lock:
@@ -453,7 +451,8 @@ class HttpSource(CollectsRecords):
     def _arrivals(self) -> None:
         with self._lock:
             self._dispatch.release(len(self._active), rep=self.rep, k=self.target_k, b=self.b, mode="http",
-                                   slots=self.b * max(1, sum(1 for ep in self._eps if ep.in_use and ep.up)))
+                                   slots=self.b * max(1, sum(1 for ep in self._eps if ep.in_use and ep.up)),
+                                   ready=self._ready())
 
     def _mark_down(self, ep: _Ep, why: str) -> None:
         if not ep.up:
@@ -554,8 +553,25 @@ class HttpSource(CollectsRecords):
                 ep.spare.append(slot)
         elif ep.clients.get(slot) is client:
             await ep.clients.pop(slot).close()
+        rec = build_record(
+            req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
+            prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
+            finish_reason=res.finish_reason, error=res.error,
+            model=ep.model or self.meta.model,
+            server_output_tokens=(res.server_output_tokens
+                                  if res.server_output_tokens not in (None, len(res.token_ns)) else None),
+            server_view=dict(ep.view or {}, **({"timings": res.timings} if res.timings else {})) or None,
+            extra=self._extra(ep, slot, req, res, prefix, bool(ids), t_started), reasoning_tokens=res.reasoning_tokens,
+            t_first_answer_ns=res.t_first_answer_ns,
+        )
+        self._ended(ep, req, res, rec)
+
+    def _extra(self, ep: _Ep, slot: int, req: Request, res: StreamResult, prefix: str, as_ids: bool,
+               t_started: int) -> dict[str, Any]:
+        """A record's `extra`: how it was sent and what the client saw beside its timestamps."""
         extra: dict[str, Any] = {"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
-                 "prompt_prefix": prefix, "prompt_sent_as": "token ids" if ids else "text", "slot": slot}
+                                 "prompt_prefix": prefix, "prompt_sent_as": "token ids" if as_ids else "text",
+                                 "slot": slot}
         if len(self._eps) > 1:
             extra.update(endpoint=ep.info.label, url=ep.shown, routing=self.routing)
         if self.proc is not None:
@@ -568,16 +584,11 @@ class HttpSource(CollectsRecords):
             extra["client_queue_ms"] = round((t_started - req.t_submitted_ns) / 1e6, 3)
         if res.cached_tokens is not None:  # the server's usage.prompt_tokens_details (prefix-cache hits)
             extra["cached_tokens"] = res.cached_tokens
-        rec = build_record(
-            req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
-            prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
-            finish_reason=res.finish_reason, error=res.error,
-            model=ep.model or self.meta.model,
-            server_output_tokens=(res.server_output_tokens
-                                  if res.server_output_tokens not in (None, len(res.token_ns)) else None),
-            server_view=dict(ep.view or {}, **({"timings": res.timings} if res.timings else {})) or None,
-            extra=extra, reasoning_tokens=res.reasoning_tokens, t_first_answer_ns=res.t_first_answer_ns,
-        )
+        return extra
+
+    def _ended(self, ep: _Ep, req: Request, res: StreamResult, rec: RequestRecord) -> None:
+        """A request's record made: its endpoint's row counts it, a session's user takes the answer, the record
+        goes out, the loop wakes (a stream is free)."""
         with self._lock:
             info = ep.info
             info.requests_done += 1

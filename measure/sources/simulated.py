@@ -5,6 +5,12 @@ A worker added by a K step warms up for `warmup_s` (default 0) before it serves.
 Decode follows TPOT(K) = K · W / β_sim with a fixed prefill time, so its numbers are what the physics
 predicts, not a measurement. It is driven by `advance(now_ns)`: from a thread in a demo, by hand (with
 a fake clock) in snapshot tests, so the screen is deterministic.
+
+A closed loop runs as its own: a request starts the moment a slot is free (below `users`), never queued. An open
+loop (Poisson, a constant rate, a trace: core/arrivals.py) is honoured as the real fleet honours it: a request is
+released at its scheduled time, never before, waits in the shared queue for a free slot (its TTFT, counted from
+the scheduled time, includes that wait) and starts when a slot is free and it has arrived, at that instant, not
+at the next `advance` (the simulation has no client of its own: its lateness is 0).
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from measure.core.metrics import ttft
 from measure.core.records import Mode, RunMeta, build_record
 from measure.core.units import NS
-from measure.core.workload import ClosedLoop, Load, Request
+from measure.core.workload import ClosedLoop, Load, Request, is_open_loop
 from measure.sources.base import (Capabilities, Event, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
                                   WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
@@ -47,7 +53,10 @@ class SimulatedFleet:
         self._clock = clock or time.perf_counter_ns
         self._threaded = threaded
         self._ids = itertools.count(1)
-        self._dispatch = Dispatcher(self._clock)  # request ids, prompts and release (sources/dispatch.py)
+        self._now = 0  # the time advance() moves the simulation to: the dispatcher's clock
+        # request ids, prompts, the load's arrivals and start, the slot rule (sources/dispatch.py)
+        self._dispatch = Dispatcher(lambda: self._now, on_start=lambda t: self.events.put(LoadStarted(t)))
+        self._open = False  # the load's arrivals are an open loop (its own schedule)
         self._workers: dict[int, WorkerInfo] = {}
         self._busy: dict[int, dict[str, Any]] = {}  # wid -> {"reqs": [request states], "next": next step time}
         self.mode = self.meta.mode
@@ -59,7 +68,6 @@ class SimulatedFleet:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._last = None
-        self._started_load = False
 
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes,
@@ -106,9 +114,12 @@ class SimulatedFleet:
 
     def set_load(self, load: Load | None) -> None:
         self._load = (load.workload, load.max_tokens) if load else None
-        # its own closed loop whatever the load's arrivals: a request starts the moment a slot is free (below
+        self._open = load is not None and is_open_loop(load.arrivals)
+        # an open loop as it is; else its own closed loop: a request starts the moment a slot is free (below
         # `users`), never queued, so the snapshots stay the same on every machine
-        self._dispatch.set_load(Load(load.workload, ClosedLoop(1), load.max_tokens) if load else None)
+        with self._lock:
+            self._dispatch.set_load(None if load is None else load if self._open
+                                    else Load(load.workload, ClosedLoop(1), load.max_tokens))
         if self._users is None and load is not None:
             self._users = load.arrivals.users if isinstance(load.arrivals, ClosedLoop) else 10**9
 
@@ -117,7 +128,11 @@ class SimulatedFleet:
 
     def pause(self, paused: bool = True) -> None:
         self._paused = paused
-        self._dispatch.paused = paused  # its closed loop has no schedule to move on
+        with self._lock:
+            if self._open:  # the rest of an open loop's schedule moves on by the pause
+                self._dispatch.pause(paused)
+            else:  # its closed loop has no schedule to move on
+                self._dispatch.paused = paused
 
     def workers(self) -> list[WorkerInfo]:
         with self._lock:
@@ -149,51 +164,81 @@ class SimulatedFleet:
         with self._lock:
             if self._load is None:
                 return
-            if not self._started_load:
-                self._started_load = True
-                self.events.put(LoadStarted(now))
+            self._now = now
+            self._dispatch.start()  # the load starts at the first advance that has one (LoadStarted)
             cap = self.b if self.mode == "batch" else 1
-            for wid, t in sorted(self._ready_at.items()):
-                if t <= now:
-                    del self._ready_at[wid]
-                    w = self._workers[wid]
-                    if w.state == S.WARMING:
-                        w.state, w.ready_ns = S.IDLE, t
-                        self.events.put(Log("info", f"worker {wid} ready (simulated)"))
-                        self._level_check(t)
+            self._warmed(now)
             active = [w for w in self._workers.values() if not w.state.gone]
             n_serving = max(1, sum(1 for w in active if w.ready_ns and w.state != S.RETIRING))  # warming: no reads
             step_ns = int(n_serving * self.meta.model_bytes / (self.beta * 1e9) * NS)
             in_flight = sum(len(v["reqs"]) for v in self._busy.values())
             serving = [w for w in active if w.ready_ns and w.state != S.RETIRING]
             free = sum(max(0, cap - len(self._busy.get(w.wid, {}).get("reqs", ()))) for w in serving)
-            if free:  # as many requests as there are free slots, up to the users
+            if self._open:  # its arrivals due by now, each at its own time, into the shared queue
+                for req in self._dispatch.release(in_flight, rep=self.rep, k=self.target_k, b=self.b, mode=self.mode):
+                    req.t_submitted_ns = req.t_scheduled_ns  # released on schedule: no client of its own to be late
+            elif free:  # as many requests as there are free slots, up to the users
                 assert self._users is not None  # set with the first load (set_load), and a load is set here
                 self._dispatch.set_users(min(self._users, in_flight + free))
                 self._dispatch.release(in_flight, rep=self.rep, k=self.target_k, b=self.b, mode=self.mode)
             for w in active:
-                st = self._busy.setdefault(w.wid, {"reqs": [], "next": None})
-                if w in serving:
-                    self._dispatch.dispatch(lambda: w if len(st["reqs"]) < cap else None,
-                                            lambda w, req: self._admit(w, st, req, now))
-                while st["reqs"] and st["next"] is not None and st["next"] <= now:
-                    t = st["next"]
-                    for r in st["reqs"]:
-                        r["tokens"].append(t)
-                        self.events.put(Tokens(w.wid, r["rid"], [t]))
-                        w.tokens += 1
-                    for r in [r for r in st["reqs"] if len(r["tokens"]) >= r["max_tokens"]]:
-                        st["reqs"].remove(r)
-                        self._finish(w, r)
-                    st["next"] = t + step_ns
+                self._serve(w, w in serving, cap, now, step_ns)
+
+    def _warmed(self, now: int) -> None:
+        """Workers whose warmup ended by `now` serve from its end."""
+        for wid, t in sorted(self._ready_at.items()):
+            if t <= now:
+                del self._ready_at[wid]
+                w = self._workers[wid]
+                if w.state == S.WARMING:
+                    w.state, w.ready_ns = S.IDLE, t
+                    self.events.put(Log("info", f"worker {wid} ready (simulated)"))
+                    self._level_check(t)
+
+    def _serve(self, w: WorkerInfo, serving: bool, cap: int, now: int, step_ns: int) -> None:
+        """One worker up to `now`: requests into its free slots, then its decode steps that are due. In an open
+        loop a request starts when both it has arrived and a slot is free (after the step that freed it)."""
+        st = self._busy.setdefault(w.wid, {"reqs": [], "next": None, "free_at": w.ready_ns or 0})
+        if serving:
+            self._fill(w, st, cap, now)
+        while st["reqs"] and st["next"] is not None and st["next"] <= now:
+            t = st["next"]
+            for r in st["reqs"]:
+                if self._open and r["t0"] > t:  # admitted after this step began: its first token is the next one
+                    continue
+                r["tokens"].append(t)
+                self.events.put(Tokens(w.wid, r["rid"], [t]))
+                w.tokens += 1
+            for r in [r for r in st["reqs"] if len(r["tokens"]) >= r["max_tokens"]]:
+                st["reqs"].remove(r)
+                self._finish(w, r)
+            st["next"] = t + step_ns
+            if self._open and serving:
+                st["free_at"] = t
                 if not st["reqs"]:
                     st["next"] = None
-                    w.current = None
-                    w.state = S.RETIRED if w.state == S.RETIRING else (S.IDLE if w.state == S.SERVING else w.state)
-                w.active = len(st["reqs"])
+                self._fill(w, st, cap, now)
+        if not st["reqs"]:
+            st["next"] = None
+            w.current = None
+            w.state = S.RETIRED if w.state == S.RETIRING else (S.IDLE if w.state == S.SERVING else w.state)
+        w.active = len(st["reqs"])
+
+    def _fill(self, w: WorkerInfo, st: dict[str, Any], cap: int, now: int) -> None:
+        """The head of the shared queue into `w`'s free slots (the dispatcher's rule: this worker, while it has
+        room); in an open loop each starts at max(its arrival, when the slot became free), else now."""
+        def admit(w: WorkerInfo, req: Request) -> bool:
+            at = max(req.t_scheduled_ns, st["free_at"], w.ready_ns or 0) if self._open else now
+            return self._admit(w, st, req, at)
+
+        def room() -> WorkerInfo | None:
+            got = self._dispatch.choose([w], lambda _: len(st["reqs"]), lambda _: cap, first=True)
+            return got[0] if got else None
+
+        self._dispatch.dispatch(room, admit)
 
     def _admit(self, w: WorkerInfo, st: dict[str, Any], req: Request, now: int) -> bool:
-        """A request into a free slot of `w`: it starts now (its first token after the prefill)."""
+        """A request into a free slot of `w`: it starts at `now` (its first token after the prefill)."""
         st["reqs"].append({"rid": req.request_id, "req": req, "max_tokens": req.max_tokens, "t0": now, "tokens": []})
         self.events.put(Started(w.wid, req.request_id, now))
         st["reqs"][-1]["k"] = max(1, len(self._serving()))  # the workers serving it: its records' K
@@ -204,10 +249,15 @@ class SimulatedFleet:
 
     def _finish(self, w: WorkerInfo, cur: dict[str, Any]) -> None:
         toks = cur["tokens"]
-        req = replace(cur["req"], max_tokens=len(toks), ignore_eos=True, t_scheduled_ns=cur["t0"],
-                      t_submitted_ns=cur["t0"], rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
+        req: Request = cur["req"]
+        # an open loop's request keeps its arrival (its TTFT includes the wait for a slot); a closed loop's user
+        # sent it the moment it started
+        t_sched, t_sub = (req.t_scheduled_ns, req.t_submitted_ns) if self._open else (cur["t0"], cur["t0"])
+        req = replace(req, max_tokens=len(toks), ignore_eos=True, t_scheduled_ns=t_sched,
+                      t_submitted_ns=t_sub, rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
         rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
                            t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
+        self._dispatch.finished(req, None, toks[-1])
         w.requests_done += 1
         w.last_ttft_s = ttft(rec)
         self.events.put(Finished(rec))
