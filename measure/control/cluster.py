@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -343,9 +343,10 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
         _tear_down(ray, clients, pg, joined)
 
 
-def _place(ray: Any, clients: list[Client], spread: bool) -> Any:
-    """A placement group of one CPU per client (one per node where the cluster has the nodes) and an actor in
-    each bundle; the placement group."""
+def _place(ray: Any, clients: Sequence[Client] | Sequence[Any], spread: bool, actor: type = ClientActor) -> Any:
+    """A placement group of one CPU per client (one per node where the cluster has the nodes) and an actor of
+    class `actor` in each bundle, set on each client's `.actor` (client `.i` in bundle i − 1); the placement
+    group. (The live dashboard's clients, control/cluster_live.py, are placed the same way.)"""
     pgs: Any = importlib.import_module("ray.util.placement_group")  # (Any: mypy never needs Ray installed)
     strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
     PlacementGroupSchedulingStrategy = strategies.PlacementGroupSchedulingStrategy  # noqa: N806 - Ray's name
@@ -357,7 +358,7 @@ def _place(ray: Any, clients: list[Client], spread: bool) -> Any:
         raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each"
                            f"{', one per node' if spread else ''} within {PLACE_S:.0f} s (ray status shows "
                            "its free CPUs)") from None
-    remote = ray.remote(ClientActor)
+    remote = ray.remote(actor)
     for c in clients:
         c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
                                  scheduling_strategy=PlacementGroupSchedulingStrategy(

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from measure.control.cluster import (PLACE_S, POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _ray, _why,
+from measure.control.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
                                      measure_offset)
 from measure.control.peers import PeerReading
 from measure.control.runs import _shifted
@@ -162,16 +162,14 @@ class RayClients:
             _connect(ray, self.address)
             self._joined = True
         try:
-            self._place(ray)
+            self._start_clients(ray)
         except BaseException:
             self.close()
             raise
         self._poller = threading.Thread(target=self._poll, name="ray-clients", daemon=True)
         self._poller.start()
 
-    def _place(self, ray: Any) -> None:
-        pgs: Any = importlib.import_module("ray.util.placement_group")
-        strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
+    def _start_clients(self, ray: Any) -> None:
         nodes = [x for x in ray.nodes() if x.get("Alive")]
         n = self._n or len(nodes)
         weights = self._weights or [1] * n
@@ -181,20 +179,10 @@ class RayClients:
         if not spread:
             self._sink.log(f"the cluster has {len(nodes)} node(s) for {n} clients: some nodes run more than one "
                            "client (their share of a machine is not a machine)", "warn")
-        self._pg = pgs.placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD" if spread else "SPREAD")
-        try:
-            ray.get(self._pg.ready(), timeout=PLACE_S)
-        except ray.exceptions.GetTimeoutError:
-            raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each within {PLACE_S:.0f} s "
-                               "(ray status shows its free CPUs)") from None
-        remote = ray.remote(LiveClientActor)
         self.clients = [LiveClient(i, n, w) for i, w in enumerate(weights, 1)]
-        parts = shares(self.b, weights)
-        for c, b in zip(self.clients, parts):
+        for c, b in zip(self.clients, shares(self.b, weights)):
             c.streams = b
-            c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
-                                     scheduling_strategy=strategies.PlacementGroupSchedulingStrategy(
-                                         placement_group=self._pg, placement_group_bundle_index=c.i - 1)).remote()
+        self._pg = _place(ray, self.clients, spread, LiveClientActor)
         try:
             infos = ray.get([c.actor.prepare.remote(self.plan, c.streams) for c in self.clients], timeout=PREPARE_S)
         except ray.exceptions.GetTimeoutError:
