@@ -297,7 +297,7 @@ def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=
     """A dashboard session against `url` recorded to a file (no terminal): its path."""
     from measure.control.live import LiveController
     from measure.control.runplan import make_plan
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from tui.cli import build_parser
 
     dash, _ = build_parser()

@@ -26,7 +26,7 @@ def _j(c) -> dict:
 
 
 def _read(name: str):
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     headers, records, _ = read_jsonl(DATA / f"{name}.jsonl")
     return headers[0], records
@@ -208,7 +208,7 @@ def same_csv(a: str, b: str) -> None:
 def made(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setattr("measure.core.cost.PowerMeter", FixedPower)
     # no thermal reading, whatever sensors the machine running the tests has (a cell's `thermal`: test_mac.py)
-    from measure.core import host
+    from measure.machine import host
     monkeypatch_module.setattr(host.ThermalReader, "read", lambda self: host.UNKNOWN_THERMAL)
     return outputs(tmp_path_factory.mktemp("cells"))
 
@@ -344,7 +344,7 @@ def test_bench_runs_the_users_it_is_given(tmp_path):
     from conftest import NullServerProcess
 
     from measure.control.knee import peak_in_flight
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
     try:

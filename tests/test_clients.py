@@ -15,7 +15,7 @@ import pytest
 from measure.core.arrivals import ArrivalSpec, realised_rate
 from measure.core.clients import (ClientShare, Segment, clock_check, offset_from_ticks, parse_segment,
                                   parse_start_at)
-from measure.core.recorder import read_jsonl
+from measure.machine.recorder import read_jsonl
 from measure.core.workload import ClosedLoop, Load, RequestMaker
 from presets import Workload
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from measure.core import guard, host, probes
+from measure.core import guard
+from measure.machine import host, probes
 from measure.core.guard import GiB, MiB
 from measure.core.sizing import chip_predictions, plan, unified_memory
 

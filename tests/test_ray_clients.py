@@ -82,7 +82,7 @@ def _plan(url: str, requests: int = REQUESTS, rate: float = RATE):
 
 
 def _requests(path: Path):
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     _, recs, other = read_jsonl(path)
     return recs, other

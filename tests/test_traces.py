@@ -13,7 +13,7 @@ import pytest
 from measure.core import traces
 from measure.core.arrivals import parse_arrivals
 from measure.core.datasets import DatasetError, load_sharegpt, resolve
-from measure.core.recorder import read_jsonl
+from measure.machine.recorder import read_jsonl
 from measure.core.traces import TraceDataset, TraceSessions
 from measure.core.workload import Load, PrefixCache, RequestMaker, request_for
 

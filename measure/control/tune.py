@@ -683,7 +683,7 @@ def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[s
     bench cell is (sweep.CellRunner), its records in runs/<candidate>-n<requests>.jsonl with a header that
     names the candidate. Whatever the source raises, the run is a row with its reason."""
     from measure.control.sweep import CellRunner, SweepConfig
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
 
     def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
         rel = f"runs/{c.slug}-n{n}.jsonl"
@@ -825,7 +825,7 @@ def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, h
     budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl."""
     from measure.control.knee import Level, find_knee, measure_levels
     from measure.control.sweep import SweepConfig
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
 
     rel = f"runs/{c.slug}-knee.jsonl"
     rec = Recorder(out / rel, {**header, "command": "tune", "candidate": asdict(c), "candidate_key": c.key,
@@ -883,7 +883,7 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
     from engines.tokenizer import GGUFTokenizer
-    from measure.core.probes import physical_cores
+    from measure.machine.probes import physical_cores
     from measure.core.records import RunMeta
 
     base = plans.get("llama") or plans["mlx"]
@@ -909,7 +909,7 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     openers: dict[str, OpenSource] = {}
     for engine in s.engines:
         p = plans[family(Candidate(engine, "instances"))]
-        from measure.core.model_choice import run_meta
+        from measure.machine.model_choice import run_meta
 
         if engine == "llama-server":
             if not server_bin:

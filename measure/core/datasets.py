@@ -401,7 +401,7 @@ def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict[str,
 
 def _records_trace(name: str, path: Path, text: str
                    ) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     where = f"--workload trace:{name}"
     try:

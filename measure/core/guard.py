@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from measure.core.metrics import kv_bytes_per_token
-from measure.core.probes import SystemProbe, SystemSample, ThermalLog
+from measure.machine.probes import SystemProbe, SystemSample, ThermalLog
 from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
@@ -179,7 +179,7 @@ def unified_budget(total: int, ws_bytes: int, ws_source: str, others: int | None
 
 def mac_budget(total: int, mem: object | None = None) -> tuple[int, str]:
     """The default budget on this Mac (host.read_mac_memory's reading) or on a Mac of `total` bytes."""
-    from measure.core import host
+    from measure.machine import host
 
     if isinstance(mem, host.MacMemory):
         return unified_budget(mem.total, mem.working_set.bytes, mem.working_set.source, host.others_held(mem))
@@ -190,7 +190,7 @@ def mac_budget(total: int, mem: object | None = None) -> tuple[int, str]:
 def default_budget(total: int, limit_name: str) -> tuple[int, str]:
     """The budget when none is given: on a Mac, the unified-memory rule read from the machine; elsewhere
     DEFAULT_BUDGET_FRACTION of the tightest memory limit."""
-    from measure.core import host
+    from measure.machine import host
 
     if host.is_mac() and limit_name == "physical memory":
         return mac_budget(total, host.read_mac_memory())

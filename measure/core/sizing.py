@@ -107,7 +107,7 @@ def chip_memory(key: str | None) -> int | None:
 
 def unified_memory(chip_key: str | None) -> bool:
     """Whether plan sizes for unified memory: an Apple chip from presets, or this machine when it is a Mac."""
-    from measure.core import host
+    from measure.machine import host
     from presets import PresetError, chip
 
     if not chip_key or chip_key == "this":
@@ -174,7 +174,8 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
     each step (Machine.spill_bytes)."""
     from engines.base import EngineError
     from engines.gguf_file import inspect_gguf
-    from measure.core import ceilings, work as W
+    from measure.core import work as W
+    from measure.machine import ceilings
     from measure.core.roofline import Machine, prediction_table
     from presets import PresetError, chip, model
 

@@ -16,7 +16,7 @@ from presets import Chip, match_chip
 if TYPE_CHECKING:
     import ctypes
 
-    from measure.core.host import ThermalReader
+    from measure.machine.host import ThermalReader
 
 
 def total_memory_bytes() -> int:
@@ -223,7 +223,7 @@ class SystemProbe:
     (host.ThermalReader: pmset on a Mac, NVML, /sys/class/thermal) rides in every sample."""
 
     def __init__(self, thermal: "ThermalReader | None" = None) -> None:
-        from measure.core.host import ThermalReader
+        from measure.machine.host import ThermalReader
 
         self._last: tuple[int, int, int] | None = None
         self.thermal = thermal or ThermalReader()

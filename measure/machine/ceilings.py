@@ -29,7 +29,7 @@ from measure.core.units import fmt_gib
 if TYPE_CHECKING:
     import multiprocessing.queues
 
-    from measure.core.model_choice import ModelChoice
+    from measure.machine.model_choice import ModelChoice
 
 READ_BYTES = 64 * 1024 * 1024 * 4  # per process
 READ_S = 0.6
@@ -98,7 +98,7 @@ class Ceilings:
 
 
 def machine_key() -> str:
-    from measure.core.probes import detect_chip
+    from measure.machine.probes import detect_chip
 
     name, _ = detect_chip()
     return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{psutil.virtual_memory().total}"
@@ -282,8 +282,8 @@ def engine_rates(model_path: str, cores: int, engine: str = "llama", options: di
 
 def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) -> Ceilings:
     """Measure now (and cache). `model`: a ModelChoice for the engine rates (default: the embedded model)."""
-    from measure.core.model_choice import resolve_model
-    from measure.core.probes import detect_chip
+    from measure.machine.model_choice import resolve_model
+    from measure.machine.probes import detect_chip
     from measure.core.work import from_gguf
 
     t0 = time.perf_counter()
