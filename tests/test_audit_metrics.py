@@ -11,7 +11,7 @@ import pytest
 from measure.control import report as R, runs as RU
 from measure.control.stats import LiveStats
 from measure.control.sweep import cell_summary, format_table
-from measure.core import cost
+from measure.machine import power
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
 from measure.core.units import NS
@@ -171,9 +171,9 @@ def test_rapl_counts_top_level_packages_once(tmp_path):
     (core and uncore are inside their package, MMIO is package 0 again; DRAM is left out: packages only):
     J/token 2.55× too high."""
     zones = _rapl_tree(tmp_path)
-    assert cost.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl:0, intel-rapl:1)"
+    assert power.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl:0, intel-rapl:1)"
     clock = FakeClock()
-    meter = cost.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
+    meter = power.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
     assert meter.sample() is None  # the first reading starts the interval
     clock.t += 10.0
     _advance(tmp_path, zones, 10.0)
@@ -183,14 +183,14 @@ def test_rapl_counts_top_level_packages_once(tmp_path):
 def test_rapl_mmio_is_used_only_where_the_msr_zones_are_absent(tmp_path):
     _zone(tmp_path, "intel-rapl-mmio:0", "package-0", 5_000_000)
     _zone(tmp_path, "intel-rapl-mmio:0:0", "dram", 5_000_000)
-    assert cost.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl-mmio:0)"
+    assert power.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl-mmio:0)"
 
 
 def test_rapl_counter_wrap_is_added_back(tmp_path):
     """A package counter at 262 143 328 850 µJ of its 262 143 328 850 range wraps to 9 999 999: 10 J in 2 s."""
     d = _zone(tmp_path, "intel-rapl:0", "package-0", 262_143_328_850 - 1, max_uj=262_143_328_850)
     clock = FakeClock()
-    meter = cost.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
+    meter = power.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
     meter.sample()
     (d / "energy_uj").write_text("9999999")
     clock.t += 2.0
@@ -250,7 +250,7 @@ def test_nvml_energy_is_integrated_over_the_cell(monkeypatch):
     clock = FakeClock()
     nv = FakeNvml(clock)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
-    meter = cost.PowerMeter(root="/nonexistent", clock=clock)
+    meter = power.PowerMeter(root="/nonexistent", clock=clock)
     assert meter.source == "NVML (1 GPU, energy counter)"
     meter.sample()
     nv.set_busy(True)
@@ -263,7 +263,7 @@ def test_nvml_without_an_energy_counter_integrates_sampled_power():
     """A GPU with no total-energy counter (before Volta): its power is read every 20 ms while the meter lives
     and integrated; 300 W for 0.6 s then idle at the reading reads ≈ 300 W (one reading at the end said 50)."""
     nv = FakeNvml(time.monotonic, energy=False)
-    meter = cost.PowerMeter(root="/nonexistent", nvml=nv, poll_s=0.02)
+    meter = power.PowerMeter(root="/nonexistent", nvml=nv, poll_s=0.02)
     try:
         assert meter.source == "NVML (1 GPU, sampled power)"
         meter.sample()
@@ -283,8 +283,8 @@ def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
     clock = FakeClock()
     nv = FakeNvml(clock, n=2)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
-    assert cost.PowerMeter(root=str(tmp_path)).source == "RAPL (intel-rapl:0, intel-rapl:1) + NVML (2 GPUs, energy counter)"
-    meter = cost.PowerMeter(root=str(tmp_path), clock=clock)
+    assert power.PowerMeter(root=str(tmp_path)).source == "RAPL (intel-rapl:0, intel-rapl:1) + NVML (2 GPUs, energy counter)"
+    meter = power.PowerMeter(root=str(tmp_path), clock=clock)
     meter.sample()
     nv.set_busy(True)
     clock.t += 10.0

@@ -106,11 +106,11 @@ def test_default_budget_on_a_mac_reads_the_machine(monkeypatch):
     monkeypatch.setattr(host, "is_mac", lambda: True)
     monkeypatch.setattr(host, "run_tool", mac("idle"))
     monkeypatch.setattr(host, "mlx_device_info", lambda: info)
-    b, why = guard.default_budget(48 * GiB, "physical memory")
+    b, why = host.default_budget(48 * GiB, "physical memory")
     assert b == 36 * GiB and "Metal's recommended working set" in why and "5.7 GiB read (vm_stat)" in why
     # a cgroup's limit (Linux) keeps the fraction rule
     monkeypatch.setattr(host, "is_mac", lambda: False)
-    b, why = guard.default_budget(48 * GiB, "physical memory")
+    b, why = host.default_budget(48 * GiB, "physical memory")
     assert b == int(0.85 * 48 * GiB) and "85%" in why
 
 

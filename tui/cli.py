@@ -413,7 +413,8 @@ def _client_args(args, plan, ks) -> tuple[tuple[int, int], float | None]:
 
 def _client_start(client, plan, cfg) -> dict:
     """The run header's client fields, this clock checked against the server's, and the sweep's ClientShare."""
-    from measure.core.clients import ClientShare, clock_check, perf_ns_at
+    from measure.core.clients import ClientShare, perf_ns_at
+    from measure.machine.clock import clock_check
 
     seg, start = client
     out = {"segment": list(seg) if seg[1] > 1 else None, "seed": getattr(plan.arrivals, "seed", None),

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
 from measure.machine.envinfo import environment
-from measure.core.guard import GuardError, default_budget, parse_size
+from measure.core.guard import GuardError, parse_size
+from measure.machine.host import default_budget
 from measure.machine.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
 from measure.machine.probes import detect_chip, effective_memory
 from measure.core.records import Mode, RequestRecord, RunMeta

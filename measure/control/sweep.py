@@ -14,9 +14,10 @@ from measure.machine import host
 from measure.core import metrics as M
 from measure.core.arrivals import client_wait_figures, lateness_figures
 from measure.core.cost import joules_per_token
-from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
-                                oom_refusal, overhead_after_oom)
-from measure.machine.probes import SystemProbe, ThermalLog, auto_threads
+from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, admit, engine_footprint, fmt_gib, oom_refusal,
+                                overhead_after_oom)
+from measure.core.readings import ThermalLog
+from measure.machine.probes import SystemProbe, WallCheck, auto_threads
 from measure.core.records import MODES, RequestRecord, is_remote
 from measure.core.sessions import prefix_cache_label, ttft_by_turn, turn_note
 from measure.core.server_cache import cache_figures, cache_note
@@ -304,7 +305,7 @@ class CellRunner:
     on and the guard's overhead is raised."""
 
     def __init__(self, source: LoadSource, cfg: SweepConfig, say: Callable[[str], None]):
-        from measure.core.cost import PowerMeter
+        from measure.machine.power import PowerMeter
 
         self.source, self.cfg, self.say = finite(source), cfg, say  # SourceError: it serves a live view only
         self.caps = source.capabilities()

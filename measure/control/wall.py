@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from measure.core.guard import detect_wall
-from measure.machine.probes import SystemSample
+from measure.core.readings import SystemSample
 from measure.core.roofline import name_wall
 from measure.core.units import NS
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from measure.machine.model_choice import engine_label
-from measure.machine.probes import SystemSample
+from measure.core.readings import SystemSample
 from measure.machine.recorder import read_jsonl
 from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import NS
