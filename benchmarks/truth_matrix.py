@@ -292,7 +292,7 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: 
     sets of B client streams)."""
     from measure.control.knee import peak_in_flight
     from measure.core import metrics as M
-    from measure.core.workload import prompt_for
+    from measure.core.datasets import prompt_for
 
     wl = _workload()
     ids = sorted(r.request_id for r in recs)

@@ -643,9 +643,15 @@ def plan_main(argv: list[str]) -> int:
     predictions = None
     if args.chip:
         try:
-            predictions = chip_predictions(args.config, args.model, args.preset, args.chip, args.prompt, args.output,
-                                           say=lambda t: print(t, file=sys.stderr), context=max(args.context),
-                                           result=result)
+            from measure.core.readings import Ceilings
+            from measure.machine import ceilings
+
+            def probed() -> Ceilings:
+                return ceilings.get(say=lambda t: print(t, file=sys.stderr))
+
+            predictions = chip_predictions(args.config, args.model, args.preset,
+                                           probed if args.chip == "this" else args.chip, args.prompt, args.output,
+                                           context=max(args.context), result=result)
         except PlanError as exc:
             fail(str(exc))
     if args.json:

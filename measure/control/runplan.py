@@ -21,7 +21,7 @@ from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import fmt_gib
 from measure.core.arrivals import ArrivalSpec, parse_arrivals
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
-from measure.core.datasets import resolve as resolve_workload
+from measure.machine.workloads import resolve as resolve_workload
 from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.traces import after_of
 from measure.core.workload import PrefixCache

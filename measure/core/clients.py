@@ -18,12 +18,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
+from measure.core.arrivals import Arrivals, IndexedArrivals
+from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop
-
-if TYPE_CHECKING:
-    from measure.core.records import RequestRecord
 
 NS = 1_000_000_000
 CLOCK_WARN_S = 0.05  # an offset known to be larger than this is said: clients that far apart do not start together
@@ -73,14 +72,6 @@ def perf_ns_at(unix_s: float) -> tuple[int, dict[str, Any]]:
     return perf + round((unix_s - u) * NS), {"unix": u, "perf_ns": perf}
 
 
-class Arrivals(Protocol):
-    """What a load's arrivals answer (workload.ClosedLoop, workload.Poisson, arrivals.Schedule, a Segment)."""
-
-    def due(self, now_ns: int, outstanding: int) -> list[int]: ...
-
-    def describe(self) -> str: ...
-
-
 def deal(weights: list[int], total: int) -> list[int]:
     """The client (1-based) of each of `total` requests in schedule order, dealt by smooth weighted round robin
     (nginx's): each turn every client gains its weight, the one with the most (the first on a tie) takes the
@@ -102,16 +93,18 @@ def deal(weights: list[int], total: int) -> list[int]:
 ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 
-class Segment:
+class Segment(IndexedArrivals):
     """Client i of n's share of one finite open-loop schedule (an arrivals.Schedule, or anything with its
     due() interface and a total): the requests whose index ≡ i − 1 (mod n), each due at t0 + its offset in
     the whole schedule. `t0_ns` (the asked start on this clock) anchors it; else t0 is the first due() call.
     due_indexed() gives each request's index in the whole schedule (the dispatcher takes the request id,
     prompt and lengths from it); full_total is the whole schedule's count."""
 
+    full_total: int  # a segment's whole schedule is finite
+
     def __init__(self, inner: Arrivals, i: int = 1, n: int = 1, t0_ns: int | None = None,
                  weights: list[int] | None = None):
-        if isinstance(inner, ClosedLoop) or getattr(inner, "total", None) is None:
+        if isinstance(inner, ClosedLoop) or inner.total is None:
             raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
         offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
         self.i, self.n = i, n

@@ -28,7 +28,7 @@ from measure.core.records import is_remote
 from measure.core.work import WorkModel
 
 if TYPE_CHECKING:
-    from measure.machine.ceilings import Ceilings
+    from measure.core.readings import Ceilings
     from presets import Chip
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
+from measure.core.readings import Ceilings, is_mac
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
 
 if TYPE_CHECKING:
@@ -107,11 +108,10 @@ def chip_memory(key: str | None) -> int | None:
 
 def unified_memory(chip_key: str | None) -> bool:
     """Whether plan sizes for unified memory: an Apple chip from presets, or this machine when it is a Mac."""
-    from measure.machine import host
     from presets import PresetError, chip
 
     if not chip_key or chip_key == "this":
-        return host.is_mac()
+        return is_mac()
     try:
         return chip(chip_key).unified
     except PresetError:
@@ -164,20 +164,21 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     return "\n".join(lines)
 
 
-def chip_predictions(config: str | None, model_path: str | None, preset: str | None, chip_key: str, prompt: int,
-                     output: int, say: Callable[[str], None], context: int | None = None,
-                     result: dict[str, Any] | None = None) -> tuple[WorkModel, Machine, list[Prediction]]:
+def chip_predictions(config: str | None, model_path: str | None, preset: str | None,
+                     chip: str | Callable[[], Ceilings],
+                     prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
+                     ) -> tuple[WorkModel, Machine, list[Prediction]]:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
-    preset, the chip from presets or this machine's probe ('this'), and the roofline's rows, each step's KV
-    read at `context` tokens a sequence (None: prompt + half the output). On unified memory (`result` of
-    plan() with unified set) a level whose footprint is over plan's budget reads the excess back from swap
-    each step (Machine.spill_bytes)."""
+    preset, the chip from presets (`chip` its key) or this machine's probe (plan --chip this: `chip` reads its
+    Ceilings, machine/ceilings.get), and the roofline's rows, each step's KV read at `context`
+    tokens a sequence (None: prompt + half the output). On unified memory (`result` of plan() with unified
+    set) a level whose footprint is over plan's budget reads the excess back from swap each step
+    (Machine.spill_bytes)."""
     from engines.base import EngineError
     from engines.gguf_file import inspect_gguf
     from measure.core import work as W
-    from measure.machine import ceilings
     from measure.core.roofline import Machine, prediction_table
-    from presets import PresetError, chip, model
+    from presets import PresetError, chip as preset_chip, model
 
     try:
         if config:
@@ -188,12 +189,12 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
             wm = W.from_preset(model(preset))
         else:
             raise PlanError("give --config, --model or --preset")  # the parser requires one of the three
-        if chip_key == "this":
-            m = Machine.from_ceilings(ceilings.get(say=say), wm)
+        if not isinstance(chip, str):
+            m = Machine.from_ceilings(chip(), wm)
         else:
-            c = chip(chip_key)
+            c = preset_chip(chip)
             if not c.bandwidth_gbps:
-                raise PlanError(f"chip {chip_key!r} has no verified bandwidth in presets; predict with a chip that "
+                raise PlanError(f"chip {chip!r} has no verified bandwidth in presets; predict with a chip that "
                                 "has one")
             m = Machine.from_chip(c)
     except PlanError:

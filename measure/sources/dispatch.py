@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
-from measure.core.workload import Load, Request, RequestMaker
+from measure.core.records import Request
+from measure.core.workload import Load, RequestMaker
 
 Slot = TypeVar("Slot")
 

@@ -27,7 +27,8 @@ from engines.base import EngineSpec
 from measure.core.metrics import ttft
 from measure.machine.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import Mode, RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, Request
+from measure.core.records import Request
+from measure.core.workload import Load
 from measure.sources.base import (Capabilities, CellStopped, Event, EventSink, LevelReady, LoadStarted,
                                   OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
