@@ -765,8 +765,8 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
     users one stream each, prompts as token ids where the server's /tokenize agrees."""
     import socket
     import subprocess
-    import urllib.request
 
+    from engines import http_sync
     from measure.sources.http import HttpSource
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
@@ -796,10 +796,9 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
                 raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
                                   + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
+                if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
+                    break
+            except http_sync.HTTPError:
                 pass
             if time.monotonic() > deadline:
                 stop()

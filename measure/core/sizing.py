@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
 from measure.core.readings import Ceilings, is_mac
+from measure.core import work as W
+from measure.core.roofline import Machine, Prediction, predict, prediction_table
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
-
-if TYPE_CHECKING:
-    from measure.core.roofline import Machine, Prediction
-    from measure.core.work import WorkModel
 
 
 class PlanError(ValueError):
@@ -118,11 +116,10 @@ def unified_memory(chip_key: str | None) -> bool:
         return False
 
 
-def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: WorkModel,
+def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: W.WorkModel,
                    machine: Machine, prompt: int, output: int) -> str:
     """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
     per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
-    from measure.core.roofline import predict
     from presets import PresetError, slo as preset_slo
 
     try:
@@ -167,7 +164,7 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
 def chip_predictions(config: str | None, model_path: str | None, preset: str | None,
                      chip: str | Callable[[], Ceilings],
                      prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
-                     ) -> tuple[WorkModel, Machine, list[Prediction]]:
+                     ) -> tuple[W.WorkModel, Machine, list[Prediction]]:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
     preset, the chip from presets (`chip` its key) or this machine's probe (plan --chip this: `chip` reads its
     Ceilings, machine/ceilings.get), and the roofline's rows, each step's KV read at `context`
@@ -176,8 +173,6 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
     (Machine.spill_bytes)."""
     from engines.base import EngineError
     from engines.gguf_file import inspect_gguf
-    from measure.core import work as W
-    from measure.core.roofline import Machine, prediction_table
     from presets import PresetError, chip as preset_chip, model
 
     try:

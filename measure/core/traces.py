@@ -38,13 +38,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from engines.base import Prompt
 from measure.core.datasets import FORMATS, Dataset, DatasetError, LengthDist
-
-if TYPE_CHECKING:
-    from presets import Workload
+from presets import Workload
 
 KINDS = ("mooncake", "bailian", "burstgpt", "azure")
 BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
