@@ -4,7 +4,7 @@ import json
 import pytest
 
 import presets
-from measure.machine.ceilings import Ceilings
+from measure.core.readings import Ceilings
 from measure.core.roofline import Machine, Point, calibrate, predict
 from measure.core.work import config_params, from_config, from_gguf, from_preset
 

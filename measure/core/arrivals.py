@@ -2,12 +2,11 @@
 a linear ramp, or a trace's own times (time-scaled by --speed); and how late the load generator put each
 request out against that schedule (lateness), so a generator that falls behind says so.
 
-Every pattern is a `Schedule`: the i-th request is due at t0 + offset_i, t0 being the moment the load starts.
-It plugs into the dispatcher (workload.RequestMaker) like Poisson and ClosedLoop: the `Arrivals` protocol
-(due(), next_wakeup_ns(), resume(), exhausted(), total), declared here for every arrival process. A finite level (a bench cell's `--requests`) is conditioned on its count: the
-random gaps are scaled so the n arrivals span exactly (n − 1) ÷ rate, and the level offers the rate it is
-named for (the shape of the gaps, bursts and lulls, is kept).
-"""
+Every pattern is a `Schedule`: the i-th request is due at t0 + offset_i, t0 being the moment the load starts. It
+plugs into the dispatcher (workload.RequestMaker) like Poisson and ClosedLoop: the `Arrivals` protocol (due(),
+next_wakeup_ns(), resume(), exhausted(), total), declared here for every arrival process. A finite level (a bench
+cell's `--requests`) is conditioned on its count: the random gaps are scaled so the n arrivals span exactly (n − 1)
+÷ rate, and the level offers the rate it is named for (the shape of the gaps, bursts and lulls, is kept)."""
 from __future__ import annotations
 
 import heapq

@@ -494,4 +494,5 @@ def header_info(wl: Workload) -> dict[str, Any]:
 
 
 __all__ = ["Dataset", "DatasetError", "Item", "LengthDist", "parse_length", "check_fits", "header_info", "load_jsonl",
-           "load_sharegpt", "load_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader", "request_for", "prompt_for", "data_file"]
+                  "load_sharegpt", "load_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader", "request_for", "prompt_for",
+           "data_file"]

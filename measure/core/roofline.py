@@ -105,7 +105,7 @@ class Machine:
 
     @classmethod
     def from_ceilings(cls, c: Ceilings, work: WorkModel) -> "Machine":
-        """This machine, from the probe (ceilings.Ceilings) of the same model's engine."""
+        """This machine, from the probe (readings.Ceilings: machine/ceilings.py) of the same model's engine."""
         e = c.engine or {}
         d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
         busy = (f"warning: {c.busy_warning()}",) if c.busy else ()

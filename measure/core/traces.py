@@ -26,7 +26,6 @@ recorded; `--prefix-cache off` puts a unique prefix before each prompt and defea
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import math
 import random

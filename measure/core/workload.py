@@ -7,6 +7,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
 from measure.core.arrivals import Arrivals, IndexedArrivals, TurnArrivals
 from measure.core.datasets import request_for
 from measure.core.records import Request

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from measure.core.readings import BUSY_LIMIT, PROBE_VERSION, Ceilings
+from measure.core.readings import PROBE_VERSION, Ceilings
 
 if TYPE_CHECKING:
     import multiprocessing.queues
