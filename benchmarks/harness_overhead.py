@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import presets  # noqa: E402
 from engines.base import EngineSpec  # noqa: E402
 from measure.core import metrics as M  # noqa: E402
-from measure.core.recorder import Recorder  # noqa: E402
+from measure.machine.recorder import Recorder  # noqa: E402
 from measure.core.records import RunMeta  # noqa: E402
 from measure.core.workload import ClosedLoop, Load, Poisson  # noqa: E402
 from measure.sources.fleet import Fleet  # noqa: E402
@@ -239,15 +239,18 @@ def http_level(url: str, name: str, streams: int, slots: int, load: Load, a, pro
 
 def _server_late(url: str) -> float | None:
     """The null server's own median lateness (send − due), which the client sees as bias it did not add."""
-    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from engines import http_sync
 
     try:
-        text = httpx.get(url[:-3] + "/metrics", timeout=2).text
-    except httpx.HTTPError:
+        text = http_sync.get(url[:-3] + "/metrics", 2).text
+    except http_sync.HTTPError:
         return None
-    for line in text.splitlines():
-        if line.startswith('null:chunk_late_seconds{quantile="0.5"}'):
-            return float(line.split()[-1]) * 1e3
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == "null:chunk_late_seconds" and smp.labels.get("quantile") == "0.5":
+                return smp.value * 1e3
     return None
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from measure.core import host  # noqa: E402
+from measure.machine import host  # noqa: E402
 from measure.core.guard import mac_budget  # noqa: E402
 
 GiB = 1 << 30

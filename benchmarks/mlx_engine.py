@@ -23,9 +23,9 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import presets  # noqa: E402
-from measure.core.probes import auto_threads  # noqa: E402
+from measure.machine.probes import auto_threads  # noqa: E402
 from measure.sources.fleet import Fleet  # noqa: E402
-from measure.core.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
+from measure.machine.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
 from measure.core.workload import ClosedLoop, Load  # noqa: E402
 from batching import decode_tps  # noqa: E402  (benchmarks/batching.py: the same wave metric)
 from engines.mlx_blas import REFERENCE  # noqa: E402

@@ -24,10 +24,10 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import presets  # noqa: E402
-from measure.core import ceilings  # noqa: E402
+from measure.machine import ceilings  # noqa: E402
 from measure.core import metrics as M  # noqa: E402
-from measure.core.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
-from measure.core.probes import auto_threads  # noqa: E402
+from measure.machine.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
+from measure.machine.probes import auto_threads  # noqa: E402
 from measure.core.roofline import Machine, Point, calibrate, predict  # noqa: E402
 from measure.core.work import from_gguf  # noqa: E402
 from measure.core.workload import ClosedLoop, Load  # noqa: E402

@@ -23,7 +23,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from measure.core.recorder import read_jsonl  # noqa: E402
+from measure.machine.recorder import read_jsonl  # noqa: E402
 
 EXE = str(Path(sys.executable).parent / "inference-top")
 

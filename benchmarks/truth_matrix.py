@@ -292,7 +292,7 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, asked_users: 
     sets of B client streams)."""
     from measure.control.knee import peak_in_flight
     from measure.core import metrics as M
-    from measure.core.workload import prompt_for
+    from measure.core.datasets import prompt_for
 
     wl = _workload()
     ids = sorted(r.request_id for r in recs)
@@ -460,7 +460,7 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
 
     from measure.control.live import LiveController, LiveSettings
     from measure.control.runs import load_run
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.core.records import RunMeta
     from measure.sources.simulated import SimulatedFleet
     import presets
@@ -524,7 +524,7 @@ def run_cli(name: str, extra: list[str], servers: NullServers) -> Result:
     """`inference-top bench` as a user runs it, against both null servers: K is the endpoints given; each cell's
     K, B and users, and the header's client processes, are what its records show."""
     from measure.control.knee import peak_in_flight
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     res = Result(f"cli: {name}")
     t_start = time.monotonic()

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from measure.core import metrics as M  # noqa: E402
-from measure.core.recorder import read_jsonl  # noqa: E402
+from measure.machine.recorder import read_jsonl  # noqa: E402
 
 EXE = str(Path(sys.executable).parent / "inference-top")
 BRAILLE_REV = "1f0385a"  # the last commit whose tui/charts.py drew its own braille (before plotext came back)

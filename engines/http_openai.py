@@ -55,17 +55,17 @@ class EndpointError(EngineError):
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """The server-view figures found in a /metrics page (sums over label sets); missing ones are absent."""
+    """The server-view figures found in a /metrics page (sums over label sets); missing ones are absent. Read
+    with prometheus_client's parser; a page it cannot read past some line gives the samples before it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        try:
-            name_labels, value = line.rsplit(" ", 1)
-            name = name_labels.split("{", 1)[0]
-            values[name] = values.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
+    try:
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                values[smp.name] = values.get(smp.name, 0.0) + smp.value
+    except ValueError:
+        pass
     out: dict[str, float] = {}
     for key, names in SERVER_METRICS.items():
         for n in names:
@@ -102,11 +102,11 @@ def served_model(url: str, shown: str, headers: dict[str, str], timeout: float, 
     """GET {url}/models: the first model the server lists (None where its answer names none). An EndpointError
     where nothing answers, the key is refused or the URL is not the API base (`which`: the endpoint's place
     among several, said in the line)."""
-    import httpx
+    from engines import http_sync
 
     try:
-        r = httpx.get(f"{url}/models", headers=headers, timeout=timeout)
-    except httpx.HTTPError as exc:
+        r = http_sync.get(f"{url}/models", timeout, headers)
+    except http_sync.HTTPError as exc:
         raise EndpointError(f"nothing answers at {shown}{which} ({type(exc).__name__}); start the server or "
                             "fix --url") from None
     if r.status_code in (401, 403):
@@ -124,14 +124,14 @@ def served_model(url: str, shown: str, headers: dict[str, str], timeout: float, 
 def server_tokens(base: str, text: str, headers: dict[str, str]) -> list[int] | None:
     """The server's own token ids for a text: llama-server's /tokenize, else vLLM's (`base`: the server's root,
     without /v1); None where neither answers."""
-    import httpx
+    from engines import http_sync
 
     for body in ({"content": text, "add_special": True}, {"prompt": text}):  # llama-server, vLLM
         try:
-            r = httpx.post(f"{base}/tokenize", json=body, headers=headers, timeout=5)
+            r = http_sync.post_json(f"{base}/tokenize", body, 5, headers)
             if r.status_code == 200:
                 return cast("list[int] | None", r.json().get("tokens"))
-        except (httpx.HTTPError, ValueError):
+        except (http_sync.HTTPError, ValueError):
             break
     return None
 

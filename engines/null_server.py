@@ -526,8 +526,8 @@ def spawn(ttft_ms: float, itl_ms: float, *args: str, timeout_s: float = 30.0) ->
     killed, when it does not answer within timeout_s. `args`: more of its flags (--usage final, …)."""
     import os
     import subprocess
-    import urllib.error
-    import urllib.request
+
+    from engines import http_sync
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
@@ -539,10 +539,9 @@ def spawn(ttft_ms: float, itl_ms: float, *args: str, timeout_s: float = 30.0) ->
     end = time.monotonic() + timeout_s
     while True:
         try:
-            with urllib.request.urlopen(f"{url}/models", timeout=1) as r:  # noqa: S310 - loopback, our own server
-                if r.status == 200:
-                    return proc, url
-        except (urllib.error.URLError, OSError):
+            if http_sync.get(f"{url}/models", 1).status_code == 200:
+                return proc, url
+        except http_sync.HTTPError:
             pass
         if time.monotonic() > end or proc.poll() is not None:
             proc.kill()

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from measure.sources.fleet import Fleet
-from measure.core.model_choice import build_spec, resolve_model, run_meta
+from measure.machine.model_choice import build_spec, resolve_model, run_meta
 
 
 def pytest_configure(config):

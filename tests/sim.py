@@ -1,7 +1,7 @@
 """A deterministic dashboard for snapshot and Pilot tests: the SIMULATED fleet on a fake clock."""
 from measure.core.records import RunMeta
 from measure.control.live import LiveController, LiveSettings
-from measure.core.probes import SystemSample
+from measure.core.readings import SystemSample
 from measure.sources.simulated import SimulatedFleet
 import presets
 

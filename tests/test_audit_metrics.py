@@ -12,7 +12,7 @@ from measure.control import report as R, runs as RU
 from measure.control.stats import LiveStats
 from measure.control.cell import Cell, Spec
 from measure.control.sweep import format_table
-from measure.core import cost
+from measure.machine import power
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
 from measure.core.units import NS
@@ -172,9 +172,9 @@ def test_rapl_counts_top_level_packages_once(tmp_path):
     (core and uncore are inside their package, MMIO is package 0 again; DRAM is left out: packages only):
     J/token 2.55× too high."""
     zones = _rapl_tree(tmp_path)
-    assert cost.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl:0, intel-rapl:1)"
+    assert power.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl:0, intel-rapl:1)"
     clock = FakeClock()
-    meter = cost.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
+    meter = power.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
     assert meter.sample() is None  # the first reading starts the interval
     clock.t += 10.0
     _advance(tmp_path, zones, 10.0)
@@ -184,14 +184,14 @@ def test_rapl_counts_top_level_packages_once(tmp_path):
 def test_rapl_mmio_is_used_only_where_the_msr_zones_are_absent(tmp_path):
     _zone(tmp_path, "intel-rapl-mmio:0", "package-0", 5_000_000)
     _zone(tmp_path, "intel-rapl-mmio:0:0", "dram", 5_000_000)
-    assert cost.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl-mmio:0)"
+    assert power.PowerMeter(root=str(tmp_path), nvml=False).source == "RAPL (intel-rapl-mmio:0)"
 
 
 def test_rapl_counter_wrap_is_added_back(tmp_path):
     """A package counter at 262 143 328 850 µJ of its 262 143 328 850 range wraps to 9 999 999: 10 J in 2 s."""
     d = _zone(tmp_path, "intel-rapl:0", "package-0", 262_143_328_850 - 1, max_uj=262_143_328_850)
     clock = FakeClock()
-    meter = cost.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
+    meter = power.PowerMeter(root=str(tmp_path), nvml=False, clock=clock)
     meter.sample()
     (d / "energy_uj").write_text("9999999")
     clock.t += 2.0
@@ -251,7 +251,7 @@ def test_nvml_energy_is_integrated_over_the_cell(monkeypatch):
     clock = FakeClock()
     nv = FakeNvml(clock)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
-    meter = cost.PowerMeter(root="/nonexistent", clock=clock)
+    meter = power.PowerMeter(root="/nonexistent", clock=clock)
     assert meter.source == "NVML (1 GPU, energy counter)"
     meter.sample()
     nv.set_busy(True)
@@ -264,7 +264,7 @@ def test_nvml_without_an_energy_counter_integrates_sampled_power():
     """A GPU with no total-energy counter (before Volta): its power is read every 20 ms while the meter lives
     and integrated; 300 W for 0.6 s then idle at the reading reads ≈ 300 W (one reading at the end said 50)."""
     nv = FakeNvml(time.monotonic, energy=False)
-    meter = cost.PowerMeter(root="/nonexistent", nvml=nv, poll_s=0.02)
+    meter = power.PowerMeter(root="/nonexistent", nvml=nv, poll_s=0.02)
     try:
         assert meter.source == "NVML (1 GPU, sampled power)"
         meter.sample()
@@ -284,8 +284,8 @@ def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
     clock = FakeClock()
     nv = FakeNvml(clock, n=2)
     monkeypatch.setitem(sys.modules, "pynvml", nv)
-    assert cost.PowerMeter(root=str(tmp_path)).source == "RAPL (intel-rapl:0, intel-rapl:1) + NVML (2 GPUs, energy counter)"
-    meter = cost.PowerMeter(root=str(tmp_path), clock=clock)
+    assert power.PowerMeter(root=str(tmp_path)).source == "RAPL (intel-rapl:0, intel-rapl:1) + NVML (2 GPUs, energy counter)"
+    meter = power.PowerMeter(root=str(tmp_path), clock=clock)
     meter.sample()
     nv.set_busy(True)
     clock.t += 10.0
@@ -298,7 +298,7 @@ def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=
     """A dashboard session against `url` recorded to a file (no terminal): its path."""
     from measure.control.live import LiveController
     from measure.control.runplan import make_plan
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from tui.cli import build_parser
 
     dash, _ = build_parser()

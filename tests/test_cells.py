@@ -26,7 +26,7 @@ def _j(c) -> dict:
 
 
 def _read(name: str):
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     headers, records, _ = read_jsonl(DATA / f"{name}.jsonl")
     return headers[0], records
@@ -206,9 +206,9 @@ def same_csv(a: str, b: str) -> None:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory, monkeypatch_module):
-    monkeypatch_module.setattr("measure.core.cost.PowerMeter", FixedPower)
+    monkeypatch_module.setattr("measure.machine.power.PowerMeter", FixedPower)
     # no thermal reading, whatever sensors the machine running the tests has (a cell's `thermal`: test_mac.py)
-    from measure.core import host
+    from measure.machine import host
     monkeypatch_module.setattr(host.ThermalReader, "read", lambda self: host.UNKNOWN_THERMAL)
     return outputs(tmp_path_factory.mktemp("cells"))
 
@@ -268,7 +268,7 @@ if __name__ == "__main__" and "--write" in sys.argv:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as d:
-        mp.setattr("measure.core.cost.PowerMeter", FixedPower)
+        mp.setattr("measure.machine.power.PowerMeter", FixedPower)
         GOLDEN.write_text(json.dumps(outputs(Path(d)), indent=1) + "\n")
     print(f"wrote {GOLDEN}")
 
@@ -364,7 +364,7 @@ def test_bench_runs_the_users_it_is_given(tmp_path):
     from conftest import NullServerProcess
 
     from measure.control.knee import peak_in_flight
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
     try:
@@ -434,7 +434,7 @@ def test_a_knee_level_has_the_figures_of_a_bench_cell():
                cost=Cost(price_per_hour=2.0, watts=30.0), threads=1)
     mine = [r for r in records if r.k == 1 and r.rep == 0]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("measure.core.cost.PowerMeter", FixedPower)
+        mp.setattr("measure.machine.power.PowerMeter", FixedPower)
         cells, _, _ = run_sweep(Replay(header, mine, local=False), presets.workload("default"),
                                 SweepConfig(ks=[1], bs=[1], **cfg), lambda m: None)
         st = KN.measure_levels(Replay(header, mine, local=False), presets.workload("default"), "b",

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from measure.core.recorder import read_jsonl
+from measure.machine.recorder import read_jsonl
 from measure.control.cell import Cell, Spec
 
 CLI = [sys.executable, "-m", "tui.cli"]

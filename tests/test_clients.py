@@ -7,15 +7,14 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import numpy as np
 import pytest
 
 from measure.core.arrivals import ArrivalSpec, realised_rate
-from measure.core.clients import (ClientShare, Segment, clock_check, offset_from_ticks, parse_segment,
-                                  parse_start_at)
-from measure.core.recorder import read_jsonl
+from measure.core.clients import ClientShare, Segment, offset_from_ticks, parse_segment, parse_start_at
+from measure.machine.clock import clock_check
+from measure.machine.recorder import read_jsonl
 from measure.core.workload import ClosedLoop, Load, RequestMaker
 from presets import Workload
 
@@ -383,11 +382,23 @@ def test_exporter_metrics_parse_as_a_peer_reading():
         parse_peer_metrics("vllm:num_requests_running 3\n")
 
 
-def test_urlopen_is_not_used_with_a_proxy():
-    """A peer on a private address is asked directly, whatever HTTP_PROXY says (a scrape must not leave)."""
-    from measure.control.peers import _opener
+def test_sync_http_is_not_sent_through_a_proxy(null_server, monkeypatch):
+    """A peer's scrape, /models, /tokenize and the clock check go straight to the address given, whatever
+    HTTP_PROXY says (a scrape of a private address must not leave; the streams' aiohttp session does the same)."""
+    import httpx
 
-    assert not any(isinstance(h, urllib.request.ProxyHandler) and h.proxies for h in _opener().handlers)
+    from conftest import free_port
+    from engines import http_sync
+    from engines.http_openai import served_model
+
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{null_server}/models", timeout=2)  # a client that reads the environment goes to the proxy
+    assert http_sync.get(f"{null_server}/models", 2).status_code == 200
+    assert served_model(null_server, null_server, {}, 2) is not None
+    assert clock_check(null_server, timeout_s=2)["offset_s"] is not None
 
 
 def test_start_at_alone_starts_a_closed_loop_at_that_time(null_server, tmp_path):
@@ -412,7 +423,8 @@ def test_clock_offset_between_clients_is_warned(two_clients):
     _, outs, *_ = two_clients
     a, b = load_run(outs[0]), load_run(outs[1])
     b.header = dict(b.header, clock_check=dict(b.header["clock_check"], offset_s=0.3, bound_s=0.002))
-    assert any("clocks differ by 30" in w for w in combine([a, b]).warnings)
+    off_a = a.header["clock_check"]["offset_s"]  # ≈ 0 on loopback, to about a round trip
+    assert any(f"clocks differ by {(0.3 - off_a) * 1e3:.0f} ms" in w for w in combine([a, b]).warnings)
     line = describe_clock({"offset_s": 2.5, "bound_s": 0.002, "samples": 9})
     assert "2500.0 ± 2.0 ms ahead of" in line and "NTP" in line
 

@@ -30,7 +30,7 @@ def called_on_controller(cls_name: str | None = None) -> set[str]:
 
 def recorded_replay(tmp_path):
     from measure.control.replay import Recording, ReplayController
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
 
     path = tmp_path / "session.jsonl"
     c, fleet, clock = sim_controller(k=1)

@@ -167,7 +167,7 @@ def test_snapshot_help(snap_compare):
 async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, monkeypatch):
     from measure.sources.fleet import Fleet
     from measure.control.live import LiveController, LiveSettings
-    from measure.core.model_choice import build_spec, run_meta
+    from measure.machine.model_choice import build_spec, run_meta
     from conftest import descendants
     import presets
 
@@ -202,7 +202,7 @@ async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, mon
 
 
 def test_recorded_session_replays_to_the_same_statistics(tmp_path):
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.control.replay import Recording, ReplayController
 
     path = tmp_path / "session.jsonl"
@@ -245,7 +245,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
 async def test_replay_app_keys(tmp_path):
     from dataclasses import asdict
 
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.control.replay import Recording, ReplayController
     from tui.app import ReplayApp
 
@@ -287,7 +287,7 @@ def test_report_renders_every_chart_from_a_recording(tmp_path):
     import sys
     from dataclasses import asdict
 
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
 
     path = tmp_path / "s.jsonl"
     c, fleet, clock = sim_controller(k=1)

@@ -210,7 +210,7 @@ def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_
     recording loads, and its samples give one row per endpoint with labels."""
     from measure.control.replay import Recording, ReplayController
     from measure.control.runplan import make_plan
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.control.live import LiveController
     from tui.cli import build_parser
 

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from measure.core.recorder import read_jsonl
-from measure.core.model_choice import build_spec, resolve_model
+from measure.machine.recorder import read_jsonl
+from measure.machine.model_choice import build_spec, resolve_model
 from engines.base import EngineError, Prompt
 
 # not importorskip: importing mlx here, before the engine loads its BLAS shim, would bind mlx to its own BLAS

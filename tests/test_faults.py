@@ -52,7 +52,7 @@ def test_the_budget_honours_every_memory_limit(tmp_path):
     """A cgroup v1 group limited to 1 GB and a cgroup v2 group with memory.high 2 GB under 24 GB of RAM: the
     budget's base is the tightest (1 GB, named); a group without a limit (v1 writes 2⁶³ − 4096) adds nothing."""
     from measure.control.runplan import resolve_budget
-    from measure.core.probes import effective_memory, memory_limits
+    from measure.machine.probes import effective_memory, memory_limits
 
     cg = tmp_path / "cg"
     (cg / "memory" / "box").mkdir(parents=True)
@@ -365,7 +365,7 @@ OOM_SCRIPT = r'''
 import json, sys, time
 import presets
 from measure.control.live import LiveController, LiveSettings
-from measure.core.model_choice import build_spec, resolve_model, run_meta
+from measure.machine.model_choice import build_spec, resolve_model, run_meta
 from measure.sources.fleet import Fleet
 
 m = resolve_model("llama", None, progress=lambda s: None)

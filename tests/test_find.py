@@ -267,7 +267,7 @@ class WallFromLevel:
         self.armed = False
 
     def sample(self):
-        from measure.core.probes import SystemSample
+        from measure.core.readings import SystemSample
 
         avail = 3 if self.armed else 60
         return SystemSample(0, 100 * 2**30, (100 - avail) * 2**30, avail * 2**30, 0, 0, 0.0, 0.0, "none", None,

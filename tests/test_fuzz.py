@@ -45,7 +45,7 @@ def recording_lines(tmp_path_factory):
     """A real (simulated) dashboard recording, as lines."""
     from dataclasses import asdict
 
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from sim import run_for, sim_controller
 
     path = tmp_path_factory.mktemp("rec") / "s.jsonl"

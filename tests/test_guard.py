@@ -7,7 +7,7 @@ import pytest
 
 from measure.core.guard import GiB, MiB, WallThresholds, admit, detect_wall, footprint, parse_size, shape_from_preset
 from measure.core.sizing import plan
-from measure.core.probes import SystemSample
+from measure.core.readings import SystemSample
 from sim import run_for, sim_controller
 
 NS = 1_000_000_000

@@ -12,7 +12,7 @@ import presets
 from measure.control.live import LiveController, LiveSettings
 from measure.control.wall import Step, WallWatch
 from measure.core import metrics as M
-from measure.core.probes import SystemSample
+from measure.core.readings import SystemSample
 from measure.core.records import RunMeta
 from measure.sources.simulated import SimulatedFleet
 from sim import NS, FakeClock, FixedProbe, NoProcesses, run_for, sim_controller

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from measure.core import guard, host, probes
+from measure.core import guard
+from measure.core.readings import ThermalLog
+from measure.machine import host, probes
 from measure.core.guard import GiB, MiB
 from measure.core.sizing import chip_predictions, plan, unified_memory
 
@@ -105,11 +107,11 @@ def test_default_budget_on_a_mac_reads_the_machine(monkeypatch):
     monkeypatch.setattr(host, "is_mac", lambda: True)
     monkeypatch.setattr(host, "run_tool", mac("idle"))
     monkeypatch.setattr(host, "mlx_device_info", lambda: info)
-    b, why = guard.default_budget(48 * GiB, "physical memory")
+    b, why = host.default_budget(48 * GiB, "physical memory")
     assert b == 36 * GiB and "Metal's recommended working set" in why and "5.7 GiB read (vm_stat)" in why
     # a cgroup's limit (Linux) keeps the fraction rule
     monkeypatch.setattr(host, "is_mac", lambda: False)
-    b, why = guard.default_budget(48 * GiB, "physical memory")
+    b, why = host.default_budget(48 * GiB, "physical memory")
     assert b == int(0.85 * 48 * GiB) and "85%" in why
 
 
@@ -138,7 +140,7 @@ def test_the_published_48gb_sweep_is_refused_where_it_collapsed():
 def test_the_predicted_batch_curve_peaks_on_a_48gb_mac():
     shape = guard.shape_from_preset("llama-3.1-8b")
     result = plan(shape, [4096], 48 * GiB, "bf16", unified=True)
-    _, m, rows = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, say=print, context=4096,
+    _, m, rows = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, context=4096,
                                   result=result)
     assert m.flops is not None  # the compute ceiling is drawn
     batch = {p.b: p for p in rows if p.mode == "batch"}
@@ -148,14 +150,14 @@ def test_the_predicted_batch_curve_peaks_on_a_48gb_mac():
     assert batch[64].aggregate_tps < batch[32].aggregate_tps < best.aggregate_tps
     # without the budget the compute ceiling alone bends the curve flat by B=64 (it climbed to 811 tok/s there
     # with no FLOP/s figure for the chip and the KV read at 192 tokens)
-    _, _, flat = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, say=print, context=4096)
+    _, _, flat = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, context=4096)
     fb = {p.b: p for p in flat if p.mode == "batch"}
     assert fb[64].binding == "compute" and fb[64].aggregate_tps < 1.1 * fb[32].aggregate_tps
 
 
 def test_the_kv_is_read_at_the_context_asked():
-    _, _, short = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, say=print)
-    _, _, long = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, say=print, context=4096)
+    _, _, short = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256)
+    _, _, long = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, context=4096)
     s = {p.b: p for p in short if p.mode == "batch"}
     lg = {p.b: p for p in long if p.mode == "batch"}
     assert lg[16].tpot_s > 1.3 * s[16].tpot_s  # 16 × 512 MiB of KV a step beside 15 GB of weights
@@ -239,8 +241,8 @@ def test_every_sample_carries_the_thermal_state_and_a_change_is_seen():
     states = iter(["pmset_therm_nominal.txt", "pmset_therm_throttled.txt", "pmset_therm_throttled.txt"])
     reader = host.ThermalReader(every_s=0, run=lambda cmd: text(next(states)), system=lambda: "Darwin")
     p = probes.SystemProbe(thermal=reader)
-    heat = probes.ThermalLog()
-    check = guard.WallCheck(p, heat)  # a sweep cell's wall check: its first sample
+    heat = ThermalLog()
+    check = probes.WallCheck(p, heat)  # a sweep cell's wall check: its first sample
     assert check.prev.thermal == "nominal (no warning recorded)" and not heat.changed
     check()
     assert check.prev.thermal.startswith("throttled") and heat.changed

@@ -115,7 +115,8 @@ def test_cost_arithmetic_by_hand(tmp_path):
     """Rented at $2/h serving 500 tok/s: 1.8 Mtok an hour → $1.111 per Mtok. Owned: $3000 over 3 years (26,280 h)
     = $0.114/h, + 100 W at $0.30/kWh = $0.03/h → $0.144/h; at 50 tok/s (0.18 Mtok/h) → $0.801/Mtok; 100 W at
     50 tok/s = 2 J per token. A RAPL counter that rises 5,000,000 µJ in the interval reads as 5 J ÷ the interval."""
-    from measure.core.cost import Cost, PowerMeter, joules_per_token
+    from measure.core.cost import Cost, joules_per_token
+    from measure.machine.power import PowerMeter
 
     assert Cost(price_per_hour=2.0).usd_per_mtok(500.0) == pytest.approx(2.0 / 1.8)
     owned = Cost(hardware_cost=3000.0, lifetime_hours=3 * 8760, kwh_price=0.30)

@@ -10,7 +10,7 @@ import pytest
 
 from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
 from measure.control.steps import StepRow
-from measure.core.probes import SystemSample
+from measure.core.readings import SystemSample
 from presets import slo
 from tui.panels import (CHART_BW, CHART_PARETO, View, chart_text, pareto_chart, render_clients, render_gauges,
                         render_header, render_log, render_numbers, render_step_table, render_workers, series_charts)

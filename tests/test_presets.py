@@ -1,7 +1,8 @@
 import pytest
 
 import presets
-from measure.core.workload import ClosedLoop, Poisson, prompt_for
+from measure.core.datasets import prompt_for
+from measure.core.workload import ClosedLoop, Poisson
 
 
 def test_default_workload_is_the_inference_lab_set():

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from measure.core import ceilings
+from measure.machine import ceilings
 
 CORES = 2
 STAGES = [  # (the engine's crash point, its options, the probe stage it falls in)

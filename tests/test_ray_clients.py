@@ -82,7 +82,7 @@ def _plan(url: str, requests: int = REQUESTS, rate: float = RATE):
 
 
 def _requests(path: Path):
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     _, recs, other = read_jsonl(path)
     return recs, other
@@ -192,7 +192,7 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     assert {r.extra["client"] for r in recs} == {1, 2}
     for r in recs:  # on the driver's clock: one machine, so each record's own order holds after the shift
         assert r.t_scheduled_ns <= r.t_first_token_ns <= r.t_done_ns
-    from measure.core.recorder import read_jsonl
+    from measure.machine.recorder import read_jsonl
 
     head = read_jsonl(rec)[0][0]
     assert [x["client"] for x in head["ray"]["client_list"]] == [1, 2]

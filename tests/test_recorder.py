@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from measure.core.recorder import Recorder, read_jsonl
+from measure.machine.recorder import Recorder, read_jsonl
 from measure.core.records import RequestRecord
 
 
@@ -28,7 +28,7 @@ def test_lines_reach_the_file_at_once_and_the_disk_at_most_once_a_second(tmp_pat
     import os
     import time
 
-    from measure.core import recorder as R
+    from measure.machine import recorder as R
 
     syncs = []
     real = os.fsync
@@ -55,7 +55,7 @@ def test_a_recording_killed_with_sigkill_keeps_every_line_written(tmp_path):
     import sys
 
     path = tmp_path / "r.jsonl"
-    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); from measure.core.recorder import Recorder; "
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); from measure.machine.recorder import Recorder; "
             "r = Recorder(sys.argv[1], {'model': 'm'}); [r.write({'kind': 'sample', 'i': i}) for i in range(500)]; "
             "r.flush(); os.kill(os.getpid(), signal.SIGKILL)")
     import pathlib
@@ -74,7 +74,7 @@ def test_a_program_that_ends_without_close_still_writes_every_line(tmp_path):
     import sys
 
     path = tmp_path / "r.jsonl"
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from measure.core.recorder import Recorder; "
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from measure.machine.recorder import Recorder; "
             "r = Recorder(sys.argv[1], {'model': 'm'}); [r.write({'kind': 'sample', 'i': i}) for i in range(300)]")
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     assert subprocess.run([sys.executable, "-c", code, str(path), root]).returncode == 0

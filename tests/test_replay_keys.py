@@ -10,7 +10,7 @@ from sim import run_for, sim_controller
 
 def recorded_session(tmp_path):
     """A SIMULATED session recorded for 30 s at K=1 then 30 s at K=2, its live export at the end, and the file."""
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
 
     path = tmp_path / "session.jsonl"
     c, fleet, clock = sim_controller(k=1)

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import presets
-from measure.core.ceilings import Ceilings
+from measure.core.readings import Ceilings
 from measure.core.roofline import Machine, Point, calibrate, predict
 from measure.core.work import config_params, from_config, from_gguf, from_preset
 
@@ -339,7 +339,7 @@ def test_a_probe_taken_on_a_busy_machine_says_so_wherever_its_rates_are_used(tmp
     describe(), in the Machine's notes (the predict and size commands print them) and in the plan's warnings
     (the dashboard's log, a bench's start); a probe cached by version 3, which did not count it, is measured
     again."""
-    from measure.core import ceilings
+    from measure.machine import ceilings
     from measure.control.runplan import RunPlan
 
     assert ceilings.others_cores((100.0, 5.0), (130.0, 17.0), 20.0) == pytest.approx(0.9)

@@ -147,7 +147,7 @@ def test_two_client_processes_send_every_prompt_once():
     ids = sorted(r.request_id for r in two)
     assert ids == list(range(ids[0], ids[0] + 16))
     by_index = {r.request_id - ids[0]: r.prompt_id for r in two}
-    from measure.core.workload import prompt_for
+    from measure.core.datasets import prompt_for
 
     assert by_index == {i: prompt_for(_wl(), i).prompt_id for i in range(16)}
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from measure.core.datasets import load_sharegpt, resolve
+from measure.core.datasets import load_sharegpt
+from measure.machine.workloads import resolve
 from measure.core.records import RunMeta
-from measure.core.recorder import read_jsonl
+from measure.machine.recorder import read_jsonl
 from measure.core.sessions import (SessionError, Sessions, ThinkTime, conversation, parse_think, transcript,
                                    ttft_by_turn)
 from measure.core.workload import Load, PrefixCache, RequestMaker

@@ -120,7 +120,7 @@ def replay(tmp_path) -> Iterator[Ran]:
     """A SIMULATED dashboard session recorded for 5 s, fed back whole."""
     from dataclasses import asdict
 
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.sources.replay import Recording, ReplaySource
     from sim import run_for, sim_controller
 

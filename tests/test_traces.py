@@ -12,10 +12,13 @@ import pytest
 
 from measure.core import traces
 from measure.core.arrivals import parse_arrivals
-from measure.core.datasets import DatasetError, load_sharegpt, resolve
-from measure.core.recorder import read_jsonl
-from measure.core.traces import TraceDataset, TraceSessions
-from measure.core.workload import Load, PrefixCache, RequestMaker, request_for
+from measure.core.datasets import DatasetError, load_sharegpt
+from measure.machine.workloads import resolve
+from measure.machine.recorder import read_jsonl
+from measure.core.arrivals import TraceSessions
+from measure.core.traces import TraceDataset
+from measure.core.datasets import request_for
+from measure.core.workload import Load, PrefixCache, RequestMaker
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 CLI = [sys.executable, "-m", "tui.cli"]

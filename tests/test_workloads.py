@@ -13,10 +13,12 @@ import pytest
 
 from engines.base import EngineSpec
 from measure.core.arrivals import LATE_MS, lateness_figures, parse_arrivals, realised_rate
-from measure.core.datasets import Dataset, DatasetError, load_jsonl, load_sharegpt, load_trace, parse_length, resolve
-from measure.core.recorder import read_jsonl
+from measure.core.datasets import Dataset, DatasetError, load_jsonl, load_sharegpt, load_trace, parse_length
+from measure.machine.workloads import resolve
+from measure.machine.recorder import read_jsonl
 from measure.core.records import RunMeta
-from measure.core.workload import Load, RequestMaker, request_for
+from measure.core.datasets import request_for
+from measure.core.workload import Load, RequestMaker
 
 CLI = [sys.executable, "-m", "tui.cli"]
 SAMPLES = Path(__file__).resolve().parent.parent / "presets" / "samples"

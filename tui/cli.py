@@ -271,7 +271,7 @@ def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
     from measure.control.sweep import run_sweep
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.sources.base import SourceError
 
     plan = _plan(args, default_max_tokens=256)
@@ -458,7 +458,8 @@ def _client_args(args, plan, ks) -> tuple[tuple[int, int], float | None]:
 
 def _client_start(client, plan, cfg) -> dict:
     """The run header's client fields, this clock checked against the server's, and the sweep's ClientShare."""
-    from measure.core.clients import ClientShare, clock_check, perf_ns_at
+    from measure.core.clients import ClientShare, perf_ns_at
+    from measure.machine.clock import clock_check
 
     seg, start = client
     out = {"segment": list(seg) if seg[1] > 1 else None, "seed": getattr(plan.arrivals, "seed", None),
@@ -625,7 +626,7 @@ def tune_main(argv: list[str]) -> int:
     out = resume or Path(args.out or f"out/tune-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
     server_bin = _llama_server_bin() if "llama-server" in engines else None
-    from measure.core.probes import physical_cores
+    from measure.machine.probes import physical_cores
 
     users = args.users or 2 * physical_cores()
     plans = _tune_plans(args, engines, users)
@@ -684,7 +685,7 @@ def plan_main(argv: list[str]) -> int:
     args = _plan_parser().parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
     from measure.core.sizing import PlanError, chip_memory, chip_predictions, plan, unified_memory
-    from measure.core.probes import total_memory_bytes
+    from measure.machine.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
 
@@ -706,9 +707,15 @@ def plan_main(argv: list[str]) -> int:
     predictions = None
     if args.chip:
         try:
-            predictions = chip_predictions(args.config, args.model, args.preset, args.chip, args.prompt, args.output,
-                                           say=lambda t: print(t, file=sys.stderr), context=max(args.context),
-                                           result=result)
+            from measure.core.readings import Ceilings
+            from measure.machine import ceilings
+
+            def probed() -> Ceilings:
+                return ceilings.get(say=lambda t: print(t, file=sys.stderr))
+
+            predictions = chip_predictions(args.config, args.model, args.preset,
+                                           probed if args.chip == "this" else args.chip, args.prompt, args.output,
+                                           context=max(args.context), result=result)
         except PlanError as exc:
             fail(str(exc))
     _print_plan(args, shape, result, predictions)
@@ -750,7 +757,7 @@ def probe_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from dataclasses import asdict
 
-    from measure.core import ceilings
+    from measure.machine import ceilings
 
     c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
     if a.json:

@@ -320,7 +320,7 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
         runs = {c.i: c.actor.run.remote(t0 + c.offset_ns) for c in clients}
         for c in clients:
             c.state = "running"
-        from measure.core.recorder import Recorder
+        from measure.machine.recorder import Recorder
 
         head = _run_header(header, clients, spec, spread, t0, start_unix)
         recorder = Recorder(out / "records.jsonl", head, on_error=lambda m: say(f"warning: {m}; later records are "

@@ -22,11 +22,12 @@ from measure.control.export import export
 from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
 from measure.control.stats import LiveStats, Window
 from measure.control.steps import StepLevel, StepReading, StepTable
-from measure.core.cost import Cost, PowerMeter, joules_per_token
+from measure.core.cost import Cost, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
-from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
-                                 total_memory_bytes)
+from measure.core.readings import SystemSample
+from measure.machine.power import PowerMeter
+from measure.machine.probes import ProcessProbe, SystemProbe, physical_cores, release_free_memory, total_memory_bytes
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens,
@@ -36,7 +37,7 @@ from presets import SLO, Workload
 if TYPE_CHECKING:
     from typing_extensions import Unpack
     from measure.core.guard import Footprint
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
     from measure.core.records import Mode
     from measure.core.roofline import Prediction, Roofline
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engines import http_sync
 from measure.control.prometheus import PREFIX
 
 # the /metrics samples a peer row reads (a counter's sample carries _total), summed over label sets
@@ -57,11 +56,6 @@ def parse_peer_metrics(text: str) -> dict[str, Any]:
     return {k: int(v) if k in _COUNTS else float(v) for k, v in out.items()}
 
 
-def _opener() -> urllib.request.OpenerDirector:
-    """Peers are asked directly: a scrape of another client never goes through a proxy from the environment."""
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 @dataclass(frozen=True)
 class PeerReading:
     url: str
@@ -87,7 +81,7 @@ class Peers:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._open = _opener()
+        self._http = http_sync.client(timeout_s)  # one for all scrapes (its connections kept alive)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="peers", daemon=True)
@@ -97,6 +91,8 @@ class Peers:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timeout_s * max(1, len(self._readings)) + 1)
+        if self._thread is None or not self._thread.is_alive():
+            self._http.close()
 
     def readings(self) -> list[PeerReading]:
         with self._lock:
@@ -115,16 +111,15 @@ class Peers:
 
     def scrape(self, p: PeerReading) -> PeerReading:
         """One reading of one peer: up with its figures, or down with the reason (never raises)."""
-        try:
-            with self._open.open(p.url, timeout=self.timeout_s) as r:
-                figures = parse_peer_metrics(r.read().decode("utf-8", "replace"))
-        except urllib.error.HTTPError as exc:
-            why = f"HTTP {exc.code}"
-        except urllib.error.URLError as exc:
-            why = str(getattr(exc.reason, "strerror", None) or exc.reason)
+        try:  # asked directly (http_sync): a scrape of another client never goes through a proxy
+            r = self._http.get(p.url)
+            why = f"HTTP {r.status_code}" if r.status_code >= 400 else None
+            figures = {} if why else parse_peer_metrics(r.content.decode("utf-8", "replace"))
+        except (http_sync.HTTPError, http_sync.InvalidURL) as exc:
+            why = http_sync.reason(exc)
         except (OSError, ValueError) as exc:
             why = str(exc) or type(exc).__name__
-        else:
+        if why is None:
             return PeerReading(p.url, p.label, True, True, figures.get("tps"), figures.get("requests"),
                                figures.get("errors"), figures.get("k"), None, time.monotonic())
         return replace(p, up=False, scraped=True, error=why[:120])

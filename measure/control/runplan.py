@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
-from measure.core.envinfo import environment
-from measure.core.guard import GuardError, default_budget, parse_size
-from measure.core.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
-from measure.core.probes import detect_chip, effective_memory
+from measure.machine.envinfo import environment
+from measure.core.guard import GuardError, parse_size
+from measure.machine.host import default_budget
+from measure.machine.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
+from measure.machine.probes import detect_chip, effective_memory
 from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import fmt_gib
 from measure.core.arrivals import ArrivalSpec, parse_arrivals
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits, header_info
-from measure.core.datasets import resolve as resolve_workload
+from measure.machine.workloads import resolve as resolve_workload
 from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.traces import after_of
 from measure.core.workload import PrefixCache
@@ -206,7 +207,7 @@ class RunPlan:
     def roofline(self, say: Callable[[str], None] = print) -> Roofline | None:
         """The predictor for the live view: this machine's probe (measured once, cached), the model's work.
         The probe's engine rates are llama.cpp's: another engine gets the bandwidth ceiling only."""
-        from measure.core import ceilings
+        from measure.machine import ceilings
         from measure.core.roofline import Machine, Roofline
 
         work = self.work()
@@ -283,7 +284,7 @@ class RunPlan:
         SourceError when nothing answers), the recording, the roofline, the controller and its notes, the
         /metrics server (--prometheus) and the other clients watched (--peer)."""
         from measure.control.live import LiveController
-        from measure.core.recorder import Recorder
+        from measure.machine.recorder import Recorder
 
         settings = self.live_settings(brake)
         source: Any

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
-from measure.core.recorder import read_jsonl
+from measure.machine.recorder import read_jsonl
 from measure.core.records import RequestRecord
 from measure.control.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
 

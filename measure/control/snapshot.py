@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from measure.core.probes import SystemSample
+from measure.core.readings import SystemSample
 
 if TYPE_CHECKING:
     from measure.control.steps import StepRow

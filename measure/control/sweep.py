@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from measure.control.cell import (Cell, Row, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
                                   skipped as skipped_cell, write_summary)
-from measure.core import host
+from measure.machine import host
 from measure.core import metrics as M
-from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, WallCheck, admit, engine_footprint, fmt_gib,
+from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
-from measure.core.probes import SystemProbe, ThermalLog, auto_threads
+from measure.core.readings import ThermalLog
+from measure.machine.probes import SystemProbe, WallCheck, auto_threads
 from measure.core.records import MODES, RequestRecord
 from measure.core.sessions import turn_note
 from measure.core.server_cache import cache_note
@@ -72,7 +73,7 @@ class CellRunner:
     on and the guard's overhead is raised."""
 
     def __init__(self, source: LoadSource, cfg: SweepConfig, say: Callable[[str], None]):
-        from measure.core.cost import PowerMeter
+        from measure.machine.power import PowerMeter
 
         self.source, self.cfg, self.say = finite(source), cfg, say  # SourceError: it serves a live view only
         self.caps = source.capabilities()

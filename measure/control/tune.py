@@ -737,7 +737,7 @@ class _CellMeasure:
     roofline: Any
 
     def __call__(self, c: Candidate, n: int, timeout: float) -> dict[str, Any]:
-        from measure.core.recorder import Recorder
+        from measure.machine.recorder import Recorder
 
         s = self.s
         rel = f"runs/{c.slug}-n{n}.jsonl"
@@ -826,8 +826,8 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
     users one stream each, prompts as token ids where the server's /tokenize agrees."""
     import socket
     import subprocess
-    import urllib.request
 
+    from engines import http_sync
     from measure.sources.http import HttpSource
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
@@ -857,10 +857,9 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
                 raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
                                   + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
+                if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
+                    break
+            except http_sync.HTTPError:
                 pass
             if time.monotonic() > deadline:
                 stop()
@@ -886,7 +885,7 @@ def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, h
 counts `s.kv_bytes_per_token`."""
     from measure.control.knee import Level, find_knee, measure_levels
     from measure.control.sweep import SweepConfig
-    from measure.core.recorder import Recorder
+    from measure.machine.recorder import Recorder
 
     rel = f"runs/{c.slug}-knee.jsonl"
     rec = Recorder(out / rel, {**header, "command": "tune", "candidate": asdict(c), "candidate_key": c.key,
@@ -948,7 +947,7 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
-    from measure.core.probes import physical_cores
+    from measure.machine.probes import physical_cores
 
     base = plans.get("llama") or plans["mlx"]
     model = str(base.choice.path)
@@ -1007,8 +1006,8 @@ def _opener(engine: str, p: Any, s: Settings, out: Path, server_bin: str | None)
     """How run_tune starts a candidate of `engine` from its family's RunPlan `p`: llama-server on a free port,
     else in-process workers."""
     from engines.tokenizer import GGUFTokenizer
-    from measure.core.model_choice import run_meta
     from measure.core.records import RunMeta
+    from measure.machine.model_choice import run_meta
 
     if engine != "llama-server":
         return local_opener(p.spec, run_meta(engine, p.choice, "instances", 1))

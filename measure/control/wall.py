@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 from measure.core.guard import detect_wall
-from measure.core.probes import SystemSample
+from measure.core.readings import SystemSample
 from measure.core.roofline import name_wall
 from measure.core.units import NS
 

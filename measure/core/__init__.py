@@ -1,1 +1,3 @@
-"""Pure parts with no threads of their own: records, metrics, units, workload, probes, guard, recorder."""
+"""The pure core (docs/design.md §1): records, units, datasets and arrivals, the workload, metrics, the guard
+and the roofline, as a tree (pyproject.toml's contracts); no threads, processes, sockets or machine readings
+(measure/machine)."""

@@ -2,28 +2,96 @@
 a linear ramp, or a trace's own times (time-scaled by --speed); and how late the load generator put each
 request out against that schedule (lateness), so a generator that falls behind says so.
 
-Every pattern is a `Schedule`: the i-th request is due at t0 + offset_i, t0 being the moment the load starts.
-It plugs into the dispatcher (workload.RequestMaker) like Poisson and ClosedLoop: due(), next_wakeup_ns(),
-resume(), exhausted(), total. A finite level (a bench cell's `--requests`) is conditioned on its count: the
-random gaps are scaled so the n arrivals span exactly (n − 1) ÷ rate, and the level offers the rate it is
-named for (the shape of the gaps, bursts and lulls, is kept).
-"""
+Every pattern is a `Schedule`: the i-th request is due at t0 + offset_i, t0 being the moment the load starts. It
+plugs into the dispatcher (workload.RequestMaker) like Poisson and ClosedLoop: the `Arrivals` protocol (due(),
+next_wakeup_ns(), resume(), exhausted(), total), declared here for every arrival process. A finite level (a bench
+cell's `--requests`) is conditioned on its count: the random gaps are scaled so the n arrivals span exactly (n − 1)
+÷ rate, and the level offers the rate it is named for (the shape of the gaps, bursts and lulls, is kept)."""
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from engines.base import Prompt
+from measure.core.datasets import Dataset, request_for
+from measure.core.records import RequestRecord
 from measure.core.units import NS
-
-if TYPE_CHECKING:
-    from measure.core.records import RequestRecord
+from presets import Workload
 
 LATE_MS = 10.0  # a cell whose p99 lateness is above this is marked behind its schedule
 PATTERNS = ("constant", "poisson", "gamma:B", "ramp:FROM-TO")
+
+
+class Arrivals(Protocol):
+    """What the dispatcher (workload.RequestMaker) asks of every arrival process: workload.ClosedLoop,
+    ClosedShare and Poisson, a Schedule and a trace's TraceSessions (here), a client's clients.Segment of a
+    schedule, multi-turn sessions.Sessions. `total`: the requests it sends (None: without end)."""
+
+    @property
+    def total(self) -> int | None: ...
+
+    def describe(self) -> str: ...
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]: ...
+
+    def next_wakeup_ns(self) -> int | None: ...
+
+    def resume(self, now_ns: int) -> None: ...
+
+    def exhausted(self) -> bool: ...
+
+
+class IndexedArrivals(ABC):
+    """Arrivals that number their requests within a whole: a client's clients.Segment of one schedule, a
+    process's workload.ClosedShare of a closed loop. due_indexed() gives each due request's index in the whole
+    (the dispatcher takes its id, base + index + 1, its prompt and lengths from it); `full_total` is the whole's
+    count (None: without end)."""
+
+    full_total: int | None
+
+    @abstractmethod
+    def due_indexed(self, now_ns: int, outstanding: int) -> list[tuple[int, int]]:
+        """(index in the whole, scheduled ns) of each request due by now_ns."""
+
+
+@dataclass
+class DueTurn:
+    """A turn due to be sent: what RequestMaker turns into a Request."""
+
+    t_scheduled_ns: int
+    prompt: Prompt
+    max_tokens: int
+    session: int  # 1-based within its load
+    turn: int  # 1-based within its session
+    key: str  # unique to the session within the run: its prefix-cache marker
+    messages: list[dict[str, Any]]
+    user: int
+
+
+class TurnArrivals(ABC):
+    """Arrivals that make their own requests, turn by turn: multi-turn sessions.Sessions, a trace's
+    TraceSessions. The dispatcher asks due_turns() instead of due(), tells sent() and finished(); `users`: its
+    closed-loop users (set by RequestMaker.set_users)."""
+
+    users: int
+
+    @abstractmethod
+    def due_turns(self, now_ns: int, workload: Workload, max_tokens: int) -> list[DueTurn]:
+        """The turns due by now_ns, each to become one Request."""
+
+    @abstractmethod
+    def sent(self, request_id: int, turn: DueTurn) -> None:
+        """Turn `turn` went out as request `request_id`."""
+
+    @abstractmethod
+    def finished(self, request_id: int, answer: str | None, t_done_ns: int) -> None:
+        """Request `request_id` ended at t_done_ns: its answer's text (None: it failed)."""
 
 
 class Schedule:
@@ -91,7 +159,7 @@ class ArrivalSpec:
     times_s: Sequence[float] = ()  # trace: each request's time, s from the first (core/traces.py: read as needed)
     speed: float = 1.0  # trace: 2 = twice as fast
     seed: int = 0
-    after: Sequence[int] | None = None  # trace: each request's parent's index, −1 for none (traces.TraceSessions)
+    after: Sequence[int] | None = None  # trace: each request's parent's index, −1 for none (TraceSessions)
 
     # The pattern's own parameters, set for it by parse_arrivals (rate: constant, poisson, gamma; burstiness: gamma;
     # ramp: ramp): asserted where used, as the pattern needs them.
@@ -134,8 +202,6 @@ class ArrivalSpec:
         rng = random.Random(self.seed * 1_000_003 + rep)
         label = self.describe()
         if self.pattern == "trace" and self.after is not None:
-            from measure.core.traces import TraceSessions
-
             return TraceSessions(self._trace_offsets(), self.after, total, label)
         if self.pattern == "trace":
             return Schedule(self._trace_offsets(), total, label)
@@ -277,5 +343,110 @@ def lateness_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
             "behind_schedule": p99 > LATE_MS, "arrival_rps": sum(rates) / len(rates) if rates else None}
 
 
-__all__ = ["ArrivalSpec", "Schedule", "parse_arrivals", "lateness_figures", "client_wait_figures", "realised_rate",
-           "LATE_MS"]
+# ---- a trace's sessions (Bailian: follow-ups after their parents) ------------------------------------------
+
+
+@dataclass
+class _Turn:
+    index: int
+    due_ns: int
+
+
+@dataclass
+class TraceTurn(DueTurn):
+    """A trace's request as a session's turn: its row index too (to release its follow-ups when it ends)."""
+
+    index: int = 0
+
+
+class TraceSessions(Schedule, TurnArrivals):
+    """A trace whose follow-ups wait for their parents (Bailian): request i is due at t0 + offset_i, and a
+    follow-up not before its parent's answer has ended (then at once). It makes its own requests, as
+    sessions.Sessions does (RequestMaker asks due_turns and tells finished); session = its root's index + 1,
+    turn = the file's."""
+
+    def __init__(self, offsets: Iterator[int], after: Sequence[int], total: int | None, label: str):
+        super().__init__(offsets, total, label)
+        self.after = after
+        self.users = 1  # RequestMaker.set_users sets it; a trace has no users
+        self._released = 0  # rows whose own time has come
+        self._ready: list[tuple[int, int]] = []  # (due ns, index), a heap
+        self._waiting: dict[int, list[_Turn]] = {}  # parent index → follow-ups whose time came before its end
+        self._ended: dict[int, int] = {}  # index → when its answer ended
+        self._root: dict[int, int] = {}
+        self._flight: dict[int, int] = {}  # request id → index
+
+    def describe(self) -> str:
+        return f"open loop, {self.label}, follow-ups after their parents' answers"
+
+    def _parent(self, i: int) -> int:
+        n = len(self.after)
+        p = self.after[i % n]
+        return -1 if p < 0 else p + (i // n) * n
+
+    def _release(self, now_ns: int) -> None:
+        assert self._t0 is not None
+        while (self._next is not None and self._t0 + self._next <= now_ns
+               and (self.total is None or self._released < self.total)):
+            i, due = self._released, self._t0 + self._next
+            self._released += 1
+            self._next = next(self._offsets, None)
+            p = self._parent(i)
+            self._root[i] = self._root.get(p, p) if p >= 0 else i
+            if p < 0:
+                heapq.heappush(self._ready, (due, i))
+            elif p in self._ended:
+                heapq.heappush(self._ready, (max(due, self._ended[p]), i))
+            else:
+                self._waiting.setdefault(p, []).append(_Turn(i, due))
+
+    def due_turns(self, now_ns: int, workload: Workload, max_tokens: int) -> list[DueTurn]:
+        if self._t0 is None:
+            self._t0 = now_ns
+        self._release(now_ns)
+        out: list[DueTurn] = []
+        while self._ready and self._ready[0][0] <= now_ns and not self.exhausted():
+            due, i = heapq.heappop(self._ready)
+            prompt, n = request_for(workload, i, max_tokens)
+            turn = workload.turn_at(i) if isinstance(workload, Dataset) else 1
+            out.append(TraceTurn(due, prompt, n, self._root[i] + 1, turn, "", [], 0, i))
+            self.issued += 1
+        return out
+
+    def sent(self, request_id: int, turn: DueTurn) -> None:
+        assert isinstance(turn, TraceTurn)
+        self._flight[request_id] = turn.index
+
+    def finished(self, request_id: int, answer: str | None, t_done_ns: int) -> None:
+        i = self._flight.pop(request_id, None)
+        if i is None:
+            return
+        self._ended[i] = t_done_ns
+        for w in self._waiting.pop(i, []):
+            heapq.heappush(self._ready, (max(w.due_ns, t_done_ns), w.index))
+
+    def exhausted(self) -> bool:
+        if self.total is not None:
+            return self.issued >= self.total
+        return self._next is None and not self._ready and not self._waiting
+
+    def next_wakeup_ns(self) -> int | None:
+        if self.exhausted() or self._t0 is None:
+            return None
+        times = [self._ready[0][0]] if self._ready else []
+        if self._next is not None and (self.total is None or self._released < self.total):
+            times.append(self._t0 + self._next)
+        return min(times, default=None)
+
+    def resume(self, now_ns: int) -> None:
+        """After a pause: the rows still to come move on by it (Schedule.resume); ready ones are due now."""
+        super().resume(now_ns)
+        self._ready = [(max(d, now_ns), i) for d, i in self._ready]
+        heapq.heapify(self._ready)
+
+    def due(self, now_ns: int, outstanding: int) -> list[int]:
+        raise TypeError("a trace's sessions make their own requests: RequestMaker asks due_turns()")
+
+
+__all__ = ["Arrivals", "IndexedArrivals", "TurnArrivals", "DueTurn", "ArrivalSpec", "Schedule", "TraceSessions",
+           "parse_arrivals", "lateness_figures", "client_wait_figures", "realised_rate", "LATE_MS"]

@@ -7,25 +7,22 @@ clock against the server's (its HTTP `Date` header), so the clients' runs can be
   exactly what one client would have sent, and each spreads its share over the whole span.
 - **Start**: the first load's time zero is the asked instant on this client's clock (perf_counter, mapped
   from the wall clock once, at start); nothing is sent before it.
-- **Clock check**: `clock_check` reads the server's `Date` (whole seconds) back to back and brackets the
-  moment it ticks, so the server's clock minus this client's is known to about one round trip.
+- **Clock check**: machine/clock.py's `clock_check` reads the server's `Date` (whole seconds) back to back and
+  brackets the moment it ticks (`offset_from_ticks`, here), so the server's clock minus this client's is known to
+  about one round trip.
 """
 from __future__ import annotations
 
-import email.utils
-import http.client
 import math
 import time
-import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar
 
+from measure.core.arrivals import Arrivals, IndexedArrivals
+from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop
-
-if TYPE_CHECKING:
-    from measure.core.records import RequestRecord
 
 NS = 1_000_000_000
 CLOCK_WARN_S = 0.05  # an offset known to be larger than this is said: clients that far apart do not start together
@@ -75,14 +72,6 @@ def perf_ns_at(unix_s: float) -> tuple[int, dict[str, Any]]:
     return perf + round((unix_s - u) * NS), {"unix": u, "perf_ns": perf}
 
 
-class Arrivals(Protocol):
-    """What a load's arrivals answer (workload.ClosedLoop, workload.Poisson, arrivals.Schedule, a Segment)."""
-
-    def due(self, now_ns: int, outstanding: int) -> list[int]: ...
-
-    def describe(self) -> str: ...
-
-
 def deal(weights: list[int], total: int) -> list[int]:
     """The client (1-based) of each of `total` requests in schedule order, dealt by smooth weighted round robin
     (nginx's): each turn every client gains its weight, the one with the most (the first on a tie) takes the
@@ -104,16 +93,18 @@ def deal(weights: list[int], total: int) -> list[int]:
 ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 
-class Segment:
+class Segment(IndexedArrivals):
     """Client i of n's share of one finite open-loop schedule (an arrivals.Schedule, or anything with its
     due() interface and a total): the requests whose index ≡ i − 1 (mod n), each due at t0 + its offset in
     the whole schedule. `t0_ns` (the asked start on this clock) anchors it; else t0 is the first due() call.
     due_indexed() gives each request's index in the whole schedule (the dispatcher takes the request id,
     prompt and lengths from it); full_total is the whole schedule's count."""
 
+    full_total: int  # a segment's whole schedule is finite
+
     def __init__(self, inner: Arrivals, i: int = 1, n: int = 1, t0_ns: int | None = None,
                  weights: list[int] | None = None):
-        if isinstance(inner, ClosedLoop) or getattr(inner, "total", None) is None:
+        if isinstance(inner, ClosedLoop) or inner.total is None:
             raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
         offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
         self.i, self.n = i, n
@@ -220,81 +211,6 @@ def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, f
     return (lo + hi) / 2, (hi - lo) / 2
 
 
-def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: float = 3.0, coarse_every_s: float = 0.02,
-                fine_s: float = 0.06) -> dict[str, Any]:
-    """This client's clock against the server's, from the `Date` header of GET {url}/models: polled every
-    20 ms until the Date ticks (≤ 1.05 s), then back to back around the next tick (predicted from the first),
-    ≤ 2.2 s in all. One connection, kept alive. Returns {method, server, offset_s (server − this client),
-    bound_s, samples, why}; offset_s None with `why` where it cannot tell (no Date, nothing answers).
-
-    It detects a client clock that is off from the server's (the same error on every client's check shows
-    the clients agree with each other even when the server's clock is wrong). It cannot see an asymmetric
-    path (the bound assumes the server read its clock somewhere between send and receive), a server that
-    caches its Date (uvicorn refreshes it every 0.1 s: read up to that much late), or drift after the check;
-    on loopback client and server share one clock, so it can only show ≈ 0."""
-    from engines.http_openai import public_url
-
-    parts = urllib.parse.urlsplit(url.rstrip("/"))
-    out: dict[str, Any] = {"method": "the server's HTTP Date header (whole seconds; its tick bracketed)",
-                           "server": public_url(url), "offset_s": None, "bound_s": None, "samples": 0, "why": None}
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    path = (parts.path or "") + "/models"
-    samples: list[tuple[float, float, int]] = []
-    conn = None
-
-    def ask() -> bool:
-        nonlocal conn
-        if conn is None:
-            conn = conn_cls(cast(str, parts.hostname), parts.port, timeout=timeout_s)  # a URL the CLI took
-        s = time.time()
-        conn.request("GET", path, headers=headers or {})
-        resp = conn.getresponse()
-        resp.read()
-        r = time.time()
-        date = resp.getheader("Date")
-        if resp.getheader("Connection", "").lower() == "close":
-            conn.close()
-            conn = None
-        if not date:
-            return False
-        parsed = email.utils.parsedate_to_datetime(date)
-        samples.append((s, r, int(parsed.timestamp())))
-        return True
-
-    try:
-        end = time.monotonic() + 1.05
-        while True:
-            if not ask():
-                out["why"] = "the server sends no Date header: its clock cannot be compared"
-                return out
-            if len(samples) > 1 and samples[-1][2] != samples[-2][2] or time.monotonic() > end:
-                break
-            time.sleep(coarse_every_s)
-        if len(samples) > 1 and samples[-1][2] != samples[-2][2]:  # next tick ≈ 1 s after this one
-            tick_local = (samples[-2][0] + samples[-1][1]) / 2 + 1.0
-            time.sleep(max(0.0, tick_local - fine_s / 2 - time.time()))
-            d_before = samples[-1][2]
-            end = time.monotonic() + fine_s * 2
-            while time.monotonic() < end:
-                ask()
-                if samples[-1][2] != d_before:
-                    break
-    except (OSError, http.client.HTTPException, ValueError, TypeError) as exc:
-        if not samples:
-            out["why"] = f"cannot ask {out['server']} for its Date: {exc}"
-            return out
-    finally:
-        if conn is not None:
-            conn.close()
-    got = offset_from_ticks(samples)
-    out["samples"] = len(samples)
-    if got is None:
-        out["why"] = "the server's Date headers contradict each other (a cached Date, or its clock stepped)"
-        return out
-    out["offset_s"], out["bound_s"] = got
-    return out
-
-
 def describe_clock(c: dict[str, Any] | None) -> str:
     """One line for the bench's output: the offset and what it means."""
     if not c:
@@ -323,5 +239,5 @@ def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) 
     return (first.t_submitted_ns - ref) / 1e6
 
 
-__all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare", "clock_check",
+__all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare",
            "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]

@@ -2,12 +2,12 @@
 trace (or an inference-top records.jsonl) and seeded length distributions (--prompt-len, --output-len).
 
 Each becomes a `Dataset`, a presets.Workload that also knows each request's prompt and answer length by its
-index in the load; the dispatcher (workload.request_for) asks it. Index i is the same request in every cell,
+index in the load; the dispatcher asks it (request_for, here). --workload as given on the command line is
+resolved by machine/workloads.py. Index i is the same request in every cell,
 rep and engine: the same prompt, the same prompt id, the same lengths (fairness, §5). Nothing is downloaded.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -19,11 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Prompt
+from measure.core.records import RequestRecord
 from presets import Workload
 
 KINDS = ("jsonl", "sharegpt", "trace", "mooncake", "bailian", "burstgpt", "azure")  # the last four: core/traces.py
 SAMPLES = {"jsonl": "prompts.jsonl", "sharegpt": "sharegpt.json", "trace": "trace.jsonl"}
 CHECK_DRAWS = 1000  # a length distribution's first draws checked against --ctx before anything starts
+
+
+# machine/recorder.read_jsonl's shape: a records file → (headers, records, other lines)
+RecordsReader = Callable[[Path], tuple[list[dict[str, Any]], list[RequestRecord], list[dict[str, Any]]]]
 
 
 class DatasetError(ValueError):
@@ -180,6 +185,10 @@ class Dataset(Workload):
             return default
         return min(n, self.cap) if self.cap else n
 
+    def turn_at(self, index: int) -> int:
+        """Request index's turn in its conversation (1-based): a trace's own (TraceDataset), else 1."""
+        return 1
+
     def longest(self, count: int, default: int) -> tuple[int, int, int] | None:
         """(index, prompt tokens, answer tokens) of the longest known request among the first `count`:
         the one a context must hold. None when no prompt length is known in tokens (text prompts)."""
@@ -194,6 +203,32 @@ class Dataset(Workload):
         return best
 
 
+# ---- a load's index-th request -----------------------------------------------------------------------------
+
+
+def request_for(workload: Workload, index: int, max_tokens: int) -> tuple[Prompt, int]:
+    """The index-th request of a load: its prompt and its max_tokens (`max_tokens` unless the workload gives
+    each request its own answer length: a file's, or --output-len's draw)."""
+    if isinstance(workload, Dataset):
+        return prompt_for(workload, index), workload.output_at(index, max_tokens)
+    return prompt_for(workload, index), max_tokens
+
+
+def prompt_for(workload: Workload, index: int) -> Prompt:
+    """The index-th prompt of a workload, cycling through the set in order (a mixed workload puts a long
+    document at every long_every-th request; its prompt_id starts with "long-", the class in summaries)."""
+    if isinstance(workload, Dataset) and (p := workload.prompt_at(index)) is not None:
+        return p
+    if workload.long_every and index % workload.long_every == 0:
+        return Prompt(f"long-{workload.long_tokens}", synthetic_tokens=workload.long_tokens)
+    if workload.long_every:
+        index -= index // workload.long_every + 1
+    if workload.synthetic_tokens:
+        return Prompt(f"synthetic-{workload.synthetic_tokens}", synthetic_tokens=workload.synthetic_tokens)
+    i = index % len(workload.prompts)
+    return Prompt(f"{workload.key}-{i + 1}", text=workload.prompts[i])
+
+
 # ---- reading files -------------------------------------------------------------------------------------------
 
 
@@ -203,7 +238,7 @@ def _path(kind: str, name: str) -> Path:
     return Path(name).expanduser()
 
 
-def _file(kind: str, name: str) -> Path:
+def data_file(kind: str, name: str) -> Path:
     """The file --workload KIND:NAME names, there and not a folder (DatasetError: one line)."""
     where = f"--workload {kind}:{name}"
     if not name or name == "sample" and kind not in SAMPLES:
@@ -239,16 +274,25 @@ def _read(kind: str, name: str) -> tuple[Path, str]:
         raise DatasetError(f"{where}: cannot read it ({exc.strerror or exc})") from None
 
 
-def _what(kind: str) -> str:
-    if kind not in SAMPLES:
-        from measure.core.traces import describe_format
+FORMATS = {
+    "jsonl": 'JSONL file, one {"prompt": "…", "output_tokens": 128} per line (output_tokens optional)',
+    "sharegpt": 'ShareGPT JSON file, a list of {"conversations": [{"from": "human", "value": "…"}, '
+                '{"from": "gpt", "value": "…"}]}',
+    "trace": 'JSONL trace, one {"timestamp": s, "prompt_tokens": N, "output_tokens": M} per line, or an '
+             "inference-top records.jsonl",
+    # the public traces (core/traces.py reads them)
+    "mooncake": 'Mooncake JSONL, one {"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [...]} '
+                'per line',
+    "bailian": 'Bailian JSONL, one {"chat_id", "parent_chat_id", "timestamp": s, "input_length", "output_length", '
+               '"type", "turn", "hash_ids"} per line',
+    "burstgpt": "BurstGPT CSV with the header Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+    "azure": "Azure LLM inference trace CSV with the header TIMESTAMP,ContextTokens,GeneratedTokens",
+}
 
-        return describe_format(kind)
-    return {"jsonl": 'JSONL file, one {"prompt": "…", "output_tokens": 128} per line (output_tokens optional)',
-            "sharegpt": 'ShareGPT JSON file, a list of {"conversations": [{"from": "human", "value": "…"}, '
-                        '{"from": "gpt", "value": "…"}]}',
-            "trace": 'JSONL trace, one {"timestamp": s, "prompt_tokens": N, "output_tokens": M} per line, or an '
-                     "inference-top records.jsonl"}[kind]
+
+def _what(kind: str) -> str:
+    """What a file of `kind` holds, for error lines."""
+    return FORMATS[kind]
 
 
 def _count(obj: dict[str, Any], names: tuple[str, ...], where: str, what: str) -> int | None:
@@ -360,9 +404,11 @@ def load_sharegpt(name: str, count_tokens: Callable[[str], int] | None, later_tu
 TIME_KEYS = ("timestamp", "time", "arrival_time", "t")
 
 
-def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
+def load_trace(name: str, read_records: RecordsReader | None = None
+               ) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
     """A timestamped trace (times in s; `timestamp_ms` in ms), or an inference-top records.jsonl (its requests'
-    scheduled times, prompt and answer lengths). Sorted by time; times from the first."""
+    scheduled times, prompt and answer lengths, read with `read_records`: machine/recorder.read_jsonl). Sorted by
+    time; times from the first."""
     path, text = _read("trace", name)
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     try:
@@ -370,7 +416,10 @@ def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict[str,
     except ValueError:
         head = None
     if isinstance(head, dict) and head.get("kind") == "header":
-        return _records_trace(name, path, text)
+        if read_records is None:
+            raise DatasetError(f"--workload trace:{name}: an inference-top records file, read only through "
+                               "--workload (machine/workloads.resolve gives the recorder's reader)")
+        return _records_trace(name, path, text, read_records)
     what = '{"timestamp": 0.25, "prompt_tokens": 512, "output_tokens": 128}'
     rows = []
     for i, where, obj in _lines("trace", name, path, text):
@@ -399,13 +448,11 @@ def load_trace(name: str) -> tuple[Path, str, list[Item], list[float], dict[str,
     return path, text, [r[1] for r in rows], [r[0] - t0 for r in rows], {"trace_format": "timestamped JSONL"}
 
 
-def _records_trace(name: str, path: Path, text: str
+def _records_trace(name: str, path: Path, text: str, read_records: RecordsReader
                    ) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
-    from measure.core.recorder import read_jsonl
-
     where = f"--workload trace:{name}"
     try:
-        headers, records, _ = read_jsonl(path)
+        headers, records, _ = read_records(path)
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{where}: an inference-top records file that cannot be read ({exc})") from None
     default_out = headers[0].get("max_tokens") if headers else None
@@ -423,94 +470,6 @@ def _records_trace(name: str, path: Path, text: str
     info = {"trace_format": "inference-top records", "trace_run_id": headers[0].get("run_id") if headers else None,
             "trace_skipped": skipped}
     return path, text, [r[1] for r in rows], [(t - t0) / 1e9 for t, _ in rows], info
-
-
-# ---- from the command line -----------------------------------------------------------------------------------
-
-
-def _embedded_counter() -> Callable[[str], int]:
-    """Token counts with the embedded model's tokenizer: the same count whatever engine runs."""
-    from engines.base import EngineError
-    from engines.embedded import embedded_model_path
-    from engines.tokenizer import GGUFTokenizer
-
-    try:
-        tok = GGUFTokenizer(embedded_model_path(lambda m: None))
-    except (EngineError, OSError, ValueError) as exc:
-        raise DatasetError(f"--workload sharegpt: counting the replies' tokens needs the embedded model's tokenizer "
-                           f"({exc}); give --output-len instead") from None
-    return lambda text: max(1, len(tok.text_ids(text)))
-
-
-def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None = None,
-            max_tokens: int | None = None, seed: int = 0, count_tokens: Callable[[str], int] | None = None,
-            turns: bool = False, model_filter: str | None = None) -> Workload:
-    """--workload: a preset or synthetic:N (presets.workload), or KIND:FILE (jsonl, sharegpt, trace; the public
-    traces mooncake, bailian, burstgpt, azure: core/traces.py); with --prompt-len / --output-len a Dataset. A
-    preset with neither is returned as it is. `turns`: multi-turn sessions will run (a ShareGPT file's later
-    turns are read too). `model_filter`: a BurstGPT trace's rows of that Model. DatasetError: one line."""
-    from presets import PresetError, workload
-
-    kind, colon, name = spec.partition(":")
-    from_file = colon and kind in KINDS
-    if not from_file:
-        try:
-            base = workload(spec)
-        except PresetError as exc:
-            more = (", jsonl:FILE, sharegpt:FILE, trace:FILE, mooncake:FILE, bailian:FILE, burstgpt:FILE or azure:FILE"
-                    if str(exc).startswith("unknown") else "")
-            raise DatasetError(f"{exc}{more}") from None
-    pl = parse_length(prompt_len, "--prompt-len", seed) if prompt_len else None
-    ol = parse_length(output_len, "--output-len", seed) if output_len else None
-    if not from_file:
-        if pl is None and ol is None:
-            return base
-        if pl is not None and spec != "default":
-            raise DatasetError(f"--prompt-len makes synthetic prompts of drawn lengths: it replaces --workload "
-                               f"{spec}'s prompts; drop one of them")
-        key = f"prompt-len:{pl.describe()}" if pl else base.key
-        desc = ", ".join(x for x in (f"synthetic prompts, {pl.describe()} tokens" if pl else base.description,
-                                     f"answers {ol.describe()} tokens" if ol else "") if x)
-        fields = {f: getattr(base, f) for f in ("prompts", "synthetic_tokens", "source", "long_every", "long_tokens")}
-        return Dataset(key, desc, **fields, prompt_len=pl, output_len=ol, cap=max_tokens if ol else None,
-                       info={"prompt_len": prompt_len, "output_len": output_len, "length_seed": seed})
-    if pl is not None:
-        raise DatasetError(f"--prompt-len makes synthetic prompts; --workload {kind}: brings its own prompts: drop "
-                           "one of them")
-    if model_filter and kind != "burstgpt":
-        raise DatasetError(f"--model-filter picks a BurstGPT trace's rows by their Model column: it does not apply "
-                           f"to --workload {kind}:")
-    if kind in ("mooncake", "bailian", "burstgpt", "azure"):
-        from measure.core import traces
-
-        return traces.load(kind, name, _file(kind, name), output_len=ol, max_tokens=max_tokens,
-                           model_filter=model_filter, seed=seed, output_spec=output_len)
-    return _file_dataset(kind, name, ol, output_len, max_tokens, seed, count_tokens, turns)
-
-
-def _file_dataset(kind: str, name: str, ol: LengthDist | None, output_len: str | None, max_tokens: int | None,
-                  seed: int, count_tokens: Callable[[str], int] | None, turns: bool) -> Dataset:
-    """resolve's jsonl:, sharegpt: and trace: files: their requests (and a trace's times) as a Dataset whose info
-    names the file and its sha256 prefix."""
-    times = None
-    info: dict[str, Any] = {}
-    skipped = 0
-    if kind == "jsonl":
-        path, text, items = load_jsonl(name)
-    elif kind == "sharegpt":
-        counter = None if ol is not None else (count_tokens or _embedded_counter())
-        path, text, items, skipped = load_sharegpt(name, counter, later_turns=turns)
-    else:
-        path, text, items, times, info = load_trace(name)
-    file_items = tuple(items)
-    desc = f"{len(file_items)} requests from {path.name}"
-    if skipped:
-        desc += f" ({skipped} conversations without a human turn and a reply skipped)"
-    info = {"workload_file": str(path.resolve()), "workload_sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
-            "workload_items": len(file_items), "output_len": output_len, "length_seed": seed, **info}
-    return Dataset(f"{kind}:{name}", desc, source=str(path), items=file_items, output_len=ol,
-                   cap=max_tokens if (ol or any(it.output_tokens for it in file_items)) else None,
-                   times_s=tuple(times) if times is not None else None, info=info)
 
 
 def check_fits(wl: Workload, count: int, default_max: int, ctx: int) -> str | None:
@@ -534,5 +493,6 @@ def header_info(wl: Workload) -> dict[str, Any]:
     return dict(wl.info) if isinstance(wl, Dataset) else {}
 
 
-__all__ = ["Dataset", "DatasetError", "Item", "LengthDist", "parse_length", "resolve", "check_fits", "header_info",
-           "load_jsonl", "load_sharegpt", "load_trace", "SAMPLES"]
+__all__ = ["Dataset", "DatasetError", "Item", "LengthDist", "parse_length", "check_fits", "header_info", "load_jsonl",
+                  "load_sharegpt", "load_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader", "request_for", "prompt_for",
+           "data_file"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from measure.core.metrics import kv_bytes_per_token
-from measure.core.probes import SystemProbe, SystemSample, ThermalLog
+from measure.core.readings import MacMemory, SystemSample, others_held, working_set
 from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
@@ -194,24 +194,12 @@ def unified_budget(total: int, ws_bytes: int, ws_source: str, others: int | None
                           f"{ws_source})")
 
 
-def mac_budget(total: int, mem: object | None = None) -> tuple[int, str]:
+def mac_budget(total: int, mem: MacMemory | None = None) -> tuple[int, str]:
     """The default budget on this Mac (host.read_mac_memory's reading) or on a Mac of `total` bytes."""
-    from measure.core import host
-
-    if isinstance(mem, host.MacMemory):
-        return unified_budget(mem.total, mem.working_set.bytes, mem.working_set.source, host.others_held(mem))
-    ws = host.working_set(total)
+    if mem is not None:
+        return unified_budget(mem.total, mem.working_set.bytes, mem.working_set.source, others_held(mem))
+    ws = working_set(total)
     return unified_budget(total, ws.bytes, ws.source)
-
-
-def default_budget(total: int, limit_name: str) -> tuple[int, str]:
-    """The budget when none is given: on a Mac, the unified-memory rule read from the machine; elsewhere
-    DEFAULT_BUDGET_FRACTION of the tightest memory limit."""
-    from measure.core import host
-
-    if host.is_mac() and limit_name == "physical memory":
-        return mac_budget(total, host.read_mac_memory())
-    return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gib(total)} ({limit_name})"
 
 
 def admit(fp: Footprint, budget: int) -> str | None:
@@ -296,24 +284,3 @@ def detect_wall(prev: SystemSample | None, cur: SystemSample, tps_before: float 
             and tps_after < th.collapse_ratio * tps_before):
         return f"aggregate tok/s collapsed {tps_before:.0f} → {tps_after:.0f} after the last step"
     return None
-
-
-class WallCheck:
-    """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee);
-    each sample's thermal state goes to `heat` (the cell's states, docs/design.md §21)."""
-
-    def __init__(self, probe: SystemProbe, heat: ThermalLog | None = None):
-        self.probe, self.heat = probe, heat
-        self.prev = self._sample()
-
-    def _sample(self) -> SystemSample:
-        s = self.probe.sample()
-        if self.heat is not None:
-            self.heat.note(s.thermal)
-        return s
-
-    def __call__(self) -> str | None:
-        cur = self._sample()
-        why = detect_wall(self.prev, cur, None, None, 0.0)
-        self.prev = cur
-        return why

@@ -1,13 +1,13 @@
 """The per-request record (docs/design.md §3): one JSONL line per finished or failed request,
-the run metadata every record repeats, and the one function that assembles a record."""
+the run metadata every record repeats, the request a record is of (what the dispatcher sends), and the one
+function that assembles a record."""
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, TYPE_CHECKING
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from measure.core.workload import Request
+from engines.base import Prompt
 
 Mode = Literal["instances", "batch", "http"]
 MODES: tuple[Mode, ...] = ("instances", "batch", "http")
@@ -19,6 +19,38 @@ def is_remote(mode: str) -> bool:
     batch context here: a user is a stream), the server counts its own tokens; its memory and queue are not
     ours."""
     return mode == "http"
+
+
+@dataclass
+class Request:
+    request_id: int
+    prompt: Prompt
+    max_tokens: int
+    ignore_eos: bool
+    t_scheduled_ns: int
+    t_submitted_ns: int = 0
+    rep: int = 0
+    k: int = 1
+    b: int = 1
+    mode: str = "instances"
+    # a multi-turn session's turn (core/sessions.py): its numbers, its prefix-cache key, its chat messages
+    session: int | None = None
+    turn: int | None = None
+    session_key: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    waited_for_stream: bool = False  # due while no slot had room (sources/dispatch.py); over HTTP, every client
+    # stream busy: the client's own queue (extra.client_queue_ms)
+
+    def wire(self) -> dict[str, Any]:
+        """What travels to a worker."""
+        return {
+            "request_id": self.request_id,
+            "prompt_id": self.prompt.prompt_id,
+            "text": self.prompt.text,
+            "synthetic_tokens": self.prompt.synthetic_tokens,
+            "max_tokens": self.max_tokens,
+            "ignore_eos": self.ignore_eos,
+        }
 
 
 @dataclass

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
-
+from measure.core.guard import footprint
+from measure.core.readings import Ceilings
 from measure.core.records import is_remote
 from measure.core.work import WorkModel
-
-if TYPE_CHECKING:
-    from measure.core.ceilings import Ceilings
-    from presets import Chip
+from presets import Chip
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -108,7 +105,7 @@ class Machine:
 
     @classmethod
     def from_ceilings(cls, c: Ceilings, work: WorkModel) -> "Machine":
-        """This machine, from the probe (ceilings.Ceilings) of the same model's engine."""
+        """This machine, from the probe (readings.Ceilings: machine/ceilings.py) of the same model's engine."""
         e = c.engine or {}
         d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
         busy = (f"warning: {c.busy_warning()}",) if c.busy else ()
@@ -142,8 +139,6 @@ class Machine:
         sequence holds beside it: guard.footprint) over the memory budget; 0 without a budget."""
         if self.memory_budget is None:
             return 0.0
-        from measure.core.guard import footprint
-
         fp = footprint(k, b, ctx, work.file_bytes, work.kv_bytes_per_token, self.overhead_bytes)
         return max(0.0, fp.total + k * b * self.seq_extra_bytes - self.memory_budget)
 

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from engines.base import Prompt
 from measure.core import metrics as M
+from measure.core.arrivals import DueTurn, TurnArrivals
+from measure.core.datasets import Dataset, request_for
 from measure.core.records import RequestRecord
 from presets import Workload
 
@@ -86,9 +88,6 @@ def conversation(workload: Workload, session: int, turns: int, max_tokens: int) 
     after it the answer length (--output-len's draw instead where given; --max-tokens caps). Any other workload:
     the load's requests session × turns … session × turns + turns − 1 as the messages, in order (a synthetic
     prompt of n tokens becomes n words)."""
-    from measure.core.datasets import Dataset
-    from measure.core.workload import request_for
-
     if isinstance(workload, Dataset) and workload.key.startswith("sharegpt:") and workload.items:
         it = workload.items[session % len(workload.items)]
         pairs = [(it.text or words(it.prompt_tokens), it.output_tokens), *it.more][:turns]
@@ -121,20 +120,6 @@ def messages(history: Sequence[tuple[str, str]], message: str) -> list[dict[str,
 
 
 @dataclass
-class DueTurn:
-    """A turn due to be sent: what RequestMaker turns into a Request."""
-
-    t_scheduled_ns: int
-    prompt: Prompt
-    max_tokens: int
-    session: int  # 1-based within its load
-    turn: int  # 1-based within its session
-    key: str  # unique to the session within the run: its prefix-cache marker
-    messages: list[dict[str, Any]]
-    user: int
-
-
-@dataclass
 class _User:
     idx: int
     session: int = 0  # 1-based; 0: none yet
@@ -151,7 +136,7 @@ class _User:
         return max(0, len(self.turns) - self.sent)
 
 
-class Sessions:
+class Sessions(TurnArrivals):
     """Closed-loop users in multi-turn sessions. User u holds one conversation at a time; its next request is
     due `think` after its last answer ended (the first one at once), and is the conversation's next turn, or the
     first turn of the next conversation not yet given out when its own is over (or a turn failed: the user
@@ -282,8 +267,8 @@ def ttft_by_turn(records: Iterable[RequestRecord]) -> dict[str, Any]:
     tokens it took from its cache, p50. Empty without session records."""
     groups: dict[int, list[RequestRecord]] = {}
     for r in M.ok(records):
-        if (turn := getattr(r, "turn", None)) is not None:
-            groups.setdefault(turn, []).append(r)
+        if r.turn is not None:
+            groups.setdefault(r.turn, []).append(r)
     out: dict[str, Any] = {}
     for turn, rs in sorted(groups.items()):
         timings = [(r.server_view or {}).get("timings") or {} for r in rs]
@@ -333,5 +318,5 @@ def turn_note(turns: TurnFigures) -> str:
     return note
 
 
-__all__ = ["Sessions", "SessionSpec", "SessionError", "ThinkTime", "Turn", "DueTurn", "parse_think", "conversation",
+__all__ = ["Sessions", "SessionSpec", "SessionError", "ThinkTime", "Turn", "parse_think", "conversation",
            "transcript", "messages", "ttft_by_turn", "prefix_cache_label", "turn_note", "words"]

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
+from measure.core.readings import Ceilings, is_mac
+from measure.core import work as W
+from measure.core.roofline import Machine, Prediction, predict, prediction_table
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from measure.core.roofline import Machine, Prediction
-    from measure.core.work import WorkModel
 
 
 class PlanError(ValueError):
@@ -118,22 +118,20 @@ def chip_memory(key: str | None) -> int | None:
 
 def unified_memory(chip_key: str | None) -> bool:
     """Whether plan sizes for unified memory: an Apple chip from presets, or this machine when it is a Mac."""
-    from measure.core import host
     from presets import PresetError, chip
 
     if not chip_key or chip_key == "this":
-        return host.is_mac()
+        return is_mac()
     try:
         return chip(chip_key).unified
     except PresetError:
         return False
 
 
-def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: WorkModel,
+def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: W.WorkModel,
                    machine: Machine, prompt: int, output: int) -> str:
     """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
     per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
-    from measure.core.roofline import predict
     from presets import PresetError, slo as preset_slo
 
     try:
@@ -175,29 +173,20 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     return "\n".join(lines)
 
 
-class PredictAt(TypedDict, total=False):
-    """chip_predictions' keywords: the KV tokens a sequence reads each step (None: prompt + half the output), and
-    plan()'s result (its budget, on unified memory)."""
-
-    context: int | None
-    result: dict[str, Any] | None
-
-
-def chip_predictions(config: str | None, model_path: str | None, preset: str | None, chip_key: str, prompt: int,
-                     output: int, say: Callable[[str], None], **at: Unpack[PredictAt]
-                     ) -> tuple[WorkModel, Machine, list[Prediction]]:
+def chip_predictions(config: str | None, model_path: str | None, preset: str | None,
+                     chip: str | Callable[[], Ceilings],
+                     prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
+                     ) -> tuple[W.WorkModel, Machine, list[Prediction]]:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
-    preset, the chip from presets or this machine's probe ('this'), and the roofline's rows, each step's KV
-    read at `context` tokens a sequence (None: prompt + half the output). On unified memory (`result` of
-    plan() with unified set) a level whose footprint is over plan's budget reads the excess back from swap
-    each step (Machine.spill_bytes)."""
+    preset, the chip from presets (`chip` its key) or this machine's probe (plan --chip this: `chip` reads its
+    Ceilings, machine/ceilings.get), and the roofline's rows, each step's KV read at `context`
+    tokens a sequence (None: prompt + half the output). On unified memory (`result` of plan() with unified
+    set) a level whose footprint is over plan's budget reads the excess back from swap each step
+    (Machine.spill_bytes)."""
     from engines.base import EngineError
     from engines.gguf_file import inspect_gguf
-    from measure.core import ceilings, work as W
-    from measure.core.roofline import Machine, prediction_table
-    from presets import PresetError, chip, model
+    from presets import PresetError, chip as preset_chip, model
 
-    context, result = at.get("context"), at.get("result")
     try:
         if config:
             wm = W.from_config(config)
@@ -207,12 +196,12 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
             wm = W.from_preset(model(preset))
         else:
             raise PlanError("give --config, --model or --preset")  # the parser requires one of the three
-        if chip_key == "this":
-            m = Machine.from_ceilings(ceilings.get(say=say), wm)
+        if not isinstance(chip, str):
+            m = Machine.from_ceilings(chip(), wm)
         else:
-            c = chip(chip_key)
+            c = preset_chip(chip)
             if not c.bandwidth_gbps:
-                raise PlanError(f"chip {chip_key!r} has no verified bandwidth in presets; predict with a chip that "
+                raise PlanError(f"chip {chip!r} has no verified bandwidth in presets; predict with a chip that "
                                 "has one")
             m = Machine.from_chip(c)
     except PlanError:

@@ -7,7 +7,7 @@ and `azure:` FILE, each by its own columns, units and quirks.
 - **bailian** (Alibaba Qwen-Bailian traces, JSONL): `chat_id`, `parent_chat_id` (−1 for a root), `timestamp` in
   seconds, `input_length` (a follow-up's includes its history), `output_length`, `type`, `turn`, `hash_ids`
   over 16-token blocks. A follow-up is sent after its parent's answer has ended: at its own time, or then,
-  whichever is later (`TraceSessions`).
+  whichever is later (arrivals.TraceSessions).
 - **burstgpt** (CSV): `Timestamp` (s from the trace's start), `Model`, `Request tokens`, `Response tokens`,
   `Total tokens`, `Log Type`; newer files add `Session ID` and `Elapsed time`. Rows with 0 request or
   response tokens (failures, ≈ 1.8 % of the published file) are dropped and counted; `--model-filter`.
@@ -26,7 +26,6 @@ recorded; `--prefix-cache off` puts a unique prefix before each prompt and defea
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import math
 import random
@@ -38,15 +37,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from engines.base import Prompt
-from measure.core.arrivals import Schedule
-from measure.core.datasets import Dataset, DatasetError, LengthDist
-from measure.core.sessions import DueTurn
-
-if TYPE_CHECKING:
-    from presets import Workload
+from measure.core.datasets import FORMATS, Dataset, DatasetError, LengthDist
+from presets import Workload
 
 KINDS = ("mooncake", "bailian", "burstgpt", "azure")
 BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
@@ -86,19 +81,9 @@ class Row:
     turn: int = 1
 
 
-def describe_format(kind: str) -> str:
-    """What a file of `kind` holds, for error lines."""
-    return _what(kind)
-
-
 def _what(kind: str) -> str:
-    return {"mooncake": 'Mooncake JSONL, one {"timestamp": ms, "input_length": N, "output_length": M, '
-                        '"hash_ids": [...]} per line',
-            "bailian": 'Bailian JSONL, one {"chat_id", "parent_chat_id", "timestamp": s, "input_length", '
-                       '"output_length", "type", "turn", "hash_ids"} per line',
-            "burstgpt": "BurstGPT CSV with the header Timestamp,Model,Request tokens,Response tokens,Total tokens,"
-                        "Log Type",
-            "azure": "Azure LLM inference trace CSV with the header TIMESTAMP,ContextTokens,GeneratedTokens"}[kind]
+    """What a file of `kind` holds, for error lines."""
+    return FORMATS[kind]
 
 
 _AZURE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
@@ -466,6 +451,9 @@ class TraceDataset(Dataset):
         assert self.table is not None
         return self.table[index % self.table.n]
 
+    def turn_at(self, index: int) -> int:
+        return self.row(index).turn
+
     def prompt_at(self, index: int) -> Prompt | None:
         r = self.row(index)
         assert self.table is not None
@@ -539,110 +527,5 @@ def after_of(wl: Workload) -> Sequence[int] | None:
 # ---- a trace's sessions -----------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Turn:
-    index: int
-    due_ns: int
-
-
-@dataclass
-class TraceTurn(DueTurn):
-    """A trace's request as a session's turn: its row index too (to release its follow-ups when it ends)."""
-
-    index: int = 0
-
-
-class TraceSessions(Schedule):
-    """A trace whose follow-ups wait for their parents (Bailian): request i is due at t0 + offset_i, and a
-    follow-up not before its parent's answer has ended (then at once). It makes its own requests, as
-    sessions.Sessions does (RequestMaker asks due_turns and tells finished); session = its root's index + 1,
-    turn = the file's."""
-
-    def __init__(self, offsets: Iterator[int], after: Sequence[int], total: int | None, label: str):
-        super().__init__(offsets, total, label)
-        self.after = after
-        self.users = 1  # RequestMaker.set_users sets it; a trace has no users
-        self._released = 0  # rows whose own time has come
-        self._ready: list[tuple[int, int]] = []  # (due ns, index), a heap
-        self._waiting: dict[int, list[_Turn]] = {}  # parent index → follow-ups whose time came before its end
-        self._ended: dict[int, int] = {}  # index → when its answer ended
-        self._root: dict[int, int] = {}
-        self._flight: dict[int, int] = {}  # request id → index
-
-    def describe(self) -> str:
-        return f"open loop, {self.label}, follow-ups after their parents' answers"
-
-    def _parent(self, i: int) -> int:
-        n = len(self.after)
-        p = self.after[i % n]
-        return -1 if p < 0 else p + (i // n) * n
-
-    def _release(self, now_ns: int) -> None:
-        assert self._t0 is not None
-        while (self._next is not None and self._t0 + self._next <= now_ns
-               and (self.total is None or self._released < self.total)):
-            i, due = self._released, self._t0 + self._next
-            self._released += 1
-            self._next = next(self._offsets, None)
-            p = self._parent(i)
-            self._root[i] = self._root.get(p, p) if p >= 0 else i
-            if p < 0:
-                heapq.heappush(self._ready, (due, i))
-            elif p in self._ended:
-                heapq.heappush(self._ready, (max(due, self._ended[p]), i))
-            else:
-                self._waiting.setdefault(p, []).append(_Turn(i, due))
-
-    def due_turns(self, now_ns: int, workload: Workload, max_tokens: int) -> list[DueTurn]:
-        from measure.core.workload import request_for
-
-        if self._t0 is None:
-            self._t0 = now_ns
-        self._release(now_ns)
-        out: list[DueTurn] = []
-        while self._ready and self._ready[0][0] <= now_ns and not self.exhausted():
-            due, i = heapq.heappop(self._ready)
-            prompt, n = request_for(workload, i, max_tokens)
-            turn = workload.row(i).turn if isinstance(workload, TraceDataset) else 1
-            out.append(TraceTurn(due, prompt, n, self._root[i] + 1, turn, "", [], 0, i))
-            self.issued += 1
-        return out
-
-    def sent(self, request_id: int, turn: DueTurn) -> None:
-        assert isinstance(turn, TraceTurn)
-        self._flight[request_id] = turn.index
-
-    def finished(self, request_id: int, answer: str | None, t_done_ns: int) -> None:
-        i = self._flight.pop(request_id, None)
-        if i is None:
-            return
-        self._ended[i] = t_done_ns
-        for w in self._waiting.pop(i, []):
-            heapq.heappush(self._ready, (max(w.due_ns, t_done_ns), w.index))
-
-    def exhausted(self) -> bool:
-        if self.total is not None:
-            return self.issued >= self.total
-        return self._next is None and not self._ready and not self._waiting
-
-    def next_wakeup_ns(self) -> int | None:
-        if self.exhausted() or self._t0 is None:
-            return None
-        times = [self._ready[0][0]] if self._ready else []
-        if self._next is not None and (self.total is None or self._released < self.total):
-            times.append(self._t0 + self._next)
-        return min(times, default=None)
-
-    def resume(self, now_ns: int) -> None:
-        """After a pause: the rows still to come move on by it (Schedule.resume); ready ones are due now."""
-        super().resume(now_ns)
-        self._ready = [(max(d, now_ns), i) for d, i in self._ready]
-        heapq.heapify(self._ready)
-
-    def due(self, now_ns: int, outstanding: int) -> list[int]:
-        raise TypeError("a trace's sessions make their own requests: RequestMaker asks due_turns()")
-
-
-
-__all__ = ["KINDS", "TraceDataset", "TraceTable", "TraceTimes", "TraceSessions", "Row", "load", "after_of",
+__all__ = ["KINDS", "TraceDataset", "TraceTable", "TraceTimes", "Row", "load", "after_of",
            "blocks_text", "block_words", "VOCAB", "BLOCK_TOKENS"]

@@ -7,71 +7,11 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
 
-from engines.base import Prompt
-from measure.core.datasets import Dataset
+from measure.core.arrivals import Arrivals, IndexedArrivals, TurnArrivals
+from measure.core.datasets import request_for
+from measure.core.records import Request
 from presets import Workload
-
-if TYPE_CHECKING:
-    from measure.core.arrivals import Schedule
-    from measure.core.clients import Segment
-    from measure.core.sessions import Sessions
-
-
-@dataclass
-class Request:
-    request_id: int
-    prompt: Prompt
-    max_tokens: int
-    ignore_eos: bool
-    t_scheduled_ns: int
-    t_submitted_ns: int = 0
-    rep: int = 0
-    k: int = 1
-    b: int = 1
-    mode: str = "instances"
-    # a multi-turn session's turn (core/sessions.py): its numbers, its prefix-cache key, its chat messages
-    session: int | None = None
-    turn: int | None = None
-    session_key: str | None = None
-    messages: list[dict[str, Any]] | None = None
-    waited_for_stream: bool = False  # due while no slot had room (sources/dispatch.py); over HTTP, every client
-    # stream busy: the client's own queue (extra.client_queue_ms)
-
-    def wire(self) -> dict[str, Any]:
-        """What travels to a worker."""
-        return {
-            "request_id": self.request_id,
-            "prompt_id": self.prompt.prompt_id,
-            "text": self.prompt.text,
-            "synthetic_tokens": self.prompt.synthetic_tokens,
-            "max_tokens": self.max_tokens,
-            "ignore_eos": self.ignore_eos,
-        }
-
-
-def request_for(workload: Workload, index: int, max_tokens: int) -> tuple[Prompt, int]:
-    """The index-th request of a load: its prompt and its max_tokens (`max_tokens` unless the workload gives
-    each request its own answer length: a file's, or --output-len's draw)."""
-    if isinstance(workload, Dataset):
-        return prompt_for(workload, index), workload.output_at(index, max_tokens)
-    return prompt_for(workload, index), max_tokens
-
-
-def prompt_for(workload: Workload, index: int) -> Prompt:
-    """The index-th prompt of a workload, cycling through the set in order (a mixed workload puts a long
-    document at every long_every-th request; its prompt_id starts with "long-", the class in summaries)."""
-    if isinstance(workload, Dataset) and (p := workload.prompt_at(index)) is not None:
-        return p
-    if workload.long_every and index % workload.long_every == 0:
-        return Prompt(f"long-{workload.long_tokens}", synthetic_tokens=workload.long_tokens)
-    if workload.long_every:
-        index -= index // workload.long_every + 1
-    if workload.synthetic_tokens:
-        return Prompt(f"synthetic-{workload.synthetic_tokens}", synthetic_tokens=workload.synthetic_tokens)
-    i = index % len(workload.prompts)
-    return Prompt(f"{workload.key}-{i + 1}", text=workload.prompts[i])
 
 
 @dataclass(frozen=True)
@@ -126,19 +66,14 @@ class PrefixCache:
 
 @dataclass
 class Load:
-    """A load to serve: which prompts, when they arrive (ClosedLoop, Poisson, an arrivals.Schedule, a client's
-    clients.Segment of one, or multi-turn sessions.Sessions), how long each answer is (`max_tokens`, unless the
-    workload gives each request its own)."""
+    """A load to serve: which prompts, when they arrive (any arrivals.Arrivals: ClosedLoop, Poisson, an
+    arrivals.Schedule, a client's clients.Segment of one, or multi-turn sessions.Sessions), how long each answer
+    is (`max_tokens`, unless the workload gives each request its own)."""
 
     workload: Workload
-    arrivals: ClosedLoop | ClosedShare | Poisson | Schedule | Segment | Sessions
+    arrivals: Arrivals
     max_tokens: int
     ignore_eos: bool = True
-
-
-def _in_sessions(arrivals: object) -> TypeGuard[Sessions]:
-    """Multi-turn sessions' arrivals: the ones that make their own turns (due_turns, a method: never None)."""
-    return hasattr(arrivals, "due_turns")
 
 
 class RequestMaker:
@@ -160,10 +95,10 @@ class RequestMaker:
 
     def set_load(self, load: Load | None) -> None:
         self.load = load
-        if load is not None and hasattr(load.arrivals, "due_indexed"):
+        if load is not None and isinstance(load.arrivals, IndexedArrivals):
             # a client's segment of one schedule (core/clients.py) or a process's share of a closed loop: request
             # i of the whole has id base + i + 1; ids run on past all of it (an endless one: far past)
-            full = getattr(load.arrivals, "full_total", None)
+            full = load.arrivals.full_total
             self._id_base = next(self._ids) - 1
             self._ids = itertools.count(self._id_base + (full if full is not None else 1 << 40) + 1)
         self._prompt_index = itertools.count()
@@ -174,7 +109,7 @@ class RequestMaker:
             return []
         ld = self.load
         out = []
-        if _in_sessions(arr := ld.arrivals):  # multi-turn sessions
+        if isinstance(arr := ld.arrivals, TurnArrivals):  # multi-turn sessions, a trace's follow-ups
             for t in arr.due_turns(now_ns, ld.workload, ld.max_tokens):
                 req = Request(next(self._ids), t.prompt, t.max_tokens, ld.ignore_eos, t_scheduled_ns=t.t_scheduled_ns,
                               rep=rep, k=k, b=b, mode=mode, session=t.session, turn=t.turn,
@@ -183,8 +118,11 @@ class RequestMaker:
                 req.t_submitted_ns = self._clock()
                 out.append(req)
             return out
-        indexed = getattr(ld.arrivals, "due_indexed", None)  # a segment: each request's index in the schedule
-        due = indexed(now_ns, outstanding) if indexed else [(None, t) for t in ld.arrivals.due(now_ns, outstanding)]
+        due: list[tuple[int | None, int]] = []  # a segment: each request's index in the schedule
+        if isinstance(arr, IndexedArrivals):
+            due += arr.due_indexed(now_ns, outstanding)
+        else:
+            due += [(None, t) for t in arr.due(now_ns, outstanding)]
         for index, t_sched in due:
             i = next(self._prompt_index) if index is None else index
             prompt, max_tokens = request_for(ld.workload, i, ld.max_tokens)
@@ -201,12 +139,12 @@ class RequestMaker:
     def finished(self, req: Request, answer: str | None, t_done_ns: int) -> None:
         """A request ended (answer: its text; None: it failed). A multi-turn session's user takes it into its
         history and thinks before its next turn; other arrivals need not know."""
-        if self.load and req.session is not None and hasattr(self.load.arrivals, "finished"):
-            self.load.arrivals.finished(req.request_id, answer, t_done_ns)
+        if self.load and req.session is not None and isinstance(arr := self.load.arrivals, TurnArrivals):
+            arr.finished(req.request_id, answer, t_done_ns)
 
     def set_users(self, users: int) -> None:
         """Closed-loop users, in sessions or not (an open loop has none to set)."""
-        if self.load and (isinstance(arr := self.load.arrivals, ClosedLoop) or _in_sessions(arr)):
+        if self.load and isinstance(arr := self.load.arrivals, (ClosedLoop, TurnArrivals)):
             arr.users = max(1, users)
 
     def resume(self, now_ns: int) -> None:
@@ -254,7 +192,7 @@ class ClosedLoop:
         return self.total is not None and self.issued >= self.total
 
 
-class ClosedShare:
+class ClosedShare(IndexedArrivals):
     """One client process's share of a closed loop of `all_users` users and `total` requests (sources/http_pool.py):
     user u (0-based, of all) sends the requests of index u, u + U, u + 2U … (below `total`), each the moment the
     last one of this share ended, so request i keeps its index, id and prompt whatever the number of processes,
@@ -315,7 +253,7 @@ class ClosedShare:
 def is_open_loop(arrivals: object) -> bool:
     """Arrivals on a schedule of their own (Poisson, a Schedule, a trace, a segment of one): not users who wait
     for their answers (a closed loop, a share of one, sessions). A client never caps an open loop by itself."""
-    return not isinstance(arrivals, (ClosedLoop, ClosedShare)) and not _in_sessions(arrivals)
+    return not isinstance(arrivals, (ClosedLoop, ClosedShare, TurnArrivals))
 
 
 class Poisson:

@@ -24,7 +24,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from measure.core.workload import Load, Request, RequestMaker, is_open_loop
+from measure.core.records import Request
+from measure.core.workload import Load, RequestMaker, is_open_loop
 
 Slot = TypeVar("Slot")
 

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from engines.base import EngineSpec
 from measure.core.metrics import ttft
-from measure.core.probes import auto_threads, oom_kills, physical_cores
+from measure.machine.probes import auto_threads, oom_kills, physical_cores
 from measure.core.records import Mode, RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, Request
+from measure.core.records import Request
+from measure.core.workload import Load
 from measure.sources.base import (Capabilities, CellStopped, CollectsRecords, Event, EventSink, LevelReady,
                                   LoadStarted, OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo,
                                   WorkerState)

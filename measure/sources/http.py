@@ -26,7 +26,8 @@ from engines.http_openai import (EndpointError, api_headers, endpoint_body, mode
                                  scrape_metrics, served_model, server_tokens, StreamResult, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.workload import Load, PrefixCache, Request
+from measure.core.records import Request
+from measure.core.workload import Load, PrefixCache
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, LevelReady, LoadStarted,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher

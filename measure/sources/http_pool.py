@@ -35,6 +35,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
+from measure.core.arrivals import TurnArrivals
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load, PrefixCache
@@ -344,7 +345,7 @@ class HttpPool(CollectsRecords):
                                self.rep))
             self._next_id += arr.total if arr.total is not None else 1 << 40  # endless: far past its ids
             return
-        if getattr(arr, "due_turns", None) is not None:
+        if isinstance(arr, TurnArrivals):
             raise SourceError("multi-turn sessions run in one client process (--client-procs 1)")
         if isinstance(arr, Segment):
             whole = arr

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from measure.core.model_choice import engine_label
-from measure.core.probes import SystemSample
-from measure.core.recorder import read_jsonl
+from measure.machine.model_choice import engine_label
+from measure.core.readings import SystemSample
+from measure.machine.recorder import read_jsonl
 from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import NS
 from measure.core.workload import Load

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from measure.core.metrics import ttft
 from measure.core.records import Mode, RunMeta, build_record
 from measure.core.units import NS
-from measure.core.workload import ClosedLoop, Load, Request, is_open_loop
+from measure.core.records import Request
+from measure.core.workload import ClosedLoop, Load, is_open_loop
 from measure.sources.base import (Capabilities, Event, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
                                   WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher

@@ -6,7 +6,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from measure.core.probes import detect_chip, total_memory_bytes
+from measure.machine.probes import detect_chip, total_memory_bytes
 
 PACKAGES = ("inference-top", "llama_cpp_python", "mlx", "mlx-cpu", "mlx-lm", "transformers", "scipy-openblas32", "numpy",
             "psutil", "gguf", "textual", "httpx")

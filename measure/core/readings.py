@@ -1,42 +1,24 @@
-"""What the user's own machine says about memory, heat and power (docs/design.md §21).
+"""What a machine says, as data (docs/design.md §1, §21): the pure half of measure/machine's readers.
 
-Apple Silicon (macOS): unified memory, of which the GPU may wire only Metal's recommended working set —
-mlx's `device_info()["max_recommended_working_set_size"]` where mlx imports, else `sysctl iogpu.wired_limit_mb`
-where it is set, else the default rule (`default_working_set`); `vm_stat` (Activity Monitor's App Memory,
-Wired, Compressed and swap-ins), `memory_pressure` (its free percentage), `sysctl vm.swapusage`, and
-`pmset -g therm` (the CPU speed limit macOS imposes when hot). Power per rail (CPU, GPU, ANE, DRAM) from
-zeus-apple-silicon's IOReport energy windows where it imports; a rail whose counter did not move while the
-machine worked is flagged frozen, never shown as 0 W (the private counters break between macOS releases).
-Linux: the thermal zones in /sys/class/thermal and cpufreq's current ÷ maximum clock; NVIDIA: NVML's clock
-throttle reasons. Every reading is optional: None (with why) where the machine does not give it.
-
-The parsers are pure functions over the text the tools print, so tests drive every Mac path on Linux with
-fixtures of what real Macs print (tests/data/mac/).
+The parsers are pure functions over the text the tools print (`vm_stat`, `memory_pressure`, `sysctl`,
+`pmset -g therm`, `powermetrics`), so tests drive every Mac path on Linux with fixtures of what real Macs print
+(tests/data/mac/); the records a reading makes (a SystemSample, a MacMemory, a Thermal state, the probe's
+Ceilings) and the arithmetic over them (the GPU working set, what other processes hold, J/token per rail).
+Reading the machine itself (running the tools, psutil, /sys, NVML, the probe's processes) is measure/machine's:
+machine/host.py, machine/probes.py, machine/ceilings.py.
 """
 from __future__ import annotations
 
 import platform
 import re
-import subprocess
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from measure.core.units import fmt_gib
 
 GiB = 1 << 30
 MiB = 1 << 20
-
-Run = Callable[[list[str]], str | None]  # a command's stdout, None where it cannot run
-
-
-def run_tool(cmd: list[str], timeout: float = 3.0) -> str | None:
-    """A tool's stdout, or None where it is missing, fails or hangs."""
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 and out.stdout.strip() else None
 
 
 def is_mac() -> bool:
@@ -90,20 +72,6 @@ def working_set(total: int, mlx_info: Mapping[str, Any] | None = None, wired_lim
         return WorkingSet(min(total, mb * MiB), f"sysctl iogpu.wired_limit_mb = {mb}")
     share = SMALL_SHARE if total <= SMALL_MAC_BYTES else LARGE_SHARE
     return WorkingSet(default_working_set(total), f"macOS's default rule: {share:.0%} of {total / GiB:.0f} GiB")
-
-
-def mlx_device_info() -> dict[str, Any] | None:
-    """mlx's Metal device info, where mlx imports on this machine (never installs or downloads anything)."""
-    try:
-        import mlx.core as mx
-    except Exception:  # not installed, or not a Mac: the next source is read
-        return None
-    try:
-        fn = getattr(mx, "device_info", None) or mx.metal.device_info
-        info = fn()
-        return dict(info) if isinstance(info, Mapping) else None
-    except Exception:
-        return None
 
 
 # ---- vm_stat, memory_pressure, swap --------------------------------------------------------------------
@@ -210,62 +178,6 @@ def parse_pmset_therm(text: str) -> Thermal:
     return UNKNOWN_THERMAL
 
 
-def linux_thermal(root: str = "/sys") -> Thermal:
-    """The hottest thermal zone against its first passive/hot trip point, and cpufreq's current ÷ maximum
-    clock on the slowest core: throttled where a zone is at or over its trip, or a core runs below 80 % of
-    its maximum while ≥ 1 zone is within 5 °C of its trip (clocks alone fall at idle)."""
-    base = Path(root)
-    hottest: tuple[float, float | None, str] | None = None
-    for zone in sorted(base.glob("class/thermal/thermal_zone*")):
-        try:
-            temp = int((zone / "temp").read_text()) / 1000
-        except (OSError, ValueError):
-            continue
-        kind = _read(zone / "type") or zone.name
-        trip = None
-        for tt in sorted(zone.glob("trip_point_*_type")):
-            if _read(tt) in ("passive", "hot", "critical"):
-                try:
-                    trip = int((zone / tt.name.replace("_type", "_temp")).read_text()) / 1000
-                    break
-                except (OSError, ValueError):
-                    continue
-        margin = (trip - temp) if trip else None
-        if hottest is None or (margin is not None and (hottest[1] is None or margin < hottest[1])) or (
-                margin is None and hottest[1] is None and temp > hottest[0]):
-            hottest = (temp, margin, kind)
-    ratios = []
-    for cpu in base.glob("devices/system/cpu/cpu[0-9]*/cpufreq"):
-        try:
-            ratios.append(int((cpu / "scaling_cur_freq").read_text()) / int((cpu / "cpuinfo_max_freq").read_text()))
-        except (OSError, ValueError, ZeroDivisionError):
-            continue
-    if hottest is None and not ratios:
-        return UNKNOWN_THERMAL
-    parts = []
-    state = "nominal"
-    if hottest:
-        temp, margin, kind = hottest
-        parts.append(f"{kind} {temp:.0f} °C" + (f", {margin:.0f} °C below its trip" if margin is not None else ""))
-        if margin is not None and margin <= 0:
-            state = "throttled"
-        hot = margin is not None and margin <= 5
-    else:
-        hot = False
-    if ratios:
-        parts.append(f"slowest core at {min(ratios):.0%} of its maximum clock")
-        if hot and min(ratios) < 0.8:
-            state = "throttled"
-    return Thermal(state, ", ".join(parts), "/sys/class/thermal + cpufreq")
-
-
-def _read(p: Path) -> str | None:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return None
-
-
 # NVML's clocks-event (throttle) reasons that mean heat or power, not an idle GPU or an application setting
 NVML_HOT = {0x2: "power cap (software)", 0x20: "thermal slowdown (software)", 0x40: "thermal slowdown (hardware)",
             0x80: "power brake (hardware)", 0x8: "hardware slowdown"}
@@ -276,48 +188,6 @@ def nvml_reasons(mask: int) -> Thermal:
     if hot:
         return Thermal("throttled", ", ".join(hot), "NVML throttle reasons")
     return Thermal("nominal", "no thermal or power slowdown", "NVML throttle reasons")
-
-
-def nvml_thermal() -> Thermal | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            return nvml_reasons(int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)))
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no GPU or driver: the next source is read
-        return None
-
-
-class ThermalReader:
-    """The thermal state, read at most every `every_s` seconds (pmset starts a process): Mac → pmset;
-    NVIDIA → NVML; Linux → /sys. `run` and `system` are injected by tests."""
-
-    def __init__(self, every_s: float = 2.0, run: Run | None = None, system: Callable[[], str] | None = None,
-                 sys_root: str = "/sys"):
-        self.every_s, self.sys_root = every_s, sys_root
-        self.run: Run = run or run_tool
-        self.system: Callable[[], str] = system or platform.system
-        self._last: tuple[float, Thermal] | None = None
-
-    def read(self) -> Thermal:
-        now = time.monotonic()
-        if self._last and now - self._last[0] < self.every_s:
-            return self._last[1]
-        t = self._read()
-        self._last = (now, t)
-        return t
-
-    def _read(self) -> Thermal:
-        if self.system() == "Darwin":
-            text = self.run(["pmset", "-g", "therm"])
-            return parse_pmset_therm(text) if text else UNKNOWN_THERMAL
-        return nvml_thermal() or linux_thermal(self.sys_root)
 
 
 # ---- power per rail (zeus-apple-silicon) ---------------------------------------------------------------
@@ -362,39 +232,6 @@ def parse_powermetrics(text: str) -> dict[str, float]:
     return out
 
 
-@dataclass
-class EnergyWindow:
-    """zeus-apple-silicon's energy window around a piece of work, where it imports (macOS only)."""
-
-    label: str = "inference-top"
-    _monitor: Any = None
-    _t0: float = 0.0
-    error: str = ""
-    rails: list[RailPower] = field(default_factory=list)
-
-    def begin(self) -> bool:
-        try:
-            from zeus_apple_silicon import AppleEnergyMonitor  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            self.error = "zeus-apple-silicon is not installed (pip install zeus-apple-silicon, macOS only)"
-            return False
-        try:
-            self._monitor = AppleEnergyMonitor()
-            self._monitor.begin_window(self.label)
-        except Exception as exc:  # IOReport unavailable on this release
-            self.error = f"zeus-apple-silicon could not open IOReport: {exc}"
-            return False
-        self._t0 = time.monotonic()
-        return True
-
-    def end(self, busy: bool = True) -> list[RailPower]:
-        if self._monitor is None:
-            return []
-        metrics = self._monitor.end_window(self.label)
-        self.rails = rail_power(metrics, time.monotonic() - self._t0, busy)
-        return self.rails
-
-
 def joules_per_token(rails: list[RailPower], tokens: int) -> dict[str, float]:
     """J/token per readable rail (frozen and unreported rails left out, not counted as 0)."""
     if tokens <= 0:
@@ -417,42 +254,108 @@ class MacMemory:
     notes: tuple[str, ...] = ()
 
 
-def read_mac_memory(run: Run | None = None, mlx_info: Callable[[], Mapping[str, Any] | None] | None = None
-                    ) -> MacMemory:
-    """Every memory reading a Mac gives without sudo; each None where its tool did not answer."""
-    run = run or run_tool
-    mlx_info = mlx_info or mlx_device_info
-    notes = []
-    sc = parse_sysctl(run(["sysctl", "hw.memsize", "iogpu.wired_limit_mb", "vm.swapusage",
-                           "kern.memorystatus_vm_pressure_level"]) or "")
-    try:
-        total = int(sc["hw.memsize"])
-    except (KeyError, ValueError):
-        import psutil
-
-        total = psutil.virtual_memory().total
-        notes.append("sysctl hw.memsize unreadable: psutil's total")
-    ws = working_set(total, mlx_info(), sc.get("iogpu.wired_limit_mb"))
-    vm_text = run(["vm_stat"])
-    vm = None
-    if vm_text:
-        try:
-            vm = parse_vm_stat(vm_text)
-        except ValueError as exc:
-            notes.append(str(exc))
-    mp = run(["memory_pressure", "-Q"])
-    swap = parse_swapusage(sc.get("vm.swapusage", ""))
-    try:
-        level = int(sc["kern.memorystatus_vm_pressure_level"])
-    except (KeyError, ValueError):
-        level = None
-    return MacMemory(total, ws, vm.used if vm else None, vm.app if vm else None, vm.wired if vm else None,
-                     vm.compressed if vm else None, parse_memory_pressure(mp) if mp else None,
-                     swap.get("used"), level, tuple(notes))
-
-
 def others_held(mem: MacMemory, ours: int = 0) -> int | None:
     """What the OS and the other processes hold: Memory Used less what our own engines hold (`ours`)."""
     if mem.used is None:
         return None
     return max(0, mem.used - ours)
+
+
+# ---- the system sampled (machine/probes.py's SystemProbe) ---------------------------------------------
+@dataclass
+class SystemSample:
+    t_ns: int
+    mem_total: int
+    mem_used: int
+    mem_available: int
+    swap_total: int
+    swap_used: int
+    swap_in_bps: float  # bytes/s since the previous sample
+    swap_out_bps: float
+    pressure_source: str
+    pressure: float | None
+    cpu_percent: float  # whole machine, % of all cores
+    thermal: str | None = None  # host.Thermal.label(): nominal | throttled (what says so) | unknown
+
+
+class ThermalLog:
+    """The thermal states seen since `mark()`, in order, repeats dropped: a cell's "nominal → throttled"."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def mark(self) -> None:
+        self.seen = self.seen[-1:]
+
+    def note(self, label: str | None) -> None:
+        if label and label != "unknown" and (not self.seen or self.seen[-1] != label):  # unknown: no reading
+            self.seen.append(label)
+
+    @property
+    def changed(self) -> bool:
+        return len({s.split(" (")[0] for s in self.seen}) > 1
+
+    def describe(self) -> str | None:
+        return " → ".join(self.seen) if self.seen else None
+
+
+# ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
+PROBE_VERSION = 4  # 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
+
+
+@dataclass
+class Ceilings:
+    machine: str
+    chip: str
+    cores: int
+    memory_bytes: int
+    swap_bytes: int
+    read_gbps: dict[str, float]  # processes → GB/s (JSON keys are strings)
+    engine: dict[str, Any] = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s},
+    # prefill_tps
+    measured_at: str = ""
+    seconds: float = 0.0
+    busy_cores: float | None = None  # other work on the machine during the probe, in cores (others_cores)
+    version: int = PROBE_VERSION
+
+    @property
+    def busy(self) -> bool:
+        """Measured while other work used more than BUSY_LIMIT cores: its rates, and what is predicted from
+        them, may be low."""
+        return self.busy_cores is not None and self.busy_cores > BUSY_LIMIT
+
+    def busy_warning(self) -> str | None:
+        if not self.busy:
+            return None
+        return (f"the probe of {self.measured_at} ran while other work used {self.busy_cores:.1f} of {self.cores} "
+                "cores: its rates, and the predictions made from them, may be low; measure again on a quiet "
+                "machine: inference-top probe --rerun")
+
+    @property
+    def attainable_gbps(self) -> float:
+        return max(self.read_gbps.values())
+
+    def decode_tps(self, threads: int) -> float | None:
+        d = self.engine.get("decode_tps") or {}
+        return d.get(str(threads)) or d.get(threads)
+
+    def describe(self) -> str:
+        bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items()))
+        out = [f"{self.chip}: {self.cores} cores, {fmt_gib(self.memory_bytes)} memory, "
+               f"{fmt_gib(self.swap_bytes)} swap",
+               f"attainable memory read bandwidth: {self.attainable_gbps:.1f} GB/s ({bw} GB/s)"]
+        e = self.engine
+        if e.get("decode_tps"):
+            rates = ", ".join(f"{k} thread{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in
+                              sorted(e["decode_tps"].items(), key=lambda kv: int(kv[0])))
+            batch = ", ".join(f"B={k} {v:.1f}" for k, v in sorted(e["batch_steps_per_s"].items(), key=lambda kv: int(kv[0])))
+            out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
+                       f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
+                       f"{e['prefill_tps']:.0f} tok/s (all threads)")
+        out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"
+                   + (f", other work on the machine meanwhile: {self.busy_cores:.2f} cores"
+                      if self.busy_cores is not None else ""))
+        if self.busy:
+            out.append(f"warning: {self.busy_warning()}")
+        return "\n".join(out)

@@ -16,7 +16,7 @@ import os
 import platform
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -24,81 +24,22 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from measure.core.units import fmt_gib
+from measure.core.readings import PROBE_VERSION, Ceilings
 
 if TYPE_CHECKING:
     import multiprocessing.queues
 
-    from measure.core.model_choice import ModelChoice
+    from measure.machine.model_choice import ModelChoice
 
 READ_BYTES = 64 * 1024 * 1024 * 4  # per process
 READ_S = 0.6
 DECODE_TOKENS = 40
 PREFILL_TOKENS = 128
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
-PROBE_VERSION = 4  # 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
-BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
-
-
-@dataclass
-class Ceilings:
-    machine: str
-    chip: str
-    cores: int
-    memory_bytes: int
-    swap_bytes: int
-    read_gbps: dict[str, float]  # processes → GB/s (JSON keys are strings)
-    engine: dict[str, Any] = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s},
-    # prefill_tps
-    measured_at: str = ""
-    seconds: float = 0.0
-    busy_cores: float | None = None  # other work on the machine during the probe, in cores (others_cores)
-    version: int = PROBE_VERSION
-
-    @property
-    def busy(self) -> bool:
-        """Measured while other work used more than BUSY_LIMIT cores: its rates, and what is predicted from
-        them, may be low."""
-        return self.busy_cores is not None and self.busy_cores > BUSY_LIMIT
-
-    def busy_warning(self) -> str | None:
-        if not self.busy:
-            return None
-        return (f"the probe of {self.measured_at} ran while other work used {self.busy_cores:.1f} of {self.cores} "
-                "cores: its rates, and the predictions made from them, may be low; measure again on a quiet "
-                "machine: inference-top probe --rerun")
-
-    @property
-    def attainable_gbps(self) -> float:
-        return max(self.read_gbps.values())
-
-    def decode_tps(self, threads: int) -> float | None:
-        d = self.engine.get("decode_tps") or {}
-        return d.get(str(threads)) or d.get(threads)
-
-    def describe(self) -> str:
-        bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items()))
-        out = [f"{self.chip}: {self.cores} cores, {fmt_gib(self.memory_bytes)} memory, "
-               f"{fmt_gib(self.swap_bytes)} swap",
-               f"attainable memory read bandwidth: {self.attainable_gbps:.1f} GB/s ({bw} GB/s)"]
-        e = self.engine
-        if e.get("decode_tps"):
-            rates = ", ".join(f"{k} thread{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in
-                              sorted(e["decode_tps"].items(), key=lambda kv: int(kv[0])))
-            batch = ", ".join(f"B={k} {v:.1f}" for k, v in sorted(e["batch_steps_per_s"].items(), key=lambda kv: int(kv[0])))
-            out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
-                       f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
-                       f"{e['prefill_tps']:.0f} tok/s (all threads)")
-        out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"
-                   + (f", other work on the machine meanwhile: {self.busy_cores:.2f} cores"
-                      if self.busy_cores is not None else ""))
-        if self.busy:
-            out.append(f"warning: {self.busy_warning()}")
-        return "\n".join(out)
 
 
 def machine_key() -> str:
-    from measure.core.probes import detect_chip
+    from measure.machine.probes import detect_chip
 
     name, _ = detect_chip()
     return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{psutil.virtual_memory().total}"
@@ -282,8 +223,8 @@ def engine_rates(model_path: str, cores: int, engine: str = "llama", options: di
 
 def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) -> Ceilings:
     """Measure now (and cache). `model`: a ModelChoice for the engine rates (default: the embedded model)."""
-    from measure.core.model_choice import resolve_model
-    from measure.core.probes import detect_chip
+    from measure.machine.model_choice import resolve_model
+    from measure.machine.probes import detect_chip
     from measure.core.work import from_gguf
 
     t0 = time.perf_counter()

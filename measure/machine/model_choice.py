@@ -9,7 +9,7 @@ from typing import Any
 from engines.base import EngineError, EngineSpec
 from engines.embedded import EMBEDDED_NAME, embedded_model_path
 from engines.gguf_file import GGUFInfo, inspect_gguf, sha256_prefix
-from measure.core.probes import auto_threads
+from measure.machine.probes import auto_threads
 from measure.core.records import Mode, RunMeta
 
 
@@ -104,7 +104,7 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
 
 
 def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict[str, Any]) -> dict[str, Any]:
-    from measure.core.envinfo import environment
+    from measure.machine.envinfo import environment
 
     return {
         "environment": environment(),

@@ -5,18 +5,18 @@ import platform
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import psutil
 
+from measure.core.guard import detect_wall
+from measure.core.readings import SystemSample, ThermalLog
+from measure.machine.host import ThermalReader
 from presets import Chip, match_chip
 
 if TYPE_CHECKING:
     import ctypes
-
-    from measure.core.host import ThermalReader
 
 
 def total_memory_bytes() -> int:
@@ -181,50 +181,12 @@ def memory_pressure() -> tuple[str, float | None]:
     return "none", None
 
 
-@dataclass
-class SystemSample:
-    t_ns: int
-    mem_total: int
-    mem_used: int
-    mem_available: int
-    swap_total: int
-    swap_used: int
-    swap_in_bps: float  # bytes/s since the previous sample
-    swap_out_bps: float
-    pressure_source: str
-    pressure: float | None
-    cpu_percent: float  # whole machine, % of all cores
-    thermal: str | None = None  # host.Thermal.label(): nominal | throttled (what says so) | unknown
-
-
-class ThermalLog:
-    """The thermal states seen since `mark()`, in order, repeats dropped: a cell's "nominal → throttled"."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-
-    def mark(self) -> None:
-        self.seen = self.seen[-1:]
-
-    def note(self, label: str | None) -> None:
-        if label and label != "unknown" and (not self.seen or self.seen[-1] != label):  # unknown: no reading
-            self.seen.append(label)
-
-    @property
-    def changed(self) -> bool:
-        return len({s.split(" (")[0] for s in self.seen}) > 1
-
-    def describe(self) -> str | None:
-        return " → ".join(self.seen) if self.seen else None
-
-
 class SystemProbe:
     """Samples the machine; swap rates are differences between consecutive samples; the thermal state
     (host.ThermalReader: pmset on a Mac, NVML, /sys/class/thermal) rides in every sample."""
 
-    def __init__(self, thermal: "ThermalReader | None" = None) -> None:
-        from measure.core.host import ThermalReader
-
+    def __init__(self, thermal: ThermalReader | None = None) -> None:
+    
         self._last: tuple[int, int, int] | None = None
         self.thermal = thermal or ThermalReader()
         psutil.cpu_percent(None)
@@ -289,3 +251,24 @@ def release_free_memory() -> bool:
         return False
     _LIBC.malloc_trim(0)
     return True
+
+
+class WallCheck:
+    """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee);
+    each sample's thermal state goes to `heat` (the cell's states, docs/design.md §21)."""
+
+    def __init__(self, probe: SystemProbe, heat: ThermalLog | None = None):
+        self.probe, self.heat = probe, heat
+        self.prev = self._sample()
+
+    def _sample(self) -> SystemSample:
+        s = self.probe.sample()
+        if self.heat is not None:
+            self.heat.note(s.thermal)
+        return s
+
+    def __call__(self) -> str | None:
+        cur = self._sample()
+        why = detect_wall(self.prev, cur, None, None, 0.0)
+        self.prev = cur
+        return why
