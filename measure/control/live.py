@@ -25,6 +25,7 @@ from measure.control.steps import StepTable
 from measure.core.cost import Cost, PowerMeter, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
+from measure.core.lines import Sample, step_row_line, to_line
 from measure.core.probes import (ProcessProbe, SystemProbe, SystemSample, physical_cores, release_free_memory,
                                  total_memory_bytes)
 from measure.core.units import NS
@@ -480,19 +481,17 @@ class LiveController:
         table = tuple(self.steps.table())
         if self.recorder:
             while self._rows_written < len(self.steps.rows):  # a level left behind, settled: its row
-                self.recorder.write({"kind": "step_row", "t_ns": now,
-                                     **self.steps.rows[self._rows_written].to_dict()})
+                self.recorder.write(step_row_line(self.steps.rows[self._rows_written], now))
                 self._rows_written += 1
         point = Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps)
         self._history.append(point)
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
-            self.recorder.write({
-                "kind": "sample", "t_ns": now, "t": t, "k": self.k, "b": self.b, "mode": self.mode,
-                "paused": self.paused, "state": state, "users": self.users(), "system": asdict(sysv),
-                "workers": [vars(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
-                "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps, "concurrency": win.concurrency,
-            })
+            self.recorder.write(to_line(Sample(
+                t_ns=now, t=t, k=self.k, b=self.b, mode=self.mode, paused=self.paused, state=state,
+                users=self.users(), system=asdict(sysv), workers=[vars(w) for w in workers],
+                procs={str(p): list(v) for p, v in procs.items()}, agg_tps=win.agg_tps, tpot_p50=p50,
+                bw_gbps=bw.gbps, concurrency=win.concurrency)))
         with self._lock:
             self._version += 1
             snap = Snapshot(
