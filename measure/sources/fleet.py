@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from engines.base import EngineSpec
 from measure.core.metrics import ttft
 from measure.core.probes import auto_threads, oom_kills, physical_cores
-from measure.core.records import Mode, RequestRecord, RunMeta, build_record
+from measure.core.records import Mode, Outcome, RequestRecord, RunMeta, ServedBy, build_record
 from measure.core.workload import Load, Request
 from measure.sources.base import (Capabilities, CellStopped, Event, EventSink, LevelReady, LoadStarted,
                                   OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
@@ -646,10 +646,9 @@ class Fleet:
                 error: str | None = None, finish: str | None = None, t_done: int | None = None,
                 n_prompt: int | None = 0, rss: int | None = None) -> RequestRecord:
         self._inflight.pop(fl.req.request_id, None)
-        rec = build_record(fl.req, self.meta, self.run_id, fl.tokens, worker=w.info.wid if w else None,
-                           t_started_ns=fl.t_started_ns, t_done_ns=t_done, prompt_tokens=n_prompt,
-                           finish_reason=finish, error=error, pid=w.info.pid if w else None,
-                           threads=w.info.threads if w else None, rss=rss)
+        rec = build_record(fl.req, self.meta, self.run_id, Outcome(fl.tokens, fl.t_started_ns, t_done, n_prompt, finish,
+                                                                   error),
+                           ServedBy(w.info.wid, w.info.pid, w.info.threads, rss) if w else ServedBy(None, rss=rss))
         self._sink.record(rec, collector)
         return rec
 

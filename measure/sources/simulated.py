@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from measure.core.metrics import ttft
-from measure.core.records import Mode, RunMeta, build_record
+from measure.core.records import Mode, Outcome, RunMeta, ServedBy, build_record
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Request
 from measure.sources.base import (Capabilities, Event, Finished, LevelReady, LoadStarted, Log, Started, Tokens,
@@ -206,8 +206,8 @@ class SimulatedFleet:
         toks = cur["tokens"]
         req = replace(cur["req"], max_tokens=len(toks), ignore_eos=True, t_scheduled_ns=cur["t0"],
                       t_submitted_ns=cur["t0"], rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
-        rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
-                           t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
+        rec = build_record(req, self.meta, self.run_id, Outcome(toks, cur["t0"], toks[-1], 16, "length"),
+                           ServedBy(w.wid, rss=w.rss))
         w.requests_done += 1
         w.last_ttft_s = ttft(rec)
         self.events.put(Finished(rec))
