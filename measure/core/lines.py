@@ -56,7 +56,7 @@ class RunHeader:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Event:
+class EventLine:
     """A dashboard's log line, marker, level change or load start. Its other keys (`level`, `type`, a client's
     outcome) come before these three on disk."""
 
@@ -140,8 +140,8 @@ def step_row_line(row: StepRow, t_ns: int) -> dict[str, Any]:
 
 
 def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, Any]:
-    return to_line(Event(t_ns=t_ns, text=text), first={k: v for k, v in extra.items() if k not in ("kind", "t_ns",
-                                                                                                     "text")})
+    first = {k: v for k, v in extra.items() if k not in ("kind", "t_ns", "text")}
+    return to_line(EventLine(t_ns=t_ns, text=text), first=first)
 
 
 @functools.cache
@@ -212,7 +212,7 @@ def request_of(line: Mapping[str, Any], where: str) -> RequestRecord:
     return rec
 
 
-LINES: dict[str, type] = {"header": RunHeader, "request": RequestRecord, "event": Event, "sample": Sample,
+LINES: dict[str, type] = {"header": RunHeader, "request": RequestRecord, "event": EventLine, "sample": Sample,
                           "step_row": StepRow}
 
 
