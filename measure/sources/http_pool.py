@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
-from measure.core.workload import ClosedLoop, ClosedShare, Load, PrefixCache
+from measure.core.workload import ClosedLoop, ClosedShare, Load
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, Finished, LevelReady, LoadStarted,
                                   Log, RecordCollector, SourceError, WorkerInfo, WorkerState)
 from measure.sources.child import Child, stop_all
