@@ -1,7 +1,7 @@
 """A worker warms each new batch shape when the mode is applied, outside any request (in-process, on the
 embedded model): exactly B short sequences run through the context and leave nothing behind."""
 from engines.base import Prompt
-from measure.sources.messages import DoneMsg, ModeMsg, StartMsg, StateMsg, TokensMsg
+from measure.sources.messages import DoneMsg, ModeMsg, ReqMsg, StartMsg, StateMsg, TokensMsg
 from measure.sources.worker import BATCH_WARMUP_TOKENS, Worker
 
 import presets
@@ -54,8 +54,7 @@ def test_request_after_warmup_is_served_in_full(engine):
     w = Worker(conn, engine)
     w.control(ModeMsg("batch", 3, 4, None))
     conn.sent.clear()
-    w.serve_batch({"request_id": 7, "prompt_id": "default-1", "text": WL.prompts[0], "max_tokens": 5,
-                   "ignore_eos": True})
+    w.serve_batch(ReqMsg(7, Prompt("default-1", WL.prompts[0]), 5, True))
     start = [m for m in conn.sent if isinstance(m, StartMsg)]
     done = [m for m in conn.sent if isinstance(m, DoneMsg)]
     assert [m.request_id for m in start] == [7] and len(done) == 1

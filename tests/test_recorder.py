@@ -104,7 +104,7 @@ def test_the_write_runs_on_the_writer_thread_never_on_the_fleet_io_thread_nor_th
     import presets
     from engines.base import EngineSpec
     from engines.null_server import NullServer
-    from measure.core import recorder as R
+    from measure.machine import recorder as R
     from measure.core.records import RunMeta
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.fleet import Fleet

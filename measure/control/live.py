@@ -25,6 +25,7 @@ from measure.control.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
+from measure.core.lines import Sample, step_row_line, to_line
 from measure.core.readings import SystemSample
 from measure.machine.power import PowerMeter
 from measure.machine.probes import ProcessProbe, SystemProbe, physical_cores, release_free_memory, total_memory_bytes
@@ -468,12 +469,11 @@ class LiveController:
         self._history.append(Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
-            self.recorder.write({
-                "kind": "sample", "t_ns": now, "t": t, "k": self.k, "b": self.b, "mode": self.mode,
-                "paused": self.paused, "state": state, "users": self.users(), "system": asdict(sysv),
-                "workers": [vars(w) for w in workers], "procs": {str(p): list(v) for p, v in procs.items()},
-                "agg_tps": win.agg_tps, "tpot_p50": p50, "bw_gbps": bw.gbps, "concurrency": win.concurrency,
-            })
+            self.recorder.write(to_line(Sample(
+                t_ns=now, t=t, k=self.k, b=self.b, mode=self.mode, paused=self.paused, state=state,
+                users=self.users(), system=asdict(sysv), workers=[vars(w) for w in workers],
+                procs={str(p): list(v) for p, v in procs.items()}, agg_tps=win.agg_tps, tpot_p50=p50,
+                bw_gbps=bw.gbps, concurrency=win.concurrency)))
         return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))
 
     def _bandwidth(self, win: Window) -> tuple[M.Bandwidth, dict[int | None, float]]:
@@ -537,8 +537,7 @@ class LiveController:
                           usd_per_mtok=self.cost.usd_per_mtok(tps, watts))
         if self.recorder:
             while self._rows_written < len(self.steps.rows):  # a level left behind, settled: its row
-                self.recorder.write({"kind": "step_row", "t_ns": reading.now_ns,
-                                     **self.steps.rows[self._rows_written].to_dict()})
+                self.recorder.write(step_row_line(self.steps.rows[self._rows_written], reading.now_ns))
                 self._rows_written += 1
         return numbers
 

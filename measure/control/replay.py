@@ -11,6 +11,7 @@ from typing import Any
 
 from measure.control.live import LiveController, LiveSettings
 from measure.control.snapshot import RunInfo, Snapshot
+from measure.core.lines import RunHeader
 from measure.core.units import NS
 from measure.sources.base import Capabilities
 from measure.sources.replay import RecordedProcesses, Recording, RecordingError, ReplaySource
@@ -52,10 +53,10 @@ class ReplayController:
 
     def _fresh(self) -> None:
         """A new controller at the recording's start."""
-        h = self.rec.header
-        s = _settings(h.get("settings", {}))
-        s.chip = h.get("chip", s.chip)
-        s.bandwidth_gbps = h.get("bandwidth_gbps", s.bandwidth_gbps)
+        h = RunHeader.of(self.rec.header)
+        s = _settings(h.settings)
+        s.chip = s.chip if h.chip is None else h.chip  # a header's null chip: the settings' own
+        s.bandwidth_gbps = h.line.get("bandwidth_gbps", s.bandwidth_gbps)
         self.now_ns = self.rec.t0_ns
         self._fed_ns = self.rec.t0_ns - 1  # everything up to here has been fed
         self.source = ReplaySource(self.rec)

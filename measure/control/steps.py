@@ -18,12 +18,12 @@ Before the first settled reading the share is over every request of the level so
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from measure.control.stats import KEEP, LevelFigures
 from measure.core import metrics as M
 from measure.core.cost import Cost
+from measure.core.lines import StepRow as StepRow  # its home; control code imports it from here
 from measure.core.units import NS
 from presets import SLO
 
@@ -32,36 +32,6 @@ SETTLE_REQUESTS = 8
 SETTLE_SAMPLES = 10
 SETTLE_CV = 0.10
 SETTLE_TREND = 0.05
-
-
-@dataclass(frozen=True)
-class StepRow:
-    level: str
-    mode: str
-    k: int
-    b: int
-    settled: bool
-    progress: str  # "settled", or what it still waits for
-    concurrency: float | None
-    agg_tps: float | None
-    per_user_tps: float | None  # 1 ÷ TPOT p50
-    tpot_p50: float | None
-    ttft_p50: float | None
-    ttft_p99: float | None
-    requests: int
-    goodput_rps: float | None
-    goodput_tps: float | None
-    attainment: float | None
-    mem_used: int | None
-    bw_gbps: float | None
-    predicted_tps: float | None
-    wall: str
-    watts: float | None = None
-    usd_per_mtok: float | None = None
-    best: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # every field is a number or a string
 
 
 def goodput(tps: float, counts: tuple[int, int, int, int], base: tuple[int, int, int, int] | None

@@ -41,17 +41,6 @@ class Request:
     waited_for_stream: bool = False  # due while no slot had room (sources/dispatch.py); over HTTP, every client
     # stream busy: the client's own queue (extra.client_queue_ms)
 
-    def wire(self) -> dict[str, Any]:
-        """What travels to a worker."""
-        return {
-            "request_id": self.request_id,
-            "prompt_id": self.prompt.prompt_id,
-            "text": self.prompt.text,
-            "synthetic_tokens": self.prompt.synthetic_tokens,
-            "max_tokens": self.max_tokens,
-            "ignore_eos": self.ignore_eos,
-        }
-
 
 @dataclass
 class RunMeta:
@@ -118,19 +107,41 @@ class RequestRecord:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def build_record(req: Request, meta: RunMeta, run_id: str, token_ns: list[int], *, worker: int | None,
-                 t_started_ns: int | None, t_done_ns: int | None = None, prompt_tokens: int | None = 0,
-                 finish_reason: str | None = None, error: str | None = None, pid: int | None = None,
-                 threads: int | None = None, rss: int | None = None, model: str | None = None,
-                 **more: Any) -> RequestRecord:
-    """The record of one finished or failed request, the same way for every load source."""
-    toks = list(token_ns)
+@dataclass(frozen=True)
+class Outcome:
+    """What a source saw of one request: its start, its tokens' times, its end and how it finished."""
+
+    token_ns: list[int]
+    t_started_ns: int | None
+    t_done_ns: int | None = None  # None: now
+    prompt_tokens: int | None = 0
+    finish_reason: str | None = None
+    error: str | None = None  # set: finish_reason "error"
+
+
+@dataclass(frozen=True)
+class ServedBy:
+    """Who served it: the worker (http: the endpoint's index), its process, and the model's name where the
+    server gives its own."""
+
+    worker: int | None
+    pid: int | None = None
+    threads: int | None = None
+    rss: int | None = None
+    model: str | None = None  # None: the run's
+
+
+def build_record(req: Request, meta: RunMeta, run_id: str, out: Outcome, by: ServedBy, **more: Any) -> RequestRecord:
+    """The record of one finished or failed request, the same way for every load source; `more`: fields beyond
+    these (http: the server's view, extra …)."""
+    toks = list(out.token_ns)
     return RequestRecord(
-        run_id=run_id, request_id=req.request_id, mode=req.mode, engine=meta.engine, model=model or meta.model,
-        model_bytes=meta.model_bytes, k=req.k, b=req.b, worker=worker, prompt_id=req.prompt.prompt_id,
-        prompt_tokens=prompt_tokens, output_tokens=len(toks), t_scheduled_ns=req.t_scheduled_ns,
-        t_submitted_ns=req.t_submitted_ns, t_started_ns=t_started_ns, t_first_token_ns=toks[0] if toks else None,
-        t_done_ns=t_done_ns or time.perf_counter_ns(), token_ns=toks,
-        finish_reason="error" if error is not None else finish_reason, error=error, simulated=meta.simulated,
-        rep=req.rep, pid=pid, threads=threads, worker_rss_bytes=rss, session=req.session, turn=req.turn, **more,
+        run_id=run_id, request_id=req.request_id, mode=req.mode, engine=meta.engine, model=by.model or meta.model,
+        model_bytes=meta.model_bytes, k=req.k, b=req.b, worker=by.worker, prompt_id=req.prompt.prompt_id,
+        prompt_tokens=out.prompt_tokens, output_tokens=len(toks), t_scheduled_ns=req.t_scheduled_ns,
+        t_submitted_ns=req.t_submitted_ns, t_started_ns=out.t_started_ns, t_first_token_ns=toks[0] if toks else None,
+        t_done_ns=out.t_done_ns or time.perf_counter_ns(), token_ns=toks,
+        finish_reason="error" if out.error is not None else out.finish_reason, error=out.error,
+        simulated=meta.simulated, rep=req.rep, pid=by.pid, threads=by.threads, worker_rss_bytes=by.rss,
+        session=req.session, turn=req.turn, **more,
     )

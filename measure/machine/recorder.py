@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from measure.core.lines import RunHeader, check_line, event_line, request_of
 from measure.core.records import RequestRecord
 
 FSYNC_EVERY_S = 1.0  # the most often the file is synced to the disk
@@ -77,7 +78,7 @@ class Recorder:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closing = False
         self._put_lock = threading.Lock()  # close's last item goes after every line put before it
-        self._write_line(dict(header, kind="header"))  # the header at once: the file is a recording from here
+        self._write_line(RunHeader.of(header).to_line())  # the header at once: the file is a recording from here
         self.writer_ident: int | None = None  # the writer thread's id (a test asks that no hot thread writes)
         self._writer = threading.Thread(target=self._drain, name="recorder-writer", daemon=True)
         self._writer.start()
@@ -94,7 +95,7 @@ class Recorder:
         self._put(rec)
 
     def event(self, t_ns: int, text: str, **extra: Any) -> None:
-        self._put(dict(extra, kind="event", t_ns=t_ns, text=text))
+        self._put(event_line(t_ns, text, extra))
 
     def _put(self, item: Any) -> None:
         with self._put_lock:
@@ -242,55 +243,13 @@ def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list
             raise ValueError(f"{path}:{i + 1} is not JSON") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{i + 1} is not a JSON object")
-        kind = obj.get("kind", "request")
+        where = f"{path}:{i + 1}"
+        kind = check_line(obj, where)  # LineError (a ValueError) naming the field
         if kind == "header":
             headers.append(obj)
         elif kind == "request":
-            try:
-                rec = RequestRecord.from_dict(obj)
-            except TypeError:
-                raise ValueError(f"{path}:{i + 1} is not a request record inference-top wrote (fields missing)") from None
-            records.append(_checked(rec, path, i + 1))
-        elif kind == "sample" and not _sample_ok(obj):
-            raise ValueError(f"{path}:{i + 1} is a sample inference-top did not write (its time, system reading or "
-                             "level has the wrong type)")
-        elif kind == "event" and not isinstance(obj.get("t_ns"), int):
-            raise ValueError(f"{path}:{i + 1} is an event without its time")
+            records.append(request_of(obj, where))
         else:
             other.append(obj)
     return headers, records, other
 
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _sample_ok(obj: dict[str, Any]) -> bool:
-    """A sample line's time, system reading and level (K, B, mode, paused) have the types their readers use
-    (a level keys the report's periods: a list there was a TypeError, not a refusal)."""
-    return (_is_int(obj.get("t_ns")) and isinstance(obj.get("system"), dict)
-            and all(_is_int(obj.get(key, 1)) for key in ("k", "b"))
-            and isinstance(obj.get("mode", "instances"), str) and isinstance(obj.get("paused", False), bool))
-
-
-def _checked(r: RequestRecord, path: str | os.PathLike[str], line: int) -> RequestRecord:
-    """A request line whose fields have the types every metric relies on, or ValueError naming the line."""
-    is_int = _is_int
-    ints = ("request_id", "k", "b", "t_scheduled_ns", "t_submitted_ns", "output_tokens", "model_bytes", "rep",
-            "reasoning_tokens")
-    opt_ints = ("t_started_ns", "t_first_token_ns", "t_done_ns", "worker", "prompt_tokens", "pid", "threads",
-                "worker_rss_bytes", "server_output_tokens", "t_first_answer_ns", "session", "turn")
-    strs = ("run_id", "mode", "engine", "model", "prompt_id", "kind")
-    opt_strs = ("error", "finish_reason")
-    ok = (all(is_int(getattr(r, f)) for f in ints)
-          and all(getattr(r, f) is None or is_int(getattr(r, f)) for f in opt_ints)
-          and all(isinstance(getattr(r, f), str) for f in strs)
-          and all(getattr(r, f) is None or isinstance(getattr(r, f), str) for f in opt_strs)
-          and isinstance(r.simulated, bool)
-          and all(getattr(r, f) is None or isinstance(getattr(r, f), dict) for f in ("server_view", "extra"))
-          and isinstance(r.token_ns, list) and all(is_int(t) for t in r.token_ns)
-          # a first token means the request began: every TTFT (engine, queue wait) subtracts its start
-          and (r.t_first_token_ns is None or r.t_started_ns is not None))
-    if not ok:
-        raise ValueError(f"{path}:{line} is not a request record inference-top wrote (a field has the wrong type)")
-    return r

@@ -1,4 +1,4 @@
-"""The fleet: K engine workers (one process each, spawn context) draining one shared request queue.
+"""The fleet: K engine workers (one process each: sources/child.py) draining one shared request queue.
 
 One I/O thread in the parent owns all fleet state: it waits on every worker's pipe and process
 sentinel at once, hands the head of the shared queue to whichever worker asks first, turns worker
@@ -26,19 +26,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from engines.base import EngineSpec
 from measure.core.metrics import ttft
 from measure.machine.probes import auto_threads, oom_kills, physical_cores
-from measure.core.records import Mode, RequestRecord, RunMeta, build_record
-from measure.core.records import Request
+from measure.core.records import Mode, Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record
 from measure.core.workload import Load
 from measure.sources.base import (Capabilities, CellStopped, CollectsRecords, Event, EventSink, LevelReady,
                                   LoadStarted, OutOfMemory, RecordCollector, SourceError, Started, Tokens, WorkerInfo,
                                   WorkerState)
 from measure.sources.dispatch import Dispatcher
+from measure.sources.child import Child, stop_all
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg,
                                       StopMsg, ThreadsMsg, TokensMsg)
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
-    from multiprocessing.process import BaseProcess
 
     _ToWorker = ReqMsg | ThreadsMsg | ModeMsg | RetireMsg | StopMsg
     _FromWorker = StateMsg | StartMsg | TokensMsg | DoneMsg | FatalMsg
@@ -63,7 +62,7 @@ __all__ = ["Fleet", "CellStopped", "RunMeta", "WorkerInfo", "physical_cores", "a
 @dataclass
 class _Worker:
     info: WorkerInfo
-    proc: BaseProcess
+    proc: Child
     conn: Connection[_ToWorker, _FromWorker]
     inflight: set[int] = field(default_factory=set)
     idle_since: int = 0  # when its last request ended: the longest idle asks first, as on a shared queue
@@ -261,20 +260,9 @@ class Fleet(CollectsRecords):
         self._command_put(_Close())
         if self._thread.is_alive():
             self._thread.join(timeout=grace + 0.5)
-        procs = [w.proc for w in self._workers.values()]
         for w in self._workers.values():
             self._send(w, StopMsg())
-        deadline = time.monotonic() + grace
-        for p in procs:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=0.5)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=0.5)
+        stop_all([w.proc for w in self._workers.values()], grace)
         for w in self._workers.values():
             try:
                 w.conn.close()
@@ -291,14 +279,9 @@ class Fleet(CollectsRecords):
         wid = next(self._ids)
         threads = self._threads_for(self.target_k)
         spec = dict(self.spec.to_dict(), threads=threads)
-        parent, child = self._ctx.Pipe(duplex=True)
-        log = str(self.log_dir / f"worker-{wid}.log")
-        proc = self._ctx.Process(target=worker_main, args=(wid, child, spec, log), name=f"it-worker-{wid}",
-                                 daemon=True)
-        proc.start()
-        child.close()
+        proc = Child(worker_main, (wid, spec, str(self.log_dir / f"worker-{wid}.log")), f"it-worker-{wid}")
         info = WorkerInfo(wid, state=S.STARTING, pid=proc.pid, threads=threads)
-        self._workers[wid] = _Worker(info, proc, parent)
+        self._workers[wid] = _Worker(info, proc, proc.conn)
         self._sink.log(f"worker {wid} started (pid {proc.pid}, {threads} threads)")
         self._publish()
 
@@ -490,7 +473,7 @@ class Fleet(CollectsRecords):
         return got[0] if got else None
 
     def _send_req(self, w: _Worker, req: Request) -> bool:
-        if not self._send(w, ReqMsg(req.wire())):
+        if not self._send(w, ReqMsg.of(req)):
             return False
         w.inflight.add(req.request_id)
         # the level that serves it: the workers serving now (not one still warming up, nor one that died)
@@ -650,12 +633,11 @@ class Fleet(CollectsRecords):
         """A request's record, said (`done`: the worker's end of it; None: it ended without one, `error` says
         why)."""
         self._inflight.pop(fl.req.request_id, None)
-        rec = build_record(fl.req, self.meta, self.run_id, fl.tokens, worker=w.info.wid if w else None,
-                           t_started_ns=fl.t_started_ns, t_done_ns=done.t_done_ns if done else None,
-                           prompt_tokens=done.prompt_tokens if done else 0,
-                           finish_reason=done.finish_reason if done else None, error=error,
-                           pid=w.info.pid if w else None, threads=w.info.threads if w else None,
-                           rss=done.rss if done else None)
+        rss = done.rss if done else None
+        out = Outcome(fl.tokens, fl.t_started_ns, done.t_done_ns if done else None,
+                      done.prompt_tokens if done else 0, done.finish_reason if done else None, error)
+        rec = build_record(fl.req, self.meta, self.run_id, out,
+                           ServedBy(w.info.wid, w.info.pid, w.info.threads, rss) if w else ServedBy(None, rss=rss))
         self._sink.record(rec, collector)
         return rec
 

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, public_url,
                                  scrape_metrics, served_model, server_tokens, StreamResult, stream_one, stream_url)
 from measure.core.metrics import ttft
-from measure.core.records import RequestRecord, RunMeta, build_record
-from measure.core.records import Request
+from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record
 from measure.core.workload import Load, PrefixCache
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, LevelReady, LoadStarted,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
@@ -555,10 +554,11 @@ class HttpSource(CollectsRecords):
         elif ep.clients.get(slot) is client:
             await ep.clients.pop(slot).close()
         rec = build_record(
-            req, self.meta, self.run_id, res.token_ns, worker=ep.idx, t_started_ns=t_started,
-            prompt_tokens=res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
-            finish_reason=res.finish_reason, error=res.error,
-            model=ep.model or self.meta.model,
+            req, self.meta, self.run_id,
+            Outcome(res.token_ns, t_started, None,
+                    res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
+                    res.finish_reason, res.error),
+            ServedBy(ep.idx, model=ep.model or self.meta.model),
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
             server_view=dict(ep.view or {}, **({"timings": res.timings} if res.timings else {})) or None,

@@ -25,22 +25,28 @@ from __future__ import annotations
 import itertools
 import os
 import queue
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from measure.core.arrivals import TurnArrivals
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
-from measure.core.workload import ClosedLoop, ClosedShare, Load, PrefixCache
+from measure.core.workload import ClosedLoop, ClosedShare, Load
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, Finished, LevelReady, LoadStarted,
                                   Log, RecordCollector, SourceError, WorkerInfo, WorkerState)
+from measure.sources.child import Child, stop_all
+from measure.sources.messages import (BatchMsg, ClosedMsg, EventsMsg, FatalMsg, LoadMsg, LogMsg, PauseMsg, PoolInit,
+                                      ReadyMsg, RecordMsg, RowsMsg, ScaleMsg, StartedMsg, StopMsg, WaitReadyMsg)
+
+if TYPE_CHECKING:
+    from measure.sources.http import HttpSource
+
+_FromProc = StartedMsg | RecordMsg | EventsMsg | RowsMsg | ReadyMsg | LogMsg | ClosedMsg | FatalMsg
+_ToProc = BatchMsg | ScaleMsg | PauseMsg | LoadMsg | WaitReadyMsg | StopMsg
 
 START_LEAD_NS = 30_000_000  # a load's t0 is this far ahead of the moment it is handed out: every process has it
 STREAMS_PER_PROC = 96  # about what one asyncio loop streams without falling behind (benchmarks/harness_overhead.py)
@@ -76,19 +82,50 @@ def _split(n: int, parts: int) -> list[int]:
 
 
 # ---- one process -----------------------------------------------------------------------------------
-def _child(conn: Connection, proc: int, kw: dict[str, Any], events: bool, run_id: str) -> None:
-    """Process `proc` (1-based): an HttpSource driven by the parent's messages."""
-    from measure.sources.http import HttpSource
+def _child(conn: Connection, init: PoolInit) -> None:
+    """Process `init.proc` (1-based), a child.Child: an HttpSource driven by the parent's messages."""
+    send = _sender(conn)
+    src = _child_source(init, send)
+    if src is None:
+        return
+    send(StartedMsg(src.meta))
+    stop = threading.Event()
+    threading.Thread(target=_pump, args=(src, send, stop), name="pool-pump", daemon=True).start()
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                break
+            if isinstance(msg, StopMsg):
+                break
+            _obey(src, msg, send)
+    finally:
+        stop.set()
+        src.close()
+        send(ClosedMsg())
 
+
+def _sender(conn: Connection) -> Callable[[_FromProc], None]:
+    """Sends from any of the process's threads, one message at a time; nothing once the parent went away."""
     lock = threading.Lock()
 
-    def send(msg: tuple[Any, ...]) -> None:
+    def send(msg: _FromProc) -> None:
         with lock:
             try:
                 conn.send(msg)
             except (OSError, ValueError):
                 pass  # the parent went away
 
+    return send
+
+
+def _child_source(init: PoolInit, send: Callable[[_FromProc], None]) -> HttpSource | None:
+    """The process's HttpSource, started (its tokenizer loaded here from its path); None, said as FatalMsg,
+    when it cannot start."""
+    from measure.sources.http import HttpSource
+
+    kw = dict(init.kw)
     tok = kw.pop("tokenizer_path", None)
     if tok is not None:
         try:
@@ -96,87 +133,77 @@ def _child(conn: Connection, proc: int, kw: dict[str, Any], events: bool, run_id
 
             kw["tokenizer"] = GGUFTokenizer(tok)
         except Exception as exc:  # noqa: BLE001 - said to the parent, prompts go as text
-            send(("log", "warn", f"process {proc}: no local tokenizer ({exc}): prompts go as text"))
+            send(LogMsg("warn", f"process {init.proc}: no local tokenizer ({exc}): prompts go as text"))
     # live: a record travels as its Finished, in order after its Tokens; headless: at once, by itself
-    src = HttpSource(**kw, events=events, on_record=None if events else lambda r: send(("rec", r)))
-    src.proc, src.run_id = proc, run_id
+    src = HttpSource(**kw, events=init.events,
+                     on_record=None if init.events else lambda r: send(RecordMsg(r)))
+    src.proc, src.run_id = init.proc, init.run_id
     try:
         src.start(wait_ready=False, timeout=30.0)
     except SourceError as exc:
-        send(("error", str(exc)))
-        return
-    send(("started", src.meta))
-    stop = threading.Event()
+        send(FatalMsg(str(exc)))
+        return None
+    return src
 
-    def pump() -> None:
-        last_rows = 0.0
-        while not stop.wait(EVENT_EVERY_S):
-            if src.events is not None:
-                batch = []
-                while True:
-                    try:
-                        batch.append(src.events.get_nowait())
-                    except queue.Empty:
-                        break
-                if batch:
-                    send(("ev", batch))
-            if time.monotonic() - last_rows >= WORKERS_EVERY_S:
-                last_rows = time.monotonic()
-                send(("rows", src.workers(), src.server_view()))
 
-    threading.Thread(target=pump, name="pool-pump", daemon=True).start()
-    try:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                break
-            what = msg[0]
-            if what == "close":
-                break
-            if what == "batch":
-                src.level_b = msg[2]
-                src.set_batch("http", msg[1])
-            elif what == "scale":
-                src.scale_to(msg[1])
-            elif what == "users":
-                src.set_users(msg[1])
-            elif what == "pause":
-                src.pause(msg[1])
-            elif what == "load":
-                _, load, first_id, step, rep = msg
-                src.rep = rep
-                src.set_load(load, first_id, step)
-            elif what == "wait_ready":
-                err = None
+def _pump(src: HttpSource, send: Callable[[_FromProc], None], stop: threading.Event) -> None:
+    """Every EVENT_EVERY_S the events since (live), every WORKERS_EVERY_S the endpoints' rows."""
+    last_rows = 0.0
+    while not stop.wait(EVENT_EVERY_S):
+        if src.events is not None:
+            batch = []
+            while True:
                 try:
-                    src.wait_ready(msg[1])
-                except SourceError as exc:
-                    err = str(exc)
-                send(("rows", src.workers(), src.server_view()))
-                send(("ready", msg[2], err))
-    finally:
-        stop.set()
-        src.close()
-        send(("closed",))
+                    batch.append(src.events.get_nowait())
+                except queue.Empty:
+                    break
+            if batch:
+                send(EventsMsg(batch))
+        if time.monotonic() - last_rows >= WORKERS_EVERY_S:
+            last_rows = time.monotonic()
+            send(RowsMsg(src.workers(), src.server_view()))
+
+
+def _obey(src: HttpSource, msg: _ToProc, send: Callable[[_FromProc], None]) -> None:
+    """One of the parent's messages, done."""
+    if isinstance(msg, BatchMsg):
+        src.level_b = msg.level_b
+        src.set_batch("http", msg.streams)
+    elif isinstance(msg, ScaleMsg):
+        src.scale_to(msg.k)
+    elif isinstance(msg, PauseMsg):
+        src.pause(msg.paused)
+    elif isinstance(msg, LoadMsg):
+        src.rep = msg.rep
+        src.set_load(msg.load, msg.first_id, msg.step)
+    elif isinstance(msg, WaitReadyMsg):
+        err = None
+        try:
+            src.wait_ready(msg.timeout)
+        except SourceError as exc:
+            err = str(exc)
+        send(RowsMsg(src.workers(), src.server_view()))
+        send(ReadyMsg(msg.token, err))
 
 
 # ---- the pool --------------------------------------------------------------------------------------
 class HttpPool(CollectsRecords):
-    """An HttpSource's face (sources/base.LoadSource) over `procs` processes; the same arguments."""
+    """An HttpSource's face (sources/base.LoadSource) over `procs` processes (None: auto_procs(b)). `http`:
+    the rest of HttpSource's arguments (endpoint, model, api_key_env, stall_s, prefix_cache, tokenizer,
+    routing, cap_open_loop), checked here and handed to each process's HttpSource."""
 
-    def __init__(self, url: Any, meta: RunMeta, b: int = 1, procs: int | None = None, endpoint: str = "completions",
-                 model: str | None = None, api_key_env: str | None = None, stall_s: float = 60.0,
-                 on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
-                 prefix_cache: PrefixCache = PrefixCache(), tokenizer: Any = None, routing: str = "least",
-                 cap_open_loop: bool = False):
-        from measure.sources.http import Endpoint
+    def __init__(self, url: Any, meta: RunMeta, b: int = 1, procs: int | None = None,
+                 on_record: Callable[[RequestRecord], None] | None = None, events: bool = True, **http: Any):
+        import inspect
 
+        from measure.sources.http import Endpoint, HttpSource
+
+        inspect.signature(HttpSource).bind(url, meta, **http)  # TypeError here, not in every process
         specs = url if isinstance(url, list) else [url]
         self._specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in specs]
         self.procs = max(1, procs or auto_procs(b))
-        self._kw = dict(url=self._specs, meta=meta, b=1, endpoint=endpoint, model=model, api_key_env=api_key_env,
-                        stall_s=stall_s, prefix_cache=prefix_cache, routing=routing, cap_open_loop=cap_open_loop)
+        tokenizer = http.pop("tokenizer", None)
+        self._kw = dict(http, url=self._specs, meta=meta, b=1)
         if tokenizer is not None:
             self._kw["tokenizer_path"] = str(getattr(tokenizer, "path", tokenizer))
         self.meta = RunMeta(**{**meta.__dict__, "mode": "http"})
@@ -190,7 +217,7 @@ class HttpPool(CollectsRecords):
         self.run_id = uuid.uuid4().hex[:12]
         self.shown_url = ", ".join(e.shown() for e in self._specs)
         self._conns: list[Connection] = []
-        self._children: list[subprocess.Popen[bytes]] = []
+        self._children: list[Child] = []
         self._rows: dict[int, tuple[list[WorkerInfo], dict[str, Any] | None]] = {}
         self._collector: RecordCollector | None = None
         self._next_id = 1
@@ -228,19 +255,11 @@ class HttpPool(CollectsRecords):
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self._children:
             return
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
         n = self.procs
         for p, share in enumerate(self._shares(), 1):
-            here, there = socket.socketpair()
-            # a fresh interpreter (`python -m` this module), not multiprocessing's spawn, which re-runs the
-            # caller's main script in every child; the pipe is a socket pair it inherits
-            child = subprocess.Popen([sys.executable, "-m", "measure.sources.http_pool", str(there.fileno())],
-                                     pass_fds=(there.fileno(),), env=env, stdin=subprocess.DEVNULL)
-            there.close()
-            conn = Connection(here.detach())
-            conn.send((p, dict(self._kw, b=share), self._sink.events is not None, self.run_id))
-            self._conns.append(conn)
+            init = PoolInit(p, dict(self._kw, b=share), self._sink.events is not None, self.run_id)
+            child = Child(_child, (init,), f"it-pool-{p}")
+            self._conns.append(child.conn)
             self._children.append(child)
         self._reader = threading.Thread(target=self._read, name="http-pool-reader", daemon=True)
         self._reader.start()
@@ -263,7 +282,7 @@ class HttpPool(CollectsRecords):
         if wait_ready:
             self.wait_ready(timeout)
 
-    def _send(self, p: int, msg: tuple[Any, ...]) -> None:
+    def _send(self, p: int, msg: _ToProc) -> None:
         try:
             self._conns[p - 1].send(msg)
         except (OSError, ValueError) as exc:
@@ -275,7 +294,7 @@ class HttpPool(CollectsRecords):
             self._level_ready.clear()
             self._awaiting = {p for p, s in enumerate(shares, 1) if s and (before is None or before[p - 1] != s)}
         for p, share in enumerate(shares, 1):
-            self._send(p, ("batch", share, self.b))
+            self._send(p, BatchMsg(share, self.b))
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         token = next(self._token)
@@ -283,7 +302,7 @@ class HttpPool(CollectsRecords):
         with self._cv:
             self._ready_tokens[token] = {}
         for p in range(1, n + 1):
-            self._send(p, ("wait_ready", timeout, token))
+            self._send(p, WaitReadyMsg(timeout, token))
         deadline = time.monotonic() + timeout + 5
         with self._cv:
             while len(self._ready_tokens[token]) < n and self._error is None:
@@ -299,7 +318,7 @@ class HttpPool(CollectsRecords):
     def scale_to(self, k: int) -> None:
         self.target_k = max(1, min(k, len(self._specs)))
         for p in range(1, len(self._conns) + 1):
-            self._send(p, ("scale", k))
+            self._send(p, ScaleMsg(k))
 
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         before = self._shares() if self._conns else None
@@ -314,15 +333,15 @@ class HttpPool(CollectsRecords):
 
     def pause(self, paused: bool = True) -> None:
         for p in range(1, len(self._conns) + 1):
-            self._send(p, ("pause", paused))
+            self._send(p, PauseMsg(paused))
 
     def set_load(self, load: Load | None) -> None:
         n = self._active()  # the processes holding streams (B < P: the first B)
         for p in range(n + 1, len(self._conns) + 1):
-            self._send(p, ("load", None, None, 1, self.rep))
+            self._send(p, LoadMsg(None, None, 1, self.rep))
         if load is None:
             for p in range(1, n + 1):
-                self._send(p, ("load", None, None, 1, self.rep))
+                self._send(p, LoadMsg(None, None, 1, self.rep))
             return
         arr = load.arrivals
         t0 = time.perf_counter_ns() + START_LEAD_NS
@@ -334,15 +353,15 @@ class HttpPool(CollectsRecords):
             used = min(n, users)
             for p in range(1, n + 1):
                 if p > used:
-                    self._send(p, ("load", None, None, 1, self.rep))
+                    self._send(p, LoadMsg(None, None, 1, self.rep))
                     continue
                 share = ClosedShare(range(p - 1, users, used), users, arr.total,
                                     t0 if arr.start_ns is None else arr.start_ns)
                 if share.total == 0:
-                    self._send(p, ("load", None, None, 1, self.rep))
+                    self._send(p, LoadMsg(None, None, 1, self.rep))
                     continue
-                self._send(p, ("load", Load(load.workload, share, load.max_tokens, load.ignore_eos), first, 1,
-                               self.rep))
+                self._send(p, LoadMsg(Load(load.workload, share, load.max_tokens, load.ignore_eos), first, 1,
+                                      self.rep))
             self._next_id += arr.total if arr.total is not None else 1 << 40  # endless: far past its ids
             return
         if isinstance(arr, TurnArrivals):
@@ -357,7 +376,7 @@ class HttpPool(CollectsRecords):
                                   "--requests N, or run one process (--client-procs 1)") from None
         for p in range(1, n + 1):
             part = whole.share(p, n, t0 if whole._t0 is None else None)
-            self._send(p, ("load", Load(load.workload, part, load.max_tokens, load.ignore_eos), first, 1, self.rep))
+            self._send(p, LoadMsg(Load(load.workload, part, load.max_tokens, load.ignore_eos), first, 1, self.rep))
         self._next_id += whole.full_total
 
     def workers(self) -> list[WorkerInfo]:
@@ -394,16 +413,10 @@ class HttpPool(CollectsRecords):
     def close(self, grace: float = 1.0) -> None:
         for p in range(1, len(self._conns) + 1):
             try:
-                self._send(p, ("close",))
+                self._send(p, StopMsg())
             except SourceError:
                 pass
-        end = time.monotonic() + grace + 5
-        for child in self._children:
-            try:
-                child.wait(max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.terminate()
-                child.wait(2)
+        stop_all(self._children, grace + 5)  # each closes its source first
         if self._reader is not None:
             self._reader.join(2)
         for c in self._conns:
@@ -417,12 +430,12 @@ class HttpPool(CollectsRecords):
                 c = cast(Connection, ready)  # wait() gives back the Connections it was given
                 p = live[c]
                 try:
-                    msg: tuple[Any, ...] = c.recv()
+                    msg: _FromProc = c.recv()
                 except (EOFError, OSError):
                     del live[c]
                     self._gone(p)
                     continue
-                if msg[0] == "closed":
+                if isinstance(msg, ClosedMsg):
                     del live[c]
                     with self._cv:
                         self._closed.add(p)
@@ -436,31 +449,30 @@ class HttpPool(CollectsRecords):
                 self._sink.log(self._error, "error")
             self._cv.notify_all()
 
-    def _handle(self, p: int, msg: tuple[Any, ...]) -> None:
-        what = msg[0]
-        if what == "rec":
-            self._sink.record(msg[1], self._collector)
-        elif what == "ev":
-            for ev in msg[1]:
+    def _handle(self, p: int, msg: _FromProc) -> None:
+        if isinstance(msg, RecordMsg):
+            self._sink.record(msg.record, self._collector)
+        elif isinstance(msg, EventsMsg):
+            for ev in msg.events:
                 self._event(p, ev)
-        elif what == "rows":
+        elif isinstance(msg, RowsMsg):
             with self._lock:
-                self._rows[p] = (msg[1], msg[2])
-        elif what == "ready":
+                self._rows[p] = (msg.workers, msg.server_view)
+        elif isinstance(msg, ReadyMsg):
             with self._cv:
-                if msg[1] in self._ready_tokens:
-                    self._ready_tokens[msg[1]][p] = msg[2]
+                if msg.token in self._ready_tokens:
+                    self._ready_tokens[msg.token][p] = msg.error
                 self._cv.notify_all()
-        elif what == "started":
+        elif isinstance(msg, StartedMsg):
             with self._cv:
-                self._started[p] = msg[1]
+                self._started[p] = msg.meta
                 self._cv.notify_all()
-        elif what == "error":
+        elif isinstance(msg, FatalMsg):
             with self._cv:
-                self._error = f"client process {p}: {msg[1]}"
+                self._error = f"client process {p}: {msg.message}"
                 self._cv.notify_all()
-        elif what == "log":
-            self._sink.log(msg[2], msg[1])
+        elif isinstance(msg, LogMsg):
+            self._sink.log(msg.text, msg.level)
 
     def _event(self, p: int, ev: Any) -> None:
         if isinstance(ev, LoadStarted):
@@ -487,8 +499,3 @@ class HttpPool(CollectsRecords):
 
 
 __all__ = ["HttpPool", "auto_procs", "http_source", "STREAMS_PER_PROC"]
-
-
-if __name__ == "__main__":  # one process of a pool: its pipe's fd, then (proc, HttpSource args, events, run_id)
-    _conn = Connection(int(sys.argv[1]))
-    _child(_conn, *_conn.recv())

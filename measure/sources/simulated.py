@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from measure.core.metrics import ttft
-from measure.core.records import Mode, RunMeta, build_record
+from measure.core.records import Mode, Outcome, RunMeta, ServedBy, build_record
 from measure.core.units import NS
 from measure.core.records import Request
 from measure.core.workload import ClosedLoop, Load, is_open_loop
@@ -256,8 +256,8 @@ class SimulatedFleet:
         t_sched, t_sub = (req.t_scheduled_ns, req.t_submitted_ns) if self._open else (cur["t0"], cur["t0"])
         req = replace(req, max_tokens=len(toks), ignore_eos=True, t_scheduled_ns=t_sched,
                       t_submitted_ns=t_sub, rep=self.rep, k=cur.get("k", self.target_k), b=self.b, mode=self.mode)
-        rec = build_record(req, self.meta, self.run_id, toks, worker=w.wid, t_started_ns=cur["t0"],
-                           t_done_ns=toks[-1], prompt_tokens=16, finish_reason="length", rss=w.rss)
+        rec = build_record(req, self.meta, self.run_id, Outcome(toks, cur["t0"], toks[-1], 16, "length"),
+                           ServedBy(w.wid, rss=w.rss))
         self._dispatch.finished(req, None, toks[-1])
         w.requests_done += 1
         w.last_ttft_s = ttft(rec)

@@ -1,4 +1,4 @@
-"""One engine worker: its own process (spawn context), its own load and warmup, then a loop serving
+"""One engine worker: its own process (sources/child.py), its own load and warmup, then a loop serving
 what the parent hands it from the shared queue: one request at a time (instances mode), or up to B
 sequences decoded together in one context (batch mode, continuous batching).
 
@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from engines.base import Batch, Engine, EngineError, EngineSpec, Prompt, make_engine
-from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, RetireMsg, StartMsg, StateMsg, StopMsg,
+from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg, StopMsg,
                                       ThreadsMsg, TokensMsg)
 
 WARMUP_REQUESTS = 2
@@ -132,14 +132,14 @@ class Worker:
             if self.control(msg):
                 continue
             if self.mode == "batch":
-                self.serve_batch(msg.request)
+                self.serve_batch(msg)
             else:
-                self.serve_one(msg.request)
+                self.serve_one(msg)
         self.send(StateMsg("retired"))
         self.engine.close()
 
-    def serve_one(self, req: dict[str, Any]) -> None:
-        rid = req["request_id"]
+    def serve_one(self, req: ReqMsg) -> None:
+        rid = req.request_id
         t_started = time.perf_counter_ns()
         self.send(StartMsg(rid, t_started))
         error = None
@@ -147,10 +147,10 @@ class Worker:
         n_prompt = 0
         pending: list[int] = []
         try:
-            tokens = self.engine.tokenize(Prompt(req["prompt_id"], req.get("text"), req.get("synthetic_tokens")))
+            tokens = self.engine.tokenize(req.prompt)
             n_prompt = len(tokens)
             last_flush = t_started
-            gen = self.engine.generate(tokens, req["max_tokens"], req["ignore_eos"])
+            gen = self.engine.generate(tokens, req.max_tokens, req.ignore_eos)
             while True:
                 try:
                     _tid, t_ns = next(gen)
@@ -167,7 +167,7 @@ class Worker:
         self.send(DoneMsg(rid, pending, n_prompt, finish if error is None else "error", error,
                           time.perf_counter_ns(), _rss()))
 
-    def serve_batch(self, first: dict[str, Any]) -> None:
+    def serve_batch(self, first: ReqMsg) -> None:
         """Continuous batching: admit what arrives while fewer than B run, one decode per step, until
         nothing is left. Messages are read between steps without blocking."""
         try:
@@ -175,7 +175,7 @@ class Worker:
         finally:
             self.serving = None
 
-    def _serve_batch(self, waiting: deque[dict[str, Any]]) -> None:
+    def _serve_batch(self, waiting: deque[ReqMsg]) -> None:
         pending: dict[int, list[int]] = {}
         n_prompt: dict[int, int] = {}
         last_flush = time.perf_counter_ns()
@@ -185,7 +185,7 @@ class Worker:
             while poll(0):
                 msg = self.conn.recv()
                 if not self.control(msg):
-                    waiting.append(msg.request)
+                    waiting.append(msg)
             if batch is None or not batch.active():
                 try:  # the context holds b_cap sequences; it is remade (on a new shape) only when empty
                     batch = self.serving = self.engine.batch(self.b_cap, self.seq_ctx)
@@ -195,11 +195,10 @@ class Worker:
                     return
             while waiting and batch.active() < min(self.b, batch.b_cap):
                 req = waiting.popleft()
-                rid = req["request_id"]
+                rid = req.request_id
                 try:
-                    tokens = self.engine.tokenize(Prompt(req["prompt_id"], req.get("text"),
-                                                         req.get("synthetic_tokens")))
-                    batch.add(rid, tokens, req["max_tokens"], req["ignore_eos"])
+                    tokens = self.engine.tokenize(req.prompt)
+                    batch.add(rid, tokens, req.max_tokens, req.ignore_eos)
                 except Exception as exc:  # noqa: BLE001 - refused with the numbers; the others go on
                     self._fail(req, _error_text(exc))
                     continue
@@ -232,16 +231,16 @@ class Worker:
                         pending[rid] = []
                 last_flush = t
 
-    def _fail(self, req: dict[str, Any], error: str) -> None:
-        rid = req["request_id"]
+    def _fail(self, req: ReqMsg, error: str) -> None:
+        rid = req.request_id
         now = time.perf_counter_ns()
         self.send(StartMsg(rid, now))
         self.send(DoneMsg(rid, [], 0, "error", error, now, _rss()))
 
 
-def worker_main(wid: int, conn: Connection, spec_dict: dict[str, Any], log_path: str | None = None) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides how workers stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def worker_main(conn: Connection, wid: int, spec_dict: dict[str, Any], log_path: str | None = None) -> None:
+    """Worker `wid` (a child.Child: Ctrl-C, which reaches the whole process group, is ignored there; the parent
+    decides how workers stop)."""
     _die_with_parent()
     _redirect_output(log_path)
     import faulthandler

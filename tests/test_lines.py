@@ -1,0 +1,175 @@
+"""The line schemas (measure/core/lines.py): every line kind written, read back and equal; the files main wrote
+before the schemas (tests/data/written_by_main) still load; a bad line is refused in one line naming its field."""
+import json
+from pathlib import Path
+
+import pytest
+
+from measure.core.lines import (EventLine, LineError, RunHeader, Sample, StepRow, check, check_line,
+                                event_line, request_of, step_row_line, to_line)
+from measure.machine.recorder import Recorder, read_jsonl
+from measure.core.records import RequestRecord
+
+MAIN = Path(__file__).parent / "data" / "written_by_main"
+
+HEADER = {"engine": "llama.cpp", "model": "m", "model_bytes": 1000, "bandwidth_gbps": 100.0, "chip": None,
+          "settings": {"window_s": 5.0}, "environment": {"os": "Linux"}, "command": "dashboard"}
+REQUEST = RequestRecord("run", 7, "http", "e", "m", 1000, 1, 2, worker=0, prompt_tokens=None, output_tokens=2,
+                        t_scheduled_ns=1, t_submitted_ns=2, t_started_ns=3, t_first_token_ns=4, t_done_ns=6,
+                        token_ns=[4, 5], finish_reason="length", extra={"counted": "chunks"})
+SAMPLE = Sample(t_ns=10, t=0.5, k=1, b=2, mode="http", paused=False, state="steady", users=2,
+                system={"mem_used": 5}, workers=[{"wid": 0}], procs={"12": [100, 1.5]}, agg_tps=3.0,
+                tpot_p50=None, bw_gbps=0.5, concurrency=1.9)
+ROW = StepRow("K=1 B=2 http", "http", 1, 2, True, "settled", 1.99, 15.6, 6.66, 0.15, 0.05, 0.053, 34, None, None,
+              None, 599281664, 0.0067, None, "not measured here")
+
+
+def written(tmp_path):
+    """A file with one line of every kind, written as the dashboard writes them."""
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, HEADER, fsync=False)
+    rec.record(REQUEST)
+    rec.event(9, "load started", type="load_started")
+    rec.write(to_line(SAMPLE))
+    rec.write(step_row_line(ROW, 11))
+    rec.close()
+    return path
+
+
+def test_every_line_kind_written_reads_back_equal(tmp_path):
+    path = written(tmp_path)
+    headers, records, other = read_jsonl(path)
+    head = RunHeader.of(HEADER)
+    assert [RunHeader.of(h) for h in headers] == [RunHeader.of(head.to_line())]
+    assert headers[0] == head.to_line() == dict(HEADER, kind="header")
+    assert records == [REQUEST]
+    event, sample, row = other
+    assert event == {"type": "load_started", "kind": "event", "t_ns": 9, "text": "load started"}
+    assert EventLine(t_ns=event["t_ns"], text=event["text"]) == EventLine(t_ns=9, text="load started")
+    assert Sample(**sample) == SAMPLE
+    assert row.pop("kind") == "step_row" and row.pop("t_ns") == 11 and StepRow(**row) == ROW
+
+
+def test_the_bytes_are_the_dict_literals_ones(tmp_path):
+    """Key order and float formatting as the writers' dict literals had them (compact separators, repr floats)."""
+    lines = written(tmp_path).read_text().splitlines()
+    assert lines[0] == json.dumps(dict(HEADER, kind="header"), separators=(",", ":"))
+    assert lines[2] == '{"type":"load_started","kind":"event","t_ns":9,"text":"load started"}'
+    assert lines[3] == ('{"kind":"sample","t_ns":10,"t":0.5,"k":1,"b":2,"mode":"http","paused":false,"state":"steady",'
+                        '"users":2,"system":{"mem_used":5},"workers":[{"wid":0}],"procs":{"12":[100,1.5]},'
+                        '"agg_tps":3.0,"tpot_p50":null,"bw_gbps":0.5,"concurrency":1.9}')
+    assert lines[4].startswith('{"kind":"step_row","t_ns":11,"level":"K=1 B=2 http","mode":"http","k":1,"b":2,')
+    assert lines[4].endswith('"wall":"not measured here","watts":null,"usd_per_mtok":null,"best":false}')
+
+
+def test_the_recording_main_wrote_loads_and_replays():
+    from measure.control.replay import Recording, ReplayController
+    from measure.control.runs import load_run
+
+    path = MAIN / "recording.jsonl"
+    headers, records, other = read_jsonl(path)
+    kinds = [o["kind"] for o in other]
+    assert len(headers) == 1 and len(records) == 41
+    assert (kinds.count("sample"), kinds.count("event"), kinds.count("step_row")) == (22, 6, 1)
+    h = RunHeader.of(headers[0])
+    assert (h.command, h.engine, h.model, h.model_bytes, h.max_tokens) == ("dashboard", "http", None, 1_000_000, 4)
+    (row,) = [o for o in other if o["kind"] == "step_row"]
+    assert StepRow(**{k: v for k, v in row.items() if k not in ("kind", "t_ns")}).requests == 34
+    rec = Recording.load(path)
+    r = ReplayController(rec)
+    r.advance_to(rec.end_ns)
+    assert r.snapshot().b == 1  # the recording ends at B=1
+    run = load_run(path)
+    assert {(c.k, c.b) for c in run.cells} == {(1, 2), (1, 1)}
+
+
+def test_the_bench_output_main_wrote_loads():
+    from measure.control.runs import load_run
+
+    headers, records, other = read_jsonl(MAIN / "bench" / "records.jsonl")
+    assert RunHeader.of(headers[0]).command == "bench" and len(records) == 6 and other == []
+    run = load_run(MAIN / "bench")
+    assert [(c.k, c.b, c.ok) for c in run.cells] == [(1, 1, True), (1, 2, True)]
+
+
+@pytest.mark.parametrize("kind,key,value,says", [
+    ("request", "prompt_tokens", "x", "whose prompt_tokens is 'x', not int | None"),
+    ("request", "token_ns", [1, 2.5], "whose token_ns is [1, 2.5], not list[int]"),
+    ("request", "simulated", 1, "whose simulated is 1, not bool"),
+    ("sample", "k", ["2"], "whose k is ['2'], not int"),
+    ("sample", "paused", "no", "whose paused is 'no', not bool"),
+    ("sample", "procs", {"12": ["a"]}, "whose procs is {'12': ['a']}, not dict[str, list[float]]"),
+    ("header", "model_bytes", "1G", "whose model_bytes is '1G', not int | None"),
+    ("header", "settings", [], "whose settings is [], not dict[str, Any]"),
+    ("event", "t_ns", 1.5, "whose t_ns is 1.5, not int"),
+    ("step_row", "requests", None, "whose requests is None, not int"),
+    ("step_row", "t_ns", "now", "whose t_ns is 'now', not int"),
+])
+def test_a_bad_line_is_refused_in_one_line_naming_its_field(tmp_path, kind, key, value, says):
+    path = written(tmp_path)
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    (i,) = [i for i, o in enumerate(lines) if o["kind"] == kind]
+    lines[i][key] = value
+    path.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    with pytest.raises(LineError) as exc:
+        read_jsonl(path)
+    assert str(exc.value) == f"{path}:{i + 1}: a {kind} line {says}: not one inference-top wrote"
+
+
+@pytest.mark.parametrize("kind,missing", [("sample", "system"), ("sample", "t_ns"), ("request", "run_id"),
+                                          ("step_row", "wall"), ("event", "t_ns")])
+def test_a_line_without_a_required_field_is_refused_naming_it(kind, missing):
+    line = {"request": REQUEST.to_dict(), "sample": to_line(SAMPLE), "step_row": step_row_line(ROW, 1),
+            "event": event_line(1, "x", {})}[kind]
+    del line[missing]
+    with pytest.raises(LineError, match=f"^here: a {kind} line without its {missing}: not one inference-top wrote$"):
+        request_of(line, "here") if kind == "request" else check_line(line, "here")
+
+
+def test_unknown_keys_pass_and_defaults_are_what_readers_assumed():
+    """A newer writer's field is allowed (kept in the dict, dropped by the record), as every reader did; a sample
+    from before K, B and the rest were written has the values the readers took for them."""
+    assert check_line({"kind": "sample", "t_ns": 1, "system": {}, "new": [1]}, "here") == "sample"
+    assert check_line({"kind": "a kind from later", "x": 1}, "here") == "a kind from later"
+    assert request_of(dict(REQUEST.to_dict(), new=1), "here") == REQUEST
+    old = Sample(t_ns=1, system={})
+    assert (old.k, old.b, old.mode, old.paused, old.t, old.users) == (1, 1, "instances", False, 0.0, None)
+
+
+def test_a_first_token_before_any_start_is_refused():
+    line = dict(REQUEST.to_dict(), t_started_ns=None)
+    with pytest.raises(LineError, match="t_started_ns is null but t_first_token_ns is set"):
+        request_of(line, "here")
+
+
+def test_the_check_tells_ints_floats_and_bools_apart():
+    """JSON has one number type: an int is a float, a bool is neither an int nor a float."""
+    check(Sample, {"t_ns": 1, "t": 2, "system": {}}, "here", "sample")  # t: float, 2 is one
+    for field, value in (("t_ns", True), ("t", False), ("t_ns", 1.0)):
+        with pytest.raises(LineError, match=f"whose {field} is"):
+            check(Sample, {"t_ns": 1, "system": {}, field: value}, "here", "sample")
+
+
+def test_main_s_lines_rewritten_through_the_schemas_are_the_same_bytes():
+    """Every sample, step_row, event and header line main wrote, read into its dataclass and written again the
+    way the writers now write it: byte for byte the line main wrote (key order, float formatting)."""
+    def dumps(obj):
+        return json.dumps(obj, separators=(",", ":"))
+
+    seen = set()
+    for line in (MAIN / "recording.jsonl").read_text().splitlines():
+        obj = json.loads(line)
+        kind = obj.get("kind", "request")
+        if kind == "sample":
+            again = to_line(Sample(**obj))
+        elif kind == "step_row":
+            again = step_row_line(StepRow(**{k: v for k, v in obj.items() if k not in ("kind", "t_ns")}), obj["t_ns"])
+        elif kind == "event":
+            again = event_line(obj["t_ns"], obj["text"], obj)
+        elif kind == "header":
+            again = RunHeader.of({k: v for k, v in obj.items() if k != "kind"}).to_line()
+        else:
+            again = RequestRecord.from_dict(obj).to_dict()
+        assert dumps(again) == line
+        seen.add(kind)
+    assert seen == {"header", "request", "event", "sample", "step_row"}
