@@ -80,7 +80,7 @@ def score(work, c, measured: list[dict], tokens: int) -> tuple[dict, Machine, Ma
                                      p["prompt_tokens"], tokens) for p in cal])
     rows = []
     for p in measured:
-        pr = predict(work, m, p["mode"], p["k"], p["b"], p["threads"], p["prompt_tokens"], tokens)
+        pr = predict(work, m, p["mode"], p["k"], p["b"], p["threads"], prompt_tokens=p["prompt_tokens"], output_tokens=tokens)
         rows.append({**p, "role": role(p, cal, c), "pred_tpot_s": pr.tpot_s,
                      "pred_aggregate_tps": pr.aggregate_tps,
                      "err_tpot": abs(pr.tpot_s - p["tpot_s"]) / p["tpot_s"],

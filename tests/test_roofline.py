@@ -97,7 +97,7 @@ def test_calibration_from_two_points():
                              Point("batch", 1, 8, 2, 0.030, output_tokens=2, prompt_tokens=0)])
     ctx_scale = w.flops_per_token(1) / w.flops_per_token(0)
     assert m.step_core_s * ctx_scale == pytest.approx(0.024 * ctx_scale, rel=1e-3)
-    assert predict(w, m, "batch", 1, 8, 2, 0, 2).tpot_s == pytest.approx(0.030, rel=1e-6)
+    assert predict(w, m, "batch", 1, 8, 2, prompt_tokens=0, output_tokens=2).tpot_s == pytest.approx(0.030, rel=1e-6)
     with pytest.raises(ValueError):
         calibrate(w, cpu(), [Point("instances", 1, 1, 2, 0.01)] * 3)
 
@@ -216,16 +216,18 @@ def test_calibration_reproduces_a_bandwidth_bound_point():
     w = _gemma()
     for measured in (0.025, 0.015):
         m = replace_bw(cpu(), _bw_for(w, 0.020, 1))
-        assert predict(w, m, "instances", 1, 1, 2, 0, 2).tpot_s == pytest.approx(0.020)
+        assert predict(w, m, "instances", 1, 1, 2, prompt_tokens=0, output_tokens=2).tpot_s == pytest.approx(0.020)
         cal = calibrate(w, m, [Point("instances", 1, 1, 2, measured, output_tokens=2, prompt_tokens=0)])
-        assert predict(w, cal, "instances", 1, 1, 2, 0, 2).tpot_s == pytest.approx(measured, rel=1e-9)
+        one = predict(w, cal, "instances", 1, 1, 2, prompt_tokens=0, output_tokens=2)
+        assert one.tpot_s == pytest.approx(measured, rel=1e-9)
     # a batch point faster than its bandwidth ceiling: B = 8 measured 18 ms where bandwidth alone is 20 ms
     m = replace_bw(cpu(), w.bytes_per_step([1] * 8) / 0.020 / 1e9)
     pts = [Point("instances", 1, 1, 2, 0.015, output_tokens=2, prompt_tokens=0),
            Point("batch", 1, 8, 2, 0.018, output_tokens=2, prompt_tokens=0)]
     cal = calibrate(w, m, pts)
     for p in pts:
-        assert predict(w, cal, p.mode, p.k, p.b, p.threads, 0, 2).tpot_s == pytest.approx(p.tpot_s, rel=1e-9)
+        again = predict(w, cal, p.mode, p.k, p.b, p.threads, prompt_tokens=0, output_tokens=2)
+        assert again.tpot_s == pytest.approx(p.tpot_s, rel=1e-9)
 
 
 def replace_bw(m, gbps):
@@ -318,7 +320,7 @@ def test_roofline_benchmark_judges_the_held_out_levels_only():
            ("batch", 16): 1.05}
     measured = []
     for mode, k, b, thr in levels:
-        p = predict(w, base, mode, k, b, thr, 32, 64)
+        p = predict(w, base, mode, k, b, thr, prompt_tokens=32, output_tokens=64)
         f = off.get((mode, b if mode == "batch" else k), 1.0)
         measured.append({"mode": mode, "k": k, "b": b, "threads": thr, "tpot_s": p.tpot_s * f,
                          "ttft_engine_s": None, "aggregate_tps": p.aggregate_tps / f, "prompt_tokens": 32})

@@ -259,7 +259,8 @@ def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callab
         mode = "instances" if c.mode == "instances" else "batch"
         b_eff = 1 if mode == "instances" else min(c.b, -(-s.users // c.k))
         try:
-            p = predict(work, machine, mode, c.k, b_eff, c.threads, s.prompt_tokens, s.max_tokens)
+            p = predict(work, machine, mode, c.k, b_eff, c.threads, prompt_tokens=s.prompt_tokens,
+                        output_tokens=s.max_tokens)
         except ValueError:
             return None
         n = s.max_tokens

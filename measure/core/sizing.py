@@ -145,7 +145,7 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     budget = result["budget"]
 
     def verdict(n: int) -> tuple[Prediction, int, bool, bool]:
-        p = predict(work, machine, "batch", 1, n, None, prompt, output, context=ctx)
+        p = predict(work, machine, "batch", 1, n, None, prompt_tokens=prompt, output_tokens=output, context=ctx)
         need = fixed + n * per_req
         ok_mem = need <= budget
         ok_slo = target is None or ((target.tpot_s is None or p.tpot_s <= target.tpot_s)
