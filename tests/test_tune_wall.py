@@ -15,7 +15,7 @@ class FakeRunner:
     def start(self, *a):
         pass
 
-    def load(self, workload, arrivals):
+    def load(self, workload, arrivals, stop=None):
         raise CellStopped("swap grew by 2 GiB", [])
 
 

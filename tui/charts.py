@@ -231,6 +231,10 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
             continue
         shown = True
         ymax = max(ymax, max(max(py) for _, py in parts))
+        if style == "point":  # points, not a line (a scatter: the tune's candidates)
+            pts = [(x, y) for px, py in parts for x, y in zip(px, py)]
+            plt.scatter([x for x, _ in pts], [y for _, y in pts], label=label or None, color=_pc(color), marker="●")
+            continue
         if style == "dash":  # a value held from each point to the next: a ─ about every other cell
             px, py = held(parts, x0, x1, max(5, w // 2))
             plt.scatter(px, py, label=label or None, color=_pc(color), marker="─")

@@ -570,6 +570,9 @@ def _tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default ./out/tune-YYYYmmdd-HHMMSS)")
     p.add_argument("--resume", metavar="OUT", help="go on from the tune in OUT (its runs are read back, not run "
                    "again); writes there")
+    p.add_argument("--live", action="store_true", help="run it on a screen: a row per candidate as it settles, the "
+                   "Pareto front as it grows; p pauses before the next run, s skips the candidate being measured, q "
+                   "stops the tune (the answer is what was measured)")
     p.add_argument("--find", choices=["rate"], help="then search the winner's knee: the open-loop rate it serves "
                    "within the SLO (as bench --find rate), in what is left of the budget")
     return p
@@ -610,7 +613,7 @@ def tune_main(argv: list[str]) -> int:
     """tune: the best configuration of the chosen engines for this model, load and SLO, measured
     (measure/control/tune.py, docs/design.md §25)."""
     args = _tune_parser().parse_args(argv)
-    from measure.control.tune import ENGINES, Settings, TuneError, parse_budget, run_tune, format_result
+    from measure.control.tune import ENGINES, Settings, TuneError, TuneIO, parse_budget, run_tune, format_result
 
     engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",") if e.strip()))
     for e in engines or [""]:
@@ -641,8 +644,13 @@ def tune_main(argv: list[str]) -> int:
     say = lambda m: print(m, flush=True)  # noqa: E731
     from measure.sources.base import SourceError
 
+    def start(io: TuneIO) -> dict:
+        return run_tune(plans, s, out, resume, io, server_bin, _shown_argv(["tune", *argv]), args.find)
+
+    if args.live:
+        return _live_tune(start, format_result, out)
     try:
-        res = run_tune(plans, s, out, resume, say, server_bin, _shown_argv(["tune", *argv]), args.find)
+        res = start(TuneIO(say))
     except TuneError as exc:
         fail(str(exc))
     except SourceError as exc:
@@ -654,6 +662,20 @@ def tune_main(argv: list[str]) -> int:
     say(format_result(res))
     say(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
     return 0
+
+
+def _live_tune(start, summary, out: Path) -> int:
+    """tune --live: the search on the screen (tui/tune_app.py); what it wrote said after the screen closes."""
+    from tui.tune_app import run_tune_app
+
+    code, res = run_tune_app(start, summary)
+    if res is None:
+        print(f"inference-top tune: the tune stopped before its answer; the runs so far are in {out}/tune.json",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(summary(res))
+    print(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
+    return code
 
 
 def _plan_parser() -> argparse.ArgumentParser:

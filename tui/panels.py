@@ -12,6 +12,7 @@ from typing import Any
 from rich.text import Text
 
 from measure.control.snapshot import RunInfo, Snapshot
+from measure.control.tune import TuneView
 from measure.control.steps import SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
 from measure.core.metrics import p99_mark
 from measure.core.records import is_remote
@@ -364,3 +365,60 @@ def chart_text(title: tuple[str, str], data: ChartData, w: int, h: int) -> list[
     """A chart as the rows of text a w × h Chart widget shows (no colours)."""
     rows = draw(w, h, f"{title[0]} [{title[1]}]", data.series, data.hlines, data.markers, data.x_range)
     return ["".join(s for s, _ in row) for row in rows]
+
+
+# ---- the live tune (inference-top tune --live: tui/tune_app.py) ---------------------------------------------------
+CHART_FRONT = ("Pareto front: goodput vs TTFT p99, ● measured, ● front", "goodput tok/s")
+TUNE_STYLE = {"measured": "", "skipped": "yellow", "stopped": "yellow", "refused": "grey50", "pruned": "grey50",
+              "not tried": "grey50", "pending": "grey50", "crashed": "bold red", "timeout": "bold red",
+              "failed": "bold red", "wall": "bold red"}
+
+
+def render_tune_status(v: TuneView, ended: bool = False) -> Text:
+    """The live tune's top line: the budget, the candidate running (or paused / stopped / done), the winner so
+    far."""
+    t = Text()
+    t.append(f"tune · {v.spent_s:.0f} of {v.budget_s:.0f} s · ", "bold")
+    if ended:
+        t.append({"stopped": "stopped (q): the answer is what was measured", "budget": "ended: the budget"}
+                 .get(v.stopped, "done") + " · tune.json written · q quits", "bold green")
+    elif v.stopped == "stopped":
+        t.append("STOPPED (q): the answer is what was measured", "bold white on red")
+    elif v.paused:
+        t.append(f"PAUSED before the next run (p goes on){f'; {v.running} finishing' if v.running else ''}",
+                 "bold blue")
+    elif v.running:
+        t.append(f"measuring {v.running} (s skips it)", "bold yellow")
+    else:
+        t.append("between runs" if v.stopped != "done" or v.rows else "starting")
+    t.append(f"\nbest so far: {v.winner}" if v.winner else "\nnothing measured yet", "bold green" if v.winner else "")
+    return t
+
+
+def render_tune_rows(v: TuneView) -> Text:
+    """A row a candidate, the measured ones best first (★ the best, ◆ on the Pareto front), each with its longest
+    run's goodput, tok/s and TTFT p99 beside the roofline's tok/s; the others with why they were not measured."""
+    kw = max([len("candidate")] + [len(r.key) for r in v.rows])
+    t = Text()
+    t.append(f"  {'candidate':<{kw}} {'status':<9} {'req':>4} {'goodput':>7} {'tok/s':>6} {'p99 ms':>6} "
+             f"{'pred':>6} {'err':>5}  why\n", "bold")
+    for r in v.rows:
+        mark = "★ " if r.key == v.winner and r.tps is not None else ("◆ " if r.key in v.front else "  ")
+        err = (f"{(r.predicted_tps - r.tps) / r.tps:+.0%}" if r.predicted_tps is not None and r.tps else "—")
+        line = (f"{mark}{r.key:<{kw}} {r.status:<9} {r.requests or '—':>4} {_f(r.goodput_tps, '.1f'):>7} "
+                f"{_f(r.tps, '.1f'):>6} {_f(r.p99_ttft_ms, '.0f'):>6} {_f(r.predicted_tps, '.1f'):>6} {err:>5}  "
+                f"{r.reason}")
+        style = "bold green" if mark.startswith("★") else TUNE_STYLE.get(r.status, "")
+        t.append(line + ("  ← running" if r.key == v.running else "") + "\n", style)
+    return t
+
+
+def tune_front_chart(v: TuneView) -> ChartData:
+    """Every measured candidate as a point (TTFT p99 across, goodput up), the front's in cyan; keyed by the points."""
+    pts = [(r.p99_ttft_ms, r.goodput_tps or 0.0, r.key in v.front) for r in v.rows if r.p99_ttft_ms is not None]
+    rest = [(x, y) for x, y, f in pts if not f]
+    front = sorted((x, y) for x, y, f in pts if f)
+    xmax = max([x for x, _, _ in pts], default=1.0) * 1.1
+    return ChartData(tuple(pts), [("measured", [x for x, _ in rest], [y for _, y in rest], "grey50", "point"),
+                                  ("front", [x for x, _ in front], [y for _, y in front], "cyan", "point")],
+                     x_range=(0.0, xmax))

@@ -65,12 +65,10 @@ class SweepConfig:
 
 
 class CellRunner:
-    """One cell on a load source, run the same way for the sweep and for each --find level (knee.py): the
-    source scaled to K, set to the mode and B and waited for; what a warmed-up worker holds beyond its weights
-    learnt (later cells are admitted with it); each load under the memory wall's check; the cell summarised
-    with every figure the configuration asks for (K·W/β, power and cost, the SLO, the roofline); a worker the
-    kernel's OOM killer ended remembered, so that step and every larger one of its mode are refused from then
-    on and the guard's overhead is raised."""
+    """One cell on a load source, the same for the sweep and each --find level (knee.py): the source scaled to K,
+    set to the mode and B and waited for; a warmed-up worker's overhead learnt (later cells are admitted with it);
+    each load under the memory wall's check; the cell summarised with every figure asked (K·W/β, power and cost,
+    the SLO, the roofline); a step the OOM killer ended refused from then on, the guard's overhead raised."""
 
     def __init__(self, source: LoadSource, cfg: SweepConfig, say: Callable[[str], None]):
         from measure.machine.power import PowerMeter
@@ -122,12 +120,13 @@ class CellRunner:
             self.energy = None
         self._wall = WallCheck(self.probe, self.heat)
 
-    def load(self, workload: Workload, arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions
-             ) -> list[RequestRecord]:
-        """One load to completion (CellStopped at the memory wall, TimeoutError past the cell's timeout)."""
-        cfg = self.cfg
-        return self.source.run_requests(Load(workload, arrivals, cfg.max_tokens, cfg.ignore_eos),
-                                        timeout=cfg.cell_timeout_s, should_stop=self._wall)
+    def load(self, workload: Workload, arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions,
+             stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
+        """One load to completion (CellStopped at the memory wall, or where `stop` says why: the live tune's s;
+        TimeoutError past the cell's timeout)."""
+        cfg, wall = self.cfg, self._wall
+        return self.source.run_requests(Load(workload, arrivals, cfg.max_tokens, cfg.ignore_eos), cfg.cell_timeout_s,
+                                        wall if stop is None else lambda: stop() or (wall() if wall else None))
 
     def finish(self, records: list[RequestRecord], workload: Workload, mode: str, k: int, b: int,
                row: Row | None = None) -> Cell:

@@ -23,6 +23,7 @@ import json
 import math
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -171,6 +172,7 @@ class Row:
     candidate: Candidate
     predicted: Predicted | None = None
     status: str = "pending"  # pending | measured | refused | pruned | not tried | crashed | timeout | failed | wall
+    # | skipped (s in the live tune) | stopped (q in the live tune, during its run)
     reason: str = ""
     trials: list[dict[str, Any]] = field(default_factory=list)
 
@@ -349,6 +351,100 @@ class Carried(TypedDict, total=False):
     done: dict[tuple[str, int], dict[str, Any]] | None
     on_change: Callable[[Tune], None] | None
     spent_s: float
+    control: TuneControl | None
+
+
+class TuneControl:
+    """The live tune's keys (tui/tune_app.py), asked by the search from its own thread: `pause` holds the next
+    run until resumed (the one going on finishes); `skip` stops the run going on at once (its row: skipped) or,
+    with none going on, the next one; `stop` ends the search: the run going on stops, nothing more is run, and
+    the answer is made of what was measured."""
+
+    def __init__(self) -> None:
+        self._go = threading.Event()
+        self._go.set()
+        self._skip = threading.Event()
+        self._stop = threading.Event()
+        self.running: str | None = None  # the candidate being measured, for the screen
+
+    @property
+    def paused(self) -> bool:
+        return not self._go.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def pause(self, paused: bool = True) -> None:
+        if paused:
+            self._go.clear()
+        else:
+            self._go.set()
+
+    def skip(self) -> None:
+        self._skip.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.set()
+
+    def wait(self) -> None:
+        """Until resumed, or stopped."""
+        while not self._go.wait(0.2):
+            pass
+
+    def take_skip(self) -> bool:
+        """Whether a skip was asked (and it is used up)."""
+        asked = self._skip.is_set()
+        self._skip.clear()
+        return asked
+
+    def cut(self) -> str | None:
+        """Why the run going on stops now (the cell's should_stop), or None: a skip or a stop asked."""
+        if self._stop.is_set():
+            return "the tune was stopped (q)"
+        if self._skip.is_set():
+            return "skipped (s)"
+        return None
+
+
+@dataclass
+class TuneIO:
+    """How a tune talks to whoever runs it: its lines (`say`), the live screen's keys (`control`; None from the
+    command line) and a hook called after every change with the Tune (the screen's rows and front)."""
+
+    say: Callable[[str], None] = print
+    control: TuneControl | None = None
+    on_change: Callable[[Tune], None] | None = None
+
+
+@dataclass(frozen=True)
+class TuneRowView:
+    """One candidate as the live tune's table shows it: its longest measured run (or its last try's status)."""
+
+    key: str
+    status: str
+    requests: int
+    goodput_tps: float | None
+    tps: float | None
+    p99_ttft_ms: float | None
+    predicted_tps: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TuneView:
+    """The live tune at one moment (made on the search's thread, drawn on the screen's): its rows, best first,
+    the Pareto front, the winner so far, the candidate running, and where the budget stands."""
+
+    rows: tuple[TuneRowView, ...]
+    front: tuple[str, ...]
+    winner: str | None
+    running: str | None
+    paused: bool
+    stopped: str
+    spent_s: float
+    budget_s: float
 
 
 class Tune:
@@ -364,6 +460,7 @@ class Tune:
         self.s, self.measure, self.predict, self.refuse = s, measure, predict, refuse
         self.say, self.clock, self.done = say, clock, dict(carried.get("done") or {})
         self.on_change = carried.get("on_change") or (lambda t: None)
+        self.control = carried.get("control")
         spent_s = carried.get("spent_s", 0.0)
         self.rows: dict[str, Row] = {}
         for c in cands:
@@ -372,12 +469,13 @@ class Tune:
         self.spent_before = spent_s  # what the tune being resumed took (its runs are not run again)
         self.t0 = clock()
         self.start_s: list[float] = []  # seconds a candidate took beyond its requests (start, warm-up)
+        self.paused_s = 0.0  # the live tune's pauses (p): not counted against the budget
         self.stopped = "done"
         self.winner: Row | None = None
 
     # -- time --
     def left(self) -> float:
-        return self.s.budget_s - (self.clock() - self.t0)
+        return self.s.budget_s - (self.clock() - self.t0 - self.paused_s)
 
     def estimate(self, row: Row, n: int) -> float:
         """Seconds a run of n requests should take: its last run scaled by the requests, else the prediction's
@@ -410,9 +508,18 @@ class Tune:
                     row.reason = f"not run at {n} requests: {why}"
                 self.on_change(self)
                 return None
+            if (held := self._held(row, n)) is not None:
+                return held or None
             self.say(f"{row.candidate.key}: {n} requests, closed loop of {self.s.users} users (≈ {est:.0f} s) …")
             t0 = self.clock()
-            t = self.measure(row.candidate, n, max(30.0, min(left, 4 * est + 30)))
+            if self.control:
+                self.control.running = row.candidate.key
+            try:
+                t = self.measure(row.candidate, n, max(30.0, min(left, 4 * est + 30)))
+            finally:
+                if self.control:
+                    self.control.running = None
+                    self.control.take_skip()  # a skip asked while this run went on was this run's
             took = self.clock() - t0
             t["seconds"] = round(took, 2)
             if t["status"] == "ok" and t.get("load_s") is not None:
@@ -427,6 +534,33 @@ class Tune:
             row.status, row.reason = t["status"], f"at {n} requests: {t['reason']}"
         self.on_change(self)
         return t
+
+    def _held(self, row: Row, n: int) -> dict[str, Any] | None:
+        """The live keys before a run (TuneControl): waits while paused; {} where the tune was stopped (the row
+        says so, nothing more runs); a skipped trial where a skip was asked with no run going on; else None."""
+        c = self.control
+        if c is None:
+            return None
+        if c.paused:
+            self.say(f"paused before {row.candidate.key} ({n} requests): p goes on (the pause is not the budget's)")
+            t0 = self.clock()
+            c.wait()
+            self.paused_s += self.clock() - t0
+        if c.stopped:
+            self.stopped = "stopped"
+            if not row.trials:
+                row.status, row.reason = "not tried", "the tune was stopped (q) before it"
+            self.on_change(self)
+            return {}
+        if c.take_skip():
+            t = trial_of(None, "skipped", "skipped (s) before it ran", 0.0, n)
+            row.trials.append(t)
+            if not any(x["status"] == "ok" for x in row.trials):
+                row.status, row.reason = "skipped", t["reason"]
+            self.say(f"  {row.candidate.key}: {n} requests — skipped (s)")
+            self.on_change(self)
+            return t
+        return None
 
     # -- the whole search --
     def search(self) -> Row | None:
@@ -549,6 +683,23 @@ class Tune:
         for r in rows:
             self.run(r, n)
         return rows
+
+    def view(self) -> TuneView:
+        """What the live screen draws now (tui/panels.render_tune_rows and tune_front_chart)."""
+        def one(r: Row) -> TuneRowView:
+            t = r.last or (r.trials[-1] if r.trials else {})
+            return TuneRowView(r.candidate.key, r.status, int(t.get("requests") or 0), t.get("goodput_tps"),
+                               t.get("output_throughput"), t.get("p99_ttft_ms"),
+                               r.predicted.tps if r.predicted else None, r.reason)
+
+        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _score(r.last or {})]))
+        best = max((r for r in self.rows.values() if r.last), key=lambda r: _score(r.last or {}), default=None)
+        c, lead = self.control, self.winner or best
+        return TuneView(tuple(one(r) for r in rows), tuple(r.candidate.key for r in self.front()),
+                        lead.candidate.key if lead else None,
+                        c.running if c else None, bool(c and c.paused), self.stopped,
+                        self.clock() - self.t0 - self.paused_s + self.spent_before,
+                        self.s.budget_s + self.spent_before)
 
     # -- the answer --
     def front(self) -> list[Row]:
@@ -716,13 +867,13 @@ OpenSource = Callable[[Candidate, "Callable[[RequestRecord], None]"],
 
 
 def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[str, Any],
-                 say: Callable[[str], None], kv_bytes_per_token: float | None = None,
-                 roofline: Any = None) -> Measure:
+                 say: Callable[[str], None], kv_bytes_per_token: float | None = None, roofline: Any = None,
+                 control: TuneControl | None = None) -> Measure:
     """`measure` over real load sources: `open_source(candidate, on_record)` gives the started source and the
     mode the sweep runs it in (instances | batch | http); one closed loop of the settings' users, run as a
     bench cell is (sweep.CellRunner), its records in runs/<candidate>-n<requests>.jsonl with a header that
     names the candidate. Whatever the source raises, the run is a row with its reason."""
-    return _CellMeasure(open_source, s, out, header, say, kv_bytes_per_token, roofline)
+    return _CellMeasure(open_source, s, out, header, say, kv_bytes_per_token, roofline, control)
 
 
 @dataclass
@@ -736,6 +887,7 @@ class _CellMeasure:
     say: Callable[[str], None]
     kv_bytes_per_token: float | None
     roofline: Any
+    control: TuneControl | None = None  # the live tune's keys: a skip or a stop cuts the run going on
 
     def __call__(self, c: Candidate, n: int, timeout: float) -> dict[str, Any]:
         from measure.machine.recorder import Recorder
@@ -781,8 +933,12 @@ class _CellMeasure:
             return trial_of(None, "crashed", f"did not get ready: {exc}", time.monotonic() - t0, n, rel)
         t_load = time.monotonic()
         try:
-            recs = runner.load(s.workload, ClosedLoop(s.users, n))
+            recs = runner.load(s.workload, ClosedLoop(s.users, n), self.control.cut if self.control else None)
         except CellStopped as stop:
+            cut = self.control.cut() if self.control else None
+            if cut:  # the live tune's s or q (its records so far are in the run's file)
+                return trial_of(None, "stopped" if self.control and self.control.stopped else "skipped",
+                                f"{cut} after {len(stop.records)} of {n} requests", time.monotonic() - t0, n, rel)
             return trial_of(None, "wall", f"memory wall: {stop}", time.monotonic() - t0, n, rel)
         except TimeoutError as exc:
             return trial_of(None, "timeout", str(exc), time.monotonic() - t0, n, rel)
@@ -931,7 +1087,8 @@ def write_result(out: Path, res: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["Candidate", "Settings", "Tune", "TuneError", "candidates", "cell_measure", "format_result", "local_opener",
+__all__ = ["TuneControl", "TuneIO", "TuneView", "TuneRowView",
+           "Candidate", "Settings", "Tune", "TuneError", "candidates", "cell_measure", "format_result", "local_opener",
            "server_opener",
            "load_done", "memory_refusal", "parse_budget", "roofline_predictor", "serve_command", "bench_command",
            "write_result", "run_tune", "winner_knee"]
@@ -943,13 +1100,15 @@ def _family(engine: str) -> str:
 
 
 def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None = None,
-             say: Callable[[str], None] = print, server_bin: str | None = None,
+             io: TuneIO | None = None, server_bin: str | None = None,
              argv: Sequence[str] = (), find: str | None = None) -> dict[str, Any]:
     """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
     from measure.machine.probes import physical_cores
 
+    io = io or TuneIO()
+    say = io.say
     base = plans.get("llama") or plans["mlx"]
     model = str(base.choice.path)
     cands = candidates(s.engines, physical_cores(), s.users)
@@ -970,9 +1129,8 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     openers = {e: _opener(e, plans[_family(e)], s, out, server_bin) for e in s.engines}
     header = base.header({"argv": list(argv), "users": s.users})
     header.pop("kind", None)
-    measures = {e: cell_measure(openers[e], s, out, header, say,
-                                plans[_family(e)].choice.kv_bytes_per_token(),
-                                roofs.get(_family(e)))
+    measures = {e: cell_measure(openers[e], s, out, header, say, plans[_family(e)].choice.kv_bytes_per_token(),
+                                roofs.get(_family(e)), io.control)
                 for e in s.engines}
 
     def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
@@ -980,27 +1138,38 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
 
     def save(t: Tune) -> None:
         write_result(out, t.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server"))
+        if io.on_change:
+            io.on_change(t)
 
     tune = Tune(s, cands, measure, predict if preds else None, refuse, say, done=done, on_change=save,
-                spent_s=spent)
+                spent_s=spent, control=io.control)
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()
     res = tune.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server")
     if find == "rate" and w is not None and w.last is not None and res["winner"]:
-        left = tune.left()
-        if left < 20:
-            res["winner"]["knee"] = {"sentence": f"the knee was not searched: {max(0.0, left):.0f} s of the budget "
-                                                 "left (tune --resume OUT --find rate with more)"}
-        else:
-            say(f"— the winner's knee (--find rate), {left:.0f} s of the budget left")
-            rps = (w.last.get("output_throughput") or 0.0) / s.max_tokens
-            kv = plans[_family(w.candidate.engine)].choice.kv_bytes_per_token()
-            res["winner"]["knee"] = winner_knee(openers[w.candidate.engine], w.candidate,
-                                                replace(s, kv_bytes_per_token=kv), out, header, say, left, rps / 2)
+        kv = plans[_family(w.candidate.engine)].choice.kv_bytes_per_token()
+        res["winner"]["knee"] = _knee_of(tune, w, openers[w.candidate.engine], replace(s, kv_bytes_per_token=kv),
+                                         (out, header))
         res["elapsed_s"] = round(tune.clock() - tune.t0 + tune.spent_before, 1)
     write_result(out, res)
     return res
+
+
+def _knee_of(tune: Tune, w: Row, opener: OpenSource, s: Settings, where: tuple[Path, dict[str, Any]]
+             ) -> dict[str, Any]:
+    """tune --find rate: the winner's knee in what is left of the budget (a sentence where too little is left,
+    or the live tune was stopped)."""
+    left = tune.left()
+    if tune.control is not None and tune.control.stopped:
+        return {"sentence": "the knee was not searched: the tune was stopped (q)"}
+    if left < 20:
+        return {"sentence": f"the knee was not searched: {max(0.0, left):.0f} s of the budget left (tune --resume "
+                            "OUT --find rate with more)"}
+    tune.say(f"— the winner's knee (--find rate), {left:.0f} s of the budget left")
+    assert w.last is not None  # the caller's winner has a measured run
+    rps = (w.last.get("output_throughput") or 0.0) / s.max_tokens
+    return winner_knee(opener, w.candidate, s, where[0], where[1], tune.say, left, rps / 2)
 
 
 def _opener(engine: str, p: Any, s: Settings, out: Path, server_bin: str | None) -> OpenSource:
