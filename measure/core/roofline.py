@@ -128,7 +128,7 @@ class Machine:
             base = max(0.0, bs[lo] - lo * seq)
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
-                   prefill_core_s=(d[top] / d[1]) / e["prefill_tps"] * scale,
+                   prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, notes=busy)
 
     def step_core(self, b: int) -> float:
@@ -235,7 +235,8 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         t_cpu = m.step_core(b_eff) * ctx_scale / rate
         shares["compute"] = t_cpu  # the engine's own cost, the cores' time-sharing included
         if m.prefill_core_s:  # B users of a closed loop arrive together: one engine prefills B prompts
-            t_prefill = b_eff * prompt_tokens * m.prefill_core_s / rate
+            # a prompt is one matrix product: it scales with the engine's cores, not as a decode step does
+            t_prefill = b_eff * prompt_tokens * m.prefill_core_s / (thr / oversub)
     elif m.flops:
         t_cpu = work.flops_per_step(ctxs) / (m.flops / k)
         shares["compute"] = t_cpu
@@ -299,8 +300,8 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         step = m.step_core_s * p.tpot_s / t_cpu
         prefill = m.prefill_core_s
         if p.ttft_engine_s and m.prefill_core_s:
-            rate = m.speedup(p.threads) / max(1.0, p.k * p.threads / m.cores)
-            prefill = max(1e-9, (p.ttft_engine_s - p.tpot_s) * rate / (p.prompt_tokens * p.b))
+            cores_used = p.threads / max(1.0, p.k * p.threads / m.cores)
+            prefill = max(1e-9, (p.ttft_engine_s - p.tpot_s) * cores_used / (p.prompt_tokens * p.b))
         m = _bandwidth_at_most(replace(m, step_core_s=step, prefill_core_s=prefill), pr.shares["bandwidth"] * pr.tpot_s,
                                p, notes)
     for p in batch[:1]:
@@ -308,7 +309,11 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         ctx = p.prompt_tokens + p.output_tokens // 2
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
         core = p.tpot_s * rate / ctx_scale
-        if m.batch_base_core_s is not None:
+        if m.batch_base_core_s is not None and core > m.batch_base_core_s:
+            # the step's fixed part (the weights' product) is the probe's; what the load adds beyond the probe's
+            # short sequences (attention over longer contexts, each sequence's sampling) is each sequence's
+            m = replace(m, seq_core_s=(core - m.batch_base_core_s) / p.b)
+        elif m.batch_base_core_s is not None:
             f = core / m.step_core(p.b)
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
         else:
