@@ -27,7 +27,7 @@ from measure.core.clients import deal
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
 from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log,
-                                  SourceError, Started, Tokens, WorkerInfo, WorkerState)
+                                  SourceError, Started, Tokens, WorkerInfo, WorkerState, summed_rows)
 
 ID_STRIDE = 1 << 40  # each load dealt to a client takes its request ids from its own block of this many
 TPS_WINDOW_S = 5.0  # a client row's tok/s: the tokens of its requests finished in this window
@@ -281,22 +281,7 @@ class RayClients:
             rows = [c.rows for c in self.clients if c.up and c.rows]
         if not rows:
             return [WorkerInfo(0, state=WorkerState.STARTING, label="ray clients")]
-        out = []
-        for i in range(len(rows[0])):
-            w = rows[0][i].public()
-            for other in rows[1:]:
-                if i >= len(other):
-                    continue
-                o = other[i]
-                w.requests_done += o.requests_done
-                w.tokens += o.tokens
-                w.errors += o.errors
-                w.active += o.active
-                w.streams = (w.streams or 0) + (o.streams or 0)
-                if o.state == WorkerState.SERVING:
-                    w.state = o.state
-            out.append(w)
-        return out
+        return summed_rows(rows)
 
     def server_view(self) -> dict[str, Any] | None:
         with self._lock:
@@ -403,6 +388,7 @@ class RayClients:
     def _absorb(self, c: LiveClient, got: tuple[list[Event], list[WorkerInfo], dict[str, Any] | None]) -> None:
         events, rows, view = got
         d = -c.offset_ns
+        rows = [replace(w, ready_ns=None if w.ready_ns is None else w.ready_ns + d) for w in rows]  # our clock
         with self._lock:
             c.rows, c.view = rows, view
         for ev in events:

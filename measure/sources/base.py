@@ -240,6 +240,32 @@ class FiniteLoadSource(LoadSource, Protocol):
         """A finite load to completion (CellStopped, TimeoutError, SourceError)."""
 
 
+def summed_rows(parts: Sequence[Sequence[WorkerInfo]]) -> list[WorkerInfo]:
+    """One row per endpoint from several clients' rows of the same endpoints (a pool's processes, the live
+    Ray clients): requests, tokens, errors, streams busy and held summed; serving where any serves; ready at the
+    latest. The first part's rows give the rest (an endpoint a later part lacks counts from the others)."""
+    if not parts:
+        return []
+    out = []
+    for i in range(len(parts[0])):
+        w = parts[0][i].public()
+        for other in parts[1:]:
+            if i >= len(other):
+                continue
+            o = other[i]
+            w.requests_done += o.requests_done
+            w.tokens += o.tokens
+            w.errors += o.errors
+            w.active += o.active
+            w.streams = (w.streams or 0) + (o.streams or 0)
+            if o.state == WorkerState.SERVING:
+                w.state = o.state
+            if w.ready_ns is None or (o.ready_ns is not None and o.ready_ns > w.ready_ns):
+                w.ready_ns = o.ready_ns
+        out.append(w)
+    return out
+
+
 def finite(source: LoadSource) -> FiniteLoadSource:
     """The source, where it runs finite loads; else SourceError saying so (one line), for a bench cell or a --find
     level asked of a source that serves a live view only."""

@@ -37,7 +37,7 @@ from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load
 from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, Finished, LevelReady, LoadStarted,
-                                  Log, RecordCollector, SourceError, WorkerInfo, WorkerState)
+                                  Log, RecordCollector, SourceError, WorkerInfo, WorkerState, summed_rows)
 from measure.sources.child import Child, stop_all
 from measure.sources.messages import (BatchMsg, ClosedMsg, EventsMsg, FatalMsg, LoadMsg, LogMsg, PauseMsg, PoolInit,
                                       ReadyMsg, RecordMsg, RowsMsg, ScaleMsg, StartedMsg, StopMsg, WaitReadyMsg)
@@ -385,22 +385,7 @@ class HttpPool(CollectsRecords):
             rows = [self._rows[p][0] for p in sorted(self._rows)]
         if not rows:
             return [WorkerInfo(i, state=WorkerState.STARTING, label=e.name()) for i, e in enumerate(self._specs)]
-        out = []
-        for i in range(len(rows[0])):
-            w = rows[0][i].public()
-            for other in rows[1:]:
-                o = other[i]
-                w.requests_done += o.requests_done
-                w.tokens += o.tokens
-                w.errors += o.errors
-                w.active += o.active
-                w.streams = (w.streams or 0) + (o.streams or 0)
-                if o.state == WorkerState.SERVING:
-                    w.state = o.state
-                if w.ready_ns is None or (o.ready_ns is not None and o.ready_ns > w.ready_ns):
-                    w.ready_ns = o.ready_ns
-            out.append(w)
-        return out
+        return summed_rows(rows)
 
     def server_view(self) -> dict[str, Any] | None:
         with self._lock:
