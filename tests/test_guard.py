@@ -76,7 +76,11 @@ def test_detect_wall_on_injected_readings():
     assert "available memory" in detect_wall(a, sample(NS, available=GiB // 2), None, None, 0)
     th = WallThresholds()
     assert detect_wall(a, sample(NS), 100.0, 30.0, th.settle_s - 1) is None  # too soon after the step
-    assert "collapsed 100 → 30" in detect_wall(a, sample(NS), 100.0, 30.0, th.settle_s)
+    # a collapse is the wall on a machine short of memory (here: 1 % PSI, under the 10 % that names it alone)…
+    assert "collapsed 100 → 30" in detect_wall(a, sample(NS, pressure=1.0), 100.0, 30.0, th.settle_s)
+    assert "collapsed" in detect_wall(a, sample(NS, available=3 * GiB), 100.0, 30.0, th.settle_s)  # 19 % free
+    # …not with memory to spare (no swap, no pressure, 10 of 16 GiB free: other work took the cores)
+    assert detect_wall(a, sample(NS), 100.0, 30.0, th.settle_s) is None
 
 
 @pytest.mark.parametrize("brake", [True, False])

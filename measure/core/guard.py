@@ -262,6 +262,7 @@ class WallThresholds:
     available_fraction: float = 0.05
     collapse_ratio: float = 0.5  # tok/s after a step below half of before it
     settle_s: float = 10.0  # …measured this long after the step
+    short_fraction: float = 0.20  # …on a machine short of memory: swap in use, any pressure, or available below this
 
 
 def detect_wall(prev: SystemSample | None, cur: SystemSample, tps_before: float | None, tps_after: float | None,
@@ -281,6 +282,14 @@ def detect_wall(prev: SystemSample | None, cur: SystemSample, tps_before: float 
     if cur.mem_total and cur.mem_available < th.available_fraction * cur.mem_total:
         return f"available memory {fmt_gib(cur.mem_available)} < {th.available_fraction:.0%} of {fmt_gib(cur.mem_total)}"
     if (tps_before and tps_after is not None and since_step_s >= th.settle_s
-            and tps_after < th.collapse_ratio * tps_before):
+            and tps_after < th.collapse_ratio * tps_before and short_of_memory(cur, th)):
         return f"aggregate tok/s collapsed {tps_before:.0f} → {tps_after:.0f} after the last step"
     return None
+
+
+def short_of_memory(cur: SystemSample, th: WallThresholds = WallThresholds()) -> bool:
+    """Some sign the machine is short of memory, below the thresholds that name the wall by themselves: swap in
+    use, any memory pressure, or available memory under th.short_fraction of total. A collapse of tok/s on a
+    machine with memory to spare is other work or the cores, not the memory wall."""
+    return bool(cur.swap_used > 0 or (cur.pressure or 0.0) > 0.0
+                or (cur.mem_total and cur.mem_available < th.short_fraction * cur.mem_total))
