@@ -201,7 +201,8 @@ class RayClients:
 
     def scale_to(self, k: int) -> None:
         self.target_k = max(1, min(k, len(self.plan.endpoints) or 1))
-        self._each(lambda c: ("scale_to", k))
+        for c in self.clients:
+            self._send(c, "scale_to", k)
 
     def set_batch(self, mode: str, b: int, b_cap: int | None = None, seq_ctx: int | None = None) -> None:
         """B streams dealt by the weights over the clients that are up; a client left at 0 holds no stream
@@ -332,11 +333,6 @@ class RayClients:
     def _send(self, c: LiveClient, name: str, *args: Any) -> None:
         if c.up and c.actor is not None:
             c.actor.call.remote(name, *args)
-
-    def _each(self, what: Callable[[LiveClient], tuple[Any, ...]]) -> None:
-        for c in self.clients:
-            name, *args = what(c)
-            self._send(c, name, *args)
 
     def _poll(self) -> None:
         ray = _ray()

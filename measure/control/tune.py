@@ -908,11 +908,7 @@ class _CellMeasure:
                 return trial_of(None, "crashed", f"did not start: {exc}", time.monotonic() - t0, n, rel)
             return self._run(src, mode, c, (n, timeout, t0), rel)
         finally:
-            if src is not None:
-                src.close()
-            if stop is not None:
-                stop()
-            rec.close()
+            _stop_all(src, stop, rec)
 
     def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: tuple[int, float, float],
              rel: str) -> dict[str, Any]:
@@ -1071,11 +1067,17 @@ counts `s.kv_bytes_per_token`."""
                 "sentence": knee.sentence(s.slo.key), "records": rel,
                 "levels": [{"rate": st.level, "within": st.ok, "stop": st.stop, "why": st.why} for st in knee.levels]}
     finally:
-        if src is not None:
-            src.close()
-        if stop is not None:
-            stop()
-        rec.close()
+        _stop_all(src, stop, rec)
+
+
+def _stop_all(src: FiniteLoadSource | None, stop: Callable[[], None] | None, rec: Any) -> None:
+    """What a candidate's run started, stopped whatever happened: its source, what its opener started beside it
+    (a llama-server) and its records file."""
+    if src is not None:
+        src.close()
+    if stop is not None:
+        stop()
+    rec.close()
 
 
 def write_result(out: Path, res: dict[str, Any]) -> Path:
