@@ -430,3 +430,23 @@ def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     assert M.burst_sustained([_rec(1, 1, 0.0, 10)]) is None
     md = R.markdown([RU.Run("t", {"model_bytes": 1}, [Cell.measure([r], Spec(1, 1, 1))], records=[r])], [])
     assert "burst 20.0 tok/s (its first fifth), sustained 15.0 (its last half): -25%" in md
+
+
+def test_a_level_left_before_it_settled_keeps_its_row_marked_unsettled():
+    """`+ +` faster than the levels settle (5 s each, the 5 s rule unmet): K=1 and K=2 keep a row each, marked
+    left before it settled and never the best; the K=3 level settles and is the best."""
+    from measure.control.steps import LEFT_UNSETTLED
+    from tui.panels import render_step_table
+
+    c, fleet, clock = _sim(k=1)
+    run_for(c, fleet, clock, 3)
+    for k in (2, 3):
+        assert c.set_k(k) is None
+        run_for(c, fleet, clock, 3 if k == 2 else 20)
+    rows = c.snapshot().steps
+    assert [r.level for r in rows] == ["K=1 B=1 instances", "K=2 B=1 instances", "K=3 B=1 instances"], \
+        [(r.level, r.progress) for r in rows]
+    assert [r.settled for r in rows] == [False, False, True]
+    assert all(r.progress.startswith(LEFT_UNSETTLED) for r in rows[:2]) and [r.best for r in rows] == [0, 0, 1]
+    lines = render_step_table(rows, None).plain.splitlines()[-3:]
+    assert [ln.split()[-1] for ln in lines[:2]] == ["unsettled", "unsettled"], lines

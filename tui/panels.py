@@ -13,7 +13,7 @@ from rich.text import Text
 
 from measure.control.snapshot import RunInfo, Snapshot
 from measure.control.tune import TuneView
-from measure.control.steps import SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
+from measure.control.steps import LEFT_UNSETTLED, SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
 from measure.core.metrics import p99_mark
 from measure.core.records import is_remote
 from measure.core.server_cache import live_rates
@@ -312,11 +312,12 @@ def _step_row(r: StepRow, lw: int, cost: bool) -> str:
     good = (f"{r.goodput_tps:.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
             is not None else "—")
     ms = lambda v: _f(None if v is None else v * 1e3, '.0f')  # noqa: E731
+    state = wall_name(r.wall) if r.settled else "unsettled" if r.progress.startswith(LEFT_UNSETTLED) else "settling"
     return (f"{mark}{r.level:<{lw}} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
             f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} "
             f"{p99_mark(r.requests) + ms(r.ttft_p99):>5} "
             f"{good:>11} {_f(r.predicted_tps, '.0f'):>5}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
-            + f" {wall_name(r.wall) if r.settled else 'settling'}")
+            + f" {state}")
 
 
 # ---- the charts ---------------------------------------------------------------------------------------------------

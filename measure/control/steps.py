@@ -1,11 +1,11 @@
-"""The live step table: each K/B level the user visits becomes a row once it has settled.
+"""The live step table: each K/B level the user visits is a row, its figures counted once it has settled.
 
 Settled, the stated rule: the level has run at least `SETTLE_AFTER_S` (one window: the 5 s tok/s window then
 holds only this level's tokens) with every worker ready, at least `SETTLE_REQUESTS` of its own requests have
 finished, and the last `SETTLE_SAMPLES` readings of aggregate tok/s (2 Hz) vary by less than `SETTLE_CV`
 (stdev ÷ mean) with no trend: the means of their later and earlier halves differ by less than `SETTLE_TREND`
 of their mean (a steady +50 % ramp over 15 s has CV 0.04 over 10 readings, but its halves differ by 6 %).
-Until then the row says what it waits for. A row's tok/s and achieved concurrency are the
+Until then the row says what it waits for; a level left before it settled keeps its row, marked so. A row's tok/s and achieved concurrency are the
 means of its settled readings; TPOT and TTFT come from the level's own requests.
 
 Goodput is counted over the settled window only (from the first settled reading on): of the level's requests
@@ -27,6 +27,7 @@ from measure.core.lines import StepRow as StepRow  # its home; control code impo
 from measure.core.units import NS
 from presets import SLO
 
+LEFT_UNSETTLED = "left before it settled"  # the progress of a level's row kept though it never settled
 SETTLE_AFTER_S = 5.0
 SETTLE_REQUESTS = 8
 SETTLE_SAMPLES = 10
@@ -88,7 +89,7 @@ class StepTable:
     def __init__(self, slo: SLO | None = None, cost: Cost | None = None):
         self.slo = slo
         self.cost = cost
-        self.rows: list[StepRow] = []  # levels left behind that settled
+        self.rows: list[StepRow] = []  # levels left behind, settled or not
         self._label: str | None = None
         self._start = 0
         self._samples: list[tuple[float, float]] = []  # (tok/s, concurrency) once the level may settle
@@ -104,8 +105,10 @@ class StepTable:
         """The current level's row after this reading (and the row of a level left behind, settled, kept)."""
         self._track_heat(r.thermal, r.now_ns)
         if level.label != self._label:
-            if self._settled is not None:  # the level left behind keeps its row as it last stood settled
-                self.rows.append(self._settled)
+            # the level left behind keeps its row: as it last stood settled, else as it last stood, unsettled
+            left = self._settled or self._unsettled()
+            if left is not None:
+                self.rows.append(left)
             self._label, self._start, self._samples, self._base = level.label, level.start_ns, [], None
             self._settled = None
         if not r.steady and self._settled is not None:
@@ -140,6 +143,14 @@ class StepTable:
         if settled:
             self._settled = self.current
         return self.current
+
+    def _unsettled(self) -> StepRow | None:
+        """The row of a level left before it settled (a step taken sooner, or on a machine too noisy to settle
+        it), as it last stood: kept, marked, never the best."""
+        cur = self.current
+        if cur is None or cur.level != self._label:
+            return None
+        return replace(cur, progress=f"{LEFT_UNSETTLED}: " + cur.progress.removeprefix("settling: "))
 
     def _track_heat(self, thermal: str | None, now_ns: int) -> None:
         """A change of the thermal state: the readings before it are another machine's; the level settles again."""
