@@ -558,6 +558,50 @@ async def test_the_live_dashboard_redraws_its_numbers_once_a_second_with_its_cha
 
 
 @pytest.mark.asyncio
+async def test_charts_at_half_a_hertz_go_out_in_every_other_numbers_repaint_and_after_a_key_in_the_next():
+    """--refresh 0.5 (the default): the charts are redrawn in every other 1 Hz repaint of the numbers, never in
+    a repaint of their own; a key that steps K has them redrawn in the next repaint (its marker)."""
+    import gc
+
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 2)
+    app = InferenceTop(c, refresh_hz=0.5, live=True)
+    calls: list[str] = []
+    counting = [False]
+    real_numbers, real_charts = app.refresh_numbers, app.refresh_charts
+
+    def numbers():
+        if counting[0]:
+            run_for(c, fleet, clock, 0.5)  # a new snapshot every time: every call draws
+            calls.append("numbers")
+        real_numbers()
+
+    def charts():
+        if counting[0]:
+            calls.append("charts")
+        real_charts()
+
+    app.refresh_numbers, app.refresh_charts = numbers, charts  # before the timers are set
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(0.3)
+            counting[0] = True
+            await pilot.pause(4.2)
+            seen = list(calls)
+            calls.clear()
+            await pilot.press("plus")
+            await pilot.pause(1.1)
+            after_key = list(calls)
+    finally:
+        gc.unfreeze()
+    assert 4 <= seen.count("numbers") <= 5 and seen.count("charts") == 2, seen
+    for i, what in enumerate(seen):  # each chart redraw right after a numbers repaint, in the same callback
+        if what == "charts":
+            assert i > 0 and seen[i - 1] == "numbers", seen
+    assert "charts" in after_key, after_key  # the key's repaint, then the charts in the next 1 Hz one
+
+
+@pytest.mark.asyncio
 async def test_a_panel_draws_again_only_the_lines_that_changed():
     """The numbers panel changes a few of its lines a second: those lines are laid out again (Textual's Content:
     wrapped, styled, cut into strips), the others' strips are kept; the screen shows the same either way."""

@@ -1,7 +1,7 @@
 """The Textual dashboard. It reads its controller's `snapshot()` and calls its key actions (the members of
 measure/control/controller.Controller: LiveController live, ReplayController over a recording); nothing here
-waits on a worker. Numbers and gauges refresh at 1 Hz, charts at --refresh Hz (together at 1 Hz), each panel only
-when its content changed. What each panel shows is a pure function of the snapshot (tui/panels.py); `e` exports on
+waits on a worker. Numbers and gauges refresh at 1 Hz, charts at --refresh Hz (0.5 by default: every other of
+the same repaints), each panel only when its content changed; a key's effect is drawn at once. What each panel shows is a pure function of the snapshot (tui/panels.py); `e` exports on
 a worker thread, so the screen keeps refreshing meanwhile."""
 from __future__ import annotations
 
@@ -102,6 +102,8 @@ class InferenceTop(App):
         self._log_seen = 0
         self._last_numbers: int | None = None  # the snapshot version last drawn
         self._last_charts: int | None = None
+        self._charts_every = 1  # the charts are redrawn in every n-th 1 Hz repaint (--refresh 1 / n)
+        self._ticks = 0
         self.steps_view = False
 
     def compose(self) -> ComposeResult:
@@ -124,7 +126,8 @@ class InferenceTop(App):
 
     def on_mount(self) -> None:
         if self.live:
-            if self.refresh_hz == NUMBERS_HZ:  # one repaint a second: numbers and charts together
+            if self.refresh_hz <= NUMBERS_HZ:  # one repaint a second; the charts in every n-th of them
+                self._charts_every = max(1, round(NUMBERS_HZ / self.refresh_hz))
                 self.set_interval(1.0 / NUMBERS_HZ, self._refresh_both)
             else:
                 self.set_interval(1.0 / NUMBERS_HZ, self.refresh_numbers)
@@ -143,8 +146,13 @@ class InferenceTop(App):
 
     # ---- refresh -----------------------------------------------------------------------------
     def _refresh_both(self) -> None:
+        """The 1 Hz repaint: the numbers, and the charts in every `_charts_every`-th (--refresh below 1 Hz), so
+        the charts' rows go out in the same repaint as the numbers' lines, not in one of their own."""
         self.refresh_numbers()
-        self.refresh_charts()
+        self._ticks += 1
+        if self._ticks >= self._charts_every:
+            self._ticks = 0
+            self.refresh_charts()
 
     def refresh_numbers(self) -> None:
         snap = self.c.snapshot()
@@ -214,6 +222,7 @@ class InferenceTop(App):
             self.c.log("warn", msg)
             self.notify(msg, severity="warning", timeout=STICKY)
         self.refresh_numbers()
+        self._ticks = self._charts_every - 1  # the charts too, in the next repaint (the step's marker)
 
     def action_k(self, delta: int) -> None:
         """+/- change K in instances mode (and endpoints in use over HTTP, where several were given) and B in
@@ -337,7 +346,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
     return 0
 
 
-def run_dashboard(plan, refresh_hz: float = 1.0, record: str | None = None, brake: bool = True,
+def run_dashboard(plan, refresh_hz: float = 0.5, record: str | None = None, brake: bool = True,
                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
                   ray: tuple[str, int | None, list[int] | None] | None = None) -> int:
     """The live dashboard over a RunPlan (measure/control/runplan.py: RunPlan.start_live starts its parts);

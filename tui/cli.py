@@ -171,7 +171,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                          "probe (this machine's ceilings), replay FILE, report PATH…. "
                          "Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
-    dash.add_argument("--refresh", type=positive_float, default=1.0, help="chart redraws per second (default 1)")
+    dash.add_argument("--refresh", type=positive_float, default=0.5,
+                      help="chart redraws per second (default 0.5: every 2 s; the numbers redraw every second)")
     dash.add_argument("--record", help="record the session to this JSONL file")
     dash.add_argument("--no-brake", action="store_true", help="at the memory wall only warn; do not undo the step")
     dash.add_argument("--prometheus", type=positive_int, metavar="PORT", help="serve the live numbers at "
