@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypedDict
 
@@ -471,7 +471,7 @@ class LiveController:
         if self.recorder:  # everything a replay needs to draw this moment again
             self.recorder.write(to_line(Sample(
                 t_ns=now, t=t, k=self.k, b=self.b, mode=self.mode, paused=self.paused, state=state,
-                users=self.users(), system=asdict(sysv), workers=[vars(w) for w in workers],
+                users=self.users(), system=dict(vars(sysv)), workers=[vars(w) for w in workers],
                 procs={str(p): list(v) for p, v in procs.items()}, agg_tps=win.agg_tps, tpot_p50=p50,
                 bw_gbps=bw.gbps, concurrency=win.concurrency)))
         return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     _FromWorker = StateMsg | StartMsg | TokensMsg | DoneMsg | FatalMsg
 
 WAIT_S = 0.5  # the I/O thread sleeps this long at most; commands and workers wake it at once
+ALIVE_POLL_S = 0.5  # the I/O thread asks each worker process whether it lives at most this often (waitpid)
 RETIRED_SHOWN_S = 10.0  # a retired worker's row stays this long, then leaves the list (_forget_retired)
 S = WorkerState
 
@@ -147,6 +148,7 @@ class Fleet(CollectsRecords):
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._sel: selectors.BaseSelector | None = None  # the I/O thread's (_wait)
         self._watched: dict[int, _Worker] = {}
+        self._next_poll = 0.0  # monotonic time of the next waitpid of every worker (ALIVE_POLL_S)
         self._lock = threading.Lock()
         self._snapshot: dict[int, WorkerInfo] = {}
         self._closed = False
@@ -349,8 +351,13 @@ class Fleet(CollectsRecords):
                             self._handle(w, w.conn.recv(), collector)
                         except (EOFError, OSError):
                             pass
+                # a death shows as its sentinel (the pipe's far end closes with the process); a poll of each
+                # process twice a second covers one whose pipe a descendant still holds open
+                poll = time.monotonic() >= self._next_poll
+                if poll:
+                    self._next_poll = time.monotonic() + ALIVE_POLL_S
                 for w in list(self._live()):
-                    if w.proc.sentinel in ready or not w.proc.is_alive():
+                    if w.proc.sentinel in ready or (poll and not w.proc.is_alive()):
                         self._drain(w, collector)
                         if not w.info.state.gone:
                             self._died(w, collector)
