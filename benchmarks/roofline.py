@@ -8,7 +8,8 @@ probe measured itself: one process at K = 1, B = 1 at a thread count it ran, or 
 all threads) or `held out` (neither). Only the held-out levels test the predictor: `worst_error` is over
 them; `worst_error_probe` and `worst_error_calibration` are over the others.
 
-    python benchmarks/roofline.py [--tokens 64] [--prompt 32] [--rounds 6] [--reprobe] [--levels i1,i2,i3,i4,b1,b2,b4,b8,b16]
+    python benchmarks/roofline.py [--tokens 64] [--prompt 32] [--rounds 6] [--reprobe]
+                                  [--levels i1,i2,i3,i4,b1,b2,b4,b8,b16]
 
 The last line is one JSON object: {"worst_error": …, "held_out": [...], "levels": [{…, "role": …}, …]}.
 """
@@ -96,7 +97,8 @@ def score(work, c, measured: list[dict], tokens: int) -> tuple[dict, Machine, Ma
         return [f"{x['mode']} K={x['k']} B={x['b']}" for x in rows if x["role"] == r]
 
     out = {"worst_error": worst("held out"),
-           # where K × threads > cores the screen says the prediction does not hold (Prediction.caveat)
+           # where K × threads > cores the screen says the prediction holds only while nothing else wants the
+           # cores (Prediction.caveat)
            "worst_error_cores_not_shared": worst("held out", False), "worst_error_time_shared": worst("held out", True),
            "worst_error_probe": worst("probe"),
            "worst_error_calibration": worst("calibration"), "held_out": named("held out"),
@@ -164,7 +166,7 @@ def main() -> int:
     print(f"\nworst error over the held-out levels ({', '.join(out['held_out']) or 'none measured'}): "
           f"{pct(out['worst_error'])} (goal ≤ 15 %, stretch 10 %): {pct(out['worst_error_cores_not_shared'])} where "
           f"each decoding thread has a core, {pct(out['worst_error_time_shared'])} where K × threads > cores (the "
-          f"screen says the prediction does not hold there); over the probe's own levels "
+          f"screen says it holds only while nothing else wants the cores); over the probe's own levels "
           f"{pct(out['worst_error_probe'])}; over the calibration points {pct(out['worst_error_calibration'])}")
     print(json.dumps(out))
     return 0

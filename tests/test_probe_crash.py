@@ -12,7 +12,8 @@ STAGES = [  # (the engine's crash point, its options, the probe stage it falls i
     ("load", {}, "load"),
     ("warmup", {}, "warmup"),
     ("generate", {}, "decode"),
-    ("generate", {"crash_nth": CORES + 1}, "prefill"),  # decode runs one generate per thread count
+    # decode runs DECODE_RUNS generates per thread count
+    ("generate", {"crash_nth": ceilings.DECODE_RUNS * CORES + 1}, "prefill"),
     ("batch", {}, "batch"),
     ("batch_step", {}, "batch"),
 ]

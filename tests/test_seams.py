@@ -396,8 +396,8 @@ def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream()
 
 
 def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
-    """Issue 34 item 4: K × threads > cores (K=3 on 2 cores) is time-shared and ran 5–36 % below the model:
-    the prediction says so; K=2 on 2 cores does not."""
+    """Issue 34 item 4: K × threads > cores (K=3 on 2 cores) is time-shared and ran 5–36 % below the model beside
+    other work: the prediction says so; K=2 on 2 cores does not."""
     from measure.core.roofline import Prediction
 
     def p(k, threads):
