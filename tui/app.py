@@ -1,8 +1,9 @@
 """The Textual dashboard. It reads its controller's `snapshot()` and calls its key actions (the members of
 measure/control/controller.Controller: LiveController live, ReplayController over a recording); nothing here
-waits on a worker. Numbers and gauges refresh at 1 Hz, charts at --refresh Hz (0.5 by default: every other of
-the same repaints), each panel only when its content changed; a key's effect is drawn at once. What each panel shows is a pure function of the snapshot (tui/panels.py); `e` exports on
-a worker thread, so the screen keeps refreshing meanwhile."""
+waits on a worker. Numbers and gauges refresh at 1 Hz, charts at --refresh Hz (0.5 by default: in every other of
+the same repaints), each panel only when its content changed; a key's effect on the numbers is drawn at once, on
+the charts in the next repaint. What each panel shows is a pure function of the snapshot (tui/panels.py); `e`
+exports on a worker thread, so the screen keeps refreshing meanwhile."""
 from __future__ import annotations
 
 import gc
