@@ -296,8 +296,8 @@ def render_step_table(rows: Sequence[StepRow], slo: SLO | None) -> Text:
     t = Text()
     t.append("step table (times in ms) · ", "bold")
     t.append(f"SLO {slo.describe()}\n" if slo else "no SLO (--slo interactive) for goodput\n")
-    t.append(f"a row per K/B level once settled: ≥ {SETTLE_AFTER_S:g} s steady, ≥ {SETTLE_REQUESTS} requests, "
-             f"tok/s CV < {SETTLE_CV:.2f}\n", "grey50")
+    t.append(f"a row per K/B level visited, settled at ≥ {SETTLE_AFTER_S:g} s steady, "
+             f"≥ {SETTLE_REQUESTS} requests, tok/s CV < {SETTLE_CV:.2f}\n", "grey50")
     cost = any(r.usd_per_mtok is not None for r in rows)
     lw = max([len("level")] + [len(r.level) for r in rows])
     t.append(f"  {'level':<{lw}} {'conc':>4} {'tok/s':>6} {'/user':>6} {'TPOT':>5} {'TTFT':>5} {'p99':>5} "
