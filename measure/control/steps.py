@@ -5,8 +5,9 @@ holds only this level's tokens) with every worker ready, at least `SETTLE_REQUES
 finished, and the last `SETTLE_SAMPLES` readings of aggregate tok/s (2 Hz) vary by less than `SETTLE_CV`
 (stdev ÷ mean) with no trend: the means of their later and earlier halves differ by less than `SETTLE_TREND`
 of their mean (a steady +50 % ramp over 15 s has CV 0.04 over 10 readings, but its halves differ by 6 %).
-Until then the row says what it waits for; a level left before it settled keeps its row, marked so. A row's tok/s and achieved concurrency are the
-means of its settled readings; TPOT and TTFT come from the level's own requests.
+Until then the row says what it waits for; a level left before it settled keeps its row, marked so. A row's
+tok/s and achieved concurrency are the means of its settled readings; TPOT and TTFT come from the level's own
+requests.
 
 Goodput is counted over the settled window only (from the first settled reading on): of the level's requests
 that finished in it, the share of output tokens that met the SLO, times the row's settled tok/s (req/s: the

@@ -353,9 +353,10 @@ class Fleet(CollectsRecords):
                             pass
                 # a death shows as its sentinel (the pipe's far end closes with the process); a poll of each
                 # process twice a second covers one whose pipe a descendant still holds open
-                poll = time.monotonic() >= self._next_poll
+                now = time.monotonic()
+                poll = now >= self._next_poll
                 if poll:
-                    self._next_poll = time.monotonic() + ALIVE_POLL_S
+                    self._next_poll = now + ALIVE_POLL_S
                 for w in list(self._live()):
                     if w.proc.sentinel in ready or (poll and not w.proc.is_alive()):
                         self._drain(w, collector)
