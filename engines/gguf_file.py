@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from gguf import GGUFReader
 
 GGUF_MAGIC = b"GGUF"
+WORK_VERSION = 2  # what a cached GGUFInfo holds; a cache written by an older reader is read again
+
+# Sliding-window layers by architecture, as llama.cpp applies them (src/llama-model.cpp, set_swa_pattern(n): of every
+# n layers the first n − 1 attend the window, the n-th the whole context); a file may carry the per-layer array
+# `{arch}.attention.sliding_window_pattern` instead, which wins.
+SWA_PATTERN = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "llama4": 4, "exaone4": 4}
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,17 @@ class GGUFInfo:
     heads: int | None = None
     hidden: int | None = None
     vocab: int | None = None
+    # the shape of the work beyond a dense model (docs/design.md §26): routed experts, windows, linear layers
+    experts: int | None = None  # routed experts per MoE layer
+    experts_used: int | None = None
+    expert_bytes: int | None = None  # all routed experts' tensors (ffn_*_exps), every MoE layer
+    expert_params: int | None = None
+    sliding_window: int | None = None
+    window_layers: int | None = None  # layers attending only the window (the arch's pattern, or the file's array)
+    linear_layers: int | None = None  # recurrent / linear-attention layers (no KV; a fixed state)
+    state_bytes: float | None = None  # their state, one sequence, all such layers
+    mla_dim: int | None = None  # latent attention (MLA): K/V cached as kv_lora_rank + rope dims a token and layer
+    assumed: tuple[str, ...] = ()  # what was assumed where the file did not say
 
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float | None:
         if self.layers is None or self.kv_heads is None or self.head_dim is None:
@@ -90,14 +107,15 @@ def inspect_gguf(path: str | os.PathLike[str], progress: Callable[[str], None] |
         st = p.stat()
         key = f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}"
         cached = _read_json(_cache_file()).get(key)
-        if cached and cached.get("tensor_bytes") is not None:  # a cache from before the work model is re-read
-            return GGUFInfo(**{k: v for k, v in cached.items() if k in GGUFInfo.__dataclass_fields__})
+        if cached and cached.get("work_version") == WORK_VERSION:  # a cache from before the work model is re-read
+            fields = {k: v for k, v in cached.items() if k in GGUFInfo.__dataclass_fields__}
+            return GGUFInfo(**{**fields, "assumed": tuple(fields.get("assumed", ()))})
     if progress and key:
         progress(f"reading the GGUF metadata of {p.name} (once per file, ≈10 s for a large vocabulary) …")
     info = _inspect(p)
     if key:
         table = _read_json(_cache_file())
-        table[key] = asdict(info)
+        table[key] = {**asdict(info), "work_version": WORK_VERSION}
         _write_json(_cache_file(), table)
     return info
 
@@ -134,8 +152,13 @@ def _inspect(path: Path) -> GGUFInfo:
     def as_int(v: Any) -> int | None:
         return None if v is None else int(v)
 
+    kv_list = kv_heads if isinstance(kv_heads, list) else None  # a hybrid: 0 KV heads in its linear layers
+    if kv_list is not None:
+        kv_heads = max((int(x) for x in kv_list), default=0) or None
+    layers = as_int(gguf_field(reader, f"{arch}.block_count"))
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     return GGUFInfo(
+        **beyond_dense(reader, str(arch), layers, kv_list),
         tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         params=sum(int(t.n_elements) for t in reader.tensors),
         embd_bytes=int(embd.n_bytes) if embd is not None else None,
@@ -147,11 +170,64 @@ def _inspect(path: Path) -> GGUFInfo:
         file_bytes=size,
         architecture=str(arch),
         name=str(gguf_field(reader, "general.name") or p.stem),
-        layers=as_int(gguf_field(reader, f"{arch}.block_count")),
+        layers=layers,
         kv_heads=as_int(kv_heads if kv_heads is not None else heads),
         head_dim=as_int(head_dim),
         context_length=as_int(gguf_field(reader, f"{arch}.context_length")),
     )
+
+
+def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: list[Any] | None) -> dict[str, Any]:
+    """The GGUFInfo fields past a dense, full-attention model: routed experts (their tensors' bytes), the sliding
+    window and how many layers use it, linear/recurrent layers and their state, latent attention; and, in
+    `assumed`, what the file left to an assumption (docs/design.md §26)."""
+    def get(key: str) -> Any:
+        return gguf_field(reader, f"{arch}.{key}")
+
+    out: dict[str, Any] = {}
+    assumed: list[str] = []
+    exps = [t for t in reader.tensors if "_exps." in t.name]
+    n_exp, used = get("expert_count"), get("expert_used_count")
+    if exps or n_exp:
+        out.update(experts=int(n_exp or 0) or None, experts_used=int(used or 0) or None,
+                   expert_bytes=sum(int(t.n_bytes) for t in exps), expert_params=sum(int(t.n_elements) for t in exps))
+        if not used:
+            assumed.append("experts used per token not in the file: every expert counted as read (dense)")
+    window = get("attention.sliding_window")
+    if window and layers:
+        pattern = get("attention.sliding_window_pattern")
+        if isinstance(pattern, list) and pattern:
+            n_win = sum(1 for x in pattern if x)
+        elif arch in SWA_PATTERN:
+            n = SWA_PATTERN[arch]
+            n_win = sum(1 for i in range(layers) if i % n < n - 1)
+        else:
+            n_win = 0
+            assumed.append(f"architecture {arch!r} has a sliding window of {int(window)} but no known layer pattern: "
+                           "every layer counted as full attention")
+        out.update(sliding_window=int(window), window_layers=n_win)
+    if kv_list is not None:
+        linear = sum(1 for x in kv_list if not int(x))
+        out["linear_layers"] = linear
+        if linear:
+            out["state_bytes"] = _ssm_state_bytes(get, linear)
+            if out["state_bytes"] is None:
+                assumed.append(f"{linear} layers without KV heads but no ssm.* sizes: their state counted as 0")
+    if rank := get("attention.kv_lora_rank"):
+        out["mla_dim"] = int(rank) + int(get("rope.dimension_count") or 0)
+    out["assumed"] = tuple(assumed)
+    return out
+
+
+def _ssm_state_bytes(get: Callable[[str], Any], layers: int) -> float | None:
+    """A recurrent layer's state in llama.cpp (F32): the conv window (d_conv − 1) × (d_inner + 2 · groups ·
+    d_state) and the SSM state d_inner × d_state, times the layers that have one."""
+    conv, inner, state = get("ssm.conv_kernel"), get("ssm.inner_size"), get("ssm.state_size")
+    if not (conv and inner and state):
+        return None
+    groups = int(get("ssm.group_count") or 0)
+    per = (int(conv) - 1) * (int(inner) + 2 * groups * int(state)) + int(inner) * int(state)
+    return float(layers * per * 4)
 
 
 def _file_sha256(path: Path) -> str:

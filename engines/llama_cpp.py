@@ -40,6 +40,38 @@ def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:
     return line
 
 
+def gpu_layers(lib: Any, asked: int | None) -> int:
+    """n_gpu_layers to ask llama.cpp for: `asked` (--n-gpu-layers) where given; else every layer (-1) where this
+    build of llama.cpp has a GPU backend to offload to (Metal, CUDA, Vulkan: llama_supports_gpu_offload), else 0.
+    llama-cpp-python's own default is 0, every layer on the CPU, whatever the build."""
+    if asked is not None:
+        return asked
+    return -1 if lib.llama_supports_gpu_offload() else 0
+
+
+def placement(lib: Any, asked: int | None, layers: int | None = None) -> str:
+    """Where the layers run, in words (the dashboard's header, the run's header)."""
+    n = gpu_layers(lib, asked)
+    gpu = bool(lib.llama_supports_gpu_offload())
+    if not gpu:
+        return "layers on the CPU (this llama.cpp has no GPU backend)"
+    if n == 0:
+        return "layers on the CPU (--n-gpu-layers 0)"
+    if n < 0 or (layers is not None and n >= layers):
+        return "all layers on the GPU"
+    return f"{n}{f' of {layers}' if layers else ''} layers on the GPU, the rest on the CPU"
+
+
+def offloaded_fraction(lib: Any, asked: int | None, layers: int | None) -> float:
+    """The share of the model's layers llama.cpp wires to the GPU (0 on a build without a GPU backend)."""
+    if not lib.llama_supports_gpu_offload():
+        return 0.0
+    n = gpu_layers(lib, asked)
+    if n < 0 or not layers:
+        return 1.0 if n != 0 else 0.0
+    return min(1.0, n / layers)
+
+
 class LlamaCppEngine:
     name = "llama.cpp"
 
@@ -85,6 +117,8 @@ class LlamaCppEngine:
             n_threads_batch=self.spec.threads,
             seed=self.spec.seed,
             flash_attn=self.spec.flash_attn,
+            n_gpu_layers=gpu_layers(self._lib, self.spec.n_gpu_layers),
+            swa_full=False,  # llama.cpp's reduced window cache, as llama-server makes it (docs/design.md §26)
             verbose=False,
         )
 
@@ -213,6 +247,7 @@ class LlamaBatch:
         p.n_threads = p.n_threads_batch = engine.spec.threads
         p.flash_attn_type = 1 if engine.spec.flash_attn else 0  # the same setting as the single-stream path
         p.kv_unified = False
+        p.swa_full = False  # the reduced window cache, as the single-stream context (docs/design.md §26)
         p.no_perf = True
         self.ctx = lib.llama_init_from_model(engine._loaded().model, p)
         if not self.ctx:

@@ -12,14 +12,18 @@ from measure.core.work import config_params, from_config, from_gguf, from_preset
 def test_work_of_the_embedded_gemma(model):
     """Gemma 3 270M Q4_K_M: no output.weight, so the embedding (Q8_0, 178,257,920 B of the 246,587,904 B of
     tensors) is the output projection and is read whole every step; every one of the 268,098,176 params is
-    multiplied: 2 × 268,098,176 = 536,196,352 FLOP per token, + 4 × 18 layers × 4 heads × 256 = 73,728 FLOP
-    per token of context. KV: 2 × 18 × 1 × 256 × 2 B = 18,432 B per token."""
+    multiplied: 2 × 268,098,176 = 536,196,352 FLOP per token, + 4 × 4 heads × 256 = 4,096 FLOP per layer and
+    token of context attended: at 1000 tokens the 3 global layers attend 1000, the 15 windowed 512 (10,680 in
+    all: 43,745,280 FLOP). KV: 2 × 18 × 1 × 256 × 2 B = 18,432 B per token within the window; past it a step reads
+    the 3 global layers' whole context and the window of the 15 others (docs/design.md §26)."""
     w = from_gguf(model.info)
     assert (w.weight_bytes, w.params, w.embd_row_bytes) == (246_587_904, 268_098_176, 0.0)
     assert w.file_bytes == 253_113_024 and "tied" in w.note
-    assert w.flops_per_token(0) == 536_196_352 and w.flops_per_token(1000) == 536_196_352 + 73_728_000
+    assert (w.window, w.window_layers, w.full_layers, w.experts) == (512, 15, 3, None)
+    assert w.flops_per_token(0) == 536_196_352 and w.flops_per_token(1000) == 536_196_352 + 43_745_280
     assert w.kv_bytes_per_token == 18_432
     assert w.bytes_per_step([100, 300]) == 246_587_904 + 18_432 * 400
+    assert w.bytes_per_step([1000]) == 246_587_904 + 1024 * (3 * 1000 + 15 * 512)
 
 
 LLAMA_31_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -360,7 +364,7 @@ def test_a_probe_taken_on_a_busy_machine_says_so_wherever_its_rates_are_used(tmp
     assert not any("cores:" in n for n in Machine.from_ceilings(quiet, w).notes)
 
     monkeypatch.setenv("INFERENCE_TOP_CACHE", str(tmp_path))
-    monkeypatch.setattr(ceilings, "cached", lambda: busy)
+    monkeypatch.setattr(ceilings, "cached", lambda model=None: busy)
     plan = RunPlan.__new__(RunPlan)
     plan.engine, plan.warnings = "llama", []
     monkeypatch.setattr(RunPlan, "work", lambda self: w)

@@ -136,6 +136,9 @@ def _machine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", type=positive_float, help="the chip's bandwidth in GB/s (overrides the preset)")
     p.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
     p.add_argument("--no-flash-attn", action="store_true", help="turn llama.cpp's flash attention off")
+    p.add_argument("--n-gpu-layers", type=int, default=None, metavar="N",
+                   help="llama engine: layers to offload to llama.cpp's GPU backend (Metal, CUDA, Vulkan); -1 all, "
+                   "0 none (default: all where this llama.cpp build has a GPU backend, else 0)")
     p.add_argument("--memory-budget", help="refuse steps whose estimated footprint exceeds this: a fraction of "
                    "physical memory (0.85, the default) or a size: 20G = 20GB = 20GiB = 20×2³⁰ bytes (memory "
                    "is counted in GiB, as RAM is sold and shown on screen)")

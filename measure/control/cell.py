@@ -736,15 +736,19 @@ def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_
         # one server: the cell's TPOT p50 is its streams' (one step serves all of them)
         bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
         return Bandwidth(bw.gbps, bw.formula, eps or None)
+    work = spec.roofline.work if spec.roofline is not None else None  # the bytes a token reads (§26), where known
     if mode != "batch":
-        bw = M.bandwidth_product(mode, weight_bytes, agg_tps=timed.throughput)
+        bw = (M.read_bandwidth(mode, work, agg_tps=timed.throughput) if work is not None
+              else M.bandwidth_product(mode, weight_bytes, agg_tps=timed.throughput))
         return Bandwidth(bw.gbps, bw.formula)
     if timed.batch is None:  # no request decoded over a span
         return Bandwidth(None, M.bandwidth_product(mode, weight_bytes).formula)
     good, windows, secs = timed.batch
     steps, kv = M.batch_reads(good, windows, spec.kv_bytes_per_token)
     kv_per_s = None if kv is None else kv / secs
-    bw = M.bandwidth_product(mode, weight_bytes, steps_per_s=[steps / secs], kv_read_bps=kv_per_s)
+    bw = (M.read_bandwidth(mode, work, agg_tps=timed.throughput, steps_per_s=[steps / secs], kv_read_bps=kv_per_s)
+          if work is not None and timed.throughput else
+          M.bandwidth_product(mode, weight_bytes, steps_per_s=[steps / secs], kv_read_bps=kv_per_s))
     return Bandwidth(bw.gbps, bw.formula, None, steps / secs, None if kv_per_s is None else kv_per_s / 1e9)
 
 

@@ -58,6 +58,7 @@ class ProcessSampler(Protocol):
 @dataclass
 class LiveSettings:
     max_tokens: int = 128
+    placement: str = ""  # where the engine's layers run (llama.cpp: CPU or GPU), for the header
     rate: float | None = None
     users: int | None = None  # None: K × B
     window_s: float = 5.0
@@ -122,7 +123,7 @@ class LiveController:
         self.roofline = roofline  # core/roofline.Roofline: predictions and the attainable line
         self.info = RunInfo(self.caps.engine, source.meta.model, self.caps.weight_bytes, settings.chip,
                             settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
-                            self.caps.endpoint, roofline.attainable_gbps if roofline else None)
+                            self.caps.endpoint, roofline.attainable_gbps if roofline else None, settings.placement)
         maxlen = int(settings.history_s * settings.sample_hz)
         self._history: deque[Point] = deque(maxlen=maxlen)
         self._markers: deque[tuple[float, str]] = deque(maxlen=64)
@@ -482,6 +483,9 @@ class LiveController:
         if self.caps.per_endpoint_bandwidth:
             ep_tpot = {wid: tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
             return M.http_bandwidth(W, ep_tpot.values()), ep_tpot
+        if self.roofline is not None and self.caps.local:  # the bytes a token really reads (experts: not the file)
+            return M.read_bandwidth(self.mode, self.roofline.work, agg_tps=win.agg_tps,
+                                    steps_per_s=list(win.steps_per_s.values())), {}
         return M.bandwidth_product(self.mode, W, agg_tps=win.agg_tps, steps_per_s=list(win.steps_per_s.values())), {}
 
     def _worker_rows(self, workers: list[WorkerInfo], win: Window, ep_tpot: dict[int | None, float],

@@ -213,7 +213,8 @@ class RunPlan:
         work = self.work()
         if work is None:
             return None
-        c = ceilings.get(say=say)
+        own = self.choice if self.engine == "llama" and self.choice and not self.choice.embedded else None
+        c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
         warning = c.busy_warning()
         if warning and warning not in self.warnings:  # said at the start, and kept in the dashboard's log
             say(f"warning: {warning}")
@@ -235,7 +236,7 @@ class RunPlan:
         b = (self.bs or [1])[0]
         fp = engine_footprint(self.mode, self.ks[0], b, b_cap=max(self.max_b, b), seq_ctx=self.ctx, ctx=self.ctx,
                               weight_bytes=self.choice.file_bytes,
-                              kv_per_token=self.choice.kv_bytes_per_token() or 0.0,
+                              kv_per_token=self.choice.kv_bytes_per_token(self.ctx) or 0.0,
                               overhead_bytes=DEFAULT_OVERHEAD_BYTES)
         why = admit(fp, self.memory_budget)
         return f"the starting level: {why}" if why else None
@@ -244,10 +245,18 @@ class RunPlan:
         return LiveSettings(max_tokens=self.max_tokens, rate=self.rate, users=self.users,
                             bandwidth_gbps=self.bandwidth_gbps, bandwidth_source=self.bandwidth_source,
                             chip=self.chip, ignore_eos=self.ignore_eos, memory_budget=self.memory_budget,
-                            kv_bytes_per_token=self.choice.kv_bytes_per_token() if self.choice else None,
+                            kv_bytes_per_token=self.choice.kv_bytes_per_token(self.ctx) if self.choice else None,
                             memory_budget_source=self.memory_budget_source,
                             ctx=self.ctx, force=self.force, brake=brake and not self.engine_is_remote, slo=self.slo,
-                            cost=self.cost)
+                            cost=self.cost, placement=self._placement())
+
+    def _placement(self) -> str:
+        """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design.md §26)."""
+        if self.engine != "llama" or self.spec is None:
+            return ""
+        from measure.machine.model_choice import llama_placement
+
+        return llama_placement(self.spec.n_gpu_layers)
 
     def header(self, extra: dict[str, Any]) -> dict[str, Any]:
         """The first line of every records file and recording: environment, engine settings, model, plan."""
@@ -583,7 +592,7 @@ def _local_plan(args: argparse.Namespace, common: dict[str, Any], progress: Call
     try:
         choice = resolve_model(args.engine, args.model, progress)
         spec = build_spec(args.engine, choice, args.threads, common["ctx"], max(common["ks"]),
-                          not args.no_flash_attn, progress)
+                          not args.no_flash_attn, progress, n_gpu_layers=args.n_gpu_layers)
     except (EngineError, GuardError) as exc:
         raise StartError(str(exc)) from None
     plan = RunPlan(engine=args.engine, chip=chip_name, bandwidth_gbps=beta, bandwidth_source=beta_src,

@@ -23,6 +23,7 @@ class RunInfo:
     simulated: bool
     endpoint: str | None = None  # a remote engine's URL: the gauges then show this machine, not the server's
     attainable_gbps: float | None = None  # measured by the probe: the second line on the bandwidth chart
+    placement: str = ""  # where the engine's layers run (llama.cpp: CPU or GPU)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from measure.core.readings import MacMemory, SystemSample, others_held, working_
 from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
+from measure.core.work import WorkModel
 
 if TYPE_CHECKING:
     from typing_extensions import NotRequired, Unpack
@@ -57,9 +58,22 @@ class KVShape:
     source: str
     hidden: int = 0  # for the prefill activations an mlx engine keeps (0: not known)
     intermediate: int = 0
+    work: WorkModel | None = None  # the model's layer kinds (windows, linear layers): KV per engine (§26)
 
     def per_token(self, dtype: str = "f16") -> float:
         return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes(dtype))
+
+    def per_request(self, ctx: int, dtype: str = "f16", layout: str = "llama.cpp-window") -> float:
+        """KV of one request of `ctx` tokens as an engine of this layout holds it (work.KV_LAYOUTS); without the
+        model's layer kinds, every layer holds the whole context."""
+        if self.work is None:
+            return ctx * self.per_token(dtype)
+        return replace(self.work, kv_element_bytes=dtype_bytes(dtype)).kv_alloc_bytes(ctx, layout)
+
+    @property
+    def layouts_differ(self) -> bool:
+        """Whether engines hold this model's KV differently (sliding windows or linear layers)."""
+        return self.work is not None and bool(self.work.window_layers or self.work.linear_layers)
 
     def prefill_bytes_per_seq(self, prompt_tokens: int) -> float:
         """mlx_prefill_bytes for this model (0 where its hidden and MLP widths are not known)."""
@@ -98,8 +112,14 @@ def shape_from_config(path: str | Path) -> KVShape:
         raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
                          "hidden_size or head_dim") from None
     weights = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
+    from measure.core import work as W
+
+    try:
+        wm: WorkModel | None = W.from_config(p)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        wm = None
     return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights, f"config {p}",
-                   int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0))
+                   int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0), wm)
 
 
 def shape_from_gguf(path: str | Path) -> KVShape:
@@ -109,7 +129,13 @@ def shape_from_gguf(path: str | Path) -> KVShape:
     layers, kv_heads, head_dim = info.layers, info.kv_heads, info.head_dim
     if layers is None or kv_heads is None or head_dim is None:
         raise GuardError(f"{path}: the GGUF metadata lacks the KV shape of architecture {info.architecture}")
-    return KVShape(info.name, layers, kv_heads, head_dim, info.file_bytes, f"GGUF {path}")
+    from measure.core import work as W
+
+    try:
+        wm: WorkModel | None = W.from_gguf(info)
+    except ValueError:
+        wm = None
+    return KVShape(info.name, layers, kv_heads, head_dim, info.file_bytes, f"GGUF {path}", work=wm)
 
 
 def shape_from_preset(name: str) -> KVShape:
@@ -122,7 +148,10 @@ def shape_from_preset(name: str) -> KVShape:
         attn = h * m.heads * hd * 2 + h * m.kv_heads * hd * 2 + 2 * h  # q, o, k, v and the two norms
         per_layer = (m.params - m.vocab * h * (1 if m.tied_embeddings else 2) - h) / m.layers
         inter = max(0, round((per_layer - attn) / (3 * h)))
-    return KVShape(m.name, m.layers, m.kv_heads, m.head_dim, m.weight_bytes, f"preset {name}", m.hidden, inter)
+    from measure.core import work as W
+
+    return KVShape(m.name, m.layers, m.kv_heads, m.head_dim, m.weight_bytes, f"preset {name}", m.hidden, inter,
+                   W.from_preset(m))
 
 
 @dataclass(frozen=True)

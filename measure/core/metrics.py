@@ -15,6 +15,7 @@ import numpy as np
 
 from measure.core.records import RequestRecord, is_remote
 from measure.core.units import NS
+from measure.core.work import WorkModel
 from presets import SLO
 NOISY_CV = 0.10
 
@@ -285,6 +286,35 @@ BANDWIDTH_FORMULA_BATCH_NO_KV = "Σ workers steps/s × W, W = model file bytes (
 BANDWIDTH_FORMULA_HTTP = "n/a: the weights are read on the server (--model-bytes W to estimate it)"
 BANDWIDTH_FORMULA_HTTP_W = ("Σ endpoints W ÷ TPOT p50 (a batching server reads W once per step for all its "
                             "streams), W = --model-bytes")
+
+
+def read_formula(work: WorkModel) -> str:
+    """What W is where the model's work is known: the bytes a token reads, not the file."""
+    if work.experts is None:
+        return f"W = bytes read per token ({work.read_bytes(1) / 1e9:.3f} GB)"
+    e = work.experts
+    return (f"W = bytes read per token: {work.weight_bytes / 1e9:.3f} GB always + {e.used} of {e.count} experts × "
+            f"{e.bytes_each / 1e6:.1f} MB = {work.read_bytes(1) / 1e9:.3f} GB (the file: {work.file_bytes / 1e9:.3f} "
+            "GB); a batch step reads the distinct experts its tokens are routed to")
+
+
+def read_bandwidth(mode: str, work: WorkModel, *, agg_tps: float | None = None,
+                   steps_per_s: Sequence[float] = (), kv_read_bps: float | None = None) -> Bandwidth:
+    """bandwidth_product with the weights a step actually reads (work.read_bytes, docs/design.md §26): a stream
+    reads read_bytes(1) a token; a batch step of n tokens read_bytes(n), n = tok/s ÷ steps/s (a mixture of
+    experts: the union of its tokens' experts)."""
+    formula = read_formula(work)
+    if mode == "batch":
+        steps = sum(steps_per_s)
+        if not steps or not agg_tps:
+            return Bandwidth(None, f"Σ workers steps/s × W(tokens a step), {formula}")
+        per_step = work.read_bytes(agg_tps / steps)
+        return Bandwidth((steps * per_step + (kv_read_bps or 0.0)) / 1e9,
+                         f"Σ workers steps/s × W(tokens a step){' + KV read' if kv_read_bps is not None else ''}, "
+                         f"{formula}")
+    if not agg_tps:
+        return Bandwidth(None, f"aggregate tok/s × W, {formula}")
+    return Bandwidth(agg_tps * work.read_bytes(1) / 1e9, f"aggregate tok/s × W, {formula}")
 
 
 def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = None,

@@ -88,6 +88,8 @@ class Machine:
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
     thread_speedup: dict[int | str, float] = field(default_factory=dict)  # threads → speedup over 1 thread
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
+    step_overhead_s: float = 0.0  # a step's fixed cost beyond its bytes and FLOPs (kernel launches, synchronisation)
+    kv_layout: str = "llama.cpp-window"  # how the engine holds windowed layers' KV (work.KV_LAYOUTS), for its footprint
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()
     # unified memory: what an engine may wire (None: not modelled), what each sequence holds beside its KV,
@@ -118,50 +120,76 @@ class Machine:
             return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores,
                        notes=("no engine rates in the probe: bandwidth ceiling only", *busy))
         step1 = 1.0 / d[1]
-        scale = work.weight_bytes / e["weight_bytes"] if e.get("weight_bytes") else 1.0  # another model: by W
+        scale = work.read_bytes(1) / e["weight_bytes"] if e.get("weight_bytes") else 1.0  # another model: by bytes
         top = max(d)  # batches and prefill ran with all threads: in one-thread core-seconds, × the speedup
         base, seq = None, 0.0
         bs = {int(k): (1.0 / v) * (d[top] / d[1]) for k, v in (e.get("batch_steps_per_s") or {}).items()}
-        if len(bs) >= 2:
+        if len(bs) >= 2:  # step(B) = base × R(B)/R(1) + B × seq: the weights' part grows with the experts read
             lo, hi = min(bs), max(bs)
-            seq = max(0.0, (bs[hi] - bs[lo]) / (hi - lo))
-            base = max(0.0, bs[lo] - lo * seq)
+            rl, rh = work.read_bytes(lo) / work.read_bytes(1), work.read_bytes(hi) / work.read_bytes(1)
+            det = rl * hi - rh * lo
+            base = (bs[lo] * hi - bs[hi] * lo) / det
+            seq = (rl * bs[hi] - rh * bs[lo]) / det
+            if seq < 0 or base < 0:  # the two points say less than the model: keep the part they fix
+                seq = max(0.0, seq)
+                base = max(0.0, (bs[lo] - lo * seq) / rl)
+        t_top = 1.0 / d[top] * scale
+        t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
+        busy = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
+                f"{t_top * 1e3:.1f} ms at {top} threads, {t_bytes * 1e3:.1f} ms of it its bytes: "
+                f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)", *busy)
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, notes=busy)
 
-    def step_core(self, b: int) -> float:
-        """Core-seconds of one decode step of b sequences (one thread's worth)."""
+    def step_core(self, b: int, reads: float = 1.0) -> float:
+        """Core-seconds of one decode step of b sequences (one thread's worth); `reads`: the weight bytes the step
+        reads ÷ a one-sequence step's (1 for a dense model; more for a mixture of experts, whose B tokens are
+        routed to more experts: work.read_bytes)."""
         if self.step_core_s is None:
             raise ValueError("a decode step's core-seconds are known only from a CPU engine's probe")
         if b <= 1 or self.batch_base_core_s is None:
-            return self.step_core_s + (b - 1) * self.seq_core_s
-        return self.batch_base_core_s + b * self.seq_core_s
+            return self.step_core_s * reads + (b - 1) * self.seq_core_s
+        return self.batch_base_core_s * reads + b * self.seq_core_s
 
     def spill_bytes(self, work: WorkModel, k: int, b: int, ctx: int) -> float:
         """Bytes of K engines' footprint (weights as shipped, runtime, B sequences' KV at `ctx` and what each
         sequence holds beside it: guard.footprint) over the memory budget; 0 without a budget."""
         if self.memory_budget is None:
             return 0.0
-        fp = footprint(k, b, ctx, work.file_bytes, work.kv_bytes_per_token, self.overhead_bytes)
+        per_token = work.kv_alloc_bytes(ctx, self.kv_layout) / ctx if ctx else 0.0  # this engine's KV at ctx
+        fp = footprint(k, b, ctx, work.file_bytes, per_token, self.overhead_bytes)
         return max(0.0, fp.total + k * b * self.seq_extra_bytes - self.memory_budget)
 
     @classmethod
-    def from_chip(cls, chip: Chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
+    def from_chip(cls, chip: Chip, bw_efficiency: float | None = None,
                   flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> "Machine":
-        """A chip from presets: spec bandwidth and FLOP/s × the assumed efficiencies (said in `notes`)."""
+        """A chip from presets: its effective bandwidth and per-step cost where published measurements give them
+        (chips.toml's effective_* figures, each with its source), else spec bandwidth × the assumed efficiency and
+        no step cost, said to be an estimate; FLOP/s × the assumed efficiency (all said in `notes`).
+        `bw_efficiency` given: spec × it, whatever was measured."""
         if not chip.bandwidth_gbps:
             raise ValueError(f"chip {chip.name} has no verified bandwidth in presets")
-        notes = [f"bandwidth {chip.bandwidth_gbps:g} GB/s spec × {bw_efficiency:g} (assumed efficiency)"]
+        eff = getattr(chip, "effective_bandwidth_gbps", None)
+        overhead_ms = float(getattr(chip, "step_overhead_ms", 0.0) or 0.0)
+        if eff and bw_efficiency is None:
+            src = getattr(chip, "effective_source", "") or "published measurements"
+            notes = [f"bandwidth {eff:g} GB/s effective ({eff / chip.bandwidth_gbps:.0%} of {chip.bandwidth_gbps:g} "
+                     f"spec) and {overhead_ms:g} ms a step, fitted to {src}"]
+            gbps, source = float(eff), "effective (published)"
+        else:
+            bw_efficiency = ASSUMED_BW_EFFICIENCY if bw_efficiency is None else bw_efficiency
+            notes = [f"bandwidth {chip.bandwidth_gbps:g} GB/s spec × {bw_efficiency:g} (assumed efficiency): an "
+                     "estimate, no published measurement of this chip in presets"]
+            gbps, source, overhead_ms = chip.bandwidth_gbps * bw_efficiency, "spec × assumed efficiency", 0.0
         flops = None
         if chip.fp16_tflops:
             flops = chip.fp16_tflops * 1e12 * flop_efficiency
             notes.append(f"compute {chip.fp16_tflops:g} TFLOP/s FP16 spec × {flop_efficiency:g} (assumed)")
         else:
             notes.append("no FLOP/s figure in presets: the compute ceiling is not drawn")
-        return cls(chip.name, chip.bandwidth_gbps * bw_efficiency, "spec × assumed efficiency", flops=flops,
-                   notes=tuple(notes))
+        return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3, notes=tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -234,7 +262,8 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         oversub = max(1.0, k * thr / m.cores)  # more threads than cores: each engine gets its share
         rate = m.speedup(thr) / oversub
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)  # attention grows the step
-        t_cpu = m.step_core(b_eff) * ctx_scale / rate
+        reads = work.read_bytes(b_eff) / work.read_bytes(1)  # a mixture of experts: B tokens read more experts
+        t_cpu = m.step_core(b_eff, reads) * ctx_scale / rate
         shares["compute"] = t_cpu  # the engine's own cost, the cores' time-sharing included
         if m.prefill_core_s:  # B users of a closed loop arrive together: one engine prefills B prompts
             # a prompt is one matrix product: it scales with the engine's cores, not as a decode step does
@@ -243,12 +272,14 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         t_cpu = work.flops_per_step(ctxs) / (m.flops / k)
         shares["compute"] = t_cpu
         t_prefill = max(b_eff * work.prefill_flops(prompt_tokens) / (m.flops / k),
-                        work.weight_bytes / (m.bandwidth_gbps * 1e9 / k))
+                        work.read_bytes(b_eff * prompt_tokens) / (m.bandwidth_gbps * 1e9 / k))
     spill = m.spill_bytes(work, k, b_eff, ctx)
     t_swap = spill / (m.swap_gbps * 1e9)  # the part over the budget comes back from swap every step
     if spill:
         shares["swap"] = t_swap
-    t_step = max(t_mem, t_cpu) + t_swap
+    if m.step_overhead_s:
+        shares["overhead"] = m.step_overhead_s
+    t_step = max(t_mem, t_cpu) + m.step_overhead_s + t_swap
     busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
     binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, t_cpu > t_mem,
                                                "" if m.serializing else None)[0]
@@ -311,15 +342,16 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         ctx = p.prompt_tokens + p.output_tokens // 2
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
         core = p.tpot_s * rate / ctx_scale
-        if m.batch_base_core_s is not None and core > m.batch_base_core_s:
+        reads = work.read_bytes(p.b) / work.read_bytes(1)
+        if m.batch_base_core_s is not None and core > m.batch_base_core_s * reads:
             # the step's fixed part (the weights' product) is the probe's; what the load adds beyond the probe's
             # short sequences (attention over longer contexts, each sequence's sampling) is each sequence's
-            m = replace(m, seq_core_s=(core - m.batch_base_core_s) / p.b)
+            m = replace(m, seq_core_s=(core - m.batch_base_core_s * reads) / p.b)
         elif m.batch_base_core_s is not None:
-            f = core / m.step_core(p.b)
+            f = core / m.step_core(p.b, reads)
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
         else:
-            m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0)) / (p.b - 1)))  # set: see the top
+            m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0) * reads) / (p.b - 1)))  # see the top
         pr = predict(work, m, p.mode, p.k, p.b, p.threads, prompt_tokens=p.prompt_tokens,
                      output_tokens=p.output_tokens)
         m = _bandwidth_at_most(m, pr.shares["bandwidth"] * pr.tpot_s, p, notes)
@@ -353,18 +385,19 @@ def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], 
              + (f", {m.flops / 1e12:.0f} TFLOP/s" if m.flops else "")
              + (f", {m.cores} cores" if m.cores else ""),
              *(f"  {n}" for n in m.notes),
-             f"work: {work.weight_bytes / 1e9:.2f} GB read per step ({work.note}), "
+             f"work: {work.describe()} read per step ({work.note}), "
              f"{work.flops_per_token(0) / 1e9:.1f} GFLOP per token; prompt {prompt_tokens}, output {output_tokens} tokens",
+             *(f"  assumed: {a}" for a in work.assumed),
              "",
              f"{'mode':<9} {'K':>2} {'B':>3} {'TPOT':>9} {'tok/s/user':>10} {'tok/s all':>10} {'TTFT':>9} "
              f"{'K×tok/s×W':>10}  binding"]
     for p in rows:
         lines.append(f"{p.mode:<9} {p.k:>2} {p.b:>3} {p.tpot_s * 1e3:>7.1f}ms {p.per_stream_tps:>10.1f} "
                      f"{p.aggregate_tps:>10.1f} {p.ttft_s * 1e3:>7.0f}ms "
-                     f"{p.k * p.per_stream_tps * work.weight_bytes / 1e9:>7.0f}GB/s  "
+                     f"{p.bytes_per_s / 1e9:>7.0f}GB/s  "
                      f"{p.wall()}")
-    lines.append("K×tok/s×W: the bandwidth product of K instances; it pins near the bandwidth once one stream "
-                 "saturates it (seed 000).")
+    lines.append("K×tok/s×W: the bytes all engines read a second (weights actually read, experts routed to, KV); it "
+                 "pins near the bandwidth once one stream saturates it (seed 000).")
     return "\n".join(lines)
 
 

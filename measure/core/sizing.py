@@ -17,6 +17,13 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
+# How each engine holds a request's KV (work.KV_LAYOUTS, docs/design.md §26): the in-process llama engine and
+# llama-server make llama.cpp's reduced window cache (swa_full off); llama-cpp-python's own server keeps the bindings'
+# default, the full-size cache; mlx-lm a rotating buffer of the window. The first is the one plan's sizes use.
+ENGINE_KV = (("llama (in-process)", "llama.cpp-window"), ("llama-server", "llama.cpp-window"),
+             ("llama_cpp.server", "llama.cpp-full"), ("mlx", "mlx"))
+
+
 class PlanError(ValueError):
     """A plan the command cannot make: one line saying why."""
 
@@ -47,11 +54,12 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
         budget_source = f"{budget_fraction:.0%} of {fmt_bytes(memory)}"
     rows = []
     for ctx in contexts:
-        per_req = ctx * kvb
+        per_req = shape.per_request(ctx, kv_dtype, ENGINE_KV[0][1])
         extra = shape.prefill_bytes_per_seq(ctx) if unified else 0.0
         rows.append({
             "context": ctx,
             "kv_per_request": per_req,
+            "kv_by_engine": {name: shape.per_request(ctx, kv_dtype, layout) for name, layout in ENGINE_KV},
             "engine_per_request": extra,
             "max_b_one_engine": largest_fitting(budget, per_req + extra, shape.weight_bytes + overhead),
             "max_k_one_seq_each": largest_fitting(budget, shape.weight_bytes + overhead + per_req + extra),
@@ -97,6 +105,11 @@ def format_plan(p: dict[str, Any], shape: KVShape) -> str:
         if p["users"]:
             line += f" {'yes' if r['users_fit'] else 'NO':>14}"
         lines.append(line)
+    if shape.layouts_differ and shape.work is not None:
+        w = shape.work
+        lines.append(f"\n{w.describe()}: KV a request holds, by engine (the table uses the first):")
+        for r in p["rows"]:
+            lines.append(f"{r['context']:>9,} " + ", ".join(f"{n} {fmt_bytes(v)}" for n, v in r["kv_by_engine"].items()))
     if p.get("users"):
         lines.append(f"\n{p['users']} users (B={p['users']} in one engine) stop fitting above a context of "
                      f"{p['max_context_for_users']:,} tokens")
@@ -140,7 +153,8 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
         raise PlanError(f"--slo: {exc}") from None
     ctx = max(contexts)
     row: dict[str, Any] = next((r for r in result["rows"] if r["context"] == ctx), {})
-    per_req = ctx * result["kv_bytes_per_token"] + row.get("engine_per_request", 0.0)
+    kv_req = row["kv_per_request"] if row else ctx * result["kv_bytes_per_token"]
+    per_req = kv_req + row.get("engine_per_request", 0.0)
     fixed = result["weights"] + result["overhead"]
     budget = result["budget"]
 

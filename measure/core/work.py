@@ -22,40 +22,147 @@ if TYPE_CHECKING:
     from presets import ModelPreset
 
 
+# How an engine holds the KV of windowed layers (docs/design.md §26): the ring a window needs, or the whole context.
+KV_LAYOUTS = ("llama.cpp-window", "llama.cpp-full", "mlx", "full")
+KV_PAD = 256  # llama.cpp pads a context to 256 cells; mlx-lm grows its caches in steps of 256 tokens
+LLAMA_UBATCH = 512  # llama.cpp's default micro-batch: its window cache holds the window plus one micro-batch
+
+
+def _pad(n: float, to: int = KV_PAD) -> int:
+    return int(-(-n // to) * to)
+
+
+@dataclass(frozen=True)
+class Experts:
+    """Routed experts: `count` in each MoE layer, `used` per token; `bytes_each` / `params_each`: one expert's
+    matrices summed over every MoE layer (so `used × bytes_each` is what one token reads of them)."""
+
+    count: int
+    used: int
+    bytes_each: float
+    params_each: float
+
+    def distinct(self, tokens: float) -> float:
+        """Expected distinct experts a layer reads for a step of `tokens` tokens under uniform routing:
+        E · (1 − (1 − k/E)^B) — k for one token, approaching all E as B grows."""
+        if tokens <= 0:
+            return 0.0
+        return float(self.count * (1.0 - (1.0 - self.used / self.count) ** float(tokens)))
+
+
 @dataclass(frozen=True)
 class WorkModel:
     name: str
     source: str
     params: int
-    file_bytes: int  # the model file (or folder) as shipped
-    weight_bytes: int  # weight bytes a decode step reads, embedding rows aside
+    file_bytes: int  # the model file (or folder) as shipped: what must be resident (every expert)
+    weight_bytes: int  # weight bytes every decode step reads (routed experts and embedding rows aside)
     embd_row_bytes: float  # an untied model reads one embedding row per sequence per step; tied: 0
-    matmul_params: int  # weights multiplied per token (2 FLOP each)
+    matmul_params: int  # weights multiplied per token outside the routed experts (2 FLOP each)
     layers: int
     heads: int
     kv_heads: int
     head_dim: int
     kv_element_bytes: float = 2.0
     note: str = ""  # which weights were counted, in words
+    experts: Experts | None = None
+    window: int = 0  # sliding window, tokens (0: none)
+    window_layers: int = 0  # of `layers`, those attending only the window
+    linear_layers: int = 0  # of `layers`, those with a fixed state instead of KV (linear attention, SSM)
+    state_bytes: float = 0.0  # that state, one sequence, all such layers
+    mla_dim: int = 0  # latent attention: elements cached a token and layer (kv_lora_rank + rope dims); 0: K and V
+    assumed: tuple[str, ...] = ()  # what the source did not say and was assumed, in words
+
+    @property
+    def attention_layers(self) -> int:
+        return self.layers - self.linear_layers
+
+    @property
+    def full_layers(self) -> int:
+        return self.attention_layers - self.window_layers
+
+    @property
+    def kv_layer_token_bytes(self) -> float:
+        """KV one layer holds for one token: 2 · kv_heads · head_dim · bytes (K and V), or MLA's latent."""
+        if self.mla_dim:
+            return self.mla_dim * self.kv_element_bytes
+        return 2 * self.kv_heads * self.head_dim * self.kv_element_bytes
 
     @property
     def kv_bytes_per_token(self) -> float:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.kv_element_bytes
+        """KV a token adds while the context is within every window: all attention layers."""
+        return self.attention_layers * self.kv_layer_token_bytes
+
+    def kv_read_bytes(self, ctx: int) -> float:
+        """KV one sequence reads in a decode step at `ctx` tokens: full layers the whole context, windowed
+        layers at most their window, linear layers their state."""
+        held = self.full_layers * ctx + self.window_layers * min(ctx, self.window or ctx)
+        return held * self.kv_layer_token_bytes + self.state_bytes
+
+    def kv_alloc_bytes(self, ctx: int, layout: str = "llama.cpp-window", ubatch: int = LLAMA_UBATCH) -> float:
+        """KV memory one sequence of `ctx` tokens holds in an engine (docs/design.md §26):
+        llama.cpp-window: llama.cpp's reduced window cache (llama-server's default): full layers ctx, windowed
+        layers min(ctx, pad(window + ubatch)); llama.cpp-full: every layer ctx (its "full-size SWA cache");
+        mlx: full layers ctx, windowed layers a rotating buffer of the window;
+        full: every layer ctx (an engine not modelled). Linear layers add their state."""
+        if layout not in KV_LAYOUTS:
+            raise ValueError(f"unknown KV layout {layout!r}; one of {', '.join(KV_LAYOUTS)}")
+        n = ctx  # a request's own cells (a context made for it is padded to 256 besides: KV_PAD)
+        if not self.window or not self.window_layers or layout in ("llama.cpp-full", "full"):
+            win = n
+        elif layout == "mlx":
+            win = min(n, self.window)
+        else:
+            win = min(n, _pad(self.window + ubatch))
+        return (self.full_layers * n + self.window_layers * win) * self.kv_layer_token_bytes + self.state_bytes
+
+    def read_bytes(self, tokens: float = 1) -> float:
+        """Weight bytes a decode step of `tokens` sequences reads: the always-read part, the distinct experts
+        its tokens are routed to, and one embedding row a sequence (untied)."""
+        routed = self.experts.distinct(tokens) * self.experts.bytes_each if self.experts else 0.0
+        return self.weight_bytes + routed + tokens * self.embd_row_bytes
+
+    @property
+    def resident_bytes(self) -> int:
+        """Every weight held in memory (all experts): the file."""
+        return self.file_bytes
 
     def bytes_per_step(self, contexts: Sequence[int] = (0,)) -> float:
-        """One decode step of len(contexts) sequences, each holding that many tokens of KV."""
-        return self.weight_bytes + len(contexts) * self.embd_row_bytes + self.kv_bytes_per_token * sum(contexts)
+        """One decode step of len(contexts) sequences, each holding that many tokens of context."""
+        return self.read_bytes(len(contexts)) + sum(self.kv_read_bytes(c) for c in contexts)
+
+    @property
+    def active_params(self) -> float:
+        """Weights multiplied per token: the dense part and the `used` experts."""
+        return self.matmul_params + (self.experts.used * self.experts.params_each if self.experts else 0.0)
 
     def flops_per_token(self, context: int = 0) -> float:
-        return 2.0 * self.matmul_params + 4.0 * self.layers * self.heads * self.head_dim * context
+        attended = self.full_layers * context + self.window_layers * min(context, self.window or context)
+        return 2.0 * self.active_params + 4.0 * self.heads * self.head_dim * attended
 
     def flops_per_step(self, contexts: Sequence[int] = (0,)) -> float:
         return sum(self.flops_per_token(c) for c in contexts)
 
     def prefill_flops(self, prompt_tokens: int) -> float:
         """A prompt of n tokens: n tokens' weights work + attention over 0 … n − 1 tokens of context."""
-        return prompt_tokens * 2.0 * self.matmul_params + 4.0 * self.layers * self.heads * self.head_dim * (
+        return prompt_tokens * 2.0 * self.active_params + 4.0 * self.attention_layers * self.heads * self.head_dim * (
             prompt_tokens * (prompt_tokens - 1) / 2)
+
+    def describe(self) -> str:
+        """What a step reads, in one line (plan, the dashboard's formula)."""
+        parts = [f"{self.weight_bytes / 1e9:.2f} GB always"]
+        if self.experts:
+            e = self.experts
+            parts.append(f"+ {e.used} of {e.count} experts × {e.bytes_each / 1e6:.0f} MB a token "
+                         f"(B tokens: E·(1 − (1 − k/E)^B) distinct)")
+        if self.window_layers:
+            parts.append(f"{self.window_layers} of {self.attention_layers} attention layers windowed "
+                         f"({self.window} tokens)")
+        if self.linear_layers:
+            parts.append(f"{self.linear_layers} linear layers ({self.state_bytes / 2**20:.1f} MiB state)")
+        if self.mla_dim:
+            parts.append(f"latent attention ({self.mla_dim} elements a token and layer)")
+        return ", ".join(parts)
 
 
 def _tied_note(tied: bool, embd_bytes: float) -> str:
@@ -64,37 +171,99 @@ def _tied_note(tied: bool, embd_bytes: float) -> str:
     return f"untied: the input embedding ({embd_bytes / 1e9:.2f} GB) is a lookup, one row per sequence (excluded)"
 
 
+# Architectures whose GGUF this model of work reads fully (their experts, windows and linear layers come from the
+# file's own keys and tensors); another is read as the file says and named with what is assumed.
+KNOWN_ARCHS = frozenset({
+    "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma", "gemma2", "gemma3", "phi3", "granite",
+    "granitemoe", "olmoe", "olmo2", "deepseek2", "gpt-oss", "cohere2", "command-r", "starcoder2", "smollm3", "glm4",
+    "glm4moe", "llama4", "exaone4", "mamba2", "granitehybrid", "lfm2", "jamba", "falcon-h1", "nemotron_h", "ernie4_5",
+    "ernie4_5-moe", "hunyuan-moe", "dots1", "bailingmoe", "phimoe", "arcee"})
+
+
 def from_gguf(info: GGUFInfo, kv_element_bytes: float = 2.0) -> WorkModel:
-    """From engines.gguf_file.GGUFInfo (its tensor totals are read once and cached)."""
+    """From engines.gguf_file.GGUFInfo (its tensor totals are read once and cached): the routed experts'
+    tensors (`ffn_*_exps`) apart from the bytes every step reads; windows, linear layers and latent attention
+    from the file's keys (engines/gguf_file.beyond_dense)."""
     tensor_bytes, params, layers, kv_heads, head_dim = (info.tensor_bytes, info.params, info.layers, info.kv_heads,
                                                        info.head_dim)
     if tensor_bytes is None or params is None or layers is None or kv_heads is None or head_dim is None:
         raise ValueError(f"{info.path}: the GGUF lacks the tensor totals or attention shape for a work model")
     embd_bytes, embd_params = info.embd_bytes or 0, info.embd_params or 0
     tied = bool(info.tied)
+    assumed = list(info.assumed)
+    if info.architecture not in KNOWN_ARCHS:
+        assumed.append(f"architecture {info.architecture!r} is not one this model of work knows: read as its file "
+                       "says (experts from ffn_*_exps tensors, a window only where a pattern is given), the rest "
+                       "as dense full attention")
+    experts = None
+    ex_bytes, ex_params = info.expert_bytes or 0, info.expert_params or 0
+    if info.experts and info.experts_used and ex_bytes:
+        experts = Experts(info.experts, info.experts_used, ex_bytes / info.experts, ex_params / info.experts)
+    else:
+        ex_bytes = ex_params = 0  # no routing known: every expert is read (counted in the always-read bytes)
     return WorkModel(
         name=info.name, source=f"GGUF {info.path}", params=params, file_bytes=info.file_bytes,
-        weight_bytes=tensor_bytes - (0 if tied else embd_bytes),
+        weight_bytes=tensor_bytes - (0 if tied else embd_bytes) - ex_bytes,
         embd_row_bytes=0.0 if tied or not info.vocab else embd_bytes / info.vocab,
-        matmul_params=params - (0 if tied else embd_params), layers=layers,
+        matmul_params=params - (0 if tied else embd_params) - ex_params, layers=layers,
         heads=info.heads or kv_heads, kv_heads=kv_heads, head_dim=head_dim,
-        kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd_bytes))
+        kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd_bytes), experts=experts,
+        window=info.sliding_window or 0, window_layers=info.window_layers or 0,
+        linear_layers=info.linear_layers or 0, state_bytes=info.state_bytes or 0.0, mla_dim=info.mla_dim or 0,
+        assumed=tuple(assumed))
 
 
 _DTYPE = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 
 
 def config_params(cfg: dict[str, Any]) -> tuple[int, int]:
-    """(all parameters, the input embedding's) of a Llama-shaped config: attention, gated MLP, norms."""
-    h, inter, layers = int(cfg["hidden_size"]), int(cfg["intermediate_size"]), int(cfg["num_hidden_layers"])
+    """(all parameters, the input embedding's) of a Llama-shaped config: attention, gated MLP or routed experts,
+    norms."""
+    shape = _config_shape(cfg)
+    return shape["params"], shape["embd"]
+
+
+def _n(cfg: dict[str, Any], *keys: str) -> int:
+    """The first of `keys` the config sets, as an int (0: none)."""
+    return next((int(cfg[k]) for k in keys if cfg.get(k) is not None), 0)
+
+
+def _config_shape(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Parameters, the experts and the layer kinds of a Hugging Face config (Llama, Qwen-MoE, Mixtral, DeepSeek,
+    Gemma 2/3, gpt-oss, Qwen3-Next shapes)."""
+    h, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
     heads = int(cfg["num_attention_heads"])
-    kv = int(cfg.get("num_key_value_heads", heads))
+    kv = int(cfg.get("num_key_value_heads") or heads)
     hd = int(cfg.get("head_dim") or h // heads)
     vocab = int(cfg["vocab_size"])
-    per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter + 2 * h
+    n_exp = _n(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    inter = _n(cfg, "intermediate_size")
+    ffn_e = _n(cfg, "moe_intermediate_size") or inter
+    shared = _n(cfg, "n_shared_experts") * ffn_e + _n(cfg, "shared_expert_intermediate_size")
+    dense_layers = _n(cfg, "first_k_dense_replace") if n_exp else layers
+    moe_layers = layers - dense_layers
+    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 2 * h
+    per_dense = attn + 3 * h * inter
+    per_moe = attn + 3 * h * shared + n_exp * h  # the shared experts and the router; the routed ones below
+    expert_each = 3 * h * ffn_e * moe_layers
     embd = vocab * h
     tied = bool(cfg.get("tie_word_embeddings", False))
-    return embd + layers * per_layer + h + (0 if tied else vocab * h), embd
+    total = embd + dense_layers * per_dense + moe_layers * per_moe + n_exp * expert_each + h + (0 if tied else embd)
+    types = [str(t) for t in cfg.get("layer_types") or []]
+    window = int(cfg.get("sliding_window") or 0) if cfg.get("use_sliding_window", True) is not False else 0
+    if types:
+        n_win = sum(t == "sliding_attention" for t in types)
+        n_lin = sum(t == "linear_attention" for t in types)
+    else:
+        pattern = _n(cfg, "sliding_window_pattern")
+        n_win = sum(1 for i in range(layers) if i % pattern < pattern - 1) if window and pattern else 0
+        n_lin = 0
+    return {"params": total, "embd": embd, "experts": n_exp, "used": _n(cfg, "num_experts_per_tok"),
+            "expert_params": expert_each, "window": window if n_win else 0, "window_layers": n_win,
+            "linear_layers": n_lin, "heads": heads, "kv": kv, "hd": hd, "layers": layers,
+            "mla": _n(cfg, "kv_lora_rank") + _n(cfg, "qk_rope_head_dim") if cfg.get("kv_lora_rank") else 0,
+            "state": n_lin * _n(cfg, "linear_num_value_heads") * _n(cfg, "linear_key_head_dim")
+            * _n(cfg, "linear_value_head_dim") * 4.0}
 
 
 def from_config(path: str | Path) -> WorkModel:
@@ -102,30 +271,60 @@ def from_config(path: str | Path) -> WorkModel:
     p = Path(path)
     cfg = json.loads(p.read_text())
     cfg = cfg.get("text_config", cfg)
-    params, embd = config_params(cfg)
+    sh = _config_shape(cfg)
+    params, embd = sh["params"], sh["embd"]
     tied = bool(cfg.get("tie_word_embeddings", False))
     files = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
     per_param = files / params if files else _DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0)
     total = files or int(params * per_param)
-    heads = int(cfg["num_attention_heads"])
+    experts = (Experts(sh["experts"], sh["used"], sh["expert_params"] * per_param, sh["expert_params"])
+               if sh["experts"] and sh["used"] else None)
+    routed = sh["experts"] * sh["expert_params"] if experts else 0
     return WorkModel(
         name=cfg.get("_name_or_path") or p.parent.name, source=f"config {p}", params=params, file_bytes=total,
-        weight_bytes=int(total - (0 if tied else embd * per_param)),
+        weight_bytes=int(total - (0 if tied else embd * per_param) - routed * per_param),
         embd_row_bytes=0.0 if tied else int(cfg["hidden_size"]) * per_param,
-        matmul_params=params - (0 if tied else embd), layers=int(cfg["num_hidden_layers"]), heads=heads,
-        kv_heads=int(cfg.get("num_key_value_heads", heads)),
-        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
-        kv_element_bytes=_DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0), note=_tied_note(tied, embd * per_param))
+        matmul_params=params - (0 if tied else embd) - routed, layers=sh["layers"], heads=sh["heads"],
+        kv_heads=sh["kv"], head_dim=sh["hd"],
+        kv_element_bytes=_DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0),
+        note=_tied_note(tied, embd * per_param), experts=experts, window=sh["window"],
+        window_layers=sh["window_layers"], linear_layers=sh["linear_layers"], state_bytes=sh["state"],
+        mla_dim=sh["mla"], assumed=_config_assumed(cfg, sh))
+
+
+def _config_assumed(cfg: dict[str, Any], sh: dict[str, Any]) -> tuple[str, ...]:
+    out = []
+    if sh["experts"] and not sh["used"]:
+        out.append("num_experts_per_tok not in the config: every expert counted as read")
+    if cfg.get("sliding_window") and not sh["window_layers"] and cfg.get("use_sliding_window", True) is not False:
+        out.append(f"sliding_window {cfg['sliding_window']} without layer_types or a pattern: every layer counted "
+                   "as full attention")
+    if sh["linear_layers"] and not sh["state"]:
+        out.append(f"{sh['linear_layers']} linear-attention layers without their head sizes: state counted as 0")
+    return tuple(out)
 
 
 def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
-    """A presets/models.toml entry (params, bytes as shipped, hidden, vocab, whether tied)."""
+    """A presets/models.toml entry (params, bytes as shipped, hidden, vocab, whether tied; for a mixture of
+    experts its experts, experts used and expert FFN width; windows and linear layers by count)."""
     per_param = m.weight_bytes / m.params
     embd = m.vocab * m.hidden
     tied = m.tied_embeddings
+    n_exp, used, ffn_e = (int(getattr(m, f, 0) or 0) for f in ("experts", "experts_used", "expert_ffn"))
+    moe_layers = m.layers - int(getattr(m, "dense_layers", 0) or 0)
+    ex_params = 3 * m.hidden * ffn_e * moe_layers if n_exp and used else 0
+    experts = Experts(n_exp, used, ex_params * per_param, ex_params) if ex_params else None
+    full = int(getattr(m, "full_attention_layers", 0) or 0)
+    linear = int(getattr(m, "linear_attention_layers", 0) or 0)
+    window = int(getattr(m, "sliding_window", 0) or 0)
+    mla = int(getattr(m, "kv_lora_rank", 0) or 0) + int(getattr(m, "qk_rope_head_dim", 0) or 0)
     return WorkModel(
-        name=m.name, source=f"preset {m.key}", params=m.params, file_bytes=m.weight_bytes,
-        weight_bytes=int(m.weight_bytes - (0 if tied else embd * per_param)),
-        embd_row_bytes=0.0 if tied else m.hidden * per_param, matmul_params=m.params - (0 if tied else embd),
+        name=m.name, source=f"preset {m.key}", params=m.params,
+        file_bytes=int(getattr(m, "file_bytes", 0) or 0) or m.weight_bytes,
+        weight_bytes=int(m.weight_bytes - (0 if tied else embd * per_param) - n_exp * ex_params * per_param),
+        embd_row_bytes=0.0 if tied else m.hidden * per_param,
+        matmul_params=int(m.params - (0 if tied else embd) - n_exp * ex_params),
         layers=m.layers, heads=m.heads or m.kv_heads, kv_heads=m.kv_heads, head_dim=m.head_dim,
-        kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd * per_param))
+        kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd * per_param), experts=experts,
+        window=window if full else 0, window_layers=(m.layers - linear - full) if window and full else 0,
+        linear_layers=linear, mla_dim=mla if int(getattr(m, "kv_lora_rank", 0) or 0) else 0)

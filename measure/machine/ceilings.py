@@ -38,6 +38,8 @@ DECODE_TOKENS = 40
 DECODE_RUNS = 3  # one run of 40 tokens at 2 threads read 59.7 tok/s where the engine's own runs that hour spread
 # over 48–63: the probe takes the median of three, the thread counts in turn
 PREFILL_TOKENS = 128
+BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "Dear Sir or Madam",
+               "The results show that", "To install the package", "My favourite recipe is", "Yesterday the market")
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
 
 
@@ -52,9 +54,18 @@ def _cache() -> Path:
     return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "probe.json"
 
 
-def cached() -> Ceilings | None:
+def _key(model: ModelChoice | None) -> str:
+    """The cache's key: this machine, and the model whose engine rates were measured where it is not the
+    embedded one (a model's own probe: its kernels, its experts; docs/design.md §26)."""
+    if model is None or model.embedded:
+        return machine_key()
+    st = Path(model.path).stat()
+    return f"{machine_key()}|{Path(model.path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def cached(model: ModelChoice | None = None) -> Ceilings | None:
     try:
-        d = json.loads(_cache().read_text()).get(machine_key())
+        d = json.loads(_cache().read_text()).get(_key(model))
     except (OSError, ValueError):
         return None
     if not d or d.get("version") != PROBE_VERSION:
@@ -62,13 +73,13 @@ def cached() -> Ceilings | None:
     return Ceilings(**d)
 
 
-def _save(c: Ceilings) -> None:
+def _save(c: Ceilings, model: ModelChoice | None = None) -> None:
     p = _cache()
     try:
         table = json.loads(p.read_text()) if p.exists() else {}
     except (OSError, ValueError):
         table = {}
-    table[machine_key()] = asdict(c)
+    table[_key(model)] = asdict(c)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
@@ -138,6 +149,9 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
         e.warmup()
         conn.send(("stage", "decode"))
         toks = e.tokenize(Prompt("probe", text="The quick brown fox"))
+        # a batch's sequences each get a prompt of their own: identical sequences would route every token of a step
+        # to the same experts of a mixture of experts, which no real load does
+        seq_toks = [e.tokenize(Prompt("probe", text=f"Request {i}: {t}")) for i, t in enumerate(BATCH_TEXTS)]
         runs: dict[str, list[float]] = {str(t): [] for t in range(1, cores + 1)}
         for _ in range(DECODE_RUNS):  # thread counts in turn, each rate the median of its runs
             for t in range(1, cores + 1):
@@ -157,7 +171,7 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
         batch = {}
         for n in BATCH_BS:
             for i in range(n):
-                b.add(i, toks, DECODE_TOKENS // 2 + 4, True)
+                b.add(i, seq_toks[i % len(seq_toks)], DECODE_TOKENS // 2 + 4, True)
             steps = []
             while b.active():
                 steps.append(b.step()[0])
@@ -248,7 +262,7 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
                 say(f"the engine could not be probed: {rates['error']}")
             else:
                 engine = {"model": choice.name, "path": str(choice.path),
-                          "weight_bytes": from_gguf(choice.info).weight_bytes, **rates}
+                          "weight_bytes": from_gguf(choice.info).read_bytes(1), **rates}
     except Exception as exc:  # noqa: BLE001 - bandwidth alone is still a ceiling
         say(f"the engine could not be probed: {type(exc).__name__}: {exc}")
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
@@ -256,11 +270,12 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
                  read_gbps=read, engine=engine, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
                  seconds=seconds, busy_cores=round(others_cores(cpu0, _cpu_times(), seconds), 3))
-    _save(c)  # a busy one is said where its rates are shown: describe(), the Machine's notes, RunPlan.roofline
+    _save(c, model)  # a busy one is said where its rates are shown: describe(), the Machine's notes, RunPlan.roofline
     return c
 
 
-def get(rerun: bool = False, say: Callable[[str], None] = print) -> Ceilings:
-    """The cached ceilings of this machine, measured first if there are none (or when asked)."""
-    c = None if rerun else cached()
-    return c or probe(say=say)
+def get(rerun: bool = False, say: Callable[[str], None] = print, model: ModelChoice | None = None) -> Ceilings:
+    """The cached ceilings of this machine, measured first if there are none (or when asked); `model`: the engine
+    rates of this model (a GGUF other than the embedded one), cached apart."""
+    c = None if rerun else cached(model)
+    return c or probe(model, say=say)

@@ -23,8 +23,21 @@ class ModelChoice:
     kv_element_bytes: float = 2.0  # llama.cpp's f16 KV cache; an mlx model's own dtype
     source: str | None = None  # an mlx folder converted from this GGUF
 
-    def kv_bytes_per_token(self) -> float | None:
-        return self.info.kv_bytes_per_token(self.kv_element_bytes) if self.info else None
+    kv_layout: str = "llama.cpp-window"  # how this engine holds windowed layers' KV (work.KV_LAYOUTS)
+
+    def kv_bytes_per_token(self, ctx: int | None = None) -> float | None:
+        """KV bytes a token of context costs; at `ctx`, this engine's allocation for a request of ctx tokens ÷ ctx
+        (windowed and linear layers hold less than the context: docs/design.md §26)."""
+        if not self.info:
+            return None
+        if ctx and self.info.tensor_bytes is not None and self.info.layers:
+            from measure.core.work import from_gguf
+
+            try:
+                return from_gguf(self.info, self.kv_element_bytes).kv_alloc_bytes(ctx, self.kv_layout) / ctx
+            except ValueError:
+                pass
+        return self.info.kv_bytes_per_token(self.kv_element_bytes)
 
 
 def resolve_model(engine: str, model: str | None, progress: Callable[[str], None] | None = None) -> ModelChoice:
@@ -84,11 +97,12 @@ def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> Mod
         name = info.name
     dtype = str(text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
     return ModelChoice(folder, name, info.file_bytes, info, embedded,
-                       kv_element_bytes=_DTYPE_BYTES.get(dtype, 2.0), source=source)
+                       kv_element_bytes=_DTYPE_BYTES.get(dtype, 2.0), source=source, kv_layout="mlx")
 
 
 def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, k: int,
-               flash_attn: bool = True, progress: Callable[[str], None] | None = None) -> EngineSpec:
+               flash_attn: bool = True, progress: Callable[[str], None] | None = None,
+               n_gpu_layers: int | None = None) -> EngineSpec:
     if ctx < 16:
         raise EngineError(f"--ctx {ctx} is too small; give at least 16 tokens (default 2048)")
     options = {}
@@ -99,8 +113,12 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
         options = {"mlx_blas_shim": blas.shim, "mlx_openblas": blas.openblas, "blas": blas.label}
         (progress or (lambda msg: print(msg, flush=True)))(f"mlx BLAS: {blas.label}")
         flash_attn = False  # a llama.cpp setting; mlx picks its own attention kernel
+    if n_gpu_layers is not None and engine != "llama":
+        raise EngineError(f"--n-gpu-layers applies to --engine llama (mlx runs where mlx puts it), not {engine}")
+    if n_gpu_layers is not None and n_gpu_layers < -1:
+        raise EngineError(f"--n-gpu-layers {n_gpu_layers}: give -1 (all), 0 (none) or a number of layers")
     return EngineSpec(engine=engine, model_path=str(choice.path), threads=threads or auto_threads(k), ctx=ctx,
-                      flash_attn=flash_attn, options=options)
+                      flash_attn=flash_attn, n_gpu_layers=n_gpu_layers, options=options)
 
 
 def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict[str, Any]) -> dict[str, Any]:
@@ -122,12 +140,24 @@ def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict[str, Any]) -> 
 
 
 def engine_settings(spec: EngineSpec) -> dict[str, Any]:
-    out = {"threads": spec.threads, "ctx": spec.ctx, "seed": spec.seed}
+    out: dict[str, Any] = {"threads": spec.threads, "ctx": spec.ctx, "seed": spec.seed}
     if spec.engine == "llama":
         out["flash_attn"] = spec.flash_attn
+        out["layers"] = llama_placement(spec.n_gpu_layers)
     if "blas" in spec.options:
         out["blas"] = spec.options["blas"]
     return out
+
+
+def llama_placement(n_gpu_layers: int | None) -> str:
+    """Where the llama engine's layers run with this --n-gpu-layers, asked of the installed llama.cpp."""
+    try:
+        import llama_cpp
+
+        from engines.llama_cpp import placement
+    except ImportError:
+        return "unknown (llama-cpp-python not installed)"
+    return placement(llama_cpp, n_gpu_layers)
 
 
 def engine_label(engine: str) -> str:

@@ -1,0 +1,146 @@
+"""The model of work beyond a dense model (docs/design.md §26): experts, sliding windows, linear layers, a cost
+per step; each figure worked by hand once here."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from measure.core import work as W
+from measure.core.metrics import read_bandwidth
+from measure.core.roofline import Machine, predict
+from presets import Chip
+
+MiB = 2**20
+
+
+def _moe(**kw: object) -> W.WorkModel:
+    """A hand-sized mixture of experts: 100 MB always read, 8 experts of 50 MB (over all layers), 2 per token."""
+    base = dict(name="moe", source="test", params=10**9, file_bytes=500_000_000, weight_bytes=100_000_000,
+                embd_row_bytes=0.0, matmul_params=100_000_000, layers=4, heads=8, kv_heads=2, head_dim=64,
+                experts=W.Experts(count=8, used=2, bytes_each=50_000_000, params_each=50_000_000))
+    base.update(kw)
+    return W.WorkModel(**base)  # type: ignore[arg-type]
+
+
+def _gemma() -> W.WorkModel:
+    """Gemma 3 270M's attention: 18 layers, 1 KV head of 256, a 512-token window in 15 of them (f16)."""
+    return W.WorkModel(name="g", source="test", params=1, file_bytes=253_113_024, weight_bytes=253_000_000,
+                       embd_row_bytes=0.0, matmul_params=1, layers=18, heads=4, kv_heads=1, head_dim=256,
+                       window=512, window_layers=15)
+
+
+def test_distinct_experts_by_hand() -> None:
+    e = W.Experts(count=8, used=2, bytes_each=1.0, params_each=1.0)
+    assert e.distinct(1) == pytest.approx(2.0)  # one token: its k experts
+    assert e.distinct(2) == pytest.approx(8 * (1 - 0.75**2))  # 3.5
+    assert e.distinct(4) == pytest.approx(5.46875)  # 8 · (1 − 0.75⁴)
+    assert e.distinct(1000) == pytest.approx(8.0)  # every expert, never more
+    assert e.distinct(0) == 0.0
+
+
+def test_moe_reads_its_routed_experts_not_the_file() -> None:
+    m = _moe()
+    assert m.read_bytes(1) == pytest.approx(100e6 + 2 * 50e6)  # 200 MB a token, not the 500 MB file
+    assert m.read_bytes(4) == pytest.approx(100e6 + 5.46875 * 50e6)  # 373.4 MB for four tokens
+    assert m.bytes_per_step([0, 0]) == pytest.approx(100e6 + 3.5 * 50e6)
+    # per token a batch of 4 reads 93 MB: more than W/B = 50 MB (the experts), less than W
+    assert m.read_bytes(4) / 4 == pytest.approx(93.359375e6)
+
+
+def test_moe_roofline_on_a_chip_and_the_bandwidth_product_below_the_line() -> None:
+    m = _moe()
+    chip = Machine("test", 100.0, "spec")
+    p1 = predict(m, chip, "instances", 1, 1, prompt_tokens=0, output_tokens=2, context=0)
+    assert p1.tpot_s == pytest.approx(200e6 / 100e9)  # 2 ms: 200 MB at 100 GB/s
+    pk = predict(m, chip, "instances", 2, 1, prompt_tokens=0, output_tokens=2, context=0)
+    assert pk.tpot_s == pytest.approx(2 * 200e6 / 100e9)  # K instances share β: K · W / β
+    p4 = predict(m, chip, "batch", 1, 4, prompt_tokens=0, output_tokens=2, context=0)
+    assert p4.tpot_s == pytest.approx(373.4375e6 / 100e9)
+    # the bandwidth product with the bytes really read lands on the line; with the file's bytes 2.5× above it
+    bw = read_bandwidth("instances", m, agg_tps=1 / p1.tpot_s)
+    assert bw.gbps == pytest.approx(100.0)
+    assert (1 / p1.tpot_s) * m.file_bytes / 1e9 == pytest.approx(250.0)
+    bw4 = read_bandwidth("batch", m, agg_tps=4 / p4.tpot_s, steps_per_s=[1 / p4.tpot_s])
+    assert bw4.gbps == pytest.approx(100.0)
+    assert "2 of 8 experts" in bw.formula
+
+
+def test_step_overhead_adds_to_every_step() -> None:
+    chip = Chip("x", "X", 200.0, effective_bandwidth_gbps=150.0, step_overhead_ms=3.0,  # type: ignore[call-arg]
+                effective_source="test table") if "effective_bandwidth_gbps" in Chip.__dataclass_fields__ else None
+    m = Machine("x", 150.0, "effective", step_overhead_s=0.003) if chip is None else Machine.from_chip(chip)
+    assert m.step_overhead_s == pytest.approx(0.003)
+    p = predict(_moe(experts=None, weight_bytes=300_000_000), m, "instances", prompt_tokens=0, output_tokens=2,
+                context=0)
+    assert p.tpot_s == pytest.approx(0.003 + 300e6 / 150e9)  # 5 ms: 3 ms fixed + 2 ms of bytes
+
+
+def test_a_chip_without_measurements_is_an_estimate() -> None:
+    m = Machine.from_chip(Chip("y", "Y", 100.0))
+    assert m.bandwidth_gbps == pytest.approx(80.0) and m.step_overhead_s == 0.0
+    assert "estimate" in m.notes[0]
+
+
+def test_sliding_window_kv_per_engine_by_hand() -> None:
+    g = _gemma()
+    per_layer_token = 2 * 1 * 256 * 2  # K and V, one head of 256, f16: 1 KiB
+    assert g.kv_layer_token_bytes == per_layer_token
+    # llama-server (reduced window cache): 3 global layers × 32768 + 15 windowed × (512 + 512 micro-batch)
+    assert g.kv_alloc_bytes(32768, "llama.cpp-window") == (3 * 32768 + 15 * 1024) * 1024 == 111 * MiB
+    assert g.kv_alloc_bytes(32768, "llama.cpp-full") == 18 * 32768 * 1024 == 576 * MiB
+    assert g.kv_alloc_bytes(32768, "mlx") == (3 * 32768 + 15 * 512) * 1024  # 103.5 MiB: a ring of the window
+    assert g.kv_alloc_bytes(4096, "llama.cpp-window") == (3 * 4096 + 15 * 1024) * 1024  # 27 MiB
+    # a step reads the whole context only in the 3 global layers
+    assert g.kv_read_bytes(4096) == (3 * 4096 + 15 * 512) * 1024
+    assert g.kv_read_bytes(100) == 18 * 100 * 1024  # inside the window every layer reads it all
+    with pytest.raises(ValueError, match="unknown KV layout"):
+        g.kv_alloc_bytes(10, "paged")
+
+
+def test_linear_and_latent_attention() -> None:
+    hybrid = replace(_gemma(), window=0, window_layers=0, linear_layers=12, state_bytes=3 * MiB)
+    assert hybrid.kv_alloc_bytes(1024, "full") == 6 * 1024 * 1024 + 3 * MiB  # 6 attention layers + the state
+    mla = replace(_gemma(), window=0, window_layers=0, mla_dim=576)
+    assert mla.kv_layer_token_bytes == 576 * 2  # kv_lora_rank 512 + rope 64, f16
+
+
+QWEN3_30B_A3B = {  # Qwen/Qwen3-30B-A3B config.json
+    "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "num_hidden_layers": 48, "num_experts": 128,
+    "num_experts_per_tok": 8, "vocab_size": 151936, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_config_moe_shape(tmp_path) -> None:
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_30B_A3B))
+    m = W.from_config(tmp_path / "config.json")
+    assert m.params == pytest.approx(30.5e9, rel=0.01)  # Qwen's 30.5B
+    assert m.experts is not None and (m.experts.count, m.experts.used) == (128, 8)
+    assert m.experts.params_each == 3 * 2048 * 768 * 48
+    assert m.active_params == pytest.approx(3.04e9, rel=0.02)  # Qwen's 3.3B counts the input embedding too
+    # one token reads ≈ 3.3B × 2 bytes of bf16 weights, not the 61 GB file
+    assert m.read_bytes(1) == pytest.approx((m.active_params + 2048) * 2, rel=0.01)
+    assert m.assumed == ()
+
+
+def test_unknown_config_window_is_named(tmp_path) -> None:
+    import json
+
+    cfg = dict(QWEN3_30B_A3B, num_experts=0, sliding_window=4096, use_sliding_window=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = W.from_config(tmp_path / "config.json")
+    assert m.window_layers == 0 and any("sliding_window 4096" in a for a in m.assumed)
+
+
+def test_gemma3_config_layer_types(tmp_path) -> None:
+    import json
+
+    types = ["sliding_attention"] * 5 + ["full_attention"]
+    cfg = {"hidden_size": 640, "intermediate_size": 2048, "num_attention_heads": 4, "num_key_value_heads": 1,
+           "head_dim": 256, "num_hidden_layers": 18, "vocab_size": 262144, "tie_word_embeddings": True,
+           "sliding_window": 512, "layer_types": types * 3}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = W.from_config(tmp_path / "config.json")
+    assert (m.window, m.window_layers, m.full_layers) == (512, 15, 3)
