@@ -12,7 +12,7 @@ predicted against published; the last line is one JSON object:
 squares on 1/tok_s = overhead + bytes read per step ÷ effective bandwidth over the rows marked role = "fit"
 (dense models, one stream), with the bytes the predictor itself uses (work.from_preset(...).bytes_per_step at
 the row's context). The overhead is kept ≥ 0 (a negative one is refitted through the origin). A chip whose fit
-rows all read the same bytes (one dense row: the CUDA scoreboard's RTX cards, Strix Halo) cannot separate the
+rows all read the same bytes (one dense row: the CUDA scoreboard's RTX cards) cannot separate the
 two: its overhead is the one fitted on a chip of the same llama.cpp backend with several rows (FIXED_OVERHEAD
 names it) and only the bandwidth is fitted. Held-out rows (MoE, batches, sliding-window models at depth, a
 second build) are never fitted: they test the model.
@@ -40,13 +40,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DATA = Path(__file__).parent / "data" / "published.toml"
+GOAL = (0.05, 0.15)  # issue 42: median and worst |error| over every point of the chosen set
 # A chip fitted on one dense row takes its per-step overhead from a chip of the same llama.cpp backend fitted on
-# several (see the module docstring): the CUDA cards from DGX Spark (CUDA, seven dense rows). Strix Halo's one
-# dense row is Vulkan, which no multi-row chip here shares: it takes the same CUDA figure, an assumption that
-# chips.toml states beside it.
+# several (see the module docstring): the CUDA cards from DGX Spark (CUDA, six dense rows).
 FIXED_OVERHEAD = {"nvidia-rtx-5090": "nvidia-dgx-spark", "nvidia-rtx-pro-6000": "nvidia-dgx-spark",
-                  "nvidia-rtx-4090": "nvidia-dgx-spark", "nvidia-rtx-3090": "nvidia-dgx-spark",
-                  "amd-strix-halo": "nvidia-dgx-spark"}
+                  "nvidia-rtx-4090": "nvidia-dgx-spark", "nvidia-rtx-3090": "nvidia-dgx-spark"}
 
 
 def load(path: Path = DATA) -> dict[str, Any]:
@@ -168,7 +166,10 @@ def report(data: dict[str, Any], only_chip: str | None) -> dict[str, Any]:
               f"{pred:>9.2f} {e:>+7.1%}  {group}")
     every = [e for v in errs.values() for e in v]
     held = [e for g, v in errs.items() if g != "fit" for e in v]
-    return {**summary(every), "fitted": summary(errs.get("fit", [])),
+    head = summary(every)
+    return {**head, "goal": {"median_error": GOAL[0], "worst_error": GOAL[1],
+                             "met": head["median_error"] <= GOAL[0] and head["worst_error"] <= GOAL[1]},
+            "fitted": summary(errs.get("fit", [])),
             "held_out": {**summary(held), **{g.split(":", 1)[1]: summary(v) for g, v in errs.items() if g != "fit"}},
             "machine": "roofline (step overhead modelled)" if lead_machine() else "shim (overhead added here)",
             "work_model_moe_aware": moe_aware()}
