@@ -135,6 +135,10 @@ class ModelPreset:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     file_bytes: int | None = None  # the file as shipped, where it differs from weight_bytes
+    # all routed experts' bytes as shipped (weights and biases, every MoE layer): experts are often quantized
+    # apart from the rest (gpt-oss: MXFP4 experts beside Q8_0 attention), so params × the average bytes per
+    # parameter misplaces them; None: not known, take the average
+    expert_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

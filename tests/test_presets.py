@@ -184,9 +184,11 @@ def test_model_presets_carry_the_work_model_fields():
     assert (g.experts, g.experts_used, g.expert_ffn, g.sliding_window, g.full_attention_layers) == (32, 4, 2880, 128, 12)
     q = models["qwen3-coder-30b-a3b-q8_0"]
     assert (q.experts, q.experts_used, q.expert_ffn, q.dense_layers, q.shared_experts) == (128, 8, 768, 0, 0)
+    for m in (g, q, models["gpt-oss-120b-mxfp4"]):  # the experts' own bytes: most of the file, never all of it
+        assert 0.8 * m.weight_bytes < m.expert_bytes < m.weight_bytes, m.key
     dense = models["llama-3.1-8b"]  # an entry without the new fields keeps its old meaning
     assert (dense.experts, dense.sliding_window, dense.full_attention_layers, dense.kv_lora_rank) == (0, 0, 0, 0)
-    assert dense.file_bytes is None
+    assert dense.file_bytes is None and dense.expert_bytes is None
     assert models["llama-2-7b-q4_0"].weight_bytes / 2**30 == pytest.approx(3.56, abs=0.005)  # llama-bench's size
 
 
