@@ -93,7 +93,7 @@ def fit_line(xs: list[float], ys: list[float], overhead: float | None = None) ->
 def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per chip: effective GB/s, overhead ms, the rows fitted and their residuals (chips of FIXED_OVERHEAD
     after the chips they borrow from)."""
-    chips = sorted({p["chip"] for p in points if p["role"] == "fit"}, key=lambda c: c in FIXED_OVERHEAD)
+    chips = sorted({p["chip"] for p in points if p["role"] == "fit"}, key=lambda c: (c in FIXED_OVERHEAD, c))
     out: dict[str, dict[str, Any]] = {}
     for c in chips:
         rows = [p for p in points if p["chip"] == c and p["role"] == "fit"]
