@@ -33,6 +33,11 @@ class Chip:
     match: tuple[str, ...] = ()
     fp16_tflops: float | None = None  # dense FP16 tensor throughput, vendor datasheet; None: not in presets
     unified: bool = False  # unified memory (Apple Silicon): the GPU may wire only its working set
+    # fitted on published llama.cpp single-stream decode (benchmarks/physics.py --fit): a decode step takes
+    # step_overhead_ms + bytes read ÷ effective_bandwidth_gbps; None where no published table was fitted
+    effective_bandwidth_gbps: float | None = None
+    step_overhead_ms: float | None = None
+    effective_source: str = ""  # the published table(s) and rows the two figures were fitted on
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -42,7 +47,8 @@ class Chip:
 def chips() -> dict[str, Chip]:
     return {
         key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gib", ())), tuple(d.get("match", ())),
-                  d.get("fp16_tflops"), bool(d.get("unified_memory", False)))
+                  d.get("fp16_tflops"), bool(d.get("unified_memory", False)), d.get("effective_bandwidth_gbps"),
+                  d.get("step_overhead_ms"), str(d.get("effective_source", "")))
         for key, d in load("chips").items()
     }
 
@@ -112,6 +118,27 @@ class ModelPreset:
     kv_dtype: str = "f16"
     vocab: int = 0
     tied_embeddings: bool = False
+    # mixture of experts (0: dense): routed experts per MoE layer, experts each token uses, an expert's FFN
+    # width (moe_intermediate_size), shared experts and their width, leading layers with a dense FFN
+    experts: int = 0
+    experts_used: int = 0
+    expert_ffn: int = 0
+    shared_experts: int = 0
+    shared_expert_ffn: int = 0
+    dense_layers: int = 0
+    intermediate: int = 0  # a dense FFN's width (intermediate_size)
+    # attention: a sliding window (tokens; 0: none) kept by all layers but full_attention_layers (0: every
+    # layer is full), layers with linear attention (fixed-size state), latent attention (MLA)
+    sliding_window: int = 0
+    full_attention_layers: int = 0
+    linear_attention_layers: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    file_bytes: int | None = None  # the file as shipped, where it differs from weight_bytes
+    # all routed experts' bytes as shipped (weights and biases, every MoE layer): experts are often quantized
+    # apart from the rest (gpt-oss: MXFP4 experts beside Q8_0 attention), so params × the average bytes per
+    # parameter misplaces them; None: not known, take the average
+    expert_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -25,7 +25,7 @@ def test_chips_have_spec_bandwidth_or_say_unknown():
     chips = presets.chips()
     assert chips["apple-m2-max"].bandwidth_gbps == 400
     assert chips["nvidia-h200"].bandwidth_gbps == 4800
-    assert chips["apple-m5-max"].bandwidth_gbps is None  # known name, figure not verified: never guessed
+    assert chips["apple-m5-ultra"].bandwidth_gbps is None  # known name, figure not verified: never guessed
     assert presets.match_chip("Apple M3 Max").key == "apple-m3-max"
     assert presets.match_chip("Apple M3").key == "apple-m3"
     assert presets.match_chip("NVIDIA H100 80GB HBM3").key == "nvidia-h100"
@@ -72,3 +72,172 @@ def test_ttft_by_class():
     got = ttft_by_class([r("long-2048", 900), r("long-2048", 1100), r("default-1", 50), r("default-2", 70)])
     assert got["long"]["median_ttft_ms"] == pytest.approx(1000) and got["short"]["median_ttft_ms"] == pytest.approx(60)
     assert got["long"]["p99_ttft_ms"] == pytest.approx(1098)  # 900 + 0.99 × 200
+
+
+# ---- issue 42: new chips, effective figures fitted on published tables, the work-model fields of models ----
+
+NEW_CHIPS = {  # key: (spec GB/s, largest memory option GiB), each from the vendor's page named in chips.toml
+    "nvidia-dgx-spark": (273, 128), "amd-strix-halo": (256, 128), "nvidia-rtx-5090": (1792, 32),
+    "nvidia-rtx-pro-6000": (1792, 96), "nvidia-rtx-3090": (936, 24), "apple-m5": (153, 32),
+    "apple-m5-pro": (307, 64), "apple-m5-max": (614, 128),
+}
+
+
+def _physics():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "physics.py"
+    spec = importlib.util.spec_from_file_location("physics", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _comment_above(text: str, key: str) -> str:
+    """The comment lines right above a TOML table header (blank lines end it), joined."""
+    lines = text.splitlines()
+    i = lines.index(f"[{key}]")
+    block = []
+    while i > 0 and lines[i - 1].startswith("#"):
+        i -= 1
+        block.insert(0, lines[i])
+    return " ".join(block)
+
+
+def test_new_chips_have_their_vendor_figures_and_say_where_from():
+    from importlib.resources import files
+
+    text = files("presets").joinpath("chips.toml").read_text(encoding="utf-8")
+    chips = presets.chips()
+    for key, (gbps, gib) in NEW_CHIPS.items():
+        c = chips[key]
+        assert (c.bandwidth_gbps, max(c.memory_gib)) == (gbps, gib), key
+        assert f"{gbps}" in _comment_above(text, key) or key.startswith("apple-m5"), key  # the figure's source
+    assert "newsroom" in _comment_above(text, "apple-m5")  # the M5 family's comment names Apple's posts
+    assert presets.match_chip("NVIDIA GB10").key == "nvidia-dgx-spark"
+    assert presets.match_chip("AMD RYZEN AI MAX+ 395 w/ Radeon 8060S").key == "amd-strix-halo"
+    assert presets.match_chip("NVIDIA GeForce RTX 3090 Ti").key == "nvidia-rtx-3090-ti"
+    assert presets.match_chip("NVIDIA RTX PRO 6000 Blackwell Workstation Edition").key == "nvidia-rtx-pro-6000"
+
+
+def test_effective_figures_are_sourced_and_physical():
+    chips = presets.chips()
+    fitted = {k: c for k, c in chips.items() if c.effective_bandwidth_gbps is not None or c.step_overhead_ms is not None}
+    assert {"nvidia-dgx-spark", "amd-strix-halo", "nvidia-rtx-5090", "apple-m2-ultra"} <= set(fitted)
+    for k, c in fitted.items():
+        assert c.effective_bandwidth_gbps is not None and c.step_overhead_ms is not None, k  # both or neither
+        assert c.effective_source.strip(), f"{k}: effective figures without effective_source"
+        assert 0 < c.effective_bandwidth_gbps <= c.bandwidth_gbps, k  # never above the vendor's figure
+        assert 0 <= c.step_overhead_ms < 20, k
+    assert all(not c.effective_source for k, c in chips.items() if k not in fitted)
+
+
+def test_effective_figures_are_what_the_fit_gives():
+    """chips.toml holds what `benchmarks/physics.py --fit` derives from published.toml (rounded as written)."""
+    phys = _physics()
+    fits = phys.fit_chips(phys.load()["point"])
+    chips = presets.chips()
+    assert set(fits) == {k for k, c in chips.items() if c.effective_bandwidth_gbps is not None}
+    for k, f in fits.items():
+        assert chips[k].effective_bandwidth_gbps == pytest.approx(f["effective_bandwidth_gbps"], abs=0.051), k
+        assert chips[k].step_overhead_ms == pytest.approx(f["step_overhead_ms"], abs=0.0051), k
+
+
+def test_fit_recovers_a_known_overhead_and_bandwidth():
+    phys = _physics()
+    overhead, gbps = 2.5e-3, 300.0
+    xs = [1e9, 4e9, 7.5e9, 13e9]
+    ys = [overhead + x / (gbps * 1e9) for x in xs]
+    o, slope = phys.fit_line(xs, ys)
+    assert o == pytest.approx(overhead, rel=1e-9) and 1 / slope / 1e9 == pytest.approx(gbps, rel=1e-9)
+    # noise that averages out: the least-squares line, not a pair of points
+    noisy = [y * (1 + e) for y, e in zip(ys, (0.01, -0.01, -0.01, 0.01))]
+    o, slope = phys.fit_line(xs, noisy)
+    assert o == pytest.approx(overhead, rel=0.3) and 1 / slope / 1e9 == pytest.approx(gbps, rel=0.02)
+    # one distinct size: the overhead must be given, and only the bandwidth is fitted
+    with pytest.raises(ValueError, match="overhead"):
+        phys.fit_line([4e9], [0.02])
+    o, slope = phys.fit_line([4e9], [overhead + 4e9 / 3e11], overhead)
+    assert (o, 1 / slope / 1e9) == (overhead, pytest.approx(gbps))
+    # a line through a negative intercept is refitted through the origin: a step never costs less than its bytes
+    o, slope = phys.fit_line([1e9, 2e9], [0.001, 0.003])
+    assert o == 0.0 and slope == pytest.approx((1e9 * 0.001 + 2e9 * 0.003) / (1e18 + 4e18))
+
+
+def test_published_points_name_presets_and_fit_only_single_dense_streams():
+    phys = _physics()
+    data = phys.load()
+    chips, models = presets.chips(), presets.models()
+    for p in data["point"]:
+        assert p["chip"] in chips and p["model"] in models and p["tok_s"] > 0, p
+        assert p["source"] in data["sources"] and p["row"], p
+        if p["role"] == "fit":
+            assert p["b"] == 1 and p["per"] == "stream" and not p.get("needs"), p
+            assert models[p["model"]].experts == 0, p  # MoE rows are held out, never fitted
+    assert sum(p["role"] == "held-out" for p in data["point"]) >= 40
+
+
+def test_model_presets_carry_the_work_model_fields():
+    models = presets.models()
+    g = models["gpt-oss-20b-mxfp4"]
+    assert (g.experts, g.experts_used, g.expert_ffn, g.sliding_window, g.full_attention_layers) == (32, 4, 2880, 128, 12)
+    q = models["qwen3-coder-30b-a3b-q8_0"]
+    assert (q.experts, q.experts_used, q.expert_ffn, q.dense_layers, q.shared_experts) == (128, 8, 768, 0, 0)
+    for m in (g, q, models["gpt-oss-120b-mxfp4"]):  # the experts' own bytes: most of the file, never all of it
+        assert 0.8 * m.weight_bytes < m.expert_bytes < m.weight_bytes, m.key
+    dense = models["llama-3.1-8b"]  # an entry without the new fields keeps its old meaning
+    assert (dense.experts, dense.sliding_window, dense.full_attention_layers, dense.kv_lora_rank) == (0, 0, 0, 0)
+    assert dense.file_bytes is None and dense.expert_bytes is None
+    assert models["llama-2-7b-q4_0"].weight_bytes / 2**30 == pytest.approx(3.56, abs=0.005)  # llama-bench's size
+
+
+_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def _gguf_metadata(path, wanted: set[str]) -> dict:
+    """The wanted scalar keys of a GGUF's metadata, read in order until all are found (gguf's GGUFReader parses
+    the 262k-token vocabulary too: 40 s here)."""
+    import struct
+
+    def scalar(f, t):
+        fmt = _SCALAR[t]
+        return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+    def skip(f, t):
+        if t == 8:
+            f.seek(scalar(f, 10), 1)
+        elif t == 9:
+            et, n = scalar(f, 4), scalar(f, 10)
+            if et in _SCALAR:
+                f.seek(n * struct.calcsize(_SCALAR[et]), 1)
+            else:
+                for _ in range(n):
+                    skip(f, et)
+        else:
+            scalar(f, t)
+
+    found = {}
+    with open(path, "rb") as f:
+        assert f.read(4) == b"GGUF"
+        _version, _tensors, n_kv = scalar(f, 4), scalar(f, 10), scalar(f, 10)
+        for _ in range(n_kv):
+            key = f.read(scalar(f, 10)).decode()
+            t = scalar(f, 4)
+            if key in wanted and t in _SCALAR:
+                found[key] = scalar(f, t)
+                if len(found) == len(wanted):
+                    break
+            else:
+                skip(f, t)
+    return found
+
+
+def test_embedded_gemma_window_is_the_ggufs(model):
+    """The preset's sliding window is the embedded GGUF's; its full-attention layers are llama.cpp's gemma3 rule
+    (every 6th layer: il % 6 == 5) over the GGUF's block count."""
+    meta = _gguf_metadata(model.path, {"gemma3.attention.sliding_window", "gemma3.block_count"})
+    window, blocks = meta["gemma3.attention.sliding_window"], meta["gemma3.block_count"]
+    p = presets.model("gemma-3-270m-q4_k_m")
+    assert (p.sliding_window, p.layers) == (window, blocks) == (512, 18)
+    assert p.full_attention_layers == sum(1 for il in range(blocks) if il % 6 == 5) == 3
