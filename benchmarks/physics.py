@@ -96,7 +96,7 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     chips = sorted({p["chip"] for p in points if p["role"] == "fit"}, key=lambda c: (c in FIXED_OVERHEAD, c))
     out: dict[str, dict[str, Any]] = {}
     for c in chips:
-        rows = [p for p in points if p["chip"] == c and p["role"] == "fit"]
+        rows = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) == 1]
         xs = [step_bytes(p) for p in rows]
         ys = [1.0 / p["tok_s"] for p in rows]
         fixed = out[FIXED_OVERHEAD[c]]["step_overhead_ms"] / 1e3 if c in FIXED_OVERHEAD else None
@@ -105,6 +105,12 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                   "overhead_from": FIXED_OVERHEAD.get(c, ""), "rows": [r["row"] for r in rows],
                   "sources": sorted({r["source"] for r in rows}),
                   "residuals": [(o + x * slope) * t - 1.0 for x, t in zip(xs, (r["tok_s"] for r in rows))]}
+        batch = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) > 1]
+        if len(batch) >= 2:  # the step beyond overhead + bytes: batch_step + (B − 1) × seq_step
+            bx = [int(p["b"]) - 1.0 for p in batch]
+            by = [int(p["b"]) / p["tok_s"] - o - step_bytes(p, int(p["b"])) * slope for p in batch]
+            jump, seq = fit_line(bx, by)
+            out[c].update(batch_step_ms=jump * 1e3, seq_step_ms=seq * 1e3, batch_rows=[p["row"] for p in batch])
     return out
 
 
@@ -181,7 +187,9 @@ def print_fit(data: dict[str, Any]) -> None:
         res = ", ".join(f"{r:+.1%}" for r in f["residuals"])
         print(f"[{c}]  effective_bandwidth_gbps = {f['effective_bandwidth_gbps']:.1f}  step_overhead_ms = "
               f"{f['step_overhead_ms']:.2f}" + (f"  (overhead from {f['overhead_from']})" if f["overhead_from"] else "")
-              + f"  on {len(f['rows'])} rows; residuals {res}")
+              + f"  on {len(f['rows'])} rows; residuals {res}"
+              + (f"\n    batch_step_ms = {f['batch_step_ms']:.2f}  seq_step_ms = {f['seq_step_ms']:.3f}  on "
+                 f"{len(f['batch_rows'])} batch rows" if "batch_step_ms" in f else ""))
     print(json.dumps({c: {"effective_bandwidth_gbps": round(f["effective_bandwidth_gbps"], 1),
                           "step_overhead_ms": round(f["step_overhead_ms"], 2), "rows": len(f["rows"])}
                       for c, f in fits.items()}))

@@ -38,6 +38,11 @@ class Chip:
     effective_bandwidth_gbps: float | None = None
     step_overhead_ms: float | None = None
     effective_source: str = ""  # the published table(s) and rows the two figures were fitted on
+    # the batch path (B ≥ 2): llama.cpp leaves its matrix-vector kernels for matrix-matrix ones, a step's fixed cost
+    # rises by batch_step_ms and each further sequence adds seq_step_ms (fitted on a dense model's llama-batched-bench
+    # rows, benchmarks/physics.py --fit); None: not measured on this chip
+    batch_step_ms: float | None = None
+    seq_step_ms: float | None = None
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -48,7 +53,8 @@ def chips() -> dict[str, Chip]:
     return {
         key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gib", ())), tuple(d.get("match", ())),
                   d.get("fp16_tflops"), bool(d.get("unified_memory", False)), d.get("effective_bandwidth_gbps"),
-                  d.get("step_overhead_ms"), str(d.get("effective_source", "")))
+                  d.get("step_overhead_ms"), str(d.get("effective_source", "")), d.get("batch_step_ms"),
+                  d.get("seq_step_ms"))
         for key, d in load("chips").items()
     }
 

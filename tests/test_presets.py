@@ -165,16 +165,16 @@ def test_fit_recovers_a_known_overhead_and_bandwidth():
     assert o == 0.0 and slope == pytest.approx((1e9 * 0.001 + 2e9 * 0.003) / (1e18 + 4e18))
 
 
-def test_published_points_name_presets_and_fit_only_single_dense_streams():
+def test_published_points_name_presets_and_fit_only_dense_models():
     phys = _physics()
     data = phys.load()
     chips, models = presets.chips(), presets.models()
     for p in data["point"]:
         assert p["chip"] in chips and p["model"] in models and p["tok_s"] > 0, p
         assert p["source"] in data["sources"] and p["row"], p
-        if p["role"] == "fit":
-            assert p["b"] == 1 and p["per"] == "stream" and not p.get("needs"), p
-            assert models[p["model"]].experts == 0, p  # MoE rows are held out, never fitted
+        if p["role"] == "fit":  # single streams fit β and the step's cost; one dense model's batch rows the batch path
+            assert (p["b"] == 1 and p["per"] == "stream") or (p["b"] > 1 and p["per"] == "aggregate"), p
+            assert not p.get("needs") and models[p["model"]].experts == 0, p  # MoE rows are held out, never fitted
     assert sum(p["role"] == "held-out" for p in data["point"]) >= 40
 
 

@@ -89,6 +89,8 @@ class Machine:
     thread_speedup: dict[int | str, float] = field(default_factory=dict)  # threads → speedup over 1 thread
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
     step_overhead_s: float = 0.0  # a step's fixed cost beyond its bytes and FLOPs (kernel launches, synchronisation)
+    batch_step_s: float = 0.0  # B ≥ 2 in one engine: the batch path's extra fixed cost a step (matrix-matrix kernels)
+    seq_step_s: float = 0.0  # … and each further sequence's
     kv_layout: str = "llama.cpp-window"  # how the engine holds windowed layers' KV (work.KV_LAYOUTS), for its footprint
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()
@@ -189,7 +191,15 @@ class Machine:
             notes.append(f"compute {chip.fp16_tflops:g} TFLOP/s FP16 spec × {flop_efficiency:g} (assumed)")
         else:
             notes.append("no FLOP/s figure in presets: the compute ceiling is not drawn")
-        return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3, notes=tuple(notes))
+        batch_ms, seq_ms = getattr(chip, "batch_step_ms", None), getattr(chip, "seq_step_ms", None)
+        if batch_ms is not None and seq_ms is not None and source.startswith("effective"):
+            notes.append(f"batch path: +{batch_ms:g} ms a step at B ≥ 2 and {seq_ms:g} ms each further sequence "
+                         "(fitted on a dense model's llama-batched-bench rows)")
+        else:
+            batch_ms = seq_ms = 0.0
+            notes.append("batch path not measured on this chip: B ≥ 2 costs only its bytes (an estimate)")
+        return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3,
+                   batch_step_s=float(batch_ms) / 1e3, seq_step_s=float(seq_ms) / 1e3, notes=tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -277,9 +287,10 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     t_swap = spill / (m.swap_gbps * 1e9)  # the part over the budget comes back from swap every step
     if spill:
         shares["swap"] = t_swap
-    if m.step_overhead_s:
-        shares["overhead"] = m.step_overhead_s
-    t_step = max(t_mem, t_cpu) + m.step_overhead_s + t_swap
+    t_fixed = m.step_overhead_s + (m.batch_step_s + (b_eff - 1) * m.seq_step_s if b_eff > 1 else 0.0)
+    if t_fixed:
+        shares["overhead"] = t_fixed
+    t_step = max(t_mem, t_cpu) + t_fixed + t_swap
     busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
     binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, t_cpu > t_mem,
                                                "" if m.serializing else None)[0]

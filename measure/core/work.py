@@ -313,7 +313,9 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     n_exp, used, ffn_e = (int(getattr(m, f, 0) or 0) for f in ("experts", "experts_used", "expert_ffn"))
     moe_layers = m.layers - int(getattr(m, "dense_layers", 0) or 0)
     ex_params = 3 * m.hidden * ffn_e * moe_layers if n_exp and used else 0
-    experts = Experts(n_exp, used, ex_params * per_param, ex_params) if ex_params else None
+    ex_file = float(getattr(m, "expert_bytes", 0) or 0)  # the experts' own bytes as shipped (gpt-oss: MXFP4 experts
+    ex_each = ex_file / n_exp if ex_file and ex_params else ex_params * per_param  # beside Q8_0 attention)
+    experts = Experts(n_exp, used, ex_each, ex_params) if ex_params else None
     full = int(getattr(m, "full_attention_layers", 0) or 0)
     linear = int(getattr(m, "linear_attention_layers", 0) or 0)
     window = int(getattr(m, "sliding_window", 0) or 0)
@@ -321,7 +323,7 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     return WorkModel(
         name=m.name, source=f"preset {m.key}", params=m.params,
         file_bytes=int(getattr(m, "file_bytes", 0) or 0) or m.weight_bytes,
-        weight_bytes=int(m.weight_bytes - (0 if tied else embd * per_param) - n_exp * ex_params * per_param),
+        weight_bytes=int(m.weight_bytes - (0 if tied else embd * per_param) - (n_exp * ex_each if experts else 0)),
         embd_row_bytes=0.0 if tied else m.hidden * per_param,
         matmul_params=int(m.params - (0 if tied else embd) - n_exp * ex_params),
         layers=m.layers, heads=m.heads or m.kv_heads, kv_heads=m.kv_heads, head_dim=m.head_dim,
