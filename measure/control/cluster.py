@@ -387,7 +387,7 @@ def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, w
 def _sync_clocks(ray: Any, clients: list[Client], cfg: SweepConfig, say: Callable[[str], None]) -> None:
     """Each actor's clock against the driver's, by round trips (docs/design.md §24), said per client."""
     for c in clients:
-        c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
+        c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(lambda a=c.actor: int(ray.get(a.clock.remote())))
         say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
             f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
 

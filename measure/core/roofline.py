@@ -109,7 +109,7 @@ class Machine:
         return known[top] * threads / top  # beyond what was measured: linear from the last point
 
     @classmethod
-    def from_ceilings(cls, c: Ceilings, work: WorkModel) -> "Machine":
+    def from_ceilings(cls, c: Ceilings, work: WorkModel) -> Machine:
         """This machine, from the probe (readings.Ceilings: machine/ceilings.py) of the same model's engine."""
         e = c.engine or {}
         d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
@@ -149,7 +149,7 @@ class Machine:
 
     @classmethod
     def from_chip(cls, chip: Chip, bw_efficiency: float = ASSUMED_BW_EFFICIENCY,
-                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> "Machine":
+                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> Machine:
         """A chip from presets: spec bandwidth and FLOP/s × the assumed efficiencies (said in `notes`)."""
         if not chip.bandwidth_gbps:
             raise ValueError(f"chip {chip.name} has no verified bandwidth in presets")
