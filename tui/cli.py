@@ -168,7 +168,7 @@ def _workload_args(p: OneLineParser) -> None:
                    "{\"prompt\": …, \"output_tokens\": N} per line), sharegpt:FILE, or trace:FILE (timestamp, "
                    "prompt_tokens, output_tokens per line, or an inference-top records.jsonl: replayed at its own "
                    "times, bench only); FILE 'sample' for the shipped sample; the public traces as published: "
-                   "mooncake:FILE, bailian:FILE, burstgpt:FILE, azure:FILE (README: Trace formats)")
+                   "mooncake:FILE, bailian:FILE, burstgpt:FILE, azure:FILE (docs/usage.md: Trace formats)")
     g.add_argument("--model-filter", metavar="MODEL", help="burstgpt:FILE: only the rows of this Model "
                    "(e.g. ChatGPT or GPT-4; default: every model's rows)")
     g.add_argument("--prompt-len", help="synthetic prompts of seeded random lengths: N, N±D (uniform), "
