@@ -100,5 +100,5 @@ def test_the_readme_is_a_guide_and_the_design_page_holds_the_rules():
 
 
 def test_the_measurement_checks_catch_what_they_guard():
-    assert citations("docs/measurements.md §4 and `docs/measurements.md` §12", MCITE) == [4, 12]
+    assert citations("docs/measurements.md §4 and `docs/measurements.md` §2", MCITE) == [4, 2]
     assert DATED.search("on the quiet box") and DATED.search("(Dec 2, K=2)") and not DATED.search("§12 of Dec.")
