@@ -61,9 +61,11 @@ if [ -n "$CACHED" ]; then
 else
     say "no llama-cpp-python wheel in pip's cache ($("$VENV/bin/pip" cache dir)): pip builds it (≈ 6 min)"
 fi
-say "installing the wheel with its llama extra into a fresh venv"
-env -u PYTHONPATH "$VENV/bin/pip" install --quiet --find-links "$WORK/links" "$WHEEL[llama]" 2>&1 \
-    | tee "$WORK/pip.log"
+say "installing the wheel with its llama and http extras into a fresh venv (as the README says)"
+env -u PYTHONPATH "$VENV/bin/pip" install --quiet --find-links "$WORK/links" "$WHEEL[llama,http]" 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory" | tee "$WORK/pip.log" || true
+grep -q "Building wheel for llama-cpp-python" "$WORK/pip.log" && say "llama-cpp-python was built, not taken from the cache"
+"$VENV/bin/python" -c "import llama_cpp, aiohttp" 2>/dev/null || die "the llama and http extras did not install"
 LOCATION=$(cd "$WORK/empty" && env -u PYTHONPATH "$VENV/bin/python" -c "import tui; print(tui.__file__)")
 case "$LOCATION" in "$VENV"/*) ;; *) die "tui imported from $LOCATION, not the venv" ;; esac
 say "installed; tui imports from the venv ($LOCATION)"

@@ -71,3 +71,19 @@ def test_version_is_the_package_metadata():
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"inference-top {version('inference-top')}"
+
+
+def test_http_without_aiohttp_is_one_line(monkeypatch, capsys):
+    """pip install inference-top without the http extra: --engine http says what to install, at once (the HTTP
+    source's thread died at its first stream, and the bench waited 30 s for a warmup that never came)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "aiohttp" else real(name, *a))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--engine", "http", "--url", "http://127.0.0.1:9/v1", "--tokenizer", "none",
+                  "--requests", "1"])
+    assert exc.value.code == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["inference-top: error: --engine http needs aiohttp, which is not installed: pip install "
+                   "'inference-top[http]'"]

@@ -345,9 +345,14 @@ def _plan(args, default_max_tokens: int):
     from measure.control.runplan import StartError, make_plan
 
     try:
-        return make_plan(args, default_max_tokens=default_max_tokens)
+        plan = make_plan(args, default_max_tokens=default_max_tokens)
     except StartError as exc:
         fail(str(exc))
+    from importlib.util import find_spec
+
+    if plan.engine_is_remote and find_spec("aiohttp") is None:  # else the source's thread dies at its first stream
+        fail("--engine http needs aiohttp, which is not installed: pip install 'inference-top[http]'")
+    return plan
 
 
 def bench_main(argv: list[str]) -> int:
