@@ -25,7 +25,7 @@ NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 export CMAKE_ARGS += -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
 endif
 
-.PHONY: install install-test run bench test lint clean
+.PHONY: install install-test run bench test lint wheel-smoke clean
 
 install: $(VENV)/.installed-run
 install-test: $(VENV)/.installed-test
@@ -50,9 +50,11 @@ run: install
 bench: install
 	$(VENV)/bin/inference-top bench --k 1,2 --requests 8 --max-tokens 64 --out out/bench $(ARGS)
 
-# import-linter's layers, then mypy ([tool.mypy] in pyproject.toml: strict on measure/, engines/, presets/; the
-# dashboard is typed against measure/control/controller.Controller, so a controller lacking a member it uses fails)
+# ruff over the whole tree ([tool.ruff]: pyflakes, bugbear, pyupgrade), import-linter's layers, then mypy
+# ([tool.mypy] in pyproject.toml: strict on measure/, engines/, presets/; the dashboard is typed against
+# measure/control/controller.Controller, so a controller lacking a member it uses fails)
 lint: install-test
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
@@ -61,6 +63,12 @@ lint: install-test
 # rest run, and the last line still counts what passed and failed.
 test: install-test lint
 	$(VENV)/bin/python -m pytest -n 1 --max-worker-restart=20 $(ARGS)
+
+# The wheel as people install it, in a fresh venv run from an empty folder (build-aux/wheel_smoke.sh): --version,
+# plan, a bench on the null server and on the embedded model, the dashboard started and quit. llama-cpp-python
+# comes from pip's cache of the wheel `make install` built.
+wheel-smoke: install
+	PYTHON=$(PYTHON) build-aux/wheel_smoke.sh
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -78,7 +78,7 @@ def fit_line(xs: list[float], ys: list[float], overhead: float | None = None) ->
     if not xs or len(xs) != len(ys):
         raise ValueError("fit_line needs as many x as y, at least one")
     if overhead is None and len(set(xs)) >= 2:
-        n, mx, my = len(xs), statistics.fmean(xs), statistics.fmean(ys)
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
         sxx = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
         if my - slope * mx >= 0:

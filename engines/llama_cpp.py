@@ -147,7 +147,7 @@ class LlamaCppEngine:
             self._batch.set_threads(n)
         self.spec = replace(self.spec, threads=n)
 
-    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "LlamaBatch":
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> LlamaBatch:
         """The continuous-batching context for b_cap sequences of ctx_per_seq tokens (default --ctx).
 
         llama.cpp allocates (and clears) the whole KV cache when the context is made, so it is made
@@ -233,7 +233,7 @@ class LlamaBatch:
     `kv_unified=False` gives each sequence n_ctx / b_cap.
     """
 
-    def __init__(self, engine: "LlamaCppEngine", b_cap: int, ctx_per_seq: int, n_batch: int = 512):
+    def __init__(self, engine: LlamaCppEngine, b_cap: int, ctx_per_seq: int, n_batch: int = 512):
         lib = engine._lib
         self._lib = lib
         self.b_cap = b_cap

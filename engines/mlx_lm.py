@@ -141,7 +141,7 @@ class MlxLmEngine:
             mx.synchronize(generation_stream)
         return reason
 
-    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "MlxBatch":
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> MlxBatch:
         """mlx-lm's BatchGenerator for up to b_cap sequences (its KV caches grow as needed, so a new
         capacity only changes its batch sizes; it is remade when idle, like llama.cpp's context)."""
         ctx_per_seq = ctx_per_seq or self.spec.ctx

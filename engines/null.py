@@ -136,7 +136,7 @@ class NullEngine:
     def set_threads(self, n: int) -> None:
         pass
 
-    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> "NullBatch":
+    def batch(self, b_cap: int, ctx_per_seq: int | None = None) -> NullBatch:
         """A continuous batch of up to b_cap sequences (kept while b_cap and ctx_per_seq stay the same)."""
         ctx_per_seq = ctx_per_seq or self.spec.ctx
         _crash_if(self.spec, "batch")

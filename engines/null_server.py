@@ -497,7 +497,7 @@ class NullServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
 
-    def __enter__(self) -> "NullServer":
+    def __enter__(self) -> NullServer:
         self.start()
         return self
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 from importlib.resources import files
 
@@ -17,7 +17,7 @@ class PresetError(ValueError):
     """A preset name that does not exist, or a TOML file with a bad entry."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(name: str) -> dict[str, Any]:
     """The parsed TOML file `name` (``chips``, ``models`` or ``workloads``)."""
     table: dict[str, Any] = tomllib.loads(files(__name__).joinpath(f"{name}.toml").read_text(encoding="utf-8"))

@@ -3,7 +3,6 @@ hand-computed case it checks, and fails on the code before the fix."""
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import pytest

@@ -194,7 +194,7 @@ def two_clients(null_server, tmp_path_factory):
                                             "--out", str(o)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env) for i, o in zip((1, 2), outs)]
     said = [p.communicate(timeout=120) for p in procs]
-    for p, (so, se) in zip(procs, said):
+    for p, (_so, se) in zip(procs, said):
         assert p.returncode == 0, se
     rep = run(["report", "--combine", *map(str, outs), "--out", str(tmp / "rep")])
     assert rep.returncode == 0, rep.stderr

@@ -1,14 +1,20 @@
 """The repo's design page is the one cited: no file points outside the repo for a definition, and every
-"docs/design.md §N" names a section that exists (docs/design.md §1)."""
+"docs/design.md §N" names a section that exists (docs/design.md §1). Measured figures live in
+docs/measurements.md, each section with its commit; every "docs/measurements.md §N" names a section there, and
+the README (a guide of at most 400 lines) and the design page carry no dated run."""
 import re
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"
+MEASUREMENTS = ROOT / "docs" / "measurements.md"
+README = ROOT / "README.md"
 # spelt in pieces so this file does not match itself
 OUTSIDE = ("shared/" + "DESIGN", "../" + "shared", "DESIGN " + "section", "DESIGN " + "§")
 CITE = re.compile(r"docs/design\.md`?\s*(?:§|section\s+)(\d+)")
+MCITE = re.compile(r"docs/measurements\.md`?\s*(?:§|section\s+)(\d+)")
+DATED = re.compile(r"Dec [0-9]|quiet box|load average")  # a dated run's marks: it belongs in docs/measurements.md
 
 
 SKIP_DIRS = {".git", ".venv", "__pycache__", "build", "out", ".pytest_cache", ".hypothesis"}
@@ -34,8 +40,8 @@ def design_sections(text: str) -> set[int]:
     return {int(n) for n in re.findall(r"^## (\d+)\. \S", text, flags=re.M)}
 
 
-def citations(text: str) -> list[int]:
-    return [int(n) for n in CITE.findall(text)]
+def citations(text: str, cite: re.Pattern[str] = CITE) -> list[int]:
+    return [int(n) for n in cite.findall(text)]
 
 
 def _read(p: Path) -> str:
@@ -73,3 +79,26 @@ def test_the_checks_catch_a_bad_citation():
     assert design_sections("## 1. A\ntext\n## 2. B\n") == {1, 2}
     assert citations("see docs/design.md §9 and `docs/design.md` §2, docs/design.md section 4") == [9, 2, 4]
     assert any(s in "(shared/" "DESIGN.md section 4)" for s in OUTSIDE)
+
+
+def test_every_cited_measurement_section_exists():
+    text = MEASUREMENTS.read_text(encoding="utf-8")
+    sections = design_sections(text)
+    cited = {(str(p.relative_to(ROOT)), n) for p in tracked_text_files() for n in citations(_read(p), MCITE)}
+    assert cited, "nothing cites docs/measurements.md"
+    assert sorted((f, n) for f, n in cited if n not in sections) == []
+    for body in re.split(r"^## \d+\. ", text, flags=re.M)[1:]:  # each measurement names its commit
+        assert re.search(r"\b[0-9a-f]{7}\b", body), body.splitlines()[0]
+
+
+def test_the_readme_is_a_guide_and_the_design_page_holds_the_rules():
+    for p in (README, DESIGN):
+        text = p.read_text(encoding="utf-8")
+        dated = [line for line in text.splitlines() if DATED.search(line)]
+        assert dated == [], f"{p.name}: dated measurements go to docs/measurements.md: {dated}"
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 400
+
+
+def test_the_measurement_checks_catch_what_they_guard():
+    assert citations("docs/measurements.md §4 and `docs/measurements.md` §2", MCITE) == [4, 2]
+    assert DATED.search("on the quiet box") and DATED.search("(Dec 2, K=2)") and not DATED.search("§12 of Dec.")

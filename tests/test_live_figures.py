@@ -328,7 +328,7 @@ def test_the_fleet_says_when_a_new_level_is_ready_and_stamps_the_k_that_served()
     meta = RunMeta("null (scheduled tokens, no model)", "none", 0, simulated=True)
     fleet = Fleet(EngineSpec("null", "", options={"load_s": 1.0, "ttft_s": 0.02, "itl_s": 0.02}), meta, k=1,
                   threads=1)
-    recs, ready = [], None
+    recs, ready, ready_at = [], None, 0.0
     try:
         assert fleet.capabilities().level_ready
         fleet.start(timeout=60)

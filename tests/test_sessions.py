@@ -342,7 +342,7 @@ def test_llama_server_prefix_cache_on_and_off_by_turn(model, tmp_path):
         assert on[t]["median_prefilled_tokens"] < 0.6 * on[t]["median_prompt_tokens"], on
     assert all(v["n"] == 2 and v["median_ttft_ms"] > 0 for v in [*on.values(), *off.values()])
     # TTFT on vs off is measured, not asserted: on these 2 shared cores "turn 3 on < off" failed 1 run in 3 (the
-    # box's load moved more between the two runs than the prefill saved); the README has measured curves
+    # box's load moved more between the two runs than the prefill saved); docs/measurements.md §6 has measured ones
 
 
 def test_server_check_counts_the_prompt_tokens_the_server_took_from_its_cache():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from measure.control.tune import Candidate, Tune, TuneControl, TuneIO, candidates, cell_measure
+from measure.control.tune import Tune, TuneControl, TuneIO, candidates, cell_measure
 from test_tune import PLANTED, null_opener, settings
 
 

@@ -17,7 +17,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
 from measure.control.controller import Controller
-from measure.control.live import LiveController
 from measure.control.snapshot import Snapshot
 from measure.core.records import is_remote
 from tui.charts import Chart, Panel, TablePanel

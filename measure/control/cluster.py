@@ -216,6 +216,11 @@ class ClusterRun:
         return [c for c in self.clients if c.state in ("died", "failed", "lost")]
 
 
+def actor_clock(ray: Any, actor: Any) -> Callable[[], int]:
+    """An actor's clock read through Ray, bound to that actor (not to a loop's variable)."""
+    return lambda: int(ray.get(actor.clock.remote()))
+
+
 def measure_offset(read: Callable[[], int], trips: int = ROUND_TRIPS,
                    now: Callable[[], int] = time.perf_counter_ns) -> tuple[int, int, int]:
     """(the other clock − this one, ± bound, round trip) in ns, from `trips` round trips of `read` (the other
@@ -387,7 +392,7 @@ def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, w
 def _sync_clocks(ray: Any, clients: list[Client], cfg: SweepConfig, say: Callable[[str], None]) -> None:
     """Each actor's clock against the driver's, by round trips (docs/design.md §24), said per client."""
     for c in clients:
-        c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
+        c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(actor_clock(ray, c.actor))
         say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
             f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
 

@@ -16,11 +16,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from measure.control.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
-                                     measure_offset)
+                                     actor_clock, measure_offset)
 from measure.control.peers import PeerReading
 from measure.control.runs import _shifted
 from measure.core.clients import deal
@@ -191,7 +192,7 @@ class RayClients:
             raise ClusterError(f"a client actor could not start its load: {_why(exc)}") from None
         for c, info in zip(self.clients, infos):
             c.ip, c.host, c.pid = info["ip"], info["host"], info["pid"]
-            c.offset_ns, c.bound_ns, _ = measure_offset(lambda: int(ray.get(c.actor.clock.remote())))
+            c.offset_ns, c.bound_ns, _ = measure_offset(actor_clock(ray, c.actor))
             self._sink.log(f"{c.label} ({c.host}, pid {c.pid}): {c.streams} of {self.b} streams; clock "
                            f"{c.offset_ns / 1e6:+.3f} ms from the driver's, ± {c.bound_ns / 1e6:.3f} ms")
         self.meta = infos[0]["meta"]

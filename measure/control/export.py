@@ -61,7 +61,7 @@ def snapshot_png(snap: Snapshot, path: Path, beta: float | None = None) -> Path 
     for ax, unit in zip(axes, ("tok/s", "ms", "GB/s")):
         ax.set_ylabel(unit)
         ax.grid(alpha=0.3)
-        for x, label in snap.markers:
+        for x, _label in snap.markers:
             ax.axvline(x, color="magenta", ls=":")
         ax.legend(fontsize=7)
     for x, label in snap.markers:

@@ -119,7 +119,7 @@ class Segment(IndexedArrivals):
         self._t0 = t0_ns
         self._inner_label: str = inner.describe()
 
-    def share(self, j: int, m: int, t0_ns: int | None = None) -> "Segment":
+    def share(self, j: int, m: int, t0_ns: int | None = None) -> Segment:
         """Part j of m of this segment (its requests at positions ≡ j − 1 mod m), each keeping its index in
         the whole schedule and its offset: one client's processes (sources/http_pool.py) split it again, all
         from one start `t0_ns` (else this segment's)."""

@@ -102,7 +102,7 @@ class RequestRecord:
                 for name in self.__dataclass_fields__ for v in (getattr(self, name),)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in known})
 

@@ -113,7 +113,7 @@ class Machine:
         return known[top] * threads / top  # beyond what was measured: linear from the last point
 
     @classmethod
-    def from_ceilings(cls, c: Ceilings, work: WorkModel) -> "Machine":
+    def from_ceilings(cls, c: Ceilings, work: WorkModel) -> Machine:
         """This machine, from the probe (readings.Ceilings: machine/ceilings.py) of the same model's engine."""
         e = c.engine or {}
         d = {int(k): float(v) for k, v in (e.get("decode_tps") or {}).items()}
@@ -166,7 +166,7 @@ class Machine:
 
     @classmethod
     def from_chip(cls, chip: Chip, bw_efficiency: float | None = None,
-                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> "Machine":
+                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> Machine:
         """A chip from presets: its effective bandwidth and per-step cost where published measurements give them
         (chips.toml's effective_* figures, each with its source), else spec bandwidth × the assumed efficiency and
         no step cost, said to be an estimate; FLOP/s × the assumed efficiency (all said in `notes`).

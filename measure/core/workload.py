@@ -30,7 +30,7 @@ class PrefixCache:
     shared_words: int = 0
 
     @classmethod
-    def parse(cls, text: str | None) -> "PrefixCache":
+    def parse(cls, text: str | None) -> PrefixCache:
         t = (text or "off").strip().lower()
         if t in ("off", "on"):
             return cls(t)
@@ -274,7 +274,7 @@ class Poisson:
     def describe(self) -> str:
         return f"open loop, Poisson {self.rate:g} req/s"
 
-    def part(self, fraction: float) -> "Poisson":
+    def part(self, fraction: float) -> Poisson:
         """An independent Poisson stream at `fraction` of this rate, endless, its seed drawn from this one's
         generator: parts whose fractions sum to 1 superpose to a Poisson stream at the whole rate (a live
         dashboard's clients on several machines each send one, control/cluster_live.py)."""

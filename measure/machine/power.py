@@ -99,7 +99,7 @@ class _NvmlEnergy:
     (trapezoids; a reading at the call closes the last one)."""
 
     @classmethod
-    def open(cls, nvml: Any, clock: Callable[[], float], poll_s: float) -> "_NvmlEnergy | None":
+    def open(cls, nvml: Any, clock: Callable[[], float], poll_s: float) -> _NvmlEnergy | None:
         try:
             if nvml is None:
                 import pynvml

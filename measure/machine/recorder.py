@@ -34,7 +34,7 @@ from measure.core.records import RequestRecord
 
 FSYNC_EVERY_S = 1.0  # the most often the file is synced to the disk
 
-_OPEN: "weakref.WeakSet[Recorder]" = weakref.WeakSet()
+_OPEN: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
 @atexit.register

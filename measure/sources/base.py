@@ -86,7 +86,7 @@ class WorkerInfo:
     def __post_init__(self) -> None:
         self.state = WorkerState(self.state)  # a recording holds the plain string
 
-    def public(self) -> "WorkerInfo":
+    def public(self) -> WorkerInfo:
         return WorkerInfo(**self.__dict__)
 
 
@@ -283,12 +283,12 @@ class CollectsRecords:
     its record path reads), what a stopped cell leaves behind (`_cell_stopped`) and what failed under it
     (`_check`)."""
 
-    _collector: "RecordCollector | None" = None
+    _collector: RecordCollector | None = None
 
     def set_load(self, load: Load | None) -> None:
         raise NotImplementedError
 
-    def _collect(self, collector: "RecordCollector | None") -> None:
+    def _collect(self, collector: RecordCollector | None) -> None:
         self._collector = collector
 
     def _cell_stopped(self) -> None:

@@ -47,7 +47,7 @@ ALIVE_POLL_S = 0.5  # the I/O thread asks each worker process whether it lives a
 RETIRED_SHOWN_S = 10.0  # a retired worker's row stays this long, then leaves the list (_forget_retired)
 S = WorkerState
 
-_OPEN: "weakref.WeakSet[Fleet]" = weakref.WeakSet()
+_OPEN: weakref.WeakSet[Fleet] = weakref.WeakSet()
 
 
 @atexit.register

@@ -34,7 +34,7 @@ class Recording:
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "Recording":
+    def load(cls, path: str | os.PathLike[str]) -> Recording:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
