@@ -3,6 +3,7 @@ per step; each figure worked by hand once here."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +145,71 @@ def test_gemma3_config_layer_types(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = W.from_config(tmp_path / "config.json")
     assert (m.window, m.window_layers, m.full_layers) == (512, 15, 3)
+
+
+class _Lib:
+    """llama_cpp's two calls the placement asks, as a build with or without a GPU backend answers them."""
+
+    def __init__(self, gpu: bool):
+        self.gpu = gpu
+
+    def llama_supports_gpu_offload(self) -> bool:
+        return self.gpu
+
+
+@pytest.mark.parametrize(("gpu", "asked", "want"), [(True, None, -1), (False, None, 0), (True, 0, 0), (True, 7, 7)])
+def test_the_llama_engine_asks_for_every_layer_on_the_gpu_where_llama_cpp_offloads(gpu, asked, want) -> None:
+    """Metal, CUDA or Vulkan builds report GPU offload: the engine asks for every layer there (-1), where the
+    bindings' own default (0) would run every layer on the CPU; --n-gpu-layers N wins; the window cache is asked."""
+    from engines.base import EngineSpec
+    from engines.llama_cpp import LlamaCppEngine, offloaded_fraction, placement
+
+    e = LlamaCppEngine(EngineSpec(engine="llama", model_path="m.gguf", n_gpu_layers=asked))
+    e._lib = _Lib(gpu)
+    asked_of_llama: dict = {}
+    e._llama(lambda **kw: asked_of_llama.update(kw))  # the Llama(...) call, as llama-cpp-python receives it
+    assert asked_of_llama["n_gpu_layers"] == want and asked_of_llama["swa_full"] is False
+    text = placement(_Lib(gpu), asked, 18)
+    assert ("GPU" in text.split("(")[0]) == (gpu and asked != 0)
+    assert offloaded_fraction(_Lib(gpu), asked, 18) == {-1: 1.0, 0: 0.0, 7: 7 / 18}[want]
+
+
+def test_this_builds_placement_is_in_the_run_header() -> None:
+    import llama_cpp
+
+    from measure.machine.model_choice import llama_placement
+
+    gpu = bool(llama_cpp.llama_supports_gpu_offload())
+    assert ("GPU" in llama_placement(None).split("(")[0]) == gpu  # this CPU build: "layers on the CPU (…)"
+
+
+def test_plan_matches_what_llama_cpp_allocates_for_the_embedded_gemma(model) -> None:
+    """One real allocation: llama.cpp (the in-process engine's swa_full off, and the bindings' default on) makes the
+    KV cache plan says, read from its own log (benchmarks/kv_alloc.py does every engine at 4096 and 32768)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kv_alloc", Path(__file__).parent.parent / "benchmarks" / "kv_alloc.py")
+    kv_alloc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kv_alloc)
+    from measure.core.guard import shape_from_gguf
+    from measure.core.sizing import plan
+
+    row = plan(shape_from_gguf(model.path), [4096], 24 * 2**30)["rows"][0]["kv_by_engine"]
+    assert kv_alloc.llama_cpp_python(str(model.path), 4096, "window") == row["llama (in-process)"] / MiB == 27.0
+    assert kv_alloc.llama_cpp_python(str(model.path), 4096, "full") == row["llama_cpp.server"] / MiB == 72.0
+
+
+def test_a_made_moe_gguf_is_read_as_experts(tmp_path) -> None:
+    """engines/gguf_synth writes a Mixtral-layout MoE; the reader finds its experts and splits their bytes off."""
+    from engines.gguf_file import inspect_gguf
+    from engines.gguf_synth import SynthShape, write_model
+
+    path = write_model(tmp_path / "moe.gguf", SynthShape(hidden=256, layers=2, heads=4, kv_heads=1, ffn=256, experts=8,
+                                                         experts_used=2, vocab=300))
+    m = W.from_gguf(inspect_gguf(path))
+    assert m.experts is not None and (m.experts.count, m.experts.used) == (8, 2)
+    per_expert = 2 * 3 * 256 * 256 * 34 / 32  # 2 layers × gate, up, down of 256 × 256 in Q8_0
+    assert m.experts.bytes_each == pytest.approx(per_expert)
+    assert m.read_bytes(1) == pytest.approx(m.weight_bytes + 2 * per_expert + 256 * 34 / 32)  # + one embedding row
+    assert m.file_bytes > m.weight_bytes + 8 * per_expert  # the whole file holds every expert
+    assert m.assumed == ()
