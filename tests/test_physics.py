@@ -213,3 +213,17 @@ def test_a_made_moe_gguf_is_read_as_experts(tmp_path) -> None:
     assert m.read_bytes(1) == pytest.approx(m.weight_bytes + 2 * per_expert + 256 * 34 / 32)  # + one embedding row
     assert m.file_bytes > m.weight_bytes + 8 * per_expert  # the whole file holds every expert
     assert m.assumed == ()
+
+
+def test_the_working_set_bounds_only_what_the_gpu_wires() -> None:
+    """On unified memory Metal's working set bounds what the GPU wires: all of it for every layer offloaded, half
+    the footprint at half the layers (the budget doubles, within the RAM left), nothing on the CPU."""
+    from measure.core.guard import ASSUMED_OS_HELD_BYTES, GiB, unified_budget
+
+    total, ws = 64 * GiB, 48 * GiB
+    left = total - ASSUMED_OS_HELD_BYTES
+    assert unified_budget(total, ws, "test")[0] == ws
+    assert unified_budget(total, 20 * GiB, "test", gpu_share=0.5)[0] == 40 * GiB
+    assert unified_budget(total, ws, "test", gpu_share=0.5)[0] == left  # 96 GiB allowed, the RAM holds 60
+    budget, why = unified_budget(total, ws, "test", gpu_share=0.0)
+    assert budget == left and "no layer on the GPU" in why

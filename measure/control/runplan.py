@@ -349,14 +349,30 @@ class RunPlan:
         return "β unknown (pass --bandwidth)"
 
 
-def resolve_budget(text: str | None, total: int | None = None, limit_name: str | None = None) -> tuple[int, str]:
+def _gpu_share(args: argparse.Namespace) -> float:
+    """The part of a local engine's footprint its GPU wires: the llama engine's offloaded layers as this llama.cpp
+    build places them (none on a build without a GPU backend), all of it for mlx."""
+    if args.engine != "llama":
+        return 1.0
+    try:
+        import llama_cpp
+
+        from engines.llama_cpp import offloaded_fraction
+    except ImportError:
+        return 1.0
+    return offloaded_fraction(llama_cpp, args.n_gpu_layers, None)
+
+
+def resolve_budget(text: str | None, total: int | None = None, limit_name: str | None = None,
+                   gpu_share: float = 1.0) -> tuple[int, str]:
     """--memory-budget: None (the default fraction of the tightest memory limit: physical memory, a cgroup's,
-    an rlimit), a fraction of it, or a size (48G = 48 GiB). The source names the limit that set it."""
+    an rlimit), a fraction of it, or a size (48G = 48 GiB). The source names the limit that set it. `gpu_share`:
+    the part of the footprint the GPU wires (the llama engine's layers offloaded; docs/design.md §26)."""
     if total is None:
         total, limit_name = effective_memory()
     limit_name = limit_name or "physical memory"
     if text is None:  # on a Mac: the GPU's working set less what macOS holds (docs/design.md §21)
-        return default_budget(total, limit_name)
+        return default_budget(total, limit_name, gpu_share)
     try:
         v = float(text)
     except ValueError:
@@ -453,7 +469,7 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
     contexts = getattr(args, "contexts", None) or []
     max_tokens = args.max_tokens or default_max_tokens
     ctx = _check_lengths(args, wl, contexts, max_tokens)
-    budget, budget_src = resolve_budget(args.memory_budget)
+    budget, budget_src = resolve_budget(args.memory_budget, gpu_share=_gpu_share(args))
     slo, cost = _slo_and_cost(args)
     common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,

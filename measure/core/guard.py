@@ -211,24 +211,33 @@ def engine_footprint(mode: str, k: int, b: int, **m: Unpack[EngineMemory]) -> Fo
 ASSUMED_OS_HELD_BYTES = 4 * GiB
 
 
-def unified_budget(total: int, ws_bytes: int, ws_source: str, others: int | None = None) -> tuple[int, str]:
+def unified_budget(total: int, ws_bytes: int, ws_source: str, others: int | None = None,
+                   gpu_share: float = 1.0) -> tuple[int, str]:
     """(bytes, why): the memory an engine may wire on unified memory — Metal's working set, and no more than
-    what the OS and the other processes leave of the RAM (`others`: what they hold; None: assumed)."""
+    what the OS and the other processes leave of the RAM (`others`: what they hold; None: assumed).
+    `gpu_share`: the part of the engine's footprint the GPU wires (llama.cpp: the layers offloaded, docs/design.md
+    §26): the working set bounds only that part, so the footprint may reach ws ÷ share; none offloaded: RAM only."""
     held = ASSUMED_OS_HELD_BYTES if others is None else others
     left = total - held
     held_src = f"{fmt_gib(held)} {'assumed' if others is None else 'read (vm_stat)'} for macOS and other processes"
+    if gpu_share <= 0:
+        return max(0, left), f"{fmt_gib(total)} less {held_src} (no layer on the GPU: its working set does not apply)"
+    if gpu_share < 1:
+        ws_bytes = int(ws_bytes / gpu_share)
+        ws_source = f"{ws_source}; {gpu_share:.0%} of the footprint on the GPU"
     if ws_bytes <= left:
         return ws_bytes, f"GPU working set {fmt_gib(ws_bytes)} ({ws_source}); {held_src}"
     return max(0, left), (f"{fmt_gib(total)} less {held_src} (below the GPU working set {fmt_gib(ws_bytes)}, "
                           f"{ws_source})")
 
 
-def mac_budget(total: int, mem: MacMemory | None = None) -> tuple[int, str]:
-    """The default budget on this Mac (host.read_mac_memory's reading) or on a Mac of `total` bytes."""
+def mac_budget(total: int, mem: MacMemory | None = None, gpu_share: float = 1.0) -> tuple[int, str]:
+    """The default budget on this Mac (host.read_mac_memory's reading) or on a Mac of `total` bytes; `gpu_share`:
+    the part of the footprint the GPU wires (unified_budget)."""
     if mem is not None:
-        return unified_budget(mem.total, mem.working_set.bytes, mem.working_set.source, others_held(mem))
+        return unified_budget(mem.total, mem.working_set.bytes, mem.working_set.source, others_held(mem), gpu_share)
     ws = working_set(total)
-    return unified_budget(total, ws.bytes, ws.source)
+    return unified_budget(total, ws.bytes, ws.source, gpu_share=gpu_share)
 
 
 def admit(fp: Footprint, budget: int) -> str | None:

@@ -224,11 +224,11 @@ def read_mac_memory(run: Run | None = None, mlx_info: Callable[[], Mapping[str, 
 
 
 
-def default_budget(total: int, limit_name: str) -> tuple[int, str]:
-    """The budget when none is given: on a Mac, the unified-memory rule read from the machine; elsewhere
-    DEFAULT_BUDGET_FRACTION of the tightest memory limit."""
+def default_budget(total: int, limit_name: str, gpu_share: float = 1.0) -> tuple[int, str]:
+    """The budget when none is given: on a Mac, the unified-memory rule read from the machine (Metal's working set
+    bounding the part the GPU wires, `gpu_share`); elsewhere DEFAULT_BUDGET_FRACTION of the tightest memory limit."""
     if is_mac() and limit_name == "physical memory":
-        return mac_budget(total, read_mac_memory())
+        return mac_budget(total, read_mac_memory(), gpu_share)
     return int(DEFAULT_BUDGET_FRACTION * total), f"{DEFAULT_BUDGET_FRACTION:.0%} of {fmt_gib(total)} ({limit_name})"
 
 
