@@ -54,7 +54,7 @@ def placement(lib: Any, asked: int | None, layers: int | None = None) -> str:
     n = gpu_layers(lib, asked)
     gpu = bool(lib.llama_supports_gpu_offload())
     if not gpu:
-        return "layers on the CPU (this llama.cpp has no GPU backend)"
+        return "layers on the CPU: this llama.cpp has no GPU backend"
     if n == 0:
         return "layers on the CPU (--n-gpu-layers 0)"
     if n < 0 or (layers is not None and n >= layers):

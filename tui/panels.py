@@ -97,7 +97,7 @@ def render_header(s: Snapshot, v: View) -> Text:
         t.append(" ")
     t.append(f"{info.engine}", "bold")
     if info.placement:
-        t.append(f" ({info.placement})")
+        t.append(f" · {info.placement}")
     t.append(f" · {v.title or info.model}")
     if info.weight_bytes:
         t.append(f" {info.weight_bytes / 1e9:.3f} GB")

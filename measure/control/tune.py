@@ -1126,7 +1126,7 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
         p = plans[_family(c.engine)]
         if p.force:
             return None
-        return memory_refusal(c, s.ctx, p.choice.file_bytes, p.choice.kv_bytes_per_token() or 0.0, p.memory_budget)
+        return memory_refusal(c, s.ctx, p.choice.file_bytes, p.choice.kv_bytes_per_token(s.ctx) or 0.0, p.memory_budget)
 
     openers = {e: _opener(e, plans[_family(e)], s, out, server_bin) for e in s.engines}
     header = base.header({"argv": list(argv), "users": s.users})
