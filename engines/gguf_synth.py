@@ -15,6 +15,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,12 +69,24 @@ def _vocab(n: int) -> tuple[list[str], list[float], list[int]]:
 
 def write_model(path: str | Path, shape: SynthShape = SynthShape(), seed: int = 0) -> Path:
     """Write the GGUF; returns its path. Q8_0 matrices, F32 norms and router."""
-    from gguf import GGMLQuantizationType as Q
-    from gguf import GGUFWriter, LlamaFileType
+    from gguf import GGUFWriter
 
     s, rng, out = shape, np.random.default_rng(seed), Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     w = GGUFWriter(str(out), "llama")
+    _metadata(w, s)
+    _tensors(w, s, rng)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def _metadata(w: Any, s: SynthShape) -> None:
+    """The llama architecture's keys (experts where there are) and the byte-level SentencePiece vocabulary."""
+    from gguf import LlamaFileType
+
     w.add_name(f"synthetic {'moe' if s.experts else 'dense'} {s.layers}L h{s.hidden}"
                + (f" {s.experts}x{s.ffn} top{s.experts_used}" if s.experts else f" ffn{s.ffn}"))
     w.add_context_length(s.ctx)
@@ -96,6 +109,11 @@ def write_model(path: str | Path, shape: SynthShape = SynthShape(), seed: int = 
     w.add_unk_token_id(0)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+
+
+def _tensors(w: Any, s: SynthShape, rng: np.random.Generator) -> None:
+    """Every tensor, in llama.cpp's names: Q8_0 matrices, F32 norms and router."""
+    from gguf import GGMLQuantizationType as Q
 
     def q8(name: str, rows: int, cols: int, extra: tuple[int, ...] = ()) -> None:
         w.add_tensor(name, _q8_0(rows, cols, rng, extra), raw_dtype=Q.Q8_0)
@@ -124,11 +142,6 @@ def write_model(path: str | Path, shape: SynthShape = SynthShape(), seed: int = 
             q8(b + "ffn_gate.weight", s.ffn, s.hidden)
             q8(b + "ffn_up.weight", s.ffn, s.hidden)
             q8(b + "ffn_down.weight", s.hidden, s.ffn)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

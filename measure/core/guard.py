@@ -15,6 +15,7 @@ from measure.core.readings import MacMemory, SystemSample, others_held, working_
 from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
 from measure.core.units import parse_size as _parse_size
+from measure.core import work as W
 from measure.core.work import WorkModel
 
 if TYPE_CHECKING:
@@ -112,8 +113,6 @@ def shape_from_config(path: str | Path) -> KVShape:
         raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
                          "hidden_size or head_dim") from None
     weights = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
-    from measure.core import work as W
-
     try:
         wm: WorkModel | None = W.from_config(p)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
@@ -129,8 +128,6 @@ def shape_from_gguf(path: str | Path) -> KVShape:
     layers, kv_heads, head_dim = info.layers, info.kv_heads, info.head_dim
     if layers is None or kv_heads is None or head_dim is None:
         raise GuardError(f"{path}: the GGUF metadata lacks the KV shape of architecture {info.architecture}")
-    from measure.core import work as W
-
     try:
         wm: WorkModel | None = W.from_gguf(info)
     except ValueError:
@@ -148,8 +145,6 @@ def shape_from_preset(name: str) -> KVShape:
         attn = h * m.heads * hd * 2 + h * m.kv_heads * hd * 2 + 2 * h  # q, o, k, v and the two norms
         per_layer = (m.params - m.vocab * h * (1 if m.tied_embeddings else 2) - h) / m.layers
         inter = max(0, round((per_layer - attn) / (3 * h)))
-    from measure.core import work as W
-
     return KVShape(m.name, m.layers, m.kv_heads, m.head_dim, m.weight_bytes, f"preset {name}", m.hidden, inter,
                    W.from_preset(m))
 
