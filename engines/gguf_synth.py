@@ -67,13 +67,14 @@ def _vocab(n: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_model(path: str | Path, shape: SynthShape = SynthShape(), seed: int = 0) -> Path:
-    """Write the GGUF; returns its path. Q8_0 matrices, F32 norms and router."""
+def write_model(path: str | Path, shape: SynthShape = SynthShape(), seed: int = 0, arch: str = "llama") -> Path:
+    """Write the GGUF; returns its path. Q8_0 matrices, F32 norms and router. `arch`: the architecture named in
+    the file (llama.cpp loads only `llama`; another name tests readers on an architecture they do not know)."""
     from gguf import GGUFWriter
 
     s, rng, out = shape, np.random.default_rng(seed), Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    w = GGUFWriter(str(out), "llama")
+    w = GGUFWriter(str(out), arch)
     _metadata(w, s)
     _tensors(w, s, rng)
     w.write_header_to_file()

@@ -228,3 +228,13 @@ def test_the_working_set_bounds_only_what_the_gpu_wires() -> None:
     assert unified_budget(total, ws, "test", gpu_share=0.5)[0] == left  # 96 GiB allowed, the RAM holds 60
     budget, why = unified_budget(total, ws, "test", gpu_share=0.0)
     assert budget == left and "no layer on the GPU" in why
+
+
+def test_an_architecture_the_model_does_not_know_is_named(tmp_path) -> None:
+    from engines.gguf_file import inspect_gguf
+    from engines.gguf_synth import SynthShape, write_model
+
+    path = write_model(tmp_path / "x.gguf", SynthShape(hidden=128, layers=1, heads=2, kv_heads=1, ffn=128, experts=0,
+                                                       vocab=300), arch="mystery")
+    m = W.from_gguf(inspect_gguf(path))
+    assert m.experts is None and any("'mystery' is not one this model of work knows" in a for a in m.assumed)

@@ -310,23 +310,20 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     per_param = m.weight_bytes / m.params
     embd = m.vocab * m.hidden
     tied = m.tied_embeddings
-    n_exp, used, ffn_e = (int(getattr(m, f, 0) or 0) for f in ("experts", "experts_used", "expert_ffn"))
-    moe_layers = m.layers - int(getattr(m, "dense_layers", 0) or 0)
+    n_exp, used, ffn_e = m.experts or 0, m.experts_used or 0, m.expert_ffn or 0
+    moe_layers = m.layers - (m.dense_layers or 0)
     ex_params = 3 * m.hidden * ffn_e * moe_layers if n_exp and used else 0
-    ex_file = float(getattr(m, "expert_bytes", 0) or 0)  # the experts' own bytes as shipped (gpt-oss: MXFP4 experts
+    ex_file = float(m.expert_bytes or 0)  # the experts' own bytes as shipped (gpt-oss: MXFP4 experts
     ex_each = ex_file / n_exp if ex_file and ex_params else ex_params * per_param  # beside Q8_0 attention)
     experts = Experts(n_exp, used, ex_each, ex_params) if ex_params else None
-    full = int(getattr(m, "full_attention_layers", 0) or 0)
-    linear = int(getattr(m, "linear_attention_layers", 0) or 0)
-    window = int(getattr(m, "sliding_window", 0) or 0)
-    mla = int(getattr(m, "kv_lora_rank", 0) or 0) + int(getattr(m, "qk_rope_head_dim", 0) or 0)
+    full, linear, window = m.full_attention_layers or 0, m.linear_attention_layers or 0, m.sliding_window or 0
+    mla = (m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0)
     return WorkModel(
-        name=m.name, source=f"preset {m.key}", params=m.params,
-        file_bytes=int(getattr(m, "file_bytes", 0) or 0) or m.weight_bytes,
+        name=m.name, source=f"preset {m.key}", params=m.params, file_bytes=m.file_bytes or m.weight_bytes,
         weight_bytes=int(m.weight_bytes - (0 if tied else embd * per_param) - (n_exp * ex_each if experts else 0)),
         embd_row_bytes=0.0 if tied else m.hidden * per_param,
         matmul_params=int(m.params - (0 if tied else embd) - n_exp * ex_params),
         layers=m.layers, heads=m.heads or m.kv_heads, kv_heads=m.kv_heads, head_dim=m.head_dim,
         kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd * per_param), experts=experts,
         window=window if full else 0, window_layers=(m.layers - linear - full) if window and full else 0,
-        linear_layers=linear, mla_dim=mla if int(getattr(m, "kv_lora_rank", 0) or 0) else 0)
+        linear_layers=linear, mla_dim=mla if m.kv_lora_rank else 0)
