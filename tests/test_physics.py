@@ -238,3 +238,14 @@ def test_an_architecture_the_model_does_not_know_is_named(tmp_path) -> None:
                                                        vocab=300), arch="mystery")
     m = W.from_gguf(inspect_gguf(path))
     assert m.experts is None and any("'mystery' is not one this model of work knows" in a for a in m.assumed)
+
+
+def test_a_cpu_engines_thermal_state_is_never_the_gpus(monkeypatch) -> None:
+    """On a Linux box with an NVIDIA GPU, an engine whose layers run on the CPU reads /sys, not NVML."""
+    from measure.machine import host
+
+    monkeypatch.setattr(host, "nvml_thermal", lambda: host.Thermal("throttled", "hot", "NVML"))
+    monkeypatch.setattr(host, "linux_thermal", lambda root: host.Thermal("nominal", "", "/sys"))
+    on_gpu = host.ThermalReader(system=lambda: "Linux")
+    on_cpu = host.ThermalReader(system=lambda: "Linux", gpu=False)
+    assert on_gpu.read().source == "NVML" and on_cpu.read().source == "/sys"

@@ -29,6 +29,7 @@ from measure.core.lines import Sample, step_row_line, to_line
 from measure.core.readings import SystemSample
 from measure.machine.power import PowerMeter
 from measure.machine.probes import ProcessProbe, SystemProbe, physical_cores, release_free_memory, total_memory_bytes
+from measure.machine.host import ThermalReader
 from measure.core.units import NS
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted, Log, OutOfMemory, Started, Tokens,
@@ -59,6 +60,7 @@ class ProcessSampler(Protocol):
 class LiveSettings:
     max_tokens: int = 128
     placement: str = ""  # where the engine's layers run (llama.cpp: CPU or GPU), for the header
+    engine_on_gpu: bool = True  # the engine's layers run on a GPU: its thermal state is the GPU's (else the CPU's)
     rate: float | None = None
     users: int | None = None  # None: K × B
     window_s: float = 5.0
@@ -108,7 +110,7 @@ class LiveController:
         self.paused = False
         self._clock = clock or time.perf_counter_ns
         self.t0 = self._clock()
-        self._sys: SystemSampler = sys_probe or SystemProbe()
+        self._sys: SystemSampler = sys_probe or SystemProbe(ThermalReader(gpu=settings.engine_on_gpu))
         self._procs: ProcessSampler = procs_probe or ProcessProbe()
         self.stats = LiveStats(settings.window_s, settings.slo)
         self.stats.level_label = f"K={self.k} B={self.b} {self.mode}"

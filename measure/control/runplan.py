@@ -14,7 +14,7 @@ from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
 from measure.machine.envinfo import environment
 from measure.core.guard import GuardError, parse_size
-from measure.machine.host import default_budget
+from measure.machine.host import default_budget, is_mac
 from measure.machine.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
 from measure.machine.probes import detect_chip, effective_memory
 from measure.core.records import Mode, RequestRecord, RunMeta
@@ -248,7 +248,22 @@ class RunPlan:
                             kv_bytes_per_token=self.choice.kv_bytes_per_token(self.ctx) if self.choice else None,
                             memory_budget_source=self.memory_budget_source,
                             ctx=self.ctx, force=self.force, brake=brake and not self.engine_is_remote, slo=self.slo,
-                            cost=self.cost, placement=self._placement())
+                            cost=self.cost, placement=self._placement(), engine_on_gpu=self.engine_on_gpu())
+
+    def engine_on_gpu(self) -> bool:
+        """Whether the engine's layers run on a GPU (its thermal state is then the GPU's): the llama engine's as this
+        llama.cpp build places them, mlx on a Mac (mlx on Linux runs on the CPU); a server's: not ours to say."""
+        if self.engine == "llama":
+            try:
+                import llama_cpp
+
+                from engines.llama_cpp import offloaded_fraction
+            except ImportError:
+                return False
+            return offloaded_fraction(llama_cpp, self.spec.n_gpu_layers if self.spec else None, None) > 0
+        if self.engine == "mlx":
+            return is_mac()
+        return True
 
     def _placement(self) -> str:
         """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design.md §26)."""

@@ -62,6 +62,7 @@ class SweepConfig:
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    engine_on_gpu: bool = True  # the engine's layers run on a GPU: its thermal state is the GPU's (else the CPU's)
 
 
 class CellRunner:
@@ -77,7 +78,7 @@ class CellRunner:
         self.caps = source.capabilities()
         self.local = self.caps.local
         self.power = PowerMeter(cfg.cost.watts if cfg.cost else None)
-        self.probe = SystemProbe()
+        self.probe = SystemProbe(host.ThermalReader(gpu=cfg.engine_on_gpu))
         self.heat = ThermalLog()  # a cell's thermal states
         self.energy: host.EnergyWindow | None = None  # a Mac's energy per rail over the cell
         self.kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run

@@ -135,8 +135,9 @@ class ThermalReader:
     NVIDIA → NVML; Linux → /sys. `run` and `system` are injected by tests."""
 
     def __init__(self, every_s: float = 2.0, run: Run | None = None, system: Callable[[], str] | None = None,
-                 sys_root: str = "/sys"):
-        self.every_s, self.sys_root = every_s, sys_root
+                 sys_root: str = "/sys", gpu: bool = True):
+        """`gpu`: the engine measured runs on the GPU; a CPU engine's state is the CPU's, never NVML's."""
+        self.every_s, self.sys_root, self.gpu = every_s, sys_root, gpu
         self.run: Run = run or run_tool
         self.system: Callable[[], str] = system or platform.system
         self._last: tuple[float, Thermal] | None = None
@@ -153,7 +154,7 @@ class ThermalReader:
         if self.system() == "Darwin":
             text = self.run(["pmset", "-g", "therm"])
             return parse_pmset_therm(text) if text else UNKNOWN_THERMAL
-        return nvml_thermal() or linux_thermal(self.sys_root)
+        return (nvml_thermal() if self.gpu else None) or linux_thermal(self.sys_root)
 
 
 @dataclass
