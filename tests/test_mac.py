@@ -274,7 +274,7 @@ def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
         calls["n"] += 1
         return real()
     monkeypatch.setattr(probe, "sample", sample)
-    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda: probe)
+    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
     fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.02}),
                   RunMeta("null", "null", 0, simulated=True), k=1, threads=1, events=False)
