@@ -283,7 +283,7 @@ def test_the_memory_wall_ends_a_users_search_with_its_sentence(tmp_path, monkeyp
 
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
     probe = WallFromLevel()
-    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda: probe)  # each level runs as a sweep cell
+    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)  # each level runs as a sweep cell
     fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.05}),
                   RunMeta("null", "null", 0, simulated=True), k=1, threads=1, events=False)
     fleet.start()
