@@ -141,6 +141,7 @@ class Settings:
     memory_budget: int | None = None
     cost: Cost | None = None
     first_round: int = FIRST_ROUND
+    final_compare: bool = False  # the last step: the winner and the runner-up in turns (compare.py); the CLI's default
     prompt_tokens: int = 32  # the workload's typical prompt, for the roofline
     kv_bytes_per_token: float | None = None  # the winner's model's (the memory guard's), for its knee; not described
 
@@ -320,7 +321,8 @@ def _slo_arg(slo: SLO) -> str:
 
 
 # ---- the search ------------------------------------------------------------------------------------------
-Measure = Callable[[Candidate, int, float], dict[str, Any]]  # (candidate, requests, timeout s) → a trial
+# (candidate, requests, timeout s[, tag]) → a trial; the tag names the final comparison's runs' records files apart
+Measure = Callable[..., dict[str, Any]]
 
 
 def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, requests: int,
@@ -342,6 +344,29 @@ def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, reques
 
 def _score(t: dict[str, Any]) -> tuple[float, float]:
     return (t.get("goodput_tps") or 0.0, t.get("output_throughput") or 0.0)
+
+
+def _cost(c: Candidate) -> tuple[int, int, int]:
+    """What a candidate holds: cores (K × threads), engines (each its own weights), sequences (KV)."""
+    return (c.k * c.threads, c.k, c.concurrency)
+
+
+def _standing(r: Row) -> tuple[float, float, float]:
+    """How the search ranks a measured candidate while it goes on: how far the halving has taken it (its longest
+    run: only the better half of a round runs longer), then its goodput and tok/s there, so a run is set only
+    against runs of its own length (a candidate halved out after n requests never outranks one measured at 2n)."""
+    t = r.last
+    return (float(t["requests"]), *_score(t)) if t else (-1.0, 0.0, 0.0)
+
+
+def _prune_bar(preds: Sequence[Predicted]) -> tuple[float, str]:
+    """What pruning measures a shape's predicted tok/s against: the best predicted goodput (a shape predicted to
+    break the SLO serves nobody within it, so its raw tok/s sets no bar); where no shape is predicted within the
+    SLO, the best predicted tok/s (the fastest is then what wins)."""
+    good = max((p.goodput_tps for p in preds), default=0.0)
+    if good > 0:
+        return good, "goodput"
+    return max((p.tps for p in preds), default=0.0), "tok/s (none predicted within the SLO)"
 
 
 class Carried(TypedDict, total=False):
@@ -445,6 +470,9 @@ class TuneView:
     stopped: str
     spent_s: float
     budget_s: float
+    # every measured candidate's (key, TTFT p99, goodput) at the one run length the front compares (front_n)
+    front_points: tuple[tuple[str, float | None, float], ...] = ()
+    front_n: int | None = None
 
 
 class Tune:
@@ -472,6 +500,10 @@ class Tune:
         self.paused_s = 0.0  # the live tune's pauses (p): not counted against the budget
         self.stopped = "done"
         self.winner: Row | None = None
+        self.notes: list[str] = []  # what the answer must say beside the winner
+        self.runner_up: Row | None = None  # second of the halving's last ranking
+        self.final: dict[str, Any] | None = None  # the winner and the runner-up compared in turns
+        self.within_noise: list[str] = []  # the top two, the cheaper first, where their interval overlaps 0
 
     # -- time --
     def left(self) -> float:
@@ -583,6 +615,8 @@ class Tune:
             first += self._round(extra, n, "knobs (flash attention, KV cache type, n_ubatch) on the best shapes")
         pool = sorted([r for r in first if r.status == "measured"], key=lambda r: _score(r.trials[-1]), reverse=True)
         self.winner = self._halve(pool, n)
+        if s.final_compare and self.winner is not None and self.runner_up is not None and self.stopped != "stopped":
+            self._final(self.winner, self.runner_up)
         self.on_change(self)
         return self.winner
 
@@ -600,14 +634,14 @@ class Tune:
         if self.predict:
             live.sort(key=lambda r: (r.predicted.goodput_tps, r.predicted.tps) if r.predicted else (0.0, 0.0),
                       reverse=True)
-            best = max((r.predicted.goodput_tps or r.predicted.tps for r in live if r.predicted), default=0.0)
+            best, what = _prune_bar([r.predicted for r in live if r.predicted])
             keep = []
             for r in live:
                 p = r.predicted
                 if p is not None and best and p.tps < PRUNE * best:
                     r.status = "pruned"
                     r.reason = (f"predicted {p.tps:.1f} tok/s, under {PRUNE:.0%} of the best predicted "
-                                f"{best:.1f} tok/s")
+                                f"{what} {best:.1f} tok/s")
                 else:
                     keep.append(r)
             live = keep
@@ -639,6 +673,7 @@ class Tune:
         """Successive halving from the ranked pool measured at n requests: the better half runs twice the requests,
         until one is left or the budget cuts a round (the last complete round's ranking stands); the winner."""
         ranked, complete = pool, True
+        second = pool[1] if len(pool) > 1 else None  # the runner-up: second of the last ranking that had two
         while len(pool) > 1 and self.stopped != "budget":
             keep = pool[:math.ceil(len(pool) / 2)]
             for r in pool[len(keep):]:
@@ -657,12 +692,73 @@ class Tune:
             complete = all(r.trials and r.trials[-1]["requests"] == n for r in keep)
             if not complete:  # the budget cut the round: its ranking stands on the last complete one
                 break
+            if not measured:  # every run of the round failed: the last round that measured names the winner
+                self.notes.append(f"every run at {n} requests failed: the winner is the best of the round at "
+                                  f"{n // 2} requests")
+                self.say(self.notes[-1])
+                break
             pool = sorted(measured, key=lambda r: _score(r.trials[-1]), reverse=True)
             ranked = pool
+            second = pool[1] if len(pool) > 1 else second
         winner = ranked[0] if ranked else None
+        self.runner_up = second if second is not winner else None
         if winner is not None and not complete:
             self.say(f"the budget cut the round at {n} requests: the winner is the best of the last complete round")
         return winner
+
+    # -- the last step: the winner and the runner-up, in turns --
+    def _final(self, w: Row, ru: Row) -> None:
+        """The winner (A) and the runner-up (B) measured in turns at the first round's length (compare.py:
+        rounds of ABBA / BAAB, the interval at 95 % over every look) in what is left of the budget. A resolved
+        lead keeps the winner (or, where the runner-up is the faster, hands it the win); intervals that overlap
+        are said, both named, the cheaper (fewer cores, fewer engines, fewer sequences) first, and it wins."""
+        from measure.control.compare import METRICS, CompareError, Sequential, run_rounds, verdict
+
+        n = self.s.requests
+        both = [w.last, ru.last]
+        m = METRICS["goodput" if all(t and t.get("goodput_tps") for t in both) else "tok/s"]
+        need = 4 * 3 * max(self.estimate(w, n), self.estimate(ru, n))
+        if need > self.left():
+            self.notes.append(f"the winner and the runner-up ({ru.candidate.key}) were not compared in turns: ≈ "
+                              f"{need:.0f} s needed, {max(0.0, self.left()):.0f} s of the budget left")
+            return
+        self.say(f"— the last step: {w.candidate.key} (A) against the runner-up {ru.candidate.key} (B) in turns, "
+                 f"{m.name} of {n} requests a run, {self.left():.0f} s of the budget left")
+
+        def run_one(side: str, i: int) -> float:
+            c = (w if side == "A" else ru).candidate
+            est = self.estimate(w if side == "A" else ru, n)
+            t = self.measure(c, n, max(30.0, 4 * est + 30), f"-final-{i + 1}")
+            if t["status"] != "ok" or not t.get(m.field):
+                raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t['status']} {t.get('reason', '')}")
+            return float(t[m.field])
+
+        seq = Sequential()
+        try:
+            out = run_rounds(run_one, m, self.left(), seq, self.say, self.clock)
+        except CompareError as exc:
+            self.notes.append(f"the comparison in turns stopped: {exc}; the winner stands on the halving's runs")
+            return
+        if out.interval is None:
+            return
+        text = verdict(out.interval, m, out.means, names=("the winner", "the runner-up"))
+        self.final = {"a": w.candidate.key, "b": ru.candidate.key, "metric": m.name, **out.to_dict(), "sentence": text}
+        self._settle(w, ru, out.state, out.interval.rel, text, m.higher_is_better)
+
+    def _settle(self, w: Row, ru: Row, state: str, rel: float, text: str, higher: bool) -> None:
+        """What the comparison in turns says of the winner (A) and the runner-up (B)."""
+        if state == "difference" and (rel > 0) == higher:
+            self.winner = ru
+            self.notes.append(f"compared in turns, the runner-up {ru.candidate.key} serves better than "
+                              f"{w.candidate.key}: it wins ({text})")
+        elif state == "difference":
+            self.notes.append(f"compared in turns with the runner-up {ru.candidate.key}: {text}")
+        else:
+            a, b = sorted((w, ru), key=lambda r: _cost(r.candidate))
+            self.winner = a
+            self.notes.append(f"within noise: {a.candidate.key} and {b.candidate.key} (the cheaper first: fewer "
+                              f"cores, fewer engines, fewer sequences) serve alike on this machine ({text})")
+            self.within_noise = [a.candidate.key, b.candidate.key]
 
     def prediction_off(self, rows: list[Row]) -> float | None:
         """How far the roofline's tok/s was from the first round's, as a factor (the median over the shapes
@@ -692,26 +788,44 @@ class Tune:
                                t.get("output_throughput"), t.get("p99_ttft_ms"),
                                r.predicted.tps if r.predicted else None, r.reason)
 
-        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _score(r.last or {})]))
-        best = max((r for r in self.rows.values() if r.last), key=lambda r: _score(r.last or {}), default=None)
+        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _standing(r)]))
+        best = max((r for r in self.rows.values() if r.last), key=_standing, default=None)
         c, lead = self.control, self.winner or best
+        points = tuple((k, t.get("p99_ttft_ms"), t.get("goodput_tps") or 0.0) for k, t in self.front_runs().items())
         return TuneView(tuple(one(r) for r in rows), tuple(r.candidate.key for r in self.front()),
                         lead.candidate.key if lead else None,
                         c.running if c else None, bool(c and c.paused), self.stopped,
                         self.clock() - self.t0 - self.paused_s + self.spent_before,
-                        self.s.budget_s + self.spent_before)
+                        self.s.budget_s + self.spent_before, points, self.front_n())
 
     # -- the answer --
+    def front_n(self) -> int | None:
+        """The run length the front compares at: the longest one every measured candidate has a run of (the first
+        round's, once the halving has left any behind). A p99 over 8n requests reaches further into the tail than
+        one over n, so runs of different lengths are never set against each other."""
+        sets = [{t["requests"] for t in r.trials if t["status"] == "ok"} for r in self.rows.values() if r.last]
+        common = set.intersection(*sets) if sets else set()
+        return max(common) if common else (min(min(x) for x in sets) if sets else None)
+
+    def front_runs(self) -> dict[str, dict[str, Any]]:
+        """Each measured candidate's run at front_n (where one has none there: its shortest)."""
+        n, out = self.front_n(), {}
+        for r in self.rows.values():
+            ok = sorted((t for t in r.trials if t["status"] == "ok"), key=lambda t: t["requests"])
+            if ok:
+                out[r.candidate.key] = next((t for t in ok if t["requests"] == n), ok[0])
+        return out
+
     def front(self) -> list[Row]:
-        """The Pareto front over each measured candidate's longest run: goodput (more), TTFT p99 (less), and
-        J/token or $/Mtok (less) where every one of them has it."""
-        rows = [r for r in self.rows.values() if r.last is not None]
+        """The Pareto front over the measured candidates' runs of one length (front_n): goodput (more), TTFT p99
+        (less), and J/token or $/Mtok (less) where every one of them has it."""
+        runs = self.front_runs()
+        rows = [r for r in self.rows.values() if r.candidate.key in runs]
         third = next((f for f in ("usd_per_mtok", "joules_per_token")
-                      if rows and all(r.last.get(f) is not None for r in rows if r.last)), None)
+                      if rows and all(t.get(f) is not None for t in runs.values())), None)
 
         def vec(r: Row) -> tuple[float, ...]:
-            t = r.last
-            assert t is not None
+            t = runs[r.candidate.key]
             v: tuple[float, ...] = (-(t.get("goodput_tps") or 0.0), t.get("p99_ttft_ms") or math.inf)
             return v + ((t[third],) if third else ())
 
@@ -731,7 +845,8 @@ class Tune:
                                "elapsed_s": round(self.clock() - self.t0 + self.spent_before, 1),
                                "this_session_s": round(self.clock() - self.t0, 1), "stopped": self.stopped,
                                "rounds": self.rounds, "candidates": [r.to_dict() for r in self.rows.values()],
-                               "front": [r.candidate.key for r in self.front()],
+                               "front": [r.candidate.key for r in self.front()], "front_requests": self.front_n(),
+                               "notes": self.notes, "final_compare": self.final, "within_noise": self.within_noise,
                                "not_tried": {r.candidate.key: r.reason for r in self.rows.values()
                                              if r.status in ("not tried", "pruned", "pending")}}
         if w is not None and w.last is not None:
@@ -812,6 +927,7 @@ def _result_footer(res: dict[str, Any]) -> list[str]:
     budget = res["settings"]["budget_s"]
     lines.append(f"{res['elapsed_s']:.0f} s of the {budget:.0f} s budget" +
                  ("; the budget stopped it: tune --resume OUT goes on" if res["stopped"] == "budget" else ""))
+    lines += [f"note: {x}" for x in res.get("notes") or []]
     w = res.get("winner")
     if w:
         t = w["trial"]
@@ -831,6 +947,9 @@ def _result_footer(res: dict[str, Any]) -> list[str]:
 
 # ---- resume ----------------------------------------------------------------------------------------------
 SAME = ("engines", "users", "requests", "max_tokens", "ctx", "slo", "workload", "seed", "ignore_eos")
+# runs that never gave an answer: cut by q (the live tune's stop) or an interrupt; --resume measures them again (a
+# skip, s, is the user's answer for that run and is read back as one)
+UNFINISHED = ("cut", "stopped")
 
 
 def load_done(path: Path, s: Settings, model: str) -> tuple[dict[tuple[str, int], dict[str, Any]], float]:
@@ -855,7 +974,7 @@ def load_done(path: Path, s: Settings, model: str) -> tuple[dict[tuple[str, int]
     done = {}
     for c in old.get("candidates", []):
         for t in c.get("trials", []):
-            if t.get("status") != "cut":
+            if t.get("status") not in UNFINISHED:
                 done[(c["key"], t["requests"])] = t
     return done, float(old.get("elapsed_s") or 0.0)
 
@@ -889,11 +1008,11 @@ class _CellMeasure:
     roofline: Any
     control: TuneControl | None = None  # the live tune's keys: a skip or a stop cuts the run going on
 
-    def __call__(self, c: Candidate, n: int, timeout: float) -> dict[str, Any]:
+    def __call__(self, c: Candidate, n: int, timeout: float, tag: str = "") -> dict[str, Any]:
         from measure.machine.recorder import Recorder
 
         s = self.s
-        rel = f"runs/{c.slug}-n{n}.jsonl"
+        rel = f"runs/{c.slug}-n{n}{tag}.jsonl"
         path = self.out / rel
         if path.exists():
             path.unlink()  # a run cut earlier: measured again whole
