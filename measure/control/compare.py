@@ -5,10 +5,10 @@ until the relative difference in the figure asked (tok/s, goodput, TPOT p50, TTF
 confidence or the budget ends. Each round is one paired observation, d = ln(mean of B's two runs ÷ mean of
 A's two): the ABBA order cancels a machine whose speed drifts linearly within the round, and alternating it
 cancels a first-run-of-the-round effect. The rounds' d are treated as independent draws; their mean, with a
-Student-t interval, is the log of B ÷ A. The interval is looked at after every round from the third, so the
-j-th look is taken at confidence 1 − 0.05 × 6 ÷ (π² j²): the looks' error rates add up to 5 % (Σ 1/j² = π²/6),
-so every interval printed holds at 95 % together and stopping at the first that excludes 0 keeps 95 %
-(a Bonferroni confidence sequence: conservative, and honest under peeking).
+Student-t interval, is the log of B ÷ A. The interval is looked at after the third round and then each time
+the rounds have grown by a quarter; the j-th look is taken at confidence 1 − 0.05 × 6 ÷ (π² j²): the looks'
+error rates add up to 5 % (Σ 1/j² = π²/6), so the intervals looked at hold at 95 % together and stopping at the
+first that excludes 0 keeps 95 % (a Bonferroni confidence sequence: conservative, and honest under peeking).
 
 The verdict is one of: a difference (the interval excludes 0: "B is 7 % ± 2 % slower than A"), no difference
 above the precision asked (the interval lies within ± --precision), or, where the budget ended first, no
@@ -239,11 +239,11 @@ class Sequential:
         j = len(done) if done and done[-1] == m else len(done) + 1
         return paired(self.ds, look_alpha(j, self.alpha))
 
-    def resolved(self) -> str | None:
-        """At a look: 'difference' (the interval excludes 0), 'none' (it lies within ± precision), or None: go
-        on."""
+    def resolved(self, last: bool = False) -> str | None:
+        """At a look (or the `last` round, which takes the next look's place): 'difference' (the interval
+        excludes 0), 'none' (it lies within ± precision), or None: go on."""
         iv = self.interval()
-        if iv is None or not self.is_look():
+        if iv is None or not (last or self.is_look()):
             return None
         if iv.excludes_zero:
             return "difference"
@@ -319,6 +319,7 @@ def run_rounds(run_one: RunOne, m: Metric, budget_s: float, seq: Sequential,
         each = took / len(seq.rounds)
         if len(seq.rounds) >= seq.min_rounds and (took + each > budget_s or
                                                   (max_rounds is not None and len(seq.rounds) >= max_rounds)):
+            state = seq.resolved(last=True) or "budget"
             break
     return _outcome(seq, m, state, runs)
 

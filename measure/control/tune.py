@@ -729,8 +729,11 @@ class Tune:
             c = (w if side == "A" else ru).candidate
             est = self.estimate(w if side == "A" else ru, n)
             t = self.measure(c, n, max(30.0, 4 * est + 30), f"-final-{i + 1}")
-            if t["status"] != "ok" or not t.get(m.field):
-                raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t['status']} {t.get('reason', '')}")
+            if t["status"] != "ok":
+                raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t['status']}: {t.get('reason', '')}")
+            if not t.get(m.field):
+                raise CompareError(f"{c.key}'s run {i + 1} of the comparison gave no {m.name} (no request within the "
+                                   "SLO)")
             return float(t[m.field])
 
         seq = Sequential()
@@ -1254,8 +1257,8 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
                                 roofs.get(_family(e)), io.control)
                 for e in s.engines}
 
-    def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
-        return measures[c.engine](c, n, timeout)
+    def measure(c: Candidate, n: int, timeout: float, tag: str = "") -> dict[str, Any]:
+        return measures[c.engine](c, n, timeout, tag)
 
     def save(t: Tune) -> None:
         write_result(out, t.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server"))
