@@ -135,7 +135,7 @@ def test_cli_finds_a_planted_5_percent_over_the_null_engine_and_reads_it_back_fr
     iv = res["interval"]
     assert iv["hi"] < 0 and iv["lo"] < -0.03, iv  # slower, by about 4.8 % (the harness's overhead aside)
     assert "B is" in p.stdout and "slower than A in tok/s" in p.stdout and "round 3 (ABBA)" in p.stdout
-    assert "SIMULATED" in p.stdout
+    assert "SIMULATED" in p.stdout and "warm-up, not counted: A" in p.stdout
     d = cli(str(out / "A"), str(out / "B"))
     assert d.returncode == 0, d.stderr
     assert "K=1 B=1 instances: " in d.stdout and "not measured in turns" in d.stdout

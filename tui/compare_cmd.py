@@ -40,6 +40,8 @@ def compare_parser() -> OneLineParser:
     p.add_argument("--min-rounds", type=positive_int, default=3, help="rounds of four runs before the first look "
                    "(default 3, at least 2)")
     p.add_argument("--requests", type=positive_int, default=16, help="requests a run (default 16)")
+    p.add_argument("--warmup", type=int, default=1, help="runs of each side before the rounds, not counted "
+                   "(default 1)")
     p.add_argument("--out", help="output folder (default ./out/compare-YYYYmmdd-HHMMSS)")
     return p
 
@@ -145,7 +147,9 @@ def compare_main(argv: list[str]) -> int:
     users = _one_load(a, b)
     out = Path(ns.out or f"out/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
-    return _live(a, b, (m, budget, precision, ns.min_rounds), (users, ns.requests), out, argv)
+    if ns.warmup < 0:
+        fail(f"--warmup {ns.warmup}: give 0 or more runs")
+    return _live(a, b, (m, budget, precision, ns.min_rounds), (users, ns.requests, ns.warmup), out, argv)
 
 
 def _on_disk(a: Path, b: Path, m: Any) -> int:
@@ -163,14 +167,14 @@ def _on_disk(a: Path, b: Path, m: Any) -> int:
     return 0
 
 
-def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple[int, int], out: Path,
+def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple[int, int, int], out: Path,
           argv: list[str]) -> int:
     from measure.control.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
     from measure.sources.base import SourceError
     from tui.cli import _shown_argv, _sigterm_to_exit
 
     m, budget, precision, min_rounds = how
-    users, requests = load
+    users, requests, warmup = load
     say = lambda line: print(line, flush=True)  # noqa: E731
     for s in (a, b):
         say(f"{s.name}: {s.options or '(the shared options)'}" + (" — the null engine, SIMULATED: a fixed schedule "
@@ -182,7 +186,10 @@ def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple
     sides = None
     try:
         sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": _shown_argv(["compare", *argv])})
-        res = run_rounds(sides.run_one, m, budget, seq, say)
+        t0 = time.monotonic()
+        for line in sides.warm_up(warmup):
+            say(line)
+        res = run_rounds(sides.run_one, m, budget - (time.monotonic() - t0), seq, say)
     except (CompareError, SourceError, TimeoutError) as exc:
         fail(f"{exc} (records so far in {out})", EXIT_FAILED)
     except KeyboardInterrupt:

@@ -391,7 +391,9 @@ def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list
     for r in records:
         groups.setdefault((r.k, r.b, r.mode, r.rep), []).append(r)
     out: dict[tuple[int, int, str], list[float]] = {}
-    for (k, b, mode, _rep), recs in sorted(groups.items()):
+    for (k, b, mode, rep), recs in sorted(groups.items()):
+        if rep < 0:  # a compare's warm-up run: not counted
+            continue
         v = figure(recs, m, slo)
         if v is not None and v > 0:
             out.setdefault((k, b, mode), []).append(v)
@@ -499,18 +501,25 @@ class LiveSides:
         return Fleet(spec, RunMeta("null", "null", 0, simulated=True), k=k, threads=p.threads or 1,
                      on_record=on_record, b_cap=1, events=False)
 
+    def warm_up(self, runs: int) -> list[str]:
+        """`runs` runs of each side before the rounds, not counted (their records' rep is −1): a first run pays
+        for cold caches and lazy allocations the rounds should not see. Each side's figures, as lines."""
+        return [f"warm-up, not counted: {name} " + " ".join(f"{self.run_one(name, -1):.4g}" for _ in range(runs))
+                + f" {self.m.unit}" for name in self.live] if runs else []
+
     def run_one(self, name: str, index: int) -> float:
-        """One run of side `name`: the closed loop, to completion; its figure (CompareError: none)."""
+        """One run of side `name` (index −1: a warm-up): the closed loop, to completion; its figure
+        (CompareError: none)."""
         from measure.core.workload import ClosedLoop
 
         lv = self.live[name]
-        lv.source.rep = index
+        lv.runner.source.rep = index
         p = lv.side.plan
         recs = lv.runner.load(p.workload, ClosedLoop(self.users, self.requests))
         v = figure(recs, self.m, p.slo)
         if v is None or v <= 0:
             errs = sorted({r.error for r in recs if r.error})
-            raise CompareError(f"{name}'s run {index + 1} gave no {self.m.name}"
+            raise CompareError(f"{name}'s {'warm-up' if index < 0 else f'run {index + 1}'} gave no {self.m.name}"
                                + (f" ({'; '.join(errs)[:200]})" if errs else
                                   " (goodput 0: no request met the SLO)" if self.m.field == "goodput_tps" else ""))
         return v
