@@ -728,7 +728,13 @@ class Tune:
         def run_one(side: str, i: int) -> float:
             c = (w if side == "A" else ru).candidate
             est = self.estimate(w if side == "A" else ru, n)
-            t = self.measure(c, n, max(30.0, 4 * est + 30), f"-final-{i + 1}")
+            if self.control:
+                self.control.running = f"{c.key} (in turns, {side})"
+            try:
+                t = self.measure(c, n, max(30.0, 4 * est + 30), f"-final-{i + 1}")
+            finally:
+                if self.control:
+                    self.control.running = None
             if t["status"] != "ok":
                 raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t['status']}: {t.get('reason', '')}")
             if not t.get(m.field):
@@ -759,8 +765,10 @@ class Tune:
         else:
             a, b = sorted((w, ru), key=lambda r: _cost(r.candidate))
             self.winner = a
-            self.notes.append(f"within noise: {a.candidate.key} and {b.candidate.key} (the cheaper first: fewer "
-                              f"cores, fewer engines, fewer sequences) serve alike on this machine ({text})")
+            why = ("the cheaper first: fewer cores, fewer engines, fewer sequences" if _cost(a.candidate) !=
+                   _cost(b.candidate) else "they hold the same cores, engines and sequences: the halving's first first")
+            self.notes.append(f"within noise: {a.candidate.key} and {b.candidate.key} ({why}) serve alike on this "
+                              f"machine ({text})")
             self.within_noise = [a.candidate.key, b.candidate.key]
 
     def prediction_off(self, rows: list[Row]) -> float | None:
