@@ -87,6 +87,17 @@ def test_the_interval_narrows_and_every_look_is_printed():
     assert [r["side"] for r in out.runs[:8]] == list(order(0) + order(1)) == list("ABBABAAB")
 
 
+def test_the_minimum_rounds_run_past_a_short_budget_and_say_so():
+    lines, clock = [], [0.0]
+
+    def run_one(side, i):
+        clock[0] += 10.0
+        return 100.0 + i
+
+    out = run_rounds(run_one, TOKS, 50.0, Sequential(), lines.append, clock=lambda: clock[0])
+    assert len(out.runs) == 12 and "the budget holds ≈ 1.2 rounds of ≈ 40 s; the interval needs 3" in lines[1]
+
+
 def test_precision_stops_once_no_difference_above_it_is_known():
     clock = [0.0]
 

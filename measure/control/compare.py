@@ -317,6 +317,9 @@ def run_rounds(run_one: RunOne, m: Metric, budget_s: float, seq: Sequential,
             state = res
             break
         each = took / len(seq.rounds)
+        if len(seq.rounds) == 1 and each * seq.min_rounds > budget_s:
+            say(f"the budget holds ≈ {budget_s / each:.1f} rounds of ≈ {each:.0f} s; the interval needs "
+                f"{seq.min_rounds}: they run anyway (≈ {each * seq.min_rounds:.0f} s)")
         if len(seq.rounds) >= seq.min_rounds and (took + each > budget_s or
                                                   (max_rounds is not None and len(seq.rounds) >= max_rounds)):
             state = seq.resolved(last=True) or "budget"
