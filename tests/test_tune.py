@@ -409,14 +409,20 @@ def _final_tune(planted, seed, lucky=None):
     return tune.result("m.gguf", 512)
 
 
-def test_the_last_step_names_both_when_the_top_two_are_within_noise():
+def test_the_last_step_names_both_when_the_top_two_are_within_noise(tmp_path):
     """Two candidates that serve alike (10 tok/s of goodput each, ±3 % a run): compared in turns, the interval
-    covers 0; the answer names both, the cheaper first, and the cheaper is the winner."""
+    covers 0; the answer names both, the cheaper first, and the cheaper is the winner; the report says it too."""
     res = _final_tune({ONE.key: 10.0, TWO.key: 10.0}, seed=3)
     assert res["final_compare"] and res["final_compare"]["state"] != "difference", res["final_compare"]
     assert len(res["final_compare"]["runs"]) >= 12 and res["within_noise"] == [ONE.key, TWO.key]
     assert res["winner"]["key"] == ONE.key
-    assert f"within noise: {ONE.key} and {TWO.key} (the cheaper first" in format_result(res)
+    said = f"within noise: {ONE.key} and {TWO.key} (the cheaper first"
+    assert said in format_result(res)
+    pytest.importorskip("matplotlib")
+    from measure.control.report import report
+
+    write_result(tmp_path / "t", res)
+    assert said in report([str(tmp_path / "t")], tmp_path / "r")[1].read_text()
 
 
 def test_the_last_step_keeps_a_resolved_lead_and_hands_the_win_to_a_truly_better_runner_up():

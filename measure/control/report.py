@@ -564,6 +564,8 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     if w := res.get("winner"):
         lines += ["", f"Winner: **{w['key']}**. Serve it:", "", f"    {w['serve_command']}", "", "Reproduce it:", "",
                   f"    {w['bench_command']}"]
+    lines += ["", f"Note: {n}"] if (n := next((x for x in res.get("notes") or [] if x.startswith("within noise")),
+                                              None)) else []
     return path, "\n".join(lines + ["", f"![front]({path.name})", ""])
 
 
