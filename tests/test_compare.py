@@ -161,6 +161,7 @@ def test_cli_finds_a_planted_5_percent_over_the_null_engine_and_reads_it_back_fr
     (["-A", "--engine null --max-tokens 8", "-B", "--engine null"], "two loads"),
     (["-A", "--engine null --k 1,2", "-B", "--engine null"], "one K and one B"),
     (["/nonexistent/a", "/nonexistent/b"], "no records.jsonl"),
+    (["--rate", "2", "-A", "--engine null", "-B", "--engine null"], "compare runs a closed loop"),
     (["--budget", "soon", "-A", "", "-B", ""], "--budget 'soon'"),
 ])
 def test_cli_bad_input_is_one_line(argv, says):

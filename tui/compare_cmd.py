@@ -101,8 +101,10 @@ def _side(name: str, shared: list[str], options: str) -> Any:
         v = getattr(args, opt)
         if isinstance(v, list) and len(v) > 1:
             fail(f"-{name}: --{opt} {','.join(map(str, v))}: a side runs one K and one B (compare two sides)")
-    if args.rate or args.arrivals or args.turns or args.find or args.contexts:
-        fail(f"-{name}: compare runs a closed loop of --users: drop --rate, --arrivals, --turns, --find, --contexts")
+    if args.rate or args.arrivals or args.turns or args.find or args.contexts or args.segment or args.start_at \
+            or args.ray or args.clients:
+        fail(f"-{name}: compare runs a closed loop of --users from here: drop --rate, --arrivals, --turns, --find, "
+             "--contexts, --segment, --start-at, --ray, --clients")
     try:
         plan = make_plan(args, default_max_tokens=64, progress=lambda m: None)
     except StartError as exc:
