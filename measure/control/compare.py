@@ -542,6 +542,7 @@ def write_result(out: Path, res: dict[str, Any]) -> Path:
     return path
 
 
-__all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Outcome", "CompareError", "paired", "welch",
+__all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Outcome", "CompareError",
+           "paired", "welch",
            "look_alpha", "order", "run_rounds", "verdict", "figure", "runs_on_disk", "compare_dirs", "t_quantile",
            "t_sf2", "parse_share", "write_result"]

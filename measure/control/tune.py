@@ -765,8 +765,9 @@ class Tune:
         else:
             a, b = sorted((w, ru), key=lambda r: _cost(r.candidate))
             self.winner = a
-            why = ("the cheaper first: fewer cores, fewer engines, fewer sequences" if _cost(a.candidate) !=
-                   _cost(b.candidate) else "they hold the same cores, engines and sequences: the halving's winner first")
+            why = ("the cheaper first: fewer cores, fewer engines, fewer sequences"
+                   if _cost(a.candidate) != _cost(b.candidate)
+                   else "they hold the same cores, engines and sequences: the halving's winner first")
             self.notes.append(f"within noise: {a.candidate.key} and {b.candidate.key} ({why}) serve alike on this "
                               f"machine ({text})")
             self.within_noise = [a.candidate.key, b.candidate.key]
