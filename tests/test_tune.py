@@ -106,7 +106,8 @@ def fake(scores, clock, secs=10.0, calls=None):
 def test_roofline_prunes_with_a_reason_and_the_budget_says_what_it_did_not_try():
     clock = [0.0]
     cands = candidates(["llama-server"], cores=4, users=8)
-    assert {c.b for c in cands} == {1, 2, 4, 8} and {c.threads for c in cands} == {4, 2}
+    assert {c.b for c in cands} == {1, 2, 4, 8} and {c.threads for c in cands if c.mode == "slots"} == {4, 2}
+    assert {(c.k, c.threads) for c in cands if c.mode == "servers"} == {(2, 2), (4, 1)}  # the cores dealt over them
     pred = {c.key: Predicted(10.0 * c.b, 0.1, 0.02, 10.0 * c.b, "cores") for c in cands}
     tune = Tune(settings(engines=["llama-server"], users=8, budget_s=45.0), cands,
                 fake({c.key: 10.0 * c.b for c in cands}, clock), predict=lambda c: pred[c.key],
@@ -289,7 +290,7 @@ def test_pruning_sets_its_bar_from_goodput_on_an_exact_roofline():
     breaks the SLO (goodput 0), np = 4 serves 45 tok/s within it. The bar is half the best predicted goodput (22.5
     tok/s), not np = 8's raw 100: only np = 1 (12 tok/s) is pruned, and np = 4 wins with its 45 tok/s of goodput."""
     clock = [0.0]
-    cands = candidates(["llama-server"], cores=4, users=8)
+    cands = [c for c in candidates(["llama-server"], cores=4, users=8) if c.mode == "slots"]
     tps = {1: 12.0, 2: 25.0, 4: 45.0, 8: 100.0}
 
     def pred(c):
@@ -434,3 +435,37 @@ def test_the_last_step_keeps_a_resolved_lead_and_hands_the_win_to_a_truly_better
     res = _final_tune({ONE.key: 10.0, TWO.key: 9.0}, seed=5, lucky=TWO.key)
     assert res["final_compare"]["a"] == TWO.key and res["final_compare"]["state"] == "difference"
     assert res["winner"]["key"] == ONE.key and "serves better than" in format_result(res)
+
+
+FAKE_SERVER = """import sys
+sys.path.insert(0, {root!r})
+from engines.null_server import main
+args = sys.argv[1:]
+sys.exit(main(["--port", args[args.index("--port") + 1], "--ttft-ms", "5", "--itl-ms", "2"]))
+"""
+
+
+def test_several_llama_servers_behind_one_queue(tmp_path):
+    """A `servers` candidate starts K llama-servers (here a stand-in that takes llama-server's flags and serves the
+    null schedule on the --port given: SIMULATED) and spreads the closed loop over them; every one is stopped
+    after; its serve and bench commands name K ports."""
+    from pathlib import Path
+
+    from measure.control.tune import server_opener
+
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!" + sys.executable + "\n" + FAKE_SERVER.format(root=str(Path(__file__).parent.parent)))
+    fake.chmod(0o755)
+    c = Candidate("llama-server", "servers", 2, 1, 1)
+    assert c.key.startswith("llama-server ×2 np=1 t=1") and c.concurrency == 2
+    s = settings(engines=["llama-server"], users=2, requests=6)
+    meta = RunMeta("llama-server", "null", 0, mode="http", b=2, simulated=True)
+    opener = server_opener(str(fake), "m.gguf", meta, 512, 2, tmp_path / "runs", ready_s=30)
+    t = cell_measure(opener, s, tmp_path, {}, lambda m: None)(c, 6, 60)
+    assert t["status"] == "ok" and t["completed"] == 6, t
+    recs = [json.loads(x) for x in (tmp_path / t["records"]).read_text().splitlines()[1:]]
+    assert len({r["worker"] for r in recs}) == 2  # both servers served
+    logs = sorted(p.name for p in (tmp_path / "runs").glob("*.server*.log"))
+    assert len(logs) == 2
+    assert serve_command(c, "m.gguf", 512).count("--port") == 2
+    assert "--url http://127.0.0.1:8080/v1 --url http://127.0.0.1:8081/v1" in bench_command(c, "m.gguf", s, 6)

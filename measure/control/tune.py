@@ -75,6 +75,7 @@ class Candidate:
 
     engine: str  # llama | llama-server | mlx
     mode: str  # instances (K engines, one request each) | batch (K engines batching B) | slots (llama-server)
+    # | servers (K llama-servers of B slots each behind one queue, least outstanding requests first)
     k: int = 1
     b: int = 1  # sequences per engine (batch) or llama-server's parallel slots; 1 for instances
     threads: int = 1
@@ -85,7 +86,7 @@ class Candidate:
     @property
     def key(self) -> str:
         if self.engine == "llama-server":
-            head = f"llama-server np={self.b} t={self.threads}"
+            head = f"llama-server{f' ×{self.k}' if self.k > 1 else ''} np={self.b} t={self.threads}"
             return head + f" fa={'on' if self.flash_attn else 'off'} kv={self.kv_type} ub={self.ubatch}"
         shape = f"K={self.k}" if self.mode == "instances" else f"K={self.k} B={self.b}"
         tail = f" fa={'on' if self.flash_attn else 'off'}" if self.engine == "llama" else ""
@@ -233,6 +234,9 @@ def candidates(engines: Sequence[str], cores: int, users: int, max_b: int = 16) 
             for n in sorted(set(_powers(users)) | {users}):
                 for t in threads_for(1):
                     out.append(Candidate(engine, "slots", 1, n, t))
+            for k in _powers(min(cores, users))[1:]:  # several servers behind one queue, the cores dealt over them
+                for n in _powers(-(-users // k)):
+                    out.append(Candidate(engine, "servers", k, n, max(1, cores // k)))
         else:
             raise TuneError(f"--engine {engine}: tune takes {', '.join(ENGINES)}")
     return list(dict.fromkeys(out))
@@ -281,7 +285,8 @@ def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callab
 def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server") -> str:
     """The copy-pasteable command line that serves this candidate."""
     if c.engine == "llama-server":
-        return shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", "8080", *c.server_flags(ctx)])
+        return " & ".join(shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(8080 + i),
+                                      *c.server_flags(ctx)]) for i in range(c.k))
     if c.engine == "mlx" and c.mode == "instances" and c.k == 1:
         return shlex.join(["mlx_lm.server", "--model", model, "--host", "127.0.0.1", "--port", "8080"])
     return shlex.join(["inference-top", *_local_flags(c, model, ctx)])
@@ -305,7 +310,8 @@ def bench_command(c: Candidate, model: str, s: Settings, requests: int) -> str:
     if not s.ignore_eos:
         load.append("--stop-at-eos")
     if c.engine == "llama-server":
-        return shlex.join(["inference-top", "bench", "--engine", "http", "--url", "http://127.0.0.1:8080/v1",
+        urls = [a for i in range(c.k) for a in ("--url", f"http://127.0.0.1:{8080 + i}/v1")]
+        return shlex.join(["inference-top", "bench", "--engine", "http", *urls,
                            "--tokenizer", model, "--b", str(s.users), *load])  # one stream a user, as tune ran it
     return shlex.join(["inference-top", "bench", *_local_flags(c, model, s.ctx), *load])
 
@@ -1048,7 +1054,7 @@ class _CellMeasure:
 
         s = self.s
         n, timeout, t0 = run
-        k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+        k, b = (c.k, s.users) if mode == "http" else (c.k, c.b)  # over HTTP: K servers (slots: one)
         cfg = SweepConfig(ks=[k], bs=[b], requests=n, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
                           mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, users=s.users, threads=c.threads,
                           kv_bytes_per_token=self.kv_bytes_per_token, cell_timeout_s=timeout, out_dir=self.out,
@@ -1105,53 +1111,27 @@ def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> Ope
 
 def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, logs: Path,
                   tokenizer: Any = None, ready_s: float = 180.0) -> OpenSource:
-    """llama-server with the candidate's flags on a free loopback port, waited for until /health answers (a
-    server that exits first is a crash, its log's last line the reason); the HTTP source sends the settings'
-    users one stream each, prompts as token ids where the server's /tokenize agrees."""
-    import socket
-    import subprocess
-
-    from engines import http_sync
+    """llama-server with the candidate's flags on a free loopback port (K of them for a `servers` candidate,
+    behind one queue: least outstanding requests first), each waited for until /health answers (a server that
+    exits first is a crash, its log's last line the reason); the HTTP source sends the settings' users one
+    stream each, prompts as token ids where the server's /tokenize agrees."""
     from measure.sources.http import HttpSource
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
                     ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / f"{c.slug}.server.log"
-        cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        procs: list[Any] = []
 
         def stop() -> None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            for proc in procs:
+                _stop_proc(proc)
 
-        deadline = time.monotonic() + ready_s
-        while True:
-            if proc.poll() is not None:
-                tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
-                raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
-                                  + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
-            try:
-                if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
-                    break
-            except http_sync.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                stop()
-                raise SourceError(f"llama-server did not answer within {ready_s:.0f} s (log: {log_path})")
-            time.sleep(0.25)
         try:
-            src = HttpSource(f"http://127.0.0.1:{port}/v1", meta, b=users, events=False, on_record=on_record,
-                             tokenizer=tokenizer)
+            ports = [_start_server(binary, model, c, ctx, logs / (f"{c.slug}.server.log" if c.k == 1 else
+                                                                  f"{c.slug}.server{i}.log"), ready_s, procs)
+                     for i in range(c.k)]
+            src = HttpSource([f"http://127.0.0.1:{port}/v1" for port in ports], meta, b=users, events=False,
+                             on_record=on_record, tokenizer=tokenizer)
             src.start()
         except BaseException:
             stop()
@@ -1159,6 +1139,50 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
         return cast("FiniteLoadSource", src), "http", stop  # (its protocol is a FiniteLoadSource's: runplan)
 
     return open_source
+
+
+def _stop_proc(proc: Any) -> None:
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Path, ready_s: float,
+                  procs: list[Any]) -> int:
+    """One llama-server of the candidate on a free loopback port, appended to `procs` at once (the caller stops
+    them), waited for until /health answers; its port."""
+    import socket
+    import subprocess
+
+    from engines import http_sync
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    procs.append(proc)
+    deadline = time.monotonic() + ready_s
+    while True:
+        if proc.poll() is not None:
+            tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
+            raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
+                              + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
+        try:
+            if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
+                return port
+        except http_sync.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise SourceError(f"llama-server did not answer within {ready_s:.0f} s (log: {log_path})")
+        time.sleep(0.25)
 
 
 def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
@@ -1180,7 +1204,7 @@ counts `s.kv_bytes_per_token`."""
             src, mode, stop = open_source(c, rec.record)
         except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
             return {"sentence": f"the knee was not searched: the winner did not start again ({exc})", "records": rel}
-        k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+        k, b = (c.k, s.users) if mode == "http" else (c.k, c.b)
         deadline = time.monotonic() + left_s
         cfg = SweepConfig(ks=[k], bs=[b], requests=s.requests, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
                           mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, threads=c.threads, max_b=max(b, 1),
