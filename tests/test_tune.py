@@ -3,6 +3,7 @@ fleets measured for real (every candidate the same closed loop, seed and workloa
 is a row with its reason; the roofline prunes with a reason; the budget stops it and says what it did not
 try; --resume measures nothing twice; the winner's command lines; the CLI's one-line errors."""
 import json
+import random
 import subprocess
 import sys
 
@@ -10,8 +11,8 @@ import pytest
 
 import presets
 from engines.base import EngineSpec
-from measure.control.tune import (Candidate, Predicted, Settings, Tune, TuneError, bench_command, candidates,
-                                  cell_measure, format_result, load_done, local_opener, memory_refusal,
+from measure.control.tune import (Candidate, Predicted, Settings, Tune, TuneControl, TuneError, bench_command,
+                                  candidates, cell_measure, format_result, load_done, local_opener, memory_refusal,
                                   parse_budget, serve_command, write_result)
 from measure.core.records import RunMeta
 
@@ -105,7 +106,8 @@ def fake(scores, clock, secs=10.0, calls=None):
 def test_roofline_prunes_with_a_reason_and_the_budget_says_what_it_did_not_try():
     clock = [0.0]
     cands = candidates(["llama-server"], cores=4, users=8)
-    assert {c.b for c in cands} == {1, 2, 4, 8} and {c.threads for c in cands} == {4, 2}
+    assert {c.b for c in cands} == {1, 2, 4, 8} and {c.threads for c in cands if c.mode == "slots"} == {4, 2}
+    assert {(c.k, c.threads) for c in cands if c.mode == "servers"} == {(2, 2), (4, 1)}  # the cores dealt over them
     pred = {c.key: Predicted(10.0 * c.b, 0.1, 0.02, 10.0 * c.b, "cores") for c in cands}
     tune = Tune(settings(engines=["llama-server"], users=8, budget_s=45.0), cands,
                 fake({c.key: 10.0 * c.b for c in cands}, clock), predict=lambda c: pred[c.key],
@@ -115,7 +117,7 @@ def test_roofline_prunes_with_a_reason_and_the_budget_says_what_it_did_not_try()
     rows = {c["key"]: c for c in res["candidates"]}
     pruned = [c for c in rows.values() if c["status"] == "pruned"]
     assert {c["b"] for c in pruned} == {1, 2}  # predicted 10 and 20 tok/s, under half of the best 80
-    assert all("under 50% of the best predicted 80.0 tok/s" in c["reason"] for c in pruned)
+    assert all("under 50% of the best predicted goodput 80.0 tok/s" in c["reason"] for c in pruned)
     assert res["stopped"] == "budget"
     untried = [c for c in rows.values() if c["status"] == "not tried"]
     assert untried and all(c["reason"].startswith("the budget:") for c in untried)
@@ -275,3 +277,195 @@ def test_a_candidate_past_its_timeout_is_a_row_with_its_reason(tmp_path):
     row = tune.result("m", 512)["candidates"][0]
     assert row["status"] == "timeout" and row["reason"] == t["reason"]
     assert "TIMEOUT" in format_result(tune.result("m", 512))
+
+
+# ---- the four defects of issue 44: each test fails on the search before its fix ----------------------------------
+def _ok(n, goodput, tps=None, p99=100.0):
+    return {"requests": n, "status": "ok", "reason": "", "goodput_tps": goodput,
+            "output_throughput": goodput + 1 if tps is None else tps, "p99_ttft_ms": p99, "records": None, "load_s": 4}
+
+
+def test_pruning_sets_its_bar_from_goodput_on_an_exact_roofline():
+    """An exact roofline (every run measures what it predicted): llama-server np = 8 serves 100 tok/s but its TTFT
+    breaks the SLO (goodput 0), np = 4 serves 45 tok/s within it. The bar is half the best predicted goodput (22.5
+    tok/s), not np = 8's raw 100: only np = 1 (12 tok/s) is pruned, and np = 4 wins with its 45 tok/s of goodput."""
+    clock = [0.0]
+    cands = [c for c in candidates(["llama-server"], cores=4, users=8) if c.mode == "slots"]
+    tps = {1: 12.0, 2: 25.0, 4: 45.0, 8: 100.0}
+
+    def pred(c):
+        return Predicted(tps[c.b], 0.2 if c.b < 8 else 5.0, 0.02, tps[c.b] if c.b < 8 else 0.0, "cores")
+
+    def exact(c, n, timeout):
+        clock[0] += 5
+        p = pred(c)
+        return _ok(n, p.goodput_tps, p.tps, p.ttft_s * 1e3)
+
+    tune = Tune(settings(engines=["llama-server"], users=8), cands, exact, predict=pred, say=lambda m: None,
+                clock=lambda: clock[0])
+    w = tune.search()
+    assert w is not None and w.candidate.b == 4 and w.last["goodput_tps"] == 45.0, w and w.candidate.key
+    assert {r.candidate.b for r in tune.rows.values() if r.status == "pruned"} == {1}
+    assert all("best predicted goodput 45.0 tok/s" in r.reason for r in tune.rows.values() if r.status == "pruned")
+    assert "no candidate met the SLO" not in format_result(tune.result("m.gguf", 512))
+
+
+def test_a_run_cut_by_q_is_measured_again_on_resume(tmp_path):
+    """q during a run cuts it ('stopped'): --resume measures that run again (it never gave an answer), and the
+    candidate it cut, the planted best, wins the resumed tune."""
+    clock, calls, control = [0.0], [], TuneControl()
+    s = settings()
+    cands = [c for c in candidates(["llama"], cores=2, users=2) if c.default_knobs]
+    best = cands[-1].key  # measured last in the first round (no roofline: the order given)
+    score = {c.key: (50.0 if c.key == best else float(i + 1)) for i, c in enumerate(cands)}
+
+    def measure(c, n, timeout):
+        clock[0] += 10
+        calls.append((c.key, n))
+        if c.key == best and not control.stopped:  # q pressed while the best candidate's first run goes on
+            control.stop()
+            return {"requests": n, "status": "stopped", "reason": f"the tune was stopped (q) after 1 of {n} requests",
+                    "records": None}
+        return _ok(n, score.get(c.key, 0.5))
+
+    t1 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], control=control)
+    t1.search()
+    assert t1.rows[best].status == "stopped" and t1.winner is not None and t1.winner.candidate.key != best
+    write_result(tmp_path, t1.result("m.gguf", 512))
+    done, _ = load_done(tmp_path, s, "m.gguf")
+    assert (best, s.requests) not in done and done  # the cut run is not an answer; the finished ones are
+    calls.clear()
+    t2 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], done=done)
+    w = t2.search()
+    assert (best, s.requests) in calls  # measured again, whole
+    assert w is not None and w.candidate.key == best
+
+
+def test_a_later_round_that_all_fails_leaves_the_winner_of_the_round_before():
+    """Every run of the second halving round fails: the winner is the best of the first round, named, with a note
+    that says why (not 'no candidate was measured')."""
+    clock = [0.0]
+    s = settings()
+    cands = [c for c in candidates(["llama"], cores=2, users=2) if c.default_knobs]
+    score = {c.key: float(10 * c.k + c.threads) for c in cands}
+    top = max(score, key=lambda k: score[k])
+
+    def measure(c, n, timeout):
+        clock[0] += 5
+        if n > s.requests:
+            return {"requests": n, "status": "failed", "reason": "no request completed (server error 500)",
+                    "records": None}
+        return _ok(n, score.get(c.key, 0.5))
+
+    tune = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0])
+    w = tune.search()
+    assert w is not None and w.candidate.key == top
+    res = tune.result("m.gguf", 512)
+    assert res["winner"]["key"] == top and res["winner"]["trial"]["requests"] == s.requests
+    text = format_result(res)
+    assert "no candidate was measured" not in text
+    assert f"every run at {2 * s.requests} requests failed: the winner is the best of the round at {s.requests}" in text
+
+
+def test_the_front_and_the_best_so_far_set_runs_of_one_length_against_each_other():
+    """A ran 4 and 8 requests (its p99 over 8 reaches further into the tail: 300 ms), B was halved out at 4. At 4
+    requests A (goodput 5, p99 100 ms) beats B (4.5, 150 ms) on both: the front is A alone, though A's longer run
+    (p99 300 ms) would put B on it; and the best so far is A, though B's 4-request goodput (4.5) beats A's at 8 (4)."""
+    a, b = Candidate("llama", "instances", 1, 1, 2), Candidate("llama", "instances", 2, 1, 1)
+    tune = Tune(settings(), [a, b], lambda c, n, t: {}, say=lambda m: None)
+    tune.rows[a.key].trials = [_ok(4, 5.0, p99=100.0), _ok(8, 4.0, p99=300.0)]
+    tune.rows[b.key].trials = [_ok(4, 4.5, p99=150.0)]
+    for r in tune.rows.values():
+        r.status = "measured"
+    v = tune.view()
+    assert v.winner == a.key and v.rows[0].key == a.key and v.front == (a.key,)
+    assert [r.candidate.key for r in tune.front()] == [a.key] and tune.front_n() == 4
+    assert dict((k, (x, y)) for k, x, y in v.front_points) == {a.key: (100.0, 5.0), b.key: (150.0, 4.5)}
+    res = tune.result("m.gguf", 512)
+    assert res["front"] == [a.key] and res["front_requests"] == 4
+
+
+# ---- the last step: the winner and the runner-up in turns (compare) -----------------------------------------------
+ONE = Candidate("llama", "instances", 1, 1, 2)  # 2 cores in one engine: the cheaper of the two
+TWO = Candidate("llama", "instances", 2, 1, 1)  # 2 cores in two engines (two copies of the weights)
+
+
+def _noisy(planted, clock, seed, sd=0.03, lucky=None):
+    """Goodput planted per candidate, each run off by a seeded N(0, sd) share; `lucky`: the candidate whose
+    halving runs (not the final comparison's, which carry a tag) come out 30 % high."""
+    rng = random.Random(seed)
+
+    def measure(c, n, timeout, tag=""):
+        clock[0] += 5
+        g = planted.get(c.key, 5.0) * (1 + rng.gauss(0, sd)) * (1.3 if c.key == lucky and not tag else 1.0)
+        return _ok(n, g)
+    return measure
+
+
+def _final_tune(planted, seed, lucky=None):
+    clock = [0.0]
+    tune = Tune(settings(final_compare=True, budget_s=400.0), [TWO, ONE], _noisy(planted, clock, seed, lucky=lucky),
+                say=lambda m: None, clock=lambda: clock[0])
+    tune.search()
+    return tune.result("m.gguf", 512)
+
+
+def test_the_last_step_names_both_when_the_top_two_are_within_noise(tmp_path):
+    """Two candidates that serve alike (10 tok/s of goodput each, ±3 % a run): compared in turns, the interval
+    covers 0; the answer names both, the cheaper first, and the cheaper is the winner; the report says it too."""
+    res = _final_tune({ONE.key: 10.0, TWO.key: 10.0}, seed=3)
+    assert res["final_compare"] and res["final_compare"]["state"] != "difference", res["final_compare"]
+    assert len(res["final_compare"]["runs"]) >= 12 and res["within_noise"] == [ONE.key, TWO.key]
+    assert res["winner"]["key"] == ONE.key
+    said = f"within noise: {ONE.key} and {TWO.key} (the cheaper first"
+    assert said in format_result(res)
+    pytest.importorskip("matplotlib")
+    from measure.control.report import report
+
+    write_result(tmp_path / "t", res)
+    assert said in report([str(tmp_path / "t")], tmp_path / "r")[1].read_text()
+
+
+def test_the_last_step_keeps_a_resolved_lead_and_hands_the_win_to_a_truly_better_runner_up():
+    res = _final_tune({ONE.key: 10.0, TWO.key: 7.0}, seed=4)
+    assert res["final_compare"]["state"] == "difference" and res["winner"]["key"] == ONE.key
+    assert res["within_noise"] == [] and "slower than the winner in goodput" in format_result(res)
+    # ONE planted the better (10 against 9), but TWO's single halving runs come out 30 % high (11.7): TWO wins the
+    # halving, and the runs in turns hand the win back to ONE
+    res = _final_tune({ONE.key: 10.0, TWO.key: 9.0}, seed=5, lucky=TWO.key)
+    assert res["final_compare"]["a"] == TWO.key and res["final_compare"]["state"] == "difference"
+    assert res["winner"]["key"] == ONE.key and "serves better than" in format_result(res)
+
+
+FAKE_SERVER = """import sys
+sys.path.insert(0, {root!r})
+from engines.null_server import main
+args = sys.argv[1:]
+sys.exit(main(["--port", args[args.index("--port") + 1], "--ttft-ms", "5", "--itl-ms", "2"]))
+"""
+
+
+def test_several_llama_servers_behind_one_queue(tmp_path):
+    """A `servers` candidate starts K llama-servers (here a stand-in that takes llama-server's flags and serves the
+    null schedule on the --port given: SIMULATED) and spreads the closed loop over them; every one is stopped
+    after; its serve and bench commands name K ports."""
+    from pathlib import Path
+
+    from measure.control.tune import server_opener
+
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!" + sys.executable + "\n" + FAKE_SERVER.format(root=str(Path(__file__).parent.parent)))
+    fake.chmod(0o755)
+    c = Candidate("llama-server", "servers", 2, 1, 1)
+    assert c.key.startswith("llama-server ×2 np=1 t=1") and c.concurrency == 2
+    s = settings(engines=["llama-server"], users=2, requests=6)
+    meta = RunMeta("llama-server", "null", 0, mode="http", b=2, simulated=True)
+    opener = server_opener(str(fake), "m.gguf", meta, 512, 2, tmp_path / "runs", ready_s=30)
+    t = cell_measure(opener, s, tmp_path, {}, lambda m: None)(c, 6, 60)
+    assert t["status"] == "ok" and t["completed"] == 6, t
+    recs = [json.loads(x) for x in (tmp_path / t["records"]).read_text().splitlines()[1:]]
+    assert len({r["worker"] for r in recs}) == 2  # both servers served
+    logs = sorted(p.name for p in (tmp_path / "runs").glob("*.server*.log"))
+    assert len(logs) == 2
+    assert serve_command(c, "m.gguf", 512).count("--port") == 2
+    assert "--url http://127.0.0.1:8080/v1 --url http://127.0.0.1:8081/v1" in bench_command(c, "m.gguf", s, 6)

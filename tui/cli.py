@@ -239,6 +239,7 @@ def build_parser() -> tuple[OneLineParser, OneLineParser]:
 def _dash_parser() -> OneLineParser:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
                          "Subcommands: bench (headless sweep), tune (the best configuration, measured), "
+                         "compare (is B slower than A, beyond this machine's noise), "
                          "plan (what fits in memory, what each K and B would do), "
                          "probe (this machine's ceilings), replay FILE, report PATH…. "
                          "Run 'inference-top bench --help'.")
@@ -669,6 +670,9 @@ def _tune_parser() -> OneLineParser:
                                   "the candidate being measured, q stops the tune (the answer is what was measured)")
     search.add_argument("--find", choices=["rate"], help="then search the winner's knee: the open-loop rate it serves "
                    "within the SLO (as bench --find rate), in what is left of the budget; default: none")
+    search.add_argument("--no-compare", action="store_true", help="skip the last step: the winner and the runner-up "
+                        "measured in turns until their difference is resolved (compare), or said to be within noise "
+                        "(default: the last step runs)")
     return p
 
 
@@ -733,7 +737,8 @@ def tune_main(argv: list[str]) -> int:
     s = Settings(engines=engines, users=users, requests=args.requests or max(8, 2 * users),
                  max_tokens=plan.max_tokens, ctx=plan.ctx, budget_s=budget, slo=plan.slo, workload=wl,
                  seed=args.seed, ignore_eos=plan.ignore_eos, memory_budget=plan.memory_budget, cost=plan.cost,
-                 first_round=args.first_round, prompt_tokens=wl.synthetic_tokens or 32)
+                 first_round=args.first_round, prompt_tokens=wl.synthetic_tokens or 32,
+                 final_compare=not args.no_compare)
     _sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
     from measure.sources.base import SourceError
@@ -756,6 +761,13 @@ def tune_main(argv: list[str]) -> int:
     say(format_result(res))
     say(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
     return 0
+
+
+def compare_main(argv: list[str]) -> int:
+    """compare: is B slower than A, beyond this machine's noise (tui/compare_cmd.py, docs/design.md §27)."""
+    from tui.compare_cmd import compare_main as run
+
+    return run(argv)
 
 
 def _live_tune(start, summary, out: Path) -> int:
@@ -919,8 +931,8 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     if argv and argv[0] == "plan":
         return plan_main(argv[1:])
-    if argv and argv[0] == "tune":
-        return tune_main(argv[1:])
+    if argv and argv[0] in ("tune", "compare"):
+        return (tune_main if argv[0] == "tune" else compare_main)(argv[1:])
     if argv and argv[0] == "replay":
         p = OneLineParser(prog="inference-top replay", description="Play a recorded session back in the "
                           "dashboard (no engine starts): p pause, > / < speed, ← / → seek 10 s.")

@@ -417,8 +417,9 @@ def render_tune_rows(v: TuneView) -> Text:
 
 
 def tune_front_chart(v: TuneView) -> ChartData:
-    """Every measured candidate as a point (TTFT p99 across, goodput up), the front's in cyan; keyed by the points."""
-    pts = [(r.p99_ttft_ms, r.goodput_tps or 0.0, r.key in v.front) for r in v.rows if r.p99_ttft_ms is not None]
+    """Every measured candidate as a point (TTFT p99 across, goodput up) at the one run length the front compares
+    (TuneView.front_n: p99s of runs of one length), the front's in cyan; keyed by the points."""
+    pts = [(x, y, k in v.front) for k, x, y in v.front_points if x is not None]
     rest = [(x, y) for x, y, f in pts if not f]
     front = sorted((x, y) for x, y, f in pts if f)
     xmax = max([x for x, _, _ in pts], default=1.0) * 1.1

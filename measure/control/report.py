@@ -509,7 +509,8 @@ def tune_file(path: str) -> Path | None:
 
 
 def render_tune(f: Path, out: Path) -> tuple[Path, str]:
-    """A tune's Pareto front: goodput vs TTFT p99 of every measured candidate (its longest run), the front joined,
+    """A tune's Pareto front: goodput vs TTFT p99 of every measured candidate (its run at the length the front
+    compares, front_requests; its longest in a tune.json from before it), the front joined,
     the winner starred, colour by J/token or $/Mtok where every candidate has it; and its Markdown section."""
     import matplotlib
 
@@ -523,10 +524,11 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     if not isinstance(res, dict) or res.get("command") != "tune":
         raise ReportError(f"{f} is not a tune's output")
     pts = []
+    at = res.get("front_requests")
     for c in res.get("candidates", []):
         ok = [t for t in c.get("trials", []) if t.get("status") == "ok"]
         if ok:
-            t = max(ok, key=lambda t: t["requests"])
+            t = next((t for t in ok if t["requests"] == at), None) or max(ok, key=lambda t: t["requests"])
             pts.append((c["key"], t.get("p99_ttft_ms") or 0.0, t.get("goodput_tps") or 0.0, t))
     front = res.get("front", [])
     win = (res.get("winner") or {}).get("key")
@@ -562,6 +564,8 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     if w := res.get("winner"):
         lines += ["", f"Winner: **{w['key']}**. Serve it:", "", f"    {w['serve_command']}", "", "Reproduce it:", "",
                   f"    {w['bench_command']}"]
+    lines += ["", f"Note: {n}"] if (n := next((x for x in res.get("notes") or [] if x.startswith("within noise")),
+                                              None)) else []
     return path, "\n".join(lines + ["", f"![front]({path.name})", ""])
 
 

@@ -75,6 +75,7 @@ class Candidate:
 
     engine: str  # llama | llama-server | mlx
     mode: str  # instances (K engines, one request each) | batch (K engines batching B) | slots (llama-server)
+    # | servers (K llama-servers of B slots each behind one queue, least outstanding requests first)
     k: int = 1
     b: int = 1  # sequences per engine (batch) or llama-server's parallel slots; 1 for instances
     threads: int = 1
@@ -85,7 +86,7 @@ class Candidate:
     @property
     def key(self) -> str:
         if self.engine == "llama-server":
-            head = f"llama-server np={self.b} t={self.threads}"
+            head = f"llama-server{f' ×{self.k}' if self.k > 1 else ''} np={self.b} t={self.threads}"
             return head + f" fa={'on' if self.flash_attn else 'off'} kv={self.kv_type} ub={self.ubatch}"
         shape = f"K={self.k}" if self.mode == "instances" else f"K={self.k} B={self.b}"
         tail = f" fa={'on' if self.flash_attn else 'off'}" if self.engine == "llama" else ""
@@ -141,6 +142,7 @@ class Settings:
     memory_budget: int | None = None
     cost: Cost | None = None
     first_round: int = FIRST_ROUND
+    final_compare: bool = False  # the last step: the winner and the runner-up in turns (compare.py); the CLI's default
     prompt_tokens: int = 32  # the workload's typical prompt, for the roofline
     kv_bytes_per_token: float | None = None  # the winner's model's (the memory guard's), for its knee; not described
 
@@ -232,6 +234,9 @@ def candidates(engines: Sequence[str], cores: int, users: int, max_b: int = 16) 
             for n in sorted(set(_powers(users)) | {users}):
                 for t in threads_for(1):
                     out.append(Candidate(engine, "slots", 1, n, t))
+            for k in _powers(min(cores, users))[1:]:  # several servers behind one queue, the cores dealt over them
+                for n in _powers(-(-users // k)):
+                    out.append(Candidate(engine, "servers", k, n, max(1, cores // k)))
         else:
             raise TuneError(f"--engine {engine}: tune takes {', '.join(ENGINES)}")
     return list(dict.fromkeys(out))
@@ -280,7 +285,8 @@ def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callab
 def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server") -> str:
     """The copy-pasteable command line that serves this candidate."""
     if c.engine == "llama-server":
-        return shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", "8080", *c.server_flags(ctx)])
+        return " & ".join(shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(8080 + i),
+                                      *c.server_flags(ctx)]) for i in range(c.k))
     if c.engine == "mlx" and c.mode == "instances" and c.k == 1:
         return shlex.join(["mlx_lm.server", "--model", model, "--host", "127.0.0.1", "--port", "8080"])
     return shlex.join(["inference-top", *_local_flags(c, model, ctx)])
@@ -304,7 +310,8 @@ def bench_command(c: Candidate, model: str, s: Settings, requests: int) -> str:
     if not s.ignore_eos:
         load.append("--stop-at-eos")
     if c.engine == "llama-server":
-        return shlex.join(["inference-top", "bench", "--engine", "http", "--url", "http://127.0.0.1:8080/v1",
+        urls = [a for i in range(c.k) for a in ("--url", f"http://127.0.0.1:{8080 + i}/v1")]
+        return shlex.join(["inference-top", "bench", "--engine", "http", *urls,
                            "--tokenizer", model, "--b", str(s.users), *load])  # one stream a user, as tune ran it
     return shlex.join(["inference-top", "bench", *_local_flags(c, model, s.ctx), *load])
 
@@ -320,7 +327,8 @@ def _slo_arg(slo: SLO) -> str:
 
 
 # ---- the search ------------------------------------------------------------------------------------------
-Measure = Callable[[Candidate, int, float], dict[str, Any]]  # (candidate, requests, timeout s) → a trial
+# (candidate, requests, timeout s[, tag]) → a trial; the tag names the final comparison's runs' records files apart
+Measure = Callable[..., dict[str, Any]]
 
 
 def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, requests: int,
@@ -342,6 +350,29 @@ def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, reques
 
 def _score(t: dict[str, Any]) -> tuple[float, float]:
     return (t.get("goodput_tps") or 0.0, t.get("output_throughput") or 0.0)
+
+
+def _cost(c: Candidate) -> tuple[int, int, int]:
+    """What a candidate holds: cores (K × threads), engines (each its own weights), sequences (KV)."""
+    return (c.k * c.threads, c.k, c.concurrency)
+
+
+def _standing(r: Row) -> tuple[float, float, float]:
+    """How the search ranks a measured candidate while it goes on: how far the halving has taken it (its longest
+    run: only the better half of a round runs longer), then its goodput and tok/s there, so a run is set only
+    against runs of its own length (a candidate halved out after n requests never outranks one measured at 2n)."""
+    t = r.last
+    return (float(t["requests"]), *_score(t)) if t else (-1.0, 0.0, 0.0)
+
+
+def _prune_bar(preds: Sequence[Predicted]) -> tuple[float, str]:
+    """What pruning measures a shape's predicted tok/s against: the best predicted goodput (a shape predicted to
+    break the SLO serves nobody within it, so its raw tok/s sets no bar); where no shape is predicted within the
+    SLO, the best predicted tok/s (the fastest is then what wins)."""
+    good = max((p.goodput_tps for p in preds), default=0.0)
+    if good > 0:
+        return good, "goodput"
+    return max((p.tps for p in preds), default=0.0), "tok/s (none predicted within the SLO)"
 
 
 class Carried(TypedDict, total=False):
@@ -445,6 +476,9 @@ class TuneView:
     stopped: str
     spent_s: float
     budget_s: float
+    # every measured candidate's (key, TTFT p99, goodput) at the one run length the front compares (front_n)
+    front_points: tuple[tuple[str, float | None, float], ...] = ()
+    front_n: int | None = None
 
 
 class Tune:
@@ -472,6 +506,10 @@ class Tune:
         self.paused_s = 0.0  # the live tune's pauses (p): not counted against the budget
         self.stopped = "done"
         self.winner: Row | None = None
+        self.notes: list[str] = []  # what the answer must say beside the winner
+        self.runner_up: Row | None = None  # second of the halving's last ranking
+        self.final: dict[str, Any] | None = None  # the winner and the runner-up compared in turns
+        self.within_noise: list[str] = []  # the top two, the cheaper first, where their interval overlaps 0
 
     # -- time --
     def left(self) -> float:
@@ -583,6 +621,8 @@ class Tune:
             first += self._round(extra, n, "knobs (flash attention, KV cache type, n_ubatch) on the best shapes")
         pool = sorted([r for r in first if r.status == "measured"], key=lambda r: _score(r.trials[-1]), reverse=True)
         self.winner = self._halve(pool, n)
+        if s.final_compare and self.winner is not None and self.runner_up is not None and self.stopped != "stopped":
+            self._final(self.winner, self.runner_up)
         self.on_change(self)
         return self.winner
 
@@ -600,14 +640,14 @@ class Tune:
         if self.predict:
             live.sort(key=lambda r: (r.predicted.goodput_tps, r.predicted.tps) if r.predicted else (0.0, 0.0),
                       reverse=True)
-            best = max((r.predicted.goodput_tps or r.predicted.tps for r in live if r.predicted), default=0.0)
+            best, what = _prune_bar([r.predicted for r in live if r.predicted])
             keep = []
             for r in live:
                 p = r.predicted
                 if p is not None and best and p.tps < PRUNE * best:
                     r.status = "pruned"
                     r.reason = (f"predicted {p.tps:.1f} tok/s, under {PRUNE:.0%} of the best predicted "
-                                f"{best:.1f} tok/s")
+                                f"{what} {best:.1f} tok/s")
                 else:
                     keep.append(r)
             live = keep
@@ -639,6 +679,7 @@ class Tune:
         """Successive halving from the ranked pool measured at n requests: the better half runs twice the requests,
         until one is left or the budget cuts a round (the last complete round's ranking stands); the winner."""
         ranked, complete = pool, True
+        second = pool[1] if len(pool) > 1 else None  # the runner-up: second of the last ranking that had two
         while len(pool) > 1 and self.stopped != "budget":
             keep = pool[:math.ceil(len(pool) / 2)]
             for r in pool[len(keep):]:
@@ -657,12 +698,85 @@ class Tune:
             complete = all(r.trials and r.trials[-1]["requests"] == n for r in keep)
             if not complete:  # the budget cut the round: its ranking stands on the last complete one
                 break
+            if not measured:  # every run of the round failed: the last round that measured names the winner
+                self.notes.append(f"every run at {n} requests failed: the winner is the best of the round at "
+                                  f"{n // 2} requests")
+                self.say(self.notes[-1])
+                break
             pool = sorted(measured, key=lambda r: _score(r.trials[-1]), reverse=True)
             ranked = pool
+            second = pool[1] if len(pool) > 1 else second
         winner = ranked[0] if ranked else None
+        self.runner_up = second if second is not winner else None
         if winner is not None and not complete:
             self.say(f"the budget cut the round at {n} requests: the winner is the best of the last complete round")
         return winner
+
+    # -- the last step: the winner and the runner-up, in turns --
+    def _final(self, w: Row, ru: Row) -> None:
+        """The winner (A) and the runner-up (B) measured in turns at the first round's length (compare.py:
+        rounds of ABBA / BAAB, the interval at 95 % over every look) in what is left of the budget. A resolved
+        lead keeps the winner (or, where the runner-up is the faster, hands it the win); intervals that overlap
+        are said, both named, the cheaper (fewer cores, fewer engines, fewer sequences) first, and it wins."""
+        from measure.control.compare import METRICS, CompareError, Sequential, run_rounds, verdict
+
+        n = self.s.requests
+        both = [w.last, ru.last]
+        m = METRICS["goodput" if all(t and t.get("goodput_tps") for t in both) else "tok/s"]
+        need = 4 * 3 * max(self.estimate(w, n), self.estimate(ru, n))
+        if need > self.left():
+            self.notes.append(f"the winner and the runner-up ({ru.candidate.key}) were not compared in turns: ≈ "
+                              f"{need:.0f} s needed, {max(0.0, self.left()):.0f} s of the budget left")
+            return
+        self.say(f"— the last step: {w.candidate.key} (A) against the runner-up {ru.candidate.key} (B) in turns, "
+                 f"{m.name} of {n} requests a run, {self.left():.0f} s of the budget left")
+
+        def run_one(side: str, i: int) -> float:
+            c = (w if side == "A" else ru).candidate
+            est = self.estimate(w if side == "A" else ru, n)
+            if self.control:
+                self.control.running = f"{c.key} (in turns, {side})"
+            try:
+                t = self.measure(c, n, max(30.0, 4 * est + 30), f"-final-{i + 1}")
+            finally:
+                if self.control:
+                    self.control.running = None
+            if t["status"] != "ok":
+                raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t['status']}: {t.get('reason', '')}")
+            if not t.get(m.field):
+                raise CompareError(f"{c.key}'s run {i + 1} of the comparison gave no {m.name} (no request within the "
+                                   "SLO)")
+            return float(t[m.field])
+
+        seq = Sequential()
+        try:
+            out = run_rounds(run_one, m, self.left(), seq, self.say, self.clock)
+        except CompareError as exc:
+            self.notes.append(f"the comparison in turns stopped: {exc}; the winner stands on the halving's runs")
+            return
+        if out.interval is None:
+            return
+        text = verdict(out.interval, m, out.means, names=("the winner", "the runner-up"))
+        self.final = {"a": w.candidate.key, "b": ru.candidate.key, "metric": m.name, **out.to_dict(), "sentence": text}
+        self._settle(w, ru, out.state, out.interval.rel, text, m.higher_is_better)
+
+    def _settle(self, w: Row, ru: Row, state: str, rel: float, text: str, higher: bool) -> None:
+        """What the comparison in turns says of the winner (A) and the runner-up (B)."""
+        if state == "difference" and (rel > 0) == higher:
+            self.winner = ru
+            self.notes.append(f"compared in turns, the runner-up {ru.candidate.key} serves better than "
+                              f"{w.candidate.key}: it wins ({text})")
+        elif state == "difference":
+            self.notes.append(f"compared in turns with the runner-up {ru.candidate.key}: {text}")
+        else:
+            a, b = sorted((w, ru), key=lambda r: _cost(r.candidate))
+            self.winner = a
+            why = ("the cheaper first: fewer cores, fewer engines, fewer sequences"
+                   if _cost(a.candidate) != _cost(b.candidate)
+                   else "they hold the same cores, engines and sequences: the halving's winner first")
+            self.notes.append(f"within noise: {a.candidate.key} and {b.candidate.key} ({why}) serve alike on this "
+                              f"machine ({text})")
+            self.within_noise = [a.candidate.key, b.candidate.key]
 
     def prediction_off(self, rows: list[Row]) -> float | None:
         """How far the roofline's tok/s was from the first round's, as a factor (the median over the shapes
@@ -692,26 +806,44 @@ class Tune:
                                t.get("output_throughput"), t.get("p99_ttft_ms"),
                                r.predicted.tps if r.predicted else None, r.reason)
 
-        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _score(r.last or {})]))
-        best = max((r for r in self.rows.values() if r.last), key=lambda r: _score(r.last or {}), default=None)
+        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _standing(r)]))
+        best = max((r for r in self.rows.values() if r.last), key=_standing, default=None)
         c, lead = self.control, self.winner or best
+        points = tuple((k, t.get("p99_ttft_ms"), t.get("goodput_tps") or 0.0) for k, t in self.front_runs().items())
         return TuneView(tuple(one(r) for r in rows), tuple(r.candidate.key for r in self.front()),
                         lead.candidate.key if lead else None,
                         c.running if c else None, bool(c and c.paused), self.stopped,
                         self.clock() - self.t0 - self.paused_s + self.spent_before,
-                        self.s.budget_s + self.spent_before)
+                        self.s.budget_s + self.spent_before, points, self.front_n())
 
     # -- the answer --
+    def front_n(self) -> int | None:
+        """The run length the front compares at: the longest one every measured candidate has a run of (the first
+        round's, once the halving has left any behind). A p99 over 8n requests reaches further into the tail than
+        one over n, so runs of different lengths are never set against each other."""
+        sets = [{t["requests"] for t in r.trials if t["status"] == "ok"} for r in self.rows.values() if r.last]
+        common = set.intersection(*sets) if sets else set()
+        return max(common) if common else (min(min(x) for x in sets) if sets else None)
+
+    def front_runs(self) -> dict[str, dict[str, Any]]:
+        """Each measured candidate's run at front_n (where one has none there: its shortest)."""
+        n, out = self.front_n(), {}
+        for r in self.rows.values():
+            ok = sorted((t for t in r.trials if t["status"] == "ok"), key=lambda t: t["requests"])
+            if ok:
+                out[r.candidate.key] = next((t for t in ok if t["requests"] == n), ok[0])
+        return out
+
     def front(self) -> list[Row]:
-        """The Pareto front over each measured candidate's longest run: goodput (more), TTFT p99 (less), and
-        J/token or $/Mtok (less) where every one of them has it."""
-        rows = [r for r in self.rows.values() if r.last is not None]
+        """The Pareto front over the measured candidates' runs of one length (front_n): goodput (more), TTFT p99
+        (less), and J/token or $/Mtok (less) where every one of them has it."""
+        runs = self.front_runs()
+        rows = [r for r in self.rows.values() if r.candidate.key in runs]
         third = next((f for f in ("usd_per_mtok", "joules_per_token")
-                      if rows and all(r.last.get(f) is not None for r in rows if r.last)), None)
+                      if rows and all(t.get(f) is not None for t in runs.values())), None)
 
         def vec(r: Row) -> tuple[float, ...]:
-            t = r.last
-            assert t is not None
+            t = runs[r.candidate.key]
             v: tuple[float, ...] = (-(t.get("goodput_tps") or 0.0), t.get("p99_ttft_ms") or math.inf)
             return v + ((t[third],) if third else ())
 
@@ -731,7 +863,8 @@ class Tune:
                                "elapsed_s": round(self.clock() - self.t0 + self.spent_before, 1),
                                "this_session_s": round(self.clock() - self.t0, 1), "stopped": self.stopped,
                                "rounds": self.rounds, "candidates": [r.to_dict() for r in self.rows.values()],
-                               "front": [r.candidate.key for r in self.front()],
+                               "front": [r.candidate.key for r in self.front()], "front_requests": self.front_n(),
+                               "notes": self.notes, "final_compare": self.final, "within_noise": self.within_noise,
                                "not_tried": {r.candidate.key: r.reason for r in self.rows.values()
                                              if r.status in ("not tried", "pruned", "pending")}}
         if w is not None and w.last is not None:
@@ -812,6 +945,7 @@ def _result_footer(res: dict[str, Any]) -> list[str]:
     budget = res["settings"]["budget_s"]
     lines.append(f"{res['elapsed_s']:.0f} s of the {budget:.0f} s budget" +
                  ("; the budget stopped it: tune --resume OUT goes on" if res["stopped"] == "budget" else ""))
+    lines += [f"note: {x}" for x in res.get("notes") or []]
     w = res.get("winner")
     if w:
         t = w["trial"]
@@ -831,6 +965,9 @@ def _result_footer(res: dict[str, Any]) -> list[str]:
 
 # ---- resume ----------------------------------------------------------------------------------------------
 SAME = ("engines", "users", "requests", "max_tokens", "ctx", "slo", "workload", "seed", "ignore_eos")
+# runs that never gave an answer: cut by q (the live tune's stop) or an interrupt; --resume measures them again (a
+# skip, s, is the user's answer for that run and is read back as one)
+UNFINISHED = ("cut", "stopped")
 
 
 def load_done(path: Path, s: Settings, model: str) -> tuple[dict[tuple[str, int], dict[str, Any]], float]:
@@ -855,7 +992,7 @@ def load_done(path: Path, s: Settings, model: str) -> tuple[dict[tuple[str, int]
     done = {}
     for c in old.get("candidates", []):
         for t in c.get("trials", []):
-            if t.get("status") != "cut":
+            if t.get("status") not in UNFINISHED:
                 done[(c["key"], t["requests"])] = t
     return done, float(old.get("elapsed_s") or 0.0)
 
@@ -889,11 +1026,11 @@ class _CellMeasure:
     roofline: Any
     control: TuneControl | None = None  # the live tune's keys: a skip or a stop cuts the run going on
 
-    def __call__(self, c: Candidate, n: int, timeout: float) -> dict[str, Any]:
+    def __call__(self, c: Candidate, n: int, timeout: float, tag: str = "") -> dict[str, Any]:
         from measure.machine.recorder import Recorder
 
         s = self.s
-        rel = f"runs/{c.slug}-n{n}.jsonl"
+        rel = f"runs/{c.slug}-n{n}{tag}.jsonl"
         path = self.out / rel
         if path.exists():
             path.unlink()  # a run cut earlier: measured again whole
@@ -917,7 +1054,7 @@ class _CellMeasure:
 
         s = self.s
         n, timeout, t0 = run
-        k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+        k, b = (c.k, s.users) if mode == "http" else (c.k, c.b)  # over HTTP: K servers (slots: one)
         cfg = SweepConfig(ks=[k], bs=[b], requests=n, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
                           mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, users=s.users, threads=c.threads,
                           kv_bytes_per_token=self.kv_bytes_per_token, cell_timeout_s=timeout, out_dir=self.out,
@@ -974,53 +1111,27 @@ def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> Ope
 
 def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, logs: Path,
                   tokenizer: Any = None, ready_s: float = 180.0) -> OpenSource:
-    """llama-server with the candidate's flags on a free loopback port, waited for until /health answers (a
-    server that exits first is a crash, its log's last line the reason); the HTTP source sends the settings'
-    users one stream each, prompts as token ids where the server's /tokenize agrees."""
-    import socket
-    import subprocess
-
-    from engines import http_sync
+    """llama-server with the candidate's flags on a free loopback port (K of them for a `servers` candidate,
+    behind one queue: least outstanding requests first), each waited for until /health answers (a server that
+    exits first is a crash, its log's last line the reason); the HTTP source sends the settings' users one
+    stream each, prompts as token ids where the server's /tokenize agrees."""
     from measure.sources.http import HttpSource
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
                     ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / f"{c.slug}.server.log"
-        cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        procs: list[Any] = []
 
         def stop() -> None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            for proc in procs:
+                _stop_proc(proc)
 
-        deadline = time.monotonic() + ready_s
-        while True:
-            if proc.poll() is not None:
-                tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
-                raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
-                                  + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
-            try:
-                if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
-                    break
-            except http_sync.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                stop()
-                raise SourceError(f"llama-server did not answer within {ready_s:.0f} s (log: {log_path})")
-            time.sleep(0.25)
         try:
-            src = HttpSource(f"http://127.0.0.1:{port}/v1", meta, b=users, events=False, on_record=on_record,
-                             tokenizer=tokenizer)
+            ports = [_start_server(binary, model, c, ctx, logs / (f"{c.slug}.server.log" if c.k == 1 else
+                                                                  f"{c.slug}.server{i}.log"), ready_s, procs)
+                     for i in range(c.k)]
+            src = HttpSource([f"http://127.0.0.1:{port}/v1" for port in ports], meta, b=users, events=False,
+                             on_record=on_record, tokenizer=tokenizer)
             src.start()
         except BaseException:
             stop()
@@ -1028,6 +1139,50 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
         return cast("FiniteLoadSource", src), "http", stop  # (its protocol is a FiniteLoadSource's: runplan)
 
     return open_source
+
+
+def _stop_proc(proc: Any) -> None:
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Path, ready_s: float,
+                  procs: list[Any]) -> int:
+    """One llama-server of the candidate on a free loopback port, appended to `procs` at once (the caller stops
+    them), waited for until /health answers; its port."""
+    import socket
+    import subprocess
+
+    from engines import http_sync
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    procs.append(proc)
+    deadline = time.monotonic() + ready_s
+    while True:
+        if proc.poll() is not None:
+            tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
+            raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
+                              + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
+        try:
+            if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
+                return port
+        except http_sync.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise SourceError(f"llama-server did not answer within {ready_s:.0f} s (log: {log_path})")
+        time.sleep(0.25)
 
 
 def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
@@ -1049,7 +1204,7 @@ counts `s.kv_bytes_per_token`."""
             src, mode, stop = open_source(c, rec.record)
         except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
             return {"sentence": f"the knee was not searched: the winner did not start again ({exc})", "records": rel}
-        k, b = (1, s.users) if mode == "http" else (c.k, c.b)
+        k, b = (c.k, s.users) if mode == "http" else (c.k, c.b)
         deadline = time.monotonic() + left_s
         cfg = SweepConfig(ks=[k], bs=[b], requests=s.requests, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
                           mode=mode, ctx=s.ctx, slo=s.slo, cost=s.cost, threads=c.threads, max_b=max(b, 1),
@@ -1135,8 +1290,8 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
                                 roofs.get(_family(e)), io.control)
                 for e in s.engines}
 
-    def measure(c: Candidate, n: int, timeout: float) -> dict[str, Any]:
-        return measures[c.engine](c, n, timeout)
+    def measure(c: Candidate, n: int, timeout: float, tag: str = "") -> dict[str, Any]:
+        return measures[c.engine](c, n, timeout, tag)
 
     def save(t: Tune) -> None:
         write_result(out, t.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server"))
