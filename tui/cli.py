@@ -217,6 +217,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     bench.add_argument("--client-procs", type=lambda t: None if t == "auto" else positive_int(t), default=None,
                        metavar="N|auto", help="http engine: spread the streams over N client processes, one asyncio "
                        "loop each, one schedule (default auto: one per 96 streams, at most one per core)")
+    bench.add_argument("--warmup", metavar="N|Ns|auto", help="http engine: before each level's first rep, N requests "
+                       "(or rounds of one per stream for N seconds, e.g. 5s) of its workload, not recorded and "
+                       "counted in the cell (default auto: one request per stream; 0: none)")
     return dash, bench
 
 
@@ -288,7 +291,7 @@ def bench_main(argv: list[str]) -> int:
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
         "requests": args.requests, "reps": args.reps, "contexts": args.contexts, **clients_header,
-        **({"client_procs": plan.client_processes(events=False)} if plan.engine_is_remote else {})}),
+        **plan.http_header()}),
         on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
                                  file=sys.stderr, flush=True))
 
