@@ -12,7 +12,12 @@ Prints (b)/(a) per B, B=16 ÷ B=1, and K=2 instances vs B=2 batch at equal concu
 a JSON object of the headline figures.
 Goals: (b)/(a) ≥ 0.90 at B=8 and ≥ 0.95 at B=16; B=16 ÷ B=1 ≥ 3×.
 
-    python benchmarks/batching.py [--tokens 64] [--rounds 3] [--threads N]
+--quick: one round of B = 1, 2, 8, 16 at 32 tokens (the headline's B), well within 5 minutes on the 2-core VM;
+its JSON line says quick, its wall time, and the full run's estimated time (`full_run_estimate_s`): the
+setup measured here + 3 rounds of every B of the full run, each B's time measured here × 64 ÷ 32 tokens (B = 4,
+not run, interpolated between its neighbours).
+
+    python benchmarks/batching.py [--tokens 64] [--rounds 3] [--threads N] [--bs 1,2,4,8,16] [--quick]
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from measure.machine.model_choice import build_spec, resolve_model, run_meta  # 
 from measure.core.workload import ClosedLoop, Load  # noqa: E402
 
 BS = (1, 2, 4, 8, 16)
+QUICK_BS = (1, 2, 8, 16)  # the headline's B
 PROMPT = presets.workload("default").prompts[0]
 
 
@@ -100,22 +106,33 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=auto_threads(1))
+    ap.add_argument("--bs", type=lambda t: tuple(sorted({int(x) for x in t.split(",")} | {1, 2, 8, 16})),
+                    default=BS, help="batch sizes (default 1,2,4,8,16; 1, 2, 8 and 16 always)")
+    ap.add_argument("--quick", action="store_true", help="one round of B = 1, 2, 8, 16 at 32 tokens, and the full "
+                    "run's estimated time")
     a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.tokens, a.bs = 1, 32, QUICK_BS
+    t_start = time.monotonic()
+    bs_run = a.bs
     choice = resolve_model("llama", None)
     wl = presets.Workload("batching", "one prompt", (PROMPT,))
     ctx = 256
     spec = build_spec("llama", choice, a.threads, ctx, 1)
     fleet = Fleet(spec, run_meta("llama", choice, "batch", 1), k=1, threads=a.threads, b_cap=max(BS))
     fleet.start()
-    res = {b: ([], []) for b in BS}  # per B: (bare, fleet) lists of (wave tok/s, steady tok/s)
+    res = {b: ([], []) for b in bs_run}  # per B: (bare, fleet) lists of (wave tok/s, steady tok/s)
+    level_s: dict[int, float] = {}  # per B: one round's time (bare + fleet), the last round's
     try:
         for r in range(a.rounds):
-            for b in BS:
+            for b in bs_run:
+                t_level = time.monotonic()
                 stamps = bare(str(choice.path), a.threads, b, a.tokens, ctx)
                 res[b][0].append((b * (len(stamps) - 1) / ((stamps[-1] - stamps[0]) / 1e9), steady_tps(stamps, b)))
                 fleet.set_batch("batch", b)
                 recs = fleet.run_requests(Load(wl, ClosedLoop(b, total=b), a.tokens, True), timeout=600)
                 res[b][1].append((decode_tps(recs), steady_tps(sorted({t for x in recs for t in x.token_ns}), b)))
+                level_s[b] = time.monotonic() - t_level
                 (bw, bs), (fw, fs) = res[b][0][-1], res[b][1][-1]
                 print(f"round {r + 1} B={b:>2}: bare {bw:6.1f}  fleet {fw:6.1f} tok/s   steady: bare {bs:6.1f}  "
                       f"fleet {fs:6.1f} tok/s", flush=True)
@@ -124,23 +141,25 @@ def main() -> None:
     # equal concurrency 2: two single-stream instances (cores ÷ 2 threads each) vs one engine with B=2
     inst_fleet = Fleet(build_spec("llama", choice, None, ctx, 2), run_meta("llama", choice), k=2)
     inst_fleet.start()
+    t_inst = time.monotonic()
     try:
         inst = statistics.median(
             decode_tps(inst_fleet.run_requests(Load(wl, ClosedLoop(2, total=2), a.tokens, True), timeout=600))
             for _ in range(a.rounds))
     finally:
         inst_fleet.close()
+    inst_s = (time.monotonic() - t_inst) / a.rounds
     print(f"\nthreads {a.threads}, {a.tokens} tokens per sequence, median of {a.rounds} rounds")
     print(f"{'':>3} {'wave (first → last token)':^38} {'steady (B ÷ median step)':^38}")
     print(f"{'B':>3} {'bare tok/s':>11} {'fleet tok/s':>12} {'fleet/bare':>11}  "
           f"{'bare tok/s':>11} {'fleet tok/s':>12} {'fleet/bare':>11}")
     # med[b][side][0 wave | 1 steady]: the median over rounds of each figure
     med = {b: tuple(tuple(statistics.median(x[i] for x in res[b][side]) for i in (0, 1)) for side in (0, 1))
-           for b in BS}
-    for b in BS:
+           for b in bs_run}
+    for b in bs_run:
         (bw, bs), (fw, fs) = med[b]
         print(f"{b:>3} {bw:>11.1f} {fw:>12.1f} {fw / bw:>11.3f}  {bs:>11.1f} {fs:>12.1f} {fs / bs:>11.3f}")
-    hi, lo = max(BS), min(BS)
+    hi, lo = max(bs_run), min(bs_run)
     head = {
         "fleet_over_bare_b8": med[8][1][0] / med[8][0][0],
         "fleet_over_bare_b16": med[hi][1][0] / med[hi][0][0],
@@ -158,7 +177,26 @@ def main() -> None:
           f"{head['steady_fleet_over_bare_b16']:.3f}, B=16 ÷ B=1 {head['steady_fleet_gain_b16']:.2f}× "
           f"(bare {head['steady_bare_gain_b16']:.2f}×)")
     print(f"concurrency 2: K=2 instances {inst:.1f} tok/s vs B=2 batch {med[2][1][0]:.1f} tok/s")
-    print(json.dumps({k: round(v, 3) for k, v in head.items()}))
+    wall = time.monotonic() - t_start
+    timing = run_times(a, wall, level_s, inst_s)
+    print(f"this run: {wall:.0f} s" + (f"; the full run (3 rounds of B = {', '.join(map(str, BS))} at 64 tokens) "
+                                       f"takes about {timing['full_run_estimate_s'] / 60:.1f} min here"
+                                       if a.quick else ""))
+    print(json.dumps({**{k: round(v, 3) for k, v in head.items()}, **timing}))
+
+
+def run_times(a, wall: float, level_s: dict[int, float], inst_s: float) -> dict:
+    """The run's own time, and (--quick) the full run's estimate: this run's setup (all but its levels) + 3 rounds
+    of every B of the full run, each B's level time here × 64 ÷ its tokens (a B not run: interpolated)."""
+    out: dict = {"quick": a.quick, "wall_s": round(wall, 1), "level_s": {str(b): round(t, 1) for b, t in level_s.items()}}
+    if not a.quick:
+        return out
+    ran = sorted(level_s)
+    scale = 64 / a.tokens
+    per_round = sum(float(np.interp(b, ran, [level_s[x] for x in ran])) for b in BS) * scale + inst_s * scale
+    setup = wall - sum(level_s.values()) - inst_s * a.rounds
+    out["full_run_estimate_s"] = round(setup + 3 * per_round)
+    return out
 
 
 if __name__ == "__main__":

@@ -3,7 +3,12 @@
 Interleaved A/B, several rounds, in one run: same model, threads, prompt, max_tokens, greedy decoding.
 Decode tok/s = 1 / TPOT (docs/design.md §4) for both. Goal: fleet ÷ bare ≥ 0.97.
 
-    python benchmarks/fidelity.py [--rounds 5] [--requests 4] [--max-tokens 128] [--threads N]
+--quick: 2 rounds of 2 requests × 64 tokens, well within 5 minutes on the 2-core VM; its JSON line says quick, its
+wall time, and the full run's estimated time (`full_run_estimate_s`): the setup measured here + 5 rounds, each
+this run's round time less its decoding + the full round's tokens (4 requests × 128, both sides) at the decode
+rates measured here.
+
+    python benchmarks/fidelity.py [--rounds 5] [--requests 4] [--max-tokens 128] [--threads N] [--quick]
 """
 from __future__ import annotations
 
@@ -57,7 +62,13 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=auto_threads(1))
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 2 requests × 64 tokens, and the full run's "
+                    "estimated time")
     a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.requests, a.max_tokens = 2, 2, 64
+    t_start = time.monotonic()
+    round_s = []
 
     import llama_cpp
     from llama_cpp import Llama
@@ -72,6 +83,7 @@ def main() -> None:
     bare_all, fleet_all = [], []
     try:
         for r in range(a.rounds):
+            t_round = time.monotonic()
             # the bare loop lives in this process only while it runs, so the two never share the cores
             llm = Llama(model_path=str(choice.path), n_ctx=1024, n_batch=512, n_threads=a.threads,
                         n_threads_batch=a.threads, flash_attn=spec.flash_attn, verbose=False)
@@ -83,6 +95,7 @@ def main() -> None:
             del llm
             recs = fleet.run_requests(Load(wl, ClosedLoop(1, a.requests), a.max_tokens, True), timeout=600)
             f = [1 / tpot(x) for x in recs]
+            round_s.append(time.monotonic() - t_round)
             bare_all += b
             fleet_all += f
             print(f"round {r + 1}: bare {statistics.median(b):6.1f} tok/s   fleet {statistics.median(f):6.1f} tok/s   "
@@ -92,7 +105,17 @@ def main() -> None:
     mb, mf = statistics.median(bare_all), statistics.median(fleet_all)
     print(f"\nmedian decode tok/s: bare {mb:.1f}, fleet K=1 {mf:.1f}")
     print(f"fleet ÷ bare = {mf / mb:.3f}   (goal ≥ 0.97)")
-    print(json.dumps({"ratio": round(mf / mb, 4), "bare_tps": round(mb, 2), "fleet_tps": round(mf, 2)}))
+    wall = time.monotonic() - t_start
+    timing: dict = {"quick": a.quick, "wall_s": round(wall, 1)}
+    if a.quick:  # a round = its fixed part (the bare model's load, the prefills) + its tokens at the rates above
+        tokens = a.requests * (a.max_tokens - 1)
+        fixed = statistics.median(round_s) - tokens / mb - tokens / mf
+        full_tokens = 4 * (128 - 1)
+        timing["full_run_estimate_s"] = round(wall - sum(round_s) + 5 * (max(0.0, fixed) + full_tokens / mb
+                                                                          + full_tokens / mf))
+        print(f"this run: {wall:.0f} s; the full run (5 rounds of 4 requests × 128 tokens) takes about "
+              f"{timing['full_run_estimate_s'] / 60:.1f} min here")
+    print(json.dumps({"ratio": round(mf / mb, 4), "bare_tps": round(mb, 2), "fleet_tps": round(mf, 2), **timing}))
 
 
 if __name__ == "__main__":

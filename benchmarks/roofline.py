@@ -9,7 +9,13 @@ all threads) or `held out` (neither). Only the held-out levels test the predicto
 them; `worst_error_probe` and `worst_error_calibration` are over the others.
 
     python benchmarks/roofline.py [--tokens 64] [--prompt 32] [--rounds 6] [--reprobe]
-                                  [--levels i1,i2,i3,i4,b1,b2,b4,b8,b16]
+                                  [--levels i1,i2,i3,i4,b1,b2,b4,b8,b16] [--quick]
+
+--quick: the levels i1, i2, b2, b8 (one held out per mode beside the calibration points), 2 rounds of 32 tokens,
+within 5 minutes on the 2-core VM once the probe is cached (a first probe adds its own time, said apart); its JSON
+line says quick, its wall time and the full run's estimated time (`full_run_estimate_s`): per level of the full
+run, the mean start-and-settle time measured here + 6 rounds of (TTFT + 63 × TPOT) as the model calibrated here
+predicts that level.
 
 The last line is one JSON object: {"worst_error": …, "held_out": [...], "levels": [{…, "role": …}, …]}.
 """
@@ -21,6 +27,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -36,6 +43,7 @@ from measure.sources.fleet import Fleet  # noqa: E402
 
 
 def measure_level(model, mode: str, k: int, b: int, a) -> dict:
+    t0 = time.monotonic()
     spec = build_spec("llama", model, None, 512, k)
     fleet = Fleet(spec, run_meta("llama", model), k=k, events=False, b_cap=b)
     try:
@@ -45,11 +53,13 @@ def measure_level(model, mode: str, k: int, b: int, a) -> dict:
         users = k * (b if mode == "batch" else 1)
         wl = presets.workload(f"synthetic:{a.prompt}")
         fleet.run_requests(Load(wl, ClosedLoop(users, total=users), 4), timeout=600)  # settle the level
+        t_run = time.monotonic()
         recs = fleet.run_requests(Load(wl, ClosedLoop(users, total=users * a.rounds), a.tokens), timeout=1200)
     finally:
         fleet.close()
     good = M.ok(recs)
-    return {"mode": mode, "k": k, "b": b, "threads": auto_threads(k),
+    return {"mode": mode, "k": k, "b": b, "threads": auto_threads(k), "start_s": round(t_run - t0, 2),
+            "run_s": round(time.monotonic() - t_run, 2),
             "tpot_s": M.percentile([M.tpot(r) for r in good], 50),
             "ttft_engine_s": M.percentile([M.ttft_engine(r) for r in good], 50),
             "aggregate_tps": M.output_throughput(good),
@@ -109,6 +119,18 @@ def score(work, c, measured: list[dict], tokens: int) -> tuple[dict, Machine, Ma
 
 
 LEVELS = "i1,i2,i3,i4,b1,b2,b4,b8,b16"
+QUICK_LEVELS = "i1,i2,b2,b8"
+
+
+def full_estimate(work, m: Machine, measured: list[dict], a) -> int:
+    """The full run's time (defaults: LEVELS, 6 rounds, 64 tokens), from this run: per level, the mean start and
+    settle time measured + 6 rounds of one request as the calibrated model predicts it."""
+    start = statistics.mean(p["start_s"] for p in measured)
+    total = 0.0
+    for mode, k, b in parse_levels(LEVELS):
+        pr = predict(work, m, mode, k, b, auto_threads(k), prompt_tokens=a.prompt, output_tokens=64)
+        total += start + 6 * (pr.ttft_s + 63 * pr.tpot_s)
+    return round(total)
 
 
 def parse_levels(text: str) -> list[tuple[str, int, int]]:
@@ -128,7 +150,12 @@ def main() -> int:
                          "requests moved 18 %% between two runs of the same level)")
     ap.add_argument("--reprobe", action="store_true", help="measure the ceilings again")
     ap.add_argument("--levels", default=LEVELS, help=f"levels to measure (default {LEVELS}; i1 and b8 always)")
+    ap.add_argument("--quick", action="store_true", help=f"levels {QUICK_LEVELS}, 2 rounds of 32 tokens, and the "
+                    "full run's estimated time")
     a = ap.parse_args()
+    if a.quick:
+        a.levels, a.rounds, a.tokens = QUICK_LEVELS, 2, 32
+    t_start = time.monotonic()
     os.environ.setdefault("INFERENCE_TOP_LOGS", tempfile.mkdtemp(prefix="it-roofline-"))
     model = resolve_model("llama", None)
     work = from_gguf(model.info)
@@ -136,6 +163,7 @@ def main() -> int:
     if not (c.engine or {}).get("decode_tps"):  # a probe from before the engine could run has no costs to fit
         print("the cached probe has no llama.cpp rates: probing again")
         c = ceilings.get(rerun=True)
+    probe_s = time.monotonic() - t_start  # the probe's own time where it ran (else the cache's read)
     print(c.describe())
     print(f"work: {work.weight_bytes / 1e9:.3f} GB read per step ({work.note}); "
           f"{work.flops_per_token(0) / 1e9:.2f} GFLOP per token + attention\n")
@@ -168,6 +196,12 @@ def main() -> int:
           f"each decoding thread has a core, {pct(out['worst_error_time_shared'])} where K × threads > cores (the "
           f"screen says it holds only while nothing else wants the cores); over the probe's own levels "
           f"{pct(out['worst_error_probe'])}; over the calibration points {pct(out['worst_error_calibration'])}")
+    wall = time.monotonic() - t_start
+    out.update(quick=a.quick, wall_s=round(wall, 1), probe_s=round(probe_s, 1))
+    if a.quick:
+        out["full_run_estimate_s"] = full_estimate(work, m, measured, a)
+        print(f"this run: {wall:.0f} s (the probe {probe_s:.0f} s of it); the full run ({LEVELS}, 6 rounds of 64 "
+              f"tokens) takes about {out['full_run_estimate_s'] / 60:.1f} min here once the probe is cached")
     print(json.dumps(out))
     return 0
 

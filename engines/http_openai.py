@@ -262,6 +262,7 @@ class _Counter:
         self.answer_seen = False  # a chunk with answer text has come
         self.reasoning_chunks = 0  # content chunks of thinking before the answer's first
         self.server_reasoning: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where sent
+        self.texts: list[str] = []  # the answer's pieces, joined into res.text at the end (not a copy per chunk)
 
     def chunk(self, chunk: dict[str, Any], t: int) -> None:
         res = self.res
@@ -283,7 +284,7 @@ class _Counter:
             text = choice.get("text") if "text" in choice else delta.get("content")
             if text:  # a role-only or empty chunk carries no token
                 has_text = has_answer = True
-                res.text += str(text)
+                self.texts.append(str(text))
             if delta.get("reasoning_content") or delta.get("reasoning"):  # a reasoning model's thinking
                 has_text = True
             if choice.get("finish_reason"):
@@ -319,6 +320,7 @@ class _Counter:
 
     def finish(self) -> None:
         res = self.res
+        res.text = "".join(self.texts)
         res.token_count = "continuous-usage" if self.continuous else "chunks"
         server = res.server_output_tokens
         if isinstance(server, int) and server > self.counted and self.chunk_ts:
@@ -359,6 +361,9 @@ class _ArrivalClock:
         content, marks, clock = self.content, self.marks, time.perf_counter_ns
 
         def noted(data: bytes) -> None:
+            if not data:  # aiohttp resuming its parser after a read (every read, 3.14): no bytes came
+                received(data)
+                return
             t = clock()
             received(data)
             marks.append((content.total_bytes, t))
@@ -391,35 +396,53 @@ async def _refusal(r: aiohttp.ClientResponse, shown: str) -> str | None:
     return None
 
 
+MAX_LINE = 1 << 20  # an SSE line longer than this (no newline within 1 MiB) is not a stream we can read
+
+
 async def _read_events(r: aiohttp.ClientResponse, clock: _ArrivalClock, res: StreamResult, counter: _Counter,
                        read_to_end: bool) -> bool | None:
     """The stream's events counted as they come: True at [DONE], False where the body ended without it, None at
-    a line that is not JSON (res.error says which)."""
+    a line that is not JSON (res.error says which).
+
+    The body is taken as it comes (readany: whatever the socket reads brought, one wait each) and cut into
+    lines here: aiohttp's line iterator cost three waits and buffer walks per token, ≈ a third of the client's
+    CPU per token at 64 streams (docs/design.md §19)."""
     import asyncio
 
     import aiohttp
 
+    content = r.content
     offset = 0  # the body's bytes read so far
-    async for raw in r.content:
-        offset += len(raw)
-        if not raw.startswith(b"data:"):
-            continue
-        t = clock.at(offset)  # when the chunk's last byte came off the socket
-        data = raw[5:].strip()
-        if data == b"[DONE]":
-            if read_to_end and not r.content.is_eof():  # (the body's end has mostly come with [DONE])
-                try:
-                    await asyncio.wait_for(r.content.read(), 0.05)
-                except (asyncio.TimeoutError, aiohttp.ClientError):
-                    pass
-            return True
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
-            return None
-        counter.chunk(chunk, t)
-    return False
+    rest = b""  # the last line's start, not ended yet
+    while True:
+        data = await content.readany()
+        if not data:
+            return False
+        end = offset - len(rest)  # the body offset where `rest` starts
+        offset += len(data)
+        lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
+        rest = lines.pop()
+        if len(rest) > MAX_LINE:
+            raise ValueError(f"an SSE line longer than {MAX_LINE} bytes")
+        for raw in lines:
+            end += len(raw) + 1
+            if not raw.startswith(b"data:"):
+                continue
+            t = clock.at(end)  # when the chunk's last byte came off the socket
+            data = raw[5:].strip()
+            if data == b"[DONE]":
+                if read_to_end and not content.is_eof():  # (the body's end has mostly come with [DONE])
+                    try:
+                        await asyncio.wait_for(content.read(), 0.05)
+                    except (asyncio.TimeoutError, aiohttp.ClientError):
+                        pass
+                return True
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
+                return None
+            counter.chunk(chunk, t)
 
 
 def _failure(exc: BaseException, shown: str, stall_s: float, answered: bool) -> tuple[str, bool, bool]:

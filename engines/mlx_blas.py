@@ -10,6 +10,12 @@ its calls, so the engine can say whether it is really in use, and OpenBLAS takes
 
 The shim is compiled once with the system C compiler into the inference-top cache. Without a compiler
 or the wheel, mlx runs on its bundled BLAS and the run says so.
+
+What the matmuls ran on goes in the run header (engine_settings: blas, blas_kernel, blas_threads, blas_env):
+OpenBLAS's kernel for this CPU (its core name: OPENBLAS_CORETYPE, where set, forces an older one), its threads
+per worker, and the OPENBLAS_* variables set. Threads are the cost to watch on a shared machine: a threaded
+sgemm waits for every one of its threads, and where another process holds a core each of mlx's ≈ 130 small
+matmuls per token waits for the scheduler (docs/design.md §19, threaded kernels, gives the numbers).
 """
 from __future__ import annotations
 
@@ -40,6 +46,27 @@ class BlasChoice:
     shim: str | None  # the compiled shim, or None: mlx keeps its bundled BLAS
     openblas: str | None
     label: str  # what the run header and the screen say
+    kernel: str | None = None  # OpenBLAS's core name here (SkylakeX, Haswell …): the kernels its sgemm runs
+
+
+def kernel_of(openblas: str) -> str | None:
+    """The kernels OpenBLAS picked for this CPU (its core name, as OPENBLAS_CORETYPE may force it), read from the
+    library itself; None where it cannot say."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(openblas)
+        fn = lib.scipy_openblas_get_corename
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_char_p
+    name = fn()
+    return name.decode() if name else None
+
+
+def blas_env() -> dict[str, str]:
+    """The OPENBLAS_* variables set in this environment (the workers inherit them)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("OPENBLAS_")}
 
 
 def _cache_dir() -> Path:
@@ -61,9 +88,11 @@ def prepare() -> BlasChoice:
     version = getattr(ob, "__version__", "?")
     key = hashlib.sha256(f"{SHIM_SOURCE}|{lib}|{version}".encode()).hexdigest()[:16]
     out = _cache_dir() / key / "libinference_top_cblas.so"
-    label = f"OpenBLAS {version} (scipy-openblas32) through the inference-top cblas_sgemm shim"
+    kernel = kernel_of(str(lib))
+    label = (f"OpenBLAS {version} (scipy-openblas32{f', {kernel} kernels' if kernel else ''}) through the "
+             "inference-top cblas_sgemm shim")
     if out.exists():
-        return BlasChoice(str(out), str(lib), label)
+        return BlasChoice(str(out), str(lib), label, kernel)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp{os.getpid()}.so")
     try:
@@ -73,7 +102,7 @@ def prepare() -> BlasChoice:
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)
-    return BlasChoice(str(out), str(lib), label)
+    return BlasChoice(str(out), str(lib), label, kernel)
 
 
 def _build(tmp: Path, libdir: str, libname: str) -> str | None:

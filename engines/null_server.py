@@ -6,7 +6,7 @@ measurement; what a client measures beyond it is the client's (and the loopback'
 
     python -m engines.null_server --port 8000 [--host 127.0.0.1] [--ttft-ms 20] [--itl-ms 10]
                                   [--tokens-per-chunk 1] [--usage continuous|final|none] [--reasoning-tokens 0]
-                                  [--eos-after N]
+                                  [--eos-after N] [--cold-first-ms MS [--cold-over-tokens N]]
 
 In a test:  with NullServer(ttft_ms=20, itl_ms=10) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(usage="final"); ...; stop()
@@ -24,6 +24,8 @@ vLLM merging outputs, or speculative decoding). --reasoning-tokens N: on the cha
 tokens of every answer come as delta.reasoning_content (a reasoning model's thinking, as vLLM and
 llama-server stream it), the rest as delta.content. --eos-after N: every answer ends after N tokens with
 finish_reason "stop" (at most max_tokens), whatever ignore_eos says: a server that does not honour it.
+--cold-first-ms MS: the first request asking more than --cold-over-tokens tokens sends its first chunk MS later
+(a cold first request; the client's warmup test).
 Prompt tokens: a list's length, or words + 1 (BOS).
 
 The last event before [DONE] carries `timings`, where llama-server puts its own, with the server's side of
@@ -141,8 +143,9 @@ class NullApp:
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
                  usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None,
-                 clock_skew_s: float = 0.0):
-        if ttft_ms < 0 or itl_ms < 0:
+                 clock_skew_s: float = 0.0, cold_first: tuple[float, int] | None = None):
+        cold_first_ms, cold_over_tokens = cold_first or (0.0, 0)
+        if ttft_ms < 0 or itl_ms < 0 or cold_first_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be ≥ 0")
         if reasoning_tokens < 0:
             raise ValueError("reasoning_tokens must be ≥ 0")
@@ -164,6 +167,9 @@ class NullApp:
         self.running = 0
         self.late = LateHistogram()
         self._ids = 0
+        # cold_first (ms, n): the first request asking more than n tokens starts ms later (a server whose first
+        # real request is slow, past the short requests a client warms its streams with)
+        self.cold_ns, self.cold_over_tokens = round(cold_first_ms * 1e6), cold_over_tokens
 
     # --- HTTP/1.1 --------------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -299,6 +305,8 @@ class NullApp:
         head = b'data: {"id":"%s","object":"%s","created":%d,"model":"%s","choices":[' % (
             rid.encode(), obj.encode(), created, MODEL_ID.encode())
         answer = _Answer(self, writer.transport, chat, head, n_prompt, max_tokens, stop, t_arrival)
+        if self.cold_ns and max_tokens > self.cold_over_tokens:
+            answer.cold_ns, self.cold_ns = self.cold_ns, 0
         self.running += 1
         try:
             answer.at(answer.due_of(min(answer.n, max_tokens)))
@@ -330,7 +338,7 @@ class _Answer:
     is True once the last chunk is in the transport, False where the client went away."""
 
     __slots__ = ("app", "transport", "chat", "head", "n_prompt", "max_tokens", "stop", "t_arrival", "n",
-                 "continuous", "loop", "ended", "sent", "first_sent")
+                 "continuous", "loop", "ended", "sent", "first_sent", "cold_ns")
 
     def __init__(self, app: NullApp, transport: asyncio.WriteTransport, chat: bool, head: bytes, n_prompt: int,
                  max_tokens: int, stop: bytes, t_arrival: int) -> None:
@@ -342,9 +350,10 @@ class _Answer:
         self.ended: asyncio.Future[bool] = self.loop.create_future()
         self.sent = 0  # tokens sent so far
         self.first_sent = 0  # when the first chunk was handed to the kernel (perf_counter_ns)
+        self.cold_ns = 0  # this answer's extra delay before its first chunk (NullApp's cold path)
 
     def due_of(self, upto: int) -> int:
-        return self.t_arrival + self.app.ttft_ns + (upto - 1) * self.app.itl_ns
+        return self.t_arrival + self.cold_ns + self.app.ttft_ns + (upto - 1) * self.app.itl_ns
 
     def event(self, choices: bytes, done: int | None, timings: bytes = b"") -> bytes:
         if done is None:
@@ -442,6 +451,7 @@ class Behaviour(TypedDict, total=False):
     reasoning_tokens: int
     eos_after: int | None
     clock_skew_s: float
+    cold_first: tuple[float, int] | None
 
 
 class NullServer:
@@ -565,10 +575,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="end every answer after N tokens with finish_reason stop, ignoring ignore_eos")
     ap.add_argument("--clock-skew-s", type=float, default=0.0,
                     help="stamp the Date header this many seconds off this machine's clock (clock-check tests)")
+    ap.add_argument("--cold-first-ms", type=float, default=0.0,
+                    help="the first request asking more than --cold-over-tokens tokens starts this much later (a cold "
+                         "first request; default 0)")
+    ap.add_argument("--cold-over-tokens", type=int, default=0, help="see --cold-first-ms (default 0: any request)")
     a = ap.parse_args(argv)
     try:
         app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
-                      a.clock_skew_s)
+                      a.clock_skew_s, (a.cold_first_ms, a.cold_over_tokens))
     except ValueError as exc:
         ap.error(str(exc))
 

@@ -290,6 +290,9 @@ def _bench_parser() -> OneLineParser:
                       "each")
     load.add_argument("--think-time", help="--turns: the pause after an answer before the user's next turn, "
                       "seeded: S (exponential, mean S seconds), exp:S or fixed:S (default 0)")
+    load.add_argument("--warmup", metavar="N|Ns|auto", help="http engine: before each level's first rep, N requests "
+                      "(or rounds of one per stream for N seconds, e.g. 5s) of its workload, not recorded and counted "
+                      "in the cell (default auto: one request per stream; 0: none)")
     bench.group(RECORDING).add_argument("--out", help="output folder (default ./out/bench-YYYYmmdd-HHMMSS)")
     cluster.add_argument("--segment", metavar="i/N", help="client i of N client machines: this client sends the "
                          "requests of the one seeded open-loop schedule whose index ≡ i − 1 (mod N), with their ids "
@@ -379,7 +382,7 @@ def bench_main(argv: list[str]) -> int:
     recorder = Recorder(out / "records.jsonl", plan.header({
         "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
         "requests": args.requests, "reps": args.reps, "contexts": args.contexts, **clients_header,
-        **({"client_procs": plan.client_processes(events=False)} if plan.engine_is_remote else {})}),
+        **plan.http_header()}),
         on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
                                  file=sys.stderr, flush=True))
 

@@ -104,6 +104,7 @@ class LoadGen:
     client_wait: Dist = Dist()
     client_procs: int | None = None  # http: the client processes whose streams sent this cell's requests (a pool)
     arrivals: str | None = None  # the arrival process, described
+    warmup_requests: int | None = None  # http: requests sent before the cell's figures, not in them (--warmup)
 
 
 @dataclass(frozen=True)
@@ -415,7 +416,7 @@ KEYS: list[tuple[str, tuple[str, ...], Rule]] = [
     *[(k, ("server", k), None) for k in _SERVER],
     ("client_waited", ("load", "client_waited"), None),
     *_dist("client_wait_{}_ms", "load", "client_wait", _P_MAX, _waited),
-    ("client_procs", ("load", "client_procs"), None),
+    ("client_procs", ("load", "client_procs"), None), ("warmup_requests", ("load", "warmup_requests"), None),
     ("watts", ("cost", "watts"), _cost), ("joules_per_token", ("cost", "joules_per_token"), _cost),
     ("usd_per_mtok", ("cost", "usd_per_mtok"), _cost),
     ("slo", ("goodput", "slo"), _good), ("goodput_rps", ("goodput", "rps"), _good),

@@ -26,6 +26,7 @@ from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.traces import after_of
 from measure.core.workload import PrefixCache
 from measure.sources.base import FiniteLoadSource
+from measure.sources.warmup import Warmup
 from measure.core.cost import Cost
 from presets import SLO, Chip, PresetError, Workload, chip
 from presets import slo as preset_slo
@@ -106,6 +107,7 @@ class RunPlan:
     sessions: SessionSpec | None = None  # bench --turns: users in multi-turn sessions
     client_procs: int | None = 1  # http bench: processes its streams spread over (None: http_pool.auto_procs)
     cap_open_loop: bool = False  # http, --b given: an open loop waits for one of the B streams (else never capped)
+    warmup: Warmup = Warmup(requests=0)  # http bench: each level's warmup (--warmup; default auto)
 
     @property
     def engine_is_remote(self) -> bool:
@@ -153,6 +155,13 @@ class RunPlan:
             return 1  # (a Bailian trace's follow-ups wait for their parents' answers: one process sees both)
         return client_procs(self.client_procs, max(self.bs or [1]))
 
+    def http_header(self) -> dict[str, Any]:
+        """A bench's records header over HTTP: the client processes its streams went through and each level's
+        warmup rule (sources/warmup.py); {} for a local engine."""
+        if not self.engine_is_remote:
+            return {}
+        return {"client_procs": self.client_processes(events=False), "warmup": self.warmup.describe()}
+
     def make_source(self, events: bool = True, on_record: Callable[[RequestRecord], None] | None = None,
                     k: int | None = None, per_cell: bool = False) -> FiniteLoadSource:
         """The load source, not started: K local workers, or B streams against --url. `per_cell`: a sweep
@@ -166,7 +175,8 @@ class RunPlan:
             src = make(self.endpoints or self.url, self.meta(), b=(self.bs or [1])[0], endpoint=self.endpoint,
                              model=self.model_name, api_key_env=self.api_key_env, stall_s=self.stall_s,
                              on_record=on_record, events=events, prefix_cache=self.prefix_cache,
-                             tokenizer=self._tokenizer(), routing=self.routing, cap_open_loop=self.cap_open_loop)
+                             tokenizer=self._tokenizer(), routing=self.routing, cap_open_loop=self.cap_open_loop,
+                             warmup=Warmup(requests=0) if events else self.warmup)
             if k is not None or len(self.endpoints) > 1:
                 src.scale_to(k or self.ks[0])
             return src
@@ -586,6 +596,10 @@ def _remote_plan(args: argparse.Namespace, common: dict[str, Any], progress: Cal
                                                           else None))  # a trace's block ids: kept by default
     except ValueError as exc:
         raise StartError(str(exc)) from None
+    try:
+        warmup = Warmup.parse(getattr(args, "warmup", None) or "auto")
+    except ValueError as exc:
+        raise StartError(str(exc)) from None
     tokenizer = args.tokenizer
     if tokenizer in (None, "embedded"):
         from engines.embedded import embedded_model_path
@@ -606,7 +620,8 @@ def _remote_plan(args: argparse.Namespace, common: dict[str, Any], progress: Cal
                    url=url, endpoints=endpoints, routing=args.routing, model_bytes=model_bytes,
                    endpoint=args.endpoint, api_key_env=args.api_key_env, stall_s=args.stall_timeout,
                    model_name=args.model, prefix_cache=prefix, tokenizer=tokenizer,
-                   client_procs=getattr(args, "client_procs", 1), cap_open_loop=args.b is not None, **common)
+                   client_procs=getattr(args, "client_procs", 1), cap_open_loop=args.b is not None, warmup=warmup,
+                   **common)
 
 
 def _local_plan(args: argparse.Namespace, common: dict[str, Any], progress: Callable[[str], None] | None
@@ -614,6 +629,8 @@ def _local_plan(args: argparse.Namespace, common: dict[str, Any], progress: Call
     """A local engine: its model resolved and its launch spec built (K workers of --threads each)."""
     if args.url or args.urls or args.model_bytes:
         raise StartError("--url, --urls and --model-bytes apply to --engine http")
+    if getattr(args, "warmup", None) is not None:
+        raise StartError("--warmup applies to --engine http (a local worker warms up with 2 requests as it starts)")
     if args.tokenizer is not None:
         raise StartError("--tokenizer applies to --engine http (a local engine tokenizes with its own model)")
     if args.prefix_cache not in (None, "off"):

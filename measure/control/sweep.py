@@ -84,6 +84,7 @@ class CellRunner:
         self.kills: list[OomKill] = []  # steps at which the kernel's OOM killer ended a worker in this run
         self._killed_before = 0
         self._wall: WallCheck | None = None
+        self._warmups = 0  # the source's warmup requests before this cell (sources/warmup.py)
 
     def footprint(self, mode: str, k: int, b: int, seq_ctx: int) -> Footprint:
         return engine_footprint(mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=self.cfg.ctx,
@@ -113,6 +114,7 @@ class CellRunner:
             self.cfg.overhead_bytes = max(self.cfg.overhead_bytes, max(rss) - src.meta.model_bytes)
         if users is not None:
             src.set_users(users)
+        self._warmups = getattr(src, "warmup_requests", 0)
         self._killed_before = len(src.oom_killed)
         self.power.sample()  # a meter's reading counts from here
         self.heat.mark()  # the thermal states seen from here, in the wall check's samples
@@ -140,6 +142,8 @@ class CellRunner:
             cfg.cost, self.power.sample(),
             [w.bandwidth_gbps for w in src.workers()] if self.caps.per_endpoint_bandwidth else None, cfg.ignore_eos))
         cell.row = row
+        if warmed := getattr(src, "warmup_requests", 0) - self._warmups:  # an HTTP level's warmup, not in the figures
+            cell.load = replace(cell.load, warmup_requests=warmed)
         machine = cell.machine
         if thermal := self.heat.describe():  # §21: a cell whose thermal state changed is not one machine's figure
             machine = replace(machine, thermal=thermal, thermal_changed=True if self.heat.changed else None)
@@ -331,6 +335,8 @@ def _note(c: Cell) -> str:
         note += (f" {(load.arrivals or '') + ','} late p50/p99 {fmt(load.lateness.p50)}/{fmt(load.lateness.p99)} ms"
                  + (" BEHIND SCHEDULE" if load.behind_schedule else ""))
     note += client_note(c)
+    if load.warmup_requests:
+        note += f" after {load.warmup_requests} warmup requests"
     if c.prediction.caveat:
         note += f" PREDICTION: {c.prediction.caveat}"
     if c.machine.k_served_min:

@@ -110,7 +110,8 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
         from engines.mlx_blas import prepare
 
         blas = prepare()
-        options = {"mlx_blas_shim": blas.shim, "mlx_openblas": blas.openblas, "blas": blas.label}
+        options = {"mlx_blas_shim": blas.shim, "mlx_openblas": blas.openblas, "blas": blas.label,
+                   "blas_kernel": blas.kernel}
         (progress or (lambda msg: print(msg, flush=True)))(f"mlx BLAS: {blas.label}")
         flash_attn = False  # a llama.cpp setting; mlx picks its own attention kernel
     if n_gpu_layers is not None and engine != "llama":
@@ -144,8 +145,12 @@ def engine_settings(spec: EngineSpec) -> dict[str, Any]:
     if spec.engine == "llama":
         out["flash_attn"] = spec.flash_attn
         out["layers"] = llama_placement(spec.n_gpu_layers)
-    if "blas" in spec.options:
+    if "blas" in spec.options:  # mlx: what its matmuls ran on (engines/mlx_blas.py)
+        from engines.mlx_blas import blas_env
+
         out["blas"] = spec.options["blas"]
+        if spec.options.get("mlx_blas_shim"):  # OpenBLAS: its kernels, its threads per worker, its variables
+            out.update(blas_kernel=spec.options.get("blas_kernel"), blas_threads=spec.threads, blas_env=blas_env())
     return out
 
 

@@ -27,9 +27,10 @@ from engines.http_openai import (EndpointError, api_headers, endpoint_body, mode
 from measure.core.metrics import ttft
 from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record
 from measure.core.workload import Load, PrefixCache
-from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, LevelReady, LoadStarted,
+from measure.sources.base import (Capabilities, Event, EventSink, LevelReady, LoadStarted,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
+from measure.sources.warmup import Warmup, WarmsUp
 
 if TYPE_CHECKING:
     import aiohttp
@@ -121,9 +122,11 @@ class HttpOptions:
     # an open loop's requests are sent when due, on a new stream where B are busy (the client never queues
     # them), unless B was asked as the client's cap (--b with an open loop): then they wait, and the cell says
     cap_open_loop: bool = False
+    # a level's warmup before its first measured load (sources/warmup.py); bench's default is auto
+    warmup: Warmup = Warmup(requests=0)
 
 
-class HttpSource(CollectsRecords):
+class HttpSource(WarmsUp):
     def __init__(self, url: str | Endpoint | list[str] | list[Endpoint] | list[str | Endpoint], meta: RunMeta,
                  b: int = 1, on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
                  options: HttpOptions | None = None, **given: Any) -> None:
@@ -141,6 +144,7 @@ class HttpSource(CollectsRecords):
         self.endpoint, self.model, self.stall_s = opts.endpoint, opts.model, opts.stall_s
         self.api_key_env = opts.api_key_env
         self.prefix_cache, self.tokenizer = opts.prefix_cache, opts.tokenizer
+        self.warmup = opts.warmup
         self._eps = [_Ep(i, e, e.url.rstrip("/"), e.shown(),
                          WorkerInfo(i, state=S.STARTING, label=e.name(), bandwidth_gbps=e.bandwidth_gbps))
                      for i, e in enumerate(specs)]

@@ -36,11 +36,12 @@ from measure.core.arrivals import TurnArrivals
 from measure.core.clients import Segment
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load
-from measure.sources.base import (Capabilities, CollectsRecords, Event, EventSink, Finished, LevelReady, LoadStarted,
+from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted,
                                   Log, RecordCollector, SourceError, WorkerInfo, WorkerState, summed_rows)
 from measure.sources.child import Child, stop_all
 from measure.sources.messages import (BatchMsg, ClosedMsg, EventsMsg, FatalMsg, LoadMsg, LogMsg, PauseMsg, PoolInit,
                                       ReadyMsg, RecordMsg, RowsMsg, ScaleMsg, StartedMsg, StopMsg, WaitReadyMsg)
+from measure.sources.warmup import Warmup, WarmsUp
 
 if TYPE_CHECKING:
     from measure.sources.http import HttpSource
@@ -187,7 +188,7 @@ def _obey(src: HttpSource, msg: _ToProc, send: Callable[[_FromProc], None]) -> N
 
 
 # ---- the pool --------------------------------------------------------------------------------------
-class HttpPool(CollectsRecords):
+class HttpPool(WarmsUp):
     """An HttpSource's face (sources/base.LoadSource) over `procs` processes (None: auto_procs(b)). `http`:
     the rest of HttpSource's arguments (endpoint, model, api_key_env, stall_s, prefix_cache, tokenizer,
     routing, cap_open_loop), checked here and handed to each process's HttpSource."""
@@ -203,6 +204,7 @@ class HttpPool(CollectsRecords):
         self._specs = [e if isinstance(e, Endpoint) else Endpoint(e) for e in specs]
         self.procs = max(1, procs or auto_procs(b))
         tokenizer = http.pop("tokenizer", None)
+        self.warmup = http.pop("warmup", Warmup(requests=0))  # the pool warms a level; its processes do not
         self._kw = dict(http, url=self._specs, meta=meta, b=1)
         if tokenizer is not None:
             self._kw["tokenizer_path"] = str(getattr(tokenizer, "path", tokenizer))
