@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from measure.control.admission import Admission
 from measure.control.export import export
@@ -25,6 +25,7 @@ from measure.control.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
+from measure.core import serving
 from measure.core.lines import Sample, step_row_line, to_line
 from measure.core.readings import SystemSample
 from measure.machine.power import PowerMeter
@@ -77,6 +78,7 @@ class LiveSettings:
     # goodput and the cost of a token
     slo: SLO | None = None
     cost: Cost | None = None
+    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
 
 
 class LiveHooks(TypedDict, total=False):
@@ -133,6 +135,8 @@ class LiveController:
         self._snapshot: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._running: deque[tuple[int, float]] = deque()  # the server's running gauge over the window (§27)
+        self._serial_level: str | None = None  # the level a serialising server was last logged at
         self._last_sys: SystemSample | None = None
         self._cores = physical_cores()
         self._tps_now = 0.0
@@ -451,7 +455,9 @@ class LiveController:
             tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, predicted_tps=pred_tps, predicted_by=pred_by,
             mbu=bw.gbps / attainable if bw.gbps is not None and attainable else None,
             bw_gbps=bw.gbps, bw_formula=bw.formula, spec_gbps=spec,
-            server_view=self.source.server_view(), workers_cpu_percent=cpu_sum,
+            server_view=(view := self.source.server_view()), workers_cpu_percent=cpu_sum,
+            batching=self._batching(win, view, now),
+            **self._efficiency(win.agg_tps),
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
@@ -475,6 +481,30 @@ class LiveController:
                 procs={str(p): list(v) for p, v in procs.items()}, agg_tps=win.agg_tps, tpot_p50=p50,
                 bw_gbps=bw.gbps, concurrency=win.concurrency)))
         return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))
+
+    def _efficiency(self, agg_tps: float) -> dict[str, float]:
+        """The server's tok/s ÷ the engine's own batched tok/s at this B, where --baseline measured that B."""
+        engine = (self.settings.engine_baseline or {}).get(self.b)
+        return {"engine_tps": engine, "server_efficiency": agg_tps / engine} if engine else {}
+
+    def _batching(self, win: Window, view: Mapping[str, Any] | None, now: int) -> serving.Batching | None:
+        """Over HTTP: does the server batch the streams open (docs/design.md §27): its running gauge's mean over the
+        window where its /metrics has one, else the window's decoding concurrency; a server newly found to
+        serialise is logged once per level."""
+        if self.caps.local:
+            return None
+        running = self._running
+        if view is not None and "running" in view:
+            running.append((now, float(view["running"])))
+        while running and running[0][0] < now - int(self.settings.window_s * NS):
+            running.popleft()
+        mean = sum(r for _, r in running) / len(running) if running else None
+        found = serving.batching(win.concurrency, win.decoding, mean, win.span_s)
+        if found is not None and found.verdict == "serialises" and self._serial_level != self.stats.level_label:
+            self._serial_level = self.stats.level_label
+            self.log("warn", f"the server serialises: {found.served:.1f} streams served at once of "
+                             f"{found.open:.1f} open ({found.source})")
+        return found
 
     def _bandwidth(self, win: Window) -> tuple[M.Bandwidth, dict[int | None, float]]:
         """The bandwidth product now, and over HTTP each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)."""

@@ -97,6 +97,7 @@ class RunPlan:
     model_name: str | None = None  # http: --model, the name the server knows
     prefix_cache: PrefixCache = PrefixCache()
     tokenizer: str | None = None  # http: a GGUF whose tokenizer makes the prompt ids, where the server agrees
+    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
     slo: SLO | None = None
     cost: Cost | None = None
     notes: list[str] = field(default_factory=list)  # lines to log at start
@@ -247,7 +248,7 @@ class RunPlan:
                             kv_bytes_per_token=self.choice.kv_bytes_per_token() if self.choice else None,
                             memory_budget_source=self.memory_budget_source,
                             ctx=self.ctx, force=self.force, brake=brake and not self.engine_is_remote, slo=self.slo,
-                            cost=self.cost)
+                            cost=self.cost, engine_baseline=self.engine_baseline)
 
     def header(self, extra: dict[str, Any]) -> dict[str, Any]:
         """The first line of every records file and recording: environment, engine settings, model, plan."""

@@ -1,0 +1,168 @@
+"""Does a server batch: the pure detection (measure/core/serving.py, docs/design.md §27) on figures, then the null
+server's two modes (engines/null_server.py --serve) told apart by it over real loopback streams."""
+import json
+import subprocess
+import time
+import sys
+
+import pytest
+
+from measure.core import serving as S
+
+MS = 1_000_000
+
+
+def test_decoding_concurrency_counts_overlapping_token_spans():
+    # two streams decoding side by side over the whole second: 2; taking turns: 1
+    side = [[0, 500 * MS, 1000 * MS], [0, 1000 * MS]]
+    turns = [[0, 500 * MS], [500 * MS, 1000 * MS]]
+    assert S.decoding_concurrency(side, 0, 1000 * MS) == pytest.approx(2.0)
+    assert S.decoding_concurrency(turns, 0, 1000 * MS) == pytest.approx(1.0)
+    # only the part inside the window counts; a one-token stream has no span
+    assert S.decoding_concurrency([[-500 * MS, 500 * MS], [700 * MS]], 0, 1000 * MS) == pytest.approx(0.5)
+    assert S.decoding_concurrency([], 5, 5) is None
+
+
+def test_batching_verdict_live():
+    assert S.batching(1.0, 1.0, None) is None  # B = 1: nothing to tell
+    v = S.batching(4.0, 0.98, None)
+    assert v is not None and v.verdict == "serialises" and v.source == "token timing"
+    assert S.batching(4.0, 3.6, None).verdict == "batches"
+    assert S.batching(2.0, 1.7, None).verdict == "batches"  # two streams with prefill gaps still batch
+    assert S.batching(2.0, 1.1, None).verdict == "serialises"
+    # the server's own gauge wins over the timing
+    v = S.batching(4.0, 3.9, 1.0)
+    assert v.verdict == "serialises" and v.source == "its /metrics"
+    assert S.batching(8.0, None, 4.0).verdict == "batches"  # -np 4 at B = 8: batches, four at a time
+    assert S.batching(3.0, None, None) is None
+    assert S.batching(4.0, 1.0, None, span_s=1.0) is None  # the load just began
+    v = S.batching(4.0, 3.8, 0.0)  # a gauge scraped before the load: the timing is read
+    assert v.verdict == "batches" and v.source == "token timing"
+
+
+def _cell(b, tps, tpot=20.0, ttft=50.0):
+    return {"b": b, "output_throughput": tps, "median_tpot_ms": tpot, "median_ttft_ms": ttft}
+
+
+def test_compare_verdicts():
+    engine = [_cell(1, 50), _cell(2, 90), _cell(4, 160)]
+    serial = [_cell(1, 48, ttft=60), _cell(2, 49, ttft=900), _cell(4, 50, ttft=2800)]
+    table = S.rows(engine, serial)
+    assert [r.b for r in table] == [1, 2, 4] and table[2].share == pytest.approx(50 / 160)
+    v, why = S.verdict(table)
+    assert v == "serialises" and "TTFT" in why
+    full = [_cell(1, 49), _cell(2, 88), _cell(4, 150)]
+    assert S.verdict(S.rows(engine, full))[0] == "batches fully"
+    part = [_cell(1, 45), _cell(2, 70), _cell(4, 120)]
+    assert S.verdict(S.rows(engine, part))[0] == "batches with 25% overhead"
+    flat_engine = [_cell(1, 50), _cell(4, 52)]
+    assert S.verdict(S.rows(flat_engine, serial))[0] == "undecided"
+    assert S.verdict(S.rows(engine[:1], serial[:1]))[0] == "undecided"
+    assert S.verdict(S.rows(engine, [])) == ("undecided", "needs B = 1 and a B ≥ 2 measured on both sides")
+
+
+@pytest.mark.parametrize("serve,expect", [("serialising", "serialises"), ("batching", "batches")])
+def test_null_server_modes_told_apart(serve, expect, tmp_path):
+    """B = 4 streams from `bench` at the null server in each mode; the records' decoding concurrency and
+    achieved concurrency go through the product's live detection, and the server's own gauge as well."""
+    from engines.null_server import NullServer
+
+    from measure.core import metrics as M
+    from measure.core.records import RequestRecord
+
+    with NullServer(ttft_ms=5, itl_ms=10, serve=serve) as srv:
+        out = tmp_path / serve
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
+                            "--tokenizer", "none", "--b", "4", "--requests", "8", "--max-tokens", "12",
+                            "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    lines = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()[1:]]
+    recs = [RequestRecord.from_dict(d) for d in lines if d.get("kind") == "request" and d.get("t_done_ns")]
+    assert len(recs) == 8
+    a = min(r.t_started_ns for r in recs)
+    b = max(r.t_done_ns for r in recs)
+    open_streams = M.achieved_concurrency(recs, a, b)
+    decoding = S.decoding_concurrency([r.token_ns for r in recs], a, b)
+    v = S.batching(open_streams, decoding, None)
+    assert v is not None and v.verdict == expect, (open_streams, decoding)
+
+
+@pytest.mark.parametrize("serve,expect", [("serialising", "serialises"), ("batching", "batches")])
+def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
+    """The live path: the dashboard's controller over the HTTP source at B = 4, the null server in a process of
+    its own; its numbers say serialises or batches within 30 s (the server's own running gauge is read), and a
+    serialising server is logged."""
+    from engines.null_server import spawn
+    from measure.control.runplan import make_plan
+    from tui.cli import build_parser
+    from tui.panels import serving_text
+
+    proc, url = spawn(5.0, 10.0, "--serve", serve)
+    try:
+        dash, _ = build_parser()
+        plan = make_plan(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", "--b", "4",
+                                          "--max-tokens", "10"]), default_max_tokens=10)
+        run = plan.start_live(None, True, None, None)
+        try:
+            found, end = None, time.monotonic() + 30
+            while time.monotonic() < end:
+                time.sleep(0.5)
+                snap = run.controller.snapshot()
+                found = snap.numbers.batching if snap else None
+                if found is not None and found.verdict == expect:
+                    break
+            assert found is not None and found.verdict == expect, found
+            assert found.source == "its /metrics"
+            text = " ".join(t for t, _ in serving_text(snap.numbers, snap.b))
+            assert text.startswith(f"server {expect}:")
+            logged = [x[3] for x in snap.log if "serialises" in x[3]]
+            assert bool(logged) == (serve == "serialising"), snap.log
+        finally:
+            run.close()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_serving_text_lines():
+    from dataclasses import replace
+
+    from measure.control.snapshot import Numbers
+    from tui.panels import serving_text
+
+    n = Numbers(level="K=1 B=4 http", agg_tps=40.0, streams=4, concurrency=4.0, tpot_p50=None, tpot_p90=None,
+                predicted_tpot=None, predicted_tps=None, predicted_by="", mbu=None, bw_gbps=None, bw_formula="",
+                ttft_p50=None, ttft_p99=None, ttft_engine_p50=None, ttft_engine_p99=None, itl_p50=None, requests=0,
+                errors=0, server_view=None, workers_cpu_percent=0.0, footprint=None, budget=None, wall=None,
+                ceiling="")
+    assert serving_text(n, 4) == []
+    n = replace(n, batching=S.Batching("serialises", 1.0, 4.0, "token timing"), server_efficiency=0.25,
+                engine_tps=160.0)
+    lines = [t for t, _ in serving_text(n, 4)]
+    assert lines == ["server efficiency 25% of the engine's own batched 160.0 tok/s at B=4",
+                     "server serialises: 1.0 served at once of 4.0 streams open (token timing); B > 1 only queues"]
+
+
+@pytest.mark.parametrize("args,says", [
+    ([], "give the server as --url URL"),
+    (["--url", "http://127.0.0.1:9/v1", "--serve", "llama-server"], "one of them"),
+    (["--url", "http://127.0.0.1:9/v1", "--b", "2,4"], "--b needs 1"),
+    (["--serve", "vllm"], "invalid choice"),
+])
+def test_server_vs_engine_refuses_bad_input(args, says):
+    p = subprocess.run([sys.executable, "-m", "tui.cli", "server-vs-engine", *args], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_baseline_refusals(tmp_path):
+    from measure.control.server_vs_engine import engine_baseline
+
+    with pytest.raises(ValueError, match="cannot read"):
+        engine_baseline(tmp_path / "nothing.json")
+    (tmp_path / "x.json").write_text('{"command": "bench"}')
+    with pytest.raises(ValueError, match="not a server-vs-engine output"):
+        engine_baseline(tmp_path / "x.json")
+    (tmp_path / "server-vs-engine.json").write_text(json.dumps(
+        {"command": "server-vs-engine", "rows": [{"b": 1, "engine_tps": 50.0}, {"b": 4, "engine_tps": 160.0}]}))
+    assert engine_baseline(tmp_path) == {1: 50.0, 4: 160.0}
