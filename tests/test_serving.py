@@ -55,6 +55,11 @@ def test_compare_verdicts():
     assert S.verdict(S.rows(engine, full))[0] == "batches fully"
     part = [_cell(1, 45), _cell(2, 70), _cell(4, 120)]
     assert S.verdict(S.rows(engine, part))[0] == "batches with 25% overhead"
+    interrupted = [_cell(1, 48), dict(_cell(2, 10), errors=7, completed=1), _cell(4, 150)]
+    v, why = S.verdict(S.rows(engine, interrupted))
+    assert v == "fails streams" and why == "B=2: 7 of 8 streams failed"
+    assert S.verdict(S.rows(engine, [_cell(1, 49), dict(_cell(2, 88), errors=1, completed=15), _cell(4, 150)]))[0] \
+        == "batches fully"  # one failed stream in 16 is not the verdict
     flat_engine = [_cell(1, 50), _cell(4, 52)]
     assert S.verdict(S.rows(flat_engine, serial))[0] == "undecided"
     assert S.verdict(S.rows(engine[:1], serial[:1]))[0] == "undecided"
@@ -166,3 +171,32 @@ def test_baseline_refusals(tmp_path):
     (tmp_path / "server-vs-engine.json").write_text(json.dumps(
         {"command": "server-vs-engine", "rows": [{"b": 1, "engine_tps": 50.0}, {"b": 4, "engine_tps": 160.0}]}))
     assert engine_baseline(tmp_path) == {1: 50.0, 4: 160.0}
+
+
+def test_server_vs_engine_runs_both_sweeps_and_reuses_the_engine(tmp_path):
+    """The command end to end, small: the embedded model's batch mode in-process, then a null server at the same
+    B (its figures are the schedule's, not the model's: this checks the pairing, the files and the JSON line);
+    then --engine-from pairs the same engine cells with another server, and refuses other options."""
+    from engines.null_server import NullServer
+
+    cli = [sys.executable, "-m", "tui.cli", "server-vs-engine", "--b", "1,2", "--requests", "2", "--max-tokens", "4",
+           "--ctx", "256", "--threads", "1"]
+    with NullServer(ttft_ms=5, itl_ms=10, serve="serialising") as srv:
+        p = subprocess.run([*cli, "--url", srv.url, "--out", str(tmp_path / "a")], capture_output=True, text=True,
+                           timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout[-2000:]
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["command"] == "server-vs-engine" and [r["b"] for r in res["rows"]] == [1, 2]
+    assert all(r["engine_tps"] > 0 and r["server_tps"] > 0 for r in res["rows"])
+    assert res == json.loads((tmp_path / "a" / "server-vs-engine.json").read_text())
+    for side in ("engine", "server"):
+        assert [c["b"] for c in json.loads((tmp_path / "a" / side / "summary.json").read_text())] == [1, 2]
+    with NullServer(ttft_ms=5, itl_ms=10) as srv:
+        q = subprocess.run([*cli, "--url", srv.url, "--engine-from", str(tmp_path / "a"), "--out",
+                            str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
+        assert q.returncode == 0, q.stderr
+        again = json.loads(q.stdout.strip().splitlines()[-1])
+        assert [r["engine_tps"] for r in again["rows"]] == [r["engine_tps"] for r in res["rows"]]
+        bad = subprocess.run([*cli[:-2], "--threads", "2", "--url", srv.url, "--engine-from", str(tmp_path / "a"),
+                              "--out", str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "its engine ran with other options" in bad.stderr, bad.stderr

@@ -844,6 +844,8 @@ def _server_vs_engine_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", default="default", help="workload preset or synthetic:N (as bench)")
     p.add_argument("--seed", type=int, default=0, help="seed of the drawn lengths (default 0)")
     p.add_argument("--out", help="output folder (default ./out/server-vs-engine-YYYYmmdd-HHMMSS)")
+    p.add_argument("--engine-from", metavar="OUT", help="reuse the engine sweep of an earlier server-vs-engine output "
+                   "made with the same options (another server against the same engine figures)")
     return p
 
 
@@ -881,8 +883,12 @@ def server_vs_engine_main(argv: list[str]) -> int:
     bs = ",".join(str(b) for b in sorted(set(a.b)))
     same = ["--model", str(model.path), "--b", bs, "--requests", str(a.requests), "--max-tokens", str(a.max_tokens),
             "--workload", a.workload, "--seed", str(a.seed), "--threads", str(threads), "--ctx", str(a.ctx)]
-    print(f"server-vs-engine: {model.name}: the engine ({engine}, batch mode, B = {bs}) in-process first", flush=True)
-    _sub_bench(["--engine", engine, *same, "--out", str(out / "engine")], "engine")
+    engine_argv = ["--engine", engine, *same]
+    if a.engine_from:
+        _engine_from(SVE, Path(a.engine_from), engine_argv, out)
+    else:
+        print(f"server-vs-engine: {model.name}: the engine ({engine}, batch mode, B = {bs}) in-process", flush=True)
+        _sub_bench([*engine_argv, "--out", str(out / "engine")], "engine")
     proc, url = None, a.url
     try:
         if a.serve:
@@ -902,6 +908,14 @@ def server_vs_engine_main(argv: list[str]) -> int:
             SVE.stop_server(proc)
     return _server_vs_engine_end(SVE, out, {"model": model.name, "model_path": str(model.path), "engine": engine,
                                             "server": a.serve or _shown_argv([url])[0], "threads": threads})
+
+
+def _engine_from(SVE, earlier: Path, engine_argv: list[str], out: Path) -> None:
+    try:
+        SVE.reuse_engine(earlier, engine_argv, out)
+    except ValueError as exc:
+        fail(str(exc))
+    print(f"server-vs-engine: the engine sweep of {earlier} reused (the same options)", flush=True)
 
 
 def _server_vs_engine_end(SVE, out: Path, meta: dict) -> int:

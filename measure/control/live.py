@@ -456,8 +456,8 @@ class LiveController:
             mbu=bw.gbps / attainable if bw.gbps is not None and attainable else None,
             bw_gbps=bw.gbps, bw_formula=bw.formula, spec_gbps=spec,
             server_view=(view := self.source.server_view()), workers_cpu_percent=cpu_sum,
-            batching=self._batching(win, view, now),
-            **self._efficiency(win.agg_tps),
+            batching=self._batching(win, view, now), engine_tps=(engine := self._engine_tps()),
+            server_efficiency=win.agg_tps / engine if engine else None,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
@@ -482,10 +482,9 @@ class LiveController:
                 bw_gbps=bw.gbps, concurrency=win.concurrency)))
         return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))
 
-    def _efficiency(self, agg_tps: float) -> dict[str, float]:
-        """The server's tok/s ÷ the engine's own batched tok/s at this B, where --baseline measured that B."""
-        engine = (self.settings.engine_baseline or {}).get(self.b)
-        return {"engine_tps": engine, "server_efficiency": agg_tps / engine} if engine else {}
+    def _engine_tps(self) -> float | None:
+        """The engine's own batched tok/s at this B, where --baseline measured that B (the server-efficiency line)."""
+        return (self.settings.engine_baseline or {}).get(self.b)
 
     def _batching(self, win: Window, view: Mapping[str, Any] | None, now: int) -> serving.Batching | None:
         """Over HTTP: does the server batch the streams open (docs/design.md §27): its running gauge's mean over the

@@ -35,8 +35,9 @@ def server_command(kind: str, model: str, port: int, b_max: int, ctx: int, threa
         return [llama_server_bin, "-m", model, *host, "-np", str(b_max), "-c", str(ctx * b_max), "-t", str(threads),
                 "--metrics"]
     if kind == "llama_cpp.server":
+        # interrupt_requests off: by default a new request ends the stream running (7 of 8 failed at B = 2)
         return [sys.executable, "-m", "llama_cpp.server", "--model", model, *host, "--n_ctx", str(ctx),
-                "--n_threads", str(threads)]
+                "--n_threads", str(threads), "--interrupt_requests", "False"]
     if kind == "mlx_lm.server":
         return [sys.executable, "-m", "mlx_lm.server", "--model", model, *host]
     raise ServeError(f"--serve {kind}: not one of {', '.join(SERVERS)}")
@@ -90,12 +91,13 @@ def _ms(v: float | None) -> str:
 def table_lines(rows: Sequence[S.Row]) -> list[str]:
     """The per-B table: tok/s of each side and their ratio, TPOT p50 and TTFT p50 side by side (ms)."""
     out = [f"{'B':>3} {'engine tok/s':>12} {'server tok/s':>12} {'server÷engine':>13} "
-           f"{'TPOT engine|server':>19} {'TTFT engine|server':>19}"]
+           f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'server errors':>13}"]
     for r in rows:
         share = "—" if r.share is None else f"{r.share:.0%}"
         out.append(f"{r.b:>3} {_ms(r.engine_tps):>12} {_ms(r.server_tps):>12} {share:>13} "
                    f"{_ms(r.engine_tpot_ms) + ' | ' + _ms(r.server_tpot_ms):>19} "
-                   f"{_ms(r.engine_ttft_ms) + ' | ' + _ms(r.server_ttft_ms):>19}")
+                   f"{_ms(r.engine_ttft_ms) + ' | ' + _ms(r.server_ttft_ms):>19} "
+                   f"{f'{r.server_errors} of {r.server_requests}':>13}")
     return out
 
 
@@ -107,6 +109,32 @@ def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[d
     return {"command": "server-vs-engine", **meta, "verdict": verdict, "why": why,
             "rows": [dict(asdict(r), share=r.share) for r in table],
             "engine_out": str(engine_dir), "server_out": str(server_dir)}, table
+
+
+def reuse_engine(earlier: Path, engine_argv: list[str], out: Path) -> None:
+    """--engine-from: link `earlier`/engine as `out`/engine where its bench ran with exactly `engine_argv` (less
+    --out) and finished; ValueError (one line) otherwise."""
+    src = earlier / "engine"
+    try:
+        with (src / "records.jsonl").open() as f:
+            header = json.loads(f.readline())
+        cells = read_cells(src)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--engine-from {earlier}: no finished engine sweep there ({exc})") from None
+    argv = list(header.get("argv") or [])
+    if "--out" in argv:
+        i = argv.index("--out")
+        del argv[i:i + 2]
+    if argv != engine_argv:
+        raise ValueError(f"--engine-from {earlier}: its engine ran with other options ({' '.join(argv)}); give the "
+                         "same --model, --b, --requests, --max-tokens, --threads, --ctx, --workload and --seed")
+    if any(c.get("status") != "ok" for c in cells):
+        raise ValueError(f"--engine-from {earlier}: its engine sweep did not finish every cell")
+    dst = out / "engine"
+    if dst.resolve() != src.resolve():
+        if dst.exists() or dst.is_symlink():
+            raise ValueError(f"--engine-from: {dst} exists already; give another --out")
+        dst.symlink_to(src.resolve(), target_is_directory=True)
 
 
 def engine_baseline(path: str | Path) -> dict[int, float]:

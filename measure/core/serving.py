@@ -25,7 +25,8 @@ FULL_SHARE = 0.9  # a server delivering at least this share of the engine's batc
 SCALES = 1.25  # tok/s at the largest B over B = 1 below this: flat in B
 MIN_SPAN_S = 3.0  # a live window shorter than this (the load just began) is not judged
 GAUGE_MIN = 0.5  # a server's running gauge below this while streams are open is not read
-TTFT_RISE = 1.5  # TTFT at the largest B over B = 1 at least this: rising with queue position
+TTFT_RISE = 1.5
+ERRORS_MAX = 0.1  # a server failing more than this share of its streams at some B gets no batching verdict  # TTFT at the largest B over B = 1 at least this: rising with queue position
 
 
 def decoding_concurrency(streams: Iterable[Sequence[int]], a_ns: int, b_ns: int) -> float | None:
@@ -79,6 +80,8 @@ class Row:
     server_tpot_ms: float | None
     engine_ttft_ms: float | None
     server_ttft_ms: float | None
+    server_errors: int = 0  # the server's streams that failed at this B
+    server_requests: int = 0  # the requests sent to it at this B (completed + errors)
 
     @property
     def share(self) -> float | None:
@@ -93,10 +96,14 @@ def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]
     None there)."""
     by_e = {int(c["b"]): c for c in engine}
     by_s = {int(c["b"]): c for c in server}
-    return [Row(b, _f(by_e.get(b), "output_throughput"), _f(by_s.get(b), "output_throughput"),
-                _f(by_e.get(b), "median_tpot_ms"), _f(by_s.get(b), "median_tpot_ms"),
-                _f(by_e.get(b), "median_ttft_ms"), _f(by_s.get(b), "median_ttft_ms"))
-            for b in sorted(set(by_e) | set(by_s))]
+    out = []
+    for b in sorted(set(by_e) | set(by_s)):
+        e, v = by_e.get(b), by_s.get(b)
+        errors = int(_f(v, "errors") or 0)
+        out.append(Row(b, _f(e, "output_throughput"), _f(v, "output_throughput"), _f(e, "median_tpot_ms"),
+                       _f(v, "median_tpot_ms"), _f(e, "median_ttft_ms"), _f(v, "median_ttft_ms"), errors,
+                       int(_f(v, "completed") or 0) + errors))
+    return out
 
 
 def _f(cell: Mapping[str, Any] | None, key: str) -> float | None:
@@ -105,10 +112,15 @@ def _f(cell: Mapping[str, Any] | None, key: str) -> float | None:
 
 
 def verdict(table: Sequence[Row]) -> tuple[str, str]:
-    """(verdict, why) over all B: `serialises` (the server's tok/s flat in B while the engine's rises, its TTFT
+    """(verdict, why) over all B: `fails streams` (more than ERRORS_MAX of the server's streams failed at some B:
+    its figures are not a batching verdict), `serialises` (the server's tok/s flat in B while the engine's rises, its TTFT
     rising with the queue), `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2), `batches with
     X % overhead` (X = 1 − its share at the largest B), or `undecided` (one B, a side missing, or an engine that
     does not scale here either)."""
+    failing = [r for r in table if r.server_errors > ERRORS_MAX * max(1, r.server_requests)]
+    if failing:
+        return "fails streams", ", ".join(f"B={r.b}: {r.server_errors} of {r.server_requests} streams failed"
+                                          for r in failing)
     known = [r for r in table if r.engine_tps and r.server_tps is not None]
     first = next((r for r in known if r.b == 1), None)
     if first is None or not any(r.b >= 2 for r in known):
