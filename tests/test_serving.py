@@ -200,3 +200,30 @@ def test_server_vs_engine_runs_both_sweeps_and_reuses_the_engine(tmp_path):
         bad = subprocess.run([*cli[:-2], "--threads", "2", "--url", srv.url, "--engine-from", str(tmp_path / "a"),
                               "--out", str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "its engine ran with other options" in bad.stderr, bad.stderr
+
+
+def _rec(rid, b, started_ms, tokens_ms):
+    from measure.core.records import RequestRecord
+
+    ts = [t * MS for t in tokens_ms]
+    return RequestRecord("r", rid, "http", "http", "m", 0, 1, b, t_started_ns=started_ms * MS,
+                         t_first_token_ns=ts[0], t_done_ns=ts[-1], token_ns=ts, output_tokens=len(ts))
+
+
+def test_the_verdict_reads_the_server_records_before_the_rates():
+    """Two streams open together at B = 2: taking turns (the second's tokens after the first's) is serialising
+    whatever the tok/s say (a noisy B = 1 cell made llama_cpp.server read 'batches fully' from rates alone)."""
+    turns = [_rec(1, 2, 0, range(0, 1000, 100)), _rec(2, 2, 0, range(1000, 2000, 100))]
+    side = [_rec(1, 2, 0, range(0, 1000, 100)), _rec(2, 2, 0, range(0, 1000, 100))]
+    # over 0 → 1.9 s: open 0.9 + 1.9 s, decoding 0.9 + 0.9 s; side by side over 0 → 0.9 s: 2 open, 2 decoding
+    assert S.concurrency_of(turns) == (pytest.approx(2.8 / 1.9), pytest.approx(1.8 / 1.9))
+    assert S.concurrency_of(side) == (pytest.approx(2.0), pytest.approx(2.0))
+    assert S.concurrency_of([]) == (None, None)
+    engine = [_cell(1, 50), _cell(2, 90)]
+    looks_full = [_cell(1, 30), _cell(2, 88)]  # rates alone: ≥ 90 % of the engine at B = 2
+    four = [_rec(i, 2, 0, range(1000 * i, 1000 * i + 1000, 100)) for i in range(4)]  # 4 in turns, all open at 0
+    v, why = S.verdict(S.rows(engine, looks_full, four))
+    assert v == "serialises" and "(B=2)" in why, why
+    both = [_rec(i, 2, 0, range(0, 1000, 100)) for i in range(2)] + [_rec(i + 2, 2, 1000, range(1000, 2000, 100))
+                                                                      for i in range(2)]
+    assert S.verdict(S.rows(engine, looks_full, both))[0] == "batches fully"

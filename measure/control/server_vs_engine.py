@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from measure.core import serving as S
+from measure.core.records import RequestRecord
 
 SERVERS = ("llama-server", "llama_cpp.server", "mlx_lm.server")
 
@@ -84,6 +85,17 @@ def read_cells(folder: Path) -> list[dict[str, Any]]:
     return [c for c in cells if isinstance(c, dict)]
 
 
+def read_requests(path: Path) -> list[RequestRecord]:
+    """A bench records.jsonl's finished requests (the header and other lines left out)."""
+    out = []
+    with path.open() as f:
+        for line in f:
+            d = json.loads(line)
+            if d.get("kind") == "request" and d.get("request_id") is not None and d.get("t_done_ns"):
+                out.append(RequestRecord.from_dict(d))
+    return out
+
+
 def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f}"
 
@@ -104,7 +116,7 @@ def table_lines(rows: Sequence[S.Row]) -> list[str]:
 def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[S.Row]]:
     """The two sweeps paired by B, the verdict and why: the command's JSON line (also written beside them), and
     the paired rows."""
-    table = S.rows(read_cells(engine_dir), read_cells(server_dir))
+    table = S.rows(read_cells(engine_dir), read_cells(server_dir), read_requests(server_dir / "records.jsonl"))
     verdict, why = S.verdict(table)
     return {"command": "server-vs-engine", **meta, "verdict": verdict, "why": why,
             "rows": [dict(asdict(r), share=r.share) for r in table],

@@ -18,6 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from measure.core import metrics as M
+from measure.core.records import RequestRecord
+
 OPEN_MIN = 1.8  # fewer streams open on average (B = 1, or a B ≥ 2 level still filling): nothing to tell
 SERIAL_MAX = 1.3  # served concurrency at most this …
 SERIAL_SHARE = 0.7  # … and at most this share of the open streams: the server serialises
@@ -39,6 +42,17 @@ def decoding_concurrency(streams: Iterable[Sequence[int]], a_ns: int, b_ns: int)
         if len(ts) >= 2:
             busy += max(0, min(ts[-1], b_ns) - max(ts[0], a_ns))
     return busy / (b_ns - a_ns)
+
+
+def concurrency_of(records: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
+    """(streams open, streams served at once) over a cell's finished requests, from the first started to the
+    last done: the achieved concurrency (§6) and the decoding concurrency of their token times."""
+    done = [r for r in records if r.t_started_ns is not None and r.t_done_ns is not None]
+    if not done:
+        return None, None
+    a = min(r.t_started_ns for r in done if r.t_started_ns is not None)
+    b = max(r.t_done_ns for r in done if r.t_done_ns is not None) + 1
+    return M.achieved_concurrency(done, a, b), decoding_concurrency([r.token_ns for r in done], a, b)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,8 @@ class Row:
     server_ttft_ms: float | None
     server_errors: int = 0  # the server's streams that failed at this B
     server_requests: int = 0  # the requests sent to it at this B (completed + errors)
+    open: float | None = None  # streams open at the server (achieved concurrency, §6) …
+    served: float | None = None  # … and served at once (decoding concurrency), from its records
 
     @property
     def share(self) -> float | None:
@@ -91,9 +107,10 @@ class Row:
         return None
 
 
-def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]]) -> list[Row]:
+def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]],
+         server_records: Sequence[RequestRecord] = ()) -> list[Row]:
     """The summary.json cells of the two sweeps paired by B (one cell per B each; a B missing on one side has
-    None there)."""
+    None there); the server's records give each B's streams open and served at once (concurrency_of)."""
     by_e = {int(c["b"]): c for c in engine}
     by_s = {int(c["b"]): c for c in server}
     out = []
@@ -102,7 +119,8 @@ def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]
         errors = int(_f(v, "errors") or 0)
         out.append(Row(b, _f(e, "output_throughput"), _f(v, "output_throughput"), _f(e, "median_tpot_ms"),
                        _f(v, "median_tpot_ms"), _f(e, "median_ttft_ms"), _f(v, "median_ttft_ms"), errors,
-                       int(_f(v, "completed") or 0) + errors))
+                       int(_f(v, "completed") or 0) + errors,
+                       *concurrency_of([r for r in server_records if r.b == b])))
     return out
 
 
@@ -113,10 +131,11 @@ def _f(cell: Mapping[str, Any] | None, key: str) -> float | None:
 
 def verdict(table: Sequence[Row]) -> tuple[str, str]:
     """(verdict, why) over all B: `fails streams` (more than ERRORS_MAX of the server's streams failed at some B:
-    its figures are not a batching verdict), `serialises` (the server's tok/s flat in B while the engine's rises, its TTFT
-    rising with the queue), `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2), `batches with
-    X % overhead` (X = 1 − its share at the largest B), or `undecided` (one B, a side missing, or an engine that
-    does not scale here either)."""
+    its figures are not a batching verdict), `serialises` (at every B ≥ 2 its records show the streams open
+    served one at a time, the live rule `batching`; without records: its tok/s flat in B while the engine's
+    rises, its TTFT rising with the queue), `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2),
+    `batches with X % overhead` (X = 1 − its share at the largest B), or `undecided` (one B, a side missing, or
+    an engine that does not scale here either)."""
     failing = [r for r in table if r.server_errors > ERRORS_MAX * max(1, r.server_requests)]
     if failing:
         return "fails streams", ", ".join(f"B={r.b}: {r.server_errors} of {r.server_requests} streams failed"
@@ -128,15 +147,26 @@ def verdict(table: Sequence[Row]) -> tuple[str, str]:
     last = max(known, key=lambda r: r.b)
     assert first.engine_tps and first.server_tps is not None and last.engine_tps and last.server_tps is not None
     e_scale, s_scale = last.engine_tps / first.engine_tps, last.server_tps / max(first.server_tps, 1e-9)
+    timed = [r for r in known if r.b >= 2 and r.open is not None]
+    if timed and all((v := batching(r.open or 0.0, r.served, None)) is not None and v.verdict == "serialises"
+                     for r in timed):
+        return "serialises", "served at once " + ", ".join(f"{r.served:.1f} of {r.open:.1f} open (B={r.b})"
+                                                           for r in timed) + _ttft_rise(first, last)
     if e_scale < SCALES:
         return "undecided", f"the engine itself does not scale here (B={last.b}: ×{e_scale:.2f} of B=1)"
     rise = (last.server_ttft_ms / first.server_ttft_ms if last.server_ttft_ms and first.server_ttft_ms else None)
-    if s_scale < SCALES and (rise is None or rise >= TTFT_RISE):
+    if not timed and s_scale < SCALES and (rise is None or rise >= TTFT_RISE):
         why = f"server tok/s ×{s_scale:.2f} from B=1 to B={last.b} (the engine ×{e_scale:.2f})"
-        return "serialises", why + (f"; TTFT ×{rise:.1f} (the queue)" if rise is not None else "")
+        return "serialises", why + _ttft_rise(first, last)
     shares = [r.share for r in known if r.b >= 2 and r.share is not None]
     if shares and min(shares) >= FULL_SHARE:
         return "batches fully", f"≥ {min(shares):.0%} of the engine's tok/s at every B ≥ 2"
     share = last.share or 0.0
     return (f"batches with {max(0.0, 1 - share):.0%} overhead",
             f"{share:.0%} of the engine's tok/s at B={last.b} (×{s_scale:.2f} from B=1; the engine ×{e_scale:.2f})")
+
+
+def _ttft_rise(first: Row, last: Row) -> str:
+    if last.server_ttft_ms and first.server_ttft_ms:
+        return f"; TTFT p50 ×{last.server_ttft_ms / first.server_ttft_ms:.1f} from B=1 to B={last.b} (the queue)"
+    return ""
