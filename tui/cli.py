@@ -826,10 +826,12 @@ def report_main(argv: list[str]) -> int:
 def _server_vs_engine_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="inference-top server-vs-engine", description="For one model file: the engine's own "
                       "batched decode in-process (bench's batch mode), then a server at the same concurrency (same "
-                      "prompts, lengths and seed, prefix cache off); per B the server's tok/s ÷ the engine's, TPOT and "
+                      "prompts, lengths and seed, prefix cache off); per B the server's tok/s ÷ the engine's, TPOT "
+                      "and "
                       "TTFT side by side, and a verdict: serialises, batches with X % overhead, or batches fully. "
                       "Ends with one JSON line; writes both sweeps' cells as bench does (report draws them)")
-    p.add_argument("--url", help="the server's API base, already serving the same model (e.g. http://127.0.0.1:8080/v1)")
+    p.add_argument("--url", help="the server's API base, already serving the same model "
+                   "(e.g. http://127.0.0.1:8080/v1)")
     p.add_argument("--serve", choices=["llama-server", "llama_cpp.server", "mlx_lm.server"], help="start this "
                    "server on a free loopback port for the run (llama-server with -np = the largest B), then stop it")
     p.add_argument("--engine", choices=["llama", "mlx"], default=None, help="the in-process engine (default llama; "

@@ -137,6 +137,8 @@ class LiveController:
         self._thread: threading.Thread | None = None
         self._running: deque[tuple[int, float]] = deque()  # the server's running gauge over the window (§27)
         self._serial_level: str | None = None  # the level a serialising server was last logged at
+        self._last_view: Mapping[str, Any] | None = None  # the scrape last read (a new one is a new object)
+        self._log_findings = watch_wall  # a replay shows the recording's own log lines, not a second copy
         self._last_sys: SystemSample | None = None
         self._cores = physical_cores()
         self._tps_now = 0.0
@@ -487,19 +489,22 @@ class LiveController:
         return (self.settings.engine_baseline or {}).get(self.b)
 
     def _batching(self, win: Window, view: Mapping[str, Any] | None, now: int) -> serving.Batching | None:
-        """Over HTTP: does the server batch the streams open (docs/design.md §27): its running gauge's mean over the
-        window where its /metrics has one, else the window's decoding concurrency; a server newly found to
-        serialise is logged once per level."""
+        """Over HTTP: does the server batch the streams open (docs/design.md §27): its running gauge's median over
+        the window's scrapes since the level began (each scrape once; at least GAUGE_SCRAPES of them), where its
+        /metrics has one, else the window's decoding concurrency; a server newly found to serialise is logged
+        once per level."""
         if self.caps.local:
             return None
         running = self._running
-        if view is not None and "running" in view:
+        if view is not None and "running" in view and view is not self._last_view:  # a new scrape (≈ 1 s)
             running.append((now, float(view["running"])))
-        while running and running[0][0] < now - int(self.settings.window_s * NS):
+        self._last_view = view
+        while running and running[0][0] < max(now - int(self.settings.window_s * NS), self.stats.level_start_ns):
             running.popleft()
-        mean = sum(r for _, r in running) / len(running) if running else None
-        found = serving.batching(win.concurrency, win.decoding, mean, win.span_s)
-        if found is not None and found.verdict == "serialises" and self._serial_level != self.stats.level_label:
+        gauge = M.percentile([r for _, r in running], 50) if len(running) >= serving.GAUGE_SCRAPES else None
+        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s)
+        if found is not None and found.verdict == "serialises" and self._serial_level != self.stats.level_label \
+                and self._log_findings:
             self._serial_level = self.stats.level_label
             self.log("warn", f"the server serialises: {found.served:.1f} streams served at once of "
                              f"{found.open:.1f} open ({found.source})")

@@ -102,8 +102,8 @@ def _ms(v: float | None) -> str:
 
 def table_lines(rows: Sequence[S.Row]) -> list[str]:
     """The per-B table: tok/s of each side and their ratio, TPOT p50 and TTFT p50 side by side (ms)."""
-    out = [f"{'B':>3} {'engine tok/s':>12} {'server tok/s':>12} {'server÷engine':>13} "
-           f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'server errors':>13}"]
+    out = [(f"{'B':>3} {'engine tok/s':>12} {'server tok/s':>12} {'server÷engine':>13} "
+            f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'server errors':>13}")]
     for r in rows:
         share = "—" if r.share is None else f"{r.share:.0%}"
         out.append(f"{r.b:>3} {_ms(r.engine_tps):>12} {_ms(r.server_tps):>12} {share:>13} "

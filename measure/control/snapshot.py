@@ -98,7 +98,7 @@ class Numbers:
     usd_per_mtok: float | None = None
     spec_gbps: float | None = None  # several endpoints: Σ β of those in use (the spec line), where all are known
     batching: Batching | None = None  # over HTTP: does the server batch the streams open (serving.batching, §27)
-    server_efficiency: float | None = None  # the server's tok/s ÷ the engine's own batched tok/s at this B (--baseline)
+    server_efficiency: float | None = None  # the server's tok/s ÷ the engine's batched tok/s at this B (--baseline)
     engine_tps: float | None = None  # that engine's tok/s
 
 

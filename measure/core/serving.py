@@ -3,14 +3,15 @@
 
 Live (`batching`): B streams open at the client but a server that serialises works on one at a time: its
 **served concurrency** is ≈ 1 where the client's achieved concurrency (§6) is ≈ B. The served concurrency is the
-server's own gauge where its /metrics has one (llama-server's requests_processing, vLLM's num_requests_running,
-the null server's requests_running: the mean of the window's scrapes), else it is read from the token timing
-(`decoding_concurrency`): Σ over the streams of the part of (first token → last token) inside the window ÷ the
-window. A serialising server's streams take turns, so their decoding spans do not overlap (≈ 1); a batching
-server's overlap (≈ B, less the prefills).
+larger of the server's own gauge where its /metrics has one (llama-server's requests_processing, vLLM's
+num_requests_running, the null server's requests_running: the median of the window's scrapes since the level
+began) and the token timing (`decoding_concurrency`): Σ over the streams of the part of (first token → last
+token) inside the window ÷ the window. A serialising server's streams take turns, so their decoding spans do not
+overlap (≤ 1); a batching server's overlap (≈ B, less the prefills).
 
-Against the engine (`compare`): per B, the server's tok/s ÷ the engine's own batched tok/s in-process, for the
-same prompts, lengths and seed; TPOT and TTFT side by side; one verdict over all B.
+Against the engine (`rows`, `verdict`): per B, the server's tok/s ÷ the engine's own batched tok/s in-process,
+for the same prompts, lengths and seed; TPOT and TTFT side by side; the streams open and served at once from the
+server's records (`concurrency_of`); one verdict over all B.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ FULL_SHARE = 0.9  # a server delivering at least this share of the engine's batc
 SCALES = 1.25  # tok/s at the largest B over B = 1 below this: flat in B
 MIN_SPAN_S = 3.0  # a live window shorter than this (the load just began) is not judged
 GAUGE_MIN = 0.5  # a server's running gauge below this while streams are open is not read
-TTFT_RISE = 1.5
-ERRORS_MAX = 0.1  # a server failing more than this share of its streams at some B gets no batching verdict  # TTFT at the largest B over B = 1 at least this: rising with queue position
+GAUGE_SCRAPES = 3  # live: the gauge is read once the level has this many scrapes in the window
+TTFT_RISE = 1.5  # TTFT at the largest B over B = 1 at least this: rising with queue position
+ERRORS_MAX = 0.1  # a server failing more than this share of its streams at some B gets no batching verdict
 
 
 def decoding_concurrency(streams: Iterable[Sequence[int]], a_ns: int, b_ns: int) -> float | None:
@@ -69,16 +71,20 @@ class Batching:
 def batching(open_streams: float, decoding: float | None, server_running: float | None,
              span_s: float = MIN_SPAN_S) -> Batching | None:
     """The live verdict from the window's achieved concurrency (`open_streams`, §6), its decoding concurrency and
-    the mean of the server's running gauge over it (None where its /metrics has none), over a window of span_s.
-    None while the window is shorter than MIN_SPAN_S (the load just began), fewer than OPEN_MIN streams are
-    open on average, or neither figure is known. A gauge below GAUGE_MIN while streams are open says nothing
-    (scraped before the load, or counting something else): the timing is read instead."""
+    the median of the server's running gauge over it (None where its /metrics has none), over a window of
+    span_s. None while the window is shorter than MIN_SPAN_S (the load just began), fewer than OPEN_MIN streams
+    are open on average, or neither figure is known. The served concurrency is the larger of the two figures:
+    a server is named serialising only where every figure there is says so (a gauge scraped once a second
+    aliases short requests: a batching null server's read 1.0 of 4 open while its streams' tokens overlapped).
+    A gauge below GAUGE_MIN while streams are open is not read (scraped before the load, or counting something
+    else)."""
     if open_streams < OPEN_MIN or span_s < MIN_SPAN_S:
         return None
-    served, source = ((server_running, "its /metrics") if server_running is not None
-                      and server_running >= GAUGE_MIN else (decoding, "token timing"))
-    if served is None:
+    gauge = server_running if server_running is not None and server_running >= GAUGE_MIN else None
+    if gauge is None and decoding is None:
         return None
+    served, source = ((gauge, "its /metrics") if gauge is not None and (decoding is None or gauge >= decoding)
+                      else (decoding or 0.0, "token timing"))
     serial = served <= SERIAL_MAX and served <= SERIAL_SHARE * open_streams
     return Batching("serialises" if serial else "batches", served, open_streams, source)
 
