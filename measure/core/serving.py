@@ -138,8 +138,8 @@ def _f(cell: Mapping[str, Any] | None, key: str) -> float | None:
 def verdict(table: Sequence[Row]) -> tuple[str, str]:
     """(verdict, why) over all B: `fails streams` (more than ERRORS_MAX of the server's streams failed at some B:
     its figures are not a batching verdict), `serialises` (at every B ≥ 2 its records show the streams open
-    served one at a time, the live rule `batching`; without records: its tok/s flat in B while the engine's
-    rises, its TTFT rising with the queue), `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2),
+    served one at a time, the live rule `batching`; or its tok/s flat in B while the engine's rises, its TTFT
+    rising with the queue: a server that interleaves its streams without batching them, as mlx_lm.server did), `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2),
     `batches with X % overhead` (X = 1 − its share at the largest B), or `undecided` (one B, a side missing, or
     an engine that does not scale here either)."""
     failing = [r for r in table if r.server_errors > ERRORS_MAX * max(1, r.server_requests)]
@@ -161,8 +161,11 @@ def verdict(table: Sequence[Row]) -> tuple[str, str]:
     if e_scale < SCALES:
         return "undecided", f"the engine itself does not scale here (B={last.b}: ×{e_scale:.2f} of B=1)"
     rise = (last.server_ttft_ms / first.server_ttft_ms if last.server_ttft_ms and first.server_ttft_ms else None)
-    if not timed and s_scale < SCALES and (rise is None or rise >= TTFT_RISE):
+    if s_scale < SCALES and (rise is None or rise >= TTFT_RISE):
         why = f"server tok/s ×{s_scale:.2f} from B=1 to B={last.b} (the engine ×{e_scale:.2f})"
+        if timed:  # its streams overlap, yet no more tokens come: it takes turns between them, it does not batch
+            why += ("; its streams interleave (served at once " + ", ".join(
+                f"{r.served:.1f} of {r.open:.1f} open (B={r.b})" for r in timed) + ") without more tok/s")
         return "serialises", why + _ttft_rise(first, last)
     shares = [r.share for r in known if r.b >= 2 and r.share is not None]
     if shares and min(shares) >= FULL_SHARE:
