@@ -168,7 +168,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
                          "Subcommands: bench (headless sweep), tune (the best configuration, measured), "
                          "plan (what fits in memory, what each K and B would do), "
-                         "probe (this machine's ceilings), replay FILE, report PATH…. "
+                         "probe (this machine's ceilings), server-vs-engine (how much of the engine's batching a server "
+                         "delivers), replay FILE, report PATH…. "
                          "Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
     dash.add_argument("--refresh", type=positive_float, default=0.5,
@@ -827,9 +828,9 @@ def _server_vs_engine_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="inference-top server-vs-engine", description="For one model file: the engine's own "
                       "batched decode in-process (bench's batch mode), then a server at the same concurrency (same "
                       "prompts, lengths and seed, prefix cache off); per B the server's tok/s ÷ the engine's, TPOT "
-                      "and "
-                      "TTFT side by side, and a verdict: serialises, batches with X % overhead, or batches fully. "
-                      "Ends with one JSON line; writes both sweeps' cells as bench does (report draws them)")
+                      "and TTFT side by side, and a verdict: serialises, batches with X % overhead, batches fully (or "
+                      "fails streams). Ends with one JSON line; writes both sweeps' cells as bench does (report draws "
+                      "them)")
     p.add_argument("--url", help="the server's API base, already serving the same model "
                    "(e.g. http://127.0.0.1:8080/v1)")
     p.add_argument("--serve", choices=["llama-server", "llama_cpp.server", "mlx_lm.server"], help="start this "
