@@ -168,8 +168,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     dash = OneLineParser(prog="inference-top", description="Live dashboard of local LLM serving limits. "
                          "Subcommands: bench (headless sweep), tune (the best configuration, measured), "
                          "plan (what fits in memory, what each K and B would do), "
-                         "probe (this machine's ceilings), server-vs-engine (how much of the engine's batching a server "
-                         "delivers), replay FILE, report PATH…. "
+                         "probe (this machine's ceilings), server-vs-engine (how much of the engine's batching a "
+                         "server delivers), replay FILE, report PATH…. "
                          "Run 'inference-top bench --help'.")
     common_args(dash, lists=False)
     dash.add_argument("--refresh", type=positive_float, default=0.5,
