@@ -140,8 +140,9 @@ def verdict(table: Sequence[Row]) -> tuple[str, str]:
     its figures are not a batching verdict), `serialises` (at every B ≥ 2 its records show the streams open
     served one at a time, the live rule `batching`; or its tok/s flat in B while the engine's rises, its TTFT
     rising with the queue: a server that interleaves its streams without batching them, as mlx_lm.server did),
-    `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2), `batches with X % overhead` (X = 1 − its share at the largest B), or `undecided` (one B, a side missing, or
-    an engine that does not scale here either)."""
+    `batches fully` (≥ FULL_SHARE of the engine's tok/s at every B ≥ 2), `batches with X % overhead` (X = 1 − its
+    share at the largest B), or `undecided` (one B, a side missing, or an engine that does not scale here
+    either)."""
     failing = [r for r in table if r.server_errors > ERRORS_MAX * max(1, r.server_requests)]
     if failing:
         return "fails streams", ", ".join(f"B={r.b}: {r.server_errors} of {r.server_requests} streams failed"
