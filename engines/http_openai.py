@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     import aiohttp
 
 SERVER_METRICS = {
-    "running": ("vllm:num_requests_running", "llamacpp:requests_processing"),
-    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred"),
+    "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "null:requests_running"),
+    "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "null:requests_waiting"),
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"),
     "preemptions": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
     # counters: a run's figure is their rise over it (the report takes deltas, never totals)

@@ -7,6 +7,7 @@ measurement; what a client measures beyond it is the client's (and the loopback'
     python -m engines.null_server --port 8000 [--host 127.0.0.1] [--ttft-ms 20] [--itl-ms 10]
                                   [--tokens-per-chunk 1] [--usage continuous|final|none] [--reasoning-tokens 0]
                                   [--eos-after N] [--cold-first-ms MS [--cold-over-tokens N]]
+                                  [--serve batching|serialising]
 
 In a test:  with NullServer(ttft_ms=20, itl_ms=10) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(usage="final"); ...; stop()
@@ -27,6 +28,13 @@ finish_reason "stop" (at most max_tokens), whatever ignore_eos says: a server th
 --cold-first-ms MS: the first request asking more than --cold-over-tokens tokens sends its first chunk MS later
 (a cold first request; the client's warmup test).
 Prompt tokens: a list's length, or words + 1 (BOS).
+
+--serve batching (the default): every open stream keeps its own schedule, as a server that batches them all
+at no cost; serialising: one request at a time, the others wait in arrival order (FIFO) and a request's
+schedule (TTFT, then ITL) starts when it gets the server: total tok/s stays that of one stream whatever B,
+and TTFT grows with queue position, as `python -m llama_cpp.server` does. /metrics says
+null:requests_running (streams being answered) and null:requests_waiting (queued), as llama-server's
+requests_processing and requests_deferred.
 
 The last event before [DONE] carries `timings`, where llama-server puts its own, with the server's side of
 one request on its perf_counter_ns clock (CLOCK_MONOTONIC on Linux: the same clock as a client's records on
@@ -54,6 +62,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 USAGE_MODES = ("continuous", "final", "none")
+SERVE_MODES = ("batching", "serialising")
 MODEL_ID = "null"
 TOKEN_TEXT = " tok"  # JSON-safe as it is: spliced into the chunk templates
 _TOKEN_BYTES = TOKEN_TEXT.encode()
@@ -137,14 +146,28 @@ class LateHistogram:
         return self.upper_ns(self.BINS - 1)
 
 
+class NullMore(TypedDict, total=False):
+    """NullApp's further keywords: a cold first request (ms late, for answers over N tokens) and how it serves
+    (batching: every stream on its own schedule; serialising: one request at a time)."""
+
+    cold_first: tuple[float, int] | None
+    serve: str
+
+
 class NullApp:
     """The protocol handler and its counters; one per server. `late` counts each chunk's send time − its due
     time (LateHistogram), the server's own schedule accuracy."""
 
     def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
                  usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None,
-                 clock_skew_s: float = 0.0, cold_first: tuple[float, int] | None = None):
-        cold_first_ms, cold_over_tokens = cold_first or (0.0, 0)
+                 clock_skew_s: float = 0.0, **more: Unpack[NullMore]):
+        cold_first_ms, cold_over_tokens = more.get("cold_first") or (0.0, 0)
+        serve = more.get("serve", "batching")
+        if serve not in SERVE_MODES:
+            raise ValueError(f"serve must be one of {', '.join(SERVE_MODES)}")
+        self.serve = serve
+        self._one: asyncio.Lock | None = None  # serialising: the server, one request at a time (FIFO)
+        self.waiting = 0
         if ttft_ms < 0 or itl_ms < 0 or cold_first_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be ≥ 0")
         if reasoning_tokens < 0:
@@ -274,9 +297,12 @@ class NullApp:
             "# HELP null:requests_total Streaming requests received.",
             "# TYPE null:requests_total counter",
             f"null:requests_total {self.requests_total}",
-            "# HELP null:requests_running Streams open now.",
+            "# HELP null:requests_running Streams being answered now.",
             "# TYPE null:requests_running gauge",
             f"null:requests_running {self.running}",
+            "# HELP null:requests_waiting Requests queued for the server (serialising mode).",
+            "# TYPE null:requests_waiting gauge",
+            f"null:requests_waiting {self.waiting}",
             "# HELP null:connections_total TCP connections accepted.",
             "# TYPE null:connections_total counter",
             f"null:connections_total {self.connections_total}",
@@ -304,7 +330,24 @@ class NullApp:
         # chunks come from bytes templates: ≈20 % less server CPU per chunk than json.dumps
         head = b'data: {"id":"%s","object":"%s","created":%d,"model":"%s","choices":[' % (
             rid.encode(), obj.encode(), created, MODEL_ID.encode())
-        answer = _Answer(self, writer.transport, chat, head, n_prompt, max_tokens, stop, t_arrival)
+        if self.serve == "serialising":
+            lock = self._one = self._one or asyncio.Lock()
+            self.waiting += 1
+            try:
+                await lock.acquire()
+            finally:
+                self.waiting -= 1
+            try:  # its schedule starts when it gets the server
+                return await self._answer(writer, chat, head, n_prompt, max_tokens, stop,
+                                          max(t_arrival, time.perf_counter_ns()), keep)
+            finally:
+                lock.release()
+        return await self._answer(writer, chat, head, n_prompt, max_tokens, stop, t_arrival, keep)
+
+    async def _answer(self, writer: asyncio.StreamWriter, chat: bool, head: bytes, n_prompt: int, max_tokens: int,
+                      stop: bytes, t_start: int, keep: bool) -> bool:
+        """One answer on its schedule from t_start: its first chunk at t_start + TTFT, then one every ITL."""
+        answer = _Answer(self, writer.transport, chat, head, n_prompt, max_tokens, stop, t_start)
         if self.cold_ns and max_tokens > self.cold_over_tokens:
             answer.cold_ns, self.cold_ns = self.cold_ns, 0
         self.running += 1
@@ -452,6 +495,7 @@ class Behaviour(TypedDict, total=False):
     eos_after: int | None
     clock_skew_s: float
     cold_first: tuple[float, int] | None
+    serve: str
 
 
 class NullServer:
@@ -579,10 +623,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the first request asking more than --cold-over-tokens tokens starts this much later (a cold "
                          "first request; default 0)")
     ap.add_argument("--cold-over-tokens", type=int, default=0, help="see --cold-first-ms (default 0: any request)")
+    ap.add_argument("--serve", choices=SERVE_MODES, default="batching",
+                    help="batching: every stream on its own schedule (default); serialising: one request at a time, "
+                         "the rest queued")
     a = ap.parse_args(argv)
     try:
         app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
-                      a.clock_skew_s, (a.cold_first_ms, a.cold_over_tokens))
+                      a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve)
     except ValueError as exc:
         ap.error(str(exc))
 
@@ -591,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         gc.freeze()  # what is here now is never garbage: full collections stay short (fewer late chunks)
         print(f"null server on http://{a.host}:{a.port}/v1 (ttft {a.ttft_ms:g} ms, itl {a.itl_ms:g} ms, "
-              f"{a.tokens_per_chunk} token(s)/chunk, usage {a.usage})", file=sys.stderr, flush=True)
+              f"{a.tokens_per_chunk} token(s)/chunk, usage {a.usage}, {a.serve})", file=sys.stderr, flush=True)
         async with server:
             await server.serve_forever()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
-from measure.control.snapshot import RunInfo, Snapshot
+from measure.control.snapshot import Numbers, RunInfo, Snapshot
 from measure.control.tune import TuneView
 from measure.control.steps import LEFT_UNSETTLED, SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
 from measure.core.metrics import p99_mark
@@ -163,6 +163,7 @@ def _throughput_lines(t: Text, s: Snapshot) -> None:
     n = s.numbers
     t.append(f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan")
     t.append(f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})\n")
+    _serving_lines(t, s)
     t.append(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
     if n.predicted_tpot is not None:
         t.append(f" · predicted {fmt_ms(n.predicted_tpot)}{_err(n.tpot_p50, n.predicted_tpot)}")
@@ -173,6 +174,29 @@ def _throughput_lines(t: Text, s: Snapshot) -> None:
     t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s" if n.bw_gbps is not None else "bandwidth product —")
     t.append(f" · MBU {n.mbu:.0%} of attainable\n" if n.mbu is not None else "\n")
     t.append(f"  = {n.bw_formula}\n", "grey50")
+
+
+def serving_text(n: Numbers, b: int) -> list[tuple[str, str]]:
+    """Over HTTP, whether the server batches the streams open and its efficiency against the engine's own
+    batching (docs/design.md §28): (text, style) lines; none where there is nothing to tell."""
+    out = []
+    if n.engine_tps is not None and n.server_efficiency is not None:
+        out.append((f"server efficiency {n.server_efficiency:.0%} of the engine's own batched "
+                    f"{n.engine_tps:.1f} tok/s at B={b}", "bold"))
+    if (v := n.batching) is not None:
+        if v.verdict == "serialises":
+            out.append((f"server serialises: {v.served:.1f} served at once of {v.open:.1f} streams open "
+                        f"({v.source}); B > 1 only queues", "bold black on yellow"))
+        else:
+            out.append((f"server batches: {v.served:.1f} served at once of {v.open:.1f} streams open "
+                        f"({v.source})", "grey50"))
+    return out
+
+
+def _serving_lines(t: Text, s: Snapshot) -> None:
+    for text, style in serving_text(s.numbers, s.b):
+        t.append(text, style)
+        t.append("\n")
 
 
 def _request_lines(t: Text, s: Snapshot, v: View) -> None:

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from measure.control.admission import Admission
 from measure.control.export import export
@@ -25,6 +25,7 @@ from measure.control.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
 from measure.control.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
+from measure.core import serving
 from measure.core.lines import Sample, step_row_line, to_line
 from measure.core.readings import SystemSample
 from measure.machine.power import PowerMeter
@@ -80,6 +81,7 @@ class LiveSettings:
     # goodput and the cost of a token
     slo: SLO | None = None
     cost: Cost | None = None
+    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
 
 
 class LiveHooks(TypedDict, total=False):
@@ -136,6 +138,10 @@ class LiveController:
         self._snapshot: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._running: deque[tuple[int, float]] = deque()  # the server's running gauge over the window (§27)
+        self._serial_level: str | None = None  # the level a serialising server was last logged at
+        self._last_view: Mapping[str, Any] | None = None  # the scrape last read (a new one is a new object)
+        self._log_findings = watch_wall  # a replay shows the recording's own log lines, not a second copy
         self._last_sys: SystemSample | None = None
         self._cores = physical_cores()
         self._tps_now = 0.0
@@ -454,7 +460,9 @@ class LiveController:
             tpot_p50=p50, tpot_p90=p90, predicted_tpot=pred, predicted_tps=pred_tps, predicted_by=pred_by,
             mbu=bw.gbps / attainable if bw.gbps is not None and attainable else None,
             bw_gbps=bw.gbps, bw_formula=bw.formula, spec_gbps=spec,
-            server_view=self.source.server_view(), workers_cpu_percent=cpu_sum,
+            server_view=(view := self.source.server_view()), workers_cpu_percent=cpu_sum,
+            batching=self._batching(win, view, now), engine_tps=(engine := self._engine_tps()),
+            server_efficiency=win.agg_tps / engine if engine else None,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
@@ -478,6 +486,32 @@ class LiveController:
                 procs={str(p): list(v) for p, v in procs.items()}, agg_tps=win.agg_tps, tpot_p50=p50,
                 bw_gbps=bw.gbps, concurrency=win.concurrency)))
         return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))
+
+    def _engine_tps(self) -> float | None:
+        """The engine's own batched tok/s at this B, where --baseline measured that B (the server-efficiency line)."""
+        return (self.settings.engine_baseline or {}).get(self.b)
+
+    def _batching(self, win: Window, view: Mapping[str, Any] | None, now: int) -> serving.Batching | None:
+        """Over HTTP: does the server batch the streams open (docs/design.md §28): its running gauge's median over
+        the window's scrapes since the level began (each scrape once; at least GAUGE_SCRAPES of them), where its
+        /metrics has one, else the window's decoding concurrency; a server newly found to serialise is logged
+        once per level."""
+        if self.caps.local:
+            return None
+        running = self._running
+        if view is not None and "running" in view and view is not self._last_view:  # a new scrape (≈ 1 s)
+            running.append((now, float(view["running"])))
+        self._last_view = view
+        while running and running[0][0] < max(now - int(self.settings.window_s * NS), self.stats.level_start_ns):
+            running.popleft()
+        gauge = M.percentile([r for _, r in running], 50) if len(running) >= serving.GAUGE_SCRAPES else None
+        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s)
+        if found is not None and found.verdict == "serialises" and self._serial_level != self.stats.level_label \
+                and self._log_findings:
+            self._serial_level = self.stats.level_label
+            self.log("warn", f"the server serialises: {found.served:.1f} streams served at once of "
+                             f"{found.open:.1f} open ({found.source})")
+        return found
 
     def _bandwidth(self, win: Window) -> tuple[M.Bandwidth, dict[int | None, float]]:
         """The bandwidth product now, and over HTTP each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)."""

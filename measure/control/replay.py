@@ -27,7 +27,7 @@ def _settings(saved: dict[str, Any]) -> LiveSettings:
     defaults = LiveSettings()
     out = {}
     for key, value in saved.items():
-        if key not in LiveSettings.__dataclass_fields__ or key in ("slo", "cost"):
+        if key not in LiveSettings.__dataclass_fields__ or key in ("slo", "cost", "engine_baseline"):
             continue  # presets and costs are not replayed: the recording's rows already hold their figures
         d = getattr(defaults, key)
         num = isinstance(value, (int, float)) and not isinstance(value, bool)

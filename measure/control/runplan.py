@@ -98,6 +98,7 @@ class RunPlan:
     model_name: str | None = None  # http: --model, the name the server knows
     prefix_cache: PrefixCache = PrefixCache()
     tokenizer: str | None = None  # http: a GGUF whose tokenizer makes the prompt ids, where the server agrees
+    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
     slo: SLO | None = None
     cost: Cost | None = None
     notes: list[str] = field(default_factory=list)  # lines to log at start
@@ -258,7 +259,8 @@ class RunPlan:
                             kv_bytes_per_token=self.choice.kv_bytes_per_token(self.ctx) if self.choice else None,
                             memory_budget_source=self.memory_budget_source,
                             ctx=self.ctx, force=self.force, brake=brake and not self.engine_is_remote, slo=self.slo,
-                            cost=self.cost, placement=self._placement(), engine_on_gpu=self.engine_on_gpu())
+                            cost=self.cost, placement=self._placement(), engine_on_gpu=self.engine_on_gpu(),
+                            engine_baseline=self.engine_baseline)
 
     def engine_on_gpu(self) -> bool:
         """Whether the engine's layers run on a GPU (its thermal state is then the GPU's): the llama engine's as this

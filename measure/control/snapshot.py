@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from measure.core.readings import SystemSample
+from measure.core.serving import Batching
 
 if TYPE_CHECKING:
     from measure.control.steps import StepRow
@@ -97,6 +98,9 @@ class Numbers:
     joules_per_token: float | None = None
     usd_per_mtok: float | None = None
     spec_gbps: float | None = None  # several endpoints: Σ β of those in use (the spec line), where all are known
+    batching: Batching | None = None  # over HTTP: does the server batch the streams open (serving.batching, §27)
+    server_efficiency: float | None = None  # the server's tok/s ÷ the engine's batched tok/s at this B (--baseline)
+    engine_tps: float | None = None  # that engine's tok/s
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from measure.core import metrics as M
+from measure.core import serving
 from measure.core.records import RequestRecord
 from measure.core.units import NS
 
@@ -103,6 +104,8 @@ class Window:
     concurrency: float  # achieved: Σ each request's time in service in the window ÷ span (M.achieved_concurrency)
     tpot_by_worker: dict[int | None, float | None] | None = None  # worker (endpoint) → TPOT p50 of its streams
     # in the window (seconds)
+    decoding: float = 0.0  # streams decoding at once: Σ each stream's first → last token in the window ÷ span
+    # (serving.decoding_concurrency: ≈ 1 where a server serialises the streams open, docs/design.md §28)
 
 
 class LiveStats:
@@ -208,9 +211,10 @@ class LiveStats:
         agg = n_agg / ((now_ns + 1 - lo) / NS)  # as M.aggregate_tps_from_times over [lo, now]
         in_service = self._spans + [(t, None) for t in self._open.values()]
         conc = M.achieved_concurrency(in_service, lo, now_ns) or 0.0
+        decoding = serving.decoding_concurrency((ts for _, ts in streams.values()), lo, now_ns) or 0.0
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
                       {w: len(ts) / span for w, ts in steps.items()}, conc,
-                      {w: M.percentile(v, 50) for w, v in by_worker.items()})
+                      {w: M.percentile(v, 50) for w, v in by_worker.items()}, decoding)
 
     def request_numbers(self) -> dict[str, Any]:
         """TTFT and ITL over the current level's requests, recomputed only when one more ended."""

