@@ -1,0 +1,89 @@
+"""Issue 43 item 4: figures that went wrong where features meet. Each test here failed on the code before its fix."""
+from __future__ import annotations
+
+import pytest
+
+NS = 1_000_000_000
+
+
+def _closed_loop(users: int, requests: int, tokens: int, tpot_s: float, ttft_s: float = 0.02) -> list:
+    """A closed loop of `users` on an engine that never slows: each request TTFT then a token every TPOT, the
+    user's next sent the moment it ends."""
+    import heapq
+
+    from measure.core.records import RequestRecord
+
+    ready = [0.0] * users
+    out = []
+    for i in range(requests):
+        t0 = heapq.heappop(ready)
+        toks = [int((t0 + ttft_s + j * tpot_s) * NS) for j in range(tokens)]
+        out.append(RequestRecord(run_id="r", request_id=i + 1, mode="instances", engine="null", model="m",
+                                 model_bytes=1, k=users, b=1, worker=i % users, prompt_id="p", prompt_tokens=4,
+                                 output_tokens=tokens, t_scheduled_ns=int(t0 * NS), t_submitted_ns=int(t0 * NS),
+                                 t_started_ns=int(t0 * NS), t_first_token_ns=toks[0], t_done_ns=toks[-1],
+                                 token_ns=toks))
+        heapq.heappush(ready, toks[-1] / NS)
+    return out
+
+
+def test_burst_vs_sustained_does_not_read_a_partly_filled_last_round_as_a_slowdown():
+    """3 users, 7 requests of 10 s each (TPOT 20 ms, no heat): the last round has one stream of three. Before, the
+    last half's tokens ÷ its length read −44 % (150 → 83 tok/s); each stream's speed never changed."""
+    from measure.core import metrics as M
+
+    recs = _closed_loop(users=3, requests=7, tokens=500, tpot_s=0.02)
+    burst, sustained = M.burst_sustained(recs)
+    assert sustained == pytest.approx(burst, rel=0.01)
+    conc = M.achieved_concurrency(recs, recs[0].t_scheduled_ns, max(r.t_done_ns for r in recs) + 1)
+    assert burst == pytest.approx(50.0 * conc, rel=0.01)  # each stream's 50 tok/s, times the streams in service
+
+
+def _shifted(recs: list, s: float) -> list:
+    from dataclasses import replace
+
+    d = int(s * NS)
+    return [replace(r, t_scheduled_ns=r.t_scheduled_ns + d, t_submitted_ns=r.t_submitted_ns + d,
+                    t_started_ns=r.t_started_ns + d, t_first_token_ns=r.t_first_token_ns + d, t_done_ns=r.t_done_ns + d,
+                    token_ns=[t + d for t in r.token_ns]) for r in recs]
+
+
+def test_burst_vs_sustained_still_sees_a_closed_loop_slow_down():
+    """Three rounds of 3 users, 10 s each: the streams slow from 50 to 40 tok/s after the first. Sustained reads
+    20 % below burst."""
+    from measure.core import metrics as M
+
+    recs = (_closed_loop(users=3, requests=3, tokens=500, tpot_s=0.02)
+            + _shifted(_closed_loop(users=3, requests=3, tokens=400, tpot_s=0.025), 10.02)
+            + _shifted(_closed_loop(users=3, requests=3, tokens=400, tpot_s=0.025), 20.04))
+    burst, sustained = M.burst_sustained(recs)
+    assert sustained / burst == pytest.approx(0.8, abs=0.01)
+
+
+def test_the_client_queue_notes_p99_is_marked_by_the_requests_that_waited():
+    """500 requests completed, 5 of them waited for a client stream: their wait's p99 rests on 5 values and is
+    marked ≈ (before: marked from the 500 completed, it read as a tail estimate)."""
+    from measure.control.cell import Cell, Dist, LoadGen, Requests, client_note
+
+    c = Cell(k=1, b=2, status="ok", requests=Requests(completed=500),
+             load=LoadGen(client_waited=5, client_wait=Dist(p50=0.0, p99=31.0, max=40.0)))
+    assert "p50/p99 0/≈31 ms" in client_note(c)
+    many = Cell(k=1, b=2, status="ok", requests=Requests(completed=500),
+                load=LoadGen(client_waited=300, client_wait=Dist(p50=4.0, p99=31.0, max=40.0)))
+    assert "p50/p99 4/31 ms" in client_note(many)
+
+
+def test_a_cell_that_ran_in_one_thermal_state_is_not_marked_changed():
+    """The machine turned hot between two cells: the second saw only `throttled`. Before, the first cell's last
+    state carried over into the second's and marked it thermal_changed."""
+    from measure.core.readings import ThermalLog
+
+    heat = ThermalLog()
+    heat.mark()  # cell 1
+    heat.note("nominal (no warning recorded)")
+    heat.mark()  # cell 2
+    heat.note("throttled (CPU speed limit 71 %)")
+    heat.note("throttled (CPU speed limit 71 %)")
+    assert not heat.changed and heat.describe() == "throttled (CPU speed limit 71 %)"
+    heat.note("nominal (no warning recorded)")  # and cooled during it: that one changed
+    assert heat.changed
