@@ -87,3 +87,20 @@ def test_a_cell_that_ran_in_one_thermal_state_is_not_marked_changed():
     assert not heat.changed and heat.describe() == "throttled (CPU speed limit 71 %)"
     heat.note("nominal (no warning recorded)")  # and cooled during it: that one changed
     assert heat.changed
+
+
+def test_reasoning_tokens_from_a_final_count_follow_the_text_each_chunk_carried():
+    """10 thinking chunks of one token (" tok") then 10 answer chunks of four (" tok tok tok tok"), and only a final
+    usage of 50 tokens: 10 were thinking. Spread evenly over the 20 chunks it read 25 (2.5× off)."""
+    from engines.http_openai import StreamResult, _Counter
+
+    res = StreamResult()
+    c = _Counter(res, None)
+    for i in range(10):
+        c.chunk({"choices": [{"delta": {"reasoning_content": " tok"}}]}, 1000 + i)
+    for i in range(10):
+        c.chunk({"choices": [{"delta": {"content": " tok tok tok tok"}}]}, 2000 + i)
+    c.chunk({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 50}}, 3000)
+    c.finish()
+    assert res.reasoning_tokens == 10 and len(res.token_ns) == 50
+    assert res.token_ns.count(1000) == 1 and res.token_ns.count(2000) == 4
