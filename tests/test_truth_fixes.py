@@ -104,3 +104,35 @@ def test_reasoning_tokens_from_a_final_count_follow_the_text_each_chunk_carried(
     c.finish()
     assert res.reasoning_tokens == 10 and len(res.token_ns) == 50
     assert res.token_ns.count(1000) == 1 and res.token_ns.count(2000) == 4
+
+
+def _req(rid: int, t0: float, ttft_s: float, tpot_s: float, tokens: int = 16):
+    from measure.core.records import RequestRecord
+
+    toks = [int((t0 + ttft_s + j * tpot_s) * NS) for j in range(tokens)]
+    return RequestRecord(run_id="r", request_id=rid, mode="instances", engine="t", model="m", model_bytes=1, k=1,
+                         b=1, worker=0, prompt_id="p", prompt_tokens=4, output_tokens=tokens,
+                         t_scheduled_ns=int(t0 * NS), t_submitted_ns=int(t0 * NS), t_started_ns=int(t0 * NS),
+                         t_first_token_ns=toks[0], t_done_ns=toks[-1], token_ns=toks)
+
+
+def test_a_step_row_after_a_thermal_change_takes_its_request_figures_from_the_new_state():
+    """A level settles at TPOT 10 ms, TTFT 50 ms; the machine throttles and its requests take TPOT 20 ms, TTFT
+    100 ms. The row settles again on the new state's tok/s and now also its TPOT, per-user tok/s and TTFT (before:
+    the 20 requests of the cool machine outvoted the 10 of the hot one, and the row kept 10 ms)."""
+    from measure.control.stats import LevelFigures
+    from measure.control.steps import StepLevel, StepReading, StepTable
+
+    table, figures, level = StepTable(), LevelFigures(), StepLevel("K=1 B=1 instances", "instances", 1, 1, 0)
+    rid, t = 0, 0.0
+    for state, ttft, tpot, n in (("nominal", 0.05, 0.01, 20), ("throttled (CPU speed limit 71 %)", 0.1, 0.02, 10)):
+        for _ in range(n):
+            for _ in range(2):  # two readings (2 Hz) per request
+                t += 0.5
+                row = table.tick(level, StepReading(int(t * NS), True, figures, 100.0, 1.0, thermal=state))
+            rid += 1
+            figures.add(_req(rid, t, ttft, tpot))
+        row = table.tick(level, StepReading(int(t * NS), True, figures, 100.0, 1.0, thermal=state))
+        assert row.settled, row.progress
+    assert row.tpot_p50 == pytest.approx(0.02) and row.per_user_tps == pytest.approx(50.0)
+    assert row.ttft_p50 == pytest.approx(0.1) and row.requests == 10
