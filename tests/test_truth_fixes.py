@@ -136,3 +136,30 @@ def test_a_step_row_after_a_thermal_change_takes_its_request_figures_from_the_ne
         assert row.settled, row.progress
     assert row.tpot_p50 == pytest.approx(0.02) and row.per_user_tps == pytest.approx(50.0)
     assert row.ttft_p50 == pytest.approx(0.1) and row.requests == 10
+
+
+def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch):
+    """Over HTTP the engines run on the servers; the thermal state a cell reads is this client machine's, and its
+    figure says so (before: an unlabelled "nominal", read as the servers')."""
+    from pathlib import Path
+
+    import presets
+    from engines.null_server import NullServer
+    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.core.records import RunMeta
+    from measure.machine import host, probes
+    from measure.sources.http import HttpSource
+
+    pmset = (Path(__file__).parent / "data" / "mac" / "pmset_therm_nominal.txt").read_text()
+    reader = host.ThermalReader(every_s=0, system=lambda: "Darwin", run=lambda cmd: pmset)
+    probe = probes.SystemProbe(thermal=reader)
+    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda: probe)
+    with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
+        src = HttpSource([srv.url], RunMeta("null", "null", 0, mode="http", simulated=True), b=1, events=False)
+        src.start()
+        try:
+            cells, _, _ = run_sweep(src, presets.workload("default"), SweepConfig(
+                mode="http", requests=2, max_tokens=4, cell_timeout_s=30), lambda m: None)
+        finally:
+            src.close()
+    assert cells[0].machine.thermal == "this client machine's, not the servers': nominal (no warning recorded)"
