@@ -6,6 +6,10 @@ Each mutant is a source-text patch (an exact string of one file replaced) applie
 fleet's workers, a pool's client processes, the null servers, `inference-top bench`) runs the planted code. A patch
 whose text is no longer in its file is reported as stale (the code moved: the mutant must be rewritten), not counted.
 
+A kill stands only where the cell that failed, run again on its own, fails again with the mutant and passes without
+it: a failure that does not repeat, or that the unpatched tree shares, was a stall of this busy machine, and the
+mutant is not counted killed ("UNCONFIRMED"). (This confirms the score; the matrix itself never runs a cell twice.)
+
 A mutant is killed by `make test`'s sample when `truth_matrix.py --cover SEED` (tests/test_truth_matrix.py's draw:
 one cell of each load kind over every source, its --find searches, live steps and the command line) fails, and by
 the full matrix when `truth_matrix.py` does; both stop at the first failing cell. The sample's cells are cells of
@@ -174,6 +178,21 @@ def run_matrix(tree: Path, args: list[str], timeout_s: float) -> tuple[bool, str
     return p.returncode != 0, last
 
 
+def first_failed(line: str) -> str | None:
+    """The first failing cell's name in truth_matrix.py's JSON line."""
+    try:
+        cells = json.loads(line).get("failed_cells") or []
+    except (ValueError, AttributeError):
+        return None
+    return cells[0] if cells else None
+
+
+def run_cell(tree: Path, cell: str, timeout_s: float) -> bool:
+    """Whether the cell named (a bench cell, or the part of the matrix a search, live or cli cell is in) fails."""
+    part = next((p for p in ("find", "live", "cli") if cell.startswith(p)), None)
+    return run_matrix(tree, ["--only", part] if part else ["--only", "bench", "--filter", cell], timeout_s)[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="the sample's seed (truth_matrix.py --cover)")
@@ -206,14 +225,20 @@ def main(argv: list[str] | None = None) -> int:
                 by_full = by_sample
                 if not by_sample and not a.quick:
                     by_full, line = run_matrix(tree, [], a.timeout)
+                cell = first_failed(line) if by_full else None
+                again = cell is None or run_cell(tree, cell, a.timeout)  # the mutant fails that cell once more …
             finally:
                 path.write_text(text)
+            if cell is not None and not (again and not run_cell(tree, cell, a.timeout)):  # … and the tree passes it
+                how = "failed again, but also without the mutant" if again else "passed with the mutant"
+                line = f"UNCONFIRMED: {cell}, run alone, {how} (a stall); {line}"
+                by_sample = by_full = False
             killed_s += by_sample
             killed_f += by_full
             if not by_full or (a.quick and not by_sample):
                 why = m.where or "within the tolerances of every cell run"
-                if "not finished" in line:
-                    why += "; " + line
+                if "not finished" in line or line.startswith("UNCONFIRMED"):
+                    why += "; " + line[:300]
                 survivors.append({"name": m.name, "what": m.what, "why": why,
                                   "run": "the sample" if a.quick else "the sample and the full matrix"})
             print(f"{'killed ' if by_full else 'SURVIVED'} {m.name} ({m.what}): sample "

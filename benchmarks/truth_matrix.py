@@ -56,13 +56,13 @@ TRACE_GAPS = (0.01, 0.02, 0.05)  # a trace's gaps, drawn with random.Random(5)
 # The tolerances, each from the spread of clean runs on this machine (docs/design.md §22 gives the numbers). A
 # figure's truth is worked out twice, at no harness cost and at the most this source's clean runs showed
 # (OVERHEAD_S: seconds on each request, and on each ITL); the figure must lie between the two, widened by TOL:
-# a time by TOL[name] ms above (TOL["below"] below); a rate by the share TOL["rate"] either side. A tail (a p99 of
-# 12 requests is about their maximum: one stall moves it) and a rate (a stall stretches the span) are widened
-# also by the longest stall the cell's StallWatch saw, in ms and as a share of the cell's span: a busy machine is
-# said and measured, never retried.
+# a time by TOL[name] ms above (TOL["below"] below); a rate by the share TOL["rate"] (concurrency: TOL["concurrency"])
+# either side. A tail (a p99 of 12 requests is about their maximum: one stall moves it) and a rate (a stall
+# stretches the span) are widened also by the longest stall the cell's StallWatch saw, in ms and as a share of the
+# cell's span: a busy machine is said and measured, never retried.
 OVERHEAD_S = {"fleet": (0.003, 0.0), "batch": (0.003, 0.0015), "http": (0.003, 0.0), "pool": (0.008, 0.0)}
-TOL = {"rate": 0.10, "below": 1.0, "ttft_p50": 15.0, "e2e_p50": 15.0, "ttft_engine_p50": 8.0, "tpot_p50": 1.5,
-       "itl_p50": 3.5, "tail": 30.0, "lateness_p50": 5.0}
+TOL = {"rate": 0.05, "concurrency": 0.10, "below": 1.0, "ttft_p50": 15.0, "e2e_p50": 15.0, "ttft_engine_p50": 8.0,
+       "tpot_p50": 1.5, "itl_p50": 3.5, "tail": 30.0, "lateness_p50": 5.0}
 RATES = ("output_throughput", "goodput_tps", "goodput_rps", "achieved_concurrency")
 TAILS = ("ttft_p99", "e2e_p99", "tpot_p99", "itl_p99", "lateness_p99", "wait_max")
 STALL_TICK_S, STALL_MS = 0.002, 20.0  # the stall detector's sleep, and the oversleep it calls a stall
@@ -178,6 +178,7 @@ class Result:
     # ratio − 1 for a rate (benchmarks/truth_matrix.py --spread prints them: where the tolerances come from)
     spread: dict[str, float] = field(default_factory=dict)
     stall_ms: Callable[[], float] = lambda: 0.0  # the longest stall the cell's StallWatch has seen so far
+    stall_reset: Callable[[], None] = lambda: None  # the load begins: a stall while the source started is not its
 
     def check(self, ok: bool, what: str) -> None:
         self.checked += 1
@@ -322,19 +323,22 @@ def slots(c: Combo, engines: int = 1) -> int | None:
 
 
 def serve(c: Combo, offsets_s: list[float], o_s: float, itl_s: float = ITL_MS / 1e3,
-          engines: int = 1) -> list[Served]:
+          engines: int = 1, stagger_s: float = 0.0) -> list[Served]:
     """The schedule served first come first served on `slots`, each request in o + TTFT + (n − 1)·ITL and its slot
     (and a closed loop's user) free o after its last token: o is the harness's cost on each request, spent one
     request at a time (the client's loop sends one request, then the next: a burst of arrivals waits its turn). An
     open loop at the offsets given; a closed loop (and sessions without think time) of min(U, n) users, each
-    sending its next request when its last is done."""
+    sending its next request when its last is done, the u-th first at u × stagger (users above the slots wait in
+    turns that depend on how the slots' finishes fall: in step, one user of three waits a whole request; staggered
+    by half of one, two wait half of one)."""
     import heapq
 
     ttft, tail = TTFT_MS / 1e3, (TOKENS - 1) * itl_s
     cap = slots(c, engines)
     free: list[float] = []  # when each busy slot is free again
     out: list[Served] = []
-    users = [0.0] * min(c.users, c.requests) if c.load in ("closed", "sessions") else None
+    users = ([u * stagger_s for u in range(min(c.users, c.requests))] if c.load in ("closed", "sessions")
+             else None)
     sender = 0.0  # when the client's loop is free to send the next request
     for i in range(c.requests):
         t = heapq.heappop(users) if users is not None else offsets_s[i]
@@ -393,6 +397,9 @@ class StallWatch:
             time.sleep(STALL_TICK_S)
             self.worst_ms = max(self.worst_ms, (time.perf_counter() - t - STALL_TICK_S) * 1e3)
 
+    def reset(self) -> None:
+        self.worst_ms = 0.0
+
     def __enter__(self) -> "StallWatch":
         self._thread.start()
         return self
@@ -413,7 +420,7 @@ def run_combo(c: Combo, servers: NullServers | None) -> Result:
     res = Result(c.name())
     t0 = time.monotonic()
     with StallWatch() as watch:
-        res.stall_ms = lambda: watch.worst_ms
+        res.stall_ms, res.stall_reset = (lambda: watch.worst_ms), watch.reset
         try:
             if c.segments > 1:
                 _segments(c, servers, res)
@@ -432,6 +439,7 @@ def _one(c: Combo, servers: NullServers | None, res: Result) -> None:
     from measure.control.sweep import run_sweep
 
     src = _source(c, servers)
+    res.stall_reset()  # the source is up: the load's stalls from here
     cfg = _cfg(c)
     if c.source == "pool" and c.b > 1:
         cfg.bs = [1, c.b]  # the pool started at B=1, then its largest B
@@ -554,9 +562,12 @@ def _bounds(c: Combo, recs: list[Any], engines: int) -> tuple[dict[str, float], 
     t0 = min(r.t_scheduled_ns for r in recs)
     offsets = sorted((r.t_scheduled_ns - t0) / NS for r in recs)
     o_max, itl_x = OVERHEAD_S[c.source]
-    lo = truth_figures(serve(c, offsets, 0.0, engines=engines))
-    hi = truth_figures(serve(c, offsets, o_max, ITL_MS / 1e3 + itl_x, engines=engines))
-    return ({k: min(lo[k], hi[k]) for k in lo}, {k: max(lo[k], hi[k]) for k in lo})
+    d = (TTFT_MS + (TOKENS - 1) * ITL_MS) / 1e3
+    n = slots(c, engines)
+    phases = (0.0, d / 4, d / 2) if c.load in ("closed", "sessions") and n is not None and c.users > n else (0.0,)
+    runs = [truth_figures(serve(c, offsets, o, ITL_MS / 1e3 + x, engines, st))
+            for o, x in ((0.0, 0.0), (o_max, itl_x)) for st in phases]
+    return ({k: min(r[k] for r in runs) for k in runs[0]}, {k: max(r[k] for r in runs) for k in runs[0]})
 
 
 def _check_figures(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int) -> None:
@@ -564,11 +575,12 @@ def _check_figures(c: Combo, cell: Any, recs: list[Any], res: Result, engines: i
     lo, hi = _bounds(c, recs, engines)
     got = _figures(c, cell)
     span_s = (max(r.t_done_ns for r in recs) - min(r.t_scheduled_ns for r in recs)) / NS
-    rate_tol = TOL["rate"] + res.stall_ms() / 1e3 / span_s
+    stalled = res.stall_ms() / 1e3 / span_s
     for name, value in got.items():
         a, b = lo[name], hi[name]
         if name in RATES:
-            a, b = a * (1 - rate_tol), b * (1 + rate_tol)
+            share = (TOL["concurrency"] if name == "achieved_concurrency" else TOL["rate"]) + stalled
+            a, b = a * (1 - share), b * (1 + share)
         else:
             a, b = a - TOL["below"], b + tol_ms(name, res)
         if value is not None:
@@ -617,6 +629,7 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
     out: dict[int, tuple[Any, list[Any]]] = {}
     errors: list[BaseException] = []
     sources = [_source(c, servers), _source(c, servers)]  # started first: the start is theirs to keep
+    res.stall_reset()
     start_unix = time.time() + 0.5
     t0 = time.perf_counter_ns() + int(0.5 * NS)
 
