@@ -364,7 +364,14 @@ def test_a_live_level_is_not_settled_while_its_thermal_state_changes():
         row = tick(t, "throttled (CPU speed limit 71 %)")
     assert not row.settled and "3 s ago" in row.progress  # 10 readings, but under 5 s since the change
     t += 3.0
-    assert tick(t, "throttled (CPU speed limit 71 %)").settled
+    row = tick(t, "throttled (CPU speed limit 71 %)")
+    assert not row.settled and "0/8 requests" in row.progress  # its request figures: the hot machine's only
+    fig.good = fig.finished = 28  # 8 requests end on the hot machine
+    fig.tpot += [0.06] * 8
+    fig.ttft += [0.3] * 8
+    fig.tpot_added, fig.version = 8, fig.version + 1
+    row = tick(t, "throttled (CPU speed limit 71 %)")
+    assert row.settled and row.tpot_p50 == 0.06 and row.ttft_p50 == 0.3
     assert tick(t + 0.5, "unknown").settled  # no reading is not a change
 
 
