@@ -140,7 +140,7 @@ MUTANTS = [
     # a user count off by one, a request sent twice
     Mutant("users_plus_1", "measure/core/workload.py", "        n = max(0, self.users - outstanding)",
            "        n = max(0, self.users + 1 - outstanding)", "a closed loop runs one user more than asked",
-           "closed-loop cells"),
+           "closed-loop cells of the fleet, batch and http (a pool's processes each run their share of the loop)"),
     Mutant("request_sent_twice", "measure/core/workload.py", "        for index, t_sched in due:",
            "        for index, t_sched in (due + due[:1] if len(due) > 1 else due):",
            "a request sent twice where several fall due at once", "where two requests fall due in one wakeup"),
