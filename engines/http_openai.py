@@ -259,6 +259,7 @@ class _Counter:
         self.counted = 0  # tokens in res.token_ns so far
         self.continuous: bool | None = None  # decided by the first content chunk: a running usage or not
         self.chunk_ts: list[tuple[int, int]] = []  # (arrival ns, tokens counted) per content chunk
+        self.chunk_chars: list[int] = []  # the text (answer or thinking) each content chunk carried, in characters
         self.answer_seen = False  # a chunk with answer text has come
         self.reasoning_chunks = 0  # content chunks of thinking before the answer's first
         self.server_reasoning: int | None = None  # usage.completion_tokens_details.reasoning_tokens, where sent
@@ -279,14 +280,17 @@ class _Counter:
         if chunk.get("timings"):
             res.timings = chunk["timings"]
         has_text = has_answer = False
+        chars = 0
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             text = choice.get("text") if "text" in choice else delta.get("content")
             if text:  # a role-only or empty chunk carries no token
                 has_text = has_answer = True
                 self.texts.append(str(text))
-            if delta.get("reasoning_content") or delta.get("reasoning"):  # a reasoning model's thinking
+                chars += len(str(text))
+            if thought := delta.get("reasoning_content") or delta.get("reasoning"):  # a reasoning model's thinking
                 has_text = True
+                chars += len(str(thought))
             if choice.get("finish_reason"):
                 res.finish_reason = choice["finish_reason"]
         if not has_text:
@@ -303,6 +307,7 @@ class _Counter:
                 self.continuous = False
             n = 1
         self.chunk_ts.append((t, n))
+        self.chunk_chars.append(chars)
         if not self.answer_seen:
             if not has_answer:  # still thinking (a chunk carrying both is the answer's first)
                 res.reasoning_tokens += n
@@ -325,9 +330,7 @@ class _Counter:
         server = res.server_output_tokens
         if isinstance(server, int) and server > self.counted and self.chunk_ts:
             # several tokens per chunk and only a final count: spread the missing ones over the chunks
-            n_chunks = len(self.chunk_ts)
-            missing = server - self.counted
-            per = [(i + 1) * missing // n_chunks - i * missing // n_chunks for i in range(n_chunks)]
+            per = self._spread(server)
             res.token_ns = [t for (t, n), k in zip(self.chunk_ts, per) for _ in range(n + k)]
             extra = [t for (t, _), k in zip(self.chunk_ts, per) for _ in range(k)]
             res.token_count = "chunks+final-usage"
@@ -338,6 +341,24 @@ class _Counter:
                 self.on_tokens(extra)
         if self.server_reasoning is not None and res.reasoning_tokens:  # the server's own count, where it gives one
             res.reasoning_tokens = self.server_reasoning
+
+    def _spread(self, server: int) -> list[int]:
+        """The tokens a final count adds to each chunk: each chunk's share of `server` by the characters it carried
+        (thinking and answer may pack tokens differently: spread evenly, the thinking's count read 2–4× off), less
+        what it was counted already; evenly over the chunks where the text does not say (none, or a share would
+        fall below a chunk's count)."""
+        n_chunks, missing = len(self.chunk_ts), server - self.counted
+        even = [(i + 1) * missing // n_chunks - i * missing // n_chunks for i in range(n_chunks)]
+        total = sum(self.chunk_chars)
+        if not total:
+            return even
+        cum, at, per = 0, 0, []
+        for (_, n), chars in zip(self.chunk_ts, self.chunk_chars):
+            cum += chars
+            upto = round(server * cum / total)
+            per.append(upto - at - n)
+            at = upto
+        return per if min(per) >= 0 else even
 
 
 class _ArrivalClock:

@@ -22,6 +22,11 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # the truth matrix's sample (tests/test_truth_matrix.py) is drawn afresh on every run: its seed chosen once
+    # here, so pytest-xdist's workers (and a restarted one) draw the same cells; TRUTH_SEED=N replays a run
+    import random
+
+    os.environ.setdefault("TRUTH_SEED", str(random.SystemRandom().randrange(1_000_000)))
 
 
 def pytest_report_header(config):
@@ -29,12 +34,13 @@ def pytest_report_header(config):
     in llama.cpp's kernels can depend on them (an AMX or AVX512 path one machine has and another lacks)."""
     import platform
 
-    lines = [f"cpu: {platform.processor() or platform.machine()}"]
+    lines = [f"cpu: {platform.processor() or platform.machine()}",
+             f"truth matrix sample: TRUTH_SEED={os.environ.get('TRUTH_SEED')} replays it"]
     try:
         with open("/proc/cpuinfo") as f:
             name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
         if name:
-            lines = [f"cpu: {name}"]
+            lines[0] = f"cpu: {name}"
     except OSError:
         pass
     try:

@@ -251,12 +251,12 @@ def test_every_sample_carries_the_thermal_state_and_a_change_is_seen():
     heat.mark()  # the next cell starts from the state now
     assert not heat.changed and heat.describe().startswith("throttled")
     heat.note("unknown")  # no reading is not a state
-    assert heat.seen == ["throttled (CPU speed limit 71 %)"]
+    assert heat.describe() == "throttled (CPU speed limit 71 %)"
 
 
 def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
-    """Two cells of the null engine; the machine turns hot during the second: its cell says so, the first
-    one only what it saw."""
+    """Two cells of the null engine; the machine turns hot as the second starts: each cell says the one state it
+    saw, and neither changed (issue 43: the first cell's last state carried over and marked the second changed)."""
     import presets
     from engines.base import EngineSpec
     from measure.control.sweep import SweepConfig, run_sweep
@@ -293,8 +293,8 @@ def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
     first, second = cells
     assert calls["n"] >= 2
     assert first.machine.thermal == "nominal (no warning recorded)" and first.machine.thermal_changed is None
-    assert second.machine.thermal == "nominal (no warning recorded) → throttled (CPU speed limit 71 %)"
-    assert second.machine.thermal_changed is True and second.to_json()["thermal_changed"] is True
+    assert second.machine.thermal == "throttled (CPU speed limit 71 %)"
+    assert second.machine.thermal_changed is None and "thermal_changed" not in second.to_json()
 
 
 def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
@@ -364,7 +364,14 @@ def test_a_live_level_is_not_settled_while_its_thermal_state_changes():
         row = tick(t, "throttled (CPU speed limit 71 %)")
     assert not row.settled and "3 s ago" in row.progress  # 10 readings, but under 5 s since the change
     t += 3.0
-    assert tick(t, "throttled (CPU speed limit 71 %)").settled
+    row = tick(t, "throttled (CPU speed limit 71 %)")
+    assert not row.settled and "0/8 requests" in row.progress  # its request figures: the hot machine's only
+    fig.good = fig.finished = 28  # 8 requests end on the hot machine
+    fig.tpot += [0.06] * 8
+    fig.ttft += [0.3] * 8
+    fig.tpot_added, fig.version = 8, fig.version + 1
+    row = tick(t, "throttled (CPU speed limit 71 %)")
+    assert row.settled and row.tpot_p50 == 0.06 and row.ttft_p50 == 0.3
     assert tick(t + 0.5, "unknown").settled  # no reading is not a change
 
 

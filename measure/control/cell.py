@@ -820,12 +820,13 @@ def answer_notes(c: Cell) -> str:
 
 
 def client_note(c: Cell) -> str:
-    """HTTP: requests that waited for a free client stream (the client's own queue, inside their TTFT)."""
+    """HTTP: requests that waited for a free client stream (the client's own queue, inside their TTFT). Its p99
+    rests on the requests that waited: fewer than P99_MIN_N of them mark it ≈, however many completed."""
     if not c.load.client_waited:
         return ""
     w = c.load.client_wait
     return (f" CLIENT QUEUE: {c.load.client_waited} requests waited for a free stream, p50/p99 "
-            f"{fmt(w.p50, '.0f')}/{M.p99_mark(c.requests.completed)}{fmt(w.p99, '.0f')} ms "
+            f"{fmt(w.p50, '.0f')}/{M.p99_mark(c.load.client_waited)}{fmt(w.p99, '.0f')} ms "
             "(inside their TTFT: the client's queue, not the server's; a larger --b, or no --b with an open loop)")
 
 

@@ -59,6 +59,8 @@ class LevelFigures:
         self.ttft: list[float] = []  # queue-inclusive, good requests
         self.ttft_engine: list[float] = []
         self.tpot: list[float] = []
+        self.tpot_added = 0  # TPOTs appended over the level (the list keeps the last KEEP): the step table counts from
+        # a thermal change with it
         self.prompt_tokens: deque[int] = deque(maxlen=20)  # the last ones known (the roofline's prompt length)
         self.gaps: deque[np.ndarray] = deque(maxlen=ITL_REQUESTS)  # each good request's inter-token gaps (s), an array
         self.version = 0  # rises with every request added
@@ -78,6 +80,7 @@ class LevelFigures:
             self.ttft_engine.append(M.ttft_engine(rec))
             if (tp := M.tpot(rec)) is not None:
                 self.tpot.append(tp)
+                self.tpot_added += 1
             self.gaps.append(M.itl_gaps(rec.token_ns))  # over chunk arrivals
             for xs in (self.ttft, self.ttft_engine, self.tpot):
                 if len(xs) > 2 * KEEP:

@@ -95,23 +95,26 @@ class StepTable:
         self._start = 0
         self._samples: list[tuple[float, float]] = []  # (tok/s, concurrency) once the level may settle
         self.current: StepRow | None = None
-        self._figures_key: tuple[str, int, int] | None = None
+        self._figures_key: tuple[str, int, int, tuple[int, int, int] | None] | None = None
         self._figures: tuple[int, float | None, float | None, float | None] = (0, None, None, None)
         # (id of the level's figures, their counts at its first settled reading)
         self._base: tuple[int, tuple[int, int, int, int]] | None = None
         self._settled: StepRow | None = None  # the current level's row as it last stood settled
         self._heat: tuple[str, int] | None = None  # the thermal state and when it last changed (docs/design.md §21)
+        # the level's figures when the thermal state last changed (their id, good requests, TPOTs): the row's TPOT,
+        # per-user tok/s and TTFT count only the requests that ended since, the new machine's
+        self._heat_from: tuple[int, int, int] | None = None
 
     def tick(self, level: StepLevel, r: StepReading) -> StepRow:
         """The current level's row after this reading (and the row of a level left behind, settled, kept)."""
-        self._track_heat(r.thermal, r.now_ns)
+        self._track_heat(r.thermal, r.now_ns, r.figures)
         if level.label != self._label:
             # the level left behind keeps its row: as it last stood settled, else as it last stood, unsettled
             left = self._settled or self._unsettled()
             if left is not None:
                 self.rows.append(left)
             self._label, self._start, self._samples, self._base = level.label, level.start_ns, [], None
-            self._settled = None
+            self._settled = self._heat_from = None
         if not r.steady and self._settled is not None:
             # a step is pending (new workers load and warm up; the level goes on until they are ready): the
             # row stays as it last stood settled, not re-marked unsettled by the warmup's ticks
@@ -153,11 +156,13 @@ class StepTable:
             return None
         return replace(cur, progress=f"{LEFT_UNSETTLED}: " + cur.progress.removeprefix("settling: "))
 
-    def _track_heat(self, thermal: str | None, now_ns: int) -> None:
-        """A change of the thermal state: the readings before it are another machine's; the level settles again."""
+    def _track_heat(self, thermal: str | None, now_ns: int, figures: LevelFigures) -> None:
+        """A change of the thermal state: the readings and the requests before it are another machine's; the level
+        settles again on those after it."""
         heat = thermal.split(" (")[0] if thermal and not thermal.startswith("unknown") else None
         if heat and self._heat and heat != self._heat[0]:  # hotter or cooler: the readings before are another
             self._samples, self._base, self._settled = [], None, None  # machine's; the level settles again
+            self._heat_from = (id(figures), figures.good, figures.tpot_added)
         if heat and (not self._heat or heat != self._heat[0]):
             self._heat = (heat, now_ns if self._heat else 0)  # the first reading is not a change
 
@@ -165,11 +170,15 @@ class StepTable:
                                                                            float | None]:
         """(good requests, TPOT p50, TTFT p50, TTFT p99) of the level. They only change when a request ended:
         recomputed then, not every tick (`figures`: stats.LevelFigures, each request's computed once as it ended)."""
-        key = (label, figures.version, id(figures))
+        key = (label, figures.version, id(figures), self._heat_from)
         if key != self._figures_key:
-            ttfts = figures.ttft[-KEEP:]
-            self._figures = (figures.good, M.percentile(figures.tpot[-KEEP:], 50), M.percentile(ttfts, 50),
-                             M.percentile(ttfts, 99))
+            good, n_ttft, n_tpot = figures.good, KEEP, KEEP
+            if self._heat_from is not None and self._heat_from[0] == id(figures):  # since the thermal change only
+                good = figures.good - self._heat_from[1]
+                n_ttft, n_tpot = min(good, KEEP), min(figures.tpot_added - self._heat_from[2], KEEP)
+            ttfts = figures.ttft[-n_ttft:] if n_ttft else []
+            self._figures = (good, M.percentile(figures.tpot[-n_tpot:] if n_tpot else [], 50),
+                             M.percentile(ttfts, 50), M.percentile(ttfts, 99))
             self._figures_key = key
         return self._figures
 

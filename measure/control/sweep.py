@@ -22,6 +22,8 @@ from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
 from measure.sources.base import CellStopped, FiniteLoadSource, LoadSource, SourceError, finite
 from presets import Workload
 
+CLIENT_THERMAL = "this client machine's, not the servers': "  # an HTTP cell's thermal state is read where it runs
+
 if TYPE_CHECKING:
     from measure.core.arrivals import ArrivalSpec, Schedule
     from measure.core.clients import ClientShare, Segment
@@ -146,6 +148,8 @@ class CellRunner:
             cell.load = replace(cell.load, warmup_requests=warmed)
         machine = cell.machine
         if thermal := self.heat.describe():  # §21: a cell whose thermal state changed is not one machine's figure
+            if not self.local:  # over HTTP the engines run on the servers: this is the client's state, said so
+                thermal = f"{CLIENT_THERMAL}{thermal}"
             machine = replace(machine, thermal=thermal, thermal_changed=True if self.heat.changed else None)
         if self.energy:
             rails = self.energy.end(busy=bool(records))

@@ -188,18 +188,24 @@ HEAT_MIN_S = 30.0  # a cell shorter than this has no burst vs sustained figure (
 
 
 def burst_sustained(records: Sequence[RequestRecord]) -> tuple[float, float] | None:
-    """(burst, sustained) aggregate tok/s of a cell, over its span (first scheduled → last done): its tokens
-    in the first fifth ÷ that fifth, and in the last half ÷ that half. A machine that heats up and throttles
-    (a MacBook Air: 21.1 → 17.5 tok/s over five runs) reads sustained below burst. None for a span under
-    HEAT_MIN_S."""
+    """(burst, sustained) tok/s of a cell, over its span (first scheduled → last done): the speed of its streams in
+    the first fifth and in the last half, each window's tokens ÷ the stream-seconds in service inside it, times the
+    cell's achieved concurrency over the whole span (so one stream's figures are its tok/s). A machine that heats
+    up and throttles (a MacBook Air: 21.1 → 17.5 tok/s over five runs) reads sustained below burst; a window with
+    fewer streams in flight (a closed loop's partly filled last round, an open loop's lull) does not. None for a
+    span under HEAT_MIN_S."""
     span = run_span_ns(records)
     if span is None or (span[1] - span[0]) / NS < HEAT_MIN_S:
         return None
     a, b = span
     first, last = a + (b - a) // 5, a + (b - a) // 2
-    early = sum(1 for r in records for t in r.token_ns if a <= t < first)
-    late = sum(1 for r in records for t in r.token_ns if last <= t <= b)
-    return early / ((first - a) / NS), late / ((b - last) / NS)
+    conc = achieved_concurrency(records, a, b + 1) or 0.0
+
+    def speed(x: int, y: int) -> float:
+        busy = (achieved_concurrency(records, x, y) or 0.0) * (y - x) / NS  # stream-seconds in service
+        return tokens_in_window(records, x, y) / busy * conc if busy > 0 else 0.0
+
+    return speed(a, first), speed(last, b + 1)
 
 
 def meets_slo(r: RequestRecord, slo: SLO) -> bool:

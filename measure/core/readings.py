@@ -279,13 +279,17 @@ class SystemSample:
 
 
 class ThermalLog:
-    """The thermal states seen since `mark()`, in order, repeats dropped: a cell's "nominal → throttled"."""
+    """The thermal states seen since `mark()`, in order, repeats dropped: a cell's "nominal → throttled". A cell
+    changed state only where it saw two: the state the cell before it saw last is not one of its own (a machine
+    that turned hot between two cells ran the second in one state); it describes a cell that saw none."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.before: list[str] = []  # the last state seen before mark()
 
     def mark(self) -> None:
-        self.seen = self.seen[-1:]
+        self.before = self.seen[-1:] or self.before
+        self.seen = []
 
     def note(self, label: str | None) -> None:
         if label and label != "unknown" and (not self.seen or self.seen[-1] != label):  # unknown: no reading
@@ -296,7 +300,8 @@ class ThermalLog:
         return len({s.split(" (")[0] for s in self.seen}) > 1
 
     def describe(self) -> str | None:
-        return " → ".join(self.seen) if self.seen else None
+        seen = self.seen or self.before
+        return " → ".join(seen) if seen else None
 
 
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------

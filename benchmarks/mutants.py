@@ -1,0 +1,253 @@
+"""The truth matrix's mutation score (docs/design.md §22): bugs planted in the measurement code, one at a time, and
+whether the matrix (benchmarks/truth_matrix.py) fails on each.
+
+Each mutant is a source-text patch (an exact string of one file replaced) applied to a temporary copy of this tree
+(the files git tracks, and those it does not ignore), never to the tree itself: every process the matrix starts (the
+fleet's workers, a pool's client processes, the null servers, `inference-top bench`) runs the planted code. A patch
+whose text is no longer in its file is reported as stale (the code moved: the mutant must be rewritten), not counted.
+
+A kill stands only where the cell that failed, run again on its own, fails again with the mutant and passes without
+it: a failure that does not repeat, or that the unpatched tree shares, was a stall of this busy machine, and the
+mutant is not counted killed ("UNCONFIRMED"). (This confirms the score; the matrix itself never runs a cell twice.)
+
+A mutant is killed by `make test`'s sample when `truth_matrix.py --cover SEED` (tests/test_truth_matrix.py's draw:
+one cell of each load kind over every source, its --find searches, live steps and the command line) fails, and by
+the full matrix when `truth_matrix.py` does; both stop at the first failing cell. The sample's cells are cells of
+the full matrix, so a mutant the sample kills is counted killed by the full matrix without running it again; the
+full matrix runs only on the sample's survivors. Before any mutant the unpatched copy runs the sample: a baseline
+that fails gives no score.
+
+    python benchmarks/mutants.py                 # every mutant; ends with one JSON line
+    python benchmarks/mutants.py --quick         # the bench cells of the sample only, no full matrix (4.5–5.5 min)
+    python benchmarks/mutants.py --only tpot_x2  # one mutant by name (repeatable)
+
+How long, on the shared 2-core machine it was written on (load average 6–10): --quick 268–331 s for 32 mutants;
+the sample with its searches, live steps and command lines ≈ 45 s a mutant, so ≈ 25 min for all; the full matrix
+of a survivor ≈ 35 min (40 of its cells took 3 min 51 s), so a whole run ≈ 25 min + 35 min per survivor of the
+sample. Under such load a cell can fail on a stall (its failure says STALLED): a kill's first failures are printed
+beside it, to be read.
+
+The JSON line: {"mutants", "killed_full", "killed_sample", "survivors": [{"name", "why"}], "stale", "seconds"}
+(killed_full null with --quick).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    what: str  # the bug, said
+    where: str = ""  # where the matrix can see it, if only some cells can (a survivor's why)
+
+
+M = "measure/core/metrics.py"
+MUTANTS = [
+    # a scale factor on each figure
+    Mutant("tpot_x2", M, "    return (token_ns[-1] - token_ns[0]) / (n - 1) / NS",
+           "    return (token_ns[-1] - token_ns[0]) / (n - 1) / NS * 2", "TPOT × 2"),
+    Mutant("goodput_x0.5", M, "    return Goodput(len(met) / span_s, sum(r.output_tokens for r in met) / span_s,",
+           "    return Goodput(len(met) / span_s, 0.5 * sum(r.output_tokens for r in met) / span_s,", "goodput × 0.5"),
+    Mutant("tps_x0.75", M, "    return aggregate_tps(records, span[0], span[1] + 1)",
+           "    return 0.75 * aggregate_tps(records, span[0], span[1] + 1)", "output tok/s × 0.75"),
+    Mutant("ttft_engine_x1.5", M, "    return (_set(r.t_first_token_ns) - _set(r.t_started_ns)) / NS",
+           "    return 1.5 * (_set(r.t_first_token_ns) - _set(r.t_started_ns)) / NS", "engine TTFT × 1.5"),
+    Mutant("itl_x1.5", M, "    return d[d > 0] / NS", "    return d[d > 0] / NS * 1.5", "ITL × 1.5",
+           "ITL p50 +1 ms: inside its +3.5 ms tolerance (its clean spread here +3.1 ms); TPOT, 2 ms exact, is not "
+           "touched"),
+    Mutant("concurrency_x0.8", M, "    return busy / (b_ns - a_ns)", "    return 0.8 * busy / (b_ns - a_ns)",
+           "achieved concurrency × 0.8"),
+    Mutant("attainment_off_by_one", M, "len(met) / len(finished),", "len(met) / (len(finished) + 1),",
+           "SLO attainment over one request more than finished"),
+    Mutant("slo_too_strict", M, "tp is not None and tp > slo.tpot_s:", "tp is not None and tp > slo.tpot_s / 100:",
+           "the TPOT bound judged 100 × too strictly"),
+    Mutant("e2e_from_first_token", M, "    return (_set(r.t_done_ns) - r.t_scheduled_ns) / NS",
+           "    return (_set(r.t_done_ns) - _set(r.t_first_token_ns)) / NS", "E2E timed from the first token"),
+    Mutant("span_from_first_token", M, "    starts = [r.t_scheduled_ns for r in records]",
+           "    starts = [r.t_first_token_ns or r.t_scheduled_ns for r in records]",
+           "a run's span (tok/s, goodput) from its first token, not its first scheduled request",
+           "tok/s +7 % on an open loop's 0.3 s span, +15 % on a closed loop's 0.14 s: inside ± 10 % + the stall ÷ "
+           "the span"),
+    Mutant("concurrency_from_scheduled", M, "        start, done = (r.t_started_ns, r.t_done_ns)",
+           "        start, done = (r.t_scheduled_ns, r.t_done_ns)", "achieved concurrency counts the queue",
+           "only where requests queue (a closed loop's users above its slots, a capped or fleet open loop)"),
+    # a wrong label
+    Mutant("p99_ttft_is_p50", M, '"p99_ttft_ms": ms(percentile(ttfts, 99)),', '"p99_ttft_ms": ms(percentile(ttfts, 50)),',
+           "TTFT p99 labelled on the median", "only where TTFTs spread (requests queue)"),
+    Mutant("cell_b_plus_1", "measure/control/cell.py", "    cell = Cell(k=spec.k, b=spec.b,",
+           "    cell = Cell(k=spec.k, b=spec.b + 1,", "the cell labelled B + 1"),
+    Mutant("client_procs_plus_1", "measure/control/cell.py",
+           "len(procs) if procs and is_remote(spec.mode) else None)",
+           "len(procs) + 1 if procs and is_remote(spec.mode) else None)", "client processes counted one too many",
+           "pool cells only"),
+    Mutant("endpoint_label_first", "measure/sources/http.py", "extra.update(endpoint=ep.info.label,",
+           "extra.update(endpoint=self._eps[0].info.label,", "every request labelled with the first endpoint",
+           "http and pool cells over two endpoints"),
+    # a record dropped or doubled, a token lost
+    Mutant("record_dropped", M, "    good = ok(records)\n", "    good = ok(records)[1:]\n",
+           "one record left out of the request figures"),
+    Mutant("record_doubled", M, "    good = ok(records)\n", "    good = ok(records) + ok(records)[:1]\n",
+           "one record counted twice in the request figures"),
+    Mutant("token_dropped", "measure/core/records.py", "    toks = list(out.token_ns)",
+           "    toks = list(out.token_ns)[1:]", "every record's first token lost"),
+    # a clock offset, a hidden wait
+    Mutant("first_token_clock_10ms", "measure/core/records.py", "t_first_token_ns=toks[0] if toks else None,",
+           "t_first_token_ns=toks[0] + 10_000_000 if toks else None,", "the first token stamped 10 ms late"),
+    Mutant("ttft_clock_offset", M, "    return (_set(r.t_first_token_ns) - r.t_scheduled_ns) / NS",
+           "    return (_set(r.t_first_token_ns) - r.t_scheduled_ns) / NS + 0.005", "TTFT + 5 ms (a clock offset)",
+           "inside the TTFT p50 tolerance of 15 ms that this machine's clean spread (+13 ms) sets"),
+    Mutant("queue_hidden", "measure/core/records.py", "t_started_ns=out.t_started_ns,",
+           "t_started_ns=req.t_scheduled_ns,", "a request's start stamped at its schedule: its queue hidden",
+           "only where requests queue"),
+    Mutant("client_wait_25ms", "measure/sources/http.py", "        t_started = time.perf_counter_ns()\n",
+           "        await asyncio.sleep(0.025)\n        t_started = time.perf_counter_ns()\n",
+           "a silent 25 ms client-side wait before every HTTP request", "http and pool cells"),
+    Mutant("lateness_plus_10ms", "measure/core/arrivals.py",
+           "    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 for r",
+           "    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 + 10 for r", "lateness read 10 ms high"),
+    Mutant("combine_clock_offset", "measure/control/runs.py", "t_scheduled_ns=rec.t_scheduled_ns + d,",
+           "t_scheduled_ns=rec.t_scheduled_ns + d + 1_000_000,",
+           "report --combine shifts the schedule 1 ms against the rest of the clock", "two-segment cells only"),
+    # a rate × 0.5, the schedule wrong
+    Mutant("rate_x0.5", "measure/core/arrivals.py", "_scaled(gaps, (total - 1) / self._rate())",
+           "_scaled(gaps, 2 * (total - 1) / self._rate())", "constant, Poisson and gamma sent at half the rate",
+           "constant, Poisson and gamma cells"),
+    Mutant("ramp_x0.5", "measure/core/arrivals.py", "        big_t = 2 * (n - 1) / (r0 + r1)",
+           "        big_t = 4 * (n - 1) / (r0 + r1)", "a ramp at half its rates", "ramp cells"),
+    Mutant("trace_half_speed", "measure/core/arrivals.py",
+           "yield round((ts[i % n] + (i // n) * period) / self.speed * NS)",
+           "yield round((ts[i % n] + (i // n) * period) * 2 / self.speed * NS)", "a trace replayed at half speed",
+           "trace cells"),
+    Mutant("arrival_rate_reported_x0.5", "measure/core/arrivals.py",
+           "    return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)",
+           "    return 0.5 * (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)",
+           "the realised arrival rate reported at half"),
+    # a user count off by one, a request sent twice
+    Mutant("users_plus_1", "measure/core/workload.py", "        n = max(0, self.users - outstanding)",
+           "        n = max(0, self.users + 1 - outstanding)", "a closed loop runs one user more than asked",
+           "closed-loop cells of the fleet, batch and http (a pool's processes each run their share of the loop)"),
+    Mutant("request_sent_twice", "measure/core/workload.py", "        for index, t_sched in due:",
+           "        for index, t_sched in (due + due[:1] if len(due) > 1 else due):",
+           "a request sent twice where several fall due at once", "where two requests fall due in one wakeup"),
+    # the kinds of rounds past
+    Mutant("open_loop_capped", "measure/sources/dispatch.py",
+           "        if spill and not self.cap_open_loop and load is not None and is_open_loop(load.arrivals):",
+           "        if False:", "an open loop silently capped by the client's B streams",
+           "uncapped http open loops whose load exceeds K × B streams"),
+    Mutant("level_timed_from_key_press", "measure/control/live.py", "        if self.caps.level_ready:",
+           "        if False:", "a live level timed from the key press, its warmup inside it", "live steps"),
+]
+
+
+def copy_tree(dst: Path) -> None:
+    """The files git tracks and those it does not ignore, copied (the tree the matrix runs)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                         check=True).stdout.decode()
+    for rel in filter(None, out.split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+
+
+def run_matrix(tree: Path, args: list[str], timeout_s: float) -> tuple[bool, str]:
+    """(failed, its last JSON line or why it did not end) of truth_matrix.py run in `tree`. A run cut at the timeout
+    did not fail: the mutant is not counted killed (its why says so)."""
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    try:
+        p = subprocess.run([sys.executable, "benchmarks/truth_matrix.py", "--quiet", "--stop-first", *args],
+                           cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"not finished in {timeout_s:g} s (--timeout): not counted killed"
+    last = (p.stdout.strip().splitlines() or [p.stderr.strip()[-300:]])[-1]
+    return p.returncode != 0, last
+
+
+def first_failed(line: str) -> str | None:
+    """The first failing cell's name in truth_matrix.py's JSON line."""
+    try:
+        cells = json.loads(line).get("failed_cells") or []
+    except (ValueError, AttributeError):
+        return None
+    return cells[0] if cells else None
+
+
+def run_cell(tree: Path, cell: str, timeout_s: float) -> bool:
+    """Whether the cell named (a bench cell, or the part of the matrix a search, live or cli cell is in) fails."""
+    part = next((p for p in ("find", "live", "cli") if cell.startswith(p)), None)
+    return run_matrix(tree, ["--only", part] if part else ["--only", "bench", "--filter", cell], timeout_s)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed (truth_matrix.py --cover)")
+    ap.add_argument("--quick", action="store_true", help="the sample's bench cells only; no full matrix")
+    ap.add_argument("--only", action="append", help="this mutant only (by name; repeatable)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds for one run of the matrix")
+    a = ap.parse_args(argv)
+    chosen = [m for m in MUTANTS if not a.only or m.name in a.only]
+    sample = ["--cover", str(a.seed)] + (["--only", "bench"] if a.quick else [])
+    t0 = time.monotonic()
+    killed_s, killed_f, survivors, stale = 0, 0, [], []
+    with tempfile.TemporaryDirectory(prefix="mutants-") as d:
+        tree = Path(d)
+        copy_tree(tree)
+        failed, line = run_matrix(tree, sample, a.timeout)
+        print(f"baseline (no mutant): {'FAILS' if failed else 'passes'} {line}", flush=True)
+        if failed:
+            print(json.dumps({"error": "the unpatched tree fails the sample: no score", "baseline": line}))
+            return 2
+        for m in chosen:
+            path = tree / m.path
+            text = path.read_text()
+            if text.count(m.old) != 1:
+                stale.append(m.name)
+                print(f"STALE {m.name}: its text is in {m.path} {text.count(m.old)} times", flush=True)
+                continue
+            path.write_text(text.replace(m.old, m.new))
+            try:
+                by_sample, line = run_matrix(tree, sample, a.timeout)
+                by_full = by_sample
+                if not by_sample and not a.quick:
+                    by_full, line = run_matrix(tree, [], a.timeout)
+                cell = first_failed(line) if by_full else None
+                again = cell is None or run_cell(tree, cell, a.timeout)  # the mutant fails that cell once more …
+            finally:
+                path.write_text(text)
+            if cell is not None and not (again and not run_cell(tree, cell, a.timeout)):  # … and the tree passes it
+                how = "failed again, but also without the mutant" if again else "passed with the mutant"
+                line = f"UNCONFIRMED: {cell}, run alone, {how} (a stall); {line}"
+                by_sample = by_full = False
+            killed_s += by_sample
+            killed_f += by_full
+            if not by_full or (a.quick and not by_sample):
+                why = m.where or "within the tolerances of every cell run"
+                if "not finished" in line or line.startswith("UNCONFIRMED"):
+                    why += "; " + line[:300]
+                survivors.append({"name": m.name, "what": m.what, "why": why,
+                                  "run": "the sample" if a.quick else "the sample and the full matrix"})
+            print(f"{'killed ' if by_full else 'SURVIVED'} {m.name} ({m.what}): sample "
+                  f"{'kills' if by_sample else 'misses'}; {line[:300]}", flush=True)
+    print(json.dumps({"mutants": len(chosen) - len(stale), "killed_full": None if a.quick else killed_f,
+                      "killed_sample": killed_s, "survivors": survivors, "stale": stale,
+                      "seconds": round(time.monotonic() - t0, 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
