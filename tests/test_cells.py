@@ -48,6 +48,7 @@ class FixedRoofline:
     """A roofline that predicts the same level everywhere (the machine's probe would vary)."""
 
     attainable_gbps = 40.0
+    work = None  # no model of the work: the bandwidth product keeps W = the model file, as these cells were written
 
     def level(self, mode, k, b, threads, prompt_tokens, output_tokens):
         if mode == "http":

@@ -184,7 +184,8 @@ def records_of(out):
 @pytest.fixture(scope="module")
 def two_clients(null_server, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("clients")
-    one = run(ARGS + ["--url", null_server, "--out", str(tmp / "one")])
+    # the reference without a warmup: a segment's load starts at its asked instant and takes none (its ids from 1)
+    one = run(ARGS + ["--url", null_server, "--warmup", "0", "--out", str(tmp / "one")])
     assert one.returncode == 0, one.stderr
     start = round(time.time() + 10.0, 3)  # both processes up and warmed well before it
     perf_at_start = time.perf_counter_ns() + round((start - time.time()) * NS)  # this process's own mapping

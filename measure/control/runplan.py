@@ -309,9 +309,11 @@ class RunPlan:
                     "open_loop_streams": "capped at B (--b)" if self.cap_open_loop else "not capped by the client",
                     **common}
         assert self.choice is not None and self.spec is not None  # a local engine's plan has both (make_plan)
+        work = self.work()  # what a token reads (docs/design.md §26): the bandwidth product's W, recomputable
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
-            "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)", **common})
+            "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)",
+            **({"read_bytes_per_token": work.read_bytes(1), "work": work.describe()} if work else {}), **common})
 
     def start_live(self, record: str | None = None, brake: bool = True,
                    prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
