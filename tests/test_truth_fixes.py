@@ -153,7 +153,7 @@ def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch)
     pmset = (Path(__file__).parent / "data" / "mac" / "pmset_therm_nominal.txt").read_text()
     reader = host.ThermalReader(every_s=0, system=lambda: "Darwin", run=lambda cmd: pmset)
     probe = probes.SystemProbe(thermal=reader)
-    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda: probe)
+    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)
     with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
         src = HttpSource([srv.url], RunMeta("null", "null", 0, mode="http", simulated=True), b=1, events=False)
         src.start()
