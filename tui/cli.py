@@ -1016,7 +1016,9 @@ def server_vs_engine_main(argv: list[str]) -> int:
         fail(str(exc), EXIT_FAILED)
     finally:
         if proc is not None:
-            SVE.stop_server(proc)
+            from measure.machine.servers import stop_server
+
+            stop_server(proc)
     return _server_vs_engine_end(SVE, out, {"model": model.name, "model_path": str(model.path), "engine": engine,
                                             "server": a.serve or _shown_argv([url])[0], "threads": threads})
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from measure.core import serving as S
 from measure.core.records import RequestRecord
+from measure.machine import servers
 
 SERVERS = ("llama-server", "llama_cpp.server", "mlx_lm.server")
 
@@ -46,37 +46,12 @@ def server_command(kind: str, model: str, port: int, b_max: int, ctx: int, threa
 
 def start_server(cmd: list[str], port: int, log_path: Path, ready_s: float = 180.0) -> subprocess.Popen[bytes]:
     """Run `cmd`, its output in `log_path`, until GET /v1/models on `port` answers 200; ServeError (the process
-    stopped) where it exits first or does not answer within ready_s."""
-    from engines import http_sync
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    end = time.monotonic() + ready_s
-    while True:
-        if proc.poll() is not None:
-            tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
-            raise ServeError(f"{Path(cmd[0]).name} {' '.join(cmd[1:3])} exited with {proc.returncode} before it "
-                             f"answered" + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
-        try:
-            if http_sync.get(f"http://127.0.0.1:{port}/v1/models", 2).status_code == 200:
-                return proc
-        except http_sync.HTTPError:
-            pass
-        if time.monotonic() > end:
-            stop_server(proc)
-            raise ServeError(f"the server did not answer within {ready_s:.0f} s (log: {log_path})")
-        time.sleep(0.25)
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stopped) where it exits first or does not answer within ready_s (machine/servers.start_server)."""
+    try:
+        return servers.start_server(cmd, f"http://127.0.0.1:{port}/v1/models", log_path, ready_s,
+                                    f"{Path(cmd[0]).name} {' '.join(cmd[1:3])}")
+    except servers.ServerStartError as exc:
+        raise ServeError(str(exc)) from None
 
 
 def read_cells(folder: Path) -> list[dict[str, Any]]:

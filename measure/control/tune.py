@@ -34,6 +34,7 @@ from engines.base import EngineError
 from measure.control.cell import Cell
 from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
 from measure.core.workload import ClosedLoop
+from measure.machine.servers import ServerStartError, start_server, stop_server
 from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
@@ -1124,7 +1125,7 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
 
         def stop() -> None:
             for proc in procs:
-                _stop_proc(proc)
+                stop_server(proc)
 
         try:
             ports = [_start_server(binary, model, c, ctx, logs / (f"{c.slug}.server.log" if c.k == 1 else
@@ -1141,48 +1142,21 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
     return open_source
 
 
-def _stop_proc(proc: Any) -> None:
-    import subprocess
-
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Path, ready_s: float,
                   procs: list[Any]) -> int:
     """One llama-server of the candidate on a free loopback port, appended to `procs` at once (the caller stops
-    them), waited for until /health answers; its port."""
+    them), waited for until /health answers (machine/servers.start_server); its port."""
     import socket
-    import subprocess
-
-    from engines import http_sync
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    procs.append(proc)
-    deadline = time.monotonic() + ready_s
-    while True:
-        if proc.poll() is not None:
-            tail = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()][-1:]
-            raise SourceError(f"llama-server exited with {proc.returncode} before it answered"
-                              + (f": {tail[0][:200]}" if tail else "") + f" (log: {log_path})")
-        try:
-            if http_sync.get(f"http://127.0.0.1:{port}/health", 2).status_code == 200:
-                return port
-        except http_sync.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise SourceError(f"llama-server did not answer within {ready_s:.0f} s (log: {log_path})")
-        time.sleep(0.25)
+    try:
+        start_server(cmd, f"http://127.0.0.1:{port}/health", log_path, ready_s, "llama-server", procs.append)
+    except ServerStartError as exc:
+        raise SourceError(str(exc)) from None
+    return port
 
 
 def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
