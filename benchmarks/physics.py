@@ -17,9 +17,9 @@ two: its overhead is the one fitted on a chip of the same llama.cpp backend with
 names it) and only the bandwidth is fitted. Held-out rows (MoE, batches, sliding-window models at depth, a
 second build) are never fitted: they test the model.
 
-The machine: Machine.from_chip(chip) where it knows the effective figures (issue 42); with a roofline that
-does not yet (no `step_overhead_s`), the chip's effective bandwidth is passed as spec × its ratio and the
-overhead is added to the predicted step here, and the JSON says so ("machine": "shim").
+The machine: Machine.from_chip(chip), the chip's effective bandwidth, its cost per step and, where fitted, its
+batch path (`batch_step_ms` + (B − 1) × `seq_step_ms`: --fit takes them from one dense model's
+llama-batched-bench rows marked fit; every other batch row is held out).
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +113,6 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def lead_machine() -> bool:
-    """Whether roofline.Machine models a per-step overhead itself (issue 42's interface)."""
-    from measure.core.roofline import Machine
-
-    return any(f.name == "step_overhead_s" for f in fields(Machine))
-
-
 def predict_point(p: dict[str, Any]) -> float:
     """The predicted rate of this row: per stream, or B × per stream for an aggregate (llama-batched-bench's
     S_TG counts decode only: B sequences × TG tokens ÷ the decode time)."""
@@ -131,30 +123,14 @@ def predict_point(p: dict[str, Any]) -> float:
     c = chip(p["chip"])
     wm = W.from_preset(model(p["model"]))
     lengths = {"prompt_tokens": int(p["depth"]) or 1, "output_tokens": int(p["tg"]), "context": context(p)}
-    if lead_machine():
-        pr = predict(wm, Machine.from_chip(c), "batch", 1, int(p["b"]), **lengths)  # type: ignore[arg-type]
-        per_stream = pr.per_stream_tps
-    else:
-        eff, over = c.effective_bandwidth_gbps, (c.step_overhead_ms or 0.0) / 1e3
-        m = Machine.from_chip(c, bw_efficiency=eff / c.bandwidth_gbps) if eff and c.bandwidth_gbps else Machine.from_chip(c)
-        pr = predict(wm, m, "batch", 1, int(p["b"]), **lengths)  # type: ignore[arg-type]
-        per_stream = 1.0 / (pr.tpot_s + over)
-    return per_stream * (int(p["b"]) if p["per"] == "aggregate" else 1)
+    pr = predict(wm, Machine.from_chip(c), "batch", 1, int(p["b"]), **lengths)  # type: ignore[arg-type]
+    return pr.per_stream_tps * (int(p["b"]) if p["per"] == "aggregate" else 1)
 
 
 def summary(errs: list[float]) -> dict[str, Any]:
     a = [abs(e) for e in errs]
     return {"points": len(a), "median_error": round(statistics.median(a), 4) if a else None,
             "worst_error": round(max(a), 4) if a else None}
-
-
-def moe_aware() -> bool:
-    """Whether the work model reads only the routed experts: gpt-oss-20b at B = 1 reads well under its file."""
-    from measure.core import work as W
-    from presets import model
-
-    wm = W.from_preset(model("gpt-oss-20b-mxfp4"))
-    return wm.bytes_per_step([0]) < 0.5 * wm.file_bytes
 
 
 def report(data: dict[str, Any], only_chip: str | None) -> dict[str, Any]:
@@ -176,9 +152,7 @@ def report(data: dict[str, Any], only_chip: str | None) -> dict[str, Any]:
     return {**head, "goal": {"median_error": GOAL[0], "worst_error": GOAL[1],
                              "met": head["median_error"] <= GOAL[0] and head["worst_error"] <= GOAL[1]},
             "fitted": summary(errs.get("fit", [])),
-            "held_out": {**summary(held), **{g.split(":", 1)[1]: summary(v) for g, v in errs.items() if g != "fit"}},
-            "machine": "roofline (step overhead modelled)" if lead_machine() else "shim (overhead added here)",
-            "work_model_moe_aware": moe_aware()}
+            "held_out": {**summary(held), **{g.split(":", 1)[1]: summary(v) for g, v in errs.items() if g != "fit"}}}
 
 
 def print_fit(data: dict[str, Any]) -> None:

@@ -14,8 +14,9 @@ from engines.base import EngineError, EngineSpec
 from measure.control.live import LiveSettings
 from measure.machine.envinfo import environment
 from measure.core.guard import GuardError, parse_size
-from measure.machine.host import default_budget, is_mac
-from measure.machine.model_choice import ModelChoice, build_spec, engine_label, resolve_model, run_header, run_meta
+from measure.machine.host import default_budget
+from measure.machine.model_choice import (ModelChoice, build_spec, engine_label, gpu_share, llama_placement, resolve_model,
+                                          run_header, run_meta)
 from measure.machine.probes import detect_chip, effective_memory
 from measure.core.records import Mode, RequestRecord, RunMeta
 from measure.core.units import fmt_gib
@@ -263,26 +264,13 @@ class RunPlan:
                             engine_baseline=self.engine_baseline)
 
     def engine_on_gpu(self) -> bool:
-        """Whether the engine's layers run on a GPU (its thermal state is then the GPU's): the llama engine's as this
-        llama.cpp build places them, mlx on a Mac (mlx on Linux runs on the CPU); a server's: not ours to say."""
-        if self.engine == "llama":
-            try:
-                import llama_cpp
-
-                from engines.llama_cpp import offloaded_fraction
-            except ImportError:
-                return False
-            return offloaded_fraction(llama_cpp, self.spec.n_gpu_layers if self.spec else None, None) > 0
-        if self.engine == "mlx":
-            return is_mac()
-        return True
+        """Whether the engine's layers run on a GPU (its thermal state is then the GPU's): model_choice.gpu_share."""
+        return gpu_share(self.engine, self.spec.n_gpu_layers if self.spec else None) > 0
 
     def _placement(self) -> str:
         """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design.md §26)."""
         if self.engine != "llama" or self.spec is None:
             return ""
-        from measure.machine.model_choice import llama_placement
-
         return llama_placement(self.spec.n_gpu_layers)
 
     def header(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -376,20 +364,6 @@ class RunPlan:
         if self.bandwidth_gbps:
             return f"β = {self.bandwidth_gbps:g} GB/s ({self.bandwidth_source})"
         return "β unknown (pass --bandwidth)"
-
-
-def _gpu_share(args: argparse.Namespace) -> float:
-    """The part of a local engine's footprint its GPU wires: the llama engine's offloaded layers as this llama.cpp
-    build places them (none on a build without a GPU backend), all of it for mlx."""
-    if args.engine != "llama":
-        return 1.0
-    try:
-        import llama_cpp
-
-        from engines.llama_cpp import offloaded_fraction
-    except ImportError:
-        return 1.0
-    return offloaded_fraction(llama_cpp, args.n_gpu_layers, None)
 
 
 def resolve_budget(text: str | None, total: int | None = None, limit_name: str | None = None,
@@ -498,7 +472,7 @@ def make_plan(args: argparse.Namespace, *, default_max_tokens: int,
     contexts = getattr(args, "contexts", None) or []
     max_tokens = args.max_tokens or default_max_tokens
     ctx = _check_lengths(args, wl, contexts, max_tokens)
-    budget, budget_src = resolve_budget(args.memory_budget, gpu_share=_gpu_share(args))
+    budget, budget_src = resolve_budget(args.memory_budget, gpu_share=gpu_share(args.engine, args.n_gpu_layers))
     slo, cost = _slo_and_cost(args)
     common = dict(workload=wl, ks=ks, bs=bs, max_b=args.max_b, ctx=ctx, threads=args.threads,
                   max_tokens=max_tokens, rate=args.rate, users=args.users, ignore_eos=not args.stop_at_eos,

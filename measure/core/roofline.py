@@ -173,10 +173,9 @@ class Machine:
         `bw_efficiency` given: spec × it, whatever was measured."""
         if not chip.bandwidth_gbps:
             raise ValueError(f"chip {chip.name} has no verified bandwidth in presets")
-        eff = getattr(chip, "effective_bandwidth_gbps", None)
-        overhead_ms = float(getattr(chip, "step_overhead_ms", 0.0) or 0.0)
+        eff, overhead_ms = chip.effective_bandwidth_gbps, float(chip.step_overhead_ms or 0.0)
         if eff and bw_efficiency is None:
-            src = getattr(chip, "effective_source", "") or "published measurements"
+            src = chip.effective_source or "published measurements"
             notes = [f"bandwidth {eff:g} GB/s effective ({eff / chip.bandwidth_gbps:.0%} of {chip.bandwidth_gbps:g} "
                      f"spec) and {overhead_ms:g} ms a step, fitted to {src}"]
             gbps, source = float(eff), "effective (published)"
@@ -191,7 +190,7 @@ class Machine:
             notes.append(f"compute {chip.fp16_tflops:g} TFLOP/s FP16 spec × {flop_efficiency:g} (assumed)")
         else:
             notes.append("no FLOP/s figure in presets: the compute ceiling is not drawn")
-        batch_ms, seq_ms = getattr(chip, "batch_step_ms", None), getattr(chip, "seq_step_ms", None)
+        batch_ms, seq_ms = chip.batch_step_ms, chip.seq_step_ms
         if batch_ms is not None and seq_ms is not None and source.startswith("effective"):
             notes.append(f"batch path: +{batch_ms:g} ms a step at B ≥ 2 and {seq_ms:g} ms each further sequence "
                          "(fitted on a dense model's llama-batched-bench rows)")

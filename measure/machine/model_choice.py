@@ -165,6 +165,25 @@ def llama_placement(n_gpu_layers: int | None) -> str:
     return placement(llama_cpp, n_gpu_layers)
 
 
+def gpu_share(engine: str, n_gpu_layers: int | None) -> float:
+    """The part of a local engine's footprint its GPU wires (docs/design.md §26): the llama engine's layers as this
+    llama.cpp build offloads them (none without a GPU backend), mlx on a Mac all of it (mlx on Linux runs on the
+    CPU); 1 for anything else (a server's: not ours to say)."""
+    if engine == "llama":
+        try:
+            import llama_cpp
+
+            from engines.llama_cpp import offloaded_fraction
+        except ImportError:
+            return 0.0
+        return offloaded_fraction(llama_cpp, n_gpu_layers, None)
+    if engine == "mlx":
+        from measure.machine.host import is_mac
+
+        return 1.0 if is_mac() else 0.0
+    return 1.0
+
+
 def engine_label(engine: str) -> str:
     """The name records and screens show for an --engine value."""
     return {"llama": "llama.cpp", "mlx": "mlx-lm"}.get(engine, engine)
