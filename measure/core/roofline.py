@@ -137,13 +137,13 @@ class Machine:
                 base = max(0.0, (bs[lo] - lo * seq) / rl)
         t_top = 1.0 / d[top] * scale
         t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
-        busy = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
+        step = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
                 f"{t_top * 1e3:.1f} ms at {top} threads, {t_bytes * 1e3:.1f} ms of it its bytes: "
-                f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)", *busy)
+                f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)")
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
-                   thread_speedup={t: v / d[1] for t, v in d.items()}, notes=busy)
+                   thread_speedup={t: v / d[1] for t, v in d.items()}, notes=(step, *busy))
 
     def step_core(self, b: int, reads: float = 1.0) -> float:
         """Core-seconds of one decode step of b sequences (one thread's worth); `reads`: the weight bytes the step
