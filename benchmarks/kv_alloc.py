@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--contexts", default="4096,32768")
     a = ap.parse_args()
     from engines.embedded import embedded_model_path
-    from measure.core.guard import shape_from_gguf
+    from measure.machine.model_files import shape_from_gguf
     from measure.core.sizing import plan
 
     model = str(embedded_model_path(lambda m: None))

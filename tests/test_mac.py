@@ -12,6 +12,13 @@ from measure.core.readings import ThermalLog
 from measure.machine import host, probes
 from measure.core.guard import GiB, MiB
 from measure.core.sizing import chip_predictions, plan, unified_memory
+from measure.machine.model_files import work_model
+
+
+def llama_8b():
+    """plan --preset llama-3.1-8b's model, read as plan reads it."""
+    return work_model(None, None, "llama-3.1-8b")
+
 
 DATA = Path(__file__).parent / "data" / "mac"
 
@@ -140,7 +147,7 @@ def test_the_published_48gb_sweep_is_refused_where_it_collapsed():
 def test_the_predicted_batch_curve_peaks_on_a_48gb_mac():
     shape = guard.shape_from_preset("llama-3.1-8b")
     result = plan(shape, [4096], 48 * GiB, "bf16", unified=True)
-    _, m, rows = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, context=4096,
+    _, m, rows = chip_predictions(llama_8b, "apple-m4-pro", 128, 256, context=4096,
                                   result=result)
     assert m.flops is not None  # the compute ceiling is drawn
     batch = {p.b: p for p in rows if p.mode == "batch"}
@@ -150,14 +157,14 @@ def test_the_predicted_batch_curve_peaks_on_a_48gb_mac():
     assert batch[64].aggregate_tps < batch[32].aggregate_tps < best.aggregate_tps
     # without the budget the compute ceiling alone bends the curve flat by B=64 (it climbed to 811 tok/s there
     # with no FLOP/s figure for the chip and the KV read at 192 tokens)
-    _, _, flat = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, context=4096)
+    _, _, flat = chip_predictions(llama_8b, "apple-m4-pro", 128, 256, context=4096)
     fb = {p.b: p for p in flat if p.mode == "batch"}
     assert fb[64].binding == "compute" and fb[64].aggregate_tps < 1.1 * fb[32].aggregate_tps
 
 
 def test_the_kv_is_read_at_the_context_asked():
-    _, _, short = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256)
-    _, _, long = chip_predictions(None, None, "llama-3.1-8b", "apple-m4-pro", 128, 256, context=4096)
+    _, _, short = chip_predictions(llama_8b, "apple-m4-pro", 128, 256)
+    _, _, long = chip_predictions(llama_8b, "apple-m4-pro", 128, 256, context=4096)
     s = {p.b: p for p in short if p.mode == "batch"}
     lg = {p.b: p for p in long if p.mode == "batch"}
     assert lg[16].tpot_s > 1.3 * s[16].tpot_s  # 16 × 512 MiB of KV a step beside 15 GB of weights

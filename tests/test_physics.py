@@ -10,6 +10,7 @@ import pytest
 from measure.core import work as W
 from measure.core.metrics import read_bandwidth
 from measure.core.roofline import Machine, predict
+from measure.machine.model_files import work_from_config
 from presets import Chip
 
 MiB = 2**20
@@ -116,7 +117,7 @@ def test_config_moe_shape(tmp_path) -> None:
     import json
 
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_30B_A3B))
-    m = W.from_config(tmp_path / "config.json")
+    m = work_from_config(tmp_path / "config.json")
     assert m.params == pytest.approx(30.5e9, rel=0.01)  # Qwen's 30.5B
     assert m.experts is not None and (m.experts.count, m.experts.used) == (128, 8)
     assert m.experts.params_each == 3 * 2048 * 768 * 48
@@ -131,7 +132,7 @@ def test_unknown_config_window_is_named(tmp_path) -> None:
 
     cfg = dict(QWEN3_30B_A3B, num_experts=0, sliding_window=4096, use_sliding_window=True)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    m = W.from_config(tmp_path / "config.json")
+    m = work_from_config(tmp_path / "config.json")
     assert m.window_layers == 0 and any("sliding_window 4096" in a for a in m.assumed)
 
 
@@ -143,7 +144,7 @@ def test_gemma3_config_layer_types(tmp_path) -> None:
            "head_dim": 256, "num_hidden_layers": 18, "vocab_size": 262144, "tie_word_embeddings": True,
            "sliding_window": 512, "layer_types": types * 3}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    m = W.from_config(tmp_path / "config.json")
+    m = work_from_config(tmp_path / "config.json")
     assert (m.window, m.window_layers, m.full_layers) == (512, 15, 3)
 
 
@@ -192,7 +193,7 @@ def test_plan_matches_what_llama_cpp_allocates_for_the_embedded_gemma(model) -> 
     spec = importlib.util.spec_from_file_location("kv_alloc", Path(__file__).parent.parent / "benchmarks" / "kv_alloc.py")
     kv_alloc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kv_alloc)
-    from measure.core.guard import shape_from_gguf
+    from measure.machine.model_files import shape_from_gguf
     from measure.core.sizing import plan
 
     row = plan(shape_from_gguf(model.path), [4096], 24 * 2**30)["rows"][0]["kv_by_engine"]

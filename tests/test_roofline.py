@@ -6,7 +6,8 @@ import pytest
 import presets
 from measure.core.readings import Ceilings
 from measure.core.roofline import Machine, Point, calibrate, predict
-from measure.core.work import config_params, from_config, from_gguf, from_preset
+from measure.core.work import config_params, from_gguf, from_preset
+from measure.machine.model_files import work_from_config
 
 
 def test_work_of_the_embedded_gemma(model):
@@ -40,7 +41,7 @@ def test_work_of_a_llama_31_8b_config(tmp_path):
     assert config_params(LLAMA_31_8B) == (8_030_261_248, 525_336_576)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(LLAMA_31_8B))
-    w = from_config(p)
+    w = work_from_config(p)
     assert w.params == 8_030_261_248 and w.weight_bytes == 15_009_849_344 and w.embd_row_bytes == 8192
     assert w.flops_per_token(0) == 15_009_849_344 and w.flops_per_token(4096) == 15_009_849_344 + 524_288 * 4096
     assert w.kv_bytes_per_token == 131_072  # 128 KiB (seed 002)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from measure.core.datasets import load_sharegpt
+from measure.machine.workloads import load_sharegpt
 from measure.machine.workloads import resolve
 from measure.core.records import RunMeta
 from measure.machine.recorder import read_jsonl

@@ -12,7 +12,8 @@ import pytest
 
 from measure.core import traces
 from measure.core.arrivals import parse_arrivals
-from measure.core.datasets import DatasetError, load_sharegpt
+from measure.core.datasets import DatasetError
+from measure.machine.workloads import load_sharegpt
 from measure.machine.workloads import resolve
 from measure.machine.recorder import read_jsonl
 from measure.core.arrivals import TraceSessions

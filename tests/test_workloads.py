@@ -13,7 +13,8 @@ import pytest
 
 from engines.base import EngineSpec
 from measure.core.arrivals import LATE_MS, lateness_figures, parse_arrivals, realised_rate
-from measure.core.datasets import Dataset, DatasetError, load_jsonl, load_sharegpt, load_trace, parse_length
+from measure.core.datasets import Dataset, DatasetError, parse_length
+from measure.machine.workloads import load_jsonl, load_sharegpt, load_trace
 from measure.machine.workloads import resolve
 from measure.machine.recorder import read_jsonl
 from measure.core.records import RunMeta

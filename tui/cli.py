@@ -115,6 +115,8 @@ def common_args(p: OneLineParser, lists: bool) -> None:
 
 
 def _engine_args(p: OneLineParser) -> None:
+    from measure.core.traces import TRACE_FORMATS
+
     g = p.group(ENGINE)
     g.add_argument("--engine", default="llama", choices=["llama", "mlx", "http"],
                    help="llama (llama-cpp-python workers), mlx (mlx-lm workers) or http (an OpenAI-compatible "
@@ -135,7 +137,8 @@ def _engine_args(p: OneLineParser) -> None:
     g.add_argument("--prefix-cache", default=None, help="http engine: off (default: a unique prefix per request "
                    "and cache_prompt false, so every TTFT includes its prefill), on (the server may reuse cached "
                    "prompts), or shared:N (N shared words before the unique prefix: a controlled hit rate); "
-                   "mooncake: and bailian: traces default to on (their shared blocks), off defeats them")
+                   f"{' and '.join(f'{k}:' for k, f in TRACE_FORMATS.items() if f.block)} traces default to on "
+                   "(their shared blocks), off defeats them")
     g.add_argument("--tokenizer", default=None, help="http engine: a GGUF whose tokenizer makes the prompt ids "
                    "(default: the embedded model's; none: send text). Ids are sent only where the server's "
                    "/tokenize agrees, so an HTTP run reads the same prompt as a local one")
@@ -163,13 +166,16 @@ def _level_args(p: OneLineParser, lists: bool) -> None:
 
 
 def _workload_args(p: OneLineParser) -> None:
+    from measure.core.traces import TRACE_FORMATS
+
     g = p.group(LOAD)
     g.add_argument("--workload", default="default", help="workload preset, synthetic:N, jsonl:FILE (one "
                    "{\"prompt\": …, \"output_tokens\": N} per line), sharegpt:FILE, or trace:FILE (timestamp, "
                    "prompt_tokens, output_tokens per line, or an inference-top records.jsonl: replayed at its own "
                    "times, bench only); FILE 'sample' for the shipped sample; the public traces as published: "
-                   "mooncake:FILE, bailian:FILE, burstgpt:FILE, azure:FILE (docs/usage.md: Trace formats)")
-    g.add_argument("--model-filter", metavar="MODEL", help="burstgpt:FILE: only the rows of this Model "
+                   f"{', '.join(f'{k}:FILE' for k in TRACE_FORMATS)} (docs/usage.md: Trace formats)")
+    filtered = ", ".join(f"{k}:FILE" for k, f in TRACE_FORMATS.items() if f.model_column)
+    g.add_argument("--model-filter", metavar="MODEL", help=f"{filtered}: only the rows of this Model "
                    "(e.g. ChatGPT or GPT-4; default: every model's rows)")
     g.add_argument("--prompt-len", help="synthetic prompts of seeded random lengths: N, N±D (uniform), "
                    "uniform:A-B, normal:MEAN,SD, lognormal:MEAN,SD (default: the workload's prompts)")
@@ -818,7 +824,8 @@ def _plan_parser() -> argparse.ArgumentParser:
 
 def plan_main(argv: list[str]) -> int:
     args = _plan_parser().parse_args(argv)
-    from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
+    from measure.core.guard import GuardError, parse_size, shape_from_preset
+    from measure.machine.model_files import shape_from_config, shape_from_gguf, work_model
     from measure.core.sizing import PlanError, chip_memory, chip_predictions, plan, unified_memory
     from measure.machine.probes import total_memory_bytes
     from engines.base import EngineError
@@ -848,7 +855,7 @@ def plan_main(argv: list[str]) -> int:
             def probed() -> Ceilings:
                 return ceilings.get(say=lambda t: print(t, file=sys.stderr))
 
-            predictions = chip_predictions(args.config, args.model, args.preset,
+            predictions = chip_predictions(lambda: work_model(args.config, args.model, args.preset),
                                            probed if args.chip == "this" else args.chip, args.prompt, args.output,
                                            context=max(args.context), result=result)
         except PlanError as exc:

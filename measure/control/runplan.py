@@ -205,12 +205,13 @@ class RunPlan:
     def work(self) -> WorkModel | None:
         """The work model of the local model (core/work.py), or None (a server's model is not ours)."""
         from measure.core import work as W
+        from measure.machine.model_files import work_from_config
 
         if self.engine_is_remote or self.choice is None:
             return None
         try:
             if self.engine == "mlx":
-                return W.from_config(self.choice.path / "config.json")
+                return work_from_config(self.choice.path / "config.json")
             assert self.choice.info is not None  # a GGUF's, read when the model was resolved
             return W.from_gguf(self.choice.info, self.choice.kv_element_bytes)
         except (ValueError, KeyError, OSError):

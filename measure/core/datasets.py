@@ -14,7 +14,6 @@ import random
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from engines.base import Prompt
 from measure.core.records import RequestRecord
 from presets import Workload
 
-KINDS = ("jsonl", "sharegpt", "trace", "mooncake", "bailian", "burstgpt", "azure")  # the last four: core/traces.py
+KINDS = ("jsonl", "sharegpt", "trace")  # the public traces: core/traces.py's TRACE_FORMATS
 SAMPLES = {"jsonl": "prompts.jsonl", "sharegpt": "sharegpt.json", "trace": "trace.jsonl"}
 CHECK_DRAWS = 1000  # a length distribution's first draws checked against --ctx before anything starts
 
@@ -229,49 +228,7 @@ def prompt_for(workload: Workload, index: int) -> Prompt:
     return Prompt(f"{workload.key}-{i + 1}", text=workload.prompts[i])
 
 
-# ---- reading files -------------------------------------------------------------------------------------------
-
-
-def _path(kind: str, name: str) -> Path:
-    if name == "sample":
-        return Path(str(files("presets").joinpath("samples").joinpath(SAMPLES[kind])))
-    return Path(name).expanduser()
-
-
-def data_file(kind: str, name: str) -> Path:
-    """The file --workload KIND:NAME names, there and not a folder (DatasetError: one line)."""
-    where = f"--workload {kind}:{name}"
-    if not name or name == "sample" and kind not in SAMPLES:
-        raise DatasetError(f"{where}: give a file after the colon, e.g. {kind}:trace.{_ext(kind)}")
-    path = _path(kind, name)
-    if not path.exists():
-        raise DatasetError(f"{where}: file not found; give the path of a {_what(kind)}")
-    if path.is_dir():
-        raise DatasetError(f"{where}: is a folder; give the path of a {_what(kind)}")
-    return path
-
-
-def _ext(kind: str) -> str:
-    return "csv" if kind in ("burstgpt", "azure") else "jsonl"
-
-
-def _read(kind: str, name: str) -> tuple[Path, str]:
-    where = f"--workload {kind}:{name}"
-    if not name:
-        raise DatasetError(f"{where}: give a file after the colon, e.g. {kind}:prompts.jsonl ({kind}:sample for "
-                           "the shipped sample)")
-    path = _path(kind, name)
-    if not path.exists():
-        raise DatasetError(f"{where}: file not found; give the path of a {_what(kind)} ({kind}:sample for the "
-                           "shipped sample)")
-    if path.is_dir():
-        raise DatasetError(f"{where}: is a folder; give the path of a {_what(kind)}")
-    try:
-        return path, path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DatasetError(f"{where}: not UTF-8 text; give a {_what(kind)}") from None
-    except OSError as exc:
-        raise DatasetError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+# ---- reading files (machine/workloads.py reads them; these parse the text) ---------------------------------------
 
 
 FORMATS = {
@@ -280,13 +237,6 @@ FORMATS = {
                 '{"from": "gpt", "value": "…"}]}',
     "trace": 'JSONL trace, one {"timestamp": s, "prompt_tokens": N, "output_tokens": M} per line, or an '
              "inference-top records.jsonl",
-    # the public traces (core/traces.py reads them)
-    "mooncake": 'Mooncake JSONL, one {"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [...]} '
-                'per line',
-    "bailian": 'Bailian JSONL, one {"chat_id", "parent_chat_id", "timestamp": s, "input_length", "output_length", '
-               '"type", "turn", "hash_ids"} per line',
-    "burstgpt": "BurstGPT CSV with the header Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
-    "azure": "Azure LLM inference trace CSV with the header TIMESTAMP,ContextTokens,GeneratedTokens",
 }
 
 
@@ -323,8 +273,8 @@ def _lines(kind: str, name: str, path: Path, text: str) -> Iterator[tuple[int, s
                                f"{_what(kind).split(', ', 1)[1]}") from None
 
 
-def load_jsonl(name: str) -> tuple[Path, str, list[Item]]:
-    path, text = _read("jsonl", name)
+def parse_jsonl(name: str, path: Path, text: str) -> list[Item]:
+    """--workload jsonl:NAME's requests from its file's text (`path` names them)."""
     stem = path.stem
     items = []
     for i, where, obj in _lines("jsonl", name, path, text):
@@ -345,17 +295,17 @@ def load_jsonl(name: str) -> tuple[Path, str, list[Item]]:
                           _count(obj, OUTPUT_KEYS, where, what)))
     if not items:
         raise DatasetError(f"--workload jsonl:{name}: holds no prompts; give a {_what('jsonl')}")
-    return path, text, items
+    return items
 
 
-def load_sharegpt(name: str, count_tokens: Callable[[str], int] | None, later_turns: bool = False) -> tuple[Path, str, list[Item], int]:
-    """The first human turn of each conversation as the prompt, the reply after it as the answer length
+def parse_sharegpt(name: str, path: Path, text: str, count_tokens: Callable[[str], int] | None,
+                   later_turns: bool = False) -> tuple[list[Item], int]:
+    """--workload sharegpt:NAME's requests from its file's text: the first human turn of each conversation as the prompt, the reply after it as the answer length
     (its tokens, counted by `count_tokens`, or None where --output-len decides); with later_turns, the later
     human turns and their replies' lengths too, in `more` (multi-turn sessions, core/sessions.py; two human
     turns in a row are one message). Conversations without a human turn, or (with `count_tokens`) without a
     reply to it, are skipped (their number is returned); docs/design.md §20 compares this with vLLM's and
     GuideLLM's loaders."""
-    path, text = _read("sharegpt", name)
     where = f"--workload sharegpt:{name}"
     try:
         data = json.loads(text)
@@ -398,18 +348,17 @@ def load_sharegpt(name: str, count_tokens: Callable[[str], int] | None, later_tu
                           tuple((h, n_out) for (h, _), n_out in zip(pairs[1:], lengths[1:]))))
     if not items:
         raise DatasetError(f"{where}: no conversation with a human turn; give a {_what('sharegpt')}")
-    return path, text, items, skipped
+    return items, skipped
 
 
 TIME_KEYS = ("timestamp", "time", "arrival_time", "t")
 
 
-def load_trace(name: str, read_records: RecordsReader | None = None
-               ) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
-    """A timestamped trace (times in s; `timestamp_ms` in ms), or an inference-top records.jsonl (its requests'
-    scheduled times, prompt and answer lengths, read with `read_records`: machine/recorder.read_jsonl). Sorted by
-    time; times from the first."""
-    path, text = _read("trace", name)
+def parse_trace(name: str, path: Path, text: str, read_records: RecordsReader | None = None
+                ) -> tuple[list[Item], list[float], dict[str, Any]]:
+    """--workload trace:NAME's requests and times from its file's text: a timestamped trace (times in s;
+    `timestamp_ms` in ms), or an inference-top records.jsonl (its requests' scheduled times, prompt and answer
+    lengths, read with `read_records`: machine/recorder.read_jsonl). Sorted by time; times from the first."""
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
     try:
         head = json.loads(first)
@@ -419,7 +368,7 @@ def load_trace(name: str, read_records: RecordsReader | None = None
         if read_records is None:
             raise DatasetError(f"--workload trace:{name}: an inference-top records file, read only through "
                                "--workload (machine/workloads.resolve gives the recorder's reader)")
-        return _records_trace(name, path, text, read_records)
+        return _records_trace(name, path, read_records)
     what = '{"timestamp": 0.25, "prompt_tokens": 512, "output_tokens": 128}'
     rows = []
     for i, where, obj in _lines("trace", name, path, text):
@@ -445,11 +394,11 @@ def load_trace(name: str, read_records: RecordsReader | None = None
         raise DatasetError(f"--workload trace:{name}: holds no requests; give a {_what('trace')}")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0]
-    return path, text, [r[1] for r in rows], [r[0] - t0 for r in rows], {"trace_format": "timestamped JSONL"}
+    return [r[1] for r in rows], [r[0] - t0 for r in rows], {"trace_format": "timestamped JSONL"}
 
 
-def _records_trace(name: str, path: Path, text: str, read_records: RecordsReader
-                   ) -> tuple[Path, str, list[Item], list[float], dict[str, Any]]:
+def _records_trace(name: str, path: Path, read_records: RecordsReader
+                   ) -> tuple[list[Item], list[float], dict[str, Any]]:
     where = f"--workload trace:{name}"
     try:
         headers, records, _ = read_records(path)
@@ -469,7 +418,7 @@ def _records_trace(name: str, path: Path, text: str, read_records: RecordsReader
     t0 = rows[0][0]
     info = {"trace_format": "inference-top records", "trace_run_id": headers[0].get("run_id") if headers else None,
             "trace_skipped": skipped}
-    return path, text, [r[1] for r in rows], [(t - t0) / 1e9 for t, _ in rows], info
+    return [r[1] for r in rows], [(t - t0) / 1e9 for t, _ in rows], info
 
 
 def check_fits(wl: Workload, count: int, default_max: int, ctx: int) -> str | None:
@@ -493,6 +442,6 @@ def header_info(wl: Workload) -> dict[str, Any]:
     return dict(wl.info) if isinstance(wl, Dataset) else {}
 
 
-__all__ = ["Dataset", "DatasetError", "Item", "LengthDist", "parse_length", "check_fits", "header_info", "load_jsonl",
-                  "load_sharegpt", "load_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader", "request_for", "prompt_for",
-           "data_file"]
+__all__ = ["Dataset", "DatasetError", "Item", "LengthDist", "parse_length", "check_fits", "header_info",
+           "parse_jsonl", "parse_sharegpt", "parse_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader", "request_for",
+           "prompt_for"]

@@ -4,7 +4,6 @@ All pure functions over numbers and probe readings, so each can be tested on inj
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from measure.core import work as W
 from measure.core.work import WorkModel
 
 if TYPE_CHECKING:
+    from engines.gguf_file import GGUFInfo
     from typing_extensions import NotRequired, Unpack
 
 __all__ = ["GiB", "MiB", "fmt_gib"]
@@ -96,14 +96,10 @@ def mlx_prefill_bytes(hidden: int, intermediate: int, prompt_tokens: int) -> flo
     return min(prompt_tokens, MLX_PREFILL_STEP) * (4 * hidden + 3 * intermediate) * ACTIVATION_BYTES
 
 
-def shape_from_config(path: str | Path) -> KVShape:
-    """A Hugging Face / mlx-lm config.json; weights from the safetensors beside it, else params × dtype."""
-    p = Path(path)
-    try:
-        cfg = json.loads(p.read_text())
-    except (OSError, ValueError) as exc:
-        raise GuardError(f"cannot read {p} as a config.json: {exc}") from None
-    cfg = cfg.get("text_config", cfg)
+def shape_of_config(config: W.ConfigFile) -> KVShape:
+    """A Hugging Face / mlx-lm config.json as read (machine/model_files.shape_from_config reads it); weights from
+    the safetensors beside it, else params × dtype."""
+    p, cfg = config.path, config.text
     try:
         layers = int(cfg["num_hidden_layers"])
         heads = int(cfg["num_attention_heads"])
@@ -112,19 +108,16 @@ def shape_from_config(path: str | Path) -> KVShape:
     except (KeyError, TypeError, ValueError) as exc:
         raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
                          "hidden_size or head_dim") from None
-    weights = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
     try:
-        wm: WorkModel | None = W.from_config(p)
+        wm: WorkModel | None = W.from_config(config)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         wm = None
-    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights, f"config {p}",
-                   int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0), wm)
+    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, config.safetensors_bytes,
+                   f"config {p}", int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0), wm)
 
 
-def shape_from_gguf(path: str | Path) -> KVShape:
-    from engines.gguf_file import inspect_gguf
-
-    info = inspect_gguf(path)
+def shape_of_gguf(info: GGUFInfo, path: str | Path) -> KVShape:
+    """A GGUF's header as read (machine/model_files.shape_from_gguf reads it; `path` as the user gave it)."""
     layers, kv_heads, head_dim = info.layers, info.kv_heads, info.head_dim
     if layers is None or kv_heads is None or head_dim is None:
         raise GuardError(f"{path}: the GGUF metadata lacks the KV shape of architecture {info.architecture}")

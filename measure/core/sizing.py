@@ -187,29 +187,20 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     return "\n".join(lines)
 
 
-def chip_predictions(config: str | None, model_path: str | None, preset: str | None,
-                     chip: str | Callable[[], Ceilings],
+def chip_predictions(work: Callable[[], W.WorkModel], chip: str | Callable[[], Ceilings],
                      prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
                      ) -> tuple[W.WorkModel, Machine, list[Prediction]]:
-    """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
-    preset, the chip from presets (`chip` its key) or this machine's probe (plan --chip this: `chip` reads its
-    Ceilings, machine/ceilings.get), and the roofline's rows, each step's KV read at `context`
-    tokens a sequence (None: prompt + half the output). On unified memory (`result` of plan() with unified
-    set) a level whose footprint is over plan's budget reads the excess back from swap each step
-    (Machine.spill_bytes)."""
+    """(work, machine, rows) for plan --chip: the model's bytes per decode step (`work` reads its config.json,
+    GGUF or preset: machine/model_files.work_model), the chip from presets (`chip` its key) or this machine's
+    probe (plan --chip this: `chip` reads its Ceilings, machine/ceilings.get), and the roofline's rows, each
+    step's KV read at `context` tokens a sequence (None: prompt + half the output). On unified memory (`result`
+    of plan() with unified set) a level whose footprint is over plan's budget reads the excess back from swap
+    each step (Machine.spill_bytes)."""
     from engines.base import EngineError
-    from engines.gguf_file import inspect_gguf
-    from presets import PresetError, chip as preset_chip, model
+    from presets import PresetError, chip as preset_chip
 
     try:
-        if config:
-            wm = W.from_config(config)
-        elif model_path:
-            wm = W.from_gguf(inspect_gguf(model_path))
-        elif preset is not None:
-            wm = W.from_preset(model(preset))
-        else:
-            raise PlanError("give --config, --model or --preset")  # the parser requires one of the three
+        wm = work()
         if not isinstance(chip, str):
             m = Machine.from_ceilings(chip(), wm)
         else:

@@ -1,23 +1,12 @@
-"""Public serving traces read as they are published (docs/design.md §20): `mooncake:`, `bailian:`, `burstgpt:`
-and `azure:` FILE, each by its own columns, units and quirks.
-
-- **mooncake** (FAST'25 Mooncake traces, JSONL): `timestamp` in **milliseconds**, `input_length`,
-  `output_length`, `hash_ids`: one id per 512-token block, prefix-chained (an equal id means that block and all
-  before it are the same tokens).
-- **bailian** (Alibaba Qwen-Bailian traces, JSONL): `chat_id`, `parent_chat_id` (−1 for a root), `timestamp` in
-  seconds, `input_length` (a follow-up's includes its history), `output_length`, `type`, `turn`, `hash_ids`
-  over 16-token blocks. A follow-up is sent after its parent's answer has ended: at its own time, or then,
-  whichever is later (arrivals.TraceSessions).
-- **burstgpt** (CSV): `Timestamp` (s from the trace's start), `Model`, `Request tokens`, `Response tokens`,
-  `Total tokens`, `Log Type`; newer files add `Session ID` and `Elapsed time`. Rows with 0 request or
-  response tokens (failures, ≈ 1.8 % of the published file) are dropped and counted; `--model-filter`.
-- **azure** (Azure LLM inference traces, CSV `TIMESTAMP,ContextTokens,GeneratedTokens`): 2023's naive times
-  with 7 fractional digits, 2024's with a `+00:00` offset; told apart by the first row.
+"""Public serving traces read as they are published (docs/design.md §20): each format is one class below (its
+columns, time unit, block size, sessions and parse), and TRACE_FORMATS is their table, the one place the rest of
+the code finds a trace kind (`--workload KIND:FILE`).
 
 Files are **streamed**: one pass reads and checks every row (a bad row is one line naming the file, the line
 and what was expected), hashes the file, and keeps only a byte offset every CHUNK rows; a request's row is read
 again from there when the load reaches it (the rows of the CHUNKS_KEPT last chunks are kept), so a 16.8 M-row
-week does not sit in memory. Rows must be sorted by time, as the published files are.
+week does not sit in memory. Rows must be sorted by time, as the published files are. The file itself is opened
+by measure/machine/workloads.py (a TraceFile hands its lines here from a byte offset).
 
 Block ids become text: block id h is BLOCK_WORDS words drawn from VOCAB seeded by h (each word one token in
 common tokenizers), the same words wherever h appears, so a server's prefix cache sees the reuse the trace
@@ -32,19 +21,17 @@ import random
 import re
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, ClassVar, NamedTuple, overload
 
 from engines.base import Prompt
-from measure.core.datasets import FORMATS, Dataset, DatasetError, LengthDist
+from measure.core.datasets import Dataset, DatasetError, LengthDist
 from presets import Workload
 
-KINDS = ("mooncake", "bailian", "burstgpt", "azure")
-BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
 CHUNK = 4096  # rows between two kept byte offsets
 CHUNKS_KEPT = 4
 
@@ -68,8 +55,8 @@ VOCAB = tuple(dict.fromkeys(VOCAB))  # each once
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One request of a trace: its time (s from the first kept row), lengths, block ids, and in a Bailian trace
-    its parent's row index (−1: a root) and turn."""
+    """One request of a trace: its time (s from the first kept row), lengths, block ids, and in a trace of
+    sessions its parent's row index (−1: a root) and turn."""
 
     index: int
     line: int
@@ -81,60 +68,62 @@ class Row:
     turn: int = 1
 
 
-def _what(kind: str) -> str:
-    """What a file of `kind` holds, for error lines."""
-    return FORMATS[kind]
+class Parsed(NamedTuple):
+    """One row as its format reads it: its time in s (raw: from the file's zero), lengths, block ids, and in a
+    format of sessions its chat, its parent's chat and its turn."""
+
+    t: float
+    prompt: int
+    output: int
+    hash_ids: tuple[int, ...] = ()
+    chat: int = 0
+    parent: int = 0
+    turn: int = 1
 
 
-_AZURE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+@dataclass(frozen=True)
+class TraceFile:
+    """A trace file as machine/workloads.trace_file opens it: the path as given (its name and stem name the
+    requests), its absolute path for the run header, and its raw lines from a byte offset (bytes, each with its
+    line ending; OSError where it cannot be read)."""
+
+    path: Path
+    resolved: str
+    lines_from: Callable[[int], Iterator[bytes]]
 
 
-def _azure_time(raw: str) -> tuple[int, float, bool] | None:
-    """An Azure trace's TIMESTAMP: (whole seconds since 0001-01-01 UTC, the fraction, whether it named an
-    offset), any number of fractional digits (2023's files have 7, more than strptime's %f and Python 3.10's
-    fromisoformat take); None for anything else."""
-    m = _AZURE_TIME.fullmatch(raw)
-    if m is None:
-        return None
-    y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
-    try:
-        day = date(y, mo, d).toordinal()
-    except ValueError:
-        return None
-    if h > 23 or mi > 59 or sec > 60:
-        return None
-    tz, frac = m.group(8), m.group(7)
-    off = 0 if tz in (None, "Z") else (-1 if tz[0] == "-" else 1) * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
-    return day * 86400 + h * 3600 + mi * 60 + sec - off, int(frac) / 10 ** len(frac) if frac else 0.0, tz is not None
+class RowReader:
+    """A trace file's rows, line by line, in its format: what the format keeps between rows (a CSV's header
+    columns, the first row's absolute time) and the checks every format shares; bad() names the line."""
 
-
-class _Parser:
-    """One kind's rows, line by line: parse() gives (raw time, prompt, output, hash ids, chat, parent chat, turn,
-    model) or raises DatasetError naming the line; None for a header."""
-
-    def __init__(self, kind: str, name: str, model_filter: str | None):
-        self.kind, self.name = kind, name
+    def __init__(self, fmt: TraceFormat, name: str, model_filter: str | None):
+        self.fmt, self.name = fmt, name
         self.model_filter = model_filter.lower() if model_filter else None
         self.cols: dict[str, int] = {}
         self.ncols = 0
-        self.t0_dt: tuple[int, float] | None = None  # azure: the first row's time (whole s, fraction)
-        self.azure_offset: bool | None = None  # azure: 2024's +00:00 offsets (True) or 2023's naive times
+        self.t0: tuple[int, float] | None = None  # a format of absolute times: the first row's (whole s, fraction)
+        self.offset: bool | None = None  # whether those times name a UTC offset
+
+    def resume(self, scanned: RowReader) -> RowReader:
+        """This reader, holding what the scan's reader learnt (its header, its first time): to read rows again
+        from a chunk's offset."""
+        self.cols, self.ncols, self.t0, self.offset = scanned.cols, scanned.ncols, scanned.t0, scanned.offset
+        return self
 
     def bad(self, line: int, why: str) -> DatasetError:
-        return DatasetError(f"--workload {self.kind}:{self.name} line {line}: {why}; expected: {_what(self.kind)}")
+        return DatasetError(f"--workload {self.fmt.name}:{self.name} line {line}: {why}; expected: {self.fmt.what}")
 
     def header(self, line: int, text: str) -> None:
         names = [c.strip().lower() for c in text.rstrip("\r\n").lstrip("\ufeff").split(",")]
-        need = {"burstgpt": ("timestamp", "model", "request tokens", "response tokens"),
-                "azure": ("timestamp", "contexttokens", "generatedtokens")}[self.kind]
-        missing = [n for n in need if n not in names]
+        missing = [n for n in self.fmt.columns if n not in names]
         if missing:
             raise self.bad(line, f"the header {text.strip()!r} lacks the column{'s' if len(missing) > 1 else ''} "
                                  + ", ".join(repr(m) for m in missing))
         self.cols = {n: i for i, n in enumerate(names)}
         self.ncols = len(names)
 
-    def _int(self, line: int, col: str, v: Any) -> int:
+    def count(self, line: int, col: str, v: Any) -> int:
+        """A number of tokens, 0 or more."""
         raw = v
         if isinstance(v, str):
             try:
@@ -145,7 +134,8 @@ class _Parser:
             raise self.bad(line, f"{col} {raw!r} must be a whole number of tokens, 0 or more")
         return int(v)
 
-    def _time(self, line: int, col: str, v: Any) -> float:
+    def time(self, line: int, col: str, v: Any) -> float:
+        """A time ≥ 0 in the file's unit."""
         if isinstance(v, str):
             try:
                 v = float(v)
@@ -155,44 +145,117 @@ class _Parser:
             raise self.bad(line, f"{col} {v!r} must be a time ≥ 0")
         return float(v)
 
-    def parse(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int] | None:
-        """(time in s, raw; prompt; output; hash ids; chat id; parent chat id; turn), None for a row dropped
-        by --model-filter. A row of 0 tokens comes back with its zeros (the caller counts and drops it)."""
-        if self.kind in ("mooncake", "bailian"):
-            return self._json(line, text)
-        return self._csv(line, text)
-
-    def _json(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int]:
-        try:
-            obj = json.loads(text.lstrip("\ufeff") if line == 1 else text)
-        except ValueError as exc:
-            raise self.bad(line, f"not JSON ({getattr(exc, 'msg', exc)}; a truncated line?)") from None
-        if not isinstance(obj, dict):
-            raise self.bad(line, f"a JSON {type(obj).__name__}, not an object")
-        need = ("timestamp", "input_length", "output_length", "hash_ids") + (
-            ("chat_id", "parent_chat_id") if self.kind == "bailian" else ())
-        missing = [k for k in need if k not in obj]
-        if missing:
-            raise self.bad(line, "no " + ", ".join(repr(m) for m in missing))
-        t = self._time(line, "timestamp", obj["timestamp"])
-        if self.kind == "mooncake":
-            t /= 1000.0  # Mooncake's timestamps are milliseconds
-        ids = obj["hash_ids"]
-        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
-            raise self.bad(line, "hash_ids must be a list of whole numbers")
-        chat = parent = turn = 0
-        if self.kind == "bailian":
-            chat, parent = (self._signed(line, k, obj[k]) for k in ("chat_id", "parent_chat_id"))
-            turn = self._signed(line, "turn", obj.get("turn", 1))
-        return (t, self._int(line, "input_length", obj["input_length"]),
-                self._int(line, "output_length", obj["output_length"]), tuple(ids), chat, parent, turn)
-
-    def _signed(self, line: int, key: str, v: Any) -> int:
+    def signed(self, line: int, key: str, v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.bad(line, f"{key} {v!r} must be a whole number")
         return v
 
-    def _csv(self, line: int, text: str) -> tuple[float, int, int, tuple[int, ...], int, int, int] | None:
+    def parse(self, line: int, text: str) -> Parsed | None:
+        """The row of this line, None for a row dropped by --model-filter. A row of 0 tokens comes back with its
+        zeros (the caller counts and drops it)."""
+        return self.fmt.parse(self, line, text)
+
+
+class TraceFormat:
+    """A published trace format, declared: its name (`--workload NAME:FILE`), what a file holds, the columns a
+    row needs, its time unit, its block size, whether rows link sessions or name their model; parse() reads one
+    row. Each format is a subclass below registered in TRACE_FORMATS by @_declared."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]  # as its authors write it
+    what: ClassVar[str]  # what a file holds, for error lines
+    columns: ClassVar[tuple[str, ...]]  # the keys (JSONL) or header columns (CSV, lower case) every row needs
+    csv: ClassVar[bool] = False  # a CSV with a header line (else JSONL)
+    units_per_s: ClassVar[float] = 1.0  # the timestamps' unit: 1000.0 for milliseconds
+    block: ClassVar[int] = 0  # tokens per hash id, prefix-chained (0: rows carry no block ids)
+    sessions: ClassVar[bool] = False  # rows name their parent: a follow-up waits for its parent's answer
+    model_column: ClassVar[bool] = False  # rows name their model (--model-filter picks them)
+
+    @property
+    def ext(self) -> str:
+        return "csv" if self.csv else "jsonl"
+
+    def parse(self, r: RowReader, line: int, text: str) -> Parsed | None:
+        raise NotImplementedError
+
+    def variant(self, r: RowReader) -> str:
+        """Which of its variants the file is, seen in its rows ('' for a format of one)."""
+        return ""
+
+
+TRACE_FORMATS: dict[str, TraceFormat] = {}  # name → format, in the order of the classes below
+
+
+def _declared(cls: type[TraceFormat]) -> type[TraceFormat]:
+    fmt = cls()
+    TRACE_FORMATS[fmt.name] = fmt
+    return cls
+
+
+class _Jsonl(TraceFormat):
+    """One JSON object a line: `timestamp`, `input_length`, `output_length`, `hash_ids`, and in a format of
+    sessions `chat_id`, `parent_chat_id` and `turn`."""
+
+    columns: ClassVar[tuple[str, ...]] = ("timestamp", "input_length", "output_length", "hash_ids")
+
+    def parse(self, r: RowReader, line: int, text: str) -> Parsed:
+        try:
+            obj = json.loads(text.lstrip("\ufeff") if line == 1 else text)
+        except ValueError as exc:
+            raise r.bad(line, f"not JSON ({getattr(exc, 'msg', exc)}; a truncated line?)") from None
+        if not isinstance(obj, dict):
+            raise r.bad(line, f"a JSON {type(obj).__name__}, not an object")
+        missing = [k for k in self.columns if k not in obj]
+        if missing:
+            raise r.bad(line, "no " + ", ".join(repr(m) for m in missing))
+        t = r.time(line, "timestamp", obj["timestamp"]) / self.units_per_s
+        ids = obj["hash_ids"]
+        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+            raise r.bad(line, "hash_ids must be a list of whole numbers")
+        chat = parent = turn = 0
+        if self.sessions:
+            chat, parent = (r.signed(line, k, obj[k]) for k in ("chat_id", "parent_chat_id"))
+            turn = r.signed(line, "turn", obj.get("turn", 1))
+        return Parsed(t, r.count(line, "input_length", obj["input_length"]),
+                      r.count(line, "output_length", obj["output_length"]), tuple(ids), chat, parent, turn)
+
+
+@_declared
+class Mooncake(_Jsonl):
+    """FAST'25 Mooncake traces (JSONL): `timestamp` in **milliseconds**, `input_length`, `output_length`,
+    `hash_ids`: one id per 512-token block, prefix-chained (an equal id means that block and all before it are
+    the same tokens)."""
+
+    name = "mooncake"
+    title = "Mooncake"
+    what = ('Mooncake JSONL, one {"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [...]} '
+            'per line')
+    units_per_s = 1000.0
+    block = 512
+
+
+@_declared
+class Bailian(_Jsonl):
+    """Alibaba Qwen-Bailian traces (JSONL): `chat_id`, `parent_chat_id` (−1 for a root), `timestamp` in
+    seconds, `input_length` (a follow-up's includes its history), `output_length`, `type`, `turn`, `hash_ids`
+    over 16-token blocks. A follow-up is sent after its parent's answer has ended: at its own time, or then,
+    whichever is later (arrivals.TraceSessions)."""
+
+    name = "bailian"
+    title = "Bailian"
+    what = ('Bailian JSONL, one {"chat_id", "parent_chat_id", "timestamp": s, "input_length", "output_length", '
+            '"type", "turn", "hash_ids"} per line')
+    columns = _Jsonl.columns + ("chat_id", "parent_chat_id")
+    block = 16
+    sessions = True
+
+
+class _Csv(TraceFormat):
+    """A CSV with a header line naming its columns (any order, any case); row() reads a row's fields."""
+
+    csv = True
+
+    def parse(self, r: RowReader, line: int, text: str) -> Parsed | None:
         s = text.rstrip("\r\n")
         if '"' in s:
             import csv
@@ -200,42 +263,104 @@ class _Parser:
             fields = next(csv.reader([s]))
         else:
             fields = s.split(",")
-        if len(fields) != self.ncols:
-            raise self.bad(line, f"{len(fields)} fields where the header has {self.ncols} (a truncated line?)")
-        c = self.cols
-        if self.kind == "burstgpt":
-            if self.model_filter and fields[c["model"]].strip().lower() != self.model_filter:
-                return None
-            return (self._time(line, "Timestamp", fields[c["timestamp"]]),
-                    self._int(line, "Request tokens", fields[c["request tokens"]]),
-                    self._int(line, "Response tokens", fields[c["response tokens"]]), (), 0, 0, 1)
+        if len(fields) != r.ncols:
+            raise r.bad(line, f"{len(fields)} fields where the header has {r.ncols} (a truncated line?)")
+        return self.row(r, line, fields)
+
+    def row(self, r: RowReader, line: int, fields: list[str]) -> Parsed | None:
+        raise NotImplementedError
+
+
+@_declared
+class BurstGPT(_Csv):
+    """BurstGPT (CSV): `Timestamp` (s from the trace's start), `Model`, `Request tokens`, `Response tokens`,
+    `Total tokens`, `Log Type`; newer files add `Session ID` and `Elapsed time`. Rows with 0 request or
+    response tokens (failures, ≈ 1.8 % of the published file) are dropped and counted; `--model-filter`."""
+
+    name = "burstgpt"
+    title = "BurstGPT"
+    what = "BurstGPT CSV with the header Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
+    columns = ("timestamp", "model", "request tokens", "response tokens")
+    model_column = True
+
+    def row(self, r: RowReader, line: int, fields: list[str]) -> Parsed | None:
+        c = r.cols
+        if r.model_filter and fields[c["model"]].strip().lower() != r.model_filter:
+            return None
+        return Parsed(r.time(line, "Timestamp", fields[c["timestamp"]]),
+                      r.count(line, "Request tokens", fields[c["request tokens"]]),
+                      r.count(line, "Response tokens", fields[c["response tokens"]]))
+
+
+@_declared
+class Azure(_Csv):
+    """Azure LLM inference traces (CSV `TIMESTAMP,ContextTokens,GeneratedTokens`): 2023's naive times with 7
+    fractional digits, 2024's with a `+00:00` offset; told apart by the first row."""
+
+    name = "azure"
+    title = "Azure"
+    what = "Azure LLM inference trace CSV with the header TIMESTAMP,ContextTokens,GeneratedTokens"
+    columns = ("timestamp", "contexttokens", "generatedtokens")
+    TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?(Z|[+-]\d\d:?\d\d)?")
+
+    @classmethod
+    def parse_time(cls, raw: str) -> tuple[int, float, bool] | None:
+        """A TIMESTAMP: (whole seconds since 0001-01-01 UTC, the fraction, whether it named an offset), any
+        number of fractional digits (2023's files have 7, more than strptime's %f and Python 3.10's
+        fromisoformat take); None for anything else."""
+        m = cls.TIME.fullmatch(raw)
+        if m is None:
+            return None
+        y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+        try:
+            day = date(y, mo, d).toordinal()
+        except ValueError:
+            return None
+        if h > 23 or mi > 59 or sec > 60:
+            return None
+        tz, frac = m.group(8), m.group(7)
+        off = 0 if tz in (None, "Z") else (-1 if tz[0] == "-" else 1) * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
+        return day * 86400 + h * 3600 + mi * 60 + sec - off, int(frac) / 10 ** len(frac) if frac else 0.0, tz is not None
+
+    def row(self, r: RowReader, line: int, fields: list[str]) -> Parsed:
+        c = r.cols
         raw = fields[c["timestamp"]].strip()
-        got = _azure_time(raw)
+        got = self.parse_time(raw)
         if got is None:
-            raise self.bad(line, f"TIMESTAMP {raw!r} is not a time like 2023-11-16 18:15:46.6805900 or "
-                                 "2024-05-10 00:00:00.009930+00:00")
+            raise r.bad(line, f"TIMESTAMP {raw!r} is not a time like 2023-11-16 18:15:46.6805900 or "
+                              "2024-05-10 00:00:00.009930+00:00")
         whole, frac, has_offset = got
-        if self.t0_dt is None:
-            self.t0_dt, self.azure_offset = (whole, frac), has_offset
-        elif has_offset != self.azure_offset:
-            raise self.bad(line, f"TIMESTAMP {raw!r} {'lacks' if self.azure_offset else 'has'} a UTC offset where "
-                                 "the first row's time " + ("has one" if self.azure_offset else "does not"))
-        return ((whole - self.t0_dt[0]) + (frac - self.t0_dt[1]),
-                self._int(line, "ContextTokens", fields[c["contexttokens"]]),
-                self._int(line, "GeneratedTokens", fields[c["generatedtokens"]]), (), 0, 0, 1)
+        if r.t0 is None:
+            r.t0, r.offset = (whole, frac), has_offset
+        elif has_offset != r.offset:
+            raise r.bad(line, f"TIMESTAMP {raw!r} {'lacks' if r.offset else 'has'} a UTC offset where "
+                              "the first row's time " + ("has one" if r.offset else "does not"))
+        return Parsed((whole - r.t0[0]) + (frac - r.t0[1]),
+                      r.count(line, "ContextTokens", fields[c["contexttokens"]]),
+                      r.count(line, "GeneratedTokens", fields[c["generatedtokens"]]))
+
+    def variant(self, r: RowReader) -> str:
+        return "2024 (UTC offsets)" if r.offset else "2023 (naive times)"
+
+
+def model_filter_error(kind: str) -> DatasetError:
+    """--model-filter given with a trace whose rows name no model."""
+    which = " or ".join(f"{f.title} trace's" for f in TRACE_FORMATS.values() if f.model_column)
+    return DatasetError(f"--model-filter picks a {which} rows by their Model column: it does not apply to "
+                        f"--workload {kind}:")
 
 
 class TraceTable(Sequence[Row]):
     """A trace file's kept rows, streamed: scanned once at open (checks, counts, sha256, a byte offset every
     CHUNK rows), each row read again from its chunk when asked for (the CHUNKS_KEPT last chunks kept)."""
 
-    def __init__(self, kind: str, name: str, path: Path, model_filter: str | None = None):
-        self.kind, self.name, self.path = kind, name, path
+    def __init__(self, fmt: TraceFormat, name: str, source: TraceFile, model_filter: str | None = None):
+        self.fmt, self.kind, self.name, self.source, self.path = fmt, fmt.name, name, source, source.path
         self.model_filter = model_filter
-        self.block = BLOCK_TOKENS.get(kind, 0)
+        self.block = fmt.block
         self._offsets: list[tuple[int, int]] = []  # (byte offset, line number) of rows 0, CHUNK, 2·CHUNK …
         self._chunks: OrderedDict[int, list[Row]] = OrderedDict()
-        self.parents: array[int] | None = array("q") if kind == "bailian" else None
+        self.parents: array[int] | None = array("q") if fmt.sessions else None
         self.zero_rows = self.filtered = self.orphans = self.mismatched = 0
         self.sessions = 0
         self.n = 0
@@ -250,28 +375,26 @@ class TraceTable(Sequence[Row]):
     def _lines(self, start: int = 0, line_no: int = 0) -> Iterator[tuple[int, int, str, bytes]]:
         """(line number, byte offset, text, raw bytes) from byte `start` (whose line is line_no + 1)."""
         try:
-            with open(self.path, "rb") as f:
-                f.seek(start)
-                off = start
-                for raw in f:
-                    line_no += 1
-                    try:
-                        text = raw.decode("utf-8")
-                    except UnicodeDecodeError:
-                        raise DatasetError(f"--workload {self.kind}:{self.name} line {line_no}: not UTF-8 text; "
-                                           f"expected: {_what(self.kind)}") from None
-                    yield line_no, off, text, raw
-                    off += len(raw)
+            off = start
+            for raw in self.source.lines_from(start):
+                line_no += 1
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise DatasetError(f"--workload {self.kind}:{self.name} line {line_no}: not UTF-8 text; "
+                                       f"expected: {self.fmt.what}") from None
+                yield line_no, off, text, raw
+                off += len(raw)
         except OSError as exc:
             raise DatasetError(f"--workload {self.kind}:{self.name}: cannot read it ({exc.strerror or exc})") from None
 
     def _scan(self) -> None:
-        p = _Parser(self.kind, self.name, self.model_filter)
+        p = RowReader(self.fmt, self.name, self.model_filter)
         h = hashlib.sha256()
-        chats: dict[int, int] = {}  # bailian: chat id → its row index
+        chats: dict[int, int] = {}  # a format of sessions: chat id → its row index
         prev_t: float | None = None
         prev_line = 0
-        csv = self.kind in ("burstgpt", "azure")
+        csv = self.fmt.csv
         for line, off, text, raw in self._lines():
             h.update(raw)
             if not text.strip():
@@ -309,21 +432,16 @@ class TraceTable(Sequence[Row]):
             self.last_t = t - self.t0
         self.sha256 = h.hexdigest()[:16]
         if self._header_line is None and csv:
-            raise DatasetError(f"--workload {self.kind}:{self.name}: the file is empty; expected: {_what(self.kind)}")
-        if self.kind == "azure":
-            self.variant = "2024 (UTC offsets)" if p.azure_offset else "2023 (naive times)"
-        self._azure_t0 = p.t0_dt
-        self._header_cols = (p.cols, p.ncols)
+            raise DatasetError(f"--workload {self.kind}:{self.name}: the file is empty; expected: {self.fmt.what}")
+        self.variant = self.fmt.variant(p)
+        self._scanned = p
 
     # -- reading rows back
     def _chunk(self, c: int) -> list[Row]:
         if c in self._chunks:
             self._chunks.move_to_end(c)
             return self._chunks[c]
-        p = _Parser(self.kind, self.name, self.model_filter)
-        p.cols, p.ncols = self._header_cols
-        p.t0_dt = self._azure_t0
-        p.azure_offset = self.variant.startswith("2024")
+        p = RowReader(self.fmt, self.name, self.model_filter).resume(self._scanned)
         start, line0 = self._offsets[c]
         rows: list[Row] = []
         i = c * CHUNK
@@ -388,7 +506,7 @@ class TraceTimes(Sequence[float]):
 
 
 class TraceAfter(Sequence[int]):
-    """Each request's parent's index (−1: none): a Bailian trace's session links, for TraceSessions."""
+    """Each request's parent's index (−1: none): a trace's session links, for TraceSessions."""
 
     def __init__(self, parents: array[int]):
         self.parents = parents
@@ -478,18 +596,20 @@ class TraceDataset(Dataset):
         return best
 
 
-def load(kind: str, name: str, path: Path, *, output_len: LengthDist | None, max_tokens: int | None,
+def load(kind: str, name: str, source: TraceFile, *, output_len: LengthDist | None, max_tokens: int | None,
          model_filter: str | None, seed: int, output_spec: str | None) -> TraceDataset:
-    """--workload KIND:FILE for the public traces. DatasetError: one line."""
-    if model_filter and kind != "burstgpt":
-        raise DatasetError(f"--model-filter picks a BurstGPT trace's rows by their Model column: it does not apply "
-                           f"to --workload {kind}:")
-    table = TraceTable(kind, name, path, model_filter)
+    """--workload KIND:FILE for the public traces (KIND in TRACE_FORMATS; `source` the file as
+    machine/workloads.trace_file opens it). DatasetError: one line."""
+    fmt = TRACE_FORMATS[kind]
+    if model_filter and not fmt.model_column:
+        raise model_filter_error(kind)
+    table = TraceTable(fmt, name, source, model_filter)
+    path = source.path
     if not table.n:
         why = (f"no row of Model {model_filter!r} ({table.filtered} rows of other models)" if table.filtered
                else f"no request with tokens ({table.zero_rows} rows of 0 tokens)" if table.zero_rows
                else "no requests")
-        raise DatasetError(f"--workload {kind}:{name}: {why}; expected: {_what(kind)}")
+        raise DatasetError(f"--workload {kind}:{name}: {why}; expected: {fmt.what}")
     desc = f"{table.n} requests from {path.name} ({kind}" + (f" {table.variant}" if table.variant else "")
     notes = []
     if table.zero_rows:
@@ -500,12 +620,12 @@ def load(kind: str, name: str, path: Path, *, output_len: LengthDist | None, max
         notes.append(f"{table.sessions} sessions")
     desc += "".join(f"; {n}" for n in notes) + ")"
     info: dict[str, Any] = {
-        "workload_file": str(path.resolve()), "workload_sha256": table.sha256, "workload_items": table.n,
+        "workload_file": source.resolved, "workload_sha256": table.sha256, "workload_items": table.n,
         "trace_format": kind + (f" {table.variant}" if table.variant else ""), "output_len": output_spec,
         "length_seed": seed, "trace_span_s": table.last_t}
     if table.block:
         info["trace_block_tokens"] = table.block
-    if kind in ("burstgpt", "azure"):
+    if fmt.csv:
         info["trace_zero_token_rows"] = table.zero_rows
     if model_filter:
         info.update(trace_model_filter=model_filter, trace_filtered_rows=table.filtered)
@@ -518,7 +638,8 @@ def load(kind: str, name: str, path: Path, *, output_len: LengthDist | None, max
 
 
 def after_of(wl: Workload) -> Sequence[int] | None:
-    """A Bailian trace's session links (each request's parent's index, −1 for none), else None."""
+    """A trace's session links (each request's parent's index, −1 for none) where its format has sessions, else
+    None."""
     if isinstance(wl, TraceDataset) and wl.table is not None and wl.table.parents is not None:
         return TraceAfter(wl.table.parents)
     return None
@@ -527,5 +648,5 @@ def after_of(wl: Workload) -> Sequence[int] | None:
 # ---- a trace's sessions -----------------------------------------------------------------------------------------
 
 
-__all__ = ["KINDS", "TraceDataset", "TraceTable", "TraceTimes", "Row", "load", "after_of",
-           "blocks_text", "block_words", "VOCAB", "BLOCK_TOKENS"]
+__all__ = ["TRACE_FORMATS", "TraceFormat", "TraceFile", "TraceDataset", "TraceTable", "TraceTimes", "Row", "load",
+           "after_of", "model_filter_error", "blocks_text", "block_words", "VOCAB"]

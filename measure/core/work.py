@@ -11,7 +11,6 @@ FLOPs per token = 2 × the weights multiplied (the matrices, the tied embedding 
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,15 +265,30 @@ def _config_shape(cfg: dict[str, Any]) -> dict[str, Any]:
             * _n(cfg, "linear_value_head_dim") * 4.0}
 
 
-def from_config(path: str | Path) -> WorkModel:
-    """A Hugging Face / mlx-lm config.json; bytes from the safetensors beside it, else params × dtype."""
-    p = Path(path)
-    cfg = json.loads(p.read_text())
-    cfg = cfg.get("text_config", cfg)
+@dataclass(frozen=True)
+class ConfigFile:
+    """A Hugging Face / mlx-lm config.json as read (measure/machine/model_files.py reads it): where it is, its
+    JSON, and the bytes of the safetensors beside it (0: none)."""
+
+    path: Path
+    data: dict[str, Any]
+    safetensors_bytes: int = 0
+
+    @property
+    def text(self) -> dict[str, Any]:
+        """The language model's part: `text_config` where the config has one (a multimodal model), else all."""
+        cfg: dict[str, Any] = self.data.get("text_config", self.data)
+        return cfg
+
+
+def from_config(config: ConfigFile) -> WorkModel:
+    """A config.json (machine/model_files.read_config); bytes from the safetensors beside it, else params ×
+    dtype."""
+    p, cfg = config.path, config.text
     sh = _config_shape(cfg)
     params, embd = sh["params"], sh["embd"]
     tied = bool(cfg.get("tie_word_embeddings", False))
-    files = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
+    files = config.safetensors_bytes
     per_param = files / params if files else _DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0)
     total = files or int(params * per_param)
     experts = (Experts(sh["experts"], sh["used"], sh["expert_params"] * per_param, sh["expert_params"])

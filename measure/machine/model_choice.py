@@ -8,7 +8,8 @@ from typing import Any
 
 from engines.base import EngineError, EngineSpec
 from engines.embedded import EMBEDDED_NAME, embedded_model_path
-from engines.gguf_file import GGUFInfo, inspect_gguf, sha256_prefix
+from engines.gguf_file import GGUFInfo, sha256_prefix
+from measure.machine.model_files import is_gguf, read_gguf, shape_from_config
 from measure.machine.probes import auto_threads
 from measure.core.records import Mode, RunMeta
 
@@ -49,34 +50,27 @@ def resolve_model(engine: str, model: str | None, progress: Callable[[str], None
         raise EngineError(f"unknown engine {engine!r}; this build has: llama, mlx")
     if model is None:
         path = embedded_model_path(progress)
-        info = inspect_gguf(path, progress)
+        info = read_gguf(path, progress)
         return ModelChoice(path, EMBEDDED_NAME, info.file_bytes, info, True)
-    info = inspect_gguf(model, progress)
+    info = read_gguf(model, progress)
     return ModelChoice(Path(model), info.name or Path(model).stem, info.file_bytes, info, False)
 
 
 _DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 
 
-def _is_gguf(p: Path) -> bool:
-    if not p.is_file():
-        return False
-    with p.open("rb") as fh:
-        return fh.read(4) == b"GGUF"
-
-
 def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> ModelChoice:
     """An mlx-lm folder as given, or a Gemma 3 GGUF (the embedded one by default) converted once."""
     from engines.gguf_to_mlx import SUPPORTED_ARCHITECTURES, convert_gguf, unsupported
-    from measure.core.guard import GuardError, shape_from_config
+    from measure.core.guard import GuardError
     from engines.mlx_lm import check_folder, require_mlx
 
     require_mlx()
     source = None
     embedded = model is None
-    if model is None or _is_gguf(Path(model)):
+    if model is None or is_gguf(Path(model)):
         gguf = embedded_model_path(progress) if model is None else Path(model)
-        info = inspect_gguf(gguf, progress)
+        info = read_gguf(gguf, progress)
         if info.architecture not in SUPPORTED_ARCHITECTURES:
             raise unsupported(gguf.name, info.architecture)
         folder = convert_gguf(gguf, progress=progress)
