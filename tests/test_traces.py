@@ -290,6 +290,29 @@ def test_bad_files_name_the_file_the_line_and_what_was_expected(tmp_path, kind, 
     assert f"--workload {kind}:{f} line {line}: " in msg and says in msg and "; expected: " in msg and "\n" not in msg
 
 
+def test_a_trace_format_is_one_declared_class():
+    """Issue 48: the table holds the four formats as declared, and no line of measure/, tui/ or benchmarks/
+    outside a format's own class names its kind (a new format is one class and its tests)."""
+    import inspect
+    import re
+
+    t = traces.TRACE_FORMATS
+    assert list(t) == ["mooncake", "bailian", "burstgpt", "azure"]
+    assert [(f.units_per_s, f.block, f.sessions, f.model_column, f.ext) for f in t.values()] == [
+        (1000.0, 512, False, False, "jsonl"), (1.0, 16, True, False, "jsonl"), (1.0, 0, False, True, "csv"),
+        (1.0, 0, False, False, "csv")]
+    root = Path(__file__).resolve().parent.parent
+    for kind, fmt in t.items():
+        src, first = inspect.getsourcelines(type(fmt))
+        own = (Path(inspect.getsourcefile(type(fmt))), range(first - 1, first + len(src)))  # with its decorator
+        word = re.compile(rf"\b{kind}\b", re.I)
+        named = [f"{p.relative_to(root)}:{n}" for d in ("measure", "tui", "benchmarks")
+                 for p in sorted((root / d).rglob("*.py"))
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if word.search(line) and not (p == own[0] and n in own[1])]
+        assert named == [], f"{kind} is named outside its class: {named}"
+
+
 def test_a_byte_order_mark_is_not_a_bad_first_line(tmp_path):
     """Files saved by Windows tools start with a UTF-8 BOM: the first JSON line and the CSV header read as usual."""
     m, a = tmp_path / "m.jsonl", tmp_path / "a.csv"

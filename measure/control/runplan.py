@@ -154,7 +154,7 @@ class RunPlan:
         from measure.sources.http_pool import client_procs
 
         if events or self.sessions is not None or (self.arrivals is not None and self.arrivals.after is not None):
-            return 1  # (a Bailian trace's follow-ups wait for their parents' answers: one process sees both)
+            return 1  # (a trace's follow-ups wait for their parents' answers: one process sees both)
         return client_procs(self.client_procs, max(self.bs or [1]))
 
     def http_header(self) -> dict[str, Any]:

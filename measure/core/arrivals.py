@@ -343,7 +343,7 @@ def lateness_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
             "behind_schedule": p99 > LATE_MS, "arrival_rps": sum(rates) / len(rates) if rates else None}
 
 
-# ---- a trace's sessions (Bailian: follow-ups after their parents) ------------------------------------------
+# ---- a trace's sessions (follow-ups after their parents: traces.TraceFormat.sessions) ------------------------
 
 
 @dataclass
@@ -360,9 +360,9 @@ class TraceTurn(DueTurn):
 
 
 class TraceSessions(Schedule, TurnArrivals):
-    """A trace whose follow-ups wait for their parents (Bailian): request i is due at t0 + offset_i, and a
-    follow-up not before its parent's answer has ended (then at once). It makes its own requests, as
-    sessions.Sessions does (RequestMaker asks due_turns and tells finished); session = its root's index + 1,
+    """A trace whose follow-ups wait for their parents (its format has sessions): request i is due at t0 +
+    offset_i, and a follow-up not before its parent's answer has ended (then at once). It makes its own requests,
+    as sessions.Sessions does (RequestMaker asks due_turns and tells finished); session = its root's index + 1,
     turn = the file's."""
 
     def __init__(self, offsets: Iterator[int], after: Sequence[int], total: int | None, label: str):

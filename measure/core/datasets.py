@@ -300,12 +300,12 @@ def parse_jsonl(name: str, path: Path, text: str) -> list[Item]:
 
 def parse_sharegpt(name: str, path: Path, text: str, count_tokens: Callable[[str], int] | None,
                    later_turns: bool = False) -> tuple[list[Item], int]:
-    """--workload sharegpt:NAME's requests from its file's text: the first human turn of each conversation as the prompt, the reply after it as the answer length
-    (its tokens, counted by `count_tokens`, or None where --output-len decides); with later_turns, the later
-    human turns and their replies' lengths too, in `more` (multi-turn sessions, core/sessions.py; two human
-    turns in a row are one message). Conversations without a human turn, or (with `count_tokens`) without a
-    reply to it, are skipped (their number is returned); docs/design.md §20 compares this with vLLM's and
-    GuideLLM's loaders."""
+    """--workload sharegpt:NAME's requests from its file's text: the first human turn of each conversation as
+    the prompt, the reply after it as the answer length (its tokens, counted by `count_tokens`, or None where
+    --output-len decides); with later_turns, the later human turns and their replies' lengths too, in `more`
+    (multi-turn sessions, core/sessions.py; two human turns in a row are one message). Conversations without a
+    human turn, or (with `count_tokens`) without a reply to it, are skipped (their number is returned);
+    docs/design.md §20 compares this with vLLM's and GuideLLM's loaders."""
     where = f"--workload sharegpt:{name}"
     try:
         data = json.loads(text)
@@ -443,5 +443,5 @@ def header_info(wl: Workload) -> dict[str, Any]:
 
 
 __all__ = ["Dataset", "DatasetError", "Item", "LengthDist", "parse_length", "check_fits", "header_info",
-           "parse_jsonl", "parse_sharegpt", "parse_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader", "request_for",
-           "prompt_for"]
+           "parse_jsonl", "parse_sharegpt", "parse_trace", "SAMPLES", "FORMATS", "KINDS", "RecordsReader",
+           "request_for", "prompt_for"]

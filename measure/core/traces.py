@@ -320,7 +320,8 @@ class Azure(_Csv):
             return None
         tz, frac = m.group(8), m.group(7)
         off = 0 if tz in (None, "Z") else (-1 if tz[0] == "-" else 1) * (int(tz[1:3]) * 3600 + int(tz[-2:]) * 60)
-        return day * 86400 + h * 3600 + mi * 60 + sec - off, int(frac) / 10 ** len(frac) if frac else 0.0, tz is not None
+        whole = day * 86400 + h * 3600 + mi * 60 + sec - off
+        return whole, int(frac) / 10 ** len(frac) if frac else 0.0, tz is not None
 
     def row(self, r: RowReader, line: int, fields: list[str]) -> Parsed:
         c = r.cols

@@ -127,9 +127,9 @@ def resolve(spec: str, *, prompt_len: str | None = None, output_len: str | None 
             max_tokens: int | None = None, seed: int = 0, count_tokens: Callable[[str], int] | None = None,
             turns: bool = False, model_filter: str | None = None) -> Workload:
     """--workload: a preset or synthetic:N (presets.workload), or KIND:FILE (jsonl, sharegpt, trace; the public
-    traces of core/traces.py's TRACE_FORMATS); with --prompt-len / --output-len a Dataset. A
-    preset with neither is returned as it is. `turns`: multi-turn sessions will run (a ShareGPT file's later
-    turns are read too). `model_filter`: a BurstGPT trace's rows of that Model. DatasetError: one line."""
+    traces of core/traces.py's TRACE_FORMATS); with --prompt-len / --output-len a Dataset. A preset with neither
+    is returned as it is. `turns`: multi-turn sessions will run (a ShareGPT file's later turns are read too).
+    `model_filter`: a trace's rows of that Model (its format names each row's model). DatasetError: one line."""
     kind, colon, name = spec.partition(":")
     from_file = colon and kind in FILE_KINDS
     if not from_file:
