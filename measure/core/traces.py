@@ -15,6 +15,7 @@ recorded; `--prefix-cache off` puts a unique prefix before each prompt and defea
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 import json
 import math
 import random
@@ -156,7 +157,7 @@ class RowReader:
         return self.fmt.parse(self, line, text)
 
 
-class TraceFormat:
+class TraceFormat(ABC):
     """A published trace format, declared: its name (`--workload NAME:FILE`), what a file holds, the columns a
     row needs, its time unit, its block size, whether rows link sessions or name their model; parse() reads one
     row. Each format is a subclass below registered in TRACE_FORMATS by @_declared."""
@@ -175,8 +176,9 @@ class TraceFormat:
     def ext(self) -> str:
         return "csv" if self.csv else "jsonl"
 
+    @abstractmethod
     def parse(self, r: RowReader, line: int, text: str) -> Parsed | None:
-        raise NotImplementedError
+        """The row of this line (None: dropped by --model-filter); r.bad(line, why) for a bad one."""
 
     def variant(self, r: RowReader) -> str:
         """Which of its variants the file is, seen in its rows ('' for a format of one)."""
@@ -267,8 +269,9 @@ class _Csv(TraceFormat):
             raise r.bad(line, f"{len(fields)} fields where the header has {r.ncols} (a truncated line?)")
         return self.row(r, line, fields)
 
+    @abstractmethod
     def row(self, r: RowReader, line: int, fields: list[str]) -> Parsed | None:
-        raise NotImplementedError
+        """The row of these fields (the header's columns in r.cols)."""
 
 
 @_declared
