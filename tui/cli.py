@@ -716,7 +716,7 @@ def _tune_plans(args, engines: list[str], users: int) -> dict:
 
 def tune_main(argv: list[str]) -> int:
     """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune.py, docs/design.md §25)."""
+    (measure/control/tune/, docs/design.md §25)."""
     args = _tune_parser().parse_args(argv)
     from measure.control.tune import ENGINES, Settings, TuneError, TuneIO, parse_budget, run_tune, format_result
 

@@ -1,0 +1,134 @@
+"""The answer of `inference-top tune` in words: the table of candidates, the winner and the command lines that
+serve it and reproduce it."""
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from measure.control.tune.space import Candidate, Settings
+
+if TYPE_CHECKING:
+    from presets import SLO
+
+
+def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server") -> str:
+    """The copy-pasteable command line that serves this candidate."""
+    if c.engine == "llama-server":
+        return " & ".join(shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(8080 + i),
+                                      *c.server_flags(ctx)]) for i in range(c.k))
+    if c.engine == "mlx" and c.mode == "instances" and c.k == 1:
+        return shlex.join(["mlx_lm.server", "--model", model, "--host", "127.0.0.1", "--port", "8080"])
+    return shlex.join(["inference-top", *_local_flags(c, model, ctx)])
+
+
+def _local_flags(c: Candidate, model: str, ctx: int) -> list[str]:
+    out = ["--engine", c.engine, "--model", model, "--k", str(c.k)]
+    if c.mode == "batch":
+        out += ["--b", str(c.b), "--max-b", str(c.b)]
+    out += ["--threads", str(c.threads), "--ctx", str(ctx)]
+    if c.engine == "llama" and not c.flash_attn:
+        out.append("--no-flash-attn")
+    return out
+
+
+def bench_command(c: Candidate, model: str, s: Settings, requests: int) -> str:
+    """`inference-top bench` at the candidate's settings and the tune's load: its goodput is the tune's, again.
+    For llama-server: against the server `serve_command` started."""
+    load = ["--users", str(s.users), "--requests", str(requests), "--max-tokens", str(s.max_tokens),
+            "--workload", s.workload.key, "--seed", str(s.seed), "--slo", _slo_arg(s.slo)]
+    if not s.ignore_eos:
+        load.append("--stop-at-eos")
+    if c.engine == "llama-server":
+        urls = [a for i in range(c.k) for a in ("--url", f"http://127.0.0.1:{8080 + i}/v1")]
+        return shlex.join(["inference-top", "bench", "--engine", "http", *urls,
+                           "--tokenizer", model, "--b", str(s.users), *load])  # one stream a user, as tune ran it
+    return shlex.join(["inference-top", "bench", *_local_flags(c, model, s.ctx), *load])
+
+
+def _slo_arg(slo: SLO) -> str:
+    if slo.key in ("interactive", "server"):
+        return slo.key
+    parts = []
+    for name, v in (("ttft", slo.ttft_s), ("tpot", slo.tpot_s), ("e2e", getattr(slo, "e2e_s", None))):
+        if v is not None:
+            parts.append(f"{name}={v * 1e3:g}ms")
+    return ",".join(parts)
+
+
+def format_result(res: dict[str, Any]) -> str:
+    """The answer in one screen: every candidate measured (its longest run) with the prediction's error, the
+    front, the winner and the command lines, and how many were not tried and why."""
+    rows = [c for c in res["candidates"] if c["trials"]]
+    n0 = res["settings"]["requests"]
+    head = (f"{'candidate':<52} {'runs':>4} {f'@n={n0}':>7} {'goodput':>8} {'tok/s':>7} {'in SLO':>6} {'TTFT p99':>9} "
+            f"{'TPOT p50':>9} {'pred tok/s':>10} {'err':>6}  note")
+    lines = [head, "-" * len(head)]
+
+    def order(c: dict[str, Any]) -> tuple[bool, int, float, float]:
+        """The winner, then by how far the halving took each (its longest run), then goodput there."""
+        ok = [t for t in c["trials"] if t["status"] == "ok"]
+        t = max(ok, key=lambda t: t["requests"]) if ok else {}
+        return (bool(res.get("winner")) and res["winner"]["key"] == c["key"], t.get("requests") or 0,
+                t.get("goodput_tps") or -1.0, t.get("output_throughput") or -1.0)
+
+    lines += [_candidate_line(c, res) for c in sorted(rows, key=order, reverse=True)]
+    lines.append(f"@n={n0}: goodput in the first round, where every candidate ran the same {n0} requests; the other "
+                 "figures are from its longest run (n), goodput = output tok/s of the requests within the SLO;")
+    lines.append("err: (predicted − measured) ÷ measured tok/s (the roofline); ★ winner, ◆ on the Pareto front "
+                 "(goodput, TTFT p99"
+                 + (", $/Mtok or J/token" if any("usd_per_mtok" in t or "joules_per_token" in t
+                                                 for c in rows for t in c["trials"]) else "") + ")")
+    return "\n".join(lines + _result_footer(res))
+
+
+def _candidate_line(c: dict[str, Any], res: dict[str, Any]) -> str:
+    """One candidate's line of format_result's table: its longest run, or why it has none."""
+    n0 = res["settings"]["requests"]
+    ok = [t for t in c["trials"] if t["status"] == "ok"]
+    p = c.get("predicted") or {}
+    pred = f"{p['output_throughput']:.1f}" if p.get("output_throughput") is not None else "—"
+    err = c.get("error_output_throughput")
+    errs = f"{err:+.0%}" if err is not None else "—"
+    mark = ("★ " if res.get("winner") and res["winner"]["key"] == c["key"] else
+            "◆ " if c["key"] in set(res["front"]) else "  ")
+    if not ok:
+        return f"{mark}{c['key']:<50} {len(c['trials']):>4} {c['status'].upper()}: {c['reason'][:90]}"
+    t = max(ok, key=lambda t: t["requests"])
+    first = next((x.get("goodput_tps") or 0.0 for x in ok if x["requests"] == n0), None)
+    note = f"n={t['requests']}" + (f"; {c['reason']}" if c["reason"] else "")
+    return (f"{mark}{c['key']:<50} {len(c['trials']):>4} {'—' if first is None else f'{first:.1f}':>7} "
+            f"{t.get('goodput_tps') or 0:>8.1f} "
+            f"{t.get('output_throughput') or 0:>7.1f} {t.get('slo_attainment') or 0:>6.0%} "
+            f"{t.get('p99_ttft_ms') or 0:>7.0f}ms {t.get('median_tpot_ms') or 0:>7.1f}ms {pred:>10} "
+            f"{errs:>6}  {note[:70]}")
+
+
+def _result_footer(res: dict[str, Any]) -> list[str]:
+    """Under format_result's table: the candidates not measured, the time spent, the winner and its commands."""
+    lines = []
+    by: dict[str, int] = {}
+    for c in res["candidates"]:
+        if c["status"] in ("refused", "pruned", "not tried", "pending"):
+            by[c["status"]] = by.get(c["status"], 0) + 1
+    if by:
+        lines.append("not measured: " + ", ".join(f"{n} {k}" for k, n in by.items())
+                     + " (tune.json's candidates say why, each)")
+    budget = res["settings"]["budget_s"]
+    lines.append(f"{res['elapsed_s']:.0f} s of the {budget:.0f} s budget" +
+                 ("; the budget stopped it: tune --resume OUT goes on" if res["stopped"] == "budget" else ""))
+    lines += [f"note: {x}" for x in res.get("notes") or []]
+    w = res.get("winner")
+    if w:
+        t = w["trial"]
+        lines.append(f"winner: {w['key']}: goodput {t.get('goodput_tps') or 0:.1f} tok/s at {t['requests']} "
+                     f"requests ({t.get('slo_attainment') or 0:.0%} within {res['settings']['slo']})")
+        if not t.get("goodput_tps"):
+            lines.append("  no candidate met the SLO for these users: the winner is the fastest; try fewer --users "
+                         "or a looser --slo")
+        if w.get("knee"):
+            lines.append(f"knee (--find rate): {w['knee']['sentence']}")
+        lines.append(f"serve it:      {w['serve_command']}")
+        lines.append(f"reproduce it:  {w['bench_command']}")
+    else:
+        lines.append("no candidate was measured: nothing to recommend (see each candidate's reason)")
+    return lines
