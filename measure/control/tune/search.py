@@ -22,12 +22,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TypedDict
 
 from measure.control.cell import Cell
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
-from measure.control.tune.record import TUNE_VERSION
+from measure.control.tune.record import (FIGURES, CandidateRecord, CompareRun, Done, FinalCompare, PredictedRecord, Round,
+                                         SettingsRecord, Trial, TuneResult, Winner, longest)
 from measure.control.tune.space import PRUNE, Candidate, Predicted, Settings
 from measure.control.tune.text import bench_command, serve_command
 
@@ -47,24 +48,23 @@ class Row:
     status: str = "pending"  # pending | measured | refused | pruned | not tried | crashed | timeout | failed | wall
     # | skipped (s in the live tune) | stopped (q in the live tune, during its run)
     reason: str = ""
-    trials: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
 
     @property
-    def last(self) -> dict[str, Any] | None:
-        ok = [t for t in self.trials if t["status"] == "ok"]
-        return max(ok, key=lambda t: t["requests"]) if ok else None
+    def last(self) -> Trial | None:
+        """Its longest measured run."""
+        return longest(self.trials)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.candidate.key, **asdict(self.candidate), "status": self.status,
-                               "reason": self.reason,
-                               "predicted": self.predicted.to_dict() if self.predicted else None,
-                               "trials": self.trials}
-        last = self.last
-        if last and self.predicted:
-            out["error_output_throughput"] = _err(self.predicted.tps, last.get("output_throughput"))
-            out["error_p99_ttft"] = _err(self.predicted.ttft_s * 1e3, last.get("p99_ttft_ms"))
-            out["error_goodput"] = _err(self.predicted.goodput_tps, last.get("goodput_tps"))
-        return out
+    def record(self) -> CandidateRecord:
+        """Its record in tune.json (with the prediction's errors, where it has a prediction and a measured run)."""
+        last, p = self.last, self.predicted
+        errs: tuple[float | None, ...] = (None, None, None)
+        if last and p:
+            errs = (_err(p.tps, last.output_throughput), _err(p.ttft_s * 1e3, last.p99_ttft_ms),
+                    _err(p.goodput_tps, last.goodput_tps))
+        return CandidateRecord(key=self.candidate.key, candidate=self.candidate, status=self.status, reason=self.reason,
+                               predicted=PredictedRecord.of(p) if p else None, trials=list(self.trials),
+                               error_output_throughput=errs[0], error_p99_ttft=errs[1], error_goodput=errs[2])
 
 
 def _err(pred: float | None, meas: float | None) -> float | None:
@@ -74,28 +74,20 @@ def _err(pred: float | None, meas: float | None) -> float | None:
 
 # ---- the search ------------------------------------------------------------------------------------------
 # (candidate, requests, timeout s[, tag]) → a trial; the tag names the final comparison's runs' records files apart
-Measure = Callable[..., dict[str, Any]]
+Measure = Callable[..., Trial]
 
 
 def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, requests: int,
-             records: str | None = None) -> dict[str, Any]:
+             records: str | None = None, load_s: float | None = None) -> Trial:
     """One run of a candidate, as tune.json keeps it: the cell's figures the search judges by, and where its
     records are."""
-    out: dict[str, Any] = {"requests": requests, "status": status, "reason": reason, "seconds": round(seconds, 2),
-                           "records": records}
-    if cell is not None:
-        figures = cell.to_json()  # (summary.json's names)
-        for f in ("goodput_tps", "goodput_rps", "slo_attainment", "output_throughput", "p99_ttft_ms",
-                  "median_ttft_ms", "median_tpot_ms", "completed", "errors", "achieved_concurrency",
-                  "joules_per_token", "usd_per_mtok", "watts", "error_output_throughput", "binding"):
-            v = figures.get(f)
-            if v is not None:
-                out[f] = v
-    return out
+    figures = cell.to_json() if cell is not None else {}  # (summary.json's names)
+    return Trial(requests=requests, status=status, reason=reason, seconds=round(seconds, 2), records=records,
+                 load_s=load_s, **{f: figures[f] for f in FIGURES if figures.get(f) is not None})
 
 
-def _score(t: dict[str, Any]) -> tuple[float, float]:
-    return (t.get("goodput_tps") or 0.0, t.get("output_throughput") or 0.0)
+def _score(t: Trial) -> tuple[float, float]:
+    return t.score
 
 
 def _cost(c: Candidate) -> tuple[int, int, int]:
@@ -108,7 +100,7 @@ def _standing(r: Row) -> tuple[float, float, float]:
     run: only the better half of a round runs longer), then its goodput and tok/s there, so a run is set only
     against runs of its own length (a candidate halved out after n requests never outranks one measured at 2n)."""
     t = r.last
-    return (float(t["requests"]), *_score(t)) if t else (-1.0, 0.0, 0.0)
+    return (float(t.requests), *t.score) if t else (-1.0, 0.0, 0.0)
 
 
 def _prune_bar(preds: Sequence[Predicted]) -> tuple[float, str]:
@@ -125,7 +117,7 @@ class Carried(TypedDict, total=False):
     """What a Tune carries beyond its search: `done`, the runs of an earlier tune by (candidate, requests) and
     `spent_s`, the seconds it took (--resume); `on_change`, called after every change (tune.json rewritten)."""
 
-    done: dict[tuple[str, int], dict[str, Any]] | None
+    done: Done | None
     on_change: Callable[[Tune], None] | None
     spent_s: float
     control: TuneControl | None
@@ -159,7 +151,7 @@ class Tune:
         self.rows: dict[str, Row] = {}
         for c in cands:
             self.rows.setdefault(c.key, Row(c))
-        self.rounds: list[dict[str, Any]] = []
+        self.rounds: list[Round] = []
         self.spent_before = spent_s  # what the tune being resumed took (its runs are not run again)
         self.t0 = clock()
         self.start_s: list[float] = []  # seconds a candidate took beyond its requests (start, warm-up)
@@ -168,7 +160,7 @@ class Tune:
         self.winner: Row | None = None
         self.notes: list[str] = []  # what the answer must say beside the winner
         self.runner_up: Row | None = None  # second of the halving's last ranking
-        self.final: dict[str, Any] | None = None  # the winner and the runner-up compared in turns
+        self.final: FinalCompare | None = None  # the winner and the runner-up compared in turns
         self.within_noise: list[str] = []  # the top two, the cheaper first, where their interval overlaps 0
 
     # -- time --
@@ -179,21 +171,21 @@ class Tune:
         """Seconds a run of n requests should take: its last run scaled by the requests, else the prediction's
         tok/s, plus the start-up seen so far."""
         start = max(self.start_s) if self.start_s else START_S
-        prev = [t for t in row.trials if t["status"] == "ok" and t.get("output_throughput")]
+        prev = [t for t in row.trials if t.ok and t.output_throughput]
         if prev:
             t = prev[-1]
-            return float(t["seconds"]) * n / float(t["requests"]) + start * 0.2
+            return float(t.seconds) * n / float(t.requests) + start * 0.2
         tps = row.predicted.tps if row.predicted and row.predicted.tps > 0 else None
         tokens = n * self.s.max_tokens
         return start + (tokens / tps if tps else tokens / 20.0)
 
     # -- one run --
-    def run(self, row: Row, n: int) -> dict[str, Any] | None:
+    def run(self, row: Row, n: int) -> Trial | None:
         """One run of row's candidate for n requests: from `done` where an earlier tune ran it; None where the
         budget cannot hold it (the row says so)."""
         key = (row.candidate.key, n)
         if key in self.done:
-            t: dict[str, Any] = self.done.pop(key)
+            t = self.done.pop(key)
             self.say(f"  {row.candidate.key}: {n} requests — from the earlier tune: {_line(t)}")
         else:
             est, left = self.estimate(row, n), self.left()
@@ -206,8 +198,8 @@ class Tune:
                     row.reason = f"not run at {n} requests: {why}"
                 self.on_change(self)
                 return None
-            if (held := self._held(row, n)) is not None:
-                return held or None
+            if (held := self._held(row, n)) is not None or self.stopped == "stopped":
+                return held
             self.say(f"{row.candidate.key}: {n} requests, closed loop of {self.s.users} users (≈ {est:.0f} s) …")
             t0 = self.clock()
             if self.control:
@@ -219,23 +211,24 @@ class Tune:
                     self.control.running = None
                     self.control.take_skip()  # a skip asked while this run went on was this run's
             took = self.clock() - t0
-            t["seconds"] = round(took, 2)
-            if t["status"] == "ok" and t.get("load_s") is not None:
-                self.start_s.append(max(0.0, took - t["load_s"]))
+            t = replace(t, seconds=round(took, 2))
+            if t.ok and t.load_s is not None:
+                self.start_s.append(max(0.0, took - t.load_s))
             self.say(f"  {_line(t)}")
         row.trials.append(t)
-        if t["status"] == "ok":
+        if t.ok:
             row.status, row.reason = "measured", ""
-        elif not any(x["status"] == "ok" for x in row.trials):
-            row.status, row.reason = t["status"], t["reason"]
+        elif not any(x.ok for x in row.trials):
+            row.status, row.reason = t.status, t.reason
         else:  # it ran before and failed now: the failure is its answer at this length
-            row.status, row.reason = t["status"], f"at {n} requests: {t['reason']}"
+            row.status, row.reason = t.status, f"at {n} requests: {t.reason}"
         self.on_change(self)
         return t
 
-    def _held(self, row: Row, n: int) -> dict[str, Any] | None:
-        """The live keys before a run (TuneControl): waits while paused; {} where the tune was stopped (the row
-        says so, nothing more runs); a skipped trial where a skip was asked with no run going on; else None."""
+    def _held(self, row: Row, n: int) -> Trial | None:
+        """The live keys before a run (TuneControl): waits while paused; where the tune was stopped, None with
+        `stopped` set (the row says so, nothing more runs); a skipped trial where a skip was asked with no run
+        going on; else None."""
         c = self.control
         if c is None:
             return None
@@ -249,12 +242,12 @@ class Tune:
             if not row.trials:
                 row.status, row.reason = "not tried", "the tune was stopped (q) before it"
             self.on_change(self)
-            return {}
+            return None
         if c.take_skip():
             t = trial_of(None, "skipped", "skipped (s) before it ran", 0.0, n)
             row.trials.append(t)
-            if not any(x["status"] == "ok" for x in row.trials):
-                row.status, row.reason = "skipped", t["reason"]
+            if not any(x.ok for x in row.trials):
+                row.status, row.reason = "skipped", t.reason
             self.say(f"  {row.candidate.key}: {n} requests — skipped (s)")
             self.on_change(self)
             return t
@@ -354,8 +347,8 @@ class Tune:
                 r.reason = f"not run at {2 * n} requests: the budget held that round for the best {len(keep)} only"
             n *= 2
             ran = self._round(keep, n, "successive halving")
-            measured = [r for r in ran if r.trials and r.trials[-1]["requests"] == n and r.trials[-1]["status"] == "ok"]
-            complete = all(r.trials and r.trials[-1]["requests"] == n for r in keep)
+            measured = [r for r in ran if r.trials and r.trials[-1].requests == n and r.trials[-1].ok]
+            complete = all(r.trials and r.trials[-1].requests == n for r in keep)
             if not complete:  # the budget cut the round: its ranking stands on the last complete one
                 break
             if not measured:  # every run of the round failed: the last round that measured names the winner
@@ -382,7 +375,7 @@ class Tune:
 
         n = self.s.requests
         both = [w.last, ru.last]
-        m = METRICS["goodput" if all(t and t.get("goodput_tps") for t in both) else "tok/s"]
+        m = METRICS["goodput" if all(t and t.goodput_tps for t in both) else "tok/s"]
         need = 4 * 3 * max(self.estimate(w, n), self.estimate(ru, n))
         if need > self.left():
             self.notes.append(f"the winner and the runner-up ({ru.candidate.key}) were not compared in turns: ≈ "
@@ -401,12 +394,12 @@ class Tune:
             finally:
                 if self.control:
                     self.control.running = None
-            if t["status"] != "ok":
-                raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t['status']}: {t.get('reason', '')}")
-            if not t.get(m.field):
+            if not t.ok:
+                raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t.status}: {t.reason}")
+            if not (v := t.figure(m.field)):
                 raise CompareError(f"{c.key}'s run {i + 1} of the comparison gave no {m.name} (no request within the "
                                    "SLO)")
-            return float(t[m.field])
+            return float(v)
 
         seq = Sequential()
         try:
@@ -417,7 +410,9 @@ class Tune:
         if out.interval is None:
             return
         text = verdict(out.interval, m, out.means, names=("the winner", "the runner-up"))
-        self.final = {"a": w.candidate.key, "b": ru.candidate.key, "metric": m.name, **out.to_dict(), "sentence": text}
+        self.final = FinalCompare(a=w.candidate.key, b=ru.candidate.key, metric=m.name, sentence=text, state=out.state,
+                                  interval=out.interval, means=list(out.means),
+                                  runs=[CompareRun.from_json(x) for x in out.runs], notes=list(out.notes))
         self._settle(w, ru, out.state, out.interval.rel, text, m.higher_is_better)
 
     def _settle(self, w: Row, ru: Row, state: str, rel: float, text: str, higher: bool) -> None:
@@ -443,15 +438,15 @@ class Tune:
         measured, either way); None within OFF_BY (its pruning stands)."""
         import statistics
 
-        ratios = [abs(math.log(r.predicted.tps / r.last["output_throughput"])) for r in rows
-                  if r.predicted and r.predicted.tps > 0 and r.last and r.last.get("output_throughput")]
+        ratios = [abs(math.log(r.predicted.tps / r.last.output_throughput)) for r in rows
+                  if r.predicted and r.predicted.tps > 0 and r.last and r.last.output_throughput]
         if not ratios:
             return None
         off = math.exp(statistics.median(ratios))
         return off if off > OFF_BY else None
 
     def _round(self, rows: list[Row], n: int, what: str) -> list[Row]:
-        self.rounds.append({"requests": n, "what": what, "candidates": [r.candidate.key for r in rows]})
+        self.rounds.append(Round(requests=n, what=what, candidates=[r.candidate.key for r in rows]))
         self.say(f"— round {len(self.rounds)}: {what}, {len(rows)} candidate(s) × {n} requests "
                  f"({max(0.0, self.left()):.0f} s of the budget left)")
         for r in rows:
@@ -461,15 +456,14 @@ class Tune:
     def view(self) -> TuneView:
         """What the live screen draws now (tui/panels.render_tune_rows and tune_front_chart)."""
         def one(r: Row) -> TuneRowView:
-            t = r.last or (r.trials[-1] if r.trials else {})
-            return TuneRowView(r.candidate.key, r.status, int(t.get("requests") or 0), t.get("goodput_tps"),
-                               t.get("output_throughput"), t.get("p99_ttft_ms"),
-                               r.predicted.tps if r.predicted else None, r.reason)
+            t = r.last or (r.trials[-1] if r.trials else Trial(requests=0, status=r.status))
+            return TuneRowView(r.candidate.key, r.status, t.requests, t.goodput_tps, t.output_throughput,
+                               t.p99_ttft_ms, r.predicted.tps if r.predicted else None, r.reason)
 
         rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _standing(r)]))
         best = max((r for r in self.rows.values() if r.last), key=_standing, default=None)
         c, lead = self.control, self.winner or best
-        points = tuple((k, t.get("p99_ttft_ms"), t.get("goodput_tps") or 0.0) for k, t in self.front_runs().items())
+        points = tuple((k, t.p99_ttft_ms, t.goodput_tps or 0.0) for k, t in self.front_runs().items())
         return TuneView(tuple(one(r) for r in rows), tuple(r.candidate.key for r in self.front()),
                         lead.candidate.key if lead else None,
                         c.running if c else None, bool(c and c.paused), self.stopped,
@@ -481,17 +475,17 @@ class Tune:
         """The run length the front compares at: the longest one every measured candidate has a run of (the first
         round's, once the halving has left any behind). A p99 over 8n requests reaches further into the tail than
         one over n, so runs of different lengths are never set against each other."""
-        sets = [{t["requests"] for t in r.trials if t["status"] == "ok"} for r in self.rows.values() if r.last]
+        sets = [{t.requests for t in r.trials if t.ok} for r in self.rows.values() if r.last]
         common = set.intersection(*sets) if sets else set()
         return max(common) if common else (min(min(x) for x in sets) if sets else None)
 
-    def front_runs(self) -> dict[str, dict[str, Any]]:
+    def front_runs(self) -> dict[str, Trial]:
         """Each measured candidate's run at front_n (where one has none there: its shortest)."""
         n, out = self.front_n(), {}
         for r in self.rows.values():
-            ok = sorted((t for t in r.trials if t["status"] == "ok"), key=lambda t: t["requests"])
+            ok = sorted((t for t in r.trials if t.ok), key=lambda t: t.requests)
             if ok:
-                out[r.candidate.key] = next((t for t in ok if t["requests"] == n), ok[0])
+                out[r.candidate.key] = next((t for t in ok if t.requests == n), ok[0])
         return out
 
     def front(self) -> list[Row]:
@@ -500,12 +494,12 @@ class Tune:
         runs = self.front_runs()
         rows = [r for r in self.rows.values() if r.candidate.key in runs]
         third = next((f for f in ("usd_per_mtok", "joules_per_token")
-                      if rows and all(t.get(f) is not None for t in runs.values())), None)
+                      if rows and all(t.figure(f) is not None for t in runs.values())), None)
 
         def vec(r: Row) -> tuple[float, ...]:
             t = runs[r.candidate.key]
-            v: tuple[float, ...] = (-(t.get("goodput_tps") or 0.0), t.get("p99_ttft_ms") or math.inf)
-            return v + ((t[third],) if third else ())
+            v: tuple[float, ...] = (-(t.goodput_tps or 0.0), t.p99_ttft_ms or math.inf)
+            return v + ((t.figure(third) or 0.0,) if third else ())
 
         vs = {r.candidate.key: vec(r) for r in rows}
 
@@ -514,31 +508,27 @@ class Tune:
 
         return sorted([r for r in rows if not dominated(vs[r.candidate.key])], key=lambda r: vs[r.candidate.key])
 
-    def result(self, model: str, ctx: int, header: dict[str, Any] | None = None,
-               server_bin: str = "llama-server") -> dict[str, Any]:
-        s = self.s
-        w = self.winner
-        out: dict[str, Any] = {"command": "tune", "version": TUNE_VERSION, **(header or {}), "settings": s.describe(),
-                               "model": model,
-                               "elapsed_s": round(self.clock() - self.t0 + self.spent_before, 1),
-                               "this_session_s": round(self.clock() - self.t0, 1), "stopped": self.stopped,
-                               "rounds": self.rounds, "candidates": [r.to_dict() for r in self.rows.values()],
-                               "front": [r.candidate.key for r in self.front()], "front_requests": self.front_n(),
-                               "notes": self.notes, "final_compare": self.final, "within_noise": self.within_noise,
-                               "not_tried": {r.candidate.key: r.reason for r in self.rows.values()
-                                             if r.status in ("not tried", "pruned", "pending")}}
+    def result(self, model: str, ctx: int, machine: str | None = None,
+               server_bin: str = "llama-server") -> TuneResult:
+        """tune.json's record of the tune now (`machine`: the chip, run_tune's)."""
+        s, w = self.s, self.winner
+        winner = None
         if w is not None and w.last is not None:
-            out["winner"] = {"key": w.candidate.key, **asdict(w.candidate), "trial": w.last,
-                             "serve_command": serve_command(w.candidate, model, ctx, server_bin),
-                             "bench_command": bench_command(w.candidate, model, s, w.last["requests"])}
-        else:
-            out["winner"] = None
-        return out
+            winner = Winner(key=w.candidate.key, candidate=w.candidate, trial=w.last,
+                            serve_command=serve_command(w.candidate, model, ctx, server_bin),
+                            bench_command=bench_command(w.candidate, model, s, w.last.requests))
+        return TuneResult(machine=machine, settings=SettingsRecord.of(s), model=model,
+                          elapsed_s=round(self.clock() - self.t0 + self.spent_before, 1),
+                          this_session_s=round(self.clock() - self.t0, 1), stopped=self.stopped,
+                          rounds=list(self.rounds), candidates=[r.record() for r in self.rows.values()],
+                          front=[r.candidate.key for r in self.front()], front_requests=self.front_n(),
+                          notes=list(self.notes), final_compare=self.final, within_noise=list(self.within_noise),
+                          not_tried={r.candidate.key: r.reason for r in self.rows.values()
+                                     if r.status in ("not tried", "pruned", "pending")}, winner=winner)
 
 
-def _line(t: dict[str, Any]) -> str:
-    if t["status"] != "ok":
-        return f"{t['status'].upper()}: {t['reason']}"
-    att = t.get("slo_attainment")
-    return (f"goodput {t.get('goodput_tps') or 0:.1f} tok/s ({att or 0:.0%} in SLO), {t.get('output_throughput') or 0:.1f}"
-            f" tok/s, TTFT p99 {t.get('p99_ttft_ms') or 0:.0f} ms, TPOT p50 {t.get('median_tpot_ms') or 0:.1f} ms")
+def _line(t: Trial) -> str:
+    if not t.ok:
+        return f"{t.status.upper()}: {t.reason}"
+    return (f"goodput {t.goodput_tps or 0:.1f} tok/s ({t.slo_attainment or 0:.0%} in SLO), {t.output_throughput or 0:.1f}"
+            f" tok/s, TTFT p99 {t.p99_ttft_ms or 0:.0f} ms, TPOT p50 {t.median_tpot_ms or 0:.1f} ms")

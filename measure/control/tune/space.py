@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
 
@@ -110,14 +110,7 @@ class Settings:
     first_round: int = FIRST_ROUND
     final_compare: bool = False  # the last step: the winner and the runner-up in turns (compare.py); the CLI's default
     prompt_tokens: int = 32  # the workload's typical prompt, for the roofline
-    kv_bytes_per_token: float | None = None  # the winner's model's (the memory guard's), for its knee; not described
-
-    def describe(self) -> dict[str, Any]:
-        return {"engines": self.engines, "users": self.users, "requests": self.requests,
-                "max_tokens": self.max_tokens, "ctx": self.ctx, "budget_s": self.budget_s,
-                "slo": self.slo.describe(), "workload": self.workload.key, "seed": self.seed,
-                "ignore_eos": self.ignore_eos, "memory_budget": self.memory_budget,
-                "cost": self.cost.describe() if self.cost and self.cost.set else None}
+    kv_bytes_per_token: float | None = None  # the winner's model's (the memory guard's), for its knee; not in tune.json
 
 
 @dataclass
@@ -127,11 +120,6 @@ class Predicted:
     tpot_s: float
     goodput_tps: float  # tps where TTFT and TPOT meet the SLO, else 0
     binding: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"output_throughput": self.tps, "ttft_ms": self.ttft_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
-                "goodput_tps": self.goodput_tps, "binding": self.binding}
-
 
 
 # ---- candidates ------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@ serve it and reproduce it."""
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from measure.control.tune.record import CandidateRecord, TuneResult
 from measure.control.tune.space import Candidate, Settings
 
 if TYPE_CHECKING:
@@ -55,80 +56,78 @@ def _slo_arg(slo: SLO) -> str:
     return ",".join(parts)
 
 
-def format_result(res: dict[str, Any]) -> str:
+def format_result(res: TuneResult) -> str:
     """The answer in one screen: every candidate measured (its longest run) with the prediction's error, the
     front, the winner and the command lines, and how many were not tried and why."""
-    rows = [c for c in res["candidates"] if c["trials"]]
-    n0 = res["settings"]["requests"]
+    rows = [c for c in res.candidates if c.trials]
+    n0 = res.settings.requests
     head = (f"{'candidate':<52} {'runs':>4} {f'@n={n0}':>7} {'goodput':>8} {'tok/s':>7} {'in SLO':>6} {'TTFT p99':>9} "
             f"{'TPOT p50':>9} {'pred tok/s':>10} {'err':>6}  note")
     lines = [head, "-" * len(head)]
+    won = res.winner.key if res.winner else None
 
-    def order(c: dict[str, Any]) -> tuple[bool, int, float, float]:
+    def order(c: CandidateRecord) -> tuple[bool, int, float, float]:
         """The winner, then by how far the halving took each (its longest run), then goodput there."""
-        ok = [t for t in c["trials"] if t["status"] == "ok"]
-        t = max(ok, key=lambda t: t["requests"]) if ok else {}
-        return (bool(res.get("winner")) and res["winner"]["key"] == c["key"], t.get("requests") or 0,
-                t.get("goodput_tps") or -1.0, t.get("output_throughput") or -1.0)
+        t = c.last
+        if t is None:
+            return (won == c.key, 0, -1.0, -1.0)
+        return (won == c.key, t.requests, t.goodput_tps or -1.0, t.output_throughput or -1.0)
 
     lines += [_candidate_line(c, res) for c in sorted(rows, key=order, reverse=True)]
     lines.append(f"@n={n0}: goodput in the first round, where every candidate ran the same {n0} requests; the other "
                  "figures are from its longest run (n), goodput = output tok/s of the requests within the SLO;")
     lines.append("err: (predicted − measured) ÷ measured tok/s (the roofline); ★ winner, ◆ on the Pareto front "
                  "(goodput, TTFT p99"
-                 + (", $/Mtok or J/token" if any("usd_per_mtok" in t or "joules_per_token" in t
-                                                 for c in rows for t in c["trials"]) else "") + ")")
+                 + (", $/Mtok or J/token" if any(t.usd_per_mtok is not None or t.joules_per_token is not None
+                                                 for c in rows for t in c.trials) else "") + ")")
     return "\n".join(lines + _result_footer(res))
 
 
-def _candidate_line(c: dict[str, Any], res: dict[str, Any]) -> str:
+def _candidate_line(c: CandidateRecord, res: TuneResult) -> str:
     """One candidate's line of format_result's table: its longest run, or why it has none."""
-    n0 = res["settings"]["requests"]
-    ok = [t for t in c["trials"] if t["status"] == "ok"]
-    p = c.get("predicted") or {}
-    pred = f"{p['output_throughput']:.1f}" if p.get("output_throughput") is not None else "—"
-    err = c.get("error_output_throughput")
+    n0 = res.settings.requests
+    p = c.predicted
+    pred = f"{p.output_throughput:.1f}" if p is not None and p.output_throughput is not None else "—"
+    err = c.error_output_throughput
     errs = f"{err:+.0%}" if err is not None else "—"
-    mark = ("★ " if res.get("winner") and res["winner"]["key"] == c["key"] else
-            "◆ " if c["key"] in set(res["front"]) else "  ")
-    if not ok:
-        return f"{mark}{c['key']:<50} {len(c['trials']):>4} {c['status'].upper()}: {c['reason'][:90]}"
-    t = max(ok, key=lambda t: t["requests"])
-    first = next((x.get("goodput_tps") or 0.0 for x in ok if x["requests"] == n0), None)
-    note = f"n={t['requests']}" + (f"; {c['reason']}" if c["reason"] else "")
-    return (f"{mark}{c['key']:<50} {len(c['trials']):>4} {'—' if first is None else f'{first:.1f}':>7} "
-            f"{t.get('goodput_tps') or 0:>8.1f} "
-            f"{t.get('output_throughput') or 0:>7.1f} {t.get('slo_attainment') or 0:>6.0%} "
-            f"{t.get('p99_ttft_ms') or 0:>7.0f}ms {t.get('median_tpot_ms') or 0:>7.1f}ms {pred:>10} "
+    mark = ("★ " if res.winner and res.winner.key == c.key else "◆ " if c.key in set(res.front) else "  ")
+    t = c.last
+    if t is None:
+        return f"{mark}{c.key:<50} {len(c.trials):>4} {c.status.upper()}: {c.reason[:90]}"
+    first = next((x.goodput_tps or 0.0 for x in c.trials if x.ok and x.requests == n0), None)
+    note = f"n={t.requests}" + (f"; {c.reason}" if c.reason else "")
+    return (f"{mark}{c.key:<50} {len(c.trials):>4} {'—' if first is None else f'{first:.1f}':>7} "
+            f"{t.goodput_tps or 0:>8.1f} "
+            f"{t.output_throughput or 0:>7.1f} {t.slo_attainment or 0:>6.0%} "
+            f"{t.p99_ttft_ms or 0:>7.0f}ms {t.median_tpot_ms or 0:>7.1f}ms {pred:>10} "
             f"{errs:>6}  {note[:70]}")
 
 
-def _result_footer(res: dict[str, Any]) -> list[str]:
+def _result_footer(res: TuneResult) -> list[str]:
     """Under format_result's table: the candidates not measured, the time spent, the winner and its commands."""
     lines = []
     by: dict[str, int] = {}
-    for c in res["candidates"]:
-        if c["status"] in ("refused", "pruned", "not tried", "pending"):
-            by[c["status"]] = by.get(c["status"], 0) + 1
+    for c in res.candidates:
+        if c.status in ("refused", "pruned", "not tried", "pending"):
+            by[c.status] = by.get(c.status, 0) + 1
     if by:
         lines.append("not measured: " + ", ".join(f"{n} {k}" for k, n in by.items())
                      + " (tune.json's candidates say why, each)")
-    budget = res["settings"]["budget_s"]
-    lines.append(f"{res['elapsed_s']:.0f} s of the {budget:.0f} s budget" +
-                 ("; the budget stopped it: tune --resume OUT goes on" if res["stopped"] == "budget" else ""))
-    lines += [f"note: {x}" for x in res.get("notes") or []]
-    w = res.get("winner")
+    lines.append(f"{res.elapsed_s:.0f} s of the {res.settings.budget_s:.0f} s budget" +
+                 ("; the budget stopped it: tune --resume OUT goes on" if res.stopped == "budget" else ""))
+    lines += [f"note: {x}" for x in res.notes]
+    w = res.winner
     if w:
-        t = w["trial"]
-        lines.append(f"winner: {w['key']}: goodput {t.get('goodput_tps') or 0:.1f} tok/s at {t['requests']} "
-                     f"requests ({t.get('slo_attainment') or 0:.0%} within {res['settings']['slo']})")
-        if not t.get("goodput_tps"):
+        t = w.trial
+        lines.append(f"winner: {w.key}: goodput {t.goodput_tps or 0:.1f} tok/s at {t.requests} "
+                     f"requests ({t.slo_attainment or 0:.0%} within {res.settings.slo})")
+        if not t.goodput_tps:
             lines.append("  no candidate met the SLO for these users: the winner is the fastest; try fewer --users "
                          "or a looser --slo")
-        if w.get("knee"):
-            lines.append(f"knee (--find rate): {w['knee']['sentence']}")
-        lines.append(f"serve it:      {w['serve_command']}")
-        lines.append(f"reproduce it:  {w['bench_command']}")
+        if w.knee:
+            lines.append(f"knee (--find rate): {w.knee.sentence}")
+        lines.append(f"serve it:      {w.serve_command}")
+        lines.append(f"reproduce it:  {w.bench_command}")
     else:
         lines.append("no candidate was measured: nothing to recommend (see each candidate's reason)")
     return lines
