@@ -468,3 +468,22 @@ def test_several_llama_servers_behind_one_queue(tmp_path):
     assert len(logs) == 2
     assert serve_command(c, "m.gguf", 512).count("--port") == 2
     assert "--url http://127.0.0.1:8080/v1 --url http://127.0.0.1:8081/v1" in bench_command(c, "m.gguf", s, 6)
+
+
+def test_an_engine_s_declaration_is_what_tune_asks_of_it(monkeypatch):
+    """tune reads an engine's modes, knobs, threads and server command from its declaration (engines/spec.py):
+    an engine declared here, in no module of tune's, gets its candidates, key, variants and commands."""
+    from engines import registry
+    from engines.spec import EngineDecl
+
+    toy = EngineDecl("toy", "toy", "in-process", tune_modes=("instances",), tune_knobs=("kv_type",),
+                     serve_argv=("toy-serve", "{model}", "--port", "{port}"))
+    monkeypatch.setitem(registry.ENGINES, "toy", toy)
+    cands = candidates(["toy"], cores=4, users=2)
+    assert [(c.mode, c.k, c.threads) for c in cands] == [("instances", 1, 4), ("instances", 2, 2)]  # no half threads
+    assert cands[0].key == "toy instances K=1 t=4 kv=f16" and [v.key for v in cands[0].variants()] == [
+        "toy instances K=1 t=4 kv=q8_0"]
+    assert serve_command(cands[0], "m", 512) == "toy-serve m --port 8080"
+    assert serve_command(cands[1], "m", 512).startswith("inference-top --engine toy --model m --k 2 --threads 2")
+    with pytest.raises(TuneError, match="--engine null: tune takes llama, llama-server, mlx"):
+        candidates(["null"], cores=2, users=2)  # declared, but with no tune modes

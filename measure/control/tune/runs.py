@@ -15,7 +15,7 @@ from measure.control.tune.live import TuneControl
 from measure.control.tune.record import Knee, KneeLevel, Trial, TuneResult, load_done, write_result
 from measure.control.tune.search import Measure, Row, Tune, TuneIO, trial_of
 from measure.control.tune.space import (Candidate, Predicted, Settings, TuneError, candidates, memory_refusal,
-                                        roofline_predictor)
+                                        roofline_predictor, tuned)
 from measure.core.workload import ClosedLoop
 from measure.machine.servers import ServerStartError, start_server, stop_server
 from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
@@ -125,7 +125,7 @@ def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> Ope
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
                     ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
-        sp = replace(spec, threads=c.threads, flash_attn=c.flash_attn and spec.engine != "mlx")
+        sp = replace(spec, threads=c.threads, flash_attn=c.flash_attn and c.decl.flash_attn)
         fleet = Fleet(sp, meta, k=c.k, threads=c.threads, on_record=on_record, b_cap=1, events=False)
         try:
             fleet.start(timeout=ready_s)
@@ -237,8 +237,9 @@ def _stop_all(src: FiniteLoadSource | None, stop: Callable[[], None] | None, rec
 
 
 def _family(engine: str) -> str:
-    """The RunPlan an engine's candidates are made from: "mlx", or "llama" (llama and llama-server)."""
-    return "mlx" if engine == "mlx" else "llama"
+    """The RunPlan an engine's candidates are made from: its declaration's plan_engine ("llama" for llama and
+    llama-server, "mlx" for mlx)."""
+    return tuned(engine).plan_engine
 
 
 def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | None = None,
@@ -321,7 +322,8 @@ def _opener(engine: str, p: RunPlan, s: Settings, out: Path, server_bin: str | N
     from measure.core.records import RunMeta
     from measure.machine.model_choice import run_meta
 
-    if engine != "llama-server":
+    decl = tuned(engine)
+    if not decl.starts_server:
         assert p.spec is not None  # a plan of an in-process engine has its spec
         return local_opener(p.spec, run_meta(engine, _choice(p), "instances", 1))
     if not server_bin:
@@ -329,7 +331,7 @@ def _opener(engine: str, p: RunPlan, s: Settings, out: Path, server_bin: str | N
                         "llama-server on PATH)")
     choice = _choice(p)
     model = str(choice.path)
-    meta = RunMeta("llama-server", choice.name, choice.file_bytes, mode="http", b=s.users)
+    meta = RunMeta(decl.label, choice.name, choice.file_bytes, mode="http", b=s.users)
     return server_opener(server_bin, model, meta, s.ctx, s.users, out / "runs", GGUFTokenizer(model))
 
 

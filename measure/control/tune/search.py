@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, TypedDict
 
 from measure.control.cell import Cell
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
-from measure.control.tune.record import (FIGURES, CandidateRecord, CompareRun, Done, FinalCompare, PredictedRecord, Round,
-                                         SettingsRecord, Trial, TuneResult, Winner, longest)
+from measure.control.tune.record import (FIGURES, CandidateRecord, CompareRun, Done, FinalCompare, PredictedRecord,
+                                         Round, SettingsRecord, Trial, TuneResult, Winner, longest)
 from measure.control.tune.space import PRUNE, Candidate, Predicted, Settings
 from measure.control.tune.text import bench_command, serve_command
 

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from engines.registry import ENGINES as DECLARED
+from engines.spec import EngineDecl, Knob
 from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
 
 if TYPE_CHECKING:
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from measure.core.work import WorkModel
     from presets import SLO, Workload
 
-ENGINES = ("llama", "llama-server", "mlx")
+ENGINES = tuple(sorted(name for name, d in DECLARED.items() if d.tune_modes))  # the engines tune takes
 PRUNE = 0.5  # a shape whose predicted tok/s is under this share of the best predicted goodput is not measured
 FIRST_ROUND = 8  # at most this many shapes run in the first round (the best predicted)
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes per element of llama.cpp's KV cache types
@@ -35,13 +37,22 @@ def parse_budget(text: str) -> float:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
+def tuned(engine: str) -> EngineDecl:
+    """The declaration of an engine tune takes (engines/spec.py: its modes, knobs and server command); TuneError,
+    one line, for any other."""
+    decl = DECLARED.get(engine)
+    if decl is None or not decl.tune_modes:
+        raise TuneError(f"--engine {engine}: tune takes {', '.join(ENGINES)}")
+    return decl
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One way to serve the model: the engine, how it takes concurrent requests, and its knobs."""
 
-    engine: str  # llama | llama-server | mlx
-    mode: str  # instances (K engines, one request each) | batch (K engines batching B) | slots (llama-server)
-    # | servers (K llama-servers of B slots each behind one queue, least outstanding requests first)
+    engine: str  # an engine tune takes (ENGINES)
+    mode: str  # its declaration's tune_modes: instances (K engines, one request each) | batch (K engines batching
+    # B) | slots (a server's) | servers (K servers of B slots each behind one queue, least outstanding first)
     k: int = 1
     b: int = 1  # sequences per engine (batch) or llama-server's parallel slots; 1 for instances
     threads: int = 1
@@ -50,12 +61,19 @@ class Candidate:
     ubatch: int = UBATCH  # llama-server's -ub
 
     @property
+    def decl(self) -> EngineDecl:
+        return tuned(self.engine)
+
+    @property
     def key(self) -> str:
-        if self.engine == "llama-server":
-            head = f"llama-server{f' ×{self.k}' if self.k > 1 else ''} np={self.b} t={self.threads}"
-            return head + f" fa={'on' if self.flash_attn else 'off'} kv={self.kv_type} ub={self.ubatch}"
+        """Its name: the engine, the shape, and each knob its engine declares (a server: ×K, its slots)."""
+        d = self.decl
+        shown = {"flash_attn": f"fa={'on' if self.flash_attn else 'off'}", "kv_type": f"kv={self.kv_type}",
+                 "ubatch": f"ub={self.ubatch}"}
+        tail = "".join(f" {shown[k]}" for k in d.tune_knobs)
+        if d.starts_server:
+            return f"{self.engine}{f' ×{self.k}' if self.k > 1 else ''} np={self.b} t={self.threads}{tail}"
         shape = f"K={self.k}" if self.mode == "instances" else f"K={self.k} B={self.b}"
-        tail = f" fa={'on' if self.flash_attn else 'off'}" if self.engine == "llama" else ""
         return f"{self.engine} {self.mode} {shape} t={self.threads}{tail}"
 
     @property
@@ -76,19 +94,21 @@ class Candidate:
         return self.k * (1 if self.mode == "instances" else self.b)
 
     def variants(self) -> list[Candidate]:
-        """The knobs the roofline does not see, one changed at a time from this candidate's."""
-        if self.engine == "llama":
-            return [replace(self, flash_attn=not self.flash_attn)]
-        if self.engine == "llama-server":
-            return [replace(self, flash_attn=not self.flash_attn), replace(self, kv_type="q8_0"),
-                    replace(self, ubatch=128)]
-        return []
+        """The knobs the roofline does not see (those its engine declares), one changed at a time from this
+        candidate's."""
+        return [VARY[k](self) for k in self.decl.tune_knobs]
 
     def server_flags(self, ctx: int) -> list[str]:
         """llama-server's flags for this candidate (-c is the whole context, split over the slots)."""
         return ["-np", str(self.b), "-c", str(ctx * self.b), "-t", str(self.threads),
                 "-fa", "on" if self.flash_attn else "off", "-ctk", self.kv_type, "-ctv", self.kv_type,
                 "-ub", str(self.ubatch)]
+
+
+# each knob's one change from the defaults (flash attention flipped, the KV cache at q8_0, a smaller n_ubatch)
+VARY: dict[Knob, Callable[[Candidate], Candidate]] = {
+    "flash_attn": lambda c: replace(c, flash_attn=not c.flash_attn), "kv_type": lambda c: replace(c, kv_type="q8_0"),
+    "ubatch": lambda c: replace(c, ubatch=128)}
 
 
 @dataclass
@@ -132,35 +152,49 @@ def _powers(limit: int) -> list[int]:
 
 
 def candidates(engines: Sequence[str], cores: int, users: int, max_b: int = 16) -> list[Candidate]:
-    """The shapes each engine takes, default knobs: K instances (threads = cores ÷ K, and half that), K engines
-    batching B (B up to the users each engine would hold), llama-server's slots (up to the users) at all and
-    half the cores; nothing beyond the users (more streams than users are never used)."""
+    """The shapes each engine takes (its declaration's tune_modes), default knobs: K instances (threads = cores ÷
+    K, and half that where it declares tune_half_threads), K engines batching B (B up to the users each engine
+    would hold), a server's slots (up to the users) and K servers behind one queue; nothing beyond the users (more
+    streams than users are never used)."""
     out: list[Candidate] = []
     cores = max(1, cores)
-
-    def threads_for(k: int) -> list[int]:
-        t = max(1, cores // k)
-        return sorted({t, max(1, t // 2)}, reverse=True)
-
     for engine in engines:
-        if engine in ("llama", "mlx"):
-            for k in range(1, min(cores, users) + 1):
-                for t in threads_for(k) if engine == "llama" else [max(1, cores // k)]:
-                    out.append(Candidate(engine, "instances", k, 1, t))
-            for k in (1, 2) if cores >= 2 else (1,):
-                for b in _powers(min(max_b, -(-users // k))):
-                    if b >= 2:
-                        out.append(Candidate(engine, "batch", k, b, max(1, cores // k)))
-        elif engine == "llama-server":
-            for n in sorted(set(_powers(users)) | {users}):
-                for t in threads_for(1):
-                    out.append(Candidate(engine, "slots", 1, n, t))
-            for k in _powers(min(cores, users))[1:]:  # several servers behind one queue, the cores dealt over them
-                for n in _powers(-(-users // k)):
-                    out.append(Candidate(engine, "servers", k, n, max(1, cores // k)))
-        else:
-            raise TuneError(f"--engine {engine}: tune takes {', '.join(ENGINES)}")
+        d = tuned(engine)
+        for mode in d.tune_modes:
+            shapes = SHAPES[mode](cores, users, max_b, d.tune_half_threads)
+            out += [Candidate(engine, mode, k, b, t) for k, b, t in shapes]
     return list(dict.fromkeys(out))
+
+
+def _threads(cores: int, k: int, half: bool) -> list[int]:
+    """Threads per engine of K: the cores dealt over them, and half that where the engine tries both."""
+    t = max(1, cores // k)
+    return sorted({t, max(1, t // 2)}, reverse=True) if half else [t]
+
+
+Shape = tuple[int, int, int]  # (K, B, threads)
+
+
+def _instances(cores: int, users: int, max_b: int, half: bool) -> list[Shape]:
+    return [(k, 1, t) for k in range(1, min(cores, users) + 1) for t in _threads(cores, k, half)]
+
+
+def _batch(cores: int, users: int, max_b: int, half: bool) -> list[Shape]:
+    return [(k, b, max(1, cores // k)) for k in ((1, 2) if cores >= 2 else (1,))
+            for b in _powers(min(max_b, -(-users // k))) if b >= 2]
+
+
+def _slots(cores: int, users: int, max_b: int, half: bool) -> list[Shape]:
+    return [(1, n, t) for n in sorted(set(_powers(users)) | {users}) for t in _threads(cores, 1, half)]
+
+
+def _servers(cores: int, users: int, max_b: int, half: bool) -> list[Shape]:
+    """Several servers behind one queue, the cores dealt over them."""
+    return [(k, n, max(1, cores // k)) for k in _powers(min(cores, users))[1:] for n in _powers(-(-users // k))]
+
+
+SHAPES: dict[str, Callable[[int, int, int, bool], list[Shape]]] = {
+    "instances": _instances, "batch": _batch, "slots": _slots, "servers": _servers}
 
 
 def memory_refusal(c: Candidate, ctx: int, weight_bytes: int, kv_per_token_f16: float, budget: int | None,

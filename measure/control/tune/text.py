@@ -14,11 +14,11 @@ if TYPE_CHECKING:
 
 def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server") -> str:
     """The copy-pasteable command line that serves this candidate."""
-    if c.engine == "llama-server":
-        return " & ".join(shlex.join([server_bin, "-m", model, "--host", "127.0.0.1", "--port", str(8080 + i),
-                                      *c.server_flags(ctx)]) for i in range(c.k))
-    if c.engine == "mlx" and c.mode == "instances" and c.k == 1:
-        return shlex.join(["mlx_lm.server", "--model", model, "--host", "127.0.0.1", "--port", "8080"])
+    d = c.decl
+    if d.starts_server:  # K servers of its own, one port each
+        return " & ".join(shlex.join([*d.serve(model, 8080 + i, server_bin), *c.server_flags(ctx)]) for i in range(c.k))
+    if d.serve_argv and c.mode == "instances" and c.k == 1:  # one engine of one request: its own server
+        return shlex.join(d.serve(model, 8080))
     return shlex.join(["inference-top", *_local_flags(c, model, ctx)])
 
 
@@ -27,7 +27,7 @@ def _local_flags(c: Candidate, model: str, ctx: int) -> list[str]:
     if c.mode == "batch":
         out += ["--b", str(c.b), "--max-b", str(c.b)]
     out += ["--threads", str(c.threads), "--ctx", str(ctx)]
-    if c.engine == "llama" and not c.flash_attn:
+    if c.decl.flash_attn and not c.flash_attn:
         out.append("--no-flash-attn")
     return out
 
@@ -39,7 +39,7 @@ def bench_command(c: Candidate, model: str, s: Settings, requests: int) -> str:
             "--workload", s.workload.key, "--seed", str(s.seed), "--slo", _slo_arg(s.slo)]
     if not s.ignore_eos:
         load.append("--stop-at-eos")
-    if c.engine == "llama-server":
+    if c.decl.starts_server:
         urls = [a for i in range(c.k) for a in ("--url", f"http://127.0.0.1:{8080 + i}/v1")]
         return shlex.join(["inference-top", "bench", "--engine", "http", *urls,
                            "--tokenizer", model, "--b", str(s.users), *load])  # one stream a user, as tune ran it
