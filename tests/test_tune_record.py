@@ -129,3 +129,18 @@ def test_a_tune_json_that_is_not_one_is_refused_in_one_line(edit, says, tmp_path
     with pytest.raises(TuneError, match="is not a tune.json this version reads") as e:
         load_done(tmp_path, s, "/models/m.gguf")
     assert "\n" not in str(e.value)
+
+
+def test_report_draws_the_front_of_main_s_tune_json(tmp_path):
+    """`report OUT` reads tune.json through the same records: main's real tune is drawn and listed."""
+    pytest.importorskip("matplotlib")
+    from measure.control.report import report
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "tune.json").write_text((MAIN / "cli.json").read_text())
+    res = TuneResult.from_json(json.loads((MAIN / "cli.json").read_text()))
+    files, md, _ = report([str(tmp_path / "t")], tmp_path / "r")
+    text = md.read_text()
+    assert files[0].stat().st_size > 0 and f"Winner: **{res.winner.key}**" in text
+    assert res.winner.serve_command in text and text.count("| llama ") + text.count("| ★ llama ") == len(
+        [c for c in res.candidates if c.last])
