@@ -18,8 +18,9 @@ engine and a planted best configuration; `tune --resume OUT` reads the runs in O
 and goes on from there.
 
 Its jobs, one module each: space (the candidates, their settings, prediction and memory refusal), search (the
-search; live: the live tune's keys and view), text (the answer in words and its command lines), record (tune.json
-written and read back), runs (runs that start engines and servers, and run_tune).
+search; rows: a candidate's row and its runs; live: the live tune's keys and view), text (the answer in words and
+its command lines), record (tune.json written and read back), runs (runs that start engines and servers, and
+run_tune).
 """
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
 from measure.control.tune.record import TuneResult, load_done, write_result

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, cast
 from engines.base import EngineError
 from measure.control.tune.live import TuneControl
 from measure.control.tune.record import Knee, KneeLevel, Trial, TuneResult, load_done, write_result
-from measure.control.tune.search import Measure, Row, Tune, TuneIO, trial_of
+from measure.control.tune.rows import Measure, Row, trial_of
+from measure.control.tune.search import Tune, TuneIO
 from measure.control.tune.space import (Candidate, Predicted, Settings, TuneError, candidates, memory_refusal,
                                         roofline_predictor, tuned)
 from measure.core.workload import ClosedLoop

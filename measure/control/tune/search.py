@@ -22,13 +22,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
 
-from measure.control.cell import Cell
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
-from measure.control.tune.record import (FIGURES, CandidateRecord, CompareRun, Done, FinalCompare, PredictedRecord,
-                                         Round, SettingsRecord, Trial, TuneResult, Winner, longest)
+from measure.control.tune.record import CompareRun, Done, FinalCompare, Round, SettingsRecord, Trial, TuneResult, Winner
+from measure.control.tune.rows import Measure, Row, prune_bar, standing, trial_of
 from measure.control.tune.space import PRUNE, Candidate, Predicted, Settings
 from measure.control.tune.text import bench_command, serve_command
 
@@ -37,80 +36,6 @@ if TYPE_CHECKING:
 
 OFF_BY = 2.0  # a roofline off by more than this factor on the first round (median) has its pruned shapes run too
 START_S = 8.0  # seconds assumed to start a candidate (workers load, warm up) until one has been timed
-
-
-@dataclass
-class Row:
-    """One candidate: its prediction, what became of it, and every run of it."""
-
-    candidate: Candidate
-    predicted: Predicted | None = None
-    status: str = "pending"  # pending | measured | refused | pruned | not tried | crashed | timeout | failed | wall
-    # | skipped (s in the live tune) | stopped (q in the live tune, during its run)
-    reason: str = ""
-    trials: list[Trial] = field(default_factory=list)
-
-    @property
-    def last(self) -> Trial | None:
-        """Its longest measured run."""
-        return longest(self.trials)
-
-    def record(self) -> CandidateRecord:
-        """Its record in tune.json (with the prediction's errors, where it has a prediction and a measured run)."""
-        last, p = self.last, self.predicted
-        errs: tuple[float | None, ...] = (None, None, None)
-        if last and p:
-            errs = (_err(p.tps, last.output_throughput), _err(p.ttft_s * 1e3, last.p99_ttft_ms),
-                    _err(p.goodput_tps, last.goodput_tps))
-        return CandidateRecord(key=self.candidate.key, candidate=self.candidate, status=self.status, reason=self.reason,
-                               predicted=PredictedRecord.of(p) if p else None, trials=list(self.trials),
-                               error_output_throughput=errs[0], error_p99_ttft=errs[1], error_goodput=errs[2])
-
-
-def _err(pred: float | None, meas: float | None) -> float | None:
-    """(predicted − measured) ÷ measured."""
-    return None if pred is None or not meas else (pred - meas) / meas
-
-
-# ---- the search ------------------------------------------------------------------------------------------
-# (candidate, requests, timeout s[, tag]) → a trial; the tag names the final comparison's runs' records files apart
-Measure = Callable[..., Trial]
-
-
-def trial_of(cell: Cell | None, status: str, reason: str, seconds: float, requests: int,
-             records: str | None = None, load_s: float | None = None) -> Trial:
-    """One run of a candidate, as tune.json keeps it: the cell's figures the search judges by, and where its
-    records are."""
-    figures = cell.to_json() if cell is not None else {}  # (summary.json's names)
-    return Trial(requests=requests, status=status, reason=reason, seconds=round(seconds, 2), records=records,
-                 load_s=load_s, **{f: figures[f] for f in FIGURES if figures.get(f) is not None})
-
-
-def _score(t: Trial) -> tuple[float, float]:
-    return t.score
-
-
-def _cost(c: Candidate) -> tuple[int, int, int]:
-    """What a candidate holds: cores (K × threads), engines (each its own weights), sequences (KV)."""
-    return (c.k * c.threads, c.k, c.concurrency)
-
-
-def _standing(r: Row) -> tuple[float, float, float]:
-    """How the search ranks a measured candidate while it goes on: how far the halving has taken it (its longest
-    run: only the better half of a round runs longer), then its goodput and tok/s there, so a run is set only
-    against runs of its own length (a candidate halved out after n requests never outranks one measured at 2n)."""
-    t = r.last
-    return (float(t.requests), *t.score) if t else (-1.0, 0.0, 0.0)
-
-
-def _prune_bar(preds: Sequence[Predicted]) -> tuple[float, str]:
-    """What pruning measures a shape's predicted tok/s against: the best predicted goodput (a shape predicted to
-    break the SLO serves nobody within it, so its raw tok/s sets no bar); where no shape is predicted within the
-    SLO, the best predicted tok/s (the fastest is then what wins)."""
-    good = max((p.goodput_tps for p in preds), default=0.0)
-    if good > 0:
-        return good, "goodput"
-    return max((p.tps for p in preds), default=0.0), "tok/s (none predicted within the SLO)"
 
 
 class Carried(TypedDict, total=False):
@@ -272,7 +197,7 @@ class Tune:
                                               "round)")
         if extra := self._knob_rows(first):
             first += self._round(extra, n, "knobs (flash attention, KV cache type, n_ubatch) on the best shapes")
-        pool = sorted([r for r in first if r.status == "measured"], key=lambda r: _score(r.trials[-1]), reverse=True)
+        pool = sorted([r for r in first if r.status == "measured"], key=lambda r: r.trials[-1].score, reverse=True)
         self.winner = self._halve(pool, n)
         if s.final_compare and self.winner is not None and self.runner_up is not None and self.stopped != "stopped":
             self._final(self.winner, self.runner_up)
@@ -293,7 +218,7 @@ class Tune:
         if self.predict:
             live.sort(key=lambda r: (r.predicted.goodput_tps, r.predicted.tps) if r.predicted else (0.0, 0.0),
                       reverse=True)
-            best, what = _prune_bar([r.predicted for r in live if r.predicted])
+            best, what = prune_bar([r.predicted for r in live if r.predicted])
             keep = []
             for r in live:
                 p = r.predicted
@@ -316,7 +241,7 @@ class Tune:
             ok = [r for r in first if r.candidate.engine == engine and r.status == "measured"]
             if not ok:
                 continue
-            top = max(ok, key=lambda r: _score(r.trials[-1]))
+            top = max(ok, key=lambda r: r.trials[-1].score)
             for v in top.candidate.variants():
                 row = self.rows.setdefault(v.key, Row(v))
                 if row.status != "pending":
@@ -356,7 +281,7 @@ class Tune:
                                   f"{n // 2} requests")
                 self.say(self.notes[-1])
                 break
-            pool = sorted(measured, key=lambda r: _score(r.trials[-1]), reverse=True)
+            pool = sorted(measured, key=lambda r: r.trials[-1].score, reverse=True)
             ranked = pool
             second = pool[1] if len(pool) > 1 else second
         winner = ranked[0] if ranked else None
@@ -424,10 +349,10 @@ class Tune:
         elif state == "difference":
             self.notes.append(f"compared in turns with the runner-up {ru.candidate.key}: {text}")
         else:
-            a, b = sorted((w, ru), key=lambda r: _cost(r.candidate))
+            a, b = sorted((w, ru), key=lambda r: r.candidate.holds)
             self.winner = a
             why = ("the cheaper first: fewer cores, fewer engines, fewer sequences"
-                   if _cost(a.candidate) != _cost(b.candidate)
+                   if a.candidate.holds != b.candidate.holds
                    else "they hold the same cores, engines and sequences: the halving's winner first")
             self.notes.append(f"within noise: {a.candidate.key} and {b.candidate.key} ({why}) serve alike on this "
                               f"machine ({text})")
@@ -460,8 +385,8 @@ class Tune:
             return TuneRowView(r.candidate.key, r.status, t.requests, t.goodput_tps, t.output_throughput,
                                t.p99_ttft_ms, r.predicted.tps if r.predicted else None, r.reason)
 
-        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in _standing(r)]))
-        best = max((r for r in self.rows.values() if r.last), key=_standing, default=None)
+        rows = sorted(self.rows.values(), key=lambda r: (r.last is None, [-x for x in standing(r)]))
+        best = max((r for r in self.rows.values() if r.last), key=standing, default=None)
         c, lead = self.control, self.winner or best
         points = tuple((k, t.p99_ttft_ms, t.goodput_tps or 0.0) for k, t in self.front_runs().items())
         return TuneView(tuple(one(r) for r in rows), tuple(r.candidate.key for r in self.front()),

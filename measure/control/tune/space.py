@@ -93,6 +93,11 @@ class Candidate:
         """Requests served at once."""
         return self.k * (1 if self.mode == "instances" else self.b)
 
+    @property
+    def holds(self) -> tuple[int, int, int]:
+        """What it holds: cores (K × threads), engines (each its own weights), sequences (KV)."""
+        return (self.k * self.threads, self.k, self.concurrency)
+
     def variants(self) -> list[Candidate]:
         """The knobs the roofline does not see (those its engine declares), one changed at a time from this
         candidate's."""
