@@ -716,9 +716,10 @@ def _tune_plans(args, engines: list[str], users: int) -> dict:
 
 def tune_main(argv: list[str]) -> int:
     """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune.py, docs/design.md §25)."""
+    (measure/control/tune/, docs/design.md §25)."""
     args = _tune_parser().parse_args(argv)
-    from measure.control.tune import ENGINES, Settings, TuneError, TuneIO, parse_budget, run_tune, format_result
+    from measure.control.tune import (ENGINES, Settings, TuneError, TuneIO, TuneResult, format_result, parse_budget,
+                                      run_tune)
 
     engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",") if e.strip()))
     for e in engines or [""]:
@@ -750,7 +751,7 @@ def tune_main(argv: list[str]) -> int:
     say = lambda m: print(m, flush=True)  # noqa: E731
     from measure.sources.base import SourceError
 
-    def start(io: TuneIO) -> dict:
+    def start(io: TuneIO) -> TuneResult:
         return run_tune(plans, s, out, resume, io, server_bin, _shown_argv(["tune", *argv]), args.find)
 
     if args.live:
