@@ -61,3 +61,14 @@ def test_a_serve_command_fills_the_model_and_port() -> None:
                                                                               "127.0.0.1"]
     with pytest.raises(ValueError, match="llama has no server command"):
         declared("llama").serve("/m", 1)
+
+
+def test_a_worker_builds_the_engine_its_declaration_names_and_refuses_one_it_cannot() -> None:
+    from engines.base import EngineSpec
+    from engines.null import NullEngine
+    from engines.registry import make_engine
+
+    assert isinstance(make_engine(EngineSpec("null", "")), NullEngine)
+    for name, says in (("http", "does not run in a worker of ours"), ("vllm", "unknown engine 'vllm'")):
+        with pytest.raises(EngineError, match=says):
+            make_engine(EngineSpec(name, ""))
