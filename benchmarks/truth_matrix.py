@@ -457,6 +457,7 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int 
     """Every invariant of one cell. `engines`: how many copies of the source served the records (two clients run
     two local engines, or two sets of B client streams)."""
     _check_requests(c, recs, res)
+    _check_span(cell, recs, res)
     _check_labels(c, cell, recs, res)
     _check_schedule(c, cell, recs, res)
     _check_figures(c, cell, recs, res, engines)
@@ -481,6 +482,19 @@ def _check_identities(recs: list[Any], res: Result) -> None:
             if abs(got - want) > 1e-6:
                 bad.append(f"request {r.request_id} {name} {got * 1e3:.3f} ms, its timestamps say {want * 1e3:.3f}")
     res.check(not bad, f"figures against each request's own timestamps: {len(bad)} off, e.g. {bad[:2]}")
+
+
+def _check_span(cell: Any, recs: list[Any], res: Result) -> None:
+    """The cell's tok/s against its records' own timestamps, exactly (1e-6): every token ÷ (the last done − the
+    first scheduled request, design §7). A span taken from elsewhere (the first token, the first send) moves it by
+    less than the noise's ± 5 % on a short cell, and always by more than this."""
+    done = [r.t_done_ns for r in recs if r.t_done_ns is not None]
+    if not done or cell.output_throughput is None:
+        return
+    want = sum(len(r.token_ns) for r in recs) / ((max(done) - min(r.t_scheduled_ns for r in recs)) / NS)
+    res.check(abs(cell.output_throughput - want) <= 1e-6 * want,
+              f"tok/s {cell.output_throughput:.6f} against its records' tokens ÷ (last done − first scheduled) "
+              f"{want:.6f}")
 
 
 def _check_requests(c: Combo, recs: list[Any], res: Result) -> None:
