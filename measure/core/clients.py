@@ -227,15 +227,15 @@ def describe_clock(c: dict[str, Any] | None) -> str:
     return line
 
 
-def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) -> float | None:
-    """How late a client's first request went out against what its start asked: open loop, its send − its
-    scheduled time (t0 + its offset); closed loop, its send − t0. None without --start-at."""
-    t0 = header.get("start_perf_ns")
+def start_lateness_ms(t0: int | None, arrivals: str | None, records: Iterable[RequestRecord]) -> float | None:
+    """How late a client's first request went out against what its start asked (`t0`: its header's start_perf_ns;
+    `arrivals`: its header's, None for a closed loop): open loop, its send − its scheduled time (t0 + its offset);
+    closed loop, its send − t0. None without --start-at."""
     recs = [r for r in records if r.t_submitted_ns]
     if t0 is None or not recs:
         return None
     first = min(recs, key=lambda r: r.t_submitted_ns)
-    ref: int = first.t_scheduled_ns if header.get("arrivals") else t0
+    ref: int = first.t_scheduled_ns if arrivals else t0
     return (first.t_submitted_ns - ref) / 1e6
 
 
