@@ -221,7 +221,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     c.recorder.close()
     rec = Recording.load(path)
     r = ReplayController(rec)
-    r.advance_to(rec.samples[-1]["t_ns"])
+    r.advance_to(rec.samples[-1].t_ns)
     again = r.snapshot()
     assert [m[1] for m in again.markers] == [m[1] for m in live.markers] == ["K=2", "K=3"]
     assert len(again.history) == len(live.history)
