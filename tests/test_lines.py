@@ -224,3 +224,39 @@ def test_a_kind_from_later_is_kept_as_written():
     line = {"kind": "a kind from later", "x": [1]}
     assert line_of(line, "here") == UnknownLine("a kind from later", line)
     assert encoded(line_of(line, "here")) == b'{"kind":"a kind from later","x":[1]}\n'
+
+
+def test_main_s_find_output_reads_its_knee_typed_and_rewrites_it_byte_for_byte(tmp_path):
+    """bench --find's knee.json, written by main before it had a dataclass (tests/data/written_by_main/find):
+    read into KneeResult (the run's own field, not a header key), written again: the file's bytes; the report
+    marks the knee it names; its records.jsonl rewrites byte for byte too."""
+    from measure.control import report as R
+    from measure.control.knee import KneeResult, KneeStep
+    from measure.control.runs import load_run
+
+    folder = MAIN / "find"
+    knee = KneeResult.read(folder / "knee.json")
+    assert (knee.find, knee.knee, knee.first_out, knee.target) == ("users", 2, 3, 0.9)
+    assert knee.steps[0] == KneeStep(1, True, None, "100% of requests within the SLO", peak_users=1)
+    knee.write(tmp_path / "knee.json")
+    assert (tmp_path / "knee.json").read_bytes() == (folder / "knee.json").read_bytes()
+    run = load_run(folder)
+    assert run.knee == knee and "_knee" not in run.header.line
+    x, label = R._knee(run, run.cells)
+    assert label == "2 (users)" and x == next(c.achieved_concurrency for c in run.cells if c.knee.level == 2)
+    lines = read_lines(folder / "records.jsonl")
+    assert b"".join(encoded(x) for x in lines) == (folder / "records.jsonl").read_bytes()
+
+
+def test_a_knee_json_bench_find_did_not_write_is_refused_naming_its_field(tmp_path):
+    from measure.control.knee import KneeResult
+    from measure.control.runs import load_run
+
+    bad = json.loads((MAIN / "find" / "knee.json").read_text())
+    bad["steps"][1]["within"] = "yes"
+    (tmp_path / "knee.json").write_text(json.dumps(bad))
+    with pytest.raises(LineError, match="whose steps is"):
+        KneeResult.read(tmp_path / "knee.json")
+    for f in ("records.jsonl", "summary.json"):
+        (tmp_path / f).write_bytes((MAIN / "find" / f).read_bytes())
+    assert load_run(tmp_path).knee is None  # the report then marks the knee from the cells' attainment

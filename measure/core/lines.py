@@ -73,7 +73,7 @@ class RunHeader:
     simulated: bool = False
     environment: Environment | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # a dashboard's LiveSettings, as asdict wrote them
-    engine_settings: dict[str, Any] | None = None  # a local engine's threads, ctx, seed …
+    engine_settings: dict[str, object] | None = None  # a local engine's threads, ctx, seed …: shown, not read
     max_tokens: int | None = None
     ignore_eos: bool = False
     kv_bytes_per_token: float | None = None
@@ -101,7 +101,7 @@ class RunHeader:
         header: RunHeader = dataclasses.replace(of(cls, line), line=dict(line))
         return header
 
-    def to_line(self) -> dict[str, Any]:
+    def to_line(self) -> dict[str, object]:
         return dict(self.line, kind="header")
 
 
@@ -124,7 +124,7 @@ class EventLine:
         event: EventLine = dataclasses.replace(of(cls, line), more={k: v for k, v in line.items() if k not in known})
         return event
 
-    def to_line(self) -> dict[str, Any]:
+    def to_line(self) -> dict[str, object]:
         first = {**({"type": self.type} if self.type is not None else {}),
                  **({"level": self.level} if self.level is not None else {}), **self.more}
         return {**first, "kind": self.kind, "t_ns": self.t_ns, "text": self.text}
@@ -201,7 +201,7 @@ class StepLine:
     t_ns: int
     row: StepRow
 
-    def to_line(self) -> dict[str, Any]:
+    def to_line(self) -> dict[str, object]:
         return step_row_line(self.row, self.t_ns)
 
 
@@ -243,7 +243,7 @@ def to_line(obj: Any, first: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {**(first or {}), **{f.name: getattr(obj, f.name) for f in fields(obj)}}
 
 
-def as_line(line: Line) -> dict[str, Any]:
+def as_line(line: Line) -> dict[str, object]:
     """Any line read back as the dict it is written as (so a file read and written again is the same bytes)."""
     if isinstance(line, RequestRecord):
         return line.to_dict()
@@ -254,17 +254,17 @@ def as_line(line: Line) -> dict[str, Any]:
     return line.to_line()
 
 
-def step_row_line(row: StepRow, t_ns: int) -> dict[str, Any]:
+def step_row_line(row: StepRow, t_ns: int) -> dict[str, object]:
     return {**to_line(_Stamp(t_ns=t_ns)), **to_line(row)}
 
 
-def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, object]:
     more = {k: v for k, v in extra.items() if k not in ("kind", "t_ns", "text", "type", "level")}
     return EventLine(t_ns=t_ns, text=text, type=extra.get("type"), level=extra.get("level"), more=more).to_line()
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in fields(cls)}
 
@@ -275,7 +275,7 @@ def _required(cls: type) -> frozenset[str]:
 
 def fits(value: Any, tp: Any) -> bool:
     """`value` (as json.loads gives it) has the annotated type `tp`."""
-    if tp is Any:
+    if tp is Any or tp is object:
         return True
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):

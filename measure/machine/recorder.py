@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ class Recorder:
     and later lines are dropped, so every line in the file parses and the run itself goes on. A line that cannot
     be serialised is said through `on_error` too and counted in `lost`; the lines after it are written."""
 
-    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any], fsync: bool = True,
+    def __init__(self, path: str | os.PathLike[str], header: Mapping[str, object], fsync: bool = True,
                  on_error: Callable[[str], None] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ class Recorder:
         _OPEN.add(self)
 
     # ---- any thread: hand a line over ------------------------------------------------------------
-    def write(self, obj: dict[str, Any]) -> None:
+    def write(self, obj: dict[str, object]) -> None:
         self._put(obj)
 
     def record(self, rec: RequestRecord) -> None:
@@ -163,7 +163,7 @@ class Recorder:
         except Exception:  # noqa: BLE001 - the caller's callback; the recording goes on
             pass
 
-    def _write_line(self, obj: dict[str, Any]) -> None:
+    def _write_line(self, obj: dict[str, object]) -> None:
         self._append(_line(obj))
 
     def _append(self, data: bytes) -> None:
@@ -220,7 +220,7 @@ class Recorder:
         self._say(why)
 
 
-def _line(obj: dict[str, Any]) -> bytes:
+def _line(obj: dict[str, object]) -> bytes:
     return (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
 
 
