@@ -421,13 +421,14 @@ def test_clock_offset_between_clients_is_warned(two_clients):
     """Two clients whose checks put the server 0.3 s apart from each other started 0.3 s apart: said."""
     from measure.control.runs import combine, load_run
     from measure.core.clients import describe_clock
+    from measure.core.lines import ClockCheck
 
     _, outs, *_ = two_clients
     a, b = load_run(outs[0]), load_run(outs[1])
     b.header = replace(b.header, clock_check=replace(b.header.clock_check, offset_s=0.3, bound_s=0.002))
     off_a = a.header.clock_check.offset_s  # ≈ 0 on loopback, to about a round trip
     assert any(f"clocks differ by {(0.3 - off_a) * 1e3:.0f} ms" in w for w in combine([a, b]).warnings)
-    line = describe_clock({"offset_s": 2.5, "bound_s": 0.002, "samples": 9})
+    line = describe_clock(ClockCheck(offset_s=2.5, bound_s=0.002, samples=9))
     assert "2500.0 ± 2.0 ms ahead of" in line and "NTP" in line
 
 

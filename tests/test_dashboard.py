@@ -237,7 +237,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     rec2 = Recording.load(cut)
     assert rec2.warnings and "cut" in rec2.warnings[0]
     r2 = ReplayController(rec2)
-    r2.advance_to(rec2.samples[-1]["t_ns"])
+    r2.advance_to(rec2.samples[-1].t_ns)
     assert r2.snapshot().numbers.requests > 0
 
 

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from measure.core.arrivals import Arrivals, IndexedArrivals
+from measure.core.lines import ClockCheck
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop
 
@@ -211,16 +212,16 @@ def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, f
     return (lo + hi) / 2, (hi - lo) / 2
 
 
-def describe_clock(c: dict[str, Any] | None) -> str:
+def describe_clock(c: ClockCheck | None) -> str:
     """One line for the bench's output: the offset and what it means."""
-    if not c:
+    if c is None:
         return "clock: not checked"
-    if c.get("offset_s") is None:
-        return f"clock: not checked against the server ({c.get('why')})"
-    off, bound = c["offset_s"], c["bound_s"]
+    if c.offset_s is None:
+        return f"clock: not checked against the server ({c.why})"
+    off, bound = c.offset_s, c.bound_s or 0.0
     how = (f"within {bound * 1e3:.1f} ms of" if abs(off) <= bound else
            f"{abs(off) * 1e3:.1f} ± {bound * 1e3:.1f} ms {'ahead of' if off > 0 else 'behind'}")
-    line = f"clock: the server's clock is {how} this client's ({c['samples']} reads of its Date header)"
+    line = f"clock: the server's clock is {how} this client's ({c.samples} reads of its Date header)"
     if abs(off) - bound > CLOCK_WARN_S:
         line += (f"; more than {CLOCK_WARN_S * 1e3:.0f} ms: clients whose clocks differ this much do not start "
                  "together at --start-at; set the clocks (NTP) or expect the offset in the combined run")

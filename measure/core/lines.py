@@ -44,6 +44,7 @@ class ClockCheck:
 
     offset_s: float | None = None
     bound_s: float | None = None
+    samples: int = 0  # reads of the server's Date
     why: str | None = None
 
 
