@@ -211,7 +211,7 @@ def test_a_header_s_nested_fields_are_typed_and_checked():
     h = RunHeader.of(dict(HEADER, clock_check={"method": "Date", "offset_s": 0.01, "bound_s": 0.002, "why": None,
                                                "samples": 3}, segment=[1, 2], endpoints=[{"url": "u", "chip": None,
                                                                                           "label": "a"}]))
-    assert h.clock_check == ClockCheck(offset_s=0.01, bound_s=0.002, why=None)
+    assert h.clock_check == ClockCheck(offset_s=0.01, bound_s=0.002, samples=3, why=None)
     assert h.segment == [1, 2] and h.endpoints == [Endpoint(url="u", label="a")]
     assert h.to_line()["clock_check"]["method"] == "Date"  # the keys the schema does not name are kept as written
     with pytest.raises(LineError, match="whose clock_check is {'offset_s': '0.1'}, not ClockCheck | None"):
