@@ -662,6 +662,7 @@ def _f(v: float | None) -> str:
 def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
     """Two clients, each its segment of one schedule from one --start-at, run at once; then report --combine."""
     from measure.control.runs import Run, combine
+    from measure.core.lines import RunHeader
     from measure.control.cell import Cell, Spec
     from measure.control.sweep import run_sweep
     from measure.core.clients import ClientShare
@@ -701,7 +702,7 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
         h = {"model_bytes": 1_000_000, "slo": s.describe(), "start_at_unix": start_unix, "start_perf_ns": t0,
              "segment": [i, 2], "max_tokens": TOKENS, "ignore_eos": True, "arrivals": "truth", "seed": 0,
              "requests": c.requests, "workload": "truth"}
-        runs.append(Run(f"client{i}", h, [cell], records=recs))
+        runs.append(Run(f"client{i}", RunHeader.of(h), [cell], records=recs))
     combined = combine(runs)
     res.check(len(combined.cells) == 1, f"combined cells: {len(combined.cells)}")
     cell = combined.cells[0]
@@ -847,17 +848,17 @@ def run_cli(name: str, extra: list[str], servers: NullServers) -> Result:
         cells = json.loads((Path(d) / "summary.json").read_text())
         h = headers[0]
         res.check(all(c["k"] == 2 for c in cells), f"cells' K {[c['k'] for c in cells]}, 2 endpoints given")
-        res.check({(r.extra or {}).get("endpoint") for r in recs} == {e["label"] for e in h["endpoints"]},
+        res.check({(r.extra or {}).get("endpoint") for r in recs} == {e.label for e in h.endpoints or []},
                   "every endpoint given served requests")
         for c in cells:
             mine = [r for r in recs if r.b == c["b"]]
             res.check(len(mine) == c["completed"], f"B={c['b']}: {len(mine)} records, the cell says {c['completed']}")
             procs = {(r.extra or {}).get("proc") for r in mine} - {None}
             if "--client-procs" in extra:  # the first min(P, B) processes hold streams
-                want = min(h.get("client_procs") or 1, c["b"])
+                want = min(h.line.get("client_procs") or 1, c["b"])
                 res.check(len(procs) == want == c.get("client_procs"),
                           f"B={c['b']}: {len(procs)} client processes sent (expected {want}), the cell says "
-                          f"{c.get('client_procs')}, the header {h.get('client_procs')} started")
+                          f"{c.get('client_procs')}, the header {h.line.get('client_procs')} started")
             if "--users" in extra:
                 users = int(extra[extra.index("--users") + 1])
                 res.check(in_flight(mine) == users, f"users in flight {in_flight(mine)}, asked {users}")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -210,9 +211,9 @@ def test_two_segments_are_the_one_client_schedule(two_clients):
     got = []
     for i, o in enumerate(outs, 1):
         h, recs = records_of(o)
-        assert h["segment"] == [i, 2] and all(r.error is None for r in recs)
+        assert h.segment == [i, 2] and all(r.error is None for r in recs)
         assert sorted(r.request_id for r in recs) == list(range(i, 25, 2))
-        got += [(r.request_id, r.t_scheduled_ns - h["start_perf_ns"], r.prompt_id, r.output_tokens) for r in recs]
+        got += [(r.request_id, r.t_scheduled_ns - h.start_perf_ns, r.prompt_id, r.output_tokens) for r in recs]
     assert len(want) == 24 and sorted(got) == want  # same ids, same scheduled offsets (ns), same requests
 
 
@@ -222,13 +223,13 @@ def test_both_clients_started_at_the_asked_time(two_clients):
     _, outs, start, perf_at_start, said, _ = two_clients
     for o, (so, _) in zip(outs, said):
         h, recs = records_of(o)
-        assert h["start_at_unix"] == start
-        assert abs(h["start_perf_ns"] - perf_at_start) < 20e6, (h["start_perf_ns"] - perf_at_start) / 1e6
+        assert h.start_at_unix == start
+        assert abs(h.start_perf_ns - perf_at_start) < 20e6, (h.start_perf_ns - perf_at_start) / 1e6
         first = min(recs, key=lambda r: r.t_scheduled_ns)
         assert 0 <= first.t_submitted_ns - first.t_scheduled_ns < 50e6
         assert first.t_scheduled_ns - perf_at_start < 2 * NS  # its first share of the schedule, not later
-        c = h["clock_check"]
-        assert c["offset_s"] is not None and abs(c["offset_s"]) <= c["bound_s"] + 0.005, c  # loopback: ≈ 0
+        c = h.clock_check
+        assert c.offset_s is not None and abs(c.offset_s) <= c.bound_s + 0.005, c  # loopback: ≈ 0
         assert "waiting until" in so and "clock:" in so
 
 
@@ -410,7 +411,7 @@ def test_start_at_alone_starts_a_closed_loop_at_that_time(null_server, tmp_path)
              "--max-tokens", "4", "--start-at", str(start), "--out", str(tmp_path / "o")], timeout=120)
     assert p.returncode == 0, p.stderr
     h, recs = records_of(tmp_path / "o")
-    assert h["segment"] is None and h["start_at_unix"] == start
+    assert h.segment is None and h.start_at_unix == start
     first = min(r.t_scheduled_ns for r in recs)
     assert 0 <= first - perf_at_start < 50e6, (first - perf_at_start) / 1e6  # closed loop: scheduled = sent
     assert "clock: the server's clock is within" in p.stdout
@@ -420,13 +421,14 @@ def test_clock_offset_between_clients_is_warned(two_clients):
     """Two clients whose checks put the server 0.3 s apart from each other started 0.3 s apart: said."""
     from measure.control.runs import combine, load_run
     from measure.core.clients import describe_clock
+    from measure.core.lines import ClockCheck
 
     _, outs, *_ = two_clients
     a, b = load_run(outs[0]), load_run(outs[1])
-    b.header = dict(b.header, clock_check=dict(b.header["clock_check"], offset_s=0.3, bound_s=0.002))
-    off_a = a.header["clock_check"]["offset_s"]  # ≈ 0 on loopback, to about a round trip
+    b.header = replace(b.header, clock_check=replace(b.header.clock_check, offset_s=0.3, bound_s=0.002))
+    off_a = a.header.clock_check.offset_s  # ≈ 0 on loopback, to about a round trip
     assert any(f"clocks differ by {(0.3 - off_a) * 1e3:.0f} ms" in w for w in combine([a, b]).warnings)
-    line = describe_clock({"offset_s": 2.5, "bound_s": 0.002, "samples": 9})
+    line = describe_clock(ClockCheck(offset_s=2.5, bound_s=0.002, samples=9))
     assert "2500.0 ± 2.0 ms ahead of" in line and "NTP" in line
 
 

@@ -6,14 +6,14 @@ schedule, so what a level can serve follows from it — a server with `slots` st
 TTFT + (N − 1) × ITL, completes at most slots ÷ (TTFT + (N − 1) × ITL) requests a second.
 """
 import heapq
-import json
 import subprocess
 import sys
 
 import pytest
 
 import presets
-from measure.control.knee import find_knee, measure_levels
+from measure.control.knee import KneeResult, find_knee, measure_levels
+from measure.machine.recorder import read_jsonl
 from measure.control.sweep import SweepConfig
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import Poisson
@@ -247,14 +247,12 @@ def test_bench_find_users_over_http_says_the_users_it_ran(tmp_path):
         proc.terminate()
         proc.wait(10)
     assert p.returncode == 0, p.stderr[-2000:]
-    knee = json.loads((tmp_path / "knee.json").read_text())
-    recs = [RequestRecord.from_dict(json.loads(line)) for line in (tmp_path / "records.jsonl").read_text().splitlines()
-            if '"request_id"' in line]
+    knee = KneeResult.read(tmp_path / "knee.json")
     by_b: dict = {}
-    for r in recs:
+    for r in read_jsonl(tmp_path / "records.jsonl").records:
         by_b.setdefault(r.b, []).append(r)
-    assert knee["knee"] == 256, knee
-    assert all(st["peak_users"] == st["level"] for st in knee["steps"]), knee["steps"]
+    assert knee.knee == 256, knee
+    assert all(st.peak_users == st.level for st in knee.steps), knee.steps
     assert _peak_in_flight(by_b[256]) == 256
     assert "serves 256 concurrent users" in p.stdout
 

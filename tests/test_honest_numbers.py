@@ -12,6 +12,7 @@ from measure.control.live import LiveController, LiveSettings
 from measure.control.runs import cells_from_records
 from measure.control.cell import Cell, Spec
 from measure.core import metrics as M
+from measure.core.lines import RunHeader, Sample
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import NS, parse_size
 from measure.core.workload import ClosedLoop, Load, PrefixCache, RequestMaker
@@ -153,15 +154,14 @@ def test_report_times_each_level_by_its_own_periods():
     for k, a, e, rate in plan:
         for i in range(int((e - a) * 2)):
             t = a + i / 2
-            samples.append({"kind": "sample", "t_ns": int(t * NS), "k": k or 1, "b": 1, "mode": "instances",
-                            "paused": k is None})
+            samples.append(Sample(t_ns=int(t * NS), k=k or 1, b=1, mode="instances", paused=k is None, system={}))
         if k is None:
             continue
         n = int((e - a) * rate)
         rid += 1
         records.append(rec(rid, a, a, [a + i / rate for i in range(n)], k=k))
-    samples.append({"kind": "sample", "t_ns": 210 * NS, "k": 1, "b": 1, "mode": "instances", "paused": False})
-    cells = {c.k: c for c in cells_from_records(records, {"model_bytes": 1}, samples)}
+    samples.append(Sample(t_ns=210 * NS, k=1, b=1, mode="instances", paused=False, system={}))
+    cells = {c.k: c for c in cells_from_records(records, RunHeader(model_bytes=1), samples)}
     assert cells[1].output_throughput == pytest.approx(9.5, rel=0.01)
     assert cells[2].output_throughput == pytest.approx(12.0, rel=0.01)
     assert len(cells[1].timing.periods) == 3 and cells[1].timing.seconds == pytest.approx(120.0)

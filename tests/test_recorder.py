@@ -16,7 +16,7 @@ def test_cut_last_line_is_skipped_with_a_warning(tmp_path):
     path.write_text(text[:-20])  # a SIGKILL in the middle of a write
     with pytest.warns(UserWarning, match="last line is cut"):
         headers, records, _ = read_jsonl(path)
-    assert headers[0]["model"] == "m" and [r.request_id for r in records] == [0, 1]
+    assert headers[0].model == "m" and [r.request_id for r in records] == [0, 1]
     assert json.loads(text.splitlines()[1])["kind"] == "request"
 
 

@@ -263,9 +263,10 @@ def test_http_predicted_tpot_counts_the_endpoints_in_use():
     40 ms (Σβ over both listed said 20 ms); K = 2: 2 × 16 ÷ 800 = 40 ms. The report recomputes the same from
     the records file's header."""
     from measure.control.runs import cells_from_records
+    from measure.core.lines import RunHeader
 
-    header = {"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
-              "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]}
+    header = RunHeader.of({"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
+                           "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]})
     cells = cells_from_records(_http_records(1) + _http_records(2), header, [])
     assert [(c.k, c.prediction.tpot_ms) for c in cells] == [(1, pytest.approx(40.0)), (2, pytest.approx(40.0))]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import presets
+from measure.core.lines import EventLine, RunHeader, Sample
 from sim import FakeClock, FixedProbe, NoProcesses, run_for
 
 NS = 1_000_000_000
@@ -270,10 +271,10 @@ def test_report_times_a_level_from_when_it_began_not_the_key_press():
 
     recs = [_rec(i, 1, 2 * i, 10, gap=0.1) for i in range(15)]  # K=1 served until 30 s
     recs += [_rec(100 + i, 2, 30 + 2 * i, 20, gap=0.05) for i in range(10)]  # K=2: 200 tokens in [30, 50)
-    samples = [{"kind": "sample", "t_ns": int(t * NS), "k": 1 if t < 20 else 2, "b": 1, "mode": "instances",
-                "paused": False} for t in range(0, 51)]
-    events = [{"kind": "event", "type": "level", "t_ns": 30 * NS, "text": "K=2 B=1 instances"}]
-    cells = {c.k: c for c in cells_from_records(recs, {"model_bytes": 1}, samples, events)}
+    samples = [Sample(t_ns=int(t * NS), k=1 if t < 20 else 2, b=1, mode="instances", paused=False, system={})
+               for t in range(0, 51)]
+    events = [EventLine(type="level", t_ns=30 * NS, text="K=2 B=1 instances")]
+    cells = {c.k: c for c in cells_from_records(recs, RunHeader(model_bytes=1), samples, events)}
     assert cells[2].output_throughput == pytest.approx(10.0, rel=0.02)
     assert cells[1].output_throughput == pytest.approx(150 / 30, rel=0.02)
 
@@ -290,8 +291,8 @@ def test_combine_pools_segments_on_one_clock_with_goodput():
     b = [_rec(i, 1, 1000 + 0.5 * i, 10) for i in range(1, 20, 2)]  # client 2: odd, its clock 1000 s ahead
     runs = []
     for name, recs, zero in (("a", a, 0), ("b", b, 1000 * NS)):
-        h = {"model_bytes": 1, "slo": slo.describe(), "start_at_unix": 5000.0, "start_perf_ns": zero,
-             "segment": [1 if name == "a" else 2, 2], "max_tokens": 10, "ignore_eos": True}
+        h = RunHeader(model_bytes=1, slo=slo.describe(), start_at_unix=5000.0, start_perf_ns=zero,
+                      segment=[1 if name == "a" else 2, 2], max_tokens=10, ignore_eos=True)
         runs.append(Run(name, h, [Cell.measure(recs, Spec(1, 1, 1, slo=slo))], records=recs))
     c = combine(runs).cells[0]
     pooled = [_rec(i, 1, 0.5 * i, 10) for i in range(20)]
@@ -392,7 +393,7 @@ def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream()
     c = Cell.from_json(dict(k=1, b=1, completed=80, status="ok", client_waited=79, client_wait_p50_ms=1033.2,
                             client_wait_p99_ms=2298.5))
     assert "CLIENT QUEUE: 79 requests waited for a free stream, p50/p99 1033/≈2298 ms" in format_table([c])
-    assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", {"model_bytes": 0}, [c])], [])
+    assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", RunHeader(model_bytes=0), [c])], [])
 
 
 def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
@@ -428,7 +429,7 @@ def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     burst, sustained = M.burst_sustained([r])
     assert burst == pytest.approx(20.0, rel=0.01) and sustained == pytest.approx(15.0, rel=0.01)
     assert M.burst_sustained([_rec(1, 1, 0.0, 10)]) is None
-    md = R.markdown([RU.Run("t", {"model_bytes": 1}, [Cell.measure([r], Spec(1, 1, 1))], records=[r])], [])
+    md = R.markdown([RU.Run("t", RunHeader(model_bytes=1), [Cell.measure([r], Spec(1, 1, 1))], records=[r])], [])
     assert "burst 20.0 tok/s (its first fifth), sustained 15.0 (its last half): -25%" in md
 
 

@@ -334,7 +334,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
     c = ReplayController(rec, speed)
     c.start()
-    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model") or "")
+    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.model or "")
     quit_on_signals(app)
     for w in rec.warnings:
         app.call_later(app.notify, w, severity="warning", timeout=STICKY)

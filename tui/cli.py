@@ -578,19 +578,21 @@ def _client_start(client, plan, cfg) -> dict:
     return out
 
 
-def _say_start(h: dict, say) -> None:
+def _say_start(fields: dict, say) -> None:
     from measure.core.clients import describe_clock
+    from measure.core.lines import RunHeader
 
-    if h.get("segment"):
-        i, n = h["segment"]
-        say(f"segment {i}/{n} of one schedule (seed {h['seed']}): the requests whose index ≡ {i - 1} (mod {n}), "
+    h = RunHeader.of(fields)  # the header's client fields so far, typed
+    if h.segment:
+        i, n = h.segment
+        say(f"segment {i}/{n} of one schedule (seed {h.seed}): the requests whose index ≡ {i - 1} (mod {n}), "
             "each with its id and at its scheduled time")
-    if h.get("start_at_unix") is not None:
-        say(describe_clock(h.get("clock_check")))
+    if h.start_at_unix is not None:
+        say(describe_clock(h.clock_check))
         from datetime import datetime
 
-        at = datetime.fromtimestamp(h["start_at_unix"]).astimezone().isoformat(timespec="milliseconds")
-        say(f"waiting until {at} (--start-at, {h['start_at_unix'] - time.time():.1f} s from now) …")
+        at = datetime.fromtimestamp(h.start_at_unix).astimezone().isoformat(timespec="milliseconds")
+        say(f"waiting until {at} (--start-at, {h.start_at_unix - time.time():.1f} s from now) …")
 
 
 def find_main(args, plan, cfg, source, out: Path, say) -> int:

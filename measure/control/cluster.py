@@ -569,10 +569,11 @@ def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[
     """`report --combine`'s cells over every client's records, all on the driver's clock (one start for all): a
     client that died or was stopped counts with the records it left."""
     from measure.control.runs import Run, cells_from_records, combine
+    from measure.core.lines import RunHeader
 
     runs = []
     for c in clients:
-        h = dict(header, segment=[c.i, c.n], weights=weights, ray=None)
+        h = RunHeader.of(dict(header, segment=[c.i, c.n], weights=weights, ray=None))
         cells = ([Cell.from_json(d) for d in c.cells] if c.cells and any(d.get("status") == "ok" for d in c.cells)
                  else cells_from_records(c.records, h, []))
         runs.append(Run(f"client {c.i}/{c.n}", h, cells, records=c.records))

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from measure.core.arrivals import Arrivals, IndexedArrivals
+from measure.core.lines import ClockCheck
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop
 
@@ -211,31 +212,31 @@ def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, f
     return (lo + hi) / 2, (hi - lo) / 2
 
 
-def describe_clock(c: dict[str, Any] | None) -> str:
+def describe_clock(c: ClockCheck | None) -> str:
     """One line for the bench's output: the offset and what it means."""
-    if not c:
+    if c is None:
         return "clock: not checked"
-    if c.get("offset_s") is None:
-        return f"clock: not checked against the server ({c.get('why')})"
-    off, bound = c["offset_s"], c["bound_s"]
+    if c.offset_s is None:
+        return f"clock: not checked against the server ({c.why})"
+    off, bound = c.offset_s, c.bound_s or 0.0
     how = (f"within {bound * 1e3:.1f} ms of" if abs(off) <= bound else
            f"{abs(off) * 1e3:.1f} ± {bound * 1e3:.1f} ms {'ahead of' if off > 0 else 'behind'}")
-    line = f"clock: the server's clock is {how} this client's ({c['samples']} reads of its Date header)"
+    line = f"clock: the server's clock is {how} this client's ({c.samples} reads of its Date header)"
     if abs(off) - bound > CLOCK_WARN_S:
         line += (f"; more than {CLOCK_WARN_S * 1e3:.0f} ms: clients whose clocks differ this much do not start "
                  "together at --start-at; set the clocks (NTP) or expect the offset in the combined run")
     return line
 
 
-def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) -> float | None:
-    """How late a client's first request went out against what its start asked: open loop, its send − its
-    scheduled time (t0 + its offset); closed loop, its send − t0. None without --start-at."""
-    t0 = header.get("start_perf_ns")
+def start_lateness_ms(t0: int | None, arrivals: str | None, records: Iterable[RequestRecord]) -> float | None:
+    """How late a client's first request went out against what its start asked (`t0`: its header's start_perf_ns;
+    `arrivals`: its header's, None for a closed loop): open loop, its send − its scheduled time (t0 + its offset);
+    closed loop, its send − t0. None without --start-at."""
     recs = [r for r in records if r.t_submitted_ns]
     if t0 is None or not recs:
         return None
     first = min(recs, key=lambda r: r.t_submitted_ns)
-    ref: int = first.t_scheduled_ns if header.get("arrivals") else t0
+    ref: int = first.t_scheduled_ns if arrivals else t0
     return (first.t_submitted_ns - ref) / 1e6
 
 
