@@ -36,7 +36,8 @@ def typed_dicts(modules: dict[str, ast.Module]) -> dict[str, int]:
     classes = {n.name: n for tree in modules.values() for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
 
     def base_names(c: ast.ClassDef) -> list[str]:
-        return [b.id if isinstance(b, ast.Name) else b.attr for b in c.bases if isinstance(b, (ast.Name, ast.Attribute))]
+        return [b.id if isinstance(b, ast.Name) else b.attr for b in c.bases
+                if isinstance(b, (ast.Name, ast.Attribute))]
 
     def is_td(name: str, seen: frozenset[str] = frozenset()) -> bool:
         c = classes.get(name)
@@ -156,3 +157,78 @@ def test_the_count_sees_a_long_function_and_many_parameters(tmp_path, monkeypatc
                    "pkg/u.py:seven": (2, 9, []), "pkg/u.py:six": (2, 8, []),
                    "pkg/u.py:bare": (2, 4, ["t: tuple[int, str, float]", "q: tuple[int, int, int]"]),
                    "pkg/u.py:inside": (2, 2, ["s: tuple[float, float, int]", "o: tuple[str, int, int]"])}
+
+
+def test_the_counts():
+    """Issue 48's counts (tests/counts.py), each within its limit in counts.LIMITS."""
+    import counts
+
+    got = counts.measure()
+    bad = {name: [f"{got[name].value} > {counts.LIMITS[name]}"] + got[name].what[:20] for name in counts.over(got)}
+    assert bad == {}, "\n".join(f"{name}: " + "\n    ".join(lines) for name, lines in bad.items())
+
+
+PLANTED = {  # one of each thing tests/counts.py counts, in a hand-made tree
+    "measure/__init__.py": "",
+    "measure/core/__init__.py": "",
+    "measure/core/a.py": "from typing import Any\n\n\ndef f(args, engine, header, p):\n"
+                         "    if engine == \"llama\":\n        return getattr(args, 'x', None)\n"
+                         "    d: dict[str, Any] = {'k': header.get('x'), 'j': header['y']}\n"
+                         "    return open(p), p.read_text(), p.stat(), p.glob('*'), d\n",
+    "measure/core/b.py": "from measure.core.c import _hidden\n\n\ndef g():\n    from measure.core import a\n"
+                         "    return a, _hidden\n",
+    "measure/core/c.py": "import measure.core.b\n\n_hidden = 1\n\n\ndef h():\n    return measure.core.b._x\n",
+    "measure/core/tr.py": "\"\"\"mooncake\"\"\"\n\n\nclass Mooncake:\n    name = \"mooncake\"\n\n\n"
+                          "KINDS = (\"mooncake\", \"azure\")\n",
+    "measure/control/__init__.py": "",
+    "measure/control/tune.py": "from typing import Any\n\nX: dict[str, Any] = {}\n",
+    "tui/__init__.py": "",
+    "tui/cli.py": "def main(args):\n    return getattr(args, 'x')\n",
+    "engines/__init__.py": "",
+    "presets/__init__.py": "",
+    "benchmarks/b.py": "import tui.cli\n\n\ndef run():\n    from tui import cli\n    return cli\n",
+}
+
+
+def test_the_counts_see_each_planted_thing(tmp_path):
+    """Each counter on a hand-made tree: one circle (b ↔ c; b's import of a inside g adds none), private names
+    imported two ways (`from c import _hidden`, `measure.core.b._x`), getattr(args outside tui/ only, one engine
+    comparison, "mooncake" written twice (in its class and in a tuple; the docstring not counted), four file
+    reads, two header reads, dict[str, Any] once in tune and twice in measure/, a module over the lines, and tui
+    imported twice by benchmarks/ (at the top and in a function)."""
+    import counts
+
+    for rel, text in PLANTED.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "measure/core/big.py").write_text("x = 1\n" * (counts.MAX_MODULE_LINES + 1))
+    got = {name: c.value for name, c in counts.measure(tmp_path).items()}
+    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2], strict=True))
+    circles = counts.import_circles(counts.Tree(tmp_path)).what
+    assert circles == ["measure.core.b → measure.core.c → measure.core.b"]
+    assert counts.over(counts.measure(tmp_path)) == [name for name, limit in counts.LIMITS.items()
+                                                     if got[name] > limit]
+
+
+def test_the_counter_finds_a_circle_only_a_function_level_import_closes(tmp_path):
+    """x imports y at its top; y imports x only inside a function: a circle all the same."""
+    import counts
+
+    (tmp_path / "measure").mkdir()
+    (tmp_path / "measure/__init__.py").write_text("")
+    (tmp_path / "measure/x.py").write_text("from measure import y\n")
+    (tmp_path / "measure/y.py").write_text("def f():\n    from . import x\n    return x\n")
+    assert counts.import_circles(counts.Tree(tmp_path)).what == ["measure.x → measure.y → measure.x"]
+    (tmp_path / "measure/y.py").write_text("def f():\n    return 1\n")
+    assert counts.import_circles(counts.Tree(tmp_path)).value == 0
+
+
+def test_the_count_script_runs_and_fails_when_a_count_is_over():
+    """`python tests/counts.py` prints every count with its limit; its exit status says whether one is over."""
+    import counts
+
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "counts.py")], capture_output=True, text=True,
+                         cwd=ROOT)
+    lines = [line for line in out.stdout.splitlines() if line[:4] in ("ok  ", "OVER")]
+    assert [line.split(None, 4)[-1] for line in lines] == list(counts.LIMITS)
+    assert out.returncode == (1 if any(line.startswith("OVER") for line in lines) else 0), out.stdout + out.stderr
