@@ -819,7 +819,7 @@ def _plan_parser() -> argparse.ArgumentParser:
 def plan_main(argv: list[str]) -> int:
     args = _plan_parser().parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_config, shape_from_gguf, shape_from_preset
-    from measure.core.sizing import PlanError, chip_memory, chip_predictions, plan, unified_memory
+    from measure.core.sizing import PlanError, PlanMachine, chip_memory, chip_predictions, plan, unified_memory
     from measure.machine.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
@@ -836,7 +836,7 @@ def plan_main(argv: list[str]) -> int:
         dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
         memory = parse_size(args.memory) if args.memory else chip_memory(args.chip) or total_memory_bytes()
         result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens,
-                      unified=unified_memory(args.chip))
+                      PlanMachine(unified=unified_memory(args.chip)))
     except (GuardError, EngineError, PresetError) as exc:
         fail(str(exc))
     predictions = None

@@ -243,13 +243,12 @@ class RunPlan:
         or --force is given (--k 1000 must not spawn 1000 workers)."""
         if self.engine_is_remote or self.force or self.choice is None:
             return None
-        from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
+        from measure.core.guard import DEFAULT_OVERHEAD_BYTES, EngineMemory, admit, engine_footprint
 
         b = (self.bs or [1])[0]
-        fp = engine_footprint(self.mode, self.ks[0], b, b_cap=max(self.max_b, b), seq_ctx=self.ctx, ctx=self.ctx,
-                              weight_bytes=self.choice.file_bytes,
-                              kv_per_token=self.choice.kv_bytes_per_token(self.ctx) or 0.0,
-                              overhead_bytes=DEFAULT_OVERHEAD_BYTES)
+        fp = engine_footprint(self.mode, self.ks[0], b, EngineMemory(
+            b_cap=max(self.max_b, b), seq_ctx=self.ctx, ctx=self.ctx, weight_bytes=self.choice.file_bytes,
+            kv_per_token=self.choice.kv_bytes_per_token(self.ctx) or 0.0, overhead_bytes=DEFAULT_OVERHEAD_BYTES))
         why = admit(fp, self.memory_budget)
         return f"the starting level: {why}" if why else None
 
