@@ -37,9 +37,9 @@ def one_line_error(p, says):
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 
@@ -130,9 +130,9 @@ def test_offset_from_the_date_headers_second_tick():
 def test_clock_check_finds_a_servers_clock_offset(skew):
     """A null server stamping Date from a clock `skew` s off this one's: the check finds the skew within its
     stated bound (on loopback a few ms). On loopback with no skew it can only show ≈ 0."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(clock_skew_s=skew) as srv:
+    with NullServer(Behaviour(clock_skew_s=skew)) as srv:
         c = clock_check(srv.url)
     assert c["offset_s"] == pytest.approx(skew, abs=c["bound_s"] + 0.002), c
     assert c["bound_s"] < 0.05 and "Date" in c["method"]

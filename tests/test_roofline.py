@@ -127,16 +127,17 @@ def test_probe_format_round_trips():
 
 
 def test_wall_names_the_binding_ceiling_with_its_share():
-    from measure.control.wall import measured_wall as ceiling
+    from measure.control.wall import WallLoad, measured_wall as ceiling
 
     assert ceiling(23.0, None, 100.0, 2, attainable_gbps=25.0) == "memory bandwidth (92% of attainable)"
     assert ceiling(5.0, None, 190.0, 2, attainable_gbps=25.0) == "CPU cores (1.9 of 2 busy)"
     assert ceiling(10.0, None, 120.0, 2, 25.0, "compute").startswith("compute")
     assert ceiling(10.0, None, 60.0, 2, attainable_gbps=25.0) == "none: 60% headroom"
     # llama_cpp.server decodes one request at a time: 4 streams asked, 1.0 decoding
-    assert ceiling(None, None, 5.0, 2, remote=True, streams_asked=4, streams_decoding=1.0).startswith(
+    assert ceiling(None, None, 5.0, 2, load=WallLoad(remote=True, streams_asked=4, streams_decoding=1.0)).startswith(
         "server queue (one request at a time")
-    assert ceiling(None, None, 5.0, 2, remote=True, streams_asked=4, streams_decoding=3.8).startswith("not measured")
+    assert ceiling(None, None, 5.0, 2, load=WallLoad(remote=True, streams_asked=4,
+                                                     streams_decoding=3.8)).startswith("not measured")
 
 
 @pytest.mark.asyncio
@@ -190,11 +191,13 @@ def test_one_wall_rule_names_a_cpu_level_bandwidth_from_80_percent():
 def test_one_wall_rule_k2_with_idle_cores_is_not_cores():
     """Audit 22 item 12. K = 2 instances of 1 thread each on 4 cores: 2 cores decode, 2 are idle; the step is
     the thread's 20 core-ms. It was 'cores' at every K > 1; the rule says compute, as the live view does."""
+    from measure.control.wall import WallLoad
+
     w = _gemma()
     p = predict(w, cpu(cores=4), "instances", 2, threads=1, at=Lengths(context=0))
     assert p.tpot_s == pytest.approx(0.020)
     assert p.binding == "compute"
-    live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 4, 1000.0, "compute", threads=2)
+    live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 4, 1000.0, "compute", WallLoad(threads=2))
     assert live == "compute (2.0 of 4 cores busy)" and p.wall() == live
     # 3 instances on 2 cores: every core busy (time-shared): cores
     p3 = predict(w, cpu(cores=2), "instances", 3, threads=1, at=Lengths(context=0))

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from engines.base import EngineError
 from measure.control.cell import Cell
@@ -38,8 +38,6 @@ from measure.machine.servers import ServerStartError, start_server, stop_server
 from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
     from engines.base import EngineSpec
     from measure.core.cost import Cost
     from measure.core.records import RunMeta
@@ -376,14 +374,16 @@ def _prune_bar(preds: Sequence[Predicted]) -> tuple[float, str]:
     return max((p.tps for p in preds), default=0.0), "tok/s (none predicted within the SLO)"
 
 
-class Carried(TypedDict, total=False):
+@dataclass(frozen=True)
+class Carried:
     """What a Tune carries beyond its search: `done`, the runs of an earlier tune by (candidate, requests) and
-    `spent_s`, the seconds it took (--resume); `on_change`, called after every change (tune.json rewritten)."""
+    `spent_s`, the seconds it took (--resume); `on_change`, called after every change (tune.json rewritten);
+    `control`, the live tune's keys."""
 
-    done: dict[tuple[str, int], dict[str, Any]] | None
-    on_change: Callable[[Tune], None] | None
-    spent_s: float
-    control: TuneControl | None
+    done: dict[tuple[str, int], dict[str, Any]] | None = None
+    on_change: Callable[[Tune], None] | None = None
+    spent_s: float = 0.0
+    control: TuneControl | None = None
 
 
 class TuneControl:
@@ -491,12 +491,12 @@ class Tune:
                  predict: Callable[[Candidate], Predicted | None] | None = None,
                  refuse: Callable[[Candidate], str | None] | None = None,
                  say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
-                 **carried: Unpack[Carried]):
+                 carried: Carried = Carried()):
         self.s, self.measure, self.predict, self.refuse = s, measure, predict, refuse
-        self.say, self.clock, self.done = say, clock, dict(carried.get("done") or {})
-        self.on_change = carried.get("on_change") or (lambda t: None)
-        self.control = carried.get("control")
-        spent_s = carried.get("spent_s", 0.0)
+        self.say, self.clock, self.done = say, clock, dict(carried.done or {})
+        self.on_change = carried.on_change or (lambda t: None)
+        self.control = carried.control
+        spent_s = carried.spent_s
         self.rows: dict[str, Row] = {}
         for c in cands:
             self.rows.setdefault(c.key, Row(c))
@@ -1272,8 +1272,8 @@ def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None 
         if io.on_change:
             io.on_change(t)
 
-    tune = Tune(s, cands, measure, predict if preds else None, refuse, say, done=done, on_change=save,
-                spent_s=spent, control=io.control)
+    tune = Tune(s, cands, measure, predict if preds else None, refuse, say,
+                carried=Carried(done=done, on_change=save, spent_s=spent, control=io.control))
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()
