@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from measure.control.admission import Admission
 from measure.control.export import export
-from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
 from measure.control.stats import LiveStats, Window
 from measure.control.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
@@ -130,7 +130,7 @@ class LiveController:
         maxlen = int(settings.history_s * settings.sample_hz)
         self._history: deque[Point] = deque(maxlen=maxlen)
         self._markers: deque[tuple[float, str]] = deque(maxlen=64)
-        self._log: deque[tuple[int, float, str, str]] = deque(maxlen=500)
+        self._log: deque[LogLine] = deque(maxlen=500)
         self._log_seq = 0
         self._version = 0
         self._lock = threading.Lock()
@@ -301,7 +301,7 @@ class LiveController:
     def log(self, level: str, text: str) -> None:
         with self._lock:
             self._log_seq += 1
-            self._log.append((self._log_seq, (self._clock() - self.t0) / NS, level, text))
+            self._log.append(LogLine(self._log_seq, (self._clock() - self.t0) / NS, level, text))
         if self.recorder:
             self.recorder.event(self._clock(), text, level=level)
 

@@ -34,6 +34,7 @@ from presets import slo as preset_slo
 
 if TYPE_CHECKING:
     from engines.tokenizer import GGUFTokenizer
+    from measure.control.cluster import ClusterSpec
     from measure.core.roofline import Roofline
     from measure.core.work import WorkModel
     from measure.sources.http import Endpoint
@@ -304,7 +305,7 @@ class RunPlan:
 
     def start_live(self, record: str | None = None, brake: bool = True,
                    prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
-                   ray: tuple[str, int | None, list[int] | None] | None = None) -> LiveRun:
+                   ray: ClusterSpec | None = None) -> LiveRun:
         """The live dashboard's parts, started: the source (a remote one checked before the screen takes over:
         SourceError when nothing answers), the recording, the roofline, the controller and its notes, the
         /metrics server (--prometheus) and the other clients watched (--peer)."""
@@ -316,7 +317,7 @@ class RunPlan:
         if ray is not None:  # --ray: the load from client actors (control/cluster_live.py)
             from measure.control.cluster_live import RayClients
 
-            source = RayClients(self, *ray, say=lambda t: print(t, flush=True))
+            source = RayClients(self, ray.address, ray.n, ray.weights, say=lambda t: print(t, flush=True))
         else:
             source = self.make_source(k=self.ks[0])
         if self.engine_is_remote:

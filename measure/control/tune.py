@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from engines.base import EngineError
 from measure.control.cell import Cell
@@ -1014,6 +1014,14 @@ def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[s
     return _CellMeasure(open_source, s, out, header, say, kv_bytes_per_token, roofline, control)
 
 
+class RunAsk(NamedTuple):
+    """One run a candidate is asked for: its requests, its timeout (s) and when it began (time.monotonic)."""
+
+    requests: int
+    timeout_s: float
+    t0: float
+
+
 @dataclass
 class _CellMeasure:
     """cell_measure's `measure`: called with (candidate, requests, timeout), a trial."""
@@ -1044,13 +1052,12 @@ class _CellMeasure:
                 src, mode, stop = self.open_source(c, rec.record)
             except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
                 return trial_of(None, "crashed", f"did not start: {exc}", time.monotonic() - t0, n, rel)
-            return self._run(src, mode, c, (n, timeout, t0), rel)
+            return self._run(src, mode, c, RunAsk(n, timeout, t0), rel)
         finally:
             _stop_all(src, stop, rec)
 
-    def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: tuple[int, float, float],
-             rel: str) -> dict[str, Any]:
-        """The cell on the started source: `run` is (requests, timeout, when the run began)."""
+    def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: RunAsk, rel: str) -> dict[str, Any]:
+        """The cell on the started source, as `run` asks."""
         from measure.control.sweep import CellRunner, SweepConfig
 
         s = self.s

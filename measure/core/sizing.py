@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
@@ -185,10 +185,18 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     return "\n".join(lines)
 
 
+class ChipPredictions(NamedTuple):
+    """plan --chip's roofline: the model's work, the machine and the rows predicted."""
+
+    work: W.WorkModel
+    machine: Machine
+    rows: list[Prediction]
+
+
 def chip_predictions(config: str | None, model_path: str | None, preset: str | None,
                      chip: str | Callable[[], Ceilings],
                      prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
-                     ) -> tuple[W.WorkModel, Machine, list[Prediction]]:
+                     ) -> ChipPredictions:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step from its config.json, GGUF or
     preset, the chip from presets (`chip` its key) or this machine's probe (plan --chip this: `chip` reads its
     Ceilings, machine/ceilings.get), and the roofline's rows, each step's KV read at `context`
@@ -227,4 +235,5 @@ def chip_predictions(config: str | None, model_path: str | None, preset: str | N
                     seq_extra_bytes=row["engine_per_request"] if row else 0.0,
                     notes=m.notes + (f"memory budget {fmt_bytes(result['budget'])} (unified memory): a level over it "
                                      f"reads the excess back from swap at {m.swap_gbps:g} GB/s (assumed) each step",))
-    return wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output, context=context)
+    return ChipPredictions(wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output,
+                                                   context=context))
