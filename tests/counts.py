@@ -103,9 +103,9 @@ class Tree:
                     yield (sub, None, node.lineno) if sub in self.modules else (mod, alias.name, node.lineno)
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+def _cycles(graph: dict[str, set[str]]) -> list[tuple[list[str], list[str]]]:
     """The strongly connected components of more than one module (or one importing itself), each as one
-    shortest circle through its first module: [a, b, …, a]."""
+    shortest circle through its first module ([a, b, …, a]) and the component's modules."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -170,7 +170,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         while u is not None and u != start:
             path.insert(1, u)
             u = prev.get(u)
-        out.append(path + [start])
+        out.append((path + [start], comp))
     return out
 
 
@@ -183,7 +183,9 @@ def import_circles(tree: Tree) -> Count:
             if target and target != m:
                 graph[m].add(target)
     circles = _cycles(graph)
-    return Count(len(circles), [" → ".join(c) for c in circles])
+    return Count(len(circles), [" → ".join(path) + ("" if len(path) - 1 == len(comp) else
+                                                    f"  (one circle of {len(comp)} modules: {', '.join(comp)})")
+                                for path, comp in circles])
 
 
 def _private(name: str) -> bool:

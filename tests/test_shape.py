@@ -232,3 +232,36 @@ def test_the_count_script_runs_and_fails_when_a_count_is_over():
     lines = [line for line in out.stdout.splitlines() if line[:4] in ("ok  ", "OVER")]
     assert [line.split(None, 4)[-1] for line in lines] == list(counts.LIMITS)
     assert out.returncode == (1 if any(line.startswith("OVER") for line in lines) else 0), out.stdout + out.stderr
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, stack = {start}, [start]
+    while stack:
+        for w in graph[stack.pop()] - seen:
+            seen.add(w)
+            stack.append(w)
+    return seen
+
+
+def test_the_circle_finder_reports_each_circle_once_as_a_real_path():
+    """counts._cycles on random graphs: one entry per set of modules that reach each other (more than one), its
+    path a circle of real imports inside that set (by brute force: v and w together when each reaches the other)."""
+    from hypothesis import given, settings, strategies as st
+
+    import counts
+
+    nodes = [f"m{i}" for i in range(7)]
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(nodes), st.sampled_from(nodes)), max_size=14))
+    def check(edges):
+        graph = {v: {b for a, b in edges if a == v and b != v} for v in nodes}
+        reach = {v: _reach(graph, v) for v in nodes}
+        comps = {frozenset(w for w in nodes if w in reach[v] and v in reach[w]) for v in nodes}
+        got = counts._cycles(graph)
+        assert {frozenset(comp) for _, comp in got} == {c for c in comps if len(c) > 1}
+        for path, comp in got:
+            assert path[0] == path[-1] and set(path) <= set(comp)
+            assert all(b in graph[a] for a, b in zip(path, path[1:]))
+
+    check()
