@@ -19,12 +19,15 @@ second build) are never fitted: they test the model.
 
 The machine: Machine.from_chip(chip), the chip's effective bandwidth, its cost per step and, where fitted, its
 batch path (`batch_step_ms` + (B − 1) × `seq_step_ms`: --fit takes them from one dense model's
-llama-batched-bench rows marked fit; every other batch row is held out).
+llama-batched-bench rows marked fit; every other batch row is held out) and the routing correlation ρ of a trained
+MoE router (work.ROUTING_CORRELATION): the one ρ that best explains the MoE batch rows marked fit (one model's,
+least squares on log rate over ρ in steps of 0.005), the other MoE models' batches held out.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -104,7 +107,7 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                   "overhead_from": FIXED_OVERHEAD.get(c, ""), "rows": [r["row"] for r in rows],
                   "sources": sorted({r["source"] for r in rows}),
                   "residuals": [(o + x * slope) * t - 1.0 for x, t in zip(xs, (r["tok_s"] for r in rows))]}
-        batch = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) > 1]
+        batch = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) > 1 and not p.get("needs")]
         if len(batch) >= 2:  # the step beyond overhead + bytes: batch_step + (B − 1) × seq_step
             bx = [int(p["b"]) - 1.0 for p in batch]
             by = [int(p["b"]) / p["tok_s"] - o - step_bytes(p, int(p["b"])) * slope for p in batch]
@@ -113,15 +116,35 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def predict_point(p: dict[str, Any]) -> float:
+def fit_routing(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The routing correlation ρ that best explains the MoE batch rows marked fit: least squares on
+    log(predicted ÷ published) over ρ = 0, 0.005, … 0.5, with each chip's figures as chips.toml holds them."""
+    rows = [p for p in points if p["role"] == "fit" and p.get("needs") == "moe" and int(p["b"]) > 1]
+    if not rows:
+        raise ValueError("no MoE batch row is marked fit: nothing fixes the routing correlation")
+
+    def loss(rho: float) -> float:
+        return sum(math.log(predict_point(p, rho) / p["tok_s"]) ** 2 for p in rows)
+
+    best = min((loss(i / 200), i / 200) for i in range(101))[1]
+    return {"routing_correlation": best, "rows": [p["row"] for p in rows],
+            "residuals": [predict_point(p, best) / p["tok_s"] - 1.0 for p in rows]}
+
+
+def predict_point(p: dict[str, Any], correlation: float | None = None) -> float:
     """The predicted rate of this row: per stream, or B × per stream for an aggregate (llama-batched-bench's
-    S_TG counts decode only: B sequences × TG tokens ÷ the decode time)."""
+    S_TG counts decode only: B sequences × TG tokens ÷ the decode time). `correlation`: the MoE router's ρ in
+    place of the model's (the fit's trial values)."""
+    import dataclasses
+
     from measure.core import work as W
     from measure.core.roofline import Lengths, Machine, predict
     from presets import chip, model
 
     c = chip(p["chip"])
     wm = W.from_preset(model(p["model"]))
+    if correlation is not None and wm.experts:
+        wm = dataclasses.replace(wm, experts=dataclasses.replace(wm.experts, correlation=correlation))
     lengths = Lengths(prompt_tokens=int(p["depth"]) or 1, output_tokens=int(p["tg"]), context=context(p))
     pr = predict(wm, Machine.from_chip(c), "batch", 1, int(p["b"]), at=lengths)
     return pr.per_stream_tps * (int(p["b"]) if p["per"] == "aggregate" else 1)
@@ -164,6 +187,9 @@ def print_fit(data: dict[str, Any]) -> None:
               + f"  on {len(f['rows'])} rows; residuals {res}"
               + (f"\n    batch_step_ms = {f['batch_step_ms']:.2f}  seq_step_ms = {f['seq_step_ms']:.3f}  on "
                  f"{len(f['batch_rows'])} batch rows" if "batch_step_ms" in f else ""))
+    r = fit_routing(data["point"])
+    print(f"[routing]  routing_correlation = {r['routing_correlation']:.3f}  on {len(r['rows'])} MoE batch rows; "
+          "residuals " + ", ".join(f"{x:+.1%}" for x in r["residuals"]))
     print(json.dumps({c: {"effective_bandwidth_gbps": round(f["effective_bandwidth_gbps"], 1),
                           "step_overhead_ms": round(f["step_overhead_ms"], 2), "rows": len(f["rows"])}
                       for c, f in fits.items()}))

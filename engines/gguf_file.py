@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gguf import GGUFReader
 
 GGUF_MAGIC = b"GGUF"
-WORK_VERSION = 2  # what a cached GGUFInfo holds; a cache written by an older reader is read again
+WORK_VERSION = 3  # 3: routing_correlation; what a cached GGUFInfo holds; a cache written by an older reader is read again
 
 # Sliding-window layers by architecture, as llama.cpp applies them (src/llama-model.cpp, set_swa_pattern(n): of every
 # n layers the first n − 1 attend the window, the n-th the whole context); a file may carry the per-layer array
@@ -51,6 +51,7 @@ class GGUFInfo:
     window_layers: int | None = None  # layers attending only the window (the arch's pattern, or the file's array)
     linear_layers: int | None = None  # recurrent / linear-attention layers (no KV; a fixed state)
     state_bytes: float | None = None  # their state, one sequence, all such layers
+    routing_correlation: float | None = None  # inference-top.routing_correlation: a file that says its router's ρ
     mla_dim: int | None = None  # latent attention (MLA): K/V cached as kv_lora_rank + rope dims a token and layer
     assumed: tuple[str, ...] = ()  # what was assumed where the file did not say
 
@@ -177,6 +178,11 @@ def _inspect(path: Path) -> GGUFInfo:
     )
 
 
+# A file made with random weights (engines/gguf_synth.py) says its router routes tokens independently (ρ = 0);
+# a trained model's file says nothing, and the work model takes the fitted default (measure/core/work.py).
+ROUTING_KEY = "inference-top.routing_correlation"
+
+
 def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: list[Any] | None) -> dict[str, Any]:
     """The GGUFInfo fields past a dense, full-attention model: routed experts (their tensors' bytes), the sliding
     window and how many layers use it, linear/recurrent layers and their state, latent attention; and, in
@@ -193,6 +199,9 @@ def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: lis
                    expert_bytes=sum(int(t.n_bytes) for t in exps), expert_params=sum(int(t.n_elements) for t in exps))
         if not used:
             assumed.append("experts used per token not in the file: every expert counted as read (dense)")
+        rho = gguf_field(reader, ROUTING_KEY)
+        if rho is not None:
+            out["routing_correlation"] = float(rho)
     window = get("attention.sliding_window")
     if window and layers:
         pattern = get("attention.sliding_window_pattern")

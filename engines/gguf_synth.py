@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from engines.gguf_file import ROUTING_KEY
+
 Q8_BLOCK = 32
 Q8_BYTES = 34  # an f16 scale and 32 int8 values
 
@@ -102,6 +104,7 @@ def _metadata(w: Any, s: SynthShape) -> None:
     if s.experts:
         w.add_expert_count(s.experts)
         w.add_expert_used_count(s.experts_used)
+        w.add_float32(ROUTING_KEY, 0.0)  # random router weights: independent routing (work.py's ρ = 0)
     tokens, scores, types = _vocab(s.vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)

@@ -7,7 +7,7 @@ measurement; what a client measures beyond it is the client's (and the loopback'
     python -m engines.null_server --port 8000 [--host 127.0.0.1] [--ttft-ms 20] [--itl-ms 10]
                                   [--tokens-per-chunk 1] [--usage continuous|final|none] [--reasoning-tokens 0]
                                   [--eos-after N] [--cold-first-ms MS [--cold-over-tokens N]]
-                                  [--serve batching|serialising]
+                                  [--serve batching|serialising] [--prefix-block N]
 
 In a test:  with NullServer(Behaviour(ttft_ms=20, itl_ms=10)) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(Behaviour(usage="final")); ...; stop()
@@ -34,7 +34,8 @@ at no cost; serialising: one request at a time, the others wait in arrival order
 schedule (TTFT, then ITL) starts when it gets the server: total tok/s stays that of one stream whatever B,
 and TTFT grows with queue position, as `python -m llama_cpp.server` does. /metrics says
 null:requests_running (streams being answered) and null:requests_waiting (queued), as llama-server's
-requests_processing and requests_deferred.
+requests_processing and requests_deferred. --prefix-block N adds vLLM's prefix-cache counters
+(vllm:prefix_cache_queries_total, _hits_total; PrefixCounter): a server whose hit rate comes from counter rises.
 
 The last event before [DONE] carries `timings`, where llama-server puts its own, with the server's side of
 one request on its perf_counter_ns clock (CLOCK_MONOTONIC on Linux: the same clock as a client's records on
@@ -76,24 +77,47 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             411: "Length Required", 500: "Internal Server Error"}
 
 
-def _prompt_tokens(req: dict[str, Any], chat: bool) -> int:
+def _prompt_seq(req: dict[str, Any], chat: bool) -> list[Any]:
+    """A prompt as the null server tokenizes it: token ids as given; text as BOS + its words (chat: every
+    message's text words, roles aside)."""
     if chat:
         msgs = req.get("messages")
         if not isinstance(msgs, list) or not msgs:
             raise _HttpError(400, "messages must be a non-empty list")
-        words = 0
+        words: list[Any] = ["<s>"]
         for m in msgs:
             content = m.get("content") if isinstance(m, dict) else None
             if isinstance(content, list):  # content parts: count the text ones
                 content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-            words += len(str(content or "").split())
-        return words + 1
+            words += str(content or "").split()
+        return words
     prompt = req.get("prompt")
     if isinstance(prompt, str):
-        return len(prompt.split()) + 1
+        return ["<s>", *prompt.split()]
     if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-        return len(prompt)
+        return prompt
     raise _HttpError(400, "prompt must be a string or a non-empty list of token ids (one prompt per request)")
+
+
+class PrefixCounter:
+    """vLLM's prefix-cache counters as the null server keeps them (`--prefix-block N`): every prompt token is a
+    query; its hits are the longest run of whole N-token blocks from its start that an earlier prompt also began
+    with (vLLM hashes full blocks, each chained to the one before); nothing is evicted."""
+
+    def __init__(self, block: int):
+        if block < 1:
+            raise ValueError("prefix_block must be ≥ 1")
+        self.block, self.queries, self.hits = block, 0, 0
+        self._seen: set[int] = set()
+
+    def add(self, tokens: list[Any]) -> None:
+        self.queries += len(tokens)
+        h, hit = 0, True
+        for i in range(len(tokens) // self.block):
+            h = hash((h, tuple(tokens[i * self.block:(i + 1) * self.block])))
+            hit = hit and h in self._seen
+            self.hits += self.block if hit else 0
+            self._seen.add(h)
 
 
 class LateHistogram:
@@ -148,8 +172,9 @@ class LateHistogram:
 class Behaviour:
     """How the null server answers: its TTFT and ITL, tokens per chunk, where usage is reported (continuous,
     final, none), reasoning tokens before the answer, an end of sequence after N tokens, its Date header's skew,
-    a cold first request (ms late, for answers over N tokens; None: none) and how it serves (batching: every
-    stream on its own schedule; serialising: one request at a time)."""
+    a cold first request (ms late, for answers over N tokens; None: none), how it serves (batching: every
+    stream on its own schedule; serialising: one request at a time) and the block of vLLM's prefix-cache
+    counters (0: not kept)."""
 
     ttft_ms: float = 20.0
     itl_ms: float = 10.0
@@ -160,6 +185,7 @@ class Behaviour:
     clock_skew_s: float = 0.0
     cold_first: tuple[float, int] | None = None
     serve: str = "batching"
+    prefix_block: int = 0
 
 
 class NullApp:
@@ -170,6 +196,7 @@ class NullApp:
         ttft_ms, itl_ms, tokens_per_chunk, usage = b.ttft_ms, b.itl_ms, b.tokens_per_chunk, b.usage
         reasoning_tokens, eos_after, clock_skew_s, serve = b.reasoning_tokens, b.eos_after, b.clock_skew_s, b.serve
         cold_first_ms, cold_over_tokens = b.cold_first or (0.0, 0)
+        self.prefix = PrefixCounter(b.prefix_block) if b.prefix_block else None
         if serve not in SERVE_MODES:
             raise ValueError(f"serve must be one of {', '.join(SERVE_MODES)}")
         self.serve = serve
@@ -319,6 +346,13 @@ class NullApp:
             *(f'null:chunk_late_seconds{{quantile="{f:g}"}} {v:.9f}' for f, v in q.items()),
             f"null:chunk_late_seconds_sum {self.late.total_ns / 1e9:.9f}",
             f"null:chunk_late_seconds_count {self.late.count}",
+            *([] if not self.prefix else [
+                "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+                "# TYPE vllm:prefix_cache_queries_total counter",
+                f'vllm:prefix_cache_queries_total{{engine="0",model_name="{MODEL_ID}"}} {self.prefix.queries}',
+                "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+                "# TYPE vllm:prefix_cache_hits_total counter",
+                f'vllm:prefix_cache_hits_total{{engine="0",model_name="{MODEL_ID}"}} {self.prefix.hits}']),
         ]
         return ("\n".join(lines) + "\n").encode()
 
@@ -326,7 +360,10 @@ class NullApp:
     async def _stream(self, writer: asyncio.StreamWriter, chat: bool, req: dict[str, Any], t_arrival: int,
                       keep: bool) -> bool:
         max_tokens, stop = self._limits(req)
-        n_prompt = _prompt_tokens(req, chat)
+        seq = _prompt_seq(req, chat)
+        n_prompt = len(seq)
+        if self.prefix:
+            self.prefix.add(seq)
         self.requests_total += 1
         self._ids += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-null-{self._ids}"
@@ -619,10 +656,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve", choices=SERVE_MODES, default="batching",
                     help="batching: every stream on its own schedule (default); serialising: one request at a time, "
                          "the rest queued")
+    ap.add_argument("--prefix-block", type=int, default=0,
+                    help="count vLLM's prefix-cache queries and hits in blocks of N tokens on /metrics (default 0: off)")
     a = ap.parse_args(argv)
     try:
         app = NullApp(Behaviour(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
-                                a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve))
+                                a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve,
+                                prefix_block=a.prefix_block))
     except ValueError as exc:
         ap.error(str(exc))
 

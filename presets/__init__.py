@@ -145,6 +145,7 @@ class ModelPreset:
     # apart from the rest (gpt-oss: MXFP4 experts beside Q8_0 attention), so params × the average bytes per
     # parameter misplaces them; None: not known, take the average
     expert_bytes: int | None = None
+    routing_correlation: float | None = None  # ρ of its router (measure/core/work.py); None: the fitted default
     extra: dict[str, Any] = field(default_factory=dict)
 
 

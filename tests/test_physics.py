@@ -40,6 +40,35 @@ def test_distinct_experts_by_hand() -> None:
     assert e.distinct(0) == 0.0
 
 
+def test_correlated_routing_by_hand() -> None:
+    """ρ = 0.1: four tokens count as 4 ÷ (1 + 3 · 0.1) = 3.0769 independent ones; one token is still its k."""
+    e = W.Experts(count=8, used=2, bytes_each=1.0, params_each=1.0, correlation=0.1)
+    assert e.distinct(1) == pytest.approx(2.0)
+    assert e.distinct(4) == pytest.approx(8 * (1 - 0.75 ** (4 / 1.3)))  # 4.4957, fewer than uniform's 5.46875
+    assert e.distinct(1_000_000) == pytest.approx(8 * (1 - 0.75**10), rel=1e-4)  # saturates at 1/ρ = 10 tokens
+    assert W.Experts(8, 2, 1.0, 1.0, correlation=1.0).distinct(32) == pytest.approx(2.0)  # every token alike
+
+
+def test_a_trained_moe_takes_the_fitted_routing_and_says_so() -> None:
+    """A preset without its own ρ takes work.ROUTING_CORRELATION, which is what benchmarks/physics.py --fit finds
+    on the published MoE batch rows marked fit, and names it among what is assumed."""
+    import importlib.util
+    from pathlib import Path
+
+    from presets import model
+
+    m = W.from_preset(model("qwen3-coder-30b-a3b-q8_0"))
+    assert m.experts is not None and m.experts.correlation == W.ROUTING_CORRELATION
+    assert any("routing correlation" in a for a in m.assumed)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "physics.py"
+    spec = importlib.util.spec_from_file_location("physics", path)
+    phys = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(phys)
+    fit = phys.fit_routing(phys.load()["point"])
+    assert fit["routing_correlation"] == pytest.approx(W.ROUTING_CORRELATION, abs=0.0051)
+    assert max(abs(r) for r in fit["residuals"]) < 0.10
+
+
 def test_moe_reads_its_routed_experts_not_the_file() -> None:
     m = _moe()
     assert m.read_bytes(1) == pytest.approx(100e6 + 2 * 50e6)  # 200 MB a token, not the 500 MB file
@@ -123,7 +152,7 @@ def test_config_moe_shape(tmp_path) -> None:
     assert m.active_params == pytest.approx(3.04e9, rel=0.02)  # Qwen's 3.3B counts the input embedding too
     # one token reads ≈ 3.3B × 2 bytes of bf16 weights, not the 61 GB file
     assert m.read_bytes(1) == pytest.approx((m.active_params + 2048) * 2, rel=0.01)
-    assert m.assumed == ()
+    assert m.assumed == (W.ROUTING_ASSUMED,)  # a config.json does not say how its router's tokens correlate
 
 
 def test_unknown_config_window_is_named(tmp_path) -> None:
@@ -213,6 +242,7 @@ def test_a_made_moe_gguf_is_read_as_experts(tmp_path) -> None:
     assert m.experts.bytes_each == pytest.approx(per_expert)
     assert m.read_bytes(1) == pytest.approx(m.weight_bytes + 2 * per_expert + 256 * 34 / 32)  # + one embedding row
     assert m.file_bytes > m.weight_bytes + 8 * per_expert  # the whole file holds every expert
+    assert m.experts.correlation == 0.0  # random router weights: the file says its tokens route independently
     assert m.assumed == ()
 
 

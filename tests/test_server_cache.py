@@ -203,3 +203,51 @@ def test_llama_server_draft_acceptance(model, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_the_null_servers_prefix_counter_by_hand():
+    """Blocks of 2: [a b c d e] then [a b c x]: the second hits its first block only (2 of its 4 tokens)."""
+    from engines.null_server import PrefixCounter
+
+    c = PrefixCounter(2)
+    c.add(list("abcde"))
+    assert (c.queries, c.hits) == (5, 0)
+    c.add(list("abcx"))
+    assert (c.queries, c.hits) == (9, 2)
+    c.add(list("xbcd"))  # a later block that matches elsewhere is no hit: blocks chain from the start
+    assert (c.queries, c.hits) == (13, 2)
+
+
+def test_a_counter_rise_counts_the_first_wave_from_a_scrape_before_the_load():
+    """vLLM's hit rate from counter rises: the first wave of a session run is its misses. The source scrapes once
+    its streams are warm, before the first request, and the endpoint's first record carries that scrape; with
+    the rise taken from the first record's own scrape (made after the first wave was received), 4 users × 2 turns
+    read about 2× the true rate. The truth: the null server's own counters across the load."""
+    from engines.null_server import Behaviour, NullServer
+    from measure.core.datasets import Dataset, load_sharegpt
+    from measure.core.records import RunMeta
+    from measure.core.sessions import Sessions, ThinkTime
+    from measure.core.workload import Load, PrefixCache
+    from measure.sources.http import HttpSource
+
+    _, _, items, _ = load_sharegpt("sample", lambda t: len(t.split()), later_turns=True)
+    sample = Dataset("sharegpt:sample", "sample", items=tuple(items), cap=16)
+    # a first chunk after 1.2 s: the source's once-a-second scrape lands between the first wave's arrival and its end
+    with NullServer(Behaviour(ttft_ms=1200, itl_ms=2, prefix_block=4)) as srv:
+        src = HttpSource(srv.url, RunMeta(engine="http", model="?", model_bytes=0, mode="http"), b=4, events=False,
+                         prefix_cache=PrefixCache.parse("on"))
+        src.start()
+        try:
+            src.wait_ready()
+            time.sleep(0.3)  # the scrape before the load has been taken
+            base = (srv.app.prefix.hits, srv.app.prefix.queries)
+            recs = src.run_requests(Load(sample, Sessions(2, ThinkTime("fixed", 0.1), total=8), 4), timeout=60)
+        finally:
+            src.close()
+        truth = (srv.app.prefix.hits - base[0]) / (srv.app.prefix.queries - base[1])
+    assert len(recs) == 8 and not any(r.error for r in recs)
+    figs = cache_figures(recs)
+    assert figs["prefix_cache_source"].startswith("vllm:")
+    assert 0.1 < truth < 0.9
+    assert figs["prefix_cache_hit_rate"] == pytest.approx(truth, abs=0.01)
+    assert figs["prefix_cache_tokens"] == srv.app.prefix.queries - base[1]

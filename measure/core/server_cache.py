@@ -23,12 +23,15 @@ from measure.core.records import RequestRecord
 
 
 def _rise(records: Sequence[RequestRecord], *keys: str) -> tuple[float, ...] | None:
-    """The counters' rise between the first and the last scrape the records carried (by their end), or None."""
+    """The counters' rise from the scrape before the load (a record's `load_start`: its endpoint's first) or,
+    in a recording without one, the first scrape the records carried, to the last (by their end), or None.
+    Without the scrape before the load the first wave of requests is left out of the rise."""
     views = sorted(((r.t_done_ns or 0, r.server_view) for r in records if isinstance(r.server_view, dict)),
                    key=lambda v: v[0])
-    if len(views) < 2:
+    starts = [s for _, v in views if isinstance(s := v.get("load_start"), dict) and s]
+    if len(views) < (1 if starts else 2):
         return None
-    first, last = views[0][1], views[-1][1]
+    first, last = (starts[0] if starts else views[0][1]), views[-1][1]
     if not all(isinstance(first.get(k), (int, float)) and isinstance(last.get(k), (int, float)) for k in keys):
         return None
     return tuple(last[k] - first[k] for k in keys)

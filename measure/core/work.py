@@ -35,19 +35,34 @@ def _pad(n: float, to: int = KV_PAD) -> int:
 @dataclass(frozen=True)
 class Experts:
     """Routed experts: `count` in each MoE layer, `used` per token; `bytes_each` / `params_each`: one expert's
-    matrices summed over every MoE layer (so `used × bytes_each` is what one token reads of them)."""
+    matrices summed over every MoE layer (so `used × bytes_each` is what one token reads of them);
+    `correlation`: how alike the routing of one step's tokens is (ρ; 0: independent tokens, a random router)."""
 
     count: int
     used: int
     bytes_each: float
     params_each: float
+    correlation: float = 0.0
 
     def distinct(self, tokens: float) -> float:
-        """Expected distinct experts a layer reads for a step of `tokens` tokens under uniform routing:
-        E · (1 − (1 − k/E)^B) — k for one token, approaching all E as B grows."""
+        """Expected distinct experts a layer reads for a step of `tokens` tokens: E · (1 − (1 − k/E)^B′), k for
+        one token, approaching all E as B grows. B′ = B ÷ (1 + (B − 1)·ρ) are the independent tokens that B
+        tokens whose routings correlate by ρ count as (the design effect of equicorrelated draws): ρ = 0 is
+        uniform, independent routing; a trained router sends one step's tokens to overlapping experts
+        (docs/design.md §26)."""
         if tokens <= 0:
             return 0.0
-        return float(self.count * (1.0 - (1.0 - self.used / self.count) ** float(tokens)))
+        b = float(tokens) / (1.0 + (float(tokens) - 1.0) * self.correlation) if tokens > 1 else float(tokens)
+        return float(self.count * (1.0 - (1.0 - self.used / self.count) ** b))
+
+
+# The routing correlation of a trained router where the model does not say its own: fitted by
+# `benchmarks/physics.py --fit` on Qwen3-Coder-30B-A3B's llama-batched-bench rows on DGX Spark (B = 4 … 32, random
+# tokens a step); gpt-oss-20b / -120b's rows are held out. A model made with random weights (engines/gguf_synth.py)
+# routes independently and says so in its file (ρ = 0).
+ROUTING_CORRELATION = 0.08
+ROUTING_ASSUMED = (f"routing correlation ρ = {ROUTING_CORRELATION} (a trained router's, fitted on published batches: "
+                   "benchmarks/physics.py): a batch step reads the experts of B ÷ (1 + (B − 1)·ρ) independent tokens")
 
 
 @dataclass(frozen=True)
@@ -154,7 +169,7 @@ class WorkModel:
         if self.experts:
             e = self.experts
             parts.append(f"+ {e.used} of {e.count} experts × {e.bytes_each / 1e6:.0f} MB a token "
-                         f"(B tokens: E·(1 − (1 − k/E)^B) distinct)")
+                         f"(B tokens: E·(1 − (1 − k/E)^B′) distinct, B′ = B ÷ (1 + (B − 1)·{e.correlation:g}))")
         if self.window_layers:
             parts.append(f"{self.window_layers} of {self.attention_layers} attention layers windowed "
                          f"({self.window} tokens)")
@@ -198,7 +213,10 @@ def from_gguf(info: GGUFInfo, kv_element_bytes: float = 2.0) -> WorkModel:
     experts = None
     ex_bytes, ex_params = info.expert_bytes or 0, info.expert_params or 0
     if info.experts and info.experts_used and ex_bytes:
-        experts = Experts(info.experts, info.experts_used, ex_bytes / info.experts, ex_params / info.experts)
+        rho = ROUTING_CORRELATION if info.routing_correlation is None else info.routing_correlation
+        experts = Experts(info.experts, info.experts_used, ex_bytes / info.experts, ex_params / info.experts, rho)
+        if info.routing_correlation is None:
+            assumed.append(ROUTING_ASSUMED)
     else:
         ex_bytes = ex_params = 0  # no routing known: every expert is read (counted in the always-read bytes)
     return WorkModel(
@@ -277,8 +295,8 @@ def from_config(path: str | Path) -> WorkModel:
     files = sum(f.stat().st_size for f in p.parent.glob("*.safetensors"))
     per_param = files / params if files else _DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0)
     total = files or int(params * per_param)
-    experts = (Experts(sh["experts"], sh["used"], sh["expert_params"] * per_param, sh["expert_params"])
-               if sh["experts"] and sh["used"] else None)
+    experts = (Experts(sh["experts"], sh["used"], sh["expert_params"] * per_param, sh["expert_params"],
+                       ROUTING_CORRELATION) if sh["experts"] and sh["used"] else None)
     routed = sh["experts"] * sh["expert_params"] if experts else 0
     return WorkModel(
         name=cfg.get("_name_or_path") or p.parent.name, source=f"config {p}", params=params, file_bytes=total,
@@ -299,6 +317,8 @@ def _config_assumed(cfg: dict[str, Any], sh: dict[str, Any]) -> tuple[str, ...]:
     if cfg.get("sliding_window") and not sh["window_layers"] and cfg.get("use_sliding_window", True) is not False:
         out.append(f"sliding_window {cfg['sliding_window']} without layer_types or a pattern: every layer counted "
                    "as full attention")
+    if sh["experts"] and sh["used"]:
+        out.append(ROUTING_ASSUMED)
     if sh["linear_layers"] and not sh["state"]:
         out.append(f"{sh['linear_layers']} linear-attention layers without their head sizes: state counted as 0")
     return tuple(out)
@@ -315,7 +335,8 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     ex_params = 3 * m.hidden * ffn_e * moe_layers if n_exp and used else 0
     ex_file = float(m.expert_bytes or 0)  # the experts' own bytes as shipped (gpt-oss: MXFP4 experts
     ex_each = ex_file / n_exp if ex_file and ex_params else ex_params * per_param  # beside Q8_0 attention)
-    experts = Experts(n_exp, used, ex_each, ex_params) if ex_params else None
+    rho = ROUTING_CORRELATION if m.routing_correlation is None else m.routing_correlation
+    experts = Experts(n_exp, used, ex_each, ex_params, rho) if ex_params else None
     full, linear, window = m.full_attention_layers or 0, m.linear_attention_layers or 0, m.sliding_window or 0
     mla = (m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0)
     return WorkModel(
@@ -326,4 +347,5 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
         layers=m.layers, heads=m.heads or m.kv_heads, kv_heads=m.kv_heads, head_dim=m.head_dim,
         kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd * per_param), experts=experts,
         window=window if full else 0, window_layers=(m.layers - linear - full) if window and full else 0,
-        linear_layers=linear, mla_dim=mla if m.kv_lora_rank else 0)
+        linear_layers=linear, mla_dim=mla if m.kv_lora_rank else 0,
+        assumed=(ROUTING_ASSUMED,) if experts and m.routing_correlation is None else ())

@@ -87,6 +87,7 @@ class _Ep:
     send_ids: bool = False
     model: str | None = None
     view: dict[str, float] | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
+    load_start: dict[str, float] | None = None  # …scraped once its streams warmed, before the load's first request
     clients: dict[int, aiohttp.ClientSession] = field(default_factory=dict)  # stream slot → aiohttp session
     free: list[int] = field(default_factory=list)  # free slot numbers, a heap
     spare: list[int] = field(default_factory=list)  # free streams opened beyond B for an open loop (slots < 0)
@@ -515,6 +516,8 @@ class HttpSource(WarmsUp):
             for r in results:
                 if r.error:
                     self._sink.log(f"warmup request ({ep.info.label}): {r.error}", "warn")
+            if ep.up and ep.load_start is None:  # the counters before the load: a rise counts its first wave
+                ep.load_start = ep.view = await scrape_metrics(self._client(ep, ep.warmed + 1), ep.base)
             if ep.up:
                 ep.warmed = max(ep.warmed, b)
                 with self._lock:
@@ -565,11 +568,21 @@ class HttpSource(WarmsUp):
             ServedBy(ep.idx, model=ep.model or self.meta.model),
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
-            server_view=dict(ep.view or {}, **({"timings": res.timings} if res.timings else {})) or None,
+            server_view=self._view(ep, res),
             extra=self._extra(ep, slot, req, res, prefix, bool(ids), t_started), reasoning_tokens=res.reasoning_tokens,
             t_first_answer_ns=res.t_first_answer_ns,
         )
         self._ended(ep, req, res, rec)
+
+    @staticmethod
+    def _view(ep: _Ep, res: StreamResult) -> dict[str, Any] | None:
+        """What a record carries of its server: the latest scrape, the response's timings, and on the endpoint's
+        first record the scrape before the load (server_cache's counter rises start there)."""
+        view = dict(ep.view or {}, **({"timings": res.timings} if res.timings else {}))
+        if ep.load_start:
+            view["load_start"] = ep.load_start
+            ep.load_start = {}  # carried once; {} (not None): not scraped again at a later warmup
+        return view or None
 
     def _extra(self, ep: _Ep, slot: int, req: Request, res: StreamResult, prefix: str, as_ids: bool,
                t_started: int) -> dict[str, Any]:
