@@ -462,9 +462,32 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int 
     _check_figures(c, cell, recs, res, engines)
 
 
+def _check_identities(recs: list[Any], res: Result) -> None:
+    """Each request's figures against its own timestamps, exactly (1 µs; no noise enters an identity): TTFT = first
+    token − schedule, TPOT · (n − 1) = last − first token, E2E = done − schedule, and its ITLs add up to the span of
+    its distinct token times. A clock offset or a scale on one figure breaks them however the machine ran."""
+    from measure.core import metrics as M
+
+    bad: list[str] = []
+    for r in recs:
+        if r.error is not None or len(r.token_ns) < 2 or r.t_first_token_ns is None or r.t_done_ns is None:
+            continue
+        first, last, n = r.token_ns[0], r.token_ns[-1], len(r.token_ns)
+        for name, got, want in (
+                ("ttft", M.ttft(r), (r.t_first_token_ns - r.t_scheduled_ns) / NS),
+                ("tpot·(n−1)", (M.tpot(r) or 0.0) * (n - 1), (last - first) / NS),
+                ("e2e", M.e2e(r), (r.t_done_ns - r.t_scheduled_ns) / NS),
+                ("Σ itl", float(sum(M.itl_gaps(r.token_ns))), (last - first) / NS)):
+            if abs(got - want) > 1e-6:
+                bad.append(f"request {r.request_id} {name} {got * 1e3:.3f} ms, its timestamps say {want * 1e3:.3f}")
+    res.check(not bad, f"figures against each request's own timestamps: {len(bad)} off, e.g. {bad[:2]}")
+
+
 def _check_requests(c: Combo, recs: list[Any], res: Result) -> None:
     """Each request of the schedule sent once, with its own prompt and length; the users asked in flight."""
     from measure.core.datasets import prompt_for
+
+    _check_identities(recs, res)
 
     wl = _workload()
     ids = sorted(r.request_id for r in recs)

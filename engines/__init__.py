@@ -1,4 +1,4 @@
 """Engines: one protocol (engines.base), one module per backend, each importing its library lazily."""
-from engines.base import Engine, EngineError, EngineSpec, make_engine
+from engines.base import Engine, EngineError, EngineSpec
 
-__all__ = ["Engine", "EngineError", "EngineSpec", "make_engine"]
+__all__ = ["Engine", "EngineError", "EngineSpec"]  # make_engine and the engines by name: engines.registry

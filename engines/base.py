@@ -119,17 +119,3 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-ENGINES = {"llama": "engines.llama_cpp:LlamaCppEngine", "mlx": "engines.mlx_lm:MlxLmEngine"}
-ENGINES["null"] = "engines.null:NullEngine"  # harness calibration: a fixed schedule, no model
-
-
-def make_engine(spec: EngineSpec) -> Engine:
-    if spec.engine not in ENGINES:
-        raise EngineError(f"unknown engine {spec.engine!r}; choose one of: {', '.join(ENGINES)}")
-    module_name, cls_name = ENGINES[spec.engine].split(":")
-    import importlib
-
-    engine: Engine = getattr(importlib.import_module(module_name), cls_name)(spec)
-    return engine

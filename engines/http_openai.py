@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from engines.base import EngineError
+from engines.spec import EngineDecl
 
 if TYPE_CHECKING:
     import aiohttp
@@ -48,6 +49,9 @@ SERVER_METRICS = {
     "spec_decode_draft_tokens_total": ("vllm:spec_decode_num_draft_tokens_total",),
     "spec_decode_accepted_tokens_total": ("vllm:spec_decode_num_accepted_tokens_total",),
 }
+
+# a server of its own at --url, any OpenAI-compatible one
+HTTP = EngineDecl("http", "http", "remote")
 
 
 class EndpointError(EngineError):

@@ -17,12 +17,25 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from engines.base import FILLER, BatchStep, EngineError, EngineSpec, Prompt, TokenStream, check_room, synthetic_ids
+from engines.spec import EngineDecl
 
 if TYPE_CHECKING:
     from llama_cpp import Llama
 
 # The bindings' C functions (llama_decode, llama_get_logits_ith, …) are called through the module as `Any`: their
 # handles are ctypes pointers this code only passes back to C, and a NULL one is checked where C can return it.
+
+LLAMA = EngineDecl("llama", "llama.cpp", "in-process", model_kind="gguf", work_model="gguf",
+                   kv_layout="llama.cpp-window", probe="engine-rates", gpu="layers",
+                   factory="engines.llama_cpp:LlamaCppEngine", flash_attn=True, tune_modes=("instances", "batch"),
+                   tune_half_threads=True, tune_knobs=("flash_attn",))
+# llama.cpp's own server, started by tune on loopback (its client is engines/http_openai.py); its model, memory
+# and roofline are the llama engine's
+LLAMA_SERVER = EngineDecl("llama-server", "llama-server", "server", model_kind="gguf", work_model="gguf",
+                          kv_layout="llama.cpp-window", probe="engine-rates", plan_as="llama", flash_attn=True,
+                          tune_modes=("slots", "servers"), tune_half_threads=True,
+                          tune_knobs=("flash_attn", "kv_type", "ubatch"),
+                          serve_argv=("llama-server", "-m", "{model}", "--host", "127.0.0.1", "--port", "{port}"))
 
 
 def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:

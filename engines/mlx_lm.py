@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import FILLER, BatchStep, EngineError, EngineSpec, Prompt, TokenStream, check_room, synthetic_ids
+from engines.spec import EngineDecl
 
 if TYPE_CHECKING:
     from engines.mlx_blas import LoadedBlas
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 # mlx and mlx-lm are held as Any here: mlx-lm's annotations are partial and not what it does at run time
 # (BatchGenerator's next/remove/close are unannotated, generate_step is annotated as yielding mx.arrays where
 # it yields int ids, load as returning two or three values where it returns two without return_config).
+
+MLX = EngineDecl("mlx", "mlx-lm", "in-process", model_kind="mlx", work_model="config", kv_layout="mlx", gpu="mac",
+                 factory="engines.mlx_lm:MlxLmEngine", own_blas=True, tune_modes=("instances", "batch"),
+                 serve_argv=("mlx_lm.server", "--model", "{model}", "--host", "127.0.0.1", "--port", "{port}"))
 
 INSTALL_HINT = "pip install 'inference-top[mlx]' (Linux: mlx[cpu]), or use --engine llama"
 

@@ -22,6 +22,10 @@ from collections.abc import Hashable
 from typing import Any
 
 from engines.base import FILLER, BatchStep, EngineError, EngineSpec, Prompt, TokenStream, check_room, synthetic_ids
+from engines.spec import EngineDecl
+
+# measured under the embedded llama model's run plan (its load, its context), with no model of its own
+NULL = EngineDecl("null", "null", "in-process", factory="engines.null:NullEngine", plan_as="llama", simulated=True)
 
 BOS = 2
 VOCAB = 32000  # ids of words fall in [3, VOCAB)

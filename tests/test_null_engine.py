@@ -9,7 +9,8 @@ import time
 import httpx
 import pytest
 
-from engines.base import EngineError, EngineSpec, Prompt, make_engine
+from engines.base import EngineError, EngineSpec, Prompt
+from engines.registry import make_engine
 from engines.http_openai import endpoint_body, new_session, stream_one
 from engines.null import NullEngine
 from engines.null_server import Behaviour, NullServer

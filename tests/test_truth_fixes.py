@@ -163,3 +163,32 @@ def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch)
         finally:
             src.close()
     assert cells[0].machine.thermal == "this client machine's, not the servers': nominal (no warning recorded)"
+
+
+def test_a_level_left_keeps_its_row_while_the_next_one_warms_up():
+    """`m` on K=3 B=4 instances (34.9 tok/s settled): until the source says the batch level is ready (LevelReady;
+    a real fleet sends it once its workers have loaded their batch contexts) the instances level still runs and
+    its row must stay as it settled. It took the transition's readings and settled again at 153 tok/s, the batch
+    mode's (the dashboard's K=3 row read 3.0 / 52.5 while current, 2.7 / 49.7 after `m`). Here the simulated
+    fleet's LevelReady is held back 8 s, as a slow worker start would hold it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_live_figures import controller, run_for
+
+    c, fleet, clock = controller(k=3, b=4, bandwidth=10.0, max_tokens=32, warmup_s=3.0)
+    run_for(c, fleet, clock, 40)
+    before = c.snapshot().steps[-1]
+    assert before.level == "K=3 B=4 instances" and before.settled
+    held, ready = [], c.level_ready
+    c.level_ready = held.append  # the batch level's workers are not ready yet
+    assert c.toggle_mode() is None
+    run_for(c, fleet, clock, 8)
+    assert c.snapshot().steps[-1] == before
+    c.level_ready = ready
+    for ev in held:
+        ready(ev)
+    run_for(c, fleet, clock, 2)
+    rows = c.snapshot().steps
+    assert rows[0] == before and rows[-1].level == "K=3 B=4 batch"

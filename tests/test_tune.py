@@ -11,9 +11,11 @@ import pytest
 
 import presets
 from engines.base import EngineSpec
-from measure.control.tune import (Candidate, Carried, Predicted, Settings, Tune, TuneControl, TuneError, bench_command,
-                                  candidates, cell_measure, format_result, load_done, local_opener, memory_refusal,
-                                  parse_budget, serve_command, write_result)
+from measure.control.tune import (Candidate, Predicted, Settings, Tune, TuneControl, TuneError, TuneResult,
+                                  bench_command, candidates, cell_measure, format_result, load_done, local_opener,
+                                  memory_refusal, parse_budget, serve_command, write_result)
+from measure.control.tune.record import Trial
+from measure.control.tune.search import Carried
 from measure.core.records import RunMeta
 
 META = RunMeta("null", "null", 0, simulated=True)
@@ -50,25 +52,25 @@ def test_the_search_finds_the_planted_best_and_keeps_the_crash_as_a_row(tmp_path
     winner = tune.search()
     assert winner is not None and winner.candidate == PLANTED
     res = tune.result("null.gguf", s.ctx)
-    rows = {c["key"]: c for c in res["candidates"]}
+    rows = {c.key: c for c in res.candidates}
     crash = rows[CRASHES.key]
-    assert crash["status"] == "crashed" and crash["reason"], crash  # a row with its reason, never dropped
+    assert crash.status == "crashed" and crash.reason, crash  # a row with its reason, never dropped
     # every run: the same closed loop of 2 users over the same requests (ids and prompts by index)
-    for c in res["candidates"]:
-        for t in c["trials"]:
-            lines = (tmp_path / t["records"]).read_text().splitlines()
+    for c in res.candidates:
+        for t in c.trials:
+            lines = (tmp_path / t.records).read_text().splitlines()
             head = json.loads(lines[0])
-            assert head["users"] == 2 and head["candidate_key"] == c["key"]
+            assert head["users"] == 2 and head["candidate_key"] == c.key
             recs = [json.loads(x) for x in lines[1:]]
-            if t["status"] == "ok":
-                assert len(recs) == t["requests"]
-    won = rows[PLANTED.key]["trials"]
-    assert len(won) >= 3 and [t["requests"] for t in won] == sorted(t["requests"] for t in won)  # halving: longer runs
-    assert won[-1]["goodput_tps"] > 0
-    assert all((c["trials"][-1].get("goodput_tps") or 0) == 0 for k, c in rows.items() if k != PLANTED.key
-               and c["trials"] and c["trials"][-1]["status"] == "ok")
-    assert res["winner"]["key"] == PLANTED.key and PLANTED.key in res["front"]
-    assert "--k 2 --threads 1" in res["winner"]["bench_command"]
+            if t.status == "ok":
+                assert len(recs) == t.requests
+    won = rows[PLANTED.key].trials
+    assert len(won) >= 3 and [t.requests for t in won] == sorted(t.requests for t in won)  # halving: longer runs
+    assert won[-1].goodput_tps > 0
+    assert all((c.trials[-1].goodput_tps or 0) == 0 for k, c in rows.items() if k != PLANTED.key
+               and c.trials and c.trials[-1].status == "ok")
+    assert res.winner.key == PLANTED.key and PLANTED.key in res.front
+    assert "--k 2 --threads 1" in res.winner.bench_command
     text = format_result(res)
     assert "★ " + PLANTED.key in text and "CRASHED" in text
     path = write_result(tmp_path, res)
@@ -84,10 +86,10 @@ def test_same_prompts_for_every_candidate(tmp_path):
     b = measure(PLANTED, 4, 60)
 
     def prompts(t):
-        recs = [json.loads(x) for x in (tmp_path / t["records"]).read_text().splitlines()[1:]]
+        recs = [json.loads(x) for x in (tmp_path / t.records).read_text().splitlines()[1:]]
         return sorted((r["request_id"], r["prompt_id"], r["prompt_tokens"]) for r in recs)
 
-    assert a["status"] == b["status"] == "ok"
+    assert a.status == b.status == "ok"
     assert prompts(a) == prompts(b)
 
 
@@ -98,8 +100,8 @@ def fake(scores, clock, secs=10.0, calls=None):
         if calls is not None:
             calls.append((c.key, n))
         g = scores.get(c.key, 1.0)
-        return {"requests": n, "status": "ok", "reason": "", "goodput_tps": g, "output_throughput": g + 1,
-                "p99_ttft_ms": 100.0 / g, "records": None, "load_s": secs - 1}
+        return Trial(requests=n, status="ok", goodput_tps=g, output_throughput=g + 1, p99_ttft_ms=100.0 / g,
+                     load_s=secs - 1)
     return measure
 
 
@@ -114,14 +116,14 @@ def test_roofline_prunes_with_a_reason_and_the_budget_says_what_it_did_not_try()
                 say=lambda m: None, clock=lambda: clock[0])
     tune.search()
     res = tune.result("m.gguf", 512)
-    rows = {c["key"]: c for c in res["candidates"]}
-    pruned = [c for c in rows.values() if c["status"] == "pruned"]
-    assert {c["b"] for c in pruned} == {1, 2}  # predicted 10 and 20 tok/s, under half of the best 80
-    assert all("under 50% of the best predicted goodput 80.0 tok/s" in c["reason"] for c in pruned)
-    assert res["stopped"] == "budget"
-    untried = [c for c in rows.values() if c["status"] == "not tried"]
-    assert untried and all(c["reason"].startswith("the budget:") for c in untried)
-    assert set(res["not_tried"]) >= {c["key"] for c in untried + pruned}
+    rows = {c.key: c for c in res.candidates}
+    pruned = [c for c in rows.values() if c.status == "pruned"]
+    assert {c.candidate.b for c in pruned} == {1, 2}  # predicted 10 and 20 tok/s, under half of the best 80
+    assert all("under 50% of the best predicted goodput 80.0 tok/s" in c.reason for c in pruned)
+    assert res.stopped == "budget"
+    untried = [c for c in rows.values() if c.status == "not tried"]
+    assert untried and all(c.reason.startswith("the budget:") for c in untried)
+    assert set(res.not_tried) >= {c.key for c in untried + pruned}
     assert "the budget stopped it" in format_result(res)
 
 
@@ -201,7 +203,7 @@ def test_a_roofline_far_off_has_its_pruned_shapes_measured_after_all():
                 predict=lambda c: pred[c.key], say=lambda m: None, clock=lambda: clock[0])
     w = tune.search()
     assert w is not None and w.candidate.b == 1
-    assert any("the roofline was off by" in r["what"] for r in tune.rounds)
+    assert any("the roofline was off by" in r.what for r in tune.rounds)
     assert all(r.trials for r in tune.rows.values() if r.candidate.default_knobs)
 
 
@@ -230,11 +232,11 @@ def test_cli_tunes_the_embedded_model_and_resumes(tmp_path, model):
             "--out", str(out)]
     p = subprocess.run([*argv, "--budget", "90s"], capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    res = json.loads((out / "tune.json").read_text())
-    ran = [(c["key"], t) for c in res["candidates"] for t in c["trials"]]
-    assert ran and all((out / t["records"]).exists() for _, t in ran)
-    assert res["winner"] and "reproduce it:  inference-top bench --engine llama" in p.stdout
-    mtimes = {t["records"]: (out / t["records"]).stat().st_mtime_ns for _, t in ran}
+    res = TuneResult.from_json(json.loads((out / "tune.json").read_text()))
+    ran = [(c.key, t) for c in res.candidates for t in c.trials]
+    assert ran and all((out / t.records).exists() for _, t in ran)
+    assert res.winner and "reproduce it:  inference-top bench --engine llama" in p.stdout
+    mtimes = {t.records: (out / t.records).stat().st_mtime_ns for _, t in ran}
     p2 = subprocess.run([*argv[:-2], "--resume", str(out), "--budget", "90s"], capture_output=True, text=True,
                         timeout=400)
     assert p2.returncode == 0, p2.stdout[-2000:] + p2.stderr[-2000:]
@@ -253,11 +255,11 @@ def test_find_rate_searches_the_winners_knee(tmp_path, monkeypatch):
 
     s = settings()
     t = cell_measure(null_opener([]), s, tmp_path, {}, lambda m: None)(PLANTED, 8, 60)
-    rps = t["output_throughput"] / s.max_tokens
+    rps = t.output_throughput / s.max_tokens
     k = winner_knee(null_opener([]), PLANTED, s, tmp_path, {}, lambda m: None, 120.0, rps / 2)
-    assert k["knee_rps"] and k["first_out_rps"] and k["knee_rps"] < k["first_out_rps"] < 400, k
-    assert "requests/s of this workload within the" in k["sentence"]
-    assert (tmp_path / k["records"]).exists() and len(k["levels"]) >= 2
+    assert k.knee_rps and k.first_out_rps and k.knee_rps < k.first_out_rps < 400, k
+    assert "requests/s of this workload within the" in k.sentence
+    assert (tmp_path / k.records).exists() and len(k.levels) >= 2
 
 
 def test_a_candidate_past_its_timeout_is_a_row_with_its_reason(tmp_path):
@@ -271,19 +273,19 @@ def test_a_candidate_past_its_timeout_is_a_row_with_its_reason(tmp_path):
                             META, ready_s=30)(c, on_record)
 
     t = cell_measure(opener, s, tmp_path, {}, lambda m: None)(slow, 2, 3.0)
-    assert t["status"] == "timeout" and t["reason"], t
+    assert t.status == "timeout" and t.reason, t
     clock = [0.0]
-    tune = Tune(s, [slow], lambda c, n, timeout: dict(t), say=lambda m: None, clock=lambda: clock[0])
+    tune = Tune(s, [slow], lambda c, n, timeout: t, say=lambda m: None, clock=lambda: clock[0])
     assert tune.search() is None
-    row = tune.result("m", 512)["candidates"][0]
-    assert row["status"] == "timeout" and row["reason"] == t["reason"]
+    row = tune.result("m", 512).candidates[0]
+    assert row.status == "timeout" and row.reason == t.reason
     assert "TIMEOUT" in format_result(tune.result("m", 512))
 
 
 # ---- the four defects of issue 44: each test fails on the search before its fix ----------------------------------
 def _ok(n, goodput, tps=None, p99=100.0):
-    return {"requests": n, "status": "ok", "reason": "", "goodput_tps": goodput,
-            "output_throughput": goodput + 1 if tps is None else tps, "p99_ttft_ms": p99, "records": None, "load_s": 4}
+    return Trial(requests=n, status="ok", goodput_tps=goodput, output_throughput=goodput + 1 if tps is None else tps,
+                 p99_ttft_ms=p99, load_s=4)
 
 
 def test_pruning_sets_its_bar_from_goodput_on_an_exact_roofline():
@@ -305,7 +307,7 @@ def test_pruning_sets_its_bar_from_goodput_on_an_exact_roofline():
     tune = Tune(settings(engines=["llama-server"], users=8), cands, exact, predict=pred, say=lambda m: None,
                 clock=lambda: clock[0])
     w = tune.search()
-    assert w is not None and w.candidate.b == 4 and w.last["goodput_tps"] == 45.0, w and w.candidate.key
+    assert w is not None and w.candidate.b == 4 and w.last.goodput_tps == 45.0, w and w.candidate.key
     assert {r.candidate.b for r in tune.rows.values() if r.status == "pruned"} == {1}
     assert all("best predicted goodput 45.0 tok/s" in r.reason for r in tune.rows.values() if r.status == "pruned")
     assert "no candidate met the SLO" not in format_result(tune.result("m.gguf", 512))
@@ -325,8 +327,7 @@ def test_a_run_cut_by_q_is_measured_again_on_resume(tmp_path):
         calls.append((c.key, n))
         if c.key == best and not control.stopped:  # q pressed while the best candidate's first run goes on
             control.stop()
-            return {"requests": n, "status": "stopped", "reason": f"the tune was stopped (q) after 1 of {n} requests",
-                    "records": None}
+            return Trial(requests=n, status="stopped", reason=f"the tune was stopped (q) after 1 of {n} requests")
         return _ok(n, score.get(c.key, 0.5))
 
     t1 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], carried=Carried(control=control))
@@ -354,15 +355,14 @@ def test_a_later_round_that_all_fails_leaves_the_winner_of_the_round_before():
     def measure(c, n, timeout):
         clock[0] += 5
         if n > s.requests:
-            return {"requests": n, "status": "failed", "reason": "no request completed (server error 500)",
-                    "records": None}
+            return Trial(requests=n, status="failed", reason="no request completed (server error 500)")
         return _ok(n, score.get(c.key, 0.5))
 
     tune = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0])
     w = tune.search()
     assert w is not None and w.candidate.key == top
     res = tune.result("m.gguf", 512)
-    assert res["winner"]["key"] == top and res["winner"]["trial"]["requests"] == s.requests
+    assert res.winner.key == top and res.winner.trial.requests == s.requests
     text = format_result(res)
     assert "no candidate was measured" not in text
     assert f"every run at {2 * s.requests} requests failed: the winner is the best of the round at {s.requests}" in text
@@ -373,7 +373,7 @@ def test_the_front_and_the_best_so_far_set_runs_of_one_length_against_each_other
     requests A (goodput 5, p99 100 ms) beats B (4.5, 150 ms) on both: the front is A alone, though A's longer run
     (p99 300 ms) would put B on it; and the best so far is A, though B's 4-request goodput (4.5) beats A's at 8 (4)."""
     a, b = Candidate("llama", "instances", 1, 1, 2), Candidate("llama", "instances", 2, 1, 1)
-    tune = Tune(settings(), [a, b], lambda c, n, t: {}, say=lambda m: None)
+    tune = Tune(settings(), [a, b], lambda c, n, t: Trial(requests=n, status="ok"), say=lambda m: None)
     tune.rows[a.key].trials = [_ok(4, 5.0, p99=100.0), _ok(8, 4.0, p99=300.0)]
     tune.rows[b.key].trials = [_ok(4, 4.5, p99=150.0)]
     for r in tune.rows.values():
@@ -383,7 +383,7 @@ def test_the_front_and_the_best_so_far_set_runs_of_one_length_against_each_other
     assert [r.candidate.key for r in tune.front()] == [a.key] and tune.front_n() == 4
     assert dict((k, (x, y)) for k, x, y in v.front_points) == {a.key: (100.0, 5.0), b.key: (150.0, 4.5)}
     res = tune.result("m.gguf", 512)
-    assert res["front"] == [a.key] and res["front_requests"] == 4
+    assert res.front == [a.key] and res.front_requests == 4
 
 
 # ---- the last step: the winner and the runner-up in turns (compare) -----------------------------------------------
@@ -415,9 +415,9 @@ def test_the_last_step_names_both_when_the_top_two_are_within_noise(tmp_path):
     """Two candidates that serve alike (10 tok/s of goodput each, ±3 % a run): compared in turns, the interval
     covers 0; the answer names both, the cheaper first, and the cheaper is the winner; the report says it too."""
     res = _final_tune({ONE.key: 10.0, TWO.key: 10.0}, seed=3)
-    assert res["final_compare"] and res["final_compare"]["state"] != "difference", res["final_compare"]
-    assert len(res["final_compare"]["runs"]) >= 12 and res["within_noise"] == [ONE.key, TWO.key]
-    assert res["winner"]["key"] == ONE.key
+    assert res.final_compare and res.final_compare.state != "difference", res.final_compare
+    assert len(res.final_compare.runs) >= 12 and res.within_noise == [ONE.key, TWO.key]
+    assert res.winner.key == ONE.key
     said = f"within noise: {ONE.key} and {TWO.key} (the cheaper first"
     assert said in format_result(res)
     pytest.importorskip("matplotlib")
@@ -429,13 +429,13 @@ def test_the_last_step_names_both_when_the_top_two_are_within_noise(tmp_path):
 
 def test_the_last_step_keeps_a_resolved_lead_and_hands_the_win_to_a_truly_better_runner_up():
     res = _final_tune({ONE.key: 10.0, TWO.key: 7.0}, seed=4)
-    assert res["final_compare"]["state"] == "difference" and res["winner"]["key"] == ONE.key
-    assert res["within_noise"] == [] and "slower than the winner in goodput" in format_result(res)
+    assert res.final_compare.state == "difference" and res.winner.key == ONE.key
+    assert res.within_noise == [] and "slower than the winner in goodput" in format_result(res)
     # ONE planted the better (10 against 9), but TWO's single halving runs come out 30 % high (11.7): TWO wins the
     # halving, and the runs in turns hand the win back to ONE
     res = _final_tune({ONE.key: 10.0, TWO.key: 9.0}, seed=5, lucky=TWO.key)
-    assert res["final_compare"]["a"] == TWO.key and res["final_compare"]["state"] == "difference"
-    assert res["winner"]["key"] == ONE.key and "serves better than" in format_result(res)
+    assert res.final_compare.a == TWO.key and res.final_compare.state == "difference"
+    assert res.winner.key == ONE.key and "serves better than" in format_result(res)
 
 
 FAKE_SERVER = """import sys
@@ -463,10 +463,29 @@ def test_several_llama_servers_behind_one_queue(tmp_path):
     meta = RunMeta("llama-server", "null", 0, mode="http", b=2, simulated=True)
     opener = server_opener(str(fake), "m.gguf", meta, 512, 2, tmp_path / "runs", ready_s=30)
     t = cell_measure(opener, s, tmp_path, {}, lambda m: None)(c, 6, 60)
-    assert t["status"] == "ok" and t["completed"] == 6, t
-    recs = [json.loads(x) for x in (tmp_path / t["records"]).read_text().splitlines()[1:]]
+    assert t.status == "ok" and t.completed == 6, t
+    recs = [json.loads(x) for x in (tmp_path / t.records).read_text().splitlines()[1:]]
     assert len({r["worker"] for r in recs}) == 2  # both servers served
     logs = sorted(p.name for p in (tmp_path / "runs").glob("*.server*.log"))
     assert len(logs) == 2
     assert serve_command(c, "m.gguf", 512).count("--port") == 2
     assert "--url http://127.0.0.1:8080/v1 --url http://127.0.0.1:8081/v1" in bench_command(c, "m.gguf", s, 6)
+
+
+def test_an_engine_s_declaration_is_what_tune_asks_of_it(monkeypatch):
+    """tune reads an engine's modes, knobs, threads and server command from its declaration (engines/spec.py):
+    an engine declared here, in no module of tune's, gets its candidates, key, variants and commands."""
+    from engines import registry
+    from engines.spec import EngineDecl
+
+    toy = EngineDecl("toy", "toy", "in-process", tune_modes=("instances",), tune_knobs=("kv_type",),
+                     serve_argv=("toy-serve", "{model}", "--port", "{port}"))
+    monkeypatch.setitem(registry.ENGINES, "toy", toy)
+    cands = candidates(["toy"], cores=4, users=2)
+    assert [(c.mode, c.k, c.threads) for c in cands] == [("instances", 1, 4), ("instances", 2, 2)]  # no half threads
+    assert cands[0].key == "toy instances K=1 t=4 kv=f16" and [v.key for v in cands[0].variants()] == [
+        "toy instances K=1 t=4 kv=q8_0"]
+    assert serve_command(cands[0], "m", 512) == "toy-serve m --port 8080"
+    assert serve_command(cands[1], "m", 512).startswith("inference-top --engine toy --model m --k 2 --threads 2")
+    with pytest.raises(TuneError, match="--engine null: tune takes llama, llama-server, mlx"):
+        candidates(["null"], cores=2, users=2)  # declared, but with no tune modes

@@ -1,4 +1,4 @@
-"""The live tune (tune --live, docs/design.md §25; measure/control/tune.TuneControl, tui/tune_app.py): its keys
+"""The live tune (tune --live, docs/design.md §25; measure/control/tune/live.TuneControl, tui/tune_app.py): its keys
 on the search itself, over null-engine fleets measured for real: s stops the run going on (its row: skipped,
 its records so far kept), p holds the next run and the pause is not the budget's, q stops the search (the rows
 left: not tried, the answer made of what was measured); and the screen: a row per candidate as it settles,
@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from measure.control.tune import Carried, Tune, TuneControl, TuneIO, candidates, cell_measure
+from measure.control.tune import Tune, TuneControl, TuneIO, candidates, cell_measure
+from measure.control.tune.search import Carried
 from test_tune import PLANTED, null_opener, settings
 
 
@@ -39,10 +40,10 @@ def test_skip_stops_the_run_going_on_and_its_row_says_so(tmp_path):
     _when(lambda: control.running == target, control.skip)
     tune.search()
     row = tune.rows[target]
-    (t,) = [t for t in row.trials if t["status"] == "skipped"]
-    assert row.status == "skipped" and "skipped (s) after" in t["reason"] and t["seconds"] < 20
-    lines = (tmp_path / t["records"]).read_text().splitlines()
-    assert len(lines) - 1 < t["requests"]  # its records so far kept (the header, then fewer than asked)
+    (t,) = [t for t in row.trials if t.status == "skipped"]
+    assert row.status == "skipped" and "skipped (s) after" in t.reason and t.seconds < 20
+    lines = (tmp_path / t.records).read_text().splitlines()
+    assert len(lines) - 1 < t.requests  # its records so far kept (the header, then fewer than asked)
     assert tune.winner is not None and tune.winner.candidate == PLANTED  # the others still measured
 
 
@@ -64,11 +65,11 @@ def test_stop_ends_the_search_with_what_was_measured(tmp_path):
     _when(lambda: any(r.last for r in tune.rows.values()), control.stop)
     tune.search()
     res = tune.result("null.gguf", 512)
-    assert res["stopped"] == "stopped"
-    measured = [c for c in res["candidates"] if any(t["status"] == "ok" for t in c["trials"])]
-    assert measured and res["winner"] is not None
-    assert any(c["status"] == "not tried" and "stopped (q)" in c["reason"] for c in res["candidates"]), \
-        [(c["key"], c["status"], c["reason"]) for c in res["candidates"]]
+    assert res.stopped == "stopped"
+    measured = [c for c in res.candidates if any(t.status == "ok" for t in c.trials)]
+    assert measured and res.winner is not None
+    assert any(c.status == "not tried" and "stopped (q)" in c.reason for c in res.candidates), \
+        [(c.key, c.status, c.reason) for c in res.candidates]
 
 
 @pytest.mark.asyncio
@@ -99,8 +100,8 @@ async def test_the_screen_shows_each_candidate_as_it_settles_and_takes_s_and_q(t
         assert app.done and app.error is None and app.result is not None
         text = render_tune_rows(app.view).plain
         assert PLANTED.key in text and "skipped" in text
-        assert any(t["status"] == "skipped" for c in app.result["candidates"] if c["key"] == running
-                   for t in c["trials"]), app.result["candidates"]
+        assert any(t.status == "skipped" for c in app.result.candidates if c.key == running
+                   for t in c.trials), app.result.candidates
         assert app.query_one("#front").plain, "the front is drawn"
         await pilot.press("q")
     assert app.return_code in (0, None)

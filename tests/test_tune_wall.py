@@ -37,5 +37,5 @@ def test_a_candidate_at_the_memory_wall_is_a_row_and_its_server_is_stopped(tmp_p
                            lambda m: None)
     c = Candidate("llama", "instances", 1, 1, 1)
     t = measure(c, 4, 30.0)
-    assert t["status"] == "wall" and t["reason"] == "memory wall: swap grew by 2 GiB"
+    assert t.status == "wall" and t.reason == "memory wall: swap grew by 2 GiB"
     assert src.closed and stopped == [c]

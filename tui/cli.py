@@ -704,9 +704,11 @@ def _llama_server_bin() -> str:
 def _tune_plans(args, engines: list[str], users: int) -> dict:
     """A RunPlan per engine family (llama for llama and llama-server, mlx), made as bench makes one from tune's
     options."""
+    from engines.registry import declared
+
     plans = {}
     _, bench = build_parser()
-    for fam in dict.fromkeys("mlx" if e == "mlx" else "llama" for e in engines):
+    for fam in dict.fromkeys(declared(e).plan_engine for e in engines):
         ns = bench.parse_args(["--engine", fam])
         for name in ("model", "slo", "workload", "ctx", "seed", "memory_budget", "force", "stop_at_eos", "chip",
                      "watts", "price_per_hour", "max_tokens"):
@@ -718,9 +720,10 @@ def _tune_plans(args, engines: list[str], users: int) -> dict:
 
 def tune_main(argv: list[str]) -> int:
     """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune.py, docs/design.md §25)."""
+    (measure/control/tune/, docs/design.md §25)."""
     args = _tune_parser().parse_args(argv)
-    from measure.control.tune import ENGINES, Settings, TuneError, TuneIO, parse_budget, run_tune, format_result
+    from measure.control.tune import (ENGINES, Settings, TuneError, TuneIO, TuneResult, format_result, parse_budget,
+                                      run_tune)
 
     engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",") if e.strip()))
     for e in engines or [""]:
@@ -735,7 +738,9 @@ def tune_main(argv: list[str]) -> int:
         fail(f"--resume {resume}: no tune.json there; give the --out folder of an earlier tune")
     out = resume or Path(args.out or f"out/tune-{time.strftime('%Y%m%d-%H%M%S')}")
     writable(out, "--out", folder=True)
-    server_bin = _llama_server_bin() if "llama-server" in engines else None
+    from engines.registry import declared
+
+    server_bin = _llama_server_bin() if any(declared(e).starts_server for e in engines) else None
     from measure.machine.probes import physical_cores
 
     users = args.users or 2 * physical_cores()
@@ -752,7 +757,7 @@ def tune_main(argv: list[str]) -> int:
     say = lambda m: print(m, flush=True)  # noqa: E731
     from measure.sources.base import SourceError
 
-    def start(io: TuneIO) -> dict:
+    def start(io: TuneIO) -> TuneResult:
         return run_tune(plans, s, out, resume, io, server_bin, _shown_argv(["tune", *argv]), args.find)
 
     if args.live:
@@ -977,6 +982,7 @@ def server_vs_engine_main(argv: list[str]) -> int:
     from measure.control import server_vs_engine as SVE
     from measure.machine.model_choice import resolve_model
     from engines.base import EngineError
+    from engines.registry import declared
 
     if bool(a.url) == bool(a.serve):
         fail("give the server as --url URL (already serving this model) or --serve llama-server|llama_cpp.server|"
@@ -1011,7 +1017,7 @@ def server_vs_engine_main(argv: list[str]) -> int:
             print(f"server-vs-engine: starting {' '.join(cmd)}", flush=True)
             proc = SVE.start_server(cmd, port, out / "server.log")
             url = f"http://127.0.0.1:{port}/v1"
-        tok = ["--tokenizer", str(model.path)] if engine == "llama" else []
+        tok = ["--tokenizer", str(model.path)] if declared(engine).gguf_tokenizer else []
         _sub_bench(["--engine", "http", "--url", url, *same[2:], *tok, "--prefix-cache", "off",
                     "--out", str(out / "server")], "server")
     except SVE.ServeError as exc:

@@ -62,7 +62,9 @@ def _glued(argv: list[str]) -> list[str]:
 def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
     """A side's argv with `--engine null` made the embedded llama plan's (the load, the context) and its
     --null-* options taken out; the null engine's schedule (None: not the null engine)."""
-    out, opts, engine = [], {}, None
+    from engines.registry import ENGINES
+
+    out, opts, simulated = [], {}, False
     it = iter(argv)
     for a in it:
         name, eq, val = a.partition("=")
@@ -71,8 +73,9 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
             if v is None:
                 fail(f"{name} needs a value")
             if name == "--engine":
-                engine = v
-                out += ["--engine", "llama" if v == "null" else v]
+                e = ENGINES.get(v)  # an unknown name is the bench parser's to refuse
+                simulated = e is not None and e.simulated
+                out += ["--engine", e.plan_engine if e and simulated else v]
                 continue
             try:
                 opts[NULL_OPTS[name]] = float(v) / 1e3
@@ -80,9 +83,9 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
                 fail(f"{name} {v!r} is not a number of milliseconds")
             continue
         out.append(a)
-    if opts and engine != "null":
+    if opts and not simulated:
         fail(f"{', '.join(NULL_OPTS)} apply to --engine null")
-    return out, ({"ttft_s": 0.02, "itl_s": 0.01, **opts} if engine == "null" else None)
+    return out, ({"ttft_s": 0.02, "itl_s": 0.01, **opts} if simulated else None)
 
 
 def _side(name: str, shared: list[str], options: str) -> Any:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
-
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import Footer, RichLog
 
-from measure.control.tune import Tune, TuneControl, TuneIO, TuneView
+from measure.control.tune import Tune, TuneControl, TuneIO, TuneResult, TuneView
 from tui.charts import Chart, Panel, TablePanel
 from tui.panels import CHART_FRONT, render_tune_rows, render_tune_status, tune_front_chart
 
@@ -37,7 +35,7 @@ class TuneApp(App[int]):
     BINDINGS = [Binding("p", "pause", "pause / go on"), Binding("s", "skip", "skip the candidate"),
                 Binding("q", "quit", "stop / quit")]
 
-    def __init__(self, start: Callable[[TuneIO], dict[str, Any]], summary: Callable[[dict[str, Any]], str]):
+    def __init__(self, start: Callable[[TuneIO], TuneResult], summary: Callable[[TuneResult], str]):
         """`start(io)` runs the tune (control/tune.run_tune with its settings) and gives its result; `summary`
         says it in text (format_result)."""
         super().__init__()
@@ -45,7 +43,7 @@ class TuneApp(App[int]):
         self.control = TuneControl()
         self.view: TuneView | None = None
         self._at = time.monotonic()  # when the view was made
-        self.result: dict[str, Any] | None = None
+        self.result: TuneResult | None = None
         self.error: str | None = None
         self.done = False
 
@@ -109,8 +107,8 @@ class TuneApp(App[int]):
         assert self.result is not None  # no error: the tune gave its result
         for line in self._summary(self.result).splitlines():
             self._say(line)
-        w = self.result.get("winner")
-        self.notify(f"tune done: {w['key'] if w else 'nothing measured'}; tune.json written (q quits)",
+        w = self.result.winner
+        self.notify(f"tune done: {w.key if w else 'nothing measured'}; tune.json written (q quits)",
                     timeout=STICKY)
 
     def on_resize(self) -> None:
@@ -143,8 +141,8 @@ class TuneApp(App[int]):
                     "once it has ended", timeout=STICKY)
 
 
-def run_tune_app(start: Callable[[TuneIO], dict[str, Any]], summary: Callable[[dict[str, Any]], str]
-                 ) -> tuple[int, dict[str, Any] | None]:
+def run_tune_app(start: Callable[[TuneIO], TuneResult], summary: Callable[[TuneResult], str]
+                 ) -> tuple[int, TuneResult | None]:
     """The live tune until q after it ended: (exit code, the tune's result or None)."""
     app = TuneApp(start, summary)
     code = app.run()

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engines.null import NULL
 from measure.core import metrics as M
 
 if TYPE_CHECKING:
@@ -474,7 +475,8 @@ class LiveSides:
         head = p.header({**header, "command": "compare", "side": side.name, "options": side.options,
                          "users": self.users, "requests": self.requests})
         if side.null is not None:
-            head.update(engine="null", model="null", model_bytes=0, simulated=True, engine_settings=side.null)
+            head.update(engine=NULL.name, model="null", model_bytes=0, simulated=NULL.simulated,
+                        engine_settings=side.null)
         rec = Recorder(out / "records.jsonl", head)
         src = self._source(side, rec.record, k)
         try:
@@ -500,8 +502,8 @@ class LiveSides:
         from measure.core.records import RunMeta
         from measure.sources.fleet import Fleet
 
-        spec = EngineSpec("null", "", threads=p.threads or 1, ctx=p.ctx, options=dict(side.null))
-        return Fleet(spec, RunMeta("null", "null", 0, simulated=True), k=k, threads=p.threads or 1,
+        spec = EngineSpec(NULL.name, "", threads=p.threads or 1, ctx=p.ctx, options=dict(side.null))
+        return Fleet(spec, RunMeta(NULL.label, "null", 0, simulated=NULL.simulated), k=k, threads=p.threads or 1,
                      on_record=on_record, b_cap=1, events=False)
 
     def warm_up(self, runs: int) -> list[str]:

@@ -475,8 +475,8 @@ class LiveController:
         with self._lock:
             figures, level_start = self.stats.figures, self.stats.level_start_ns
         numbers = self._step_row(numbers, level_start, StepReading(
-            now, self.state(workers) == "steady", figures, win.agg_tps, win.concurrency, sysv.mem_used, bw.gbps,
-            pred_tps, numbers.ceiling, watts, sysv.thermal))
+            now, self.state(workers) == "steady" and self._pending is None, figures, win.agg_tps, win.concurrency,
+            sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal))  # pending: the row left stays
         self._history.append(Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again

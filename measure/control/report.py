@@ -22,6 +22,7 @@ from measure.core.records import MODES
 from measure.core.sessions import turn_note
 
 if TYPE_CHECKING:
+    from measure.control.tune.record import TuneResult
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -508,6 +509,22 @@ def tune_file(path: str) -> Path | None:
     return f if f.name == "tune.json" and f.is_file() else None
 
 
+def _read_tune(f: Path) -> TuneResult:
+    """tune.json read back through its records (tune/record.py); ReportError, one line, where it is not one."""
+    from measure.control.tune.record import RecordError, TuneResult
+
+    try:
+        raw = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"cannot read {f}: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("command") != "tune":
+        raise ReportError(f"{f} is not a tune's output")
+    try:
+        return TuneResult.from_json(raw)
+    except RecordError as exc:
+        raise ReportError(f"{f} is not a tune.json this version reads ({exc})") from None
+
+
 def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     """A tune's Pareto front: goodput vs TTFT p99 of every measured candidate (its run at the length the front
     compares, front_requests; its longest in a tune.json from before it), the front joined,
@@ -517,26 +534,21 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    try:
-        res = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"cannot read {f}: {exc}") from None
-    if not isinstance(res, dict) or res.get("command") != "tune":
-        raise ReportError(f"{f} is not a tune's output")
+    res = _read_tune(f)
     pts = []
-    at = res.get("front_requests")
-    for c in res.get("candidates", []):
-        ok = [t for t in c.get("trials", []) if t.get("status") == "ok"]
+    at = res.front_requests
+    for c in res.candidates:
+        ok = [t for t in c.trials if t.ok]
         if ok:
-            t = next((t for t in ok if t["requests"] == at), None) or max(ok, key=lambda t: t["requests"])
-            pts.append((c["key"], t.get("p99_ttft_ms") or 0.0, t.get("goodput_tps") or 0.0, t))
-    front = res.get("front", [])
-    win = (res.get("winner") or {}).get("key")
-    third = next((k for k in ("usd_per_mtok", "joules_per_token") if pts and all(p[3].get(k) is not None
+            t = next((t for t in ok if t.requests == at), None) or max(ok, key=lambda t: t.requests)
+            pts.append((c.key, t.p99_ttft_ms or 0.0, t.goodput_tps or 0.0, t))
+    front = res.front
+    win = res.winner.key if res.winner else None
+    third = next((k for k in ("usd_per_mtok", "joules_per_token") if pts and all(p[3].figure(k) is not None
                                                                                for p in pts)), None)
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 5))
-    sc = ax.scatter([p[1] for p in pts], [p[2] for p in pts], c=[p[3][third] for p in pts] if third else None,
+    sc = ax.scatter([p[1] for p in pts], [p[2] for p in pts], c=[p[3].figure(third) or 0.0 for p in pts] if third else None,
                     cmap="viridis" if third else None, s=30)
     if third:
         fig.colorbar(sc, ax=ax, label={"usd_per_mtok": "$/Mtok", "joules_per_token": "J/token"}[third])
@@ -547,7 +559,7 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
             ax.annotate(key, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
         if key == win:
             ax.plot([x], [y], "r*", ms=14, label=f"winner: {key}")
-    slo = (res.get("settings") or {}).get("slo", "")
+    slo = res.settings.slo
     ax.set_xlabel("TTFT p99 (ms, queue included)")
     ax.set_ylabel("goodput (tok/s within the SLO)")
     ax.set_title(f"tune: {len(pts)} candidates measured, {slo}", fontsize=9)
@@ -559,13 +571,12 @@ def render_tune(f: Path, out: Path) -> tuple[Path, str]:
     lines = [f"## tune: {f.parent}", "", f"{len(pts)} candidates measured under {slo}; front: {', '.join(front)}.",
              "", "| candidate | requests | goodput tok/s | tok/s | TTFT p99 ms | front |", "|---|---|---|---|---|---|"]
     for key, x, y, t in sorted(pts, key=lambda p: -p[2]):
-        lines.append(f"| {'★ ' if key == win else ''}{key} | {t['requests']} | {y:.1f} | "
-                     f"{_f(t.get('output_throughput'))} | {x:.0f} | {'yes' if key in front else ''} |")
-    if w := res.get("winner"):
-        lines += ["", f"Winner: **{w['key']}**. Serve it:", "", f"    {w['serve_command']}", "", "Reproduce it:", "",
-                  f"    {w['bench_command']}"]
-    lines += ["", f"Note: {n}"] if (n := next((x for x in res.get("notes") or [] if x.startswith("within noise")),
-                                              None)) else []
+        lines.append(f"| {'★ ' if key == win else ''}{key} | {t.requests} | {y:.1f} | "
+                     f"{_f(t.output_throughput)} | {x:.0f} | {'yes' if key in front else ''} |")
+    if w := res.winner:
+        lines += ["", f"Winner: **{w.key}**. Serve it:", "", f"    {w.serve_command}", "", "Reproduce it:", "",
+                  f"    {w.bench_command}"]
+    lines += ["", f"Note: {n}"] if (n := next((x for x in res.notes if x.startswith("within noise")), None)) else []
     return path, "\n".join(lines + ["", f"![front]({path.name})", ""])
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError, EngineSpec
+from engines.registry import declared
 from measure.control.live import LiveSettings
 from measure.machine.envinfo import environment
 from measure.core.guard import GuardError, parse_size
@@ -62,7 +63,7 @@ class LiveRun:
 def remote_engine(engine: str) -> bool:
     """The one test of --engine for "a server of its own, reached at --url" (http); its records' mode is the one
     records.is_remote names."""
-    return engine == "http"
+    return declared(engine).remote
 
 
 class StartError(ValueError):
@@ -210,7 +211,7 @@ class RunPlan:
         if self.engine_is_remote or self.choice is None:
             return None
         try:
-            if self.engine == "mlx":
+            if declared(self.engine).work_model == "config":
                 return W.from_config(self.choice.path / "config.json")
             assert self.choice.info is not None  # a GGUF's, read when the model was resolved
             return W.from_gguf(self.choice.info, self.choice.kv_element_bytes)
@@ -226,13 +227,14 @@ class RunPlan:
         work = self.work()
         if work is None:
             return None
-        own = self.choice if self.engine == "llama" and self.choice and not self.choice.embedded else None
+        rates = declared(self.engine).probe == "engine-rates"  # the probe's kernels are this engine's
+        own = self.choice if rates and self.choice and not self.choice.embedded else None
         c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
         warning = c.busy_warning()
         if warning and warning not in self.warnings:  # said at the start, and kept in the dashboard's log
             say(f"warning: {warning}")
             self.warnings.append(warning)
-        if self.engine == "llama":
+        if rates:
             m = Machine.from_ceilings(c, work)
         else:
             m = Machine(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores,
@@ -269,7 +271,7 @@ class RunPlan:
 
     def _placement(self) -> str:
         """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design.md §26)."""
-        if self.engine != "llama" or self.spec is None:
+        if declared(self.engine).gpu != "layers" or self.spec is None:
             return ""
         return llama_placement(self.spec.n_gpu_layers)
 

@@ -140,7 +140,8 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
     os.dup2(null, 1)  # llama.cpp's C code prints its load log to fds 1 and 2
     os.dup2(null, 2)
     try:
-        from engines.base import EngineSpec, Prompt, make_engine
+        from engines.base import EngineSpec, Prompt
+        from engines.registry import make_engine
 
         conn.send(("stage", "load"))
         e = make_engine(EngineSpec(**spec_dict))

@@ -9,6 +9,7 @@ from typing import Any
 from engines.base import EngineError, EngineSpec
 from engines.embedded import EMBEDDED_NAME, embedded_model_path
 from engines.gguf_file import GGUFInfo, inspect_gguf, sha256_prefix
+from engines.registry import ENGINES, declared
 from measure.machine.probes import auto_threads
 from measure.core.records import Mode, RunMeta
 
@@ -43,16 +44,18 @@ class ModelChoice:
 def resolve_model(engine: str, model: str | None, progress: Callable[[str], None] | None = None) -> ModelChoice:
     """The model to load, checked before any worker starts (EngineError: one line saying what to do)."""
     progress = progress or (lambda msg: print(msg, flush=True))
-    if engine == "mlx":
+    e = declared(engine)
+    if e.model_kind == "mlx":
         return resolve_mlx_model(model, progress)
-    if engine != "llama":
-        raise EngineError(f"unknown engine {engine!r}; this build has: llama, mlx")
+    if e.model_kind != "gguf":
+        raise EngineError(f"--engine {engine} has no model file of ours; the engines with one: "
+                          f"{', '.join(n for n, d in ENGINES.items() if d.model_kind != 'none')}")
     if model is None:
         path = embedded_model_path(progress)
         info = inspect_gguf(path, progress)
-        return ModelChoice(path, EMBEDDED_NAME, info.file_bytes, info, True)
+        return ModelChoice(path, EMBEDDED_NAME, info.file_bytes, info, True, kv_layout=e.kv_layout)
     info = inspect_gguf(model, progress)
-    return ModelChoice(Path(model), info.name or Path(model).stem, info.file_bytes, info, False)
+    return ModelChoice(Path(model), info.name or Path(model).stem, info.file_bytes, info, False, kv_layout=e.kv_layout)
 
 
 _DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
@@ -69,7 +72,7 @@ def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> Mod
     """An mlx-lm folder as given, or a Gemma 3 GGUF (the embedded one by default) converted once."""
     from engines.gguf_to_mlx import SUPPORTED_ARCHITECTURES, convert_gguf, unsupported
     from measure.core.guard import GuardError, shape_from_config
-    from engines.mlx_lm import check_folder, require_mlx
+    from engines.mlx_lm import MLX, check_folder, require_mlx
 
     require_mlx()
     source = None
@@ -97,7 +100,7 @@ def resolve_mlx_model(model: str | None, progress: Callable[[str], None]) -> Mod
         name = info.name
     dtype = str(text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
     return ModelChoice(folder, name, info.file_bytes, info, embedded,
-                       kv_element_bytes=_DTYPE_BYTES.get(dtype, 2.0), source=source, kv_layout="mlx")
+                       kv_element_bytes=_DTYPE_BYTES.get(dtype, 2.0), source=source, kv_layout=MLX.kv_layout)
 
 
 def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, k: int,
@@ -105,16 +108,18 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
                n_gpu_layers: int | None = None) -> EngineSpec:
     if ctx < 16:
         raise EngineError(f"--ctx {ctx} is too small; give at least 16 tokens (default 2048)")
+    e = declared(engine)
     options = {}
-    if engine == "mlx":
+    if e.own_blas:
         from engines.mlx_blas import prepare
 
         blas = prepare()
         options = {"mlx_blas_shim": blas.shim, "mlx_openblas": blas.openblas, "blas": blas.label,
                    "blas_kernel": blas.kernel}
         (progress or (lambda msg: print(msg, flush=True)))(f"mlx BLAS: {blas.label}")
+    if not e.flash_attn:
         flash_attn = False  # a llama.cpp setting; mlx picks its own attention kernel
-    if n_gpu_layers is not None and engine != "llama":
+    if n_gpu_layers is not None and e.gpu != "layers":
         raise EngineError(f"--n-gpu-layers applies to --engine llama (mlx runs where mlx puts it), not {engine}")
     if n_gpu_layers is not None and n_gpu_layers < -1:
         raise EngineError(f"--n-gpu-layers {n_gpu_layers}: give -1 (all), 0 (none) or a number of layers")
@@ -142,8 +147,10 @@ def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict[str, Any]) -> 
 
 def engine_settings(spec: EngineSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"threads": spec.threads, "ctx": spec.ctx, "seed": spec.seed}
-    if spec.engine == "llama":
+    e = declared(spec.engine)
+    if e.flash_attn:
         out["flash_attn"] = spec.flash_attn
+    if e.gpu == "layers":
         out["layers"] = llama_placement(spec.n_gpu_layers)
     if "blas" in spec.options:  # mlx: what its matmuls ran on (engines/mlx_blas.py)
         from engines.mlx_blas import blas_env
@@ -169,7 +176,8 @@ def gpu_share(engine: str, n_gpu_layers: int | None) -> float:
     """The part of a local engine's footprint its GPU wires (docs/design.md §26): the llama engine's layers as this
     llama.cpp build offloads them (none without a GPU backend), mlx on a Mac all of it (mlx on Linux runs on the
     CPU); 1 for anything else (a server's: not ours to say)."""
-    if engine == "llama":
+    gpu = declared(engine).gpu
+    if gpu == "layers":
         try:
             import llama_cpp
 
@@ -177,7 +185,7 @@ def gpu_share(engine: str, n_gpu_layers: int | None) -> float:
         except ImportError:
             return 0.0
         return offloaded_fraction(llama_cpp, n_gpu_layers, None)
-    if engine == "mlx":
+    if gpu == "mac":
         from measure.machine.host import is_mac
 
         return 1.0 if is_mac() else 0.0
@@ -186,7 +194,8 @@ def gpu_share(engine: str, n_gpu_layers: int | None) -> float:
 
 def engine_label(engine: str) -> str:
     """The name records and screens show for an --engine value."""
-    return {"llama": "llama.cpp", "mlx": "mlx-lm"}.get(engine, engine)
+    e = ENGINES.get(engine)  # a recording's engine may be one this build does not have
+    return e.label if e else engine
 
 
 def run_meta(engine: str, choice: ModelChoice, mode: Mode = "instances", b: int = 1) -> RunMeta:

@@ -15,7 +15,8 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from engines.base import Batch, Engine, EngineError, EngineSpec, Prompt, make_engine
+from engines.base import Batch, Engine, EngineError, EngineSpec, Prompt
+from engines.registry import make_engine
 from measure.sources.messages import (DoneMsg, FatalMsg, ModeMsg, ReqMsg, RetireMsg, StartMsg, StateMsg, StopMsg,
                                       ThreadsMsg, TokensMsg)
 
