@@ -36,14 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metric", default="tok/s")
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "compare_null_noise.json"))
     a = ap.parse_args(argv)
+    from engines.registry import ENGINES
     from measure.control.compare import LiveSides, Side, metric
     from plans import local_plan
 
     m = metric(a.metric)
-    null = a.engine == "null"  # compare's null side: the embedded llama plan, the null engine's schedule
+    e = ENGINES[a.engine]
+    null = e.simulated  # compare's null side: the plan of the engine it stands in for, the null engine's schedule
     a.options = f"--engine {a.engine}" + (f" --null-ttft-ms {a.null_ttft_ms:g} --null-itl-ms {a.null_itl_ms:g}"
                                           if null else "")
-    side = Side("A", a.options, local_plan("llama" if null else a.engine, a.max_tokens),
+    side = Side("A", a.options, local_plan(e.plan_engine if null else a.engine, a.max_tokens),
                 {"ttft_s": a.null_ttft_ms / 1e3, "itl_s": a.null_itl_ms / 1e3} if null else None)
     figures = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,11 @@ def test_the_http_plan_is_benchs():
 
 
 def test_the_local_plan_is_benchs():
-    """compare's null side: the embedded llama plan, --max-tokens 16."""
+    """compare_noise.py's side: compare's null side is bench's plan of the engine the null engine stands in for
+    (its declaration's plan_engine), at --max-tokens 16."""
+    from engines.registry import ENGINES
+
+    engine = ENGINES["null"].plan_engine
     _, bench = build_parser()
-    args = bench.parse_args(["--engine", "llama", "--max-tokens", "16"])
-    assert _differ(make_plan(args, default_max_tokens=64, progress=lambda m: None), local_plan("llama", 16)) == {}
+    args = bench.parse_args(["--engine", engine, "--max-tokens", "16"])
+    assert _differ(make_plan(args, default_max_tokens=64, progress=lambda m: None), local_plan(engine, 16)) == {}
