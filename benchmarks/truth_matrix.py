@@ -767,7 +767,7 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
     sys.path.insert(0, str(ROOT / "tests"))
     from sim import FakeClock, FixedProbe, NoProcesses
 
-    from measure.control.live import LiveController, LiveSettings
+    from measure.control.live import LiveController, LiveHooks, LiveSettings
     from measure.control.runs import load_run
     from measure.machine.recorder import Recorder
     from measure.core.records import RunMeta
@@ -785,8 +785,8 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
                                 slo=presets.slo("interactive"))
         rec = Recorder(path, {"command": "dashboard", "model_bytes": meta.model_bytes, "bandwidth_gbps": 100.0,
                               "max_tokens": 32, "slo": settings.slo.describe() if settings.slo else None})
-        c = LiveController(fleet, presets.workload("default"), settings, recorder=rec, sys_probe=FixedProbe(),
-                           procs_probe=NoProcesses(), clock=clock)
+        c = LiveController(fleet, presets.workload("default"), settings, recorder=rec,
+                           hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
         c.start(thread=False)
 
         def run_for(seconds: float) -> None:

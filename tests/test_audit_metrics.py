@@ -354,13 +354,13 @@ def test_reasoning_chunks_are_tokens_and_time_to_first_answer_token_is_reported(
     llama-server send it), 5 ms to the first token, 20 ms per token, max_tokens 8. All 8 tokens count (4
     were, the reasoning ones dropped); TTFT is the first reasoning token's ≈ 5 ms (it read ≈ 85 ms, the first
     answer token's); TTFAT = 5 + 4 × 20 = 85 ms is reported beside it."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.records import RunMeta
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http import HttpSource
     from presets import Workload
 
-    with NullServer(ttft_ms=5.0, itl_ms=20.0, reasoning_tokens=4) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=20.0, reasoning_tokens=4)) as srv:
         src = HttpSource(srv.url, RunMeta(engine="http", model="?", model_bytes=0, mode="http"), b=1,
                          endpoint="chat", events=False)
         src.start()
@@ -395,9 +395,9 @@ def test_a_server_that_ignores_ignore_eos_is_flagged_in_the_bench_cell_and_the_r
     asks 6 tokens with EOS ignored (the default). Every one of the 4 requests stopped early: the cell says
     stopped_early 4, the bench table and the report say so. With --stop-at-eos an early stop is expected and
     not flagged."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5.0, itl_ms=5.0, eos_after=3) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=5.0, eos_after=3)) as srv:
         outs = {}
         for name, extra in (("eos-ignored", []), ("stop-at-eos", ["--stop-at-eos"])):
             outs[name] = tmp_path / name

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from measure.core.arrivals import ArrivalSpec, realised_rate
-from measure.core.clients import ClientShare, Segment, offset_from_ticks, parse_segment, parse_start_at
+from measure.core.clients import ClientShare, Segment, Tick, offset_from_ticks, parse_segment, parse_start_at
 from measure.machine.clock import clock_check
 from measure.machine.recorder import read_jsonl
 from measure.core.workload import ClosedLoop, Load, RequestMaker
@@ -38,9 +38,9 @@ def one_line_error(p, says):
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 
@@ -120,10 +120,10 @@ def test_offset_from_the_date_headers_second_tick():
     """The server's Date ticks from 100 to 101 between two answers: its clock read 101.000 s somewhere between
     the earlier request's send (local 100.4) and the later answer's arrival (local 100.404); so it is 0.598 ±
     0.002 s ahead. Without a tick, one answer bounds it to within a second."""
-    ticks = [(100.398, 100.399, 100), (100.400, 100.401, 100), (100.402, 100.404, 101)]
+    ticks = [Tick(100.398, 100.399, 100), Tick(100.400, 100.401, 100), Tick(100.402, 100.404, 101)]
     off, bound = offset_from_ticks(ticks)
     assert off == pytest.approx(0.598) and bound == pytest.approx(0.002)
-    off, bound = offset_from_ticks([(100.2, 100.3, 100)])
+    off, bound = offset_from_ticks([Tick(100.2, 100.3, 100)])
     assert bound == pytest.approx(0.55) and off == pytest.approx(0.25)
 
 
@@ -131,9 +131,9 @@ def test_offset_from_the_date_headers_second_tick():
 def test_clock_check_finds_a_servers_clock_offset(skew):
     """A null server stamping Date from a clock `skew` s off this one's: the check finds the skew within its
     stated bound (on loopback a few ms). On loopback with no skew it can only show ≈ 0."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(clock_skew_s=skew) as srv:
+    with NullServer(Behaviour(clock_skew_s=skew)) as srv:
         c = clock_check(srv.url)
     assert c["offset_s"] == pytest.approx(skew, abs=c["bound_s"] + 0.002), c
     assert c["bound_s"] < 0.05 and "Date" in c["method"]

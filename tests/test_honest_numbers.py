@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import presets
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live import LiveController, LiveHooks, LiveSettings
 from measure.control.runs import cells_from_records
 from measure.control.cell import Cell, Spec
 from measure.core import metrics as M
@@ -53,8 +53,8 @@ def scripted_controller():
     clock = FakeClock()
     clock.now = 0
     src = Scripted()
-    c = LiveController(src, WL, LiveSettings(window_s=5.0), sys_probe=FixedProbe(), procs_probe=NoProcesses(),
-                       clock=clock)
+    c = LiveController(src, WL, LiveSettings(window_s=5.0),
+                       hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
     return c, src, clock
 
 
@@ -259,10 +259,10 @@ def test_bad_prefix_cache_is_one_line():
 def test_http_tokens_reach_the_window_while_the_stream_runs():
     """A 40-token stream at 50 ms per token (2 s): its tokens are on the event queue before it ends, so the
     live window sees them as they come (they used to arrive all at once at the end)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20, itl_ms=50, usage="continuous") as srv:
+    with NullServer(Behaviour(ttft_ms=20, itl_ms=50, usage="continuous")) as srv:
         src = HttpSource(srv.url, RunMeta("http", "?", 0), b=1)
         src.start()
         src.wait_ready(30)
@@ -285,9 +285,9 @@ def test_http_tokens_reach_the_window_while_the_stream_runs():
 
 def test_several_tokens_per_chunk_are_counted_from_the_final_usage():
     """The server packs 3 tokens per chunk and sends usage only at the end: 24 tokens, not 8 chunks."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="final") as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="final")) as srv:
         src = http_source(srv.url)
         src.start()
         recs = src.run_requests(Load(WL, ClosedLoop(1, total=1), 24), timeout=30)
@@ -324,10 +324,10 @@ class NullTokenizer:
 def test_prompt_ids_go_to_a_server_that_tokenizes_as_we_do():
     """The null server's /tokenize gives our ids for the probe: prompts go as ids (BOS, the unique prefix's
     ids, the prompt's), prompt_tokens = their count: a synthetic prompt of 12 tokens + a 2-word prefix = 14."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=5, itl_ms=2, usage="none") as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2, usage="none")) as srv:
         src = HttpSource(srv.url, RunMeta("http", "?", 0), b=1, events=False, tokenizer=NullTokenizer())
         src.start()
         recs = src.run_requests(Load(presets.workload("synthetic:12"), ClosedLoop(1, total=2), 3), timeout=30)

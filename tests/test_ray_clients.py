@@ -161,6 +161,7 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     said so; an actor killed is named (an error line) and its row is down, its streams dealt to the other, which goes on."""
     import ray
 
+    from measure.control.cluster import ClusterSpec
     from measure.control.runplan import make_plan
     from tui.cli import build_parser
 
@@ -169,7 +170,7 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
                             "--tokenizer", "none", "--ray", cluster, "--clients", "2", "--weights", "2,1"])
     plan = make_plan(args, default_max_tokens=128)
     rec = tmp_path / "live.jsonl"
-    run = plan.start_live(str(rec), brake=True, ray=(cluster, 2, [2, 1]))
+    run = plan.start_live(str(rec), brake=True, ray=ClusterSpec(cluster, 2, [2, 1]))
     src, c = run.peers, run.controller
     try:
         assert [x.streams for x in src.clients] == [2, 1]

@@ -11,7 +11,7 @@ NS = 1_000_000_000
 
 
 def _sim(k=1, warmup_s=0.0, slo="interactive"):
-    from measure.control.live import LiveController, LiveSettings
+    from measure.control.live import LiveController, LiveHooks, LiveSettings
     from measure.core.records import RunMeta
     from measure.sources.simulated import SimulatedFleet
 
@@ -21,8 +21,8 @@ def _sim(k=1, warmup_s=0.0, slo="interactive"):
     s = presets.slo(slo) if slo else None
     settings = LiveSettings(max_tokens=32, bandwidth_gbps=100.0, bandwidth_source="--bandwidth", chip="test chip",
                             slo=s)
-    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(),
-                       procs_probe=NoProcesses(), clock=clock)
+    c = LiveController(fleet, presets.workload("default"), settings,
+                       hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
     c.start(thread=False)
     return c, fleet, clock
 
@@ -78,12 +78,12 @@ def _wl(n=16):
 def test_reasoning_tokens_count_tokens_when_chunks_pack_several():
     """(10) A server that packs 4 tokens per chunk and sends only a final usage: 48 thinking tokens are 48,
     not the 12 chunks they came in."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http import HttpSource
     from presets import Workload
 
-    with NullServer(ttft_ms=5.0, itl_ms=1.0, reasoning_tokens=48, tokens_per_chunk=4, usage="final") as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0, reasoning_tokens=48, tokens_per_chunk=4, usage="final")) as srv:
         src = HttpSource(srv.url, _meta(), b=1, endpoint="chat", events=False)
         src.start()
         try:
@@ -99,14 +99,14 @@ def test_an_http_open_loop_is_not_capped_by_the_client():
     """(2) Null server TTFT 20 ms, 2 ms/token, 16 tokens; 80 requests at 40/s, B 1: each is sent when due on a
     stream of its own, so TTFT p50 is the server's 20 ms (it read ≈ 0.98 s: the client's own queue of one
     stream); asked as a cap (cap_open_loop), the wait is there and the cell says so."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.cell import Cell, Spec
     from measure.core.arrivals import ArrivalSpec
     from measure.core.workload import Load
     from measure.sources.http import HttpSource
 
     out = {}
-    with NullServer(ttft_ms=20.0, itl_ms=2.0) as srv:
+    with NullServer(Behaviour(ttft_ms=20.0, itl_ms=2.0)) as srv:
         for cap in (False, True):
             src = HttpSource(srv.url, _meta(), b=1, events=False, cap_open_loop=cap)
             src.start()
@@ -141,9 +141,9 @@ def _pool_run(b, procs, total, users=None, srv_url=None):
 def test_two_client_processes_send_every_prompt_once():
     """(5) A closed loop of 16 over 2 client processes sends prompts 1–16 once each (it sent 1–8 twice), each
     request id with the prompt a one-process run gives it."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0)) as srv:
         two = _pool_run(2, 2, 16, srv_url=srv.url)
     ids = sorted(r.request_id for r in two)
     assert ids == list(range(ids[0], ids[0] + 16))
@@ -156,11 +156,11 @@ def test_two_client_processes_send_every_prompt_once():
 def test_the_pool_runs_the_users_asked():
     """(6) --users 1 --b 2 over 2 processes sends all 16 (8 were never sent and the cell waited for its
     timeout); --users 3 --b 4 over 2 keeps 3 in flight (it ran at 1.99)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import peak_in_flight
     from measure.core import metrics as M
 
-    with NullServer(ttft_ms=5.0, itl_ms=5.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=5.0)) as srv:
         one = _pool_run(2, 2, 16, users=1, srv_url=srv.url)
         three = _pool_run(4, 2, 18, users=3, srv_url=srv.url)
     assert len(one) == 16 and peak_in_flight(one) == 1
@@ -173,11 +173,11 @@ def test_the_pool_runs_the_users_asked():
 def test_the_pool_serves_a_larger_b_later():
     """(7) A pool sized for the sweep's largest B (2 processes) started at B=1, then B=97: no IndexError, and
     both processes serve the second cell."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http_pool import HttpPool
 
-    with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0)) as srv:
         pool = HttpPool(srv.url, _meta(), b=1, procs=2, events=False)
         pool.start()
         try:
@@ -214,12 +214,12 @@ def test_several_urls_mean_every_one_and_find_runs_on_all_of_them():
 
 def test_find_users_over_two_endpoints_loads_both():
     """(4) A --find users level of 4 users over two null servers: each server holds 2 of them."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import measure_levels
     from measure.control.sweep import SweepConfig
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=5.0, itl_ms=2.0) as a, NullServer(ttft_ms=5.0, itl_ms=2.0) as b:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=2.0)) as a, NullServer(Behaviour(ttft_ms=5.0, itl_ms=2.0)) as b:
         src = HttpSource([a.url, b.url], _meta(), b=1, events=False)
         src.start()
         try:
@@ -236,13 +236,13 @@ def test_find_users_over_two_endpoints_loads_both():
 
 def test_sessions_run_the_users_asked():
     """(3) bench --turns 2 --users 4 (B 1): 4 users hold conversations at once (it ran B × endpoints = 1)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import peak_in_flight
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.sessions import SessionSpec
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20.0, itl_ms=5.0) as srv:
+    with NullServer(Behaviour(ttft_ms=20.0, itl_ms=5.0)) as srv:
         src = HttpSource(srv.url, _meta(), b=1, events=False, endpoint="chat")
         src.start()
         try:
@@ -366,13 +366,13 @@ def test_a_reasoning_models_ttft_bound_is_judged_at_its_first_answer_token():
 def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
     """(weighed) 6 requests, 4 users, sessions of up to 3 turns: all 4 users start (2 did: the first two took
     3 turns each), the conversations cut short instead."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import peak_in_flight
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.sessions import SessionSpec
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20.0, itl_ms=5.0) as srv:
+    with NullServer(Behaviour(ttft_ms=20.0, itl_ms=5.0)) as srv:
         src = HttpSource(srv.url, _meta(), b=4, events=False, endpoint="chat")
         src.start()
         try:

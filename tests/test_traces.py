@@ -310,9 +310,9 @@ def test_a_bad_file_exits_non_zero_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 

@@ -321,9 +321,9 @@ def test_dashboard_refuses_bench_only_arrivals():
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 

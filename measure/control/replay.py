@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live import LiveController, LiveHooks, LiveSettings
 from measure.control.snapshot import RunInfo, Snapshot
 from measure.core.units import NS
 from measure.sources.base import Capabilities
@@ -59,9 +59,10 @@ class ReplayController:
         self.now_ns = self.rec.t0_ns
         self._fed_ns = self.rec.t0_ns - 1  # everything up to here has been fed
         self.source = ReplaySource(self.rec)
-        self.live = LiveController(self.source, Workload("replay", ""), s, sys_probe=self.source,
-                                   procs_probe=RecordedProcesses(self.source), clock=lambda: self.now_ns,
-                                   watch_wall=False)  # the recording's WALL is in its samples and log
+        self.live = LiveController(self.source, Workload("replay", ""), s,
+                                   hooks=LiveHooks(sys_probe=self.source, procs_probe=RecordedProcesses(self.source),
+                                                   clock=lambda: self.now_ns,
+                                                   watch_wall=False))  # the recording's WALL is in its samples and log
         if not any(e.type == "load_started" for e in self.rec.events):
             self.live.load_started(self.rec.t0_ns)  # a recording made before the event existed
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from measure.core import metrics as M
 from measure.core.lines import ClockCheck, EventLine, RunHeader, Sample
@@ -45,6 +45,14 @@ class Combined:
     runs: list[str]
     segments: str | None
     clients_start: list[ClientStart]
+
+
+class Level(NamedTuple):
+    """A cell's level, as the clients' runs are matched by: K, B and the mode."""
+
+    k: int | None
+    b: int | None
+    mode: str | None
 
 
 @dataclass
@@ -141,7 +149,7 @@ def combine(runs: list[Run]) -> Run:
     elif max(started) - min(started) > TOGETHER_S:
         warnings.append(f"the clients' runs started {max(started) - min(started):.0f} s apart (> {TOGETHER_S:.0f} s):"
                         " they did not load the servers together, so their sum is not one load")
-    keys = [{(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
+    keys = [{Level(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
     if any(k != keys[0] for k in keys):
         warnings.append("the clients did not run the same cells: a cell missing from one sums fewer clients "
                         "(see 'clients' per cell)")
@@ -255,8 +263,7 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
     return " + ".join(f"{i}/{m}" for i, m in sorted(shares)), warnings
 
 
-def _arrival_rps(parts: list[tuple[Run, Cell]], key: tuple[int | None, int | None, str | None],
-                 segments: str | None) -> float | None:
+def _arrival_rps(parts: list[tuple[Run, Cell]], key: Level, segments: str | None) -> float | None:
     """The rate the clients offered together: segments of one schedule, anchored at their --start-at, put back on
     the schedule's own clock (each scheduled time − its client's time zero) give the schedule's rate; else each
     client offered its own, and the rates add (their clocks are never compared)."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from measure.core.arrivals import Arrivals, IndexedArrivals
 from measure.core.lines import ClockCheck
@@ -195,8 +195,17 @@ class ClientShare:
 
 # ---- the clock check ---------------------------------------------------------------------------------
 
-def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, float] | None:
-    """(server clock − this clock, ± bound) in s from answers (local send time, local receive time, the
+class Tick(NamedTuple):
+    """One answer of the clock check: its local send and receive times (s) and the server's Date in whole unix
+    seconds."""
+
+    sent: float
+    received: float
+    date: int
+
+
+def offset_from_ticks(samples: list[Tick]) -> tuple[float, float] | None:
+    """(server clock − this clock, ± bound) in s from answers (Tick: local send time, local receive time, the
     server's Date in whole unix seconds). Each answer says the server read D … D + 1 while it was between send
     and receive: θ ∈ [D − recv, D + 1 − send]; two answers whose Dates differ put the tick to the later Date
     between the earlier's send and the later's receive: θ ∈ (D' − recv', D' − send). The offset is the middle
@@ -241,4 +250,4 @@ def start_lateness_ms(t0: int | None, arrivals: str | None, records: Iterable[Re
 
 
 __all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare",
-           "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]
+           "Tick", "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]
