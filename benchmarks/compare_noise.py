@@ -1,7 +1,7 @@
 """The run-to-run noise compare's statistics are tested against (docs/design.md §27): N runs of one
 configuration in a row, each the closed loop compare runs, their figures written to a JSON file.
 
-    python benchmarks/compare_noise.py [--runs 40] [--options "--engine null --null-ttft-ms 5 --null-itl-ms 2"]
+    python benchmarks/compare_noise.py [--runs 40] [--engine null] [--null-ttft-ms 5] [--null-itl-ms 2]
                                        [--requests 8] [--max-tokens 16] [--out tests/data/compare_null_noise.json]
 
 The default is the null engine (SIMULATED: a fixed schedule; what moves between its runs is this machine's
@@ -27,17 +27,26 @@ sys.path.insert(0, str(ROOT))
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--options", default="--engine null --null-ttft-ms 5 --null-itl-ms 2")
+    ap.add_argument("--engine", default="null", choices=["null", "llama", "mlx"],
+                    help="compare's side: its engine with its default model, K = 1 (null: SIMULATED, a fixed schedule)")
+    ap.add_argument("--null-ttft-ms", type=float, default=5.0)
+    ap.add_argument("--null-itl-ms", type=float, default=2.0)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--metric", default="tok/s")
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "compare_null_noise.json"))
     a = ap.parse_args(argv)
-    from measure.control.compare import LiveSides, metric
-    from tui.compare_cmd import _side
+    from engines.registry import ENGINES
+    from measure.control.compare import LiveSides, Side, metric
+    from plans import local_plan
 
     m = metric(a.metric)
-    side, _ = _side("A", ["--max-tokens", str(a.max_tokens)], a.options)
+    e = ENGINES[a.engine]
+    null = e.simulated  # compare's null side: the plan of the engine it stands in for, the null engine's schedule
+    a.options = f"--engine {a.engine}" + (f" --null-ttft-ms {a.null_ttft_ms:g} --null-itl-ms {a.null_itl_ms:g}"
+                                          if null else "")
+    side = Side("A", a.options, local_plan(e.plan_engine if null else a.engine, a.max_tokens),
+                {"ttft_s": a.null_ttft_ms / 1e3, "itl_s": a.null_itl_ms / 1e3} if null else None)
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
         sides = LiveSides([side], 1, a.requests, Path(tmp), m, lambda line: None)

@@ -138,15 +138,15 @@ def predict_point(p: dict[str, Any], correlation: float | None = None) -> float:
     import dataclasses
 
     from measure.core import work as W
-    from measure.core.roofline import Machine, predict
+    from measure.core.roofline import Lengths, Machine, predict
     from presets import chip, model
 
     c = chip(p["chip"])
     wm = W.from_preset(model(p["model"]))
     if correlation is not None and wm.experts:
         wm = dataclasses.replace(wm, experts=dataclasses.replace(wm.experts, correlation=correlation))
-    lengths = {"prompt_tokens": int(p["depth"]) or 1, "output_tokens": int(p["tg"]), "context": context(p)}
-    pr = predict(wm, Machine.from_chip(c), "batch", 1, int(p["b"]), **lengths)  # type: ignore[arg-type]
+    lengths = Lengths(prompt_tokens=int(p["depth"]) or 1, output_tokens=int(p["tg"]), context=context(p))
+    pr = predict(wm, Machine.from_chip(c), "batch", 1, int(p["b"]), at=lengths)
     return pr.per_stream_tps * (int(p["b"]) if p["per"] == "aggregate" else 1)
 
 

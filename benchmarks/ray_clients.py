@@ -31,15 +31,10 @@ from engines.null_server import free_port, spawn  # noqa: E402
 
 
 def _plan(url: str, a, rate: float, procs: int):
-    from measure.control.runplan import make_plan
     from measure.control.sweep import SweepConfig
-    from tui.cli import build_parser
+    from plans import http_plan
 
-    _, parser = build_parser()
-    args = parser.parse_args(["--engine", "http", "--url", url, "--rate", str(rate), "--arrivals", "poisson",
-                              "--requests", str(a.requests), "--max-tokens", str(a.tokens), "--tokenizer", "none",
-                              "--workload", "synthetic:16", "--seed", "1", "--client-procs", str(procs)])
-    plan = make_plan(args, default_max_tokens=a.tokens)
+    plan = http_plan(url, rate, a.requests, a.tokens, procs)
     cfg = SweepConfig(ks=[1], bs=[1], mode="http", requests=a.requests, max_tokens=a.tokens, ignore_eos=True,
                       arrivals=plan.arrivals, cell_timeout_s=600.0)
     return plan, cfg

@@ -36,7 +36,7 @@ from measure.machine import ceilings  # noqa: E402
 from measure.core import metrics as M  # noqa: E402
 from measure.machine.model_choice import build_spec, resolve_model, run_meta  # noqa: E402
 from measure.machine.probes import auto_threads  # noqa: E402
-from measure.core.roofline import Machine, Point, calibrate, predict  # noqa: E402
+from measure.core.roofline import Lengths, Machine, Point, calibrate, predict  # noqa: E402
 from measure.core.work import from_gguf  # noqa: E402
 from measure.core.workload import ClosedLoop, Load  # noqa: E402
 from measure.sources.fleet import Fleet  # noqa: E402
@@ -91,7 +91,7 @@ def score(work, c, measured: list[dict], tokens: int) -> tuple[dict, Machine, Ma
                                      p["prompt_tokens"], tokens) for p in cal])
     rows = []
     for p in measured:
-        pr = predict(work, m, p["mode"], p["k"], p["b"], p["threads"], prompt_tokens=p["prompt_tokens"], output_tokens=tokens)
+        pr = predict(work, m, p["mode"], p["k"], p["b"], p["threads"], at=Lengths(p["prompt_tokens"], tokens))
         rows.append({**p, "role": role(p, cal, c), "pred_tpot_s": pr.tpot_s,
                      "pred_aggregate_tps": pr.aggregate_tps,
                      "err_tpot": abs(pr.tpot_s - p["tpot_s"]) / p["tpot_s"],
@@ -128,7 +128,7 @@ def full_estimate(work, m: Machine, measured: list[dict], a) -> int:
     start = statistics.mean(p["start_s"] for p in measured)
     total = 0.0
     for mode, k, b in parse_levels(LEVELS):
-        pr = predict(work, m, mode, k, b, auto_threads(k), prompt_tokens=a.prompt, output_tokens=64)
+        pr = predict(work, m, mode, k, b, auto_threads(k), at=Lengths(prompt_tokens=a.prompt, output_tokens=64))
         total += start + 6 * (pr.ttft_s + 63 * pr.tpot_s)
     return round(total)
 

@@ -84,17 +84,17 @@ def main() -> int:
                       and "resource_tracker" not in " ".join(c.cmdline()))
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], stderr=subprocess.DEVNULL)
-    headers, records, other = read_jsonl(rec)
+    lines = read_jsonl(rec)
     growth = (rss1 - rss0) / 1e6
-    print(f"{a.minutes:g} min at K={a.k} (K stepped every {a.step_every:g} min), {len(records)} requests recorded, "
-          f"{sum(1 for o in other if o.get('kind') == 'sample')} samples")
+    print(f"{a.minutes:g} min at K={a.k} (K stepped every {a.step_every:g} min), {len(lines.records)} requests recorded, "
+          f"{len(lines.samples)} samples")
     print(f"dashboard RSS after warmup {rss0 / 1e6:.1f} MB → end {rss1 / 1e6:.1f} MB (growth {growth:+.1f} MB, "
           f"peak {rss_max / 1e6:.1f} MB; goal ≤ 10 MB)")
     print(f"dashboard CPU: first minute {cpu_start:.1f} %, last minute {cpu_end:.1f} % of one core (goal ≤ 3 %)")
     print(f"processes left after q: {orphans}")
     print(json.dumps({"rss_growth_mb": round(growth, 2), "rss_peak_mb": round(rss_max / 1e6, 1),
                       "cpu_start": round(cpu_start, 2), "cpu_end": round(cpu_end, 2), "orphans": orphans,
-                      "requests": len(records)}))
+                      "requests": len(lines.records)}))
     return 0
 
 

@@ -457,6 +457,7 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int 
     """Every invariant of one cell. `engines`: how many copies of the source served the records (two clients run
     two local engines, or two sets of B client streams)."""
     _check_requests(c, recs, res)
+    _check_span(cell, recs, res)
     _check_labels(c, cell, recs, res)
     _check_schedule(c, cell, recs, res)
     _check_figures(c, cell, recs, res, engines)
@@ -481,6 +482,19 @@ def _check_identities(recs: list[Any], res: Result) -> None:
             if abs(got - want) > 1e-6:
                 bad.append(f"request {r.request_id} {name} {got * 1e3:.3f} ms, its timestamps say {want * 1e3:.3f}")
     res.check(not bad, f"figures against each request's own timestamps: {len(bad)} off, e.g. {bad[:2]}")
+
+
+def _check_span(cell: Any, recs: list[Any], res: Result) -> None:
+    """The cell's tok/s against its records' own timestamps, exactly (1e-6): every token ÷ (the last done − the
+    first scheduled request, design §7). A span taken from elsewhere (the first token, the first send) moves it by
+    less than the noise's ± 5 % on a short cell, and always by more than this."""
+    done = [r.t_done_ns for r in recs if r.t_done_ns is not None]
+    if not done or cell.output_throughput is None:
+        return
+    want = sum(len(r.token_ns) for r in recs) / ((max(done) - min(r.t_scheduled_ns for r in recs)) / NS)
+    res.check(abs(cell.output_throughput - want) <= 1e-6 * want,
+              f"tok/s {cell.output_throughput:.6f} against its records' tokens ÷ (last done − first scheduled) "
+              f"{want:.6f}")
 
 
 def _check_requests(c: Combo, recs: list[Any], res: Result) -> None:
@@ -648,6 +662,7 @@ def _f(v: float | None) -> str:
 def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
     """Two clients, each its segment of one schedule from one --start-at, run at once; then report --combine."""
     from measure.control.runs import Run, combine
+    from measure.core.lines import RunHeader
     from measure.control.cell import Cell, Spec
     from measure.control.sweep import run_sweep
     from measure.core.clients import ClientShare
@@ -687,7 +702,7 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
         h = {"model_bytes": 1_000_000, "slo": s.describe(), "start_at_unix": start_unix, "start_perf_ns": t0,
              "segment": [i, 2], "max_tokens": TOKENS, "ignore_eos": True, "arrivals": "truth", "seed": 0,
              "requests": c.requests, "workload": "truth"}
-        runs.append(Run(f"client{i}", h, [cell], records=recs))
+        runs.append(Run(f"client{i}", RunHeader.of(h), [cell], records=recs))
     combined = combine(runs)
     res.check(len(combined.cells) == 1, f"combined cells: {len(combined.cells)}")
     cell = combined.cells[0]
@@ -752,7 +767,7 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
     sys.path.insert(0, str(ROOT / "tests"))
     from sim import FakeClock, FixedProbe, NoProcesses
 
-    from measure.control.live import LiveController, LiveSettings
+    from measure.control.live import LiveController, LiveHooks, LiveSettings
     from measure.control.runs import load_run
     from measure.machine.recorder import Recorder
     from measure.core.records import RunMeta
@@ -770,8 +785,8 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
                                 slo=presets.slo("interactive"))
         rec = Recorder(path, {"command": "dashboard", "model_bytes": meta.model_bytes, "bandwidth_gbps": 100.0,
                               "max_tokens": 32, "slo": settings.slo.describe() if settings.slo else None})
-        c = LiveController(fleet, presets.workload("default"), settings, recorder=rec, sys_probe=FixedProbe(),
-                           procs_probe=NoProcesses(), clock=clock)
+        c = LiveController(fleet, presets.workload("default"), settings, recorder=rec,
+                           hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
         c.start(thread=False)
 
         def run_for(seconds: float) -> None:
@@ -833,17 +848,17 @@ def run_cli(name: str, extra: list[str], servers: NullServers) -> Result:
         cells = json.loads((Path(d) / "summary.json").read_text())
         h = headers[0]
         res.check(all(c["k"] == 2 for c in cells), f"cells' K {[c['k'] for c in cells]}, 2 endpoints given")
-        res.check({(r.extra or {}).get("endpoint") for r in recs} == {e["label"] for e in h["endpoints"]},
+        res.check({(r.extra or {}).get("endpoint") for r in recs} == {e.label for e in h.endpoints or []},
                   "every endpoint given served requests")
         for c in cells:
             mine = [r for r in recs if r.b == c["b"]]
             res.check(len(mine) == c["completed"], f"B={c['b']}: {len(mine)} records, the cell says {c['completed']}")
             procs = {(r.extra or {}).get("proc") for r in mine} - {None}
             if "--client-procs" in extra:  # the first min(P, B) processes hold streams
-                want = min(h.get("client_procs") or 1, c["b"])
+                want = min(h.line.get("client_procs") or 1, c["b"])
                 res.check(len(procs) == want == c.get("client_procs"),
                           f"B={c['b']}: {len(procs)} client processes sent (expected {want}), the cell says "
-                          f"{c.get('client_procs')}, the header {h.get('client_procs')} started")
+                          f"{c.get('client_procs')}, the header {h.line.get('client_procs')} started")
             if "--users" in extra:
                 users = int(extra[extra.index("--users") + 1])
                 res.check(in_flight(mine) == users, f"users in flight {in_flight(mine)}, asked {users}")

@@ -9,8 +9,8 @@ measurement; what a client measures beyond it is the client's (and the loopback'
                                   [--eos-after N] [--cold-first-ms MS [--cold-over-tokens N]]
                                   [--serve batching|serialising] [--prefix-block N]
 
-In a test:  with NullServer(ttft_ms=20, itl_ms=10) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
-or          url, stop = start_null_server(usage="final"); ...; stop()
+In a test:  with NullServer(Behaviour(ttft_ms=20, itl_ms=10)) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
+or          url, stop = start_null_server(Behaviour(usage="final")); ...; stop()
 
 Standard library only: asyncio.start_server and a minimal HTTP/1.1 parser (keep-alive, Content-Length
 bodies, chunked responses), so one process holds hundreds of concurrent streams cheaply. Endpoints:
@@ -55,12 +55,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypedDict
+from dataclasses import dataclass
+from typing import Any
 
 from engines.null import text_ids
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 USAGE_MODES = ("continuous", "final", "none")
 SERVE_MODES = ("batching", "serialising")
@@ -170,25 +168,35 @@ class LateHistogram:
         return self.upper_ns(self.BINS - 1)
 
 
-class NullMore(TypedDict, total=False):
-    """NullApp's further keywords: a cold first request (ms late, for answers over N tokens) and how it serves
-    (batching: every stream on its own schedule; serialising: one request at a time)."""
+@dataclass(frozen=True)
+class Behaviour:
+    """How the null server answers: its TTFT and ITL, tokens per chunk, where usage is reported (continuous,
+    final, none), reasoning tokens before the answer, an end of sequence after N tokens, its Date header's skew,
+    a cold first request (ms late, for answers over N tokens; None: none), how it serves (batching: every
+    stream on its own schedule; serialising: one request at a time) and the block of vLLM's prefix-cache
+    counters (0: not kept)."""
 
-    cold_first: tuple[float, int] | None
-    serve: str
-    prefix_block: int
+    ttft_ms: float = 20.0
+    itl_ms: float = 10.0
+    tokens_per_chunk: int = 1
+    usage: str = "continuous"
+    reasoning_tokens: int = 0
+    eos_after: int | None = None
+    clock_skew_s: float = 0.0
+    cold_first: tuple[float, int] | None = None
+    serve: str = "batching"
+    prefix_block: int = 0
 
 
 class NullApp:
     """The protocol handler and its counters; one per server. `late` counts each chunk's send time − its due
     time (LateHistogram), the server's own schedule accuracy."""
 
-    def __init__(self, ttft_ms: float = 20.0, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                 usage: str = "continuous", reasoning_tokens: int = 0, eos_after: int | None = None,
-                 clock_skew_s: float = 0.0, **more: Unpack[NullMore]):
-        cold_first_ms, cold_over_tokens = more.get("cold_first") or (0.0, 0)
-        serve = more.get("serve", "batching")
-        self.prefix = PrefixCounter(more["prefix_block"]) if more.get("prefix_block") else None
+    def __init__(self, b: Behaviour = Behaviour()):
+        ttft_ms, itl_ms, tokens_per_chunk, usage = b.ttft_ms, b.itl_ms, b.tokens_per_chunk, b.usage
+        reasoning_tokens, eos_after, clock_skew_s, serve = b.reasoning_tokens, b.eos_after, b.clock_skew_s, b.serve
+        cold_first_ms, cold_over_tokens = b.cold_first or (0.0, 0)
+        self.prefix = PrefixCounter(b.prefix_block) if b.prefix_block else None
         if serve not in SERVE_MODES:
             raise ValueError(f"serve must be one of {', '.join(SERVE_MODES)}")
         self.serve = serve
@@ -520,28 +528,13 @@ async def _serve(app: NullApp, host: str, port: int) -> asyncio.Server:
     return await asyncio.start_server(app.handle, host, port, backlog=1024, reuse_address=True)
 
 
-class Behaviour(TypedDict, total=False):
-    """How the null server answers: NullApp's keywords."""
-
-    ttft_ms: float
-    itl_ms: float
-    tokens_per_chunk: int
-    usage: str
-    reasoning_tokens: int
-    eos_after: int | None
-    clock_skew_s: float
-    cold_first: tuple[float, int] | None
-    serve: str
-    prefix_block: int
-
-
 class NullServer:
     """The null server in a background thread with its own event loop: start() → base URL; stop().
 
-    Also a context manager: `with NullServer(itl_ms=5) as srv: srv.url`. port=0 takes a free port."""
+    Also a context manager: `with NullServer(Behaviour(itl_ms=5)) as srv: srv.url`. port=0 takes a free port."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, **behaviour: Unpack[Behaviour]):
-        self.app = NullApp(**behaviour)
+    def __init__(self, behaviour: Behaviour = Behaviour(), host: str = "127.0.0.1", port: int = 0):
+        self.app = NullApp(behaviour)
         self.host, self.port = host, port
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -596,9 +589,9 @@ class NullServer:
         self.stop()
 
 
-def start_null_server(**kw: Any) -> tuple[str, Callable[[], None]]:
-    """Start a NullServer (same keywords) in a background thread: (base URL, stop)."""
-    srv = NullServer(**kw)
+def start_null_server(behaviour: Behaviour = Behaviour()) -> tuple[str, Callable[[], None]]:
+    """Start a NullServer answering so in a background thread: (base URL, stop)."""
+    srv = NullServer(behaviour)
     return srv.start(), srv.stop
 
 
@@ -667,9 +660,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="count vLLM's prefix-cache queries and hits in blocks of N tokens on /metrics (default 0: off)")
     a = ap.parse_args(argv)
     try:
-        app = NullApp(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
-                      a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve,
-                      prefix_block=a.prefix_block)
+        app = NullApp(Behaviour(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
+                                a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve,
+                                prefix_block=a.prefix_block))
     except ValueError as exc:
         ap.error(str(exc))
 

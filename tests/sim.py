@@ -1,6 +1,6 @@
 """A deterministic dashboard for snapshot and Pilot tests: the SIMULATED fleet on a fake clock."""
 from measure.core.records import RunMeta
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live import LiveController, LiveHooks, LiveSettings
 from measure.core.readings import SystemSample
 from measure.sources.simulated import SimulatedFleet
 import presets
@@ -37,8 +37,8 @@ def sim_controller(k=1, bandwidth=100.0, **kw):
     fleet = SimulatedFleet(meta, k=k, bandwidth_gbps=bandwidth, clock=clock, threaded=False)
     settings = LiveSettings(max_tokens=32, bandwidth_gbps=bandwidth, bandwidth_source="--bandwidth",
                             chip="test chip")
-    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(), procs_probe=NoProcesses(),
-                       clock=clock, **kw)
+    c = LiveController(fleet, presets.workload("default"), settings,
+                       hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock), **kw)
     c.start(thread=False)
     return c, fleet, clock
 

@@ -14,6 +14,7 @@ from measure.control.sweep import format_table
 from measure.machine import power
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
+from measure.core.lines import RunHeader, Sample
 from measure.core.units import NS
 
 MS = 1_000_000
@@ -53,10 +54,10 @@ def _periods_samples(plan):
     """Samples every 0.5 s for [(k, b, mode, start_s, end_s)], and the last one at the end."""
     samples = []
     for k, b, mode, a, e in plan:
-        samples += [{"kind": "sample", "t_ns": int((a + i / 2) * NS), "k": k, "b": b, "mode": mode, "paused": False}
+        samples += [Sample(t_ns=int((a + i / 2) * NS), k=k, b=b, mode=mode, paused=False, system={})
                     for i in range(int((e - a) * 2))]
-    samples.append({"kind": "sample", "t_ns": int(plan[-1][4] * NS), "k": plan[-1][0], "b": plan[-1][1],
-                    "mode": plan[-1][2], "paused": False})
+    samples.append(Sample(t_ns=int(plan[-1][4] * NS), k=plan[-1][0], b=plan[-1][1], mode=plan[-1][2], paused=False,
+                          system={}))
     return samples
 
 
@@ -69,7 +70,7 @@ def test_report_concurrency_is_over_the_levels_own_periods():
         for w in range(k):
             rid += 1
             records.append(rec(rid, a, [a + 0.1 * (i + 1) for i in range(int((e - a) * 10) - 1)], e, k=k, worker=w))
-    cells = {c.k: c for c in RU.cells_from_records(records, {"model_bytes": 1}, _periods_samples(plan))}
+    cells = {c.k: c for c in RU.cells_from_records(records, RunHeader(model_bytes=1), _periods_samples(plan))}
     assert cells[2].achieved_concurrency == pytest.approx(2.0, rel=1e-3)
     assert cells[1].achieved_concurrency == pytest.approx(1.0, rel=1e-3)
 
@@ -85,7 +86,7 @@ def test_report_batch_bandwidth_is_over_the_levels_own_periods():
         for _seq in range(b):
             rid += 1
             records.append(rec(rid, a, steps, e, k=k, b=b, mode=mode, pid=7))
-    cells = {c.b: c for c in RU.cells_from_records(records, {"model_bytes": 1_000_000_000},
+    cells = {c.b: c for c in RU.cells_from_records(records, RunHeader(model_bytes=1_000_000_000),
                                                    _periods_samples(plan))}
     assert cells[2].bandwidth.gbps == pytest.approx(10.0 * 599 / 600, rel=1e-3)
     assert cells[1].bandwidth.gbps == pytest.approx(10.0 * 599 / 600, rel=1e-3)
@@ -109,7 +110,7 @@ def test_a_p99_of_fewer_than_100_requests_is_marked_approximate():
     assert f"≈{few.requests.ttft.p99:.0f}ms" in table[2]
     assert "≈: p99 of fewer than 100 requests" in table[-2]  # the legend says what ≈ means
     assert "≈" not in format_table([many]).splitlines()[2]
-    run = RU.Run("t", {"model_bytes": 1}, [few, many.to_json() | {"k": 2}])
+    run = RU.Run("t", RunHeader(model_bytes=1), [few, many.to_json() | {"k": 2}])
     md = R.markdown([run], [])
     rows = [line for line in md.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert f"| ≈{few.requests.ttft.p99:.0f} |" in rows[0] and "≈" not in rows[1]
@@ -334,13 +335,13 @@ def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tm
     run = RU.load_run(path)
     (cell,) = [c.to_json() for c in run.cells if c.mode == "http"]
     assert cell.get("periods")  # a recording: the level's own periods were used
-    w = run.header["model_bytes"]
+    w = run.header.model_bytes
     assert w == 2**30  # 1G: a size is binary
     bench = Cell.measure([r for r in run.records if r.mode == "http"],
                          Spec(cell["k"], cell["b"], w, mode="http")).to_json()
     assert cell["bandwidth_gbps"] == pytest.approx(bench["bandwidth_gbps"])
     assert cell["bandwidth_gbps"] == pytest.approx(w / (cell["median_tpot_ms"] / 1e3) / 1e9)
-    shown = sorted(s["bw_gbps"] for s in run.samples if s.get("bw_gbps"))
+    shown = sorted(s.bw_gbps for s in run.samples if s.bw_gbps)
     assert shown and cell["bandwidth_gbps"] == pytest.approx(shown[len(shown) // 2], rel=0.2)
     assert 40 < cell["bandwidth_gbps"] < 58  # 1.07 GB ÷ 20 ms = 53.7 GB/s
     md = R.markdown([run], [])
@@ -353,13 +354,13 @@ def test_reasoning_chunks_are_tokens_and_time_to_first_answer_token_is_reported(
     llama-server send it), 5 ms to the first token, 20 ms per token, max_tokens 8. All 8 tokens count (4
     were, the reasoning ones dropped); TTFT is the first reasoning token's ≈ 5 ms (it read ≈ 85 ms, the first
     answer token's); TTFAT = 5 + 4 × 20 = 85 ms is reported beside it."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.records import RunMeta
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http import HttpSource
     from presets import Workload
 
-    with NullServer(ttft_ms=5.0, itl_ms=20.0, reasoning_tokens=4) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=20.0, reasoning_tokens=4)) as srv:
         src = HttpSource(srv.url, RunMeta(engine="http", model="?", model_bytes=0, mode="http"), b=1,
                          endpoint="chat", events=False)
         src.start()
@@ -377,7 +378,7 @@ def test_reasoning_chunks_are_tokens_and_time_to_first_answer_token_is_reported(
     assert s["reasoning_tokens"] == 12
     cell = Cell.measure(recs, Spec(1, 1, 0, mode="http"))
     assert "TTFAT p50" in format_table([cell]).splitlines()[2]
-    assert "TTFAT p50" in R.markdown([RU.Run("t", {"model_bytes": 0}, [cell])], [])
+    assert "TTFAT p50" in R.markdown([RU.Run("t", RunHeader(model_bytes=0), [cell])], [])
 
 
 def test_without_reasoning_ttfat_is_ttft():
@@ -394,9 +395,9 @@ def test_a_server_that_ignores_ignore_eos_is_flagged_in_the_bench_cell_and_the_r
     asks 6 tokens with EOS ignored (the default). Every one of the 4 requests stopped early: the cell says
     stopped_early 4, the bench table and the report say so. With --stop-at-eos an early stop is expected and
     not flagged."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5.0, itl_ms=5.0, eos_after=3) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=5.0, eos_after=3)) as srv:
         outs = {}
         for name, extra in (("eos-ignored", []), ("stop-at-eos", ["--stop-at-eos"])):
             outs[name] = tmp_path / name

@@ -14,6 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from measure.control.knee import KneeResult
+from measure.core.lines import RunHeader, Sample
+
 DATA = Path(__file__).parent / "data" / "cells"
 GOLDEN = DATA / "golden.json"
 RUNS = ("http2", "httpeos", "httpctx", "local", "batch")
@@ -29,7 +32,7 @@ def _read(name: str):
     from measure.machine.recorder import read_jsonl
 
     headers, records, _ = read_jsonl(DATA / f"{name}.jsonl")
-    return headers[0], records
+    return headers[0].line, records  # the header as written: the harness builds its sweep from its keys
 
 
 class FixedPower:
@@ -124,15 +127,16 @@ def _sweep_config(name: str, header: dict):
                        kv_bytes_per_token=KV_BYTES if header["mode"] == "batch" else None)
 
 
-def _periods(records) -> list[dict]:
+def _periods(records) -> list:
     """A recording's samples for these records: each level from its first scheduled request until the next
     level's, then a pause."""
     firsts: dict = {}
     for r in records:
         key = (r.k, r.b, r.mode)
         firsts[key] = min(firsts.get(key, r.t_scheduled_ns), r.t_scheduled_ns)
-    samples = [{"t_ns": t, "k": k, "b": b, "mode": m} for (k, b, m), t in sorted(firsts.items(), key=lambda x: x[1])]
-    samples.append({"t_ns": max(r.t_done_ns for r in records) + 1, "paused": True})
+    samples = [Sample(t_ns=t, k=k, b=b, mode=m, system={})
+               for (k, b, m), t in sorted(firsts.items(), key=lambda x: x[1])]
+    samples.append(Sample(t_ns=max(r.t_done_ns for r in records) + 1, paused=True, system={}))
     return samples
 
 
@@ -159,7 +163,7 @@ def outputs(tmp: Path) -> dict:
             "summary.csv": (folder / "summary.csv").read_text(),
             "table": format_table(cells),
             "report.md": R.markdown([run], []),
-            "from_records": [_j(c) for c in RU.cells_from_records(records, header, _periods(records))],
+            "from_records": [_j(c) for c in RU.cells_from_records(records, RunHeader.of(header), _periods(records))],
         }
     runs = [RU.load_run(tmp / "http2"), RU.load_run(tmp / "http2")]
     out["combined"] = [_j(c) for c in RU.combine(runs).cells]
@@ -341,7 +345,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
         return plot(ax, *args, **kw)
 
     monkeypatch.setattr(Axes, "plot", spy)
-    run = RU.Run("http2", header, RU.cells_from_records(records, header, []))
+    run = RU.Run("http2", RunHeader.of(header), RU.cells_from_records(records, RunHeader.of(header), []))
     R.render([run], tmp_path)
     line = next(v for label, v in drawn.items() if label.startswith("predicted K·W/β"))[0]
     cells = {c.k: c.prediction.tpot_ms for c in run.cells}
@@ -356,7 +360,7 @@ def test_the_reports_knee_uses_the_searchs_target(tmp_path):
 
     cells = [{"k": 1, "b": b, "level": b, "slo_attainment": 0.92, "achieved_concurrency": b, "status": "ok"}
              for b in (1, 2)]
-    run = RU.Run("find", {"_knee": {"find": "users", "target": 0.95, "knee": None}}, cells)
+    run = RU.Run("find", RunHeader(), cells, knee=KneeResult("users", "interactive", 0.95, "none", None, 1, []))
     assert R._knee(run, run.cells) is None
 
 

@@ -47,11 +47,11 @@ def test_summary_is_recomputable_from_records(bench_run):
     out, _ = bench_run
     headers, records, _ = read_jsonl(out / "records.jsonl")
     h = headers[0]
-    assert h["model_sha256_prefix"] and h["environment"]["os"] and h["engine_settings"]["threads"] == 1
+    assert h.model_sha256_prefix and h.environment.os and h.engine_settings["threads"] == 1
     cells = json.loads((out / "summary.json").read_text())
     for c in cells:
         mine = [r for r in records if r.k == c["k"] and r.b == c["b"]]
-        again = Cell.measure(mine, Spec(c["k"], c["b"], h["model_bytes"], h["bandwidth_gbps"], h["mode"])).to_json()
+        again = Cell.measure(mine, Spec(c["k"], c["b"], h.model_bytes, h.bandwidth_gbps, h.line["mode"])).to_json()
         for key in ("output_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms",
                     "rss_gb_sum"):
             assert again[key] == pytest.approx(c[key]), key
@@ -62,8 +62,8 @@ def test_summary_is_recomputable_from_records(bench_run):
         assert all(len(r.token_ns) == 8 for r in mine)  # ignore-EOS: every request the same length
         # instances mode: every stream reads W per token, so aggregate tok/s × W (never the nominal K); W the bytes a
         # token reads (the header's, docs/design.md §26: Gemma's tied embedding is read whole, its file's rest not)
-        assert h["read_bytes_per_token"] == 246_587_904 < h["model_bytes"]
-        assert c["bandwidth_gbps"] == pytest.approx(toks / span * h["read_bytes_per_token"] / 1e9, rel=1e-6)
+        assert h.line["read_bytes_per_token"] == 246_587_904 < h.model_bytes
+        assert c["bandwidth_gbps"] == pytest.approx(toks / span * h.line["read_bytes_per_token"] / 1e9, rel=1e-6)
         busy = sum(r.t_done_ns - r.t_started_ns for r in mine) / 1e9
         assert c["achieved_concurrency"] == pytest.approx(busy / span, rel=1e-6)
 

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from measure.core.arrivals import ArrivalSpec, realised_rate
-from measure.core.clients import ClientShare, Segment, offset_from_ticks, parse_segment, parse_start_at
+from measure.core.clients import ClientShare, Segment, Tick, offset_from_ticks, parse_segment, parse_start_at
 from measure.machine.clock import clock_check
 from measure.machine.recorder import read_jsonl
 from measure.core.workload import ClosedLoop, Load, RequestMaker
@@ -37,9 +38,9 @@ def one_line_error(p, says):
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 
@@ -119,10 +120,10 @@ def test_offset_from_the_date_headers_second_tick():
     """The server's Date ticks from 100 to 101 between two answers: its clock read 101.000 s somewhere between
     the earlier request's send (local 100.4) and the later answer's arrival (local 100.404); so it is 0.598 ±
     0.002 s ahead. Without a tick, one answer bounds it to within a second."""
-    ticks = [(100.398, 100.399, 100), (100.400, 100.401, 100), (100.402, 100.404, 101)]
+    ticks = [Tick(100.398, 100.399, 100), Tick(100.400, 100.401, 100), Tick(100.402, 100.404, 101)]
     off, bound = offset_from_ticks(ticks)
     assert off == pytest.approx(0.598) and bound == pytest.approx(0.002)
-    off, bound = offset_from_ticks([(100.2, 100.3, 100)])
+    off, bound = offset_from_ticks([Tick(100.2, 100.3, 100)])
     assert bound == pytest.approx(0.55) and off == pytest.approx(0.25)
 
 
@@ -130,9 +131,9 @@ def test_offset_from_the_date_headers_second_tick():
 def test_clock_check_finds_a_servers_clock_offset(skew):
     """A null server stamping Date from a clock `skew` s off this one's: the check finds the skew within its
     stated bound (on loopback a few ms). On loopback with no skew it can only show ≈ 0."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(clock_skew_s=skew) as srv:
+    with NullServer(Behaviour(clock_skew_s=skew)) as srv:
         c = clock_check(srv.url)
     assert c["offset_s"] == pytest.approx(skew, abs=c["bound_s"] + 0.002), c
     assert c["bound_s"] < 0.05 and "Date" in c["method"]
@@ -210,9 +211,9 @@ def test_two_segments_are_the_one_client_schedule(two_clients):
     got = []
     for i, o in enumerate(outs, 1):
         h, recs = records_of(o)
-        assert h["segment"] == [i, 2] and all(r.error is None for r in recs)
+        assert h.segment == [i, 2] and all(r.error is None for r in recs)
         assert sorted(r.request_id for r in recs) == list(range(i, 25, 2))
-        got += [(r.request_id, r.t_scheduled_ns - h["start_perf_ns"], r.prompt_id, r.output_tokens) for r in recs]
+        got += [(r.request_id, r.t_scheduled_ns - h.start_perf_ns, r.prompt_id, r.output_tokens) for r in recs]
     assert len(want) == 24 and sorted(got) == want  # same ids, same scheduled offsets (ns), same requests
 
 
@@ -222,13 +223,13 @@ def test_both_clients_started_at_the_asked_time(two_clients):
     _, outs, start, perf_at_start, said, _ = two_clients
     for o, (so, _) in zip(outs, said):
         h, recs = records_of(o)
-        assert h["start_at_unix"] == start
-        assert abs(h["start_perf_ns"] - perf_at_start) < 20e6, (h["start_perf_ns"] - perf_at_start) / 1e6
+        assert h.start_at_unix == start
+        assert abs(h.start_perf_ns - perf_at_start) < 20e6, (h.start_perf_ns - perf_at_start) / 1e6
         first = min(recs, key=lambda r: r.t_scheduled_ns)
         assert 0 <= first.t_submitted_ns - first.t_scheduled_ns < 50e6
         assert first.t_scheduled_ns - perf_at_start < 2 * NS  # its first share of the schedule, not later
-        c = h["clock_check"]
-        assert c["offset_s"] is not None and abs(c["offset_s"]) <= c["bound_s"] + 0.005, c  # loopback: ≈ 0
+        c = h.clock_check
+        assert c.offset_s is not None and abs(c.offset_s) <= c.bound_s + 0.005, c  # loopback: ≈ 0
         assert "waiting until" in so and "clock:" in so
 
 
@@ -410,7 +411,7 @@ def test_start_at_alone_starts_a_closed_loop_at_that_time(null_server, tmp_path)
              "--max-tokens", "4", "--start-at", str(start), "--out", str(tmp_path / "o")], timeout=120)
     assert p.returncode == 0, p.stderr
     h, recs = records_of(tmp_path / "o")
-    assert h["segment"] is None and h["start_at_unix"] == start
+    assert h.segment is None and h.start_at_unix == start
     first = min(r.t_scheduled_ns for r in recs)
     assert 0 <= first - perf_at_start < 50e6, (first - perf_at_start) / 1e6  # closed loop: scheduled = sent
     assert "clock: the server's clock is within" in p.stdout
@@ -420,13 +421,14 @@ def test_clock_offset_between_clients_is_warned(two_clients):
     """Two clients whose checks put the server 0.3 s apart from each other started 0.3 s apart: said."""
     from measure.control.runs import combine, load_run
     from measure.core.clients import describe_clock
+    from measure.core.lines import ClockCheck
 
     _, outs, *_ = two_clients
     a, b = load_run(outs[0]), load_run(outs[1])
-    b.header = dict(b.header, clock_check=dict(b.header["clock_check"], offset_s=0.3, bound_s=0.002))
-    off_a = a.header["clock_check"]["offset_s"]  # ≈ 0 on loopback, to about a round trip
+    b.header = replace(b.header, clock_check=replace(b.header.clock_check, offset_s=0.3, bound_s=0.002))
+    off_a = a.header.clock_check.offset_s  # ≈ 0 on loopback, to about a round trip
     assert any(f"clocks differ by {(0.3 - off_a) * 1e3:.0f} ms" in w for w in combine([a, b]).warnings)
-    line = describe_clock({"offset_s": 2.5, "bound_s": 0.002, "samples": 9})
+    line = describe_clock(ClockCheck(offset_s=2.5, bound_s=0.002, samples=9))
     assert "2500.0 ± 2.0 ms ahead of" in line and "NTP" in line
 
 

@@ -221,7 +221,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     c.recorder.close()
     rec = Recording.load(path)
     r = ReplayController(rec)
-    r.advance_to(rec.samples[-1]["t_ns"])
+    r.advance_to(rec.samples[-1].t_ns)
     again = r.snapshot()
     assert [m[1] for m in again.markers] == [m[1] for m in live.markers] == ["K=2", "K=3"]
     assert len(again.history) == len(live.history)
@@ -237,7 +237,7 @@ def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     rec2 = Recording.load(cut)
     assert rec2.warnings and "cut" in rec2.warnings[0]
     r2 = ReplayController(rec2)
-    r2.advance_to(rec2.samples[-1]["t_ns"])
+    r2.advance_to(rec2.samples[-1].t_ns)
     assert r2.snapshot().numbers.requests > 0
 
 

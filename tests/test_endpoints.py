@@ -233,7 +233,7 @@ def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_
     finally:
         c.close()
     rec = Recording.load(rec_path)
-    assert rec.header["model"] is None and len(rec.header["endpoints"]) == 3
+    assert rec.header.model is None and len(rec.header.endpoints) == 3
     r = ReplayController(rec, 1.0)
     r.start(thread=False)
     try:

@@ -202,7 +202,7 @@ def test_bench_k_and_b_sweep_writes_the_same_formats(tmp_path):
     assert all(c["achieved_concurrency"] <= 2.05 for c in cells)  # 2 requests: never the nominal K × B = 4
     headers, records, _ = read_jsonl(out / "records.jsonl")
     h = headers[0]
-    assert h["engine"] == "mlx" and h["converted_from_sha256_prefix"] and "blas" in h["engine_settings"]
+    assert h.engine == "mlx" and h.line["converted_from_sha256_prefix"] and "blas" in h.engine_settings
     assert {r.engine for r in records} == {"mlx-lm"} and all(len(r.token_ns) == 6 for r in records)
     assert (out / "summary.csv").read_text().count("\n") == 5
 

@@ -87,9 +87,9 @@ def test_an_unwritable_output_is_refused_at_start(tmp_path):
 def test_credentials_in_the_url_never_reach_files_or_the_terminal(tmp_path):
     """--url http://user:s3cret-pw@127.0.0.1:PORT/v1 and an API key: neither the password nor the key is in
     records.jsonl, summary.json, stdout or stderr; records.jsonl is readable by its owner only."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         url = srv.url.replace("http://", "http://user:s3cret-pw@")
         out = tmp_path / "b"
         env = dict(os.environ, IT_KEY="sk-do-not-leak-42")
@@ -109,9 +109,9 @@ def test_sighup_mid_sweep_keeps_the_finished_cells_and_leaves_no_process(tmp_pat
     records.jsonl parses (tests/test_cli.py checks that no worker outlives a signal)."""
     import json
 
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=10, itl_ms=100) as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=100)) as srv:
         out = tmp_path / "cut"
         proc = subprocess.Popen([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
                                  "--b", "1,2", "--requests", "2", "--max-tokens", "20", "--tokenizer", "none",
@@ -139,7 +139,7 @@ def test_a_full_disk_mid_run_warns_once_keeps_lines_whole_and_fails_the_bench(tm
 
     import pytest
 
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
     mnt = tmp_path / "tiny"
     mnt.mkdir()
@@ -147,7 +147,7 @@ def test_a_full_disk_mid_run_warns_once_keeps_lines_whole_and_fails_the_bench(tm
                                            capture_output=True).returncode != 0:
         pytest.skip("needs root to mount a tiny tmpfs")
     try:
-        with NullServer(ttft_ms=2, itl_ms=1) as srv:
+        with NullServer(Behaviour(ttft_ms=2, itl_ms=1)) as srv:
             p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
                                 "--b", "1", "--requests", "60", "--max-tokens", "8", "--tokenizer", "none",
                                 "--out", str(mnt / "run")], capture_output=True, text=True, timeout=120)

@@ -6,14 +6,14 @@ schedule, so what a level can serve follows from it — a server with `slots` st
 TTFT + (N − 1) × ITL, completes at most slots ÷ (TTFT + (N − 1) × ITL) requests a second.
 """
 import heapq
-import json
 import subprocess
 import sys
 
 import pytest
 
 import presets
-from measure.control.knee import find_knee, measure_levels
+from measure.control.knee import KneeResult, find_knee, measure_levels
+from measure.machine.recorder import read_jsonl
 from measure.control.sweep import SweepConfig
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import Poisson
@@ -127,10 +127,10 @@ def test_a_rate_level_offers_the_rate_it_is_named_for():
 def test_rate_knee_over_http_on_the_null_server():
     """Through the HTTP source against the null server in this process: 1 ms to the first token, none after
     (infinitely fast at this scale), 32 streams: every level from 4 to 16 req/s keeps up."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=1, itl_ms=0) as srv:
+    with NullServer(Behaviour(ttft_ms=1, itl_ms=0)) as srv:
         src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=32, events=False)
         src.start()
         try:
@@ -144,10 +144,10 @@ def test_a_rate_level_held_back_by_the_clients_streams_says_so():
     """Over HTTP an open loop capped by the client (--b asked as its cap: cap_open_loop) goes through its B streams:
     with B = 1 against the null server (which serves any number at once) the queue is the client's, and the level
     that fails says so. (Uncapped, the default, it is not held back: tests/test_seams.py.)"""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20, itl_ms=10) as srv:
+    with NullServer(Behaviour(ttft_ms=20, itl_ms=10)) as srv:
         src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False, cap_open_loop=True)
         src.start()
         try:
@@ -188,10 +188,10 @@ def test_find_users_over_http_runs_every_user_it_names():
     """--max-b 4 over HTTP, users 1 … 16 on the null server: each level's records show as many users in
     flight at once, and as many distinct streams, as the level names (it ran 4 streams for 8 and 16 users
     and still said "serves 16 concurrent users")."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=2, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=2, itl_ms=1)) as srv:
         src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False)
         src.start()
         try:
@@ -209,7 +209,7 @@ def test_find_users_stops_with_one_line_when_the_source_runs_fewer():
     """A source that opens at most 4 streams, whatever is asked, its users following its streams (what the HTTP
     source did with B capped at --max-b): the search stops at 8 users with a line saying only 4 ran, and does
     not claim 8 or more."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
     class FourStreams(HttpSource):
@@ -219,7 +219,7 @@ def test_find_users_stops_with_one_line_when_the_source_runs_fewer():
         def set_users(self, users):
             super().set_users(None)
 
-    with NullServer(ttft_ms=2, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=2, itl_ms=1)) as srv:
         src = FourStreams(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False)
         src.start()
         try:
@@ -247,14 +247,12 @@ def test_bench_find_users_over_http_says_the_users_it_ran(tmp_path):
         proc.terminate()
         proc.wait(10)
     assert p.returncode == 0, p.stderr[-2000:]
-    knee = json.loads((tmp_path / "knee.json").read_text())
-    recs = [RequestRecord.from_dict(json.loads(line)) for line in (tmp_path / "records.jsonl").read_text().splitlines()
-            if '"request_id"' in line]
+    knee = KneeResult.read(tmp_path / "knee.json")
     by_b: dict = {}
-    for r in recs:
+    for r in read_jsonl(tmp_path / "records.jsonl").records:
         by_b.setdefault(r.b, []).append(r)
-    assert knee["knee"] == 256, knee
-    assert all(st["peak_users"] == st["level"] for st in knee["steps"]), knee["steps"]
+    assert knee.knee == 256, knee
+    assert all(st.peak_users == st.level for st in knee.steps), knee.steps
     assert _peak_in_flight(by_b[256]) == 256
     assert "serves 256 concurrent users" in p.stdout
 

@@ -8,10 +8,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import presets
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live import LiveController, LiveHooks, LiveSettings
 from measure.control.runs import cells_from_records
 from measure.control.cell import Cell, Spec
 from measure.core import metrics as M
+from measure.core.lines import RunHeader, Sample
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.units import NS, parse_size
 from measure.core.workload import ClosedLoop, Load, PrefixCache, RequestMaker
@@ -52,8 +53,8 @@ def scripted_controller():
     clock = FakeClock()
     clock.now = 0
     src = Scripted()
-    c = LiveController(src, WL, LiveSettings(window_s=5.0), sys_probe=FixedProbe(), procs_probe=NoProcesses(),
-                       clock=clock)
+    c = LiveController(src, WL, LiveSettings(window_s=5.0),
+                       hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
     return c, src, clock
 
 
@@ -153,15 +154,14 @@ def test_report_times_each_level_by_its_own_periods():
     for k, a, e, rate in plan:
         for i in range(int((e - a) * 2)):
             t = a + i / 2
-            samples.append({"kind": "sample", "t_ns": int(t * NS), "k": k or 1, "b": 1, "mode": "instances",
-                            "paused": k is None})
+            samples.append(Sample(t_ns=int(t * NS), k=k or 1, b=1, mode="instances", paused=k is None, system={}))
         if k is None:
             continue
         n = int((e - a) * rate)
         rid += 1
         records.append(rec(rid, a, a, [a + i / rate for i in range(n)], k=k))
-    samples.append({"kind": "sample", "t_ns": 210 * NS, "k": 1, "b": 1, "mode": "instances", "paused": False})
-    cells = {c.k: c for c in cells_from_records(records, {"model_bytes": 1}, samples)}
+    samples.append(Sample(t_ns=210 * NS, k=1, b=1, mode="instances", paused=False, system={}))
+    cells = {c.k: c for c in cells_from_records(records, RunHeader(model_bytes=1), samples)}
     assert cells[1].output_throughput == pytest.approx(9.5, rel=0.01)
     assert cells[2].output_throughput == pytest.approx(12.0, rel=0.01)
     assert len(cells[1].timing.periods) == 3 and cells[1].timing.seconds == pytest.approx(120.0)
@@ -259,10 +259,10 @@ def test_bad_prefix_cache_is_one_line():
 def test_http_tokens_reach_the_window_while_the_stream_runs():
     """A 40-token stream at 50 ms per token (2 s): its tokens are on the event queue before it ends, so the
     live window sees them as they come (they used to arrive all at once at the end)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20, itl_ms=50, usage="continuous") as srv:
+    with NullServer(Behaviour(ttft_ms=20, itl_ms=50, usage="continuous")) as srv:
         src = HttpSource(srv.url, RunMeta("http", "?", 0), b=1)
         src.start()
         src.wait_ready(30)
@@ -285,9 +285,9 @@ def test_http_tokens_reach_the_window_while_the_stream_runs():
 
 def test_several_tokens_per_chunk_are_counted_from_the_final_usage():
     """The server packs 3 tokens per chunk and sends usage only at the end: 24 tokens, not 8 chunks."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="final") as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="final")) as srv:
         src = http_source(srv.url)
         src.start()
         recs = src.run_requests(Load(WL, ClosedLoop(1, total=1), 24), timeout=30)
@@ -324,10 +324,10 @@ class NullTokenizer:
 def test_prompt_ids_go_to_a_server_that_tokenizes_as_we_do():
     """The null server's /tokenize gives our ids for the probe: prompts go as ids (BOS, the unique prefix's
     ids, the prompt's), prompt_tokens = their count: a synthetic prompt of 12 tokens + a 2-word prefix = 14."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=5, itl_ms=2, usage="none") as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2, usage="none")) as srv:
         src = HttpSource(srv.url, RunMeta("http", "?", 0), b=1, events=False, tokenizer=NullTokenizer())
         src.start()
         recs = src.run_requests(Load(presets.workload("synthetic:12"), ClosedLoop(1, total=2), 3), timeout=30)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import presets
-from engines.null_server import NullServer
+from engines.null_server import Behaviour, NullServer
 from measure.core.arrivals import ArrivalSpec
 from measure.core.clients import Segment
 from measure.core.records import RunMeta
@@ -21,7 +21,7 @@ TOKENS = 6
 
 @pytest.fixture(scope="module")
 def server():
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv
 
 

@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from measure.core.lines import (EventLine, LineError, RunHeader, Sample, StepRow, check, check_line,
-                                event_line, request_of, step_row_line, to_line)
-from measure.machine.recorder import Recorder, read_jsonl
+from measure.core.lines import (ClockCheck, Endpoint, EventLine, LineError, RunHeader, Sample, StepLine, StepRow,
+                                UnknownLine, check, check_line, event_line, line_of, request_of, step_row_line,
+                                to_line)
+from measure.machine.recorder import Recorder, encoded, read_header, read_jsonl, read_lines
 from measure.core.records import RequestRecord
 
 MAIN = Path(__file__).parent / "data" / "written_by_main"
@@ -40,14 +41,12 @@ def test_every_line_kind_written_reads_back_equal(tmp_path):
     path = written(tmp_path)
     headers, records, other = read_jsonl(path)
     head = RunHeader.of(HEADER)
-    assert [RunHeader.of(h) for h in headers] == [RunHeader.of(head.to_line())]
-    assert headers[0] == head.to_line() == dict(HEADER, kind="header")
+    assert headers == [RunHeader.of(head.to_line())]
+    assert headers[0].to_line() == head.to_line() == dict(HEADER, kind="header")
+    assert (headers[0].engine, headers[0].model_bytes, headers[0].settings) == ("llama.cpp", 1000, {"window_s": 5.0})
     assert records == [REQUEST]
-    event, sample, row = other
-    assert event == {"type": "load_started", "kind": "event", "t_ns": 9, "text": "load started"}
-    assert EventLine(t_ns=event["t_ns"], text=event["text"]) == EventLine(t_ns=9, text="load started")
-    assert Sample(**sample) == SAMPLE
-    assert row.pop("kind") == "step_row" and row.pop("t_ns") == 11 and StepRow(**row) == ROW
+    assert other == [EventLine(t_ns=9, text="load started", type="load_started"), SAMPLE, StepLine(11, ROW)]
+    assert read_jsonl(path).samples == [SAMPLE] and read_jsonl(path).steps == [StepLine(11, ROW)]
 
 
 def test_the_bytes_are_the_dict_literals_ones(tmp_path):
@@ -67,14 +66,16 @@ def test_the_recording_main_wrote_loads_and_replays():
     from measure.control.runs import load_run
 
     path = MAIN / "recording.jsonl"
-    headers, records, other = read_jsonl(path)
-    kinds = [o["kind"] for o in other]
-    assert len(headers) == 1 and len(records) == 41
-    assert (kinds.count("sample"), kinds.count("event"), kinds.count("step_row")) == (22, 6, 1)
-    h = RunHeader.of(headers[0])
+    lines = read_jsonl(path)
+    assert len(lines.headers) == 1 and len(lines.records) == 41
+    assert (len(lines.samples), len(lines.events), len(lines.steps)) == (22, 6, 1) and len(lines.other) == 29
+    h = lines.headers[0]
     assert (h.command, h.engine, h.model, h.model_bytes, h.max_tokens) == ("dashboard", "http", None, 1_000_000, 4)
-    (row,) = [o for o in other if o["kind"] == "step_row"]
-    assert StepRow(**{k: v for k, v in row.items() if k not in ("kind", "t_ns")}).requests == 34
+    assert h.endpoints == [Endpoint(url=h.url, chip=None, label="127.0.0.1:37083", bandwidth_gbps=None)]
+    assert (h.ignore_eos, h.workload, h.arrivals, h.environment and h.environment.os) == (
+        True, "default", None, "Linux 6.18.44-fc-v669")
+    assert lines.steps[0].row.requests == 34
+    assert [e.type for e in lines.events].count("level") >= 1
     rec = Recording.load(path)
     r = ReplayController(rec)
     r.advance_to(rec.end_ns)
@@ -87,7 +88,9 @@ def test_the_bench_output_main_wrote_loads():
     from measure.control.runs import load_run
 
     headers, records, other = read_jsonl(MAIN / "bench" / "records.jsonl")
-    assert RunHeader.of(headers[0]).command == "bench" and len(records) == 6 and other == []
+    assert headers[0].command == "bench" and len(records) == 6 and other == []
+    assert (headers[0].argv or [])[:2] == ["--engine", "http"] and headers[0].requests == 3
+    assert read_header(MAIN / "bench" / "records.jsonl") == headers[0]
     run = load_run(MAIN / "bench")
     assert [(c.k, c.b, c.ok) for c in run.cells] == [(1, 1, True), (1, 2, True)]
 
@@ -173,3 +176,87 @@ def test_main_s_lines_rewritten_through_the_schemas_are_the_same_bytes():
         assert dumps(again) == line
         seen.add(kind)
     assert seen == {"header", "request", "event", "sample", "step_row"}
+
+
+@pytest.mark.parametrize("name", ["recording.jsonl", "bench/records.jsonl"])
+def test_main_s_files_read_typed_and_written_again_are_the_same_bytes(tmp_path, name):
+    """A recording and a bench records.jsonl written by main (tests/data/written_by_main), read into their
+    dataclasses (read_lines: every line, in order) and written again as the recorder writes: the file's bytes."""
+    path = MAIN / name
+    lines = read_lines(path)
+    assert {type(x).__name__ for x in lines} >= ({"RunHeader", "RequestRecord", "EventLine", "Sample", "StepLine"}
+                                                 if name == "recording.jsonl" else {"RunHeader", "RequestRecord"})
+    assert b"".join(encoded(x) for x in lines) == path.read_bytes()
+    # through a Recorder too: the header first, then every line as the dashboard and the sweep hand them over
+    again = tmp_path / "again.jsonl"
+    rec = Recorder(again, lines[0].to_line(), fsync=False)
+    for x in lines[1:]:
+        rec.record(x) if isinstance(x, RequestRecord) else rec.write(to_line(x) if isinstance(x, Sample)
+                                                                     else x.to_line())
+    rec.close()
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_an_event_keeps_its_type_level_and_a_clients_outcome_in_order():
+    outcome = {"type": "client", "client": 1, "state": "done", "why": None, "sent": 3, "requests": 3, "records": 3}
+    line = event_line(5, "client 1/2 done", outcome)
+    assert list(line) == ["type", "client", "state", "why", "sent", "requests", "records", "kind", "t_ns", "text"]
+    ev = line_of(line, "here")
+    assert (ev.type, ev.level, ev.more["state"], ev.to_line()) == ("client", None, "done", line)
+    log = line_of(event_line(6, "slow", {"level": "warn"}), "here")
+    assert (log.type, log.level, log.more) == (None, "warn", {})
+
+
+def test_a_header_s_nested_fields_are_typed_and_checked():
+    h = RunHeader.of(dict(HEADER, clock_check={"method": "Date", "offset_s": 0.01, "bound_s": 0.002, "why": None,
+                                               "samples": 3}, segment=[1, 2], endpoints=[{"url": "u", "chip": None,
+                                                                                          "label": "a"}]))
+    assert h.clock_check == ClockCheck(offset_s=0.01, bound_s=0.002, samples=3, why=None)
+    assert h.segment == [1, 2] and h.endpoints == [Endpoint(url="u", label="a")]
+    assert h.to_line()["clock_check"]["method"] == "Date"  # the keys the schema does not name are kept as written
+    with pytest.raises(LineError, match="whose clock_check is {'offset_s': '0.1'}, not ClockCheck | None"):
+        RunHeader.of(dict(HEADER, clock_check={"offset_s": "0.1"}))
+    with pytest.raises(LineError, match="whose endpoints is"):
+        RunHeader.of(dict(HEADER, endpoints=[{"bandwidth_gbps": "fast"}]))
+
+
+def test_a_kind_from_later_is_kept_as_written():
+    line = {"kind": "a kind from later", "x": [1]}
+    assert line_of(line, "here") == UnknownLine("a kind from later", line)
+    assert encoded(line_of(line, "here")) == b'{"kind":"a kind from later","x":[1]}\n'
+
+
+def test_main_s_find_output_reads_its_knee_typed_and_rewrites_it_byte_for_byte(tmp_path):
+    """bench --find's knee.json, written by main before it had a dataclass (tests/data/written_by_main/find):
+    read into KneeResult (the run's own field, not a header key), written again: the file's bytes; the report
+    marks the knee it names; its records.jsonl rewrites byte for byte too."""
+    from measure.control import report as R
+    from measure.control.knee import KneeResult, KneeStep
+    from measure.control.runs import load_run
+
+    folder = MAIN / "find"
+    knee = KneeResult.read(folder / "knee.json")
+    assert (knee.find, knee.knee, knee.first_out, knee.target) == ("users", 2, 3, 0.9)
+    assert knee.steps[0] == KneeStep(1, True, None, "100% of requests within the SLO", peak_users=1)
+    knee.write(tmp_path / "knee.json")
+    assert (tmp_path / "knee.json").read_bytes() == (folder / "knee.json").read_bytes()
+    run = load_run(folder)
+    assert run.knee == knee and "_knee" not in run.header.line
+    x, label = R._knee(run, run.cells)
+    assert label == "2 (users)" and x == next(c.achieved_concurrency for c in run.cells if c.knee.level == 2)
+    lines = read_lines(folder / "records.jsonl")
+    assert b"".join(encoded(x) for x in lines) == (folder / "records.jsonl").read_bytes()
+
+
+def test_a_knee_json_bench_find_did_not_write_is_refused_naming_its_field(tmp_path):
+    from measure.control.knee import KneeResult
+    from measure.control.runs import load_run
+
+    bad = json.loads((MAIN / "find" / "knee.json").read_text())
+    bad["steps"][1]["within"] = "yes"
+    (tmp_path / "knee.json").write_text(json.dumps(bad))
+    with pytest.raises(LineError, match="whose steps is"):
+        KneeResult.read(tmp_path / "knee.json")
+    for f in ("records.jsonl", "summary.json"):
+        (tmp_path / f).write_bytes((MAIN / "find" / f).read_bytes())
+    assert load_run(tmp_path).knee is None  # the report then marks the knee from the cells' attainment

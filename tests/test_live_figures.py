@@ -9,7 +9,7 @@ import math
 import pytest
 
 import presets
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live import LiveController, LiveHooks, LiveSettings
 from measure.control.wall import Step, WallWatch
 from measure.core import metrics as M
 from measure.core.readings import SystemSample
@@ -27,8 +27,8 @@ def controller(k=1, b=1, mode="instances", bandwidth=100.0, model_bytes=253_113_
                            **fleet_kw)
     settings = LiveSettings(max_tokens=max_tokens, bandwidth_gbps=bandwidth, bandwidth_source="--bandwidth",
                             chip="test chip", slo=slo)
-    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(),
-                       procs_probe=NoProcesses(), clock=clock)
+    c = LiveController(fleet, presets.workload("default"), settings,
+                       hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
     c.start(thread=False)
     return c, fleet, clock
 
@@ -214,12 +214,13 @@ def test_a_batching_server_is_not_named_a_one_at_a_time_queue():
     of each: ≈ 1.2 streams, which named the wall 'server queue (one request at a time …)'."""
     import time
 
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=400, itl_ms=20) as srv:
+    with NullServer(Behaviour(ttft_ms=400, itl_ms=20)) as srv:
         src = HttpSource(srv.url, RunMeta(engine="http", model="null", model_bytes=0, mode="http"), b=2)
-        c = LiveController(src, presets.workload("default"), LiveSettings(max_tokens=30), procs_probe=NoProcesses())
+        c = LiveController(src, presets.workload("default"), LiveSettings(max_tokens=30),
+                           hooks=LiveHooks(procs_probe=NoProcesses()))
         try:
             c.start(thread=False)
             end = time.monotonic() + 4.5

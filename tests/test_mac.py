@@ -11,7 +11,7 @@ from measure.core import guard
 from measure.core.readings import ThermalLog
 from measure.machine import host, probes
 from measure.core.guard import GiB, MiB
-from measure.core.sizing import chip_predictions, plan, unified_memory
+from measure.core.sizing import PlanMachine, chip_predictions, plan, unified_memory
 from measure.machine.model_files import work_model
 
 
@@ -130,23 +130,23 @@ def test_the_published_48gb_sweep_is_refused_where_it_collapsed():
     assert shape.per_token("bf16") == 128 * 1024 and shape.intermediate == 14336
     old = plan(shape, [4096], 48 * GiB, "bf16")
     assert old["rows"][0]["max_b_one_engine"] >= 48  # the old rule: 51 sequences "fit"
-    new = plan(shape, [4096], 48 * GiB, "bf16", unified=True)
+    new = plan(shape, [4096], 48 * GiB, "bf16", machine=PlanMachine(unified=True))
     assert new["budget"] == 36 * GiB
     assert 16 <= new["rows"][0]["max_b_one_engine"] < 32
     assert new["rows"][0]["engine_per_request"] == pytest.approx(232 * MiB, rel=0.001)
-    fp = guard.engine_footprint("batch", 1, 32, b_cap=32, seq_ctx=4096, ctx=0, weight_bytes=shape.weight_bytes,
-                                kv_per_token=shape.per_token("bf16"),
-                                seq_extra_bytes=shape.prefill_bytes_per_seq(4096))
+    fp = guard.engine_footprint("batch", 1, 32, guard.EngineMemory(
+        b_cap=32, seq_ctx=4096, ctx=0, weight_bytes=shape.weight_bytes, kv_per_token=shape.per_token("bf16"),
+        seq_extra_bytes=shape.prefill_bytes_per_seq(4096)))
     assert guard.admit(fp, new["budget"]) is not None
-    fp16 = guard.engine_footprint("batch", 1, 16, b_cap=16, seq_ctx=4096, ctx=0, weight_bytes=shape.weight_bytes,
-                                  kv_per_token=shape.per_token("bf16"),
-                                  seq_extra_bytes=shape.prefill_bytes_per_seq(4096))
+    fp16 = guard.engine_footprint("batch", 1, 16, guard.EngineMemory(
+        b_cap=16, seq_ctx=4096, ctx=0, weight_bytes=shape.weight_bytes, kv_per_token=shape.per_token("bf16"),
+        seq_extra_bytes=shape.prefill_bytes_per_seq(4096)))
     assert guard.admit(fp16, new["budget"]) is None
 
 
 def test_the_predicted_batch_curve_peaks_on_a_48gb_mac():
     shape = guard.shape_from_preset("llama-3.1-8b")
-    result = plan(shape, [4096], 48 * GiB, "bf16", unified=True)
+    result = plan(shape, [4096], 48 * GiB, "bf16", machine=PlanMachine(unified=True))
     _, m, rows = chip_predictions(llama_8b, "apple-m4-pro", 128, 256, context=4096,
                                   result=result)
     assert m.flops is not None  # the compute ceiling is drawn

@@ -13,7 +13,7 @@ from engines.base import EngineError, EngineSpec, Prompt
 from engines.registry import make_engine
 from engines.http_openai import endpoint_body, new_session, stream_one
 from engines.null import NullEngine
-from engines.null_server import NullServer
+from engines.null_server import Behaviour, NullServer
 
 MS = 1_000_000
 
@@ -121,7 +121,7 @@ def test_a_streams_requests_one_after_another_keep_one_connection():
             return [await stream_one(client, url + "/completions", endpoint_body("completions", None, "a b", 3, True),
                                      {}, stall_s=5.0) for _ in range(5)]
 
-    with NullServer(ttft_ms=1, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=1, itl_ms=1)) as srv:
         results = asyncio.run(go(srv.url))
         made = srv.app.connections_total
     assert [(r.error, len(r.token_ns)) for r in results] == [(None, 3)] * 5
@@ -155,7 +155,7 @@ def test_a_request_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(
             return [await stream_one(client, url + "/completions", endpoint_body("completions", None, "a b", 3, True),
                                      {}, stall_s=5.0) for _ in range(n)]
 
-    srv = NullServer(ttft_ms=1, itl_ms=1)
+    srv = NullServer(Behaviour(ttft_ms=1, itl_ms=1))
     real = srv.app.handle
     srv.app.handle = lambda reader, writer: real(_DropsSecondRequest(reader), writer)
     with srv:
@@ -170,7 +170,7 @@ def test_a_request_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(
             line = await self.reader.readline()
             return b"" if line.startswith(b"POST ") else line
 
-    srv = NullServer(ttft_ms=1, itl_ms=1)
+    srv = NullServer(Behaviour(ttft_ms=1, itl_ms=1))
     real = srv.app.handle
     srv.app.handle = lambda reader, writer: real(_DropsAll(reader), writer)
     with srv:
@@ -178,7 +178,7 @@ def test_a_request_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(
     assert res.error and res.unreachable and res.resent and not res.token_ns
 
 def test_continuous_usage_counts_packed_tokens():
-    with NullServer(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="continuous") as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="continuous")) as srv:
         _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b c", 10, True))
         _, chat, _ = _stream(srv.url + "/chat/completions", endpoint_body("chat", None, "hi", 5, True))
     assert res.error is None and res.finish_reason == "length"
@@ -193,7 +193,7 @@ def test_continuous_usage_counts_packed_tokens():
 
 
 def test_final_usage_is_spread_over_the_chunks():
-    with NullServer(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="final") as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=3, tokens_per_chunk=3, usage="final")) as srv:
         _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b c", 10, True))
         _, chat, _ = _stream(srv.url + "/chat/completions", endpoint_body("chat", None, "hi there", 7, True))
     assert res.error is None and res.token_count == "chunks+final-usage"
@@ -203,7 +203,7 @@ def test_final_usage_is_spread_over_the_chunks():
 
 
 def test_no_usage_counts_chunks():
-    with NullServer(ttft_ms=5, itl_ms=2, tokens_per_chunk=2, usage="none") as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2, tokens_per_chunk=2, usage="none")) as srv:
         _, res, _ = _stream(srv.url + "/completions", endpoint_body("completions", None, "x", 5, True))
     assert res.error is None
     assert (len(res.token_ns), res.token_count, res.server_output_tokens) == (3, "chunks", None)
@@ -211,7 +211,7 @@ def test_no_usage_counts_chunks():
 
 def test_prompt_ids_and_on_tokens_as_chunks_arrive():
     calls = []
-    with NullServer(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="continuous") as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=5, tokens_per_chunk=3, usage="continuous")) as srv:
         body = endpoint_body("completions", "null", list(range(100, 137)), 10, True)
         assert body["cache_prompt"] is False and body["stream_options"]["continuous_usage_stats"] is True
         _, res, t_end = _stream(srv.url + "/completions", body,
@@ -285,7 +285,7 @@ def test_the_last_event_says_when_the_request_arrived_and_its_first_chunk_went_o
     from measure.control.cell import server_check
     from measure.core.records import RequestRecord
 
-    with NullServer(ttft_ms=10, itl_ms=2, usage=usage) as srv:
+    with NullServer(Behaviour(ttft_ms=10, itl_ms=2, usage=usage)) as srv:
         t0, res, t_end = _stream(srv.url + "/completions", endpoint_body("completions", None, "a b", 3, True))
         _, chat, _ = _stream(srv.url + "/chat/completions", endpoint_body("chat", None, "hi", 1, True))
     for r in (res, chat):
@@ -359,7 +359,7 @@ def test_the_http_sources_loop_starts_its_tasks_eagerly():
     from measure.core.records import RunMeta
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=1, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=1, itl_ms=1)) as srv:
         src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False)
         src.start()
         try:
@@ -390,7 +390,7 @@ def test_a_chunk_is_stamped_when_it_came_off_the_socket_not_when_the_loop_got_to
             loop.call_at(t + 0.060, hold, "second", 0.050)
             return await stream_one(client, url, body, {}, stall_s=5.0)
 
-    with NullServer(ttft_ms=50, itl_ms=100) as srv:
+    with NullServer(Behaviour(ttft_ms=50, itl_ms=100)) as srv:
         res = asyncio.run(go(srv.url + "/completions"))
     assert res.error is None and len(res.token_ns) == 1
     assert marks["first end"] <= res.token_ns[0] < marks["second"] < marks["second end"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
 from measure.control.steps import StepRow
 from measure.core.readings import SystemSample
 from presets import slo
@@ -77,7 +77,8 @@ def test_workers_and_clients():
 
 
 def test_log_lines_after_the_last_seen():
-    log = ((1, 0.5, "info", "serving default"), (2, 12.25, "warn", "K=3 refused"), (3, 13.0, "error", "worker 1 died"))
+    log = (LogLine(1, 0.5, "info", "serving default"), LogLine(2, 12.25, "warn", "K=3 refused"),
+           LogLine(3, 13.0, "error", "worker 1 died"))
     got = render_log(log, 1)
     assert [(seq, line.plain, err) for seq, line, err in got] == [
         (2, "   12.2s warn  K=3 refused", None), (3, "   13.0s error worker 1 died", "worker 1 died")]

@@ -9,7 +9,7 @@ import pytest
 
 from measure.core import work as W
 from measure.core.metrics import read_bandwidth
-from measure.core.roofline import Machine, predict
+from measure.core.roofline import Lengths, Machine, predict
 from measure.machine.model_files import work_from_config
 from presets import Chip
 
@@ -82,11 +82,11 @@ def test_moe_reads_its_routed_experts_not_the_file() -> None:
 def test_moe_roofline_on_a_chip_and_the_bandwidth_product_below_the_line() -> None:
     m = _moe()
     chip = Machine("test", 100.0, "spec")
-    p1 = predict(m, chip, "instances", 1, 1, prompt_tokens=0, output_tokens=2, context=0)
+    p1 = predict(m, chip, "instances", 1, 1, at=Lengths(prompt_tokens=0, output_tokens=2, context=0))
     assert p1.tpot_s == pytest.approx(200e6 / 100e9)  # 2 ms: 200 MB at 100 GB/s
-    pk = predict(m, chip, "instances", 2, 1, prompt_tokens=0, output_tokens=2, context=0)
+    pk = predict(m, chip, "instances", 2, 1, at=Lengths(prompt_tokens=0, output_tokens=2, context=0))
     assert pk.tpot_s == pytest.approx(2 * 200e6 / 100e9)  # K instances share β: K · W / β
-    p4 = predict(m, chip, "batch", 1, 4, prompt_tokens=0, output_tokens=2, context=0)
+    p4 = predict(m, chip, "batch", 1, 4, at=Lengths(prompt_tokens=0, output_tokens=2, context=0))
     assert p4.tpot_s == pytest.approx(373.4375e6 / 100e9)
     # the bandwidth product with the bytes really read lands on the line; with the file's bytes 2.5× above it
     bw = read_bandwidth("instances", m, agg_tps=1 / p1.tpot_s)
@@ -102,8 +102,8 @@ def test_step_overhead_adds_to_every_step() -> None:
                 effective_source="test table") if "effective_bandwidth_gbps" in Chip.__dataclass_fields__ else None
     m = Machine("x", 150.0, "effective", step_overhead_s=0.003) if chip is None else Machine.from_chip(chip)
     assert m.step_overhead_s == pytest.approx(0.003)
-    p = predict(_moe(experts=None, weight_bytes=300_000_000), m, "instances", prompt_tokens=0, output_tokens=2,
-                context=0)
+    p = predict(_moe(experts=None, weight_bytes=300_000_000), m, "instances",
+                at=Lengths(prompt_tokens=0, output_tokens=2, context=0))
     assert p.tpot_s == pytest.approx(0.003 + 300e6 / 150e9)  # 5 ms: 3 ms fixed + 2 ms of bytes
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from measure.core.lines import EventLine
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import ray_clients as R  # noqa: E402
 import truth_matrix as T  # noqa: E402
@@ -122,7 +124,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     owner = deal([1, 1], REQUESTS)
     assert all(owner[r.request_id - ids[0]] == r.extra["client"] for r in recs), "each client sent its own share"
     assert any(0 < g < REQUESTS for g in growth), f"records were not streamed while the run went on: {growth}"
-    assert [e["state"] for e in other if e.get("type") == "client"] == ["done", "done"]
+    assert [e.more["state"] for e in other if isinstance(e, EventLine) and e.type == "client"] == ["done", "done"]
     # the combined cell = every client's records pooled on the driver's clock (report --combine's figures)
     (cell,) = run.cells
     truth = Cell.measure(recs, Spec(1, 1, 0, mode="http", slo=plan.slo))
@@ -159,6 +161,7 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     said so; an actor killed is named (an error line) and its row is down, its streams dealt to the other, which goes on."""
     import ray
 
+    from measure.control.cluster import ClusterSpec
     from measure.control.runplan import make_plan
     from tui.cli import build_parser
 
@@ -167,7 +170,7 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
                             "--tokenizer", "none", "--ray", cluster, "--clients", "2", "--weights", "2,1"])
     plan = make_plan(args, default_max_tokens=128)
     rec = tmp_path / "live.jsonl"
-    run = plan.start_live(str(rec), brake=True, ray=(cluster, 2, [2, 1]))
+    run = plan.start_live(str(rec), brake=True, ray=ClusterSpec(cluster, 2, [2, 1]))
     src, c = run.peers, run.controller
     try:
         assert [x.streams for x in src.clients] == [2, 1]
@@ -195,7 +198,7 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     from measure.machine.recorder import read_jsonl
 
     head = read_jsonl(rec)[0][0]
-    assert [x["client"] for x in head["ray"]["client_list"]] == [1, 2]
+    assert [x["client"] for x in head.line["ray"]["client_list"]] == [1, 2]
 
 
 def _signal_later(clients, plan: list[tuple[float, int, int]], fired: dict[int, float]):
@@ -238,8 +241,8 @@ def test_a_client_killed_or_stalled_mid_run_is_named_its_records_kept_its_unsent
         assert 0 < len(by[c.i]) == len(c.records) < c.requests and c.sent < c.requests
         (w,) = [w for w in run.warnings if f"client {c.i}/3" in w]
         assert f"{c.requests - c.sent} requests of the schedule" in w and "were not sent" in w, w
-        (ev,) = [e for e in other if e.get("type") == "client" and e["client"] == c.i]
-        assert ev["state"] == c.state and ev["sent"] == c.sent and ev["records"] == len(by[c.i])
+        (ev,) = [e for e in other if isinstance(e, EventLine) and e.type == "client" and e.more["client"] == c.i]
+        assert ev.more["state"] == c.state and ev.more["sent"] == c.sent and ev.more["records"] == len(by[c.i])
     (cell,) = run.cells
     assert cell.requests.completed == len(recs), "the combined cell counts the records every client left"
 

@@ -16,7 +16,7 @@ def test_cut_last_line_is_skipped_with_a_warning(tmp_path):
     path.write_text(text[:-20])  # a SIGKILL in the middle of a write
     with pytest.warns(UserWarning, match="last line is cut"):
         headers, records, _ = read_jsonl(path)
-    assert headers[0]["model"] == "m" and [r.request_id for r in records] == [0, 1]
+    assert headers[0].model == "m" and [r.request_id for r in records] == [0, 1]
     assert json.loads(text.splitlines()[1])["kind"] == "request"
 
 
@@ -103,7 +103,7 @@ def test_the_write_runs_on_the_writer_thread_never_on_the_fleet_io_thread_nor_th
 
     import presets
     from engines.base import EngineSpec
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.machine import recorder as R
     from measure.core.records import RunMeta
     from measure.core.workload import ClosedLoop, Load
@@ -131,7 +131,7 @@ def test_the_write_runs_on_the_writer_thread_never_on_the_fleet_io_thread_nor_th
         assert len(fleet.run_requests(Load(wl, ClosedLoop(2, total=6), 4), timeout=60)) == 6
     finally:
         fleet.close()
-    with NullServer(ttft_ms=2, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=2, itl_ms=1)) as srv:
         src = HttpSource(srv.url, meta, b=2, events=False, on_record=on_record)
         try:
             src.start()

@@ -5,7 +5,7 @@ import pytest
 
 import presets
 from measure.core.readings import Ceilings
-from measure.core.roofline import Machine, Point, calibrate, predict
+from measure.core.roofline import Lengths, Machine, Point, calibrate, predict
 from measure.core.work import config_params, from_gguf, from_preset
 from measure.machine.model_files import work_from_config
 
@@ -59,7 +59,7 @@ def test_bandwidth_bound_instances_pin_the_product():
     K × per-stream tok/s × W = 1000 GB/s at every K (seed 000's invariant)."""
     w = from_preset(presets.model("llama-3.1-8b"))
     for k in (1, 2, 4):
-        p = predict(w, gpu(), "instances", k=k, context=0)
+        p = predict(w, gpu(), "instances", k=k, at=Lengths(context=0))
         assert p.binding == "bandwidth"
         assert p.tpot_s == pytest.approx(k * w.weight_bytes / 1e12)
         assert k * p.per_stream_tps * w.weight_bytes / 1e9 == pytest.approx(1000.0)
@@ -70,8 +70,8 @@ def test_compute_bound_batch():
     960.6 GFLOP → 9.6 ms at context 0: bandwidth binds. At B = 256 compute (38.4 ms) binds."""
     w = from_preset(presets.model("llama-3.1-8b"))
     m = gpu(flops=100e12)
-    assert predict(w, m, "batch", b=64, context=0).binding == "bandwidth"
-    p = predict(w, m, "batch", b=256, context=0)
+    assert predict(w, m, "batch", b=64, at=Lengths(context=0)).binding == "bandwidth"
+    p = predict(w, m, "batch", b=256, at=Lengths(context=0))
     assert p.binding == "compute" and p.tpot_s == pytest.approx(256 * 15_009_849_344 / 100e12)
 
 
@@ -87,11 +87,11 @@ def test_core_bound_cpu():
     (20 + 7 × 2) / 1.6 = 21.25 ms per step."""
     w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
     m = cpu()
-    assert predict(w, m, "instances", 1, context=0).tpot_s == pytest.approx(0.0125)
-    p2 = predict(w, m, "instances", 2, context=0)
+    assert predict(w, m, "instances", 1, at=Lengths(context=0)).tpot_s == pytest.approx(0.0125)
+    p2 = predict(w, m, "instances", 2, at=Lengths(context=0))
     assert p2.tpot_s == pytest.approx(0.020) and p2.binding == "cores"
-    assert predict(w, m, "instances", 3, context=0).tpot_s == pytest.approx(0.030)
-    assert predict(w, m, "batch", 1, 8, context=0).tpot_s == pytest.approx(0.02125)
+    assert predict(w, m, "instances", 3, at=Lengths(context=0)).tpot_s == pytest.approx(0.030)
+    assert predict(w, m, "batch", 1, 8, at=Lengths(context=0)).tpot_s == pytest.approx(0.02125)
 
 
 def test_calibration_from_two_points():
@@ -102,7 +102,7 @@ def test_calibration_from_two_points():
                              Point("batch", 1, 8, 2, 0.030, output_tokens=2, prompt_tokens=0)])
     ctx_scale = w.flops_per_token(1) / w.flops_per_token(0)
     assert m.step_core_s * ctx_scale == pytest.approx(0.024 * ctx_scale, rel=1e-3)
-    assert predict(w, m, "batch", 1, 8, 2, prompt_tokens=0, output_tokens=2).tpot_s == pytest.approx(0.030, rel=1e-6)
+    assert predict(w, m, "batch", 1, 8, 2, at=Lengths(0, 2)).tpot_s == pytest.approx(0.030, rel=1e-6)
     with pytest.raises(ValueError):
         calibrate(w, cpu(), [Point("instances", 1, 1, 2, 0.01)] * 3)
 
@@ -128,16 +128,17 @@ def test_probe_format_round_trips():
 
 
 def test_wall_names_the_binding_ceiling_with_its_share():
-    from measure.control.wall import measured_wall as ceiling
+    from measure.control.wall import WallLoad, measured_wall as ceiling
 
     assert ceiling(23.0, None, 100.0, 2, attainable_gbps=25.0) == "memory bandwidth (92% of attainable)"
     assert ceiling(5.0, None, 190.0, 2, attainable_gbps=25.0) == "CPU cores (1.9 of 2 busy)"
     assert ceiling(10.0, None, 120.0, 2, 25.0, "compute").startswith("compute")
     assert ceiling(10.0, None, 60.0, 2, attainable_gbps=25.0) == "none: 60% headroom"
     # llama_cpp.server decodes one request at a time: 4 streams asked, 1.0 decoding
-    assert ceiling(None, None, 5.0, 2, remote=True, streams_asked=4, streams_decoding=1.0).startswith(
+    assert ceiling(None, None, 5.0, 2, load=WallLoad(remote=True, streams_asked=4, streams_decoding=1.0)).startswith(
         "server queue (one request at a time")
-    assert ceiling(None, None, 5.0, 2, remote=True, streams_asked=4, streams_decoding=3.8).startswith("not measured")
+    assert ceiling(None, None, 5.0, 2, load=WallLoad(remote=True, streams_asked=4,
+                                                     streams_decoding=3.8)).startswith("not measured")
 
 
 @pytest.mark.asyncio
@@ -180,7 +181,7 @@ def test_one_wall_rule_names_a_cpu_level_bandwidth_from_80_percent():
     and so must the predictor (it said 'compute' for anything under 100 %)."""
     w = _gemma()
     m = Machine("test CPU", 25.3113024, "test", cores=2, step_core_s=0.018, thread_speedup={1: 1.0, 2: 1.6})
-    p = predict(w, m, "instances", 1, threads=2, context=0)
+    p = predict(w, m, "instances", 1, threads=2, at=Lengths(context=0))
     assert p.tpot_s == pytest.approx(0.01125)
     live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 2, attainable_gbps=25.3113024)
     assert live == "memory bandwidth (89% of attainable)"
@@ -191,14 +192,16 @@ def test_one_wall_rule_names_a_cpu_level_bandwidth_from_80_percent():
 def test_one_wall_rule_k2_with_idle_cores_is_not_cores():
     """Audit 22 item 12. K = 2 instances of 1 thread each on 4 cores: 2 cores decode, 2 are idle; the step is
     the thread's 20 core-ms. It was 'cores' at every K > 1; the rule says compute, as the live view does."""
+    from measure.control.wall import WallLoad
+
     w = _gemma()
-    p = predict(w, cpu(cores=4), "instances", 2, threads=1, context=0)
+    p = predict(w, cpu(cores=4), "instances", 2, threads=1, at=Lengths(context=0))
     assert p.tpot_s == pytest.approx(0.020)
     assert p.binding == "compute"
-    live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 4, 1000.0, "compute", threads=2)
+    live = ceiling(p.bytes_per_s / 1e9, None, 200.0, 4, 1000.0, "compute", WallLoad(threads=2))
     assert live == "compute (2.0 of 4 cores busy)" and p.wall() == live
     # 3 instances on 2 cores: every core busy (time-shared): cores
-    p3 = predict(w, cpu(cores=2), "instances", 3, threads=1, context=0)
+    p3 = predict(w, cpu(cores=2), "instances", 3, threads=1, at=Lengths(context=0))
     assert p3.binding == "cores" and p3.wall() == "CPU cores (2.0 of 2 busy)"
 
 
@@ -221,9 +224,9 @@ def test_calibration_reproduces_a_bandwidth_bound_point():
     w = _gemma()
     for measured in (0.025, 0.015):
         m = replace_bw(cpu(), _bw_for(w, 0.020, 1))
-        assert predict(w, m, "instances", 1, 1, 2, prompt_tokens=0, output_tokens=2).tpot_s == pytest.approx(0.020)
+        assert predict(w, m, "instances", 1, 1, 2, at=Lengths(0, 2)).tpot_s == pytest.approx(0.020)
         cal = calibrate(w, m, [Point("instances", 1, 1, 2, measured, output_tokens=2, prompt_tokens=0)])
-        one = predict(w, cal, "instances", 1, 1, 2, prompt_tokens=0, output_tokens=2)
+        one = predict(w, cal, "instances", 1, 1, 2, at=Lengths(prompt_tokens=0, output_tokens=2))
         assert one.tpot_s == pytest.approx(measured, rel=1e-9)
     # a batch point faster than its bandwidth ceiling: B = 8 measured 18 ms where bandwidth alone is 20 ms
     m = replace_bw(cpu(), w.bytes_per_step([1] * 8) / 0.020 / 1e9)
@@ -231,7 +234,7 @@ def test_calibration_reproduces_a_bandwidth_bound_point():
            Point("batch", 1, 8, 2, 0.018, output_tokens=2, prompt_tokens=0)]
     cal = calibrate(w, m, pts)
     for p in pts:
-        again = predict(w, cal, p.mode, p.k, p.b, p.threads, prompt_tokens=0, output_tokens=2)
+        again = predict(w, cal, p.mode, p.k, p.b, p.threads, at=Lengths(prompt_tokens=0, output_tokens=2))
         assert again.tpot_s == pytest.approx(p.tpot_s, rel=1e-9)
 
 
@@ -264,9 +267,10 @@ def test_http_predicted_tpot_counts_the_endpoints_in_use():
     40 ms (Σβ over both listed said 20 ms); K = 2: 2 × 16 ÷ 800 = 40 ms. The report recomputes the same from
     the records file's header."""
     from measure.control.runs import cells_from_records
+    from measure.core.lines import RunHeader
 
-    header = {"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
-              "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]}
+    header = RunHeader.of({"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
+                           "endpoints": [{"url": "a", "bandwidth_gbps": 400.0}, {"url": "b", "bandwidth_gbps": 400.0}]})
     cells = cells_from_records(_http_records(1) + _http_records(2), header, [])
     assert [(c.k, c.prediction.tpot_ms) for c in cells] == [(1, pytest.approx(40.0)), (2, pytest.approx(40.0))]
 
@@ -325,7 +329,7 @@ def test_roofline_benchmark_judges_the_held_out_levels_only():
            ("batch", 16): 1.05}
     measured = []
     for mode, k, b, thr in levels:
-        p = predict(w, base, mode, k, b, thr, prompt_tokens=32, output_tokens=64)
+        p = predict(w, base, mode, k, b, thr, at=Lengths(prompt_tokens=32, output_tokens=64))
         f = off.get((mode, b if mode == "batch" else k), 1.0)
         measured.append({"mode": mode, "k": k, "b": b, "threads": thr, "tpot_s": p.tpot_s * f,
                          "ttft_engine_s": None, "aggregate_tps": p.aggregate_tps / f, "prompt_tokens": 32})

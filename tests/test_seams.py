@@ -4,13 +4,14 @@ from __future__ import annotations
 import pytest
 
 import presets
+from measure.core.lines import EventLine, RunHeader, Sample
 from sim import FakeClock, FixedProbe, NoProcesses, run_for
 
 NS = 1_000_000_000
 
 
 def _sim(k=1, warmup_s=0.0, slo="interactive"):
-    from measure.control.live import LiveController, LiveSettings
+    from measure.control.live import LiveController, LiveHooks, LiveSettings
     from measure.core.records import RunMeta
     from measure.sources.simulated import SimulatedFleet
 
@@ -20,8 +21,8 @@ def _sim(k=1, warmup_s=0.0, slo="interactive"):
     s = presets.slo(slo) if slo else None
     settings = LiveSettings(max_tokens=32, bandwidth_gbps=100.0, bandwidth_source="--bandwidth", chip="test chip",
                             slo=s)
-    c = LiveController(fleet, presets.workload("default"), settings, sys_probe=FixedProbe(),
-                       procs_probe=NoProcesses(), clock=clock)
+    c = LiveController(fleet, presets.workload("default"), settings,
+                       hooks=LiveHooks(sys_probe=FixedProbe(), procs_probe=NoProcesses(), clock=clock))
     c.start(thread=False)
     return c, fleet, clock
 
@@ -77,12 +78,12 @@ def _wl(n=16):
 def test_reasoning_tokens_count_tokens_when_chunks_pack_several():
     """(10) A server that packs 4 tokens per chunk and sends only a final usage: 48 thinking tokens are 48,
     not the 12 chunks they came in."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http import HttpSource
     from presets import Workload
 
-    with NullServer(ttft_ms=5.0, itl_ms=1.0, reasoning_tokens=48, tokens_per_chunk=4, usage="final") as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0, reasoning_tokens=48, tokens_per_chunk=4, usage="final")) as srv:
         src = HttpSource(srv.url, _meta(), b=1, endpoint="chat", events=False)
         src.start()
         try:
@@ -98,14 +99,14 @@ def test_an_http_open_loop_is_not_capped_by_the_client():
     """(2) Null server TTFT 20 ms, 2 ms/token, 16 tokens; 80 requests at 40/s, B 1: each is sent when due on a
     stream of its own, so TTFT p50 is the server's 20 ms (it read ≈ 0.98 s: the client's own queue of one
     stream); asked as a cap (cap_open_loop), the wait is there and the cell says so."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.cell import Cell, Spec
     from measure.core.arrivals import ArrivalSpec
     from measure.core.workload import Load
     from measure.sources.http import HttpSource
 
     out = {}
-    with NullServer(ttft_ms=20.0, itl_ms=2.0) as srv:
+    with NullServer(Behaviour(ttft_ms=20.0, itl_ms=2.0)) as srv:
         for cap in (False, True):
             src = HttpSource(srv.url, _meta(), b=1, events=False, cap_open_loop=cap)
             src.start()
@@ -140,9 +141,9 @@ def _pool_run(b, procs, total, users=None, srv_url=None):
 def test_two_client_processes_send_every_prompt_once():
     """(5) A closed loop of 16 over 2 client processes sends prompts 1–16 once each (it sent 1–8 twice), each
     request id with the prompt a one-process run gives it."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0)) as srv:
         two = _pool_run(2, 2, 16, srv_url=srv.url)
     ids = sorted(r.request_id for r in two)
     assert ids == list(range(ids[0], ids[0] + 16))
@@ -155,11 +156,11 @@ def test_two_client_processes_send_every_prompt_once():
 def test_the_pool_runs_the_users_asked():
     """(6) --users 1 --b 2 over 2 processes sends all 16 (8 were never sent and the cell waited for its
     timeout); --users 3 --b 4 over 2 keeps 3 in flight (it ran at 1.99)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import peak_in_flight
     from measure.core import metrics as M
 
-    with NullServer(ttft_ms=5.0, itl_ms=5.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=5.0)) as srv:
         one = _pool_run(2, 2, 16, users=1, srv_url=srv.url)
         three = _pool_run(4, 2, 18, users=3, srv_url=srv.url)
     assert len(one) == 16 and peak_in_flight(one) == 1
@@ -172,11 +173,11 @@ def test_the_pool_runs_the_users_asked():
 def test_the_pool_serves_a_larger_b_later():
     """(7) A pool sized for the sweep's largest B (2 processes) started at B=1, then B=97: no IndexError, and
     both processes serve the second cell."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http_pool import HttpPool
 
-    with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0)) as srv:
         pool = HttpPool(srv.url, _meta(), b=1, procs=2, events=False)
         pool.start()
         try:
@@ -213,12 +214,12 @@ def test_several_urls_mean_every_one_and_find_runs_on_all_of_them():
 
 def test_find_users_over_two_endpoints_loads_both():
     """(4) A --find users level of 4 users over two null servers: each server holds 2 of them."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import measure_levels
     from measure.control.sweep import SweepConfig
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=5.0, itl_ms=2.0) as a, NullServer(ttft_ms=5.0, itl_ms=2.0) as b:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=2.0)) as a, NullServer(Behaviour(ttft_ms=5.0, itl_ms=2.0)) as b:
         src = HttpSource([a.url, b.url], _meta(), b=1, events=False)
         src.start()
         try:
@@ -235,13 +236,13 @@ def test_find_users_over_two_endpoints_loads_both():
 
 def test_sessions_run_the_users_asked():
     """(3) bench --turns 2 --users 4 (B 1): 4 users hold conversations at once (it ran B × endpoints = 1)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import peak_in_flight
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.sessions import SessionSpec
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20.0, itl_ms=5.0) as srv:
+    with NullServer(Behaviour(ttft_ms=20.0, itl_ms=5.0)) as srv:
         src = HttpSource(srv.url, _meta(), b=1, events=False, endpoint="chat")
         src.start()
         try:
@@ -270,10 +271,10 @@ def test_report_times_a_level_from_when_it_began_not_the_key_press():
 
     recs = [_rec(i, 1, 2 * i, 10, gap=0.1) for i in range(15)]  # K=1 served until 30 s
     recs += [_rec(100 + i, 2, 30 + 2 * i, 20, gap=0.05) for i in range(10)]  # K=2: 200 tokens in [30, 50)
-    samples = [{"kind": "sample", "t_ns": int(t * NS), "k": 1 if t < 20 else 2, "b": 1, "mode": "instances",
-                "paused": False} for t in range(0, 51)]
-    events = [{"kind": "event", "type": "level", "t_ns": 30 * NS, "text": "K=2 B=1 instances"}]
-    cells = {c.k: c for c in cells_from_records(recs, {"model_bytes": 1}, samples, events)}
+    samples = [Sample(t_ns=int(t * NS), k=1 if t < 20 else 2, b=1, mode="instances", paused=False, system={})
+               for t in range(0, 51)]
+    events = [EventLine(type="level", t_ns=30 * NS, text="K=2 B=1 instances")]
+    cells = {c.k: c for c in cells_from_records(recs, RunHeader(model_bytes=1), samples, events)}
     assert cells[2].output_throughput == pytest.approx(10.0, rel=0.02)
     assert cells[1].output_throughput == pytest.approx(150 / 30, rel=0.02)
 
@@ -290,8 +291,8 @@ def test_combine_pools_segments_on_one_clock_with_goodput():
     b = [_rec(i, 1, 1000 + 0.5 * i, 10) for i in range(1, 20, 2)]  # client 2: odd, its clock 1000 s ahead
     runs = []
     for name, recs, zero in (("a", a, 0), ("b", b, 1000 * NS)):
-        h = {"model_bytes": 1, "slo": slo.describe(), "start_at_unix": 5000.0, "start_perf_ns": zero,
-             "segment": [1 if name == "a" else 2, 2], "max_tokens": 10, "ignore_eos": True}
+        h = RunHeader(model_bytes=1, slo=slo.describe(), start_at_unix=5000.0, start_perf_ns=zero,
+                      segment=[1 if name == "a" else 2, 2], max_tokens=10, ignore_eos=True)
         runs.append(Run(name, h, [Cell.measure(recs, Spec(1, 1, 1, slo=slo))], records=recs))
     c = combine(runs).cells[0]
     pooled = [_rec(i, 1, 0.5 * i, 10) for i in range(20)]
@@ -365,13 +366,13 @@ def test_a_reasoning_models_ttft_bound_is_judged_at_its_first_answer_token():
 def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
     """(weighed) 6 requests, 4 users, sessions of up to 3 turns: all 4 users start (2 did: the first two took
     3 turns each), the conversations cut short instead."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.knee import peak_in_flight
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.sessions import SessionSpec
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=20.0, itl_ms=5.0) as srv:
+    with NullServer(Behaviour(ttft_ms=20.0, itl_ms=5.0)) as srv:
         src = HttpSource(srv.url, _meta(), b=4, events=False, endpoint="chat")
         src.start()
         try:
@@ -392,7 +393,7 @@ def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream()
     c = Cell.from_json(dict(k=1, b=1, completed=80, status="ok", client_waited=79, client_wait_p50_ms=1033.2,
                             client_wait_p99_ms=2298.5))
     assert "CLIENT QUEUE: 79 requests waited for a free stream, p50/p99 1033/≈2298 ms" in format_table([c])
-    assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", {"model_bytes": 0}, [c])], [])
+    assert "CLIENT QUEUE: 79" in R.markdown([RU.Run("t", RunHeader(model_bytes=0), [c])], [])
 
 
 def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
@@ -428,7 +429,7 @@ def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     burst, sustained = M.burst_sustained([r])
     assert burst == pytest.approx(20.0, rel=0.01) and sustained == pytest.approx(15.0, rel=0.01)
     assert M.burst_sustained([_rec(1, 1, 0.0, 10)]) is None
-    md = R.markdown([RU.Run("t", {"model_bytes": 1}, [Cell.measure([r], Spec(1, 1, 1))], records=[r])], [])
+    md = R.markdown([RU.Run("t", RunHeader(model_bytes=1), [Cell.measure([r], Spec(1, 1, 1))], records=[r])], [])
     assert "burst 20.0 tok/s (its first fifth), sustained 15.0 (its last half): -25%" in md
 
 

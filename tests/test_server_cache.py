@@ -223,7 +223,7 @@ def test_a_counter_rise_counts_the_first_wave_from_a_scrape_before_the_load():
     its streams are warm, before the first request, and the endpoint's first record carries that scrape; with
     the rise taken from the first record's own scrape (made after the first wave was received), 4 users × 2 turns
     read about 2× the true rate. The truth: the null server's own counters across the load."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core.datasets import Dataset
     from measure.machine.workloads import load_sharegpt
     from measure.core.records import RunMeta
@@ -234,7 +234,7 @@ def test_a_counter_rise_counts_the_first_wave_from_a_scrape_before_the_load():
     _, _, items, _ = load_sharegpt("sample", lambda t: len(t.split()), later_turns=True)
     sample = Dataset("sharegpt:sample", "sample", items=tuple(items), cap=16)
     # a first chunk after 1.2 s: the source's once-a-second scrape lands between the first wave's arrival and its end
-    with NullServer(ttft_ms=1200, itl_ms=2, prefix_block=4) as srv:
+    with NullServer(Behaviour(ttft_ms=1200, itl_ms=2, prefix_block=4)) as srv:
         src = HttpSource(srv.url, RunMeta(engine="http", model="?", model_bytes=0, mode="http"), b=4, events=False,
                          prefix_cache=PrefixCache.parse("on"))
         src.start()

@@ -75,11 +75,11 @@ def test_null_server_modes_told_apart(serve, expect, tmp_path):
     """B = 4 streams from `bench` at the null server in each mode; the records' decoding concurrency and
     achieved concurrency go through the product's live detection (its timing path: the dashboard test below
     reads the server's own gauge)."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.core import metrics as M
     from measure.core.records import RequestRecord
 
-    with NullServer(ttft_ms=5, itl_ms=10, serve=serve) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=10, serve=serve)) as srv:
         out = tmp_path / serve
         p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
                             "--tokenizer", "none", "--b", "4", "--requests", "8", "--max-tokens", "12",
@@ -180,11 +180,11 @@ def test_server_vs_engine_runs_both_sweeps_and_reuses_the_engine(tmp_path):
     """The command end to end, small: the embedded model's batch mode in-process, then a null server at the same
     B (its figures are the schedule's, not the model's: this checks the pairing, the files and the JSON line);
     then --engine-from pairs the same engine cells with another server, and refuses other options."""
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
     cli = [sys.executable, "-m", "tui.cli", "server-vs-engine", "--b", "1,2", "--requests", "2", "--max-tokens", "4",
            "--ctx", "256", "--threads", "1"]
-    with NullServer(ttft_ms=5, itl_ms=10, serve="serialising") as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=10, serve="serialising")) as srv:
         p = subprocess.run([*cli, "--url", srv.url, "--out", str(tmp_path / "a")], capture_output=True, text=True,
                            timeout=300)
     assert p.returncode == 0, p.stderr + p.stdout[-2000:]
@@ -194,7 +194,7 @@ def test_server_vs_engine_runs_both_sweeps_and_reuses_the_engine(tmp_path):
     assert res == json.loads((tmp_path / "a" / "server-vs-engine.json").read_text())
     for side in ("engine", "server"):
         assert [c["b"] for c in json.loads((tmp_path / "a" / side / "summary.json").read_text())] == [1, 2]
-    with NullServer(ttft_ms=5, itl_ms=10) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=10)) as srv:
         q = subprocess.run([*cli, "--url", srv.url, "--engine-from", str(tmp_path / "a"), "--out",
                             str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
         assert q.returncode == 0, q.stderr

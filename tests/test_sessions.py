@@ -217,9 +217,9 @@ def test_ttft_by_turn_from_records():
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 
@@ -278,7 +278,7 @@ def test_bench_turns_on_the_null_server_and_its_report(null_server, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "TTFT p50 by turn (prefix cache on) 1:" in p.stdout
     headers, records, _ = read_jsonl(out / "records.jsonl")
-    assert "sessions of up to 3 turns" in headers[0]["sessions"]
+    assert "sessions of up to 3 turns" in headers[0].line["sessions"]
     assert sorted((r.session, r.turn) for r in records) == [(s, t) for s in (1, 2) for t in (1, 2, 3)]
     (cell,) = json.loads((out / "summary.json").read_text())
     assert list(cell["ttft_by_turn"]) == ["1", "2", "3"] and cell["prefix_cache"] == "on"

@@ -74,10 +74,10 @@ def batch(tmp_path) -> Iterator[Ran]:
 
 
 def http(tmp_path) -> Iterator[Ran]:
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
-    with NullServer(ttft_ms=3, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=3, itl_ms=1)) as srv:
         src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=2)
         try:
             yield _finite(src, Load(WL, ClosedLoop(2, total=N), TOKENS))
@@ -86,10 +86,10 @@ def http(tmp_path) -> Iterator[Ran]:
 
 
 def pool(tmp_path) -> Iterator[Ran]:
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.sources.http_pool import HttpPool
 
-    with NullServer(ttft_ms=3, itl_ms=1) as srv:
+    with NullServer(Behaviour(ttft_ms=3, itl_ms=1)) as srv:
         src = HttpPool(srv.url, RunMeta("http", "null", 0, simulated=True), b=2, procs=2)
         try:
             yield _finite(src, Load(WL, ClosedLoop(2, total=N), TOKENS))

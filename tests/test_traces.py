@@ -334,9 +334,9 @@ def test_a_bad_file_exits_non_zero_with_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 
@@ -357,7 +357,7 @@ def test_replayed_arrivals_match_the_files_times_within_1pct(null_server, tmp_pa
     span = want[-1]
     assert all(abs(g - w) <= 0.01 * span for g, w in zip(got, want)), (got, want)
     assert abs(got[-1] - span) <= 0.01 * span
-    assert header[0]["workload_items"] == len(want) and header[0]["trace_format"].startswith(kind)
+    assert header[0].line["workload_items"] == len(want) and header[0].line["trace_format"].startswith(kind)
 
 
 def test_bailian_replay_sends_each_follow_up_after_its_parents_answer(null_server, tmp_path):
@@ -367,7 +367,7 @@ def test_bailian_replay_sends_each_follow_up_after_its_parents_answer(null_serve
              str(out)])
     assert p.returncode == 0, p.stderr
     header, records, _ = read_jsonl(out / "records.jsonl")
-    assert header[0]["prefix_cache"].startswith("on") and header[0]["trace_sessions"] == 3
+    assert header[0].line["prefix_cache"].startswith("on") and header[0].line["trace_sessions"] == 3
     by = {r.prompt_id: r for r in records}
     assert len(by) == 6 and all(r.error is None for r in records)
     t0 = min(r.t_scheduled_ns for r in records)

@@ -144,7 +144,7 @@ def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch)
     from pathlib import Path
 
     import presets
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.sweep import SweepConfig, run_sweep
     from measure.core.records import RunMeta
     from measure.machine import host, probes
@@ -154,7 +154,7 @@ def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch)
     reader = host.ThermalReader(every_s=0, system=lambda: "Darwin", run=lambda cmd: pmset)
     probe = probes.SystemProbe(thermal=reader)
     monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)
-    with NullServer(ttft_ms=5.0, itl_ms=1.0) as srv:
+    with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0)) as srv:
         src = HttpSource([srv.url], RunMeta("null", "null", 0, mode="http", simulated=True), b=1, events=False)
         src.start()
         try:

@@ -15,6 +15,7 @@ from measure.control.tune import (Candidate, Predicted, Settings, Tune, TuneCont
                                   bench_command, candidates, cell_measure, format_result, load_done, local_opener,
                                   memory_refusal, parse_budget, serve_command, write_result)
 from measure.control.tune.record import Trial
+from measure.control.tune.search import Carried
 from measure.core.records import RunMeta
 
 META = RunMeta("null", "null", 0, simulated=True)
@@ -150,7 +151,8 @@ def test_resume_measures_nothing_twice(tmp_path):
     assert len(done) == len(first) and spent == clock[0]
     calls.clear()
     s2 = settings(budget_s=600.0)
-    t2 = Tune(s2, cands, fake(scores, clock, calls=calls), say=lambda m: None, clock=lambda: clock[0], done=done)
+    t2 = Tune(s2, cands, fake(scores, clock, calls=calls), say=lambda m: None, clock=lambda: clock[0],
+              carried=Carried(done=done))
     w = t2.search()
     assert not set(calls) & set(first)  # what the first tune measured is read back, not run again
     assert w is not None and w.candidate.key == max(scores, key=lambda k: scores[k] if "fa=off" not in k else 0)
@@ -328,14 +330,14 @@ def test_a_run_cut_by_q_is_measured_again_on_resume(tmp_path):
             return Trial(requests=n, status="stopped", reason=f"the tune was stopped (q) after 1 of {n} requests")
         return _ok(n, score.get(c.key, 0.5))
 
-    t1 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], control=control)
+    t1 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], carried=Carried(control=control))
     t1.search()
     assert t1.rows[best].status == "stopped" and t1.winner is not None and t1.winner.candidate.key != best
     write_result(tmp_path, t1.result("m.gguf", 512))
     done, _ = load_done(tmp_path, s, "m.gguf")
     assert (best, s.requests) not in done and done  # the cut run is not an answer; the finished ones are
     calls.clear()
-    t2 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], done=done)
+    t2 = Tune(s, cands, measure, say=lambda m: None, clock=lambda: clock[0], carried=Carried(done=done))
     w = t2.search()
     assert (best, s.requests) in calls  # measured again, whole
     assert w is not None and w.candidate.key == best

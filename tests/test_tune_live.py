@@ -9,6 +9,7 @@ import time
 import pytest
 
 from measure.control.tune import Tune, TuneControl, TuneIO, candidates, cell_measure
+from measure.control.tune.search import Carried
 from test_tune import PLANTED, null_opener, settings
 
 
@@ -29,7 +30,7 @@ def _tune(tmp_path, control, **kw):
     cands = [c for c in candidates(["llama"], cores=2, users=2) if c.default_knobs][:3]
     assert PLANTED in cands
     return Tune(s, cands, cell_measure(null_opener([]), s, tmp_path, {}, lambda m: None, control=control),
-                say=lambda m: None, control=control), s
+                say=lambda m: None, carried=Carried(control=control)), s
 
 
 def test_skip_stops_the_run_going_on_and_its_row_says_so(tmp_path):

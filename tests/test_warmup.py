@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import presets
-from engines.null_server import NullServer
+from engines.null_server import Behaviour, NullServer
 from measure.core.records import RunMeta
 from measure.core.workload import ClosedLoop, Load
 from measure.sources.http import HttpSource
@@ -55,10 +55,11 @@ def _worst_ttft_ms(recs) -> float:
 @pytest.mark.parametrize("pool", [False, True], ids=["one loop", "two processes"])
 def test_a_cold_first_request_lands_in_the_warmup_not_in_the_cell(pool):
     b = 2 if pool else 1
-    with NullServer(**COLD) as srv:  # no warmup: the cold request is the cell's worst TTFT (the planted fault seen)
+    # no warmup: the cold request is the cell's worst TTFT (the planted fault seen)
+    with NullServer(Behaviour(**COLD)) as srv:
         recs, _, kept, warmed = _cell(srv.url, Warmup(requests=0), b, pool)
     assert _worst_ttft_ms(recs) >= COLD_MS and warmed == 0 and len(kept) == 8 * b
-    with NullServer(**COLD) as srv:
+    with NullServer(Behaviour(**COLD)) as srv:
         recs, again, kept, warmed = _cell(srv.url, Warmup(), b, pool)  # auto: one request per stream
     assert len(recs) == 4 * b and not [r.error for r in recs if r.error]
     assert _worst_ttft_ms(recs) < COLD_MS / 2, "the cold first request is in the cell's figures"
@@ -67,7 +68,7 @@ def test_a_cold_first_request_lands_in_the_warmup_not_in_the_cell(pool):
 
 
 def test_a_timed_warmup_runs_rounds_until_its_seconds_are_up():
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         recs, _, kept, warmed = _cell(srv.url, Warmup(seconds=0.3), b=2)
     # a round of 2 requests of 8 tokens takes ≈ 20 ms: 0.3 s is several rounds, none of them recorded
     assert warmed >= 6 and warmed % 2 == 0 and len(recs) == 8 and len(kept) == 16
@@ -78,7 +79,7 @@ def test_bench_warms_each_http_level_by_default_and_says_so(tmp_path):
     the cell the count (summary.json warmup_requests), the records file holds the cell's requests only; with
     --warmup 0 the cold request is the cell's p99 again."""
     def bench(out, *extra):
-        with NullServer(**COLD) as srv:
+        with NullServer(Behaviour(**COLD)) as srv:
             p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
                                 "--b", "1,2", "--requests", "4", "--max-tokens", "8", "--client-procs", "1",
                                 "--tokenizer", "none", "--out", str(out), *extra], capture_output=True, text=True, timeout=300)

@@ -322,9 +322,9 @@ def test_dashboard_refuses_bench_only_arrivals():
 
 @pytest.fixture(scope="module")
 def null_server():
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
 
-    with NullServer(ttft_ms=5, itl_ms=2) as srv:
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=2)) as srv:
         yield srv.url
 
 
@@ -336,8 +336,8 @@ def test_bench_over_the_jsonl_sample_on_the_null_server(null_server, tmp_path):
     assert p.returncode == 0, p.stderr
     headers, records, _ = read_jsonl(out / "records.jsonl")
     lines = [json.loads(ln) for ln in (SAMPLES / "prompts.jsonl").read_text().splitlines()]
-    assert headers[0]["workload"] == "jsonl:sample" and headers[0]["workload_items"] == 16
-    assert len(headers[0]["workload_sha256"]) == 16
+    assert headers[0].workload == "jsonl:sample" and headers[0].line["workload_items"] == 16
+    assert len(headers[0].line["workload_sha256"]) == 16
     for b in (1, 2):
         mine = sorted((r for r in records if r.b == b), key=lambda r: r.request_id)
         assert [r.prompt_id for r in mine] == [f"prompts-{i}" for i in range(1, 17)]
@@ -380,7 +380,7 @@ def test_records_replayed_as_load_against_another_box(trace_bench, null_server, 
     assert p.returncode == 0, p.stderr
     _, before, _ = read_jsonl(first / "records.jsonl")
     headers, after, _ = read_jsonl(out / "records.jsonl")
-    assert headers[0]["trace_format"] == "inference-top records"
+    assert headers[0].line["trace_format"] == "inference-top records"
     before.sort(key=lambda r: (r.t_scheduled_ns, r.request_id))
     after.sort(key=lambda r: r.request_id)
     assert len(after) == len(before) == 40

@@ -28,6 +28,7 @@ from tui.signals import hold, quit_on_signals
 
 if TYPE_CHECKING:
     from measure.control.replay import ReplayController
+    from measure.control.cluster import ClusterSpec
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 NUMBERS_HZ = 1.0  # the numbers panels' redraws a second (a key's effect is drawn at once)
@@ -334,7 +335,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
     c = ReplayController(rec, speed)
     c.start()
-    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.get("model") or "")
+    app = ReplayApp(c, refresh_hz=1.0, title=rec.header.model or "")
     quit_on_signals(app)
     for w in rec.warnings:
         app.call_later(app.notify, w, severity="warning", timeout=STICKY)
@@ -348,7 +349,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
 
 def run_dashboard(plan, refresh_hz: float = 0.5, record: str | None = None, brake: bool = True,
                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
-                  ray: tuple[str, int | None, list[int] | None] | None = None) -> int:
+                  ray: ClusterSpec | None = None) -> int:
     """The live dashboard over a RunPlan (measure/control/runplan.py: RunPlan.start_live starts its parts);
     SourceError when the source cannot start (nothing answers at --url)."""
     run = plan.start_live(record, brake, prometheus, peers, ray)

@@ -16,6 +16,8 @@ from tui.signals import hold
 
 if TYPE_CHECKING:
     from measure.control.cell import Cell
+    from measure.control.cluster import ClusterSpec
+    from measure.core.sizing import ChipPredictions
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -584,19 +586,21 @@ def _client_start(client, plan, cfg) -> dict:
     return out
 
 
-def _say_start(h: dict, say) -> None:
+def _say_start(fields: dict, say) -> None:
     from measure.core.clients import describe_clock
+    from measure.core.lines import RunHeader
 
-    if h.get("segment"):
-        i, n = h["segment"]
-        say(f"segment {i}/{n} of one schedule (seed {h['seed']}): the requests whose index ≡ {i - 1} (mod {n}), "
+    h = RunHeader.of(fields)  # the header's client fields so far, typed
+    if h.segment:
+        i, n = h.segment
+        say(f"segment {i}/{n} of one schedule (seed {h.seed}): the requests whose index ≡ {i - 1} (mod {n}), "
             "each with its id and at its scheduled time")
-    if h.get("start_at_unix") is not None:
-        say(describe_clock(h.get("clock_check")))
+    if h.start_at_unix is not None:
+        say(describe_clock(h.clock_check))
         from datetime import datetime
 
-        at = datetime.fromtimestamp(h["start_at_unix"]).astimezone().isoformat(timespec="milliseconds")
-        say(f"waiting until {at} (--start-at, {h['start_at_unix'] - time.time():.1f} s from now) …")
+        at = datetime.fromtimestamp(h.start_at_unix).astimezone().isoformat(timespec="milliseconds")
+        say(f"waiting until {at} (--start-at, {h.start_at_unix - time.time():.1f} s from now) …")
 
 
 def find_main(args, plan, cfg, source, out: Path, say) -> int:
@@ -831,7 +835,7 @@ def plan_main(argv: list[str]) -> int:
     args = _plan_parser().parse_args(argv)
     from measure.core.guard import GuardError, parse_size, shape_from_preset
     from measure.machine.model_files import shape_from_config, shape_from_gguf, work_model
-    from measure.core.sizing import PlanError, chip_memory, chip_predictions, plan, unified_memory
+    from measure.core.sizing import PlanError, PlanMachine, chip_memory, chip_predictions, plan, unified_memory
     from measure.machine.probes import total_memory_bytes
     from engines.base import EngineError
     from presets import PresetError, model
@@ -848,7 +852,7 @@ def plan_main(argv: list[str]) -> int:
         dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
         memory = parse_size(args.memory) if args.memory else chip_memory(args.chip) or total_memory_bytes()
         result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens,
-                      unified=unified_memory(args.chip))
+                      PlanMachine(unified=unified_memory(args.chip)))
     except (GuardError, EngineError, PresetError) as exc:
         fail(str(exc))
     predictions = None
@@ -869,7 +873,7 @@ def plan_main(argv: list[str]) -> int:
     return 0
 
 
-def _print_plan(args, shape, result: dict, predictions: tuple[Any, Any, list[Any]] | None) -> None:
+def _print_plan(args, shape, result: dict, predictions: ChipPredictions | None) -> None:
     """plan's output: JSON, or the table, then the chip's predictions and the machines N users need."""
     from measure.core.sizing import PlanError, format_plan, size_for_users
 
@@ -878,7 +882,7 @@ def _print_plan(args, shape, result: dict, predictions: tuple[Any, Any, list[Any
         from dataclasses import asdict
 
         if predictions:
-            result["predictions"] = [asdict(p) for p in predictions[2]]
+            result["predictions"] = [asdict(p) for p in predictions.rows]
         print(json.dumps(result, indent=2))
         return
     print(format_plan(result, shape))
@@ -886,12 +890,12 @@ def _print_plan(args, shape, result: dict, predictions: tuple[Any, Any, list[Any
         from measure.core.roofline import format_predictions
 
         print()
-        print(format_predictions(*predictions[:2], predictions[2], args.prompt, args.output))
+        print(format_predictions(predictions.work, predictions.machine, predictions.rows, args.prompt, args.output))
         if args.users:
             print()
             try:
-                print(size_for_users(args.users, args.slo, args.context, result, *predictions[:2], args.prompt,
-                                     args.output))
+                print(size_for_users(args.users, args.slo, args.context, result, predictions.work,
+                                     predictions.machine, args.prompt, args.output))
             except PlanError as exc:
                 fail(str(exc))
 
@@ -1143,11 +1147,11 @@ def _baseline(path: str, remote: bool) -> dict[int, float]:
         fail(str(exc))
 
 
-def _live_ray(args, plan) -> tuple[str, int | None, list[int] | None] | None:
-    """The dashboard's --ray, --clients, --weights checked: (address, N or None: a client per node, weights)."""
+def _live_ray(args, plan) -> ClusterSpec | None:
+    """The dashboard's --ray, --clients, --weights checked: the address, N (None: a client per node), weights."""
     if not (args.ray or args.clients or args.weights):
         return None
-    from measure.control.cluster import ClusterError, parse_weights
+    from measure.control.cluster import ClusterError, ClusterSpec, parse_weights
 
     if not args.ray:
         fail("--clients and --weights go with --ray ADDRESS|auto (the Ray cluster the client actors run on)")
@@ -1159,7 +1163,7 @@ def _live_ray(args, plan) -> tuple[str, int | None, list[int] | None] | None:
         weights = parse_weights(args.weights, args.clients)
     except ClusterError as exc:
         fail(str(exc))
-    return args.ray, args.clients or (len(weights) if weights else None), weights
+    return ClusterSpec(args.ray, args.clients or (len(weights) if weights else None), weights)
 
 
 if __name__ == "__main__":

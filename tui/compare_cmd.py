@@ -15,7 +15,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tui.cli import EXIT_FAILED, OneLineParser, build_parser, fail, positive_int, writable
 
@@ -154,7 +154,7 @@ def compare_main(argv: list[str]) -> int:
     writable(out, "--out", folder=True)
     if ns.warmup < 0:
         fail(f"--warmup {ns.warmup}: give 0 or more runs")
-    return _live(a, b, (m, budget, precision, ns.min_rounds), (users, ns.requests, ns.warmup), out, argv)
+    return _live(a, b, Stopping(m, budget, precision, ns.min_rounds), Loop(users, ns.requests, ns.warmup), out, argv)
 
 
 def _on_disk(a: Path, b: Path, m: Any) -> int:
@@ -172,8 +172,25 @@ def _on_disk(a: Path, b: Path, m: Any) -> int:
     return 0
 
 
-def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple[int, int, int], out: Path,
-          argv: list[str]) -> int:
+class Stopping(NamedTuple):
+    """When compare's rounds stop: the metric compared, the budget (s), the precision asked (None: the budget
+    alone) and the rounds before an interval is read."""
+
+    metric: Any
+    budget_s: float
+    precision: float | None
+    min_rounds: int
+
+
+class Loop(NamedTuple):
+    """Each run's closed loop: users, requests, and the warm-up requests before the first round."""
+
+    users: int
+    requests: int
+    warmup: int
+
+
+def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str]) -> int:
     from measure.control.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
     from measure.sources.base import SourceError
     from tui.cli import _shown_argv, _sigterm_to_exit

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.text import Text
 
-from measure.control.snapshot import Numbers, RunInfo, Snapshot
+from measure.control.snapshot import LogLine, Numbers, RunInfo, Snapshot
 from measure.control.tune import TuneView
 from measure.control.steps import LEFT_UNSETTLED, SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
 from measure.core.metrics import p99_mark
@@ -307,7 +307,7 @@ def render_clients(t: Text, rows: Sequence[dict[str, Any]], total: dict[str, Any
 
 
 # ---- the log -----------------------------------------------------------------------------------------------------
-def render_log(log: Sequence[tuple[int, float, str, str]], seen: int) -> list[tuple[int, Text, str | None]]:
+def render_log(log: Sequence[LogLine], seen: int) -> list[tuple[int, Text, str | None]]:
     """The log's lines after sequence number `seen` (the snapshot's log: (seq, t, level, text)), each as (seq, its
     line, its text where it is an error: the dashboard also notifies it, and the notification stays up)."""
     return [(seq, Text(f"{t:7.1f}s {level:5} {text}", "red" if level == "error" else ""),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, Footprint, OomKill, admit,
-                                engine_footprint, fmt_gib, oom_refusal, overhead_after_oom)
+from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, EngineMemory, Footprint, OomKill,
+                                admit, engine_footprint, fmt_gib, oom_refusal, overhead_after_oom)
 
 CONFIRM_S = 5.0
 
@@ -32,9 +32,9 @@ class Admission:
             self.overhead = max(0, min(ready_rss) - self.weight_bytes)
 
     def footprint(self, mode: str, k: int, b: int, b_cap: int) -> Footprint:
-        return engine_footprint(mode, k, b, b_cap=b_cap, seq_ctx=self.ctx, ctx=self.ctx,
-                                weight_bytes=self.weight_bytes, kv_per_token=self.kv_per_token,
-                                overhead_bytes=self.overhead or DEFAULT_OVERHEAD_BYTES)
+        return engine_footprint(mode, k, b, EngineMemory(b_cap=b_cap, seq_ctx=self.ctx, ctx=self.ctx,
+                                                         weight_bytes=self.weight_bytes, kv_per_token=self.kv_per_token,
+                                                         overhead_bytes=self.overhead or DEFAULT_OVERHEAD_BYTES))
 
     def note_oom(self, mode: str, k: int, b: int, b_cap: int) -> str:
         """A worker was OOM-killed at (mode, K, B): remember the step, raise the per-worker overhead so the

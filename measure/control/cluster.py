@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from measure.control.cell import Cell
 from measure.control.runplan import RunPlan
@@ -96,6 +96,15 @@ def refusal(plan: RunPlan, cells: int, reps: int, find: bool) -> str | None:
 
 # ---- the actor -----------------------------------------------------------------------------------------
 
+class Taken(NamedTuple):
+    """What a client actor's take() hands the driver: the records and lines since the last take, and how many
+    requests of its share were sent."""
+
+    records: list[RequestRecord]
+    lines: list[str]
+    sent: int
+
+
 class ClientActor:
     """One client: its share of the schedule through its own load source, records kept until the driver takes
     them. A plain class; run_cluster makes it a Ray actor (several of its methods run at once: `take` and `clock`
@@ -155,13 +164,13 @@ class ClientActor:
             self._source.close()
         return [c.to_json() for c in cells]
 
-    def take(self) -> tuple[list[RequestRecord], list[str], int]:
+    def take(self) -> Taken:
         """The records and lines since the last take, and how many requests of the share were sent."""
         with self._lock:
             recs, lines = self._records, self._lines
             self._records, self._lines = [], []
         made = self._share.made if self._share else None
-        return recs, lines, made.issued if made else 0
+        return Taken(recs, lines, made.issued if made else 0)
 
 
 # ---- the driver ----------------------------------------------------------------------------------------
@@ -536,7 +545,7 @@ class _Follow:
             self.say("progress: " + " · ".join(f"{c.i}/{c.n} {c.state} {c.sent}/{c.requests} sent "
                                                f"{len(c.records)} done" for c in self.clients))
 
-    def _absorb(self, c: Client, got: tuple[list[RequestRecord], list[str], int]) -> None:
+    def _absorb(self, c: Client, got: Taken) -> None:
         from measure.control.runs import _shifted
 
         recs, lines, sent = got
@@ -569,10 +578,11 @@ def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[
     """`report --combine`'s cells over every client's records, all on the driver's clock (one start for all): a
     client that died or was stopped counts with the records it left."""
     from measure.control.runs import Run, cells_from_records, combine
+    from measure.core.lines import RunHeader
 
     runs = []
     for c in clients:
-        h = dict(header, segment=[c.i, c.n], weights=weights, ray=None)
+        h = RunHeader.of(dict(header, segment=[c.i, c.n], weights=weights, ray=None))
         cells = ([Cell.from_json(d) for d in c.cells] if c.cells and any(d.get("status") == "ok" for d in c.cells)
                  else cells_from_records(c.records, h, []))
         runs.append(Run(f"client {c.i}/{c.n}", h, cells, records=c.records))

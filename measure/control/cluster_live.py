@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from measure.control.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
                                      actor_clock, measure_offset)
@@ -38,6 +38,15 @@ def shares(b: int, weights: list[int]) -> list[int]:
     """Each client's part of `b` streams (or users), dealt by the weights (clients.deal): 5 over 2,1,1 → 3,1,1."""
     owners = deal(weights, b)
     return [owners.count(i) for i in range(1, len(weights) + 1)]
+
+
+class LiveTaken(NamedTuple):
+    """What a live client actor's take() hands the driver: the events since the last take, its source's rows
+    and its server view."""
+
+    events: list[Event]
+    rows: list[WorkerInfo]
+    view: dict[str, Any] | None
 
 
 class LiveClientActor:
@@ -63,7 +72,7 @@ class LiveClientActor:
         """One of the source's setters (set_batch, set_users, set_load, scale_to, pause)."""
         getattr(self._source, name)(*args)
 
-    def take(self) -> tuple[list[Event], list[WorkerInfo], dict[str, Any] | None]:
+    def take(self) -> LiveTaken:
         """The events since the last take, the source's rows and its server view."""
         out: list[Event] = []
         q = self._source.events
@@ -72,7 +81,7 @@ class LiveClientActor:
                 out.append(q.get_nowait())
             except queue.Empty:
                 break
-        return out, self._source.workers(), self._source.server_view()
+        return LiveTaken(out, self._source.workers(), self._source.server_view())
 
     def close(self) -> None:
         if self._source is not None:
@@ -382,7 +391,7 @@ class RayClients:
             if self._load is not None:
                 self._set_load(self._load)
 
-    def _absorb(self, c: LiveClient, got: tuple[list[Event], list[WorkerInfo], dict[str, Any] | None]) -> None:
+    def _absorb(self, c: LiveClient, got: LiveTaken) -> None:
         events, rows, view = got
         d = -c.offset_ns
         rows = [replace(w, ready_ns=None if w.ready_ns is None else w.ready_ns + d) for w in rows]  # our clock

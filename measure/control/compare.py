@@ -35,6 +35,7 @@ from engines.null import NULL
 from measure.core import metrics as M
 
 if TYPE_CHECKING:
+    from measure.core.lines import RunHeader
     from measure.core.records import RequestRecord
     from presets import SLO
 
@@ -374,7 +375,7 @@ def figure(records: Sequence[RequestRecord], m: Metric, slo: SLO | None) -> floa
 
 
 # ---- two outputs on disk --------------------------------------------------------------------------------------
-def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list[float]], dict[str, Any]]:
+def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list[float]], RunHeader]:
     """A bench (or compare side) output's per-run figures by cell (K, B, mode): one a rep; and its header."""
     from measure.control.runs import slo_of
     from measure.machine.recorder import read_jsonl
@@ -388,7 +389,7 @@ def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list
         raise CompareError(f"cannot read {f}: {exc}") from None
     if not headers:
         raise CompareError(f"{f} has no header line: not an inference-top output")
-    slo = slo_of(headers[0])
+    slo = slo_of(headers[0])  # lines.RunHeader
     if m.field == "goodput_tps" and slo is None:
         raise CompareError(f"--metric goodput: {path} was run without --slo; compare tok/s")
     groups: dict[tuple[int, int, str, int], list[RequestRecord]] = {}

@@ -101,18 +101,65 @@ class Knee:
 
     def write(self, out: Path, slo: SLO, target: float, sentence: str) -> list[Cell]:
         """bench --find's outputs in `out`: summary.json (each measured level's cell, `cells`) and knee.json (the
-        search, its answer and every level it measured); the cells written are returned."""
+        search, its answer and every level it measured: KneeResult); the cells written are returned."""
         cells = self.cells()
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps([c.to_json() for c in cells], indent=2))
-        (out / "knee.json").write_text(json.dumps({
-            "find": self.what, "slo": slo.describe(), "target": target, "sentence": sentence,
-            "knee": self.passed.level if self.passed else None, "first_out": self.failed.level if self.failed else None,
-            "steps": [{"level": st.level, "within": st.ok, "stop": st.stop, "why": st.why,
-                       **_step_figures(st.cell)}
-                      for st in self.levels]},
-            indent=2))
+        result = KneeResult(
+            self.what, slo.describe(), target, sentence, self.passed.level if self.passed else None,
+            self.failed.level if self.failed else None,
+            [KneeStep(st.level, st.ok, st.stop, st.why, **_step_figures(st.cell)) for st in self.levels])
+        result.write(out / "knee.json")
         return cells
+
+
+@dataclass(frozen=True)
+class KneeStep:
+    """knee.json's level: its verdict, and a rate's offered rate and TTFT trend, the users' peak, as its cell has
+    them (absent where the cell has none)."""
+
+    level: float
+    within: bool
+    stop: str | None
+    why: str
+    offered_rps: float | None = None
+    ttft_trend: float | None = None
+    peak_users: int | None = None
+
+
+@dataclass(frozen=True)
+class KneeResult:
+    """knee.json, `bench --find`'s answer: what it searched, under which SLO and target, its sentence, the knee
+    (the last level within; None: none was) and the first level out, and every level it measured. The report
+    reads it back beside the run (runs.Run.knee)."""
+
+    find: str  # users | rate | b
+    slo: str
+    target: float
+    sentence: str
+    knee: float | None
+    first_out: float | None
+    steps: list[KneeStep]
+
+    def to_json(self) -> dict[str, object]:
+        steps = [{k: v for k, v in vars(st).items() if v is not None or k in ("stop",)} for st in self.steps]
+        return {"find": self.find, "slo": self.slo, "target": self.target, "sentence": self.sentence,
+                "knee": self.knee, "first_out": self.first_out, "steps": steps}
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def read(cls, path: Path) -> KneeResult:
+        """knee.json as written; ValueError (one line naming the field) for one `bench --find` did not write."""
+        from measure.core.lines import check, of
+
+        d = json.loads(path.read_text())
+        if not isinstance(d, dict) or not isinstance(d.get("steps"), list):
+            raise ValueError(f"{path}: not a knee.json bench --find wrote")
+        check(cls, d, str(path), "knee.json")  # its steps too (each a KneeStep)
+        result: KneeResult = of(cls, d)
+        return result
 
 
 def _step_figures(cell: Cell | None) -> dict[str, Any]:

@@ -15,15 +15,15 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
 from measure.control.admission import Admission
 from measure.control.export import export
-from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
 from measure.control.stats import LiveStats, Window
 from measure.control.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
-from measure.control.wall import Step, WallWatch, measured_wall
+from measure.control.wall import Step, WallLoad, WallWatch, measured_wall
 from measure.core import metrics as M
 from measure.core import serving
 from measure.core.lines import Sample, step_row_line, to_line
@@ -38,7 +38,6 @@ from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted,
 from presets import SLO, Workload
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
     from measure.core.guard import Footprint
     from measure.machine.recorder import Recorder
     from measure.core.records import Mode
@@ -84,23 +83,23 @@ class LiveSettings:
     engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
 
 
-class LiveHooks(TypedDict, total=False):
+@dataclass(frozen=True)
+class LiveHooks:
     """What a LiveController reads the world through, where not the machine's own (a replay's recording, a test's
-    fixed readings): the system and process probes and the clock (perf_counter_ns); `watch_wall` False for no
-    wall watch and no power meter (a replay: the recording's WALL is in its samples)."""
+    fixed readings): the system and process probes and the clock (None: perf_counter_ns); `watch_wall` False for
+    no wall watch and no power meter (a replay: the recording's WALL is in its samples)."""
 
-    sys_probe: SystemSampler | None
-    procs_probe: ProcessSampler | None
-    clock: Callable[[], int] | None
-    watch_wall: bool
+    sys_probe: SystemSampler | None = None
+    procs_probe: ProcessSampler | None = None
+    clock: Callable[[], int] | None = None
+    watch_wall: bool = True
 
 
 class LiveController:
     def __init__(self, source: LoadSource, workload: Workload, settings: LiveSettings,
                  recorder: Recorder | None = None, roofline: Roofline | None = None,
-                 **hooks: Unpack[LiveHooks]) -> None:
-        sys_probe, procs_probe, clock = hooks.get("sys_probe"), hooks.get("procs_probe"), hooks.get("clock")
-        watch_wall = hooks.get("watch_wall", True)
+                 hooks: LiveHooks = LiveHooks()) -> None:
+        sys_probe, procs_probe, clock, watch_wall = hooks.sys_probe, hooks.procs_probe, hooks.clock, hooks.watch_wall
         self.source = source
         self.caps = source.capabilities()
         self.workload = workload
@@ -131,7 +130,7 @@ class LiveController:
         maxlen = int(settings.history_s * settings.sample_hz)
         self._history: deque[Point] = deque(maxlen=maxlen)
         self._markers: deque[tuple[float, str]] = deque(maxlen=64)
-        self._log: deque[tuple[int, float, str, str]] = deque(maxlen=500)
+        self._log: deque[LogLine] = deque(maxlen=500)
         self._log_seq = 0
         self._version = 0
         self._lock = threading.Lock()
@@ -302,7 +301,7 @@ class LiveController:
     def log(self, level: str, text: str) -> None:
         with self._lock:
             self._log_seq += 1
-            self._log.append((self._log_seq, (self._clock() - self.t0) / NS, level, text))
+            self._log.append(LogLine(self._log_seq, (self._clock() - self.t0) / NS, level, text))
         if self.recorder:
             self.recorder.event(self._clock(), text, level=level)
 
@@ -467,9 +466,10 @@ class LiveController:
             budget=self.budget() if self.caps.local else None,
             wall=self.wall.reason if self.wall else None,
             ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
-                                  level.binding if level else None, remote=not self.caps.local,
-                                  streams_asked=self.k * self.b, streams_decoding=win.concurrency,
-                                  threads=sum(r.threads or 0 for r in live_rows)),
+                                  level.binding if level else None,
+                                  WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b,
+                                           streams_decoding=win.concurrency,
+                                           threads=sum(r.threads or 0 for r in live_rows))),
         )
         watts = self.power.sample() if self.power else None
         with self._lock:

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live import LiveController, LiveHooks, LiveSettings
 from measure.control.snapshot import RunInfo, Snapshot
-from measure.core.lines import RunHeader
 from measure.core.units import NS
 from measure.sources.base import Capabilities
 from measure.sources.replay import RecordedProcesses, Recording, RecordingError, ReplaySource
@@ -46,24 +45,25 @@ class ReplayController:
         self.replay_paused = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._sample_t = [s["t_ns"] for s in rec.samples]
-        self._ev_t = [e["t_ns"] for e in rec.events]
+        self._sample_t = [s.t_ns for s in rec.samples]
+        self._ev_t = [e.t_ns for e in rec.events]
         self._fresh()
         self._anchor = (time.monotonic(), rec.t0_ns)  # wall time ↔ recorded time
 
     def _fresh(self) -> None:
         """A new controller at the recording's start."""
-        h = RunHeader.of(self.rec.header)
+        h = self.rec.header
         s = _settings(h.settings)
         s.chip = s.chip if h.chip is None else h.chip  # a header's null chip: the settings' own
-        s.bandwidth_gbps = h.line.get("bandwidth_gbps", s.bandwidth_gbps)
+        s.bandwidth_gbps = h.bandwidth_gbps if "bandwidth_gbps" in h.line else s.bandwidth_gbps
         self.now_ns = self.rec.t0_ns
         self._fed_ns = self.rec.t0_ns - 1  # everything up to here has been fed
         self.source = ReplaySource(self.rec)
-        self.live = LiveController(self.source, Workload("replay", ""), s, sys_probe=self.source,
-                                   procs_probe=RecordedProcesses(self.source), clock=lambda: self.now_ns,
-                                   watch_wall=False)  # the recording's WALL is in its samples and log
-        if not any(e.get("type") == "load_started" for e in self.rec.events):
+        self.live = LiveController(self.source, Workload("replay", ""), s,
+                                   hooks=LiveHooks(sys_probe=self.source, procs_probe=RecordedProcesses(self.source),
+                                                   clock=lambda: self.now_ns,
+                                                   watch_wall=False))  # the recording's WALL is in its samples and log
+        if not any(e.type == "load_started" for e in self.rec.events):
             self.live.load_started(self.rec.t0_ns)  # a recording made before the event existed
 
     # ---- what the dashboard reads (controller.Controller) ----------------------------------------
@@ -133,15 +133,15 @@ class ReplayController:
         self.source.feed(self._fed_ns, upto)
         lo = bisect.bisect_right(self._ev_t, self._fed_ns)
         for e in self.rec.events[lo:bisect.bisect_right(self._ev_t, upto)]:
-            self.now_ns = e["t_ns"]
-            if e.get("type") == "marker":
-                self.live.mark(e["text"])
-            elif e.get("type") == "load_started":
-                self.live.load_started(e["t_ns"])
-            elif e.get("type") == "level":
-                self.live.begin_level(e["text"], e["t_ns"])
+            self.now_ns = e.t_ns
+            if e.type == "marker":
+                self.live.mark(e.text)
+            elif e.type == "load_started":
+                self.live.load_started(e.t_ns)
+            elif e.type == "level":
+                self.live.begin_level(e.text, e.t_ns)
             else:
-                self.live.log(e.get("level", "info"), e["text"])
+                self.live.log(e.level or "info", e.text)
         self._fed_ns = upto
 
     def advance_to(self, t_ns: int) -> None:
@@ -149,14 +149,14 @@ class ReplayController:
         with self._lock:
             start = bisect.bisect_right(self._sample_t, self._fed_ns)
             for s in self.rec.samples[start:bisect.bisect_right(self._sample_t, t_ns)]:
-                self._feed(s["t_ns"])
-                self.now_ns = s["t_ns"]
+                self._feed(s.t_ns)
+                self.now_ns = s.t_ns
                 self.source.current = s
                 live = self.live
-                live.k = self.source.target_k = s.get("k", live.k)
-                live.b, live.mode, live.paused = s.get("b", live.b), s.get("mode", live.mode), s.get("paused", False)
-                live.settings.users = s.get("users")
-                live.tick(state=s.get("state", "steady"))
+                live.k = self.source.target_k = s.k
+                live.b, live.mode, live.paused = s.b, s.mode, s.paused
+                live.settings.users = s.users
+                live.tick(state=s.state or "steady")
 
     def position_ns(self) -> int:
         wall0, rec0 = self._anchor

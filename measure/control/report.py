@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
+from measure.core.lines import Environment
 from measure.control.cell import Cell
 from measure.control.knee import TARGET_ATTAINMENT
 from measure.control.runs import ReportError, Run, combine, load_run
@@ -132,13 +133,13 @@ def _concurrency(c: Cell) -> float:
 def _knee(run: Run, cells: list[Cell]) -> tuple[float, str] | None:
     """(x, label) of the knee: knee.json's answer where `bench --find` wrote one (none where it found none),
     else the last cell whose SLO attainment meets the search's target (knee.TARGET_ATTAINMENT)."""
-    kj = run.header.get("_knee") or {}
-    if kj and kj.get("knee") is None:
+    kj = run.knee
+    if kj is not None and kj.knee is None:
         return None
     for c in cells:
-        if kj and c.knee.level == kj["knee"]:
-            return (_concurrency(c), f"{kj['knee']:g} ({kj['find']})")
-    within = [c for c in cells if (c.goodput.attainment or 0) >= (kj.get("target") or TARGET_ATTAINMENT)]
+        if kj is not None and c.knee.level == kj.knee:
+            return (_concurrency(c), f"{kj.knee:g} ({kj.find})")
+    within = [c for c in cells if (c.goodput.attainment or 0) >= (kj.target if kj else TARGET_ATTAINMENT)]
     if within:
         c = within[-1]
         return (_concurrency(c), f"K{c.k}B{c.b}")
@@ -183,7 +184,7 @@ def render_crossover(runs: list[Run], out: Path) -> tuple[Path, float | None]:
     x = crossover(a, b)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run, pts in ((runs[0], a), (runs[1], b)):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{run.name}: {run.header.get('cost')}")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{run.name}: {run.header.cost}")
     if x is not None:
         ax.axvline(x, color="red", ls=":", label=f"crossover at concurrency {x:.1f}")
     ax.set_xlabel("concurrency (achieved)")
@@ -315,7 +316,7 @@ def _cost_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
                       "concurrency (achieved)")
     for ax, run in zip(axes, runs):
         pts = _cost_curve(run)
-        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=run.header.get("cost") or "")
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=run.header.cost or "")
         ax.legend(fontsize=7)
     return fig
 
@@ -371,15 +372,15 @@ def _timeline_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
     fig, axes = plt.subplots(3, len(timed), figsize=(7 * len(timed), 8), sharex="col", squeeze=False)
     fig.suptitle("Recorded session: the steps as they happened")
     for col, run in enumerate(timed):
-        t0 = run.samples[0]["t_ns"] - int(run.samples[0].get("t", 0) * NS)
-        ts = [(s["t_ns"] - t0) / NS for s in run.samples]
+        t0 = run.samples[0].t_ns - int(run.samples[0].t * NS)
+        ts = [(s.t_ns - t0) / NS for s in run.samples]
         _timeline_column(run, [row[col] for row in axes], ts)
         for e in run.events:
-            if e.get("type") == "marker":
-                x = (e["t_ns"] - t0) / NS
+            if e.type == "marker":
+                x = (e.t_ns - t0) / NS
                 for row in range(3):
                     axes[row][col].axvline(x, color="magenta", ls=":")
-                axes[0][col].annotate(e["text"], (x, 0), textcoords="offset points", xytext=(2, 2),
+                axes[0][col].annotate(e.text, (x, 0), textcoords="offset points", xytext=(2, 2),
                                       fontsize=7, color="magenta")
         for row in range(3):
             axes[row][col].legend(fontsize=7)
@@ -390,15 +391,15 @@ def _timeline_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
 def _timeline_column(run: Run, axes: list[Axes], ts: list[float]) -> None:
     ax = axes[0]
     ax.set_title(run.name, fontsize=9)
-    ax.plot(ts, [s.get("agg_tps") or 0 for s in run.samples], label="aggregate tok/s (5 s window)")
+    ax.plot(ts, [s.agg_tps or 0 for s in run.samples], label="aggregate tok/s (5 s window)")
     ax.set_ylabel("tok/s")
     ax = axes[1]
-    ax.plot(ts, [(s.get("tpot_p50") or float("nan")) * 1e3 for s in run.samples], color="green",
+    ax.plot(ts, [(s.tpot_p50 or float("nan")) * 1e3 for s in run.samples], color="green",
             label="per-stream TPOT p50")
     ax.set_ylabel("TPOT (ms)")
     ax = axes[2]
-    ax.plot(ts, [s["system"]["mem_used"] / 1e9 for s in run.samples], label="memory used")
-    ax.plot(ts, [s["system"]["swap_used"] / 1e9 for s in run.samples], label="swap used")
+    ax.plot(ts, [s.system["mem_used"] / 1e9 for s in run.samples], label="memory used")
+    ax.plot(ts, [s.system["swap_used"] / 1e9 for s in run.samples], label="swap used")
     ax.set_ylabel("GB")
     ax.set_xlabel("seconds")
 
@@ -423,7 +424,7 @@ def _peak_swap(run: Run, cell: Cell) -> float | None:
     span = cell.timing.span_ns
     if not run.samples or not span:
         return None
-    vals = [s["system"]["swap_used"] for s in run.samples if span[0] <= s["t_ns"] <= span[1]]
+    vals = [s.system["swap_used"] for s in run.samples if span[0] <= s.t_ns <= span[1]]
     return max(vals) / 1e9 if vals else None
 
 
@@ -448,33 +449,40 @@ def _heat_lines(run: Run) -> list[str]:
     return ["", "Burst vs sustained (cells of 30 s or more):", *out] if out else []
 
 
+def _run_lines(run: Run) -> list[str]:
+    """The report's lines about a run before its table: model, machine, warnings, the clients it combines."""
+    h, env = run.header, run.header.environment or Environment()
+    lines = [f"## {run.name}", "",
+             f"- model: {h.model} ({(h.model_bytes or 0) / 1e9:.3f} GB, sha256 {h.model_sha256_prefix or '?'}), "
+             f"engine {h.engine} {h.engine_settings or {}}",
+             f"- machine: {env.os}, {env.cpu}, chip {h.chip or '?'}, β "
+             + (f"{run.beta:g} GB/s ({h.bandwidth_source or 'spec'})" if run.beta else "unknown"),
+             f"- simulated: {h.simulated}"]
+    lines += [f"- warning: {w}" for w in run.warnings]
+    both = run.combined
+    if both is None:
+        return lines
+    lines.append(f"- combined from {len(both.runs)} clients: throughput and concurrency summed "
+                 "per cell, latency percentiles over all their requests pooled")
+    if both.segments:
+        lines.append(f"- segments {both.segments} of one schedule ({h.arrivals}, seed {h.seed}, "
+                     f"{h.requests} requests): together, the load one client would have sent")
+    if both.clients_start:
+        import time as _time
+
+        at = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(both.clients_start[0].start_at_unix))
+        lines.append(f"- started at the asked time {at}Z: " + "; ".join(
+            f"{c.client}: first request sent {_f(c.first_sent_late_ms, '+.1f')} ms after its schedule, clock "
+            + (f"{c.clock_offset_s * 1e3:+.1f} ± {(c.clock_bound_s or 0) * 1e3:.1f} ms against the server's"
+               if c.clock_offset_s is not None else f"not checked ({c.clock_why})")
+            for c in both.clients_start))
+    return lines
+
+
 def markdown(runs: list[Run], files: list[Path]) -> str:
     lines = ["# inference-top report", ""]
     for run in runs:
-        h = run.header
-        env = h.get("environment", {})
-        lines += [f"## {run.name}", "",
-                  f"- model: {h.get('model')} ({(h.get('model_bytes') or 0) / 1e9:.3f} GB, sha256 "
-                  f"{h.get('model_sha256_prefix', '?')}), engine {h.get('engine')} {h.get('engine_settings', {})}",
-                  f"- machine: {env.get('os', '?')}, {env.get('cpu', '?')}, chip {h.get('chip', '?')}, β "
-                  + (f"{run.beta:g} GB/s ({h.get('bandwidth_source', 'spec')})" if run.beta else "unknown"),
-                  f"- simulated: {bool(h.get('simulated'))}"]
-        lines += [f"- warning: {w}" for w in run.warnings]
-        if h.get("combined_from"):
-            lines.append(f"- combined from {len(h['combined_from'])} clients: throughput and concurrency summed "
-                         "per cell, latency percentiles over all their requests pooled")
-        if h.get("segments"):
-            lines.append(f"- segments {h['segments']} of one schedule ({h.get('arrivals')}, seed {h.get('seed')}, "
-                         f"{h.get('requests')} requests): together, the load one client would have sent")
-        if h.get("clients_start"):
-            import time as _time
-
-            at = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(h["clients_start"][0]["start_at_unix"]))
-            lines.append(f"- started at the asked time {at}Z: " + "; ".join(
-                f"{c['client']}: first request sent {_f(c['first_sent_late_ms'], '+.1f')} ms after its schedule, clock "
-                + (f"{c['clock_offset_s'] * 1e3:+.1f} ± {c['clock_bound_s'] * 1e3:.1f} ms against the server's"
-                   if c["clock_offset_s"] is not None else f"not checked ({c['clock_why']})")
-                for c in h["clients_start"]))
+        lines += _run_lines(run)
         lines += ["", "| K | B | context | status | tok/s | ± sd | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | RSS GB | "
                   "BW GB/s | CV | note |", "|" + "---|" * 13]
         for c in run.cells:

@@ -35,6 +35,7 @@ from presets import slo as preset_slo
 
 if TYPE_CHECKING:
     from engines.tokenizer import GGUFTokenizer
+    from measure.control.cluster import ClusterSpec
     from measure.core.roofline import Roofline
     from measure.core.work import WorkModel
     from measure.sources.http import Endpoint
@@ -246,13 +247,12 @@ class RunPlan:
         or --force is given (--k 1000 must not spawn 1000 workers)."""
         if self.engine_is_remote or self.force or self.choice is None:
             return None
-        from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
+        from measure.core.guard import DEFAULT_OVERHEAD_BYTES, EngineMemory, admit, engine_footprint
 
         b = (self.bs or [1])[0]
-        fp = engine_footprint(self.mode, self.ks[0], b, b_cap=max(self.max_b, b), seq_ctx=self.ctx, ctx=self.ctx,
-                              weight_bytes=self.choice.file_bytes,
-                              kv_per_token=self.choice.kv_bytes_per_token(self.ctx) or 0.0,
-                              overhead_bytes=DEFAULT_OVERHEAD_BYTES)
+        fp = engine_footprint(self.mode, self.ks[0], b, EngineMemory(
+            b_cap=max(self.max_b, b), seq_ctx=self.ctx, ctx=self.ctx, weight_bytes=self.choice.file_bytes,
+            kv_per_token=self.choice.kv_bytes_per_token(self.ctx) or 0.0, overhead_bytes=DEFAULT_OVERHEAD_BYTES))
         why = admit(fp, self.memory_budget)
         return f"the starting level: {why}" if why else None
 
@@ -308,7 +308,7 @@ class RunPlan:
 
     def start_live(self, record: str | None = None, brake: bool = True,
                    prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
-                   ray: tuple[str, int | None, list[int] | None] | None = None) -> LiveRun:
+                   ray: ClusterSpec | None = None) -> LiveRun:
         """The live dashboard's parts, started: the source (a remote one checked before the screen takes over:
         SourceError when nothing answers), the recording, the roofline, the controller and its notes, the
         /metrics server (--prometheus) and the other clients watched (--peer)."""
@@ -320,7 +320,7 @@ class RunPlan:
         if ray is not None:  # --ray: the load from client actors (control/cluster_live.py)
             from measure.control.cluster_live import RayClients
 
-            source = RayClients(self, *ray, say=lambda t: print(t, flush=True))
+            source = RayClients(self, ray.address, ray.n, ray.weights, say=lambda t: print(t, flush=True))
         else:
             source = self.make_source(k=self.ks[0])
         if self.engine_is_remote:

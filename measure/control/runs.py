@@ -7,12 +7,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from measure.core import metrics as M
+from measure.core.lines import ClockCheck, EventLine, RunHeader, Sample
 from measure.machine.recorder import read_jsonl
 from measure.core.records import RequestRecord
 from measure.control.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
+from measure.control.knee import KneeResult
 
 if TYPE_CHECKING:
     from presets import SLO
@@ -22,26 +24,59 @@ class ReportError(ValueError):
     """An input the report cannot use: one line saying why."""
 
 
+@dataclass(frozen=True)
+class ClientStart:
+    """A client asked to --start-at, in a combined run: how late its first request went out, and its clock
+    against the server's."""
+
+    client: str
+    start_at_unix: float
+    first_sent_late_ms: float | None
+    clock_offset_s: float | None
+    clock_bound_s: float | None
+    clock_why: str | None
+
+
+@dataclass(frozen=True)
+class Combined:
+    """What `combine` made a run of: the clients' runs, the segments of one schedule they were (None: not
+    segments), and each client's start."""
+
+    runs: list[str]
+    segments: str | None
+    clients_start: list[ClientStart]
+
+
+class Level(NamedTuple):
+    """A cell's level, as the clients' runs are matched by: K, B and the mode."""
+
+    k: int | None
+    b: int | None
+    mode: str | None
+
+
 @dataclass
 class Run:
     name: str
-    header: dict[str, Any]
+    header: RunHeader
     cells: list[Cell]
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    events: list[EventLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list)  # combine pools them
+    knee: KneeResult | None = None  # bench --find's answer (its knee.json)
+    combined: Combined | None = None  # combine's
 
     def __post_init__(self) -> None:
         self.cells = [as_cell(c) for c in self.cells]
 
     @property
     def beta(self) -> float | None:
-        return self.header.get("bandwidth_gbps")
+        return self.header.bandwidth_gbps
 
     @property
     def weight_bytes(self) -> int:
-        return int(self.header.get("model_bytes") or 0)
+        return self.header.model_bytes or 0
 
 
 def load_run(path: str | Path) -> Run:
@@ -60,28 +95,27 @@ def load_run(path: str | Path) -> Run:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            headers, records, other = read_jsonl(p)
+            lines = read_jsonl(p)
         except (OSError, ValueError) as exc:
             raise ReportError(f"cannot read {p}: {exc}") from None
-    if not headers:
+    if not lines.headers:
         raise ReportError(f"{p} has no header line: not an inference-top output")
-    header = dict(headers[0], model_bytes=headers[0].get("model_bytes") or 0)  # its fields checked (lines.RunHeader)
-    samples = [o for o in other if o.get("kind") == "sample"]
-    events = [o for o in other if o.get("kind") == "event"]
+    header = lines.headers[0]  # its fields checked (lines.RunHeader)
+    samples, events = lines.samples, lines.events
     summary = p.with_name("summary.json")
-    if header.get("command") == "bench" and summary.exists():
+    if header.command == "bench" and summary.exists():
         cells = [Cell.from_json(c) for c in json.loads(summary.read_text())]
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
-        cells = cells_from_records(records, header, samples, events)
-    knee = p.with_name("knee.json")
-    if knee.exists():
+        cells = cells_from_records(lines.records, header, samples, events)
+    knee = None
+    if p.with_name("knee.json").exists():
         try:
-            header = dict(header, _knee=json.loads(knee.read_text()))
+            knee = KneeResult.read(p.with_name("knee.json"))
         except ValueError:
-            pass
+            pass  # not one bench --find wrote: the report marks the knee from the cells
     name = p.parent.name if p.name == "records.jsonl" else p.stem
-    engine = header.get("engine", "?")
-    return Run(f"{name} ({engine})", header, cells, samples, events, [str(w.message) for w in caught], records)
+    return Run(f"{name} ({header.engine})", header, cells, samples, events, [str(w.message) for w in caught],
+               lines.records, knee)
 
 
 TOGETHER_S = 60.0  # clients whose runs started further apart than this did not load the servers together
@@ -99,8 +133,8 @@ def combine(runs: list[Run]) -> Run:
     if any(c.context for r in runs for c in r.cells):
         raise ReportError("--combine does not handle --contexts rows; combine runs without --contexts")
     warnings = [w for r in runs for w in r.warnings]
-    starts = [r.header.get("started_unix") for r in runs]
-    asked = [r.header.get("start_at_unix") for r in runs]
+    starts = [r.header.started_unix for r in runs]
+    asked = [r.header.start_at_unix for r in runs]
     segments, more = _clients_check(runs)
     warnings += more
     # (where no value is None, the lists without the Nones are the lists themselves: the filters are for mypy)
@@ -115,7 +149,7 @@ def combine(runs: list[Run]) -> Run:
     elif max(started) - min(started) > TOGETHER_S:
         warnings.append(f"the clients' runs started {max(started) - min(started):.0f} s apart (> {TOGETHER_S:.0f} s):"
                         " they did not load the servers together, so their sum is not one load")
-    keys = [{(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
+    keys = [{Level(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
     if any(k != keys[0] for k in keys):
         warnings.append("the clients did not run the same cells: a cell missing from one sums fewer clients "
                         "(see 'clients' per cell)")
@@ -130,9 +164,9 @@ def combine(runs: list[Run]) -> Run:
                   for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
         timing = (None if one_clock else
                   Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts]))
-        c = Cell.measure(pooled, Spec(k, b, h0.get("model_bytes") or 0, h0.get("bandwidth_gbps"), mode or "instances",
+        c = Cell.measure(pooled, Spec(k, b, h0.model_bytes or 0, h0.bandwidth_gbps, mode or "instances",
                                       endpoint_gbps=endpoint_gbps(h0), slo=slo_of(h0),
-                                      max_tokens=h0.get("max_tokens"), ignore_eos=bool(h0.get("ignore_eos"))), timing)
+                                      max_tokens=h0.max_tokens, ignore_eos=h0.ignore_eos), timing)
         if one_clock:
             c.timing = TimingNote(clients=len(parts), throughput_rule="every client's requests pooled on one clock "
                                   "(each client's times from its --start-at), tokens ÷ first scheduled → last done")
@@ -141,19 +175,18 @@ def combine(runs: list[Run]) -> Run:
         c.timing = replace(c.timing, segments=segments or None)
         cells.append(c)
     add_scaling(cells)
-    header = dict(h0, combined_from=[r.name for r in runs], segment=None, segments=segments,
-                  clients_start=_clients_start(runs))
-    return Run(f"{len(runs)} clients combined ({', '.join(r.name for r in runs)})", header, cells,
-               warnings=warnings, records=[rec for r in runs for rec in r.records])
+    return Run(f"{len(runs)} clients combined ({', '.join(r.name for r in runs)})", h0, cells,
+               warnings=warnings, records=[rec for r in runs for rec in r.records],
+               combined=Combined([r.name for r in runs], segments, _clients_start(runs)))
 
 
-def slo_of(header: dict[str, Any]) -> SLO | None:
+def slo_of(header: RunHeader) -> SLO | None:
     """The SLO a run was measured under, read back from its header's description ("interactive: TTFT ≤ 450 ms,
     TPOT ≤ 40 ms"); None where it had none or the text is not one this version wrote."""
     from presets import SLO
 
-    text = header.get("slo")
-    if not isinstance(text, str) or ": " not in text:
+    text = header.slo
+    if text is None or ": " not in text:
         return None
     key, _, rest = text.partition(": ")
     bounds: dict[str, float] = {}
@@ -175,9 +208,9 @@ def _one_clock(runs: list[Run]) -> dict[str, int] | None:
     out = {}
     for r in runs:
         h = r.header
-        if h.get("start_perf_ns") is None or h.get("start_at_unix") is None:
+        if h.start_perf_ns is None or h.start_at_unix is None:
             return None
-        out[r.name] = round(float(h["start_at_unix"]) * 1e9) - int(h["start_perf_ns"])
+        out[r.name] = round(h.start_at_unix * 1e9) - h.start_perf_ns
     return out
 
 
@@ -201,14 +234,14 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
     from measure.core.clients import CLOCK_WARN_S
 
     warnings = []
-    said: list[tuple[str, dict[str, Any]]] = [(r.name, (r.header.get("clock_check") or {})) for r in runs]
-    checks = [(name, c["offset_s"], c["bound_s"]) for name, c in said if c.get("offset_s") is not None]
+    checks = [(r.name, c.offset_s, c.bound_s or 0.0) for r in runs
+              if (c := r.header.clock_check) is not None and c.offset_s is not None]
     if len(checks) > 1:
         lo, hi = min(checks, key=lambda x: x[1]), max(checks, key=lambda x: x[1])
         if hi[1] - lo[1] - (hi[2] + lo[2]) > CLOCK_WARN_S:
             warnings.append(f"the clients' clocks differ by {(hi[1] - lo[1]) * 1e3:.0f} ms (each against the server's "
                             f"Date): {lo[0]} and {hi[0]} started that far apart at --start-at")
-    segs = [r.header.get("segment") for r in runs]
+    segs = [r.header.segment for r in runs]
     if not any(segs):
         return None, warnings
     if not all(segs):
@@ -225,39 +258,38 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
             warnings.append(f"segment {i}/{n} is missing: the combined load is not the whole schedule")
         elif seen[i] > 1:
             warnings.append(f"segment {i}/{n} is there {seen[i]} times: its requests are counted {seen[i]} times")
-    if len({tuple(r.header.get(f) for f in ("arrivals", "seed", "requests", "workload")) for r in runs}) > 1:
+    if len({(r.header.arrivals, r.header.seed, r.header.requests, r.header.workload) for r in runs}) > 1:
         warnings.append("the segments are of different schedules (their arrivals, seed, requests or workload differ)")
     return " + ".join(f"{i}/{m}" for i, m in sorted(shares)), warnings
 
 
-def _arrival_rps(parts: list[tuple[Run, Cell]], key: tuple[int | None, int | None, str | None],
-                 segments: str | None) -> float | None:
+def _arrival_rps(parts: list[tuple[Run, Cell]], key: Level, segments: str | None) -> float | None:
     """The rate the clients offered together: segments of one schedule, anchored at their --start-at, put back on
     the schedule's own clock (each scheduled time − its client's time zero) give the schedule's rate; else each
     client offered its own, and the rates add (their clocks are never compared)."""
     from measure.core.arrivals import realised_rate
 
-    if segments and all(r.header.get("start_perf_ns") is not None for r, _ in parts):
-        times = sorted(rec.t_scheduled_ns - r.header["start_perf_ns"] for r, _ in parts for rec in r.records
+    starts = [(r, r.header.start_perf_ns) for r, _ in parts]
+    if segments and all(t0 is not None for _, t0 in starts):
+        times = sorted(rec.t_scheduled_ns - (t0 or 0) for r, t0 in starts for rec in r.records
                        if (rec.k, rec.b, rec.mode) == key)
         return realised_rate(times)
     rates = [p.load.arrival_rps for _, p in parts]
     return sum(x for x in rates if x is not None) if rates and None not in rates else None  # (a filter for mypy)
 
 
-def _clients_start(runs: list[Run]) -> list[dict[str, Any]]:
+def _clients_start(runs: list[Run]) -> list[ClientStart]:
     """Per client asked to --start-at: how late its first request went out, and its clock against the server's."""
     from measure.core.clients import start_lateness_ms
 
     out = []
     for r in runs:
         h = r.header
-        if h.get("start_at_unix") is None:
+        if h.start_at_unix is None:
             continue
-        c = h.get("clock_check") or {}
-        out.append({"client": r.name, "start_at_unix": h["start_at_unix"],
-                    "first_sent_late_ms": start_lateness_ms(h, r.records), "clock_offset_s": c.get("offset_s"),
-                    "clock_bound_s": c.get("bound_s"), "clock_why": c.get("why")})
+        c = h.clock_check or ClockCheck()
+        out.append(ClientStart(r.name, h.start_at_unix, start_lateness_ms(h.start_perf_ns, h.arrivals, r.records),
+                               c.offset_s, c.bound_s, c.why))
     return out
 
 
@@ -272,7 +304,7 @@ def _level_key(label: str) -> tuple[int, int, str] | None:
     return None
 
 
-def level_periods(samples: list[dict[str, Any]], events: Sequence[dict[str, Any]] = ()
+def level_periods(samples: Sequence[Sample], events: Sequence[EventLine] = ()
                   ) -> dict[tuple[int, int, str], list[tuple[int, int]]]:
     """(K, B, mode) → its contiguous periods [start, end) in ns, from a recording's samples; paused time
     belongs to no level. A level visited twice has two periods, each timed on its own. Where the recording has
@@ -280,42 +312,42 @@ def level_periods(samples: list[dict[str, Any]], events: Sequence[dict[str, Any]
     to the next one: the samples' K and B are the ones asked at the key press, and until the new workers were
     ready the level before went on (timing from the key press put the warmup's seconds, served by the old K,
     into the new level's span). Without such events, the samples' K, B and mode say the level."""
-    ordered = sorted(samples, key=lambda s: s["t_ns"])
-    changes = sorted((e["t_ns"], key) for e in events
-                     if e.get("type") == "level" and (key := _level_key(str(e.get("text", "")))) is not None)
+    ordered = sorted(samples, key=lambda s: s.t_ns)
+    changes = sorted((e.t_ns, key) for e in events if e.type == "level" and (key := _level_key(e.text)) is not None)
     # the timeline: each sample (pause state; without level events, its K, B, mode), and each level's start
-    points: list[tuple[int, int, Any]] = [(s["t_ns"], 1, s) for s in ordered] + [(t, 0, k) for t, k in changes]
+    points: list[tuple[int, int, Sample | tuple[int, int, str]]] = [(s.t_ns, 1, s) for s in ordered]
+    points += [(t, 0, k) for t, k in changes]
     points.sort(key=lambda p: (p[0], p[1]))
     out: dict[tuple[int, int, str], list[tuple[int, int]]] = {}
     level: tuple[int, int, str] | None = None
     paused = False
     run_key: tuple[int, int, str] | None = None
     run_start = 0  # read only once run_key is set, with it
-    for t, kind, what in points:
-        if kind == 0:
+    for t, _, what in points:
+        if not isinstance(what, Sample):
             level = what
         else:
-            paused = bool(what.get("paused"))
+            paused = what.paused
             if level is None or not changes:  # the first level (it has no event), or no events at all
-                level = (what.get("k", 1), what.get("b", 1), what.get("mode", "instances"))
+                level = (what.k, what.b, what.mode)
         key = None if paused else level
         if key != run_key:
             if run_key is not None:
                 out.setdefault(run_key, []).append((run_start, t))
             run_key, run_start = key, t
-    if run_key is not None and ordered and ordered[-1]["t_ns"] > run_start:
-        out.setdefault(run_key, []).append((run_start, ordered[-1]["t_ns"]))
+    if run_key is not None and ordered and ordered[-1].t_ns > run_start:
+        out.setdefault(run_key, []).append((run_start, ordered[-1].t_ns))
     return out
 
 
-def endpoint_gbps(header: dict[str, Any]) -> list[float | None] | None:
+def endpoint_gbps(header: RunHeader) -> list[float | None] | None:
     """HTTP: each endpoint's β as the header lists them (a header from before many endpoints: its one β)."""
-    eps = header.get("endpoints")
-    return [e.get("bandwidth_gbps") for e in eps] if eps else None
+    eps = header.endpoints
+    return [e.bandwidth_gbps for e in eps] if eps else None
 
 
-def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
-                       samples: list[dict[str, Any]], events: Sequence[dict[str, Any]] = ()) -> list[Cell]:
+def cells_from_records(records: Sequence[RequestRecord], header: RunHeader,
+                       samples: Sequence[Sample], events: Sequence[EventLine] = ()) -> list[Cell]:
     """One cell per (K, B, mode) that served requests (records say which level served them). With a
     recording's samples, every per-second figure is over that level's own periods (cell.Periods), so a level
     left and visited again, or a pause, never stretches its span: aggregate tok/s = tokens inside the periods
@@ -326,13 +358,13 @@ def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
     for r in records:
         groups.setdefault((r.k, r.b, r.mode), []).append(r)
     periods = level_periods(samples, events) if samples else {}
-    w = header.get("model_bytes", 0)
+    w = header.model_bytes or 0
     cells = []
     for (k, b, mode), recs in sorted(groups.items()):
         spans = periods.get((k, b, mode))
-        c = Cell.measure(recs, Spec(k, b, w, header.get("bandwidth_gbps"), mode, header.get("kv_bytes_per_token"),
-                                    endpoint_gbps=endpoint_gbps(header), max_tokens=header.get("max_tokens"),
-                                    ignore_eos=bool(header.get("ignore_eos"))),
+        c = Cell.measure(recs, Spec(k, b, w, header.bandwidth_gbps, mode, header.kv_bytes_per_token,
+                                    endpoint_gbps=endpoint_gbps(header), max_tokens=header.max_tokens,
+                                    ignore_eos=header.ignore_eos),
                          Periods(spans, records) if spans else None)
         c.timing = replace(c.timing, span_ns=M.run_span_ns(recs))
         cells.append(c)
@@ -340,4 +372,4 @@ def cells_from_records(records: Sequence[RequestRecord], header: dict[str, Any],
     return cells
 
 
-__all__ = ["Run", "ReportError", "load_run", "combine", "cells_from_records", "level_periods", "endpoint_gbps"]
+__all__ = ["Run", "Combined", "ClientStart", "ReportError", "load_run", "combine", "cells_from_records", "level_periods", "endpoint_gbps"]

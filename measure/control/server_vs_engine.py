@@ -15,6 +15,7 @@ from typing import Any
 from measure.core import serving as S
 from measure.core.records import RequestRecord
 from measure.machine import servers
+from measure.machine.recorder import read_header, read_jsonl
 
 SERVERS = ("llama-server", "llama_cpp.server", "mlx_lm.server")
 
@@ -62,13 +63,7 @@ def read_cells(folder: Path) -> list[dict[str, Any]]:
 
 def read_requests(path: Path) -> list[RequestRecord]:
     """A bench records.jsonl's finished requests (the header and other lines left out)."""
-    out = []
-    with path.open() as f:
-        for line in f:
-            d = json.loads(line)
-            if d.get("kind") == "request" and d.get("request_id") is not None and d.get("t_done_ns"):
-                out.append(RequestRecord.from_dict(d))
-    return out
+    return [r for r in read_jsonl(path).records if r.t_done_ns]
 
 
 def _ms(v: float | None) -> str:
@@ -103,12 +98,11 @@ def reuse_engine(earlier: Path, engine_argv: list[str], out: Path) -> None:
     --out) and finished; ValueError (one line) otherwise."""
     src = earlier / "engine"
     try:
-        with (src / "records.jsonl").open() as f:
-            header = json.loads(f.readline())
+        header = read_header(src / "records.jsonl")
         cells = read_cells(src)
     except (OSError, ValueError) as exc:
         raise ValueError(f"--engine-from {earlier}: no finished engine sweep there ({exc})") from None
-    argv = list(header.get("argv") or [])
+    argv = list(header.argv or []) if header else []
     if "--out" in argv:
         i = argv.index("--out")
         del argv[i:i + 2]

@@ -2,13 +2,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from measure.core.readings import SystemSample
 from measure.core.serving import Batching
 
 if TYPE_CHECKING:
     from measure.control.steps import StepRow
+
+
+class LogLine(NamedTuple):
+    """One line of the live log: its sequence number, its time (s since the start), level and text."""
+
+    seq: int
+    t: float
+    level: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -120,5 +129,5 @@ class Snapshot:
     rss_sum: int
     history: tuple[Point, ...]
     markers: tuple[tuple[float, str], ...]
-    log: tuple[tuple[int, float, str, str], ...]  # (seq, t, level, text)
+    log: tuple[LogLine, ...]
     steps: tuple[StepRow, ...] = ()  # the levels visited, settled or settling

@@ -20,7 +20,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,20 @@ def slim(rec: RequestRecord) -> RequestRecord:
     # an array("q") where the record's type says list[int]: a slimmed record is only read (metrics, the export),
     # and an array reads as the same sequence of ints
     return replace(rec, token_ns=array("q", rec.token_ns), extra=None, server_view=None)  # type: ignore[arg-type]
+
+
+class Counts(NamedTuple):
+    """A level's requests so far: finished, met the SLO, the finished ones' output tokens, the met ones'."""
+
+    finished: int
+    met: int
+    tokens: int
+    met_tokens: int
+
+    def since(self, base: Counts) -> Counts:
+        """What was counted after `base`."""
+        return Counts(self.finished - base.finished, self.met - base.met, self.tokens - base.tokens,
+                      self.met_tokens - base.met_tokens)
 
 
 class LevelFigures:
@@ -89,10 +103,10 @@ class LevelFigures:
             self.met += 1
             self.met_tokens += rec.output_tokens
 
-    def counts(self) -> tuple[int, int, int, int]:
-        """(finished, met the SLO, the finished ones' output tokens, the met ones' output tokens) so far: the
-        step table's goodput takes the part of these counted in its settled window."""
-        return self.finished, self.met, self.tokens, self.met_tokens
+    def counts(self) -> Counts:
+        """The requests counted so far: the step table's goodput takes the part of these counted in its settled
+        window."""
+        return Counts(self.finished, self.met, self.tokens, self.met_tokens)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from measure.control.stats import KEEP, LevelFigures
+from measure.control.stats import KEEP, Counts, LevelFigures
 from measure.core import metrics as M
 from measure.core.cost import Cost
 from measure.core.lines import StepRow as StepRow  # its home; control code imports it from here
@@ -36,13 +36,12 @@ SETTLE_CV = 0.10
 SETTLE_TREND = 0.05
 
 
-def goodput(tps: float, counts: tuple[int, int, int, int], base: tuple[int, int, int, int] | None
-            ) -> M.Goodput | None:
+def goodput(tps: float, counts: Counts, base: Counts | None) -> M.Goodput | None:
     """Goodput over the settled window: `counts` (finished, met, tokens, met tokens) now, less `base` (the
     counts at the first settled reading) where a request finished since; `tps` the row's settled tok/s.
     None before a request finished."""
-    if base is not None and counts[0] > base[0]:
-        counts = (counts[0] - base[0], counts[1] - base[1], counts[2] - base[2], counts[3] - base[3])
+    if base is not None and counts.finished > base.finished:
+        counts = counts.since(base)
     finished, met, tokens, met_tokens = counts
     if not finished:
         return None
@@ -98,7 +97,7 @@ class StepTable:
         self._figures_key: tuple[str, int, int, tuple[int, int, int] | None] | None = None
         self._figures: tuple[int, float | None, float | None, float | None] = (0, None, None, None)
         # (id of the level's figures, their counts at its first settled reading)
-        self._base: tuple[int, tuple[int, int, int, int]] | None = None
+        self._base: tuple[int, Counts] | None = None
         self._settled: StepRow | None = None  # the current level's row as it last stood settled
         self._heat: tuple[str, int] | None = None  # the thermal state and when it last changed (docs/design.md §21)
         # the level's figures when the thermal state last changed (their id, good requests, TPOTs): the row's TPOT,

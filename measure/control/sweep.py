@@ -11,7 +11,7 @@ from measure.control.cell import (Cell, Row, Spec, add_scaling, answer_notes, cl
                                   skipped as skipped_cell, write_summary)
 from measure.machine import host
 from measure.core import metrics as M
-from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, OomKill, admit, engine_footprint, fmt_gib,
+from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, EngineMemory, OomKill, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
 from measure.core.readings import ThermalLog
 from measure.machine.probes import SystemProbe, WallCheck, auto_threads
@@ -89,9 +89,9 @@ class CellRunner:
         self._warmups = 0  # the source's warmup requests before this cell (sources/warmup.py)
 
     def footprint(self, mode: str, k: int, b: int, seq_ctx: int) -> Footprint:
-        return engine_footprint(mode, k, b, b_cap=b, seq_ctx=seq_ctx, ctx=self.cfg.ctx,
-                                weight_bytes=self.source.meta.model_bytes,
-                                kv_per_token=self.cfg.kv_bytes_per_token or 0.0, overhead_bytes=self.cfg.overhead_bytes)
+        return engine_footprint(mode, k, b, EngineMemory(
+            b_cap=b, seq_ctx=seq_ctx, ctx=self.cfg.ctx, weight_bytes=self.source.meta.model_bytes,
+            kv_per_token=self.cfg.kv_bytes_per_token or 0.0, overhead_bytes=self.cfg.overhead_bytes))
 
     def oom_refusal(self, mode: str, k: int, b: int) -> str | None:
         """Why this step is refused: a worker was OOM-killed at it or below it in this run (None: it is not)."""

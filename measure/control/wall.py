@@ -9,15 +9,11 @@ WALL_HOLD_S after the last reading that showed it, and the brake undoes the step
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
 
 from measure.core.guard import detect_wall
 from measure.core.readings import SystemSample
 from measure.core.roofline import name_wall
 from measure.core.units import NS
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 WALL_HOLD_S = 10.0
 
@@ -40,27 +36,26 @@ class WallHit:
     undo: Step | None  # the step the brake should undo, if any
 
 
-class WallLoad(TypedDict, total=False):
-    """measured_wall's keywords on the load itself: whether the server is remote (its ceilings are not measured
-    here) with the streams asked and those decoding, and `threads`, the cores the workers' threads were given
-    (0: all)."""
+@dataclass(frozen=True)
+class WallLoad:
+    """measured_wall's load itself: whether the server is remote (its ceilings are not measured here) with the
+    streams asked and those decoding, and `threads`, the cores the workers' threads were given (0: all)."""
 
-    remote: bool
-    streams_asked: int
-    streams_decoding: float
-    threads: float
+    remote: bool = False
+    streams_asked: int = 1
+    streams_decoding: float = 0.0
+    threads: float = 0.0
 
 
 def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
                   attainable_gbps: float | None = None, predicted_binding: str | None = None,
-                  **load: Unpack[WallLoad]) -> str:
+                  load: WallLoad = WallLoad()) -> str:
     """Which wall the load is against, by the one naming rule (core/roofline.name_wall, docs/design.md §11)
     applied to the measured figures: the bandwidth product's share of the attainable figure where the probe
     measured one (else of spec), the workers' CPU in cores, `threads` the cores their threads were given
     (0: all), and whether the roofline's binding ceiling is compute."""
-    streams_asked, streams_decoding = load.get("streams_asked", 1), load.get("streams_decoding", 0.0)
-    threads = load.get("threads", 0.0)
-    if load.get("remote", False):  # the server's ceilings are not measured here; its queue shows in the streams it decodes
+    streams_asked, streams_decoding, threads = load.streams_asked, load.streams_decoding, load.threads
+    if load.remote:  # the server's ceilings are not measured here; its queue shows in the streams it decodes
         if streams_asked > 1 and 0 < streams_decoding <= 1.2:
             return name_wall(0.0, queue=f"{streams_decoding:.1f} of {streams_asked} streams decode")[1]
         return "not measured here (the server's machine)"

@@ -18,9 +18,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from measure.core.arrivals import Arrivals, IndexedArrivals
+from measure.core.lines import ClockCheck
 from measure.core.records import RequestRecord
 from measure.core.workload import ClosedLoop
 
@@ -194,8 +195,17 @@ class ClientShare:
 
 # ---- the clock check ---------------------------------------------------------------------------------
 
-def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, float] | None:
-    """(server clock − this clock, ± bound) in s from answers (local send time, local receive time, the
+class Tick(NamedTuple):
+    """One answer of the clock check: its local send and receive times (s) and the server's Date in whole unix
+    seconds."""
+
+    sent: float
+    received: float
+    date: int
+
+
+def offset_from_ticks(samples: list[Tick]) -> tuple[float, float] | None:
+    """(server clock − this clock, ± bound) in s from answers (Tick: local send time, local receive time, the
     server's Date in whole unix seconds). Each answer says the server read D … D + 1 while it was between send
     and receive: θ ∈ [D − recv, D + 1 − send]; two answers whose Dates differ put the tick to the later Date
     between the earlier's send and the later's receive: θ ∈ (D' − recv', D' − send). The offset is the middle
@@ -211,33 +221,33 @@ def offset_from_ticks(samples: list[tuple[float, float, int]]) -> tuple[float, f
     return (lo + hi) / 2, (hi - lo) / 2
 
 
-def describe_clock(c: dict[str, Any] | None) -> str:
+def describe_clock(c: ClockCheck | None) -> str:
     """One line for the bench's output: the offset and what it means."""
-    if not c:
+    if c is None:
         return "clock: not checked"
-    if c.get("offset_s") is None:
-        return f"clock: not checked against the server ({c.get('why')})"
-    off, bound = c["offset_s"], c["bound_s"]
+    if c.offset_s is None:
+        return f"clock: not checked against the server ({c.why})"
+    off, bound = c.offset_s, c.bound_s or 0.0
     how = (f"within {bound * 1e3:.1f} ms of" if abs(off) <= bound else
            f"{abs(off) * 1e3:.1f} ± {bound * 1e3:.1f} ms {'ahead of' if off > 0 else 'behind'}")
-    line = f"clock: the server's clock is {how} this client's ({c['samples']} reads of its Date header)"
+    line = f"clock: the server's clock is {how} this client's ({c.samples} reads of its Date header)"
     if abs(off) - bound > CLOCK_WARN_S:
         line += (f"; more than {CLOCK_WARN_S * 1e3:.0f} ms: clients whose clocks differ this much do not start "
                  "together at --start-at; set the clocks (NTP) or expect the offset in the combined run")
     return line
 
 
-def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) -> float | None:
-    """How late a client's first request went out against what its start asked: open loop, its send − its
-    scheduled time (t0 + its offset); closed loop, its send − t0. None without --start-at."""
-    t0 = header.get("start_perf_ns")
+def start_lateness_ms(t0: int | None, arrivals: str | None, records: Iterable[RequestRecord]) -> float | None:
+    """How late a client's first request went out against what its start asked (`t0`: its header's start_perf_ns;
+    `arrivals`: its header's, None for a closed loop): open loop, its send − its scheduled time (t0 + its offset);
+    closed loop, its send − t0. None without --start-at."""
     recs = [r for r in records if r.t_submitted_ns]
     if t0 is None or not recs:
         return None
     first = min(recs, key=lambda r: r.t_submitted_ns)
-    ref: int = first.t_scheduled_ns if header.get("arrivals") else t0
+    ref: int = first.t_scheduled_ns if arrivals else t0
     return (first.t_submitted_ns - ref) / 1e6
 
 
 __all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare",
-           "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]
+           "Tick", "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]

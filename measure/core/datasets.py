@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.base import Prompt
-from measure.core.records import RequestRecord
+from measure.core.lines import Lines
 from presets import Workload
 
 KINDS = ("jsonl", "sharegpt", "trace")  # the public traces: core/traces.py's TRACE_FORMATS
@@ -26,8 +26,8 @@ SAMPLES = {"jsonl": "prompts.jsonl", "sharegpt": "sharegpt.json", "trace": "trac
 CHECK_DRAWS = 1000  # a length distribution's first draws checked against --ctx before anything starts
 
 
-# machine/recorder.read_jsonl's shape: a records file → (headers, records, other lines)
-RecordsReader = Callable[[Path], tuple[list[dict[str, Any]], list[RequestRecord], list[dict[str, Any]]]]
+# machine/recorder.read_jsonl's shape: a records file → its lines by kind
+RecordsReader = Callable[[Path], Lines]
 
 
 class DatasetError(ValueError):
@@ -404,7 +404,7 @@ def _records_trace(name: str, path: Path, read_records: RecordsReader
         headers, records, _ = read_records(path)
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{where}: an inference-top records file that cannot be read ({exc})") from None
-    default_out = headers[0].get("max_tokens") if headers else None
+    default_out = headers[0].max_tokens if headers else None
     rows, skipped = [], 0
     for r in sorted(records, key=lambda r: (r.t_scheduled_ns, r.request_id)):
         out = r.output_tokens if not r.error and r.output_tokens else default_out
@@ -416,7 +416,7 @@ def _records_trace(name: str, path: Path, read_records: RecordsReader
         raise DatasetError(f"{where}: no request with a known prompt length to replay ({skipped} without); record "
                            "with a local engine or a server that reports usage")
     t0 = rows[0][0]
-    info = {"trace_format": "inference-top records", "trace_run_id": headers[0].get("run_id") if headers else None,
+    info = {"trace_format": "inference-top records", "trace_run_id": headers[0].run_id if headers else None,
             "trace_skipped": skipped}
     return [r[1] for r in rows], [(t - t0) / 1e9 for t, _ in rows], info
 

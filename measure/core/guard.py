@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from measure.core.metrics import kv_bytes_per_token
 from measure.core.readings import MacMemory, SystemSample, others_held, working_set
@@ -19,7 +19,6 @@ from measure.core.work import WorkModel
 
 if TYPE_CHECKING:
     from engines.gguf_file import GGUFInfo
-    from typing_extensions import NotRequired, Unpack
 
 __all__ = ["GiB", "MiB", "fmt_gib"]
 
@@ -164,21 +163,22 @@ def footprint(k: int, b: int, ctx: int, weight_bytes: int, kv_per_token: float,
                      int(k * (b * ctx + extra_kv_tokens) * kv_per_token))
 
 
-class EngineMemory(TypedDict):
-    """engine_footprint's keywords: the batch context's sequences (b_cap) of `seq_ctx` tokens, the single-stream
-    context `ctx`, the model's weight bytes and KV bytes per token, and optionally the runtime's overhead and the
-    bytes each sequence holds beside its KV."""
+@dataclass(frozen=True)
+class EngineMemory:
+    """engine_footprint's engine: the batch context's sequences (b_cap) of `seq_ctx` tokens, the single-stream
+    context `ctx`, the model's weight bytes and KV bytes per token, the runtime's overhead and the bytes each
+    sequence holds beside its KV."""
 
     b_cap: int
     seq_ctx: int
     ctx: int
     weight_bytes: int
     kv_per_token: float
-    overhead_bytes: NotRequired[int]
-    seq_extra_bytes: NotRequired[float]
+    overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
+    seq_extra_bytes: float = 0.0
 
 
-def engine_footprint(mode: str, k: int, b: int, **m: Unpack[EngineMemory]) -> Footprint:
+def engine_footprint(mode: str, k: int, b: int, m: EngineMemory) -> Footprint:
     """What K local engines allocate, by mode (the one rule the dashboard and the sweep use): each worker's
     weights and runtime, its single-stream context of `ctx` tokens (made whole at load), and in batch mode
     a batch context of max(B, b_cap) sequences × `seq_ctx` tokens beside it, each sequence with
@@ -186,10 +186,10 @@ def engine_footprint(mode: str, k: int, b: int, **m: Unpack[EngineMemory]) -> Fo
     is not ours."""
     if is_remote(mode):  # a server's memory is not ours
         return Footprint(k, b, 0, 0, 0)
-    seqs = max(b, m["b_cap"]) if mode == "batch" else 0
-    fp = footprint(k, seqs, m["seq_ctx"], m["weight_bytes"], m["kv_per_token"],
-                   m.get("overhead_bytes", DEFAULT_OVERHEAD_BYTES), extra_kv_tokens=m["ctx"], label_b=b)
-    return replace(fp, overhead=fp.overhead + int(k * seqs * m.get("seq_extra_bytes", 0.0)))
+    seqs = max(b, m.b_cap) if mode == "batch" else 0
+    fp = footprint(k, seqs, m.seq_ctx, m.weight_bytes, m.kv_per_token, m.overhead_bytes, extra_kv_tokens=m.ctx,
+                   label_b=b)
+    return replace(fp, overhead=fp.overhead + int(k * seqs * m.seq_extra_bytes))
 
 
 # ---- the budget on unified memory (Apple Silicon) ------------------------------------------------------

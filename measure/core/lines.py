@@ -1,22 +1,26 @@
 """Every line on disk, typed (docs/design.md §3): a recording's or records.jsonl's `header` (RunHeader), `request`
-(records.RequestRecord), `event`, `sample` and `step_row` lines, and the one validator every reader uses.
+(records.RequestRecord), `event` (EventLine), `sample` (Sample) and `step_row` (StepLine) lines, the one validator
+every reader uses, and the dataclasses a reader gets back (`of`: a line's dict → its dataclass; `Lines`).
 
 The validator is built from each dataclass's annotations (typing.get_type_hints over its fields): a field
 without a default must be present, every field present must have its annotated type (an int is a float, a
-bool is neither), and keys the dataclass does not name are allowed and kept (a newer writer's fields, the
-header's descriptive ones), as every reader did before. Writers build the dataclass and serialise it with
-`to_line`: its fields in their declared order, so the bytes on disk are the ones the dict literals wrote.
+bool is neither; a field typed as a dataclass is a JSON object checked against that dataclass's fields), and
+keys the dataclass does not name are allowed (a newer writer's fields, the header's descriptive ones), as every
+reader did before. Writers build the dataclass and serialise it with `to_line`: its fields in their declared
+order, so the bytes on disk are the ones the dict literals wrote; `as_line` gives any line's dict back, so a file
+read and written again is the same bytes.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal, Union
+from typing import Any, Literal, NamedTuple, Union
 
-from measure.core.records import RequestRecord
+from measure.core.records import Mode, RequestRecord
 
 
 class LineError(ValueError):
@@ -24,45 +28,107 @@ class LineError(ValueError):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """One of an HTTP run's endpoints as its header lists them."""
+
+    url: str | None = None
+    chip: str | None = None
+    label: str | None = None
+    bandwidth_gbps: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClockCheck:
+    """A client's clock against the server's (machine/clock.clock_check; docs/design.md §17): offset_s None with
+    `why` where it could not tell."""
+
+    offset_s: float | None = None
+    bound_s: float | None = None
+    samples: int = 0  # reads of the server's Date
+    why: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment:
+    """The machine a run ran on (machine/envinfo.environment), the parts a reader shows."""
+
+    os: str = "?"
+    cpu: str | None = "?"
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunHeader:
     """The first line of every records file and recording. Its typed fields are the ones readers use; the rest
-    (environment, argv, the engine's settings …) describes the run and is kept, in its order, in `line`.
-    Build it with `RunHeader.of(the header dict)`."""
+    (argv's neighbours, the engine's settings, the workload's file …) describes the run and is kept, in its order,
+    in `line`. Build it with `RunHeader.of(the header dict)`."""
 
     kind: Literal["header"] = "header"
-    command: str | None = None  # dashboard | bench | tune; absent in a test's or truth matrix's recording
+    command: str | None = None  # dashboard | bench | tune | compare; absent in a test's or truth matrix's recording
     engine: str = "?"
     model: str | None = None  # an http server's model may be unknown
     model_bytes: int | None = 0  # W; None: not given
+    model_sha256_prefix: str | None = None
     bandwidth_gbps: float | None = None
+    bandwidth_source: str | None = None
     chip: str | None = None
     simulated: bool = False
+    environment: Environment | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # a dashboard's LiveSettings, as asdict wrote them
+    engine_settings: dict[str, object] | None = None  # a local engine's threads, ctx, seed …: shown, not read
     max_tokens: int | None = None
+    ignore_eos: bool = False
+    kv_bytes_per_token: float | None = None
     url: str | None = None
+    endpoints: list[Endpoint] | None = None  # HTTP: each endpoint (a header from before many endpoints: none)
+    run_id: str | None = None
+    argv: list[str] | None = None  # bench: its command line
+    slo: str | None = None  # "interactive: TTFT ≤ 450 ms, TPOT ≤ 40 ms" (runs.slo_of reads it back)
+    cost: str | None = None
+    workload: str | None = None
+    arrivals: str | None = None  # the arrival process described; None: closed loop
+    seed: int | None = None
+    requests: int | None = None
     started_unix: float | None = None
-    start_perf_ns: int | None = None  # several clients (§17): their common start on this client's clock
+    # several clients (§17): this one's share of the schedule, its common start and its clock against the server's
+    segment: list[int] | None = None  # [i, n] of --segment i/n
+    start_perf_ns: int | None = None  # the common start on this client's clock
     start_at_unix: float | None = None
+    clock_check: ClockCheck | None = None
     line: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the header as written, every key
 
     @classmethod
     def of(cls, line: Mapping[str, Any], where: str = "the header") -> RunHeader:
         check(cls, line, where, "header")
-        return cls(**{f.name: line[f.name] for f in fields(cls) if f.name in line and f.name != "line"},
-                   line=dict(line))
+        header: RunHeader = dataclasses.replace(of(cls, line), line=dict(line))
+        return header
 
-    def to_line(self) -> dict[str, Any]:
+    def to_line(self) -> dict[str, object]:
         return dict(self.line, kind="header")
 
 
 @dataclass(frozen=True, kw_only=True)
 class EventLine:
-    """A dashboard's log line, marker, level change or load start. Its other keys (`level`, `type`, a client's
-    outcome) come before these three on disk."""
+    """A dashboard's log line (its `level`), marker, level change or load start (its `type`), or a Ray client's
+    end (`type` "client", its outcome in `more`). On disk `type` or `level` and `more` come before the kind."""
 
     kind: Literal["event"] = "event"
     t_ns: int
     text: str = ""
+    type: str | None = None  # marker | level | load_started | client; None: a log line
+    level: str | None = None  # a log line's: info | warn | error
+    more: Mapping[str, Any] = field(default_factory=dict)  # a client's outcome (cluster.Client.outcome)
+
+    @classmethod
+    def of(cls, line: Mapping[str, Any], where: str = "an event") -> EventLine:
+        check(cls, line, where, "event")
+        known = {f.name for f in fields(cls)}
+        event: EventLine = dataclasses.replace(of(cls, line), more={k: v for k, v in line.items() if k not in known})
+        return event
+
+    def to_line(self) -> dict[str, object]:
+        first = {**({"type": self.type} if self.type is not None else {}),
+                 **({"level": self.level} if self.level is not None else {}), **self.more}
+        return {**first, "kind": self.kind, "t_ns": self.t_ns, "text": self.text}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +141,7 @@ class Sample:
     t: float = 0.0  # s since the session began
     k: int = 1
     b: int = 1
-    mode: str = "instances"
+    mode: Mode = "instances"
     paused: bool = False
     state: str = ""
     users: int | None = None
@@ -91,7 +157,7 @@ class Sample:
 @dataclass(frozen=True)
 class StepRow:
     """A row of the live step table (control/steps.py, docs/design.md §9); on disk a `step_row` line, its
-    fields after the kind and the time it was written (`step_row_line`)."""
+    fields after the kind and the time it was written (`StepLine`)."""
 
     level: str
     mode: str
@@ -129,23 +195,77 @@ class _Stamp:
     t_ns: int
 
 
+@dataclass(frozen=True)
+class StepLine:
+    """A `step_row` line: the row and the time it was written."""
+
+    t_ns: int
+    row: StepRow
+
+    def to_line(self) -> dict[str, object]:
+        return step_row_line(self.row, self.t_ns)
+
+
+@dataclass(frozen=True)
+class UnknownLine:
+    """A line of a kind this version does not know (a newer writer's): kept as written."""
+
+    kind: str
+    line: Mapping[str, Any]
+
+
+OtherLine = EventLine | Sample | StepLine | UnknownLine
+Line = RunHeader | RequestRecord | OtherLine
+
+
+class Lines(NamedTuple):
+    """A file's lines by kind (recorder.read_jsonl), each list in the file's order."""
+
+    headers: list[RunHeader]
+    records: list[RequestRecord]
+    other: list[OtherLine]
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [o for o in self.other if isinstance(o, Sample)]
+
+    @property
+    def events(self) -> list[EventLine]:
+        return [o for o in self.other if isinstance(o, EventLine)]
+
+    @property
+    def steps(self) -> list[StepLine]:
+        return [o for o in self.other if isinstance(o, StepLine)]
+
+
 def to_line(obj: Any, first: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A line's dict: `first` (keys beyond the schema a writer puts before it), then the dataclass's fields in
     their declared order."""
     return {**(first or {}), **{f.name: getattr(obj, f.name) for f in fields(obj)}}
 
 
-def step_row_line(row: StepRow, t_ns: int) -> dict[str, Any]:
+def as_line(line: Line) -> dict[str, object]:
+    """Any line read back as the dict it is written as (so a file read and written again is the same bytes)."""
+    if isinstance(line, RequestRecord):
+        return line.to_dict()
+    if isinstance(line, UnknownLine):
+        return dict(line.line)
+    if isinstance(line, Sample):
+        return to_line(line)
+    return line.to_line()
+
+
+def step_row_line(row: StepRow, t_ns: int) -> dict[str, object]:
     return {**to_line(_Stamp(t_ns=t_ns)), **to_line(row)}
 
 
-def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, Any]:
-    first = {k: v for k, v in extra.items() if k not in ("kind", "t_ns", "text")}
-    return to_line(EventLine(t_ns=t_ns, text=text), first=first)
+def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, object]:
+    more = {k: v for k, v in extra.items() if k not in ("kind", "t_ns", "text", "type", "level")}
+    return EventLine(t_ns=t_ns, text=text, type=extra.get("type"), level=extra.get("level"), more=more).to_line()
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in fields(cls)}
 
@@ -156,7 +276,7 @@ def _required(cls: type) -> frozenset[str]:
 
 def fits(value: Any, tp: Any) -> bool:
     """`value` (as json.loads gives it) has the annotated type `tp`."""
-    if tp is Any:
+    if tp is Any or tp is object:
         return True
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
@@ -179,11 +299,33 @@ def fits(value: Any, tp: Any) -> bool:
     if origin in (dict, Mapping) or tp in (dict, Mapping):
         key, val = typing.get_args(tp) or (Any, Any)
         return isinstance(value, dict) and all(fits(k, key) and fits(v, val) for k, v in value.items())
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a JSON object with the dataclass's fields
+        return (isinstance(value, dict) and _required(tp) <= value.keys()
+                and all(fits(value[n], t) for n, t in _hints(tp).items() if n in value))
     raise TypeError(f"no check for the annotation {tp!r}")  # a field of a type this module does not know
 
 
+def _built(value: Any, tp: Any) -> Any:
+    """A checked value (`fits`) with its dataclasses built: a JSON object typed as a dataclass becomes one."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return next((_built(value, t) for t in typing.get_args(tp) if fits(value, t)), value)
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_built(v, item) for v in value]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return of(tp, value)
+    return value
+
+
+def of(cls: type, line: Mapping[str, Any]) -> Any:
+    """The dataclass `cls` of a checked line: its fields from the line's keys (their dataclasses built), the
+    keys it does not name left out (RunHeader and EventLine keep them)."""
+    return cls(**{n: _built(line[n], t) for n, t in _hints(cls).items() if n in line and n not in ("line", "more")})
+
+
 def _type_name(tp: Any) -> str:
-    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "").replace("measure.core.lines.", "")
 
 
 def check(cls: type, line: Mapping[str, Any], where: str, what: str) -> None:
@@ -194,7 +336,7 @@ def check(cls: type, line: Mapping[str, Any], where: str, what: str) -> None:
         if name not in line:
             raise LineError(f"{where}: a {what} line without its {name}: not one inference-top wrote")
     for name, tp in hints.items():
-        if name in line and name != "line" and not fits(line[name], tp):
+        if name in line and name not in ("line", "more") and not fits(line[name], tp):
             shown = repr(line[name])
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise LineError(f"{where}: a {what} line whose {name} is {shown}, not {_type_name(tp)}: not one "
@@ -227,3 +369,25 @@ def check_line(line: Mapping[str, Any], where: str) -> str:
     if kind in LINES and kind != "request":
         check(LINES[kind], line, where, kind)
     return kind
+
+
+def line_of(line: Mapping[str, Any], where: str) -> Line:
+    """A line read from a file as its dataclass, checked (LineError naming the field otherwise)."""
+    kind = check_line(line, where)
+    if kind == "header":
+        return RunHeader.of(line, where)
+    if kind == "request":
+        return request_of(line, where)
+    if kind == "event":
+        return EventLine.of(line, where)
+    if kind == "sample":
+        return typing.cast(Sample, of(Sample, line))
+    if kind == "step_row":
+        return StepLine(line["t_ns"], typing.cast(StepRow, of(StepRow, line)))
+    return UnknownLine(kind, dict(line))
+
+
+def grouped(lines: list[Line]) -> Lines:
+    """A file's lines by kind."""
+    return Lines([x for x in lines if isinstance(x, RunHeader)], [x for x in lines if isinstance(x, RequestRecord)],
+                 [x for x in lines if isinstance(x, (EventLine, Sample, StepLine, UnknownLine))])

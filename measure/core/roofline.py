@@ -22,16 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypedDict
 
 from measure.core.guard import footprint
 from measure.core.readings import Ceilings
 from measure.core.records import is_remote
 from measure.core.work import WorkModel
 from presets import Chip
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -243,20 +239,20 @@ class Prediction:
                          "" if self.binding == "server queue" else None)[1]
 
 
-class Lengths(TypedDict, total=False):
-    """predict's request lengths: prompt tokens (default 32), output tokens (default 128) and `context`, the KV
-    tokens a sequence reads each decode step (default: prompt + half the output)."""
+@dataclass(frozen=True)
+class Lengths:
+    """predict's request lengths: prompt tokens, output tokens and `context`, the KV tokens a sequence reads
+    each decode step (None: prompt + half the output)."""
 
-    prompt_tokens: int
-    output_tokens: int
-    context: int | None
+    prompt_tokens: int = 32
+    output_tokens: int = 128
+    context: int | None = None
 
 
 def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
-            **lengths: Unpack[Lengths]) -> Prediction:
+            at: Lengths = Lengths()) -> Prediction:
     """One level of K engines (instances) or B sequences in one (batch), `threads` each, at these lengths."""
-    prompt_tokens, output_tokens = lengths.get("prompt_tokens", 32), lengths.get("output_tokens", 128)
-    context = lengths.get("context")
+    prompt_tokens, output_tokens, context = at.prompt_tokens, at.output_tokens, at.context
     b_eff = 1 if mode == "instances" else b
     ctx = context if context is not None else prompt_tokens + output_tokens // 2
     ctxs = [ctx] * b_eff
@@ -337,8 +333,8 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
     batch = [p for p in points if p.mode == "batch" and p.b > 1]
     notes: list[str] = []
     for p in single[:1]:
-        pr = predict(work, m, p.mode, p.k, 1, p.threads, prompt_tokens=p.prompt_tokens,
-                     output_tokens=p.output_tokens)
+        pr = predict(work, m, p.mode, p.k, 1, p.threads, at=Lengths(prompt_tokens=p.prompt_tokens,
+                                                                    output_tokens=p.output_tokens))
         t_cpu = pr.shares["compute"] * pr.tpot_s  # the compute time, not the step (bandwidth may bind)
         step = m.step_core_s * p.tpot_s / t_cpu
         prefill = m.prefill_core_s
@@ -362,8 +358,8 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
         else:
             m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0) * reads) / (p.b - 1)))  # see the top
-        pr = predict(work, m, p.mode, p.k, p.b, p.threads, prompt_tokens=p.prompt_tokens,
-                     output_tokens=p.output_tokens)
+        pr = predict(work, m, p.mode, p.k, p.b, p.threads, at=Lengths(prompt_tokens=p.prompt_tokens,
+                                                                      output_tokens=p.output_tokens))
         m = _bandwidth_at_most(m, pr.shares["bandwidth"] * pr.tpot_s, p, notes)
     return replace(m, notes=m.notes + (f"calibrated on {len(points)} measured point(s)",) + tuple(notes))
 
@@ -384,9 +380,9 @@ def prediction_table(work: WorkModel, m: Machine, ks: Sequence[int] = (1, 2, 3, 
                      output_tokens: int = 256, context: int | None = None) -> list[Prediction]:
     """`context`: the KV tokens each sequence holds during decode (plan --context; None: prompt + half the
     output), so each step's attention reads the KV of the context asked."""
-    at: Lengths = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "context": context}
-    return ([predict(work, m, "instances", k, 1, None, **at) for k in ks]
-            + [predict(work, m, "batch", 1, b, None, **at) for b in bs])
+    at = Lengths(prompt_tokens, output_tokens, context)
+    return ([predict(work, m, "instances", k, 1, None, at) for k in ks]
+            + [predict(work, m, "batch", 1, b, None, at) for b in bs])
 
 
 def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], prompt_tokens: int,
@@ -423,5 +419,5 @@ class Roofline:
               output_tokens: int) -> Prediction | None:
         if is_remote(mode):  # no roofline of ours for a server's machine
             return None
-        return predict(self.work, self.machine, mode, k, b, threads, prompt_tokens=prompt_tokens,
-                       output_tokens=output_tokens)
+        return predict(self.work, self.machine, mode, k, b, threads, at=Lengths(prompt_tokens=prompt_tokens,
+                                                                                output_tokens=output_tokens))

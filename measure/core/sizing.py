@@ -3,18 +3,15 @@ and, on a chip, what each K and B would do (the roofline) and how many machines 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypedDict
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
 from measure.core.readings import Ceilings, is_mac
 from measure.core import work as W
-from measure.core.roofline import Machine, Prediction, predict, prediction_table
+from measure.core.roofline import Lengths, Machine, Prediction, predict, prediction_table
 from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
-
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
 
 # How each engine holds a request's KV (work.KV_LAYOUTS, docs/design.md §26): the in-process llama engine and
@@ -28,23 +25,24 @@ class PlanError(ValueError):
     """A plan the command cannot make: one line saying why."""
 
 
-class PlanMachine(TypedDict, total=False):
-    """plan's keywords on the machine: the runtime overhead an engine holds beside its weights (bytes), and
-    whether its memory is unified (an Apple Silicon Mac)."""
+@dataclass(frozen=True)
+class PlanMachine:
+    """plan's machine: the runtime overhead an engine holds beside its weights (bytes), and whether its memory
+    is unified (an Apple Silicon Mac)."""
 
-    overhead: int
-    unified: bool
+    overhead: int = DEFAULT_OVERHEAD_BYTES
+    unified: bool = False
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
          budget_fraction: float | None = None, kv_cache_tokens: int | None = None,
-         **machine: Unpack[PlanMachine]) -> dict[str, Any]:
+         machine: PlanMachine = PlanMachine()) -> dict[str, Any]:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element.
     `unified`: an Apple Silicon Mac (docs/design.md §21): the budget is the GPU's working set less what the
     OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also
     holds the prefill activations an mlx engine keeps (guard.mlx_prefill_bytes, at a prompt as long as the
     context)."""
-    overhead, unified = machine.get("overhead", DEFAULT_OVERHEAD_BYTES), machine.get("unified", False)
+    overhead, unified = machine.overhead, machine.unified
     kvb = shape.per_token(kv_dtype)
     if unified and budget_fraction is None:
         budget, budget_source = mac_budget(memory)
@@ -159,7 +157,7 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     budget = result["budget"]
 
     def verdict(n: int) -> tuple[Prediction, int, bool, bool]:
-        p = predict(work, machine, "batch", 1, n, None, prompt_tokens=prompt, output_tokens=output, context=ctx)
+        p = predict(work, machine, "batch", 1, n, None, at=Lengths(prompt, output, ctx))
         need = fixed + n * per_req
         ok_mem = need <= budget
         ok_slo = target is None or ((target.tpot_s is None or p.tpot_s <= target.tpot_s)
@@ -187,9 +185,17 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     return "\n".join(lines)
 
 
+class ChipPredictions(NamedTuple):
+    """plan --chip's roofline: the model's work, the machine and the rows predicted."""
+
+    work: W.WorkModel
+    machine: Machine
+    rows: list[Prediction]
+
+
 def chip_predictions(work: Callable[[], W.WorkModel], chip: str | Callable[[], Ceilings],
                      prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
-                     ) -> tuple[W.WorkModel, Machine, list[Prediction]]:
+                     ) -> ChipPredictions:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step (`work` reads its config.json,
     GGUF or preset: machine/model_files.work_model), the chip from presets (`chip` its key) or this machine's
     probe (plan --chip this: `chip` reads its Ceilings, machine/ceilings.get), and the roofline's rows, each
@@ -220,4 +226,5 @@ def chip_predictions(work: Callable[[], W.WorkModel], chip: str | Callable[[], C
                     seq_extra_bytes=row["engine_per_request"] if row else 0.0,
                     notes=m.notes + (f"memory budget {fmt_bytes(result['budget'])} (unified memory): a level over it "
                                      f"reads the excess back from swap at {m.swap_gbps:g} GB/s (assumed) each step",))
-    return wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output, context=context)
+    return ChipPredictions(wm, m, prediction_table(wm, m, prompt_tokens=prompt, output_tokens=output,
+                                                   context=context))

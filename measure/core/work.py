@@ -285,18 +285,13 @@ def _config_shape(cfg: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ConfigFile:
-    """A Hugging Face / mlx-lm config.json as read (measure/machine/model_files.py reads it): where it is, its
-    JSON, and the bytes of the safetensors beside it (0: none)."""
+    """A Hugging Face / mlx-lm config.json as read (measure/machine/model_files.py reads it): where it is, the
+    language model's part of its JSON (`text_config` where it has one: a multimodal model; else all of it), and
+    the bytes of the safetensors beside it (0: none)."""
 
     path: Path
-    data: dict[str, Any]
+    text: dict[str, Any]
     safetensors_bytes: int = 0
-
-    @property
-    def text(self) -> dict[str, Any]:
-        """The language model's part: `text_config` where the config has one (a multimodal model), else all."""
-        cfg: dict[str, Any] = self.data.get("text_config", self.data)
-        return cfg
 
 
 def from_config(config: ConfigFile) -> WorkModel:

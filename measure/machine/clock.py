@@ -8,7 +8,7 @@ from typing import Any
 
 from engines import http_sync
 from engines.http_openai import public_url
-from measure.core.clients import offset_from_ticks
+from measure.core.clients import Tick, offset_from_ticks
 
 
 def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: float = 3.0, coarse_every_s: float = 0.02,
@@ -27,7 +27,7 @@ def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: floa
     out: dict[str, Any] = {"method": "the server's HTTP Date header (whole seconds; its tick bracketed)",
                            "server": public_url(url), "offset_s": None, "bound_s": None, "samples": 0, "why": None}
     models = url.rstrip("/") + "/models"
-    samples: list[tuple[float, float, int]] = []
+    samples: list[Tick] = []
 
     with http_sync.client(timeout_s, {str(k): str(v) for k, v in (headers or {}).items()}) as conn:
         def ask() -> bool:
@@ -38,7 +38,7 @@ def clock_check(url: str, headers: dict[str, Any] | None = None, timeout_s: floa
             if not date:
                 return False
             parsed = email.utils.parsedate_to_datetime(date)
-            samples.append((s, r, int(parsed.timestamp())))
+            samples.append(Tick(s, r, int(parsed.timestamp())))
             return True
 
         try:

@@ -27,7 +27,7 @@ def read_config(path: str | os.PathLike[str]) -> ConfigFile:
     data = json.loads(p.read_text())
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an object")
-    return ConfigFile(p, data, safetensors_bytes(p.parent))
+    return ConfigFile(p, data.get("text_config", data), safetensors_bytes(p.parent))
 
 
 def is_gguf(path: Path) -> bool:

@@ -25,11 +25,11 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from measure.core.lines import RunHeader, check_line, event_line, request_of
+from measure.core.lines import Line, Lines, RunHeader, as_line, event_line, grouped, line_of
 from measure.core.records import RequestRecord
 
 FSYNC_EVERY_S = 1.0  # the most often the file is synced to the disk
@@ -60,7 +60,7 @@ class Recorder:
     and later lines are dropped, so every line in the file parses and the run itself goes on. A line that cannot
     be serialised is said through `on_error` too and counted in `lost`; the lines after it are written."""
 
-    def __init__(self, path: str | os.PathLike[str], header: dict[str, Any], fsync: bool = True,
+    def __init__(self, path: str | os.PathLike[str], header: Mapping[str, object], fsync: bool = True,
                  on_error: Callable[[str], None] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ class Recorder:
         _OPEN.add(self)
 
     # ---- any thread: hand a line over ------------------------------------------------------------
-    def write(self, obj: dict[str, Any]) -> None:
+    def write(self, obj: dict[str, object]) -> None:
         self._put(obj)
 
     def record(self, rec: RequestRecord) -> None:
@@ -163,7 +163,7 @@ class Recorder:
         except Exception:  # noqa: BLE001 - the caller's callback; the recording goes on
             pass
 
-    def _write_line(self, obj: dict[str, Any]) -> None:
+    def _write_line(self, obj: dict[str, object]) -> None:
         self._append(_line(obj))
 
     def _append(self, data: bytes) -> None:
@@ -220,13 +220,14 @@ class Recorder:
         self._say(why)
 
 
-def _line(obj: dict[str, Any]) -> bytes:
+def _line(obj: dict[str, object]) -> bytes:
     return (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[RequestRecord], list[dict[str, Any]]]:
-    """(headers, request records, other lines) of a recording; a cut last line is skipped with a warning."""
-    headers, records, other = [], [], []
+def read_lines(path: str | os.PathLike[str]) -> list[Line]:
+    """Every line of a recording or records file as its dataclass (lines.py), in the file's order; a cut last line
+    is skipped with a warning. ValueError (LineError naming the field) for a line inference-top did not write."""
+    out: list[Line] = []
     try:
         lines = Path(path).read_bytes().decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -238,18 +239,33 @@ def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list
             obj = json.loads(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1:
-                warnings.warn(f"{path}: last line is cut (the run was killed while writing); skipped", stacklevel=2)
+                warnings.warn(f"{path}: last line is cut (the run was killed while writing); skipped", stacklevel=3)
                 continue
             raise ValueError(f"{path}:{i + 1} is not JSON") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{i + 1} is not a JSON object")
-        where = f"{path}:{i + 1}"
-        kind = check_line(obj, where)  # LineError (a ValueError) naming the field
-        if kind == "header":
-            headers.append(obj)
-        elif kind == "request":
-            records.append(request_of(obj, where))
-        else:
-            other.append(obj)
-    return headers, records, other
+        out.append(line_of(obj, f"{path}:{i + 1}"))  # LineError (a ValueError) naming the field
+    return out
 
+
+def read_header(path: str | os.PathLike[str]) -> RunHeader | None:
+    """A records file's header alone (its first line, checked); None where the file starts with another line."""
+    with Path(path).open("rb") as f:
+        first = f.readline()
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}:1 is not JSON") from None
+    if not isinstance(obj, dict) or obj.get("kind") != "header":
+        return None
+    return RunHeader.of(obj, f"{path}:1")
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> Lines:
+    """(headers, request records, other lines) of a recording, each its dataclass (lines.py)."""
+    return grouped(read_lines(path))
+
+
+def encoded(line: Line) -> bytes:
+    """A line as the recorder writes it: read_lines' lines written again are the file's bytes."""
+    return _line(as_line(line))

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from measure.core.lines import RunHeader
+from measure.core.lines import EventLine, RunHeader, Sample
 from measure.core.readings import SystemSample
 from measure.machine.model_choice import engine_label
 from measure.machine.recorder import read_jsonl
@@ -27,10 +27,10 @@ class RecordingError(ValueError):
 
 @dataclass
 class Recording:
-    header: dict[str, Any]
+    header: RunHeader
     records: list[RequestRecord]
-    samples: list[dict[str, Any]]
-    events: list[dict[str, Any]]
+    samples: list[Sample]
+    events: list[EventLine]
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
@@ -38,45 +38,43 @@ class Recording:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                headers, records, other = read_jsonl(path)
+                lines = read_jsonl(path)
         except (OSError, ValueError) as exc:
             raise RecordingError(f"cannot read {path}: {exc}") from None
-        samples = sorted((o for o in other if o.get("kind") == "sample"), key=lambda o: o["t_ns"])
-        events = sorted((o for o in other if o.get("kind") == "event"), key=lambda o: o["t_ns"])
-        if not headers:
+        samples = sorted(lines.samples, key=lambda o: o.t_ns)
+        events = sorted(lines.events, key=lambda o: o.t_ns)
+        if not lines.headers:
             raise RecordingError(f"{path} has no header line: not an inference-top recording")
         if not samples:
             raise RecordingError(f"{path} has no system samples: record a dashboard session with --record "
                                  "(a bench output is for `inference-top report`)")
         for s in samples:
             _check_sample(path, s)
-        return cls(headers[0], records, samples, events, [str(w.message) for w in caught])  # lines checked
+        return cls(lines.headers[0], lines.records, samples, events, [str(w.message) for w in caught])  # checked
 
     @property
     def t0_ns(self) -> int:
         s = self.samples[0]
-        t_ns: int = s["t_ns"]
-        return t_ns - int(s.get("t", 0.0) * NS)
+        return s.t_ns - int(s.t * NS)
 
     @property
     def end_ns(self) -> int:
-        t_ns: int = self.samples[-1]["t_ns"]
-        return t_ns
+        return self.samples[-1].t_ns
 
     @property
     def duration_s(self) -> float:
         return (self.end_ns - self.t0_ns) / NS
 
 
-def _check_sample(path: str | os.PathLike[str], s: dict[str, Any]) -> None:
+def _check_sample(path: str | os.PathLike[str], s: Sample) -> None:
     """A sample the replay can draw: its system reading and workers as the dashboard wrote them (the line's own
     fields were checked as it was read: lines.Sample)."""
     try:
-        SystemSample(**s["system"])
-        for w in s.get("workers", []):
+        SystemSample(**s.system)
+        for w in s.workers:
             WorkerInfo(**w)
     except TypeError:
-        raise RecordingError(f"{path}: the sample at t_ns {s['t_ns']} is not one the dashboard wrote (its system "
+        raise RecordingError(f"{path}: the sample at t_ns {s.t_ns} is not one the dashboard wrote (its system "
                              "reading or a worker has a field missing or one it does not know)") from None
 
 
@@ -91,19 +89,19 @@ class ReplaySource:
     `events`, and `current` is the recorded sample of the moment (workers, system, processes)."""
 
     def __init__(self, rec: Recording):
-        h = RunHeader.of(rec.header)
+        h = rec.header
         first = rec.samples[0]
         self.rec = rec
         self.meta = RunMeta(engine=engine_label(h.engine), model=h.model or "?", model_bytes=h.model_bytes or 0,
-                            mode=first.get("mode", "instances"), b=first.get("b", 1), simulated=h.simulated)
-        self.run_id = h.line.get("run_id", "replay")
+                            mode=first.mode, b=first.b, simulated=h.simulated)
+        self.run_id = h.run_id or "replay"
         self.events: queue.Queue[Event] = queue.Queue()
         self.mode = self.meta.mode
-        self.target_k = first.get("k", 1)
+        self.target_k = first.k
         self.b = self.meta.b
         self.rep = 0
         self.oom_killed: list[tuple[int, int, str]] = []  # nothing here runs under this machine's OOM killer
-        self.current: dict[str, Any] = first
+        self.current: Sample = first
         toks = sorted(((t, r.worker, r.request_id) for r in rec.records for t in r.token_ns), key=lambda x: x[0])
         self._tok, self._tok_t = toks, [t[0] for t in toks]
         self._recs = sorted((r for r in rec.records if r.t_done_ns), key=_done_ns)
@@ -114,7 +112,7 @@ class ReplaySource:
     def capabilities(self) -> Capabilities:
         return Capabilities(engine=self.meta.engine, weight_bytes=self.meta.model_bytes, modes=(self.mode,),
                             scales_k=False, local=False, batch_capacity=self.b, server_view=False,
-                            simulated=self.meta.simulated, endpoint=self.rec.header.get("url"), finite_loads=False)
+                            simulated=self.meta.simulated, endpoint=self.rec.header.url, finite_loads=False)
 
     def feed(self, lo_ns: int, hi_ns: int) -> None:
         """Requests begun, token batches and finished records with times in (lo, hi], as the live source
@@ -133,13 +131,13 @@ class ReplaySource:
 
     # probes: the recorded readings of the moment
     def sample(self) -> SystemSample:
-        return SystemSample(**self.current["system"])
+        return SystemSample(**self.current.system)
 
     def processes(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
-        return {int(p): tuple(v) for p, v in self.current.get("procs", {}).items()}
+        return {int(p): (int(v[0]), float(v[1])) for p, v in self.current.procs.items()}
 
     def workers(self) -> list[WorkerInfo]:
-        return [WorkerInfo(**w) for w in self.current.get("workers", [])]
+        return [WorkerInfo(**w) for w in self.current.workers]
 
     def server_view(self) -> dict[str, Any] | None:
         return None

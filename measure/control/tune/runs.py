@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from engines.base import EngineError
 from measure.control.tune.live import TuneControl
 from measure.control.tune.record import Knee, KneeLevel, Trial, TuneResult, load_done, write_result
 from measure.control.tune.rows import Measure, Row, trial_of
-from measure.control.tune.search import Tune, TuneIO
+from measure.control.tune.search import Carried, Tune, TuneIO
 from measure.control.tune.space import (Candidate, Predicted, Settings, TuneError, candidates, memory_refusal,
                                         roofline_predictor, tuned)
 from measure.core.workload import ClosedLoop
@@ -43,6 +43,14 @@ def cell_measure(open_source: OpenSource, s: Settings, out: Path, header: dict[s
     bench cell is (sweep.CellRunner), its records in runs/<candidate>-n<requests>.jsonl with a header that
     names the candidate. Whatever the source raises, the run is a row with its reason."""
     return _CellMeasure(open_source, s, out, header, say, kv_bytes_per_token, roofline, control)
+
+
+class RunAsk(NamedTuple):
+    """One run a candidate is asked for: its requests, its timeout (s) and when it began (time.monotonic)."""
+
+    requests: int
+    timeout_s: float
+    t0: float
 
 
 @dataclass
@@ -75,13 +83,12 @@ class _CellMeasure:
                 src, mode, stop = self.open_source(c, rec.record)
             except (SourceError, EngineError, OSError, TimeoutError, ValueError) as exc:
                 return trial_of(None, "crashed", f"did not start: {exc}", time.monotonic() - t0, n, rel)
-            return self._run(src, mode, c, (n, timeout, t0), rel)
+            return self._run(src, mode, c, RunAsk(n, timeout, t0), rel)
         finally:
             _stop_all(src, stop, rec)
 
-    def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: tuple[int, float, float],
-             rel: str) -> Trial:
-        """The cell on the started source: `run` is (requests, timeout, when the run began)."""
+    def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: RunAsk, rel: str) -> Trial:
+        """The cell on the started source, as `run` asks."""
         from measure.control.sweep import CellRunner, SweepConfig
 
         s = self.s
@@ -286,8 +293,8 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
         if io.on_change:
             io.on_change(t)
 
-    tune = Tune(s, cands, measure, predict if preds else None, refuse, say, done=done, on_change=save,
-                spent_s=spent, control=io.control)
+    tune = Tune(s, cands, measure, predict if preds else None, refuse, say,
+                carried=Carried(done=done, on_change=save, spent_s=spent, control=io.control))
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()

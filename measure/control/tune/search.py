@@ -23,7 +23,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypedDict
 
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
 from measure.control.tune.record import CompareRun, Done, FinalCompare, Round, SettingsRecord, Trial, TuneResult, Winner
@@ -31,21 +30,20 @@ from measure.control.tune.rows import Measure, Row, prune_bar, standing, trial_o
 from measure.control.tune.space import PRUNE, Candidate, Predicted, Settings
 from measure.control.tune.text import bench_command, serve_command
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
 OFF_BY = 2.0  # a roofline off by more than this factor on the first round (median) has its pruned shapes run too
 START_S = 8.0  # seconds assumed to start a candidate (workers load, warm up) until one has been timed
 
 
-class Carried(TypedDict, total=False):
+@dataclass(frozen=True)
+class Carried:
     """What a Tune carries beyond its search: `done`, the runs of an earlier tune by (candidate, requests) and
-    `spent_s`, the seconds it took (--resume); `on_change`, called after every change (tune.json rewritten)."""
+    `spent_s`, the seconds it took (--resume); `on_change`, called after every change (tune.json rewritten);
+    `control`, the live tune's keys."""
 
-    done: Done | None
-    on_change: Callable[[Tune], None] | None
-    spent_s: float
-    control: TuneControl | None
+    done: Done | None = None
+    on_change: Callable[[Tune], None] | None = None
+    spent_s: float = 0.0
+    control: TuneControl | None = None
 
 
 @dataclass
@@ -67,12 +65,12 @@ class Tune:
                  predict: Callable[[Candidate], Predicted | None] | None = None,
                  refuse: Callable[[Candidate], str | None] | None = None,
                  say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
-                 **carried: Unpack[Carried]):
+                 carried: Carried = Carried()):
         self.s, self.measure, self.predict, self.refuse = s, measure, predict, refuse
-        self.say, self.clock, self.done = say, clock, dict(carried.get("done") or {})
-        self.on_change = carried.get("on_change") or (lambda t: None)
-        self.control = carried.get("control")
-        spent_s = carried.get("spent_s", 0.0)
+        self.say, self.clock, self.done = say, clock, dict(carried.done or {})
+        self.on_change = carried.on_change or (lambda t: None)
+        self.control = carried.control
+        spent_s = carried.spent_s
         self.rows: dict[str, Row] = {}
         for c in cands:
             self.rows.setdefault(c.key, Row(c))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from engines.registry import ENGINES as DECLARED
 from engines.spec import EngineDecl, Knob
-from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
+from measure.core.guard import DEFAULT_OVERHEAD_BYTES, EngineMemory, admit, engine_footprint
 
 if TYPE_CHECKING:
     from measure.core.cost import Cost
@@ -210,8 +210,8 @@ def memory_refusal(c: Candidate, ctx: int, weight_bytes: int, kv_per_token_f16: 
         return None
     kv = kv_per_token_f16 * KV_BYTES.get(c.kv_type, 2.0) / 2.0
     mode = "instances" if c.mode == "instances" else "batch"
-    fp = engine_footprint(mode, c.k, c.b, b_cap=c.b, seq_ctx=ctx, ctx=ctx, weight_bytes=weight_bytes,
-                          kv_per_token=kv, overhead_bytes=overhead)
+    fp = engine_footprint(mode, c.k, c.b, EngineMemory(b_cap=c.b, seq_ctx=ctx, ctx=ctx, weight_bytes=weight_bytes,
+                                                       kv_per_token=kv, overhead_bytes=overhead))
     return admit(fp, budget)
 
 
@@ -220,14 +220,14 @@ def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callab
     served at once (slots: one engine batching them); each takes S = TTFT + (N − 1) × TPOT; tok/s =
     min(U, C) × N ÷ S; with U > C a request waits ≈ (U ÷ C − 1) × S before it starts (TTFT includes it).
     Goodput is that tok/s where TTFT and TPOT meet the SLO, else 0."""
-    from measure.core.roofline import predict
+    from measure.core.roofline import Lengths, predict
 
     def run(c: Candidate) -> Predicted | None:
         mode = "instances" if c.mode == "instances" else "batch"
         b_eff = 1 if mode == "instances" else min(c.b, -(-s.users // c.k))
         try:
-            p = predict(work, machine, mode, c.k, b_eff, c.threads, prompt_tokens=s.prompt_tokens,
-                        output_tokens=s.max_tokens)
+            p = predict(work, machine, mode, c.k, b_eff, c.threads, at=Lengths(prompt_tokens=s.prompt_tokens,
+                                                                               output_tokens=s.max_tokens))
         except ValueError:
             return None
         n = s.max_tokens
