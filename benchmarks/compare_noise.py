@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metric", default="tok/s")
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "compare_null_noise.json"))
     a = ap.parse_args(argv)
-    from measure.control.compare import LiveSides, metric
+    from measure.control.bench.compare import LiveSides, metric
     from tui.compare_cmd import _side
 
     m = metric(a.metric)

@@ -31,8 +31,8 @@ from engines.null_server import free_port, spawn  # noqa: E402
 
 
 def _plan(url: str, a, rate: float, procs: int):
-    from measure.control.runplan import make_plan
-    from measure.control.sweep import SweepConfig
+    from measure.control.plan import make_plan
+    from measure.control.bench.sweep import SweepConfig
     from tui.cli import build_parser
 
     _, parser = build_parser()
@@ -46,7 +46,7 @@ def _plan(url: str, a, rate: float, procs: int):
 
 
 def one_client(url: str, a, rate: float, procs: int) -> dict:
-    from measure.control.sweep import run_sweep
+    from measure.control.bench.sweep import run_sweep
 
     plan, cfg = _plan(url, a, rate, procs)
     src = plan.make_source(events=False, per_cell=True)
@@ -59,7 +59,7 @@ def one_client(url: str, a, rate: float, procs: int) -> dict:
 
 
 def ray_clients(url: str, a, rate: float, address: str) -> dict:
-    from measure.control.cluster import ClusterSpec, run_cluster
+    from measure.control.bench.cluster import ClusterSpec, run_cluster
 
     plan, cfg = _plan(url, a, rate, 1)
     out = Path(tempfile.mkdtemp(prefix="it-ray-"))

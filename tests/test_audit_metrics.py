@@ -8,9 +8,9 @@ import time
 import pytest
 
 from measure.control import report as R, runs as RU
-from measure.control.stats import LiveStats
-from measure.control.cell import Cell, Spec
-from measure.control.sweep import format_table
+from measure.control.live.stats import LiveStats
+from measure.control.bench.cell import Cell, Spec
+from measure.control.bench.sweep import format_table
 from measure.machine import power
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
@@ -295,8 +295,8 @@ def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
 # ---- issue 21: report of an HTTP recording made with --model-bytes keeps its bandwidth ----------------------
 def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=None):
     """A dashboard session against `url` recorded to a file (no terminal): its path."""
-    from measure.control.live import LiveController
-    from measure.control.runplan import make_plan
+    from measure.control.live.controller import LiveController
+    from measure.control.plan import make_plan
     from measure.machine.recorder import Recorder
     from tui.cli import build_parser
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from measure.machine.recorder import read_jsonl
-from measure.control.cell import Cell, Spec
+from measure.control.bench.cell import Cell, Spec
 
 CLI = [sys.executable, "-m", "tui.cli"]
 

@@ -236,7 +236,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
     """The combined cell's percentiles are the percentiles over both clients' records pooled (numpy, here),
     not an average of the clients' own; the offered rate is the one schedule's."""
     one, outs, _, _, _, rep = two_clients
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
 
     both = combine([load_run(o) for o in outs])
     assert not both.warnings, both.warnings
@@ -260,7 +260,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
 
 
 def test_combine_warns_when_a_segment_is_missing(two_clients):
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
 
     _, outs, *_ = two_clients
     a = load_run(outs[0])
@@ -289,8 +289,8 @@ def test_peers_are_scraped_summed_and_a_dead_one_is_down():
     """Two inference-top exporters (simulated controllers) and a port where nothing listens: the two are read,
     summed with ours, one row each; the third is down and counts in no sum."""
     from conftest import free_port
-    from measure.control.prometheus import serve
-    from measure.control.peers import Peers, client_rows
+    from measure.control.live.prometheus import serve
+    from measure.control.live.peers import Peers, client_rows
     from sim import run_for, sim_controller
 
     ctrls, servers, urls = [], [], []
@@ -330,7 +330,7 @@ def test_peers_are_scraped_summed_and_a_dead_one_is_down():
 @pytest.mark.asyncio
 async def test_dashboard_shows_the_clients_rows():
     from conftest import free_port
-    from measure.control.peers import Peers
+    from measure.control.live.peers import Peers
     from sim import run_for, sim_controller
     from tui.app import InferenceTop
 
@@ -360,7 +360,7 @@ def test_peer_flag_reaches_the_dashboard_parser():
 
 
 def test_peer_url_forms():
-    from measure.control.peers import peer_url
+    from measure.control.live.peers import peer_url
 
     assert peer_url("10.0.0.3:9400") == ("http://10.0.0.3:9400/metrics", "10.0.0.3:9400")
     assert peer_url("http://box:9400") == ("http://box:9400/metrics", "box:9400")
@@ -370,7 +370,7 @@ def test_peer_url_forms():
 
 
 def test_exporter_metrics_parse_as_a_peer_reading():
-    from measure.control.peers import parse_peer_metrics
+    from measure.control.live.peers import parse_peer_metrics
 
     text = ('# TYPE inference_top_output_tokens_per_second gauge\n'
             'inference_top_output_tokens_per_second{engine="http",mode="http"} 312.5\n'
@@ -418,7 +418,7 @@ def test_start_at_alone_starts_a_closed_loop_at_that_time(null_server, tmp_path)
 
 def test_clock_offset_between_clients_is_warned(two_clients):
     """Two clients whose checks put the server 0.3 s apart from each other started 0.3 s apart: said."""
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
     from measure.core.clients import describe_clock
 
     _, outs, *_ = two_clients
@@ -434,7 +434,7 @@ def test_local_fleet_waits_for_the_start_and_sends_its_segment(tmp_path, monkeyp
     """The process fleet (null engine) through the sweep: a closed loop's users start at t0, not before; then
     a segment 2/2 of a constant 40 req/s schedule anchored 0.5 s ahead goes out at t0 + its offsets."""
     from engines.base import EngineSpec
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.records import RunMeta
     from measure.sources.fleet import Fleet
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import NullServerProcess
-from measure.control.runplan import StartError, http_endpoints
+from measure.control.plan import StartError, http_endpoints
 from measure.core.records import RunMeta
 from measure.core.workload import ClosedLoop, Load
 from measure.sources.http import Endpoint, HttpSource
@@ -191,7 +191,7 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tui.cli", "report", "--combine", *map(str, outs), "--out",
                         str(tmp_path / "rep")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
 
     runs = [load_run(o) for o in outs]
     both = combine(runs)
@@ -208,10 +208,10 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
 def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_path):
     """A dashboard session over three endpoints (no --model: the header's model is null) replays: the
     recording loads, and its samples give one row per endpoint with labels."""
-    from measure.control.replay import Recording, ReplayController
-    from measure.control.runplan import make_plan
+    from measure.control.live.replay import Recording, ReplayController
+    from measure.control.plan import make_plan
     from measure.machine.recorder import Recorder
-    from measure.control.live import LiveController
+    from measure.control.live.controller import LiveController
     from tui.cli import build_parser
 
     dash, _ = build_parser()

@@ -63,8 +63,8 @@ def test_the_bytes_are_the_dict_literals_ones(tmp_path):
 
 
 def test_the_recording_main_wrote_loads_and_replays():
-    from measure.control.replay import Recording, ReplayController
-    from measure.control.runs import load_run
+    from measure.control.live.replay import Recording, ReplayController
+    from measure.control.bench.runs import load_run
 
     path = MAIN / "recording.jsonl"
     headers, records, other = read_jsonl(path)
@@ -84,7 +84,7 @@ def test_the_recording_main_wrote_loads_and_replays():
 
 
 def test_the_bench_output_main_wrote_loads():
-    from measure.control.runs import load_run
+    from measure.control.bench.runs import load_run
 
     headers, records, other = read_jsonl(MAIN / "bench" / "records.jsonl")
     assert RunHeader.of(headers[0]).command == "bench" and len(records) == 6 and other == []

@@ -10,8 +10,8 @@ from conftest import NullServerProcess, free_port
 
 
 def test_start_live_starts_the_dashboards_parts_and_close_stops_them(tmp_path):
-    from measure.control.live import LiveController
-    from measure.control.runplan import make_plan
+    from measure.control.live.controller import LiveController
+    from measure.control.plan import make_plan
     from tui.cli import build_parser
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=5.0)

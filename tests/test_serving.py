@@ -102,7 +102,7 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
     its own; its numbers say serialises or batches within 30 s (its running gauge and the token timing), and a
     serialising server is logged."""
     from engines.null_server import spawn
-    from measure.control.runplan import make_plan
+    from measure.control.plan import make_plan
     from tui.cli import build_parser
     from tui.panels import serving_text
 
@@ -135,7 +135,7 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
 def test_serving_text_lines():
     from dataclasses import replace
 
-    from measure.control.snapshot import Numbers
+    from measure.control.live.snapshot import Numbers
     from tui.panels import serving_text
 
     n = Numbers(level="K=1 B=4 http", agg_tps=40.0, streams=4, concurrency=4.0, tpot_p50=None, tpot_p90=None,
@@ -164,7 +164,7 @@ def test_server_vs_engine_refuses_bad_input(args, says):
 
 
 def test_baseline_refusals(tmp_path):
-    from measure.control.server_vs_engine import engine_baseline
+    from measure.control.bench.server_vs_engine import engine_baseline
 
     with pytest.raises(ValueError, match="cannot read"):
         engine_baseline(tmp_path / "nothing.json")

@@ -36,7 +36,7 @@ class Ran:
     source: LoadSource
     events: list  # every event the source put out, in order
     records: list[RequestRecord]
-    says_load_started: bool = True  # a replay does not: its controller reads the recording's (control/replay.py)
+    says_load_started: bool = True  # a replay does not: its controller reads the recording's (control/live/replay.py)
     own_run_id: bool = True  # a replay gives back the recorded records, made under the recorded run's id
 
 

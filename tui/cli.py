@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from tui.signals import hold
 
 if TYPE_CHECKING:
-    from measure.control.cell import Cell
+    from measure.control.bench.cell import Cell
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -269,7 +269,7 @@ def _dash_parser() -> OneLineParser:
 
 
 def _bench_parser() -> OneLineParser:
-    from measure.control.knee import TARGET_ATTAINMENT
+    from measure.control.bench.knee import TARGET_ATTAINMENT
 
     bench = OneLineParser(prog="inference-top bench", description="Headless sweep over K (and B); "
                           "writes records.jsonl, summary.json and summary.csv")
@@ -353,7 +353,7 @@ def writable(path: Path, what: str, folder: bool) -> None:
 
 
 def _plan(args, default_max_tokens: int):
-    from measure.control.runplan import StartError, make_plan
+    from measure.control.plan import StartError, make_plan
 
     try:
         plan = make_plan(args, default_max_tokens=default_max_tokens)
@@ -369,7 +369,7 @@ def _plan(args, default_max_tokens: int):
 def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
-    from measure.control.sweep import run_sweep
+    from measure.control.bench.sweep import run_sweep
     from measure.machine.recorder import Recorder
     from measure.sources.base import SourceError
 
@@ -450,7 +450,7 @@ def _bench_checks(args, plan) -> list[int]:
 
 
 def _sweep_config(args, plan, ks: list[int], out: Path):
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.sweep import SweepConfig
 
     return SweepConfig(ks=ks, bs=plan.bs or [1], mode=plan.mode, requests=args.requests,
                        max_tokens=plan.max_tokens, reps=args.reps, rate=plan.rate, ignore_eos=plan.ignore_eos,
@@ -468,7 +468,7 @@ def _bench_interrupted(exc: BaseException, cfg, cells: list[Cell], out: Path) ->
                                                            and isinstance(exc.code, int) else 1)
     why = "Ctrl-C" if code == 130 else f"signal {signal.Signals(code - 128).name}" if code > 128 else "exit"
     if cfg.current is not None:
-        from measure.control.sweep import skipped_cell
+        from measure.control.bench.sweep import skipped_cell
 
         k, b, ctx = cfg.current
         cells.append(skipped_cell(k, b, ctx, "cut", f"interrupted ({why}) while this cell ran"))
@@ -478,8 +478,8 @@ def _bench_interrupted(exc: BaseException, cfg, cells: list[Cell], out: Path) ->
 
 
 def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
-    """bench --ray: the load from client actors on a Ray cluster (measure/control/cluster.py, docs/design.md §24)."""
-    from measure.control.cluster import ClusterError, ClusterSpec, parse_weights, refusal, run_cluster
+    """bench --ray: the load from client actors on a Ray cluster (measure/control/bench/cluster.py, docs/design.md §24)."""
+    from measure.control.bench.cluster import ClusterError, ClusterSpec, parse_weights, refusal, run_cluster
 
     if not args.ray:
         fail("--clients and --weights go with --ray ADDRESS|auto (the Ray cluster the client actors run on)")
@@ -595,8 +595,8 @@ def _say_start(h: dict, say) -> None:
 
 def find_main(args, plan, cfg, source, out: Path, say) -> int:
     """bench --find: the knee in one sentence, the levels it measured in summary.json."""
-    from measure.control.knee import find_knee, measure_levels
-    from measure.control.sweep import format_table
+    from measure.control.bench.knee import find_knee, measure_levels
+    from measure.control.bench.sweep import format_table
 
     if args.find == "users" and "batch" in source.capabilities().modes:
         cfg.mode = "batch"  # concurrent users, served the way a server serves them: batched in one engine
@@ -616,7 +616,7 @@ def find_main(args, plan, cfg, source, out: Path, say) -> int:
 
 
 def _summary_quietly(out: Path, cells: list) -> None:
-    from measure.control.sweep import write_summary
+    from measure.control.bench.sweep import write_summary
 
     if cells:
         try:
@@ -628,7 +628,7 @@ def _summary_quietly(out: Path, cells: list) -> None:
 def finish_bench(out: Path, cells: list, say) -> str | None:
     """summary.json and summary.csv beside records.jsonl, and the table on stdout; a summary that cannot be
     written: the reason (None when written), for the caller's one line."""
-    from measure.control.sweep import format_table, write_summary
+    from measure.control.bench.sweep import format_table, write_summary
 
     say("")
     say(format_table(cells))
@@ -915,8 +915,8 @@ def report_main(argv: list[str]) -> int:
                    "(one inference-top per client machine, started together): report them as one run, "
                    "throughput summed per cell and latencies pooled")
     a = p.parse_args(argv)
-    from measure.control.report import report
-    from measure.control.runs import ReportError
+    from measure.control.bench.report import report
+    from measure.control.bench.runs import ReportError
 
     if a.combine and a.crossover:
         fail("--combine and --crossover do not go together: combine the clients first, then compare")
@@ -1068,7 +1068,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("file", help="a recording made with inference-top --record FILE")
         p.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (default 1)")
         a = p.parse_args(argv[1:])
-        from measure.control.replay import Recording, RecordingError
+        from measure.control.live.replay import Recording, RecordingError
 
         try:
             rec = Recording.load(a.file)
@@ -1110,7 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_peers(peers: list[str] | None) -> None:
-    from measure.control.peers import peer_url
+    from measure.control.live.peers import peer_url
 
     for u in peers or ():
         try:
@@ -1120,7 +1120,7 @@ def _check_peers(peers: list[str] | None) -> None:
 
 
 def _baseline(path: str, remote: bool) -> dict[int, float]:
-    from measure.control.server_vs_engine import engine_baseline
+    from measure.control.bench.server_vs_engine import engine_baseline
 
     if not remote:
         fail("--baseline compares a server with its engine: give --engine http --url …")
@@ -1134,7 +1134,7 @@ def _live_ray(args, plan) -> tuple[str, int | None, list[int] | None] | None:
     """The dashboard's --ray, --clients, --weights checked: (address, N or None: a client per node, weights)."""
     if not (args.ray or args.clients or args.weights):
         return None
-    from measure.control.cluster import ClusterError, parse_weights
+    from measure.control.bench.cluster import ClusterError, parse_weights
 
     if not args.ray:
         fail("--clients and --weights go with --ray ADDRESS|auto (the Ray cluster the client actors run on)")

@@ -1,4 +1,4 @@
-"""`inference-top compare`: is B slower than A, beyond this machine's noise (measure/control/compare.py,
+"""`inference-top compare`: is B slower than A, beyond this machine's noise (measure/control/bench/compare.py,
 docs/design.md §27).
 
     inference-top compare [bench options for both] -A "A's options" -B "B's options" [--metric tok/s]
@@ -86,8 +86,8 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
 
 
 def _side(name: str, shared: list[str], options: str) -> Any:
-    from measure.control.compare import Side
-    from measure.control.runplan import StartError, make_plan
+    from measure.control.bench.compare import Side
+    from measure.control.plan import StartError, make_plan
 
     try:
         own = shlex.split(options)
@@ -126,7 +126,7 @@ def _one_load(a: Any, b: Any) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    from measure.control.compare import CompareError, metric, parse_share
+    from measure.control.bench.compare import CompareError, metric, parse_share
     from measure.control.tune import TuneError, parse_budget
 
     p = compare_parser()
@@ -155,7 +155,7 @@ def compare_main(argv: list[str]) -> int:
 
 
 def _on_disk(a: Path, b: Path, m: Any) -> int:
-    from measure.control.compare import CompareError, compare_dirs
+    from measure.control.bench.compare import CompareError, compare_dirs
 
     try:
         outcomes = compare_dirs(a, b, m)
@@ -171,7 +171,7 @@ def _on_disk(a: Path, b: Path, m: Any) -> int:
 
 def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple[int, int, int], out: Path,
           argv: list[str]) -> int:
-    from measure.control.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
+    from measure.control.bench.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
     from measure.sources.base import SourceError
     from tui.cli import _shown_argv, _sigterm_to_exit
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError, EngineSpec
-from measure.control.live import LiveSettings
+from measure.control.live.controller import LiveSettings
 from measure.machine.envinfo import environment
 from measure.core.guard import GuardError, parse_size
 from measure.machine.host import default_budget
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 @dataclass
 class LiveRun:
     """What the live dashboard drives, started by RunPlan.start_live: the controller, the screen's title, the
-    other clients watched (--peer: control/peers.Peers) and the /metrics server (--prometheus: control/
+    other clients watched (--peer: control/live/peers.Peers) and the /metrics server (--prometheus: control/
     prometheus.serve's (server, thread)); close() stops the three in that order."""
 
     controller: Any
@@ -309,13 +309,13 @@ class RunPlan:
         """The live dashboard's parts, started: the source (a remote one checked before the screen takes over:
         SourceError when nothing answers), the recording, the roofline, the controller and its notes, the
         /metrics server (--prometheus) and the other clients watched (--peer)."""
-        from measure.control.live import LiveController
+        from measure.control.live.controller import LiveController
         from measure.machine.recorder import Recorder
 
         settings = self.live_settings(brake)
         source: Any
-        if ray is not None:  # --ray: the load from client actors (control/cluster_live.py)
-            from measure.control.cluster_live import RayClients
+        if ray is not None:  # --ray: the load from client actors (sources/ray_clients.py)
+            from measure.sources.ray_clients import RayClients
 
             source = RayClients(self, *ray, say=lambda t: print(t, flush=True))
         else:
@@ -341,7 +341,7 @@ class RunPlan:
             controller.log("warn", warning)
         metrics_server = None
         if prometheus:
-            from measure.control.prometheus import serve
+            from measure.control.live.prometheus import serve
 
             addr, port = prometheus
             try:
@@ -351,7 +351,7 @@ class RunPlan:
                 controller.log("error", f"--prometheus {port}: cannot listen on {addr}:{port} ({exc.strerror or exc})")
         watch: Any = source if ray is not None else None  # one row per client actor
         if peers:
-            from measure.control.peers import Peers
+            from measure.control.live.peers import Peers
 
             watch = Peers(peers)
             watch.start()

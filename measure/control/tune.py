@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from engines.base import EngineError
-from measure.control.cell import Cell
+from measure.control.bench.cell import Cell
 from measure.core.guard import DEFAULT_OVERHEAD_BYTES, admit, engine_footprint
 from measure.core.workload import ClosedLoop
 from measure.machine.servers import ServerStartError, start_server, stop_server
@@ -719,7 +719,7 @@ class Tune:
         rounds of ABBA / BAAB, the interval at 95 % over every look) in what is left of the budget. A resolved
         lead keeps the winner (or, where the runner-up is the faster, hands it the win); intervals that overlap
         are said, both named, the cheaper (fewer cores, fewer engines, fewer sequences) first, and it wins."""
-        from measure.control.compare import METRICS, CompareError, Sequential, run_rounds, verdict
+        from measure.control.bench.compare import METRICS, CompareError, Sequential, run_rounds, verdict
 
         n = self.s.requests
         both = [w.last, ru.last]
@@ -1051,7 +1051,7 @@ class _CellMeasure:
     def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: tuple[int, float, float],
              rel: str) -> dict[str, Any]:
         """The cell on the started source: `run` is (requests, timeout, when the run began)."""
-        from measure.control.sweep import CellRunner, SweepConfig
+        from measure.control.bench.sweep import CellRunner, SweepConfig
 
         s = self.s
         n, timeout, t0 = run
@@ -1165,8 +1165,8 @@ def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, h
     §13), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
     budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl; the memory guard
 counts `s.kv_bytes_per_token`."""
-    from measure.control.knee import Level, find_knee, measure_levels
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.knee import Level, find_knee, measure_levels
+    from measure.control.bench.sweep import SweepConfig
     from measure.machine.recorder import Recorder
 
     rel = f"runs/{c.slug}-knee.jsonl"

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from measure.control.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
+from measure.control.bench.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
                                      actor_clock, measure_offset)
-from measure.control.peers import PeerReading
-from measure.control.runs import _shifted
+from measure.control.live.peers import PeerReading
+from measure.control.bench.runs import _shifted
 from measure.core.clients import deal
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
@@ -117,7 +117,7 @@ class LiveClient:
 
 class RayClients:
     """sources/base.LoadSource over N live client actors (see the module's docstring). Its `readings()` give
-    one row a client (control/peers.PeerReading), the figures of the records it sent, so it also serves as the
+    one row a client (control/live/peers.PeerReading), the figures of the records it sent, so it also serves as the
     dashboard's client watch (`with_own = False`: there is no load of the driver's own to add)."""
 
     with_own = False

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from measure.control.cell import Cell
-from measure.control.runplan import RunPlan
-from measure.control.sweep import SweepConfig
+from measure.control.bench.cell import Cell
+from measure.control.plan import RunPlan
+from measure.control.bench.sweep import SweepConfig
 from measure.core.clients import ClientShare, deal
 from measure.core.records import RequestRecord
 
@@ -144,7 +144,7 @@ class ClientActor:
 
     def run(self, t0_ns: int) -> list[dict[str, Any]]:
         """The share from t0 (this machine's perf_counter): its cells (one) as dicts."""
-        from measure.control.sweep import run_sweep
+        from measure.control.bench.sweep import run_sweep
 
         assert self._plan is not None and self._cfg is not None and self._share is not None  # prepare() first
         self._share.t0_ns = t0_ns
@@ -351,7 +351,7 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
 def _place(ray: Any, clients: Sequence[Client] | Sequence[Any], spread: bool, actor: type = ClientActor) -> Any:
     """A placement group of one CPU per client (one per node where the cluster has the nodes) and an actor of
     class `actor` in each bundle, set on each client's `.actor` (client `.i` in bundle i − 1); the placement
-    group. (The live dashboard's clients, control/cluster_live.py, are placed the same way.)"""
+    group. (The live dashboard's clients, sources/ray_clients.py, are placed the same way.)"""
     pgs: Any = importlib.import_module("ray.util.placement_group")  # (Any: mypy never needs Ray installed)
     strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
     PlacementGroupSchedulingStrategy = strategies.PlacementGroupSchedulingStrategy  # noqa: N806 - Ray's name
@@ -537,7 +537,7 @@ class _Follow:
                                                f"{len(c.records)} done" for c in self.clients))
 
     def _absorb(self, c: Client, got: tuple[list[RequestRecord], list[str], int]) -> None:
-        from measure.control.runs import _shifted
+        from measure.control.bench.runs import _shifted
 
         recs, lines, sent = got
         c.sent = max(c.sent, sent)
@@ -568,7 +568,7 @@ def unsent(c: Client, total: int) -> str:
 def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[int] | None) -> list[Cell]:
     """`report --combine`'s cells over every client's records, all on the driver's clock (one start for all): a
     client that died or was stopped counts with the records it left."""
-    from measure.control.runs import Run, cells_from_records, combine
+    from measure.control.bench.runs import Run, cells_from_records, combine
 
     runs = []
     for c in clients:

@@ -375,7 +375,7 @@ def figure(records: Sequence[RequestRecord], m: Metric, slo: SLO | None) -> floa
 # ---- two outputs on disk --------------------------------------------------------------------------------------
 def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list[float]], dict[str, Any]]:
     """A bench (or compare side) output's per-run figures by cell (K, B, mode): one a rep; and its header."""
-    from measure.control.runs import slo_of
+    from measure.control.bench.runs import slo_of
     from measure.machine.recorder import read_jsonl
 
     f = path / "records.jsonl" if path.is_dir() else path
@@ -466,7 +466,7 @@ class LiveSides:
             raise
 
     def _open(self, side: Side, out: Path, header: dict[str, Any]) -> _Live:
-        from measure.control.sweep import CellRunner, SweepConfig
+        from measure.control.bench.sweep import CellRunner, SweepConfig
         from measure.machine.recorder import Recorder
 
         p = side.plan

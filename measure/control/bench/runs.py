@@ -1,6 +1,6 @@
 """The runs a report reads: a bench output folder (its summary.json, or cells from its records) or a dashboard
 recording, read into one Run of cells; several clients' runs of one load combined into one (`report
---combine`). The report draws and writes them (control/report.py)."""
+--combine`). The report draws and writes them (control/bench/report.py)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from measure.core import metrics as M
 from measure.machine.recorder import read_jsonl
 from measure.core.records import RequestRecord
-from measure.control.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
+from measure.control.bench.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
 
 if TYPE_CHECKING:
     from presets import SLO

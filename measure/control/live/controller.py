@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from measure.control.admission import Admission
-from measure.control.export import export
-from measure.control.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
-from measure.control.stats import LiveStats, Window
-from measure.control.steps import StepLevel, StepReading, StepTable
+from measure.control.live.admission import Admission
+from measure.control.live.export import export
+from measure.control.live.snapshot import Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.live.stats import LiveStats, Window
+from measure.control.live.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
-from measure.control.wall import Step, WallWatch, measured_wall
+from measure.control.live.wall import Step, WallWatch, measured_wall
 from measure.core import metrics as M
 from measure.core import serving
 from measure.core.lines import Sample, step_row_line, to_line

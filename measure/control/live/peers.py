@@ -1,5 +1,5 @@
 """Other clients' inference-top, watched from this dashboard (`--peer URL`, docs/design.md §17): each peer's own
-/metrics (`--prometheus PORT` there, control/prometheus.py) read once a second in a thread of its own; its tok/s,
+/metrics (`--prometheus PORT` there, control/live/prometheus.py) read once a second in a thread of its own; its tok/s,
 requests and errors summed with this client's, one row per client. A peer that does not answer, or answers
 with something else, is down (with the reason) and counts in no sum; nothing here can stop the dashboard."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engines import http_sync
-from measure.control.prometheus import PREFIX
+from measure.control.live.prometheus import PREFIX
 
 # the /metrics samples a peer row reads (a counter's sample carries _total), summed over label sets
 _SAMPLES = {f"{PREFIX}_output_tokens_per_second": "tps", f"{PREFIX}_requests_total": "requests",
