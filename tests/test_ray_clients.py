@@ -213,7 +213,8 @@ def test_a_client_killed_or_stalled_mid_run_is_named_its_records_kept_its_unsent
                                                                                               tmp_path):
     """Three clients on two nodes (said: some nodes run two): client 3 killed (SIGKILL) and client 1 stopped
     (SIGSTOP) while the schedule runs, client 2 goes on to the end."""
-    from measure.control.bench.cluster import STALL_S, ClusterSpec, run_cluster
+    from measure.control.bench.cluster import ClusterSpec, run_cluster
+    from measure.machine.ray_cluster import STALL_S
 
     plan, cfg, header = _plan(server, requests=60)  # 1.5 s of schedule from 1 s after the start
     said: list[tuple[float, str]] = []
@@ -347,7 +348,7 @@ def test_the_clock_offset_is_inside_half_the_round_trip():
     is within the bound of the truth, the bound half the shortest round trip."""
     import random
 
-    from measure.control.bench.cluster import measure_offset
+    from measure.machine.ray_cluster import measure_offset
 
     rng = random.Random(1)
     now = [0]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -90,6 +90,23 @@ def deal(weights: list[int], total: int) -> list[int]:
     return out
 
 
+def split(total: int, weights: Sequence[int]) -> list[list[int]]:
+    """The one split of a load over clients (docs/design.md §17): the indices 0 … total − 1 (of a schedule's
+    requests, a closed loop's users, B streams) dealt over len(weights) clients, part p the indices client p + 1
+    takes, in order. Equal weights: round robin (part p: p, p + N, p + 2N …); else `deal`'s smooth weighted round
+    robin. Every index is in exactly one part. Client processes (sources/http_pool.py), Ray client actors
+    (control/bench/cluster.py, sources/ray_clients.py) and --segment (Segment) all split by it."""
+    if not weights or min(weights) < 1:
+        raise ValueError(f"weights {list(weights)}: one whole number ≥ 1 a client")
+    n = len(weights)
+    if len(set(weights)) == 1:
+        return [list(range(p, total, n)) for p in range(n)]
+    parts: list[list[int]] = [[] for _ in weights]
+    for idx, owner in enumerate(deal(list(weights), total)):
+        parts[owner - 1].append(idx)
+    return parts
+
+
 ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 
@@ -108,11 +125,8 @@ class Segment(IndexedArrivals):
             raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
         offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
         self.i, self.n = i, n
-        if weights and len(set(weights)) > 1:  # unequal clients (bench --ray … --weights): a weighted deal
-            owner = deal(weights, len(offsets))
-            self._own = [(idx, off) for idx, off in enumerate(offsets) if owner[idx] == i]
-        else:
-            self._own = [(idx, off) for idx, off in enumerate(offsets) if idx % n == i - 1]
+        mine = split(len(offsets), weights or [1] * n)[i - 1]  # unequal clients (bench --ray … --weights): weighted
+        self._own = [(idx, offsets[idx]) for idx in mine]
         self.full_total = len(offsets)
         self.total = len(self._own)
         self.issued = 0
@@ -125,7 +139,7 @@ class Segment(IndexedArrivals):
         from one start `t0_ns` (else this segment's)."""
         out = Segment.__new__(Segment)
         out.i, out.n = self.i, self.n
-        out._own = self._own[j - 1::m]
+        out._own = [self._own[x] for x in split(len(self._own), [1] * m)[j - 1]]
         out.full_total, out.total, out.issued = self.full_total, len(out._own), 0
         out._t0 = self._t0 if t0_ns is None else t0_ns
         out._inner_label = self._inner_label
@@ -240,4 +254,4 @@ def start_lateness_ms(header: dict[str, Any], records: Iterable[RequestRecord]) 
 
 
 __all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare",
-           "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]
+           "offset_from_ticks", "describe_clock", "deal", "split", "start_lateness_ms", "CLOCK_WARN_S"]

@@ -20,14 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from measure.control.bench.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
-                                     actor_clock, measure_offset)
-from measure.control.live.peers import PeerReading
-from measure.control.bench.runs import _shifted
-from measure.core.clients import deal
-from measure.core.records import RequestRecord, RunMeta
+from measure.core.clients import split
+from measure.core.records import RequestRecord, RunMeta, shifted
 from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
-from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log,
+from measure.machine.ray_cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, actor_clock, connect, measure_offset,
+                                         one_line, place, ray_module)
+from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log, PeerReading,
                                   SourceError, Started, Tokens, WorkerInfo, WorkerState, summed_rows)
 
 ID_STRIDE = 1 << 40  # each load dealt to a client takes its request ids from its own block of this many
@@ -35,9 +33,8 @@ TPS_WINDOW_S = 5.0  # a client row's tok/s: the tokens of its requests finished 
 
 
 def shares(b: int, weights: list[int]) -> list[int]:
-    """Each client's part of `b` streams (or users), dealt by the weights (clients.deal): 5 over 2,1,1 → 3,1,1."""
-    owners = deal(weights, b)
-    return [owners.count(i) for i in range(1, len(weights) + 1)]
+    """Each client's part of `b` streams, split by the weights (clients.split): 5 over 2,1,1 → 3,1,1."""
+    return [len(part) for part in split(b, weights)]
 
 
 class LiveClientActor:
@@ -49,7 +46,7 @@ class LiveClientActor:
 
     def prepare(self, plan: Any, b: int) -> dict[str, Any]:
         """The source made and started at `b` streams (its endpoints checked and warmed): where it runs."""
-        ray = _ray()
+        ray = ray_module()
         self._source = plan.make_source(events=True, k=plan.ks[0])
         self._source.set_batch("http", max(1, b))
         self._source.start(wait_ready=False)
@@ -117,7 +114,7 @@ class LiveClient:
 
 class RayClients:
     """sources/base.LoadSource over N live client actors (see the module's docstring). Its `readings()` give
-    one row a client (control/live/peers.PeerReading), the figures of the records it sent, so it also serves as the
+    one row a client (base.PeerReading), the figures of the records it sent, so it also serves as the
     dashboard's client watch (`with_own = False`: there is no load of the driver's own to add)."""
 
     with_own = False
@@ -158,9 +155,9 @@ class RayClients:
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self.clients:
             return
-        ray = _ray()
+        ray = ray_module()
         if not ray.is_initialized():
-            _connect(ray, self.address)
+            connect(ray, self.address)
             self._joined = True
         try:
             self._start_clients(ray)
@@ -183,13 +180,13 @@ class RayClients:
         self.clients = [LiveClient(i, n, w) for i, w in enumerate(weights, 1)]
         for c, b in zip(self.clients, shares(self.b, weights)):
             c.streams = b
-        self._pg = _place(ray, self.clients, spread, LiveClientActor)
+        self._pg = place(ray, self.clients, spread, LiveClientActor)
         try:
             infos = ray.get([c.actor.prepare.remote(self.plan, c.streams) for c in self.clients], timeout=PREPARE_S)
         except ray.exceptions.GetTimeoutError:
             raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
         except ray.exceptions.RayError as exc:
-            raise ClusterError(f"a client actor could not start its load: {_why(exc)}") from None
+            raise ClusterError(f"a client actor could not start its load: {one_line(exc)}") from None
         for c, info in zip(self.clients, infos):
             c.ip, c.host, c.pid = info["ip"], info["host"], info["pid"]
             c.offset_ns, c.bound_ns, _ = measure_offset(actor_clock(ray, c.actor))
@@ -253,8 +250,7 @@ class RayClients:
             for c in holding:
                 self._send(c, "set_users", None)
         elif isinstance(arr, ClosedLoop) and users is not None:
-            owners = deal([c.weight for c in holding], users)
-            mine = [[u for u, o in enumerate(owners) if o == j] for j in range(1, len(holding) + 1)]
+            mine = split(users, [c.weight for c in holding])
             parts = [ClosedShare(m, users, arr.total, None) if m else None for m in mine]
             for c, m in zip(holding, mine):
                 self._send(c, "set_users", len(m) or None)
@@ -307,7 +303,7 @@ class RayClients:
         if self._poller is not None:
             self._poller.join(timeout=grace + 2)
         try:
-            ray = _ray()
+            ray = ray_module()
         except ClusterError:
             return
         for c in self.clients:
@@ -336,7 +332,7 @@ class RayClients:
             c.actor.call.remote(name, *args)
 
     def _poll(self) -> None:
-        ray = _ray()
+        ray = ray_module()
         while not self._stop.is_set():
             now = time.monotonic()
             for c in self.clients:
@@ -355,7 +351,7 @@ class RayClients:
                     try:
                         self._absorb(c, ray.get(ref))
                     except ray.exceptions.RayError as exc:
-                        self._gone(c, _why(exc))
+                        self._gone(c, one_line(exc))
                         continue
                     if c.stall_said:
                         self._sink.log(f"{c.label} answers again")
@@ -390,7 +386,7 @@ class RayClients:
             c.rows, c.view = rows, view
         for ev in events:
             if isinstance(ev, Finished):
-                rec = _shifted(ev.record, d)
+                rec = shifted(ev.record, d)
                 rec.extra = dict(rec.extra or {}, client=c.i)
                 with self._lock:
                     c.requests += 1

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
 from measure.machine.recorder import read_jsonl
-from measure.core.records import RequestRecord
+from measure.core.records import RequestRecord, shifted
 from measure.control.bench.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def combine(runs: list[Run]) -> Run:
         assert k is not None and b is not None  # an ok cell names its level (Cell.measure sets K and B)
         parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
         one_clock = _one_clock(runs)
-        pooled = [_shifted(rec, one_clock[r.name]) if one_clock else rec
+        pooled = [shifted(rec, one_clock[r.name]) if one_clock else rec
                   for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
         timing = (None if one_clock else
                   Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts]))
@@ -179,18 +179,6 @@ def _one_clock(runs: list[Run]) -> dict[str, int] | None:
             return None
         out[r.name] = round(float(h["start_at_unix"]) * 1e9) - int(h["start_perf_ns"])
     return out
-
-
-def _shifted(rec: RequestRecord, d: int) -> RequestRecord:
-    from dataclasses import replace
-
-    def s(t: int | None) -> int | None:
-        return None if t is None else t + d
-
-    return replace(rec, t_scheduled_ns=rec.t_scheduled_ns + d, t_submitted_ns=rec.t_submitted_ns + d
-                   if rec.t_submitted_ns else rec.t_submitted_ns, t_started_ns=s(rec.t_started_ns),
-                   t_first_token_ns=s(rec.t_first_token_ns), t_done_ns=s(rec.t_done_ns),
-                   token_ns=[t + d for t in rec.token_ns], t_first_answer_ns=s(rec.t_first_answer_ns))
 
 
 def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
