@@ -456,3 +456,37 @@ def test_local_fleet_waits_for_the_start_and_sends_its_segment(tmp_path, monkeyp
     assert 0 <= first - t0 < 50e6, (first - t0) / 1e6
     assert sorted(r.t_scheduled_ns - t1 for r in seg) == [round(i / 40 * NS) for i in range(1, 10, 2)]
     assert max(r.t_submitted_ns - r.t_scheduled_ns for r in seg) < 50e6
+
+
+# ---- the one split of a load over clients (core/clients.split) ------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from measure.core.clients import deal, split  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(total=st.integers(0, 400), weights=st.lists(st.integers(1, 6), min_size=1, max_size=9))
+def test_split_keeps_every_request_index_exactly_once(total, weights):
+    parts = split(total, weights)
+    assert len(parts) == len(weights)
+    kept = [idx for part in parts for idx in part]
+    assert sorted(kept) == list(range(total))  # each index once: none dropped, none twice
+    assert all(part == sorted(part) for part in parts)  # each client's share in schedule order
+    whole = sum(weights)
+    for part, w in zip(parts, weights):  # each client's share is its weight's, within one request
+        assert abs(len(part) - total * w / whole) < 1
+    if len(set(weights)) == 1:  # equal clients: round robin, index ≡ p (mod N), as --segment i/N says
+        assert parts == [list(range(p, total, len(weights))) for p in range(len(weights))]
+    else:  # unequal: the smooth weighted round robin's owners
+        owners = deal(weights, total)
+        assert all(owners[idx] == p + 1 for p, part in enumerate(parts) for idx in part)
+
+
+def test_split_of_streams_and_users_as_the_pool_and_the_ray_clients_take_them():
+    assert [len(p) for p in split(5, [1, 1])] == [3, 2]  # B = 5 over 2 client processes
+    assert split(5, [1, 1, 1]) == [[0, 3], [1, 4], [2]]  # users 0 … 4 over 3 processes
+    assert [len(p) for p in split(5, [2, 1, 1])] == [3, 1, 1]  # 5 streams over Ray clients weighted 2,1,1
+    assert split(0, [1, 2]) == [[], []]
+    with pytest.raises(ValueError, match="whole number"):
+        split(3, [1, 0])
