@@ -31,7 +31,8 @@ from engines.null_server import free_port, spawn  # noqa: E402
 
 
 def _plan(url: str, a, rate: float, procs: int):
-    from measure.control.plan import make_plan
+    from measure.control.builder import make_plan
+    from tui.cli import plan_options
     from measure.control.bench.sweep import SweepConfig
     from tui.cli import build_parser
 
@@ -39,7 +40,7 @@ def _plan(url: str, a, rate: float, procs: int):
     args = parser.parse_args(["--engine", "http", "--url", url, "--rate", str(rate), "--arrivals", "poisson",
                               "--requests", str(a.requests), "--max-tokens", str(a.tokens), "--tokenizer", "none",
                               "--workload", "synthetic:16", "--seed", "1", "--client-procs", str(procs)])
-    plan = make_plan(args, default_max_tokens=a.tokens)
+    plan = make_plan(plan_options(args), default_max_tokens=a.tokens)
     cfg = SweepConfig(ks=[1], bs=[1], mode="http", requests=a.requests, max_tokens=a.tokens, ignore_eos=True,
                       arrivals=plan.arrivals, cell_timeout_s=600.0)
     return plan, cfg
@@ -47,9 +48,10 @@ def _plan(url: str, a, rate: float, procs: int):
 
 def one_client(url: str, a, rate: float, procs: int) -> dict:
     from measure.control.bench.sweep import run_sweep
+    from measure.control.wiring import make_source
 
     plan, cfg = _plan(url, a, rate, procs)
-    src = plan.make_source(events=False, per_cell=True)
+    src = make_source(plan, events=False, per_cell=True)
     src.start()
     try:
         _, recs, src = run_sweep(src, plan.workload, cfg, say=lambda m: None)

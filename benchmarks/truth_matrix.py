@@ -682,7 +682,7 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
 
 # ---- --find against a server without a capacity limit ----------------------------------------------------
 def run_find(what: str, endpoints: int, servers: NullServers) -> Result:
-    from measure.control import knee as K
+    from measure.control.bench import knee as K
     from measure.control.bench.sweep import SweepConfig
     from measure.sources.http import HttpSource
     from presets import slo

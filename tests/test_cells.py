@@ -139,8 +139,8 @@ def _periods(records) -> list[dict]:
 def outputs(tmp: Path) -> dict:
     """Every cell figure and text this harness checks, from the recorded records."""
     import presets
-    from measure.control import knee as KN
-    from measure.control import report as R, runs as RU
+    from measure.control.bench import knee as KN
+    from measure.control.bench import report as R, runs as RU
     from measure.control.bench.sweep import SweepConfig, format_table, run_sweep, write_summary
 
     out: dict = {}
@@ -330,7 +330,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
     matplotlib.use("Agg")
     from matplotlib.axes import Axes
 
-    from measure.control import report as R, runs as RU
+    from measure.control.bench import report as R, runs as RU
 
     header, records = _read("http2")
     drawn: dict = {}
@@ -352,7 +352,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
 def test_the_reports_knee_uses_the_searchs_target(tmp_path):
     """bench --find --target 0.95 found no level within it (92 % at best): the report's goodput chart still
     marked a knee at the last cell ≥ 0.9 (its own literal), beside knee.json saying there is none."""
-    from measure.control import report as R, runs as RU
+    from measure.control.bench import report as R, runs as RU
 
     cells = [{"k": 1, "b": b, "level": b, "slo_attainment": 0.92, "achieved_concurrency": b, "status": "ok"}
              for b in (1, 2)]
@@ -407,7 +407,7 @@ def test_the_knee_learns_from_an_oom_kill_as_the_sweep_does():
     """--find users on a local engine: the OOM killer ended a worker at 4 users (the level still met the SLO).
     The sweep refuses every larger cell of that mode from then on; the knee ran 8 and 16 regardless."""
     import presets
-    from measure.control import knee as KN
+    from measure.control.bench import knee as KN
     from measure.control.bench.sweep import SweepConfig
 
     header, _ = _read("local")
@@ -426,7 +426,7 @@ def test_a_knee_level_has_the_figures_of_a_bench_cell():
     cost was given, no stopped_early with EOS ignored. The same records as a sweep cell and as a knee level now
     give the same figures."""
     import presets
-    from measure.control import knee as KN
+    from measure.control.bench import knee as KN
     from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.cost import Cost
 

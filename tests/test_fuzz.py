@@ -120,7 +120,9 @@ def test_garbled_recordings_replay_or_refuse_in_one_line(recording_lines, tmp_pa
 def test_cli_values_are_refused_in_one_line_or_accepted(k, ctx, max_tokens, rate, workload):
     """Any value of --k, --ctx, --max-tokens, --rate, --workload: the parser and the run plan either accept it
     or stop with exit 2 and one line — never a traceback, nothing started."""
-    from measure.control.plan import StartError, make_plan
+    from measure.control.builder import make_plan
+    from measure.control.plan import StartError
+    from tui.cli import plan_options
     from tui.cli import build_parser
 
     dash, bench = build_parser()
@@ -133,7 +135,7 @@ def test_cli_values_are_refused_in_one_line_or_accepted(k, ctx, max_tokens, rate
             assert exc.code == 2
             continue
         try:
-            make_plan(args, default_max_tokens=16, progress=lambda m: None)
+            make_plan(plan_options(args), default_max_tokens=16, progress=lambda m: None)
         except StartError as exc:
             assert "\n" not in str(exc)
 

@@ -62,7 +62,8 @@ def server():
 
 
 def _plan(url: str, requests: int = REQUESTS, rate: float = RATE):
-    from measure.control.plan import make_plan
+    from measure.control.builder import make_plan
+    from tui.cli import plan_options
     from measure.control.bench.sweep import SweepConfig
     from presets import slo
     from tui.cli import build_parser
@@ -71,7 +72,7 @@ def _plan(url: str, requests: int = REQUESTS, rate: float = RATE):
     args = parser.parse_args(["--engine", "http", "--url", url, "--rate", str(rate), "--arrivals", "poisson",
                               "--requests", str(requests), "--max-tokens", str(T.TOKENS), "--slo", "interactive",
                               "--seed", "3", "--tokenizer", "none"])
-    plan = make_plan(args, default_max_tokens=256)
+    plan = make_plan(plan_options(args), default_max_tokens=256)
     plan.workload = T._workload()
     plan.slo = slo("interactive")
     cfg = SweepConfig(ks=[1], bs=[1], mode="http", requests=requests, max_tokens=T.TOKENS,
@@ -93,6 +94,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     from measure.control.bench.cluster import ClusterSpec, run_cluster
     from measure.control.bench.sweep import run_sweep
     from measure.core.clients import deal
+    from measure.control.wiring import make_source
 
     plan, cfg, header = _plan(server)
     growth: list[int] = []  # request lines in records.jsonl, sampled while the clients run
@@ -135,7 +137,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     res = T.Result("ray 2 clients")
     T._check_cell(T.Combo("http", "poisson", requests=REQUESTS), cell, recs, res)
     assert res.checked >= 5 and not res.failures, res.failures
-    src = plan.make_source(events=False, per_cell=True)
+    src = make_source(plan, events=False, per_cell=True)
     src.start()
     try:
         one, one_recs, src = run_sweep(src, plan.workload, _plan(server)[1], say=lambda m: None)
@@ -159,15 +161,17 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     said so; an actor killed is named (an error line) and its row is down, its streams dealt to the other, which goes on."""
     import ray
 
-    from measure.control.plan import make_plan
+    from measure.control.builder import make_plan
+    from tui.cli import plan_options
+    from measure.control.live.start import start_live
     from tui.cli import build_parser
 
     dash, _ = build_parser()
     args = dash.parse_args(["--engine", "http", "--url", server, "--b", "3", "--max-tokens", str(T.TOKENS),
                             "--tokenizer", "none", "--ray", cluster, "--clients", "2", "--weights", "2,1"])
-    plan = make_plan(args, default_max_tokens=128)
+    plan = make_plan(plan_options(args), default_max_tokens=128)
     rec = tmp_path / "live.jsonl"
-    run = plan.start_live(str(rec), brake=True, ray=(cluster, 2, [2, 1]))
+    run = start_live(plan, str(rec), brake=True, ray=(cluster, 2, [2, 1]))
     src, c = run.peers, run.controller
     try:
         assert [x.streams for x in src.clients] == [2, 1]
@@ -394,7 +398,7 @@ def test_the_live_clients_deal_b_users_and_rate_by_weight_and_their_ids_never_me
     from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
 
     plan = SimpleNamespace(meta=lambda: SimpleNamespace(engine="http", model_bytes=0), endpoints=[], bs=[3])
-    src = RayClients(plan, "auto", 2, [2, 1], events=True)
+    src = RayClients(plan, lambda: None, "auto", 2, [2, 1], events=True)
     src.clients = [LiveClient(1, 2, 2, _Calls()), LiveClient(2, 2, 1, _Calls())]
     src.set_batch("http", 3)
     assert [c.streams for c in src.clients] == [2, 1]

@@ -201,13 +201,15 @@ def _args(*argv):
 def test_several_urls_mean_every_one_and_find_runs_on_all_of_them():
     """(12) --url A --url B without --k: K is the endpoints given (it was 1: B got no request); (4) --find runs its
     levels over both (it measured the first only)."""
-    from measure.control.plan import make_plan
+    from measure.control.builder import make_plan
+    from tui.cli import plan_options
 
-    plan = make_plan(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url", "http://127.0.0.2:9/v1",
-                           "--tokenizer", "none"), default_max_tokens=16)
+    plan = make_plan(plan_options(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url",
+                                        "http://127.0.0.2:9/v1", "--tokenizer", "none")), default_max_tokens=16)
     assert plan.ks == [2] and plan.sweep_ks == [2] and plan.find_k == 2
-    one = make_plan(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url", "http://127.0.0.2:9/v1",
-                          "--tokenizer", "none", "--k", "1"), default_max_tokens=16)
+    one = make_plan(plan_options(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url",
+                                       "http://127.0.0.2:9/v1", "--tokenizer", "none", "--k", "1")),
+                    default_max_tokens=16)
     assert one.ks == [1] and one.find_k == 1  # asked for: the first endpoint only
 
 
@@ -384,8 +386,8 @@ def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
 
 def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream():
     """(2) A capped open loop's cell says in its note how many requests waited for a stream, and how long."""
-    from measure.control import report as R
-    from measure.control import runs as RU
+    from measure.control.bench import report as R
+    from measure.control.bench import runs as RU
     from measure.control.bench.cell import Cell
     from measure.control.bench.sweep import format_table
 
@@ -415,8 +417,8 @@ def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
 def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     """Issue 37 item 2: a cell of 60 s whose tokens come at 20 tok/s for 30 s, then 15 tok/s: burst (first fifth)
     20, sustained (last half) 15; the report says −25 %. A 10 s cell has no such figure."""
-    from measure.control import report as R
-    from measure.control import runs as RU
+    from measure.control.bench import report as R
+    from measure.control.bench import runs as RU
     from measure.control.bench.cell import Cell, Spec
     from measure.core import metrics as M
     from measure.core.records import RequestRecord

@@ -102,16 +102,18 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
     its own; its numbers say serialises or batches within 30 s (its running gauge and the token timing), and a
     serialising server is logged."""
     from engines.null_server import spawn
-    from measure.control.plan import make_plan
+    from measure.control.builder import make_plan
+    from tui.cli import plan_options
+    from measure.control.live.start import start_live
     from tui.cli import build_parser
     from tui.panels import serving_text
 
     proc, url = spawn(5.0, 10.0, "--serve", serve)
     try:
         dash, _ = build_parser()
-        plan = make_plan(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", "--b", "4",
-                                          "--max-tokens", "10"]), default_max_tokens=10)
-        run = plan.start_live(None, True, None, None)
+        plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", "--b", "4",
+                                          "--max-tokens", "10"])), default_max_tokens=10)
+        run = start_live(plan, None, True, None, None)
         try:
             found, end = None, time.monotonic() + 30
             while time.monotonic() < end:

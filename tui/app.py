@@ -349,9 +349,11 @@ def run_replay(rec, speed: float = 1.0) -> int:
 def run_dashboard(plan, refresh_hz: float = 0.5, record: str | None = None, brake: bool = True,
                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
                   ray: tuple[str, int | None, list[int] | None] | None = None) -> int:
-    """The live dashboard over a RunPlan (measure/control/plan.py: RunPlan.start_live starts its parts);
+    """The live dashboard over a RunPlan (measure/control/plan.py; measure/control/live/start.py starts its parts);
     SourceError when the source cannot start (nothing answers at --url)."""
-    run = plan.start_live(record, brake, prometheus, peers, ray)
+    from measure.control.live.start import start_live
+
+    run = start_live(plan, record, brake, prometheus, peers, ray)
     app = InferenceTop(run.controller, refresh_hz=refresh_hz, title=run.title, peers=run.peers)
     quit_on_signals(app)
     try:

@@ -318,7 +318,7 @@ def fail(msg: str, code: int = EXIT_USAGE) -> NoReturn:
     sys.exit(code)
 
 
-def _sigterm_to_exit() -> None:
+def sigterm_to_exit() -> None:
     """SIGTERM, and SIGHUP (the terminal closed), end a bench the way Ctrl-C does: workers stopped, the
     records written so far kept, the summary of the cells that finished written."""
     def handler(signum, frame):
@@ -329,7 +329,7 @@ def _sigterm_to_exit() -> None:
         signal.signal(signal.SIGHUP, handler)
 
 
-def _shown_argv(argv: list[str]) -> list[str]:
+def shown_argv(argv: list[str]) -> list[str]:
     """The command line as recorded: credentials written into a URL hidden."""
     from engines.http_openai import public_url
 
@@ -352,11 +352,23 @@ def writable(path: Path, what: str, folder: bool) -> None:
         fail(f"cannot write {what} {path}: {exc.strerror or exc}; give a path you can write")
 
 
+def plan_options(args: argparse.Namespace) -> Any:
+    """The run plan's options (control/builder.PlanOptions, typed) from a parsed command line: the options this
+    command has, by their names; those it has not keep PlanOptions' defaults."""
+    from dataclasses import fields
+
+    from measure.control.builder import PlanOptions
+
+    given = vars(args)
+    return PlanOptions(**{f.name: given[f.name] for f in fields(PlanOptions) if f.name in given})
+
+
 def _plan(args, default_max_tokens: int):
-    from measure.control.plan import StartError, make_plan
+    from measure.control.builder import make_plan
+    from measure.control.plan import StartError
 
     try:
-        plan = make_plan(args, default_max_tokens=default_max_tokens)
+        plan = make_plan(plan_options(args), default_max_tokens=default_max_tokens)
     except StartError as exc:
         fail(str(exc))
     from importlib.util import find_spec
@@ -384,7 +396,7 @@ def bench_main(argv: list[str]) -> int:
         return ray_bench(args, plan, cfg, out, argv)
     clients_header = _client_start(client, plan, cfg) if client else {}
     recorder = Recorder(out / "records.jsonl", plan.header({
-        "command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
+        "command": "bench", "argv": shown_argv(argv), "ks": cfg.ks, "bs": bs, "mode": plan.mode,
         "requests": args.requests, "reps": args.reps, "contexts": args.contexts, **clients_header,
         **plan.http_header()}),
         on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
@@ -392,11 +404,13 @@ def bench_main(argv: list[str]) -> int:
 
     def new_source():
         # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
-        src = plan.make_source(events=False, on_record=recorder.record, per_cell=True)
+        from measure.control.wiring import make_source
+
+        src = make_source(plan, events=False, on_record=recorder.record, per_cell=True)
         src.start()
         return src
 
-    _sigterm_to_exit()
+    sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
     cfg.roofline = plan.roofline(say)
     for line in plan.start_lines(f"{out}/records.jsonl"):
@@ -489,13 +503,13 @@ def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
     if why := refusal(plan, cells, args.reps, bool(args.find)):
         fail(why)
     say = lambda m: print(m, flush=True)  # noqa: E731
-    _sigterm_to_exit()
+    sigterm_to_exit()
     got: list[int] = []  # the signal, kept: inside a Ray call its SystemExit comes back as SystemExit(1)
     on_term = signal.getsignal(signal.SIGTERM)
 
     def note(signum, frame):
         got.append(signum)
-        if callable(on_term):  # (_sigterm_to_exit's: SystemExit)
+        if callable(on_term):  # (sigterm_to_exit's: SystemExit)
             on_term(signum, frame)
         raise SystemExit(128 + signum)
 
@@ -506,7 +520,7 @@ def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
         weights = parse_weights(args.weights, args.clients)
         n = args.clients or (len(weights) if weights else None)  # None: one per node of the cluster
         cfg.roofline = plan.roofline(say)
-        header = plan.header({"command": "bench", "argv": _shown_argv(argv), "ks": cfg.ks, "bs": cfg.bs,
+        header = plan.header({"command": "bench", "argv": shown_argv(argv), "ks": cfg.ks, "bs": cfg.bs,
                               "mode": plan.mode, "requests": args.requests, "reps": 1, "contexts": None,
                               "seed": getattr(plan.arrivals, "seed", None)})
         run = run_cluster(ClusterSpec(args.ray, n, weights), plan, cfg, header, out, say)
@@ -746,12 +760,12 @@ def tune_main(argv: list[str]) -> int:
                  seed=args.seed, ignore_eos=plan.ignore_eos, memory_budget=plan.memory_budget, cost=plan.cost,
                  first_round=args.first_round, prompt_tokens=wl.synthetic_tokens or 32,
                  final_compare=not args.no_compare)
-    _sigterm_to_exit()
+    sigterm_to_exit()
     say = lambda m: print(m, flush=True)  # noqa: E731
     from measure.sources.base import SourceError
 
     def start(io: TuneIO) -> dict:
-        return run_tune(plans, s, out, resume, io, server_bin, _shown_argv(["tune", *argv]), args.find)
+        return run_tune(plans, s, out, resume, io, server_bin, shown_argv(["tune", *argv]), args.find)
 
     if args.live:
         return _live_tune(start, format_result, out)
@@ -972,7 +986,7 @@ def _sub_bench(argv: list[str], what: str) -> None:
 
 def server_vs_engine_main(argv: list[str]) -> int:
     a = _server_vs_engine_parser().parse_args(argv)
-    from measure.control import server_vs_engine as SVE
+    from measure.control.bench import server_vs_engine as SVE
     from measure.machine.model_choice import resolve_model
     from engines.base import EngineError
 
@@ -1020,7 +1034,7 @@ def server_vs_engine_main(argv: list[str]) -> int:
 
             stop_server(proc)
     return _server_vs_engine_end(SVE, out, {"model": model.name, "model_path": str(model.path), "engine": engine,
-                                            "server": a.serve or _shown_argv([url])[0], "threads": threads})
+                                            "server": a.serve or shown_argv([url])[0], "threads": threads})
 
 
 def _engine_from(SVE, earlier: Path, engine_argv: list[str], out: Path) -> None:

@@ -87,7 +87,9 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
 
 def _side(name: str, shared: list[str], options: str) -> Any:
     from measure.control.bench.compare import Side
-    from measure.control.plan import StartError, make_plan
+    from measure.control.builder import make_plan
+    from measure.control.plan import StartError
+    from tui.cli import plan_options
 
     try:
         own = shlex.split(options)
@@ -106,7 +108,7 @@ def _side(name: str, shared: list[str], options: str) -> Any:
         fail(f"-{name}: compare runs a closed loop of --users from here: drop --rate, --arrivals, --turns, --find, "
              "--contexts, --segment, --start-at, --ray, --clients")
     try:
-        plan = make_plan(args, default_max_tokens=64, progress=lambda m: None)
+        plan = make_plan(plan_options(args), default_max_tokens=64, progress=lambda m: None)
     except StartError as exc:
         fail(f"-{name}: {exc}")
     return Side(name, options, plan, null), args
@@ -173,7 +175,7 @@ def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple
           argv: list[str]) -> int:
     from measure.control.bench.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
     from measure.sources.base import SourceError
-    from tui.cli import _shown_argv, _sigterm_to_exit
+    from tui.cli import shown_argv, sigterm_to_exit
 
     m, budget, precision, min_rounds = how
     users, requests, warmup = load
@@ -183,11 +185,11 @@ def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple
                                                                     f"{s.null}" if s.null else ""))
     say(f"{m.name} of each run: a closed loop of {users} user(s) × {requests} requests, the same on both; rounds of "
         f"ABBA / BAAB, the interval from round {min_rounds}; budget {budget:.0f} s; records → {out}/A, {out}/B")
-    _sigterm_to_exit()
+    sigterm_to_exit()
     seq = Sequential(precision=precision, min_rounds=min_rounds)
     sides = None
     try:
-        sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": _shown_argv(["compare", *argv])})
+        sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": shown_argv(["compare", *argv])})
         t0 = time.monotonic()
         for line in sides.warm_up(warmup):
             say(line)

@@ -44,10 +44,11 @@ class LiveClientActor:
     def __init__(self) -> None:
         self._source: Any = None
 
-    def prepare(self, plan: Any, b: int) -> dict[str, Any]:
-        """The source made and started at `b` streams (its endpoints checked and warmed): where it runs."""
+    def prepare(self, make: Callable[[], Any], b: int) -> dict[str, Any]:
+        """The source made (`make`, the driver's, run here) and started at `b` streams (its endpoints checked and
+        warmed): where it runs."""
         ray = ray_module()
-        self._source = plan.make_source(events=True, k=plan.ks[0])
+        self._source = make()
         self._source.set_batch("http", max(1, b))
         self._source.start(wait_ready=False)
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
@@ -119,9 +120,10 @@ class RayClients:
 
     with_own = False
 
-    def __init__(self, plan: Any, address: str, n: int | None, weights: list[int] | None, events: bool = True,
-                 on_record: Callable[[RequestRecord], None] | None = None, say: Callable[[str], None] = print):
+    def __init__(self, plan: Any, make: Callable[[], Any], address: str, n: int | None, weights: list[int] | None,
+                 events: bool = True, on_record: Callable[[RequestRecord], None] | None = None, say: Callable[[str], None] = print):
         self.plan, self.address, self._n, self._weights, self._say = plan, address, n, weights, say
+        self._make = make  # each client's source, made on its node (picklable: control/wiring.make_source's partial)
         self._sink = EventSink(events, on_record)
         self.events: queue.Queue[Event] | None = self._sink.events
         self.meta: RunMeta = plan.meta()
@@ -182,7 +184,7 @@ class RayClients:
             c.streams = b
         self._pg = place(ray, self.clients, spread, LiveClientActor)
         try:
-            infos = ray.get([c.actor.prepare.remote(self.plan, c.streams) for c in self.clients], timeout=PREPARE_S)
+            infos = ray.get([c.actor.prepare.remote(self._make, c.streams) for c in self.clients], timeout=PREPARE_S)
         except ray.exceptions.GetTimeoutError:
             raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
         except ray.exceptions.RayError as exc:

@@ -31,9 +31,10 @@ from typing import Any
 
 from measure.control.bench.cell import Cell
 from measure.control.plan import RunPlan
+from measure.control.wiring import make_source
 from measure.control.bench.sweep import SweepConfig
 from measure.core.clients import ClientShare, split
-from measure.core.records import RequestRecord
+from measure.core.records import RequestRecord, shifted
 from measure.machine.ray_cluster import (POLL_S, PREPARE_S, ROUND_TRIPS, STALL_S, ClusterError, actor_clock, connect,
                                          measure_offset, one_line, place, ray_module)
 
@@ -116,7 +117,7 @@ class ClientActor:
         self._cfg.client = self._share
         assert plan.arrivals is not None  # refusal(): an open loop
         self._total = len(split(cfg.requests, weights or [1] * n)[i - 1])
-        self._source = plan.make_source(events=False, on_record=self._keep, per_cell=True)
+        self._source = make_source(plan, events=False, on_record=self._keep, per_cell=True)
         self._source.start()
         try:
             ver = version("inference-top")
@@ -435,14 +436,12 @@ class _Follow:
                                                f"{len(c.records)} done" for c in self.clients))
 
     def _absorb(self, c: Client, got: tuple[list[RequestRecord], list[str], int]) -> None:
-        from measure.control.bench.runs import _shifted
-
         recs, lines, sent = got
         c.sent = max(c.sent, sent)
         for line in lines:
             self.say(f"  client {c.i}/{c.n}: {line.strip()}")
         for rec in recs:
-            rec = _shifted(rec, -c.offset_ns)
+            rec = shifted(rec, -c.offset_ns)
             rec.extra = dict(rec.extra or {}, client=c.i)
             c.records.append(rec)
             self.recorder.record(rec)

@@ -495,7 +495,9 @@ class LiveSides:
     def _source(side: Side, on_record: Callable[[RequestRecord], None], k: int) -> Any:
         p = side.plan
         if side.null is None:
-            return p.make_source(events=False, on_record=on_record, per_cell=True)
+            from measure.control.wiring import make_source
+
+            return make_source(p, events=False, on_record=on_record, per_cell=True)
         from engines.base import EngineSpec
         from measure.core.records import RunMeta
         from measure.sources.fleet import Fleet
