@@ -32,9 +32,9 @@ from engines.null_server import free_port, spawn  # noqa: E402
 
 def _plan(url: str, a, rate: float, procs: int):
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.bench.sweep import SweepConfig
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     _, parser = build_parser()
     args = parser.parse_args(["--engine", "http", "--url", url, "--rate", str(rate), "--arrivals", "poisson",

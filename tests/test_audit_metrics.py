@@ -297,11 +297,11 @@ def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=
     """A dashboard session against `url` recorded to a file (no terminal): its path."""
     from measure.control.live.controller import LiveController
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.live.start import live_settings
     from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", *argv_extra])),

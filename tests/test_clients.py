@@ -352,7 +352,7 @@ async def test_dashboard_shows_the_clients_rows():
 
 
 def test_peer_flag_reaches_the_dashboard_parser():
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     a = dash.parse_args(["--peer", "http://10.0.0.2:9400", "--peer", "10.0.0.3:9400"])

@@ -210,12 +210,12 @@ def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_
     recording loads, and its samples give one row per endpoint with labels."""
     from measure.control.live.replay import Recording, ReplayController
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.live.start import live_settings
     from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
     from measure.control.live.controller import LiveController
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     argv = ["--engine", "http", "--tokenizer", "none", "--b", "1", "--k", "3", "--max-tokens", "4"]

@@ -122,8 +122,8 @@ def test_cli_values_are_refused_in_one_line_or_accepted(k, ctx, max_tokens, rate
     or stop with exit 2 and one line — never a traceback, nothing started."""
     from measure.control.builder import make_plan
     from measure.control.plan import StartError
-    from tui.cli import plan_options
-    from tui.cli import build_parser
+    from tui.options import plan_options
+    from tui.options import build_parser
 
     dash, bench = build_parser()
     argv = ["--k", str(k), "--ctx", str(ctx), "--max-tokens", str(max_tokens), "--rate", str(rate),

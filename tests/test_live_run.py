@@ -1,4 +1,4 @@
-"""run_dashboard's parts beside RunPlan (issue 23: 5): RunPlan.start_live starts what the dashboard drives — the
+"""run_dashboard's parts beside RunPlan (issue 23: 5): live/start.start_live starts what the dashboard drives — the
 source, the recording, the controller, /metrics — and LiveRun.close stops them; tui/app.py only runs the screen."""
 import json
 import time
@@ -12,9 +12,9 @@ from conftest import NullServerProcess, free_port
 def test_start_live_starts_the_dashboards_parts_and_close_stops_them(tmp_path):
     from measure.control.live.controller import LiveController
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.live.start import start_live
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=5.0)
     try:

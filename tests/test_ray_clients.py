@@ -63,10 +63,10 @@ def server():
 
 def _plan(url: str, requests: int = REQUESTS, rate: float = RATE):
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.bench.sweep import SweepConfig
     from presets import slo
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     _, parser = build_parser()
     args = parser.parse_args(["--engine", "http", "--url", url, "--rate", str(rate), "--arrivals", "poisson",
@@ -162,9 +162,9 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     import ray
 
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.live.start import start_live
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     args = dash.parse_args(["--engine", "http", "--url", server, "--b", "3", "--max-tokens", str(T.TOKENS),

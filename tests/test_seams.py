@@ -192,7 +192,7 @@ def test_the_pool_serves_a_larger_b_later():
 
 
 def _args(*argv):
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     _, bench = build_parser()
     return bench.parse_args(list(argv))
@@ -202,7 +202,7 @@ def test_several_urls_mean_every_one_and_find_runs_on_all_of_them():
     """(12) --url A --url B without --k: K is the endpoints given (it was 1: B got no request); (4) --find runs its
     levels over both (it measured the first only)."""
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
 
     plan = make_plan(plan_options(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url",
                                         "http://127.0.0.2:9/v1", "--tokenizer", "none")), default_max_tokens=16)

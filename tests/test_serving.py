@@ -103,9 +103,9 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
     serialising server is logged."""
     from engines.null_server import spawn
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
+    from tui.options import plan_options
     from measure.control.live.start import start_live
-    from tui.cli import build_parser
+    from tui.options import build_parser
     from tui.panels import serving_text
 
     proc, url = spawn(5.0, 10.0, "--serve", serve)

@@ -102,8 +102,8 @@ def test_trace_prompts_tokenize_to_their_lengths_with_the_embedded_tokenizer():
 
 def test_mooncake_runs_with_the_prefix_cache_on_by_default_and_off_when_asked():
     from measure.control.builder import make_plan
-    from tui.cli import plan_options
-    from tui.cli import build_parser
+    from tui.options import plan_options
+    from tui.options import build_parser
 
     base = ["--engine", "http", "--url", "http://127.0.0.1:9/v1", "--tokenizer", "none",
             "--workload", f"mooncake:{DATA / 'mooncake_trace.jsonl'}"]

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tui.cli import EXIT_FAILED, OneLineParser, build_parser, fail, positive_int, writable
+from tui.options import EXIT_FAILED, OneLineParser, build_parser, fail, positive_int, writable
 
 NULL_OPTS = {"--null-ttft-ms": "ttft_s", "--null-itl-ms": "itl_s"}
 
@@ -89,7 +89,7 @@ def _side(name: str, shared: list[str], options: str) -> Any:
     from measure.control.bench.compare import Side
     from measure.control.builder import make_plan
     from measure.control.plan import StartError
-    from tui.cli import plan_options
+    from tui.options import plan_options
 
     try:
         own = shlex.split(options)
@@ -175,7 +175,7 @@ def _live(a: Any, b: Any, how: tuple[Any, float, float | None, int], load: tuple
           argv: list[str]) -> int:
     from measure.control.bench.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
     from measure.sources.base import SourceError
-    from tui.cli import shown_argv, sigterm_to_exit
+    from tui.options import shown_argv, sigterm_to_exit
 
     m, budget, precision, min_rounds = how
     users, requests, warmup = load

@@ -1137,7 +1137,7 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
         except BaseException:
             stop()
             raise
-        return cast("FiniteLoadSource", src), "http", stop  # (its protocol is a FiniteLoadSource's: runplan)
+        return cast("FiniteLoadSource", src), "http", stop  # (its protocol is a FiniteLoadSource's: wiring)
 
     return open_source
 
@@ -1233,7 +1233,7 @@ def _family(engine: str) -> str:
 def run_tune(plans: dict[str, Any], s: Settings, out: Path, resume: Path | None = None,
              io: TuneIO | None = None, server_bin: str | None = None,
              argv: Sequence[str] = (), find: str | None = None) -> dict[str, Any]:
-    """The tune a command line asks for: `plans` are runplan.RunPlans by engine family ("llama" serves llama and
+    """The tune a command line asks for: `plans` are plan.RunPlans by engine family ("llama" serves llama and
     llama-server, "mlx" mlx); tune.json in `out` is rewritten after every run (what a budget or Ctrl-C
     leaves is what --resume reads)."""
     from measure.machine.probes import physical_cores

@@ -429,7 +429,7 @@ def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
 # ---- two configurations, started once each and loaded in turns ----------------------------------------------
 @dataclass
 class Side:
-    """One configuration: its name (A or B), the options that make it, its RunPlan (runplan.make_plan) and, for
+    """One configuration: its name (A or B), the options that make it, its RunPlan (builder.make_plan) and, for
     the null engine (simulated: a fixed schedule, no model), that schedule's options."""
 
     name: str

@@ -73,7 +73,7 @@ class LiveSettings:
     ignore_eos: bool = True
     # the memory guard
     memory_budget: int | None = None  # bytes; None: DEFAULT_BUDGET_FRACTION of physical memory
-    memory_budget_source: str = ""  # which limit set it (runplan.resolve_budget)
+    memory_budget_source: str = ""  # which limit set it (builder.resolve_budget)
     kv_bytes_per_token: float | None = None
     ctx: int = 2048
     force: bool = False
