@@ -40,6 +40,7 @@ def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
     from measure.control.bench.sweep import run_sweep
+    from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
     from measure.sources.base import SourceError
 
@@ -60,10 +61,7 @@ def bench_main(argv: list[str]) -> int:
         on_error=lambda m: print(f"inference-top: warning: {m}; the sweep goes on, later records are not kept",
                                  file=sys.stderr, flush=True))
 
-    def new_source():
-        # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
-        from measure.control.wiring import make_source
-
+    def new_source():  # the sweep sets each cell's mode, B and batch context itself (made for exactly that cell)
         src = make_source(plan, events=False, on_record=recorder.record, per_cell=True)
         src.start()
         return src
