@@ -155,7 +155,7 @@ def ray_clients(tmp_path) -> Iterator[Ran]:
     from measure.control.wiring import make_source
     from measure.sources.ray_clients import RayClients
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         with NullServer(ttft_ms=3, itl_ms=1) as srv:
             plan = make_plan(PlanOptions(engine="http", url=[srv.url], tokenizer="none", b=2, max_tokens=TOKENS),

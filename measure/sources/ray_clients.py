@@ -388,8 +388,8 @@ class RayClients:
             c.rows, c.view = rows, view
         for ev in events:
             if isinstance(ev, Finished):
-                rec = shifted(ev.record, d)
-                rec.extra = dict(rec.extra or {}, client=c.i)
+                rec = shifted(ev.record, d)  # a copy: on the driver's clock, under this source's run id
+                rec.run_id, rec.extra = self.run_id, dict(rec.extra or {}, client=c.i)
                 with self._lock:
                     c.requests += 1
                     c.errors += rec.error is not None
