@@ -9,7 +9,10 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from measure.control.builder import PlanOptions
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -346,12 +349,12 @@ def writable(path: Path, what: str, folder: bool) -> None:
         fail(f"cannot write {what} {path}: {exc.strerror or exc}; give a path you can write")
 
 
-def plan_options(args: argparse.Namespace) -> Any:
+def plan_options(args: argparse.Namespace) -> PlanOptions:
     """The run plan's options (control/builder.PlanOptions, typed) from a parsed command line: the options this
     command has, by their names; those it has not keep PlanOptions' defaults."""
     from dataclasses import fields
 
-    from measure.control.builder import PlanOptions
+    from measure.control.builder import PlanOptions  # (lazily: --help and --version load no measurement code)
 
     given = vars(args)
     return PlanOptions(**{f.name: given[f.name] for f in fields(PlanOptions) if f.name in given})
