@@ -136,12 +136,12 @@ class Segment(IndexedArrivals):
     def share(self, j: int, m: int, t0_ns: int | None = None) -> Segment:
         """Part j of m of this segment (its requests at positions ≡ j − 1 mod m), each keeping its index in
         the whole schedule and its offset: one client's processes (sources/http_pool.py) split it again, all
-        from one start `t0_ns` (else this segment's)."""
+        from this segment's start where it has one (--start-at), else from `t0_ns`."""
         out = Segment.__new__(Segment)
         out.i, out.n = self.i, self.n
         out._own = [self._own[x] for x in split(len(self._own), [1] * m)[j - 1]]
         out.full_total, out.total, out.issued = self.full_total, len(out._own), 0
-        out._t0 = self._t0 if t0_ns is None else t0_ns
+        out._t0 = t0_ns if self._t0 is None else self._t0
         out._inner_label = self._inner_label
         return out
 

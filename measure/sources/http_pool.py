@@ -374,7 +374,7 @@ class HttpPool(WarmsUp):
                 raise SourceError("an endless open-loop schedule is not split over client processes: give it "
                                   "--requests N, or run one process (--client-procs 1)") from None
         for p in range(1, n + 1):
-            part = whole.share(p, n, t0 if whole._t0 is None else None)
+            part = whole.share(p, n, t0)
             self._send(p, LoadMsg(Load(load.workload, part, load.max_tokens, load.ignore_eos), first, 1, self.rep))
         self._next_id += whole.full_total
 
