@@ -51,7 +51,7 @@ def test_a_worker_killed_during_warmup_is_replaced_then_k_lowered(tmp_path, monk
 def test_the_budget_honours_every_memory_limit(tmp_path):
     """A cgroup v1 group limited to 1 GB and a cgroup v2 group with memory.high 2 GB under 24 GB of RAM: the
     budget's base is the tightest (1 GB, named); a group without a limit (v1 writes 2⁶³ − 4096) adds nothing."""
-    from measure.control.plan import resolve_budget
+    from measure.control.builder import resolve_budget
     from measure.machine.probes import effective_memory, memory_limits
 
     cg = tmp_path / "cg"
