@@ -262,6 +262,9 @@ class RayClients:
         else:
             raise SourceError("the live dashboard's Ray clients take a closed loop (users) or an endless --rate: "
                               "a finite schedule is bench --ray's")
+        if not self._load_started:  # said by the driver as it deals the load (the clients' streams are warm since
+            self._load_started = True  # prepare), so before any client's first request on the driver's clock
+            self._sink.put(LoadStarted(time.perf_counter_ns()))
         for c, part in zip(holding, parts):
             if part is None:
                 self._send(c, "set_load", None)
@@ -400,9 +403,7 @@ class RayClients:
             elif isinstance(ev, Started):
                 self._sink.put(Started(ev.worker, ev.request_id, ev.t_ns + d))
             elif isinstance(ev, LoadStarted):
-                if not self._load_started:
-                    self._load_started = True
-                    self._sink.put(LoadStarted(ev.t_ns + d))
+                pass  # a client's own start: the driver said the load's when it dealt it (_set_load)
             elif isinstance(ev, LevelReady):
                 self._level(c, ev.t_ns + d)
             elif isinstance(ev, Log):
