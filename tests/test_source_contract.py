@@ -11,6 +11,7 @@ end) and carry the source's run id; the load's start (LoadStarted) is said once,
 workers() gives WorkerInfo rows; close may be called twice."""
 from __future__ import annotations
 
+import os
 import queue
 import time
 from collections.abc import Callable, Iterator
@@ -155,7 +156,12 @@ def ray_clients(tmp_path) -> Iterator[Ran]:
     from measure.control.wiring import make_source
     from measure.sources.ray_clients import RayClients
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    # a throwaway instance on loopback, no auth token: a local ray.init would otherwise write ~/.ray/auth_token, which
+    # every later `ray start` on this machine then requires (tests/test_ray_clients.py's cluster among them)
+    auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+             _node_ip_address="127.0.0.1")
     try:
         with NullServer(ttft_ms=3, itl_ms=1) as srv:
             plan = make_plan(PlanOptions(engine="http", url=[srv.url], tokenizer="none", b=2, max_tokens=TOKENS),
@@ -177,6 +183,10 @@ def ray_clients(tmp_path) -> Iterator[Ran]:
                 src.close()
     finally:
         ray.shutdown()
+        if auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth
 
 
 class Clock:
