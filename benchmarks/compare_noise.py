@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "compare_null_noise.json"))
     a = ap.parse_args(argv)
     from engines.registry import ENGINES
-    from measure.control.compare import LiveSides, Side, metric
+    from measure.control.bench.compare import LiveSides, Side, metric
     from plans import local_plan
 
     m = metric(a.metric)

@@ -87,9 +87,9 @@ MUTANTS = [
     # a wrong label
     Mutant("p99_ttft_is_p50", M, '"p99_ttft_ms": ms(percentile(ttfts, 99)),', '"p99_ttft_ms": ms(percentile(ttfts, 50)),',
            "TTFT p99 labelled on the median", "only where TTFTs spread (requests queue)"),
-    Mutant("cell_b_plus_1", "measure/control/cell.py", "    cell = Cell(k=spec.k, b=spec.b,",
+    Mutant("cell_b_plus_1", "measure/control/bench/cell.py", "    cell = Cell(k=spec.k, b=spec.b,",
            "    cell = Cell(k=spec.k, b=spec.b + 1,", "the cell labelled B + 1"),
-    Mutant("client_procs_plus_1", "measure/control/cell.py",
+    Mutant("client_procs_plus_1", "measure/control/bench/cell.py",
            "len(procs) if procs and is_remote(spec.mode) else None)",
            "len(procs) + 1 if procs and is_remote(spec.mode) else None)", "client processes counted one too many",
            "pool cells only"),
@@ -117,7 +117,7 @@ MUTANTS = [
     Mutant("lateness_plus_10ms", "measure/core/arrivals.py",
            "    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 for r",
            "    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 + 10 for r", "lateness read 10 ms high"),
-    Mutant("combine_clock_offset", "measure/control/runs.py", "t_scheduled_ns=rec.t_scheduled_ns + d,",
+    Mutant("combine_clock_offset", "measure/control/bench/runs.py", "t_scheduled_ns=rec.t_scheduled_ns + d,",
            "t_scheduled_ns=rec.t_scheduled_ns + d + 1_000_000,",
            "report --combine shifts the schedule 1 ms against the rest of the clock", "two-segment cells only"),
     # a rate × 0.5, the schedule wrong
@@ -146,7 +146,7 @@ MUTANTS = [
            "        if spill and not self.cap_open_loop and load is not None and is_open_loop(load.arrivals):",
            "        if False:", "an open loop silently capped by the client's B streams",
            "uncapped http open loops whose load exceeds K × B streams"),
-    Mutant("level_timed_from_key_press", "measure/control/live.py", "        if self.caps.level_ready:",
+    Mutant("level_timed_from_key_press", "measure/control/live/controller.py", "        if self.caps.level_ready:",
            "        if False:", "a live level timed from the key press, its warmup inside it", "live steps"),
 ]
 

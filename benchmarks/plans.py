@@ -1,10 +1,11 @@
 """The run plans the benchmarks load, built from measure/ as a library (benchmarks/ imports no tui: the import
 contract in pyproject.toml). Each states its configuration in full; it is what `bench` makes of the options named
-in its docstring (runplan.make_plan over the CLI's defaults), checked field by field when written."""
+in its docstring (builder.make_plan over the CLI's defaults), checked field by field when written."""
 from __future__ import annotations
 
 from engines.http_openai import public_url
-from measure.control.runplan import RunPlan, check_url, resolve_bandwidth, resolve_budget
+from measure.control.builder import check_url, resolve_bandwidth, resolve_budget
+from measure.control.plan import RunPlan
 from measure.core.arrivals import parse_arrivals
 from measure.core.cost import Cost
 from measure.machine.model_choice import build_spec, gpu_share, resolve_model

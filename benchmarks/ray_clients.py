@@ -31,7 +31,7 @@ from engines.null_server import free_port, spawn  # noqa: E402
 
 
 def _plan(url: str, a, rate: float, procs: int):
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.sweep import SweepConfig
     from plans import http_plan
 
     plan = http_plan(url, rate, a.requests, a.tokens, procs)
@@ -41,10 +41,11 @@ def _plan(url: str, a, rate: float, procs: int):
 
 
 def one_client(url: str, a, rate: float, procs: int) -> dict:
-    from measure.control.sweep import run_sweep
+    from measure.control.bench.sweep import run_sweep
+    from measure.control.wiring import make_source
 
     plan, cfg = _plan(url, a, rate, procs)
-    src = plan.make_source(events=False, per_cell=True)
+    src = make_source(plan, events=False, per_cell=True)
     src.start()
     try:
         _, recs, src = run_sweep(src, plan.workload, cfg, say=lambda m: None)
@@ -54,7 +55,8 @@ def one_client(url: str, a, rate: float, procs: int) -> dict:
 
 
 def ray_clients(url: str, a, rate: float, address: str) -> dict:
-    from measure.control.cluster import ClusterSpec, run_cluster
+    from measure.control.bench.cluster import run_cluster
+    from measure.machine.ray_cluster import ClusterSpec
 
     plan, cfg = _plan(url, a, rate, 1)
     out = Path(tempfile.mkdtemp(prefix="it-ray-"))

@@ -269,7 +269,7 @@ def _arrivals(c: Combo) -> Any:
 
 
 def _cfg(c: Combo, **kw: Any) -> Any:
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.sweep import SweepConfig
     from measure.core.sessions import SessionSpec
     from presets import slo
 
@@ -437,7 +437,7 @@ def run_combo(c: Combo, servers: NullServers | None) -> Result:
 
 
 def _one(c: Combo, servers: NullServers | None, res: Result) -> None:
-    from measure.control.sweep import run_sweep
+    from measure.control.bench.sweep import run_sweep
 
     src = _source(c, servers)
     res.stall_reset()  # the source is up: the load's stalls from here
@@ -661,10 +661,10 @@ def _f(v: float | None) -> str:
 
 def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
     """Two clients, each its segment of one schedule from one --start-at, run at once; then report --combine."""
-    from measure.control.runs import Run, combine
+    from measure.control.bench.runs import Run, combine
     from measure.core.lines import RunHeader
-    from measure.control.cell import Cell, Spec
-    from measure.control.sweep import run_sweep
+    from measure.control.bench.cell import Cell, Spec
+    from measure.control.bench.sweep import run_sweep
     from measure.core.clients import ClientShare
     from presets import slo
 
@@ -721,8 +721,8 @@ def _segments(c: Combo, servers: NullServers | None, res: Result) -> None:
 
 # ---- --find against a server without a capacity limit ----------------------------------------------------
 def run_find(what: str, endpoints: int, servers: NullServers) -> Result:
-    from measure.control import knee as K
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench import knee as K
+    from measure.control.bench.sweep import SweepConfig
     from measure.sources.http import HttpSource
     from presets import slo
 
@@ -767,8 +767,8 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
     sys.path.insert(0, str(ROOT / "tests"))
     from sim import FakeClock, FixedProbe, NoProcesses
 
-    from measure.control.live import LiveController, LiveHooks, LiveSettings
-    from measure.control.runs import load_run
+    from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
+    from measure.control.bench.runs import load_run
     from measure.machine.recorder import Recorder
     from measure.core.records import RunMeta
     from measure.sources.simulated import SimulatedFleet

@@ -1,7 +1,7 @@
 """The one synchronous HTTP client (docs/design.md §1): the few plain requests beside the streams (which are
 aiohttp's, engines/http_openai.py) — GET {base}/models (is the server there, which model it serves), POST
 /tokenize (the server's own token ids), the `Date` header of GET /models (the clock check,
-measure/machine/clock.py) and another inference-top's /metrics (--peer, measure/control/peers.py).
+measure/machine/clock.py) and another inference-top's /metrics (--peer, measure/control/live/peers.py).
 
 httpx, never through a proxy from the environment (`trust_env` off, as the streams' aiohttp session): every
 request goes straight to the address given."""

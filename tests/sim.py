@@ -1,6 +1,6 @@
 """A deterministic dashboard for snapshot and Pilot tests: the SIMULATED fleet on a fake clock."""
 from measure.core.records import RunMeta
-from measure.control.live import LiveController, LiveHooks, LiveSettings
+from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
 from measure.core.readings import SystemSample
 from measure.sources.simulated import SimulatedFleet
 import presets

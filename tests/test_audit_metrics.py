@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from measure.control import report as R, runs as RU
-from measure.control.stats import LiveStats
-from measure.control.cell import Cell, Spec
-from measure.control.sweep import format_table
+from measure.control.bench import report as R, runs as RU
+from measure.control.live.stats import LiveStats
+from measure.control.bench.cell import Cell, Spec
+from measure.control.bench.sweep import format_table
 from measure.machine import power
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
@@ -296,18 +296,21 @@ def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
 # ---- issue 21: report of an HTTP recording made with --model-bytes keeps its bandwidth ----------------------
 def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=None):
     """A dashboard session against `url` recorded to a file (no terminal): its path."""
-    from measure.control.live import LiveController
-    from measure.control.runplan import make_plan
+    from measure.control.live.controller import LiveController
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from measure.control.live.start import live_settings
+    from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     dash, _ = build_parser()
-    plan = make_plan(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", *argv_extra]),
+    plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", *argv_extra])),
                      default_max_tokens=8)
     path = tmp_path / "session.jsonl"
-    src = plan.make_source(k=1)
+    src = make_source(plan, k=1)
     src.start()
-    c = LiveController(src, plan.workload, plan.live_settings(), recorder=Recorder(path, plan.header({})))
+    c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(path, plan.header({})))
     try:
         c.start(thread=False)
         end = time.monotonic() + 30

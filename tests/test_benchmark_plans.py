@@ -8,8 +8,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from plans import http_plan, local_plan  # noqa: E402
 
-from measure.control.runplan import make_plan  # noqa: E402
-from tui.cli import build_parser  # noqa: E402
+from measure.control.builder import make_plan  # noqa: E402
+from tui.options import build_parser, plan_options  # noqa: E402
 
 
 def _differ(a, b) -> dict[str, tuple[str, str]]:
@@ -23,7 +23,7 @@ def test_the_http_plan_is_benchs():
     args = bench.parse_args(["--engine", "http", "--url", url, "--rate", "12.5", "--arrivals", "poisson",
                              "--requests", "40", "--max-tokens", "64", "--tokenizer", "none",
                              "--workload", "synthetic:16", "--seed", "1", "--client-procs", "2"])
-    assert _differ(make_plan(args, default_max_tokens=64), http_plan(url, 12.5, 40, 64, 2)) == {}
+    assert _differ(make_plan(plan_options(args), default_max_tokens=64), http_plan(url, 12.5, 40, 64, 2)) == {}
 
 
 def test_the_local_plan_is_benchs():
@@ -34,4 +34,4 @@ def test_the_local_plan_is_benchs():
     engine = ENGINES["null"].plan_engine
     _, bench = build_parser()
     args = bench.parse_args(["--engine", engine, "--max-tokens", "16"])
-    assert _differ(make_plan(args, default_max_tokens=64, progress=lambda m: None), local_plan(engine, 16)) == {}
+    assert _differ(make_plan(plan_options(args), default_max_tokens=64, progress=lambda m: None), local_plan(engine, 16)) == {}

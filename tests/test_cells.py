@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from measure.control.knee import KneeResult
+from measure.control.bench.knee import KneeResult
 from measure.core.lines import RunHeader, Sample
 
 DATA = Path(__file__).parent / "data" / "cells"
@@ -112,7 +112,7 @@ class Replay:
 
 def _sweep_config(name: str, header: dict):
     import presets
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.sweep import SweepConfig
     from measure.core.arrivals import parse_arrivals
     from measure.core.cost import Cost
 
@@ -143,9 +143,9 @@ def _periods(records) -> list:
 def outputs(tmp: Path) -> dict:
     """Every cell figure and text this harness checks, from the recorded records."""
     import presets
-    from measure.control import knee as KN
-    from measure.control import report as R, runs as RU
-    from measure.control.sweep import SweepConfig, format_table, run_sweep, write_summary
+    from measure.control.bench import knee as KN
+    from measure.control.bench import report as R, runs as RU
+    from measure.control.bench.sweep import SweepConfig, format_table, run_sweep, write_summary
 
     out: dict = {}
     for name in RUNS:
@@ -243,7 +243,7 @@ def test_csv_report_and_recording_cells_are_what_they_were(made, name):
 def test_a_summary_json_cell_read_back_is_written_the_same(made, name):
     """Cell.from_json reads every figure of summary.json into its part, and to_json writes it back: the same keys
     in the same order, the same values (what `report` of a bench folder reads)."""
-    from measure.control.cell import Cell
+    from measure.control.bench.cell import Cell
 
     for d in json.loads(made[name]["summary.json"]):
         again = Cell.from_json(d).to_json()
@@ -252,7 +252,7 @@ def test_a_summary_json_cell_read_back_is_written_the_same(made, name):
 
 def test_a_figure_this_version_does_not_name_is_kept():
     """A key from another version's summary.json is kept and written back (after the figures this one names)."""
-    from measure.control.cell import Cell
+    from measure.control.bench.cell import Cell
 
     c = Cell.from_json({"k": 1, "b": 2, "completed": 3, "status": "ok", "future_figure": [1, 2]})
     assert c.requests.completed == 3 and c.extra == {"future_figure": [1, 2]}
@@ -298,7 +298,7 @@ def test_http_bandwidth_is_one_rule_for_the_bench_and_the_dashboard():
     """Two endpoints, one of them down for the whole cell (every request it took failed): the dashboard summed
     W ÷ TPOT p50 over the endpoints that decoded (50 GB/s: 1 GB each 20 ms step), the bench cell said None
     because one endpoint had no TPOT. One rule now (metrics.http_bandwidth), in both."""
-    from measure.control.cell import Cell, Spec
+    from measure.control.bench.cell import Cell, Spec
     from measure.core import metrics as M
 
     recs = [_rec(i, worker=i % 2, error="connection refused" if i % 2 else None) for i in range(8)]
@@ -314,7 +314,7 @@ def test_the_dashboard_predicts_k_w_over_beta_in_batch_mode_as_the_bench_does():
     batch, W = 253 MB, β = 100 GB/s read 'no prediction' live and 5.06 ms in the bench's cell."""
     from sim import run_for, sim_controller
 
-    from measure.control.cell import Cell, Spec
+    from measure.control.bench.cell import Cell, Spec
 
     c, fleet, clock = sim_controller(k=2, bandwidth=100.0)
     assert c.toggle_mode() is None and c.mode == "batch"
@@ -334,7 +334,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
     matplotlib.use("Agg")
     from matplotlib.axes import Axes
 
-    from measure.control import report as R, runs as RU
+    from measure.control.bench import report as R, runs as RU
 
     header, records = _read("http2")
     drawn: dict = {}
@@ -356,7 +356,7 @@ def test_the_report_draws_the_k_w_over_beta_its_cells_hold(tmp_path, monkeypatch
 def test_the_reports_knee_uses_the_searchs_target(tmp_path):
     """bench --find --target 0.95 found no level within it (92 % at best): the report's goodput chart still
     marked a knee at the last cell ≥ 0.9 (its own literal), beside knee.json saying there is none."""
-    from measure.control import report as R, runs as RU
+    from measure.control.bench import report as R, runs as RU
 
     cells = [{"k": 1, "b": b, "level": b, "slo_attainment": 0.92, "achieved_concurrency": b, "status": "ok"}
              for b in (1, 2)]
@@ -368,7 +368,7 @@ def test_bench_runs_the_users_it_is_given(tmp_path):
     """bench --users 2 --b 4: the help says closed-loop users (default K × B); the sweep ran K × B = 4."""
     from conftest import NullServerProcess
 
-    from measure.control.knee import peak_in_flight
+    from measure.control.bench.knee import peak_in_flight
     from measure.machine.recorder import read_jsonl
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
@@ -411,8 +411,8 @@ def test_the_knee_learns_from_an_oom_kill_as_the_sweep_does():
     """--find users on a local engine: the OOM killer ended a worker at 4 users (the level still met the SLO).
     The sweep refuses every larger cell of that mode from then on; the knee ran 8 and 16 regardless."""
     import presets
-    from measure.control import knee as KN
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench import knee as KN
+    from measure.control.bench.sweep import SweepConfig
 
     header, _ = _read("local")
     src = Killing(header, [], kill_at=4)
@@ -430,8 +430,8 @@ def test_a_knee_level_has_the_figures_of_a_bench_cell():
     cost was given, no stopped_early with EOS ignored. The same records as a sweep cell and as a knee level now
     give the same figures."""
     import presets
-    from measure.control import knee as KN
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench import knee as KN
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.cost import Cost
 
     header, records = _read("local")
@@ -453,8 +453,8 @@ def test_a_knee_level_has_the_figures_of_a_bench_cell():
 def test_the_table_of_a_sweep_whose_first_cell_was_refused():
     """The table's BW legend read cells[0]'s formula: a sweep whose first cell the memory guard refused (no
     figures) ended in KeyError 'bandwidth_formula' after every cell had run."""
-    from measure.control.cell import Cell, Spec
-    from measure.control.sweep import format_table, skipped_cell
+    from measure.control.bench.cell import Cell, Spec
+    from measure.control.bench.sweep import format_table, skipped_cell
 
     refused = skipped_cell(1, 64, None, "refused", "K=1 B=64 needs ≈ 9 GiB of 8 GiB budget")
     ok = Cell.measure([_rec(i, mode="batch", k=1) for i in range(4)], Spec(1, 1, 1_000_000_000, mode="batch"))

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from measure.machine.recorder import read_jsonl
-from measure.control.cell import Cell, Spec
+from measure.control.bench.cell import Cell, Spec
 
 CLI = [sys.executable, "-m", "tui.cli"]
 
@@ -195,3 +195,24 @@ def test_independent_recomputation_agrees(bench_run):
                        timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1])["max_rel_diff"] <= 1e-6
+
+
+def test_the_plan_options_are_the_command_lines_by_name():
+    """tui/options.plan_options hands the run plan's builder a PlanOptions by the options' names: every field is one
+    of bench's options (a field named otherwise would silently keep its default), the dashboard lacks only bench's
+    own, and a value given on the command line arrives."""
+    from dataclasses import fields
+
+    from measure.control.builder import PlanOptions
+    from tui.options import build_parser, plan_options
+
+    dash, bench = build_parser()
+    names = {f.name for f in fields(PlanOptions)}
+    assert names <= set(vars(bench.parse_args([])))
+    assert names - set(vars(dash.parse_args([]))) == {"client_procs", "contexts", "requests", "think_time", "turns",
+                                                      "warmup"}
+    opts = plan_options(bench.parse_args(["--engine", "http", "--url", "http://127.0.0.1:9/v1", "--b", "2,4",
+                                          "--client-procs", "auto", "--no-flash-attn", "--stall-timeout", "5"]))
+    assert (opts.engine, opts.url, opts.b, opts.client_procs, opts.no_flash_attn, opts.stall_timeout) == \
+        ("http", ["http://127.0.0.1:9/v1"], [2, 4], None, True, 5.0)
+    assert plan_options(dash.parse_args([])).client_procs == 1  # the dashboard: one client process

@@ -237,7 +237,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
     """The combined cell's percentiles are the percentiles over both clients' records pooled (numpy, here),
     not an average of the clients' own; the offered rate is the one schedule's."""
     one, outs, _, _, _, rep = two_clients
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
 
     both = combine([load_run(o) for o in outs])
     assert not both.warnings, both.warnings
@@ -261,7 +261,7 @@ def test_combined_report_pools_the_raw_records(two_clients):
 
 
 def test_combine_warns_when_a_segment_is_missing(two_clients):
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
 
     _, outs, *_ = two_clients
     a = load_run(outs[0])
@@ -290,8 +290,8 @@ def test_peers_are_scraped_summed_and_a_dead_one_is_down():
     """Two inference-top exporters (simulated controllers) and a port where nothing listens: the two are read,
     summed with ours, one row each; the third is down and counts in no sum."""
     from conftest import free_port
-    from measure.control.prometheus import serve
-    from measure.control.peers import Peers, client_rows
+    from measure.control.live.prometheus import serve
+    from measure.control.live.peers import Peers, client_rows
     from sim import run_for, sim_controller
 
     ctrls, servers, urls = [], [], []
@@ -331,7 +331,7 @@ def test_peers_are_scraped_summed_and_a_dead_one_is_down():
 @pytest.mark.asyncio
 async def test_dashboard_shows_the_clients_rows():
     from conftest import free_port
-    from measure.control.peers import Peers
+    from measure.control.live.peers import Peers
     from sim import run_for, sim_controller
     from tui.app import InferenceTop
 
@@ -353,7 +353,7 @@ async def test_dashboard_shows_the_clients_rows():
 
 
 def test_peer_flag_reaches_the_dashboard_parser():
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     a = dash.parse_args(["--peer", "http://10.0.0.2:9400", "--peer", "10.0.0.3:9400"])
@@ -361,7 +361,7 @@ def test_peer_flag_reaches_the_dashboard_parser():
 
 
 def test_peer_url_forms():
-    from measure.control.peers import peer_url
+    from measure.control.live.peers import peer_url
 
     assert peer_url("10.0.0.3:9400") == ("http://10.0.0.3:9400/metrics", "10.0.0.3:9400")
     assert peer_url("http://box:9400") == ("http://box:9400/metrics", "box:9400")
@@ -371,7 +371,7 @@ def test_peer_url_forms():
 
 
 def test_exporter_metrics_parse_as_a_peer_reading():
-    from measure.control.peers import parse_peer_metrics
+    from measure.control.live.peers import parse_peer_metrics
 
     text = ('# TYPE inference_top_output_tokens_per_second gauge\n'
             'inference_top_output_tokens_per_second{engine="http",mode="http"} 312.5\n'
@@ -419,7 +419,7 @@ def test_start_at_alone_starts_a_closed_loop_at_that_time(null_server, tmp_path)
 
 def test_clock_offset_between_clients_is_warned(two_clients):
     """Two clients whose checks put the server 0.3 s apart from each other started 0.3 s apart: said."""
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
     from measure.core.clients import describe_clock
     from measure.core.lines import ClockCheck
 
@@ -436,7 +436,7 @@ def test_local_fleet_waits_for_the_start_and_sends_its_segment(tmp_path, monkeyp
     """The process fleet (null engine) through the sweep: a closed loop's users start at t0, not before; then
     a segment 2/2 of a constant 40 req/s schedule anchored 0.5 s ahead goes out at t0 + its offsets."""
     from engines.base import EngineSpec
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.records import RunMeta
     from measure.sources.fleet import Fleet
 
@@ -458,3 +458,37 @@ def test_local_fleet_waits_for_the_start_and_sends_its_segment(tmp_path, monkeyp
     assert 0 <= first - t0 < 50e6, (first - t0) / 1e6
     assert sorted(r.t_scheduled_ns - t1 for r in seg) == [round(i / 40 * NS) for i in range(1, 10, 2)]
     assert max(r.t_submitted_ns - r.t_scheduled_ns for r in seg) < 50e6
+
+
+# ---- the one split of a load over clients (core/clients.split) ------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from measure.core.clients import deal, split  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(total=st.integers(0, 400), weights=st.lists(st.integers(1, 6), min_size=1, max_size=9))
+def test_split_keeps_every_request_index_exactly_once(total, weights):
+    parts = split(total, weights)
+    assert len(parts) == len(weights)
+    kept = [idx for part in parts for idx in part]
+    assert sorted(kept) == list(range(total))  # each index once: none dropped, none twice
+    assert all(part == sorted(part) for part in parts)  # each client's share in schedule order
+    whole = sum(weights)
+    for part, w in zip(parts, weights):  # each client's share is its weight's, within one request
+        assert abs(len(part) - total * w / whole) < 1
+    if len(set(weights)) == 1:  # equal clients: round robin, index ≡ p (mod N), as --segment i/N says
+        assert parts == [list(range(p, total, len(weights))) for p in range(len(weights))]
+    else:  # unequal: the smooth weighted round robin's owners
+        owners = deal(weights, total)
+        assert all(owners[idx] == p + 1 for p, part in enumerate(parts) for idx in part)
+
+
+def test_split_of_streams_and_users_as_the_pool_and_the_ray_clients_take_them():
+    assert [len(p) for p in split(5, [1, 1])] == [3, 2]  # B = 5 over 2 client processes
+    assert split(5, [1, 1, 1]) == [[0, 3], [1, 4], [2]]  # users 0 … 4 over 3 processes
+    assert [len(p) for p in split(5, [2, 1, 1])] == [3, 1, 1]  # 5 streams over Ray clients weighted 2,1,1
+    assert split(0, [1, 2]) == [[], []]
+    with pytest.raises(ValueError, match="whole number"):
+        split(3, [1, 0])

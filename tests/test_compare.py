@@ -1,4 +1,4 @@
-"""inference-top compare (docs/design.md §27, measure/control/compare.py): the statistics over simulated per-run
+"""inference-top compare (docs/design.md §27, measure/control/bench/compare.py): the statistics over simulated per-run
 figures drawn from the null engine's measured run-to-run noise (tests/data/compare_null_noise.json, written by
 benchmarks/compare_noise.py): a planted 5 % difference is found, sign right and the interval covering it, in
 ≥ 19 of 20 runs, and an A/A comparison finds none in ≥ 19 of 20 (also under a machine drifting between runs);
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from measure.control.compare import (METRICS, CompareError, Sequential, compare_dirs, look_alpha, metric, order,
+from measure.control.bench.compare import (METRICS, CompareError, Sequential, compare_dirs, look_alpha, metric, order,
                                      run_rounds, t_quantile, welch)
 
 NOISE = json.loads((Path(__file__).parent / "data" / "compare_null_noise.json").read_text())

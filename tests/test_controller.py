@@ -1,4 +1,4 @@
-"""The controller the dashboard drives is declared (measure/control/controller.Controller): both controllers
+"""The controller the dashboard drives is declared (measure/control/live/protocol.Controller): both controllers
 have every member of it, and the app calls nothing on its controller that is not declared there (a replay
 `e` once crashed the app: ReplayController had no export). `make lint` checks the same statically (mypy)."""
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from measure.control.controller import Controller
+from measure.control.live.protocol import Controller
 from sim import run_for, sim_controller
 
 APP = Path(__file__).resolve().parents[1] / "tui" / "app.py"
@@ -29,7 +29,7 @@ def called_on_controller(cls_name: str | None = None) -> set[str]:
 
 
 def recorded_replay(tmp_path):
-    from measure.control.replay import Recording, ReplayController
+    from measure.control.live.replay import Recording, ReplayController
     from measure.machine.recorder import Recorder
 
     path = tmp_path / "session.jsonl"
@@ -91,7 +91,7 @@ def test_a_replay_refuses_the_live_keys_and_shows_the_recorded_level(tmp_path):
 @pytest.mark.parametrize("name", ["export", "set_k", "totals"])
 def test_a_controller_lacking_a_declared_member_is_caught(tmp_path, name):
     """The check above can fail: a ReplayController subclass with one member taken away."""
-    from measure.control.replay import ReplayController
+    from measure.control.live.replay import ReplayController
 
     _, replay = recorded_replay(tmp_path)
     def gone(self):

@@ -166,7 +166,7 @@ def test_snapshot_help(snap_compare):
 @pytest.mark.asyncio
 async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, monkeypatch):
     from measure.sources.fleet import Fleet
-    from measure.control.live import LiveController, LiveSettings
+    from measure.control.live.controller import LiveController, LiveSettings
     from measure.machine.model_choice import build_spec, run_meta
     from conftest import descendants
     import presets
@@ -203,7 +203,7 @@ async def test_real_engine_plus_then_quit_leaves_no_process(model, tmp_path, mon
 
 def test_recorded_session_replays_to_the_same_statistics(tmp_path):
     from measure.machine.recorder import Recorder
-    from measure.control.replay import Recording, ReplayController
+    from measure.control.live.replay import Recording, ReplayController
 
     path = tmp_path / "session.jsonl"
     c, fleet, clock = sim_controller(k=1)
@@ -246,7 +246,7 @@ async def test_replay_app_keys(tmp_path):
     from dataclasses import asdict
 
     from measure.machine.recorder import Recorder
-    from measure.control.replay import Recording, ReplayController
+    from measure.control.live.replay import Recording, ReplayController
     from tui.app import ReplayApp
 
     path = tmp_path / "s.jsonl"
@@ -460,7 +460,7 @@ def _window_calls(n_per_stream):
     5 s window, and the window."""
     import sys
 
-    from measure.control.stats import LiveStats
+    from measure.control.live.stats import LiveStats
 
     st = LiveStats(5.0)
     st.load_started(0)
@@ -495,7 +495,7 @@ def test_a_ticks_window_work_does_not_grow_with_the_tokens_in_it():
 def test_the_window_keeps_tokens_by_time_late_or_out_of_order():
     """A stream's tokens arriving late and out of order count by their times: the window [1, 6] s at t = 6 s
     holds 1.1–1.4 s (TPOT (1.4 − 1.1) ÷ 3 = 100 ms); 0.5 s has left it and 7 s is not in it yet."""
-    from measure.control.stats import LiveStats
+    from measure.control.live.stats import LiveStats
 
     s = 1_000_000_000
     st = LiveStats(5.0)

@@ -4,12 +4,12 @@ import json
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from conftest import NullServerProcess
-from measure.control.runplan import StartError, http_endpoints
+from measure.control.builder import PlanOptions, http_endpoints
+from measure.control.plan import StartError
 from measure.core.records import RunMeta
 from measure.core.workload import ClosedLoop, Load
 from measure.sources.http import Endpoint, HttpSource
@@ -146,7 +146,7 @@ def test_urls_file_and_bad_endpoint_inputs(tmp_path):
     f = tmp_path / "urls.txt"
     f.write_text("# the fleet\nhttp://10.0.0.1:8080/v1 apple-m2-max studio-1\n\nhttp://10.0.0.2:8080/v1 - plain\n"
                  "http://10.0.0.3:8080/v1\n")
-    args = SimpleNamespace(url=["http://127.0.0.1:9/v1"], urls=str(f), chip=None)
+    args = PlanOptions(url=["http://127.0.0.1:9/v1"], urls=str(f), chip=None)
     eps = http_endpoints(args)
     assert [e.name() for e in eps] == ["127.0.0.1:9", "studio-1", "plain", "10.0.0.3:8080"]
     assert eps[1].bandwidth_gbps == 400 and eps[2].bandwidth_gbps is None
@@ -159,10 +159,10 @@ def test_urls_file_and_bad_endpoint_inputs(tmp_path):
     for text, msg in bad.items():
         f.write_text(text)
         with pytest.raises(StartError, match=msg) as e:
-            http_endpoints(SimpleNamespace(url=None, urls=str(f), chip=None))
+            http_endpoints(PlanOptions(url=None, urls=str(f), chip=None))
         assert "\n" not in str(e.value)
     with pytest.raises(StartError, match="cannot read"):
-        http_endpoints(SimpleNamespace(url=None, urls=str(tmp_path / "missing"), chip=None))
+        http_endpoints(PlanOptions(url=None, urls=str(tmp_path / "missing"), chip=None))
 
 
 def test_k_above_the_endpoints_is_refused_with_one_line(tmp_path):
@@ -191,7 +191,7 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tui.cli", "report", "--combine", *map(str, outs), "--out",
                         str(tmp_path / "rep")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    from measure.control.runs import combine, load_run
+    from measure.control.bench.runs import combine, load_run
 
     runs = [load_run(o) for o in outs]
     both = combine(runs)
@@ -208,21 +208,24 @@ def test_two_clients_started_together_combine_into_one_report(tmp_path):
 def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_path):
     """A dashboard session over three endpoints (no --model: the header's model is null) replays: the
     recording loads, and its samples give one row per endpoint with labels."""
-    from measure.control.replay import Recording, ReplayController
-    from measure.control.runplan import make_plan
+    from measure.control.live.replay import Recording, ReplayController
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from measure.control.live.start import live_settings
+    from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
-    from measure.control.live import LiveController
-    from tui.cli import build_parser
+    from measure.control.live.controller import LiveController
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     argv = ["--engine", "http", "--tokenizer", "none", "--b", "1", "--k", "3", "--max-tokens", "4"]
     for s in servers:
         argv += ["--url", s.url]
-    plan = make_plan(dash.parse_args(argv), default_max_tokens=4)
+    plan = make_plan(plan_options(dash.parse_args(argv)), default_max_tokens=4)
     rec_path = tmp_path / "eps.jsonl"
-    src = plan.make_source(k=3)
+    src = make_source(plan, k=3)
     src.start()
-    c = LiveController(src, plan.workload, plan.live_settings(), recorder=Recorder(rec_path, plan.header({})))
+    c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(rec_path, plan.header({})))
     try:
         c.start(thread=False)
         end = time.monotonic() + 20

@@ -51,7 +51,7 @@ def test_a_worker_killed_during_warmup_is_replaced_then_k_lowered(tmp_path, monk
 def test_the_budget_honours_every_memory_limit(tmp_path):
     """A cgroup v1 group limited to 1 GB and a cgroup v2 group with memory.high 2 GB under 24 GB of RAM: the
     budget's base is the tightest (1 GB, named); a group without a limit (v1 writes 2⁶³ − 4096) adds nothing."""
-    from measure.control.runplan import resolve_budget
+    from measure.control.builder import resolve_budget
     from measure.machine.probes import effective_memory, memory_limits
 
     cg = tmp_path / "cg"
@@ -294,7 +294,7 @@ def test_an_oom_kill_refuses_that_step_and_larger_ones_for_the_session():
     """Pure: the guard admitted K=2 (its estimate fit a 4 GB budget) and the kernel OOM-killed a worker there.
     From then on K=2 and K=3 of that mode are refused with one line naming the kill, even on the confirm key;
     K=1 and the other mode are not; the estimate at K=2 is raised above the budget; --force passes."""
-    from measure.control.admission import Admission
+    from measure.control.live.admission import Admission
     from measure.core.guard import GiB, MiB, fmt_gib
 
     clock = [0.0]
@@ -365,7 +365,7 @@ def test_ctrl_c_twice_during_the_cleanup_still_leaves_no_process_and_keeps_the_s
 OOM_SCRIPT = r'''
 import json, sys, time
 import presets
-from measure.control.live import LiveController, LiveSettings
+from measure.control.live.controller import LiveController, LiveSettings
 from measure.machine.model_choice import build_spec, resolve_model, run_meta
 from measure.sources.fleet import Fleet
 
@@ -566,7 +566,7 @@ def test_a_sweep_refuses_the_cells_above_one_where_a_worker_was_oom_killed():
     'ends a worker' during K=2 (recorded in oom_killed, where the fleet puts a real one: the real kill is in
     the cgroup test above). That cell is marked, the estimate raised, and K=3 is refused in this run with one
     line naming the kill; K=1 ran before it."""
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
 
     class Killed(Fleet):
         def run_requests(self, load, timeout=None, should_stop=None):

@@ -12,9 +12,9 @@ import sys
 import pytest
 
 import presets
-from measure.control.knee import KneeResult, find_knee, measure_levels
+from measure.control.bench.knee import KneeResult, find_knee, measure_levels
 from measure.machine.recorder import read_jsonl
-from measure.control.sweep import SweepConfig
+from measure.control.bench.sweep import SweepConfig
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import Poisson
 from measure.sources.base import Capabilities
@@ -103,7 +103,7 @@ def test_rate_knee_of_a_server_with_a_capacity_lies_near_it(slots, ttft_s, itl_s
 def test_rate_knee_holds_over_other_arrival_draws(monkeypatch):
     """The same 4-slot server (μ = 44.4 req/s, ≈ 440 arrivals a level near it) under ten other Poisson draws:
     every knee lies within 0.85–1.1 μ."""
-    import measure.control.knee as K
+    import measure.control.bench.knee as K
 
     base = K.ExactPoisson.__init__
     knees = []
@@ -281,7 +281,7 @@ def test_the_memory_wall_ends_a_users_search_with_its_sentence(tmp_path, monkeyp
 
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
     probe = WallFromLevel()
-    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)  # each level runs as a sweep cell
+    monkeypatch.setattr("measure.control.bench.sweep.SystemProbe", lambda thermal=None: probe)  # each level runs as a sweep cell
     fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.05}),
                   RunMeta("null", "null", 0, simulated=True), k=1, threads=1, events=False)
     fleet.start()
@@ -307,7 +307,7 @@ def test_the_memory_wall_ends_a_users_search_with_its_sentence(tmp_path, monkeyp
 def test_a_wall_while_bisecting_ends_the_search_too():
     """Doubling passes 1, 2, 4 and fails 8 on its SLO (twice: a failure is confirmed before bisecting below it);
     bisecting, 6 hits the wall: nothing runs after it."""
-    from measure.control.knee import Level
+    from measure.control.bench.knee import Level
 
     ran = []
 
@@ -324,8 +324,8 @@ def test_a_wall_while_bisecting_ends_the_search_too():
 # ---- settled: a level still ramping has not settled -------------------------------------------------------
 def _tick_series(values, requests=20):
     """Feed the step table one level's tok/s readings at 2 Hz, from 5 s in (warmup over, requests done)."""
-    from measure.control.stats import LevelFigures
-    from measure.control.steps import StepLevel, StepReading, StepTable
+    from measure.control.live.stats import LevelFigures
+    from measure.control.live.steps import StepLevel, StepReading, StepTable
 
     figs = LevelFigures()
     for i in range(requests):

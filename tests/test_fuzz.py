@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engines.base import EngineError
-from measure.control.runs import ReportError, load_run
+from measure.control.bench.runs import ReportError, load_run
 from measure.sources.replay import Recording, RecordingError
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -92,7 +92,7 @@ def garble(data, lines):
 def test_garbled_recordings_replay_or_refuse_in_one_line(recording_lines, tmp_path_factory, data):
     """Cut, reordered, dropped, duplicated, junk and retyped lines: the replay loads and plays to the end, or
     refuses with RecordingError; the report likewise, or ReportError."""
-    from measure.control.replay import ReplayController
+    from measure.control.live.replay import ReplayController
 
     p = tmp_path_factory.mktemp("g") / "g.jsonl"
     p.write_text("\n".join(garble(data, recording_lines)) + "\n")
@@ -120,8 +120,10 @@ def test_garbled_recordings_replay_or_refuse_in_one_line(recording_lines, tmp_pa
 def test_cli_values_are_refused_in_one_line_or_accepted(k, ctx, max_tokens, rate, workload):
     """Any value of --k, --ctx, --max-tokens, --rate, --workload: the parser and the run plan either accept it
     or stop with exit 2 and one line — never a traceback, nothing started."""
-    from measure.control.runplan import StartError, make_plan
-    from tui.cli import build_parser
+    from measure.control.builder import make_plan
+    from measure.control.plan import StartError
+    from tui.options import plan_options
+    from tui.options import build_parser
 
     dash, bench = build_parser()
     argv = ["--k", str(k), "--ctx", str(ctx), "--max-tokens", str(max_tokens), "--rate", str(rate),
@@ -133,7 +135,7 @@ def test_cli_values_are_refused_in_one_line_or_accepted(k, ctx, max_tokens, rate
             assert exc.code == 2
             continue
         try:
-            make_plan(args, default_max_tokens=16, progress=lambda m: None)
+            make_plan(plan_options(args), default_max_tokens=16, progress=lambda m: None)
         except StartError as exc:
             assert "\n" not in str(exc)
 
@@ -160,7 +162,7 @@ def test_a_retyped_line_is_refused_in_one_line(recording_lines, tmp_path, kind, 
     """Cases hypothesis found (the garbled-recordings test above, on a fresh clone): each is refused by the
     replay with RecordingError and by the report with ReportError, one line naming the line, never a
     TypeError from deep inside a metric."""
-    from measure.control.replay import ReplayController
+    from measure.control.live.replay import ReplayController
 
     p = tmp_path / "r.jsonl"
     p.write_text("\n".join(_retyped(recording_lines, kind, key, value)) + "\n")

@@ -1,5 +1,5 @@
 """--help in groups with every default shown, and --version (issue 45): the dashboard, bench and tune share
-options; each option sits in one of tui.cli.GROUPS, and each option that takes a value says its default."""
+options; each option sits in one of tui.options.GROUPS, and each option that takes a value says its default."""
 import argparse
 import subprocess
 import sys
@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from tui import cli
+from tui import cli, options
 
 ROOT = Path(__file__).resolve().parent.parent
 UNGROUPED_OK = {"-h", "--version"}
 
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
-    dash, bench = cli.build_parser()
+    dash, bench = options.build_parser()
     return {"inference-top": dash, "bench": bench, "tune": cli._tune_parser()}
 
 
 def ungrouped(p: argparse.ArgumentParser) -> list[str]:
     """The options outside the named groups (argparse's own 'options' group holds what was added to the parser)."""
-    named = {id(a) for g in p._action_groups if g.title in cli.GROUPS for a in g._group_actions}
+    named = {id(a) for g in p._action_groups if g.title in options.GROUPS for a in g._group_actions}
     return [a.option_strings[0] for a in p._actions
             if a.option_strings and id(a) not in named and a.option_strings[0] not in UNGROUPED_OK]
 
@@ -38,15 +38,15 @@ def test_every_option_is_in_a_group_and_says_its_default(name):
     p = parsers()[name]
     assert ungrouped(p) == []
     assert undefaulted(p) == []
-    shown = [g.title for g in p._action_groups if g._group_actions and g.title in cli.GROUPS]
-    assert shown == [t for t in cli.GROUPS if t in shown]  # in GROUPS' order
+    shown = [g.title for g in p._action_groups if g._group_actions and g.title in options.GROUPS]
+    assert shown == [t for t in options.GROUPS if t in shown]  # in GROUPS' order
     assert len(shown) >= 4
 
 
 def test_the_checks_catch_an_option_outside_a_group_and_a_default_unsaid():
-    p = cli.OneLineParser(prog="x")
-    p.group(cli.LOAD).add_argument("--said", type=int, default=3, help="a number")
-    p.group(cli.LOAD).add_argument("--unsaid", help="a name")
+    p = options.OneLineParser(prog="x")
+    p.group(options.LOAD).add_argument("--said", type=int, default=3, help="a number")
+    p.group(options.LOAD).add_argument("--unsaid", help="a name")
     p.add_argument("--loose", help="no group (default: none)")
     assert ungrouped(p) == ["--loose"]
     assert undefaulted(p) == ["--unsaid"]
@@ -54,7 +54,7 @@ def test_the_checks_catch_an_option_outside_a_group_and_a_default_unsaid():
 
 
 def test_help_lists_the_groups_with_their_defaults():
-    dash, bench = cli.build_parser()
+    dash, bench = options.build_parser()
     text = " ".join(dash.format_help().split())
     for title in ("engine and model:", "load and workload:", "SLO, cost and power:", "display:", "recording:",
                   "cluster:"):
@@ -83,7 +83,7 @@ def test_http_without_aiohttp_is_one_line(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["bench", "--engine", "http", "--url", "http://127.0.0.1:9/v1", "--tokenizer", "none",
                   "--requests", "1"])
-    assert exc.value.code == cli.EXIT_USAGE
+    assert exc.value.code == options.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["inference-top: error: --engine http needs aiohttp, which is not installed: pip install "
                    "'inference-top[http]'"]

@@ -8,9 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import presets
-from measure.control.live import LiveController, LiveHooks, LiveSettings
-from measure.control.runs import cells_from_records
-from measure.control.cell import Cell, Spec
+from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
+from measure.control.bench.runs import cells_from_records
+from measure.control.bench.cell import Cell, Spec
 from measure.core import metrics as M
 from measure.core.lines import RunHeader, Sample
 from measure.core.records import RequestRecord, RunMeta

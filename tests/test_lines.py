@@ -62,8 +62,8 @@ def test_the_bytes_are_the_dict_literals_ones(tmp_path):
 
 
 def test_the_recording_main_wrote_loads_and_replays():
-    from measure.control.replay import Recording, ReplayController
-    from measure.control.runs import load_run
+    from measure.control.live.replay import Recording, ReplayController
+    from measure.control.bench.runs import load_run
 
     path = MAIN / "recording.jsonl"
     lines = read_jsonl(path)
@@ -85,7 +85,7 @@ def test_the_recording_main_wrote_loads_and_replays():
 
 
 def test_the_bench_output_main_wrote_loads():
-    from measure.control.runs import load_run
+    from measure.control.bench.runs import load_run
 
     headers, records, other = read_jsonl(MAIN / "bench" / "records.jsonl")
     assert headers[0].command == "bench" and len(records) == 6 and other == []
@@ -231,8 +231,8 @@ def test_main_s_find_output_reads_its_knee_typed_and_rewrites_it_byte_for_byte(t
     read into KneeResult (the run's own field, not a header key), written again: the file's bytes; the report
     marks the knee it names; its records.jsonl rewrites byte for byte too."""
     from measure.control import report as R
-    from measure.control.knee import KneeResult, KneeStep
-    from measure.control.runs import load_run
+    from measure.control.bench.knee import KneeResult, KneeStep
+    from measure.control.bench.runs import load_run
 
     folder = MAIN / "find"
     knee = KneeResult.read(folder / "knee.json")
@@ -249,8 +249,8 @@ def test_main_s_find_output_reads_its_knee_typed_and_rewrites_it_byte_for_byte(t
 
 
 def test_a_knee_json_bench_find_did_not_write_is_refused_naming_its_field(tmp_path):
-    from measure.control.knee import KneeResult
-    from measure.control.runs import load_run
+    from measure.control.bench.knee import KneeResult
+    from measure.control.bench.runs import load_run
 
     bad = json.loads((MAIN / "find" / "knee.json").read_text())
     bad["steps"][1]["within"] = "yes"

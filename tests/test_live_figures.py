@@ -9,8 +9,8 @@ import math
 import pytest
 
 import presets
-from measure.control.live import LiveController, LiveHooks, LiveSettings
-from measure.control.wall import Step, WallWatch
+from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
+from measure.control.live.wall import Step, WallWatch
 from measure.core import metrics as M
 from measure.core.readings import SystemSample
 from measure.core.records import RunMeta
@@ -152,8 +152,8 @@ def test_goodput_is_the_settled_rate_times_the_share_of_tokens_that_met_the_slo(
     then 10 of 100 tokens in the settled window, 4 of which miss it (TTFT 2 s > 1 s). Settled readings of
     200 tok/s: goodput = 200 × 600 ÷ 1000 = 120 tok/s, 1.2 req/s, attainment 6/10 (the window's requests),
     whatever the level's age."""
-    from measure.control.stats import LevelFigures
-    from measure.control.steps import SETTLE_AFTER_S, StepLevel, StepReading, StepTable
+    from measure.control.live.stats import LevelFigures
+    from measure.control.live.steps import SETTLE_AFTER_S, StepLevel, StepReading, StepTable
     from measure.core.records import RequestRecord
 
     slo = presets.SLO("t", "t", ttft_s=1.0)

@@ -1,4 +1,4 @@
-"""run_dashboard's parts beside RunPlan (issue 23: 5): RunPlan.start_live starts what the dashboard drives — the
+"""run_dashboard's parts beside RunPlan (issue 23: 5): live/start.start_live starts what the dashboard drives — the
 source, the recording, the controller, /metrics — and LiveRun.close stops them; tui/app.py only runs the screen."""
 import json
 import time
@@ -10,17 +10,19 @@ from conftest import NullServerProcess, free_port
 
 
 def test_start_live_starts_the_dashboards_parts_and_close_stops_them(tmp_path):
-    from measure.control.live import LiveController
-    from measure.control.runplan import make_plan
-    from tui.cli import build_parser
+    from measure.control.live.controller import LiveController
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from measure.control.live.start import start_live
+    from tui.options import build_parser
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=5.0)
     try:
         dash, _ = build_parser()
-        plan = make_plan(dash.parse_args(["--engine", "http", "--url", srv.url, "--tokenizer", "none",
-                                          "--max-tokens", "4"]), default_max_tokens=8)
+        plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", srv.url, "--tokenizer", "none",
+                                          "--max-tokens", "4"])), default_max_tokens=8)
         port, rec = free_port(), tmp_path / "session.jsonl"
-        run = plan.start_live(str(rec), True, ("127.0.0.1", port), None)
+        run = start_live(plan, str(rec), True, ("127.0.0.1", port), None)
         try:
             assert isinstance(run.controller, LiveController) and run.title
             body, end = "", time.monotonic() + 15

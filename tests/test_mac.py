@@ -266,7 +266,7 @@ def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
     saw, and neither changed (issue 43: the first cell's last state carried over and marked the second changed)."""
     import presets
     from engines.base import EngineSpec
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.records import RunMeta
     from measure.sources.fleet import Fleet
 
@@ -281,7 +281,7 @@ def test_a_sweep_cell_records_its_thermal_states(tmp_path, monkeypatch):
         calls["n"] += 1
         return real()
     monkeypatch.setattr(probe, "sample", sample)
-    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)
+    monkeypatch.setattr("measure.control.bench.sweep.SystemProbe", lambda thermal=None: probe)
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
     fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.02}),
                   RunMeta("null", "null", 0, simulated=True), k=1, threads=1, events=False)
@@ -312,7 +312,7 @@ def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
 
     import presets
     from engines.base import EngineSpec
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.records import RunMeta
     from measure.sources.fleet import Fleet
 
@@ -346,8 +346,8 @@ def test_a_cell_on_a_mac_has_joules_per_token_per_rail(tmp_path, monkeypatch):
 
 
 def test_a_live_level_is_not_settled_while_its_thermal_state_changes():
-    from measure.control.stats import LevelFigures
-    from measure.control.steps import SETTLE_SAMPLES, StepLevel, StepReading, StepTable
+    from measure.control.live.stats import LevelFigures
+    from measure.control.live.steps import SETTLE_SAMPLES, StepLevel, StepReading, StepTable
     from measure.core.units import NS
 
     fig = LevelFigures()

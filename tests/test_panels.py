@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from measure.control.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
-from measure.control.steps import StepRow
+from measure.control.live.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.live.steps import StepRow
 from measure.core.readings import SystemSample
 from presets import slo
 from tui.panels import (CHART_BW, CHART_PARETO, View, chart_text, pareto_chart, render_clients, render_gauges,

@@ -62,7 +62,7 @@ def test_mixed_workload_every_fourth_is_a_long_document():
 
 def test_ttft_by_class():
     from measure.core.records import RequestRecord
-    from measure.control.cell import ttft_by_class
+    from measure.control.bench.cell import ttft_by_class
 
     def r(pid, ttft_ms):
         return RequestRecord("r", 1, "http", "e", "m", 0, 1, 4, prompt_id=pid, t_scheduled_ns=0, t_started_ns=0,

@@ -1,4 +1,4 @@
-"""Client actors on a real Ray cluster (issue 36; measure/control/cluster.py, docs/design.md §24): a head and a
+"""Client actors on a real Ray cluster (issue 36; measure/control/bench/cluster.py, docs/design.md §24): a head and a
 second node started on this machine (`ray start`, their own resources, stopped after: this cluster's processes
 only), two client actors, one per node, against the null server. Every request of the one schedule sent once; records streamed into one
 records.jsonl while the run goes on; the combined figures = every client's records pooled on the driver's clock,
@@ -64,16 +64,17 @@ def server():
 
 
 def _plan(url: str, requests: int = REQUESTS, rate: float = RATE):
-    from measure.control.runplan import make_plan
-    from measure.control.sweep import SweepConfig
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from measure.control.bench.sweep import SweepConfig
     from presets import slo
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     _, parser = build_parser()
     args = parser.parse_args(["--engine", "http", "--url", url, "--rate", str(rate), "--arrivals", "poisson",
                               "--requests", str(requests), "--max-tokens", str(T.TOKENS), "--slo", "interactive",
                               "--seed", "3", "--tokenizer", "none"])
-    plan = make_plan(args, default_max_tokens=256)
+    plan = make_plan(plan_options(args), default_max_tokens=256)
     plan.workload = T._workload()
     plan.slo = slo("interactive")
     cfg = SweepConfig(ks=[1], bs=[1], mode="http", requests=requests, max_tokens=T.TOKENS,
@@ -91,10 +92,12 @@ def _requests(path: Path):
 
 
 def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_clock(cluster, server, tmp_path):
-    from measure.control.cell import Cell, Spec
-    from measure.control.cluster import ClusterSpec, run_cluster
-    from measure.control.sweep import run_sweep
+    from measure.control.bench.cell import Cell, Spec
+    from measure.control.bench.cluster import run_cluster
+    from measure.machine.ray_cluster import ClusterSpec
+    from measure.control.bench.sweep import run_sweep
     from measure.core.clients import deal
+    from measure.control.wiring import make_source
 
     plan, cfg, header = _plan(server)
     growth: list[int] = []  # request lines in records.jsonl, sampled while the clients run
@@ -137,7 +140,7 @@ def test_two_client_actors_send_the_schedule_once_streamed_and_combined_on_one_c
     res = T.Result("ray 2 clients")
     T._check_cell(T.Combo("http", "poisson", requests=REQUESTS), cell, recs, res)
     assert res.checked >= 5 and not res.failures, res.failures
-    src = plan.make_source(events=False, per_cell=True)
+    src = make_source(plan, events=False, per_cell=True)
     src.start()
     try:
         one, one_recs, src = run_sweep(src, plan.workload, _plan(server)[1], say=lambda m: None)
@@ -161,16 +164,18 @@ def test_the_live_dashboard_drives_its_load_from_two_actors_rows_b_and_a_death(c
     said so; an actor killed is named (an error line) and its row is down, its streams dealt to the other, which goes on."""
     import ray
 
-    from measure.control.cluster import ClusterSpec
-    from measure.control.runplan import make_plan
-    from tui.cli import build_parser
+    from measure.machine.ray_cluster import ClusterSpec
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from measure.control.live.start import start_live
+    from tui.options import build_parser
 
     dash, _ = build_parser()
     args = dash.parse_args(["--engine", "http", "--url", server, "--b", "3", "--max-tokens", str(T.TOKENS),
                             "--tokenizer", "none", "--ray", cluster, "--clients", "2", "--weights", "2,1"])
-    plan = make_plan(args, default_max_tokens=128)
+    plan = make_plan(plan_options(args), default_max_tokens=128)
     rec = tmp_path / "live.jsonl"
-    run = plan.start_live(str(rec), brake=True, ray=ClusterSpec(cluster, 2, [2, 1]))
+    run = start_live(plan, str(rec), brake=True, ray=ClusterSpec(cluster, 2, [2, 1]))
     src, c = run.peers, run.controller
     try:
         assert [x.streams for x in src.clients] == [2, 1]
@@ -216,7 +221,9 @@ def test_a_client_killed_or_stalled_mid_run_is_named_its_records_kept_its_unsent
                                                                                               tmp_path):
     """Three clients on two nodes (said: some nodes run two): client 3 killed (SIGKILL) and client 1 stopped
     (SIGSTOP) while the schedule runs, client 2 goes on to the end."""
-    from measure.control.cluster import STALL_S, ClusterSpec, run_cluster
+    from measure.control.bench.cluster import run_cluster
+    from measure.machine.ray_cluster import ClusterSpec
+    from measure.machine.ray_cluster import STALL_S
 
     plan, cfg, header = _plan(server, requests=60)  # 1.5 s of schedule from 1 s after the start
     said: list[tuple[float, str]] = []
@@ -322,7 +329,7 @@ def test_a_cluster_nobody_answers_at_is_one_line_not_a_hang(tmp_path):
 
 
 def test_nothing_of_ray_is_imported_on_the_paths_that_do_not_use_it():
-    code = ("import sys, tui.cli, measure.control.sweep, measure.sources.http_pool, measure.control.runs; "
+    code = ("import sys, tui.cli, measure.control.bench.sweep, measure.sources.http_pool, measure.control.bench.runs; "
             "sys.exit(1 if any(m == 'ray' or m.startswith('ray.') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
@@ -350,7 +357,7 @@ def test_the_clock_offset_is_inside_half_the_round_trip():
     is within the bound of the truth, the bound half the shortest round trip."""
     import random
 
-    from measure.control.cluster import measure_offset
+    from measure.machine.ray_cluster import measure_offset
 
     rng = random.Random(1)
     now = [0]
@@ -371,7 +378,7 @@ def test_the_clock_offset_is_inside_half_the_round_trip():
 
 @pytest.mark.parametrize("text,n,says", [("2,x", 2, "whole numbers"), ("2,0", 2, "≥ 1"), ("2,1,1", 2, "give 2")])
 def test_weights_are_checked_in_one_line(text, n, says):
-    from measure.control.cluster import ClusterError, parse_weights
+    from measure.control.bench.cluster import ClusterError, parse_weights
 
     with pytest.raises(ClusterError, match=says):
         parse_weights(text, n)
@@ -392,11 +399,11 @@ class _Calls:
 def test_the_live_clients_deal_b_users_and_rate_by_weight_and_their_ids_never_meet():
     from types import SimpleNamespace
 
-    from measure.control.cluster_live import ID_STRIDE, LiveClient, RayClients
+    from measure.sources.ray_clients import ID_STRIDE, LiveClient, RayClients
     from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
 
     plan = SimpleNamespace(meta=lambda: SimpleNamespace(engine="http", model_bytes=0), endpoints=[], bs=[3])
-    src = RayClients(plan, "auto", 2, [2, 1], events=True)
+    src = RayClients(plan, lambda: None, "auto", 2, [2, 1], events=True)
     src.clients = [LiveClient(1, 2, 2, _Calls()), LiveClient(2, 2, 1, _Calls())]
     src.set_batch("http", 3)
     assert [c.streams for c in src.clients] == [2, 1]

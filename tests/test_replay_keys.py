@@ -26,7 +26,7 @@ def recorded_session(tmp_path):
 
 
 def replay(path):
-    from measure.control.replay import Recording, ReplayController
+    from measure.control.live.replay import Recording, ReplayController
 
     r = ReplayController(Recording.load(path))
     r.start(thread=False)  # the replay clock moves only when a key seeks
@@ -97,8 +97,8 @@ async def test_every_key_the_replay_binds_works(tmp_path, monkeypatch):
 def test_a_replay_cannot_run_a_finite_load_and_says_so(tmp_path):
     """A recording replays what happened: it says by capability that it runs no finite load, and a sweep cell or a
     --find level asked of it gets one clear error (its run_requests once returned [] without a word)."""
-    from measure.control.replay import Recording
-    from measure.control.sweep import CellRunner, SweepConfig
+    from measure.control.live.replay import Recording
+    from measure.control.bench.sweep import CellRunner, SweepConfig
     from measure.sources.base import SourceError
     from measure.sources.replay import ReplaySource
 

@@ -128,7 +128,7 @@ def test_probe_format_round_trips():
 
 
 def test_wall_names_the_binding_ceiling_with_its_share():
-    from measure.control.wall import WallLoad, measured_wall as ceiling
+    from measure.control.live.wall import WallLoad, measured_wall as ceiling
 
     assert ceiling(23.0, None, 100.0, 2, attainable_gbps=25.0) == "memory bandwidth (92% of attainable)"
     assert ceiling(5.0, None, 190.0, 2, attainable_gbps=25.0) == "CPU cores (1.9 of 2 busy)"
@@ -192,7 +192,7 @@ def test_one_wall_rule_names_a_cpu_level_bandwidth_from_80_percent():
 def test_one_wall_rule_k2_with_idle_cores_is_not_cores():
     """Audit 22 item 12. K = 2 instances of 1 thread each on 4 cores: 2 cores decode, 2 are idle; the step is
     the thread's 20 core-ms. It was 'cores' at every K > 1; the rule says compute, as the live view does."""
-    from measure.control.wall import WallLoad
+    from measure.control.live.wall import WallLoad
 
     w = _gemma()
     p = predict(w, cpu(cores=4), "instances", 2, threads=1, at=Lengths(context=0))
@@ -206,7 +206,7 @@ def test_one_wall_rule_k2_with_idle_cores_is_not_cores():
 
 
 def ceiling(*a, **kw):
-    from measure.control.wall import measured_wall as live_ceiling
+    from measure.control.live.wall import measured_wall as live_ceiling
 
     return live_ceiling(*a, **kw)
 
@@ -256,7 +256,7 @@ def _http_records(k, n=4, model_bytes=0):
 
 def test_http_predicted_tpot_without_model_bytes_is_absent():
     """Audit 22 item 13. No --model-bytes (W = 0): K·W/β is not known; the summary said 0.0 ms."""
-    from measure.control.cell import Cell, Spec
+    from measure.control.bench.cell import Cell, Spec
 
     c = Cell.measure(_http_records(1), Spec(1, 1, 0, 400.0, "http"))
     assert c.prediction.tpot_ms is None and c.prediction.by is None
@@ -266,7 +266,7 @@ def test_http_predicted_tpot_counts_the_endpoints_in_use():
     """Audit 22 item 13. Two 400 GB/s servers listed, W = 16 GB: K = 1 uses one of them, 16 GB ÷ 400 GB/s =
     40 ms (Σβ over both listed said 20 ms); K = 2: 2 × 16 ÷ 800 = 40 ms. The report recomputes the same from
     the records file's header."""
-    from measure.control.runs import cells_from_records
+    from measure.control.bench.runs import cells_from_records
     from measure.core.lines import RunHeader
 
     header = RunHeader.of({"model_bytes": 16_000_000_000, "bandwidth_gbps": 800.0,
@@ -351,7 +351,7 @@ def test_a_probe_taken_on_a_busy_machine_says_so_wherever_its_rates_are_used(tmp
     (the dashboard's log, a bench's start); a probe cached by version 3, which did not count it, is measured
     again."""
     from measure.machine import ceilings
-    from measure.control.runplan import RunPlan
+    from measure.control.plan import RunPlan
 
     assert ceilings.others_cores((100.0, 5.0), (130.0, 17.0), 20.0) == pytest.approx(0.9)
     assert ceilings.others_cores((100.0, 5.0), (101.0, 17.0), 20.0) == 0.0

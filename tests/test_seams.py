@@ -11,7 +11,7 @@ NS = 1_000_000_000
 
 
 def _sim(k=1, warmup_s=0.0, slo="interactive"):
-    from measure.control.live import LiveController, LiveHooks, LiveSettings
+    from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
     from measure.core.records import RunMeta
     from measure.sources.simulated import SimulatedFleet
 
@@ -100,7 +100,7 @@ def test_an_http_open_loop_is_not_capped_by_the_client():
     stream of its own, so TTFT p50 is the server's 20 ms (it read ≈ 0.98 s: the client's own queue of one
     stream); asked as a cap (cap_open_loop), the wait is there and the cell says so."""
     from engines.null_server import Behaviour, NullServer
-    from measure.control.cell import Cell, Spec
+    from measure.control.bench.cell import Cell, Spec
     from measure.core.arrivals import ArrivalSpec
     from measure.core.workload import Load
     from measure.sources.http import HttpSource
@@ -157,7 +157,7 @@ def test_the_pool_runs_the_users_asked():
     """(6) --users 1 --b 2 over 2 processes sends all 16 (8 were never sent and the cell waited for its
     timeout); --users 3 --b 4 over 2 keeps 3 in flight (it ran at 1.99)."""
     from engines.null_server import Behaviour, NullServer
-    from measure.control.knee import peak_in_flight
+    from measure.control.bench.knee import peak_in_flight
     from measure.core import metrics as M
 
     with NullServer(Behaviour(ttft_ms=5.0, itl_ms=5.0)) as srv:
@@ -193,7 +193,7 @@ def test_the_pool_serves_a_larger_b_later():
 
 
 def _args(*argv):
-    from tui.cli import build_parser
+    from tui.options import build_parser
 
     _, bench = build_parser()
     return bench.parse_args(list(argv))
@@ -202,21 +202,23 @@ def _args(*argv):
 def test_several_urls_mean_every_one_and_find_runs_on_all_of_them():
     """(12) --url A --url B without --k: K is the endpoints given (it was 1: B got no request); (4) --find runs its
     levels over both (it measured the first only)."""
-    from measure.control.runplan import make_plan
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
 
-    plan = make_plan(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url", "http://127.0.0.2:9/v1",
-                           "--tokenizer", "none"), default_max_tokens=16)
+    plan = make_plan(plan_options(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url",
+                                        "http://127.0.0.2:9/v1", "--tokenizer", "none")), default_max_tokens=16)
     assert plan.ks == [2] and plan.sweep_ks == [2] and plan.find_k == 2
-    one = make_plan(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url", "http://127.0.0.2:9/v1",
-                          "--tokenizer", "none", "--k", "1"), default_max_tokens=16)
+    one = make_plan(plan_options(_args("--engine", "http", "--url", "http://127.0.0.1:9/v1", "--url",
+                                       "http://127.0.0.2:9/v1", "--tokenizer", "none", "--k", "1")),
+                    default_max_tokens=16)
     assert one.ks == [1] and one.find_k == 1  # asked for: the first endpoint only
 
 
 def test_find_users_over_two_endpoints_loads_both():
     """(4) A --find users level of 4 users over two null servers: each server holds 2 of them."""
     from engines.null_server import Behaviour, NullServer
-    from measure.control.knee import measure_levels
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.knee import measure_levels
+    from measure.control.bench.sweep import SweepConfig
     from measure.sources.http import HttpSource
 
     with NullServer(Behaviour(ttft_ms=5.0, itl_ms=2.0)) as a, NullServer(Behaviour(ttft_ms=5.0, itl_ms=2.0)) as b:
@@ -237,8 +239,8 @@ def test_find_users_over_two_endpoints_loads_both():
 def test_sessions_run_the_users_asked():
     """(3) bench --turns 2 --users 4 (B 1): 4 users hold conversations at once (it ran B × endpoints = 1)."""
     from engines.null_server import Behaviour, NullServer
-    from measure.control.knee import peak_in_flight
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.knee import peak_in_flight
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.sessions import SessionSpec
     from measure.sources.http import HttpSource
 
@@ -267,7 +269,7 @@ def _rec(rid, k, t0, n, gap=0.1, ttft=0.05, rep=0, b=1, mode="instances"):
 def test_report_times_a_level_from_when_it_began_not_the_key_press():
     """(8) K 1 → 2 pressed at 20 s, the K=2 workers ready at 30 s (its `level` event): the K=2 level's tok/s is
     its tokens over [30, 50), 10 tok/s (timed from the key press it read 6.7)."""
-    from measure.control.runs import cells_from_records
+    from measure.control.bench.runs import cells_from_records
 
     recs = [_rec(i, 1, 2 * i, 10, gap=0.1) for i in range(15)]  # K=1 served until 30 s
     recs += [_rec(100 + i, 2, 30 + 2 * i, 20, gap=0.05) for i in range(10)]  # K=2: 200 tokens in [30, 50)
@@ -283,8 +285,8 @@ def test_combine_pools_segments_on_one_clock_with_goodput():
     """(9) Two clients' segments of one schedule, each asked to --start-at one instant on its own clock: the
     combined tok/s is every token over the pooled span (Σ of each client's own span read 3.8 % high), and
     goodput, attainment and the SLO are kept."""
-    from measure.control.runs import Run, combine
-    from measure.control.cell import Cell, Spec
+    from measure.control.bench.runs import Run, combine
+    from measure.control.bench.cell import Cell, Spec
 
     slo = presets.slo("interactive")
     a = [_rec(i, 1, 0.5 * i, 10) for i in range(0, 20, 2)]  # client 1: even requests, clock zero at 0
@@ -304,9 +306,9 @@ def test_combine_pools_segments_on_one_clock_with_goodput():
 
 def test_p99_of_fewer_than_100_requests_is_marked_everywhere():
     """(11) The TTFAT note, the per-class note, the knee's verdict: ≈ before a p99 of fewer than 100 requests."""
-    from measure.control.cell import Cell
-    from measure.control.knee import _why
-    from measure.control.sweep import answer_notes, format_table
+    from measure.control.bench.cell import Cell
+    from measure.control.bench.knee import _why
+    from measure.control.bench.sweep import answer_notes, format_table
 
     c = Cell.from_json(dict(
         k=1, b=1, completed=16, status="ok", reasoning_tokens=40, median_ttfat_ms=100.0, p99_ttfat_ms=300.0,
@@ -323,7 +325,7 @@ def test_a_stalled_client_is_not_the_knee_and_a_failure_is_confirmed():
     """(13) The 32 req/s level's own load generator fell behind (stop "client", twice): the search does not bisect
     below it and the sentence says the client's limit; a level that fails once and passes when run again is
     not the knee (it said 30 req/s, then 512, for one command)."""
-    from measure.control.knee import Level, find_knee
+    from measure.control.bench.knee import Level, find_knee
 
     def run_client(level):
         if level >= 32:
@@ -367,8 +369,8 @@ def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
     """(weighed) 6 requests, 4 users, sessions of up to 3 turns: all 4 users start (2 did: the first two took
     3 turns each), the conversations cut short instead."""
     from engines.null_server import Behaviour, NullServer
-    from measure.control.knee import peak_in_flight
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.knee import peak_in_flight
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.sessions import SessionSpec
     from measure.sources.http import HttpSource
 
@@ -385,10 +387,10 @@ def test_sessions_start_every_user_when_the_total_is_not_a_multiple():
 
 def test_the_table_and_the_report_say_when_requests_waited_for_a_client_stream():
     """(2) A capped open loop's cell says in its note how many requests waited for a stream, and how long."""
-    from measure.control import report as R
-    from measure.control import runs as RU
-    from measure.control.cell import Cell
-    from measure.control.sweep import format_table
+    from measure.control.bench import report as R
+    from measure.control.bench import runs as RU
+    from measure.control.bench.cell import Cell
+    from measure.control.bench.sweep import format_table
 
     c = Cell.from_json(dict(k=1, b=1, completed=80, status="ok", client_waited=79, client_wait_p50_ms=1033.2,
                             client_wait_p99_ms=2298.5))
@@ -406,8 +408,8 @@ def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
 
     assert p(3, 1).oversubscribed and "3 > 2 cores" in p(3, 1).caveat()
     assert not p(2, 1).oversubscribed and p(2, 1).caveat() == ""
-    from measure.control.cell import Cell
-    from measure.control.sweep import format_table
+    from measure.control.bench.cell import Cell
+    from measure.control.bench.sweep import format_table
 
     c = Cell.from_json(dict(k=3, b=1, completed=8, status="ok", prediction_caveat=p(3, 1).caveat()))
     assert "PREDICTION: K × threads = 3 > 2 cores" in format_table([c])
@@ -416,9 +418,9 @@ def test_an_oversubscribed_level_says_its_prediction_does_not_hold():
 def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
     """Issue 37 item 2: a cell of 60 s whose tokens come at 20 tok/s for 30 s, then 15 tok/s: burst (first fifth)
     20, sustained (last half) 15; the report says −25 %. A 10 s cell has no such figure."""
-    from measure.control import report as R
-    from measure.control import runs as RU
-    from measure.control.cell import Cell, Spec
+    from measure.control.bench import report as R
+    from measure.control.bench import runs as RU
+    from measure.control.bench.cell import Cell, Spec
     from measure.core import metrics as M
     from measure.core.records import RequestRecord
 
@@ -436,7 +438,7 @@ def test_burst_vs_sustained_of_a_cell_that_slows_as_it_heats():
 def test_a_level_left_before_it_settled_keeps_its_row_marked_unsettled():
     """`+ +` faster than the levels settle (5 s each, the 5 s rule unmet): K=1 and K=2 keep a row each, marked
     left before it settled and never the best; the K=3 level settles and is the best."""
-    from measure.control.steps import LEFT_UNSETTLED
+    from measure.control.live.steps import LEFT_UNSETTLED
     from tui.panels import render_step_table
 
     c, fleet, clock = _sim(k=1)

@@ -102,16 +102,18 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
     its own; its numbers say serialises or batches within 30 s (its running gauge and the token timing), and a
     serialising server is logged."""
     from engines.null_server import spawn
-    from measure.control.runplan import make_plan
-    from tui.cli import build_parser
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from measure.control.live.start import start_live
+    from tui.options import build_parser
     from tui.panels import serving_text
 
     proc, url = spawn(5.0, 10.0, "--serve", serve)
     try:
         dash, _ = build_parser()
-        plan = make_plan(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", "--b", "4",
-                                          "--max-tokens", "10"]), default_max_tokens=10)
-        run = plan.start_live(None, True, None, None)
+        plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", "--b", "4",
+                                          "--max-tokens", "10"])), default_max_tokens=10)
+        run = start_live(plan, None, True, None, None)
         try:
             found, end = None, time.monotonic() + 30
             while time.monotonic() < end:
@@ -135,7 +137,7 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
 def test_serving_text_lines():
     from dataclasses import replace
 
-    from measure.control.snapshot import Numbers
+    from measure.control.live.snapshot import Numbers
     from tui.panels import serving_text
 
     n = Numbers(level="K=1 B=4 http", agg_tps=40.0, streams=4, concurrency=4.0, tpot_p50=None, tpot_p90=None,
@@ -164,7 +166,7 @@ def test_server_vs_engine_refuses_bad_input(args, says):
 
 
 def test_baseline_refusals(tmp_path):
-    from measure.control.server_vs_engine import engine_baseline
+    from measure.control.bench.server_vs_engine import engine_baseline
 
     with pytest.raises(ValueError, match="cannot read"):
         engine_baseline(tmp_path / "nothing.json")

@@ -1,6 +1,7 @@
 """One contract over every load source (measure/sources/base.py: LoadSource, FiniteLoadSource, the events): the
-process fleet (instances and batch), the HTTP source, its process pool, the simulated fleet and a replay, each on
-a fast double (engines/null.py, engines/null_server.py, a fake clock), none on a real model.
+process fleet (instances and batch), the HTTP source, its process pool, the simulated fleet, a replay and the
+live dashboard's client actors on Ray (where Ray is installed), each on a fast double (engines/null.py,
+engines/null_server.py, a fake clock), none on a real model.
 
 The promises checked, from base.py's docstrings: a source is a LoadSource and says what it can do as data
 (Capabilities; `finite` refuses one that serves a live view only); every request it began yields exactly one
@@ -10,6 +11,7 @@ end) and carry the source's run id; the load's start (LoadStarted) is said once,
 workers() gives WorkerInfo rows; close may be called twice."""
 from __future__ import annotations
 
+import os
 import queue
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +38,7 @@ class Ran:
     source: LoadSource
     events: list  # every event the source put out, in order
     records: list[RequestRecord]
-    says_load_started: bool = True  # a replay does not: its controller reads the recording's (control/replay.py)
+    says_load_started: bool = True  # a replay does not: its controller reads the recording's (control/live/replay.py)
     own_run_id: bool = True  # a replay gives back the recorded records, made under the recorded run's id
 
 
@@ -141,6 +143,52 @@ def replay(tmp_path) -> Iterator[Ran]:
         src.close()
 
 
+def ray_clients(tmp_path) -> Iterator[Ran]:
+    """The live dashboard's load from two client actors (sources/ray_clients.py) on a Ray instance of this process's
+    own (ray.init: its processes, shut down after), each client an HTTP source of the null server's running its
+    own closed loop of N to its end; skipped where Ray is not installed (pip install 'inference-top[cluster]')."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'inference-top[cluster]'")
+    import logging
+    from functools import partial
+
+    from engines.null_server import NullServer
+    from measure.control.builder import PlanOptions, make_plan
+    from measure.control.wiring import make_source
+    from measure.sources.ray_clients import RayClients
+
+    # a throwaway instance on loopback, no auth token: a local ray.init would otherwise write ~/.ray/auth_token, which
+    # every later `ray start` on this machine then requires (tests/test_ray_clients.py's cluster among them)
+    auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+             _node_ip_address="127.0.0.1")
+    try:
+        with NullServer(ttft_ms=3, itl_ms=1) as srv:
+            plan = make_plan(PlanOptions(engine="http", url=[srv.url], tokenizer="none", b=2, max_tokens=TOKENS),
+                             default_max_tokens=TOKENS)
+            src = RayClients(plan, partial(make_source, plan, events=True, k=1), "auto", 2, None, events=True)
+            try:
+                src.start()
+                src.set_batch("http", 2)  # one stream a client
+                src.set_load(Load(WL, ClosedLoop(2, total=N), TOKENS))  # each client's loop: N requests
+                events: list = []
+                end = time.monotonic() + 120
+                while sum(isinstance(e, Finished) for e in events) < 2 * N and time.monotonic() < end:
+                    time.sleep(0.1)
+                    events += _drain(src.events)
+                time.sleep(0.5)  # (nothing more comes: each loop has ended)
+                events += _drain(src.events)
+                yield Ran(src, events, [e.record for e in events if isinstance(e, Finished)])
+            finally:
+                src.close()
+    finally:
+        ray.shutdown()
+        if auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1_000_000_000_000
@@ -150,7 +198,7 @@ class Clock:
 
 
 SOURCES: dict[str, Callable[..., Iterator[Ran]]] = {"fleet": fleet, "batch": batch, "http": http, "pool": pool,
-                                                     "simulated": simulated, "replay": replay}
+                                                     "simulated": simulated, "replay": replay, "ray": ray_clients}
 
 
 @pytest.fixture(params=list(SOURCES), scope="module")

@@ -36,7 +36,7 @@ async def test_plus_twice_and_b_three_times_leave_settled_rows_with_goodput():
 
 def synthetic(knee_at: int, wall_at: int | None = None):
     """A machine whose TTFT p99 crosses 450 ms above `knee_at` users (a known knee), counting the levels run."""
-    from measure.control.knee import Level, judge
+    from measure.control.bench.knee import Level, judge
 
     ran = []
 
@@ -56,7 +56,7 @@ def synthetic(knee_at: int, wall_at: int | None = None):
 def test_knee_search_finds_a_known_knee():
     """Knee at 6 users: doubling runs 1, 2, 4, 8 (8 fails, confirmed by a second run), bisecting 6 (in), 7 (out):
     the answer is 6, and the sentence says why 7 fails (TTFT p99 ≈1.90 s, queue: a p99 of 10 requests)."""
-    from measure.control.knee import find_knee
+    from measure.control.bench.knee import find_knee
 
     run, ran = synthetic(6)
     k = find_knee(run, "users")
@@ -67,7 +67,7 @@ def test_knee_search_finds_a_known_knee():
 
 
 def test_knee_search_stops_at_the_first_wall_and_never_runs_forever():
-    from measure.control.knee import find_knee
+    from measure.control.bench.knee import find_knee
 
     run, ran = synthetic(100, wall_at=4)
     k = find_knee(run, "users")  # the wall ends it: no bisecting against a fleet the wall paused
@@ -95,7 +95,7 @@ def test_plan_sizes_50_users_with_seed_002s_kv_math():
 def test_crossover_of_two_cost_curves():
     """A Mac at $0.80/Mtok flat vs a rented GPU measured at $4.00, 2.00, 1.00 and 0.50/Mtok at concurrency 1, 2, 4,
     8: between the points at 4 and 8 the GPU's curve is 1.0 − (c − 4)/8, which is 0.80 at c = 5.6."""
-    from measure.control.report import crossover
+    from measure.control.bench.report import crossover
 
     mac = [(1.0, 0.8), (2.0, 0.8), (8.0, 0.8)]
     gpu = [(c, 4.0 / c) for c in (1.0, 2.0, 4.0, 8.0)]
@@ -111,7 +111,7 @@ def test_own_metrics_endpoint_parses_and_names_follow_prometheus():
     from prometheus_client.parser import text_string_to_metric_families
 
     from conftest import free_port
-    from measure.control.prometheus import serve
+    from measure.control.live.prometheus import serve
 
     c, fleet, clock = sim_controller(k=2)
     run_for(c, fleet, clock, 6)
@@ -136,7 +136,7 @@ def test_own_metrics_endpoint_parses_and_names_follow_prometheus():
 def test_the_servers_own_timings_checked_against_the_client():
     """llama-server's timings say 10 ms a token and 20 prompt tokens; the client measured a 12 ms TPOT and 20
     prompt tokens: the decode figures disagree by −17 % (a finding), the prompt counts agree."""
-    from measure.control.cell import server_check
+    from measure.control.bench.cell import server_check
     from measure.core.records import RequestRecord
 
     def rec(i):

@@ -102,15 +102,16 @@ def test_trace_prompts_tokenize_to_their_lengths_with_the_embedded_tokenizer():
 
 
 def test_mooncake_runs_with_the_prefix_cache_on_by_default_and_off_when_asked():
-    from measure.control.runplan import make_plan
-    from tui.cli import build_parser
+    from measure.control.builder import make_plan
+    from tui.options import plan_options
+    from tui.options import build_parser
 
     base = ["--engine", "http", "--url", "http://127.0.0.1:9/v1", "--tokenizer", "none",
             "--workload", f"mooncake:{DATA / 'mooncake_trace.jsonl'}"]
     _, bench = build_parser()
-    plan = make_plan(bench.parse_args(base), default_max_tokens=16)
+    plan = make_plan(plan_options(bench.parse_args(base)), default_max_tokens=16)
     assert plan.prefix_cache.policy == "on"
-    plan = make_plan(bench.parse_args(base + ["--prefix-cache", "off"]), default_max_tokens=16)
+    plan = make_plan(plan_options(bench.parse_args(base + ["--prefix-cache", "off"])), default_max_tokens=16)
     assert plan.prefix_cache.policy == "off"
 
 

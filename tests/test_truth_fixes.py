@@ -63,7 +63,7 @@ def test_burst_vs_sustained_still_sees_a_closed_loop_slow_down():
 def test_the_client_queue_notes_p99_is_marked_by_the_requests_that_waited():
     """500 requests completed, 5 of them waited for a client stream: their wait's p99 rests on 5 values and is
     marked ≈ (before: marked from the 500 completed, it read as a tail estimate)."""
-    from measure.control.cell import Cell, Dist, LoadGen, Requests, client_note
+    from measure.control.bench.cell import Cell, Dist, LoadGen, Requests, client_note
 
     c = Cell(k=1, b=2, status="ok", requests=Requests(completed=500),
              load=LoadGen(client_waited=5, client_wait=Dist(p50=0.0, p99=31.0, max=40.0)))
@@ -120,8 +120,8 @@ def test_a_step_row_after_a_thermal_change_takes_its_request_figures_from_the_ne
     """A level settles at TPOT 10 ms, TTFT 50 ms; the machine throttles and its requests take TPOT 20 ms, TTFT
     100 ms. The row settles again on the new state's tok/s and now also its TPOT, per-user tok/s and TTFT (before:
     the 20 requests of the cool machine outvoted the 10 of the hot one, and the row kept 10 ms)."""
-    from measure.control.stats import LevelFigures
-    from measure.control.steps import StepLevel, StepReading, StepTable
+    from measure.control.live.stats import LevelFigures
+    from measure.control.live.steps import StepLevel, StepReading, StepTable
 
     table, figures, level = StepTable(), LevelFigures(), StepLevel("K=1 B=1 instances", "instances", 1, 1, 0)
     rid, t = 0, 0.0
@@ -145,7 +145,7 @@ def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch)
 
     import presets
     from engines.null_server import Behaviour, NullServer
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.core.records import RunMeta
     from measure.machine import host, probes
     from measure.sources.http import HttpSource
@@ -153,7 +153,7 @@ def test_an_http_cells_thermal_state_says_it_is_the_client_machines(monkeypatch)
     pmset = (Path(__file__).parent / "data" / "mac" / "pmset_therm_nominal.txt").read_text()
     reader = host.ThermalReader(every_s=0, system=lambda: "Darwin", run=lambda cmd: pmset)
     probe = probes.SystemProbe(thermal=reader)
-    monkeypatch.setattr("measure.control.sweep.SystemProbe", lambda thermal=None: probe)
+    monkeypatch.setattr("measure.control.bench.sweep.SystemProbe", lambda thermal=None: probe)
     with NullServer(Behaviour(ttft_ms=5.0, itl_ms=1.0)) as srv:
         src = HttpSource([srv.url], RunMeta("null", "null", 0, mode="http", simulated=True), b=1, events=False)
         src.start()

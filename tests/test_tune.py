@@ -209,7 +209,7 @@ def test_a_roofline_far_off_has_its_pruned_shapes_measured_after_all():
 
 def test_report_draws_the_front(tmp_path):
     pytest.importorskip("matplotlib")
-    from measure.control.report import report
+    from measure.control.bench.report import report
 
     clock = [0.0]
     cands = candidates(["llama"], cores=2, users=2)
@@ -248,7 +248,7 @@ def test_find_rate_searches_the_winners_knee(tmp_path, monkeypatch):
     """--find rate: the planted winner (two null instances, 5 ms + 7 × 2 ms a request: ≈ 100 req/s between them)
     gets its open-loop knee searched from half the rate its closed loop completed; the sentence names a rate it
     served within the SLO and one it did not."""
-    import measure.control.knee as knee
+    import measure.control.bench.knee as knee
 
     monkeypatch.setattr(knee, "LEVEL_S", 1.0)  # one second of arrivals a level (10 s by default)
     from measure.control.tune import winner_knee
@@ -421,7 +421,7 @@ def test_the_last_step_names_both_when_the_top_two_are_within_noise(tmp_path):
     said = f"within noise: {ONE.key} and {TWO.key} (the cheaper first"
     assert said in format_result(res)
     pytest.importorskip("matplotlib")
-    from measure.control.report import report
+    from measure.control.bench.report import report
 
     write_result(tmp_path / "t", res)
     assert said in report([str(tmp_path / "t")], tmp_path / "r")[1].read_text()

@@ -27,7 +27,7 @@ class Source:
 
 
 def test_a_candidate_at_the_memory_wall_is_a_row_and_its_server_is_stopped(tmp_path, monkeypatch):
-    import measure.control.sweep as sweep
+    import measure.control.bench.sweep as sweep
 
     monkeypatch.setattr(sweep, "CellRunner", FakeRunner)
     src, stopped = Source(), []

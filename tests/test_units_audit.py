@@ -37,7 +37,7 @@ def test_a_chips_memory_is_gib():
 
 
 def test_the_memory_budget_is_echoed_in_gib():
-    from measure.control.runplan import resolve_budget
+    from measure.control.builder import resolve_budget
 
     assert resolve_budget("48G", 64 * GiB, "physical memory") == (48 * GiB, "--memory-budget 48G = 48.0 GiB")
     n, src = resolve_budget(None, 64 * GiB, "physical memory")

@@ -262,7 +262,7 @@ def test_simulated_source_honours_each_requests_length():
 def test_fleet_null_engine_runs_a_trace_with_its_lengths(tmp_path, monkeypatch):
     """The process fleet on the null engine, through the sweep: the trace's prompt and answer lengths reach the
     workers per request, the schedule is the trace's (×4), and the cell has its lateness."""
-    from measure.control.sweep import SweepConfig, run_sweep
+    from measure.control.bench.sweep import SweepConfig, run_sweep
     from measure.sources.fleet import Fleet
 
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path))

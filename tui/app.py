@@ -1,5 +1,5 @@
 """The Textual dashboard. It reads its controller's `snapshot()` and calls its key actions (the members of
-measure/control/controller.Controller: LiveController live, ReplayController over a recording); nothing here
+measure/control/live/protocol.Controller: LiveController live, ReplayController over a recording); nothing here
 waits on a worker. Numbers and gauges refresh at 1 Hz, charts at --refresh Hz (0.5 by default: in every other of
 the same repaints), each panel only when its content changed; a key's effect on the numbers is drawn at once, on
 the charts in the next repaint. What each panel shows is a pure function of the snapshot (tui/panels.py); `e`
@@ -16,8 +16,8 @@ from textual.containers import Horizontal, ScrollableContainer, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
-from measure.control.controller import Controller
-from measure.control.snapshot import Snapshot
+from measure.control.live.protocol import Controller
+from measure.control.live.snapshot import Snapshot
 from measure.core.records import is_remote
 from tui.charts import Chart, Panel, TablePanel
 from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, pareto_chart, render_clients,
@@ -27,8 +27,8 @@ from tui.panels import bar, wall_name  # noqa: F401  # where tests and callers f
 from tui.signals import hold, quit_on_signals
 
 if TYPE_CHECKING:
-    from measure.control.replay import ReplayController
-    from measure.control.cluster import ClusterSpec
+    from measure.control.live.replay import ReplayController
+    from measure.machine.ray_cluster import ClusterSpec
 
 STICKY = 3600.0  # seconds: errors and refusals stay up until dismissed
 NUMBERS_HZ = 1.0  # the numbers panels' redraws a second (a key's effect is drawn at once)
@@ -96,7 +96,7 @@ class InferenceTop(App):
                  peers=None):
         super().__init__()
         self.c = controller
-        self.peers = peers  # control/peers.Peers: other clients' /metrics (--peer), or None
+        self.peers = peers  # control/live/peers.Peers: other clients' /metrics (--peer), or None
         self.refresh_hz = refresh_hz
         self.live = live
         self.model_title = title
@@ -203,7 +203,7 @@ class InferenceTop(App):
         which cost more CPU than the three charts together."""
         t = render_workers(s)
         if self.peers:  # --peer: every client's figures under the workers
-            from measure.control.peers import client_rows
+            from measure.control.live.peers import client_rows
 
             own = {"tps": s.numbers.agg_tps, "requests": self.c.totals["requests"], "errors": self.c.totals["errors"]}
             t = render_clients(t, *client_rows(own, self.peers.readings(), self.peers.with_own))
@@ -331,7 +331,7 @@ class ReplayApp(InferenceTop):
 
 def run_replay(rec, speed: float = 1.0) -> int:
     """The replay dashboard over a loaded Recording (the CLI loads it and reports a bad file)."""
-    from measure.control.replay import ReplayController
+    from measure.control.live.replay import ReplayController
 
     c = ReplayController(rec, speed)
     c.start()
@@ -350,9 +350,11 @@ def run_replay(rec, speed: float = 1.0) -> int:
 def run_dashboard(plan, refresh_hz: float = 0.5, record: str | None = None, brake: bool = True,
                   prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
                   ray: ClusterSpec | None = None) -> int:
-    """The live dashboard over a RunPlan (measure/control/runplan.py: RunPlan.start_live starts its parts);
+    """The live dashboard over a RunPlan (measure/control/plan.py; measure/control/live/start.py starts its parts);
     SourceError when the source cannot start (nothing answers at --url)."""
-    run = plan.start_live(record, brake, prometheus, peers, ray)
+    from measure.control.live.start import start_live
+
+    run = start_live(plan, record, brake, prometheus, peers, ray)
     app = InferenceTop(run.controller, refresh_hz=refresh_hz, title=run.title, peers=run.peers)
     quit_on_signals(app)
     try:

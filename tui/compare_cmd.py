@@ -1,4 +1,4 @@
-"""`inference-top compare`: is B slower than A, beyond this machine's noise (measure/control/compare.py,
+"""`inference-top compare`: is B slower than A, beyond this machine's noise (measure/control/bench/compare.py,
 docs/design.md §27).
 
     inference-top compare [bench options for both] -A "A's options" -B "B's options" [--metric tok/s]
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tui.cli import EXIT_FAILED, OneLineParser, build_parser, fail, positive_int, writable
+from tui.options import EXIT_FAILED, OneLineParser, build_parser, fail, positive_int, writable
 
 NULL_OPTS = {"--null-ttft-ms": "ttft_s", "--null-itl-ms": "itl_s"}
 
@@ -89,8 +89,10 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
 
 
 def _side(name: str, shared: list[str], options: str) -> Any:
-    from measure.control.compare import Side
-    from measure.control.runplan import StartError, make_plan
+    from measure.control.bench.compare import Side
+    from measure.control.builder import make_plan
+    from measure.control.plan import StartError
+    from tui.options import plan_options
 
     try:
         own = shlex.split(options)
@@ -109,7 +111,7 @@ def _side(name: str, shared: list[str], options: str) -> Any:
         fail(f"-{name}: compare runs a closed loop of --users from here: drop --rate, --arrivals, --turns, --find, "
              "--contexts, --segment, --start-at, --ray, --clients")
     try:
-        plan = make_plan(args, default_max_tokens=64, progress=lambda m: None)
+        plan = make_plan(plan_options(args), default_max_tokens=64, progress=lambda m: None)
     except StartError as exc:
         fail(f"-{name}: {exc}")
     return Side(name, options, plan, null), args
@@ -129,7 +131,7 @@ def _one_load(a: Any, b: Any) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    from measure.control.compare import CompareError, metric, parse_share
+    from measure.control.bench.compare import CompareError, metric, parse_share
     from measure.control.tune import TuneError, parse_budget
 
     p = compare_parser()
@@ -158,7 +160,7 @@ def compare_main(argv: list[str]) -> int:
 
 
 def _on_disk(a: Path, b: Path, m: Any) -> int:
-    from measure.control.compare import CompareError, compare_dirs
+    from measure.control.bench.compare import CompareError, compare_dirs
 
     try:
         outcomes = compare_dirs(a, b, m)
@@ -191,9 +193,9 @@ class Loop(NamedTuple):
 
 
 def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str]) -> int:
-    from measure.control.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
+    from measure.control.bench.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
     from measure.sources.base import SourceError
-    from tui.cli import _shown_argv, _sigterm_to_exit
+    from tui.options import shown_argv, sigterm_to_exit
 
     m, budget, precision, min_rounds = how
     users, requests, warmup = load
@@ -203,11 +205,11 @@ def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str])
                                                                     f"{s.null}" if s.null else ""))
     say(f"{m.name} of each run: a closed loop of {users} user(s) × {requests} requests, the same on both; rounds of "
         f"ABBA / BAAB, the interval from round {min_rounds}; budget {budget:.0f} s; records → {out}/A, {out}/B")
-    _sigterm_to_exit()
+    sigterm_to_exit()
     seq = Sequential(precision=precision, min_rounds=min_rounds)
     sides = None
     try:
-        sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": _shown_argv(["compare", *argv])})
+        sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": shown_argv(["compare", *argv])})
         t0 = time.monotonic()
         for line in sides.warm_up(warmup):
             say(line)

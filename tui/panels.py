@@ -1,4 +1,4 @@
-"""The dashboard's panels as pure functions of a Snapshot (measure/control/snapshot.py) and the run's fixed facts
+"""The dashboard's panels as pure functions of a Snapshot (measure/control/live/snapshot.py) and the run's fixed facts
 (a View): each returns the panel's text, or for a chart what it plots, and needs no App, no widget and no
 controller. tui/app.py hands their results to its widgets; tests/test_panels.py compares them to golden text."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 from rich.text import Text
 
-from measure.control.snapshot import LogLine, Numbers, RunInfo, Snapshot
+from measure.control.live.snapshot import LogLine, Numbers, RunInfo, Snapshot
 from measure.control.tune import TuneView
-from measure.control.steps import LEFT_UNSETTLED, SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
+from measure.control.live.steps import LEFT_UNSETTLED, SETTLE_AFTER_S, SETTLE_CV, SETTLE_REQUESTS, StepRow
 from measure.core.metrics import p99_mark
 from measure.core.records import is_remote
 from measure.core.server_cache import live_rates
@@ -293,7 +293,7 @@ def render_endpoints(s: Snapshot) -> Text:
 
 def render_clients(t: Text, rows: Sequence[dict[str, Any]], total: dict[str, Any]) -> Text:
     """--peer: appended under the workers, every client's tok/s, requests and errors summed (this one and the peers
-    that answer), then one row per client (control/peers.client_rows); a peer that does not answer is down."""
+    that answer), then one row per client (control/live/peers.client_rows); a peer that does not answer is down."""
     t.append(f"\nclients Σ {total['clients']}" + (f" ({total['down']} down)" if total["down"] else "")
              + f": {total['tps']:.1f} tok/s · {total['requests']} done · {total['errors']} err\n", "bold cyan")
     for r in rows:

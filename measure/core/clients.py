@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
@@ -91,6 +91,23 @@ def deal(weights: list[int], total: int) -> list[int]:
     return out
 
 
+def split(total: int, weights: Sequence[int]) -> list[list[int]]:
+    """The one split of a load over clients (docs/design.md §17): the indices 0 … total − 1 (of a schedule's
+    requests, a closed loop's users, B streams) dealt over len(weights) clients, part p the indices client p + 1
+    takes, in order. Equal weights: round robin (part p: p, p + N, p + 2N …); else `deal`'s smooth weighted round
+    robin. Every index is in exactly one part. Client processes (sources/http_pool.py), Ray client actors
+    (control/bench/cluster.py, sources/ray_clients.py) and --segment (Segment) all split by it."""
+    if not weights or min(weights) < 1:
+        raise ValueError(f"weights {list(weights)}: one whole number ≥ 1 a client")
+    n = len(weights)
+    if len(set(weights)) == 1:
+        return [list(range(p, total, n)) for p in range(n)]
+    parts: list[list[int]] = [[] for _ in weights]
+    for idx, owner in enumerate(deal(list(weights), total)):
+        parts[owner - 1].append(idx)
+    return parts
+
+
 ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 
@@ -109,11 +126,8 @@ class Segment(IndexedArrivals):
             raise ValueError("a segment splits a finite open-loop schedule (bench --rate / --arrivals / trace)")
         offsets = inner.due(0, 0) + inner.due(2**62, 0)  # the whole schedule, from its time zero
         self.i, self.n = i, n
-        if weights and len(set(weights)) > 1:  # unequal clients (bench --ray … --weights): a weighted deal
-            owner = deal(weights, len(offsets))
-            self._own = [(idx, off) for idx, off in enumerate(offsets) if owner[idx] == i]
-        else:
-            self._own = [(idx, off) for idx, off in enumerate(offsets) if idx % n == i - 1]
+        mine = split(len(offsets), weights or [1] * n)[i - 1]  # unequal clients (bench --ray … --weights): weighted
+        self._own = [(idx, offsets[idx]) for idx in mine]
         self.full_total = len(offsets)
         self.total = len(self._own)
         self.issued = 0
@@ -123,12 +137,12 @@ class Segment(IndexedArrivals):
     def share(self, j: int, m: int, t0_ns: int | None = None) -> Segment:
         """Part j of m of this segment (its requests at positions ≡ j − 1 mod m), each keeping its index in
         the whole schedule and its offset: one client's processes (sources/http_pool.py) split it again, all
-        from one start `t0_ns` (else this segment's)."""
+        from this segment's start where it has one (--start-at), else from `t0_ns`."""
         out = Segment.__new__(Segment)
         out.i, out.n = self.i, self.n
-        out._own = self._own[j - 1::m]
+        out._own = [self._own[x] for x in split(len(self._own), [1] * m)[j - 1]]
         out.full_total, out.total, out.issued = self.full_total, len(out._own), 0
-        out._t0 = self._t0 if t0_ns is None else t0_ns
+        out._t0 = t0_ns if self._t0 is None else self._t0
         out._inner_label = self._inner_label
         return out
 
@@ -250,4 +264,4 @@ def start_lateness_ms(t0: int | None, arrivals: str | None, records: Iterable[Re
 
 
 __all__ = ["parse_segment", "parse_start_at", "perf_ns_at", "Segment", "ClientShare",
-           "Tick", "offset_from_ticks", "describe_clock", "deal", "start_lateness_ms", "CLOCK_WARN_S"]
+           "Tick", "offset_from_ticks", "describe_clock", "deal", "split", "start_lateness_ms", "CLOCK_WARN_S"]

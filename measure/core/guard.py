@@ -13,7 +13,7 @@ from measure.core.metrics import kv_bytes_per_token
 from measure.core.readings import MacMemory, SystemSample, others_held, working_set
 from measure.core.records import is_remote
 from measure.core.units import GiB, MiB, UnitError, fmt_gib
-from measure.core.units import parse_size as _parse_size
+from measure.core import units
 from measure.core import work as W
 from measure.core.work import WorkModel
 
@@ -43,7 +43,7 @@ def dtype_bytes(name: str) -> float:
 def parse_size(text: str) -> int:
     """units.parse_size, failing with GuardError (a memory size: 48G = 48GB = 48GiB = 48 × 2³⁰ B)."""
     try:
-        return _parse_size(text)
+        return units.parse_size(text)
     except UnitError as exc:
         raise GuardError(str(exc)) from None
 

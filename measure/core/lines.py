@@ -156,7 +156,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class StepRow:
-    """A row of the live step table (control/steps.py, docs/design.md §9); on disk a `step_row` line, its
+    """A row of the live step table (control/live/steps.py, docs/design.md §9); on disk a `step_row` line, its
     fields after the kind and the time it was written (`StepLine`)."""
 
     level: str

@@ -4,7 +4,7 @@ function that assembles a record."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from engines.base import Prompt
@@ -145,3 +145,15 @@ def build_record(req: Request, meta: RunMeta, run_id: str, out: Outcome, by: Ser
         simulated=meta.simulated, rep=req.rep, pid=by.pid, threads=by.threads, worker_rss_bytes=by.rss,
         session=req.session, turn=req.turn, **more,
     )
+
+
+def shifted(rec: RequestRecord, d: int) -> RequestRecord:
+    """The record with every time moved by `d` ns: another process's or machine's records put on this clock."""
+
+    def s(t: int | None) -> int | None:
+        return None if t is None else t + d
+
+    return replace(rec, t_scheduled_ns=rec.t_scheduled_ns + d, t_submitted_ns=rec.t_submitted_ns + d
+                   if rec.t_submitted_ns else rec.t_submitted_ns, t_started_ns=s(rec.t_started_ns),
+                   t_first_token_ns=s(rec.t_first_token_ns), t_done_ns=s(rec.t_done_ns),
+                   token_ns=[t + d for t in rec.token_ns], t_first_answer_ns=s(rec.t_first_answer_ns))

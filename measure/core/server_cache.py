@@ -93,7 +93,7 @@ def live_rates(view: dict[str, float] | None) -> dict[str, float]:
 
 
 class CacheFigures(Protocol):
-    """A cell's server figures (control/cell.Server)."""
+    """A cell's server figures (control/bench/cell.Server)."""
 
     @property
     def prefix_cache_hit_rate(self) -> float | None: ...

@@ -295,7 +295,7 @@ def prefix_cache_label(records: Iterable[RequestRecord]) -> str | None:
 
 
 class TurnFigures(Protocol):
-    """A cell's multi-turn figures (control/cell.Turns)."""
+    """A cell's multi-turn figures (control/bench/cell.Turns)."""
 
     @property
     def ttft_by_turn(self) -> dict[str, Any] | None: ...

@@ -277,7 +277,7 @@ class Poisson:
     def part(self, fraction: float) -> Poisson:
         """An independent Poisson stream at `fraction` of this rate, endless, its seed drawn from this one's
         generator: parts whose fractions sum to 1 superpose to a Poisson stream at the whole rate (a live
-        dashboard's clients on several machines each send one, control/cluster_live.py)."""
+        dashboard's clients on several machines each send one, sources/ray_clients.py)."""
         if self.total is not None:
             raise ValueError("a finite Poisson schedule is split by index (clients.Segment), not by rate")
         return Poisson(self.rate * fraction, None, seed=self._rng.getrandbits(32))

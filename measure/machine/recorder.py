@@ -91,7 +91,7 @@ class Recorder:
     def record(self, rec: RequestRecord) -> None:
         """The record, serialised on the writer thread (to_dict, then JSON): a record is final when it is handed
         over (every source makes it as its request ends; one changed later, e.g. moved onto another clock, is a
-        new record: runs._shifted)."""
+        new record: records.shifted)."""
         self._put(rec)
 
     def event(self, t_ns: int, text: str, **extra: Any) -> None:

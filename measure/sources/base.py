@@ -62,6 +62,23 @@ class WorkerState(str, Enum):
         return self in (WorkerState.RETIRING, WorkerState.RETIRED, WorkerState.DEAD)
 
 
+@dataclass(frozen=True)
+class PeerReading:
+    """One other client's row in the dashboard's client list: a --peer's /metrics scraped (control/live/peers.py)
+    or a Ray client actor's own figures (sources/ray_clients.py)."""
+
+    url: str
+    label: str
+    up: bool = False
+    scraped: bool = False  # asked at least once
+    tps: float | None = None
+    requests: int | None = None
+    errors: int | None = None
+    k: int | None = None
+    error: str | None = None  # why it is down
+    t: float | None = None  # time.monotonic() of the last answer
+
+
 @dataclass
 class WorkerInfo:
     wid: int

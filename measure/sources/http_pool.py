@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, cast
 
 from measure.core.arrivals import TurnArrivals
-from measure.core.clients import Segment
+from measure.core.clients import Segment, split
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load
 from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted,
@@ -76,10 +76,6 @@ def auto_procs(b: int, cores: int | None = None) -> int:
     least 1."""
     cores = cores or os.cpu_count() or 1
     return max(1, min(-(-b // STREAMS_PER_PROC), cores))
-
-
-def _split(n: int, parts: int) -> list[int]:
-    return [n // parts + (1 if p < n % parts else 0) for p in range(parts)]
 
 
 # ---- one process -----------------------------------------------------------------------------------
@@ -252,7 +248,7 @@ class HttpPool(WarmsUp):
         """Each started process's streams at this B (0 for one beyond the first B)."""
         n = len(self._conns) or self.procs
         act = self._active()
-        return _split(self.b, act) + [0] * (n - act)
+        return [len(part) for part in split(self.b, [1] * act)] + [0] * (n - act)
 
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self._children:
@@ -353,11 +349,12 @@ class HttpPool(WarmsUp):
             # processes, each request keeping its index, id and prompt; a process without users gets no load
             users = self._users or arr.users
             used = min(n, users)
+            mine = split(users, [1] * used)
             for p in range(1, n + 1):
                 if p > used:
                     self._send(p, LoadMsg(None, None, 1, self.rep))
                     continue
-                share = ClosedShare(range(p - 1, users, used), users, arr.total,
+                share = ClosedShare(mine[p - 1], users, arr.total,
                                     t0 if arr.start_ns is None else arr.start_ns)
                 if share.total == 0:
                     self._send(p, LoadMsg(None, None, 1, self.rep))
@@ -377,7 +374,7 @@ class HttpPool(WarmsUp):
                 raise SourceError("an endless open-loop schedule is not split over client processes: give it "
                                   "--requests N, or run one process (--client-procs 1)") from None
         for p in range(1, n + 1):
-            part = whole.share(p, n, t0 if whole._t0 is None else None)
+            part = whole.share(p, n, t0)
             self._send(p, LoadMsg(Load(load.workload, part, load.max_tokens, load.ignore_eos), first, 1, self.rep))
         self._next_id += whole.full_total
 

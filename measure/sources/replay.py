@@ -1,6 +1,6 @@
 """A recorded dashboard session as a load source: the recording's token timestamps and records come back
 as events, and its system samples and process readings come back as probe readings, on a replay clock
-that the replay controller (control/replay.py) moves."""
+that the replay controller (control/live/replay.py) moves."""
 from __future__ import annotations
 
 import bisect

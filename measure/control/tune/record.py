@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from measure.control.compare import Interval
+from measure.control.bench.compare import Interval
 from measure.control.tune.space import Candidate, Predicted, Settings, TuneError
 
 TUNE_VERSION = 1

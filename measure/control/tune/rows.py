@@ -10,7 +10,7 @@ from measure.control.tune.record import FIGURES, CandidateRecord, PredictedRecor
 from measure.control.tune.space import Candidate, Predicted
 
 if TYPE_CHECKING:
-    from measure.control.cell import Cell
+    from measure.control.bench.cell import Cell
 
 
 @dataclass

@@ -23,7 +23,7 @@ from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
     from engines.base import EngineSpec
-    from measure.control.runplan import RunPlan
+    from measure.control.plan import RunPlan
     from measure.core.records import RequestRecord, RunMeta
     from measure.machine.model_choice import ModelChoice
     from measure.core.roofline import Roofline
@@ -89,7 +89,7 @@ class _CellMeasure:
 
     def _run(self, src: FiniteLoadSource, mode: str, c: Candidate, run: RunAsk, rel: str) -> Trial:
         """The cell on the started source, as `run` asks."""
-        from measure.control.sweep import CellRunner, SweepConfig
+        from measure.control.bench.sweep import CellRunner, SweepConfig
 
         s = self.s
         n, timeout, t0 = run
@@ -200,8 +200,8 @@ def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, h
     §13), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
     budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl; the memory guard
 counts `s.kv_bytes_per_token`."""
-    from measure.control.knee import Level, find_knee, measure_levels
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.knee import Level, find_knee, measure_levels
+    from measure.control.bench.sweep import SweepConfig
     from measure.machine.recorder import Recorder
 
     rel = f"runs/{c.slug}-knee.jsonl"

@@ -294,7 +294,7 @@ class Tune:
         rounds of ABBA / BAAB, the interval at 95 % over every look) in what is left of the budget. A resolved
         lead keeps the winner (or, where the runner-up is the faster, hands it the win); intervals that overlap
         are said, both named, the cheaper (fewer cores, fewer engines, fewer sequences) first, and it wins."""
-        from measure.control.compare import METRICS, CompareError, Sequential, run_rounds, verdict
+        from measure.control.bench.compare import METRICS, CompareError, Sequential, run_rounds, verdict
 
         n = self.s.requests
         both = [w.last, ru.last]

@@ -13,8 +13,9 @@ from one start. The driver (this process):
   one silent for `lost_s`, keeps its records so far and says the share of the schedule it did not send;
 - writes the combined cell: `report --combine`'s figures over every client's records pooled on the driver's clock.
 
-Ray is an optional extra (pip install 'inference-top[cluster]'): it is imported here, inside the functions that
-use it, and nowhere else. Every node runs the same inference-top (the actors import this module).
+Ray is an optional extra (pip install 'inference-top[cluster]'): imported inside the functions that use it, its
+plumbing (joining the cluster, placing the actors, their clocks) in measure/machine/ray_cluster.py. Every node runs
+the same inference-top (the actors import this module).
 """
 from __future__ import annotations
 
@@ -23,39 +24,26 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from measure.control.cell import Cell
-from measure.control.runplan import RunPlan
-from measure.control.sweep import SweepConfig
-from measure.core.clients import ClientShare, deal
-from measure.core.records import RequestRecord
+from measure.control.bench.cell import Cell
+from measure.control.plan import RunPlan
+from measure.control.wiring import make_source
+from measure.control.bench.sweep import SweepConfig
+from measure.core.clients import ClientShare, split
+from measure.core.records import RequestRecord, shifted
+from measure.machine.ray_cluster import (ClusterSpec, POLL_S, PREPARE_S, ROUND_TRIPS, STALL_S, ClusterError, actor_clock, connect,
+                                         measure_offset, one_line, place, ray_module)
 
 NS = 1_000_000_000
-POLL_S = 0.2  # the driver asks every actor for its new records this often
-STALL_S = 3.0  # an actor that has not answered a poll for this long is named as stalled
 LOST_S = 15.0  # … and for this long is stopped and counted as lost (its unsent share said)
-ROUND_TRIPS = 16  # clock round trips per actor; the shortest is kept
 LEAD_S = 1.0  # the start is this far after the last clock check (every actor told before it)
-PLACE_S = 60.0  # the placement group must be placed within this
-PREPARE_S = 120.0  # an actor's plan and source ready within this
 PROGRESS_S = 2.0  # a progress line this often
-INSTALL = "pip install 'inference-top[cluster]'"
 
 
-class ClusterError(ValueError):
-    """What stops a cluster run before it starts: one line."""
-
-
-def _ray() -> Any:
-    """Ray, imported here only; ClusterError (one line: what to install) without it."""
-    try:
-        return importlib.import_module("ray")
-    except ImportError:
-        raise ClusterError(f"--ray needs Ray on this machine and every node: {INSTALL}") from None
 
 
 def parse_weights(text: str | None, n: int | None) -> list[int] | None:
@@ -130,16 +118,15 @@ class ClientActor:
 
     def prepare(self, plan: RunPlan, cfg: SweepConfig, i: int, n: int, weights: list[int] | None) -> dict[str, Any]:
         """The source made and started (connections, client processes), nothing sent. Where it runs."""
-        ray = _ray()
+        ray = ray_module()
         from importlib.metadata import PackageNotFoundError, version
 
         self._plan, self._cfg = plan, replace(cfg, out_dir=None)
         self._share = ClientShare((i, n), None, weights=weights)
         self._cfg.client = self._share
         assert plan.arrivals is not None  # refusal(): an open loop
-        owners = deal(weights or [1] * n, cfg.requests)
-        self._total = owners.count(i)
-        self._source = plan.make_source(events=False, on_record=self._keep, per_cell=True)
+        self._total = len(split(cfg.requests, weights or [1] * n)[i - 1])
+        self._source = make_source(plan, events=False, on_record=self._keep, per_cell=True)
         self._source.start()
         try:
             ver = version("inference-top")
@@ -153,7 +140,7 @@ class ClientActor:
 
     def run(self, t0_ns: int) -> list[dict[str, Any]]:
         """The share from t0 (this machine's perf_counter): its cells (one) as dicts."""
-        from measure.control.sweep import run_sweep
+        from measure.control.bench.sweep import run_sweep
 
         assert self._plan is not None and self._cfg is not None and self._share is not None  # prepare() first
         self._share.t0_ns = t0_ns
@@ -225,79 +212,8 @@ class ClusterRun:
         return [c for c in self.clients if c.state in ("died", "failed", "lost")]
 
 
-def actor_clock(ray: Any, actor: Any) -> Callable[[], int]:
-    """An actor's clock read through Ray, bound to that actor (not to a loop's variable)."""
-    return lambda: int(ray.get(actor.clock.remote()))
 
 
-def measure_offset(read: Callable[[], int], trips: int = ROUND_TRIPS,
-                   now: Callable[[], int] = time.perf_counter_ns) -> tuple[int, int, int]:
-    """(the other clock − this one, ± bound, round trip) in ns, from `trips` round trips of `read` (the other
-    clock's reading, taken somewhere between this send and this receive): offset = reading − the midpoint,
-    bound = half the round trip; the shortest round trip's, where the bound is tightest."""
-    best: tuple[int, int, int] | None = None
-    for _ in range(trips):
-        s = now()
-        r_other = read()
-        r = now()
-        rtt = r - s
-        if best is None or rtt < best[2]:
-            best = (r_other - (s + r) // 2, rtt // 2 + 1, rtt)
-    assert best is not None  # trips ≥ 1
-    return best
-
-
-def _reachable(address: str) -> None:
-    """The cluster's address (auto: RAY_ADDRESS, else the one `ray start` last wrote on this machine) answers a TCP
-    connect within 3 s: ray.init would otherwise retry an address nobody listens on, without end."""
-    hostport: str | None = address[len("ray://"):] if address.startswith("ray://") else address
-    if not address.startswith("ray://"):
-        try:
-            hostport = importlib.import_module("ray._private.services").canonicalize_bootstrap_address(address)
-        except Exception:  # noqa: BLE001 - Ray's own lookup failed: try the address as given
-            hostport = None if address == "auto" else address
-    if not hostport:
-        raise ClusterError(f"--ray {address}: this machine is in no Ray cluster (no RAY_ADDRESS, no `ray start` here); "
-                           "start one (ray start --head) or give its address, HOST:6379")
-    host, _, port = str(hostport).rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=3.0).close()
-    except (OSError, ValueError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        raise ClusterError(f"--ray {address}: nothing answers at {hostport} ({why}): is the cluster up (ray status)?"
-                           ) from None
-
-
-def _connect(ray: Any, address: str) -> None:
-    import logging
-
-    _reachable(address)
-    # the caller's SIGTERM handling stays (ray.init puts sys.exit in its place), and Ray's C++ failure handler does
-    # not print a stack for a SIGTERM the bench handles itself
-    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-    import signal
-
-    on_term = signal.getsignal(signal.SIGTERM)
-    try:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, include_dashboard=False,
-                 configure_logging=True)
-    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError …: said in one line
-        where = "the cluster this machine is in (ray start on it first)" if address == "auto" else address
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ClusterError(f"--ray {address}: cannot join {where}: {msg}") from None
-    finally:
-        if on_term is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_term)
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """Where the bench's clients run: the Ray cluster's address, how many client actors (None: one per node of
-    the cluster) and their shares of the schedule (--weights; None: equal)."""
-
-    address: str
-    n: int | None = None
-    weights: list[int] | None = None
 
 
 def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict[str, Any], out: Path,
@@ -306,10 +222,10 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
     """The bench's one load from N client actors; records.jsonl and the combined cell in `out` (the caller writes
     the summary). `header`: the run's header (plan.header(…)); the clients' fields are added. ClusterError where
     it cannot start. `on_start` is called with the clients once they run (the tests stop one there)."""
-    ray = _ray()
+    ray = ray_module()
     joined = not ray.is_initialized()
     if joined:
-        _connect(ray, spec.address)
+        connect(ray, spec.address)
     clients: list[Client] = []
     pg = None
     try:
@@ -323,7 +239,7 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
         if not spread:
             say(f"the cluster has {len(nodes)} node{'s' * (len(nodes) != 1)} for {n} clients: some nodes run more "
                 "than one client (their share of a machine is not a machine)")
-        pg = _place(ray, clients, spread)
+        pg = place(ray, clients, spread, ClientActor)
         _prepare(ray, clients, plan, cfg, spec.weights)
         warnings = _placement_warnings(clients, plan)
         for w in warnings:
@@ -357,28 +273,6 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
         _tear_down(ray, clients, pg, joined)
 
 
-def _place(ray: Any, clients: Sequence[Client] | Sequence[Any], spread: bool, actor: type = ClientActor) -> Any:
-    """A placement group of one CPU per client (one per node where the cluster has the nodes) and an actor of
-    class `actor` in each bundle, set on each client's `.actor` (client `.i` in bundle i − 1); the placement
-    group. (The live dashboard's clients, control/cluster_live.py, are placed the same way.)"""
-    pgs: Any = importlib.import_module("ray.util.placement_group")  # (Any: mypy never needs Ray installed)
-    strategies: Any = importlib.import_module("ray.util.scheduling_strategies")
-    PlacementGroupSchedulingStrategy = strategies.PlacementGroupSchedulingStrategy  # noqa: N806 - Ray's name
-    n = len(clients)
-    pg = pgs.placement_group([{"CPU": 1}] * n, strategy="STRICT_SPREAD" if spread else "SPREAD")
-    try:
-        ray.get(pg.ready(), timeout=PLACE_S)
-    except ray.exceptions.GetTimeoutError:
-        raise ClusterError(f"the cluster cannot place {n} client actors of 1 CPU each"
-                           f"{', one per node' if spread else ''} within {PLACE_S:.0f} s (ray status shows "
-                           "its free CPUs)") from None
-    remote = ray.remote(actor)
-    for c in clients:
-        c.actor = remote.options(num_cpus=1, max_concurrency=4, max_restarts=0,
-                                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                     placement_group=pg, placement_group_bundle_index=c.i - 1)).remote()
-    return pg
-
 
 def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, weights: list[int] | None) -> None:
     """Each actor makes its source and its share of the schedule; what it says of itself onto its Client."""
@@ -390,8 +284,8 @@ def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, w
     except ray.exceptions.RayError as exc:
         cause = getattr(exc, "cause", None)
         if cause is not None and not isinstance(cause, ImportError):  # its source could not start: its line
-            raise ClusterError(f"a client actor could not start its load: {_why(cause)}") from None
-        raise ClusterError(f"a client actor could not start: {_why(exc)} (is inference-top installed on every "
+            raise ClusterError(f"a client actor could not start its load: {one_line(cause)}") from None
+        raise ClusterError(f"a client actor could not start: {one_line(exc)} (is inference-top installed on every "
                            "node, the same version?)") from None
     for c, info in zip(clients, infos):
         c.node_id, c.ip, c.host, c.pid = info["node_id"], info["ip"], info["host"], info["pid"]
@@ -433,11 +327,6 @@ def _tear_down(ray: Any, clients: list[Client], pg: Any, joined: bool) -> None:
     if joined:
         ray.shutdown()
 
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [x for x in text.splitlines() if x.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 def _placement_warnings(clients: list[Client], plan: RunPlan) -> list[str]:
@@ -501,7 +390,7 @@ class _Follow:
             try:
                 self._absorb(c, ray.get(ref))
             except ray.exceptions.RayError as exc:
-                self._gone(c, "died", _why(exc))
+                self._gone(c, "died", one_line(exc))
                 return
             if c.stall_said:
                 self.say(f"{c.name} answers again")
@@ -510,15 +399,15 @@ class _Follow:
             try:
                 c.cells = ray.get(self.runs[c.i])
             except ray.exceptions.RayActorError as exc:
-                self._gone(c, "died", _why(exc))
+                self._gone(c, "died", one_line(exc))
                 return
             except ray.exceptions.RayError as exc:  # its load raised (the actor lives): what it said
-                self._gone(c, "failed", _why(exc))
+                self._gone(c, "failed", one_line(exc))
                 return
             try:  # what it wrote after the last poll
                 self._absorb(c, ray.get(c.actor.take.remote(), timeout=self.lost_s))
             except ray.exceptions.RayError as exc:  # (GetTimeoutError is one)
-                self._gone(c, "died", f"finished, then its last records were lost: {_why(exc)}")
+                self._gone(c, "died", f"finished, then its last records were lost: {one_line(exc)}")
                 return
             c.state = "done"
             self.live.pop(c.i)
@@ -546,14 +435,12 @@ class _Follow:
                                                f"{len(c.records)} done" for c in self.clients))
 
     def _absorb(self, c: Client, got: Taken) -> None:
-        from measure.control.runs import _shifted
-
         recs, lines, sent = got
         c.sent = max(c.sent, sent)
         for line in lines:
             self.say(f"  client {c.i}/{c.n}: {line.strip()}")
         for rec in recs:
-            rec = _shifted(rec, -c.offset_ns)
+            rec = shifted(rec, -c.offset_ns)
             rec.extra = dict(rec.extra or {}, client=c.i)
             c.records.append(rec)
             self.recorder.record(rec)
@@ -577,7 +464,7 @@ def unsent(c: Client, total: int) -> str:
 def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[int] | None) -> list[Cell]:
     """`report --combine`'s cells over every client's records, all on the driver's clock (one start for all): a
     client that died or was stopped counts with the records it left."""
-    from measure.control.runs import Run, cells_from_records, combine
+    from measure.control.bench.runs import Run, cells_from_records, combine
     from measure.core.lines import RunHeader
 
     runs = []
@@ -592,4 +479,4 @@ def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[
 
 
 __all__ = ["ClusterError", "ClusterRun", "Client", "ClientActor", "run_cluster", "parse_weights", "refusal",
-           "measure_offset", "unsent", "combined_cells", "POLL_S", "STALL_S", "LOST_S"]
+           "unsent", "combined_cells", "LOST_S"]

@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
 
-from measure.control.controller import Controller
+from measure.control.live.protocol import Controller
 from measure.core.server_cache import live_rates
 
 if TYPE_CHECKING:

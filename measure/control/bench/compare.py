@@ -377,7 +377,7 @@ def figure(records: Sequence[RequestRecord], m: Metric, slo: SLO | None) -> floa
 # ---- two outputs on disk --------------------------------------------------------------------------------------
 def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list[float]], RunHeader]:
     """A bench (or compare side) output's per-run figures by cell (K, B, mode): one a rep; and its header."""
-    from measure.control.runs import slo_of
+    from measure.control.bench.runs import slo_of
     from measure.machine.recorder import read_jsonl
 
     f = path / "records.jsonl" if path.is_dir() else path
@@ -431,7 +431,7 @@ def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
 # ---- two configurations, started once each and loaded in turns ----------------------------------------------
 @dataclass
 class Side:
-    """One configuration: its name (A or B), the options that make it, its RunPlan (runplan.make_plan) and, for
+    """One configuration: its name (A or B), the options that make it, its RunPlan (builder.make_plan) and, for
     the null engine (simulated: a fixed schedule, no model), that schedule's options."""
 
     name: str
@@ -468,7 +468,7 @@ class LiveSides:
             raise
 
     def _open(self, side: Side, out: Path, header: dict[str, Any]) -> _Live:
-        from measure.control.sweep import CellRunner, SweepConfig
+        from measure.control.bench.sweep import CellRunner, SweepConfig
         from measure.machine.recorder import Recorder
 
         p = side.plan
@@ -498,7 +498,9 @@ class LiveSides:
     def _source(side: Side, on_record: Callable[[RequestRecord], None], k: int) -> Any:
         p = side.plan
         if side.null is None:
-            return p.make_source(events=False, on_record=on_record, per_cell=True)
+            from measure.control.wiring import make_source
+
+            return make_source(p, events=False, on_record=on_record, per_cell=True)
         from engines.base import EngineSpec
         from measure.core.records import RunMeta
         from measure.sources.fleet import Fleet

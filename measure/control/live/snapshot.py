@@ -8,7 +8,7 @@ from measure.core.readings import SystemSample
 from measure.core.serving import Batching
 
 if TYPE_CHECKING:
-    from measure.control.steps import StepRow
+    from measure.control.live.steps import StepRow
 
 
 class LogLine(NamedTuple):

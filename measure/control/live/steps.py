@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from measure.control.stats import KEEP, Counts, LevelFigures
+from measure.control.live.stats import KEEP, Counts, LevelFigures
 from measure.core import metrics as M
 from measure.core.cost import Cost
 from measure.core.lines import StepRow as StepRow  # its home; control code imports it from here

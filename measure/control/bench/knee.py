@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.cell import Cell, KneeLevel, as_cell
+from measure.control.bench.cell import Cell, KneeLevel, as_cell
 from measure.core import metrics as M
 from measure.core.arrivals import LATE_MS
 from measure.core.records import RequestRecord, is_remote
@@ -24,7 +24,7 @@ from measure.core.workload import ClosedLoop, Poisson
 from measure.sources.base import CellStopped
 
 if TYPE_CHECKING:
-    from measure.control.sweep import SweepConfig
+    from measure.control.bench.sweep import SweepConfig
     from measure.sources.base import LoadSource
     from presets import SLO, Workload
 
@@ -320,7 +320,7 @@ def measure_levels(source: LoadSource, workload: Workload, what: str, cfg: Sweep
     level whose records never held as many users in flight as it names ends the search (stop "short"). Each
     level runs as a sweep's cell does (sweep.CellRunner): the same figures, and a worker OOM-killed at one
     level refuses that level and every larger one of its mode after it (the search ends there)."""
-    from measure.control.sweep import CellRunner
+    from measure.control.bench.sweep import CellRunner
 
     runner = CellRunner(source, cfg, say)
     service_s: list[float] = []  # each level's median started → done

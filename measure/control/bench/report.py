@@ -1,5 +1,5 @@
 """`inference-top report`: PNG charts and a Markdown summary from bench outputs and recordings, read into
-runs by control/runs.py.
+runs by control/bench/runs.py.
 
 matplotlib is an optional extra (`pip install 'inference-top[report]'`), imported only here.
 """
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
 from measure.core.lines import Environment
-from measure.control.cell import Cell
-from measure.control.knee import TARGET_ATTAINMENT
-from measure.control.runs import ReportError, Run, combine, load_run
-from measure.control.sweep import answer_notes, client_note
+from measure.control.bench.cell import Cell
+from measure.control.bench.knee import TARGET_ATTAINMENT
+from measure.control.bench.runs import ReportError, Run, combine, load_run
+from measure.control.bench.sweep import answer_notes, client_note
 from measure.core.records import MODES
 from measure.core.sessions import turn_note
 

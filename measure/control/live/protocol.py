@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from measure.control.live import LiveSettings
-    from measure.control.snapshot import RunInfo, Snapshot
+    from measure.control.live.controller import LiveSettings
+    from measure.control.live.snapshot import RunInfo, Snapshot
     from measure.sources.base import Capabilities
 
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from measure.control.admission import Admission
-from measure.control.export import export
-from measure.control.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
-from measure.control.stats import LiveStats, Window
-from measure.control.steps import StepLevel, StepReading, StepTable
+from measure.control.live.admission import Admission
+from measure.control.live.export import export
+from measure.control.live.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.live.stats import LiveStats, Window
+from measure.control.live.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
-from measure.control.wall import Step, WallLoad, WallWatch, measured_wall
+from measure.control.live.wall import Step, WallLoad, WallWatch, measured_wall
 from measure.core import metrics as M
 from measure.core import serving
 from measure.core.lines import Sample, step_row_line, to_line
@@ -72,7 +72,7 @@ class LiveSettings:
     ignore_eos: bool = True
     # the memory guard
     memory_budget: int | None = None  # bytes; None: DEFAULT_BUDGET_FRACTION of physical memory
-    memory_budget_source: str = ""  # which limit set it (runplan.resolve_budget)
+    memory_budget_source: str = ""  # which limit set it (builder.resolve_budget)
     kv_bytes_per_token: float | None = None
     ctx: int = 2048
     force: bool = False

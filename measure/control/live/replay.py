@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure.control.live import LiveController, LiveHooks, LiveSettings
-from measure.control.snapshot import RunInfo, Snapshot
+from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
+from measure.control.live.snapshot import RunInfo, Snapshot
 from measure.core.units import NS
 from measure.sources.base import Capabilities
 from measure.sources.replay import RecordedProcesses, Recording, RecordingError, ReplaySource

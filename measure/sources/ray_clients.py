@@ -20,14 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from measure.control.cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, _connect, _place, _ray, _why,
-                                     actor_clock, measure_offset)
-from measure.control.peers import PeerReading
-from measure.control.runs import _shifted
-from measure.core.clients import deal
-from measure.core.records import RequestRecord, RunMeta
+from measure.core.clients import split
+from measure.core.records import RequestRecord, RunMeta, shifted
 from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
-from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log,
+from measure.machine.ray_cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, actor_clock, connect, measure_offset,
+                                         one_line, place, ray_module)
+from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log, PeerReading,
                                   SourceError, Started, Tokens, WorkerInfo, WorkerState, summed_rows)
 
 ID_STRIDE = 1 << 40  # each load dealt to a client takes its request ids from its own block of this many
@@ -35,9 +33,8 @@ TPS_WINDOW_S = 5.0  # a client row's tok/s: the tokens of its requests finished 
 
 
 def shares(b: int, weights: list[int]) -> list[int]:
-    """Each client's part of `b` streams (or users), dealt by the weights (clients.deal): 5 over 2,1,1 → 3,1,1."""
-    owners = deal(weights, b)
-    return [owners.count(i) for i in range(1, len(weights) + 1)]
+    """Each client's part of `b` streams, split by the weights (clients.split): 5 over 2,1,1 → 3,1,1."""
+    return [len(part) for part in split(b, weights)]
 
 
 class LiveTaken(NamedTuple):
@@ -56,10 +53,11 @@ class LiveClientActor:
     def __init__(self) -> None:
         self._source: Any = None
 
-    def prepare(self, plan: Any, b: int) -> dict[str, Any]:
-        """The source made and started at `b` streams (its endpoints checked and warmed): where it runs."""
-        ray = _ray()
-        self._source = plan.make_source(events=True, k=plan.ks[0])
+    def prepare(self, make: Callable[[], Any], b: int) -> dict[str, Any]:
+        """The source made (`make`, the driver's, run here) and started at `b` streams (its endpoints checked and
+        warmed): where it runs."""
+        ray = ray_module()
+        self._source = make()
         self._source.set_batch("http", max(1, b))
         self._source.start(wait_ready=False)
         return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
@@ -126,14 +124,15 @@ class LiveClient:
 
 class RayClients:
     """sources/base.LoadSource over N live client actors (see the module's docstring). Its `readings()` give
-    one row a client (control/peers.PeerReading), the figures of the records it sent, so it also serves as the
+    one row a client (base.PeerReading), the figures of the records it sent, so it also serves as the
     dashboard's client watch (`with_own = False`: there is no load of the driver's own to add)."""
 
     with_own = False
 
-    def __init__(self, plan: Any, address: str, n: int | None, weights: list[int] | None, events: bool = True,
-                 on_record: Callable[[RequestRecord], None] | None = None, say: Callable[[str], None] = print):
+    def __init__(self, plan: Any, make: Callable[[], Any], address: str, n: int | None, weights: list[int] | None,
+                 events: bool = True, on_record: Callable[[RequestRecord], None] | None = None, say: Callable[[str], None] = print):
         self.plan, self.address, self._n, self._weights, self._say = plan, address, n, weights, say
+        self._make = make  # each client's source, made on its node (picklable: control/wiring.make_source's partial)
         self._sink = EventSink(events, on_record)
         self.events: queue.Queue[Event] | None = self._sink.events
         self.meta: RunMeta = plan.meta()
@@ -167,9 +166,9 @@ class RayClients:
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self.clients:
             return
-        ray = _ray()
+        ray = ray_module()
         if not ray.is_initialized():
-            _connect(ray, self.address)
+            connect(ray, self.address)
             self._joined = True
         try:
             self._start_clients(ray)
@@ -192,13 +191,13 @@ class RayClients:
         self.clients = [LiveClient(i, n, w) for i, w in enumerate(weights, 1)]
         for c, b in zip(self.clients, shares(self.b, weights)):
             c.streams = b
-        self._pg = _place(ray, self.clients, spread, LiveClientActor)
+        self._pg = place(ray, self.clients, spread, LiveClientActor)
         try:
-            infos = ray.get([c.actor.prepare.remote(self.plan, c.streams) for c in self.clients], timeout=PREPARE_S)
+            infos = ray.get([c.actor.prepare.remote(self._make, c.streams) for c in self.clients], timeout=PREPARE_S)
         except ray.exceptions.GetTimeoutError:
             raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
         except ray.exceptions.RayError as exc:
-            raise ClusterError(f"a client actor could not start its load: {_why(exc)}") from None
+            raise ClusterError(f"a client actor could not start its load: {one_line(exc)}") from None
         for c, info in zip(self.clients, infos):
             c.ip, c.host, c.pid = info["ip"], info["host"], info["pid"]
             c.offset_ns, c.bound_ns, _ = measure_offset(actor_clock(ray, c.actor))
@@ -262,8 +261,7 @@ class RayClients:
             for c in holding:
                 self._send(c, "set_users", None)
         elif isinstance(arr, ClosedLoop) and users is not None:
-            owners = deal([c.weight for c in holding], users)
-            mine = [[u for u, o in enumerate(owners) if o == j] for j in range(1, len(holding) + 1)]
+            mine = split(users, [c.weight for c in holding])
             parts = [ClosedShare(m, users, arr.total, None) if m else None for m in mine]
             for c, m in zip(holding, mine):
                 self._send(c, "set_users", len(m) or None)
@@ -273,6 +271,9 @@ class RayClients:
         else:
             raise SourceError("the live dashboard's Ray clients take a closed loop (users) or an endless --rate: "
                               "a finite schedule is bench --ray's")
+        if not self._load_started:  # said by the driver as it deals the load (the clients' streams are warm since
+            self._load_started = True  # prepare), so before any client's first request on the driver's clock
+            self._sink.put(LoadStarted(time.perf_counter_ns()))
         for c, part in zip(holding, parts):
             if part is None:
                 self._send(c, "set_load", None)
@@ -316,7 +317,7 @@ class RayClients:
         if self._poller is not None:
             self._poller.join(timeout=grace + 2)
         try:
-            ray = _ray()
+            ray = ray_module()
         except ClusterError:
             return
         for c in self.clients:
@@ -345,7 +346,7 @@ class RayClients:
             c.actor.call.remote(name, *args)
 
     def _poll(self) -> None:
-        ray = _ray()
+        ray = ray_module()
         while not self._stop.is_set():
             now = time.monotonic()
             for c in self.clients:
@@ -364,7 +365,7 @@ class RayClients:
                     try:
                         self._absorb(c, ray.get(ref))
                     except ray.exceptions.RayError as exc:
-                        self._gone(c, _why(exc))
+                        self._gone(c, one_line(exc))
                         continue
                     if c.stall_said:
                         self._sink.log(f"{c.label} answers again")
@@ -399,8 +400,8 @@ class RayClients:
             c.rows, c.view = rows, view
         for ev in events:
             if isinstance(ev, Finished):
-                rec = _shifted(ev.record, d)
-                rec.extra = dict(rec.extra or {}, client=c.i)
+                rec = shifted(ev.record, d)  # a copy: on the driver's clock, under this source's run id
+                rec.run_id, rec.extra = self.run_id, dict(rec.extra or {}, client=c.i)
                 with self._lock:
                     c.requests += 1
                     c.errors += rec.error is not None
@@ -411,9 +412,7 @@ class RayClients:
             elif isinstance(ev, Started):
                 self._sink.put(Started(ev.worker, ev.request_id, ev.t_ns + d))
             elif isinstance(ev, LoadStarted):
-                if not self._load_started:
-                    self._load_started = True
-                    self._sink.put(LoadStarted(ev.t_ns + d))
+                pass  # a client's own start: the driver said the load's when it dealt it (_set_load)
             elif isinstance(ev, LevelReady):
                 self._level(c, ev.t_ns + d)
             elif isinstance(ev, Log):

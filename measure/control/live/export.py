@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from measure.control.snapshot import RunInfo, Snapshot
+from measure.control.live.snapshot import RunInfo, Snapshot
 from measure.core import metrics as M
 from measure.core.records import RequestRecord
 

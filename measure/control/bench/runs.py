@@ -1,6 +1,6 @@
 """The runs a report reads: a bench output folder (its summary.json, or cells from its records) or a dashboard
 recording, read into one Run of cells; several clients' runs of one load combined into one (`report
---combine`). The report draws and writes them (control/report.py)."""
+--combine`). The report draws and writes them (control/bench/report.py)."""
 from __future__ import annotations
 
 import json
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from measure.core import metrics as M
 from measure.core.lines import ClockCheck, EventLine, RunHeader, Sample
 from measure.machine.recorder import read_jsonl
-from measure.core.records import RequestRecord
-from measure.control.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
-from measure.control.knee import KneeResult
+from measure.core.records import RequestRecord, shifted
+from measure.control.bench.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
+from measure.control.bench.knee import KneeResult
 
 if TYPE_CHECKING:
     from presets import SLO
@@ -160,7 +160,7 @@ def combine(runs: list[Run]) -> Run:
         assert k is not None and b is not None  # an ok cell names its level (Cell.measure sets K and B)
         parts = [(r, c) for r in runs for c in r.cells if (c.k, c.b, c.mode) == key and c.ok]
         one_clock = _one_clock(runs)
-        pooled = [_shifted(rec, one_clock[r.name]) if one_clock else rec
+        pooled = [shifted(rec, one_clock[r.name]) if one_clock else rec
                   for r, _ in parts for rec in r.records if (rec.k, rec.b, rec.mode) == key]
         timing = (None if one_clock else
                   Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts]))
@@ -212,18 +212,6 @@ def _one_clock(runs: list[Run]) -> dict[str, int] | None:
             return None
         out[r.name] = round(h.start_at_unix * 1e9) - h.start_perf_ns
     return out
-
-
-def _shifted(rec: RequestRecord, d: int) -> RequestRecord:
-    from dataclasses import replace
-
-    def s(t: int | None) -> int | None:
-        return None if t is None else t + d
-
-    return replace(rec, t_scheduled_ns=rec.t_scheduled_ns + d, t_submitted_ns=rec.t_submitted_ns + d
-                   if rec.t_submitted_ns else rec.t_submitted_ns, t_started_ns=s(rec.t_started_ns),
-                   t_first_token_ns=s(rec.t_first_token_ns), t_done_ns=s(rec.t_done_ns),
-                   token_ns=[t + d for t in rec.token_ns], t_first_answer_ns=s(rec.t_first_answer_ns))
 
 
 def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:

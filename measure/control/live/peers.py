@@ -1,5 +1,5 @@
 """Other clients' inference-top, watched from this dashboard (`--peer URL`, docs/design.md §17): each peer's own
-/metrics (`--prometheus PORT` there, control/prometheus.py) read once a second in a thread of its own; its tok/s,
+/metrics (`--prometheus PORT` there, control/live/prometheus.py) read once a second in a thread of its own; its tok/s,
 requests and errors summed with this client's, one row per client. A peer that does not answer, or answers
 with something else, is down (with the reason) and counts in no sum; nothing here can stop the dashboard."""
 from __future__ import annotations
@@ -8,11 +8,12 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from engines import http_sync
-from measure.control.prometheus import PREFIX
+from measure.control.live.prometheus import PREFIX
+from measure.sources.base import PeerReading
 
 # the /metrics samples a peer row reads (a counter's sample carries _total), summed over label sets
 _SAMPLES = {f"{PREFIX}_output_tokens_per_second": "tps", f"{PREFIX}_requests_total": "requests",
@@ -54,20 +55,6 @@ def parse_peer_metrics(text: str) -> dict[str, Any]:
     if not out and PREFIX not in text:
         raise ValueError(f"no {PREFIX}_* metrics: not an inference-top /metrics (run it there with --prometheus PORT)")
     return {k: int(v) if k in _COUNTS else float(v) for k, v in out.items()}
-
-
-@dataclass(frozen=True)
-class PeerReading:
-    url: str
-    label: str
-    up: bool = False
-    scraped: bool = False  # asked at least once
-    tps: float | None = None
-    requests: int | None = None
-    errors: int | None = None
-    k: int | None = None
-    error: str | None = None  # why it is down
-    t: float | None = None  # time.monotonic() of the last answer
 
 
 class Peers:
@@ -139,4 +126,4 @@ def client_rows(own: dict[str, Any], peers: Sequence[PeerReading], with_own: boo
     return rows, total
 
 
-__all__ = ["Peers", "PeerReading", "peer_url", "parse_peer_metrics", "client_rows"]
+__all__ = ["Peers", "peer_url", "parse_peer_metrics", "client_rows"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.cell import (Cell, Row, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
+from measure.control.bench.cell import (Cell, Row, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
                                   skipped as skipped_cell, write_summary)
 from measure.machine import host
 from measure.core import metrics as M
