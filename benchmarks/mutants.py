@@ -117,9 +117,10 @@ MUTANTS = [
     Mutant("lateness_plus_10ms", "measure/core/arrivals.py",
            "    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 for r",
            "    late = [(r.t_submitted_ns - r.t_scheduled_ns) / 1e6 + 10 for r", "lateness read 10 ms high"),
-    Mutant("combine_clock_offset", "measure/control/bench/runs.py", "t_scheduled_ns=rec.t_scheduled_ns + d,",
+    Mutant("combine_clock_offset", "measure/core/records.py", "t_scheduled_ns=rec.t_scheduled_ns + d,",
            "t_scheduled_ns=rec.t_scheduled_ns + d + 1_000_000,",
-           "report --combine shifts the schedule 1 ms against the rest of the clock", "two-segment cells only"),
+           "records put on another clock (report --combine, Ray clients) shift the schedule 1 ms against the rest",
+           "two-segment cells only"),
     # a rate × 0.5, the schedule wrong
     Mutant("rate_x0.5", "measure/core/arrivals.py", "_scaled(gaps, (total - 1) / self._rate())",
            "_scaled(gaps, 2 * (total - 1) / self._rate())", "constant, Poisson and gamma sent at half the rate",
