@@ -365,7 +365,7 @@ def test_ctrl_c_twice_during_the_cleanup_still_leaves_no_process_and_keeps_the_s
 OOM_SCRIPT = r'''
 import json, sys, time
 import presets
-from measure.control.live.controller import LiveController, LiveSettings
+from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
 from measure.machine.model_choice import build_spec, resolve_model, run_meta
 from measure.sources.fleet import Fleet
 
@@ -373,7 +373,7 @@ m = resolve_model("llama", None, progress=lambda s: None)
 fleet = Fleet(build_spec("llama", m, 1, 2048, 1), run_meta("llama", m), k=1, threads=1)
 # --memory-budget 8G given by hand: the guard's estimate fits it, the group's limit is what ends the step
 c = LiveController(fleet, presets.workload("default"), LiveSettings(max_tokens=16, ctx=2048, memory_budget=8 * 10**9),
-                   watch_wall=False)
+                   hooks=LiveHooks(watch_wall=False))
 
 def until(pred, secs):
     end = time.monotonic() + secs

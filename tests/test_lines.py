@@ -230,7 +230,7 @@ def test_main_s_find_output_reads_its_knee_typed_and_rewrites_it_byte_for_byte(t
     """bench --find's knee.json, written by main before it had a dataclass (tests/data/written_by_main/find):
     read into KneeResult (the run's own field, not a header key), written again: the file's bytes; the report
     marks the knee it names; its records.jsonl rewrites byte for byte too."""
-    from measure.control import report as R
+    from measure.control.bench import report as R
     from measure.control.bench.knee import KneeResult, KneeStep
     from measure.control.bench.runs import load_run
 

@@ -151,7 +151,7 @@ def ray_clients(tmp_path) -> Iterator[Ran]:
     import logging
     from functools import partial
 
-    from engines.null_server import NullServer
+    from engines.null_server import Behaviour, NullServer
     from measure.control.builder import PlanOptions, make_plan
     from measure.control.wiring import make_source
     from measure.sources.ray_clients import RayClients
@@ -163,7 +163,7 @@ def ray_clients(tmp_path) -> Iterator[Ran]:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
              _node_ip_address="127.0.0.1")
     try:
-        with NullServer(ttft_ms=3, itl_ms=1) as srv:
+        with NullServer(Behaviour(ttft_ms=3, itl_ms=1)) as srv:
             plan = make_plan(PlanOptions(engine="http", url=[srv.url], tokenizer="none", b=2, max_tokens=TOKENS),
                              default_max_tokens=TOKENS)
             src = RayClients(plan, partial(make_source, plan, events=True, k=1), "auto", 2, None, events=True)
