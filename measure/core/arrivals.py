@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from engines.base import Prompt
 from measure.core.datasets import Dataset, request_for
-from measure.core.records import RequestRecord
+from measure.core.records import ChatMessage, RequestRecord
 from measure.core.units import NS
 from presets import Workload
 
@@ -70,7 +70,7 @@ class DueTurn:
     session: int  # 1-based within its load
     turn: int  # 1-based within its session
     key: str  # unique to the session within the run: its prefix-cache marker
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     user: int
 
 
