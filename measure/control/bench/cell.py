@@ -31,6 +31,7 @@ from measure.core import metrics as M
 from measure.core.records import RequestRecord, is_remote
 
 if TYPE_CHECKING:
+    from measure.core.arrivals import ClientWait
     from measure.core.cost import Cost
     from measure.core.roofline import Roofline
     from measure.core.sessions import TurnTTFT
@@ -595,7 +596,7 @@ def _measure(records: Sequence[RequestRecord], spec: Spec, timing: Timing) -> Ce
     pred = Prediction("K·W/β" if kwb else None, None if kwb is None else kwb * 1e3)
     served = min((r.k for r in records), default=spec.k)  # below K: a worker died mid-cell
     late = lateness_figures(records)
-    wait = client_wait_figures(records) if is_remote(spec.mode) else {}
+    wait: ClientWait = client_wait_figures(records) if is_remote(spec.mode) else {}
     procs = {(r.extra or {}).get("proc") for r in records} - {None}  # sent through a pool of processes
     load = LoadGen(Dist(p50=late["lateness_p50_ms"], p99=late["lateness_p99_ms"], max=late["lateness_max_ms"]),
                    late["behind_schedule"], late["arrival_rps"], wait.get("client_waited"),
