@@ -280,9 +280,9 @@ def test_64_concurrent_streams_through_the_http_source():
 
 @pytest.mark.parametrize("usage", ["continuous", "final", "none"])
 def test_the_last_event_says_when_the_request_arrived_and_its_first_chunk_went_out(usage):
-    """A server-side split of TTFT: the null server's `timings` (its own keys only, so cell.server_check,
+    """A server-side split of TTFT: the null server's `timings` (its own keys only, so bench.server_check,
     which compares llama-server's, leaves them alone)."""
-    from measure.control.bench.cell import server_check
+    from measure.control.bench.server_check import server_check
     from measure.core.records import RequestRecord
 
     with NullServer(Behaviour(ttft_ms=10, itl_ms=2, usage=usage)) as srv:

@@ -349,7 +349,7 @@ def test_server_check_counts_the_prompt_tokens_the_server_took_from_its_cache():
     """llama-server's timings split a prompt into prompt_n (prefilled) and cache_n (from its cache): a cached
     history is not a disagreement about the prompt's length (it read 'SERVER DISAGREES prompt tokens: server 534
     vs client 1112 (-52%)' for a prefix-cache-on session run); a real difference still is."""
-    from measure.control.bench.cell import server_check
+    from measure.control.bench.server_check import server_check
     from measure.core.records import RequestRecord
 
     def rec(prompt, timings):

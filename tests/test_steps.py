@@ -136,7 +136,7 @@ def test_own_metrics_endpoint_parses_and_names_follow_prometheus():
 def test_the_servers_own_timings_checked_against_the_client():
     """llama-server's timings say 10 ms a token and 20 prompt tokens; the client measured a 12 ms TPOT and 20
     prompt tokens: the decode figures disagree by −17 % (a finding), the prompt counts agree."""
-    from measure.control.bench.cell import server_check
+    from measure.control.bench.server_check import server_check
     from measure.core.records import RequestRecord
 
     def rec(i):

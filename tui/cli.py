@@ -19,7 +19,7 @@ from tui.signals import hold
 
 if TYPE_CHECKING:
     from measure.control.bench.cell import Cell
-    from measure.core.sizing import ChipPredictions
+    from measure.core.sizing import ChipPredictions, Plan
     from measure.machine.ray_cluster import ClusterSpec
 
 
@@ -538,7 +538,7 @@ def plan_main(argv: list[str]) -> int:
     return 0
 
 
-def _print_plan(args, shape, result: dict, predictions: ChipPredictions | None) -> None:
+def _print_plan(args, shape, result: Plan, predictions: ChipPredictions | None) -> None:
     """plan's output: JSON, or the table, then the chip's predictions and the machines N users need."""
     from measure.core.sizing import PlanError, format_plan, size_for_users
 

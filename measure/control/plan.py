@@ -5,7 +5,7 @@ choices; control/wiring.py makes its load source, control/live/start.py the live
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -197,7 +197,7 @@ class RunPlan:
             return ""
         return llama_placement(self.spec.n_gpu_layers)
 
-    def header(self, extra: dict[str, Any]) -> dict[str, Any]:
+    def header(self, extra: Mapping[str, object]) -> dict[str, Any]:
         """The first line of every records file and recording: environment, engine settings, model, plan."""
         common = {"workload": self.workload.key, "chip": self.chip, "bandwidth_gbps": self.bandwidth_gbps,
                   "slo": self.slo.describe() if self.slo else None,

@@ -16,11 +16,11 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from engines.base import Prompt
 from measure.core.datasets import Dataset, request_for
-from measure.core.records import RequestRecord
+from measure.core.records import ChatMessage, RequestRecord
 from measure.core.units import NS
 from presets import Workload
 
@@ -70,7 +70,7 @@ class DueTurn:
     session: int  # 1-based within its load
     turn: int  # 1-based within its session
     key: str  # unique to the session within the run: its prefix-cache marker
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     user: int
 
 
@@ -305,7 +305,26 @@ def realised_rate(times_ns: Sequence[int]) -> float | None:
     return (len(times_ns) - 1) / ((times_ns[-1] - times_ns[0]) / NS)
 
 
-def client_wait_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
+class ClientWait(TypedDict, total=False):
+    """client_wait_figures: the requests that waited for a free client stream and their wait, ms."""
+
+    client_waited: int
+    client_wait_p50_ms: float
+    client_wait_p99_ms: float
+    client_wait_max_ms: float
+
+
+class Lateness(TypedDict):
+    """lateness_figures: the load generator's lateness against its schedule, ms, and the rate requests arrived at."""
+
+    lateness_p50_ms: float | None
+    lateness_p99_ms: float | None
+    lateness_max_ms: float | None
+    behind_schedule: bool
+    arrival_rps: float | None
+
+
+def client_wait_figures(records: Sequence[RequestRecord]) -> ClientWait:
     """HTTP: the requests that were due while every client stream was busy (extra.client_queue_ms: released on
     schedule, then queued in the client until a stream was free: an open loop capped by --b, or a closed loop's
     users above its streams), their count and their wait's p50/p99/max over every request sent (0 for one that
@@ -322,7 +341,7 @@ def client_wait_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
             "client_wait_p99_ms": float(np.percentile(a, 99)), "client_wait_max_ms": float(a.max())}
 
 
-def lateness_figures(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def lateness_figures(records: Sequence[RequestRecord]) -> Lateness:
     """How late the load generator put requests out against their schedule: lateness = t_submitted −
     t_scheduled, p50/p99/max in ms over every record (ok or failed: the generator sent them all); the rate the
     requests arrived at per rep, (n − 1) ÷ (first → last scheduled), meaned (open loop: the schedule's rate;
@@ -449,4 +468,4 @@ class TraceSessions(Schedule, TurnArrivals):
 
 
 __all__ = ["Arrivals", "IndexedArrivals", "TurnArrivals", "DueTurn", "ArrivalSpec", "Schedule", "TraceSessions",
-           "parse_arrivals", "lateness_figures", "client_wait_figures", "realised_rate", "LATE_MS"]
+           "parse_arrivals", "lateness_figures", "client_wait_figures", "Lateness", "ClientWait", "realised_rate", "LATE_MS"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from engines.base import Prompt
 
@@ -19,6 +19,13 @@ def is_remote(mode: str) -> bool:
     batch context here: a user is a stream), the server counts its own tokens; its memory and queue are not
     ours."""
     return mode == "http"
+
+
+class ChatMessage(TypedDict):
+    """One message of a chat endpoint's conversation (a session's turn, core/sessions.messages)."""
+
+    role: str  # user | assistant
+    content: str
 
 
 @dataclass
@@ -37,7 +44,7 @@ class Request:
     session: int | None = None
     turn: int | None = None
     session_key: str | None = None
-    messages: list[dict[str, Any]] | None = None
+    messages: list[ChatMessage] | None = None
     waited_for_stream: bool = False  # due while no slot had room (sources/dispatch.py); over HTTP, every client
     # stream busy: the client's own queue (extra.client_queue_ms)
 

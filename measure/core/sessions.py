@@ -14,13 +14,13 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Literal, Protocol, TypedDict
 
 from engines.base import Prompt
 from measure.core import metrics as M
 from measure.core.arrivals import DueTurn, TurnArrivals
 from measure.core.datasets import Dataset, request_for
-from measure.core.records import RequestRecord
+from measure.core.records import ChatMessage, RequestRecord
 from presets import Workload
 
 THINK_FORMS = "S (seconds, exponential with mean S), exp:S, or fixed:S; 0 (the default) sends the next turn at once"
@@ -111,9 +111,9 @@ def transcript(history: Sequence[tuple[str, str]], message: str) -> str:
     return "".join(f"User: {m}\nAssistant:{a}\n" for m, a in history) + f"User: {message}\nAssistant:"
 
 
-def messages(history: Sequence[tuple[str, str]], message: str) -> list[dict[str, Any]]:
+def messages(history: Sequence[tuple[str, str]], message: str) -> list[ChatMessage]:
     """The same conversation for a chat endpoint."""
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     for m, a in history:
         out += [{"role": "user", "content": m}, {"role": "assistant", "content": a}]
     return out + [{"role": "user", "content": message}]
@@ -261,7 +261,27 @@ def _p(values: Sequence[float], q: float) -> float:
     return p
 
 
-def ttft_by_turn(records: Iterable[RequestRecord]) -> dict[str, Any]:
+class _TurnTTFT(TypedDict):
+    n: int
+    median_ttft_ms: float
+    p99_ttft_ms: float
+
+
+class TurnTTFT(_TurnTTFT, total=False):
+    """One turn's figures (ttft_by_turn), ms; the prompt's tokens p50, and the tokens the server prefilled and
+    took from its cache p50, where known."""
+
+    median_prompt_tokens: float
+    median_prefilled_tokens: float
+    median_cached_tokens: float
+
+
+# llama-server's timings keys → the turn's figure of their p50
+SERVER_TOKENS: tuple[tuple[str, Literal["median_prefilled_tokens", "median_cached_tokens"]], ...] = (
+    ("prompt_n", "median_prefilled_tokens"), ("cache_n", "median_cached_tokens"))
+
+
+def ttft_by_turn(records: Iterable[RequestRecord]) -> dict[str, TurnTTFT]:
     """Per turn number (1-based, as a string key): ok requests, queue-inclusive TTFT p50 and p99 (ms), the
     prompt's tokens p50, and where the server said so (llama-server's timings) the tokens it prefilled and the
     tokens it took from its cache, p50. Empty without session records."""
@@ -269,18 +289,18 @@ def ttft_by_turn(records: Iterable[RequestRecord]) -> dict[str, Any]:
     for r in M.ok(records):
         if r.turn is not None:
             groups.setdefault(r.turn, []).append(r)
-    out: dict[str, Any] = {}
+    out: dict[str, TurnTTFT] = {}
     for turn, rs in sorted(groups.items()):
         timings = [(r.server_view or {}).get("timings") or {} for r in rs]
-        fig: dict[str, Any] = {"n": len(rs), "median_ttft_ms": _p([M.ttft(r) for r in rs], 50) * 1e3,
-                               "p99_ttft_ms": _p([M.ttft(r) for r in rs], 99) * 1e3}
+        fig: TurnTTFT = {"n": len(rs), "median_ttft_ms": _p([M.ttft(r) for r in rs], 50) * 1e3,
+                         "p99_ttft_ms": _p([M.ttft(r) for r in rs], 99) * 1e3}
         prompts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
         if prompts:
-            fig["median_prompt_tokens"] = M.percentile(prompts, 50)
-        for key, name in (("prompt_n", "median_prefilled_tokens"), ("cache_n", "median_cached_tokens")):
+            fig["median_prompt_tokens"] = _p(prompts, 50)
+        for key, name in SERVER_TOKENS:
             vals = [t[key] for t in timings if isinstance(t.get(key), (int, float))]
             if len(vals) == len(rs):
-                fig[name] = M.percentile(vals, 50)
+                fig[name] = _p(vals, 50)
         out[str(turn)] = fig
     return out
 
@@ -298,7 +318,7 @@ class TurnFigures(Protocol):
     """A cell's multi-turn figures (control/bench/cell.Turns)."""
 
     @property
-    def ttft_by_turn(self) -> dict[str, Any] | None: ...
+    def ttft_by_turn(self) -> dict[str, TurnTTFT] | None: ...
 
     @property
     def prefix_cache(self) -> str | None: ...
@@ -319,4 +339,4 @@ def turn_note(turns: TurnFigures) -> str:
 
 
 __all__ = ["Sessions", "SessionSpec", "SessionError", "ThinkTime", "Turn", "parse_think", "conversation",
-           "transcript", "messages", "ttft_by_turn", "prefix_cache_label", "turn_note", "words"]
+           "transcript", "messages", "ttft_by_turn", "TurnTTFT", "prefix_cache_label", "turn_note", "words"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES, KVShape, dtype_bytes,
                                 largest_fitting, mac_budget)
@@ -34,9 +34,46 @@ class PlanMachine:
     unified: bool = False
 
 
+class PlanRow(TypedDict):
+    """plan's row for one context: KV a request holds (by engine too), and how many fit the budget."""
+
+    context: int
+    kv_per_request: float
+    kv_by_engine: dict[str, float]
+    engine_per_request: float  # unified memory: the prefill activations an mlx engine keeps a sequence
+    max_b_one_engine: int
+    max_k_one_seq_each: int
+    concurrency_in_kv_cache: float | None
+    users_fit: bool | None
+
+
+class _Plan(TypedDict):
+    model: str
+    source: str
+    kv_dtype: str
+    kv_bytes_per_token: float
+    weights: int
+    memory: int
+    budget: int
+    budget_fraction: float | None
+    budget_source: str
+    unified: bool
+    overhead: int
+    rows: list[PlanRow]
+    users: int | None
+
+
+class Plan(_Plan, total=False):
+    """plan's result (its --json): the budget, a row per context; with users, the longest context they fit at;
+    with --chip, the roofline's predictions (added by the CLI)."""
+
+    max_context_for_users: int
+    predictions: list[dict[str, object]]  # roofline.Prediction's fields, as asdict wrote them
+
+
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
          budget_fraction: float | None = None, kv_cache_tokens: int | None = None,
-         machine: PlanMachine = PlanMachine()) -> dict[str, Any]:
+         machine: PlanMachine = PlanMachine()) -> Plan:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element.
     `unified`: an Apple Silicon Mac (docs/design.md §21): the budget is the GPU's working set less what the
     OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also
@@ -50,7 +87,7 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
         budget_fraction = DEFAULT_BUDGET_FRACTION if budget_fraction is None else budget_fraction
         budget = int(memory * budget_fraction)
         budget_source = f"{budget_fraction:.0%} of {fmt_bytes(memory)}"
-    rows = []
+    rows: list[PlanRow] = []
     for ctx in contexts:
         per_req = shape.per_request(ctx, kv_dtype, ENGINE_KV[0][1])
         extra = shape.prefill_bytes_per_seq(ctx) if unified else 0.0
@@ -65,7 +102,7 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
             "users_fit": None if users is None else
             shape.weight_bytes + overhead + users * (per_req + extra) <= budget,
         })
-    out = {
+    out: Plan = {
         "model": shape.name, "source": shape.source, "kv_dtype": kv_dtype, "kv_bytes_per_token": kvb,
         "weights": shape.weight_bytes, "memory": memory, "budget": budget, "budget_fraction": budget_fraction,
         "budget_source": budget_source, "unified": unified,
@@ -77,7 +114,7 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
     return out
 
 
-def format_plan(p: dict[str, Any], shape: KVShape) -> str:
+def format_plan(p: Plan, shape: KVShape) -> str:
     kvb = p["kv_bytes_per_token"]
     lines = [
         f"model {p['model']} ({p['source']}), KV dtype {p['kv_dtype']}",
@@ -139,7 +176,7 @@ def unified_memory(chip_key: str | None) -> bool:
         return False
 
 
-def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: dict[str, Any], work: W.WorkModel,
+def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result: Plan, work: W.WorkModel,
                    machine: Machine, prompt: int, output: int) -> str:
     """plan --users N --chip C [--slo S]: memory needed at the longest context, whether it fits, the predicted
     per-user rate and TTFT with all N in one engine, and how many machines of this kind it takes."""
@@ -150,13 +187,13 @@ def size_for_users(users: int, slo_spec: str | None, contexts: list[int], result
     except PresetError as exc:
         raise PlanError(f"--slo: {exc}") from None
     ctx = max(contexts)
-    row: dict[str, Any] = next((r for r in result["rows"] if r["context"] == ctx), {})
+    row = next((r for r in result["rows"] if r["context"] == ctx), None)
     kv_req = row["kv_per_request"] if row else ctx * result["kv_bytes_per_token"]
-    per_req = kv_req + row.get("engine_per_request", 0.0)
+    per_req = kv_req + (row["engine_per_request"] if row else 0.0)
     fixed = result["weights"] + result["overhead"]
     budget = result["budget"]
 
-    def verdict(n: int) -> tuple[Prediction, int, bool, bool]:
+    def verdict(n: int) -> tuple[Prediction, float, bool, bool]:
         p = predict(work, machine, "batch", 1, n, None, at=Lengths(prompt, output, ctx))
         need = fixed + n * per_req
         ok_mem = need <= budget
@@ -194,7 +231,7 @@ class ChipPredictions(NamedTuple):
 
 
 def chip_predictions(work: Callable[[], W.WorkModel], chip: str | Callable[[], Ceilings],
-                     prompt: int, output: int, context: int | None = None, result: dict[str, Any] | None = None
+                     prompt: int, output: int, context: int | None = None, result: Plan | None = None
                      ) -> ChipPredictions:
     """(work, machine, rows) for plan --chip: the model's bytes per decode step (`work` reads its config.json,
     GGUF or preset: machine/model_files.work_model), the chip from presets (`chip` its key) or this machine's

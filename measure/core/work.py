@@ -237,7 +237,7 @@ def config_params(cfg: dict[str, Any]) -> tuple[int, int]:
     """(all parameters, the input embedding's) of a Llama-shaped config: attention, gated MLP or routed experts,
     norms."""
     shape = _config_shape(cfg)
-    return shape["params"], shape["embd"]
+    return shape.params, shape.embd
 
 
 def _n(cfg: dict[str, Any], *keys: str) -> int:
@@ -245,7 +245,27 @@ def _n(cfg: dict[str, Any], *keys: str) -> int:
     return next((int(cfg[k]) for k in keys if cfg.get(k) is not None), 0)
 
 
-def _config_shape(cfg: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ConfigShape:
+    """What a config.json says of a model's shape (_config_shape): parameters, experts, layer kinds, heads."""
+
+    params: int  # all of them
+    embd: int  # the input embedding's
+    experts: int  # routed experts (0: dense)
+    used: int  # experts per token (0: not said)
+    expert_params: int  # one routed expert's, over its layers
+    window: int  # the sliding window, where some layers slide (0: none)
+    window_layers: int
+    linear_layers: int
+    heads: int
+    kv: int
+    hd: int
+    layers: int
+    mla: int  # MLA's cached width per token (0: not MLA)
+    state: float  # a linear-attention layer set's state bytes
+
+
+def _config_shape(cfg: dict[str, Any]) -> ConfigShape:
     """Parameters, the experts and the layer kinds of a Hugging Face config (Llama, Qwen-MoE, Mixtral, DeepSeek,
     Gemma 2/3, gpt-oss, Qwen3-Next shapes)."""
     h, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
@@ -275,12 +295,12 @@ def _config_shape(cfg: dict[str, Any]) -> dict[str, Any]:
         pattern = _n(cfg, "sliding_window_pattern")
         n_win = sum(1 for i in range(layers) if i % pattern < pattern - 1) if window and pattern else 0
         n_lin = 0
-    return {"params": total, "embd": embd, "experts": n_exp, "used": _n(cfg, "num_experts_per_tok"),
-            "expert_params": expert_each, "window": window if n_win else 0, "window_layers": n_win,
-            "linear_layers": n_lin, "heads": heads, "kv": kv, "hd": hd, "layers": layers,
-            "mla": _n(cfg, "kv_lora_rank") + _n(cfg, "qk_rope_head_dim") if cfg.get("kv_lora_rank") else 0,
-            "state": n_lin * _n(cfg, "linear_num_value_heads") * _n(cfg, "linear_key_head_dim")
-            * _n(cfg, "linear_value_head_dim") * 4.0}
+    return ConfigShape(
+        params=total, embd=embd, experts=n_exp, used=_n(cfg, "num_experts_per_tok"), expert_params=expert_each,
+        window=window if n_win else 0, window_layers=n_win, linear_layers=n_lin, heads=heads, kv=kv, hd=hd,
+        layers=layers, mla=_n(cfg, "kv_lora_rank") + _n(cfg, "qk_rope_head_dim") if cfg.get("kv_lora_rank") else 0,
+        state=n_lin * _n(cfg, "linear_num_value_heads") * _n(cfg, "linear_key_head_dim")
+        * _n(cfg, "linear_value_head_dim") * 4.0)
 
 
 @dataclass(frozen=True)
@@ -299,37 +319,37 @@ def from_config(config: ConfigFile) -> WorkModel:
     dtype."""
     p, cfg = config.path, config.text
     sh = _config_shape(cfg)
-    params, embd = sh["params"], sh["embd"]
+    params, embd = sh.params, sh.embd
     tied = bool(cfg.get("tie_word_embeddings", False))
     files = config.safetensors_bytes
     per_param = files / params if files else _DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0)
     total = files or int(params * per_param)
-    experts = (Experts(sh["experts"], sh["used"], sh["expert_params"] * per_param, sh["expert_params"],
-                       ROUTING_CORRELATION) if sh["experts"] and sh["used"] else None)
-    routed = sh["experts"] * sh["expert_params"] if experts else 0
+    experts = (Experts(sh.experts, sh.used, sh.expert_params * per_param, sh.expert_params,
+                       ROUTING_CORRELATION) if sh.experts and sh.used else None)
+    routed = sh.experts * sh.expert_params if experts else 0
     return WorkModel(
         name=cfg.get("_name_or_path") or p.parent.name, source=f"config {p}", params=params, file_bytes=total,
         weight_bytes=int(total - (0 if tied else embd * per_param) - routed * per_param),
         embd_row_bytes=0.0 if tied else int(cfg["hidden_size"]) * per_param,
-        matmul_params=params - (0 if tied else embd) - routed, layers=sh["layers"], heads=sh["heads"],
-        kv_heads=sh["kv"], head_dim=sh["hd"],
+        matmul_params=params - (0 if tied else embd) - routed, layers=sh.layers, heads=sh.heads,
+        kv_heads=sh.kv, head_dim=sh.hd,
         kv_element_bytes=_DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0),
-        note=_tied_note(tied, embd * per_param), experts=experts, window=sh["window"],
-        window_layers=sh["window_layers"], linear_layers=sh["linear_layers"], state_bytes=sh["state"],
-        mla_dim=sh["mla"], assumed=_config_assumed(cfg, sh))
+        note=_tied_note(tied, embd * per_param), experts=experts, window=sh.window,
+        window_layers=sh.window_layers, linear_layers=sh.linear_layers, state_bytes=sh.state,
+        mla_dim=sh.mla, assumed=_config_assumed(cfg, sh))
 
 
-def _config_assumed(cfg: dict[str, Any], sh: dict[str, Any]) -> tuple[str, ...]:
+def _config_assumed(cfg: dict[str, Any], sh: ConfigShape) -> tuple[str, ...]:
     out = []
-    if sh["experts"] and not sh["used"]:
+    if sh.experts and not sh.used:
         out.append("num_experts_per_tok not in the config: every expert counted as read")
-    if cfg.get("sliding_window") and not sh["window_layers"] and cfg.get("use_sliding_window", True) is not False:
+    if cfg.get("sliding_window") and not sh.window_layers and cfg.get("use_sliding_window", True) is not False:
         out.append(f"sliding_window {cfg['sliding_window']} without layer_types or a pattern: every layer counted "
                    "as full attention")
-    if sh["experts"] and sh["used"]:
+    if sh.experts and sh.used:
         out.append(ROUTING_ASSUMED)
-    if sh["linear_layers"] and not sh["state"]:
-        out.append(f"{sh['linear_layers']} linear-attention layers without their head sizes: state counted as 0")
+    if sh.linear_layers and not sh.state:
+        out.append(f"{sh.linear_layers} linear-attention layers without their head sizes: state counted as 0")
     return tuple(out)
 
 

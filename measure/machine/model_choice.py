@@ -1,7 +1,7 @@
 """Turning command-line choices into an engine spec and run metadata: shared by the TUI and `bench`."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,7 +121,7 @@ def build_spec(engine: str, choice: ModelChoice, threads: int | None, ctx: int, 
                       flash_attn=flash_attn, n_gpu_layers=n_gpu_layers, options=options)
 
 
-def run_header(choice: ModelChoice, spec: EngineSpec, extra: dict[str, Any]) -> dict[str, Any]:
+def run_header(choice: ModelChoice, spec: EngineSpec, extra: Mapping[str, object]) -> dict[str, Any]:
     from measure.machine.envinfo import environment
 
     return {

@@ -25,15 +25,39 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from measure.control.bench.server_check import ServerCheck, server_check
 from measure.core import metrics as M
 from measure.core.records import RequestRecord, is_remote
 
 if TYPE_CHECKING:
+    from measure.core.arrivals import ClientWait
     from measure.core.cost import Cost
     from measure.core.roofline import Roofline
+    from measure.core.sessions import TurnTTFT
     from presets import SLO
+
+
+class ClassTTFT(TypedDict):
+    """One request class's queue-inclusive TTFT (ttft_by_class), ms."""
+
+    n: int
+    median_ttft_ms: float
+    p99_ttft_ms: float
+
+
+class EndpointFigures(TypedDict):
+    """One endpoint's figures in an HTTP cell over several (endpoint_figures)."""
+
+    endpoint: str
+    url: str | None
+    requests: int
+    errors: int
+    output_throughput: float | None
+    median_ttft_ms: float | None
+    median_tpot_ms: float | None
+    bandwidth_gbps: float | None
 
 
 @dataclass(frozen=True)
@@ -64,7 +88,7 @@ class Requests:
     e2el: Dist = Dist()
     per_stream_tps: float | None = None  # 1 ÷ TPOT p50
     stopped_early: int | None = None  # with EOS ignored: answers that ended before their length limit anyway
-    ttft_by_class: dict[str, Any] | None = None  # long documents vs short prompts, where both ran
+    ttft_by_class: dict[str, ClassTTFT] | None = None  # long documents vs short prompts, where both ran
 
 
 @dataclass(frozen=True)
@@ -73,7 +97,7 @@ class Bandwidth:
 
     gbps: float | None = None
     formula: str | None = None
-    endpoints: list[dict[str, Any]] | None = None  # http, several endpoints: one per endpoint (endpoint_figures)
+    endpoints: list[EndpointFigures] | None = None  # http, several endpoints: one per endpoint (endpoint_figures)
     steps_per_s: float | None = None  # batch
     kv_read_gbps: float | None = None  # batch, the KV size known
 
@@ -112,7 +136,7 @@ class Turns:
     """Multi-turn sessions (core/sessions.py)."""
 
     sessions: str | None = None  # the sessions, described
-    ttft_by_turn: dict[str, Any] | None = None
+    ttft_by_turn: dict[str, TurnTTFT] | None = None
     prefix_cache: str | None = None
 
 
@@ -121,7 +145,7 @@ class Server:
     """http: the server's own figures beside the client's; its prefix cache, speculative decoding and KV use
     (core/server_cache.py), where given."""
 
-    check: dict[str, Any] | None = None
+    check: ServerCheck | None = None
     prefix_cache_hit_rate: float | None = None
     prefix_cache_tokens: float | None = None
     prefix_cache_source: str | None = None
@@ -237,7 +261,7 @@ class Cell:
     scaling: Scaling | None = None
     knee: KneeLevel = KneeLevel()
     timing: TimingNote = TimingNote()
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not name, read from another's JSON
+    extra: dict[str, object] = field(default_factory=dict)  # keys this version does not name, read from another's JSON
 
     @property
     def ok(self) -> bool:
@@ -274,7 +298,7 @@ class Cell:
         """A summary.json cell read back (or any part of one)."""
         parts: dict[str, dict[str, Any]] = {}
         top: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}
         for key, value in d.items():
             path = PATHS.get(key)
             if path is None:
@@ -555,7 +579,7 @@ def _measure(records: Sequence[RequestRecord], spec: Spec, timing: Timing) -> Ce
     pred = Prediction("K·W/β" if kwb else None, None if kwb is None else kwb * 1e3)
     served = min((r.k for r in records), default=spec.k)  # below K: a worker died mid-cell
     late = lateness_figures(records)
-    wait = client_wait_figures(records) if is_remote(spec.mode) else {}
+    wait: ClientWait = client_wait_figures(records) if is_remote(spec.mode) else {}
     procs = {(r.extra or {}).get("proc") for r in records} - {None}  # sent through a pool of processes
     load = LoadGen(Dist(p50=late["lateness_p50_ms"], p99=late["lateness_p99_ms"], max=late["lateness_max_ms"]),
                    late["behind_schedule"], late["arrival_rps"], wait.get("client_waited"),
@@ -639,68 +663,7 @@ def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> Pred
                       p.caveat() if p.oversubscribed else None)
 
 
-DISAGREE = 0.05
-# llama-server's timings keys server_check compares (engines/null_server.py sends only its own null_* keys)
-LLAMA_TIMINGS = {"predicted_per_token_ms", "prompt_n", "predicted_n"}
-
-
-def server_check(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
-    """The server's own figures beside the client's, where it sends them (llama-server's per-response `timings`):
-    decode ms per token vs the client's TPOT, prompt tokens (prefilled + taken from its cache) vs the client's
-    count, generated tokens vs the client's. A difference over 5 % is a finding, listed in `disagreements`."""
-    out = _counter_deltas(records)
-    timings = [(r, (r.server_view or {}).get("timings")) for r in M.ok(records)]
-    pairs = [(r, t) for r, t in timings if isinstance(t, dict) and t.keys() & LLAMA_TIMINGS]
-    if not pairs:
-        return out
-    server_tpot = [t["predicted_per_token_ms"] for _, t in pairs if t.get("predicted_per_token_ms")]
-    client_tpot = [tp * 1e3 for tp in (M.tpot(r) for r, _ in pairs) if tp is not None]
-    out = dict(out or {}, requests=len(pairs))
-    if server_tpot and client_tpot:
-        out["server_tpot_ms"], out["client_tpot_ms"] = M.percentile(server_tpot, 50), M.percentile(client_tpot, 50)
-    # a prompt = the tokens prefilled (prompt_n) + those taken from the server's prefix cache (cache_n)
-    sp = [(t["prompt_n"], t.get("cache_n") or 0, r.prompt_tokens) for r, t in pairs
-          if t.get("prompt_n") and r.prompt_tokens]
-    if sp:
-        out["server_prompt_tokens"] = sum(a + c for a, c, _ in sp)
-        out["client_prompt_tokens"] = sum(b for _, _, b in sp)
-        if any(c for _, c, _ in sp):
-            out["server_cached_tokens"] = sum(c for _, c, _ in sp)
-    sg = [(t.get("predicted_n"), r.output_tokens) for r, t in pairs if t.get("predicted_n")]
-    if sg:
-        out["server_output_tokens"] = sum(a for a, _ in sg)
-        out["client_output_tokens"] = sum(b for _, b in sg)
-    _disagree(out)
-    return out
-
-
-def _counter_deltas(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
-    """The server's Prometheus counters' rise over the cell (the view each record carried when it ended,
-    first vs last), beside the client's own counts."""
-    views = [(r.t_done_ns, r.server_view) for r in records if isinstance(r.server_view, dict) and r.t_done_ns]
-    if len(views) < 2:
-        return None
-    views.sort(key=lambda v: v[0])
-    first, last = views[0][1], views[-1][1]
-    out: dict[str, Any] = {}
-    # deltas between the scrapes the first and the last record carried (≤ 1 s apart from their ends): shown
-    # beside the client's counts, not compared to 5 % (the scrape times do not line up with the records)
-    for key in ("generated_tokens_total", "prompt_tokens_total", "requests_total", "preemptions"):
-        if isinstance(first.get(key), (int, float)) and isinstance(last.get(key), (int, float)):
-            out[f"server_delta_{key}"] = last[key] - first[key]
-    return out or None
-
-
-def _disagree(out: dict[str, Any]) -> None:
-    out["disagreements"] = [
-        f"{what}: server {out[s_key]:.4g} vs client {out[c_key]:.4g} ({out[s_key] / out[c_key] - 1:+.0%})"
-        for what, s_key, c_key in (("decode ms/token vs TPOT", "server_tpot_ms", "client_tpot_ms"),
-                                   ("prompt tokens", "server_prompt_tokens", "client_prompt_tokens"),
-                                   ("output tokens", "server_output_tokens", "client_output_tokens"))
-        if s_key in out and out[c_key] and abs(out[s_key] / out[c_key] - 1) > DISAGREE]
-
-
-def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[dict[str, Any]]:
+def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[EndpointFigures]:
     """Per endpoint of an HTTP run over several (records' worker = the endpoint): its requests, errors,
     output tok/s over the cell's span, TTFT and TPOT p50, and its bandwidth product W ÷ TPOT p50 (one weight
     read per server step, all its streams in it: metrics.http_bandwidth) where W is known. [] for one endpoint."""
@@ -711,7 +674,7 @@ def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) ->
         return []
     span = M.run_span_ns(records)
     secs = (span[1] - span[0]) / 1e9 if span and span[1] > span[0] else None
-    out = []
+    out: list[EndpointFigures] = []
     for wid, recs in sorted(groups.items(), key=lambda x: (x[0] is None, x[0] or 0)):
         s = M.summarize(recs)
         tp = s["median_tpot_ms"]
@@ -757,7 +720,7 @@ def request_class(prompt_id: str) -> str:
     return "long" if prompt_id.startswith("long-") else "short"
 
 
-def ttft_by_class(records: Sequence[RequestRecord]) -> dict[str, dict[str, Any]]:
+def ttft_by_class(records: Sequence[RequestRecord]) -> dict[str, ClassTTFT]:
     """Queue-inclusive TTFT p50/p99 (ms) per request class: long documents vs short prompts."""
     groups: dict[str, list[float]] = {}
     for r in M.ok(records):
@@ -832,5 +795,6 @@ def client_note(c: Cell) -> str:
 
 __all__ = ["Cell", "Spec", "Dist", "Requests", "Bandwidth", "Prediction", "LoadGen", "Turns", "Server", "CostFigures",
            "Goodput", "Machine", "Row", "Scaling", "KneeLevel", "TimingNote", "KEYS", "as_cell", "skipped", "Timed",
-           "PerRep", "Periods", "Clients", "Timing", "server_check", "endpoint_figures", "ttft_by_class",
+           "PerRep", "Periods", "Clients", "Timing", "endpoint_figures", "ttft_by_class",
+           "ClassTTFT", "EndpointFigures",
            "add_scaling", "fmt", "prediction_text", "answer_notes", "client_note", "write_summary"]

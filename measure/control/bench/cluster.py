@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from measure.control.bench.cell import Cell
 from measure.control.plan import RunPlan
@@ -116,7 +116,7 @@ class ClientActor:
         with self._lock:
             self._lines.append(line)
 
-    def prepare(self, plan: RunPlan, cfg: SweepConfig, i: int, n: int, weights: list[int] | None) -> dict[str, Any]:
+    def prepare(self, plan: RunPlan, cfg: SweepConfig, i: int, n: int, weights: list[int] | None) -> Placed:
         """The source made and started (connections, client processes), nothing sent. Where it runs."""
         ray = ray_module()
         from importlib.metadata import PackageNotFoundError, version
@@ -160,6 +160,42 @@ class ClientActor:
         return Taken(recs, lines, made.issued if made else 0)
 
 
+class Placed(TypedDict):
+    """Where a client actor runs, as it says of itself once prepared (ClientActor.prepare)."""
+
+    node_id: str
+    ip: str
+    host: str
+    pid: int
+    requests: int  # its share of the schedule
+    version: str | None  # inference-top's, where installed as a package
+
+
+class ClientHeader(TypedDict):
+    """A client in records.jsonl's header (ray.client_list): where it ran and its clock against the driver's."""
+
+    client: int
+    node_id: str
+    ip: str
+    host: str
+    pid: int | None
+    requests: int
+    clock_offset_ns: int
+    clock_bound_ns: int
+    rtt_ns: int
+
+
+class ClientOutcome(TypedDict):
+    """How a client ended: the `client` event's fields at the end of records.jsonl."""
+
+    client: int
+    state: str
+    why: str | None
+    sent: int
+    requests: int
+    records: int
+
+
 # ---- the driver ----------------------------------------------------------------------------------------
 
 @dataclass
@@ -190,12 +226,12 @@ class Client:
     def name(self) -> str:
         return f"client {self.i}/{self.n} on {self.ip} ({self.host}, pid {self.pid})"
 
-    def header(self) -> dict[str, Any]:
+    def header(self) -> ClientHeader:
         return {"client": self.i, "node_id": self.node_id, "ip": self.ip, "host": self.host, "pid": self.pid,
                 "requests": self.requests, "clock_offset_ns": self.offset_ns, "clock_bound_ns": self.bound_ns,
                 "rtt_ns": self.rtt_ns}
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> ClientOutcome:
         """How it ended (the `client` event at the end of records.jsonl)."""
         return {"client": self.i, "state": self.state, "why": self.why, "sent": self.sent, "requests": self.requests,
                 "records": len(self.records)}
@@ -278,7 +314,8 @@ def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, w
     """Each actor makes its source and its share of the schedule; what it says of itself onto its Client."""
     n = len(clients)
     try:
-        infos = ray.get([c.actor.prepare.remote(plan, cfg, c.i, n, weights) for c in clients], timeout=PREPARE_S)
+        infos: list[Placed] = ray.get([c.actor.prepare.remote(plan, cfg, c.i, n, weights) for c in clients],
+                                      timeout=PREPARE_S)
     except ray.exceptions.GetTimeoutError:
         raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
     except ray.exceptions.RayError as exc:

@@ -26,10 +26,10 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from engines.null import NULL
 from measure.core import metrics as M
@@ -273,6 +273,30 @@ def verdict(iv: Interval, m: Metric, means: tuple[float, float], precision: floa
             f"{iv.rel:+.1%}, {span}; smallest detectable difference ±{iv.half:.1%})")
 
 
+class _Run(TypedDict):
+    side: str  # A | B
+    value: float
+
+
+class RoundRun(_Run, total=False):
+    """One run of a compare: its side and its figure; measured in turns, its round (1-based) and how long it
+    took."""
+
+    round: int
+    seconds: float
+
+
+class OutcomeLine(TypedDict):
+    """compare.json's verdict part (Outcome.to_dict)."""
+
+    sentence: str
+    state: str
+    interval: dict[str, float] | None  # Interval's fields
+    means: list[float]
+    runs: list[RoundRun]
+    notes: list[str]
+
+
 @dataclass
 class Outcome:
     """What a compare found: the verdict, its interval, and every run (side, round, figure, seconds)."""
@@ -281,10 +305,10 @@ class Outcome:
     state: str  # difference | none | budget (no difference above the interval's far end) | welch
     interval: Interval | None
     means: tuple[float, float]
-    runs: list[dict[str, Any]]
+    runs: list[RoundRun]
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> OutcomeLine:
         return {"sentence": self.sentence, "state": self.state,
                 "interval": asdict(self.interval) if self.interval else None, "means": list(self.means),
                 "runs": self.runs, "notes": self.notes}
@@ -300,7 +324,8 @@ def run_rounds(run_one: RunOne, m: Metric, budget_s: float, seq: Sequential,
     """Rounds of ABBA / BAAB until `seq` resolves, the budget cannot hold another round (its rounds so far
     timed), or max_rounds; a progress line after each round with the interval as it narrows. At least
     seq.min_rounds rounds run whatever the budget (an interval needs them)."""
-    t0, runs, count = clock(), [], {"A": 0, "B": 0}
+    t0, count = clock(), {"A": 0, "B": 0}
+    runs: list[RoundRun] = []
     state = "budget"
     while True:
         i = len(seq.rounds)
@@ -341,7 +366,7 @@ def _progress(j: int, got: dict[str, list[float]], iv: Interval | None, m: Metri
             f"{iv.confidence:.2%})" + tail)
 
 
-def _outcome(seq: Sequential, m: Metric, state: str, runs: list[dict[str, Any]]) -> Outcome:
+def _outcome(seq: Sequential, m: Metric, state: str, runs: list[RoundRun]) -> Outcome:
     iv = seq.interval()
     a = statistics.fmean(x for r in seq.rounds for x in r[0])
     b = statistics.fmean(x for r in seq.rounds for x in r[1])
@@ -420,7 +445,7 @@ def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
                                "needs two runs a side at least (bench --reps 5)")
         iv = welch(xa, xb)
         means = (statistics.fmean(xa), statistics.fmean(xb))
-        runs = [{"side": s, "value": v} for s, xs in (("A", xa), ("B", xb)) for v in xs]
+        runs: list[RoundRun] = [{"side": s, "value": v} for s, xs in (("A", xa), ("B", xb)) for v in xs]
         o = Outcome(f"K={key[0]} B={key[1]} {key[2]}: " + verdict(iv, m, means), "welch", iv, means, runs,
                     [f"{len(xa)} and {len(xb)} runs, not measured in turns: a change in the machine between the "
                      "two outputs counts as a difference (compare -A … -B … measures in turns)"])
@@ -457,7 +482,7 @@ class LiveSides:
     one rep a run, so `compare OUT/A OUT/B` reads them back."""
 
     def __init__(self, sides: Sequence[Side], users: int, requests: int, out: Path, m: Metric,
-                 say: Callable[[str], None], timeout_s: float = 600.0, header: dict[str, Any] | None = None):
+                 say: Callable[[str], None], timeout_s: float = 600.0, header: Mapping[str, object] | None = None):
         self.users, self.requests, self.m, self.say, self.timeout_s = users, requests, m, say, timeout_s
         self.live: dict[str, _Live] = {}
         try:
@@ -467,7 +492,7 @@ class LiveSides:
             self.close()
             raise
 
-    def _open(self, side: Side, out: Path, header: dict[str, Any]) -> _Live:
+    def _open(self, side: Side, out: Path, header: Mapping[str, object]) -> _Live:
         from measure.control.bench.sweep import CellRunner, SweepConfig
         from measure.machine.recorder import Recorder
 
@@ -540,14 +565,14 @@ class LiveSides:
                 lv.recorder.close()
 
 
-def write_result(out: Path, res: dict[str, Any]) -> Path:
+def write_result(out: Path, res: Mapping[str, object]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "compare.json"
     path.write_text(json.dumps(res, indent=2, default=str))
     return path
 
 
-__all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Outcome", "CompareError",
+__all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Outcome", "RoundRun", "OutcomeLine", "CompareError",
            "paired", "welch",
            "look_alpha", "order", "run_rounds", "verdict", "figure", "runs_on_disk", "compare_dirs", "t_quantile",
            "t_sf2", "parse_share", "write_result"]
