@@ -465,8 +465,8 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int 
 
 def _check_identities(recs: list[Any], res: Result) -> None:
     """Each request's figures against its own timestamps, exactly (1 µs; no noise enters an identity): TTFT = first
-    token − schedule, TPOT · (n − 1) = last − first token, E2E = done − schedule, and its ITLs add up to the span of
-    its distinct token times. A clock offset or a scale on one figure breaks them however the machine ran."""
+    token − schedule, TPOT · (n − 1) = last − first token, E2E = done − schedule, engine TTFT = first token − start,
+    and its ITLs add up to the span of its distinct token times. A clock offset or a scale on one figure breaks them however the machine ran."""
     from measure.core import metrics as M
 
     bad: list[str] = []
@@ -474,7 +474,10 @@ def _check_identities(recs: list[Any], res: Result) -> None:
         if r.error is not None or len(r.token_ns) < 2 or r.t_first_token_ns is None or r.t_done_ns is None:
             continue
         first, last, n = r.token_ns[0], r.token_ns[-1], len(r.token_ns)
+        engine = () if r.t_started_ns is None else (
+            ("engine ttft", M.ttft_engine(r), (r.t_first_token_ns - r.t_started_ns) / NS),)
         for name, got, want in (
+                *engine,
                 ("ttft", M.ttft(r), (r.t_first_token_ns - r.t_scheduled_ns) / NS),
                 ("tpot·(n−1)", (M.tpot(r) or 0.0) * (n - 1), (last - first) / NS),
                 ("e2e", M.e2e(r), (r.t_done_ns - r.t_scheduled_ns) / NS),
