@@ -209,7 +209,7 @@ def test_a_roofline_far_off_has_its_pruned_shapes_measured_after_all():
 
 def test_report_draws_the_front(tmp_path):
     pytest.importorskip("matplotlib")
-    from measure.control.bench.report import report
+    from measure.control.reports import report
 
     clock = [0.0]
     cands = candidates(["llama"], cores=2, users=2)
@@ -421,7 +421,7 @@ def test_the_last_step_names_both_when_the_top_two_are_within_noise(tmp_path):
     said = f"within noise: {ONE.key} and {TWO.key} (the cheaper first"
     assert said in format_result(res)
     pytest.importorskip("matplotlib")
-    from measure.control.bench.report import report
+    from measure.control.reports import report
 
     write_result(tmp_path / "t", res)
     assert said in report([str(tmp_path / "t")], tmp_path / "r")[1].read_text()

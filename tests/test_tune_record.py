@@ -134,7 +134,7 @@ def test_a_tune_json_that_is_not_one_is_refused_in_one_line(edit, says, tmp_path
 def test_report_draws_the_front_of_main_s_tune_json(tmp_path):
     """`report OUT` reads tune.json through the same records: main's real tune is drawn and listed."""
     pytest.importorskip("matplotlib")
-    from measure.control.bench.report import report
+    from measure.control.reports import report
 
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "tune.json").write_text((MAIN / "cli.json").read_text())

@@ -596,7 +596,7 @@ def report_main(argv: list[str]) -> int:
                    "(one inference-top per client machine, started together): report them as one run, "
                    "throughput summed per cell and latencies pooled")
     a = p.parse_args(argv)
-    from measure.control.bench.report import report
+    from measure.control.reports import report
     from measure.control.bench.runs import ReportError
 
     if a.combine and a.crossover:

@@ -23,7 +23,6 @@ from measure.core.records import MODES
 from measure.core.sessions import turn_note
 
 if TYPE_CHECKING:
-    from measure.control.tune.record import TuneResult
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -428,7 +427,7 @@ def _peak_swap(run: Run, cell: Cell) -> float | None:
     return max(vals) / 1e9 if vals else None
 
 
-def _f(v: float | None, spec: str = ".1f") -> str:
+def fmt(v: float | None, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
@@ -472,7 +471,7 @@ def _run_lines(run: Run) -> list[str]:
 
         at = _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(both.clients_start[0].start_at_unix))
         lines.append(f"- started at the asked time {at}Z: " + "; ".join(
-            f"{c.client}: first request sent {_f(c.first_sent_late_ms, '+.1f')} ms after its schedule, clock "
+            f"{c.client}: first request sent {fmt(c.first_sent_late_ms, '+.1f')} ms after its schedule, clock "
             + (f"{c.clock_offset_s * 1e3:+.1f} ± {(c.clock_bound_s or 0) * 1e3:.1f} ms against the server's"
                if c.clock_offset_s is not None else f"not checked ({c.clock_why})")
             for c in both.clients_start))
@@ -491,15 +490,15 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
             if status != "ok":
                 note = c.reason or ""
             elif c.load.arrivals or c.load.behind_schedule:  # the load generator's lateness (open loop)
-                note += (f" {c.load.arrivals or ''}, sent late p50/p99 {_f(c.load.lateness.p50)}/"
-                         f"{_f(c.load.lateness.p99)} ms" + (" BEHIND SCHEDULE" if c.load.behind_schedule else ""))
+                note += (f" {c.load.arrivals or ''}, sent late p50/p99 {fmt(c.load.lateness.p50)}/"
+                         f"{fmt(c.load.lateness.p99)} ms" + (" BEHIND SCHEDULE" if c.load.behind_schedule else ""))
             lines.append(
-                f"| {c.k} | {c.b} | {c.context or '—'} | {status} | {_f(c.output_throughput)} | "
-                f"{_f(_per_rep_sd(c)) if status == 'ok' else '—'} | {_f(c.requests.tpot.p50)} | "
-                f"{_f(c.requests.ttft.p50, '.0f')} | "
-                f"{M.p99_mark(c.requests.completed)}{_f(c.requests.ttft.p99, '.0f')} | "
-                f"{_f(c.machine.rss_gb_sum, '.2f')} | {_f(c.bandwidth.gbps, '.2f')} | "
-                f"{_f(c.cv, '.3f')} | {note} |")
+                f"| {c.k} | {c.b} | {c.context or '—'} | {status} | {fmt(c.output_throughput)} | "
+                f"{fmt(_per_rep_sd(c)) if status == 'ok' else '—'} | {fmt(c.requests.tpot.p50)} | "
+                f"{fmt(c.requests.ttft.p50, '.0f')} | "
+                f"{M.p99_mark(c.requests.completed)}{fmt(c.requests.ttft.p99, '.0f')} | "
+                f"{fmt(c.machine.rss_gb_sum, '.2f')} | {fmt(c.bandwidth.gbps, '.2f')} | "
+                f"{fmt(c.cv, '.3f')} | {note} |")
         lines += _heat_lines(run)
         lines.append("")
     lines += ["TTFT is queue-inclusive (first token − scheduled); TPOT = (t_last − t_first)/(N − 1); throughput ="
@@ -510,102 +509,10 @@ def markdown(runs: list[Run], files: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tune_file(path: str) -> Path | None:
-    """The tune.json of a `tune --out` folder (or the file itself); None for anything else."""
-    p = Path(path)
-    f = p / "tune.json" if p.is_dir() else p
-    return f if f.name == "tune.json" and f.is_file() else None
-
-
-def _read_tune(f: Path) -> TuneResult:
-    """tune.json read back through its records (tune/record.py); ReportError, one line, where it is not one."""
-    from measure.control.tune.record import RecordError, TuneResult
-
-    try:
-        raw = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"cannot read {f}: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("command") != "tune":
-        raise ReportError(f"{f} is not a tune's output")
-    try:
-        return TuneResult.from_json(raw)
-    except RecordError as exc:
-        raise ReportError(f"{f} is not a tune.json this version reads ({exc})") from None
-
-
-def render_tune(f: Path, out: Path) -> tuple[Path, str]:
-    """A tune's Pareto front: goodput vs TTFT p99 of every measured candidate (its run at the length the front
-    compares, front_requests; its longest in a tune.json from before it), the front joined,
-    the winner starred, colour by J/token or $/Mtok where every candidate has it; and its Markdown section."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    res = _read_tune(f)
-    pts = []
-    at = res.front_requests
-    for c in res.candidates:
-        ok = [t for t in c.trials if t.ok]
-        if ok:
-            t = next((t for t in ok if t.requests == at), None) or max(ok, key=lambda t: t.requests)
-            pts.append((c.key, t.p99_ttft_ms or 0.0, t.goodput_tps or 0.0, t))
-    front = res.front
-    win = res.winner.key if res.winner else None
-    third = next((k for k in ("usd_per_mtok", "joules_per_token") if pts and all(p[3].figure(k) is not None
-                                                                               for p in pts)), None)
-    out.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    sc = ax.scatter([p[1] for p in pts], [p[2] for p in pts], c=[p[3].figure(third) or 0.0 for p in pts] if third else None,
-                    cmap="viridis" if third else None, s=30)
-    if third:
-        fig.colorbar(sc, ax=ax, label={"usd_per_mtok": "$/Mtok", "joules_per_token": "J/token"}[third])
-    fr = sorted((p for p in pts if p[0] in front), key=lambda p: p[1])
-    ax.plot([p[1] for p in fr], [p[2] for p in fr], "r-", lw=1, label="Pareto front")
-    for key, x, y, _ in pts:
-        if key in front:  # the front named; the rest are points (the table below lists every one)
-            ax.annotate(key, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-        if key == win:
-            ax.plot([x], [y], "r*", ms=14, label=f"winner: {key}")
-    slo = res.settings.slo
-    ax.set_xlabel("TTFT p99 (ms, queue included)")
-    ax.set_ylabel("goodput (tok/s within the SLO)")
-    ax.set_title(f"tune: {len(pts)} candidates measured, {slo}", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / f"tune_front_{f.parent.name or 'tune'}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    lines = [f"## tune: {f.parent}", "", f"{len(pts)} candidates measured under {slo}; front: {', '.join(front)}.",
-             "", "| candidate | requests | goodput tok/s | tok/s | TTFT p99 ms | front |", "|---|---|---|---|---|---|"]
-    for key, x, y, t in sorted(pts, key=lambda p: -p[2]):
-        lines.append(f"| {'★ ' if key == win else ''}{key} | {t.requests} | {y:.1f} | "
-                     f"{_f(t.output_throughput)} | {x:.0f} | {'yes' if key in front else ''} |")
-    if w := res.winner:
-        lines += ["", f"Winner: **{w.key}**. Serve it:", "", f"    {w.serve_command}", "", "Reproduce it:", "",
-                  f"    {w.bench_command}"]
-    lines += ["", f"Note: {n}"] if (n := next((x for x in res.notes if x.startswith("within noise")), None)) else []
-    return path, "\n".join(lines + ["", f"![front]({path.name})", ""])
-
-
-def report(paths: list[str], out: Path, crossover_of_two: bool = False,
-           combined: bool = False) -> tuple[list[Path], Path, list[str]]:
-    tunes = [f for f in map(tune_file, paths) if f is not None]
-    paths = [p for p in paths if tune_file(p) is None]
-    if tunes:  # a tune's front, beside any runs given with it
-        if combined or crossover_of_two:
-            raise ReportError("--combine and --crossover take bench outputs, not a tune's")
-        drawn = [render_tune(f, out) for f in tunes]
-        files = [d[0] for d in drawn]
-        if paths:
-            more, md0, warns = report(paths, out)
-            text = md0.read_text() + "\n" + "\n".join(d[1] for d in drawn)
-            files = more + files
-        else:
-            text, warns = "# inference-top report\n\n" + "\n".join(d[1] for d in drawn), []
-        md = out / "report.md"
-        md.write_text(text)
-        return files, md, warns
+def report_runs(paths: list[str], out: Path, crossover_of_two: bool = False,
+                combined: bool = False) -> tuple[list[Path], Path, list[str]]:
+    """Bench outputs (or recordings) reported: their charts and report.md in `out` (control/reports.py adds a
+    tune's front beside them)."""
     runs = [load_run(p) for p in paths]
     if combined:
         runs = [combine(runs)]
@@ -626,4 +533,4 @@ def report(paths: list[str], out: Path, crossover_of_two: bool = False,
     return files, md, [w for r in runs for w in r.warnings]
 
 
-__all__ = ["report", "render", "markdown", "crossover", "render_tune", "tune_file"]
+__all__ = ["report_runs", "render", "markdown", "crossover", "fmt"]
