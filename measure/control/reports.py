@@ -3,12 +3,11 @@ Pareto front (its tune.json read back through tune/record.py). It stands above b
 import it. matplotlib is an optional extra (`pip install 'inference-top[report]'`), imported only where drawn."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from measure.control.bench.report import fmt, report_runs
 from measure.control.bench.runs import ReportError
-from measure.control.tune.record import RecordError, TuneResult
+from measure.control.tune.record import RecordError, TuneResult, load_result
 
 
 def tune_file(path: str) -> Path | None:
@@ -19,17 +18,11 @@ def tune_file(path: str) -> Path | None:
 
 
 def _read_tune(f: Path) -> TuneResult:
-    """tune.json read back through its records (tune/record.py); ReportError, one line, where it is not one."""
+    """tune.json read back (tune/record.load_result); ReportError, one line, where it is not one."""
     try:
-        raw = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"cannot read {f}: {exc}") from None
-    if not isinstance(raw, dict) or raw.get("command") != "tune":
-        raise ReportError(f"{f} is not a tune's output")
-    try:
-        return TuneResult.from_json(raw)
+        return load_result(f)
     except RecordError as exc:
-        raise ReportError(f"{f} is not a tune.json this version reads ({exc})") from None
+        raise ReportError(str(exc)) from None
 
 
 def render_tune(f: Path, out: Path) -> tuple[Path, str]:

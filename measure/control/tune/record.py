@@ -393,19 +393,27 @@ def write_result(out: Path, res: TuneResult) -> Path:
     return path
 
 
-def read_result(f: Path, what: str) -> TuneResult:
-    """A tune.json read back; TuneError (`what`: the option that named it) where it cannot be read or is not a
-    tune's output."""
+def load_result(f: Path) -> TuneResult:
+    """A tune.json read back through its records; RecordError, one line naming the file, where it cannot be read or
+    is not a tune's output (tune --resume's and report's reader)."""
     try:
         old = json.loads(f.read_text())
     except (OSError, ValueError) as exc:
-        raise TuneError(f"{what}: cannot read {f.name} ({exc}); give the --out folder of an earlier tune") from None
+        raise RecordError(f"cannot read {f} ({exc}); give the --out folder of an earlier tune") from None
     if not isinstance(old, dict) or old.get("command") != "tune":
-        raise TuneError(f"{what}: {f.name} is not a tune's output")
+        raise RecordError(f"{f} is not a tune's output")
     try:
         return TuneResult.from_json(old)
     except RecordError as exc:
-        raise TuneError(f"{what}: {f.name} is not a tune.json this version reads ({exc})") from None
+        raise RecordError(f"{f} is not a tune.json this version reads ({exc})") from None
+
+
+def read_result(f: Path, what: str) -> TuneResult:
+    """load_result; TuneError (`what`: the option that named it) where it cannot be read."""
+    try:
+        return load_result(f)
+    except RecordError as exc:
+        raise TuneError(f"{what}: {exc}") from None
 
 
 # ---- resume ----------------------------------------------------------------------------------------------

@@ -1,21 +1,5 @@
-"""The search of `inference-top tune`: the best way to serve this model on this machine under this SLO, measured
-(docs/design.md §25).
-
-The configurations the chosen engines really take are laid out as candidates: in-process llama.cpp as K
-instances or K engines batching B, threads per worker; llama-server with N parallel slots and its threads;
-mlx as instances or a batch. Each is priced by the memory guard (over the budget: a row that says so) and
-predicted by the roofline (core/roofline.py): the prediction orders them and prunes those it predicts cannot
-win (their predicted tok/s under PRUNE of the best predicted goodput). The roofline has no term for flash
-attention, the KV cache's type or llama-server's n_ubatch, so those knobs are tried one at a time on the best
-measured shape of each engine after the first round. Then successive halving: every survivor runs the same
-closed loop (the same users, workload, seed and max_tokens) for `requests` requests, the better half by goodput
-under the SLO runs again with twice the requests, and so on until one is left or the budget is spent. Each run
-is a bench cell (sweep.CellRunner), its raw records in runs/<candidate>-n<requests>.jsonl; a candidate that
-crashes, times out or is refused is a row with its reason, and whatever the budget left untried is listed.
-
-The search is a pure function of `measure(candidate, requests)` and a clock, so it is tested with the null
-engine and a planted best configuration; `tune --resume OUT` reads the runs in OUT/tune.json back as measured
-and goes on from there.
+"""The search of `inference-top tune` (docs/design.md §25; the package's docstring, tune/__init__.py, says how it
+searches): successive halving over the candidates, pure of `measure(candidate, requests)` and a clock.
 """
 from __future__ import annotations
 
