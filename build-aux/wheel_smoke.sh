@@ -75,10 +75,14 @@ WANT=$(basename "$WHEEL" | cut -d- -f2)
 [ "$VERSION" = "inference-top $WANT" ] || die "--version said '$VERSION', the wheel is $WANT"
 say "--version: $VERSION"
 
-it plan --preset llama-3.1-8b | grep -q "KV" || die "plan --preset llama-3.1-8b printed no KV figures"
+# the output is kept, then searched: `it … | grep -q` closes the pipe at the first match, and under pipefail the
+# plan's exit on the broken pipe (141) would fail the line
+PLAN=$(it plan --preset llama-3.1-8b) || die "plan --preset llama-3.1-8b exited $?"
+grep -q "KV" <<<"$PLAN" || die "plan --preset llama-3.1-8b printed no KV figures"
 MODEL=$(cd "$WORK/empty" && env -u PYTHONPATH "$VENV/bin/python" -c \
     "from engines.embedded import embedded_model_path; print(embedded_model_path())")
-it plan --model "$MODEL" --context 2048 | grep -q "KV" || die "plan on the embedded model printed no KV figures"
+PLAN=$(it plan --model "$MODEL" --context 2048) || die "plan on the embedded model exited $?"
+grep -q "KV" <<<"$PLAN" || die "plan on the embedded model printed no KV figures"
 say "plan: llama-3.1-8b and the embedded model ($MODEL)"
 
 PORT=$("$VENV/bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")

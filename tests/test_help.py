@@ -87,3 +87,16 @@ def test_http_without_aiohttp_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["inference-top: error: --engine http needs aiohttp, which is not installed: pip install "
                    "'inference-top[http]'"]
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`inference-top plan | grep -q KV`: grep leaves at its first match; plan's later print met the closed pipe and
+    printed a BrokenPipeError traceback (CI's wheel smoke, stop 50). Now it ends as a tool killed by SIGPIPE does:
+    status 141, nothing on stderr. The reader closes before plan writes, so the pipe is always broken here."""
+    p = subprocess.Popen([sys.executable, "-m", "tui.cli", "plan", "--preset", "llama-3.1-8b"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == cli.EXIT_BROKEN_PIPE, err
+    assert err == ""

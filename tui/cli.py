@@ -6,6 +6,7 @@ the measurement core is imported lazily so `bench` never loads textual.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -16,6 +17,8 @@ from tui.options import (BENCH_MAX_TOKENS, DASH_MAX_TOKENS, DISPLAY, ENGINE, EXI
                          OneLineParser, build_parser, fail, int_list, plan_options, positive_float, positive_int,
                          shown_argv, sigterm_to_exit, writable)
 from tui.signals import hold
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 if TYPE_CHECKING:
     from measure.control.bench.cell import Cell
@@ -735,6 +738,17 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # stdout's reader went away (`inference-top plan | head -3`, `| grep -q KV`): stop without a traceback, with
+        # the status a tool killed by SIGPIPE has (128 + 13), and point stdout at /dev/null so that the interpreter's
+        # last flush at exit cannot raise again (the recipe of Python's signal module documentation)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "server-vs-engine":
         return server_vs_engine_main(argv[1:])
