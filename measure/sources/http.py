@@ -30,6 +30,7 @@ from measure.core.workload import Load, PrefixCache
 from measure.sources.base import (Capabilities, Event, EventSink, LevelReady, LoadStarted,
                                   RecordCollector, SourceError, Started, Tokens, WorkerInfo, WorkerState)
 from measure.sources.dispatch import Dispatcher
+from measure.sources.loop_turns import Wake, eager_task_factory
 from measure.sources.warmup import Warmup, WarmsUp
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class HttpSource(WarmsUp):
         self._active: dict[int, tuple[_Ep, int, Request]] = {}  # request id → (endpoint, slot, request)
         self._collector: RecordCollector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
+        self._wake: Wake | None = None
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
@@ -346,16 +347,16 @@ class HttpSource(WarmsUp):
         from engines.null_server import precise_event_loop  # timers to the µs: an open loop's arrivals on time
 
         self._loop = precise_event_loop()
-        if hasattr(asyncio, "eager_task_factory"):  # Python ≥ 3.12: a task runs at once to its first wait
-            # (a request taken up is sent in the same turn of the loop, not the next: docs/design.md §19)
-            self._loop.set_task_factory(asyncio.eager_task_factory)
+        # a task runs at once to its first wait: a request taken up is sent in the same turn of the loop, not the
+        # next, and aiohttp's body with it (asyncio's eager tasks, or sources/loop_turns.py's on 3.11: design §19)
+        self._loop.set_task_factory(eager_task_factory())
         try:
             self._loop.run_until_complete(self._main())
         finally:
             self._loop.close()
 
     async def _main(self) -> None:
-        self._wake = asyncio.Event()
+        self._wake = Wake()
         tasks: set[asyncio.Task[None]] = set()
 
         def spawn(coro: Coroutine[Any, Any, None]) -> None:
@@ -394,10 +395,7 @@ class HttpSource(WarmsUp):
                         if ep.in_use and ep.up:
                             spawn(self._scrape(ep, scrape_client))
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self._dispatch.wait_s(0.5))
-                except asyncio.TimeoutError:
-                    pass
+                await self._wake.wait(self._dispatch.wait_s(0.5))
         finally:
             # every stream closed (its generator and connection), not abandoned to the garbage collector
             for t in list(tasks):

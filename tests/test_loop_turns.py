@@ -1,0 +1,145 @@
+"""The HTTP source's loop takes one turn per event on every Python (measure/sources/loop_turns.py, design §19):
+a task made on it runs at once to its first wait (3.12's eager tasks, written over asyncio's Task on 3.11), and
+its wake reaches the waiting task in the next turn (asyncio.wait_for on 3.11 took three)."""
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+
+from measure.sources.loop_turns import Wake, eager_task_factory
+
+
+class Turns:
+    """Counts the loop's turns: a callback that schedules itself again each turn."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.n, self._loop, self._on = 0, loop, True
+        loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.n += 1
+        if self._on:
+            self._loop.call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._on = False
+
+
+def run(coro):
+    loop = asyncio.new_event_loop()
+    loop.set_task_factory(eager_task_factory())
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def test_a_task_runs_to_its_first_wait_in_the_call_that_made_it():
+    seen: list[object] = []
+
+    async def child(wait: bool) -> str:
+        seen.append(asyncio.current_task())
+        if wait:
+            await asyncio.sleep(0.001)
+            seen.append(asyncio.current_task())
+        return "done"
+
+    async def main():
+        me = asyncio.current_task()
+        quick = asyncio.create_task(child(False))
+        assert quick.done() and quick.result() == "done"  # finished inside create_task
+        assert seen == [quick] and asyncio.current_task() is me  # it was the current task, then me again
+        slow = asyncio.create_task(child(True))
+        assert not slow.done() and seen[-1] is slow
+        assert await slow == "done" and seen[-1] is slow
+
+        async def bad():
+            raise ValueError("no")
+
+        failed = asyncio.create_task(bad())
+        assert failed.done() and isinstance(failed.exception(), ValueError)
+        stuck = asyncio.create_task(asyncio.sleep(10))
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+
+    run(main())
+
+
+class Listener:
+    """A loopback socket that answers the first request (a GET) with an empty 200 and keeps what it reads."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.read = b""
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        answered = False
+        while data := conn.recv(65536):
+            self.read += data
+            if not answered and b"\r\n\r\n" in self.read:
+                answered = True
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}")
+
+
+def test_a_request_taken_up_is_written_before_the_loop_turns():
+    """A request's task made on the loop writes the whole request, its body too, inside create_task: the
+    request's own task runs at once, and so does the task aiohttp writes a POST's body from. The loop is then
+    held (time.sleep, no turn) and the server has read the body. On 3.11 with plain tasks nothing went out
+    until two turns later: 3.3 + 5.4 ms of the 9.1 ms median TTFT bias at 64 streams
+    (benchmarks/harness_overhead.py)."""
+    from engines.http_openai import new_session
+
+    srv = Listener()
+
+    async def main():
+        session = new_session()
+        try:
+            async with session.get(f"{srv.url}/models") as r:  # the connection opened and kept
+                await r.read()
+
+            async def post():
+                async with session.post(f"{srv.url}/completions", data=b'{"prompt": "the body"}') as r:
+                    return r.status
+
+            task = asyncio.create_task(post())
+            time.sleep(0.2)  # the loop held: the server sees only what was written inside create_task
+            assert b'{"prompt": "the body"}' in srv.read
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            await session.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("set_first", [False, True])
+def test_the_wake_reaches_its_waiter_in_the_next_turn(set_first):
+    async def main():
+        wake = Wake()
+        if set_first:
+            wake.set()
+            assert await wake.wait(5.0) is True
+            return
+        loop = asyncio.get_running_loop()
+        turns = Turns(loop)
+        at = [-1]
+
+        def set_now() -> None:
+            at[0] = turns.n
+            wake.set()
+
+        loop.call_later(0.002, set_now)
+        assert await wake.wait(5.0) is True
+        woke = turns.n - at[0]
+        turns.stop()
+        assert woke <= 1, f"the waiter woke {woke} turns after set()"
+        wake.clear()
+        assert await wake.wait(0.01) is False  # the timeout, unset
+
+    run(main())
