@@ -33,6 +33,11 @@ from engines.spec import EngineDecl
 if TYPE_CHECKING:
     import aiohttp
 
+    from engines.http_lean import LeanResponse, LeanSession
+
+    StreamSession = aiohttp.ClientSession | LeanSession
+    Answer = aiohttp.ClientResponse | LeanResponse
+
 SERVER_METRICS = {
     "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "null:requests_running"),
     "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "null:requests_waiting"),
@@ -409,7 +414,7 @@ class _ArrivalClock:
             self.proto = None
 
 
-async def _refusal(r: aiohttp.ClientResponse, shown: str) -> str | None:
+async def _refusal(r: Answer, shown: str) -> str | None:
     """Why the server's answer is not a stream to read (an HTTP error, another content type); None: it is one."""
     if r.status >= 400:
         text = (await r.content.read(200)).decode("utf-8", "replace").replace("\n", " ")
@@ -424,7 +429,7 @@ async def _refusal(r: aiohttp.ClientResponse, shown: str) -> str | None:
 MAX_LINE = 1 << 20  # an SSE line longer than this (no newline within 1 MiB) is not a stream we can read
 
 
-async def _read_events(r: aiohttp.ClientResponse, clock: _ArrivalClock, res: StreamResult, counter: _Counter,
+async def _read_events(r: Answer, clock: _ArrivalClock | LeanResponse, res: StreamResult, counter: _Counter,
                        read_to_end: bool) -> bool | None:
     """The stream's events counted as they come: True at [DONE], False where the body ended without it, None at
     a line that is not JSON (res.error says which).
@@ -477,7 +482,9 @@ def _failure(exc: BaseException, shown: str, stall_s: float, answered: bool) -> 
 
     import aiohttp
 
-    if isinstance(exc, aiohttp.ClientConnectorError):
+    from engines.http_lean import LeanConnectError
+
+    if isinstance(exc, aiohttp.ClientConnectorError | LeanConnectError):
         return f"cannot connect to {shown}: {exc}", True, False
     if isinstance(exc, asyncio.TimeoutError):
         return f"stalled: no data from {shown} for {stall_s:g} s", False, False
@@ -493,14 +500,24 @@ def _failure(exc: BaseException, shown: str, stall_s: float, answered: bool) -> 
 
 
 def new_session(connections: int = 1) -> aiohttp.ClientSession:
-    """An aiohttp session for streams: one per stream slot (a connection kept alive across its requests)."""
+    """An aiohttp session: the scrape's and the probes' (and a stream slot's for an https:// endpoint)."""
     import aiohttp
 
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections, force_close=False),
                                  auto_decompress=False)
 
 
-async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
+def new_stream_session(url: str) -> StreamSession:
+    """A stream slot's session (a connection kept alive across its requests): engines/http_lean.py's for an
+    http:// URL (its request start costs a seventh of aiohttp's: docs/design.md §19), aiohttp's for https://."""
+    if url.startswith("http://"):
+        from engines.http_lean import LeanSession
+
+        return LeanSession()
+    return new_session()
+
+
+async def stream_one(session: StreamSession, url: str, body: dict[str, Any], headers: dict[str, str],
                      stall_s: float, on_tokens: Callable[[list[int]], None] | None = None,
                      read_to_end: bool = True) -> StreamResult:
     """POST one streaming request on an aiohttp ClientSession; every failure becomes `error`, never an
@@ -517,7 +534,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
     return res
 
 
-async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str],
+async def _stream_once(session: StreamSession, url: str, body: dict[str, Any], headers: dict[str, str],
                        stall_s: float, on_tokens: Callable[[list[int]], None] | None = None,
                        read_to_end: bool = True) -> tuple[StreamResult, bool]:
     """One POST of a streaming request (stream_one): its result, and whether the connection dropped before any
@@ -533,6 +550,8 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
 
     import aiohttp
     import aiohttp.http_exceptions
+
+    from engines.http_lean import LeanResponse
 
     res = StreamResult()
     done: bool | None = False
@@ -550,7 +569,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict[str,
             if (refused := await _refusal(r, shown)) is not None:
                 res.error = refused
                 return res, False
-            clock = _ArrivalClock(r)
+            clock = r if isinstance(r, LeanResponse) else _ArrivalClock(r)  # a lean response stamps its own reads
             try:
                 done = await _read_events(r, clock, res, counter, read_to_end)
             finally:

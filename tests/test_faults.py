@@ -225,12 +225,14 @@ class Misbehaving:
         return H
 
 
-def test_a_misbehaving_server_is_recorded_per_request():
+@pytest.mark.parametrize("lean", [False, True], ids=["aiohttp", "lean"])
+def test_a_misbehaving_server_is_recorded_per_request(lean):
     """429 with Retry-After, an SSE line of 4 MB, invalid UTF-8: each one request's error, in one line."""
     import asyncio
     import threading
     from http.server import ThreadingHTTPServer
 
+    from engines.http_lean import LeanSession
     from engines.http_openai import endpoint_body, new_session, stream_one
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving.handler())
@@ -238,7 +240,7 @@ def test_a_misbehaving_server_is_recorded_per_request():
     base = f"http://127.0.0.1:{srv.server_address[1]}"
 
     async def one(path):
-        async with new_session() as s:
+        async with (LeanSession() if lean else new_session()) as s:
             return await stream_one(s, base + path, endpoint_body("completions", None, "hi", 4, True), {}, 5.0)
 
     try:

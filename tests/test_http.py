@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import free_port, serve, server_log
+from engines.http_lean import LeanSession
 from engines.http_openai import endpoint_body, new_session, parse_prometheus, stream_one
 
 CLI = [sys.executable, "-m", "tui.cli"]
@@ -127,9 +128,10 @@ def broken():
     ("/stall", "stalled", 1),
     ("/cut", "truncated", 2),
 ])
-def test_every_failure_is_recorded_not_raised(broken, path, says, tokens):
+@pytest.mark.parametrize("make", [new_session, LeanSession], ids=["aiohttp", "lean"])
+def test_every_failure_is_recorded_not_raised(broken, path, says, tokens, make):
     async def go():
-        async with new_session() as client:
+        async with make() as client:
             return await stream_one(client, broken + path, endpoint_body("completions", None, "hi", 4, True), {},
                                     stall_s=1.0)
 

@@ -11,6 +11,7 @@ import pytest
 
 from engines.base import EngineError, EngineSpec, Prompt
 from engines.registry import make_engine
+from engines.http_lean import LeanSession
 from engines.http_openai import endpoint_body, new_session, stream_one
 from engines.null import NullEngine
 from engines.null_server import Behaviour, NullServer
@@ -113,11 +114,12 @@ def _stream(url, body, on_tokens=None):
 
 
 
-def test_a_streams_requests_one_after_another_keep_one_connection():
+@pytest.mark.parametrize("make", [new_session, LeanSession], ids=["aiohttp", "lean"])
+def test_a_streams_requests_one_after_another_keep_one_connection(make):
     """Five streams in turn on one session: each read to its end, so all go over one kept-alive connection
     (a connection closed after each would put a TCP handshake into every TTFT)."""
     async def go(url):
-        async with new_session() as client:
+        async with make() as client:
             return [await stream_one(client, url + "/completions", endpoint_body("completions", None, "a b", 3, True),
                                      {}, stall_s=5.0) for _ in range(5)]
 
@@ -147,11 +149,12 @@ class _DropsSecondRequest:
         return getattr(self.reader, name)
 
 
-def test_a_request_on_a_connection_the_server_closed_is_sent_again_on_a_new_one():
+@pytest.mark.parametrize("make", [new_session, LeanSession], ids=["aiohttp", "lean"])
+def test_a_request_on_a_connection_the_server_closed_is_sent_again_on_a_new_one(make):
     """The second request on a kept-alive connection is dropped unanswered by the server: stream_one sends it once
     more on a new connection (resent, its tokens all there); a server that drops every attempt is the error."""
     async def go(url, n):
-        async with new_session() as client:
+        async with make() as client:
             return [await stream_one(client, url + "/completions", endpoint_body("completions", None, "a b", 3, True),
                                      {}, stall_s=5.0) for _ in range(n)]
 
@@ -369,7 +372,8 @@ def test_the_http_sources_loop_starts_its_tasks_eagerly():
             src.close()
 
 
-def test_a_chunk_is_stamped_when_it_came_off_the_socket_not_when_the_loop_got_to_it():
+@pytest.mark.parametrize("make", [new_session, LeanSession], ids=["aiohttp", "lean"])
+def test_a_chunk_is_stamped_when_it_came_off_the_socket_not_when_the_loop_got_to_it(make):
     """The client's loop is held from +40 to +70 ms (a callback that sleeps), so the first chunk, sent at
     +50 ms, waits in the socket; a second callback falls due meanwhile, so the turn after the hold reads the
     chunk first and then sleeps 50 ms more before the reading coroutine's turn. The chunk's time is the read's,
@@ -384,7 +388,7 @@ def test_a_chunk_is_stamped_when_it_came_off_the_socket_not_when_the_loop_got_to
     async def go(url):
         loop = asyncio.get_running_loop()
         body = endpoint_body("completions", None, "a b", 1, True)
-        async with new_session() as client:
+        async with make() as client:
             await stream_one(client, url, body, {}, stall_s=5.0)  # a kept-alive connection
             t = loop.time()
             loop.call_at(t + 0.040, hold, "first", 0.030)

@@ -22,7 +22,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, public_url,
+from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, new_stream_session,
+                                 public_url,
                                  scrape_metrics, served_model, server_tokens, StreamResult, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record
@@ -35,6 +36,8 @@ from measure.sources.warmup import Warmup, WarmsUp
 
 if TYPE_CHECKING:
     import aiohttp
+
+    from engines.http_openai import StreamSession
 
     from engines.base import Prompt
 
@@ -89,7 +92,7 @@ class _Ep:
     model: str | None = None
     view: dict[str, float] | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
     load_start: dict[str, float] | None = None  # …scraped once its streams warmed, before the load's first request
-    clients: dict[int, aiohttp.ClientSession] = field(default_factory=dict)  # stream slot → aiohttp session
+    clients: dict[int, StreamSession] = field(default_factory=dict)  # stream slot → its session (http_lean's)
     free: list[int] = field(default_factory=list)  # free slot numbers, a heap
     spare: list[int] = field(default_factory=list)  # free streams opened beyond B for an open loop (slots < 0)
     opened: int = 0  # streams opened beyond B so far
@@ -167,6 +170,9 @@ class HttpSource(WarmsUp):
         self._collector: RecordCollector | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: Wake | None = None
+        self._spawn: Callable[[Coroutine[Any, Any, None]], None] | None = None  # the loop's, once it runs
+        self._pumping = False
+        self._scraper: aiohttp.ClientSession | None = None  # the loop's session for /metrics and /models
         self._thread: threading.Thread | None = None
         self._stop = False
         self._lock = threading.Lock()
@@ -364,8 +370,10 @@ class HttpSource(WarmsUp):
             tasks.add(t)
             t.add_done_callback(tasks.discard)
 
+        self._spawn = spawn
+
         last_scrape = 0.0
-        scrape_client = new_session(len(self._eps))
+        scrape_client = self._scraper = new_session(len(self._eps))
         try:
             while not self._stop:
                 now_s = time.monotonic()
@@ -387,8 +395,7 @@ class HttpSource(WarmsUp):
                 if asked != self._level_sent and self._ready():
                     self._level_sent = asked
                     self._sink.put(LevelReady(time.perf_counter_ns(), *asked, "http"))
-                self._arrivals()  # none until every endpoint in use has warmed its streams (the load's start)
-                self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
+                self._pump()  # none until every endpoint in use has warmed its streams (the load's start)
                 if now_s - last_scrape >= 1.0:
                     last_scrape = now_s
                     for ep in self._eps:
@@ -405,9 +412,9 @@ class HttpSource(WarmsUp):
             for c in [scrape_client, *(c for ep in self._eps for c in ep.clients.values())]:
                 await c.close()
 
-    def _client(self, ep: _Ep, slot: int) -> aiohttp.ClientSession:
+    def _client(self, ep: _Ep, slot: int) -> StreamSession:
         if slot not in ep.clients:
-            ep.clients[slot] = new_session()
+            ep.clients[slot] = new_stream_session(self._url(ep))
         return ep.clients[slot]
 
     def _route(self) -> tuple[_Ep, bool] | None:
@@ -444,6 +451,22 @@ class HttpSource(WarmsUp):
             ep.info.state, ep.info.current = S.SERVING, req.request_id
         spawn(self._one(ep, slot, req))
         return True
+
+    def _pump(self) -> None:
+        """Release what is due and send it, on free streams: each turn of the loop's main task, and at once when a
+        request ends (a closed loop's next request is due then: waiting for the main task's next turn, behind
+        every stream's reads of that turn, was most of the dispatch time at 64 streams, docs/design.md §19).
+        Not re-entered: a request that ends inside its own send (it failed before its first wait) leaves the
+        rest to the main task, which its end wakes."""
+        if self._pumping or self._stop or self._spawn is None:
+            return
+        self._pumping = True
+        try:
+            self._arrivals()
+            spawn = self._spawn
+            self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
+        finally:
+            self._pumping = False
 
     def _serving_k(self) -> int:
         """K on the records: the endpoints serving now (in use, answering, a stream warmed), not the K asked,
@@ -515,7 +538,8 @@ class HttpSource(WarmsUp):
                 if r.error:
                     self._sink.log(f"warmup request ({ep.info.label}): {r.error}", "warn")
             if ep.up and ep.load_start is None:  # the counters before the load: a rise counts its first wave
-                ep.load_start = ep.view = await scrape_metrics(self._client(ep, ep.warmed + 1), ep.base)
+                assert self._scraper is not None
+                ep.load_start = ep.view = await scrape_metrics(self._scraper, ep.base)
             if ep.up:
                 ep.warmed = max(ep.warmed, b)
                 with self._lock:
@@ -620,5 +644,6 @@ class HttpSource(WarmsUp):
         with self._lock:  # a session's user takes the answer into its history, then thinks
             self._dispatch.finished(req, None if res.error else res.text, rec.t_done_ns)
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
+        self._pump()
         if self._wake:
             self._wake.set()
