@@ -1,7 +1,8 @@
 """Where the HTTP client's time per token goes: B streams of inference-top's HTTP source (one asyncio loop)
 against engines/null_server.py, a closed loop of B users, recorded as a run records (core/recorder.Recorder), with
 cProfile in the source's loop thread. Its own time is grouped by part (the asyncio loop, the kernel's socket
-calls, aiohttp's response parse and buffers, aiohttp's request start, our SSE line cut, JSON decode, our token
+calls, engines/http_lean.py's reads and chunk decode and its request start (an http:// endpoint's streams),
+aiohttp's response parse and buffers and request start (https://, and the scrape), our SSE line cut, JSON decode, our token
 count, the record, the /metrics scrape; the rest: builtins every part calls, isinstance, list.append …, and the
 thread's start, aiohttp's import among it: more requests make that smaller) and printed as shares of the loop thread's busy time and
 µs per token. cProfile adds a cost to every Python call, so the shares lean towards Python-heavy parts and the
@@ -39,6 +40,10 @@ PARTS = (
     ("JSON decode", lambda f, fn: "/json/" in f),
     ("token count (ours)", lambda f, fn: "http_openai" in f and fn in ("chunk", "finish")
      or fn == "<method 'get' of 'dict' objects>"),
+    ("lean: response read (reads, chunk decode)", lambda f, fn: "http_lean" in f and fn in (
+        "data_received", "piece", "_stalled", "readany", "read", "_feed", "_chunks", "_out", "is_eof", "at")
+     or fn in ("<method 'find' of 'bytearray' objects>", "<method 'popleft' of 'collections.deque' objects>")),
+    ("lean: request start and connection", lambda f, fn: "http_lean" in f),
     ("aiohttp: response parse and buffers", lambda f, fn: "aiohttp" in f and any(
         x in f for x in ("client_proto", "streams", "http_parser", "base_protocol", "helpers"))),
     ("aiohttp: request start", lambda f, fn: "aiohttp" in f or "yarl" in f or "multidict" in f),
