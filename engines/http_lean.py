@@ -4,8 +4,8 @@ start without aiohttp's.
 At 64 streams due together the client puts 64 requests on their sockets one after another, and each one's start
 is the next one's wait. Through stream_one, a request's start cost ≈ 158 µs of CPU with aiohttp's session (its URL,
 headers, timer, connector and writer objects) and ≈ 46 µs with this one, the body's JSON and the kernel's send()
-included (`python benchmarks/client_burst.py`: ×3.4 at 64 streams). So the one request the load sources send many times, a streamed POST on a kept-alive
-connection, is written and read here; everything else (https, /models, /metrics, /tokenize, the scrape) stays
+included (`python benchmarks/client_burst.py`: ×3.4 at 64 streams). So the one request the load sources send many
+times, a streamed POST on a kept-alive connection, is written and read here; everything else (https, /models, /metrics, /tokenize, the scrape) stays
 with aiohttp and engines/http_sync.py.
 
 What it speaks: HTTP/1.1, one request at a time per connection, the connection kept while the server keeps it
@@ -79,6 +79,15 @@ def request_bytes(url: str, data: bytes, headers: dict[str, str]) -> bytes:
         out.append(b"Content-Type: application/json\r\n")
     out += [b"Content-Length: %d\r\n\r\n" % len(data), data]
     return b"".join(out)
+
+
+def arrival_at(marks: deque[tuple[int, int]], offset: int) -> int:
+    """When the read came that brought a body's byte `offset`, from the (body bytes by the read's end, its time)
+    marks of the reads so far, oldest first; the marks before it are spent (offsets are asked in order); now, for
+    a byte not come. This module's responses and http_openai's _ArrivalClock both answer with it."""
+    while marks and marks[0][0] < offset:
+        marks.popleft()
+    return marks[0][1] if marks else time.perf_counter_ns()
 
 
 class _Conn(asyncio.Protocol):
@@ -198,11 +207,7 @@ class _Body:
         return self.eof and not self.ready
 
     def at(self, offset: int) -> int:
-        """When the read came that brought the body's byte `offset` (now, for one not come)."""
-        marks = self.marks
-        while marks and marks[0][0] < offset:
-            marks.popleft()
-        return marks[0][1] if marks else time.perf_counter_ns()
+        return arrival_at(self.marks, offset)
 
     # ---- decoding
     def _out(self, data: bytes, t: int) -> None:

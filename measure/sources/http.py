@@ -22,9 +22,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session, new_stream_session,
-                                 public_url,
-                                 scrape_metrics, served_model, server_tokens, StreamResult, stream_one, stream_url)
+from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session,
+                                 new_stream_session, public_url, scrape_metrics, served_model, server_tokens,
+                                 StreamResult, stream_one, stream_url)
 from measure.core.metrics import ttft
 from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record
 from measure.core.workload import Load, PrefixCache
@@ -433,7 +433,7 @@ class HttpSource(WarmsUp):
             self._rr = (got[0].idx + 1) % n
         return got
 
-    def _send(self, choice: tuple[_Ep, bool], req: Request, spawn: Callable[[Coroutine[Any, Any, None]], None]) -> bool:
+    def _send(self, choice: tuple[_Ep, bool], req: Request) -> bool:
         """A request on a free stream of the endpoint _route chose (or on a stream beyond B: one opened before and
         free again, else a new one)."""
         ep, beyond = choice
@@ -449,7 +449,8 @@ class HttpSource(WarmsUp):
         ep.outstanding += 1
         with self._lock:
             ep.info.state, ep.info.current = S.SERVING, req.request_id
-        spawn(self._one(ep, slot, req))
+        assert self._spawn is not None  # _pump sends only once the loop runs
+        self._spawn(self._one(ep, slot, req))
         return True
 
     def _pump(self) -> None:
@@ -463,8 +464,7 @@ class HttpSource(WarmsUp):
         self._pumping = True
         try:
             self._arrivals()
-            spawn = self._spawn
-            self._dispatch.dispatch(self._route, lambda ep, req: self._send(ep, req, spawn))
+            self._dispatch.dispatch(self._route, self._send)
         finally:
             self._pumping = False
 
