@@ -7,14 +7,14 @@ dispatch) and aiohttp's body-writing task (aiohttp starts it eagerly on 3.12+, a
 plain tasks each is one turn of the loop later, and at 64 streams a turn holds every stream's reads that came
 meanwhile: two turns were the 3.3 + 5.4 ms of TTFT bias harness_overhead.py measured at B = 64 on 3.11.
 
-`eager_task_factory()` is asyncio's own on 3.12+. On 3.11 it is the same rule written over asyncio's pure-Python
-Task (`asyncio.tasks._PyTask`, the reference implementation the C Task mirrors): the task is made as usual, the
-first step its constructor scheduled is cancelled, and that step is run now, with the running task (if any)
-stepped out of and back into asyncio's current-task slot for it, as 3.12's Task.__eager_start does. A task that
-finishes in that step is done when create_task returns. Outside a running loop, or if the constructor's step is
-not where it is expected, the task starts as a plain one. Its later steps are Python's, not C's; a pure-Python
-Task without the eager start cost what the C one does at 64 streams (61 µs of client CPU a token,
-benchmarks/harness_overhead.py's cpu figure).
+`eager_task_factory()` is asyncio's own on 3.12+. On 3.11 it is the same rule over asyncio's C Task: the task is
+made as usual, the first step its constructor scheduled (the last handle on the loop's ready queue, a
+TaskStepMethWrapper) is cancelled, and that step is run now, with the running task (if any) stepped out of and back
+into asyncio's current-task slot for it, as 3.12's Task.__eager_start does. A task that finishes in that step is
+done when create_task returns. Outside a running loop, or if the constructor's step is not where it is expected,
+the task starts as a plain one. Its later steps are the C Task's own: an earlier version of this factory made
+asyncio's pure-Python Task (`_PyTask`) to reach its step, and paid Python's step for every token after
+(benchmarks/harness_overhead.py at B = 64, 4 alternating pairs: client CPU 61–73 → 56–65 µs a token).
 """
 from __future__ import annotations
 
@@ -28,33 +28,26 @@ from typing import Any
 TaskFactory = Callable[..., "asyncio.Future[Any]"]
 
 
-class _EagerTask311(_tasks._PyTask):  # type: ignore[name-defined,misc]
-    """asyncio's pure-Python Task, its first step run in the constructor (3.11; 3.12 has eager_start)."""
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], *, loop: asyncio.AbstractEventLoop,
-                 context: Context | None = None):
-        super().__init__(coro, loop=loop, context=context)
-        if not loop.is_running():
-            return
-        ready = getattr(loop, "_ready", None)  # BaseEventLoop's queue of handles due now
-        handle = ready[-1] if ready else None
-        step = self._Task__step
-        if handle is None or getattr(handle, "_callback", None) != step or handle.cancelled():
-            return  # not the step the constructor scheduled: leave it to the loop
-        handle.cancel()
-        current = _tasks.current_task(loop)
-        if current is not None:
-            _tasks._leave_task(loop, current)
-        try:
-            self._context.run(step)
-        finally:
-            if current is not None:
-                _tasks._enter_task(loop, current)
-
-
 def _factory_311(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], *,
                  context: Context | None = None) -> asyncio.Future[Any]:
-    return _EagerTask311(coro, loop=loop, context=context)
+    task = asyncio.Task(coro, loop=loop, context=context)  # type: ignore[call-arg]  # (3.11's stub lacks context)
+    if not loop.is_running():
+        return task
+    ready = getattr(loop, "_ready", None)  # BaseEventLoop's queue of handles due now
+    handle = ready[-1] if ready else None
+    if handle is None or handle.cancelled() or type(handle._callback).__name__ != "TaskStepMethWrapper":
+        return task  # not the step the constructor scheduled: leave it to the loop
+    step, ctx = handle._callback, handle._context
+    handle.cancel()
+    current = _tasks.current_task(loop)
+    if current is not None:
+        _tasks._leave_task(loop, current)
+    try:
+        ctx.run(step)
+    finally:
+        if current is not None:
+            _tasks._enter_task(loop, current)
+    return task
 
 
 def eager_task_factory() -> TaskFactory:
