@@ -232,6 +232,7 @@ def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max
 
 
 @functools.lru_cache(maxsize=64)  # asked once per request: parsing it again was ≈ 5 % of a client's CPU
+@functools.lru_cache(maxsize=64)  # (asked once per request sent)
 def public_url(url: str) -> str:
     """The URL as it may be shown, logged or recorded: credentials written into it (user:password@) hidden."""
     from urllib.parse import urlsplit, urlunsplit
@@ -515,6 +516,17 @@ def new_stream_session(url: str) -> StreamSession:
     return new_session()
 
 
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":")).encode  # (json.dumps makes an encoder per call for these)
+
+
+@functools.lru_cache(maxsize=8)
+def _stream_timeout(stall_s: float) -> aiohttp.ClientTimeout:
+    """A stream's timeouts (one object per stall: each request sent asks)."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=stall_s)
+
+
 async def stream_one(session: StreamSession, url: str, body: dict[str, Any], headers: dict[str, str],
                      stall_s: float, on_tokens: Callable[[list[int]], None] | None = None,
                      read_to_end: bool = True) -> StreamResult:
@@ -557,10 +569,10 @@ async def _stream_once(session: StreamSession, url: str, body: dict[str, Any], h
     shown = public_url(url)
     if shown != url and any(k.lower() == "authorization" for k in headers):
         url = _without_userinfo(url)  # an API key is the credential then (aiohttp takes one or the other)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=stall_s)
+    timeout = _stream_timeout(stall_s)
     answered = dropped = False
     try:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = _COMPACT_JSON(body).encode()
         async with session.post(url, data=data, headers={"Content-Type": "application/json", **headers},
                                 timeout=timeout) as r:
             answered = True

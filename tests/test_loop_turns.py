@@ -169,3 +169,28 @@ def test_a_closed_loops_next_request_goes_out_from_the_end_of_the_last(monkeypat
     assert [r.error for r in recs] == [None] * 4
     gaps_s = [(b.t_started_ns - a.t_done_ns) / 1e9 for a, b in zip(recs, recs[1:])]
     assert max(gaps_s) < 0.25, gaps_s
+
+
+def test_a_closed_loops_next_request_goes_out_before_the_last_ones_record_is_made():
+    """The next request is sent from the end of the last before that one's record is built and handed over: at
+    64 streams ending together each record stood between a stream's end and its user's next request
+    (docs/design.md §19). Here each record, as it is handed over, finds the next request of its (only) user
+    already sent; before, none did."""
+    import presets
+    from engines.null_server import Behaviour, NullServer
+    from measure.core.records import RunMeta
+    from measure.core.workload import ClosedLoop, Load
+    from measure.sources.http import HttpSource
+
+    sent_before: list[int] = []
+    with NullServer(Behaviour(ttft_ms=1, itl_ms=1)) as srv:
+        src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False,
+                         on_record=lambda rec: sent_before.append(len(src._active)))
+        src.start()
+        try:
+            src.wait_ready(30)
+            recs = src.run_requests(Load(presets.workload("synthetic:4"), ClosedLoop(1, total=4), 2), timeout=60)
+        finally:
+            src.close()
+    assert [r.error for r in recs] == [None] * 4
+    assert sent_before[-4:] == [1, 1, 1, 0]  # the last has no next

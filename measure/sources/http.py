@@ -573,6 +573,9 @@ class HttpSource(WarmsUp):
         finally:
             self._active.pop(req.request_id, None)
             ep.outstanding -= 1
+        t_done = time.perf_counter_ns()
+        with self._lock:  # a session's user takes the answer into its history, then thinks
+            self._dispatch.finished(req, None if res.error else res.text, t_done)
         if res.unreachable:
             self._mark_down(ep, res.error or "unreachable")
         if ep.up:
@@ -582,9 +585,12 @@ class HttpSource(WarmsUp):
                 ep.spare.append(slot)
         elif ep.clients.get(slot) is client:
             await ep.clients.pop(slot).close()
+        # what is due now (a closed loop's next request) goes out before this one's record is made: at 64 streams
+        # ending together each one's record stood between the stream's end and the next request (design §19)
+        self._pump()
         rec = build_record(
             req, self.meta, self.run_id,
-            Outcome(res.token_ns, t_started, None,
+            Outcome(res.token_ns, t_started, t_done,
                     res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
                     res.finish_reason, res.error),
             ServedBy(ep.idx, model=ep.model or self.meta.model),
@@ -627,8 +633,8 @@ class HttpSource(WarmsUp):
         return extra
 
     def _ended(self, ep: _Ep, req: Request, res: StreamResult, rec: RequestRecord) -> None:
-        """A request's record made: its endpoint's row counts it, a session's user takes the answer, the record
-        goes out, the loop wakes (a stream is free)."""
+        """A request's record made (its user has the answer and what was due is sent: _one): its endpoint's row
+        counts it, the record goes out, the loop wakes (a stream is free)."""
         with self._lock:
             info = ep.info
             info.requests_done += 1
@@ -640,10 +646,6 @@ class HttpSource(WarmsUp):
                 info.state = (S.IDLE if ep.in_use else S.RETIRED) if ep.warmed else info.state
             if rec.t_first_token_ns:
                 info.last_ttft_s = ttft(rec)
-        assert rec.t_done_ns is not None  # build_record sets it
-        with self._lock:  # a session's user takes the answer into its history, then thinks
-            self._dispatch.finished(req, None if res.error else res.text, rec.t_done_ns)
         self._sink.record(rec, self._collector)  # read once: run_requests may clear it meanwhile
-        self._pump()
         if self._wake:
             self._wake.set()
