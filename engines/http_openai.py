@@ -232,7 +232,6 @@ def endpoint_body(endpoint: str, model: str | None, prompt: str | list[int], max
 
 
 @functools.lru_cache(maxsize=64)  # asked once per request: parsing it again was ≈ 5 % of a client's CPU
-@functools.lru_cache(maxsize=64)  # (asked once per request sent)
 def public_url(url: str) -> str:
     """The URL as it may be shown, logged or recorded: credentials written into it (user:password@) hidden."""
     from urllib.parse import urlsplit, urlunsplit

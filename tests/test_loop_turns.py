@@ -145,28 +145,35 @@ def test_the_wake_reaches_its_waiter_in_the_next_turn(set_first):
     run(main())
 
 
-def test_a_closed_loops_next_request_goes_out_from_the_end_of_the_last(monkeypatch):
-    """A closed loop's next request is due when the last ends, and is sent from there (HttpSource._pump), not
-    when the loop's main task next wakes: here the main task is never woken early (Wake.set does nothing, so it
-    sleeps its 0.5 s out), and each user's next request still starts within a fraction of that after the last
-    ended. Before, each waited for the main task: half a turn at 64 streams, most of the 0.5–1.5 ms of dispatch."""
+def _one_users_closed_loop(on_record=None):
+    """Four requests of one user (a closed loop, B = 1) through the HTTP source against the null server (1 ms
+    TTFT and ITL); on_record(source, record) is told each record as the source hands it over."""
     import presets
     from engines.null_server import Behaviour, NullServer
     from measure.core.records import RunMeta
     from measure.core.workload import ClosedLoop, Load
     from measure.sources.http import HttpSource
 
-    monkeypatch.setattr(Wake, "set", lambda self: None)
     with NullServer(Behaviour(ttft_ms=1, itl_ms=1)) as srv:
-        src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False)
+        src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False,
+                         on_record=(lambda rec: on_record(src, rec)) if on_record else None)
         src.start()
         try:
             src.wait_ready(30)
             recs = src.run_requests(Load(presets.workload("synthetic:4"), ClosedLoop(1, total=4), 2), timeout=60)
         finally:
             src.close()
-    recs.sort(key=lambda r: r.t_started_ns)
     assert [r.error for r in recs] == [None] * 4
+    return recs
+
+
+def test_a_closed_loops_next_request_goes_out_from_the_end_of_the_last(monkeypatch):
+    """A closed loop's next request is due when the last ends, and is sent from there (HttpSource._pump), not
+    when the loop's main task next wakes: here the main task is never woken early (Wake.set does nothing, so it
+    sleeps its 0.5 s out), and each user's next request still starts within a fraction of that after the last
+    ended. Before, each waited for the main task: half a turn at 64 streams, most of the 0.5–1.5 ms of dispatch."""
+    monkeypatch.setattr(Wake, "set", lambda self: None)
+    recs = sorted(_one_users_closed_loop(), key=lambda r: r.t_started_ns)
     gaps_s = [(b.t_started_ns - a.t_done_ns) / 1e9 for a, b in zip(recs, recs[1:])]
     assert max(gaps_s) < 0.25, gaps_s
 
@@ -176,21 +183,6 @@ def test_a_closed_loops_next_request_goes_out_before_the_last_ones_record_is_mad
     64 streams ending together each record stood between a stream's end and its user's next request
     (docs/design.md §19). Here each record, as it is handed over, finds the next request of its (only) user
     already sent; before, none did."""
-    import presets
-    from engines.null_server import Behaviour, NullServer
-    from measure.core.records import RunMeta
-    from measure.core.workload import ClosedLoop, Load
-    from measure.sources.http import HttpSource
-
     sent_before: list[int] = []
-    with NullServer(Behaviour(ttft_ms=1, itl_ms=1)) as srv:
-        src = HttpSource(srv.url, RunMeta("http", "null", 0, simulated=True), b=1, events=False,
-                         on_record=lambda rec: sent_before.append(len(src._active)))
-        src.start()
-        try:
-            src.wait_ready(30)
-            recs = src.run_requests(Load(presets.workload("synthetic:4"), ClosedLoop(1, total=4), 2), timeout=60)
-        finally:
-            src.close()
-    assert [r.error for r in recs] == [None] * 4
+    _one_users_closed_loop(lambda src, rec: sent_before.append(len(src._active)))
     assert sent_before[-4:] == [1, 1, 1, 0]  # the last has no next
