@@ -34,14 +34,15 @@ from measure.sources.http import HttpSource  # noqa: E402
 PARTS = (
     ("idle: waiting in select()", lambda f, fn: fn == "<built-in method select.select>"),
     ("kernel: socket recv/send/connect", lambda f, fn: "_socket.socket" in fn),
-    ("SSE line cut (ours)", lambda f, fn: "http_openai" in f and fn in ("_read_events", "noted", "at")
+    ("SSE line cut (ours)", lambda f, fn: "http_openai" in f and fn in ("_read_events", "take", "noted", "at")
      or fn in ("<method 'startswith' of 'bytes' objects>", "<method 'split' of 'bytes' objects>",
                "<method 'strip' of 'bytes' objects>")),
     ("JSON decode", lambda f, fn: "/json/" in f),
     ("token count (ours)", lambda f, fn: "http_openai" in f and fn in ("chunk", "finish")
      or fn == "<method 'get' of 'dict' objects>"),
     ("lean: response read (reads, chunk decode)", lambda f, fn: "http_lean" in f and fn in (
-        "data_received", "piece", "_stalled", "readany", "read", "_feed", "_chunks", "_out", "is_eof", "at")
+        "data_received", "piece", "wait", "_wake", "_stalled", "readany", "read", "hand_over", "_received", "_stop",
+        "_feed", "_chunks", "_out", "is_eof")
      or fn in ("<method 'find' of 'bytearray' objects>", "<method 'popleft' of 'collections.deque' objects>")),
     ("lean: request start and connection", lambda f, fn: "http_lean" in f),
     ("aiohttp: response parse and buffers", lambda f, fn: "aiohttp" in f and any(
@@ -68,6 +69,7 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--requests", type=int, default=512)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--top", type=int, default=0, help="also name the rest's N largest functions (own time)")
     a = ap.parse_args()
     from engines.null_server import spawn
 
@@ -100,6 +102,11 @@ def main() -> int:
     busy = sum(v for k, v in parts.items() if not k.startswith("idle"))
     print(f"B={a.streams}: {len(recs)} requests, {tokens} tokens; the loop thread busy {busy:.2f} s profiled "
           f"({busy / tokens * 1e6:.1f} µs per token under cProfile), idle {parts['idle: waiting in select()']:.2f} s")
+    if a.top:
+        rest = [(tt, f"{f.rsplit('/', 1)[-1]}:{fn}") for (f, _, fn), (_, _, tt, _, _) in pstats.Stats(prof).stats.items()  # type: ignore[attr-defined]
+                if next((p for p, test in PARTS if test(f, fn)), "the rest") == "the rest"]
+        print("  the rest's largest: " + ", ".join(f"{name} {tt / tokens * 1e6:.1f}" for tt, name in sorted(rest)[::-1][:a.top])
+              + " µs/token")
     out = {}
     for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
         if not k.startswith("idle"):

@@ -16,8 +16,10 @@ sent as Basic authorization where no Authorization header is given, as aiohttp s
 
 It quacks as the part of aiohttp's response engines/http_openai.py reads (status, headers, content's readany /
 read / is_eof), and its failures are aiohttp's exception types (ServerDisconnectedError, ClientPayloadError,
-ClientOSError; `LeanConnectError` for a refused connect), so one reader and one failure map serve both. Each
-piece of the body is stamped when its socket read was handed over (`at`, as _ArrivalClock does for aiohttp).
+ClientOSError; `LeanConnectError` for a refused connect), so one failure map serves both. Its body can also be
+handed over as it comes (`_Body.hand_over`): each socket read is decoded and given to the reader inside the
+protocol's data_received, stamped with when that read was handed over, and the request's task wakes once, at the
+end, not once per read (per token) as a wait on readany does.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import base64
 import functools
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -81,32 +84,30 @@ def request_bytes(url: str, data: bytes, headers: dict[str, str]) -> bytes:
     return b"".join(out)
 
 
-def arrival_at(marks: deque[tuple[int, int]], offset: int) -> int:
-    """When the read came that brought a body's byte `offset`, from the (body bytes by the read's end, its time)
-    marks of the reads so far, oldest first; the marks before it are spent (offsets are asked in order); now, for
-    a byte not come. This module's responses and http_openai's _ArrivalClock both answer with it."""
-    while marks and marks[0][0] < offset:
-        marks.popleft()
-    return marks[0][1] if marks else time.perf_counter_ns()
-
-
 class _Conn(asyncio.Protocol):
-    """One connection's bytes as its socket reads handed them over, each with its time."""
+    """One connection's bytes as its socket reads handed them over, each with its time: kept for piece(), or, while
+    a `sink` is set, given to it at once, inside data_received (_Body.hand_over)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.pieces: deque[tuple[bytes, int]] = deque()
+        self.sink: Callable[[bytes, int], None] | None = None
         self.closed = False
         self.lost: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.stall_s = self.since = 0.0
+        self.stall_s = 0.0
+        self.since_ns = 0  # the stall counts from here: the wait's start or the last read, the later
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        self.pieces.append((data, time.perf_counter_ns()))
+        self.since_ns = t = time.perf_counter_ns()
+        if self.sink is not None:
+            self.sink(data, t)
+            return
+        self.pieces.append((data, t))
         self._wake()
 
     def eof_received(self) -> bool:
@@ -125,39 +126,44 @@ class _Conn(asyncio.Protocol):
 
     async def piece(self, stall_s: float | None) -> tuple[bytes, int] | None:
         """The next read's bytes and time; None when the server closed the connection; asyncio.TimeoutError
-        after stall_s seconds without one.
-
-        The stall is watched by one timer per connection that re-arms itself for what is left of the wait, not by
-        a timer per wait: a timer made and cancelled for every token was ≈ 8 % of the client's CPU at 64 streams."""
+        after stall_s seconds without one."""
         while not self.pieces:
             if self.closed:
                 return None
-            loop = asyncio.get_running_loop()
-            self.waiter = fut = loop.create_future()
-            if stall_s:
-                self.stall_s, self.since = stall_s, loop.time()
-                if self.timer is None:
-                    self.timer = loop.call_later(stall_s, self._stalled)
-            try:
-                await fut
-            finally:
-                self.waiter = None
+            await self.wait(stall_s)
         return self.pieces.popleft()
+
+    async def wait(self, stall_s: float | None) -> None:
+        """Until the next wake (a read kept, the sink's end, the connection's end); asyncio.TimeoutError after
+        stall_s seconds without a read.
+
+        The stall is watched by one timer per connection that re-arms itself for what is left of the wait, not by
+        a timer per wait: a timer made and cancelled for every token was ≈ 8 % of the client's CPU at 64 streams."""
+        loop = asyncio.get_running_loop()
+        self.waiter = fut = loop.create_future()
+        if stall_s:
+            self.stall_s, self.since_ns = stall_s, time.perf_counter_ns()
+            if self.timer is None:
+                self.timer = loop.call_later(stall_s, self._stalled)
+        try:
+            await fut
+        finally:
+            self.waiter = None
 
     def _stalled(self) -> None:
         self.timer = None
         w = self.waiter
         if w is None or w.done():
             return  # not waiting now: the next wait arms it again
-        loop = w.get_loop()
-        left = self.since + self.stall_s - loop.time()
+        left = self.stall_s - (time.perf_counter_ns() - self.since_ns) / 1e9
         if left > 0:
-            self.timer = loop.call_later(left, self._stalled)
+            self.timer = w.get_loop().call_later(left, self._stalled)
         else:
             w.set_exception(asyncio.TimeoutError())
 
     def close(self) -> None:
         self.closed = True
+        self.sink = None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -167,15 +173,15 @@ class _Conn(asyncio.Protocol):
 
 class _Body:
     """A response's body as aiohttp's StreamReader gives it to http_openai (readany, read, is_eof), decoded from
-    the connection's reads (chunked, sized or to the connection's end), with when each piece came (at())."""
+    the connection's reads (chunked, sized or to the connection's end), or handed over as it comes (hand_over)."""
 
     def __init__(self, conn: _Conn, framing: str, length: int, rest: bytes, t: int, stall_s: float | None):
         self.conn, self.framing, self.left, self.stall_s = conn, framing, length, stall_s
         self.raw = bytearray()
         self.eof = framing == "sized" and length == 0
-        self.total = 0
-        self.marks: deque[tuple[int, int]] = deque()
-        self.ready: deque[bytes] = deque()
+        self.ready: deque[tuple[bytes, int]] = deque()  # decoded pieces not read yet, each with its read's time
+        self.take: Callable[[bytes, int], bool] | None = None  # hand_over's reader, while it wants more
+        self.failed: BaseException | None = None  # what stopped a hand-over inside data_received
         self.in_chunk = 0  # bytes of the current chunk still to come
         self.chunk_crlf = self.trailers = False
         if rest:
@@ -186,19 +192,16 @@ class _Body:
         while not self.ready and not self.eof:
             got = await self.conn.piece(self.stall_s)
             if got is None:
-                if self.framing == "to-close":
-                    self.eof = True
-                    break
-                raise aiohttp.ClientPayloadError(
-                    f"the connection closed {'inside a chunk' if self.framing == 'chunked' else f'{self.left} bytes short'}")
+                self._closed()
+                break
             self._feed(*got)
-        return self.ready.popleft() if self.ready else b""
+        return self.ready.popleft()[0] if self.ready else b""
 
     async def read(self, n: int = -1) -> bytes:
         out = bytearray()
         while (n < 0 or len(out) < n) and (data := await self.readany()):
             if n >= 0 and len(out) + len(data) > n:
-                self.ready.appendleft(data[n - len(out):])
+                self.ready.appendleft((data[n - len(out):], 0))
                 data = data[:n - len(out)]
             out += data
         return bytes(out)
@@ -206,15 +209,78 @@ class _Body:
     def is_eof(self) -> bool:
         return self.eof and not self.ready
 
-    def at(self, offset: int) -> int:
-        return arrival_at(self.marks, offset)
+    def _closed(self) -> None:
+        """The connection closed before the body's end: its end (read to the close), or a payload error."""
+        if self.framing == "to-close":
+            self.eof = True
+            return
+        raise aiohttp.ClientPayloadError(
+            f"the connection closed {'inside a chunk' if self.framing == 'chunked' else f'{self.left} bytes short'}")
+
+    # ---- handed over as it comes
+    async def hand_over(self, take: Callable[[bytes, int], bool]) -> bool:
+        """Each decoded piece of the body given to take(data, t) (t: when its socket read was handed over) as it
+        comes, inside the protocol's data_received: this task waits once, not once per read. Until take returns
+        True (True; what came after that piece stays to be read) or the body ends (False). An exception raised
+        by take or by the body's framing is raised here; the stall (stall_s without a read) as
+        asyncio.TimeoutError.
+
+        A wait per read was a future, a wake and a step of this task per token: the client's CPU per token at 64
+        streams fell from 56–62 to 40–46 µs without it (docs/design.md §19)."""
+        conn = self.conn
+        while self.ready:  # what came with the head (or was read before)
+            data, t = self.ready.popleft()
+            if take(data, t):
+                return True
+        while conn.pieces:  # reads kept before the hand-over
+            self._feed(*conn.pieces.popleft())
+            while self.ready:
+                data, t = self.ready.popleft()
+                if take(data, t):
+                    return True
+        if self.eof:
+            return False
+        self.take, self.failed = take, None
+        conn.sink = self._received
+        try:
+            while conn.sink is not None and not conn.closed:
+                await conn.wait(self.stall_s)
+            if self.failed is not None:
+                raise self.failed
+            if self.take is None:  # it took what it wanted
+                return True
+            if not self.eof:  # the connection closed first
+                self._closed()
+            return False
+        finally:
+            conn.sink = self.take = None
+            self.failed = None
+
+    def _received(self, data: bytes, t: int) -> None:
+        """(The connection's sink during a hand-over: called in data_received.)"""
+        try:
+            self._feed(data, t)
+        except BaseException as exc:  # raised in hand_over's task, not into the event loop's transport
+            self.failed = exc
+            self._stop()
+            return
+        if self.eof:
+            self._stop()
+
+    def _stop(self) -> None:
+        self.conn.sink = None
+        self.conn._wake()
 
     # ---- decoding
     def _out(self, data: bytes, t: int) -> None:
-        if data:
-            self.total += len(data)
-            self.ready.append(data)
-            self.marks.append((self.total, t))
+        if not data:
+            return
+        take = self.take
+        if take is None:
+            self.ready.append((data, t))
+        elif take(data, t):
+            self.take = None
+            self._stop()
 
     def _feed(self, data: bytes, t: int) -> None:
         if self.framing == "to-close":
@@ -222,8 +288,8 @@ class _Body:
         elif self.framing == "sized":
             take = data[:self.left]
             self.left -= len(take)
-            self._out(take, t)
             self.eof = self.left == 0
+            self._out(take, t)
         else:
             self.raw += data
             self._chunks(t)
@@ -265,12 +331,6 @@ class LeanResponse:
 
     def __init__(self, status: int, headers: dict[str, str], content: _Body, keep: bool):
         self.status, self.headers, self.content, self.keep = status, headers, content, keep
-
-    def at(self, offset: int) -> int:
-        return self.content.at(offset)
-
-    def close(self) -> None:
-        """(An _ArrivalClock's close: nothing to undo here.)"""
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:

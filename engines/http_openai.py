@@ -1,8 +1,10 @@
 """An OpenAI-compatible server as the engine: one streamed request, token timestamps from the SSE chunks.
 
 Used by measure/sources/http.py, which keeps B such streams open at once. Each content chunk is stamped with
-perf_counter_ns() when it arrives: when the socket read that completed it was handed over (_ArrivalClock),
-not when the reading coroutine got to it, a turn of the event loop later (under load, a busy one). Its token
+perf_counter_ns() when it arrives: when the socket read that completed it was handed over (on an http:// URL the
+lean connection's data_received, which parses the events there and then; on https:// aiohttp's, through
+_ArrivalClock), not when the reading coroutine got to it, a turn of the event loop later (under load, a busy
+one). Its token
 count: where chunks carry a running usage.completion_tokens (vLLM's continuous_usage_stats), the rise since
 the previous chunk ("continuous-usage"); else a per-chunk completion_tokens_delta where sent, else one
 ("chunks"). If the final usage then reports more tokens than
@@ -380,9 +382,6 @@ class _ArrivalClock:
 
     def __init__(self, r: Any):
         self.t0 = time.perf_counter_ns()
-        from engines.http_lean import arrival_at  # (aiohttp is imported by then: this clock reads its responses)
-
-        self._arrival_at = arrival_at
         self.content = r.content
         self.base = int(getattr(r.content, "total_bytes", 0) or 0)
         self.marks: deque[tuple[int, int]] = deque()
@@ -404,7 +403,14 @@ class _ArrivalClock:
         self.proto.data_received = noted
 
     def at(self, offset: int) -> int:
-        return self.t0 if offset <= self.base else self._arrival_at(self.marks, offset)
+        """When the read came that brought the body's byte `offset` (asked in order: the marks before it are spent);
+        now, for a byte not come."""
+        if offset <= self.base:
+            return self.t0
+        marks = self.marks
+        while marks and marks[0][0] < offset:
+            marks.popleft()
+        return marks[0][1] if marks else time.perf_counter_ns()
 
     def close(self) -> None:
         if self.proto is not None:
@@ -427,50 +433,79 @@ async def _refusal(r: Answer, shown: str) -> str | None:
 MAX_LINE = 1 << 20  # an SSE line longer than this (no newline within 1 MiB) is not a stream we can read
 
 
-async def _read_events(r: Answer, clock: _ArrivalClock | LeanResponse, res: StreamResult, counter: _Counter,
-                       read_to_end: bool) -> bool | None:
-    """The stream's events counted as they come: True at [DONE], False where the body ended without it, None at
-    a line that is not JSON (res.error says which).
+class _Events:
+    """The stream's SSE events, cut into lines from the body's pieces as they come and counted (_Counter.chunk):
+    take(data, t) is True once [DONE] came, or a `data:` line that is not JSON (`malformed`; res.error says
+    which). A chunk's time is its last byte's: the piece's t, or at(its end offset) where a clock is given (aiohttp's
+    readany may join several reads in one piece)."""
 
-    The body is taken as it comes (readany: whatever the socket reads brought, one wait each) and cut into
-    lines here: aiohttp's line iterator cost three waits and buffer walks per token, ≈ a third of the client's
-    CPU per token at 64 streams (docs/design.md §19)."""
-    import asyncio
+    def __init__(self, res: StreamResult, counter: _Counter, at: Callable[[int], int] | None = None):
+        self.res, self.counter, self.at = res, counter, at
+        self.offset = 0  # the body's bytes taken so far
+        self.rest = b""  # the last line's start, not ended yet
+        self.malformed = False
 
-    import aiohttp
-
-    content = r.content
-    offset = 0  # the body's bytes read so far
-    rest = b""  # the last line's start, not ended yet
-    while True:
-        data = await content.readany()
-        if not data:
-            return False
-        end = offset - len(rest)  # the body offset where `rest` starts
-        offset += len(data)
+    def take(self, data: bytes, t: int) -> bool:
+        rest, at = self.rest, self.at
+        end = self.offset - len(rest)  # the body offset where `rest` starts
+        self.offset += len(data)
         lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
-        rest = lines.pop()
+        self.rest = rest = lines.pop()
         if len(rest) > MAX_LINE:
             raise ValueError(f"an SSE line longer than {MAX_LINE} bytes")
         for raw in lines:
             end += len(raw) + 1
             if not raw.startswith(b"data:"):
                 continue
-            t = clock.at(end)  # when the chunk's last byte came off the socket
-            data = raw[5:].strip()
-            if data == b"[DONE]":
-                if read_to_end and not content.is_eof():  # (the body's end has mostly come with [DONE])
-                    try:
-                        await asyncio.wait_for(content.read(), 0.05)
-                    except (asyncio.TimeoutError, aiohttp.ClientError):
-                        pass
+            body = raw[5:].strip()
+            if body == b"[DONE]":
                 return True
             try:
-                chunk = json.loads(data)
+                chunk = json.loads(body)
             except ValueError:
-                res.error = f"malformed JSON in the stream: {data[:80].decode('utf-8', 'replace')!r}"
-                return None
-            counter.chunk(chunk, t)
+                self.res.error = f"malformed JSON in the stream: {body[:80].decode('utf-8', 'replace')!r}"
+                self.malformed = True
+                return True
+            self.counter.chunk(chunk, at(end) if at is not None else t)  # when the chunk's last byte came
+        return False
+
+
+async def _read_events(r: Answer, res: StreamResult, counter: _Counter, read_to_end: bool) -> bool | None:
+    """The stream's events counted as they come: True at [DONE], False where the body ended without it, None at
+    a line that is not JSON (res.error says which).
+
+    A lean response (http://) hands its body over inside the connection's data_received (http_lean's hand_over):
+    every event is parsed and counted as its read comes, and this task wakes once, at the end. aiohttp's body
+    (https://) is taken as it comes (readany: whatever the socket reads brought, one wait each) and cut into
+    lines here: aiohttp's line iterator cost three waits and buffer walks per token, ≈ a third of the client's
+    CPU per token at 64 streams (docs/design.md §19)."""
+    import asyncio
+
+    import aiohttp
+
+    from engines.http_lean import LeanResponse
+
+    content = r.content
+    if isinstance(r, LeanResponse):
+        events = _Events(res, counter)
+        done = await r.content.hand_over(events.take)
+    else:
+        clock = _ArrivalClock(r)
+        events = _Events(res, counter, clock.at)
+        done = False
+        try:
+            while not done and (data := await content.readany()):
+                done = events.take(data, 0)
+        finally:
+            clock.close()
+    if events.malformed:
+        return None
+    if done and read_to_end and not content.is_eof():  # (the body's end has mostly come with [DONE])
+        try:
+            await asyncio.wait_for(content.read(), 0.05)
+        except (asyncio.TimeoutError, aiohttp.ClientError):
+            pass
+    return done
 
 
 def _failure(exc: BaseException, shown: str, stall_s: float, answered: bool) -> tuple[str, bool, bool]:
@@ -560,8 +595,6 @@ async def _stream_once(session: StreamSession, url: str, body: dict[str, Any], h
     import aiohttp
     import aiohttp.http_exceptions
 
-    from engines.http_lean import LeanResponse
-
     res = StreamResult()
     done: bool | None = False
     counter = _Counter(res, on_tokens)
@@ -578,11 +611,7 @@ async def _stream_once(session: StreamSession, url: str, body: dict[str, Any], h
             if (refused := await _refusal(r, shown)) is not None:
                 res.error = refused
                 return res, False
-            clock = r if isinstance(r, LeanResponse) else _ArrivalClock(r)  # a lean response stamps its own reads
-            try:
-                done = await _read_events(r, clock, res, counter, read_to_end)
-            finally:
-                clock.close()
+            done = await _read_events(r, res, counter, read_to_end)
             if done is None:  # malformed JSON: said in res.error
                 return res, False
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, aiohttp.http_exceptions.HttpProcessingError) as exc:

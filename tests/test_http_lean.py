@@ -3,6 +3,7 @@ the servers it must read are tested over both sessions where the aiohttp ones ar
 test_null_engine.py: `make` / `lean`); here what is its own: the bytes it writes, the body it decodes, and when it
 keeps a connection."""
 import asyncio
+import collections.abc
 import socket
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.http_lean import LeanSession, _Body, request_bytes
+from engines.http_lean import LeanSession, _Body, _Conn, request_bytes
 from engines.http_openai import endpoint_body, stream_one
 
 
@@ -52,7 +53,8 @@ def chunked(parts: list[bytes]) -> bytes:
        framing=st.sampled_from(["chunked", "sized", "to-close"]))
 def test_a_body_cut_anywhere_by_the_socket_reads_decodes_whole(parts, cuts, framing):
     """The body's bytes, however the socket reads cut its framing (inside a size line, between CR and LF, in the
-    trailer), come out whole and in order, and each byte's time is that of the read that brought it."""
+    trailer), come out whole and in order, read (readany) or handed over as they come (hand_over, from inside
+    data_received); handed over, each piece carries the time of the read that brought it."""
     body = b"".join(parts)
     wire = chunked(parts) if framing == "chunked" else body
     at = sorted({c % (len(wire) + 1) for c in cuts} | {0, len(wire)})
@@ -68,12 +70,26 @@ def test_a_body_cut_anywhere_by_the_socket_reads_decodes_whole(parts, cuts, fram
     assert got == body and b.is_eof()
     if framing == "chunked":  # the framing read to its end, trailer and all: the connection is ready for the next
         assert src.i == len(reads) and not b.raw
-    if framing == "sized" and body:  # the byte at each read's end came with that read
-        ends = [sum(map(len, reads[:i + 1])) for i in range(len(reads))]
-        b2 = _Body(_Reads([]), "sized", len(body), b"", 0, None)  # type: ignore[arg-type]
-        for i, r in enumerate(reads):
-            b2._feed(r, i + 1)
-        assert [b2.at(e) for e in ends] == list(range(1, len(reads) + 1))
+
+    async def handed():
+        conn, pieces = _Conn(), []
+        b = _Body(conn, framing, len(body), b"", 0, None)
+        task = asyncio.ensure_future(b.hand_over(lambda data, t: pieces.append((data, t)) and False))
+        await asyncio.sleep(0)
+        for r in reads:
+            conn.data_received(r)
+            pieces.append(("read", conn.since_ns))
+        if framing == "to-close":
+            conn.connection_lost(None)
+        return await task, pieces, b
+
+    ended, pieces, b = asyncio.run(handed())
+    assert ended is False and b.is_eof() and b"".join(d for d, _ in pieces if d != "read") == body
+    read_t = [t for d, t in pieces if d == "read"]
+    for i, (d, t) in enumerate(pieces):  # a piece given before read k's mark came with read k
+        if d != "read":
+            assert t == next(t2 for d2, t2 in pieces[i:] if d2 == "read")
+    assert len(read_t) == len(reads)
 
 
 def test_a_broken_chunk_size_is_a_payload_error():
@@ -149,3 +165,74 @@ def test_a_connection_is_kept_while_the_server_keeps_it(close_after, idle_close,
     results = asyncio.run(go())
     assert [(r.error, len(r.token_ns), r.finish_reason, r.resent) for r in results] == [(None, 1, "length", False)] * 3
     assert srv.connections == connections
+
+
+class Paced:
+    """A loopback server whose one answer is a chunked SSE stream of `n` events, each written `gap_s` after the
+    last (each comes in its own socket read)."""
+
+    def __init__(self, n: int, gap_s: float):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1/completions"
+        self.n, self.gap_s = n, gap_s
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i in range(self.n):
+                time.sleep(self.gap_s)
+                last = i == self.n - 1
+                event = (b'data: {"choices": [{"text": "a", "finish_reason": %s}]}\n\n' % (b'"length"' if last else b"null")
+                         + (b"data: [DONE]\n\n" if last else b""))
+                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event) + (b"0\r\n\r\n" if last else b""))
+            time.sleep(0.5)
+
+
+class Steps(collections.abc.Coroutine):
+    """A coroutine run as a task, counting the task's steps (each resume of it by the event loop)."""
+
+    def __init__(self, coro):
+        self.coro, self.steps = coro, 0
+
+    def send(self, value):
+        self.steps += 1
+        return self.coro.send(value)
+
+    def throw(self, *exc):
+        self.steps += 1
+        return self.coro.throw(*exc)
+
+    def close(self):
+        return self.coro.close()
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.send(None)
+
+
+def test_a_lean_stream_wakes_its_task_once_for_its_body_not_once_per_token():
+    """30 events, each in its own read: every token is counted and stamped as its read comes (inside the
+    connection's data_received, ≥ 1 ms apart as they were sent), and the request's task is stepped a few times (its
+    start, its connection, its head, its body's end), not once per token as a wait on each read did."""
+    srv = Paced(30, 0.003)
+
+    async def go():
+        async with LeanSession() as s:
+            run = Steps(stream_one(s, srv.url, endpoint_body("completions", None, "a", 30, True), {}, 5.0))
+            return await asyncio.ensure_future(run), run.steps
+
+    res, steps = asyncio.run(go())
+    assert res.error is None and len(res.token_ns) == 30 and res.finish_reason == "length"
+    gaps = [b - a for a, b in zip(res.token_ns, res.token_ns[1:])]
+    assert min(gaps) > 1_000_000  # each token stamped when its own read came, not all at the end
+    assert steps <= 8, steps
