@@ -29,6 +29,12 @@ Client processes (issue 24: 5): --client-procs 1,auto runs each HTTP level with 
 loop (1) and spread over P worker processes (sources/http_pool.py; auto = http_pool.auto_procs(B)), one
 shared schedule from one start.
 
+Placement: a level run in one client process (and GuideLLM's) runs with the null server on one CPU and the client
+on the others (Linux; `apart`), as a client of a real server has it; each level's `placed` says so, and
+--no-pin leaves both where the kernel puts them. Left there, the kernel ran the two on one CPU most of the
+moments both had work (the wakee pulled beside its waker on loopback), and a level's ratio moved by ± 0.3 %
+from run to run with it (docs/measurements.md §11). A pool's processes are not placed: they share the cores.
+
 GuideLLM beside it: where a `guidellm` (0.8.x) is installed (on PATH, beside this Python, or --guidellm EXE;
 pip install 'inference-top[bench]'), each stream level is also run through GuideLLM's own client (its
 concurrent profile, B streams, the same requests per level, the same null server, /v1/completions), and
@@ -49,6 +55,7 @@ streams_B_open_*: the open loop), guidellm_streams_B_* GuideLLM's at B.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -146,28 +153,71 @@ def fleet_levels(a) -> list[dict]:
     return out
 
 
+def _place(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` (0: this one) allowed only `cpus` (Linux: an affinity is a thread's own)."""
+    pid = pid or os.getpid()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, ValueError):
+            pass  # a thread that ended meanwhile
+
+
+@contextlib.contextmanager
+def apart(server_pid: int, on: bool):
+    """The null server on one CPU and this client (its threads, and the client it starts meanwhile: GuideLLM's) on
+    the others, for a level run in one client process; put back after. Yields where it placed them ("" where
+    it did not: asked not to, fewer than 2 CPUs, or no sched_setaffinity).
+
+    On loopback the kernel wakes a process on the CPU of the one that woke it (the wakee is pulled beside its
+    waker): on this 2-core VM the client's loop and the null server, each waking the other thousands of times a
+    second, were on the same CPU in 58–75 % of the moments both had work, one waiting for the other, and B = 64
+    read anywhere from 0.987 to 0.994 from run to run (docs/measurements.md §11). A server of its own core is
+    what a client of a real server has."""
+    cpus = sorted(os.sched_getaffinity(0)) if on and hasattr(os, "sched_setaffinity") else []
+    if len(cpus) < 2:
+        yield ""
+        return
+    server_cpu, client_cpus = {cpus[-1]}, set(cpus[:-1])
+    _place(server_pid, server_cpu)
+    _place(0, client_cpus)
+    try:
+        yield f"server on CPU {cpus[-1]}, client on {','.join(map(str, sorted(client_cpus)))}"
+    finally:
+        _place(0, set(cpus))
+        try:
+            _place(server_pid, set(cpus))
+        except FileNotFoundError:
+            pass
+
+
 def http_levels(a) -> list[dict]:
     from engines.null_server import spawn
 
     server, url = spawn(a.ttft_ms, a.itl_ms)
     out = []
+
+    def run(p: int, *args, **kw) -> None:
+        with apart(server.pid, a.pin and p == 1) as placed:  # a pool's processes share the cores as they will
+            out.append(http_level(url, *args, procs=p, server_pid=server.pid, **kw))
+        out[-1]["placed"] = placed
+        print(_row(out[-1]), flush=True)
+
     try:
         wl = presets.workload("synthetic:16")
         for b in a.streams:
             n = max(a.min_requests, a.per_stream * b)
             for p in procs_for(a, b):
                 tag = f" ×{p} procs" if p > 1 else ""
-                out.append(http_level(url, f"B={b} HTTP{tag}", b, b, Load(wl, ClosedLoop(b, total=n), a.tokens), a,
-                                      procs=p, server_pid=server.pid))
-                print(_row(out[-1]), flush=True)
+                run(p, f"B={b} HTTP{tag}", b, b, Load(wl, ClosedLoop(b, total=n), a.tokens), a)
                 if a.open_loop:  # B streams on average, Poisson arrivals: rate = B ÷ the scheduled request duration
                     rate = b / (a.ttft_ms / 1e3 + (a.tokens - 1) * a.itl_ms / 1e3)
-                    out.append(http_level(url, f"~{b} open loop{tag}", b, b + int(4 * b ** 0.5) + 4,
-                                          Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a, procs=p,
-                                          server_pid=server.pid))
-                    print(_row(out[-1]), flush=True)
+                    run(p, f"~{b} open loop{tag}", b, b + int(4 * b ** 0.5) + 4,
+                        Load(wl, Poisson(rate, total=n, seed=1), a.tokens), a)
             if a.guidellm:
-                gl = guidellm_level(a, url, b, n)
+                with apart(server.pid, a.pin) as placed:
+                    gl = guidellm_level(a, url, b, n)
+                gl["placed"] = placed
                 out.append(gl)
                 print(_row(gl) if "ratio" in gl else f"{gl['level']:<20} {gl['error']}", flush=True)
     finally:
@@ -391,6 +441,9 @@ def main() -> int:
                          "(default 1,auto)")
     ap.add_argument("--guidellm", default=None, help="GuideLLM's command (default: beside this Python, or on PATH)")
     ap.add_argument("--no-guidellm", action="store_true", help="do not run GuideLLM")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the client and the null server where the kernel puts them (default: a one-process "
+                         "level runs the null server on one CPU and the client on the others, Linux)")
     a = ap.parse_args()
     a.k = [k for k in a.k if k > 0]
     a.guidellm = None if a.no_guidellm else find_guidellm(a.guidellm)
@@ -411,8 +464,10 @@ def main() -> int:
     for k, v in summ.items():
         if k.endswith(("_ratio", "_median_bias_ms")):
             print(f"  {k}: {v}")
+    placed = sorted({lv["placed"] for lv in levels if lv.get("placed")})
+    print(f"  one-process HTTP levels: {placed[0] if placed else 'client and null server where the kernel put them'}")
     print(json.dumps({"min_ratio": round(worst["ratio"], 4),
-                      "max_median_ttft_bias_ms": round(bias["ttft_bias_median_ms"], 3), **summ,
+                      "max_median_ttft_bias_ms": round(bias["ttft_bias_median_ms"], 3), **summ, "placed": placed,
                       "levels": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in lv.items()}
                                  for lv in levels]}))
     return 0
