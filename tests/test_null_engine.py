@@ -1,5 +1,6 @@
 """The null engine and the null server: a fixed schedule with no model, the harness's calibration."""
 import asyncio
+import os
 import socket
 import statistics
 import subprocess
@@ -352,6 +353,39 @@ def test_harness_overhead_splits_a_ttft_bias_into_its_four_parts_by_hand():
                               rec(0, 0, 0, 99_000, timings=False)])
     assert split == {"dispatch": 0.2, "request": 1.0, "server": 0.1, "response": 0.3}
     assert bench.bias_split([rec(0, 0, 0, 1, timings=False)]) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="placing processes on CPUs needs Linux and two CPUs")
+def test_harness_overhead_places_the_null_server_and_the_client_apart_and_back():
+    """harness_overhead.apart: inside, every thread of the server process on the last CPU this process may use and
+    every thread of this one on the others (a thread started inside inherits it); after, both may use them all
+    again; asked not to, it places nothing and says so ("")."""
+    import importlib.util
+    import threading
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
+    spec = importlib.util.spec_from_file_location("bench_harness_overhead", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cpus = sorted(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with bench.apart(child.pid, False) as placed:
+            assert placed == "" and os.sched_getaffinity(child.pid) == set(cpus)
+        with bench.apart(child.pid, True) as placed:
+            seen = []
+            t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+            t.start()
+            t.join()
+            assert os.sched_getaffinity(child.pid) == {cpus[-1]}
+            assert os.sched_getaffinity(0) == set(cpus[:-1]) == seen[0]
+            assert placed == f"server on CPU {cpus[-1]}, client on {','.join(map(str, cpus[:-1]))}"
+        assert os.sched_getaffinity(child.pid) == set(cpus) == os.sched_getaffinity(0)
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_http_sources_loop_starts_its_tasks_eagerly():
