@@ -228,16 +228,14 @@ class _Body:
         A wait per read was a future, a wake and a step of this task per token: the client's CPU per token at 64
         streams fell from 56–62 to 40–46 µs without it (docs/design.md §19)."""
         conn = self.conn
-        while self.ready:  # what came with the head (or was read before)
-            data, t = self.ready.popleft()
-            if take(data, t):
-                return True
-        while conn.pieces:  # reads kept before the hand-over
-            self._feed(*conn.pieces.popleft())
+        while True:  # what came with the head, then the reads kept before the hand-over, one at a time
             while self.ready:
                 data, t = self.ready.popleft()
                 if take(data, t):
                     return True
+            if not conn.pieces:
+                break
+            self._feed(*conn.pieces.popleft())
         if self.eof:
             return False
         self.take, self.failed = take, None

@@ -326,20 +326,26 @@ def test_the_servers_lateness_quantiles_are_the_upper_edge_of_the_true_ones_bin(
     assert (h.count, h.total_ns) == (len(xs), sum(exact)) and LateHistogram().quantile(0.5) == 0
 
 
-def test_harness_overhead_splits_a_ttft_bias_into_its_four_parts_by_hand():
-    """benchmarks/harness_overhead.py's bias_split on two records worked by hand (ms from the due time 0,
-    TTFT 20): A started at 0.1, reached the server at 0.6, its first chunk was due at 20.6 and sent at 20.8,
-    and the client stamped it at 21.2: dispatch 0.1, request 0.5, server 0.2, response 0.4 (bias 1.2);
-    B: 0.3, 1.5, 0.0, 0.2 (bias 2.0). Medians of two: the means. A record with no null timings is left out."""
+def _harness_overhead():
+    """benchmarks/harness_overhead.py as a module (benchmarks/ is not a package)."""
     import importlib.util
     from pathlib import Path
-
-    from measure.core.records import RequestRecord
 
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
     spec = importlib.util.spec_from_file_location("bench_harness_overhead", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_harness_overhead_splits_a_ttft_bias_into_its_four_parts_by_hand():
+    """benchmarks/harness_overhead.py's bias_split on two records worked by hand (ms from the due time 0,
+    TTFT 20): A started at 0.1, reached the server at 0.6, its first chunk was due at 20.6 and sent at 20.8,
+    and the client stamped it at 21.2: dispatch 0.1, request 0.5, server 0.2, response 0.4 (bias 1.2);
+    B: 0.3, 1.5, 0.0, 0.2 (bias 2.0). Medians of two: the means. A record with no null timings is left out."""
+    from measure.core.records import RequestRecord
+
+    bench = _harness_overhead()
 
     def rec(started, arrival, sent, first, timings=True):
         us = 1_000
@@ -361,14 +367,9 @@ def test_harness_overhead_places_the_null_server_and_the_client_apart_and_back()
     """harness_overhead.apart: inside, every thread of the server process on the last CPU this process may use and
     every thread of this one on the others (a thread started inside inherits it); after, both may use them all
     again; asked not to, it places nothing and says so ("")."""
-    import importlib.util
     import threading
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
-    spec = importlib.util.spec_from_file_location("bench_harness_overhead", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _harness_overhead()
     cpus = sorted(os.sched_getaffinity(0))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
