@@ -107,6 +107,22 @@ def test_step_overhead_adds_to_every_step() -> None:
     assert p.tpot_s == pytest.approx(0.003 + 300e6 / 150e9)  # 5 ms: 3 ms fixed + 2 ms of bytes
 
 
+def test_a_presets_embedding_is_priced_as_the_rest_of_the_file_not_as_its_experts() -> None:
+    """gpt-oss-20b's MXFP4 GGUF: 12 101 003 837 bytes, 10 178 887 680 of them MXFP4 experts (24 layers × 32 ×
+    3 × 2880² weights); the other 1 804 459 584 weights (attention, embeddings) take 1 922 116 157 bytes (Q8_0,
+    1.0652 B each). The 201 088 × 2880 input embedding is a lookup: 616.9 MB of those bytes are not read a step,
+    leaving 1.305 GB always read (the file's average, 0.579 B a weight, would leave 1.587 GB)."""
+    from presets import model
+
+    m = W.from_preset(model("gpt-oss-20b-mxfp4"))
+    rest = 12_101_003_837 - 10_178_887_680
+    per = rest / (20_914_757_184 - 32 * 3 * 2880 * 2880 * 24)
+    assert per == pytest.approx(1.0652, abs=1e-4)
+    assert m.weight_bytes == pytest.approx(rest - 201_088 * 2880 * per, rel=1e-6)  # 1.305 GB
+    assert m.weight_bytes == pytest.approx(1.305e9, rel=1e-3)
+    assert m.read_bytes(1) == pytest.approx(1.305e9 + 4 / 32 * 10_178_887_680 + 2880 * per, rel=1e-3)  # 2.577 GB
+
+
 def test_a_chip_without_measurements_is_an_estimate() -> None:
     m = Machine.from_chip(Chip("y", "Y", 100.0))
     assert m.bandwidth_gbps == pytest.approx(80.0) and m.step_overhead_s == 0.0

@@ -355,7 +355,9 @@ def _config_assumed(cfg: dict[str, Any], sh: ConfigShape) -> tuple[str, ...]:
 
 def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     """A presets/models.toml entry (params, bytes as shipped, hidden, vocab, whether tied; for a mixture of
-    experts its experts, experts used and expert FFN width; windows and linear layers by count)."""
+    experts its experts, experts used and expert FFN width; windows and linear layers by count). The embedding
+    is priced at the file's bytes per weight, or, where the experts' own bytes are given (gpt-oss: MXFP4 experts
+    beside Q8_0 attention and embeddings), at the bytes per weight of everything but the experts."""
     per_param = m.weight_bytes / m.params
     embd = m.vocab * m.hidden
     tied = m.tied_embeddings
@@ -366,6 +368,8 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     ex_each = ex_file / n_exp if ex_file and ex_params else ex_params * per_param  # beside Q8_0 attention)
     rho = ROUTING_CORRELATION if m.routing_correlation is None else m.routing_correlation
     experts = Experts(n_exp, used, ex_each, ex_params, rho) if ex_params else None
+    if experts and ex_file:  # the embedding is stored as the rest of the file is, not as the experts are
+        per_param = (m.weight_bytes - ex_file) / (m.params - n_exp * ex_params)
     full, linear, window = m.full_attention_layers or 0, m.linear_attention_layers or 0, m.sliding_window or 0
     mla = (m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0)
     return WorkModel(
