@@ -14,8 +14,10 @@ squares on 1/tok_s = overhead + bytes read per step ÷ effective bandwidth over 
 the row's context). The overhead is kept ≥ 0 (a negative one is refitted through the origin). A chip whose fit
 rows all read the same bytes (one dense row: the CUDA scoreboard's RTX cards) cannot separate the
 two: its overhead is the one fitted on a chip of the same llama.cpp backend with several rows (FIXED_OVERHEAD
-names it) and only the bandwidth is fitted. Held-out rows (MoE, batches, sliding-window models at depth, a
-second build) are never fitted: they test the model.
+names it) and only the bandwidth is fitted. A mixture of experts' cost a routing layer (`moe_layer_ms`) is one
+figure per llama.cpp backend (BACKENDS), least squares over that backend's single-stream MoE rows marked fit
+(fit_moe). Held-out rows (the other MoE rows, batches, sliding-window models at depth, a second build) are never
+fitted: they test the model.
 
 The machine: Machine.from_chip(chip), the chip's effective bandwidth, its cost per step and, where fitted, its
 batch path (`batch_step_ms` + (B − 1) × `seq_step_ms`: --fit takes them from one dense model's
@@ -47,6 +49,16 @@ GOAL = (0.05, 0.15)  # issue 42: median and worst |error| over every point of th
 # several (see the module docstring): the CUDA cards from DGX Spark (CUDA, six dense rows).
 FIXED_OVERHEAD = {"nvidia-rtx-5090": "nvidia-dgx-spark", "nvidia-rtx-pro-6000": "nvidia-dgx-spark",
                   "nvidia-rtx-4090": "nvidia-dgx-spark", "nvidia-rtx-3090": "nvidia-dgx-spark"}
+# The llama.cpp backend whose kernels a chip's rows ran (by key prefix): a mixture of experts' cost a routing layer
+# (chips.toml moe_layer_ms) is fitted per backend. Strix Halo's MoE rows ran ROCm, the CUDA backend built with HIP.
+BACKENDS = {"apple-": "Metal", "nvidia-": "CUDA", "amd-strix-halo": "CUDA"}
+
+
+def backend(chip_key: str) -> str:
+    for prefix, name in BACKENDS.items():
+        if chip_key.startswith(prefix):
+            return name
+    raise ValueError(f"chip {chip_key!r}: no llama.cpp backend known for it (physics.BACKENDS)")
 
 
 def load(path: Path = DATA) -> dict[str, Any]:
@@ -98,7 +110,8 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     chips = sorted({p["chip"] for p in points if p["role"] == "fit"}, key=lambda c: (c in FIXED_OVERHEAD, c))
     out: dict[str, dict[str, Any]] = {}
     for c in chips:
-        rows = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) == 1]
+        rows = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) == 1
+                and "moe" not in p.get("needs", "")]
         xs = [step_bytes(p) for p in rows]
         ys = [1.0 / p["tok_s"] for p in rows]
         fixed = out[FIXED_OVERHEAD[c]]["step_overhead_ms"] / 1e3 if c in FIXED_OVERHEAD else None
@@ -131,10 +144,36 @@ def fit_routing(points: list[dict[str, Any]]) -> dict[str, Any]:
             "residuals": [predict_point(p, best) / p["tok_s"] - 1.0 for p in rows]}
 
 
-def predict_point(p: dict[str, Any], correlation: float | None = None) -> float:
+def fit_moe(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per backend: the fixed cost each routing layer adds to a step (moe_layer_ms), least squares on what each
+    single-stream MoE row marked fit takes beyond its prediction without it: c = Σ L·(t − t₀) ÷ Σ L², L its
+    model's routing layers, t its published step, t₀ the step predicted from its chip's figures alone."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in points:
+        if p["role"] == "fit" and "moe" in p.get("needs", "") and int(p["b"]) == 1:
+            f = out.setdefault(backend(p["chip"]), {"num": 0.0, "den": 0.0, "rows": []})
+            n = moe_layers(p)
+            f["num"] += n * (1.0 / p["tok_s"] - 1.0 / predict_point(p, moe_layer_s=0.0))
+            f["den"] += n * n
+            f["rows"].append(p)
+    for f in out.values():
+        f["moe_layer_ms"] = f.pop("num") / f.pop("den") * 1e3
+        f["residuals"] = [predict_point(p, moe_layer_s=f["moe_layer_ms"] / 1e3) / p["tok_s"] - 1.0 for p in f["rows"]]
+        f["rows"] = [f"{p['chip']}: {p['row']}" for p in f["rows"]]
+    return out
+
+
+def moe_layers(p: dict[str, Any]) -> int:
+    from measure.core import work as W
+    from presets import model
+
+    return W.from_preset(model(p["model"])).moe_layers
+
+
+def predict_point(p: dict[str, Any], correlation: float | None = None, moe_layer_s: float | None = None) -> float:
     """The predicted rate of this row: per stream, or B × per stream for an aggregate (llama-batched-bench's
     S_TG counts decode only: B sequences × TG tokens ÷ the decode time). `correlation`: the MoE router's ρ in
-    place of the model's (the fit's trial values)."""
+    place of the model's (the fit's trial values); `moe_layer_s`: a routing layer's cost in place of the chip's."""
     import dataclasses
 
     from measure.core import work as W
@@ -146,7 +185,10 @@ def predict_point(p: dict[str, Any], correlation: float | None = None) -> float:
     if correlation is not None and wm.experts:
         wm = dataclasses.replace(wm, experts=dataclasses.replace(wm.experts, correlation=correlation))
     lengths = Lengths(prompt_tokens=int(p["depth"]) or 1, output_tokens=int(p["tg"]), context=context(p))
-    pr = predict(wm, Machine.from_chip(c), "batch", 1, int(p["b"]), at=lengths)
+    m = Machine.from_chip(c)
+    if moe_layer_s is not None:
+        m = dataclasses.replace(m, moe_layer_s=moe_layer_s)
+    pr = predict(wm, m, "batch", 1, int(p["b"]), at=lengths)
     return pr.per_stream_tps * (int(p["b"]) if p["per"] == "aggregate" else 1)
 
 
@@ -187,6 +229,9 @@ def print_fit(data: dict[str, Any]) -> None:
               + f"  on {len(f['rows'])} rows; residuals {res}"
               + (f"\n    batch_step_ms = {f['batch_step_ms']:.2f}  seq_step_ms = {f['seq_step_ms']:.3f}  on "
                  f"{len(f['batch_rows'])} batch rows" if "batch_step_ms" in f else ""))
+    for name, f in fit_moe(data["point"]).items():
+        print(f"[{name}]  moe_layer_ms = {f['moe_layer_ms']:.4f}  on {len(f['rows'])} MoE rows; residuals "
+              + ", ".join(f"{x:+.1%}" for x in f["residuals"]))
     r = fit_routing(data["point"])
     print(f"[routing]  routing_correlation = {r['routing_correlation']:.3f}  on {len(r['rows'])} MoE batch rows; "
           "residuals " + ", ".join(f"{x:+.1%}" for x in r["residuals"]))

@@ -47,6 +47,7 @@ class GGUFInfo:
     experts_used: int | None = None
     expert_bytes: int | None = None  # all routed experts' tensors (ffn_*_exps), every MoE layer
     expert_params: int | None = None
+    moe_layers: int | None = None  # layers holding routed experts (blk.N.ffn_*_exps)
     sliding_window: int | None = None
     window_layers: int | None = None  # layers attending only the window (the arch's pattern, or the file's array)
     linear_layers: int | None = None  # recurrent / linear-attention layers (no KV; a fixed state)
@@ -196,7 +197,8 @@ def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: lis
     n_exp, used = get("expert_count"), get("expert_used_count")
     if exps or n_exp:
         out.update(experts=int(n_exp or 0) or None, experts_used=int(used or 0) or None,
-                   expert_bytes=sum(int(t.n_bytes) for t in exps), expert_params=sum(int(t.n_elements) for t in exps))
+                   expert_bytes=sum(int(t.n_bytes) for t in exps), expert_params=sum(int(t.n_elements) for t in exps),
+                   moe_layers=len({t.name.split(".")[1] for t in exps if t.name.startswith("blk.")}) or None)
         if not used:
             assumed.append("experts used per token not in the file: every expert counted as read (dense)")
         rho = gguf_field(reader, ROUTING_KEY)

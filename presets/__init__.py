@@ -43,6 +43,9 @@ class Chip:
     # rows, benchmarks/physics.py --fit); None: not measured on this chip
     batch_step_ms: float | None = None
     seq_step_ms: float | None = None
+    # a mixture of experts: each layer that routes adds moe_layer_ms to a step (the router, top-k, the gather and the
+    # experts' own kernels), fitted per llama.cpp backend on published MoE rows (benchmarks/physics.py --fit)
+    moe_layer_ms: float | None = None
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -54,7 +57,7 @@ def chips() -> dict[str, Chip]:
         key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gib", ())), tuple(d.get("match", ())),
                   d.get("fp16_tflops"), bool(d.get("unified_memory", False)), d.get("effective_bandwidth_gbps"),
                   d.get("step_overhead_ms"), str(d.get("effective_source", "")), d.get("batch_step_ms"),
-                  d.get("seq_step_ms"))
+                  d.get("seq_step_ms"), d.get("moe_layer_ms"))
         for key, d in load("chips").items()
     }
 

@@ -107,6 +107,20 @@ def test_step_overhead_adds_to_every_step() -> None:
     assert p.tpot_s == pytest.approx(0.003 + 300e6 / 150e9)  # 5 ms: 3 ms fixed + 2 ms of bytes
 
 
+def test_each_routing_layer_adds_its_cost_to_a_step() -> None:
+    """moe_layer_s: 4 routing layers × 0.5 ms = 2 ms a step beside the 3 ms fixed and the bytes; a dense model of
+    the same bytes pays none of it; at B = 4 it is still paid once a step, not once a sequence."""
+    m = Machine("x", 100.0, "effective", step_overhead_s=0.003, moe_layer_s=0.0005)
+    at = Lengths(prompt_tokens=0, output_tokens=2, context=0)
+    assert _moe().moe_layers == 4 and _moe(experts=replace(_moe().experts, layers=3)).moe_layers == 3
+    p = predict(_moe(), m, "instances", at=at)
+    assert p.tpot_s == pytest.approx(0.003 + 4 * 0.0005 + 200e6 / 100e9)  # 7 ms: 3 + 2 + 2
+    dense = predict(_moe(experts=None, weight_bytes=200_000_000), m, "instances", at=at)
+    assert dense.tpot_s == pytest.approx(0.003 + 200e6 / 100e9)  # 5 ms
+    p4 = predict(_moe(), m, "batch", 1, 4, at=at)
+    assert p4.tpot_s == pytest.approx(0.003 + 4 * 0.0005 + 373.4375e6 / 100e9)
+
+
 def test_a_presets_embedding_is_priced_as_the_rest_of_the_file_not_as_its_experts() -> None:
     """gpt-oss-20b's MXFP4 GGUF: 12 101 003 837 bytes, 10 178 887 680 of them MXFP4 experts (24 layers × 32 ×
     3 × 2880² weights); the other 1 804 459 584 weights (attention, embeddings) take 1 922 116 157 bytes (Q8_0,
@@ -121,6 +135,7 @@ def test_a_presets_embedding_is_priced_as_the_rest_of_the_file_not_as_its_expert
     assert m.weight_bytes == pytest.approx(rest - 201_088 * 2880 * per, rel=1e-6)  # 1.305 GB
     assert m.weight_bytes == pytest.approx(1.305e9, rel=1e-3)
     assert m.read_bytes(1) == pytest.approx(1.305e9 + 4 / 32 * 10_178_887_680 + 2880 * per, rel=1e-3)  # 2.577 GB
+    assert m.moe_layers == 24
 
 
 def test_a_chip_without_measurements_is_an_estimate() -> None:
@@ -170,6 +185,10 @@ def test_config_moe_shape(tmp_path) -> None:
     # one token reads ≈ 3.3B × 2 bytes of bf16 weights, not the 61 GB file
     assert m.read_bytes(1) == pytest.approx((m.active_params + 2048) * 2, rel=0.01)
     assert m.assumed == (W.ROUTING_ASSUMED,)  # a config.json does not say how its router's tokens correlate
+    assert m.moe_layers == 48
+    deepseek = {**QWEN3_30B_A3B, "first_k_dense_replace": 3}  # DeepSeek's leading dense layers do not route
+    (tmp_path / "config.json").write_text(json.dumps(deepseek))
+    assert work_from_config(tmp_path / "config.json").moe_layers == 45
 
 
 def test_unknown_config_window_is_named(tmp_path) -> None:
@@ -261,6 +280,7 @@ def test_a_made_moe_gguf_is_read_as_experts(tmp_path) -> None:
     assert m.file_bytes > m.weight_bytes + 8 * per_expert  # the whole file holds every expert
     assert m.experts.correlation == 0.0  # random router weights: the file says its tokens route independently
     assert m.assumed == ()
+    assert m.moe_layers == 2  # the layers holding blk.N.ffn_*_exps
 
 
 def test_the_working_set_bounds_only_what_the_gpu_wires() -> None:

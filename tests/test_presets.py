@@ -142,6 +142,11 @@ def test_effective_figures_are_what_the_fit_gives():
     for k, f in fits.items():
         assert chips[k].effective_bandwidth_gbps == pytest.approx(f["effective_bandwidth_gbps"], abs=0.051), k
         assert chips[k].step_overhead_ms == pytest.approx(f["step_overhead_ms"], abs=0.0051), k
+    moe = phys.fit_moe(phys.load()["point"])
+    assert set(moe) == {"Metal", "CUDA"}
+    for k in fits:  # every fitted chip takes its backend's cost a routing layer, as --fit gives it
+        assert chips[k].moe_layer_ms == pytest.approx(moe[phys.backend(k)]["moe_layer_ms"], abs=0.00005), k
+    assert all(abs(r) < 0.15 for f in moe.values() for r in f["residuals"])
 
 
 def test_fit_recovers_a_known_overhead_and_bandwidth():
@@ -165,7 +170,7 @@ def test_fit_recovers_a_known_overhead_and_bandwidth():
     assert o == 0.0 and slope == pytest.approx((1e9 * 0.001 + 2e9 * 0.003) / (1e18 + 4e18))
 
 
-def test_published_points_name_presets_and_fit_only_dense_models():
+def test_published_points_name_presets_and_say_what_each_fits():
     phys = _physics()
     data = phys.load()
     chips, models = presets.chips(), presets.models()
@@ -177,8 +182,16 @@ def test_published_points_name_presets_and_fit_only_dense_models():
             if p.get("needs") == "moe":  # one MoE model's batch rows fit the routing correlation, nothing else
                 assert p["b"] > 1 and p["model"] == "qwen3-coder-30b-a3b-q8_0", p
                 continue
+            if "moe" in p.get("needs", ""):  # gpt-oss single streams fit a backend's cost a routing layer
+                assert p["b"] == 1 and p["source"] == "g15396", p
+                continue
             assert not p.get("needs") and models[p["model"]].experts == 0, p  # other MoE rows are held out
     assert sum(p["role"] == "held-out" for p in data["point"]) >= 40
+    moe_fit = {(p["chip"], p["model"]) for p in data["point"] if p["role"] == "fit" and "moe" in p.get("needs", "")
+               and p["b"] == 1}  # one Metal chip with both sizes; the CUDA cards with one dense row each
+    assert moe_fit == {("apple-m2-ultra", "gpt-oss-20b-mxfp4"), ("apple-m2-ultra", "gpt-oss-120b-mxfp4"),
+                       ("nvidia-rtx-5090", "gpt-oss-20b-mxfp4"), ("nvidia-rtx-4090", "gpt-oss-20b-mxfp4"),
+                       ("nvidia-rtx-3090", "gpt-oss-20b-mxfp4"), ("nvidia-rtx-pro-6000", "gpt-oss-120b-mxfp4")}
 
 
 def test_model_presets_carry_the_work_model_fields():

@@ -87,6 +87,7 @@ class Machine:
     step_overhead_s: float = 0.0  # a step's fixed cost beyond its bytes and FLOPs (kernel launches, synchronisation)
     batch_step_s: float = 0.0  # B ≥ 2 in one engine: the batch path's extra fixed cost a step (matrix-matrix kernels)
     seq_step_s: float = 0.0  # … and each further sequence's
+    moe_layer_s: float = 0.0  # a mixture of experts: each routing layer's fixed cost a step (router, top-k, gather)
     kv_layout: str = "llama.cpp-window"  # how the engine holds windowed layers' KV (work.KV_LAYOUTS), for its footprint
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()
@@ -193,8 +194,13 @@ class Machine:
         else:
             batch_ms = seq_ms = 0.0
             notes.append("batch path not measured on this chip: B ≥ 2 costs only its bytes (an estimate)")
+        moe_ms = float(chip.moe_layer_ms or 0.0) if source.startswith("effective") else 0.0
+        if moe_ms:
+            notes.append(f"a mixture of experts: +{moe_ms:g} ms a step for each layer that routes (fitted on published "
+                         "MoE rows of this chip's llama.cpp backend)")
         return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3,
-                   batch_step_s=float(batch_ms) / 1e3, seq_step_s=float(seq_ms) / 1e3, notes=tuple(notes))
+                   batch_step_s=float(batch_ms) / 1e3, seq_step_s=float(seq_ms) / 1e3, moe_layer_s=moe_ms / 1e3,
+                   notes=tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -282,7 +288,8 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     t_swap = spill / (m.swap_gbps * 1e9)  # the part over the budget comes back from swap every step
     if spill:
         shares["swap"] = t_swap
-    t_fixed = m.step_overhead_s + (m.batch_step_s + (b_eff - 1) * m.seq_step_s if b_eff > 1 else 0.0)
+    t_fixed = m.step_overhead_s + m.moe_layer_s * work.moe_layers + (
+        m.batch_step_s + (b_eff - 1) * m.seq_step_s if b_eff > 1 else 0.0)
     if t_fixed:
         shares["overhead"] = t_fixed
     t_step = max(t_mem, t_cpu) + t_fixed + t_swap

@@ -35,13 +35,15 @@ def _pad(n: float, to: int = KV_PAD) -> int:
 class Experts:
     """Routed experts: `count` in each MoE layer, `used` per token; `bytes_each` / `params_each`: one expert's
     matrices summed over every MoE layer (so `used × bytes_each` is what one token reads of them);
-    `correlation`: how alike the routing of one step's tokens is (ρ; 0: independent tokens, a random router)."""
+    `correlation`: how alike the routing of one step's tokens is (ρ; 0: independent tokens, a random router);
+    `layers`: how many layers route to experts (0: not said, every layer)."""
 
     count: int
     used: int
     bytes_each: float
     params_each: float
     correlation: float = 0.0
+    layers: int = 0
 
     def distinct(self, tokens: float) -> float:
         """Expected distinct experts a layer reads for a step of `tokens` tokens: E · (1 − (1 − k/E)^B′), k for
@@ -59,7 +61,7 @@ class Experts:
 # `benchmarks/physics.py --fit` on Qwen3-Coder-30B-A3B's llama-batched-bench rows on DGX Spark (B = 4 … 32, random
 # tokens a step); gpt-oss-20b / -120b's rows are held out. A model made with random weights (engines/gguf_synth.py)
 # routes independently and says so in its file (ρ = 0).
-ROUTING_CORRELATION = 0.08
+ROUTING_CORRELATION = 0.09
 ROUTING_ASSUMED = (f"routing correlation ρ = {ROUTING_CORRELATION} (a trained router's, fitted on published batches: "
                    "benchmarks/physics.py): a batch step reads the experts of B ÷ (1 + (B − 1)·ρ) independent tokens")
 
@@ -86,6 +88,13 @@ class WorkModel:
     state_bytes: float = 0.0  # that state, one sequence, all such layers
     mla_dim: int = 0  # latent attention: elements cached a token and layer (kv_lora_rank + rope dims); 0: K and V
     assumed: tuple[str, ...] = ()  # what the source did not say and was assumed, in words
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers that route to experts: each adds its routing's fixed cost to a step (Machine.moe_layer_s)."""
+        if not self.experts:
+            return 0
+        return self.experts.layers or self.layers
 
     @property
     def attention_layers(self) -> int:
@@ -213,7 +222,8 @@ def from_gguf(info: GGUFInfo, kv_element_bytes: float = 2.0) -> WorkModel:
     ex_bytes, ex_params = info.expert_bytes or 0, info.expert_params or 0
     if info.experts and info.experts_used and ex_bytes:
         rho = ROUTING_CORRELATION if info.routing_correlation is None else info.routing_correlation
-        experts = Experts(info.experts, info.experts_used, ex_bytes / info.experts, ex_params / info.experts, rho)
+        experts = Experts(info.experts, info.experts_used, ex_bytes / info.experts, ex_params / info.experts, rho,
+                          info.moe_layers or 0)
         if info.routing_correlation is None:
             assumed.append(ROUTING_ASSUMED)
     else:
@@ -261,6 +271,7 @@ class ConfigShape:
     kv: int
     hd: int
     layers: int
+    dense_layers: int  # of a mixture of experts, the leading layers without experts (first_k_dense_replace)
     mla: int  # MLA's cached width per token (0: not MLA)
     state: float  # a linear-attention layer set's state bytes
 
@@ -298,7 +309,8 @@ def _config_shape(cfg: dict[str, Any]) -> ConfigShape:
     return ConfigShape(
         params=total, embd=embd, experts=n_exp, used=_n(cfg, "num_experts_per_tok"), expert_params=expert_each,
         window=window if n_win else 0, window_layers=n_win, linear_layers=n_lin, heads=heads, kv=kv, hd=hd,
-        layers=layers, mla=_n(cfg, "kv_lora_rank") + _n(cfg, "qk_rope_head_dim") if cfg.get("kv_lora_rank") else 0,
+        layers=layers, dense_layers=dense_layers if n_exp else 0,
+        mla=_n(cfg, "kv_lora_rank") + _n(cfg, "qk_rope_head_dim") if cfg.get("kv_lora_rank") else 0,
         state=n_lin * _n(cfg, "linear_num_value_heads") * _n(cfg, "linear_key_head_dim")
         * _n(cfg, "linear_value_head_dim") * 4.0)
 
@@ -325,7 +337,7 @@ def from_config(config: ConfigFile) -> WorkModel:
     per_param = files / params if files else _DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0)
     total = files or int(params * per_param)
     experts = (Experts(sh.experts, sh.used, sh.expert_params * per_param, sh.expert_params,
-                       ROUTING_CORRELATION) if sh.experts and sh.used else None)
+                       ROUTING_CORRELATION, sh.layers - sh.dense_layers) if sh.experts and sh.used else None)
     routed = sh.experts * sh.expert_params if experts else 0
     return WorkModel(
         name=cfg.get("_name_or_path") or p.parent.name, source=f"config {p}", params=params, file_bytes=total,
@@ -367,7 +379,7 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
     ex_file = float(m.expert_bytes or 0)  # the experts' own bytes as shipped (gpt-oss: MXFP4 experts
     ex_each = ex_file / n_exp if ex_file and ex_params else ex_params * per_param  # beside Q8_0 attention)
     rho = ROUTING_CORRELATION if m.routing_correlation is None else m.routing_correlation
-    experts = Experts(n_exp, used, ex_each, ex_params, rho) if ex_params else None
+    experts = Experts(n_exp, used, ex_each, ex_params, rho, moe_layers) if ex_params else None
     if experts and ex_file:  # the embedding is stored as the rest of the file is, not as the experts are
         per_param = (m.weight_bytes - ex_file) / (m.params - n_exp * ex_params)
     full, linear, window = m.full_attention_layers or 0, m.linear_attention_layers or 0, m.sliding_window or 0
