@@ -21,13 +21,16 @@ fitted: they test the model.
 
 The machine: Machine.from_chip(chip), the chip's effective bandwidth, its cost per step and, where fitted, its
 batch path (`batch_step_ms` + (B − 1) × `seq_step_ms`: --fit takes them from one dense model's
-llama-batched-bench rows marked fit; every other batch row is held out) and the routing correlation ρ of a trained
-MoE router (work.ROUTING_CORRELATION): the one ρ that best explains the MoE batch rows marked fit (one model's,
-least squares on log rate over ρ in steps of 0.005), the other MoE models' batches held out.
+llama-batched-bench rows marked fit; every other batch row is held out), the routing correlation ρ of a trained
+MoE router (work.ROUTING_CORRELATION) and what a routing layer costs more at B ≥ 2 (`moe_batch_layer_ms`; likely
+llama.cpp's one-token MoE fusions no longer applying): the pair that best explains
+the MoE batch rows marked fit (one model's, B = 2 … 32; least squares on log rate over ρ in steps of 0.005 and the
+cost in steps of 0.005 ms), the other MoE models' batches held out.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -130,18 +133,20 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def fit_routing(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """The routing correlation ρ that best explains the MoE batch rows marked fit: least squares on
-    log(predicted ÷ published) over ρ = 0, 0.005, … 0.5, with each chip's figures as chips.toml holds them."""
+    """The routing correlation ρ and the further cost of a routing layer at B ≥ 2 (moe_batch_layer_ms) that best
+    explain the MoE batch rows marked fit (one model's, B = 2 … 32: B = 2 alone shows the step from one token to
+    two, the larger B the experts' overlap): least squares on log(predicted ÷ published) over ρ = 0, 0.005, … 0.5
+    and 0, 0.005, … 0.3 ms, with each chip's other figures as chips.toml holds them."""
     rows = [p for p in points if p["role"] == "fit" and p.get("needs") == "moe" and int(p["b"]) > 1]
     if not rows:
         raise ValueError("no MoE batch row is marked fit: nothing fixes the routing correlation")
 
-    def loss(rho: float) -> float:
-        return sum(math.log(predict_point(p, rho) / p["tok_s"]) ** 2 for p in rows)
+    def loss(rho: float, batch_ms: float) -> float:
+        return sum(math.log(predict_point(p, rho, moe_batch_layer_s=batch_ms / 1e3) / p["tok_s"]) ** 2 for p in rows)
 
-    best = min((loss(i / 200), i / 200) for i in range(101))[1]
-    return {"routing_correlation": best, "rows": [p["row"] for p in rows],
-            "residuals": [predict_point(p, best) / p["tok_s"] - 1.0 for p in rows]}
+    _, rho, batch_ms = min((loss(i / 200, j / 200), i / 200, j / 200) for i in range(101) for j in range(61))
+    return {"routing_correlation": rho, "moe_batch_layer_ms": batch_ms, "rows": [p["row"] for p in rows],
+            "residuals": [predict_point(p, rho, moe_batch_layer_s=batch_ms / 1e3) / p["tok_s"] - 1.0 for p in rows]}
 
 
 def fit_moe(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -170,24 +175,34 @@ def moe_layers(p: dict[str, Any]) -> int:
     return W.from_preset(model(p["model"])).moe_layers
 
 
-def predict_point(p: dict[str, Any], correlation: float | None = None, moe_layer_s: float | None = None) -> float:
-    """The predicted rate of this row: per stream, or B × per stream for an aggregate (llama-batched-bench's
-    S_TG counts decode only: B sequences × TG tokens ÷ the decode time). `correlation`: the MoE router's ρ in
-    place of the model's (the fit's trial values); `moe_layer_s`: a routing layer's cost in place of the chip's."""
-    import dataclasses
-
+@functools.cache
+def _row_setup(chip_key: str, model_key: str) -> tuple[Any, Any]:
+    """The work model and machine of a row's preset and chip (read once: the fits predict each row many times)."""
     from measure.core import work as W
-    from measure.core.roofline import Lengths, Machine, predict
+    from measure.core.roofline import Machine
     from presets import chip, model
 
-    c = chip(p["chip"])
-    wm = W.from_preset(model(p["model"]))
+    return W.from_preset(model(model_key)), Machine.from_chip(chip(chip_key))
+
+
+def predict_point(p: dict[str, Any], correlation: float | None = None, moe_layer_s: float | None = None,
+                  moe_batch_layer_s: float | None = None) -> float:
+    """The predicted rate of this row: per stream, or B × per stream for an aggregate (llama-batched-bench's
+    S_TG counts decode only: B sequences × TG tokens ÷ the decode time). `correlation`: the MoE router's ρ in
+    place of the model's (the fit's trial values); `moe_layer_s` / `moe_batch_layer_s`: a routing layer's costs in
+    place of the chip's."""
+    import dataclasses
+
+    from measure.core.roofline import Lengths, predict
+
+    wm, m = _row_setup(p["chip"], p["model"])
     if correlation is not None and wm.experts:
         wm = dataclasses.replace(wm, experts=dataclasses.replace(wm.experts, correlation=correlation))
     lengths = Lengths(prompt_tokens=int(p["depth"]) or 1, output_tokens=int(p["tg"]), context=context(p))
-    m = Machine.from_chip(c)
     if moe_layer_s is not None:
         m = dataclasses.replace(m, moe_layer_s=moe_layer_s)
+    if moe_batch_layer_s is not None:
+        m = dataclasses.replace(m, moe_batch_layer_s=moe_batch_layer_s)
     pr = predict(wm, m, "batch", 1, int(p["b"]), at=lengths)
     return pr.per_stream_tps * (int(p["b"]) if p["per"] == "aggregate" else 1)
 
@@ -233,8 +248,9 @@ def print_fit(data: dict[str, Any]) -> None:
         print(f"[{name}]  moe_layer_ms = {f['moe_layer_ms']:.4f}  on {len(f['rows'])} MoE rows; residuals "
               + ", ".join(f"{x:+.1%}" for x in f["residuals"]))
     r = fit_routing(data["point"])
-    print(f"[routing]  routing_correlation = {r['routing_correlation']:.3f}  on {len(r['rows'])} MoE batch rows; "
-          "residuals " + ", ".join(f"{x:+.1%}" for x in r["residuals"]))
+    print(f"[routing]  routing_correlation = {r['routing_correlation']:.3f}  moe_batch_layer_ms = "
+          f"{r['moe_batch_layer_ms']:.3f}  on {len(r['rows'])} MoE batch rows; residuals "
+          + ", ".join(f"{x:+.1%}" for x in r["residuals"]))
     print(json.dumps({c: {"effective_bandwidth_gbps": round(f["effective_bandwidth_gbps"], 1),
                           "step_overhead_ms": round(f["step_overhead_ms"], 2), "rows": len(f["rows"])}
                       for c, f in fits.items()}))

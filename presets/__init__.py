@@ -46,6 +46,9 @@ class Chip:
     # a mixture of experts: each layer that routes adds moe_layer_ms to a step (the router, top-k, the gather and the
     # experts' own kernels), fitted per llama.cpp backend on published MoE rows (benchmarks/physics.py --fit)
     moe_layer_ms: float | None = None
+    # … and at B ≥ 2 moe_batch_layer_ms more a routing layer (likely llama.cpp's one-token MoE fusions no longer
+    # applying), fitted with the routing correlation on one MoE's batch rows; None: not measured
+    moe_batch_layer_ms: float | None = None
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -57,7 +60,8 @@ def chips() -> dict[str, Chip]:
         key: Chip(key, d["name"], d.get("bandwidth_gbps"), tuple(d.get("memory_gib", ())), tuple(d.get("match", ())),
                   d.get("fp16_tflops"), bool(d.get("unified_memory", False)), d.get("effective_bandwidth_gbps"),
                   d.get("step_overhead_ms"), str(d.get("effective_source", "")), d.get("batch_step_ms"),
-                  d.get("seq_step_ms"), d.get("moe_layer_ms"))
+                  d.get("seq_step_ms"), d.get("moe_layer_ms"),
+                  d.get("moe_batch_layer_ms"))
         for key, d in load("chips").items()
     }
 

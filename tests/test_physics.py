@@ -67,6 +67,10 @@ def test_a_trained_moe_takes_the_fitted_routing_and_says_so() -> None:
     spec.loader.exec_module(phys)
     fit = phys.fit_routing(phys.load()["point"])
     assert fit["routing_correlation"] == pytest.approx(W.ROUTING_CORRELATION, abs=0.0051)
+    assert len(fit["rows"]) == 5  # Qwen3-Coder-30B-A3B at B = 2 … 32: B = 2 fixes the batch cost
+    from presets import chip
+
+    assert chip("nvidia-dgx-spark").moe_batch_layer_ms == pytest.approx(fit["moe_batch_layer_ms"], abs=0.0026)
     assert max(abs(r) for r in fit["residuals"]) < 0.10
 
 
@@ -109,8 +113,10 @@ def test_step_overhead_adds_to_every_step() -> None:
 
 def test_each_routing_layer_adds_its_cost_to_a_step() -> None:
     """moe_layer_s: 4 routing layers × 0.5 ms = 2 ms a step beside the 3 ms fixed and the bytes; a dense model of
-    the same bytes pays none of it; at B = 4 it is still paid once a step, not once a sequence."""
-    m = Machine("x", 100.0, "effective", step_overhead_s=0.003, moe_layer_s=0.0005)
+    the same bytes pays none of it; at B = 4 it is still paid once a step, not once a sequence, and at B ≥ 2 only
+    each routing layer's batch cost (moe_batch_layer_s: 4 × 0.25 ms) comes on top, beside the batch path's."""
+    m = Machine("x", 100.0, "effective", step_overhead_s=0.003, moe_layer_s=0.0005, moe_batch_layer_s=0.00025,
+                batch_step_s=0.001, seq_step_s=0.0001)
     at = Lengths(prompt_tokens=0, output_tokens=2, context=0)
     assert _moe().moe_layers == 4 and _moe(experts=replace(_moe().experts, layers=3)).moe_layers == 3
     p = predict(_moe(), m, "instances", at=at)
@@ -118,7 +124,9 @@ def test_each_routing_layer_adds_its_cost_to_a_step() -> None:
     dense = predict(_moe(experts=None, weight_bytes=200_000_000), m, "instances", at=at)
     assert dense.tpot_s == pytest.approx(0.003 + 200e6 / 100e9)  # 5 ms
     p4 = predict(_moe(), m, "batch", 1, 4, at=at)
-    assert p4.tpot_s == pytest.approx(0.003 + 4 * 0.0005 + 373.4375e6 / 100e9)
+    assert p4.tpot_s == pytest.approx(0.003 + 4 * 0.0005 + 0.001 + 3 * 0.0001 + 4 * 0.00025 + 373.4375e6 / 100e9)
+    dense4 = predict(_moe(experts=None, weight_bytes=200_000_000), m, "batch", 1, 4, at=at)
+    assert dense4.tpot_s == pytest.approx(0.003 + 0.001 + 3 * 0.0001 + 200e6 / 100e9)  # the batch path alone
 
 
 def test_a_presets_embedding_is_priced_as_the_rest_of_the_file_not_as_its_experts() -> None:

@@ -88,6 +88,7 @@ class Machine:
     batch_step_s: float = 0.0  # B ≥ 2 in one engine: the batch path's extra fixed cost a step (matrix-matrix kernels)
     seq_step_s: float = 0.0  # … and each further sequence's
     moe_layer_s: float = 0.0  # a mixture of experts: each routing layer's fixed cost a step (router, top-k, gather)
+    moe_batch_layer_s: float = 0.0  # … and its further cost at B ≥ 2 (fitted; likely one-token fusions left)
     kv_layout: str = "llama.cpp-window"  # how the engine holds windowed layers' KV (work.KV_LAYOUTS), for its footprint
     serializing: bool = False  # a server that decodes one request at a time
     notes: tuple[str, ...] = ()
@@ -187,12 +188,14 @@ class Machine:
             notes.append(f"compute {chip.fp16_tflops:g} TFLOP/s FP16 spec × {flop_efficiency:g} (assumed)")
         else:
             notes.append("no FLOP/s figure in presets: the compute ceiling is not drawn")
-        batch_ms, seq_ms = chip.batch_step_ms, chip.seq_step_ms
+        batch_ms, seq_ms, moe_batch_ms = chip.batch_step_ms, chip.seq_step_ms, chip.moe_batch_layer_ms or 0.0
         if batch_ms is not None and seq_ms is not None and source.startswith("effective"):
             notes.append(f"batch path: +{batch_ms:g} ms a step at B ≥ 2 and {seq_ms:g} ms each further sequence "
-                         "(fitted on a dense model's llama-batched-bench rows)")
+                         "(fitted on a dense model's llama-batched-bench rows)"
+                         + (f"; a mixture of experts +{moe_batch_ms:g} ms more a routing layer (fitted on one MoE's)"
+                            if moe_batch_ms else ""))
         else:
-            batch_ms = seq_ms = 0.0
+            batch_ms = seq_ms = moe_batch_ms = 0.0
             notes.append("batch path not measured on this chip: B ≥ 2 costs only its bytes (an estimate)")
         moe_ms = float(chip.moe_layer_ms or 0.0) if source.startswith("effective") else 0.0
         if moe_ms:
@@ -200,7 +203,7 @@ class Machine:
                          "MoE rows of this chip's llama.cpp backend)")
         return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3,
                    batch_step_s=float(batch_ms) / 1e3, seq_step_s=float(seq_ms) / 1e3, moe_layer_s=moe_ms / 1e3,
-                   notes=tuple(notes))
+                   moe_batch_layer_s=float(moe_batch_ms) / 1e3, notes=tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -289,7 +292,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     if spill:
         shares["swap"] = t_swap
     t_fixed = m.step_overhead_s + m.moe_layer_s * work.moe_layers + (
-        m.batch_step_s + (b_eff - 1) * m.seq_step_s if b_eff > 1 else 0.0)
+        m.batch_step_s + (b_eff - 1) * m.seq_step_s + m.moe_batch_layer_s * work.moe_layers if b_eff > 1 else 0.0)
     if t_fixed:
         shares["overhead"] = t_fixed
     t_step = max(t_mem, t_cpu) + t_fixed + t_swap
