@@ -169,10 +169,7 @@ def fit_moe(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def moe_layers(p: dict[str, Any]) -> int:
-    from measure.core import work as W
-    from presets import model
-
-    return W.from_preset(model(p["model"])).moe_layers
+    return int(_row_setup(p["chip"], p["model"])[0].moe_layers)
 
 
 @functools.cache
