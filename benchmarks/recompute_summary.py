@@ -9,6 +9,7 @@ that span, mean over reps). Prints the largest relative difference; the last lin
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -37,10 +38,17 @@ def recompute(records: list[dict]) -> dict:
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
-    lines = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="the --out folder of `inference-top bench` (records.jsonl, summary.json)")
+    out = ap.parse_args().out
+    try:
+        lines = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines() if x.strip()]
+        cells = [c for c in json.loads((out / "summary.json").read_text()) if c.get("status") == "ok"]
+    except (OSError, ValueError) as e:
+        print(f"recompute_summary.py: cannot read a bench output in {out}: {e}; pass the --out folder of "
+              "`inference-top bench`", file=sys.stderr)
+        return 2
     records = [x for x in lines if x.get("kind", "request") == "request"]
-    cells = [c for c in json.loads((out / "summary.json").read_text()) if c.get("status") == "ok"]
     worst = 0.0
     print(f"{'K':>3} {'B':>3} {'figure':<22} {'summary.json':>14} {'recomputed':>14} {'rel diff':>10}")
     for c in cells:

@@ -195,6 +195,10 @@ def test_independent_recomputation_agrees(bench_run):
                        timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1])["max_rel_diff"] <= 1e-6
+    wrong = subprocess.run([sys.executable, "benchmarks/recompute_summary.py", str(out / "nothing-here")],
+                           capture_output=True, text=True, timeout=60)  # one clear line, not a traceback
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1 and "--out folder" in wrong.stderr
 
 
 def test_the_plan_options_are_the_command_lines_by_name():
