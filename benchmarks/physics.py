@@ -82,10 +82,7 @@ def context(p: dict[str, Any]) -> int:
 
 def step_bytes(p: dict[str, Any], b: int = 1) -> float:
     """Bytes one decode step of `b` sequences of this row reads, as the predictor counts them."""
-    from measure.core import work as W
-    from presets import model
-
-    return float(W.from_preset(model(p["model"])).bytes_per_step([context(p)] * b))
+    return float(_row_setup(p["chip"], p["model"])[0].bytes_per_step([context(p)] * b))
 
 
 def fit_line(xs: list[float], ys: list[float], overhead: float | None = None) -> tuple[float, float]:
@@ -153,18 +150,17 @@ def fit_moe(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per backend: the fixed cost each routing layer adds to a step (moe_layer_ms), least squares on what each
     single-stream MoE row marked fit takes beyond its prediction without it: c = Σ L·(t − t₀) ÷ Σ L², L its
     model's routing layers, t its published step, t₀ the step predicted from its chip's figures alone."""
-    out: dict[str, dict[str, Any]] = {}
+    by_backend: dict[str, list[dict[str, Any]]] = {}
     for p in points:
         if p["role"] == "fit" and "moe" in p.get("needs", "") and int(p["b"]) == 1:
-            f = out.setdefault(backend(p["chip"]), {"num": 0.0, "den": 0.0, "rows": []})
-            n = moe_layers(p)
-            f["num"] += n * (1.0 / p["tok_s"] - 1.0 / predict_point(p, moe_layer_s=0.0))
-            f["den"] += n * n
-            f["rows"].append(p)
-    for f in out.values():
-        f["moe_layer_ms"] = f.pop("num") / f.pop("den") * 1e3
-        f["residuals"] = [predict_point(p, moe_layer_s=f["moe_layer_ms"] / 1e3) / p["tok_s"] - 1.0 for p in f["rows"]]
-        f["rows"] = [f"{p['chip']}: {p['row']}" for p in f["rows"]]
+            by_backend.setdefault(backend(p["chip"]), []).append(p)
+    out: dict[str, dict[str, Any]] = {}
+    for name, rows in by_backend.items():
+        ls = [moe_layers(p) for p in rows]
+        beyond = [1.0 / p["tok_s"] - 1.0 / predict_point(p, moe_layer_s=0.0) for p in rows]  # t − t₀
+        c = sum(n * d for n, d in zip(ls, beyond)) / sum(n * n for n in ls)
+        out[name] = {"moe_layer_ms": c * 1e3, "rows": [f"{p['chip']}: {p['row']}" for p in rows],
+                     "residuals": [predict_point(p, moe_layer_s=c) / p["tok_s"] - 1.0 for p in rows]}
     return out
 
 
