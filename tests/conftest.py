@@ -27,6 +27,51 @@ def pytest_configure(config):
     import random
 
     os.environ.setdefault("TRUTH_SEED", str(random.SystemRandom().randrange(1_000_000)))
+    # The tests never write into the user's own cache (~/.cache/inference-top: a probe taken while the suite ran,
+    # 150 log folders): every cache and log folder is one of this session's, set here so that every process the
+    # tests start (xdist's workers, a fleet's, a bench's, a server's) inherits it. Set once by the first process
+    # (pytest itself); its workers find it set. Removed at the session's end (pytest_sessionfinish).
+    if "INFERENCE_TOP_TEST_HOME" not in os.environ:
+        import tempfile
+
+        home = tempfile.mkdtemp(prefix="inference-top-tests-")
+        os.environ["INFERENCE_TOP_TEST_HOME"] = home
+        os.environ["INFERENCE_TOP_CACHE"] = os.path.join(home, "cache")
+        os.environ["INFERENCE_TOP_LOGS"] = os.path.join(home, "logs")
+        config._inference_top_home = (home, _home_cache_state())
+
+
+USER_CACHE = Path.home() / ".cache" / "inference-top"
+
+
+def _home_cache_state() -> dict[str, tuple[int, int]]:
+    """The user's own cache folder as it stands: every file's path → (size, mtime)."""
+    out = {}
+    for p in USER_CACHE.rglob("*") if USER_CACHE.is_dir() else ():
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        out[str(p.relative_to(USER_CACHE))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session that set the tests' own cache (pytest_configure) checks that the user's was left as it was, and
+    fails the run naming what changed; then removes its own."""
+    import shutil
+
+    made = getattr(session.config, "_inference_top_home", None)
+    if made is None:
+        return
+    home, before = made
+    after = _home_cache_state()
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if changed:
+        print(f"\nerror: the tests changed {len(changed)} file(s) in the user's cache {USER_CACHE}: "
+              + ", ".join(changed[:10]) + ("…" if len(changed) > 10 else ""))
+        session.exitstatus = 1
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def pytest_report_header(config):
