@@ -134,7 +134,7 @@ def _sweep_config(args, plan, ks: list[int], out: Path):
                        kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
                        memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
                        max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, users=plan.users,
-                       sessions=plan.sessions, engine_on_gpu=plan.engine_on_gpu())
+                       sessions=plan.sessions, engine_on_gpu=plan.engine_on_gpu(), served=plan.served)
 
 
 def _bench_interrupted(exc: BaseException, cfg, cells: list[Cell], out: Path) -> None:

@@ -125,8 +125,9 @@ def _engine_args(p: OneLineParser) -> None:
                    "(chip: a preset, its β for the spec line; '-' for none); default: none")
     g.add_argument("--routing", default="least", choices=["least", "round-robin"],
                    help="http engine, several endpoints: least outstanding requests (default) or round robin")
-    g.add_argument("--model-bytes", metavar="SIZE", help="http engine: W, the served model's weight bytes "
-                   "(e.g. 15G = 15 GiB, or exact bytes: 16.06e9), for the bandwidth product; default unknown")
+    g.add_argument("--model-bytes", metavar="SIZE|FILE", help="http engine: W, the served model's weight bytes "
+                   "(e.g. 15G = 15 GiB, or exact bytes: 16.06e9), or its config.json or GGUF (the bytes a step's "
+                   "tokens read: an MoE's routed experts, not the file), for the bandwidth product; default unknown")
     g.add_argument("--endpoint", default="completions", choices=["completions", "chat"],
                    help="http engine: /v1/completions (default) or /v1/chat/completions")
     g.add_argument("--api-key-env", help="http engine: the environment variable holding the API key "

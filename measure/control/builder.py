@@ -28,6 +28,7 @@ from presets import SLO, Chip, PresetError, Workload, chip
 from presets import slo as preset_slo
 
 if TYPE_CHECKING:
+    from measure.core.work import WorkModel
     from measure.sources.http import Endpoint
 
 
@@ -283,8 +284,9 @@ def _remote_plan(opts: PlanOptions, common: dict[str, Any], progress: Callable[[
         common["ks"] = ks = [n]
     if n > 1 and max(ks) > n:
         raise StartError(f"--k {max(ks)}: only {n} endpoints were given (K = endpoints in use)")
+    served = _served_work(opts.model_bytes)
     try:
-        model_bytes = parse_size(opts.model_bytes) if opts.model_bytes else 0
+        model_bytes = served.file_bytes if served else parse_size(opts.model_bytes) if opts.model_bytes else 0
     except GuardError as exc:
         raise StartError(f"--model-bytes: {exc}") from None
     try:
@@ -313,11 +315,25 @@ def _remote_plan(opts: PlanOptions, common: dict[str, Any], progress: Callable[[
                    chip=where + (f" on {endpoints[0].chip}" if n == 1 and endpoints[0].chip else ""),
                    bandwidth_gbps=sum_gbps(betas),
                    bandwidth_source="the endpoints' chips" if all(betas) else "unknown",
-                   url=url, endpoints=endpoints, routing=opts.routing, model_bytes=model_bytes,
+                   url=url, endpoints=endpoints, routing=opts.routing, model_bytes=model_bytes, served=served,
                    endpoint=opts.endpoint, api_key_env=opts.api_key_env, stall_s=opts.stall_timeout,
                    model_name=opts.model, prefix_cache=prefix, tokenizer=tokenizer,
                    client_procs=opts.client_procs, cap_open_loop=opts.b is not None, warmup=warmup,
                    **common)
+
+
+def _served_work(given: str | None) -> WorkModel | None:
+    """--model-bytes as the served model's config.json or GGUF (a file that exists): its work model, so the
+    bandwidth product counts what a step's tokens read (an MoE: the experts they are routed to); a size: None."""
+    from measure.machine.model_files import is_gguf, work_from_config, work_from_gguf
+
+    if not given or not Path(given).is_file():
+        return None
+    try:
+        return work_from_gguf(given) if is_gguf(Path(given)) else work_from_config(given)
+    except (OSError, ValueError, KeyError, EngineError) as exc:
+        raise StartError(f"--model-bytes {given}: neither a size nor a config.json or GGUF it can read ({exc})") \
+            from None
 
 
 def _local_plan(opts: PlanOptions, common: dict[str, Any], progress: Callable[[str], None] | None

@@ -64,6 +64,7 @@ class RunPlan:
     endpoints: list[Endpoint] = field(default_factory=list)  # http: one per server behind the queue
     routing: str = "least"  # http: least (outstanding requests) | round-robin
     model_bytes: int = 0  # http: W of the served model where the user gave it (--model-bytes)
+    served: WorkModel | None = None  # http: the served model's work, where --model-bytes named its config or GGUF
     endpoint: str = "completions"
     api_key_env: str | None = None
     stall_s: float = 60.0
@@ -136,11 +137,14 @@ class RunPlan:
         return {"client_procs": self.client_processes(events=False), "warmup": self.warmup.describe()}
 
     def work(self) -> WorkModel | None:
-        """The work model of the local model (core/work.py), or None (a server's model is not ours)."""
+        """The work model of the local model (core/work.py); a server's where --model-bytes named its config.json
+        or GGUF (`served`), else None."""
         from measure.core import work as W
         from measure.machine.model_files import work_from_config
 
-        if self.engine_is_remote or self.choice is None:
+        if self.engine_is_remote:
+            return self.served
+        if self.choice is None:
             return None
         try:
             if declared(self.engine).work_model == "config":
@@ -157,7 +161,7 @@ class RunPlan:
         from measure.core.roofline import Machine, Roofline
 
         work = self.work()
-        if work is None:
+        if work is None or self.engine_is_remote:  # a server's machine is not this one: no probe predicts it
             return None
         rates = declared(self.engine).probe == "engine-rates"  # the probe's kernels are this engine's
         own = self.choice if rates and self.choice and not self.choice.embedded else None
@@ -219,7 +223,8 @@ class RunPlan:
                     "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
                     "tokenizer": self.tokenizer,
                     "open_loop_streams": "capped at B (--b)" if self.cap_open_loop else "not capped by the client",
-                    **common}
+                    **({"read_bytes_per_token": self.served.read_bytes(1), "work": self.served.describe()}
+                       if self.served else {}), **common}
         assert self.choice is not None and self.spec is not None  # a local engine's plan has both (make_plan)
         work = self.work()  # what a token reads (docs/design.md §26): the bandwidth product's W, recomputable
         return run_header(self.choice, self.spec, {

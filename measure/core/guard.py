@@ -109,9 +109,12 @@ def shape_of_config(config: W.ConfigFile) -> KVShape:
                          "hidden_size or head_dim") from None
     try:
         wm: WorkModel | None = W.from_config(config)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        wm = None
-    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, config.safetensors_bytes,
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        wm, why = None, str(exc)
+    weights = config.safetensors_bytes or (wm.file_bytes if wm else 0)  # no weights beside it: params × dtype
+    if not weights:  # never 0 B of weights
+        raise GuardError(f"{p}: no weights beside it (*.safetensors) and its weights cannot be sized: {why}")
+    return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights,
                    f"config {p}", int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0), wm)
 
 

@@ -355,6 +355,19 @@ def http_bandwidth(weight_bytes: int, tpots_s: Iterable[float | None]) -> Bandwi
     return bandwidth_product("http", weight_bytes, steps_per_s=[1 / t for t in tpots_s if t])
 
 
+def http_read_bandwidth(work: WorkModel, endpoints: Iterable[tuple[float | None, float | None]]) -> Bandwidth:
+    """HTTP's bandwidth product where the served model's work is known (--model-bytes its config.json or GGUF):
+    each endpoint (its TPOT p50 in s, its output tok/s) steps 1 ÷ TPOT p50 times a second, and a step reads what
+    its tokens read (work.read_bytes of tok/s × TPOT p50 tokens: a mixture of experts the experts they are routed
+    to, not the file), summed over the endpoints that decoded (docs/design.md §26)."""
+    steps = [(t, max(1.0, (tps or 0.0) * t)) for t, tps in endpoints if t]
+    formula = ("Σ endpoints W(tokens a step) ÷ TPOT p50 (a batching server reads once a step what its streams' "
+               f"tokens read; tokens a step = tok/s × TPOT p50), {read_formula(work)}")
+    if not steps:
+        return Bandwidth(None, formula)
+    return Bandwidth(sum(work.read_bytes(n) / t for t, n in steps) / 1e9, formula)
+
+
 def sum_gbps(betas: Iterable[float | None]) -> float | None:
     """Σβ of several endpoints (each a server with its own memory), where every one's β is known; else None."""
     betas = list(betas)

@@ -69,6 +69,9 @@ class Plan(_Plan, total=False):
 
     max_context_for_users: int
     predictions: list[dict[str, object]]  # roofline.Prediction's fields, as asdict wrote them
+    read_bytes_per_token: float  # where the model's work is known: the weights one token's step reads
+    work: str  # …what a step reads, in words (WorkModel.describe and its note)
+    assumed: list[str]  # …what its source did not say and was assumed (WorkModel.assumed)
 
 
 def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16", users: int | None = None,
@@ -111,6 +114,10 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
     if users:
         room = budget - shape.weight_bytes - overhead
         out["max_context_for_users"] = int(room // (users * kvb)) if room > 0 else 0
+    if shape.work is not None:
+        out["read_bytes_per_token"] = shape.work.read_bytes(1)
+        out["work"] = f"{shape.work.describe()} ({shape.work.note})"
+        out["assumed"] = list(shape.work.assumed)
     return out
 
 
@@ -121,6 +128,9 @@ def format_plan(p: Plan, shape: KVShape) -> str:
         f"KV per token: {kvb:,.0f} B ({fmt_bytes(kvb)}) = 2 × {shape.layers} layers × {shape.kv_heads} KV heads × "
         f"{shape.head_dim} head_dim × {dtype_bytes(p['kv_dtype']):g} B",
         f"weights: {fmt_bytes(p['weights'])}; runtime overhead assumed {fmt_bytes(p['overhead'])} per engine",
+        *([f"a token's step reads {p['read_bytes_per_token'] / 1e9:.2f} GB of weights: {p['work']}"]
+          if "work" in p else []),
+        *(f"  assumed: {a}" for a in p.get("assumed", ())),
         f"memory {fmt_bytes(p['memory'])}, budget {fmt_bytes(p['budget'])}: {p['budget_source']}" if p.get("unified")
         and p["budget_fraction"] is None else
         f"memory {fmt_bytes(p['memory'])}, budget {p['budget_fraction']:.0%} = {fmt_bytes(p['budget'])}",

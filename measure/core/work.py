@@ -11,10 +11,12 @@ FLOPs per token = 2 × the weights multiplied (the matrices, the tied embedding 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from measure.core.hf_config import DTYPE_BYTES, Precision, precision
 
 if TYPE_CHECKING:
     from engines.gguf_file import GGUFInfo
@@ -241,27 +243,32 @@ def from_gguf(info: GGUFInfo, kv_element_bytes: float = 2.0) -> WorkModel:
         assumed=tuple(assumed))
 
 
-_DTYPE = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
-
-
-def config_params(cfg: dict[str, Any]) -> tuple[int, int]:
+def config_params(cfg: Mapping[str, Any]) -> tuple[int, int]:
     """(all parameters, the input embedding's) of a Llama-shaped config: attention, gated MLP or routed experts,
     norms."""
     shape = _config_shape(cfg)
     return shape.params, shape.embd
 
 
-def _n(cfg: dict[str, Any], *keys: str) -> int:
+def _n(cfg: Mapping[str, Any], *keys: str) -> int:
     """The first of `keys` the config sets, as an int (0: none)."""
     return next((int(cfg[k]) for k in keys if cfg.get(k) is not None), 0)
 
 
+def _need(cfg: Mapping[str, Any], key: str) -> int:
+    if cfg.get(key) is None:
+        raise ValueError(f"the config has no {key} (and its model_type {cfg.get('model_type')!r} has no default "
+                         "known here)")
+    return int(cfg[key])
+
+
 @dataclass(frozen=True)
 class ConfigShape:
-    """What a config.json says of a model's shape (_config_shape): parameters, experts, layer kinds, heads."""
+    """What a config.json says of a model's shape (_config_shape): parameters by part (hf_config.PARTS), experts,
+    layer kinds, heads."""
 
     params: int  # all of them
-    embd: int  # the input embedding's
+    parts: dict[str, int]  # hf_config.PARTS → its parameters (head: 0 where tied; experts: every routed one)
     experts: int  # routed experts (0: dense)
     used: int  # experts per token (0: not said)
     expert_params: int  # one routed expert's, over its layers
@@ -275,29 +282,17 @@ class ConfigShape:
     dense_layers: int  # of a mixture of experts, the leading layers without experts (first_k_dense_replace)
     mla: int  # MLA's cached width per token (0: not MLA)
     state: float  # a linear-attention layer set's state bytes
+    vocab: int
+    tied: bool
+
+    @property
+    def embd(self) -> int:
+        """The input embedding's parameters."""
+        return self.parts["embedding"]
 
 
-def _config_shape(cfg: dict[str, Any]) -> ConfigShape:
-    """Parameters, the experts and the layer kinds of a Hugging Face config (Llama, Qwen-MoE, Mixtral, DeepSeek,
-    Gemma 2/3, gpt-oss, Qwen3-Next shapes)."""
-    h, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-    heads = int(cfg["num_attention_heads"])
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    hd = int(cfg.get("head_dim") or h // heads)
-    vocab = int(cfg["vocab_size"])
-    n_exp = _n(cfg, "num_experts", "num_local_experts", "n_routed_experts")
-    inter = _n(cfg, "intermediate_size")
-    ffn_e = _n(cfg, "moe_intermediate_size") or inter
-    shared = _n(cfg, "n_shared_experts") * ffn_e + _n(cfg, "shared_expert_intermediate_size")
-    dense_layers = _n(cfg, "first_k_dense_replace") if n_exp else layers
-    moe_layers = layers - dense_layers
-    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 2 * h
-    per_dense = attn + 3 * h * inter
-    per_moe = attn + 3 * h * shared + n_exp * h  # the shared experts and the router; the routed ones below
-    expert_each = 3 * h * ffn_e * moe_layers
-    embd = vocab * h
-    tied = bool(cfg.get("tie_word_embeddings", False))
-    total = embd + dense_layers * per_dense + moe_layers * per_moe + n_exp * expert_each + h + (0 if tied else embd)
+def _layer_kinds(cfg: Mapping[str, Any], layers: int) -> tuple[int, int, int]:
+    """(window, windowed layers, linear layers) from layer_types, else a sliding_window_pattern."""
     types = [str(t) for t in cfg.get("layer_types") or []]
     window = int(cfg.get("sliding_window") or 0) if cfg.get("use_sliding_window", True) is not False else 0
     if types:
@@ -307,52 +302,112 @@ def _config_shape(cfg: dict[str, Any]) -> ConfigShape:
         pattern = _n(cfg, "sliding_window_pattern")
         n_win = sum(1 for i in range(layers) if i % pattern < pattern - 1) if window and pattern else 0
         n_lin = 0
+    return (window if n_win else 0), n_win, n_lin
+
+
+def _config_shape(cfg: Mapping[str, Any]) -> ConfigShape:
+    """Parameters by part, the experts and the layer kinds of a Hugging Face config, its architecture's defaults
+    filled in (hf_config.with_defaults): Llama, Qwen-MoE, Mixtral, DeepSeek, Gemma 2/3, gpt-oss, Qwen3-Next
+    shapes. Attention: q, k, v, o (and their biases where attention_bias); 2 norms a layer and a final one."""
+    h, layers, heads = _need(cfg, "hidden_size"), _need(cfg, "num_hidden_layers"), _need(cfg, "num_attention_heads")
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    hd = int(cfg.get("head_dim") or h // heads)
+    vocab = _need(cfg, "vocab_size")
+    n_exp = _n(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    inter = _n(cfg, "intermediate_size")
+    ffn_e = _n(cfg, "moe_intermediate_size") or inter
+    shared = _n(cfg, "n_shared_experts") * ffn_e + _n(cfg, "shared_expert_intermediate_size")
+    dense_layers = _n(cfg, "first_k_dense_replace") if n_exp else layers
+    moe_layers = layers - dense_layers
+    bias = heads * hd + 2 * kv * hd + h if cfg.get("attention_bias") else 0
+    expert_each = 3 * h * ffn_e * moe_layers
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    parts = {"embedding": vocab * h, "head": 0 if tied else vocab * h,
+             "attention": layers * (2 * h * heads * hd + 2 * h * kv * hd + bias),
+             "mlp": dense_layers * 3 * h * inter + moe_layers * 3 * h * shared,  # dense MLPs and shared experts
+             "router": moe_layers * n_exp * h, "experts": n_exp * expert_each, "norms": layers * 2 * h + h}
+    window, n_win, n_lin = _layer_kinds(cfg, layers)
     return ConfigShape(
-        params=total, embd=embd, experts=n_exp, used=_n(cfg, "num_experts_per_tok"), expert_params=expert_each,
-        window=window if n_win else 0, window_layers=n_win, linear_layers=n_lin, heads=heads, kv=kv, hd=hd,
-        layers=layers, dense_layers=dense_layers if n_exp else 0,
+        params=sum(parts.values()), parts=parts, experts=n_exp, used=_n(cfg, "num_experts_per_tok"),
+        expert_params=expert_each, window=window, window_layers=n_win, linear_layers=n_lin, heads=heads, kv=kv,
+        hd=hd, layers=layers, dense_layers=dense_layers if n_exp else 0,
         mla=_n(cfg, "kv_lora_rank") + _n(cfg, "qk_rope_head_dim") if cfg.get("kv_lora_rank") else 0,
         state=n_lin * _n(cfg, "linear_num_value_heads") * _n(cfg, "linear_key_head_dim")
-        * _n(cfg, "linear_value_head_dim") * 4.0)
+        * _n(cfg, "linear_value_head_dim") * 4.0, vocab=vocab, tied=tied)
 
 
 @dataclass(frozen=True)
 class ConfigFile:
     """A Hugging Face / mlx-lm config.json as read (measure/machine/model_files.py reads it): where it is, the
-    language model's part of its JSON (`text_config` where it has one: a multimodal model; else all of it), and
-    the bytes of the safetensors beside it (0: none)."""
+    language model's part of its JSON (hf_config.text_part: `text_config` where it has one, a multimodal model;
+    else all of it) with its architecture's defaults filled in (hf_config.with_defaults), the bytes of the
+    safetensors beside it (0: none) and what reading it assumed."""
 
     path: Path
     text: dict[str, Any]
     safetensors_bytes: int = 0
+    assumed: tuple[str, ...] = ()
+
+
+# Safetensors that differ from what the config prices by more than this are priced at their own average bytes a
+# weight: a file also holds what the text model does not (a vision tower: Gemma 3 4B's is 10 % of its file), but
+# a difference beyond a quarter is a precision the config does not say.
+FILE_TOLERANCE = 0.25
+
+
+def _part_bytes(config: ConfigFile, sh: ConfigShape) -> tuple[dict[str, float], str, list[str]]:
+    """Bytes of each part (hf_config.PARTS): params × the config's precision (hf_config.precision); where the
+    safetensors beside it disagree (FILE_TOLERANCE) or the precision is not one priced here, their average a
+    weight. With the words for `note` and what was assumed."""
+    files = config.safetensors_bytes
+    try:
+        prec: Precision | None = precision(config.text)
+    except ValueError as exc:
+        if not files:
+            raise
+        prec, why = None, str(exc).split(":")[0]
+    if prec is not None:
+        sized = {k: v * prec.of(k) for k, v in sh.parts.items()}
+        total = sum(sized.values())
+        if not files:
+            return sized, f"no weights beside the config: {total / 1e9:.2f} GB = parameters × {prec.what}", \
+                list(prec.assumed)
+        if abs(files - total) <= FILE_TOLERANCE * files:
+            return sized, f"{prec.what}; the safetensors {files / 1e9:.2f} GB", list(prec.assumed)
+        why = f"the config prices its {sh.params / 1e9:.2f} B parameters at {total / 1e9:.2f} GB ({prec.what})"
+    per = files / sh.params
+    return ({k: v * per for k, v in sh.parts.items()}, f"the safetensors' {files / 1e9:.2f} GB",
+            [f"{why}; the safetensors beside it hold {files / 1e9:.2f} GB: every weight priced at their average, "
+             f"{per:.3f} B"])
 
 
 def from_config(config: ConfigFile) -> WorkModel:
-    """A config.json (machine/model_files.read_config); bytes from the safetensors beside it, else params ×
-    dtype."""
+    """A config.json (machine/model_files.read_config): each part's bytes from the precision the config states
+    (mixed: gpt-oss's MXFP4 experts beside bf16 attention), the file's size from the safetensors beside it, else
+    those bytes summed; ValueError where it lacks a shape or states a precision not priced here with no weights
+    beside it."""
     p, cfg = config.path, config.text
     sh = _config_shape(cfg)
-    params, embd = sh.params, sh.embd
-    tied = bool(cfg.get("tie_word_embeddings", False))
-    files = config.safetensors_bytes
-    per_param = files / params if files else _DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0)
-    total = files or int(params * per_param)
-    experts = (Experts(sh.experts, sh.used, sh.expert_params * per_param, sh.expert_params,
+    sized, how, assumed = _part_bytes(config, sh)
+    total = sum(sized.values())
+    experts = (Experts(sh.experts, sh.used, sized["experts"] / sh.experts, sh.expert_params,
                        ROUTING_CORRELATION, sh.layers - sh.dense_layers) if sh.experts and sh.used else None)
     routed = sh.experts * sh.expert_params if experts else 0
+    embd_bytes = sized["embedding"]
     return WorkModel(
-        name=cfg.get("_name_or_path") or p.parent.name, source=f"config {p}", params=params, file_bytes=total,
-        weight_bytes=int(total - (0 if tied else embd * per_param) - routed * per_param),
-        embd_row_bytes=0.0 if tied else int(cfg["hidden_size"]) * per_param,
-        matmul_params=params - (0 if tied else embd) - routed, layers=sh.layers, heads=sh.heads,
+        name=cfg.get("_name_or_path") or p.parent.name, source=f"config {p}", params=sh.params,
+        file_bytes=config.safetensors_bytes or int(total),
+        weight_bytes=int(total - (0 if sh.tied else embd_bytes) - (sized["experts"] if experts else 0)),
+        embd_row_bytes=0.0 if sh.tied else embd_bytes / sh.vocab,
+        matmul_params=sh.params - (0 if sh.tied else sh.embd) - routed, layers=sh.layers, heads=sh.heads,
         kv_heads=sh.kv, head_dim=sh.hd,
-        kv_element_bytes=_DTYPE.get(str(cfg.get("torch_dtype", "bfloat16")), 2.0),
-        note=_tied_note(tied, embd * per_param), experts=experts, window=sh.window,
+        kv_element_bytes=DTYPE_BYTES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"), 2.0),
+        note=f"{_tied_note(sh.tied, embd_bytes)}; {how}", experts=experts, window=sh.window,
         window_layers=sh.window_layers, linear_layers=sh.linear_layers, state_bytes=sh.state,
-        mla_dim=sh.mla, assumed=_config_assumed(cfg, sh))
+        mla_dim=sh.mla, assumed=(*config.assumed, *assumed, *_config_assumed(cfg, sh)))
 
 
-def _config_assumed(cfg: dict[str, Any], sh: ConfigShape) -> tuple[str, ...]:
+def _config_assumed(cfg: Mapping[str, Any], sh: ConfigShape) -> tuple[str, ...]:
     out = []
     if sh.experts and not sh.used:
         out.append("num_experts_per_tok not in the config: every expert counted as read")

@@ -11,6 +11,7 @@ from pathlib import Path
 from engines.gguf_file import GGUFInfo, inspect_gguf
 from measure.core import work as W
 from measure.core.guard import GuardError, KVShape, shape_of_config, shape_of_gguf
+from measure.core.hf_config import text_part, with_defaults
 from measure.core.work import ConfigFile, WorkModel
 
 
@@ -21,13 +22,17 @@ def safetensors_bytes(folder: Path) -> int:
 
 
 def read_config(path: str | os.PathLike[str]) -> ConfigFile:
-    """A config.json and the safetensors beside it. OSError where it cannot be read, ValueError where it is not
-    JSON or not a JSON object."""
+    """A config.json and the safetensors beside it: its language model's keys (a multimodal config's text_config)
+    with what its architecture's transformers config class fills in where it is silent (core/hf_config.py), each
+    such key named in `assumed`. OSError where it cannot be read, ValueError where it is not JSON or not a JSON
+    object."""
     p = Path(path)
     data = json.loads(p.read_text())
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an object")
-    return ConfigFile(p, data.get("text_config", data), safetensors_bytes(p.parent))
+    text, left = text_part(data)
+    text, filled = with_defaults(text)
+    return ConfigFile(p, text, safetensors_bytes(p.parent), tuple(left + filled))
 
 
 def is_gguf(path: Path) -> bool:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from measure.core.cost import Cost
     from measure.core.roofline import Roofline
     from measure.core.sessions import TurnTTFT
+    from measure.core.work import WorkModel
     from presets import SLO
 
 
@@ -336,6 +337,7 @@ class Spec:
     watts: float | None = None
     endpoint_gbps: Sequence[float | None] | None = None
     ignore_eos: bool = False
+    served: WorkModel | None = None  # http: the served model's work (--model-bytes its config.json or GGUF)
 
 
 # ---- summary.json's names: (key, attribute path, when it is written) ----------------------------------------
@@ -663,10 +665,12 @@ def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> Pred
                       p.caveat() if p.oversubscribed else None)
 
 
-def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) -> list[EndpointFigures]:
+def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0,
+                     served: WorkModel | None = None) -> list[EndpointFigures]:
     """Per endpoint of an HTTP run over several (records' worker = the endpoint): its requests, errors,
     output tok/s over the cell's span, TTFT and TPOT p50, and its bandwidth product W ÷ TPOT p50 (one weight
-    read per server step, all its streams in it: metrics.http_bandwidth) where W is known. [] for one endpoint."""
+    read per server step, all its streams in it: metrics.http_bandwidth; where the served model's work is known,
+    what a step's tokens read: metrics.http_read_bandwidth) where W is known. [] for one endpoint."""
     groups: dict[int | None, list[RequestRecord]] = {}
     for r in records:
         groups.setdefault(r.worker, []).append(r)
@@ -679,11 +683,12 @@ def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0) ->
         s = M.summarize(recs)
         tp = s["median_tpot_ms"]
         ex = recs[0].extra or {}
+        tps = s["total_output_tokens"] / secs if secs else None
         out.append({"endpoint": ex.get("endpoint", str(wid)), "url": ex.get("url"), "requests": len(recs),
-                    "errors": s["errors"],
-                    "output_throughput": s["total_output_tokens"] / secs if secs else None,
+                    "errors": s["errors"], "output_throughput": tps,
                     "median_ttft_ms": s["median_ttft_ms"], "median_tpot_ms": tp,
-                    "bandwidth_gbps": M.http_bandwidth(weight_bytes, [_s(tp)]).gbps})
+                    "bandwidth_gbps": (M.http_read_bandwidth(served, [(_s(tp), tps)]) if served else
+                                       M.http_bandwidth(weight_bytes, [_s(tp)])).gbps})
     return out
 
 
@@ -696,9 +701,13 @@ def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_
     throughput, batch from the steps inside its timed span, http from each endpoint's TPOT p50."""
     mode, weight_bytes = spec.mode, spec.weight_bytes
     if is_remote(mode):
-        eps = endpoint_figures(records, weight_bytes)
+        eps = endpoint_figures(records, weight_bytes, spec.served)
         # one server: the cell's TPOT p50 is its streams' (one step serves all of them)
-        bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
+        if spec.served is not None:  # what a step's tokens read (an MoE: its experts), not the file
+            bw = M.http_read_bandwidth(spec.served, [(_s(e["median_tpot_ms"]), e["output_throughput"]) for e in eps]
+                                       if eps else [(_s(tpot_ms), timed.throughput)])
+        else:
+            bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
         return Bandwidth(bw.gbps, bw.formula, eps or None)
     work = spec.roofline.work if spec.roofline is not None else None  # the bytes a token reads (§26), where known
     if mode != "batch":

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from measure.core.guard import Footprint
     from measure.core.roofline import Roofline
     from measure.core.sessions import Sessions, SessionSpec
+    from measure.core.work import WorkModel
     from presets import SLO
 
 
@@ -52,6 +53,7 @@ class SweepConfig:
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES
     bandwidth_gbps: float | None = None
     roofline: Roofline | None = None  # predicted columns and their errors
+    served: WorkModel | None = None  # http: the served model's work (--model-bytes its config.json or GGUF)
     slo: SLO | None = None  # goodput per cell
     cost: Cost | None = None  # $/Mtok per cell
     arrivals: ArrivalSpec | None = None  # each rep's open-loop schedule (else rate / users)
@@ -142,7 +144,8 @@ class CellRunner:
             k, b, src.meta.model_bytes, cfg.bandwidth_gbps, mode, cfg.kv_bytes_per_token, cfg.roofline,
             cfg.threads or auto_threads(k), None if getattr(workload, "varies", False) else cfg.max_tokens, cfg.slo,
             cfg.cost, self.power.sample(),
-            [w.bandwidth_gbps for w in src.workers()] if self.caps.per_endpoint_bandwidth else None, cfg.ignore_eos))
+            [w.bandwidth_gbps for w in src.workers()] if self.caps.per_endpoint_bandwidth else None, cfg.ignore_eos,
+            served=cfg.served))
         cell.row = row
         if warmed := getattr(src, "warmup_requests", 0) - self._warmups:  # an HTTP level's warmup, not in the figures
             cell.load = replace(cell.load, warmup_requests=warmed)

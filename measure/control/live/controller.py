@@ -39,6 +39,7 @@ from presets import SLO, Workload
 
 if TYPE_CHECKING:
     from measure.core.guard import Footprint
+    from measure.core.work import WorkModel
     from measure.machine.recorder import Recorder
     from measure.core.records import Mode
     from measure.core.roofline import Prediction, Roofline
@@ -81,6 +82,7 @@ class LiveSettings:
     slo: SLO | None = None
     cost: Cost | None = None
     engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
+    served: WorkModel | None = None  # http: the served model's work (--model-bytes its config.json or GGUF)
 
 
 @dataclass(frozen=True)
@@ -505,11 +507,11 @@ class LiveController:
         while running and running[0][0] < max(now - int(self.settings.window_s * NS), self.stats.level_start_ns):
             running.popleft()
         gauge = M.percentile([r for _, r in running], 50) if len(running) >= serving.GAUGE_SCRAPES else None
-        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s)
-        if found is not None and found.verdict == "serialises" and self._serial_level != self.stats.level_label \
+        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s, win.stepped)
+        if found is not None and found.verdict != "batches" and self._serial_level != self.stats.level_label \
                 and self._log_findings:
             self._serial_level = self.stats.level_label
-            self.log("warn", f"the server serialises: {found.served:.1f} streams served at once of "
+            self.log("warn", f"the server {found.verdict}: {found.served:.1f} streams served at once of "
                              f"{found.open:.1f} open ({found.source})")
         return found
 
@@ -518,6 +520,9 @@ class LiveController:
         W = self.caps.weight_bytes
         if self.caps.per_endpoint_bandwidth:
             ep_tpot = {wid: tp for wid, tp in (win.tpot_by_worker or {}).items() if tp}
+            if self.settings.served is not None:  # what a step's tokens read (an MoE: its experts), not the file
+                return M.http_read_bandwidth(self.settings.served, [(tp, win.per_worker_tps.get(wid))
+                                                                     for wid, tp in ep_tpot.items()]), ep_tpot
             return M.http_bandwidth(W, ep_tpot.values()), ep_tpot
         if self.roofline is not None and self.caps.local:  # the bytes a token really reads (experts: not the file)
             return M.read_bandwidth(self.mode, self.roofline.work, agg_tps=win.agg_tps,
@@ -532,7 +537,10 @@ class LiveController:
                       w.requests_done,
                       w.last_ttft_s, label=w.label, errors=w.errors, active=w.active, streams=w.streams,
                       server=w.server, bandwidth_gbps=w.bandwidth_gbps, error=w.error,
-                      bw_gbps=M.http_bandwidth(W, [ep_tpot.get(w.wid)]).gbps)
+                      bw_gbps=(M.http_read_bandwidth(self.settings.served, [(ep_tpot.get(w.wid),
+                                                                              win.per_worker_tps.get(w.wid))])
+                               if self.settings.served is not None else M.http_bandwidth(W, [ep_tpot.get(w.wid)])
+                               ).gbps)
             for w in workers
         )
 

@@ -43,7 +43,7 @@ def live_settings(plan: RunPlan, brake: bool = True) -> LiveSettings:
                         memory_budget_source=plan.memory_budget_source,
                         ctx=plan.ctx, force=plan.force, brake=brake and not plan.engine_is_remote, slo=plan.slo,
                         cost=plan.cost, placement=plan.placement(), engine_on_gpu=plan.engine_on_gpu(),
-                        engine_baseline=plan.engine_baseline)
+                        engine_baseline=plan.engine_baseline, served=plan.served)
 
 
 def start_live(plan: RunPlan, record: str | None = None, brake: bool = True,
