@@ -222,8 +222,12 @@ def test_plan_chip_reads_a_gemma3_config(capsys):
 def test_mlx_and_awq_precisions():
     """mlx-lm's quantization (4-bit, group 64: 0.5 + 4/64 B a weight, embeddings too) and AWQ's (4-bit,
     group 128: 0.5 + 2.5/128, embeddings and lm_head at the dtype)."""
-    mlx = hf_config.precision({"torch_dtype": "bfloat16", "quantization": {"group_size": 64, "bits": 4}})
+    q4 = {"group_size": 64, "bits": 4}
+    mlx = hf_config.precision({"torch_dtype": "bfloat16", "quantization": q4})
     assert mlx.of("experts") == mlx.of("embedding") == 0.5625 and mlx.of("norms") == 2.0
+    assert hf_config.precision({"quantization": q4, "quantization_config": q4}) == mlx.__class__(  # mlx-lm's copy
+        2.0, 0.5625, mlx.converted, mlx.what, ("no torch_dtype or dtype in the config: the weights outside any "
+                                               "quantization read as bf16 (2 B)",))
     awq = hf_config.precision({"torch_dtype": "float16",
                                "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}})
     assert awq.of("attention") == pytest.approx(0.5 + 2.5 / 128) and awq.of("head") == awq.of("embedding") == 2.0
@@ -331,3 +335,20 @@ def test_the_dashboard_over_http_shows_what_a_step_reads(tmp_path):
     assert bench.bandwidth.gbps == pytest.approx(hand / (bench.requests.tpot.p50 / 1e3) / 1e9, rel=0.1)
     assert shown[len(shown) // 2] == pytest.approx(bench.bandwidth.gbps, rel=0.25)
     assert shown[-1] < plan.model_bytes / 0.020 / 1e9 / 2  # never the file ÷ TPOT
+
+
+def test_what_is_not_known_is_said(tmp_path):
+    """An architecture whose transformers defaults are not in the table and a config silent on tied embeddings:
+    read as untied, and said; safetensors far from what the config prices (a 4-bit file for a bf16 config): every
+    weight at the files' average, and said."""
+    cfg = json.loads((CONFIGS / "Llama-3.1-8B" / "config.json").read_text())
+    del cfg["tie_word_embeddings"]
+    cfg["model_type"] = "newarch"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with (tmp_path / "model.safetensors").open("wb") as fh:
+        fh.truncate(4_500_000_000)
+    w = model_files.work_from_config(tmp_path / "config.json")
+    said = " | ".join(w.assumed)
+    assert "tie_word_embeddings not in the config, and newarch's default not known here: read as untied" in said
+    assert "every weight priced at their average, 0.560 B" in said
+    assert w.read_bytes(1) == pytest.approx((8_030_261_248 - 128256 * 4096 + 4096) * 4.5e9 / 8_030_261_248)

@@ -107,6 +107,7 @@ def shape_of_config(config: W.ConfigFile) -> KVShape:
     except (KeyError, TypeError, ValueError) as exc:
         raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
                          "hidden_size or head_dim") from None
+    why = "no parameters"
     try:
         wm: WorkModel | None = W.from_config(config)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:

@@ -137,7 +137,7 @@ def precision(cfg: Mapping[str, Any]) -> Precision:
         raise ValueError(f"torch_dtype {name!r} is not one of {', '.join(DTYPE_BYTES)}")
     words = f"{name or 'bf16'} ({dense:g} B a weight)"
     q, mlx = cfg.get("quantization_config"), cfg.get("quantization")
-    if isinstance(mlx, Mapping) and not isinstance(q, Mapping):
+    if isinstance(mlx, Mapping) and not (isinstance(q, Mapping) and q.get("quant_method")):  # mlx-lm copies it
         bits, group = float(mlx.get("bits", 4)), int(mlx.get("group_size", 64))
         per = bits / 8 + 4 / group
         return Precision(dense, per, frozenset(PARTS) - {"norms"},
