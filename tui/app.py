@@ -10,6 +10,7 @@ import gc
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer, Vertical
@@ -20,9 +21,11 @@ from measure.control.live.protocol import Controller
 from measure.control.live.snapshot import Snapshot
 from measure.core.records import is_remote
 from tui.charts import Chart, Panel, TablePanel
-from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, pareto_chart, render_clients,
-                        render_gauges, render_header, render_log, render_numbers, render_step_table, render_workers,
-                        series_charts)
+from tui.fit import fit_lines
+from tui.layout import BORDER, Arrangement, Needs, arrange, text_width
+from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, numbers_lines, pareto_chart,
+                        render_clients, render_gauges, render_header, render_log, render_numbers, render_step_table,
+                        render_workers, series_charts)
 from tui.panels import bar, wall_name  # noqa: F401  # where tests and callers found them before tui/panels.py
 from tui.signals import hold, quit_on_signals
 
@@ -40,7 +43,8 @@ KEYS = [
     ("p", "pause / resume the load"),
     ("r", "reset the statistics (request figures count from now)"),
     ("e", "export the current statistics (and the step table) to JSON"),
-    ("v", "switch the chart area: live time series / the step table and its Pareto chart"),
+    ("v", "the next view: live charts / the step table and its Pareto chart / a chart, the gauges and workers "
+          "that do not fit this terminal"),
     ("?", "this help"),
     ("q", "quit (every worker stops)"),
 ]
@@ -51,7 +55,7 @@ REPLAY_KEYS = [
     ("> / <", "play faster / slower (×0.25 … ×64)"),
     ("→ / ←", "jump 10 s forward / back"),
     ("e", "export the statistics at this moment to JSON"),
-    ("v", "switch the chart area: time series / the step table and its Pareto chart"),
+    ("v", "the next view: charts / the step table and its Pareto chart / what does not fit this terminal"),
     ("?", "this help"),
     ("q", "quit"),
 ]
@@ -105,15 +109,23 @@ class InferenceTop(App):
         self._last_charts: int | None = None
         self._charts_every = 1  # the charts are redrawn in every n-th 1 Hz repaint (--refresh 1 / n)
         self._ticks = 0
-        self.steps_view = False
+        self.view_name = "main"  # which view `v` chose (tui/layout.py: the views at this terminal's size)
+        self.arrangement: Arrangement | None = None
+        self._needs = Needs()
+        self._log_lines = 0
+        self._term_size: tuple[int, int] | None = None  # the terminal's, as the last resize said
+
+    @property
+    def steps_view(self) -> bool:
+        return self.view_name == "steps"
 
     def compose(self) -> ComposeResult:
         yield Panel(id="header")
         with Horizontal(id="body"):
-            with Vertical(id="charts"):
+            with Vertical(id="charts"):  # the headline first (tui/layout.CHARTS)
+                yield Chart(*CHART_BW, id="chart-bw")
                 yield Chart(*CHART_TPS, id="chart-tps")
                 yield Chart(*CHART_TPOT, id="chart-tpot")
-                yield Chart(*CHART_BW, id="chart-bw")
             with Vertical(id="steps-view"):
                 with ScrollableContainer(id="steps-box"):  # sideways where the table is wider than the panel
                     yield TablePanel(id="steps")
@@ -134,6 +146,7 @@ class InferenceTop(App):
                 self.set_interval(1.0 / NUMBERS_HZ, self.refresh_numbers)
                 self.set_interval(1.0 / self.refresh_hz, self.refresh_charts)
             self.call_after_refresh(self._freeze_startup)
+        self.relayout()
         self.refresh_numbers()
         self.call_after_refresh(self.refresh_charts)
 
@@ -161,23 +174,87 @@ class InferenceTop(App):
             return
         self._last_numbers = snap.version
         view = self.view()
-        self.query_one("#header", Panel).set_text(render_header(snap, view))
-        self.query_one("#gauges", Panel).set_text(render_gauges(snap, view))
-        self.query_one("#numbers", Panel).set_text(render_numbers(snap, view))
+        self._append_log(snap)
+        width = (self._term_size or self.size)[0]
+        tw = text_width(width, self.view_name)
+        lines = numbers_lines(snap, view)
+        gauges = render_gauges(snap, view, tw)
+        workers = self._workers_text(snap, tw)
+        numbers = fit_lines(lines, tw)
+        needs = Needs(len(gauges.plain.split("\n")), len(numbers.plain.split("\n")),
+                      len(fit_lines([x for x in lines if x[0] <= 2], tw).plain.split("\n")),
+                      len(workers.plain.rstrip("\n").split("\n")), self._log_lines, len(snap.steps) + 3)
+        if needs != self._needs or self.arrangement is None:
+            self._needs = needs
+            if self.relayout():  # (the texts below are made for the new arrangement; the charts in the next paint)
+                self._last_charts = None
+                self.call_after_refresh(self.refresh_charts)
+        side = self.arrangement.side if self.arrangement else {}
+        rows = side.get("numbers", 0) - BORDER
+        self.query_one("#header", Panel).set_text(render_header(snap, view, max(20, width - 2)))
+        self.query_one("#gauges", Panel).set_text(gauges if side.get("gauges", 0) - BORDER >= len(gauges.plain.split(
+            "\n")) else render_gauges(snap, view, tw, max(0, side.get("gauges", 0) - BORDER)))
+        self.query_one("#numbers", Panel).set_text(numbers if rows >= needs.numbers else fit_lines(lines, tw,
+                                                                                                    max(rows, 1)))
         if self.steps_view:
             self.query_one("#steps", TablePanel).set_text(render_step_table(snap.steps, view.slo))
-        self._fill_workers(snap)
-        self._append_log(snap)
+        self.query_one("#workers", Panel).set_text(workers)
+
+    # ---- the layout --------------------------------------------------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        self._term_size = (event.size.width, event.size.height)
+        if self.relayout():
+            self._redraw()
+
+    def _redraw(self) -> None:
+        """The numbers drawn again now (their widths are the arrangement's), the charts once the screen has its new
+        layout (a chart is drawn to its widget's size)."""
+        self._last_numbers = self._last_charts = None
+        self.refresh_numbers()
+        self.call_after_refresh(self.refresh_charts)
+
+    def relayout(self) -> bool:
+        """The panels arranged for this terminal's size and view (tui/layout.arrange); whether that changed."""
+        w, h = self._term_size or self.size
+        arr = arrange(w, h, self.view_name, self._needs)
+        if arr == self.arrangement:
+            return False
+        self.arrangement, self.view_name = arr, arr.view
+        for wid in ("chart-bw", "chart-tps", "chart-tpot"):
+            self.query_one(f"#{wid}").display = wid in arr.charts
+        self.query_one("#charts").display = bool(arr.charts)
+        steps_view = self.query_one("#steps-view")
+        steps_view.display = arr.steps or arr.pareto
+        box = self.query_one("#steps-box")
+        box.display = arr.steps
+        box.styles.height = arr.steps_rows if arr.steps_rows and arr.pareto else "1fr"
+        self.query_one("#chart-pareto").display = arr.pareto
+        main_w = arr.main_w if arr.side_w else "1fr"
+        self.query_one("#charts").styles.width = steps_view.styles.width = main_w
+        side = self.query_one("#side")
+        side.display = bool(arr.side_w)
+        side.styles.width = arr.side_w or None
+        for wid in ("gauges", "numbers", "workers"):
+            rows = arr.side.get(wid, 0)
+            panel = self.query_one(f"#{wid}")
+            panel.display = rows > 0
+            panel.styles.height = rows or None
+        self.query_one("#log").styles.height = arr.log_rows
+        return True
 
     def refresh_charts(self) -> None:
         snap = self.c.snapshot()
         if snap is None or snap.version == self._last_charts:
             return
         self._last_charts = snap.version
-        if self.steps_view:
-            charts = [("#chart-pareto", pareto_chart(snap.steps))]
-        else:
-            charts = list(zip(("#chart-tps", "#chart-tpot", "#chart-bw"), series_charts(snap, self.c.info)))
+        arr = self.arrangement
+        charts = []
+        if arr is None or arr.pareto:
+            charts.append(("#chart-pareto", pareto_chart(snap.steps)))
+        if arr is None or arr.charts:
+            charts += [(wid, d) for wid, d in zip(("#chart-tps", "#chart-tpot", "#chart-bw"),
+                                                  series_charts(snap, self.c.info))
+                       if arr is None or wid[1:] in arr.charts]
         for wid, d in charts:
             self.query_one(wid, Chart).plot(d.key, d.series, d.hlines, d.markers, d.x_range)
 
@@ -198,21 +275,22 @@ class InferenceTop(App):
     def _render_steps(self, s: Snapshot) -> Text:
         return render_step_table(s.steps, self.c.settings.slo)
 
-    def _fill_workers(self, s: Snapshot) -> None:
-        """The workers table as fixed-width text: a DataTable re-renders every row on any change,
-        which cost more CPU than the three charts together."""
-        t = render_workers(s)
+    def _workers_text(self, s: Snapshot, width: int) -> Text:
+        """The workers table as fixed-width text (a DataTable re-renders every row on any change, which cost
+        more CPU than the three charts together), its columns those that fit `width`."""
+        t = render_workers(s, width)
         if self.peers:  # --peer: every client's figures under the workers
             from measure.control.live.peers import client_rows
 
             own = {"tps": s.numbers.agg_tps, "requests": self.c.totals["requests"], "errors": self.c.totals["errors"]}
             t = render_clients(t, *client_rows(own, self.peers.readings(), self.peers.with_own))
-        self.query_one("#workers", Panel).set_text(t)
+        return t
 
     def _append_log(self, s: Snapshot) -> None:
         log = self.query_one("#log", RichLog)
         for seq, line, error in render_log(s.log, self._log_seen):
             self._log_seen = seq
+            self._log_lines = min(self._log_lines + 1, 10)
             log.write(line)
             if error is not None:
                 self.notify(error, severity="error", timeout=STICKY)
@@ -264,13 +342,12 @@ class InferenceTop(App):
         self.call_from_thread(self.notify, f"exported to {path}", timeout=5)
 
     def action_view(self) -> None:
-        """The chart area: live time series, or the step table and its Pareto chart."""
-        self.steps_view = not self.steps_view
-        self.query_one("#charts").display = not self.steps_view
-        self.query_one("#steps-view").display = self.steps_view
-        self._last_numbers = self._last_charts = None
-        self.refresh_numbers()
-        self.call_after_refresh(self.refresh_charts)
+        """The next view at this terminal's size (tui/layout.arrange): the live charts, the step table and its
+        Pareto chart, then each chart or panel that does not fit beside the headline, one a view."""
+        views = self.arrangement.views if self.arrangement else ("main", "steps")
+        self.view_name = views[(views.index(self.view_name) + 1) % len(views)] if self.view_name in views else "main"
+        self.relayout()
+        self._redraw()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.HELP_KEYS))
@@ -310,7 +387,7 @@ class ReplayApp(InferenceTop):
 
     def action_seek(self, delta: float) -> None:
         self.c.seek(delta)
-        self._log_seen = 0
+        self._log_seen = self._log_lines = 0
         self.query_one("#log", RichLog).clear()
         self._last_numbers = self._last_charts = None
         self.refresh_numbers()

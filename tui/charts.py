@@ -298,6 +298,13 @@ def _rows() -> list[Row]:
     return out
 
 
+def fitted_title(title: str, unit: str, w: int) -> str:
+    """A chart's title and unit in `w` cells: whole, else without its parenthesis ("bandwidth product [GB/s]"),
+    else cut (draw() ends it in "…")."""
+    full = f"{title} [{unit}]"
+    return full if cell_len(full) <= w else f"{title.split(' (')[0]} [{unit}]"
+
+
 class Chart(Widget):
     """One chart. `series`: (label, xs, ys, color, style) with style 'line' or 'dash'; `hlines`: (y, label,
     color); `markers`: (x, label) drawn as labelled vertical lines. Drawn into strips once per change of its key
@@ -312,9 +319,17 @@ class Chart(Widget):
         self._key = None
         self._rows: list[Row] = []
         self._strips: list[Strip | None] = []  # None: a row changed, its strip not made yet
+        self._data: tuple | None = None  # the last plot's arguments: drawn again at a new size
         self.builds = 0
 
+    def on_resize(self) -> None:
+        """A new size (the terminal's, or the layout's): the last data drawn again to it at once, so no row of
+        the old drawing stays."""
+        if self._data is not None:
+            self.plot(*self._data)
+
     def plot(self, key, series, hlines=(), markers=(), x_range=None) -> None:
+        self._data = (key, series, hlines, markers, x_range)
         w, h = self.size.width, self.size.height
         if w < 20 or h < 5:
             return
@@ -322,7 +337,7 @@ class Chart(Widget):
         if key == self._key:
             return  # nothing changed: no redraw
         self._key = key
-        rows = draw(w, h, f"{self.title} [{self.unit}]", series, hlines, markers, x_range)
+        rows = draw(w, h, fitted_title(self.title, self.unit, w), series, hlines, markers, x_range)
         self.builds += 1
         if rows != self._rows:
             old = self._rows

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 
 from measure.control.live.snapshot import LogLine, Numbers, RunInfo, Snapshot
@@ -20,6 +21,7 @@ from measure.core.server_cache import live_rates
 from measure.core.units import fmt_bytes, fmt_ms
 from presets import SLO
 from tui.charts import Series, draw
+from tui.fit import fit_lines, fit_parts
 
 SPAN_S = 180.0  # seconds of history on the charts
 _t = attrgetter("t")
@@ -84,96 +86,108 @@ def bar(used: float, total: float, width: int, marked: float = 0.0) -> Text:
 
 
 # ---- the header ---------------------------------------------------------------------------------------------------
-def render_header(s: Snapshot, v: View) -> Text:
-    """Two lines: the engine, model, chip and β; the mode, K, B, users, achieved concurrency, state and clock."""
+def render_header(s: Snapshot, v: View, width: int | None = None) -> Text:
+    """Two lines: the engine, model, chip and β; the mode, K, B, users, achieved concurrency, state and clock. At
+    a `width` each line leaves out its least important parts until it fits (tui/fit.fit_parts): the β source,
+    the file's size, the placement, the chip's name; the state stays."""
     info = v.info
     beta = info.bandwidth_gbps
-    t = Text()
+    top: list[tuple[int, Text]] = []
     if v.banner:
-        t.append(f" {v.banner} ", "bold black on yellow")
-        t.append(" ")
+        top.append((0, Text.assemble((f" {v.banner} ", "bold black on yellow"), " ")))
     if s.simulated:
-        t.append(" SIMULATED ", "bold white on magenta")
-        t.append(" ")
-    t.append(f"{info.engine}", "bold")
+        top.append((0, Text.assemble((" SIMULATED ", "bold white on magenta"), " ")))
+    top.append((0, Text(f"{info.engine}", "bold")))
     if info.placement:
-        t.append(f" · {info.placement}")
-    t.append(f" · {v.title or info.model}")
+        top.append((4, Text(f" · {info.placement}")))
+    top.append((1, Text(f" · {v.title or info.model}")))
     if info.weight_bytes:
-        t.append(f" {info.weight_bytes / 1e9:.3f} GB")
-    t.append(f" · {info.chip} ")
+        top.append((5, Text(f" {info.weight_bytes / 1e9:.3f} GB")))
+    top.append((3, Text(f" · {info.chip}")))
     if s.numbers.spec_gbps:
-        t.append(f"β Σ {s.numbers.spec_gbps:g} GB/s (the endpoints' chips)")
+        top += [(1, Text(f" β Σ {s.numbers.spec_gbps:g} GB/s")), (6, Text(" (the endpoints' chips)"))]
+    elif beta:
+        top += [(1, Text(f" β {beta:g} GB/s")), (6, Text(f" ({info.bandwidth_source})"))]
     else:
-        t.append(f"β {beta:g} GB/s ({info.bandwidth_source})" if beta else "β unknown (--bandwidth)")
+        top.append((1, Text(" β unknown (--bandwidth)")))
+    bottom = [(0, Text(f"mode {s.mode}", "bold")), (0, Text(f" · K={s.k}")), (0, Text(f" · B={s.b}")),
+              (2, Text(f" · users {s.users}")), (1, Text(f" · achieved {s.numbers.concurrency:.1f}")),
+              (0, Text.assemble(" · ", (f" {s.state} ", STATE_STYLE.get(s.state, "bold")))),
+              (1, Text(f" · t={s.t:.0f} s"))]
+    t = fit_parts(top, width)
     t.append("\n")
-    t.append(f"mode {s.mode}", "bold")
-    t.append(f" · K={s.k} · B={s.b} · users {s.users} · achieved {s.numbers.concurrency:.1f} · ")
-    t.append(f" {s.state} ", STATE_STYLE.get(s.state, "bold"))
-    t.append(f" · t={s.t:.0f} s")
+    t.append_text(fit_parts(bottom, width))
     return t
 
 
 # ---- the gauges ---------------------------------------------------------------------------------------------------
-def render_gauges(s: Snapshot, v: View) -> Text:
-    """This machine's memory (the workers' RSS marked), swap, pressure and CPU; empty before the first reading."""
-    t = Text()
+def render_gauges(s: Snapshot, v: View, width: int | None = None, rows: int | None = None) -> Text:
+    """This machine's memory (the workers' RSS marked), swap, pressure and CPU; empty before the first reading.
+    At a `width` the bars shorten (to 8 cells) and a longer line wraps; in `rows` the memory bar and the pressure
+    line come first (tui/fit.fit_lines)."""
     m = s.system
     if m is None:
-        return t
-    w = 28
+        return Text()
+    lines: list[tuple[int, Text]] = []
     endpoint = v.info.endpoint
     if endpoint and not any(h in endpoint for h in ("://127.", "://localhost", "://[::1]")):
-        t.append("this machine; the server is remote\n", "grey50")
-    t.append("memory ")
-    t.append_text(bar(m.mem_used, m.mem_total, w, min(s.rss_sum, m.mem_used)))
-    t.append(f" {fmt_bytes(m.mem_used)} / {fmt_bytes(m.mem_total)}\n")
-    t.append(f"       ▓ workers' RSS Σ {fmt_bytes(s.rss_sum)} (shared pages per worker)\n", "yellow")
-    t.append("swap   ")
-    if m.swap_total:
-        t.append_text(bar(m.swap_used, m.swap_total, w))
-        t.append(f" {fmt_bytes(m.swap_used)} / {fmt_bytes(m.swap_total)}")
-    else:
-        t.append("none configured")
-    t.append(f"\n       in {m.swap_in_bps / 1e6:.1f} MB/s · out {m.swap_out_bps / 1e6:.1f} MB/s\n")
-    t.append("pressure ")
-    t.append(f"{m.pressure:.2f} ({m.pressure_source})" if m.pressure is not None else "not reported by this OS")
-    t.append(f" · CPU {m.cpu_percent:.0f} %")
-    return t
+        lines.append((1, Text("this machine; the server is remote", "grey50")))
+
+    def gauge(label: str, used: int, total: int, marked: float = 0.0) -> Text:
+        tail = f" {fmt_bytes(used)} / {fmt_bytes(total)}"
+        w = 28 if width is None else max(8, min(28, width - len(label) - len(tail)))
+        return Text(label) + bar(used, total, w, marked) + Text(tail)
+
+    lines.append((0, gauge("memory ", m.mem_used, m.mem_total, min(s.rss_sum, m.mem_used))))
+    lines.append((3, Text(f"       ▓ workers' RSS Σ {fmt_bytes(s.rss_sum)} (shared pages per worker)", "yellow")))
+    lines.append((2, gauge("swap   ", m.swap_used, m.swap_total) if m.swap_total else Text("swap   none configured")))
+    lines.append((3, Text(f"       in {m.swap_in_bps / 1e6:.1f} MB/s · out {m.swap_out_bps / 1e6:.1f} MB/s")))
+    pressure = (f"{m.pressure:.2f} ({m.pressure_source})" if m.pressure is not None else "not reported by this OS")
+    lines.append((1, Text(f"pressure {pressure} · CPU {m.cpu_percent:.0f} %")))
+    return fit_lines(lines, width, rows)
 
 
 # ---- the numbers panel --------------------------------------------------------------------------------------------
-def render_numbers(s: Snapshot, v: View) -> Text:
+def render_numbers(s: Snapshot, v: View, width: int | None = None, rows: int | None = None) -> Text:
     """The level's figures: throughput and TPOT against the prediction, the bandwidth product, TTFT, ITL, errors,
-    goodput, power and cost, what a settling level waits for, the wall, and the server's or the footprint's line."""
-    t = Text()
-    _throughput_lines(t, s)
-    _request_lines(t, s, v)
-    _wall_line(t, s, v)
-    if s.numbers.footprint is None:
-        _server_line(t, s.numbers.server_view)
+    goodput, power and cost, what a settling level waits for, the wall, and the server's or the footprint's line.
+    At a `width` a longer line wraps at a separator (never inside a figure); in `rows` the wall, the level's
+    tok/s, the prediction's error and the bandwidth product stay and the TTFT split, the formula, the server's line
+    go first (numbers_lines' ranks; tui/fit.fit_lines)."""
+    return fit_lines(numbers_lines(s, v), width, rows)
+
+
+def numbers_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
+    """The numbers panel's lines in order, each with its rank (0 the most important, kept the longest)."""
+    out = _throughput_lines(s) + _request_lines(s, v) + _wall_lines(s, v)
+    n = s.numbers
+    if n.footprint is None:
+        out.append((6, _server_line(n.server_view)))
     else:
-        t.append(f"\nfootprint ≈ {fmt_bytes(s.numbers.footprint)} of {fmt_bytes(s.numbers.budget)} budget")
+        t = Text(f"footprint ≈ {fmt_bytes(n.footprint)} of {fmt_bytes(n.budget)} budget")
         if v.memory_budget_source:
             t.append(f" ({v.memory_budget_source})", "grey50")
-    return t
+        out.append((6, t))
+    return out
 
 
-def _throughput_lines(t: Text, s: Snapshot) -> None:
+def _throughput_lines(s: Snapshot) -> list[tuple[int, Text]]:
     n = s.numbers
-    t.append(f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan")
-    t.append(f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})\n")
-    _serving_lines(t, s)
-    t.append(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
+    out = [(0, Text.assemble((f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan"),
+                             f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})"))]
+    out += [(2, Text(text, style)) for text, style in serving_text(n, s.b)]
+    t = Text(f"TPOT p50 {fmt_ms(n.tpot_p50)} · p90 {fmt_ms(n.tpot_p90)}")
     if n.predicted_tpot is not None:
         t.append(f" · predicted {fmt_ms(n.predicted_tpot)}{_err(n.tpot_p50, n.predicted_tpot)}")
-    t.append("\n")
+    out.append((1, t))
     if n.predicted_tps is not None:
-        t.append(f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)} · {n.predicted_by}\n",
-                 "grey50")
-    t.append(f"bandwidth product {n.bw_gbps:.1f} GB/s" if n.bw_gbps is not None else "bandwidth product —")
-    t.append(f" · MBU {n.mbu:.0%} of attainable\n" if n.mbu is not None else "\n")
-    t.append(f"  = {n.bw_formula}\n", "grey50")
+        out.append((1, Text(f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)} · "
+                            f"{n.predicted_by}", "grey50")))
+    t = Text(f"bandwidth product {n.bw_gbps:.1f} GB/s" if n.bw_gbps is not None else "bandwidth product —")
+    if n.mbu is not None:
+        t.append(f" · MBU {n.mbu:.0%} of attainable")
+    out += [(2, t), (4, Text(f"  = {n.bw_formula}", "grey50"))]
+    return out
 
 
 def serving_text(n: Numbers, b: int) -> list[tuple[str, str]]:
@@ -184,52 +198,49 @@ def serving_text(n: Numbers, b: int) -> list[tuple[str, str]]:
         out.append((f"server efficiency {n.server_efficiency:.0%} of the engine's own batched "
                     f"{n.engine_tps:.1f} tok/s at B={b}", "bold"))
     if (v := n.batching) is not None:
-        if v.verdict == "serialises":
-            out.append((f"server serialises: {v.served:.1f} served at once of {v.open:.1f} streams open "
-                        f"({v.source}); B > 1 only queues", "bold black on yellow"))
+        if v.verdict != "batches":  # serialises (B > 1 only queues) or interleaves (B > 1 only takes turns)
+            out.append((f"server {v.verdict}: {v.served:.1f} served at once of {v.open:.1f} streams open "
+                        f"({v.source}); B > 1 only {'queues' if v.verdict == 'serialises' else 'takes turns'}",
+                        "bold black on yellow"))
         else:
             out.append((f"server batches: {v.served:.1f} served at once of {v.open:.1f} streams open "
                         f"({v.source})", "grey50"))
     return out
 
 
-def _serving_lines(t: Text, s: Snapshot) -> None:
-    for text, style in serving_text(s.numbers, s.b):
-        t.append(text, style)
-        t.append("\n")
-
-
-def _request_lines(t: Text, s: Snapshot, v: View) -> None:
+def _request_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
     n = s.numbers
-    t.append(f"this level ({n.level}, {n.requests} requests):\n", "grey50")
     few = p99_mark(n.requests)  # ≈: a p99 of fewer than 100 requests is about their maximum
-    t.append(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {few}{fmt_ms(n.ttft_p99)} (queue-incl.)\n")
-    t.append(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {few}{fmt_ms(n.ttft_engine_p99)} (engine)\n")
-    t.append(f"chunk ITL p50 {fmt_ms(n.itl_p50)} · ")
-    t.append(f"errors {n.errors}", "bold red" if n.errors else "")
+    out = [(5, Text(f"this level ({n.level}, {n.requests} requests):", "grey50")),
+           (3, Text(f"TTFT p50 {fmt_ms(n.ttft_p50)} · p99 {few}{fmt_ms(n.ttft_p99)} (queue-incl.)")),
+           (6, Text(f"TTFT p50 {fmt_ms(n.ttft_engine_p50)} · p99 {few}{fmt_ms(n.ttft_engine_p99)} (engine)")),
+           (3, Text.assemble(f"chunk ITL p50 {fmt_ms(n.itl_p50)} · ", (f"errors {n.errors}",
+                                                                       "bold red" if n.errors else "")))]
     if n.goodput_tps is not None and v.slo is not None:  # goodput is counted against an SLO only
-        t.append(f"\ngoodput {n.goodput_rps:.2f} req/s · {n.goodput_tps:.1f} tok/s · "
-                 f"{n.slo_attainment:.0%} in SLO ({v.slo.key})")
+        out.append((3, Text(f"goodput {n.goodput_rps:.2f} req/s · {n.goodput_tps:.1f} tok/s · "
+                            f"{n.slo_attainment:.0%} in SLO ({v.slo.key})")))
     if n.watts is not None or n.usd_per_mtok is not None:
-        t.append("\n" + " · ".join(x for x in (
+        out.append((5, Text(" · ".join(x for x in (
             f"power {n.watts:.0f} W" if n.watts is not None else "",
             f"{n.joules_per_token:.2f} J/token" if n.joules_per_token else "",
-            f"${n.usd_per_mtok:.2f}/Mtok" if n.usd_per_mtok is not None else "") if x))
+            f"${n.usd_per_mtok:.2f}/Mtok" if n.usd_per_mtok is not None else "") if x))))
+    return out
 
 
-def _wall_line(t: Text, s: Snapshot, v: View) -> None:
+def _wall_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
     n = s.numbers
+    out = []
     cur = next((r for r in reversed(s.steps) if r.level == n.level), None) if v.steps_view else None
     if cur is not None and not cur.settled:  # the step table's row says "settling"; what it waits for is here
-        t.append(f"\nthis level is {cur.progress}", "grey50")
-    t.append("\nwall: ")
-    t.append(f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL" else n.ceiling,
-             "bold white on red" if s.state == "WALL" else "bold")
+        out.append((2, Text(f"this level is {cur.progress}", "grey50")))
+    out.append((0, Text.assemble("wall: ", (f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL"
+                                             else n.ceiling, "bold white on red" if s.state == "WALL" else "bold"))))
+    return out
 
 
-def _server_line(t: Text, v: dict[str, Any] | None) -> None:
+def _server_line(v: dict[str, Any] | None) -> Text:
     """What the server's /metrics say (absent, not zero, where it exposes none)."""
-    t.append("\nserver: ")
+    t = Text("server: ")
     if v is None:
         t.append("not scraped yet")
     elif not v:
@@ -245,49 +256,83 @@ def _server_line(t: Text, v: dict[str, Any] | None) -> None:
         if "spec_acceptance_rate" in rates:
             parts.append(f"drafts accepted {rates['spec_acceptance_rate'] * 100:.0f} %")
         t.append(" · ".join(parts))
-
-
-# ---- the workers panel --------------------------------------------------------------------------------------------
-def render_workers(s: Snapshot) -> Text:
-    """The workers table as fixed-width text (one row per engine worker), or per endpoint over HTTP."""
-    if is_remote(s.mode):
-        return render_endpoints(s)
-    t = Text()
-    t.append(f"{'id':>2} {'pid':>6} {'state':<8} {'thr':>3} {'RSS':>7} {'CPU%':>4} {'tok/s':>5} {'done':>4} "
-             f"{'TTFT':>9}\n", "bold")
-    for w in s.workers:
-        t.append(f"{w.wid:>2} {w.pid or '—':>6} ")
-        t.append(f"{w.state:<8}", WORKER_STYLE.get(w.state, ""))
-        t.append(f" {w.threads or '—':>3} {fmt_bytes(w.rss):>7} {'—' if w.cpu is None else f'{w.cpu:.0f}':>4} "
-                 f"{w.tps:>5.1f} {w.requests:>4} {fmt_ms(w.last_ttft):>9}\n")
     return t
 
 
-def render_endpoints(s: Snapshot) -> Text:
+# ---- the workers panel --------------------------------------------------------------------------------------------
+def render_workers(s: Snapshot, width: int | None = None) -> Text:
+    """The workers table as fixed-width text (one row per engine worker), or per endpoint over HTTP. At a `width`
+    the least needed columns are left out until a row fits (a row is never wrapped)."""
+    if is_remote(s.mode):
+        return render_endpoints(s, width)
+    rows = [{"id": w.wid, "pid": w.pid or "—", "state": w.state, "thr": w.threads or "—", "RSS": fmt_bytes(w.rss),
+             "CPU%": "—" if w.cpu is None else f"{w.cpu:.0f}", "tok/s": f"{w.tps:.1f}", "done": w.requests,
+             "TTFT": fmt_ms(w.last_ttft)} for w in s.workers]
+    cols = _columns([("id", 2, 0), ("pid", 6, 4), ("state", -8, 0), ("thr", 3, 5), ("RSS", 7, 2), ("CPU%", 4, 3),
+                     ("tok/s", 5, 0), ("done", 4, 1), ("TTFT", 9, 2)], rows, width)
+    t = Text()
+    t.append(_table_row(cols, {c[0]: c[0] for c in cols}).plain + "\n", "bold")
+    for w, cells in zip(s.workers, rows):
+        t.append_text(_table_row(cols, cells, {"state": WORKER_STYLE.get(w.state, "")}))
+        t.append("\n")
+    return t
+
+
+Column = tuple[str, int, int]  # name, width (negative: left-aligned), rank (0: never left out)
+
+
+def _columns(cols: list[Column], rows: Sequence[dict[str, Any]], width: int | None) -> list[Column]:
+    """The columns, each as wide as its widest cell in `rows` (its header's at least), that fit `width` (one
+    space between two), the highest-ranked left out first."""
+    keep = [(name, (-1 if w < 0 else 1) * max([abs(w)] + [cell_len(str(r.get(name, ""))) for r in rows]), rank)
+            for name, w, rank in cols]
+    while width is not None and sum(abs(c[1]) + 1 for c in keep) - 1 > width:
+        worst = max(range(len(keep)), key=lambda i: (keep[i][2], i))
+        if keep[worst][2] == 0:
+            break
+        del keep[worst]
+    return keep
+
+
+def _table_row(cols: list[Column], cells: dict[str, Any], styles: dict[str, str] | None = None) -> Text:
+    t = Text()
+    for i, (name, w, _) in enumerate(cols):
+        v = str(cells.get(name, ""))
+        if i:
+            t.append(" ")
+        t.append(f"{v:<{-w}}" if w < 0 else f"{v:>{w}}", (styles or {}).get(name, ""))
+    return t
+
+
+def render_endpoints(s: Snapshot, width: int | None = None) -> Text:
     """One row per endpoint: its state, streams busy / B, tok/s, requests, errors, TTFT, its bandwidth
     product (/ its chip's β); under it, what its server says where it exposes /metrics, or why it is down."""
+    rows = [{"id": w.wid, "endpoint": (w.label or "?")[:8], "state": w.state,
+             "strm": f"{w.active:>2}/{w.streams or 0:<2}", "tok/s": f"{w.tps:.1f}", "done": w.requests,
+             "err": w.errors, "TTFT": "—" if w.last_ttft is None else f"{w.last_ttft * 1e3:.0f} ms",
+             "GB/s": ("—" if w.bw_gbps is None else f"{w.bw_gbps:.0f}")
+             + (f"/{w.bandwidth_gbps:g}" if w.bandwidth_gbps else "")} for w in s.workers]
+    cols = _columns([("id", 2, 0), ("endpoint", -8, 0), ("state", -8, 0), ("strm", 5, 2), ("tok/s", 5, 0),
+                     ("done", 4, 3), ("err", 3, 1), ("TTFT", 7, 4), ("GB/s", 7, 1)], rows, width)
+    room = 54 if width is None else max(10, width - 3)
     t = Text()
-    t.append(f"{'id':>2} {'endpoint':<8} {'state':<8} {'strm':>5} {'tok/s':>5} {'done':>4} {'err':>3} "
-             f"{'TTFT':>7} {'GB/s':>7}\n", "bold")
-    for w in s.workers:
-        t.append(f"{w.wid:>2} {(w.label or '?')[:8]:<8} ")
-        t.append(f"{w.state:<8}", WORKER_STYLE.get(w.state, ""))
-        bw = "—" if w.bw_gbps is None else f"{w.bw_gbps:.0f}"
-        if w.bandwidth_gbps:
-            bw += f"/{w.bandwidth_gbps:g}"
-        ttft = "—" if w.last_ttft is None else f"{w.last_ttft * 1e3:.0f} ms"
-        t.append(f" {w.active:>2}/{w.streams or 0:<2} {w.tps:>5.1f} {w.requests:>4} ")
-        t.append(f"{w.errors:>3}", "bold red" if w.errors else "")
-        t.append(f" {ttft:>7} {bw:>7}\n")
+    t.append(_table_row(cols, {c[0]: c[0] for c in cols}).plain + "\n", "bold")
+    for w, cells in zip(s.workers, rows):
+        t.append_text(_table_row(cols, cells, {"state": WORKER_STYLE.get(w.state, ""),
+                                               "err": "bold red" if w.errors else ""}))
+        t.append("\n")
         v = w.server
         if w.state == "down" and w.error:
-            t.append(f"   {w.error[:54]}\n", "red")
+            t.append(f"   {w.error[:room]}\n", "red")
         elif v:
             parts = [f"{name} {v[key]:.0f}" for key, name in (("running", "running"), ("waiting", "waiting"),
                                                               ("preemptions", "preempted")) if key in v]
             if "kv_cache_usage" in v:
                 parts.append(f"KV {v['kv_cache_usage'] * 100:.0f} %")
-            t.append(f"   server: {' · '.join(parts)}\n", "grey50")
+            t.append_text(fit_parts([(0, Text("   server:", "grey50"))]
+                                    + [(1, Text(f"{' ' if i == 0 else ' · '}{p}", "grey50"))
+                                       for i, p in enumerate(parts)], width))
+            t.append("\n")
     return t
 
 

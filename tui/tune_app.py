@@ -3,12 +3,15 @@ app; each candidate is a row of the table as it settles (tui/panels.render_tune_
 as it grows (tune_front_chart), the search's lines scroll in the log. Keys: p pauses before the next run (the
 one going on finishes), s skips the candidate being measured (its row: skipped, its records so far kept), q
 stops the tune (the run going on stops; the answer and tune.json are made of what was measured) and, once it
-has ended, quits. tune.json is rewritten after every run, as on the command line."""
+has ended, quits; v shows the front's chart in the table's place where the terminal (under 120 columns) has no
+room for both side by side. The log is as tall as what it holds, up to a few lines. tune.json is rewritten after
+every run, as on the command line."""
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
@@ -16,6 +19,7 @@ from textual.widgets import Footer, RichLog
 
 from measure.control.tune import Tune, TuneControl, TuneIO, TuneResult, TuneView
 from tui.charts import Chart, Panel, TablePanel
+from tui.layout import BORDER, WIDE
 from tui.panels import CHART_FRONT, render_tune_rows, render_tune_status, tune_front_chart
 
 STICKY = 3600.0  # seconds: a failure's notification stays up
@@ -28,12 +32,12 @@ class TuneApp(App[int]):
     #body { height: 1fr; }
     #rows-box { width: 3fr; border: round $primary; overflow-x: auto; overflow-y: auto; }
     #rows { padding: 0 1; }
-    #front { width: 2fr; min-width: 40; }
-    #log { height: 10; border: round $primary; }
+    #front { width: 2fr; }
+    #log { height: 3; border: round $primary; }
     """
     TITLE = "inference-top tune"
     BINDINGS = [Binding("p", "pause", "pause / go on"), Binding("s", "skip", "skip the candidate"),
-                Binding("q", "quit", "stop / quit")]
+                Binding("v", "view", "table / front"), Binding("q", "quit", "stop / quit")]
 
     def __init__(self, start: Callable[[TuneIO], TuneResult], summary: Callable[[TuneResult], str]):
         """`start(io)` runs the tune (control/tune.run_tune with its settings) and gives its result; `summary`
@@ -46,6 +50,8 @@ class TuneApp(App[int]):
         self.result: TuneResult | None = None
         self.error: str | None = None
         self.done = False
+        self.front_view = False  # under WIDE columns: the front's chart in the table's place (v)
+        self._log_lines = 0
 
     def compose(self) -> ComposeResult:
         yield Panel(id="status")
@@ -78,6 +84,21 @@ class TuneApp(App[int]):
     # ---- the screen's thread ---------------------------------------------------------------------------------
     def _say(self, line: str) -> None:
         self.query_one("#log", RichLog).write(line)
+        self._log_lines += 1
+        if self._log_lines <= 8:
+            self._arrange()
+
+    def _arrange(self) -> None:
+        """The table beside the front's chart from WIDE columns; under that, one of them (v switches); the log
+        as tall as its lines, up to 1 below 30 rows, 4 below 40 and 8 from there."""
+        w, h = self.size
+        wide = w >= WIDE
+        self.query_one("#rows-box").display = wide or not self.front_view
+        front = self.query_one("#front")
+        front.display = wide or self.front_view
+        front.styles.width = "2fr" if wide else "1fr"
+        cap = 1 if h < 30 else 4 if h < 40 else 8
+        self.query_one("#log").styles.height = min(max(self._log_lines, 1), cap) + BORDER
 
     def _tick(self) -> None:
         """The status once a second: the candidate being measured and the time spent since the last change."""
@@ -111,9 +132,10 @@ class TuneApp(App[int]):
         self.notify(f"tune done: {w.key if w else 'nothing measured'}; tune.json written (q quits)",
                     timeout=STICKY)
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
+        self._arrange()
         if self.view is not None:
-            self._draw(self.view)
+            self.call_after_refresh(self._draw, self.view)
 
     # ---- keys ------------------------------------------------------------------------------------------------
     def action_pause(self) -> None:
@@ -124,6 +146,12 @@ class TuneApp(App[int]):
                     else "going on", timeout=4)
         if self.view is not None:
             self._tick()
+
+    def action_view(self) -> None:
+        self.front_view = not self.front_view
+        self._arrange()
+        if self.view is not None:
+            self.call_after_refresh(self._draw, self.view)
 
     def action_skip(self) -> None:
         if self.done:
