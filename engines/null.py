@@ -1,7 +1,10 @@
 """The null engine: a harness-calibration engine with no model. Its numbers are the schedule, not a measurement.
 
 Tokens come on a fixed schedule set by `spec.options`: the first `ttft_s` (default 0.02) after
-generate() starts, then one every `itl_s` (default 0.01). Each token is stamped with perf_counter_ns()
+generate() starts, then one every `itl_s` (default 0.01). Real engines' gaps vary, and their first (the step
+after the prefill) is often unlike the rest: `itl_cv` (default 0) draws the gaps from a gamma distribution of
+mean `itl_s` and that coefficient of variation, and `first_gap_s` sets the first (`gap_schedule`; `gap_seed`:
+its seed). The draws are by position, the same for every request: a run's truth still follows from the schedule. Each token is stamped with perf_counter_ns()
 the moment it is emitted, after sleeping until its due time (time.sleep for the bulk, then a spin of
 under 1 ms). Whatever a run over this engine reports beyond the schedule is the harness's own overhead:
 its queues, its clocks, its bookkeeping. It never emits EOS, so every request finishes with "length".
@@ -45,6 +48,32 @@ def text_ids(text: str, bos: bool = True) -> list[int]:
 def output_id(i: int) -> int:
     """The id of the i-th generated token (0-based): deterministic, never BOS."""
     return 3 + (i * 7919) % (VOCAB - 3)
+
+
+def gap_schedule(itl_s: float, n: int, *, first_s: float | None = None, cv: float = 0.0,
+                 seed: int = 0) -> list[float]:
+    """The gaps (seconds) between a request's consecutive tokens 0…n−1, by position: gap i lies between token i
+    and i + 1. Each is `itl_s` (cv 0), or drawn from a gamma distribution of mean itl_s and coefficient of variation
+    `cv` (shape 1/cv², random.Random(seed): the same list in every process); the first is `first_s` where given."""
+    import random
+
+    rng = random.Random(seed)
+    gaps = [itl_s if cv <= 0 or itl_s <= 0 else rng.gammavariate(1 / cv ** 2, itl_s * cv ** 2)
+            for _ in range(max(0, n - 1))]
+    if gaps and first_s is not None:
+        gaps[0] = first_s
+    return gaps
+
+
+def offsets_ns(itl_ns: int, n: int, gaps_s: list[float] | None) -> list[int]:
+    """Each token's due time after the first (ns): i × itl_ns, or the gaps' running sum where they vary."""
+    if gaps_s is None:
+        return [i * itl_ns for i in range(n)]
+    out, t = [0], 0.0
+    for i in range(1, n):
+        t += gaps_s[i - 1] if i - 1 < len(gaps_s) else itl_ns / 1e9
+        out.append(round(t * 1e9))
+    return out
 
 
 def sleep_until(due_ns: int) -> int:
@@ -92,6 +121,11 @@ class NullEngine:
         self.itl_s = _seconds(spec.options, "itl_s", 0.01)
         self.ttft_ns = round(self.ttft_s * 1e9)
         self.itl_ns = round(self.itl_s * 1e9)
+        cv = _seconds(spec.options, "itl_cv", 0.0)
+        first = spec.options.get("first_gap_s")
+        # gaps that vary (a first gap unlike the rest, or drawn): each position's, drawn once (gap_schedule)
+        self._vary = (cv, None if first is None else _seconds(spec.options, "first_gap_s", 0.0),
+                      int(spec.options.get("gap_seed", 0))) if cv > 0 or first is not None else None
         self._batch: NullBatch | None = None
         self._warming, self._generates = False, 0
         crash_in = spec.options.get("crash_in")
@@ -124,7 +158,8 @@ class NullEngine:
         return " ".join(f"t{i}" for i in ids)
 
     def generate(self, tokens: list[int], max_tokens: int, ignore_eos: bool) -> TokenStream:
-        """Token i (0-based) is due at start + ttft + i·itl, start being the first next() on this generator."""
+        """Token i (0-based) is due at start + ttft + i·itl (or the first i gaps of gap_schedule, where they vary),
+        start being the first next() on this generator."""
         check_room(len(tokens), max_tokens, self.spec.ctx, f"the context of {self.spec.ctx} tokens")
         if not self._warming:
             self._generates += 1
@@ -132,8 +167,13 @@ class NullEngine:
                 _crash_if(self.spec, "generate")
         start = time.perf_counter_ns()
         first = start + self.ttft_ns
+        gaps = None
+        if self._vary is not None:
+            cv, first_s, seed = self._vary
+            gaps = gap_schedule(self.itl_s, max_tokens, first_s=first_s, cv=cv, seed=seed)
+        due = offsets_ns(self.itl_ns, max_tokens, gaps)
         for i in range(max_tokens):
-            t = sleep_until(first + i * self.itl_ns)
+            t = sleep_until(first + due[i])
             yield output_id(i), t
         return "length"
 

@@ -8,6 +8,7 @@ measurement; what a client measures beyond it is the client's (and the loopback'
                                   [--tokens-per-chunk 1] [--usage continuous|final|none] [--reasoning-tokens 0]
                                   [--eos-after N] [--cold-first-ms MS [--cold-over-tokens N]]
                                   [--serve batching|serialising] [--prefix-block N]
+                                  [--itl-cv CV] [--first-gap-ms MS] [--gap-seed N] [--empty-chunks]
 
 In a test:  with NullServer(Behaviour(ttft_ms=20, itl_ms=10)) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(Behaviour(usage="final")); ...; stop()
@@ -28,11 +29,19 @@ finish_reason "stop" (at most max_tokens), whatever ignore_eos says: a server th
 --cold-first-ms MS: the first request asking more than --cold-over-tokens tokens sends its first chunk MS later
 (a cold first request; the client's warmup test).
 Prompt tokens: a list's length, or words + 1 (BOS).
+--itl-cv CV draws the gaps between tokens from a gamma distribution of mean --itl-ms and that coefficient of
+variation, by position (engines/null.gap_schedule, seed --gap-seed: every request has the same gaps, so a run's
+truth still follows from the schedule); --first-gap-ms sets the first gap apart from the rest (a real server's
+first decode step after the prefill). --empty-chunks sends, before every chunk that carries tokens, one that
+carries none (completions: text ""; chat: delta {} — as llama-server and others stream), and on the completions
+endpoint a first chunk with no text (chat has its role-only chunk already).
 
 --serve batching (the default): every open stream keeps its own schedule, as a server that batches them all
 at no cost; serialising: one request at a time, the others wait in arrival order (FIFO) and a request's
 schedule (TTFT, then ITL) starts when it gets the server: total tok/s stays that of one stream whatever B,
-and TTFT grows with queue position, as `python -m llama_cpp.server` does. /metrics says
+and TTFT grows with queue position, as `python -m llama_cpp.server` does; interleaving: every open stream is
+answered, but the server does one thing at a time (a prefill, then one token of one stream) in turns, so the
+streams overlap and total tok/s stays that of one stream (mlx_lm.server before it batched). /metrics says
 null:requests_running (streams being answered) and null:requests_waiting (queued), as llama-server's
 requests_processing and requests_deferred. --prefix-block N adds vLLM's prefix-cache counters
 (vllm:prefix_cache_queries_total, _hits_total; PrefixCounter): a server whose hit rate comes from counter rises.
@@ -58,10 +67,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engines.null import text_ids
+from engines.null import gap_schedule, offsets_ns, text_ids
 
 USAGE_MODES = ("continuous", "final", "none")
-SERVE_MODES = ("batching", "serialising")
+SERVE_MODES = ("batching", "serialising", "interleaving")
 MODEL_ID = "null"
 TOKEN_TEXT = " tok"  # JSON-safe as it is: spliced into the chunk templates
 _TOKEN_BYTES = TOKEN_TEXT.encode()
@@ -186,6 +195,10 @@ class Behaviour:
     cold_first: tuple[float, int] | None = None
     serve: str = "batching"
     prefix_block: int = 0
+    itl_cv: float = 0.0  # the gaps drawn (gap_schedule), not constant
+    first_gap_ms: float | None = None  # the first gap apart from the rest
+    gap_seed: int = 0
+    empty_chunks: bool = False  # a chunk with no token before every one with tokens
 
 
 class NullApp:
@@ -202,6 +215,7 @@ class NullApp:
         self.serve = serve
         self._one: asyncio.Lock | None = None  # serialising: the server, one request at a time (FIFO)
         self.waiting = 0
+        self.free_at = 0  # interleaving: when the server is next free (perf_counter_ns)
         if ttft_ms < 0 or itl_ms < 0 or cold_first_ms < 0:
             raise ValueError("ttft_ms and itl_ms must be ≥ 0")
         if reasoning_tokens < 0:
@@ -217,6 +231,11 @@ class NullApp:
             raise ValueError(f"usage must be one of {', '.join(USAGE_MODES)}")
         self.ttft_ns = round(ttft_ms * 1e6)
         self.itl_ns = round(itl_ms * 1e6)
+        if b.itl_cv < 0 or (b.first_gap_ms is not None and b.first_gap_ms < 0):
+            raise ValueError("itl_cv and first_gap_ms must be ≥ 0")
+        self.gaps = (b.itl_cv, b.first_gap_ms, b.gap_seed) if b.itl_cv > 0 or b.first_gap_ms is not None else None
+        self._due: list[int] = [0]  # each token's due time after the first (ns), for the longest answer so far
+        self.empty_chunks = b.empty_chunks
         self.tokens_per_chunk = tokens_per_chunk
         self.usage = usage
         self.requests_total = 0
@@ -321,6 +340,18 @@ class NullApp:
             err = {"message": e.message, "type": "invalid_request_error", "code": e.status}
             return await self._json(writer, e.status, {"error": err}, keep)
 
+    def offset_ns(self, i: int) -> int:
+        """Token i's due time after the first token's (ns): i × ITL, or the running sum of the gaps where they vary."""
+        if self.gaps is None:
+            return i * self.itl_ns
+        if i >= len(self._due):
+            cv, first_ms, seed = self.gaps
+            n = max(i + 1, 2 * len(self._due))
+            gaps = gap_schedule(self.itl_ns / 1e9, n, first_s=None if first_ms is None else first_ms / 1e3, cv=cv,
+                                seed=seed)
+            self._due = offsets_ns(self.itl_ns, n, gaps)
+        return self._due[i]
+
     def _models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "owned_by": "inference-top",
                                             "created": 0}]}
@@ -395,6 +426,8 @@ class NullApp:
         if self.cold_ns and max_tokens > self.cold_over_tokens:
             answer.cold_ns, self.cold_ns = self.cold_ns, 0
         self.running += 1
+        if self.serve == "interleaving":  # its prefill takes the server in turn
+            answer.take_turn(t_start, self.ttft_ns)
         try:
             answer.at(answer.due_of(min(answer.n, max_tokens)))
             if not await answer.ended:
@@ -425,7 +458,7 @@ class _Answer:
     is True once the last chunk is in the transport, False where the client went away."""
 
     __slots__ = ("app", "transport", "chat", "head", "n_prompt", "max_tokens", "stop", "t_arrival", "n",
-                 "continuous", "loop", "ended", "sent", "first_sent", "cold_ns")
+                 "continuous", "loop", "ended", "sent", "first_sent", "cold_ns", "shift_ns")
 
     def __init__(self, app: NullApp, transport: asyncio.WriteTransport, chat: bool, head: bytes, n_prompt: int,
                  max_tokens: int, stop: bytes, t_arrival: int) -> None:
@@ -438,9 +471,10 @@ class _Answer:
         self.sent = 0  # tokens sent so far
         self.first_sent = 0  # when the first chunk was handed to the kernel (perf_counter_ns)
         self.cold_ns = 0  # this answer's extra delay before its first chunk (NullApp's cold path)
+        self.shift_ns = 0  # interleaving: how much later than its own schedule its turns came
 
     def due_of(self, upto: int) -> int:
-        return self.t_arrival + self.cold_ns + self.app.ttft_ns + (upto - 1) * self.app.itl_ns
+        return self.t_arrival + self.cold_ns + self.app.ttft_ns + self.app.offset_ns(upto - 1) + self.shift_ns
 
     def event(self, choices: bytes, done: int | None, timings: bytes = b"") -> bytes:
         if done is None:
@@ -472,6 +506,10 @@ class _Answer:
         if self.chat and done == 0:  # the role chunk carries no token
             out = self.event(b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
                              b'"finish_reason":null}', 0 if self.continuous else None)
+        if self.app.empty_chunks:  # a chunk that carries no token (and, on completions, a first one with no text)
+            empty = (b'{"index":0,"delta":{},"logprobs":null,"finish_reason":null}' if self.chat else
+                     b'{"index":0,"text":"","logprobs":null,"finish_reason":null}')
+            out += self.event(empty, done if self.continuous else None) * (2 if done == 0 and not self.chat else 1)
         choice = self.choice(done, upto, self.stop if upto == max_tokens else b"null")
         last = upto == max_tokens
         if done == 0:
@@ -491,7 +529,16 @@ class _Answer:
         if last:
             self.ended.set_result(True)
         else:
+            if self.app.serve == "interleaving":  # its next token takes the server in turn
+                self.take_turn(due, self.due_of(min(upto + n, max_tokens)) - due)
             self.at(self.due_of(min(upto + n, max_tokens)))
+
+    def take_turn(self, own_ns: int, cost_ns: int) -> None:
+        """Interleaving: work of cost_ns that this answer's own schedule starts at own_ns waits for the server
+        (now at the earliest) and holds it; the answer's later dues shift by the wait."""
+        start = max(own_ns, self.app.free_at, time.perf_counter_ns())
+        self.shift_ns += start - own_ns
+        self.app.free_at = start + cost_ns
 
     def at(self, due: int) -> None:
         delay = due - time.perf_counter_ns()
@@ -655,14 +702,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-over-tokens", type=int, default=0, help="see --cold-first-ms (default 0: any request)")
     ap.add_argument("--serve", choices=SERVE_MODES, default="batching",
                     help="batching: every stream on its own schedule (default); serialising: one request at a time, "
-                         "the rest queued")
+                         "the rest queued; interleaving: every stream answered, one prefill or token at a time")
+    ap.add_argument("--itl-cv", type=float, default=0.0,
+                    help="draw the gaps between tokens from a gamma distribution with this CV (default 0: constant)")
+    ap.add_argument("--first-gap-ms", type=float, default=None, help="the first gap between tokens (default: as the rest)")
+    ap.add_argument("--gap-seed", type=int, default=0, help="the seed of the gaps drawn (default 0)")
+    ap.add_argument("--empty-chunks", action="store_true",
+                    help="send a chunk with no token before every chunk with tokens (and a first one with no text)")
     ap.add_argument("--prefix-block", type=int, default=0,
                     help="count vLLM's prefix-cache queries and hits in blocks of N tokens on /metrics (default 0: off)")
     a = ap.parse_args(argv)
     try:
         app = NullApp(Behaviour(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
                                 a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve,
-                                prefix_block=a.prefix_block))
+                                prefix_block=a.prefix_block, itl_cv=a.itl_cv, first_gap_ms=a.first_gap_ms,
+                                gap_seed=a.gap_seed, empty_chunks=a.empty_chunks))
     except ValueError as exc:
         ap.error(str(exc))
 

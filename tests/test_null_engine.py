@@ -434,3 +434,47 @@ def test_a_chunk_is_stamped_when_it_came_off_the_socket_not_when_the_loop_got_to
         res = asyncio.run(go(srv.url + "/completions"))
     assert res.error is None and len(res.token_ns) == 1
     assert marks["first end"] <= res.token_ns[0] < marks["second"] < marks["second end"]
+
+
+# --- gaps that vary and every SSE shape (issue 56) -------------------------------------------------------------
+def test_gap_schedule_draws_by_position_and_sets_the_first_apart():
+    from engines.null import gap_schedule, offsets_ns
+
+    assert gap_schedule(0.002, 4) == [0.002, 0.002, 0.002] and gap_schedule(0.002, 1) == []
+    g = gap_schedule(0.002, 200, first_s=0.006, cv=0.5, seed=0)
+    assert g == gap_schedule(0.002, 200, first_s=0.006, cv=0.5, seed=0) != gap_schedule(0.002, 200, cv=0.5, seed=1)
+    assert g[0] == 0.006 and len(g) == 199
+    rest = g[1:]
+    assert statistics.fmean(rest) == pytest.approx(0.002, rel=0.12)  # gamma of mean ITL …
+    assert statistics.stdev(rest) / statistics.fmean(rest) == pytest.approx(0.5, rel=0.2)  # … and CV 0.5
+    assert offsets_ns(2 * MS, 3, None) == [0, 2 * MS, 4 * MS]
+    assert offsets_ns(2 * MS, 3, [0.006, 0.001]) == [0, 6 * MS, 7 * MS]
+
+
+def test_the_null_engine_keeps_gaps_that_vary_and_a_first_unlike_the_rest():
+    e = make_engine(EngineSpec("null", "", options={"ttft_s": 0.005, "itl_s": 0.004, "itl_cv": 0.5,
+                                                    "first_gap_s": 0.015, "gap_seed": 2}))
+    from engines.null import gap_schedule, offsets_ns
+
+    t0 = time.perf_counter_ns()
+    out, reason = _run(e.generate([2, 5], 6, True))
+    ts = [t for _, t in out]
+    due = offsets_ns(4 * MS, 6, gap_schedule(0.004, 6, first_s=0.015, cv=0.5, seed=2))
+    assert reason == "length" and len(ts) == 6
+    assert all(t >= t0 + 5 * MS + d for t, d in zip(ts, due)), (ts, due)  # each token never before its own due
+    assert due[1] == 15 * MS and due[2] - due[1] < 15 * MS  # the first gap unlike the rest
+
+
+@pytest.mark.parametrize("usage", ["continuous", "final", "none"])
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_every_sse_shape_with_empty_chunks_counts_the_servers_tokens(usage, endpoint):
+    """Empty chunks before every token (and a first one with no text), usage in every chunk, only in a last chunk
+    of its own, or none: the client counts the tokens the server sent, each at its own chunk, the gaps drawn."""
+    b = Behaviour(ttft_ms=5, itl_ms=3, usage=usage, empty_chunks=True, itl_cv=0.5, first_gap_ms=12.0, gap_seed=1)
+    with NullServer(b) as srv:
+        path = "/chat/completions" if endpoint == "chat" else "/completions"
+        _, res, _ = _stream(srv.url + path, endpoint_body(endpoint, None, "a b", 6, True))
+    assert res.error is None and res.finish_reason == "length"
+    assert len(res.token_ns) == 6 and res.token_ns == sorted(res.token_ns), res.token_ns
+    assert res.server_output_tokens == (None if usage == "none" else 6)
+    # (the gaps themselves: a loaded machine stretches and merges them here; the truth matrix's cells check them)
