@@ -335,6 +335,14 @@ def test_the_dashboard_over_http_shows_what_a_step_reads(tmp_path):
     assert bench.bandwidth.gbps == pytest.approx(hand / (bench.requests.tpot.p50 / 1e3) / 1e9, rel=0.1)
     assert shown[len(shown) // 2] == pytest.approx(bench.bandwidth.gbps, rel=0.25)
     assert shown[-1] < plan.model_bytes / 0.020 / 1e9 / 2  # never the file ÷ TPOT
+    # the report of the recording and its replay count what the dashboard counted (the header keeps the work)
+    assert run.header.served is not None and work.work_from_dict(run.header.served) == served
+    (cell,) = [c for c in run.cells if c.mode == "http"]
+    assert cell.bandwidth.gbps == pytest.approx(bench.bandwidth.gbps, rel=0.05)
+    from measure.control.live.replay import ReplayController
+    from measure.sources.replay import Recording
+
+    assert ReplayController(Recording.load(path)).live.settings.served == served
 
 
 def test_what_is_not_known_is_said(tmp_path):

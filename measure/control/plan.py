@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineSpec
@@ -223,8 +223,8 @@ class RunPlan:
                     "api_key_env": self.api_key_env, "prefix_cache": self.prefix_cache.describe(),
                     "tokenizer": self.tokenizer,
                     "open_loop_streams": "capped at B (--b)" if self.cap_open_loop else "not capped by the client",
-                    **({"read_bytes_per_token": self.served.read_bytes(1), "work": self.served.describe()}
-                       if self.served else {}), **common}
+                    **({"read_bytes_per_token": self.served.read_bytes(1), "work": self.served.describe(),
+                        "served": asdict(self.served)} if self.served else {}), **common}
         assert self.choice is not None and self.spec is not None  # a local engine's plan has both (make_plan)
         work = self.work()  # what a token reads (docs/design.md §26): the bandwidth product's W, recomputable
         return run_header(self.choice, self.spec, {

@@ -78,6 +78,7 @@ class RunHeader:
     max_tokens: int | None = None
     ignore_eos: bool = False
     kv_bytes_per_token: float | None = None
+    served: dict[str, Any] | None = None  # http: the served model's work (core/work.WorkModel as asdict wrote it)
     url: str | None = None
     endpoints: list[Endpoint] | None = None  # HTTP: each endpoint (a header from before many endpoints: none)
     run_id: str | None = None

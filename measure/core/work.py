@@ -12,7 +12,7 @@ FLOPs per token = 2 × the weights multiplied (the matrices, the tied embedding 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,7 @@ class Experts:
 # tokens a step), with a routing layer's batch cost (chips.toml moe_batch_layer_ms); gpt-oss-20b / -120b's rows are
 # held out. A model made with random weights (engines/gguf_synth.py)
 # routes independently and says so in its file (ρ = 0).
-ROUTING_CORRELATION = 0.105
+ROUTING_CORRELATION = 0.075
 ROUTING_ASSUMED = (f"routing correlation ρ = {ROUTING_CORRELATION} (a trained router's, fitted on published batches: "
                    "benchmarks/physics.py): a batch step reads the experts of B ÷ (1 + (B − 1)·ρ) independent tokens")
 
@@ -405,6 +405,20 @@ def from_config(config: ConfigFile) -> WorkModel:
         note=f"{_tied_note(sh.tied, embd_bytes)}; {how}", experts=experts, window=sh.window,
         window_layers=sh.window_layers, linear_layers=sh.linear_layers, state_bytes=sh.state,
         mla_dim=sh.mla, assumed=(*config.assumed, *assumed, *_config_assumed(cfg, sh)))
+
+
+def work_from_dict(d: Mapping[str, Any]) -> WorkModel:
+    """A WorkModel as dataclasses.asdict wrote it (a run header's `served`: the model behind an HTTP server, so a
+    report or a replay counts what its steps read as the run did). ValueError where it is not one."""
+    names = {f.name for f in fields(WorkModel)}
+    try:
+        kw = {k: v for k, v in d.items() if k in names}
+        if kw.get("experts"):
+            kw["experts"] = Experts(**kw["experts"])
+        kw["assumed"] = tuple(kw.get("assumed") or ())
+        return WorkModel(**kw)
+    except TypeError as exc:
+        raise ValueError(f"not a work model as inference-top wrote it: {exc}") from None
 
 
 def _config_assumed(cfg: Mapping[str, Any], sh: ConfigShape) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from measure.core import metrics as M
 from measure.core.lines import ClockCheck, EventLine, RunHeader, Sample
+from measure.core.work import WorkModel, work_from_dict
 from measure.machine.recorder import read_jsonl
 from measure.core.records import RequestRecord, shifted
 from measure.control.bench.cell import Cell, Clients, Periods, Spec, TimingNote, add_scaling, as_cell
@@ -166,7 +167,8 @@ def combine(runs: list[Run]) -> Run:
                   Clients([p.output_throughput for _, p in parts], [p.achieved_concurrency for _, p in parts]))
         c = Cell.measure(pooled, Spec(k, b, h0.model_bytes or 0, h0.bandwidth_gbps, mode or "instances",
                                       endpoint_gbps=endpoint_gbps(h0), slo=slo_of(h0),
-                                      max_tokens=h0.max_tokens, ignore_eos=h0.ignore_eos), timing)
+                                      max_tokens=h0.max_tokens, ignore_eos=h0.ignore_eos, served=served_of(h0)),
+                         timing)
         if one_clock:
             c.timing = TimingNote(clients=len(parts), throughput_rule="every client's requests pooled on one clock "
                                   "(each client's times from its --start-at), tokens ÷ first scheduled → last done")
@@ -328,6 +330,17 @@ def level_periods(samples: Sequence[Sample], events: Sequence[EventLine] = ()
     return out
 
 
+def served_of(header: RunHeader) -> WorkModel | None:
+    """HTTP: the served model's work the run counted its bandwidth product with (--model-bytes its config.json
+    or GGUF), so a report gives what the run gave; None where the header has none."""
+    if not header.served:
+        return None
+    try:
+        return work_from_dict(header.served)
+    except ValueError as exc:
+        raise ReportError(f"the header's served model: {exc}") from None
+
+
 def endpoint_gbps(header: RunHeader) -> list[float | None] | None:
     """HTTP: each endpoint's β as the header lists them (a header from before many endpoints: its one β)."""
     eps = header.endpoints
@@ -352,7 +365,7 @@ def cells_from_records(records: Sequence[RequestRecord], header: RunHeader,
         spans = periods.get((k, b, mode))
         c = Cell.measure(recs, Spec(k, b, w, header.bandwidth_gbps, mode, header.kv_bytes_per_token,
                                     endpoint_gbps=endpoint_gbps(header), max_tokens=header.max_tokens,
-                                    ignore_eos=header.ignore_eos),
+                                    ignore_eos=header.ignore_eos, served=served_of(header)),
                          Periods(spans, records) if spans else None)
         c.timing = replace(c.timing, span_ns=M.run_span_ns(recs))
         cells.append(c)

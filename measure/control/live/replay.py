@@ -12,6 +12,7 @@ from typing import Any
 from measure.control.live.controller import LiveController, LiveHooks, LiveSettings
 from measure.control.live.snapshot import RunInfo, Snapshot
 from measure.core.units import NS
+from measure.core.work import work_from_dict
 from measure.sources.base import Capabilities
 from measure.sources.replay import RecordedProcesses, Recording, RecordingError, ReplaySource
 from presets import Workload
@@ -26,8 +27,9 @@ def _settings(saved: dict[str, Any]) -> LiveSettings:
     defaults = LiveSettings()
     out = {}
     for key, value in saved.items():
-        if key not in LiveSettings.__dataclass_fields__ or key in ("slo", "cost", "engine_baseline"):
-            continue  # presets and costs are not replayed: the recording's rows already hold their figures
+        if key not in LiveSettings.__dataclass_fields__ or key in ("slo", "cost", "engine_baseline", "served"):
+            continue  # presets and costs are not replayed: the recording's rows already hold their figures; the
+            # served model's work is the header's (_fresh)
         d = getattr(defaults, key)
         num = isinstance(value, (int, float)) and not isinstance(value, bool)
         fits = (value is None and d is None) or (isinstance(d, bool) and isinstance(value, bool)) or (
@@ -56,6 +58,10 @@ class ReplayController:
         s = _settings(h.settings)
         s.chip = s.chip if h.chip is None else h.chip  # a header's null chip: the settings' own
         s.bandwidth_gbps = h.bandwidth_gbps if "bandwidth_gbps" in h.line else s.bandwidth_gbps
+        try:  # http: the served model's work, so the bandwidth product counts what the dashboard counted
+            s.served = work_from_dict(h.served) if h.served else None
+        except ValueError as exc:
+            raise RecordingError(f"the recording's served model is not one the dashboard wrote ({exc})") from None
         self.now_ns = self.rec.t0_ns
         self._fed_ns = self.rec.t0_ns - 1  # everything up to here has been fed
         self.source = ReplaySource(self.rec)
