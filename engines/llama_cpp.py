@@ -132,6 +132,7 @@ class LlamaCppEngine:
             flash_attn=self.spec.flash_attn,
             n_gpu_layers=gpu_layers(self._lib, self.spec.n_gpu_layers),
             swa_full=False,  # llama.cpp's reduced window cache, as llama-server makes it (docs/design.md §26)
+            use_mmap=bool(self.spec.options.get("use_mmap", True)),  # False: weights loaded into memory (docs/residency.md)
             verbose=False,
         )
 

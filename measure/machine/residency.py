@@ -1,0 +1,168 @@
+"""Residency read live (docs/residency.md): per worker /proc/PID/smaps_rollup (anonymous resident and swapped),
+/proc/PID/smaps for the model file's mapping (its pages resident), /proc/PID/stat's major faults and
+/proc/PID/io's read_bytes; the machine's /proc/vmstat (pswpin, pgmajfault), PSI /proc/pressure/memory, and the
+process's own memory cgroup (v1 memory.limit_in_bytes, usage and memory.stat; v2 memory.max and memory.current);
+mincore over the model file for its pages in the page cache whether mapped or not. Linux; elsewhere the
+readers return None (a Mac's vm_stat is parsed by core/residency.mac_vm from what `vm_stat` prints)."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+from measure.core.residency import (MemoryLimits, ProcMemory, Reading, SysMemory, parse_counters, parse_kb,
+                                    parse_majflt, parse_psi, parse_smaps_of)
+from measure.core.units import NS
+
+NO_LIMIT = 1 << 62
+
+
+def _read(p: str | Path) -> str | None:
+    try:
+        return Path(p).read_text()
+    except OSError:
+        return None
+
+
+def proc_memory(pid: int, model_path: str | None = None) -> ProcMemory | None:
+    """One process's residency; None where it is gone or cannot be read."""
+    rollup = _read(f"/proc/{pid}/smaps_rollup")
+    stat = _read(f"/proc/{pid}/stat")
+    if rollup is None or stat is None:
+        return None
+    kb = parse_kb(rollup)
+    mapped = res = 0
+    if model_path:
+        smaps = _read(f"/proc/{pid}/smaps")
+        if smaps is not None:
+            mapped, res, _ = parse_smaps_of(smaps, str(Path(model_path).resolve()))
+    io = parse_counters(_read(f"/proc/{pid}/io") or "")
+    return ProcMemory(pid, kb.get("Rss", 0), kb.get("Anonymous", 0), kb.get("Swap", 0),
+                      kb.get("Rss", 0) - kb.get("Anonymous", 0), mapped, res, parse_majflt(stat),
+                      io.get("read_bytes", 0))
+
+
+def own_cgroup(pid: int | str = "self", cg_root: str = "/sys/fs/cgroup") -> tuple[Path | None, str]:
+    """The memory cgroup folder of `pid` and its version ('v1' | 'v2'), or (None, '')."""
+    text = _read(f"/proc/{pid}/cgroup") or ""
+    root = Path(cg_root)
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        rel = parts[2].lstrip("/")
+        if "memory" in parts[1].split(","):
+            d = root / "memory" / rel
+            if d.is_dir():
+                return d, "v1"
+        elif parts[1] == "":
+            for d in (root / rel, root / "unified" / rel):
+                if (d / "memory.current").exists():
+                    return d, "v2"
+    return None, ""
+
+
+def _limit(v: str | None) -> int | None:
+    if v is None or not v.strip() or v.strip() == "max":
+        return None
+    n = int(v.split()[0])
+    return n if 0 < n < NO_LIMIT else None
+
+
+def sys_memory(pid: int | str = "self") -> SysMemory:
+    """The machine's counters now, and the memory cgroup of `pid` (a worker's, where it was put in one)."""
+    vm = parse_counters(_read("/proc/vmstat") or "")
+    psi_text = _read("/proc/pressure/memory")
+    psi = parse_psi(psi_text) if psi_text else None
+    d, version = own_cgroup(pid)
+    limit = usage = cache = swap = None
+    src = "psi some avg10 %" if psi is not None else "none"
+    if d is not None and version == "v1":
+        limit, usage = _limit(_read(d / "memory.limit_in_bytes")), _limit(_read(d / "memory.usage_in_bytes"))
+        st = parse_counters(_read(d / "memory.stat") or "")
+        cache, swap = st.get("total_cache", st.get("cache")), st.get("total_swap", st.get("swap"))
+        if psi is None:  # no PSI: the v1 group's pressure_level cannot be polled (an eventfd): none read
+            src = "none"
+    elif d is not None:
+        limit, usage = _limit(_read(d / "memory.max")), _limit(_read(d / "memory.current"))
+        st = parse_counters(_read(d / "memory.stat") or "")
+        cache, swap = st.get("file"), _limit(_read(d / "memory.swap.current"))
+        own = _read(d / "memory.pressure")
+        if own:
+            psi, src = parse_psi(own), "cgroup v2 memory.pressure some avg10 %"
+    return SysMemory(time.perf_counter_ns(), vm.get("pswpin", 0), vm.get("pswpout", 0), vm.get("pgmajfault", 0),
+                     psi, src, limit, usage, cache, swap)
+
+
+_LIBC: ctypes.CDLL | None = None
+_LOW_BIT = bytes(i & 1 for i in range(256))
+
+
+def _libc() -> ctypes.CDLL:
+    global _LIBC
+    if _LIBC is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        _LIBC = lib
+    return _LIBC
+
+
+def mincore_resident(path: str | Path) -> int | None:
+    """Bytes of the file `path` in the page cache now: mincore over a fresh read-only mapping (mapping a file
+    faults nothing in). None where it cannot be read."""
+    try:
+        lib = _libc()
+        fd = os.open(path, os.O_RDONLY)
+    except (OSError, AttributeError):
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0
+        addr = lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return None
+        try:
+            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = (ctypes.c_ubyte * pages)()
+            if lib.mincore(addr, size, vec) != 0:
+                return None
+            return bytes(vec).translate(_LOW_BIT).count(1) * mmap.PAGESIZE  # bit 0: resident; others undefined
+        finally:
+            lib.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+class ResidencyProbe:
+    """Readings of a set of workers and the machine, for core/residency.residency between consecutive ones."""
+
+    def __init__(self, model_path: str | None, weights_bytes: int, mincore: bool = True):
+        self.model_path, self.weights_bytes, self.mincore = model_path, weights_bytes, mincore
+
+    def read(self, pids: Iterable[int | None], tokens: int = 0) -> Reading:
+        procs = tuple(p for p in (proc_memory(pid, self.model_path) for pid in pids if pid) if p is not None)
+        first = next((p.pid for p in procs), "self")
+        mc = mincore_resident(self.model_path) if self.mincore and self.model_path else None
+        return Reading(sys_memory(first), procs, self.weights_bytes, tokens, mc)
+
+
+def limits(pid: int | str = "self", mmapped: bool = True) -> MemoryLimits:
+    """What bounds the memory of `pid`: physical and available memory, swap, its cgroup's limit and usage."""
+    vm, sw = psutil.virtual_memory(), psutil.swap_memory()
+    s = sys_memory(pid)
+    d, version = own_cgroup(pid)
+    name = "cgroup v1 memory.limit_in_bytes" if version == "v1" else "cgroup v2 memory.max"
+    return MemoryLimits(vm.total, vm.available, sw.total, sw.free, s.cgroup_limit, s.cgroup_usage, name, mmapped)
+
+
+__all__ = ["NS", "ResidencyProbe", "limits", "mincore_resident", "own_cgroup", "proc_memory", "sys_memory"]

@@ -1,0 +1,194 @@
+"""Residency (docs/residency.md): the parsers over what Linux and macOS print, the reading between two moments,
+the residency roofline, which memory gives out first, and the live readers on this very process."""
+import mmap
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from measure.core import residency as R
+from measure.core.units import GiB, MiB
+
+MAC = Path(__file__).parent / "data" / "mac"
+
+SMAPS = """\
+55d0c0000000-55d0c0021000 r--p 00000000 fd:00 1234 /usr/bin/python3.11
+Size:                132 kB
+Rss:                 132 kB
+Swap:                  0 kB
+7f0000000000-7f0010000000 r--s 00000000 fd:00 999 /models/m.gguf
+Size:             262144 kB
+KernelPageSize:        4 kB
+Rss:              100000 kB
+Swap:                  0 kB
+7f0010000000-7f0010100000 rw-p 00000000 00:00 0
+Size:               1024 kB
+Rss:                1024 kB
+Swap:                512 kB
+7f0020000000-7f0020001000 r--s 10000000 fd:00 999 /models/m.gguf
+Size:                  4 kB
+Rss:                   4 kB
+Swap:                  0 kB
+"""
+
+ROLLUP = """\
+00400000-7fff00000000 ---p 00000000 00:00 0                              [rollup]
+Rss:              200000 kB
+Pss:              150000 kB
+Anonymous:         90000 kB
+Swap:              30000 kB
+"""
+
+STAT = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 77 0 5 6 0 0 20 0 3 0 100 1000 200"
+
+
+def test_parsers_read_what_linux_prints():
+    mapped, rss, swap = R.parse_smaps_of(SMAPS, "/models/m.gguf")
+    assert (mapped, rss, swap) == (262148 * 1024, 100004 * 1024, 0)  # both mappings of the file, nothing else
+    assert R.parse_smaps_of(SMAPS, "/models/other.gguf") == (0, 0, 0)
+    kb = R.parse_kb(ROLLUP)
+    assert kb["Rss"] == 200000 * 1024 and kb["Anonymous"] == 90000 * 1024 and kb["Swap"] == 30000 * 1024
+    assert R.parse_majflt(STAT) == 77  # the 12th field, past a command holding spaces and ')'
+    assert R.parse_counters("pswpin 12\npgmajfault 900\nnr_free_pages 1\n")["pswpin"] == 12
+    assert R.parse_counters("rchar: 10\nread_bytes: 4096\n")["read_bytes"] == 4096
+    assert R.parse_psi("some avg10=12.50 avg60=1.00 avg300=0.00 total=5\nfull avg10=3.00 avg60=0 avg300=0 total=1") \
+        == 12.5
+    assert R.parse_psi("") is None
+
+
+def _reading(t_s, majflt, read_bytes, pswpin, tokens, swap=0, mapped=True):
+    p = R.ProcMemory(1, 300 * MiB, 50 * MiB, swap, 250 * MiB, 400 * MiB if mapped else 0,
+                     200 * MiB if mapped else 0, majflt, read_bytes)
+    s = R.SysMemory(int(t_s * 1e9), pswpin=pswpin, pressure=7.0, pressure_source="psi some avg10 %",
+                    cgroup_limit=512 * MiB)
+    return R.Reading(s, (p,), 400 * MiB, tokens)
+
+
+def test_residency_between_two_readings():
+    a = _reading(10.0, 100, 0, 1000, 50)
+    b = _reading(12.0, 500, 200 * 10**6, 1000 + 2 * 256, 90)  # 2 s: 40 tokens, 400 faults, 200 MB read, 2 MiB swapped in
+    r = R.residency(a, b)
+    assert r.mmapped and r.weights_resident == 200 * MiB and r.weights_share == pytest.approx(0.5)
+    assert r.majflt_per_token == pytest.approx(10.0)
+    assert r.file_read_mbps == pytest.approx(100.0)
+    assert r.swap_in_mbps == pytest.approx(2 * MiB / 2 / 1e6)
+    f = r.fields()
+    for key in ("weights_resident_bytes", "anon_swapped_bytes", "major_faults_per_token", "swap_in_mbps",
+                "file_read_mbps", "memory_pressure", "cgroup_limit_bytes"):
+        assert key in f
+    assert "50% in memory (mmap)" in r.gauge() and "10 major faults/token" in r.gauge()
+    # loaded weights: what is swapped out of a worker comes off its weights' residency
+    lr = R.residency(_reading(0, 0, 0, 0, 0, swap=100 * MiB, mapped=False),
+                     _reading(1, 0, 0, 0, 10, swap=100 * MiB, mapped=False))
+    assert not lr.mmapped and lr.weights_resident == 300 * MiB and lr.anon_swapped == 100 * MiB
+
+
+def test_mac_vm_stat_is_parsed_from_the_fixtures():
+    idle = R.mac_vm((MAC / "vm_stat_48g_idle.txt").read_text())
+    b32 = R.mac_vm((MAC / "vm_stat_48g_b32.txt").read_text())
+    assert idle.page == b32.page == 16384
+    assert b32.compressed_stored == 701234 * 16384 and b32.swapins == 938475
+    rates = R.mac_rates(idle, b32, 100.0)
+    assert rates["swap_in_mbps"] == pytest.approx((938475 - idle.swapins) * 16384 / 100 / 1e6)
+    assert R.mac_rates(idle, b32, 0)["swap_in_mbps"] == 0.0
+
+
+RATES = R.StorageRates(where="test", method="O_DIRECT", seq_gbps=2.0, rand_4k_mbps=40.0, swap_cluster_bytes=32768,
+                       swap_mbps=200.0, mmap_gbps=1.0, mmap_fault_bytes=1 << 20, minor_fault_us=0.5,
+                       read_ahead_bytes=1 << 20)
+
+
+def test_residency_roofline_by_hand():
+    # fits: the step is the resident one
+    s = R.residency_step(0.05, 400 * MiB, 500 * MiB, RATES, mmapped=True)
+    assert s.t_step_s == 0.05 and s.nonresident_bytes == 0 and s.via == "none"
+    # mmap'ed, 100 MiB short: a sweep larger than the room brings back all it touches (KEPT = 0), at the plain
+    # mmap rate (1 GB/s) plus a minor fault a page: storage-bound
+    s = R.residency_step(0.05, 400 * MiB, 300 * MiB, RATES, mmapped=True)
+    miss = 400 * MiB - 300 * MiB * R.KEPT
+    assert s.nonresident_bytes == pytest.approx(miss)
+    assert s.t_step_s == pytest.approx(miss / 1e9 + miss / 4096 * 0.5e-6) and s.binding == "storage"
+    # swapped: a swap cluster's random read rate, plus a minor fault a page
+    w = R.residency_step(0.05, 400 * MiB, 300 * MiB, RATES, mmapped=False)
+    assert w.t_step_s == pytest.approx(miss / 200e6 + miss / 4096 * 0.5e-6)
+    assert w.via.startswith("swap") and w.slowdown > 10
+    # a sweep measured in a memory cgroup is preferred to the page-out sweep, that to the plain rates; its faults
+    # are inside its rate
+    from dataclasses import replace
+
+    both = replace(RATES, reread_file_mbps=500.0, memcg_file_mbps=250.0, reread_swap_mbps=100.0)
+    assert R.residency_step(0.05, 400 * MiB, 300 * MiB, both, True).t_step_s == pytest.approx(miss / 250e6)
+    assert R.residency_step(0.05, 400 * MiB, 300 * MiB, both, False).t_step_s == pytest.approx(miss / 100e6)
+    # a short step: the I/O hides under it (max, not a sum)
+    assert R.residency_step(10.0, 400 * MiB, 399 * MiB, both, True).t_step_s == 10.0
+    # no storage rates: no I/O term
+    assert R.residency_step(0.05, 400 * MiB, 300 * MiB, None, True).t_step_s == 0.05
+
+
+def test_which_memory_gives_out_first():
+    lim = R.MemoryLimits(physical=24 * GiB, available=20 * GiB, swap_total=4 * GiB, swap_free=4 * GiB,
+                         cgroup_limit=2 * GiB, cgroup_usage=int(1.5 * GiB), cgroup_name="cgroup v1 memory.limit_in_bytes")
+    g = R.gives_out(lim, held=int(1.5 * GiB), per_unit=64 * MiB)
+    assert g.headroom == GiB // 2 and g.units == 8 and g.memory.startswith("cgroup v1 memory.limit_in_bytes")
+    assert "page cache" in g.memory and "0.5 GiB = 8 requests" in g.line()
+    loaded = R.gives_out(R.MemoryLimits(24 * GiB, 3 * GiB, 4 * GiB, 4 * GiB, mmapped=False), held=0, per_unit=GiB)
+    assert loaded.memory.startswith("anonymous pages") and loaded.units == 3 and loaded.limit.startswith("3.0 GiB available")
+    assert "OOM" in R.gives_out(R.MemoryLimits(24 * GiB, 3 * GiB, mmapped=False), held=0).memory
+    mac = R.MemoryLimits(48 * GiB, 40 * GiB, mac_working_set=36 * GiB, mac_wired=30 * GiB)
+    assert R.gives_out(mac, held=0).memory == "Metal's wired working-set limit"
+    roomy = R.MemoryLimits(48 * GiB, 4 * GiB, mac_working_set=36 * GiB, mac_wired=10 * GiB, mac_compressed=2 * GiB)
+    assert R.gives_out(roomy, held=0).memory.startswith("compressed memory")
+    past = R.gives_out(R.MemoryLimits(24 * GiB, 20 * GiB, cgroup_limit=GiB, cgroup_usage=2 * GiB), held=0)
+    assert past.headroom == -GiB and "past it by 1.0 GiB" in past.line()
+
+
+def test_first_level_past_the_wall_and_the_budget_skip():
+    fit = R.LevelFit("B=8", 10 * GiB, 36 * GiB, R.residency_step(0.1, 10 * GiB, 36 * GiB, RATES, False), 80.0)
+    over_step = R.residency_step(0.1, 40 * GiB, 36 * GiB, RATES, False)
+    over = R.LevelFit("B=32", 40 * GiB, 36 * GiB, over_step, 32 / over_step.t_step_s)
+    assert R.first_past([fit, over]) is over and R.first_past([fit]) is None
+    note = R.past_wall_note(over, before_tps=80.0)
+    assert note.startswith("B=32: working set 40.0 GiB > room 36.0 GiB: predicted") and "storage-bound" in note
+    assert R.budget_skip(1.0, 256, 60.0) is not None and "256 tokens would take 256 s" in R.budget_skip(1.0, 256, 60)
+    assert R.budget_skip(10.0, 256, 60.0) is None
+
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@linux
+def test_live_readers_on_this_process(tmp_path):
+    from measure.machine import residency as M
+
+    f = tmp_path / "weights.bin"
+    f.write_bytes(os.urandom(4 * MiB))
+    with open(f, "rb") as fh:
+        m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+        for off in range(0, 2 * MiB, mmap.PAGESIZE):  # half of it touched through the mapping
+            m[off]
+        me = M.proc_memory(os.getpid(), str(f))
+        assert me is not None and me.weights_mapped == 4 * MiB and 2 * MiB <= me.weights_resident <= 4 * MiB
+        assert me.anon > 0 and me.rss >= me.anon
+        m.close()
+    assert M.mincore_resident(f) == 4 * MiB  # just written: all in the page cache
+    probe = M.ResidencyProbe(str(f), 4 * MiB, mincore=True)
+    a = probe.read([os.getpid()], 0)
+    b = probe.read([os.getpid()], 10)
+    assert a.mincore_resident == 4 * MiB and R.residency(a, b).majflt_per_token is not None
+    assert M.sys_memory().t_ns > 0
+
+
+@linux
+def test_storage_probe_reads_from_storage(tmp_path, monkeypatch):
+    from measure.machine import storage as S
+
+    monkeypatch.setattr(S, "PROBE_BYTES", 16 * MiB)
+    monkeypatch.setattr(S, "RANDOM_S", 0.05)
+    r = S.probe_storage(tmp_path)
+    assert r.seq_gbps > 0 and r.rand_4k_mbps > 0 and r.swap_mbps > 0 and r.mmap_gbps > 0
+    assert r.swap_cluster_bytes >= 4096 and r.minor_fault_us >= 0
+    assert list(tmp_path.iterdir()) == []  # the test file is removed
+    S.save("k", r)
+    assert S.cached("k") == r and S.cached("other") is None
+    assert "storage" in r.describe()
