@@ -126,7 +126,9 @@ def format_plan(p: Plan, shape: KVShape) -> str:
     lines = [
         f"model {p['model']} ({p['source']}), KV dtype {p['kv_dtype']}",
         f"KV per token: {kvb:,.0f} B ({fmt_bytes(kvb)}) = 2 × {shape.layers} layers × {shape.kv_heads} KV heads × "
-        f"{shape.head_dim} head_dim × {dtype_bytes(p['kv_dtype']):g} B",
+        f"{shape.head_dim} head_dim × {dtype_bytes(p['kv_dtype']):g} B"
+        + (" while a context is within every window (windowed layers hold at most theirs: the table)"
+           if shape.layouts_differ else ""),
         f"weights: {fmt_bytes(p['weights'])}; runtime overhead assumed {fmt_bytes(p['overhead'])} per engine",
         *([f"a token's step reads {p['read_bytes_per_token'] / 1e9:.2f} GB of weights: {p['work']}"]
           if "work" in p else []),
