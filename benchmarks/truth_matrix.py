@@ -48,8 +48,13 @@ if str(ROOT) not in sys.path:
 
 NS = 1_000_000_000
 TTFT_MS = 20.0  # the null engine's and the null server's schedule
-ITL_MS = 2.0
+ITL_MS = 2.0  # the mean gap between tokens: the gaps vary by position (GAPS), as a real engine's do
+GAP_CV, FIRST_GAP_MS, GAP_SEED = 0.5, 6.0, 0  # drawn with engines/null.gap_schedule: 6.0 1.77 2.03 3.25 1.93 1.4 2.4
 TOKENS = 8  # max_tokens of every request (EOS ignored)
+# the null servers' SSE shapes, one a server (real servers send each): usage in every chunk then a usage-only last one
+# (vLLM's continuous_usage_stats); usage only in a last chunk of its own with chunks carrying no token besides
+# (OpenAI's include_usage, llama-server's empty deltas); no usage at all, with empty chunks
+SHAPES = (("continuous", ()), ("final", ("--empty-chunks",)), ("none", ("--empty-chunks",)))
 RATE = 40.0  # constant, Poisson, gamma: req/s asked
 RAMP = (20.0, 60.0)  # ramp: req/s at its start and its end (mean 40)
 TRACE_GAPS = (0.01, 0.02, 0.05)  # a trace's gaps, drawn with random.Random(5)
@@ -154,8 +159,45 @@ def cover(seed: int, extra: int = 0) -> list[Combo]:
         out.append(rng.choice([c for c in pool if c.source == need.pop()]))
     if not any(queues(c) for c in out):  # and one whose requests wait their turn unevenly: TTFT p99 ≠ its p50
         out.append(rng.choice([c for c in pool if queues(c)]))
+    for cls in CLASSES:  # stratified: a cell where each figure class can go wrong, whatever the draw above
+        if not any(cls in classes(c) for c in out):
+            out.append(rng.choice([c for c in pool if cls in classes(c)]))
     rest = [c for c in all_combos() if c not in out]
     return out + rng.sample(rest, min(extra, len(rest)))
+
+
+# The figure classes, each with the cells where it can go wrong (`classes`): every cover draws one of each.
+CLASSES = ("percentiles", "itl-gaps", "usage-continuous", "usage-final", "usage-none", "users-mean", "poisson",
+           "gamma", "ramp", "bandwidth-instances", "bandwidth-batch", "bandwidth-http", "two-endpoints", "tail",
+           "segments")
+
+
+def classes(c: Combo) -> list[str]:
+    """The figure classes this cell can catch a bug in: percentiles (every cell: recomputed with numpy); ITL's
+    gaps (an engine whose gaps vary, the first unlike the rest: not the batch's steps); tokens against each SSE
+    shape's usage (the null servers it uses); users in flight on average (a closed loop of more users than slots:
+    requests queue); the arrival process (Poisson, gamma, ramp); the bandwidth product by mode; figures over two
+    endpoints; a tail (TTFT p99 ≠ p50); segments combined."""
+    http = c.source in ("http", "pool")
+    out = ["percentiles"]
+    if c.source != "batch":
+        out.append("itl-gaps")
+    if http:
+        r = shape_of(c)
+        out += [f"usage-{SHAPES[(r + i) % len(SHAPES)][0]}" for i in range(c.k)]
+    n = slots(c)
+    if c.load == "closed" and n is not None and c.users > n:
+        out.append("users-mean")
+    if c.load in ("poisson", "gamma", "ramp"):
+        out.append(c.load)
+    out.append("bandwidth-" + ("http" if http else "batch" if c.source == "batch" else "instances"))
+    if http and c.k == 2:
+        out.append("two-endpoints")
+    if queues(c):
+        out.append("tail")
+    if c.segments > 1:
+        out.append("segments")
+    return out
 
 
 def queues(c: Combo) -> bool:
@@ -165,7 +207,7 @@ def queues(c: Combo) -> bool:
     if c.load not in ("closed", "sessions", "constant", "trace") or c.segments > 1:
         return False
     offsets = [i / RATE for i in range(c.requests)] if c.load == "constant" else trace_times(c.requests)
-    f = truth_figures(serve(c, offsets, 0.0))
+    f = truth_figures(serve(c, offsets, 0.0), gaps_s(c))
     return f["ttft_p99"] - f["ttft_p50"] >= 10.0
 
 
@@ -188,22 +230,50 @@ class Result:
 
 
 # ---- the engines whose schedule is the truth -------------------------------------------------------------
-class NullServers:
-    """Two null servers, each in its own process on loopback (the client's loop does not share their GIL)."""
+def gaps_s(c: Combo | None = None) -> list[float]:
+    """The gaps between a request's tokens (s) the cell's engine keeps: drawn by position (a first gap unlike the
+    rest) on the null server and the null engine; the batch's steps are ITL_MS each."""
+    if c is not None and c.source == "batch":
+        return [ITL_MS / 1e3] * (TOKENS - 1)
+    from engines.null import gap_schedule
 
-    def __init__(self, n: int = 2):
+    return gap_schedule(ITL_MS / 1e3, TOKENS, first_s=FIRST_GAP_MS / 1e3, cv=GAP_CV, seed=GAP_SEED)
+
+
+def gap_args() -> tuple[str, ...]:
+    return ("--itl-cv", str(GAP_CV), "--first-gap-ms", str(FIRST_GAP_MS), "--gap-seed", str(GAP_SEED))
+
+
+def shape_of(c: Combo) -> int:
+    """Which server (SHAPES) a cell's first endpoint is: the cells of one kind spread over every SSE shape."""
+    import zlib
+
+    return zlib.crc32(c.name().encode()) % len(SHAPES)
+
+
+class NullServers:
+    """Null servers, one per SSE shape (SHAPES), each in its own process on loopback (the client's loop does not
+    share their GIL)."""
+
+    def __init__(self, n: int = len(SHAPES)):
         from engines.null_server import spawn
 
         self.procs: list[subprocess.Popen[bytes]] = []
         self.urls: list[str] = []
         try:
-            for _ in range(n):
-                proc, url = spawn(TTFT_MS, ITL_MS)
+            for i in range(n):
+                usage, more = SHAPES[i % len(SHAPES)]
+                proc, url = spawn(TTFT_MS, ITL_MS, "--usage", usage, *more, *gap_args())
                 self.procs.append(proc)
                 self.urls.append(url)
         except RuntimeError:
             self.close()
             raise
+
+    def for_cell(self, c: Combo) -> list[str]:
+        """The cell's endpoints: K of them, from its shape's server on."""
+        r = shape_of(c)
+        return (self.urls[r:] + self.urls[:r])[:c.k]
 
     def close(self) -> None:
         for p in self.procs:
@@ -229,12 +299,14 @@ def _source(c: Combo, servers: NullServers | None) -> Any:
         from engines.base import EngineSpec
         from measure.sources.fleet import Fleet
 
-        spec = EngineSpec("null", "", threads=1, ctx=1024, options={"ttft_s": TTFT_MS / 1e3, "itl_s": ITL_MS / 1e3})
+        spec = EngineSpec("null", "", threads=1, ctx=1024, options={"ttft_s": TTFT_MS / 1e3, "itl_s": ITL_MS / 1e3,
+                                                           "itl_cv": GAP_CV, "first_gap_s": FIRST_GAP_MS / 1e3,
+                                                           "gap_seed": GAP_SEED})
         src = Fleet(spec, _meta("instances"), k=c.k, threads=1, events=False, b_cap=max(c.b, 1))
         src.start(timeout=120)
         return src
     assert servers is not None
-    urls = servers.urls[:c.k]
+    urls = servers.for_cell(c)
     kw: dict[str, Any] = dict(b=c.b, events=False, endpoint="chat" if c.load == "sessions" else "completions")
     if c.cap:
         kw["cap_open_loop"] = True
@@ -323,9 +395,10 @@ def slots(c: Combo, engines: int = 1) -> int | None:
     return engines * c.k * (1 if c.source == "fleet" else c.b)
 
 
-def serve(c: Combo, offsets_s: list[float], o_s: float, itl_s: float = ITL_MS / 1e3,
+def serve(c: Combo, offsets_s: list[float], o_s: float, itl_x: float = 0.0,
           engines: int = 1, stagger_s: float = 0.0) -> list[Served]:
-    """The schedule served first come first served on `slots`, each request in o + TTFT + (n − 1)·ITL and its slot
+    """The schedule served first come first served on `slots`, each request in o + TTFT + its gaps (each + itl_x,
+    the harness's cost a gap) and its slot
     (and a closed loop's user) free o after its last token: o is the harness's cost on each request, spent one
     request at a time (the client's loop sends one request, then the next: a burst of arrivals waits its turn). An
     open loop at the offsets given; a closed loop (and sessions without think time) of min(U, n) users, each
@@ -334,7 +407,7 @@ def serve(c: Combo, offsets_s: list[float], o_s: float, itl_s: float = ITL_MS / 
     by half of one, two wait half of one)."""
     import heapq
 
-    ttft, tail = TTFT_MS / 1e3, (TOKENS - 1) * itl_s
+    ttft, tail = TTFT_MS / 1e3, sum(g + itl_x for g in gaps_s(c))
     cap = slots(c, engines)
     free: list[float] = []  # when each busy slot is free again
     out: list[Served] = []
@@ -363,8 +436,10 @@ def pct(values: list[float], p: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), p))
 
 
-def truth_figures(served: list[Served]) -> dict[str, float]:
-    """Every figure of a cell, from the schedule served (ms, tok/s, req/s): the figures the product must show."""
+def truth_figures(served: list[Served], gaps: list[float]) -> dict[str, float]:
+    """Every figure of a cell, from the schedule served and each request's gaps between tokens (s; every request
+    has the same): the figures the product must show (ms, tok/s, req/s), and users_mean, the users in flight
+    (scheduled → done) on average over the span by Little's law."""
     t0 = min(s.sched for s in served)
     span = max(s.done for s in served) - t0
     n = len(served)
@@ -377,8 +452,8 @@ def truth_figures(served: list[Served]) -> dict[str, float]:
             "achieved_concurrency": sum(s.done - s.start for s in served) / span,
             "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99), "e2e_p50": pct(e2e, 50), "e2e_p99": pct(e2e, 99),
             "ttft_engine_p50": TTFT_MS + (served[0].first - served[0].start - TTFT_MS / 1e3) * 1e3,
-            "tpot_p50": tpot, "tpot_p99": tpot, "itl_p50": tpot, "itl_p99": tpot,
-            "wait_p50": pct(wait, 50), "wait_max": max(wait)}
+            "tpot_p50": tpot, "tpot_p99": tpot, "itl_p50": pct(gaps, 50) * 1e3, "itl_p99": pct(gaps, 99) * 1e3,
+            "wait_p50": pct(wait, 50), "wait_max": max(wait), "users_mean": sum(s.done - s.sched for s in served) / span}
 
 
 # ---- a stall detector: a busy machine is said, not retried --------------------------------------------------
@@ -461,6 +536,11 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int 
     _check_labels(c, cell, recs, res)
     _check_schedule(c, cell, recs, res)
     _check_figures(c, cell, recs, res, engines)
+    _check_recompute(cell, recs, res)
+    _check_tokens(recs, res)
+    _check_users_mean(c, recs, res, engines)
+    _check_process(c, recs, res)
+    _check_bandwidth(c, recs, res)
 
 
 def _check_identities(recs: list[Any], res: Result) -> None:
@@ -603,10 +683,10 @@ def _bounds(c: Combo, recs: list[Any], engines: int) -> tuple[dict[str, float], 
     t0 = min(r.t_scheduled_ns for r in recs)
     offsets = sorted((r.t_scheduled_ns - t0) / NS for r in recs)
     o_max, itl_x = OVERHEAD_S[c.source]
-    d = (TTFT_MS + (TOKENS - 1) * ITL_MS) / 1e3
+    d = TTFT_MS / 1e3 + sum(gaps_s(c))
     n = slots(c, engines)
     phases = (0.0, d / 4, d / 2) if c.load in ("closed", "sessions") and n is not None and c.users > n else (0.0,)
-    runs = [truth_figures(serve(c, offsets, o, ITL_MS / 1e3 + x, engines, st))
+    runs = [truth_figures(serve(c, offsets, o, x, engines, st), [g + x for g in gaps_s(c)])
             for o, x in ((0.0, 0.0), (o_max, itl_x)) for st in phases]
     return ({k: min(r[k] for r in runs) for k in runs[0]}, {k: max(r[k] for r in runs) for k in runs[0]})
 
@@ -649,6 +729,173 @@ def _check_figures(c: Combo, cell: Any, recs: list[Any], res: Result, engines: i
         shown = cell.load.client_wait.max or 0.0
         res.check(abs(shown - max(queued)) <= 0.01, f"the cell's client wait max {shown} ms, its records' "
                   f"{max(queued):.1f} ms")
+
+
+# ---- each figure class recomputed on its own, from each record's stamps (docs/design.md §4's definitions) -----
+def recomputed(recs: list[Any]) -> dict[str, tuple[float, ...]]:
+    """Every request figure of the cell worked out here, with numpy, from the records' own stamps (not with the
+    product's functions): each distribution's (mean, p50, p90, p99) in ms. ITL: every gap between a request's
+    consecutive distinct token stamps, its first gap included, pooled; TPOT: (last − first) ÷ (n − 1)."""
+    import numpy as np
+
+    good = [r for r in recs if r.error is None and r.t_first_token_ns is not None]
+    ms = 1e-6
+    vals = {"ttft": [(r.t_first_token_ns - r.t_scheduled_ns) * ms for r in good],
+            "ttft_engine": [(r.t_first_token_ns - r.t_started_ns) * ms for r in good],
+            "e2el": [(r.t_done_ns - r.t_scheduled_ns) * ms for r in good],
+            "tpot": [(r.token_ns[-1] - r.token_ns[0]) * ms / (len(r.token_ns) - 1) for r in good
+                     if len(r.token_ns) > 1],
+            "itl": [float(g) * ms for r in good for g in np.diff(np.unique(np.asarray(r.token_ns, dtype=np.int64)))]}
+    return {k: ((float(np.mean(v)), *(float(np.percentile(v, p)) for p in (50, 90, 99))) if v else ())
+            for k, v in vals.items()}
+
+
+def _check_recompute(cell: Any, recs: list[Any], res: Result) -> None:
+    """The cell's percentiles and means against numpy's over the records' own stamps, to 1e-6 ms: a percentile's
+    rank off by one, a gap dropped from ITL, a record left out: each moves one of them however the machine ran."""
+    want = recomputed(recs)
+    rq = cell.requests
+    bad = []
+    for name, dist, stats in (("ttft", rq.ttft, ("mean", "p50", "p90", "p99")), ("ttft_engine", rq.ttft_engine,
+                              ("p50", "p99")), ("e2el", rq.e2el, ("p50", "p99")),
+                              ("tpot", rq.tpot, ("mean", "p50", "p90", "p99")), ("itl", rq.itl, ("p50", "p99"))):
+        w = dict(zip(("mean", "p50", "p90", "p99"), want[name]))
+        for st in stats:
+            got = getattr(dist, st)
+            if w.get(st) is None or got is None or abs(got - w[st]) > 1e-6:
+                bad.append(f"{name} {st} {_f(got)} ms, numpy over the records' stamps {_f(w.get(st))}")
+    res.check(not bad, f"figures recomputed with numpy from each token's stamp: {len(bad)} off, e.g. {bad[:3]}")
+    n_tokens = sum(len(r.token_ns) for r in recs if r.error is None)
+    res.check(rq.total_output_tokens == n_tokens, f"the cell counts {rq.total_output_tokens} tokens, its records "
+              f"stamp {n_tokens}")
+
+
+def _check_tokens(recs: list[Any], res: Result) -> None:
+    """Each request's tokens against the server's own usage count, where the server sent one (the null server
+    counts exactly: a chunk carrying no token counted as one, or one missed, shows)."""
+    off = [(r.request_id, len(r.token_ns), r.output_tokens, r.server_output_tokens) for r in recs
+           if r.server_output_tokens is not None and not (len(r.token_ns) == r.output_tokens == r.server_output_tokens)]
+    res.check(not off, f"tokens stamped, counted and the server's usage: {len(off)} disagree, e.g. {off[:2]}")
+
+
+def users_mean(recs: list[Any]) -> float:
+    """The users in flight, scheduled → done, on average over the span (Little's law: Σ time in flight ÷ span)."""
+    a = min(r.t_scheduled_ns for r in recs)
+    b = max(r.t_done_ns for r in recs)
+    return sum(r.t_done_ns - r.t_scheduled_ns for r in recs) / (b - a)
+
+
+def _check_users_mean(c: Combo, recs: list[Any], res: Result, engines: int) -> None:
+    """A closed loop's (and sessions') users in flight on average, not only at their peak, within the concurrency
+    tolerance of the truth's: a loop that sends a user's next request late, or too few users, reads low."""
+    if c.load not in ("closed", "sessions"):
+        return
+    lo, hi = _bounds(c, recs, engines)
+    got = users_mean(recs)
+    span_s = (max(r.t_done_ns for r in recs) - min(r.t_scheduled_ns for r in recs)) / NS
+    share = TOL["concurrency"] + res.stall_ms() / 1e3 / span_s
+    res.spread["users_mean"] = _excursion(got, lo["users_mean"], hi["users_mean"], True)
+    res.check(lo["users_mean"] * (1 - share) <= got <= hi["users_mean"] * (1 + share),
+              f"users in flight on average {got:.3f}, the schedule's {lo['users_mean']:.3f}–{hi['users_mean']:.3f} "
+              f"(± {share:.0%})")
+
+
+KS_ALPHA_001 = 1.63  # Kolmogorov–Smirnov: D's critical value at α = 0.01 is 1.63 ÷ (√n + 0.12 + 0.11/√n)
+
+
+def ks_distance(xs: list[float], cdf: Callable[[float], float]) -> float:
+    """The Kolmogorov–Smirnov statistic of the sample against the distribution `cdf`."""
+    xs = sorted(xs)
+    n = len(xs)
+    return max(max((i + 1) / n - cdf(x), cdf(x) - i / n) for i, x in enumerate(xs))
+
+
+def ks_critical(n: int) -> float:
+    import math
+
+    return KS_ALPHA_001 / (math.sqrt(n) + 0.12 + 0.11 / math.sqrt(n))
+
+
+def nominal_unit_gaps(load: str, times_s: list[float], rate: float) -> tuple[list[float], Callable[[float], float]]:
+    """The gaps of an open loop's times mapped to the nominal process's own units, and their CDF there: Poisson
+    and a ramp (its times through Λ(t), the expected arrivals by t) give unit exponential gaps; gamma's are
+    gamma(0.5)'s, whose CDF is erf(√(x·rate·0.5 ÷ 0.5))."""
+    import math
+
+    if load == "ramp":
+        r0, r1 = RAMP
+        big_t = 2 * (len(times_s) - 1) / (r0 + r1)
+        lam = [r0 * t + (r1 - r0) * t * t / (2 * big_t) for t in times_s]
+        return [b - a for a, b in zip(lam, lam[1:])], lambda x: 1 - math.exp(-x)
+    gaps = [(b - a) * rate for a, b in zip(times_s, times_s[1:])]
+    if load == "gamma":  # shape 0.5, scale 1 ÷ (rate · 0.5): in units of 1 ÷ rate, scale 2, CDF = erf(√(x ÷ 2))
+        return gaps, lambda x: math.erf(math.sqrt(max(0.0, x) * 0.5))
+    return gaps, lambda x: 1 - math.exp(-x)
+
+
+def _check_process(c: Combo, recs: list[Any], res: Result) -> None:
+    """An open loop's arrivals against its nominal process, not against the records' own schedule: the gaps of
+    Poisson, gamma and ramp cells pass a Kolmogorov–Smirnov test (α = 0.01) against the distribution asked, and
+    their CV is the process's, not a constant's (0)."""
+    if c.load not in ("poisson", "gamma", "ramp"):
+        return
+    import statistics
+
+    t = sorted(r.t_scheduled_ns for r in recs)
+    times = [(x - t[0]) / NS for x in t]
+    gaps, cdf = nominal_unit_gaps(c.load, times, RATE)
+    d, crit = ks_distance(gaps, cdf), ks_critical(len(gaps))
+    cv = statistics.pstdev(gaps) / statistics.fmean(gaps)
+    res.check(d <= crit and cv >= 0.4, f"{c.load} arrivals: KS distance {d:.3f} against the nominal process "
+              f"(critical {crit:.3f} at α = 0.01), gaps' CV {cv:.2f} (a constant rate's is 0)")
+
+
+class _WorkOnly:
+    """A roofline that has the model's work and predicts nothing (the cell's bandwidth product reads only its work)."""
+
+    def __init__(self, work: Any):
+        self.work = work
+
+    def level(self, *args: Any) -> None:
+        return None
+
+
+def moe_work() -> Any:
+    """A mixture of experts whose token reads 0.4 MB of its 1 MB file: 0.3 MB always, 2 of 8 experts of 50 kB."""
+    from measure.core.work import Experts, WorkModel
+
+    return WorkModel("truth-moe", "the truth matrix", params=1, file_bytes=1_000_000, weight_bytes=300_000,
+                     embd_row_bytes=0.0, matmul_params=1, layers=1, heads=1, kv_heads=1, head_dim=1,
+                     experts=Experts(8, 2, 50_000.0, 1.0))
+
+
+def _check_bandwidth(c: Combo, recs: list[Any], res: Result) -> None:
+    """The bandwidth product against the bytes a token reads × the rate, worked out here: the cell measured again
+    with a model whose token reads 0.4 of its file (instances: tok/s × read; batch: steps/s × the bytes a step of
+    tok/s ÷ steps/s tokens reads; http: Σ endpoints W ÷ their TPOT p50, W the file)."""
+    import numpy as np
+
+    from measure.control.bench.cell import Cell, Spec
+
+    work = moe_work()
+    mode = "http" if c.source in ("http", "pool") else ("batch" if c.source == "batch" else "instances")
+    cell = Cell.measure(recs, Spec(c.k, c.b, work.file_bytes, mode=mode, roofline=_WorkOnly(work)))  # type: ignore
+    tps = cell.output_throughput
+    if mode == "instances":
+        want = tps * work.read_bytes(1) / 1e9
+    elif mode == "batch":
+        good = [r for r in recs if r.error is None]
+        span = (max(r.t_done_ns for r in good) - min(r.t_scheduled_ns for r in good)) / NS
+        steps = len({(r.worker, r.pid, t) for r in good for t in r.token_ns}) / span
+        want = steps * work.read_bytes(tps / steps) / 1e9
+    else:
+        by_ep: dict[Any, list[float]] = {}
+        for r in recs:
+            by_ep.setdefault(r.worker, []).append((r.token_ns[-1] - r.token_ns[0]) / (len(r.token_ns) - 1) / NS)
+        want = sum(work.file_bytes / float(np.percentile(v, 50)) for v in by_ep.values()) / 1e9
+    got = cell.bandwidth.gbps
+    res.check(got is not None and abs(got - want) <= 1e-9 * max(1.0, want),
+              f"bandwidth product {got} GB/s, the bytes a token reads × the rate {want:.6g} GB/s ({mode})")
 
 
 def _excursion(value: float, lo: float, hi: float, rate: bool) -> float:
@@ -757,6 +1004,10 @@ def run_find(what: str, endpoints: int, servers: NullServers) -> Result:
         if what == "users":
             res.check(cell.knee.peak_users == int(lv.level),
                       f"level {lv.level:g}: {cell.knee.peak_users} users in flight")
+        else:  # a rate level offers its rate: (n − 1) ÷ its arrivals' span, conditioned on its count
+            got = cell.knee.offered_rps
+            res.check(got is not None and abs(got / lv.level - 1) <= 1e-6,
+                      f"level {lv.level:g} req/s offered {got} req/s")
         eps = len(cell.bandwidth.endpoints or []) or 1
         res.check(eps == endpoints, f"level {lv.level:g}: {eps} endpoints in its figures")
     res.seconds = round(time.monotonic() - t_start, 2)
@@ -813,6 +1064,10 @@ def run_live(steps: tuple[str, ...], warmup_s: float) -> Result:
         rows = [r for r in snap.steps if r.settled]
         res.check([r.level for r in rows] == visited, f"settled rows {[r.level for r in rows]}, visited {visited}")
         res.check(sum(r.best for r in snap.steps) == 1, "one row marked best")
+        # the ★ row: the settled row of the most goodput (an SLO is set), worked out here
+        star = max(rows, key=lambda r: r.goodput_tps or 0.0) if rows else None
+        res.check(star is not None and star.best, f"★ on {[r.level for r in snap.steps if r.best]}, the most "
+                  f"goodput is {star.level if star else None}'s")
         run = load_run(path)
         for r in rows:
             cell = next((x for x in run.cells if (x.k, x.b, x.mode) == (r.k, r.b, r.mode)), None)
@@ -939,6 +1194,9 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     say = (lambda m: None) if a.quiet else (lambda m: print(m, flush=True))
     servers = NullServers(2) if a.only in (None, "bench", "find", "cli") else None
+    if a.cover is not None:
+        for c in cover(a.cover):
+            say(f"cover {a.cover}: {c.name()} — {', '.join(classes(c))}")
     try:
         for part in _parts(a, servers):
             r = part()
@@ -953,7 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if r.failures]
     print(json.dumps({"cells": len(results), "invariants_checked": sum(r.checked for r in results),
                       "failures": sum(len(r.failures) for r in results), "failed_cells": [r.combo for r in failed],
-                      "first_failures": failed[0].failures[:3] if failed else [],
+                      "first_failures": failed[0].failures[:8] if failed else [],
                       "seconds": round(sum(r.seconds for r in results), 1)}))
     if a.spread:
         print(json.dumps(spread_table(results, all_combos())))

@@ -22,12 +22,12 @@ SAMPLE = T.cover(SEED)
 
 @pytest.fixture(scope="module")
 def servers():
-    s = T.NullServers(2)
+    s = T.NullServers()
     yield s
     s.close()
 
 
-@pytest.mark.parametrize("c", SAMPLE, ids=[f"seed={SEED} {c.name()}" for c in SAMPLE])
+@pytest.mark.parametrize("c", SAMPLE, ids=[f"seed={SEED} {c.name()} [{' '.join(T.classes(c))}]" for c in SAMPLE])
 def test_bench_cells_keep_every_invariant(servers, c):
     r = T.run_combo(c, servers)
     assert r.checked >= 20 and not r.failures, (f"{r.combo}: " + "; ".join(r.failures)
@@ -43,7 +43,16 @@ def test_the_sample_covers_every_load_kind_and_source():
         # by one in ClosedLoop passed a sample whose only closed loop was a pool's)
         assert any(c.load == "closed" and c.source != "pool" for c in cells)
         assert any(T.queues(c) for c in cells)  # one whose TTFT p99 is not its p50
+        # stratified: a cell where each figure class can go wrong (issue 56: a random draw may hold none)
+        assert set(T.CLASSES) <= {k for c in cells for k in T.classes(c)}, seed
     assert T.cover(3) != T.cover(4)  # it moves with the seed
+
+
+def test_every_figure_class_has_cells_and_every_sse_shape_a_server():
+    assert {k for c in T.all_combos() for k in T.classes(c)} == set(T.CLASSES)
+    assert {u for u, _ in T.SHAPES} == {"continuous", "final", "none"}
+    gaps = T.gaps_s()
+    assert len(gaps) == T.TOKENS - 1 and gaps[0] == T.FIRST_GAP_MS / 1e3 and len(set(gaps)) == len(gaps)
 
 
 @pytest.mark.parametrize("what,endpoints", T.TEST_FINDS)
