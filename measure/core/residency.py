@@ -299,6 +299,10 @@ def nonresident_bytes(touched: float, room: float, kept: float = 1.0) -> float:
 # defeats LRU: each page is the least recently used when the sweep needs room, so it is gone by the time the
 # sweep comes back to it. Measured (docs/measurements.md §14): 84-100 % of what a step touched came back each step.
 KEPT = 0.0
+# Where the storage was not probed (a Mac: its compressor takes the pages before the SSD does) only the excess is
+# assumed to come back each step, as the roofline assumed before (docs/design.md §21): the published 48 GB sweep's
+# B = 32 (40.0 tok/s) is 38.8 so, and 3.0 with KEPT = 0 at the assumed 3 GB/s (docs/residency.md, the case by hand).
+ASSUMED_KEPT = 1.0
 
 
 def reread_rate(rates: StorageRates, mmapped: bool) -> tuple[float, str]:
@@ -417,6 +421,45 @@ class LevelFit:
         return self.working_set <= self.room
 
 
+@dataclass(frozen=True)
+class LevelMemory:
+    """What a level holds: each engine's weights and runtime, each sequence's KV and what it holds beside it, and
+    whether the weights are mmap'ed (their pages re-read from the file) or loaded (swapped)."""
+
+    weights: float
+    overhead: float
+    per_seq: float
+    mmapped: bool = True
+
+
+def level_fit(label: str, k: int, b: int, t_resident: float, touched: float, mem: LevelMemory, room: float,
+              rates: StorageRates | None, assumed_bps: float | None = None) -> LevelFit:
+    """One level (K engines of B sequences; `t_resident` its step, `touched` the bytes all its engines read a step)
+    against `room` bytes: the part of its working set a step does not touch is given up first, the rest is the
+    residency roofline's (residency_step). No storage rates: `assumed_bps` (a Mac's assumed swap-in), else none."""
+    ws = k * (mem.weights + mem.overhead) + k * b * mem.per_seq
+    left = room - (ws - touched)
+    if rates is None and assumed_bps:  # a Mac (not probed): only the excess, as the published sweep bears out
+        miss = nonresident_bytes(touched, left, ASSUMED_KEPT)
+        step = ResidencyStep(t_resident, max(0.0, miss), max(0.0, miss) / assumed_bps, 0.0, 0.0,
+                             f"swap at {assumed_bps / 1e9:g} GB/s (assumed)" if miss > 0 else "none")
+    else:
+        step = residency_step(t_resident, touched, left, rates, mem.mmapped)
+    return LevelFit(label, ws, room, step, k * b / step.t_step_s)
+
+
+def format_fits(levels: Sequence[LevelFit]) -> list[str]:
+    """plan's residency lines: the first level past the wall with its predicted tok/s, each level after it."""
+    first = first_past(levels)
+    if first is None:
+        return [f"residency: every level fits the {fmt_gib(int(levels[0].room))} of memory" if levels else ""]
+    i = list(levels).index(first)
+    before = levels[i - 1].tps if i > 0 and levels[i - 1].fits else None
+    out = [f"residency: the first level past the wall is {past_wall_note(first, before)}"]
+    out += [f"  then {past_wall_note(lv)}" for lv in levels[i + 1:] if not lv.fits]
+    return out
+
+
 def first_past(levels: Sequence[LevelFit]) -> LevelFit | None:
     """The first level whose working set no longer fits."""
     return next((lv for lv in levels if not lv.fits), None)
@@ -452,7 +495,7 @@ def to_storage(d: Mapping[str, Any] | None) -> StorageRates | None:
         return None
 
 
-__all__ = ["GivesOut", "LevelFit", "MemoryLimits", "ProcMemory", "Reading", "Residency", "ResidencyStep",
+__all__ = ["GivesOut", "LevelFit", "LevelMemory", "format_fits", "level_fit", "MemoryLimits", "ProcMemory", "Reading", "Residency", "ResidencyStep",
            "StorageRates", "SysMemory", "budget_skip", "first_past", "gives_out", "mac_rates", "mac_vm",
            "nonresident_bytes", "parse_counters", "parse_kb", "parse_majflt", "parse_psi", "parse_smaps_of",
            "past_wall_note", "residency", "residency_step"]

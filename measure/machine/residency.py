@@ -11,14 +11,18 @@ import ctypes.util
 import mmap
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from measure.core.residency import (MemoryLimits, ProcMemory, Reading, SysMemory, parse_counters, parse_kb,
                                     parse_majflt, parse_psi, parse_smaps_of)
 from measure.core.units import NS
+
+if TYPE_CHECKING:
+    from measure.core.roofline import Prediction
 
 NO_LIMIT = 1 << 62
 
@@ -166,3 +170,25 @@ def limits(pid: int | str = "self", mmapped: bool = True) -> MemoryLimits:
 
 
 __all__ = ["NS", "ResidencyProbe", "limits", "mincore_resident", "own_cgroup", "proc_memory", "sys_memory"]
+
+
+def plan_lines(rows: Sequence[Prediction], result: Mapping[str, Any], chip: str | None, context: int) -> list[str]:
+    """plan's residency lines (docs/residency.md: Seen as it happens): each predicted level against plan's budget,
+    the first past it marked with its predicted tok/s. The storage rates are this machine's (`--chip this`, the
+    probe's cache); on unified memory a Mac's assumed swap-in rate (roofline.ASSUMED_SWAP_GBPS); elsewhere none
+    is known and no line is printed."""
+    from measure.core.residency import LevelMemory, format_fits, level_fit
+    from measure.core.roofline import ASSUMED_SWAP_GBPS
+    from measure.machine import storage
+    from measure.machine.ceilings import machine_key
+
+    rates = storage.cached(machine_key()) if chip == "this" else None
+    if rates is None and not result.get("unified"):
+        return []
+    row = next((r for r in result["rows"] if r["context"] == context), None) or result["rows"][0]
+    mem = LevelMemory(result["weights"], result["overhead"], row["kv_per_request"] + row["engine_per_request"],
+                      mmapped=not result.get("unified"))  # mlx loads its weights; llama.cpp maps them
+    fits = [level_fit(f"{p.mode} K={p.k} B={p.b}", p.k, p.b, p.tpot_s * (1 - p.shares.get("swap", 0.0)),
+                      p.bytes_per_s * p.tpot_s, mem, result["budget"], rates, ASSUMED_SWAP_GBPS * 1e9)
+            for p in rows if p.mode == "batch"]
+    return format_fits(fits)
