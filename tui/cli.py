@@ -561,7 +561,8 @@ def _print_plan(args, shape, result: Plan, predictions: ChipPredictions | None) 
         print(format_predictions(predictions.work, predictions.machine, predictions.rows, args.prompt, args.output))
         from measure.machine.residency import plan_lines  # the first level past the wall (docs/residency.md)
 
-        print("\n".join(plan_lines(predictions.rows, result, args.chip, max(args.context))))
+        if past := plan_lines(predictions.rows, result, args.chip, max(args.context)):
+            print("\n".join(past))
         if args.users:
             print()
             try:

@@ -270,6 +270,7 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
                           "weight_bytes": from_gguf(choice.info).read_bytes(1), **rates}
     except Exception as exc:  # noqa: BLE001 - bandwidth alone is still a ceiling
         say(f"the engine could not be probed: {type(exc).__name__}: {exc}")
+    _storage(model, say)  # the storage's read rates, cached beside (docs/residency.md)
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     seconds = time.perf_counter() - t0
     c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
@@ -281,6 +282,18 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
 
 
 QUIET_WAIT_S = 2.0  # before a disturbed probe is taken again
+
+
+def _storage(model: ModelChoice | None, say: Callable[[str], None]) -> None:
+    """The read rates of the file system holding the model (else the cache's), measured and cached in storage.json
+    (machine/storage.py) for the residency roofline."""
+    from measure.machine import storage
+
+    where = Path(model.path).parent if model is not None and not model.embedded else _cache().parent
+    say(f"probing the storage under {where}: sequential, random 4 KiB, swap-cluster and mmap'ed reads …")
+    rates = storage.get(machine_key(), where)  # once per machine: `probe --rerun` does not redo it
+    if rates is not None:
+        say(rates.describe())
 
 
 def get(rerun: bool = False, say: Callable[[str], None] = print, model: ModelChoice | None = None) -> Ceilings:
