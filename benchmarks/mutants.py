@@ -6,9 +6,10 @@ Each mutant is a source-text patch (an exact string of one file replaced) applie
 fleet's workers, a pool's client processes, the null servers, `inference-top bench`) runs the planted code. A patch
 whose text is no longer in its file is reported as stale (the code moved: the mutant must be rewritten), not counted.
 
-A kill stands only where the cell that failed, run again on its own, fails again with the mutant and passes without
-it: a failure that does not repeat, or that the unpatched tree shares, was a stall of this busy machine, and the
-mutant is not counted killed ("UNCONFIRMED"). (This confirms the score; the matrix itself never runs a cell twice.)
+A kill stands only where the cell that failed, run again on its own, fails again with the mutant, with a kind of
+failure (its text up to its first figure) that the cell run without the mutant has not: a failure that does not
+repeat, or that the unpatched tree shares, was a stall of this busy machine, and the mutant is not counted killed
+("UNCONFIRMED"). (This confirms the score; the matrix itself never runs a cell twice.)
 
 A mutant is killed by `make test`'s sample when `truth_matrix.py --cover SEED` (tests/test_truth_matrix.py's draw:
 one cell of each load kind over every source, its --find searches, live steps and the command line) fails, and by
@@ -149,6 +150,26 @@ MUTANTS = [
            "uncapped http open loops whose load exceeds K × B streams"),
     Mutant("level_timed_from_key_press", "measure/control/live/controller.py", "        if self.caps.level_ready:",
            "        if False:", "a live level timed from the key press, its warmup inside it", "live steps"),
+    # issue 56's survivors of the matrix before it recomputed each figure class on its own (these six kinds)
+    Mutant("percentile_rank_n", M, "    vi = (n - 1) * (p / 100)", "    vi = n * (p / 100)",
+           "a percentile's rank n·p, not (n − 1)·p", "every cell: its percentiles against numpy's"),
+    Mutant("itl_first_gap_dropped", M, "        out.extend(itl_gaps(r.token_ns).tolist())",
+           "        out.extend(itl_gaps(r.token_ns).tolist()[1:])", "each request's first gap left out of ITL",
+           "cells whose engine's gaps vary (fleet, http, pool), the first unlike the rest"),
+    Mutant("usage_chunk_counted", "engines/http_openai.py", "        if not has_text:\n            return\n",
+           "        if not has_text and not usage:\n            return\n", "a usage-only SSE chunk counted as a token",
+           "http and pool cells on the server that sends usage only in a last chunk of its own"),
+    Mutant("bandwidth_file_bytes", M,
+           '    return Bandwidth(agg_tps * work.read_bytes(1) / 1e9, f"aggregate tok/s × W, {formula}")',
+           '    return Bandwidth(agg_tps * work.file_bytes / 1e9, f"aggregate tok/s × W, {formula}")',
+           "the bandwidth product from the file's bytes, not the bytes a token reads",
+           "fleet cells (measured again with a mixture of experts' work)"),
+    Mutant("poisson_constant", "measure/core/arrivals.py", '            "poisson": lambda: rng.expovariate(self._rate()),',
+           '            "poisson": lambda: 1.0 / self._rate(),', "Poisson arrivals made constant",
+           "Poisson cells (their gaps against the exponential)"),
+    Mutant("queued_counted_twice", "measure/sources/dispatch.py", "len(self.pending) + outstanding",
+           "2 * len(self.pending) + outstanding", "a closed loop counts its queued requests twice: fewer users in "
+           "flight on average (the peak still reached)", "closed loops of more users than slots"),
 ]
 
 
@@ -163,12 +184,13 @@ def copy_tree(dst: Path) -> None:
             shutil.copy2(src, dst / rel)
 
 
-def run_matrix(tree: Path, args: list[str], timeout_s: float) -> tuple[bool, str]:
+def run_matrix(tree: Path, args: list[str], timeout_s: float, stop_first: bool = True) -> tuple[bool, str]:
     """(failed, its last JSON line or why it did not end) of truth_matrix.py run in `tree`. A run cut at the timeout
     did not fail: the mutant is not counted killed (its why says so)."""
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
     try:
-        p = subprocess.run([sys.executable, "benchmarks/truth_matrix.py", "--quiet", "--stop-first", *args],
+        p = subprocess.run([sys.executable, "benchmarks/truth_matrix.py", "--quiet",
+                            *(["--stop-first"] if stop_first else []), *args],
                            cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return False, f"not finished in {timeout_s:g} s (--timeout): not counted killed"
@@ -178,17 +200,35 @@ def run_matrix(tree: Path, args: list[str], timeout_s: float) -> tuple[bool, str
 
 def first_failed(line: str) -> str | None:
     """The first failing cell's name in truth_matrix.py's JSON line."""
-    try:
-        cells = json.loads(line).get("failed_cells") or []
-    except (ValueError, AttributeError):
-        return None
+    cells = failed_cells(line)
     return cells[0] if cells else None
 
 
-def run_cell(tree: Path, cell: str, timeout_s: float) -> bool:
-    """Whether the cell named (a bench cell, or the part of the matrix a search, live or cli cell is in) fails."""
+def failed_cells(line: str) -> list[str]:
+    try:
+        return list(json.loads(line).get("failed_cells") or [])
+    except (ValueError, AttributeError):
+        return []
+
+
+def kinds(line: str) -> set[str]:
+    """The kinds of failure in truth_matrix.py's JSON line: each failure's text up to its first figure (the stall
+    detector's note left out)."""
+    import re
+
+    try:
+        fails = json.loads(line).get("first_failures") or []
+    except (ValueError, AttributeError):
+        return set()
+    return {re.split(r"[0-9]", f, maxsplit=1)[0] for f in fails if "kept a thread off its cores" not in f}
+
+
+def run_cell(tree: Path, cell: str, timeout_s: float) -> tuple[bool, set[str]]:
+    """Whether the cell named (a bench cell, or the part of the matrix a search, live or cli cell is in) fails, and
+    its kinds of failure."""
     part = next((p for p in ("find", "live", "cli") if cell.startswith(p)), None)
-    return run_matrix(tree, ["--only", part] if part else ["--only", "bench", "--filter", cell], timeout_s)[0]
+    failed, line = run_matrix(tree, ["--only", part] if part else ["--only", "bench", "--filter", cell], timeout_s)
+    return failed, kinds(line) if failed else set()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the sample's bench cells only; no full matrix")
     ap.add_argument("--only", action="append", help="this mutant only (by name; repeatable)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds for one run of the matrix")
+    ap.add_argument("--keep-going", action="store_true", help="score even where the unpatched copy fails the "
+                    "sample (a machine too busy for its tolerances): each kill is still confirmed by its cell, run "
+                    "again alone with the mutant and without it")
     a = ap.parse_args(argv)
     chosen = [m for m in MUTANTS if not a.only or m.name in a.only]
     sample = ["--cover", str(a.seed)] + (["--only", "bench"] if a.quick else [])
@@ -207,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_tree(tree)
         failed, line = run_matrix(tree, sample, a.timeout)
         print(f"baseline (no mutant): {'FAILS' if failed else 'passes'} {line}", flush=True)
-        if failed:
+        if failed and not a.keep_going:
             print(json.dumps({"error": "the unpatched tree fails the sample: no score", "baseline": line}))
             return 2
         for m in chosen:
@@ -219,15 +262,23 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             path.write_text(text.replace(m.old, m.new))
             try:
-                by_sample, line = run_matrix(tree, sample, a.timeout)
+                # --keep-going (a busy machine): every cell of the sample runs, and each that failed is confirmed
+                by_sample, line = run_matrix(tree, sample, a.timeout, stop_first=not a.keep_going)
                 by_full = by_sample
                 if not by_sample and not a.quick:
                     by_full, line = run_matrix(tree, [], a.timeout)
-                cell = first_failed(line) if by_full else None
-                again = cell is None or run_cell(tree, cell, a.timeout)  # the mutant fails that cell once more …
+                tried = (failed_cells(line)[:4] if a.keep_going else [first_failed(line)]) if by_full else []
+                seen = {c: run_cell(tree, c, a.timeout) for c in tried if c}  # the mutant fails it once more …
             finally:
                 path.write_text(text)
-            if cell is not None and not (again and not run_cell(tree, cell, a.timeout)):  # … and the tree passes it
+            # … and the tree without it has not the mutant's kind of failure there
+            new = {c: sorted(mine - run_cell(tree, c, a.timeout)[1]) for c, (again, mine) in seen.items() if again}
+            confirmed = [c for c, k in new.items() if k]
+            cell = (confirmed or list(seen) or [None])[0]
+            if confirmed:
+                line = f"confirmed on {cell}: {new[cell]}; {line}"
+            again = bool(seen.get(cell, (False,))[0]) if cell else False
+            if cell is not None and not confirmed:
                 how = "failed again, but also without the mutant" if again else "passed with the mutant"
                 line = f"UNCONFIRMED: {cell}, run alone, {how} (a stall); {line}"
                 by_sample = by_full = False

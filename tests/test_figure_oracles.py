@@ -358,3 +358,77 @@ def test_a_final_usage_above_the_chunks_spreads_the_missing_tokens():
     res = _count([_text(" a b"), _text(" c d", finish="length"),
                   {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}])
     assert res.token_ns == [1000, 1000, 2000, 2000] and res.token_count == "chunks+final-usage"
+
+
+def test_http_bandwidth_reads_what_a_steps_tokens_read():
+    work = T.moe_work()
+    bw = M.http_read_bandwidth(work, [(0.01, 200.0), (None, 5.0), (0.02, 10.0)])
+    # 1 ÷ TPOT steps a second, each of tok/s × TPOT tokens (at least one): 2 tokens a step, then 1
+    assert bw.gbps == pytest.approx((work.read_bytes(2) / 0.01 + work.read_bytes(1) / 0.02) / 1e9)
+    assert work.read_bytes(2) == pytest.approx(300_000 + 8 * (1 - 0.75 ** 2) * 50_000)
+    assert M.http_read_bandwidth(work, [(None, 3.0)]).gbps is None
+
+
+def test_burst_and_sustained_speed_by_hand():
+    s = 1_000_000_000
+    # one stream 0 → 40 s: a token a second for 20 s, then one every 2 s (throttled): burst (first fifth) 1 tok/s,
+    # sustained (last half) 0.5
+    toks = [int((i + 0.5) * s) for i in range(20)] + [(21 + 2 * i) * s for i in range(10)]
+    r = rec(1, 0, 0, toks, 40 * s)
+    burst, sustained = M.burst_sustained([r])
+    assert burst == pytest.approx(1.0, rel=1e-6) and sustained == pytest.approx(0.5, rel=1e-6)
+    assert M.burst_sustained([rec(2, 0, 0, [s], 29 * s)]) is None  # under HEAT_MIN_S
+
+
+def test_bandwidth_formulas_and_units_exactly():
+    """GB is 1e9 bytes exactly, a missing KV read adds nothing, and each product says the formula that made it."""
+    work = T.moe_work()
+    dense = M.WorkModel("d", "t", params=1, file_bytes=2_000_000_000, weight_bytes=2_000_000_000, embd_row_bytes=0.0,
+                        matmul_params=1, layers=1, heads=1, kv_heads=1, head_dim=1)
+    exact = pytest.approx  # relative 1e-12: a GB of 1e9 + 1 bytes moves the figure by 1e-9
+    assert M.read_formula(work) == ("W = bytes read per token: 0.000 GB always + 2 of 8 experts × 0.1 MB = 0.000 GB "
+                                    "(the file: 0.001 GB); a batch step reads the distinct experts its tokens are "
+                                    "routed to")
+    assert M.read_formula(dense) == "W = bytes read per token (2.000 GB)"
+    assert M.read_formula(work).startswith("W = bytes read per token: 0.000 GB always + 2 of 8 experts × 0.1 MB")
+    assert M.read_formula(work).endswith("(the file: 0.001 GB); a batch step reads the distinct experts its tokens "
+                                         "are routed to")
+    b = M.read_bandwidth("instances", dense, agg_tps=3.0)
+    assert b.gbps == exact(6.0, rel=1e-12) and b.formula == "aggregate tok/s × W, W = bytes read per token (2.000 GB)"
+    assert M.read_bandwidth("instances", dense).formula == "aggregate tok/s × W, W = bytes read per token (2.000 GB)"
+    b = M.read_bandwidth("batch", dense, agg_tps=8.0, steps_per_s=[2.0])
+    assert b.gbps == exact(4.0, rel=1e-12)
+    assert b.formula == "Σ workers steps/s × W(tokens a step), W = bytes read per token (2.000 GB)"
+    b = M.read_bandwidth("batch", dense, agg_tps=8.0, steps_per_s=[2.0], kv_read_bps=0.0)
+    assert b.formula == "Σ workers steps/s × W(tokens a step) + KV read, W = bytes read per token (2.000 GB)"
+    assert M.read_bandwidth("batch", dense).formula == \
+        "Σ workers steps/s × W(tokens a step), W = bytes read per token (2.000 GB)"
+    assert M.bandwidth_product("instances", 2_000_000_000, agg_tps=3.0).gbps == exact(6.0, rel=1e-12)
+    b = M.bandwidth_product("batch", 2_000_000_000, steps_per_s=[1.0, 1.0])
+    assert b.gbps == exact(4.0, rel=1e-12) and b.formula == M.BANDWIDTH_FORMULA_BATCH_NO_KV
+    assert M.bandwidth_product("batch", 2_000_000_000, steps_per_s=[1.0], kv_read_bps=0.0).formula == \
+        M.BANDWIDTH_FORMULA_BATCH
+    assert M.BANDWIDTH_FORMULA_BATCH_NO_KV == "Σ workers steps/s × W, W = model file bytes (KV reads not counted)"
+    assert M.BANDWIDTH_FORMULA_BATCH == \
+        "Σ workers steps/s × W + KV bytes read per step × steps/s, W = model file bytes"
+    assert M.BANDWIDTH_FORMULA_INSTANCES == \
+        "aggregate tok/s × W (each stream reads W per token), W = model file bytes"
+    assert M.bandwidth_product("instances", 1).formula == M.BANDWIDTH_FORMULA_INSTANCES
+    h = M.bandwidth_product("http", 2_000_000_000, steps_per_s=[0.5, 1.5])
+    assert h.gbps == exact(4.0, rel=1e-12) and h.formula == M.BANDWIDTH_FORMULA_HTTP_W
+    assert M.bandwidth_product("http", 0) == M.Bandwidth(None, M.BANDWIDTH_FORMULA_HTTP)
+    assert M.bandwidth_product("http", 5) == M.Bandwidth(None, M.BANDWIDTH_FORMULA_HTTP_W)
+    assert M.BANDWIDTH_FORMULA_HTTP == "n/a: the weights are read on the server (--model-bytes W to estimate it)"
+    assert M.predicted_tpot(2, 10**9, 100.0) == 0.02 and M.kwb_tpot(2, 10**9, 100.0) == 0.02
+
+
+def test_slo_and_counts_at_their_edges():
+    failed_with_tokens = rec(9, 0, 0, [1 * MS, 2 * MS], 3 * MS, error="cut")
+    assert not M.meets_slo(failed_with_tokens, SLO("t", "t"))
+    assert M.p99_mark(1) == "≈"
+    a, b = rec(1, 0, 0, [1], 2), rec(2, 0, 0, [1], 2, worker=3)
+    a.worker_rss_bytes, b.worker_rss_bytes = 0, 0
+    assert M.rss_sum_bytes([a, b]) == 0
+    r1 = rec(1, 0, 0, [10, 20], 30, worker=0, pid=1)
+    assert M.batch_reads([r1], [(10, 20)]) == (1, None)  # a window [a, b): its first token in, its last out
+    assert M.batch_reads([r1], [(11, 21)]) == (1, None)

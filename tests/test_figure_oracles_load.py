@@ -1,0 +1,245 @@
+"""The load's figures against tiny cases worked by hand (issue 56): the arrival schedules (their offsets, resume,
+the trace's replay, the load generator's lateness and the client's wait), a --find level's offered rate, TTFT trend
+and users in flight, the knee search on a level function whose capacity is known, and the record built from what a
+source saw. Fast: benchmarks/mutation.py runs these as mutmut's test command."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engines.base import Prompt
+from measure.control.bench import knee as K
+from measure.control.bench.cell import Cell, Dist, Goodput, KneeLevel, Requests
+from measure.core import arrivals as A
+from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record, is_remote, shifted
+from presets import SLO
+
+MS = 1_000_000
+NS = 1_000_000_000
+
+
+def rec(rid, sched, start, tokens, done, *, sub=None, error=None, rep=0, extra=None):
+    return RequestRecord(run_id="r", request_id=rid, mode="http", engine="t", model="m", model_bytes=1, k=1, b=1,
+                         t_scheduled_ns=sched, t_submitted_ns=sched if sub is None else sub, t_started_ns=start,
+                         t_first_token_ns=tokens[0] if tokens else None, t_done_ns=done, token_ns=list(tokens),
+                         output_tokens=len(tokens), error=error, rep=rep, extra=extra)
+
+
+def drain(sched, until_ns=10**15):
+    return sched.due(0, 0) + sched.due(until_ns, 0)
+
+
+# ---- the schedules -------------------------------------------------------------------------------------------
+def test_constant_and_trace_offsets_by_hand():
+    assert drain(A.ArrivalSpec("constant", rate=4.0).make(4)) == [0, NS // 4, NS // 2, 3 * NS // 4]
+    tr = A.ArrivalSpec("trace", times_s=(0.0, 0.5, 2.0), speed=2.0).make(5)
+    # ÷ 2, then the trace again one mean gap (1 s) after its last: period 3 s
+    assert drain(tr) == [0, NS // 4, NS, 3 * NS // 2, 7 * NS // 4]
+    assert A.ArrivalSpec("trace", times_s=(0.0, 0.5, 2.0)).mean_rate() == pytest.approx(1.0)
+    assert A.ArrivalSpec("trace", times_s=(0.0, 0.5, 2.0), speed=2.0).mean_rate() == pytest.approx(2.0)
+    assert A.ArrivalSpec("ramp", ramp=(2.0, 6.0)).mean_rate() == 4.0
+    assert A.ArrivalSpec("gamma", rate=3.0, burstiness=0.5).mean_rate() == 3.0
+
+
+def test_a_level_offers_exactly_its_rate_and_a_ramp_climbs():
+    for spec in (A.ArrivalSpec("poisson", rate=8.0, seed=1), A.ArrivalSpec("gamma", rate=8.0, burstiness=2.0, seed=1),
+                 A.ArrivalSpec("constant", rate=8.0)):
+        t = drain(spec.make(9))
+        assert len(t) == 9 and t == sorted(t) and t[-1] == pytest.approx(NS, abs=2)  # 8 gaps ÷ 8 req/s
+    t = drain(A.ArrivalSpec("ramp", ramp=(2.0, 6.0), seed=4).make(41))
+    assert t[-1] / NS == pytest.approx(2 * 40 / 8)  # T = 2(n − 1) ÷ (r0 + r1)
+    first, last = np.diff(t[:21]).mean(), np.diff(t[20:]).mean()
+    assert last < first  # the rate rises
+    with pytest.raises(ValueError):
+        A.ArrivalSpec("ramp", ramp=(1.0, 2.0)).make(None)
+    assert drain(A.ArrivalSpec("ramp", ramp=(1.0, 2.0)).make(1)) == [0]
+    flat = drain(A.ArrivalSpec("ramp", ramp=(4.0, 4.0), seed=2).make(5))
+    assert flat[-1] == pytest.approx(NS, abs=2)
+
+
+def test_schedule_due_wakeup_resume_and_total():
+    s = A.Schedule(iter([0, 10, 20, 30]), 3, "x")
+    assert s.next_wakeup_ns() is None and s.describe() == "open loop, x"
+    assert s.due(100, 0) == [100]  # t0 = the first call
+    assert s.next_wakeup_ns() == 110 and not s.exhausted()
+    assert s.due(109, 0) == [] and s.due(110, 0) == [110]
+    s.resume(500)  # paused: the rest moves on by the pause, no burst
+    assert s.next_wakeup_ns() == 500 and s.due(10**6, 0) == [500] and s.exhausted()
+    assert s.next_wakeup_ns() is None and s.due(10**7, 0) == []
+    endless = A.ArrivalSpec("constant", rate=1000.0).make(None)
+    assert endless.due(0, 0) == [0] and endless.due(3 * MS, 0) == [MS, 2 * MS, 3 * MS]
+
+
+def test_describe_and_parse():
+    assert A.ArrivalSpec("poisson", rate=2.0).describe() == "Poisson 2 req/s"
+    assert A.ArrivalSpec("constant", rate=2.5).describe() == "constant 2.5 req/s"
+    assert A.ArrivalSpec("gamma", rate=2.0, burstiness=0.25).describe() == "gamma 2 req/s, burstiness 0.25 (CV 2.00)"
+    assert A.ArrivalSpec("ramp", ramp=(1.0, 8.0)).describe() == "ramp 1 → 8 req/s (Poisson)"
+    assert A.ArrivalSpec("trace", times_s=(0.0, 3.0)).describe() == "trace replay, 2 requests over 3 s"
+    assert A.ArrivalSpec("trace", times_s=(0.0, 3.0), speed=2.0).describe() == \
+        "trace replay, 2 requests over 3 s at ×2 speed"
+    assert A.parse_arrivals(None, None) is None
+    assert A.parse_arrivals(None, 3.0, seed=4) == A.ArrivalSpec("poisson", rate=3.0, seed=4)
+    assert A.parse_arrivals("gamma:0.5", 2.0) == A.ArrivalSpec("gamma", rate=2.0, burstiness=0.5)
+    assert A.parse_arrivals("Ramp:0-8", None) == A.ArrivalSpec("ramp", ramp=(0.0, 8.0))
+    assert A.parse_arrivals("constant", 5.0) == A.ArrivalSpec("constant", rate=5.0)
+    assert A.parse_arrivals(None, None, trace_times=[0.0, 1.0], speed=3.0).speed == 3.0
+    for text, rate, kw in (("ramp:1", None, {}), ("ramp:2-1x", None, {}), ("ramp:0-0", None, {}),
+                           ("ramp:1-2", 3.0, {}), ("zipf", 1.0, {}), ("gamma:0", 1.0, {}), ("gamma:x", 1.0, {}),
+                           ("constant:2", 1.0, {}), ("poisson", None, {}), (None, None, {"speed": 2.0}),
+                           ("poisson", 1.0, {"trace_times": [0.0, 1.0]})):
+        with pytest.raises(ValueError):
+            A.parse_arrivals(text, rate, **kw)
+
+
+def test_lateness_rate_and_the_clients_wait():
+    recs = [rec(1, 0, 0, [1], 2, sub=1 * MS), rec(2, 100 * MS, 0, [1], 2, sub=100 * MS),
+            rec(3, 300 * MS, 0, [1], 2, sub=320 * MS), rec(4, 0, 0, [1], 2, sub=0, rep=1),
+            rec(5, 500 * MS, 0, [1], 2, sub=500 * MS, rep=1)]
+    f = A.lateness_figures(recs)
+    late = [1.0, 0.0, 20.0, 0.0, 0.0]
+    # rec 4 was submitted at 0 = its schedule: a t_submitted of 0 reads "not stamped", left out
+    stamped = [1.0, 0.0, 20.0, 0.0]
+    assert f["lateness_p50_ms"] == pytest.approx(float(np.percentile(stamped, 50)))
+    assert f["lateness_p99_ms"] == pytest.approx(float(np.percentile(stamped, 99)))
+    assert f["lateness_max_ms"] == max(late) and f["behind_schedule"] is True  # p99 19.4 > 10
+    assert f["arrival_rps"] == pytest.approx((2 / 0.3 + 1 / 0.5) / 2)  # per rep, meaned
+    assert A.lateness_figures([rec(1, 5, 0, [1], 2, sub=0)])["lateness_p50_ms"] is None
+    assert A.lateness_figures([rec(1, 0, 0, [1], 2, sub=5 * MS)])["behind_schedule"] is False
+    assert A.realised_rate([0, NS // 2, NS]) == 2.0 and A.realised_rate([5]) is None
+    assert A.realised_rate([5, 5]) is None
+    w = A.client_wait_figures([rec(1, 0, 0, [1], 2, extra={"client_queue_ms": 8.0}), rec(2, 0, 0, [1], 2),
+                               rec(3, 0, 0, [1], 2, extra={"client_queue_ms": 2.0})])
+    assert w == pytest.approx({"client_waited": 2, "client_wait_p50_ms": 2.0,
+                               "client_wait_p99_ms": float(np.percentile([8.0, 0.0, 2.0], 99)),
+                               "client_wait_max_ms": 8.0})
+    assert A.client_wait_figures([rec(1, 0, 0, [1], 2)]) == {}
+
+
+# ---- a --find level's figures and the search --------------------------------------------------------------------
+def test_rate_figures_and_users_in_flight_by_hand():
+    # 5 requests 1 s apart; TTFT 0.1, 0.1, 0.3, 0.5, 0.7 s: the later half's median TTFT − the earlier's (0.6 − 0.1)
+    # over the later half's median schedule − the earlier's (3.5 − 0.5 s)
+    ttfts = [0.1, 0.1, 0.3, 0.5, 0.7]
+    recs = [rec(i, i * NS, i * NS, [i * NS + round(t * NS)], i * NS + round(t * NS) + MS) for i, t in enumerate(ttfts)]
+    f = K.rate_figures(recs)
+    assert f["offered_rps"] == pytest.approx(4 / 4.0) and f["arrivals_s"] == pytest.approx(4.0)
+    assert f["ttft_trend"] == pytest.approx((0.6 - 0.1) / 3.0)
+    assert K.rate_figures(recs[:3])["ttft_trend"] is None  # fewer than 2 a half
+    assert K.rate_figures(recs[:1]) == {"offered_rps": None, "arrivals_s": 0.0, "ttft_trend": None}
+    # in flight: scheduled → done; started → done
+    a = rec(1, 0, 5, [6], 10)
+    b = rec(2, 2, 8, [9], 12)
+    c = rec(3, 10, 11, [11], 20)  # starts as a ends: they never overlap (the end counts first)
+    assert K.peak_in_flight([a, b, c]) == 2 and K.peak_in_flight([a, b, c], "t_started_ns") == 2
+    assert K.peak_in_flight([a, rec(4, 1, 9, [9], 11)], "t_started_ns") == 2
+    assert K.peak_in_flight([a, rec(4, 1, 10, [10], 11)], "t_started_ns") == 1
+    assert K.peak_in_flight([rec(5, 0, None, [], None)]) == 0
+
+
+def _level_of(capacity: float, what: str = "users"):
+    calls: list[float] = []
+
+    def run(level: float) -> K.Level:
+        calls.append(level)
+        return K.Level(level, level <= capacity, None, "")
+
+    return run, calls
+
+
+@pytest.mark.parametrize("capacity,start,want_pass,want_fail", [(5, 1, 5, 6), (1, 1, 1, 2), (64, 1, 64, 72),
+                                                                (3, 4, 3, 4)])
+def test_the_knee_search_brackets_a_known_capacity(capacity, start, want_pass, want_fail):
+    run, calls = _level_of(capacity)
+    knee = K.find_knee(run, "users", start=start, limit=512)
+    assert (knee.passed.level if knee.passed else None, knee.failed.level if knee.failed else None) == \
+        (want_pass, want_fail), calls
+    assert knee.levels and all(lv.level in calls for lv in knee.levels)
+
+
+def test_the_rate_search_ends_within_a_tenth_and_a_first_failure_is_run_twice():
+    run, calls = _level_of(3.3, "rate")
+    knee = K.find_knee(run, "rate", start=1, limit=64)
+    assert knee.passed.level <= 3.3 < knee.failed.level and knee.failed.level - knee.passed.level <= 0.1 * 4
+    assert calls[:5] == [1, 2, 4, 4, 3.0]  # 4 failed: run once more before the bisection
+    run, calls = _level_of(1000)
+    knee = K.find_knee(run, "users", start=1, limit=16)
+    assert knee.failed is None and knee.passed.level == 16 and calls == [1, 2, 4, 8, 16]
+    run, calls = _level_of(1000)
+    assert len(K.find_knee(run, "users", start=1, limit=10**9, max_levels=4).levels) == 4
+
+
+def test_a_stall_at_the_first_failure_is_forgiven_once():
+    seen: list[float] = []
+
+    def run(level: float) -> K.Level:
+        seen.append(level)
+        ok = level <= 6 or (level == 8 and seen.count(8) == 2)  # 8 failed once (a stall), then passed
+        return K.Level(level, ok if level != 8 or seen.count(8) == 2 else False, None, "slow")
+
+    knee = K.find_knee(run, "users", start=1, limit=8)
+    assert knee.passed.level == 8 and "on a second run" in knee.passed.why and seen == [1, 2, 4, 8, 8]
+
+
+def _cell(att, *, ok=True, trend=None, offered=None, arrivals=None, ttft99=100.0, queue50=0.0, ttft50=50.0,
+          tpot50=10.0, n=10):
+    return Cell(k=1, b=1, status="ok" if ok else "wall", reason=None if ok else "memory wall",
+                requests=Requests(completed=n, ttft=Dist(p50=ttft50, p99=ttft99), queue_wait=Dist(p50=queue50),
+                                  tpot=Dist(p50=tpot50)),
+                goodput=Goodput("s", None, None, att), knee=KneeLevel(offered_rps=offered, ttft_trend=trend,
+                                                                      arrivals_s=arrivals))
+
+
+def test_judge_by_hand():
+    slo = SLO("s", "s", ttft_s=0.5, tpot_s=0.02)
+    # (64: twelve levels at most, 1 … 128, 128 again, 96, 80, 72; start 4 over capacity 3: 4 twice, then 2, 3)
+    assert K.judge(_cell(0.90), slo, "users", 4).ok and not K.judge(_cell(0.8999), slo, "users", 4).ok
+    assert K.judge(_cell(0.95), slo, "users", 4, target=0.95).ok and not K.judge(_cell(0.94), slo, "users", 4, 0.95).ok
+    wall = K.judge(_cell(None, ok=False), slo, "users", 4)
+    assert (wall.ok, wall.stop, wall.why) == (False, "wall", "memory wall")
+    q = K.judge(_cell(1.0, trend=0.5, offered=6.0, arrivals=10.0), slo, "rate", 6)
+    assert not q.ok and q.why == "its queue grows: TTFT rises 5.00 s over its 10 s of arrivals (it serves ≈ 4 of " \
+                                 "the 6 req/s offered)"
+    assert K.judge(_cell(1.0, trend=K.QUEUE_TREND, offered=6.0, arrivals=10.0), slo, "rate", 6).ok
+    why = K.judge(_cell(0.5, ttft99=900.0, queue50=40.0, ttft50=60.0, tpot50=30.0), slo, "users", 8).why
+    assert why == "TTFT p99 is ≈0.90 s (queue) and TPOT p50 is 30 ms (each decode step) (50% within it)"
+    why = K.judge(_cell(0.5, ttft99=900.0, queue50=10.0, ttft50=60.0), slo, "users", 8).why
+    assert why.startswith("TTFT p99 is ≈0.90 s (prefill) (")
+    assert K.judge(_cell(0.5), slo, "users", 8).why == "only 50% of requests meet the SLO (50% within it)"
+
+
+def test_exact_poisson_offers_its_rate():
+    p = K.ExactPoisson(5.0, 11, seed=3)
+    t = p.due(0, 0) + p.due(10**15, 0)
+    assert len(t) == 11 and (t[-1] - t[0]) / NS == pytest.approx(2.0, abs=1e-8)
+    assert len(set(np.diff(t).tolist())) > 5  # gaps drawn, not constant
+
+
+# ---- the record built from what a source saw ----------------------------------------------------------------------
+def test_build_record_and_shift():
+    req = Request(7, Prompt("p7", text="x"), 4, True, t_scheduled_ns=100, t_submitted_ns=105, rep=2, k=3, b=4,
+                  mode="http", session=1, turn=2)
+    meta = RunMeta(engine="e", model="m", model_bytes=9, simulated=True)
+    out = Outcome(token_ns=[150, 160, 170], t_started_ns=120, t_done_ns=180, prompt_tokens=5, finish_reason="length")
+    r = build_record(req, meta, "run", out, ServedBy(worker=0, pid=11, threads=2, rss=99, model="served"),
+                     extra={"a": 1})
+    assert (r.request_id, r.t_scheduled_ns, r.t_submitted_ns, r.t_started_ns, r.t_first_token_ns, r.t_done_ns) == \
+        (7, 100, 105, 120, 150, 180)
+    assert (r.output_tokens, r.token_ns, r.finish_reason, r.error, r.prompt_tokens) == (3, [150, 160, 170], "length",
+                                                                                         None, 5)
+    assert (r.worker, r.pid, r.threads, r.worker_rss_bytes, r.model, r.model_bytes) == (0, 11, 2, 99, "served", 9)
+    assert (r.rep, r.k, r.b, r.mode, r.session, r.turn, r.simulated, r.extra) == (2, 3, 4, "http", 1, 2, True,
+                                                                                 {"a": 1})
+    assert r.prompt_id == "p7" and r.run_id == "run" and r.engine == "e"
+    failed = build_record(req, meta, "run", Outcome([], 120, 130, error="boom", finish_reason="stop"), ServedBy(None))
+    assert (failed.t_first_token_ns, failed.finish_reason, failed.error, failed.model) == (None, "error", "boom", "m")
+    s = shifted(r, 1000)
+    assert (s.t_scheduled_ns, s.t_submitted_ns, s.t_started_ns, s.t_first_token_ns, s.t_done_ns, s.token_ns) == \
+        (1100, 1105, 1120, 1150, 1180, [1150, 1160, 1170])
+    unsent = shifted(rec(1, 5, None, [], None, sub=0), 10)
+    assert (unsent.t_submitted_ns, unsent.t_started_ns, unsent.t_done_ns) == (0, None, None)
+    assert RequestRecord.from_dict({**r.to_dict(), "unknown": 1}) == r
+    assert is_remote("http") and not is_remote("instances") and not is_remote("batch")
+    assert math.isclose(1.0, 1.0)
