@@ -1,0 +1,190 @@
+"""Mutation testing by a tool (issue 56; docs/design.md §22): mutmut 3 plants every mutant its operators make in the
+modules that make the figures users act on, one at a time, and runs the fast tests that reach the function mutated;
+a mutant the tests do not fail is a survivor. benchmarks/mutants.py plants a list written by hand against the truth
+matrix; this one is not a list: whatever bug its operators can write, in every line of these modules.
+
+The modules (MODULES, also [tool.mutmut] only_mutate in pyproject.toml): the metrics, the records, the arrivals, the
+cell and its window, the knee, the live statistics and the step table, the HTTP client's token counting and the
+warmup. The tests (TESTS, [tool.mutmut] pytest_add_cli_args_test_selection): fast unit tests, each figure worked
+by hand or recomputed with numpy (tests/test_figure_oracles.py first). A survivor is either killed by a new check
+or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
+mutant): the score is killed ÷ (mutants − equivalents).
+
+    .venv/bin/pip install mutmut==3.8.1                            # once (not in the test extra: not run by CI)
+    python benchmarks/mutation.py                                  # every module (long: see below)
+    python benchmarks/mutation.py --module measure/core/metrics.py  # one module (repeatable)
+    python benchmarks/mutation.py --report                         # the score of the last run, not run again
+
+mutmut copies the tree it runs in into its ./mutants/ and keeps its results there. This script runs it in a copy of
+this tree of its own (--tree, default $TMPDIR/inference-top-mutation: the files git tracks and those it does not
+ignore, copied with their times), so that nobody's tools working here (tests/counts.py, ruff, pytest) read the
+mutants; the copy is kept, and a run goes on where the last stopped, re-testing only the functions changed since.
+(Run by hand here, `mutmut run` makes ./mutants/: .gitignore leaves it out.) Time: measured per module on the shared 2-core machine,
+stated in the report of issue 56; the last line is one JSON object:
+{"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "score", "seconds", "modules": {path: {...}},
+ "survivors": [names not listed as equivalent]}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.toml"
+MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/arrivals.py",
+           "measure/control/bench/cell.py", "measure/control/bench/knee.py", "measure/control/live/stats.py",
+           "measure/control/live/steps.py", "engines/http_openai.py", "measure/sources/warmup.py"]
+# What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
+# run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
+# words (text, not figures: tests/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
+# truth matrix's --find cells); arrivals.py's TraceSessions (a trace's follow-ups: tests/test_traces.py); the HTTP
+# client's transport, /metrics and /models reading (engines: tests/test_http*.py); the warmup's run over a source.
+SCOPE: dict[str, list[str]] = {
+    "measure/core/metrics.py": ["*"],
+    "measure/core/records.py": ["*"],
+    "measure/core/arrivals.py": ["xǁArrivalSpecǁ*", "xǁScheduleǁ*", "x__cumulative__*", "x__scaled__*",
+                                "x_parse_arrivals__*", "x_realised_rate__*", "x_lateness_figures__*",
+                                "x_client_wait_figures__*"],
+    "measure/control/bench/cell.py": ["xǁPerRepǁ*", "xǁPeriodsǁ*", "xǁClientsǁ*", "x__achieved__*", "x__measure__*",
+                                      "x__requests__*", "x__bandwidth__*", "x_endpoint_figures__*",
+                                      "x_ttft_by_class__*", "x_add_scaling__*", "x__s__*", "x_request_class__*"],
+    "measure/control/bench/knee.py": ["x_rate_figures__*", "x_peak_in_flight__*", "x_find_knee__*", "x_judge__*",
+                                      "x__why__*", "xǁExactPoissonǁ*", "x__p50__*"],
+    "measure/control/live/stats.py": ["*"],
+    "measure/control/live/steps.py": ["*"],
+    "engines/http_openai.py": ["xǁ_Counterǁ*"],
+    "measure/sources/warmup.py": ["xǁWarmupǁ*", "x_warmup_workload__*", "x__absolute_start__*"],
+}
+# mutmut's statuses (its exit codes) as this score counts them: a timeout is a kill (the mutant hung the tests)
+KILLED = {1, 3, 36, 24, -24, 152, 255, 37}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+def equivalents() -> dict[str, str]:
+    """The mutants listed as equivalent, name → why (benchmarks/mutation_equivalents.toml: [equivalent] name =
+    "reason"). A reason is required: an empty one is refused."""
+    if not EQUIVALENTS.exists():
+        return {}
+    data = tomllib.loads(EQUIVALENTS.read_text())
+    out = dict(data.get("equivalent", {}))
+    empty = [k for k, v in out.items() if not str(v).strip()]
+    if empty:
+        raise SystemExit(f"mutation: {EQUIVALENTS.name} lists {empty[:3]} without a reason")
+    return out
+
+
+def in_scope(module: str, name: str) -> bool:
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(name, f"{module_name(module)}.{g}") for g in SCOPE[module])
+
+
+def module_name(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def copy_tree(dst: Path) -> None:
+    """The files git tracks and those it does not ignore, copied into dst with their times (a file unchanged since
+    the last run keeps its mutants' results there); files gone from this tree are left (mutmut walks its sources)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                         check=True).stdout.decode()
+    for rel in filter(None, out.split("\0")):
+        src, to = ROOT / rel, dst / rel
+        if src.is_file() and not rel.startswith("mutants/"):
+            if to.exists() and to.stat().st_mtime == src.stat().st_mtime and to.stat().st_size == src.stat().st_size:
+                continue
+            to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, to)
+
+
+def run_mutmut(tree: Path, modules: list[str], max_children: int) -> int:
+    """mutmut run in `tree` over the mutants of these modules (their names' globs); its exit status. The caches and
+    logs of anything the tests start go to a folder of the run's own."""
+    globs = [f"{module_name(m)}.{g}" for m in modules for g in SCOPE[m]]
+    home = tree / ".mutation-home"
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", INFERENCE_TOP_CACHE=str(home / "cache"),
+               INFERENCE_TOP_LOGS=str(home / "logs"))
+    exe = Path(sys.executable).parent / "mutmut"
+    cmd = [str(exe) if exe.exists() else "mutmut", "run", "--max-children", str(max_children), *globs]
+    return subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL).returncode
+
+
+def score(tree: Path, modules: list[str], equiv: dict[str, str]) -> dict[str, object]:
+    """The counts over the modules' results (mutants/<module>.meta, mutmut's own record of each mutant's exit)."""
+    per: dict[str, dict[str, int]] = {}
+    survivors: list[str] = []
+    for m in modules:
+        meta = tree / "mutants" / (m + ".meta")
+        if not meta.exists():
+            continue
+        codes: dict[str, int | None] = {k: v for k, v in json.loads(meta.read_text())["exit_code_by_key"].items()
+                                        if in_scope(m, k)}
+        c = {"mutants": len(codes), "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0, "timeout": 0,
+             "not_run": 0}
+        for name, code in codes.items():
+            if code is None:
+                c["not_run"] += 1
+            elif code in KILLED:
+                c["killed"] += 1
+                c["timeout"] += code in (36, 24, -24, 152, 255)
+            elif name in equiv:
+                c["equivalent"] += 1
+            else:
+                c["no_tests" if code in NO_TESTS else "survived"] += 1
+                survivors.append(name)
+        judged = c["mutants"] - c["equivalent"] - c["not_run"]
+        c["score"] = round(c["killed"] / judged, 4) if judged else None  # type: ignore[assignment]
+        per[m] = c
+    tot = {k: sum(int(v[k] or 0) for v in per.values()) for k in
+           ("mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "not_run")}
+    judged = tot["mutants"] - tot["equivalent"] - tot["not_run"]
+    return {**tot, "score": round(tot["killed"] / judged, 4) if judged else None, "modules": per,
+            "survivors": survivors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--module", action="append", choices=MODULES, help="only this module (repeatable)")
+    ap.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2: the cores here)")
+    ap.add_argument("--report", action="store_true", help="the score of mutmut's last results only, run nothing")
+    ap.add_argument("--tree", type=Path, default=Path(tempfile.gettempdir()) / "inference-top-mutation",
+                    help="the copy of this tree mutmut runs in and keeps its results in (default %(default)s)")
+    a = ap.parse_args(argv)
+    modules = a.module or MODULES
+    equiv = equivalents()
+    t0 = time.monotonic()
+    tree = a.tree.resolve()
+    if tree == ROOT:
+        ap.error("--tree must be another folder than this tree (its mutants would be everyone's)")
+    if not a.report:
+        tree.mkdir(parents=True, exist_ok=True)
+        copy_tree(tree)
+        rc = run_mutmut(tree, modules, a.max_children)
+        if rc != 0:
+            print(f"mutation: mutmut ended with status {rc}", file=sys.stderr)
+    out = score(tree, modules, equiv)
+    if not out["mutants"]:
+        print(json.dumps({"error": "no mutmut results for these modules: run without --report first"}))
+        return 2
+    names = {n for m in modules for n in _names(tree, m)}  # an equivalent listed that no mutant is any more: stale
+    unused = sorted(n for n in equiv if n not in names and any(n.startswith(module_name(m) + ".") for m in modules))
+    print(json.dumps({**out, "seconds": round(time.monotonic() - t0, 1), "equivalents_unmatched": unused}))
+    return 0
+
+
+def _names(tree: Path, module: str) -> list[str]:
+    meta = tree / "mutants" / (module + ".meta")
+    return list(json.loads(meta.read_text())["exit_code_by_key"]) if meta.exists() else []
+
+
+if __name__ == "__main__":
+    sys.exit(main())
