@@ -3,16 +3,19 @@ the same load headless and with each build of the dashboard open, side by side.
 
 Each round runs K workers on the embedded model, closed loop K users, for --seconds of steady state:
   headless:  inference-top bench (the same fleet, no UI)
-  plotext:   the dashboard as it is (tui/charts.py draws with plotext) in a 160×48 tmux pane, recording
+  plotext:   the dashboard as it is (tui/charts.py draws with plotext) in a tmux pane of each --sizes (160×48
+             by default; 80×24 has its own layout: tui/layout.py), recording
   braille:   the same dashboard drawing with the hand-written braille renderer it replaced (draw() of
              tui/charts.py as it stood at --braille-rev; every other file as it is now), from a copy of tui/
-The two dashboards take turns first from one round to the next. Prints each dashboard process's CPU % of one core
-(its own threads, workers excluded), aggregate tok/s with it ÷ headless, plotext's CPU ÷ braille's, and each
-renderer's in-process CPU for drawing the three live charts once (180 s at 2 Hz, 94 × 12 cells); the last line
-is JSON. Goals: ≤ 3 % of a core and ≥ 0.97 (docs/design.md §23). Both dashboards redraw their charts at --refresh
-(the dashboard's default, 0.5: every other 1 Hz repaint of the numbers).
+The two dashboards take turns first from one round to the next (and the sizes, each dashboard at each size). Prints
+each dashboard process's CPU % of one core (its own threads, workers excluded), aggregate tok/s with it ÷ headless,
+plotext's CPU ÷ braille's, and each renderer's in-process CPU for drawing the three live charts once (180 s at
+2 Hz, 94 × 12 cells); the last line is JSON (a size other than the first: its figures under "plotext@80x24").
+Goals: ≤ 3 % of a core and ≥ 0.97 (docs/design.md §23), at 80×24 no more CPU than at 160×48. Both dashboards
+redraw their charts at --refresh (the dashboard's default, 0.5: every other 1 Hz repaint of the numbers).
 
     python benchmarks/tui_overhead.py [--rounds 2] [--seconds 40] [--k 2] [--refresh 0.5] [--renderers plotext,braille]
+                                      [--sizes 160x48,80x24]
 """
 from __future__ import annotations
 
@@ -75,18 +78,19 @@ def braille_tree(rev: str, tmp: Path) -> Path:
     return where
 
 
-def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path, path: Path
-              ) -> tuple[float, float]:
-    """The dashboard run with `path` first on PYTHONPATH (the project root, or the braille copy of tui/):
-    (its process's CPU % of one core over `seconds` of steady load, its recording's steady tok/s)."""
+def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path, path: Path,
+              size: tuple[int, int] = (160, 48)) -> tuple[float, float]:
+    """The dashboard run with `path` first on PYTHONPATH (the project root, or the braille copy of tui/) in a
+    tmux pane of `size` (columns, rows): (its process's CPU % of one core over `seconds` of steady load, its
+    recording's steady tok/s)."""
     rec = tmp / f"dash-{time.monotonic_ns()}.jsonl"
     name = f"tuiov{os.getpid()}"
     env = f"PYTHONPATH={path}"
     cmd = (f"env {env} {sys.executable} -m tui.cli --k {k} --max-tokens {max_tokens} --refresh {refresh} "
            f"--record {rec}")
     # started in `path`: `python -m` puts the working folder first on sys.path, so its tui/ is the one imported
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48", "-c", str(path), cmd],
-                   check=True)
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]), "-c", str(path),
+                    cmd], check=True)
     subprocess.run(["tmux", "set-option", "-t", name, "remain-on-exit", "on"], check=True)  # to show a crash
     try:
         # wait for the app process and for every worker to be ready and serving
@@ -149,6 +153,19 @@ def chart_ms(charts_py: Path, repeat: int = 30) -> float:
     return statistics.median(times)
 
 
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """"160x48,80x24" → [(160, 48), (80, 24)]; exits with one line on anything else."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        cols, _, rows = part.lower().replace("×", "x").partition("x")
+        if not (cols.isdigit() and rows.isdigit() and int(cols) >= 40 and int(rows) >= 12):
+            sys.exit(f"tui_overhead: --sizes {text!r}: give COLUMNSxROWS, e.g. 160x48,80x24 (at least 40x12)")
+        out.append((int(cols), int(rows)))
+    if not out:
+        sys.exit(f"tui_overhead: --sizes {text!r}: give at least one COLUMNSxROWS")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -158,7 +175,10 @@ def main() -> None:
     ap.add_argument("--refresh", type=float, default=0.5, help="chart redraws a second (the dashboard's default 0.5)")
     ap.add_argument("--renderers", default="plotext,braille", help="which dashboards: plotext, braille or both")
     ap.add_argument("--braille-rev", default=BRAILLE_REV, help="the commit whose tui/charts.py is the braille one")
+    ap.add_argument("--sizes", default="160x48", help="the terminal sizes each dashboard runs at, e.g. 160x48,80x24 "
+                    "(the braille dashboard at the first only)")
     a = ap.parse_args()
+    sizes = parse_sizes(a.sizes)
     names = [n.strip() for n in a.renderers.split(",") if n.strip()]
     if not names or any(n not in ("plotext", "braille") for n in names):
         sys.exit(f"tui_overhead: --renderers {a.renderers!r}: give plotext, braille or plotext,braille")
@@ -172,21 +192,25 @@ def main() -> None:
     draw_ms = {n: chart_ms(renderer[n]) for n in names}
     for n in names:
         print(f"{n}: the three charts drawn once in {draw_ms[n]:.1f} ms (in-process, 94 × 12 cells each)", flush=True)
+    # each (renderer, size) a run: the braille dashboard at the first size only (it is the old renderer's reference)
+    todo = [(n, sizes[0]) for n in names] + [("plotext", sz) for sz in sizes[1:] if "plotext" in names]
+    label = {(n, sz): n if sz == sizes[0] else f"{n}@{sz[0]}x{sz[1]}" for n, sz in todo}
     heads: list[float] = []
-    runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    runs: dict[str, list[tuple[float, float]]] = {label[t]: [] for t in todo}
     for r in range(a.rounds):
         h = headless(a.k, a.seconds, a.max_tokens, tmp)
         heads.append(h)
         line = f"round {r + 1}: headless {h:6.1f} tok/s"
-        for n in names if r % 2 == 0 else names[::-1]:  # each takes its turn first
-            cpu, d = dashboard(a.k, a.seconds, a.max_tokens, a.refresh, tmp, paths[n])
-            runs[n].append((cpu, d))
-            line += f" · {n} {d:6.1f} tok/s ({d / h:.3f}), CPU {cpu:.2f} %"
+        for n, sz in todo if r % 2 == 0 else todo[::-1]:  # each takes its turn first
+            cpu, d = dashboard(a.k, a.seconds, a.max_tokens, a.refresh, tmp, paths[n], sz)
+            runs[label[n, sz]].append((cpu, d))
+            line += f" · {label[n, sz]} {d:6.1f} tok/s ({d / h:.3f}), CPU {cpu:.2f} %"
         print(line, flush=True)
     h = statistics.median(heads)
-    out: dict[str, object] = {"k": a.k, "rounds": a.rounds, "seconds": a.seconds, "size": "160x48",
-                              "refresh_hz": a.refresh, "headless_tps": h}
-    print(f"\nK={a.k}, {a.rounds} rounds of {a.seconds:g} s, 160×48, charts at {a.refresh:g} Hz; "
+    first = f"{sizes[0][0]}x{sizes[0][1]}"
+    out: dict[str, object] = {"k": a.k, "rounds": a.rounds, "seconds": a.seconds, "size": first,
+                              "sizes": [f"{c}x{r}" for c, r in sizes], "refresh_hz": a.refresh, "headless_tps": h}
+    print(f"\nK={a.k}, {a.rounds} rounds of {a.seconds:g} s, {first.replace('x', '×')}, charts at {a.refresh:g} Hz; "
           f"headless {h:.1f} tok/s")
     for n in names:
         cpu = statistics.median(x[0] for x in runs[n])
@@ -195,6 +219,14 @@ def main() -> None:
                   "charts_ms": round(draw_ms[n], 2)}
         print(f"{n:8} dashboard CPU {cpu:.2f} % of one core (goal ≤ 3 %) · tok/s ÷ headless {d / h:.3f} "
               f"(goal ≥ 0.97) · charts {draw_ms[n]:.1f} ms a drawing")
+    for key in runs:
+        if key in names:
+            continue
+        cpu = statistics.median(x[0] for x in runs[key])
+        d = statistics.median(x[1] for x in runs[key])
+        out[key] = {"cpu_percent": round(cpu, 3), "dashboard_tps": round(d, 2), "ratio": round(d / h, 4)}
+        print(f"{key:8} dashboard CPU {cpu:.2f} % of one core (goal ≤ 3 %, and no more than at {first}) · "
+              f"tok/s ÷ headless {d / h:.3f} (goal ≥ 0.97)")
     if len(names) == 2:
         p, b = out["plotext"], out["braille"]
         assert isinstance(p, dict) and isinstance(b, dict)

@@ -13,7 +13,7 @@ from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, ScrollableContainer, Vertical
+from textual.containers import Horizontal, ScrollableContainer, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, RichLog, Static
 
@@ -43,8 +43,8 @@ KEYS = [
     ("p", "pause / resume the load"),
     ("r", "reset the statistics (request figures count from now)"),
     ("e", "export the current statistics (and the step table) to JSON"),
-    ("v", "the next view: live charts / the step table and its Pareto chart / a chart, the gauges and workers "
-          "that do not fit this terminal"),
+    ("v", "the next view: the step table and its Pareto chart, then each chart or panel this terminal has no "
+          "room for beside the others"),
     ("?", "this help"),
     ("q", "quit (every worker stops)"),
 ]
@@ -55,7 +55,7 @@ REPLAY_KEYS = [
     ("> / <", "play faster / slower (×0.25 … ×64)"),
     ("→ / ←", "jump 10 s forward / back"),
     ("e", "export the statistics at this moment to JSON"),
-    ("v", "the next view: charts / the step table and its Pareto chart / what does not fit this terminal"),
+    ("v", "the next view: the step table and its Pareto chart, then what this terminal has no room for"),
     ("?", "this help"),
     ("q", "quit"),
 ]
@@ -69,12 +69,16 @@ class HelpScreen(ModalScreen):
         self.keys = keys
 
     def compose(self) -> ComposeResult:
-        lines = ["[b]inference-top keys[/b]", ""] + [f"  [b]{k:<7}[/b] {v}" for k, v in self.keys]
-        lines += ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine, over the",
-                  "requests of the current K/B level; TPOT = (t_last − t_first)/(N − 1) per stream over the",
-                  "last 5 s; achieved concurrency = requests in service (started → done, prefill included),",
+        text = Text("inference-top keys\n\n", "bold")
+        for k, v in self.keys:  # Text, not markup: "] / [" is a key
+            text.append(f"  {k:<7}", "bold")
+            text.append(f" {v}\n")
+        lines = ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine, over the "
+                  "requests of the current K/B level; TPOT = (t_last − t_first)/(N − 1) per stream over the "
+                  "last 5 s; achieved concurrency = requests in service (started → done, prefill included), "
                   "time-averaged (Little's law: docs/design.md §6).", "", "esc closes"]
-        yield Static("\n".join(lines), id="help")
+        with VerticalScroll(id="help"):  # a short terminal scrolls it
+            yield Static(text + Text("\n".join(lines)))
 
 
 class InferenceTop(App):
