@@ -200,8 +200,8 @@ def test_plan_marks_the_first_level_past_the_wall_by_hand():
     2.31 GiB over comes back at the assumed 3 GB/s: max(281.7, 825) ms → 38.8 tok/s."""
     mem = R.LevelMemory(14.96 * GiB, 100 * MiB, 744 * MiB, mmapped=False)
     touched16, touched32 = 16.0e9 + 16 * 512 * MiB, 16.0e9 + 32 * 512 * MiB
-    b16 = R.level_fit("B=16", 1, 16, 0.2467, touched16, mem, 36 * GiB, None, 3e9)
-    b32 = R.level_fit("B=32", 1, 32, 0.2817, touched32, mem, 36 * GiB, None, 3e9)
+    b16 = R.level_fit("B=16", (1, 16), 0.2467, touched16, mem, 36 * GiB, None, 3e9)
+    b32 = R.level_fit("B=32", (1, 32), 0.2817, touched32, mem, 36 * GiB, None, 3e9)
     assert b16.fits and b16.tps == pytest.approx(16 / 0.2467)
     over = 14.96 * GiB + 100 * MiB + 32 * 744 * MiB - 36 * GiB
     assert not b32.fits and b32.step.nonresident_bytes == pytest.approx(over)
@@ -209,5 +209,5 @@ def test_plan_marks_the_first_level_past_the_wall_by_hand():
     lines = R.format_fits([b16, b32])
     assert lines[0].startswith("residency: the first level past the wall is B=32") and "× the level before" in lines[0]
     # measured storage rates: everything touched comes back (KEPT = 0), far slower
-    assert R.level_fit("B=32", 1, 32, 0.2817, touched32, mem, 36 * GiB, RATES).tps < b32.tps / 5
+    assert R.level_fit("B=32", (1, 32), 0.2817, touched32, mem, 36 * GiB, RATES).tps < b32.tps / 5
     assert R.format_fits([b16])[0].startswith("residency: every level fits")

@@ -555,14 +555,10 @@ def _print_plan(args, shape, result: Plan, predictions: ChipPredictions | None) 
         return
     print(format_plan(result, shape))
     if predictions:
-        from measure.core.roofline import format_predictions
+        from measure.machine.residency import predictions_text  # the roofline's table, the wall marked
 
         print()
-        print(format_predictions(predictions.work, predictions.machine, predictions.rows, args.prompt, args.output))
-        from measure.machine.residency import plan_lines  # the first level past the wall (docs/residency.md)
-
-        if past := plan_lines(predictions.rows, result, args.chip, max(args.context)):
-            print("\n".join(past))
+        print(predictions_text(predictions, result, args.chip, args.prompt, args.output, max(args.context)))
         if args.users:
             print()
             try:

@@ -432,11 +432,12 @@ class LevelMemory:
     mmapped: bool = True
 
 
-def level_fit(label: str, k: int, b: int, t_resident: float, touched: float, mem: LevelMemory, room: float,
+def level_fit(label: str, kb: tuple[int, int], t_resident: float, touched: float, mem: LevelMemory, room: float,
               rates: StorageRates | None, assumed_bps: float | None = None) -> LevelFit:
-    """One level (K engines of B sequences; `t_resident` its step, `touched` the bytes all its engines read a step)
+    """One level (`kb`: K engines of B sequences; `t_resident` its step, `touched` the bytes all its engines read)
     against `room` bytes: the part of its working set a step does not touch is given up first, the rest is the
     residency roofline's (residency_step). No storage rates: `assumed_bps` (a Mac's assumed swap-in), else none."""
+    k, b = kb
     ws = k * (mem.weights + mem.overhead) + k * b * mem.per_seq
     left = room - (ws - touched)
     if rates is None and assumed_bps:  # a Mac (not probed): only the excess, as the published sweep bears out

@@ -23,6 +23,7 @@ from measure.core.units import NS
 
 if TYPE_CHECKING:
     from measure.core.roofline import Prediction
+    from measure.core.sizing import ChipPredictions
 
 NO_LIMIT = 1 << 62
 
@@ -188,7 +189,16 @@ def plan_lines(rows: Sequence[Prediction], result: Mapping[str, Any], chip: str 
     row = next((r for r in result["rows"] if r["context"] == context), None) or result["rows"][0]
     mem = LevelMemory(result["weights"], result["overhead"], row["kv_per_request"] + row["engine_per_request"],
                       mmapped=not result.get("unified"))  # mlx loads its weights; llama.cpp maps them
-    fits = [level_fit(f"{p.mode} K={p.k} B={p.b}", p.k, p.b, p.tpot_s * (1 - p.shares.get("swap", 0.0)),
+    fits = [level_fit(f"{p.mode} K={p.k} B={p.b}", (p.k, p.b), p.tpot_s * (1 - p.shares.get("swap", 0.0)),
                       p.bytes_per_s * p.tpot_s, mem, result["budget"], rates, ASSUMED_SWAP_GBPS * 1e9)
             for p in rows if p.mode == "batch"]
     return format_fits(fits)
+
+
+def predictions_text(predictions: ChipPredictions, result: Mapping[str, Any], chip: str | None, prompt: int,
+                     output: int, context: int) -> str:
+    """plan's roofline table (roofline.format_predictions) and under it its residency lines (plan_lines)."""
+    from measure.core.roofline import format_predictions
+
+    table = format_predictions(predictions.work, predictions.machine, predictions.rows, prompt, output)
+    return "\n".join([table, *plan_lines(predictions.rows, result, chip, context)])

@@ -190,6 +190,13 @@ class Machine:
     rails_joules_per_token: dict[str, float] | None = None
     rails_unread: str | None = None  # the rails not read and why ("cpu: frozen: …")
     oom_killed: bool | None = None
+    # residency over the cell (docs/residency.md): the weights' resident share, major faults a token, swap-in and
+    # file read-in MB/s, and every field (Residency.fields)
+    weights_resident_share: float | None = None
+    major_faults_per_token: float | None = None
+    swap_in_mbps: float | None = None
+    file_read_mbps: float | None = None
+    residency: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -459,6 +466,8 @@ KEYS: list[tuple[str, tuple[str, ...], Rule]] = [
     ("rails_unread", ("machine", "rails_unread"), None), ("power_source", ("cost", "power_source"), None),
     ("arrivals", ("load", "arrivals"), None), ("sessions", ("turns", "sessions"), None),
     ("oom_killed", ("machine", "oom_killed"), None),
+    *[(k, ("machine", k), None) for k in ("weights_resident_share", "major_faults_per_token", "swap_in_mbps",
+                                           "file_read_mbps", "residency")],
     ("span_ns", ("timing", "span_ns"), None), ("segments", ("timing", "segments"), None),
     ("scaling_vs_k1", ("scaling", "vs_k1"), _part("scaling")),
     ("scaling_vs_b1", ("scaling", "vs_b1"), _part("scaling")),

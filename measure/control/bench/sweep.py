@@ -14,6 +14,7 @@ from measure.core import metrics as M
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, EngineMemory, OomKill, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
 from measure.core.readings import ThermalLog
+from measure.core.residency import LevelFit, LevelMemory, budget_skip, level_fit, past_wall_note, residency
 from measure.machine.probes import SystemProbe, WallCheck, auto_threads
 from measure.core.records import MODES, RequestRecord
 from measure.core.sessions import turn_note
@@ -89,6 +90,12 @@ class CellRunner:
         self._killed_before = 0
         self._wall: WallCheck | None = None
         self._warmups = 0  # the source's warmup requests before this cell (sources/warmup.py)
+        self._residency = _residency_probe(source) if self.local else None  # docs/residency.md
+        self._res0 = None
+        from measure.machine import storage
+        from measure.machine.ceilings import machine_key
+
+        self.storage = storage.cached(machine_key()) if self.local else None  # the probe's, where it ran
 
     def footprint(self, mode: str, k: int, b: int, seq_ctx: int) -> Footprint:
         return engine_footprint(mode, k, b, EngineMemory(
@@ -104,6 +111,24 @@ class CellRunner:
         if not (self.local and self.cfg.memory_budget and not self.cfg.force):
             return None
         return admit(self.footprint(mode, k, b, seq_ctx), self.cfg.memory_budget)
+
+    def past_wall(self, mode: str, k: int, b: int, seq_ctx: int) -> LevelFit | None:
+        """The level's residency roofline where its footprint is over the memory budget (docs/residency.md): its
+        predicted tok/s past the wall; None where it fits or nothing predicts it."""
+        cfg = self.cfg
+        if not (self.local and cfg.roofline and cfg.memory_budget):
+            return None
+        fp = self.footprint(mode, k, b, seq_ctx)
+        if fp.total <= cfg.memory_budget:
+            return None
+        p = cfg.roofline.level(mode, k, b, cfg.threads, max(1, seq_ctx - cfg.max_tokens), cfg.max_tokens)
+        if p is None:
+            return None
+        seqs = max(1, fp.b if mode == "batch" else 1)
+        mem = LevelMemory(fp.weights / k, fp.overhead / k, fp.kv / (k * seqs),
+                          mmapped="mlx" not in self.source.meta.engine.lower())
+        return level_fit(f"K={k} B={b}", (k, seqs), p.tpot_s, p.bytes_per_s * p.tpot_s, mem, cfg.memory_budget,
+                         self.storage)
 
     def start(self, mode: str, k: int, b: int, seq_ctx: int, users: int | None = None) -> None:
         """The source at this step, ready; `users`: a closed loop's, told to the source (else it may follow its
@@ -126,6 +151,10 @@ class CellRunner:
         if self.energy and not self.energy.begin():  # zeus-apple-silicon not installed, or IOReport closed
             self.energy = None
         self._wall = WallCheck(self.probe, self.heat)
+        self._res0 = self._residency.read(self._pids(), 0) if self._residency else None
+
+    def _pids(self) -> list[int | None]:
+        return [w.pid for w in self.source.workers()]
 
     def load(self, workload: Workload, arrivals: ClosedLoop | Poisson | Schedule | Segment | Sessions,
              stop: Callable[[], str | None] | None = None) -> list[RequestRecord]:
@@ -162,6 +191,12 @@ class CellRunner:
                     rails, cell.requests.total_output_tokens or 0) or None)
             if unread := "; ".join(r.label() for r in rails if r.watts is None):
                 machine = replace(machine, rails_unread=unread)
+        if self._residency is not None and self._res0 is not None and self._res0.procs:  # live workers only (a replay
+            # has none): the residency over the cell (docs/residency.md)
+            res = residency(self._res0, self._residency.read(self._pids(), cell.requests.total_output_tokens or 0))
+            machine = replace(machine, residency=res.fields(), weights_resident_share=round(res.weights_share, 4),
+                              major_faults_per_token=res.fields()["major_faults_per_token"],
+                              swap_in_mbps=round(res.swap_in_mbps, 3), file_read_mbps=round(res.file_read_mbps, 3))
         cell.machine = machine
         if cell.cost is not None and cell.cost.watts is not None:  # mean power over the cell, and what read it
             cell.cost = replace(cell.cost, power_source=self.power.source)
@@ -213,8 +248,17 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 if blocked and k >= blocked[0] and b >= blocked[1]:
                     cells.append(skipped_cell(k, b, context, blocked[2], f"after {blocked[3]}"))
                     continue
+                fit = runner.past_wall(cfg.mode, k, b, context or cfg.ctx)
+                if fit and (skip := budget_skip(fit.tps, cfg.requests * cfg.max_tokens * cfg.reps, cfg.cell_timeout_s)):
+                    past = f"{skip} ({past_wall_note(fit)})"  # never sits in swap for its whole timeout
+                    say(f"{where}: {past}")
+                    cells.append(skipped_cell(k, b, context, "skipped", past))
+                    blocked = (k, b, "skipped", f"K={k} B={b} skipped past the memory wall")
+                    continue
                 oom = runner.oom_refusal(cfg.mode, k, b)  # (not the budget: refused here, the row goes on)
                 if why := oom or runner.budget_refusal(cfg.mode, k, b, context or cfg.ctx):
+                    if fit and not oom:  # refused, and what it would have been (docs/residency.md)
+                        why = f"{why}; past the wall it would run at {fit.tps:.1f} tok/s"
                     say(f"{where}: {why}")
                     cells.append(skipped_cell(k, b, context, "refused", why))
                     blocked = blocked if oom else (k, b, "refused", f"K={k} B={b} refused")
@@ -233,6 +277,16 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
     add_scaling([c for c in cells if c.ok])
     cfg.current = None
     return cells, all_records, runner.source  # the fleet (or the last one it was replaced by), as a finite source
+
+
+def _residency_probe(source: LoadSource) -> Any:
+    """The residency reader of a local fleet's workers (machine/residency.py): the model file's mapping is read
+    where the source says which file it serves."""
+    from measure.machine.residency import ResidencyProbe
+
+    spec = getattr(source, "spec", None)
+    path = getattr(spec, "model_path", None)
+    return ResidencyProbe(path if isinstance(path, str) else None, source.meta.model_bytes, mincore=False)
 
 
 def _row_workload(workload: Workload, context: int | None, max_tokens: int) -> Workload:
@@ -317,6 +371,8 @@ def format_table(cells: list[Cell]) -> str:
             f"{fmt(c.machine.rss_gb_sum, '.2f'):>6}GB {fmt(c.bandwidth.gbps, '.2f'):>8} "
             f"{fmt(sc.vs_k1 if sc else None, '.2f'):>6} {fmt(sc.vs_b1 if sc else None, '.2f'):>6} "
             f"{fmt(c.cv, '.3f'):>6} {prediction_text(c):>24}  {_note(c).strip()}")
+    lines += [f"SKIPPED K={c.k} B={c.b}: {c.reason}" for c in cells if c.status == "skipped" and c.reason
+              and not c.reason.startswith("after ")]  # past the memory wall: the whole prediction, said why
     formula = next((c.bandwidth.formula for c in cells if c.bandwidth.formula), M.BANDWIDTH_FORMULA_INSTANCES)
     lines.append("conc: achieved concurrency = Σ (done − started) ÷ wall time, the streams actually served; tok/s: "
                  "output tokens ÷ (first scheduled → last done), mean over reps;")
