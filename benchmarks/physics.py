@@ -19,13 +19,21 @@ figure per llama.cpp backend (BACKENDS), least squares over that backend's singl
 (fit_moe). Held-out rows (the other MoE rows, batches, sliding-window models at depth, a second build) are never
 fitted: they test the model.
 
-The machine: Machine.from_chip(chip), the chip's effective bandwidth, its cost per step and, where fitted, its
-batch path (`batch_step_ms` + (B − 1) × `seq_step_ms`: --fit takes them from one dense model's
-llama-batched-bench rows marked fit; every other batch row is held out), the routing correlation ρ of a trained
-MoE router (work.ROUTING_CORRELATION) and what a routing layer costs more at B ≥ 2 (`moe_batch_layer_ms`; likely
-llama.cpp's one-token MoE fusions no longer applying): the pair that best explains
-the MoE batch rows marked fit (one model's, B = 2 … 32; least squares on log rate over ρ in steps of 0.005 and the
-cost in steps of 0.005 ms), the other MoE models' batches held out.
+The machine: Machine.from_chip(chip), the chip's effective bandwidth and its cost per step, and at B ≥ 2 the
+matmul kernels llama.cpp's backend runs at that B (presets/kernels.toml, read from llama.cpp's source: vectors up
+to B = 8, then tiles, B rounded up to the tile; roofline.kernel_time), their arithmetic priced at the chip's prefill
+FLOP/s (`prefill_tflops`: --fit takes the median over the chip's published prompt rates, benchmarks/data/
+prompt_rates.toml) × two efficiencies fitted by --fit on the dense llama-batched-bench rows marked fit
+(kernels.toml [fitted]); the routing correlation ρ of a trained MoE router (work.ROUTING_CORRELATION) and what a
+routing layer costs more at B ≥ 2 on CUDA (kernels.toml [cuda] moe_batch_layer_ms: llama.cpp fuses a MoE layer's
+ops for one token only): the pair that best explains the MoE batch rows marked fit (one model's, B = 2 … 32; least
+squares on log rate over ρ in steps of 0.005 and the cost in steps of 0.005 ms), the other MoE models' batches
+held out.
+
+Leave one source out (printed after the table; "leave_one_source_out" in the JSON line): each source of
+published.toml and of benchmarks/data/batched_sources.toml (llama.cpp's own bench files: M2 Ultra, two DGX Spark
+builds; every row held out) predicted from every figure above fitted again on the other sources' rows and prompt
+rates only (fold_figures); a chip the other sources never measured takes its backend's figures (machine_for).
 """
 from __future__ import annotations
 
@@ -47,6 +55,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DATA = Path(__file__).parent / "data" / "published.toml"
+RATES = Path(__file__).parent / "data" / "prompt_rates.toml"  # the same tables' prompt rates (pp columns)
+MORE = Path(__file__).parent / "data" / "batched_sources.toml"  # further sources: every row held out
 GOAL = (0.05, 0.15)  # issue 42: median and worst |error| over every point of the chosen set
 # A chip fitted on one dense row takes its per-step overhead from a chip of the same llama.cpp backend fitted on
 # several (see the module docstring): the CUDA cards from DGX Spark (CUDA, six dense rows).
@@ -73,6 +83,76 @@ def load(path: Path = DATA) -> dict[str, Any]:
         if p["role"] not in ("fit", "held-out") or p["per"] not in ("stream", "aggregate"):
             raise ValueError(f"{path}: point {p['chip']} {p['model']}: role must be fit|held-out, per stream|aggregate")
     return data
+
+
+def load_rates(*paths: Path) -> list[dict[str, Any]]:
+    """Every published prompt rate ([[rate]]) of these files."""
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path, "rb") as f:
+            out += tomllib.load(f).get("rate", [])
+    return out
+
+
+def fit_prefill(rates: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per chip: the prefill FLOP/s its published prompt rates attain (the tiled kernels' arithmetic): the median
+    over its rows at depth 0 of rate × the FLOPs a prompt token of that length takes (work.prefill_flops ÷ pp).
+    Rows whose model has no preset are left out."""
+    from presets import PresetError
+
+    by_chip: dict[str, list[float]] = {}
+    for r in rates:
+        if int(r.get("depth", 0)) != 0:
+            continue
+        try:
+            wm = _work(r["model"])
+        except PresetError:
+            continue
+        by_chip.setdefault(r["chip"], []).append(wm.prefill_flops(int(r["pp"])) / int(r["pp"]) * float(r["tok_s"]))
+    return {c: {"prefill_tflops": statistics.median(v) / 1e12, "rows": len(v)} for c, v in sorted(by_chip.items())}
+
+
+@functools.cache
+def _work(model_key: str) -> Any:
+    from measure.core import work as W
+    from presets import model
+
+    return W.from_preset(model(model_key))
+
+
+def fit_kernels(points: list[dict[str, Any]], machine_of: Any = None) -> dict[str, Any]:
+    """The two efficiencies of the kernel path (presets/kernels.toml [fitted]): a further column's arithmetic in
+    the vector kernels and a tile column's in the tiled ones, each × the chip's prefill FLOP/s; least squares on
+    log(predicted ÷ published) over the dense llama-batched-bench rows marked fit, on a grid of 0.05 then 0.005."""
+    import dataclasses
+
+    rows = [p for p in points if p["role"] == "fit" and int(p["b"]) > 1 and "moe" not in p.get("needs", "")]
+    machines = {p["chip"]: machine_of(p["chip"]) if machine_of else _row_setup(p["chip"], p["model"])[1]
+                for p in rows}
+    rows = [p for p in rows if machines[p["chip"]].kernels is not None and machines[p["chip"]].prefill_flops]
+    if not rows:
+        raise ValueError("no dense batch row marked fit on a chip with a kernel path and a prompt rate")
+
+    def rate(p: dict[str, Any], nu: float, ka: float) -> float:
+        m = machines[p["chip"]]
+        return predict_point(p, machine=dataclasses.replace(
+            m, kernels=dataclasses.replace(m.kernels, vector_efficiency=nu, tile_efficiency=ka)))
+
+    # a row's step is t₀ + a/ν + b/κ (roofline.kernel_time: each regime's arithmetic ÷ its efficiency), so three
+    # predictions a row give its parts and the grid is arithmetic on them
+    parts = []
+    for p in rows:
+        t11, t_v, t_k = (1.0 / rate(p, nu, ka) for nu, ka in ((1.0, 1.0), (1e12, 1.0), (1.0, 1e12)))
+        parts.append((t11 - (t11 - t_v) - (t11 - t_k), t11 - t_v, t11 - t_k, p["tok_s"]))
+
+    def loss(nu: float, ka: float) -> float:
+        return sum(math.log(1.0 / (t0 + a / nu + b / ka) / tok) ** 2 for t0, a, b, tok in parts)
+
+    _, nu, ka = min((loss(i / 20, j / 20), i / 20, j / 20) for i in range(1, 41) for j in range(1, 41))
+    _, nu, ka = min((loss(nu + i / 200, ka + j / 200), round(nu + i / 200, 3), round(ka + j / 200, 3))
+                    for i in range(-9, 10) for j in range(-9, 10) if nu + i / 200 > 0 and ka + j / 200 > 0)
+    return {"vector_efficiency": nu, "tile_efficiency": ka, "rows": [f"{p['chip']}: {p['row']}" for p in rows],
+            "residuals": [rate(p, nu, ka) / p["tok_s"] - 1.0 for p in rows]}
 
 
 def context(p: dict[str, Any]) -> int:
@@ -129,12 +209,6 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                   "overhead_from": source, "rows": [r["row"] for r in rows],
                   "sources": sorted({r["source"] for r in rows}),
                   "residuals": [(o + x * slope) * t - 1.0 for x, t in zip(xs, (r["tok_s"] for r in rows))]}
-        batch = [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) > 1 and not p.get("needs")]
-        if len(batch) >= 2:  # the step beyond overhead + bytes: batch_step + (B − 1) × seq_step
-            bx = [int(p["b"]) - 1.0 for p in batch]
-            by = [int(p["b"]) / p["tok_s"] - o - step_bytes(p, int(p["b"])) * slope for p in batch]
-            jump, seq = fit_line(bx, by)
-            out[c].update(batch_step_ms=jump * 1e3, seq_step_ms=seq * 1e3, batch_rows=[p["row"] for p in batch])
     return out
 
 
@@ -160,25 +234,43 @@ def family_overhead_ms(chip_key: str, out: dict[str, dict[str, Any]]) -> float:
 
 
 def fit_routing(points: list[dict[str, Any]], machine_of: Any = None) -> dict[str, Any]:
-    """The routing correlation ρ and the further cost of a routing layer at B ≥ 2 (moe_batch_layer_ms) that best
-    explain the MoE batch rows marked fit (one model's, B = 2 … 32: B = 2 alone shows the step from one token to
-    two, the larger B the experts' overlap): least squares on log(predicted ÷ published) over ρ = 0, 0.005, … 0.5
-    and 0, 0.005, … 0.3 ms, with each chip's other figures as chips.toml holds them."""
+    """The routing correlation ρ and the further cost of a routing layer at B ≥ 2 (kernels.toml moe_batch_layer_ms:
+    llama.cpp fuses a MoE layer's ops for one token only) that best explain the MoE batch rows marked fit (one
+    model's, B = 2 … 32: B = 2 shows the step from one token to two, the larger B the experts' overlap): least
+    squares on log(predicted ÷ published) over ρ = 0, 0.005, … 0.5 and 0, 0.005, … 0.3 ms, each step priced by its
+    chip's kernel path (roofline.kernel_time). For a given ρ a row's step is t(ρ) + L × the cost (L its routing
+    layers), so one prediction a row and ρ gives the whole line of costs."""
+    import dataclasses
+
     rows = [p for p in points if p["role"] == "fit" and p.get("needs") == "moe" and int(p["b"]) > 1]
     if not rows:
         raise ValueError("no MoE batch row is marked fit: nothing fixes the routing correlation")
-
-    machines = {p["chip"]: machine_of(p["chip"]) if machine_of else None for p in rows}
+    machines = {p["chip"]: machine_of(p["chip"]) if machine_of else _row_setup(p["chip"], p["model"])[1] for p in rows}
 
     def rate(p: dict[str, Any], rho: float, batch_ms: float) -> float:
-        return predict_point(p, rho, moe_batch_layer_s=batch_ms / 1e3, machine=machines[p["chip"]])
+        m = dataclasses.replace(machines[p["chip"]], moe_batch_layer_s=batch_ms / 1e3)
+        return predict_point(p, rho, machine=m)
 
-    def loss(rho: float, batch_ms: float) -> float:
-        return sum(math.log(rate(p, rho, batch_ms) / p["tok_s"]) ** 2 for p in rows)
-
-    _, rho, batch_ms = min((loss(i / 200, j / 200), i / 200, j / 200) for i in range(101) for j in range(61))
+    mult = [int(p["b"]) if p["per"] == "aggregate" else 1 for p in rows]
+    layers = [moe_layers(p) for p in rows]
+    best = (math.inf, 0.0, 0.0)
+    for i in range(101):
+        steps = [n / rate(p, i / 200, 0.0) for p, n in zip(rows, mult)]
+        for j in range(61):
+            loss = sum(math.log(n / (t + L * j / 200e3) / p["tok_s"]) ** 2
+                       for t, L, n, p in zip(steps, layers, mult, rows))
+            best = min(best, (loss, i / 200, j / 200))
+    _, rho, batch_ms = best
     return {"routing_correlation": rho, "moe_batch_layer_ms": batch_ms, "rows": [p["row"] for p in rows],
+            "backends": sorted({chip_backend(p["chip"]) for p in rows}),
             "residuals": [rate(p, rho, batch_ms) / p["tok_s"] - 1.0 for p in rows]}
+
+
+def chip_backend(chip_key: str) -> str:
+    """The llama.cpp backend chips.toml names for a chip (presets/kernels.toml's tables)."""
+    from presets import chip
+
+    return chip(chip_key).backend
 
 
 def fit_moe(points: list[dict[str, Any]], machine_of: Any = None) -> dict[str, dict[str, Any]]:
@@ -245,20 +337,22 @@ RHO_PRIOR = 0.0  # a fold with no MoE batch row to fit ρ on: routing independen
 
 
 def machine_for(chip_key: str, fold: dict[str, Any]) -> Any:
-    """The roofline Machine of a chip from a fold's figures (fold_figures) alone, never from chips.toml's fitted
-    ones: a chip the fold fitted takes its own; one it did not takes its backend's (the median efficiency ÷ spec
-    and the median step overhead of that backend's fitted chips, else of every fitted chip): what a chip nobody
-    measured gets. A routing layer's cost is its backend's, else the median over the backends fitted."""
+    """The roofline Machine of a chip from a fold's figures (fold_figures) alone, never from chips.toml's or
+    kernels.toml's fitted ones: a chip the fold fitted takes its own; one it did not takes its backend's (the median
+    efficiency ÷ spec and the median step overhead of that backend's fitted chips, else of every fitted chip): what
+    a chip nobody measured gets. Its prefill FLOP/s are the fold's prompt rates of it, else its backend's median
+    FLOP/s per GB/s of bandwidth × its own bandwidth. A routing layer's cost is its backend's, else the median over
+    the backends fitted; the kernel path's efficiencies are the fold's."""
     import dataclasses
 
     from measure.core.roofline import Machine
-    from presets import chip
+    from presets import chip, kernels
 
     c = chip(chip_key)
-    chips, moe, routing = fold["chips"], fold["moe"], fold["routing"]
+    chips, moe = fold["chips"], fold["moe"]
     m = Machine.from_chip(dataclasses.replace(c, effective_bandwidth_gbps=None, step_overhead_ms=None,
                                               batch_step_ms=None, seq_step_ms=None, moe_layer_ms=None,
-                                              moe_batch_layer_ms=None))
+                                              moe_batch_layer_ms=None, prefill_tflops=None))
     f = chips.get(chip_key)
     if f is not None:
         gbps, over = f["effective_bandwidth_gbps"], f["step_overhead_ms"]
@@ -267,57 +361,89 @@ def machine_for(chip_key: str, fold: dict[str, Any]) -> Any:
         same = [e for k, e in effs.items() if backend(k) == backend(chip_key)]
         gbps = c.bandwidth_gbps * statistics.median(same or list(effs.values()))
         over = family_overhead_ms(chip_key, chips)
-    batch_ms, seq_ms = (f.get("batch_step_ms"), f.get("seq_step_ms")) if f else (None, None)
     moe_ms = (moe.get(backend(chip_key)) or {}).get("moe_layer_ms")
     if moe_ms is None:
         moe_ms = statistics.median(v["moe_layer_ms"] for v in moe.values()) if moe else 0.0
-    fitted_batch = batch_ms is not None and seq_ms is not None
-    return dataclasses.replace(m, bandwidth_gbps=gbps, step_overhead_s=over / 1e3,
-                               batch_step_s=(batch_ms or 0.0) / 1e3, seq_step_s=(seq_ms or 0.0) / 1e3,
+    pre = fold["prefill"].get(chip_key, {}).get("prefill_tflops")
+    if pre is None:
+        per_gb = [v["prefill_tflops"] / chip(k).bandwidth_gbps for k, v in fold["prefill"].items()
+                  if chip(k).backend == c.backend and chip(k).bandwidth_gbps]
+        pre = statistics.median(per_gb) * c.bandwidth_gbps if per_gb else None
+    path = kernels(c.backend) if fold.get("kernels") else None
+    if path is not None:
+        path = dataclasses.replace(path, vector_efficiency=fold["kernels"]["vector_efficiency"],
+                                   tile_efficiency=fold["kernels"]["tile_efficiency"])
+    return dataclasses.replace(m, bandwidth_gbps=gbps, step_overhead_s=over / 1e3, batch_step_s=0.0, seq_step_s=0.0,
                                moe_layer_s=moe_ms / 1e3,
-                               moe_batch_layer_s=routing["moe_batch_layer_ms"] / 1e3 if fitted_batch else 0.0)
+                               moe_batch_layer_s=fold["routing"]["moe_batch_layer_ms"] / 1e3
+                               if pre and c.backend in fold["routing"].get("backends", ()) else 0.0,
+                               kernels=path if pre else None, prefill_flops=pre * 1e12 if pre else None)
 
 
-def fold_figures(train: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every figure physics.py fits (each chip's bandwidth, overhead and batch path; a routing layer's cost per
-    backend; ρ and a routing layer's batch cost), fitted on `train` alone, in the order --fit fits them."""
-    fold: dict[str, Any] = {"chips": fit_chips(train), "moe": {},
+def fold_figures(train: list[dict[str, Any]], rates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every figure physics.py fits, fitted on `train` (its rows, whatever their role) and `rates` alone, in the
+    order --fit fits them: each chip's bandwidth and overhead, its prefill FLOP/s, the kernel path's efficiencies,
+    a routing layer's cost per backend, ρ."""
+    train = [dict(p, role="fit") for p in train if _has_preset(p)]
+    fold: dict[str, Any] = {"chips": fit_chips(train), "moe": {}, "prefill": fit_prefill(rates), "kernels": None,
                             "routing": {"routing_correlation": RHO_PRIOR, "moe_batch_layer_ms": 0.0, "prior": True}}
+    fold["kernels"] = {"vector_efficiency": 1.0, "tile_efficiency": 1.0}  # the path; fit_kernels sets both
+    try:
+        fold["kernels"] = fit_kernels(train, machine_of=lambda k: machine_for(k, fold))
+    except ValueError:  # no dense batch row among the training sources: no kernel path, a batch costs its bytes
+        fold["kernels"] = None
     fold["moe"] = fit_moe(train, machine_of=lambda k: machine_for(k, {**fold, "moe": {}}))
     try:
         fold["routing"] = fit_routing(train, machine_of=lambda k: machine_for(k, fold))
-    except ValueError:  # no MoE batch row among the training sources: ρ and the batch cost stay at their priors
+    except ValueError:  # no MoE batch row among the training sources: ρ stays at its prior
         pass
     return fold
 
 
-def leave_one_source_out(points: list[dict[str, Any]]) -> dict[str, Any]:
+def _has_preset(p: dict[str, Any]) -> bool:
+    from presets import models
+
+    return p["model"] in models()
+
+
+def leave_one_source_out(points: list[dict[str, Any]], rates: list[dict[str, Any]]) -> dict[str, Any]:
     """Each source's points (fit and held-out rows alike) predicted from figures fitted on the other sources only
-    (issue 55): a row per source, and the pooled figures over every point so predicted."""
+    (issue 55), their prompt rates included: a row per source, and the pooled figures over every point so
+    predicted. A point whose model has no preset cannot be predicted: counted apart ("no_preset")."""
     out: dict[str, Any] = {}
     pooled: list[float] = []
     for src in sorted({p["source"] for p in points}):
-        fold = fold_figures([p for p in points if p["source"] != src])
-        rows = [p for p in points if p["source"] == src]
+        fold = fold_figures([p for p in points if p["source"] != src], [r for r in rates if r["source"] != src])
+        rows = [p for p in points if p["source"] == src and _has_preset(p)]
         errs = [predict_point(p, fold["routing"]["routing_correlation"], machine=machine_for(p["chip"], fold))
                 / p["tok_s"] - 1.0 for p in rows]
         pooled += errs
         out[src] = {**summary(errs), "by_backend": sorted({p["chip"] for p in rows} - set(fold["chips"])),
-                    "rho": fold["routing"]["routing_correlation"], "rho_prior": bool(fold["routing"].get("prior"))}
+                    "rho": fold["routing"]["routing_correlation"], "rho_prior": bool(fold["routing"].get("prior")),
+                    "kernels": ([fold["kernels"]["vector_efficiency"], fold["kernels"]["tile_efficiency"]]
+                                if fold["kernels"] else None),
+                    "no_preset": sum(p["source"] == src and not _has_preset(p) for p in points)}
     med, worst, pool = LOSO_GOAL
     p = summary(pooled)
     met = p["median_error"] <= pool and all(v["median_error"] <= med and v["worst_error"] <= worst
-                                            for v in out.values())
+                                            for v in out.values() if v["points"])
     return {"sources": out, "pooled": p,
             "goal": {"source_median": med, "source_worst": worst, "pooled_median": pool, "met": met}}
 
 
 def print_loso(loso: dict[str, Any]) -> None:
     print(f"\nleave one source out: each source predicted from figures fitted on the others only\n"
-          f"{'source':<9} {'points':>6} {'median':>7} {'worst':>7}  ρ       chips priced by their backend's figures")
+          f"{'source':<10} {'points':>6} {'median':>7} {'worst':>7}  ρ              ν / κ      chips priced by their "
+          "backend's figures")
     for src, v in loso["sources"].items():
-        print(f"{src:<9} {v['points']:>6} {v['median_error']:>7.1%} {v['worst_error']:>7.1%}  "
-              f"{v['rho']:<5.3f}{' (prior)' if v['rho_prior'] else '        '} {', '.join(v['by_backend']) or '-'}")
+        if not v["points"]:
+            print(f"{src:<10} {0:>6}  (no point with a preset; {v['no_preset']} without)")
+            continue
+        print(f"{src:<10} {v['points']:>6} {v['median_error']:>7.1%} {v['worst_error']:>7.1%}  "
+              f"{v['rho']:<5.3f}{' (prior)' if v['rho_prior'] else '        '} "
+              + (f"{v['kernels'][0]:.3f}/{v['kernels'][1]:.3f}" if v["kernels"] else "bytes only ")
+              + f"  {', '.join(v['by_backend']) or '-'}"
+              + (f"  ({v['no_preset']} points without a preset)" if v["no_preset"] else ""))
     p = loso["pooled"]
     print(f"{'pooled':<9} {p['points']:>6} {p['median_error']:>7.1%} {p['worst_error']:>7.1%}")
 
@@ -356,12 +482,15 @@ def print_fit(data: dict[str, Any]) -> None:
         res = ", ".join(f"{r:+.1%}" for r in f["residuals"])
         print(f"[{c}]  effective_bandwidth_gbps = {f['effective_bandwidth_gbps']:.1f}  step_overhead_ms = "
               f"{f['step_overhead_ms']:.2f}" + (f"  (overhead from {f['overhead_from']})" if f["overhead_from"] else "")
-              + f"  on {len(f['rows'])} rows; residuals {res}"
-              + (f"\n    batch_step_ms = {f['batch_step_ms']:.2f}  seq_step_ms = {f['seq_step_ms']:.3f}  on "
-                 f"{len(f['batch_rows'])} batch rows" if "batch_step_ms" in f else ""))
+              + f"  on {len(f['rows'])} rows; residuals {res}")
     for name, f in fit_moe(data["point"]).items():
         print(f"[{name}]  moe_layer_ms = {f['moe_layer_ms']:.4f}  on {len(f['rows'])} MoE rows; residuals "
               + ", ".join(f"{x:+.1%}" for x in f["residuals"]))
+    for c, f in fit_prefill(load_rates(RATES)).items():
+        print(f"[{c}]  prefill_tflops = {f['prefill_tflops']:.1f}  from {f['rows']} prompt rates")
+    k = fit_kernels(data["point"])
+    print(f"[kernels]  vector_efficiency = {k['vector_efficiency']:.3f}  tile_efficiency = {k['tile_efficiency']:.3f}  "
+          f"on {len(k['rows'])} batch rows; residuals " + ", ".join(f"{x:+.1%}" for x in k["residuals"]))
     r = fit_routing(data["point"])
     print(f"[routing]  routing_correlation = {r['routing_correlation']:.3f}  moe_batch_layer_ms = "
           f"{r['moe_batch_layer_ms']:.3f}  on {len(r['rows'])} MoE batch rows; residuals "
@@ -386,7 +515,8 @@ def main() -> None:
         return
     out = report(data, a.chip)
     if not a.chip:
-        loso = leave_one_source_out(data["point"])
+        more = load(MORE)["point"] if a.data == DATA else []
+        loso = leave_one_source_out(data["point"] + more, load_rates(RATES, MORE) if a.data == DATA else [])
         print_loso(loso)
         out["leave_one_source_out"] = loso
     print(json.dumps(out))

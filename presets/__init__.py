@@ -49,6 +49,11 @@ class Chip:
     # … and at B ≥ 2 moe_batch_layer_ms more a routing layer (likely llama.cpp's one-token MoE fusions no longer
     # applying), fitted with the routing correlation on one MoE's batch rows; None: not measured
     moe_batch_layer_ms: float | None = None
+    # the llama.cpp backend a decode on this chip runs (presets/kernels.toml: metal, cuda, vulkan), and the
+    # arithmetic its tiled matmul kernels attain: prefill FLOP/s from the chip's published prompt rates
+    # (benchmarks/physics.py --fit, from benchmarks/data/prompt_rates.toml); None: not published
+    backend: str = ""
+    prefill_tflops: float | None = None
 
     @property
     def memory_bytes(self) -> tuple[int, ...]:
@@ -61,9 +66,35 @@ def chips() -> dict[str, Chip]:
                   d.get("fp16_tflops"), bool(d.get("unified_memory", False)), d.get("effective_bandwidth_gbps"),
                   d.get("step_overhead_ms"), str(d.get("effective_source", "")), d.get("batch_step_ms"),
                   d.get("seq_step_ms"), d.get("moe_layer_ms"),
-                  d.get("moe_batch_layer_ms"))
+                  d.get("moe_batch_layer_ms"), str(d.get("backend", "")), d.get("prefill_tflops"))
         for key, d in load("chips").items()
     }
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The matmul path a llama.cpp backend takes at each batch size (presets/kernels.toml)."""
+
+    backend: str
+    vector_max_b: int
+    tiles: tuple[int, ...]
+    moe_tiled_min_b: int
+    moe_vector_reads: str  # per-token | union
+    vector_efficiency: float  # a further column's arithmetic in the vector kernels, × the prompt rate (fitted)
+    tile_efficiency: float  # a tile column's arithmetic in the tiled kernels, × the prompt rate (fitted)
+    moe_batch_layer_ms: float = 0.0  # a routing layer's further cost at B ≥ 2 (its one-token fusions left; fitted)
+
+
+def kernels(backend: str) -> Kernels | None:
+    """The kernel path of a backend named in kernels.toml, with the fitted efficiencies; None: not described."""
+    table = load("kernels")
+    d = table.get(backend)
+    if not backend or d is None or backend == "fitted":
+        return None
+    f = table["fitted"]
+    return Kernels(backend, int(d["vector_max_b"]), tuple(int(t) for t in d["tiles"]), int(d["moe_tiled_min_b"]),
+                   str(d["moe_vector_reads"]), float(f["vector_efficiency"]), float(f["tile_efficiency"]),
+                   float(d.get("moe_batch_layer_ms", 0.0)))
 
 
 def chip(key: str) -> Chip:

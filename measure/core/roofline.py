@@ -27,7 +27,7 @@ from measure.core.guard import footprint
 from measure.core.readings import Ceilings
 from measure.core.records import is_remote
 from measure.core.work import WorkModel
-from presets import Chip
+from presets import Chip, Kernels, kernels
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -98,6 +98,10 @@ class Machine:
     seq_extra_bytes: float = 0.0
     overhead_bytes: int = 0
     swap_gbps: float = ASSUMED_SWAP_GBPS
+    # a GPU's llama.cpp backend: the matmul kernels it runs at each B (presets/kernels.toml) and the arithmetic its
+    # tiled kernels attain (prefill FLOP/s, from the chip's published prompt rates); None: a step costs its bytes
+    kernels: Kernels | None = None
+    prefill_flops: float | None = None
 
     def speedup(self, threads: int) -> float:
         if not self.thread_speedup:
@@ -189,7 +193,14 @@ class Machine:
         else:
             notes.append("no FLOP/s figure in presets: the compute ceiling is not drawn")
         batch_ms, seq_ms, moe_batch_ms = chip.batch_step_ms, chip.seq_step_ms, chip.moe_batch_layer_ms or 0.0
-        if batch_ms is not None and seq_ms is not None and source.startswith("effective"):
+        path = kernels(chip.backend) if chip.prefill_tflops else None
+        if path is not None:
+            batch_ms, seq_ms, moe_batch_ms = 0.0, 0.0, path.moe_batch_layer_ms
+            notes.append(f"batch path: llama.cpp's {chip.backend} kernels (presets/kernels.toml): vectors up to "
+                         f"B = {path.vector_max_b}, then tiles of {'/'.join(map(str, path.tiles[:4]))}"
+                         f"{'…' if len(path.tiles) > 4 else ''} tokens at {chip.prefill_tflops:g} TFLOP/s (the chip's "
+                         "published prompt rate)")
+        elif batch_ms is not None and seq_ms is not None and source.startswith("effective"):
             notes.append(f"batch path: +{batch_ms:g} ms a step at B ≥ 2 and {seq_ms:g} ms each further sequence "
                          "(fitted on a dense model's llama-batched-bench rows)"
                          + (f"; a mixture of experts +{moe_batch_ms:g} ms more a routing layer (fitted on one MoE's)"
@@ -203,7 +214,8 @@ class Machine:
                          "MoE rows of this chip's llama.cpp backend)")
         return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3,
                    batch_step_s=float(batch_ms) / 1e3, seq_step_s=float(seq_ms) / 1e3, moe_layer_s=moe_ms / 1e3,
-                   moe_batch_layer_s=float(moe_batch_ms) / 1e3, notes=tuple(notes))
+                   moe_batch_layer_s=float(moe_batch_ms) / 1e3, notes=tuple(notes), kernels=path,
+                   prefill_flops=chip.prefill_tflops * 1e12 if path is not None and chip.prefill_tflops else None)
 
 
 @dataclass(frozen=True)
@@ -222,6 +234,7 @@ class Prediction:
     cores: int = 0  # the machine's cores (0: not a CPU engine)
     cores_busy: float = 0.0  # K × threads decoding, at most the cores
     spill_bytes: float = 0.0  # footprint over the memory budget, read back from swap every step
+    regime: str = ""  # the matmul kernels a GPU backend runs at this B (kernel_time): vector, small-batch, tiled
 
     @property
     def oversubscribed(self) -> bool:
@@ -244,7 +257,7 @@ class Prediction:
         if self.spill_bytes > 0:
             return f"memory: {self.spill_bytes / 2**30:.1f} GiB over the budget, read back from swap each step"
         return name_wall(self.shares["bandwidth"], self.cores_busy, self.cores, self.k * self.threads,
-                         self.shares.get("compute", 0.0) > self.shares["bandwidth"],
+                         max(self.shares.get("compute", 0.0), self.shares.get("kernels", 0.0)) > self.shares["bandwidth"],
                          "" if self.binding == "server queue" else None)[1]
 
 
@@ -258,6 +271,76 @@ class Lengths:
     context: int | None = None
 
 
+def step_reads(work: WorkModel, m: Machine, contexts: Sequence[int]) -> float:
+    """Bytes one decode step of len(contexts) sequences reads (work.bytes_per_step), except where the backend's
+    vector kernels for a mixture of experts read each token's experts on their own (Metal's mul_mv_id below
+    moe_tiled_min_b tokens: presets/kernels.toml), not the step's distinct experts once."""
+    total = work.bytes_per_step(contexts)
+    b, path, e = len(contexts), m.kernels, work.experts
+    if path and e and 1 < b < path.moe_tiled_min_b and path.moe_vector_reads == "per-token":
+        total += (b * e.used - e.distinct(b)) * e.bytes_each
+    return total
+
+
+def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, str]:
+    """(seconds, regime): the arithmetic a step of B tokens costs beyond its bytes in the kernels llama.cpp's
+    backend runs at that B (docs/design.md, "A step priced by the kernels that run it"). Vector kernels (B ≤
+    vector_max_b): each further column's arithmetic at vector_efficiency × the chip's prefill FLOP/s. Tiled kernels:
+    B rounded up to the tile, at tile_efficiency × the prefill FLOP/s; a mixture of experts' routed matmuls tile
+    each distinct expert's share of the B·k token-expert pairs on its own (from moe_tiled_min_b tokens)."""
+    path, f = m.kernels, m.prefill_flops
+    if b < 2 or path is None or not f:
+        return 0.0, "vector" if b < 2 else "bytes only"
+    e = work.experts
+    f_exp = 2.0 * e.used * e.params_each if e else 0.0  # a token's routed experts
+    f_dense = work.flops_per_token(ctx) - f_exp  # the rest: shared weights, attention
+    vec, tiled = path.vector_efficiency * f, path.tile_efficiency * f
+    if b <= path.vector_max_b:
+        t, regime = (b - 1) * f_dense / vec, "small-batch vector"
+    else:
+        t, regime = _tile(path, b) * f_dense / tiled, f"tiled (B = {b} priced as {_tile(path, b)})"
+    if e:
+        if b < path.moe_tiled_min_b:
+            t += (b - 1) * f_exp / vec
+        else:
+            d = e.distinct(b)
+            t += d * _tile(path, b * e.used / d) * 2.0 * e.params_each / tiled
+            regime += "; experts tiled"
+    return t, regime
+
+
+def _tile(path: Kernels, tokens: float) -> int:
+    """The tokens a tiled kernel computes for `tokens` columns: the smallest tile width ≥ them, else whole tiles
+    of the widest."""
+    widest = path.tiles[-1]
+    return next((w for w in path.tiles if w >= tokens), widest * -int(-tokens // widest))
+
+
+def _compute_times(work: WorkModel, m: Machine, k: int, b: int, thr: int, ctx: int,
+                   prompt_tokens: int) -> tuple[float, float]:
+    """(the compute ceiling of a decode step, the prefill of the level's B prompts) for predict: a CPU's from the
+    probe's core-seconds; a GPU with a kernel path prefills at its prompt rate (its decode arithmetic is
+    kernel_time's, added to the bytes); another chip's from FLOP/s."""
+    if m.cores and m.step_core_s:
+        oversub = max(1.0, k * thr / m.cores)  # more threads than cores: each engine gets its share
+        rate = m.speedup(thr) / oversub
+        ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)  # attention grows the step
+        reads = work.read_bytes(b) / work.read_bytes(1)  # a mixture of experts: B tokens read more experts
+        t_cpu = m.step_core(b, reads) * ctx_scale / rate
+        # B users of a closed loop arrive together: one engine prefills B prompts; a prompt is one matrix
+        # product: it scales with the engine's cores, not as a decode step does
+        t_prefill = b * prompt_tokens * m.prefill_core_s / (thr / oversub) if m.prefill_core_s else 0.0
+        return t_cpu, t_prefill
+    flops = m.prefill_flops if m.kernels is not None and m.prefill_flops else m.flops
+    if not flops:
+        return 0.0, 0.0
+    t_prefill = max(b * work.prefill_flops(prompt_tokens) / (flops / k),
+                    work.read_bytes(b * prompt_tokens) / (m.bandwidth_gbps * 1e9 / k))
+    if m.kernels is not None and m.prefill_flops:
+        return 0.0, t_prefill
+    return work.flops_per_step([ctx] * b) / (flops / k), t_prefill
+
+
 def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
             at: Lengths = Lengths()) -> Prediction:
     """One level of K engines (instances) or B sequences in one (batch), `threads` each, at these lengths."""
@@ -267,26 +350,16 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     ctxs = [ctx] * b_eff
     shares = {}
     # memory: K engines decoding at once share the bandwidth
-    t_mem = work.bytes_per_step(ctxs) / (m.bandwidth_gbps * 1e9 / k)
+    moved_step = step_reads(work, m, ctxs)
+    t_mem = moved_step / (m.bandwidth_gbps * 1e9 / k)
     shares["bandwidth"] = t_mem
-    t_cpu = 0.0
-    t_prefill = 0.0
     thr = threads or (max(1, m.cores // k) if m.cores else 1)
-    if m.cores and m.step_core_s:
-        oversub = max(1.0, k * thr / m.cores)  # more threads than cores: each engine gets its share
-        rate = m.speedup(thr) / oversub
-        ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)  # attention grows the step
-        reads = work.read_bytes(b_eff) / work.read_bytes(1)  # a mixture of experts: B tokens read more experts
-        t_cpu = m.step_core(b_eff, reads) * ctx_scale / rate
-        shares["compute"] = t_cpu  # the engine's own cost, the cores' time-sharing included
-        if m.prefill_core_s:  # B users of a closed loop arrive together: one engine prefills B prompts
-            # a prompt is one matrix product: it scales with the engine's cores, not as a decode step does
-            t_prefill = b_eff * prompt_tokens * m.prefill_core_s / (thr / oversub)
-    elif m.flops:
-        t_cpu = work.flops_per_step(ctxs) / (m.flops / k)
-        shares["compute"] = t_cpu
-        t_prefill = max(b_eff * work.prefill_flops(prompt_tokens) / (m.flops / k),
-                        work.read_bytes(b_eff * prompt_tokens) / (m.bandwidth_gbps * 1e9 / k))
+    t_cpu, t_prefill = _compute_times(work, m, k, b_eff, thr, ctx, prompt_tokens)
+    if t_cpu:
+        shares["compute"] = t_cpu  # the engine's own cost (a CPU's cores' time-sharing included), or FLOPs
+    t_kernel, regime = kernel_time(work, m, b_eff, ctx)
+    if t_kernel:
+        shares["kernels"] = t_kernel
     spill = m.spill_bytes(work, k, b_eff, ctx)
     t_swap = spill / (m.swap_gbps * 1e9)  # the part over the budget comes back from swap every step
     if spill:
@@ -295,9 +368,9 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         m.batch_step_s + (b_eff - 1) * m.seq_step_s + m.moe_batch_layer_s * work.moe_layers if b_eff > 1 else 0.0)
     if t_fixed:
         shares["overhead"] = t_fixed
-    t_step = max(t_mem, t_cpu) + t_fixed + t_swap
+    t_step = max(t_mem, t_cpu) + t_kernel + t_fixed + t_swap
     busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
-    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, t_cpu > t_mem,
+    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, max(t_cpu, t_kernel) > t_mem,
                                                "" if m.serializing else None)[0]
     tpot = t_step
     ttft = t_prefill + t_step
@@ -309,9 +382,9 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         streams = 1
         ttft = ttft * (k * b_eff + 1) / 2
     agg = streams * output_tokens / per_request
-    moved = k * work.bytes_per_step(ctxs) / t_step
+    moved = k * moved_step / t_step
     return Prediction(mode, k, b_eff, thr, tpot, ttft, agg, 1.0 / tpot, moved, binding,
-                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill)
+                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill, regime)
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,11 @@ class Experts:
 
 # The routing correlation of a trained router where the model does not say its own: fitted by
 # `benchmarks/physics.py --fit` on Qwen3-Coder-30B-A3B's llama-batched-bench rows on DGX Spark (B = 2 … 32, random
-# tokens a step), with a routing layer's batch cost (chips.toml moe_batch_layer_ms); gpt-oss-20b / -120b's rows are
+# tokens a step), with a routing layer's batch cost (presets/kernels.toml [cuda] moe_batch_layer_ms) and each step
+# priced by llama.cpp's kernels (roofline.kernel_time); gpt-oss-20b / -120b's rows are
 # held out. A model made with random weights (engines/gguf_synth.py)
 # routes independently and says so in its file (ρ = 0).
-ROUTING_CORRELATION = 0.075
+ROUTING_CORRELATION = 0.115
 ROUTING_ASSUMED = (f"routing correlation ρ = {ROUTING_CORRELATION} (a trained router's, fitted on published batches: "
                    "benchmarks/physics.py): a batch step reads the experts of B ÷ (1 + (B − 1)·ρ) independent tokens")
 
