@@ -130,8 +130,8 @@ def format_plan(p: Plan, shape: KVShape) -> str:
         + (" while a context is within every window (windowed layers hold at most theirs: the table)"
            if shape.layouts_differ else ""),
         f"weights: {fmt_bytes(p['weights'])}; runtime overhead assumed {fmt_bytes(p['overhead'])} per engine",
-        *([f"a token's step reads {p['read_bytes_per_token'] / 1e9:.2f} GB of weights: {p['work']}"]
-          if "work" in p else []),
+        *([f"a token's step reads {fmt_bytes(p['read_bytes_per_token'])} of weights"
+           f" ({p['read_bytes_per_token']:,.0f} B)"] if "work" in p else []),
         *(f"  assumed: {a}" for a in p.get("assumed", ())),
         f"memory {fmt_bytes(p['memory'])}, budget {fmt_bytes(p['budget'])}: {p['budget_source']}" if p.get("unified")
         and p["budget_fraction"] is None else
