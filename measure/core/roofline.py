@@ -284,7 +284,7 @@ def step_reads(work: WorkModel, m: Machine, contexts: Sequence[int]) -> float:
 
 def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, str]:
     """(seconds, regime): the arithmetic a step of B tokens costs beyond its bytes in the kernels llama.cpp's
-    backend runs at that B (docs/design.md, "A step priced by the kernels that run it"). Vector kernels (B ≤
+    backend runs at that B (docs/design/kernels.md, "The price of each regime"). Vector kernels (B ≤
     vector_max_b): each further column's arithmetic at vector_efficiency × the chip's prefill FLOP/s. Tiled kernels:
     B rounded up to the tile, at tile_efficiency × the prefill FLOP/s; a mixture of experts' routed matmuls tile
     each distinct expert's share of the B·k token-expert pairs on its own (from moe_tiled_min_b tokens)."""
@@ -484,7 +484,7 @@ def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], 
         lines.append(f"{p.mode:<9} {p.k:>2} {p.b:>3} {p.tpot_s * 1e3:>7.1f}ms {p.per_stream_tps:>10.1f} "
                      f"{p.aggregate_tps:>10.1f} {p.ttft_s * 1e3:>7.0f}ms "
                      f"{p.bytes_per_s / 1e9:>7.0f}GB/s  "
-                     f"{p.wall()}")
+                     f"{p.wall()}" + (f" · {p.regime}" if p.regime not in ("", "vector") else ""))
     lines.append("K×tok/s×W: the bytes all engines read a second (weights actually read, experts routed to, KV); it "
                  "pins near the bandwidth once one stream saturates it (seed 000).")
     return "\n".join(lines)
