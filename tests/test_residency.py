@@ -211,3 +211,36 @@ def test_plan_marks_the_first_level_past_the_wall_by_hand():
     # measured storage rates: everything touched comes back (KEPT = 0), far slower
     assert R.level_fit("B=32", (1, 32), 0.2817, touched32, mem, 36 * GiB, RATES).tps < b32.tps / 5
     assert R.format_fits([b16])[0].startswith("residency: every level fits")
+
+
+@linux
+def test_the_live_watch_names_the_memory_and_predicts_a_level_past_the_wall():
+    from measure.control.live.wall import ResidencyWatch
+    from measure.core.guard import Footprint
+    from measure.core.roofline import Prediction
+
+    level = Prediction("batch", 1, 4, 1, 0.05, 0.1, 80.0, 20.0, 2e9, "bandwidth", {"bandwidth": 1.0})
+    fits = ResidencyWatch(None, 100 * MiB, True, RATES).tick([os.getpid()], 10.0, 1, Footprint(1, 4, 100 * MiB,
+                                                                                                 10 * MiB, 40 * MiB),
+                                                             10 * MiB, level)
+    assert fits.gives_out and " in " in fits.gives_out and fits.past_tps is None
+    assert "requests" in fits.gives_out or "past it" in fits.gives_out
+    huge = Footprint(1, 4, 1 << 50, 0, 4 * MiB)  # more than any machine holds: past the wall
+    past = ResidencyWatch(None, 1 << 50, True, RATES).tick([os.getpid()], 10.0, 1, huge, MiB, level)
+    assert past.past_tps is not None and past.past_tps < 80.0 and past.past_note.startswith("K=1 B=4: working set")
+    assert past.numbers()["past_wall"] == past.past_note
+
+
+def test_the_brakes_decision_says_the_predicted_and_measured_rates():
+    from measure.control.live.wall import Step, WallWatch
+    from measure.core.readings import SystemSample
+
+    w = WallWatch(brake=True)
+    w.step(Step("b", 4, 8, 0, 40.0))
+    w.predicted_tps = 12.5
+    a = SystemSample(1_000_000_000, 24 * GiB, 20 * GiB, 4 * GiB, 4 * GiB, 0, 0.0, 0.0, "psi some avg10 %", 0.0, 50.0)
+    b = SystemSample(2_000_000_000, 24 * GiB, 20 * GiB, 4 * GiB, 4 * GiB, 64 * MiB, 0.0, 0.0, "psi some avg10 %", 0.0,
+                     50.0)
+    hit = w.check(a, b, 9.0, 2_000_000_000)
+    assert hit is not None and hit.undo is not None
+    assert hit.rates == "predicted 12.5 tok/s, measured 9.0 tok/s"

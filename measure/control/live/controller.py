@@ -23,7 +23,7 @@ from measure.control.live.snapshot import LogLine, Numbers, Point, RunInfo, Snap
 from measure.control.live.stats import LiveStats, Window
 from measure.control.live.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
-from measure.control.live.wall import Step, WallLoad, WallWatch, measured_wall
+from measure.control.live.wall import ResidencyView, Step, WallLoad, WallWatch, measured_wall, residency_watch
 from measure.core import metrics as M
 from measure.core import serving
 from measure.core.lines import Sample, step_row_line, to_line
@@ -120,6 +120,8 @@ class LiveController:
         self.admission = Admission(total_memory_bytes(), settings.memory_budget, settings.force, settings.ctx,
                                    self.caps.weight_bytes, settings.kv_bytes_per_token)
         self.wall = WallWatch(settings.brake) if watch_wall else None
+        self.residency = residency_watch(source, self.caps.weight_bytes, self.caps.engine) \
+            if watch_wall and self.caps.local and not self.caps.simulated else None  # docs/residency.md
         self.cost = settings.cost or Cost()
         self.power = PowerMeter(self.cost.watts) if watch_wall else None  # a replay has no meter to read
         self.steps = StepTable(settings.slo, self.cost)
@@ -399,9 +401,32 @@ class LiveController:
         if hit.undo:
             u = hit.undo
             (self.set_k if u.kind == "k" else self.set_b)(u.old, admit_check=False)
-            self.log("warn", f"brake: undid the last step, {u.kind.upper()} {u.new} → {u.old}")
+            self.log("warn", f"brake: undid the last step, {u.kind.upper()} {u.new} → {u.old} ({hit.rates})")
         elif not self.wall.brake:
             self.log("warn", "--no-brake: the last step stays; lower K or B by hand")
+
+    def _predicted_past(self, level: Prediction | None, workers: list[WorkerInfo], agg: float, now: int
+                        ) -> tuple[float | None, float | None, str, ResidencyView]:
+        """_predicted's (TPOT, tok/s, by what), the level's rate past the memory wall in its place where it is past
+        it (the collapse drawn before the measured one arrives; docs/residency.md), and the residency view."""
+        pred, pred_tps, pred_by = self._predicted(level, workers)
+        res = self._residency(workers, agg, now, level)
+        if res.past_tps is not None:
+            pred_tps, pred_by = res.past_tps, f"residency roofline: {res.past_note}"
+        return pred, pred_tps, pred_by, res
+
+    def _residency(self, workers: list[WorkerInfo], agg: float, now: int, level: Prediction | None) -> ResidencyView:
+        """The workers' residency, the memory that gives out first, and this level's rate past the wall; the wall's
+        watch keeps the level's predicted rate for the brake's decision."""
+        if self.residency is None:
+            return ResidencyView()
+        fp = self.footprint(self.k, self.b)
+        view = self.residency.tick([w.pid for w in workers if not w.state.gone], agg, now, fp,
+                                   fp.kv / max(1, fp.k * max(1, fp.b)), level)
+        if self.wall:
+            self.wall.predicted_tps = view.past_tps if view.past_tps is not None else (
+                level.aggregate_tps if level else None)
+        return view
 
     def _predict(self, workers: list[WorkerInfo]) -> Prediction | None:
         """The roofline's figures for the level now: its mode, K, B, the workers' threads, the prompts and
@@ -440,7 +465,7 @@ class LiveController:
         workers = self.source.workers()
         bw, ep_tpot = self._bandwidth(win)
         level = self._predict(workers)
-        pred, pred_tps, pred_by = self._predicted(level, workers)
+        pred, pred_tps, pred_by, res = self._predicted_past(level, workers, win.agg_tps, now)
         attainable = self.roofline.attainable_gbps if self.roofline else None
         prev_sys = self._last_sys
         sysv = self._sys.sample()
@@ -466,7 +491,7 @@ class LiveController:
             server_efficiency=win.agg_tps / engine if engine else None,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
-            wall=self.wall.reason if self.wall else None,
+            wall=self.wall.reason if self.wall else None, **res.numbers(),
             ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
                                   level.binding if level else None,
                                   WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b,

@@ -110,6 +110,11 @@ class Numbers:
     batching: Batching | None = None  # over HTTP: does the server batch the streams open (serving.batching, §27)
     server_efficiency: float | None = None  # the server's tok/s ÷ the engine's batched tok/s at this B (--baseline)
     engine_tps: float | None = None  # that engine's tok/s
+    # residency (docs/residency.md): the gauge, which memory gives out first with its headroom, and a level past the
+    # wall: its predicted tok/s there and why (shown before its measured rate arrives)
+    residency: str | None = None
+    gives_out: str | None = None
+    past_wall: str | None = None
 
 
 @dataclass(frozen=True)

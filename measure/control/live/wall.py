@@ -8,12 +8,19 @@ WALL_HOLD_S after the last reading that showed it, and the brake undoes the step
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from measure.core.guard import detect_wall
 from measure.core.readings import SystemSample
+from measure.core.residency import LevelMemory, Reading, StorageRates, gives_out, level_fit, past_wall_note, residency
 from measure.core.roofline import name_wall
 from measure.core.units import NS
+
+if TYPE_CHECKING:
+    from measure.core.guard import Footprint
+    from measure.core.roofline import Prediction
 
 WALL_HOLD_S = 10.0
 
@@ -34,6 +41,7 @@ class WallHit:
     why: str
     first: bool  # the first reading of this episode (mark and log it once)
     undo: Step | None  # the step the brake should undo, if any
+    rates: str = ""  # the level's predicted and measured tok/s when it hit (the brake's decision says both)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class WallWatch:
         self._compare: Step | None = None  # the step up whose pre-step rate tok/s is compared with
         self.reason: str | None = None
         self._until = 0
+        self.predicted_tps: float | None = None  # the level's predicted tok/s, past the wall included (ResidencyWatch)
 
     def step(self, step: Step) -> None:
         self.last_step = step
@@ -97,4 +106,87 @@ class WallWatch:
         undo = None
         if first and self.brake and step and self._braked is not step and step.new > step.old:
             self._braked = undo = step
-        return WallHit(why, first, undo)
+        pred = f"predicted {self.predicted_tps:.1f} tok/s, " if self.predicted_tps is not None else ""
+        return WallHit(why, first, undo, f"{pred}measured {agg_tps:.1f} tok/s")
+
+
+class ResidencyNumbers(TypedDict):
+    """The numbers panel's residency fields (snapshot.Numbers)."""
+
+    residency: str | None
+    gives_out: str | None
+    past_wall: str | None
+
+
+@dataclass(frozen=True)
+class ResidencyView:
+    """What the numbers panel shows of residency (docs/residency.md): the gauge, the memory that gives out first
+    with its headroom, and where the level is past the wall its predicted tok/s there and why."""
+
+    gauge: str | None = None
+    gives_out: str | None = None
+    past_tps: float | None = None
+    past_note: str | None = None
+
+    def numbers(self) -> ResidencyNumbers:
+        return {"residency": self.gauge, "gives_out": self.gives_out, "past_wall": self.past_note}
+
+
+READ_EVERY_S = 1.0  # smaps of each worker, at most this often
+
+
+class ResidencyWatch:
+    """The workers' residency read live (machine/residency.py) and the level against the memory left: a level whose
+    footprint is over what the engines hold plus the headroom is predicted by the residency roofline before its
+    measured rate arrives."""
+
+    def __init__(self, model_path: str | None, weights_bytes: int, mmapped: bool, storage: StorageRates | None):
+        from measure.machine.residency import ResidencyProbe
+
+        self.probe = ResidencyProbe(model_path, weights_bytes, mincore=mmapped and model_path is not None)
+        self.mmapped, self.storage = mmapped, storage
+        self._prev: Reading | None = None
+        self._tokens = 0.0
+        self._last_ns = 0
+        self.view = ResidencyView()
+
+    def tick(self, pids: Sequence[int | None], agg_tps: float, now_ns: int, fp: Footprint, per_request: float,
+             level: Prediction | None) -> ResidencyView:
+        from measure.machine.residency import limits
+
+        if self._last_ns and now_ns - self._last_ns < READ_EVERY_S * NS:
+            return self.view
+        self._tokens += agg_tps * (now_ns - self._last_ns) / NS if self._last_ns else 0.0
+        self._last_ns = now_ns
+        cur = self.probe.read(pids, int(self._tokens))
+        prev, self._prev = self._prev, cur
+        if not cur.procs:
+            return self.view
+        held = sum(p.rss for p in cur.procs)
+        out = gives_out(limits(cur.procs[0].pid, self.mmapped), held, per_request)
+        gauge = residency(prev, cur).gauge() if prev is not None else None
+        self.view = ResidencyView(gauge, out.line(), *self._past(fp, held + out.headroom, level))
+        return self.view
+
+    def _past(self, fp: Footprint, room: float, level: Prediction | None) -> tuple[float | None, str | None]:
+        if level is None or fp.total <= room or fp.k < 1:
+            return None, None
+        seqs = max(1, fp.b)
+        mem = LevelMemory(fp.weights / fp.k, fp.overhead / fp.k, fp.kv / (fp.k * seqs), self.mmapped)
+        fit = level_fit(f"K={fp.k} B={fp.b}", (fp.k, seqs), level.tpot_s, level.bytes_per_s * level.tpot_s, mem, room,
+                        self.storage)
+        return fit.tps, past_wall_note(fit, level.aggregate_tps)
+
+
+def residency_watch(source: Any, weights_bytes: int, engine: str) -> ResidencyWatch:
+    """The watch of a local source's workers: the file its spec serves (its mapping read where the engine maps it:
+    llama.cpp, unless use_mmap is off) and this machine's storage rates where the probe measured them."""
+    from measure.machine import storage
+    from measure.machine.ceilings import machine_key
+
+    spec = getattr(source, "spec", None)
+    path = getattr(spec, "model_path", None)
+    options = getattr(spec, "options", None) or {}
+    mmapped = "mlx" not in engine.lower() and bool(options.get("use_mmap", True))
+    return ResidencyWatch(path if isinstance(path, str) else None, weights_bytes, mmapped,
+                          storage.cached(machine_key()))
