@@ -105,3 +105,32 @@ def test_a_bad_warmup_is_one_line_and_a_usage_exit(argv, says, tmp_path):
     p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", *argv, "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_the_warmup_leaves_nothing_in_the_prefix_cache_the_cell_could_hit(tmp_path):
+    """--warmup auto --prefix-cache on against the null server's prefix counters (vLLM's, blocks of 8 tokens: no
+    two of the prompts share one): a cell of the default workload's 12 distinct prompts reads a hit rate of
+    0.000 (the warmup's prompts begin
+    with a line of their own; sent as the load's first prompts, the measured prompts 1 and 2 hit the cache). A
+    second run of the same prompts on the same server, its warmup off, hits them: the counters see a repeat."""
+    from measure.sources.warmup import warmup_workload
+
+    w = presets.workload("default")
+    warm = warmup_workload(w, 3)
+    assert len(warm.prompts) == 3 and all(p.endswith(q) for p, q in zip(warm.prompts, w.prompts))
+    assert not any(m.startswith(p.split(".")[0]) for p in warm.prompts for m in w.prompts)
+
+    def bench(srv, out, *extra):
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--engine", "http", "--url", srv.url,
+                            "--b", "2", "--requests", "12", "--max-tokens", "10", "--client-procs", "1",
+                            "--tokenizer", "none", "--prefix-cache", "on", "--out", str(out), *extra],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return json.loads((out / "summary.json").read_text())[0]
+
+    with NullServer(Behaviour(ttft_ms=5, itl_ms=50, prefix_block=8)) as srv:  # a cell of ≈ 3 s: scraped in it
+        cell = bench(srv, tmp_path / "warm", "--warmup", "auto")
+        assert cell["warmup_requests"] == 2
+        assert cell["prefix_cache_hit_rate"] == 0.0, cell
+        again = bench(srv, tmp_path / "again", "--warmup", "0")
+        assert again["prefix_cache_hit_rate"] > 0.5, again  # the counters do see a repeated prompt
