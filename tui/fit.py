@@ -6,6 +6,7 @@ tui/panels.py renders with them, tests/test_screen_sizes.py holds them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -46,31 +47,37 @@ def wrap(line: Text, width: int | None, indent: str = INDENT) -> list[Text]:
     then every character goes on (nothing is lost). Continuation lines start with `indent`."""
     if width is None or cell_len(line.plain) <= width:
         return [line]
-    out: list[Text] = []
-    rest = line
-    room = width
-    while cell_len(rest.plain) > room:
-        plain = rest.plain
-        fits = [b for b in _breaks(plain) if cell_len(plain[:b[0]]) <= room and b[0] > 0]
+    cuts = _cuts(line.plain, width, cell_len(indent))
+    return [line[a:b] if i == 0 else Text(indent, style=line.style) + line[a:b] for i, (a, b) in enumerate(cuts)]
+
+
+@lru_cache(maxsize=1024)  # most of a panel's lines are the same from one second to the next
+def _cuts(plain: str, width: int, indent: int) -> tuple[tuple[int, int], ...]:
+    """Where wrap() cuts `plain`: each line's (start, end) in it."""
+    at = [0]  # the cells before each index
+    for ch in plain:
+        at.append(at[-1] + cell_len(ch))
+    breaks = [b for b in _breaks(plain) if b[0] > 0]
+    out: list[tuple[int, int]] = []
+    pos, room = 0, width
+    while at[-1] - at[pos] > room:
+        fits = [b for b in breaks if b[0] > pos and at[b[0]] - at[pos] <= room]
         best = None
         for kind in (0, 1, 2):
             cands = [b for b in fits if b[2] == kind]
-            if cands and (kind == 2 or cell_len(plain[:cands[-1][0]]) * 3 >= room):  # not a stub of a line
+            if cands and (kind == 2 or (at[cands[-1][0]] - at[pos]) * 3 >= room):  # not a stub of a line
                 best = cands[-1]
                 break
         if best is None and fits:
             best = fits[-1]
         if best is None:  # one word wider than the line: cut at the width
-            cut = max(1, _index_at(plain, room))
-            best = (cut, cut, 3)
-        out.append(rest[:best[0]])
-        rest = Text(indent, style=rest.style) + rest[best[1]:]
-        room = width
-        if cell_len(rest.plain) <= len(indent):
-            break
-    if rest.plain.strip():
-        out.append(rest)
-    return out
+            cut = next(i for i in range(pos + 1, len(plain) + 1) if at[i] - at[pos] > room) - 1
+            best = (max(cut, pos + 1), max(cut, pos + 1), 3)
+        out.append((pos, best[0]))
+        pos, room = best[1], width - indent
+    if plain[pos:].strip():
+        out.append((pos, len(plain)))
+    return tuple(out)
 
 
 def _index_at(plain: str, cells: int) -> int:

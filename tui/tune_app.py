@@ -33,7 +33,7 @@ class TuneApp(App[int]):
     #rows-box { width: 3fr; border: round $primary; overflow-x: auto; overflow-y: auto; }
     #rows { padding: 0 1; }
     #front { width: 2fr; }
-    #log { height: 3; border: round $primary; }
+    #log { height: 3; border: round $primary; overflow-x: hidden; scrollbar-size-vertical: 1; }
     """
     TITLE = "inference-top tune"
     BINDINGS = [Binding("p", "pause", "pause / go on"), Binding("s", "skip", "skip the candidate"),
