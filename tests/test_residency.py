@@ -244,3 +244,15 @@ def test_the_brakes_decision_says_the_predicted_and_measured_rates():
     hit = w.check(a, b, 9.0, 2_000_000_000)
     assert hit is not None and hit.undo is not None
     assert hit.rates == "predicted 12.5 tok/s, measured 9.0 tok/s"
+
+
+@linux
+def test_the_header_says_which_memory_gives_out_first():
+    from measure.machine.residency import header_fields
+
+    h = header_fields(mmapped=True, per_request=64 * MiB)
+    assert h["gives_out_first"].split(": ")[-1].startswith("the page cache holding the mmap'ed model")
+    assert h["headroom_bytes"] > 0 and h["headroom_requests"] == h["headroom_bytes"] // (64 * MiB)
+    assert set(h) >= {"cgroup_limit_bytes", "swap_total_bytes", "memory_pressure", "pswpin", "pgmajfault", "storage"}
+    loaded = header_fields(mmapped=False)
+    assert "page cache" not in loaded["gives_out_first"] and loaded["headroom_requests"] is None

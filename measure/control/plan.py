@@ -230,7 +230,17 @@ class RunPlan:
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)",
-            **({"read_bytes_per_token": work.read_bytes(1), "work": work.describe()} if work else {}), **common})
+            **({"read_bytes_per_token": work.read_bytes(1), "work": work.describe()} if work else {}),
+            "residency": self.residency_header(), **common})
+
+    def residency_header(self) -> dict[str, Any]:
+        """The header's residency at the start (machine/residency.header_fields; docs/residency.md)."""
+        from measure.machine.residency import header_fields
+
+        assert self.choice is not None and self.spec is not None
+        # a GGUF's engine (llama.cpp) maps its file unless told not to; mlx loads its safetensors
+        mmapped = declared(self.engine).work_model != "config" and bool(self.spec.options.get("use_mmap", True))
+        return header_fields(mmapped, (self.choice.kv_bytes_per_token(self.ctx) or 0.0) * self.ctx)  # a request's KV
 
     def describe_beta(self) -> str:
         if self.bandwidth_gbps:

@@ -202,3 +202,24 @@ def predictions_text(predictions: ChipPredictions, result: Mapping[str, Any], ch
 
     table = format_predictions(predictions.work, predictions.machine, predictions.rows, prompt, output)
     return "\n".join([table, *plan_lines(predictions.rows, result, chip, context)])
+
+
+def header_fields(mmapped: bool, per_request: float = 0.0) -> dict[str, Any]:
+    """A record header's residency at the start (docs/residency.md): which memory gives out first and the headroom,
+    the cgroup limit, swap, pressure, the machine's major faults and swap-ins so far, and the storage's rates
+    where the probe measured them."""
+    from dataclasses import asdict
+
+    from measure.core.residency import gives_out
+    from measure.machine import storage
+    from measure.machine.ceilings import machine_key
+
+    lim = limits("self", mmapped)
+    s = sys_memory()
+    out = gives_out(lim, 0, per_request)
+    rates = storage.cached(machine_key())
+    return {"gives_out_first": out.memory, "headroom_bytes": out.headroom, "headroom_requests": out.units,
+            "limit": out.limit, "cgroup_limit_bytes": lim.cgroup_limit, "swap_total_bytes": lim.swap_total,
+            "swap_free_bytes": lim.swap_free, "weights_mmapped": mmapped, "memory_pressure": s.pressure,
+            "memory_pressure_source": s.pressure_source, "pswpin": s.pswpin, "pgmajfault": s.pgmajfault,
+            "storage": asdict(rates) if rates else None}
