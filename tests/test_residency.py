@@ -256,3 +256,20 @@ def test_the_header_says_which_memory_gives_out_first():
     assert set(h) >= {"cgroup_limit_bytes", "swap_total_bytes", "memory_pressure", "pswpin", "pgmajfault", "storage"}
     loaded = header_fields(mmapped=False)
     assert "page cache" not in loaded["gives_out_first"] and loaded["headroom_requests"] is None
+
+
+def test_report_draws_residency_against_throughput(tmp_path):
+    pytest.importorskip("matplotlib")
+    from measure.control.bench.report import render
+    from measure.control.bench.runs import Run
+    from measure.core.lines import RunHeader
+
+    cells = [{"k": 1, "b": b, "status": "ok", "output_throughput": tps, "weights_resident_share": share,
+              "major_faults_per_token": faults, "swap_in_mbps": swap}
+             for b, tps, share, faults, swap in ((1, 27.0, 1.0, 0.0, 0.0), (2, 3.9, 0.78, 290.0, 9.3))]
+    files = render([Run("pastwall", RunHeader.of({"kind": "header", "engine": "llama"}), cells)], tmp_path)
+    assert tmp_path / "residency_vs_throughput.png" in files
+    assert (tmp_path / "residency_vs_throughput.png").stat().st_size > 1000
+    bare = [{"k": 1, "b": 1, "status": "ok", "output_throughput": 27.0}]
+    assert tmp_path / "x" / "residency_vs_throughput.png" not in render(
+        [Run("no residency", RunHeader.of({"kind": "header", "engine": "llama"}), bare)], tmp_path / "x")

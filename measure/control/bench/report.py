@@ -363,6 +363,26 @@ def _memory_chart(plt: ModuleType, runs: list[Run]) -> Figure:
     return fig
 
 
+def _residency_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
+    """tok/s against the share of the weights in memory, each cell labelled with its major faults a token and its
+    swap-in MB/s (docs/residency.md): past the wall the points fall with the share."""
+    if not any(c.machine.weights_resident_share is not None for run in runs for c in run.cells):
+        return None
+    fig, axes = _axes(plt, runs, "Residency against tok/s: past the wall the weights leave memory and tok/s falls",
+                      "aggregate tok/s", "weights resident in memory (%)")
+    for ax, run in zip(axes, runs):
+        cs = [c for c in _ok(run.cells) if c.machine.weights_resident_share is not None]
+        xs = [100 * (c.machine.weights_resident_share or 0.0) for c in cs]
+        ax.plot(xs, [_throughput(c) for c in cs], "o", label=run.name)
+        for x, c in zip(xs, cs):
+            m = c.machine
+            ax.annotate(f"K{c.k}B{c.b} {fmt(m.major_faults_per_token, '.0f')} flt/tok {fmt(m.swap_in_mbps)} MB/s in",
+                        (x, _throughput(c)), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        ax.set_xlim(0, 105)
+        ax.legend(fontsize=7)
+    return fig
+
+
 def _timeline_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
     """Recorded sessions: tok/s, TPOT and memory over time, a column per recording, its markers drawn."""
     timed = [r for r in runs if r.samples]
@@ -415,6 +435,7 @@ CHARTS: list[tuple[str, Callable[[ModuleType, list[Run]], Figure | None]]] = [
     ("cost_vs_concurrency.png", _cost_chart),
     ("ttft_by_turn.png", _turns_chart),
     ("memory_per_cell.png", _memory_chart),
+    ("residency_vs_throughput.png", _residency_chart),
     ("timeline.png", _timeline_chart),
 ]
 
