@@ -273,3 +273,43 @@ def test_report_draws_residency_against_throughput(tmp_path):
     bare = [{"k": 1, "b": 1, "status": "ok", "output_throughput": 27.0}]
     assert tmp_path / "x" / "residency_vs_throughput.png" not in render(
         [Run("no residency", RunHeader.of({"kind": "header", "engine": "llama"}), bare)], tmp_path / "x")
+
+
+def test_a_sweep_skips_a_level_predicted_past_its_budget_and_a_refusal_says_its_rate(tmp_path, monkeypatch):
+    """The null engine's fleet under a memory budget below every level: with this machine's storage rates cached,
+    each level is predicted by the residency roofline; a cell timeout shorter than its predicted time skips it with
+    the prediction in its cell and the table's SKIPPED line; a longer one leaves it to admission, which refuses it
+    and says what it would have run at."""
+    import presets
+    from measure.control.bench.sweep import SweepConfig, format_table, run_sweep
+    from measure.core import work as W
+    from measure.core.records import RunMeta
+    from measure.core.roofline import Machine, Roofline
+    from measure.machine import storage
+    from measure.machine.ceilings import machine_key
+    from measure.sources.fleet import Fleet
+    from engines.base import EngineSpec
+
+    monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
+    storage.save(machine_key(), RATES)
+    work = W.from_preset(presets.model("gemma-3-270m-q4_k_m"))
+    roof = Roofline(work, Machine("test", 10.0, "test"), 10.0)
+    fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.02}),
+                  RunMeta("null", "null", 300 * MiB, simulated=True), k=1, threads=1, events=False)
+    fleet.start()
+    try:
+        cfg = SweepConfig(ks=[1], mode="batch", bs=[1, 2], max_tokens=8, requests=4, cell_timeout_s=2.0, max_b=4,
+                          memory_budget=250 * MiB, roofline=roof, kv_bytes_per_token=1024.0)
+        cells, _, _ = run_sweep(fleet, presets.workload("default"), cfg, lambda m: None)
+        assert [c.status for c in cells] == ["skipped", "skipped"]
+        assert cells[0].reason.startswith("predicted ") and "past the memory wall" in cells[0].reason
+        assert "over the level's budget of 2 s; skipped" in cells[0].reason and "working set" in cells[0].reason
+        assert cells[1].reason.startswith("after K=1 B=1 skipped past the memory wall")
+        table = format_table(cells)
+        assert "SKIPPED K=1 B=1: predicted" in table
+        cfg = SweepConfig(ks=[1], mode="batch", bs=[1], max_tokens=8, requests=4, cell_timeout_s=600.0, max_b=4,
+                          memory_budget=250 * MiB, roofline=roof, kv_bytes_per_token=1024.0)
+        refused, _, _ = run_sweep(fleet, presets.workload("default"), cfg, lambda m: None)
+        assert refused[0].status == "refused" and "past the wall it would run at" in refused[0].reason
+    finally:
+        fleet.close()
