@@ -352,7 +352,7 @@ def machine_for(chip_key: str, fold: dict[str, Any]) -> Any:
     chips, moe = fold["chips"], fold["moe"]
     m = Machine.from_chip(dataclasses.replace(c, effective_bandwidth_gbps=None, step_overhead_ms=None,
                                               batch_step_ms=None, seq_step_ms=None, moe_layer_ms=None,
-                                              moe_batch_layer_ms=None, prefill_tflops=None))
+                                              moe_batch_layer_ms=None, prefill_tflops=None), peers=())
     f = chips.get(chip_key)
     if f is not None:
         gbps, over = f["effective_bandwidth_gbps"], f["step_overhead_ms"]

@@ -397,3 +397,39 @@ def test_physics_reports_every_source_left_out() -> None:
     assert set(loso["sources"]) == {p["source"] for p in points}
     assert loso["pooled"]["points"] == len(points)  # no point dropped
     assert sum(v["points"] for v in loso["sources"].values()) == len(points)
+
+
+def test_a_chip_nobody_measured_gets_its_backends_range_never_one_number() -> None:
+    """Issue 55 item 3. Two Metal chips fitted at 80 % and 90 % of spec with 4 and 6 ms a step, prompt rates of
+    0.02 and 0.03 TFLOP/s per GB/s: a third Metal chip of 400 GB/s nobody measured is priced at the medians
+    (85 %: 340 GB/s, 5 ms, 0.025 × 400 = 10 TFLOP/s) and every prediction carries the range from the slowest figures
+    (80 %, 6 ms) to the fastest (90 %, 4 ms), which holds the median one; a CUDA chip's figures never enter."""
+    import dataclasses
+
+    from measure.core.roofline import Family, Lengths, Machine, predict, predict_range
+    from presets import Chip
+
+    a = Chip("apple-a", "A", 100.0, backend="metal", effective_bandwidth_gbps=80.0, step_overhead_ms=4.0,
+             prefill_tflops=2.0)
+    b = Chip("apple-b", "B", 200.0, backend="metal", effective_bandwidth_gbps=180.0, step_overhead_ms=6.0,
+             prefill_tflops=6.0)
+    cuda = Chip("nvidia-x", "X", 1000.0, backend="cuda", effective_bandwidth_gbps=500.0, step_overhead_ms=1.0)
+    new = Chip("apple-new", "New", 400.0, backend="metal")
+    fam = Family.of(new, [a, b, cuda])
+    assert fam is not None and fam.chips == ("apple-a", "apple-b")
+    assert fam.efficiency == pytest.approx((0.8, 0.85, 0.9)) and fam.overhead_ms == pytest.approx((4.0, 5.0, 6.0))
+    m = Machine.from_chip(new, peers=[a, b, cuda])
+    assert m.family == fam and m.bandwidth_gbps == pytest.approx(340.0) and m.step_overhead_s == pytest.approx(0.005)
+    assert m.prefill_flops == pytest.approx(10e12) and m.kernels is not None
+    assert "estimate" in m.bandwidth_source and any("an estimate from the 2 metal chips" in n for n in m.notes)
+    w = _moe()
+    for b_ in (1, 4, 16):
+        mid = predict(w, m, "batch", 1, b_, at=Lengths(16, 32))
+        slow, fast = predict_range(w, m, "batch", 1, b_, at=Lengths(16, 32))
+        assert slow.per_stream_tps < mid.per_stream_tps < fast.per_stream_tps
+    one = predict_range(w, m, "batch", 1, 1, at=Lengths(16, 32, 0))[0]  # by hand at B = 1, no KV: 6 ms + bytes at 320
+    assert one.tpot_s == pytest.approx(0.006 + w.bytes_per_step([0]) / 320e9)
+    # a measured chip has no range; with no fitted chip of its backend, the old assumed efficiency (said)
+    assert predict_range(w, Machine.from_chip(a), "batch") is None
+    lone = Machine.from_chip(dataclasses.replace(new, backend="vulkan"), peers=[a, b, cuda])
+    assert lone.family is None and lone.bandwidth_gbps == pytest.approx(320.0)

@@ -27,7 +27,7 @@ from measure.core.guard import footprint
 from measure.core.readings import Ceilings
 from measure.core.records import is_remote
 from measure.core.work import WorkModel
-from presets import Chip, Kernels, kernels
+from presets import Chip, Kernels, chips, kernels
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -71,6 +71,50 @@ def name_wall(bw_share: float, cores_busy: float = 0.0, cores: int = 0, threads:
 
 
 @dataclass(frozen=True)
+class Family:
+    """What the chips of one llama.cpp backend fitted on published rows say of a chip nobody measured: their
+    effective bandwidth ÷ spec and their step overhead, each (lowest, median, highest), a routing layer's cost, and
+    their prefill FLOP/s per GB/s of spec bandwidth (issue 55: a range, never one number that looks measured)."""
+
+    backend: str
+    chips: tuple[str, ...]
+    efficiency: tuple[float, float, float]
+    overhead_ms: tuple[float, float, float]
+    moe_layer_ms: float | None
+    prefill_per_gbps: float | None
+
+    @classmethod
+    def of(cls, chip: Chip, peers: Sequence[Chip]) -> Family | None:
+        """The family of `chip`'s backend among `peers` (those with fitted figures), None where it has none."""
+        import statistics
+
+        fitted = [c for c in peers if c.backend == chip.backend and c.key != chip.key and c.bandwidth_gbps
+                  and c.effective_bandwidth_gbps and c.step_overhead_ms is not None]
+        if not chip.backend or not fitted:
+            return None
+        effs = sorted(float(c.effective_bandwidth_gbps or 0.0) / float(c.bandwidth_gbps or 1.0) for c in fitted)
+        overs = sorted(float(c.step_overhead_ms or 0.0) for c in fitted)
+        moe = [float(c.moe_layer_ms) for c in fitted if c.moe_layer_ms]
+        pre = [float(c.prefill_tflops) / float(c.bandwidth_gbps or 1.0) for c in fitted if c.prefill_tflops]
+        return cls(chip.backend, tuple(c.key for c in fitted), (effs[0], statistics.median(effs), effs[-1]),
+                   (overs[0], statistics.median(overs), overs[-1]), statistics.median(moe) if moe else None,
+                   statistics.median(pre) if pre else None)
+
+    def estimate(self, chip: Chip) -> Chip:
+        """`chip` with the family's median figures where it has none of its own, said in its effective_source."""
+        import dataclasses
+
+        eff, over = self.efficiency[1], self.overhead_ms[1]
+        spec = float(chip.bandwidth_gbps or 0.0)
+        return dataclasses.replace(
+            chip, effective_bandwidth_gbps=spec * eff, step_overhead_ms=over, moe_layer_ms=self.moe_layer_ms,
+            prefill_tflops=chip.prefill_tflops or (self.prefill_per_gbps * spec if self.prefill_per_gbps else None),
+            effective_source=f"no measurement of this chip: an estimate from the {len(self.chips)} {self.backend} chips "
+                             f"fitted (efficiency {self.efficiency[0]:.0%}–{self.efficiency[2]:.0%} of spec, median "
+                             f"{eff:.0%}; {self.overhead_ms[0]:g}–{self.overhead_ms[2]:g} ms a step, median {over:g})")
+
+
+@dataclass(frozen=True)
 class Machine:
     name: str
     bandwidth_gbps: float  # what a decode step can get (attainable, or spec × efficiency)
@@ -102,6 +146,7 @@ class Machine:
     # tiled kernels attain (prefill FLOP/s, from the chip's published prompt rates); None: a step costs its bytes
     kernels: Kernels | None = None
     prefill_flops: float | None = None
+    family: Family | None = None  # a chip nobody measured: its backend's figures, whose spread is the range shown
 
     def speedup(self, threads: int) -> float:
         if not self.thread_speedup:
@@ -168,18 +213,29 @@ class Machine:
 
     @classmethod
     def from_chip(cls, chip: Chip, bw_efficiency: float | None = None,
-                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY) -> Machine:
+                  flop_efficiency: float = ASSUMED_FLOP_EFFICIENCY, peers: Sequence[Chip] | None = None) -> Machine:
         """A chip from presets: its effective bandwidth and per-step cost where published measurements give them
-        (chips.toml's effective_* figures, each with its source), else spec bandwidth × the assumed efficiency and
-        no step cost, said to be an estimate; FLOP/s × the assumed efficiency (all said in `notes`).
+        (chips.toml's effective_* figures, each with its source); a chip nobody measured takes the median figures
+        of its backend's fitted chips among `peers` (default: every preset), their spread kept as `family` (the
+        range shown beside each prediction: predict_range); else spec bandwidth × the assumed efficiency and no step
+        cost, said to be an estimate; FLOP/s × the assumed efficiency (all said in `notes`).
         `bw_efficiency` given: spec × it, whatever was measured."""
         if not chip.bandwidth_gbps:
             raise ValueError(f"chip {chip.name} has no verified bandwidth in presets")
+        family = None
+        if not chip.effective_bandwidth_gbps and bw_efficiency is None:
+            family = Family.of(chip, list(chips().values()) if peers is None else peers)
+            if family is not None:
+                import dataclasses
+
+                return dataclasses.replace(cls.from_chip(family.estimate(chip), None, flop_efficiency, ()),
+                                           bandwidth_source=f"estimate ({family.backend} family)", family=family)
         eff, overhead_ms = chip.effective_bandwidth_gbps, float(chip.step_overhead_ms or 0.0)
         if eff and bw_efficiency is None:
             src = chip.effective_source or "published measurements"
             notes = [f"bandwidth {eff:g} GB/s effective ({eff / chip.bandwidth_gbps:.0%} of {chip.bandwidth_gbps:g} "
-                     f"spec) and {overhead_ms:g} ms a step, fitted to {src}"]
+                     f"spec) and {overhead_ms:g} ms a step, "
+                     + (src if src.startswith("no measurement") else f"fitted to {src}")]
             gbps, source = float(eff), "effective (published)"
         else:
             bw_efficiency = ASSUMED_BW_EFFICIENCY if bw_efficiency is None else bw_efficiency
@@ -235,6 +291,7 @@ class Prediction:
     cores_busy: float = 0.0  # K × threads decoding, at most the cores
     spill_bytes: float = 0.0  # footprint over the memory budget, read back from swap every step
     regime: str = ""  # the matmul kernels a GPU backend runs at this B (kernel_time): vector, small-batch, tiled
+    context: int = 0  # the KV tokens each sequence read a step
 
     @property
     def oversubscribed(self) -> bool:
@@ -384,7 +441,20 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     agg = streams * output_tokens / per_request
     moved = k * moved_step / t_step
     return Prediction(mode, k, b_eff, thr, tpot, ttft, agg, 1.0 / tpot, moved, binding,
-                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill, regime)
+                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill, regime, ctx)
+
+
+def predict_range(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
+                  at: Lengths = Lengths()) -> tuple[Prediction, Prediction] | None:
+    """A chip nobody measured (m.family): the level predicted at the family's slowest figures (its lowest
+    efficiency, its highest step overhead) and at its fastest; None for a measured machine."""
+    f = m.family
+    if f is None:
+        return None
+    spec = m.bandwidth_gbps / f.efficiency[1]
+    slow = replace(m, bandwidth_gbps=spec * f.efficiency[0], step_overhead_s=f.overhead_ms[2] / 1e3)
+    fast = replace(m, bandwidth_gbps=spec * f.efficiency[2], step_overhead_s=f.overhead_ms[0] / 1e3)
+    return predict(work, slow, mode, k, b, threads, at), predict(work, fast, mode, k, b, threads, at)
 
 
 @dataclass(frozen=True)
@@ -484,10 +554,19 @@ def format_predictions(work: WorkModel, m: Machine, rows: Sequence[Prediction], 
         lines.append(f"{p.mode:<9} {p.k:>2} {p.b:>3} {p.tpot_s * 1e3:>7.1f}ms {p.per_stream_tps:>10.1f} "
                      f"{p.aggregate_tps:>10.1f} {p.ttft_s * 1e3:>7.0f}ms "
                      f"{p.bytes_per_s / 1e9:>7.0f}GB/s  "
-                     f"{p.wall()}" + (f" · {p.regime}" if p.regime not in ("", "vector") else ""))
+                     f"{p.wall()}" + (f" · {p.regime}" if p.regime not in ("", "vector") else "")
+                     + _range_text(work, m, p, prompt_tokens, output_tokens))
     lines.append("K×tok/s×W: the bytes all engines read a second (weights actually read, experts routed to, KV); it "
                  "pins near the bandwidth once one stream saturates it (seed 000).")
     return "\n".join(lines)
+
+
+def _range_text(work: WorkModel, m: Machine, p: Prediction, prompt_tokens: int, output_tokens: int) -> str:
+    """' · range 31.2–41.0 tok/s/user (metal family)' for a chip nobody measured, else ''."""
+    r = predict_range(work, m, p.mode, p.k, p.b, p.threads, Lengths(prompt_tokens, output_tokens, p.context))
+    if r is None or m.family is None:
+        return ""
+    return f" · range {r[0].per_stream_tps:.1f}–{r[1].per_stream_tps:.1f} tok/s/user ({m.family.backend} family)"
 
 
 @dataclass(frozen=True)
