@@ -313,3 +313,19 @@ def test_a_sweep_skips_a_level_predicted_past_its_budget_and_a_refusal_says_its_
         assert refused[0].status == "refused" and "past the wall it would run at" in refused[0].reason
     finally:
         fleet.close()
+
+
+def test_the_numbers_panel_shows_the_collapse_predicted_and_which_memory_gives_out():
+    from dataclasses import replace
+
+    from tests.test_panels import SNAP, VIEW
+    from tui.panels import render_numbers
+
+    past = "K=1 B=8: working set 1.2 GiB > room 0.9 GiB: predicted 2.1 tok/s (storage-bound: …)"
+    n = replace(SNAP.numbers, residency="residency: weights 62% in memory (mmap) · 290 major faults/token",
+                gives_out="the page cache holding the mmap'ed model (…) in 0.1 GiB = 2 requests (cgroup v1 …)",
+                past_wall=past)
+    text = render_numbers(replace(SNAP, numbers=n), VIEW).plain
+    assert f"past the wall: {past}" in text and "gives out first: the page cache holding" in text
+    assert "290 major faults/token" in text
+    assert "past the wall" not in render_numbers(SNAP, VIEW).plain
