@@ -1,6 +1,5 @@
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -153,10 +152,7 @@ def descendants(pid: int | None = None) -> list[psutil.Process]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from engines.null_server import free_port  # noqa: E402 - one free_port for the tree (issue 60 item 3)
 
 
 def wait_answering(url: str, timeout_s: float = 60, proc: subprocess.Popen | None = None) -> bool:

@@ -1,7 +1,6 @@
 """The null engine and the null server: a fixed schedule with no model, the harness's calibration."""
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -15,15 +14,9 @@ from engines.registry import make_engine
 from engines.http_lean import LeanSession
 from engines.http_openai import endpoint_body, new_session, stream_one
 from engines.null import NullEngine
-from engines.null_server import Behaviour, NullServer
+from engines.null_server import Behaviour, NullServer, free_port
 
 MS = 1_000_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(gen):
@@ -249,7 +242,7 @@ def test_64_concurrent_streams_through_the_http_source():
     from measure.sources.http import HttpSource
     import presets
 
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "engines.null_server", "--port", str(port), "--ttft-ms", "20",
                              "--itl-ms", "20", "--usage", "continuous"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

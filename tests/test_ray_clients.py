@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engines.null_server import free_port
 from measure.core.lines import EventLine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -29,17 +29,11 @@ RATE = 40.0
 REQUESTS = 40
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """A head (2 CPUs) and a second node (1 CPU, resource node2) on this machine; the test process the driver."""
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'inference-top[cluster]'")
-    port = _free_port()
+    port = free_port()
     try:
         address = R.start_local_cluster(port, head_cpus=2)
         import logging
@@ -322,9 +316,9 @@ def test_without_ray_it_says_what_to_install(tmp_path):
 def test_a_cluster_nobody_answers_at_is_one_line_not_a_hang(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed: pip install 'inference-top[cluster]'")
     t0 = time.monotonic()
-    p = run_cli(BENCH + ["--ray", f"127.0.0.1:{_free_port()}", "--rate", "5", "--out", str(tmp_path / "o")])
+    p = run_cli(BENCH + ["--ray", f"127.0.0.1:{free_port()}", "--rate", "5", "--out", str(tmp_path / "o")])
     one_line_error(p, "nothing answers at")
-    one_line_error(run_cli(DASH + ["--ray", f"127.0.0.1:{_free_port()}"]), "nothing answers at")  # the dashboard
+    one_line_error(run_cli(DASH + ["--ray", f"127.0.0.1:{free_port()}"]), "nothing answers at")  # the dashboard
     assert time.monotonic() - t0 < 30
 
 

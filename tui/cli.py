@@ -688,7 +688,9 @@ def server_vs_engine_main(argv: list[str]) -> int:
     proc, url = None, a.url
     try:
         if a.serve:
-            port = _free_port()
+            from engines.null_server import free_port
+
+            port = free_port()
             cmd = SVE.server_command(a.serve, str(model.path), port, max(a.b), a.ctx, threads,
                                      _llama_server_bin() if a.serve == "llama-server" else None)
             print(f"server-vs-engine: starting {' '.join(cmd)}", flush=True)
@@ -727,14 +729,6 @@ def _server_vs_engine_end(SVE, out: Path, meta: dict) -> int:
     print(f"cells: {out}/engine and {out}/server (inference-top report {out}/engine {out}/server)")
     print(json.dumps(res), flush=True)
     return 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def main(argv: list[str] | None = None) -> int:
