@@ -7,6 +7,7 @@ disk, and the one-line errors."""
 import json
 import math
 import random
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,9 @@ def test_the_interval_narrows_and_every_look_is_printed():
         return 100.0 * (1 + 4 * rng.choice(RESIDUALS))
 
     out = run_rounds(run_one, TOKS, 10 * 4.0, Sequential(), lines.append, clock=lambda: clock[0])
-    assert len(lines) == 10 and "the interval from round 3" in lines[0] and "interval" in lines[2]
+    plan = [x for x in lines if x.startswith("noise of the first 3 rounds")]  # said once, after round 3
+    lines = [x for x in lines if x.startswith("round ")]
+    assert len(lines) == 10 and "the interval from round 3" in lines[0] and "interval" in lines[2] and len(plan) == 1
     halves = [float(x.split("(±")[1].split("%")[0]) for x in lines[2:]]
     assert halves[-1] < halves[0]  # it narrows
     assert out.state == "budget" and out.sentence.startswith("no difference above")
@@ -168,3 +171,123 @@ def test_cli_bad_input_is_one_line(argv, says):
     p = cli(*argv, timeout=120)
     assert p.returncode == 2, p.stdout + p.stderr
     assert says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+# ---- issue 58: the noise of a real engine, errors, and the rounds measured before a failure -------------------
+LAG1 = sum(a * b for a, b in zip(RESIDUALS, RESIDUALS[1:])) / sum(a * a for a in RESIDUALS)  # measured: ≈ −0.41
+
+
+def ar1(sd: float, seed: int, rho: float = LAG1):
+    """Per-run deviations with this SD and lag-1 correlation (an AR(1) series, run after run)."""
+    rng, prev = random.Random(seed), [0.0]
+
+    def draw():
+        prev[0] = rho * prev[0] + math.sqrt(1 - rho * rho) * rng.gauss(0.0, sd)
+        return prev[0]
+
+    return draw
+
+
+def simulate_noise(rel, seed, sd, rounds, lines=None):
+    clock, noise = [0.0], ar1(sd, seed)
+
+    def run_one(side, i):
+        clock[0] += 1.0
+        return 100.0 * (1 + rel if side == "B" else 1.0) * math.exp(noise())
+
+    return run_rounds(run_one, TOKS, rounds * 4.0, Sequential(), (lines.append if lines is not None else
+                                                                   lambda m: None), clock=lambda: clock[0])
+
+
+def test_the_noise_draws_have_the_measured_lag1_correlation():
+    draw = ar1(0.10, 0)
+    xs = [draw() for _ in range(20000)]
+    assert statistics.stdev(xs) == pytest.approx(0.10, rel=0.05)
+    r = sum(a * b for a, b in zip(xs, xs[1:])) / sum(a * a for a in xs)
+    assert LAG1 < -0.2 and r == pytest.approx(LAG1, abs=0.03)
+
+
+@pytest.mark.parametrize("sd, rounds", [(0.02, 12), (0.10, 30), (0.15, 40)])
+def test_the_detectable_difference_is_found_80_percent_of_the_time(sd, rounds):
+    """At 2, 10 and 15 % run-to-run noise (AR(1), the measured lag-1 correlation): the difference `detectable`
+    names for the budget's rounds, from the rounds' true SD (measured here over A/A rounds) at the last look's
+    level, is found in ≥ 14 of 20 (80 % nominal), and an A/A comparison finds a difference in ≤ 1 of 20."""
+    from measure.control.bench.compare import detectable, look_alpha, look_at
+
+    aa = [simulate_noise(0.0, 100 + s, sd, rounds) for s in range(20)]
+    assert sum(o.state == "difference" for o in aa) <= 1
+    ds = [math.log(statistics.fmean(r["value"] for r in o.runs[4 * k:4 * k + 4] if r["side"] == "B")
+                   / statistics.fmean(r["value"] for r in o.runs[4 * k:4 * k + 4] if r["side"] == "A"))
+          for o in aa for k in range(len(o.runs) // 4)]
+    mde = detectable(statistics.stdev(ds), rounds, look_alpha(look_at(rounds)))
+    found = sum(simulate_noise(-mde, s, sd, rounds).state == "difference" for s in range(20))
+    assert found >= 14, (found, mde)
+
+
+def test_at_10_percent_noise_it_says_what_it_can_detect_and_how_many_rounds_it_took():
+    lines = []
+    out = simulate_noise(-0.05, 3, 0.10, 30, lines)
+    plan = next(x for x in lines if x.startswith("noise of the first 3 rounds"))
+    assert "the budget holds ≈ 30 rounds" in plan and "at 80% power" in plan, plan
+    d = out.to_dict()
+    assert d["rounds"] == len(out.runs) // 4 and d["detectable"] > 0.05 and d["ended"] in ("decided",
+                                                                                           "the budget ended")
+    assert ("decided after" in out.sentence) or ("the budget ended after 30 rounds" in out.sentence), out.sentence
+    if out.state != "difference":
+        assert f"±{d['detectable']:.1%} is found 80% of the time" in out.sentence, out.sentence
+
+
+def test_a_side_failing_a_quarter_of_its_requests_gets_no_latency_verdict():
+    """B answers a quarter of its requests with an immediate error: its TTFT p99 (over the requests it answered)
+    reads 75 % lower. The progress lines and the outcome count every error, and no 'faster' verdict is said."""
+    from measure.control.bench.compare import RunFigure
+
+    lines, clock, noise = [], [0.0], ar1(0.02, 1)
+    ttft = METRICS["ttft-p99"]
+
+    def run_one(side, i):
+        clock[0] += 1.0
+        if side == "B":
+            return RunFigure(100.0 * math.exp(noise()), errors=4, requests=16)
+        return RunFigure(400.0 * math.exp(noise()), errors=0, requests=16)
+
+    out = run_rounds(run_one, ttft, 40.0, Sequential(), lines.append, clock=lambda: clock[0])
+    assert "errors A 0 of 32, B 8 of 32" in lines[0], lines[0]
+    assert out.state == "errors" and "faster" not in out.sentence and "no verdict on TTFT p99" in out.sentence
+    d = out.to_dict()
+    assert d["errors"] == {"A": 0, "B": 4 * 2 * d["rounds"]} and d["requests"]["B"] == 16 * 2 * d["rounds"]
+    assert all("errors" in r for r in d["runs"])
+    # on throughput the lead is kept, and its errors named beside it
+    out = run_rounds(lambda s, i: (clock.__setitem__(0, clock[0] + 1) or RunFigure(
+        120.0 if s == "B" else 100.0, errors=4 if s == "B" else 0, requests=16)), TOKS, 40.0, Sequential(),
+        lambda m: None, clock=lambda: clock[0])
+    assert out.state == "difference" and "B failed" in out.sentence and "faster" in out.sentence
+
+
+def test_the_rounds_measured_before_a_failure_are_kept():
+    from measure.control.bench.compare import failed_outcome
+
+    clock, seq = [0.0], Sequential()
+
+    def run_one(side, i):
+        clock[0] += 1.0
+        if side == "B" and i == 5:
+            raise CompareError("B's run 6 gave no tok/s")
+        return 100.0
+
+    with pytest.raises(CompareError):
+        run_rounds(run_one, TOKS, 1000.0, seq, lambda m: None, clock=lambda: clock[0])
+    o = failed_outcome(seq, TOKS, "B's run 6 gave no tok/s").to_dict()
+    assert o["state"] == "failed" and o["rounds"] == 3 and len(o["runs"]) == 10 and "after 2 complete" in o["sentence"]
+    assert json.loads(json.dumps(failed_outcome(Sequential(), TOKS, "x").to_dict()))["means"] == [None, None]
+
+
+def test_cli_writes_compare_json_when_a_side_fails(tmp_path):
+    """B's server does not answer: exit 1, one line, and compare.json says failed (with the rounds so far: none)."""
+    out = tmp_path / "c"
+    p = cli("--max-tokens", "8", "--requests", "4", "--budget", "30", "--out", str(out),
+            "-A", "--engine null", "-B", "--engine http --url http://127.0.0.1:9/v1 --tokenizer none", timeout=180)
+    assert p.returncode == 1, p.stdout[-2000:] + p.stderr[-2000:]
+    assert len(p.stderr.strip().splitlines()) == 1 and "compare.json" in p.stderr, p.stderr
+    res = json.loads((out / "compare.json").read_text())
+    assert res["state"] == "failed" and res["rounds"] == 0

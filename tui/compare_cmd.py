@@ -193,7 +193,8 @@ class Loop(NamedTuple):
 
 
 def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str]) -> int:
-    from measure.control.bench.compare import CompareError, LiveSides, Sequential, run_rounds, write_result
+    from measure.control.bench.compare import (CompareError, LiveSides, Sequential, failed_outcome, run_rounds,
+                                               write_result)
     from measure.sources.base import SourceError
     from tui.options import shown_argv, sigterm_to_exit
 
@@ -208,6 +209,12 @@ def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str])
     sigterm_to_exit()
     seq = Sequential(precision=precision, min_rounds=min_rounds)
     sides = None
+    head = {"command": "compare", "argv": argv, "metric": m.name, "users": users, "requests": requests,
+            "budget_s": budget, "precision": precision, "a": a.options, "b": b.options}
+
+    def keep(why: str) -> str:  # the rounds measured before a failure: written, not lost
+        write_result(out, {**head, **failed_outcome(seq, m, why).to_dict()})
+        return f"; the {len(seq.rounds)} round(s) measured are in {out}/compare.json"
     try:
         sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": shown_argv(["compare", *argv])})
         t0 = time.monotonic()
@@ -215,18 +222,16 @@ def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str])
             say(line)
         res = run_rounds(sides.run_one, m, budget - (time.monotonic() - t0), seq, say)
     except (CompareError, SourceError, TimeoutError) as exc:
-        fail(f"{exc} (records so far in {out})", EXIT_FAILED)
+        fail(f"{exc} (records so far in {out}{keep(str(exc))})", EXIT_FAILED)
     except KeyboardInterrupt:
-        fail(f"interrupted (Ctrl-C) after {len(seq.rounds)} round(s); records so far in {out}", 130)
+        fail(f"interrupted (Ctrl-C) after {len(seq.rounds)} round(s); records so far in {out}{keep('interrupted')}", 130)
     finally:
         if sides is not None:
             sides.close()
     say(res.sentence)
     for n in res.notes:
         say(f"  note: {n}")
-    write_result(out, {"command": "compare", "argv": argv, "metric": m.name, "users": users, "requests": requests,
-                       "budget_s": budget, "precision": precision, "a": a.options, "b": b.options,
-                       **res.to_dict()})
+    write_result(out, {**head, **res.to_dict()})
     return 0
 
 

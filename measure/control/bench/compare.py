@@ -16,8 +16,21 @@ difference above the interval's far end ("this machine's noise"); each says the 
 could detect (the interval's half-width). Two bench outputs on disk compare from their records: their reps are
 not interleaved, so the interval is Welch's on the reps' logs, one look at 95 %, and it says so.
 
+Before it goes on past the first look, it says what the budget can tell (`plan_line`, issue 58): the rounds'
+noise so far (the SD of d), the rounds the budget holds at their pace, and the smallest difference those rounds
+detect at 80 % power (`detectable`: (t at the last look's level + t at 80 %) × SD ÷ √rounds). A verdict of no
+difference names that detectable difference, not the interval's half-width (a difference as large as the
+half-width is found half the time). Every verdict says how many rounds it took and whether the interval decided
+or the budget ended.
+
+Failed requests count (issue 58): each run's errors are in its progress line, in compare.json and in the
+verdict; a side that failed a larger share of its requests gets no latency verdict (its TPOT and TTFT are over
+the requests it answered: an immediate error makes a side "faster"), and a throughput verdict it wins says so.
+A side whose run fails ends the command with the rounds measured so far written (state `failed`).
+
 The statistics are a pure function of the per-run figures (`Sequential`, `welch`), tested with simulated figures
-drawn from the null engine's measured run-to-run noise; `run_live` drives two load sources.
+drawn from the null engine's measured run-to-run noise and at 2, 10 and 15 % noise with its lag-1 correlation;
+`LiveSides` drives two load sources.
 """
 from __future__ import annotations
 
@@ -29,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from engines.null import NULL
 from measure.core import metrics as M
@@ -41,6 +54,7 @@ if TYPE_CHECKING:
 
 ALPHA = 0.05
 MIN_ROUNDS = 3  # rounds (of four runs) before the first look: two degrees of freedom at least
+POWER = 0.8  # the detectable difference is the one found this often
 LOOK_STEP = 1.25  # each look a quarter more rounds than the one before
 
 
@@ -194,6 +208,33 @@ def welch(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA) -> Inter
     return Interval(math.expm1(d), math.expm1(d - h), math.expm1(d + h), 1 - alpha, min(len(a), len(b)))
 
 
+def detectable(sd: float, rounds: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest relative difference `rounds` paired rounds whose d have this SD find at `power` (two-sided
+    at `alpha`): (t₁₋α/₂ + t_power) × SD ÷ √rounds, as a ratio − 1. inf below two rounds."""
+    if rounds < 2:
+        return math.inf
+    df = rounds - 1
+    return math.expm1((t_quantile(alpha, df) + t_quantile(2 * (1 - power), df)) * sd / math.sqrt(rounds))
+
+
+def look_at(rounds: int, min_rounds: int = MIN_ROUNDS) -> int:
+    """Which look (1-based) falls at or next after `rounds` rounds (Sequential.looks' schedule)."""
+    return len(Sequential(min_rounds=min_rounds).looks(rounds - 1)) + 1
+
+
+def plan_line(seq: Sequential, each_s: float, left_s: float) -> str:
+    """What the budget can tell, from the rounds so far: their noise, the rounds it holds at their pace and the
+    smallest difference those detect at 80 % power (at that look's level)."""
+    ds = seq.ds
+    sd = statistics.stdev(ds) if len(ds) > 1 else 0.0
+    now = len(ds)
+    total = max(now, now + int(left_s // each_s) if each_s > 0 else now)
+    at = detectable(sd, total, look_alpha(look_at(total, seq.min_rounds), seq.alpha))
+    return (f"noise of the first {now} rounds: B ÷ A moves {math.expm1(sd):.1%} a round (SD); at ≈ {each_s:.0f} s "
+            f"a round the budget holds ≈ {total} rounds: the smallest difference they detect at {POWER:.0%} power "
+            f"is ±{at:.1%} (now, at {now} rounds: ±{detectable(sd, now, seq.alpha):.1%})")
+
+
 def order(round_index: int) -> str:
     """The runs of round i (0-based): ABBA, then BAAB, alternately."""
     return "ABBA" if round_index % 2 == 0 else "BAAB"
@@ -207,6 +248,7 @@ class Sequential:
     min_rounds: int = MIN_ROUNDS
     alpha: float = ALPHA
     rounds: list[tuple[list[float], list[float]]] = field(default_factory=list)  # (A's two, B's two)
+    runs: list[RoundRun] = field(default_factory=list)  # every run so far (run_rounds), its errors with it
 
     def add(self, a: Sequence[float], b: Sequence[float]) -> None:
         if min(list(a) + list(b)) <= 0:
@@ -256,8 +298,9 @@ class Sequential:
 
 # ---- the verdict, in words ----------------------------------------------------------------------------------
 def verdict(iv: Interval, m: Metric, means: tuple[float, float], precision: float | None = None,
-            names: tuple[str, str] = ("A", "B")) -> str:
-    """One sentence: the difference with its interval, or no difference above what the runs could tell."""
+            names: tuple[str, str] = ("A", "B"), sd: float | None = None) -> str:
+    """One sentence: the difference with its interval, or no difference above what the runs could tell (with the
+    rounds' SD of d, the difference they detect at 80 % power is named too)."""
     a, b = names
     conf = (f"{iv.confidence:.2%} at this look, 95 % over every look" if iv.confidence > 1 - ALPHA + 1e-9
             else f"{iv.confidence:.0%} confidence")
@@ -269,8 +312,35 @@ def verdict(iv: Interval, m: Metric, means: tuple[float, float], precision: floa
         return (f"{b} is {abs(iv.rel):.1%} ± {iv.half:.1%} {how} than {a} in {m.name} "
                 f"({figs}; {span}; smallest detectable difference ±{iv.half:.1%})")
     bound = precision if precision is not None and iv.far <= precision else iv.far
+    power = ("" if sd is None else
+             f"; a difference of ±{detectable(sd, iv.rounds, 1 - iv.confidence):.1%} is found {POWER:.0%} of the time")
     return (f"no difference above {bound:.1%} in {m.name}, this machine's noise ({figs}; {b} vs {a} "
-            f"{iv.rel:+.1%}, {span}; smallest detectable difference ±{iv.half:.1%})")
+            f"{iv.rel:+.1%}, {span}; the interval's half-width ±{iv.half:.1%}{power})")
+
+
+def error_line(errors: Mapping[str, int], requests: Mapping[str, int]) -> str:
+    """Each side's failed requests: "errors A 0 of 64, B 16 of 64"."""
+    return "errors " + ", ".join(f"{s} {errors.get(s, 0)} of {requests.get(s, 0)}" for s in ("A", "B"))
+
+
+def error_caveat(iv: Interval | None, m: Metric, errors: Mapping[str, int], requests: Mapping[str, int]
+                 ) -> tuple[str | None, str | None]:
+    """(state, words) where errors change the verdict: a side that failed a larger share of its requests and
+    comes out better gets no latency verdict (state `errors`: its latency is over the requests it answered) and
+    a throughput win that says so; (None, None) where neither side failed more."""
+    share = {s: errors.get(s, 0) / max(1, requests.get(s, 0)) for s in ("A", "B")}
+    if share["A"] == share["B"]:
+        return None, None
+    worse = "A" if share["A"] > share["B"] else "B"
+    said = (f"{worse} failed {errors.get(worse, 0)} of {requests.get(worse, 0)} requests "
+            f"({share[worse]:.0%}), {'B' if worse == 'A' else 'A'} {share['B' if worse == 'A' else 'A']:.0%}")
+    b_better = iv is not None and (iv.rel > 0) == m.higher_is_better
+    if iv is None or not iv.excludes_zero or (worse == "B") != b_better:  # the side with more errors does not come out better
+        return None, said
+    if not m.higher_is_better:
+        return "errors", (f"no verdict on {m.name}: {said}; its {m.name} is over the requests it answered (a "
+                          f"failed request costs no wait: {worse} reads {abs(iv.rel):.1%} lower there)")
+    return None, said + f"; its {m.name} lead counts the requests it failed as served at no cost"
 
 
 class _Run(TypedDict):
@@ -279,11 +349,22 @@ class _Run(TypedDict):
 
 
 class RoundRun(_Run, total=False):
-    """One run of a compare: its side and its figure; measured in turns, its round (1-based) and how long it
-    took."""
+    """One run of a compare: its side and its figure; measured in turns, its round (1-based), how long it took,
+    and its failed requests of those sent."""
 
     round: int
     seconds: float
+    errors: int
+    requests: int
+
+
+class RunFigure(NamedTuple):
+    """What one run gives: its figure, and its failed requests of those sent (a run_one may give the figure
+    alone: no errors counted)."""
+
+    value: float
+    errors: int = 0
+    requests: int = 0
 
 
 class OutcomeLine(TypedDict):
@@ -292,9 +373,14 @@ class OutcomeLine(TypedDict):
     sentence: str
     state: str
     interval: dict[str, float] | None  # Interval's fields
-    means: list[float]
+    means: list[float | None]
     runs: list[RoundRun]
     notes: list[str]
+    rounds: int
+    errors: dict[str, int]
+    requests: dict[str, int]
+    detectable: float | None
+    ended: str
 
 
 @dataclass
@@ -302,48 +388,60 @@ class Outcome:
     """What a compare found: the verdict, its interval, and every run (side, round, figure, seconds)."""
 
     sentence: str
-    state: str  # difference | none | budget (no difference above the interval's far end) | welch
+    state: str  # difference | none | budget (no difference above the interval's far end) | errors | failed | welch
     interval: Interval | None
     means: tuple[float, float]
     runs: list[RoundRun]
     notes: list[str] = field(default_factory=list)
+    detectable: float | None = None  # the difference these rounds find at 80 % power
+
+    @property
+    def errors(self) -> dict[str, int]:
+        return {s: sum(r.get("errors", 0) for r in self.runs if r["side"] == s) for s in ("A", "B")}
+
+    @property
+    def requests(self) -> dict[str, int]:
+        return {s: sum(r.get("requests", 0) for r in self.runs if r["side"] == s) for s in ("A", "B")}
 
     def to_dict(self) -> OutcomeLine:
         return {"sentence": self.sentence, "state": self.state,
-                "interval": asdict(self.interval) if self.interval else None, "means": list(self.means),
-                "runs": self.runs, "notes": self.notes}
+                "interval": asdict(self.interval) if self.interval else None,
+                "means": [x if x == x else None for x in self.means],  # NaN (no run yet): null
+                "runs": self.runs, "notes": self.notes, "rounds": max([r.get("round", 0) for r in self.runs] or [0]),
+                "errors": self.errors, "requests": self.requests, "detectable": self.detectable,
+                "ended": {"difference": "decided", "none": "decided", "errors": "decided",
+                          "failed": "a run failed", "welch": "runs on disk"}.get(self.state, "the budget ended")}
 
 
 # ---- the live procedure ---------------------------------------------------------------------------------------
-RunOne = Callable[[str, int], float]  # (side "A" | "B", run index of that side) → the run's figure
+RunOne = Callable[[str, int], "float | RunFigure"]  # (side "A" | "B", run index of that side) → the run's figure
 
 
 def run_rounds(run_one: RunOne, m: Metric, budget_s: float, seq: Sequential,
                say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
                max_rounds: int | None = None) -> Outcome:
     """Rounds of ABBA / BAAB until `seq` resolves, the budget cannot hold another round (its rounds so far
-    timed), or max_rounds; a progress line after each round with the interval as it narrows. At least
-    seq.min_rounds rounds run whatever the budget (an interval needs them)."""
-    t0, count = clock(), {"A": 0, "B": 0}
-    runs: list[RoundRun] = []
+    timed), or max_rounds; a progress line after each round with the interval as it narrows and each side's
+    errors, and at the first look what the budget can tell (plan_line). At least seq.min_rounds rounds run
+    whatever the budget (an interval needs them). The runs are kept in seq.runs as they come (a run that raises
+    leaves the rounds before it there: failed_outcome)."""
+    t0 = clock()
+    count = {"A": 0, "B": 0}
     state = "budget"
     while True:
         i = len(seq.rounds)
-        got: dict[str, list[float]] = {"A": [], "B": []}
-        for side in order(i):
-            t1 = clock()
-            v = run_one(side, count[side])
-            count[side] += 1
-            got[side].append(v)
-            runs.append({"side": side, "round": i + 1, "value": v, "seconds": round(clock() - t1, 3)})
-        seq.add(got["A"], got["B"])
+        got = _one_round(run_one, seq, i, count, clock)
         took = clock() - t0
         iv = seq.interval()
-        say(_progress(i + 1, got, iv, m, took, budget_s, seq.min_rounds))
+        errors, requests = _tally(seq.runs)
+        say(_progress(i + 1, got, iv, m, took, budget_s, seq.min_rounds)
+            + (" · " + error_line(errors, requests) if any(requests.values()) else ""))
+        each = took / len(seq.rounds)
+        if len(seq.rounds) == seq.min_rounds:
+            say(plan_line(seq, each, budget_s - took))
         if (res := seq.resolved()) is not None:
             state = res
             break
-        each = took / len(seq.rounds)
         if len(seq.rounds) == 1 and each * seq.min_rounds > budget_s:
             say(f"the budget holds ≈ {budget_s / each:.1f} rounds of ≈ {each:.0f} s; the interval needs "
                 f"{seq.min_rounds}: they run anyway (≈ {each * seq.min_rounds:.0f} s)")
@@ -351,7 +449,28 @@ def run_rounds(run_one: RunOne, m: Metric, budget_s: float, seq: Sequential,
                                                   (max_rounds is not None and len(seq.rounds) >= max_rounds)):
             state = seq.resolved(last=True) or "budget"
             break
-    return _outcome(seq, m, state, runs)
+    return _outcome(seq, m, state, seq.runs)
+
+
+def _one_round(run_one: RunOne, seq: Sequential, i: int, count: dict[str, int], clock: Callable[[], float]
+               ) -> dict[str, list[float]]:
+    """Round i's four runs in its order, each kept in seq.runs as it ends; the round added to seq."""
+    got: dict[str, list[float]] = {"A": [], "B": []}
+    for side in order(i):
+        t1 = clock()
+        v = run_one(side, count[side])
+        fig = v if isinstance(v, RunFigure) else RunFigure(float(v))
+        count[side] += 1
+        got[side].append(fig.value)
+        seq.runs.append({"side": side, "round": i + 1, "value": fig.value, "seconds": round(clock() - t1, 3),
+                         "errors": fig.errors, "requests": fig.requests})
+    seq.add(got["A"], got["B"])
+    return got
+
+
+def _tally(runs: Sequence[RoundRun]) -> tuple[dict[str, int], dict[str, int]]:
+    return ({s: sum(r.get("errors", 0) for r in runs if r["side"] == s) for s in ("A", "B")},
+            {s: sum(r.get("requests", 0) for r in runs if r["side"] == s) for s in ("A", "B")})
 
 
 def _progress(j: int, got: dict[str, list[float]], iv: Interval | None, m: Metric, took: float, budget: float,
@@ -370,14 +489,33 @@ def _outcome(seq: Sequential, m: Metric, state: str, runs: list[RoundRun]) -> Ou
     iv = seq.interval()
     a = statistics.fmean(x for r in seq.rounds for x in r[0])
     b = statistics.fmean(x for r in seq.rounds for x in r[1])
+    errors, requests = _tally(runs)
     if iv is None:  # fewer rounds than an interval needs (max_rounds below min_rounds)
-        return Outcome(f"unresolved: {len(seq.rounds)} round(s), an interval needs {seq.min_rounds}", "budget",
-                       None, (a, b), runs)
+        return Outcome(f"unresolved: {len(seq.rounds)} round(s), an interval needs {seq.min_rounds}; "
+                       + error_line(errors, requests), "budget", None, (a, b), runs)
+    sd = statistics.stdev(seq.ds)
+    n = len(seq.rounds)
     notes = [f"run-to-run CV: A {_cv([x for r in seq.rounds for x in r[0]]):.1%}, "
-             f"B {_cv([x for r in seq.rounds for x in r[1]]):.1%} of its mean"]
+             f"B {_cv([x for r in seq.rounds for x in r[1]]):.1%} of its mean", error_line(errors, requests)]
+    sentence = verdict(iv, m, (a, b), seq.precision, sd=sd)
+    caveat_state, caveat = error_caveat(iv, m, errors, requests)
+    if caveat_state is not None and caveat is not None:
+        state, sentence = caveat_state, caveat + f" ({n} rounds)"
+    else:
+        ended = (f"decided after {n} rounds" if state in ("difference", "none")
+                 else f"the budget ended after {n} rounds, undecided")
+        sentence += f" — {ended}" + (f"; {caveat}" if caveat else "")
     if state == "budget":
         notes.append("the budget ended before the interval resolved (a longer --budget narrows it)")
-    return Outcome(verdict(iv, m, (a, b), seq.precision), state, iv, (a, b), runs, notes)
+    return Outcome(sentence, state, iv, (a, b), runs, notes, detectable(sd, n, 1 - iv.confidence))
+
+
+def failed_outcome(seq: Sequential, m: Metric, reason: str) -> Outcome:
+    """The rounds measured before a run failed (state `failed`): written so that they are not lost."""
+    full = [x for r in seq.rounds for x in r[0]], [x for r in seq.rounds for x in r[1]]
+    means = (statistics.fmean(full[0]) if full[0] else math.nan, statistics.fmean(full[1]) if full[1] else math.nan)
+    return Outcome(f"failed after {len(seq.rounds)} complete round(s): {reason}; "
+                   + error_line(*_tally(seq.runs)), "failed", seq.interval(), means, list(seq.runs))
 
 
 def _cv(xs: Sequence[float]) -> float:
@@ -537,12 +675,12 @@ class LiveSides:
     def warm_up(self, runs: int) -> list[str]:
         """`runs` runs of each side before the rounds, not counted (their records' rep is −1): a first run pays
         for cold caches and lazy allocations the rounds should not see. Each side's figures, as lines."""
-        return [f"warm-up, not counted: {name} " + " ".join(f"{self.run_one(name, -1):.4g}" for _ in range(runs))
+        return [f"warm-up, not counted: {name} " + " ".join(f"{self.run_one(name, -1).value:.4g}" for _ in range(runs))
                 + f" {self.m.unit}" for name in self.live] if runs else []
 
-    def run_one(self, name: str, index: int) -> float:
-        """One run of side `name` (index −1: a warm-up): the closed loop, to completion; its figure
-        (CompareError: none)."""
+    def run_one(self, name: str, index: int) -> RunFigure:
+        """One run of side `name` (index −1: a warm-up): the closed loop, to completion; its figure and its
+        failed requests (CompareError: no figure)."""
         from measure.core.workload import ClosedLoop
 
         lv = self.live[name]
@@ -555,7 +693,7 @@ class LiveSides:
             raise CompareError(f"{name}'s {'warm-up' if index < 0 else f'run {index + 1}'} gave no {self.m.name}"
                                + (f" ({'; '.join(errs)[:200]})" if errs else
                                   " (goodput 0: no request met the SLO)" if self.m.field == "goodput_tps" else ""))
-        return v
+        return RunFigure(v, sum(1 for r in recs if r.error), len(recs))
 
     def close(self) -> None:
         for lv in self.live.values():
@@ -573,6 +711,7 @@ def write_result(out: Path, res: Mapping[str, object]) -> Path:
 
 
 __all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Outcome", "RoundRun", "OutcomeLine", "CompareError",
+           "RunFigure", "detectable", "plan_line", "failed_outcome", "error_line", "error_caveat", "look_at",
            "paired", "welch",
            "look_alpha", "order", "run_rounds", "verdict", "figure", "runs_on_disk", "compare_dirs", "t_quantile",
            "t_sf2", "parse_share", "write_result"]
