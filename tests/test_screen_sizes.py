@@ -141,6 +141,8 @@ async def test_a_resize_to_80x24_and_back_loses_no_reading_and_leaves_no_artefac
         app.refresh_charts()
         await pilot.pause()
         check_headline(app, (80, 24))
+        last = c.snapshot().log[-1].text
+        assert last in "".join(shown_lines(app.query_one("#log"))), "the log shows its last line at its new height"
         await pilot.resize_terminal(160, 48)
         await pilot.pause()
         app.refresh_numbers()
@@ -220,6 +222,22 @@ def test_short_of_rows_the_first_ranked_lines_stay():
                                                          "bandwidth product 11.8 GB/s", "wall: memory bandwidth"]
     assert fit_lines(lines, 40, 2).plain.split("\n") == ["aggregate 40.6 tok/s", "wall: memory bandwidth"]
     assert fit_lines(lines).plain.count("\n") == 5
+
+
+def test_a_long_prediction_line_keeps_its_figures_and_lets_its_explanation_go_first():
+    """The roofline's explanation of a prediction can take several lines of a narrow panel: there the figures
+    (predicted tok/s and the error) keep their line and rank, the explanation is ranked under the TTFT line."""
+    from test_panels import SNAP, VIEW
+    from tui.panels import render_numbers
+
+    why = ("roofline (binding: cores); K × threads = 3 > 2 cores: time-shared, the prediction holds only while "
+           "nothing else wants the cores (5–36 % high beside other work)")
+    snap = replace(SNAP, numbers=replace(SNAP.numbers, predicted_by=why))
+    assert f"predicted 395.0 tok/s (err +13%) · {why}" in render_numbers(snap, VIEW).plain  # no width: one line
+    lines = render_numbers(snap, VIEW, 36, 14).plain.split("\n")
+    assert "predicted 395.0 tok/s (err +13%)" in lines and "wall: memory bandwidth" in lines
+    assert any(x.startswith("TTFT p50 12.0 ms") for x in lines) and not any("roofline" in x for x in lines)
+    assert all(cell_len(x) <= 36 for x in render_numbers(snap, VIEW, 36).plain.split("\n"))
 
 
 def test_a_header_line_leaves_out_its_least_needed_parts():

@@ -181,7 +181,7 @@ class InferenceTop(App):
         self._append_log(snap)
         width = (self._term_size or self.size)[0]
         tw = text_width(width, self.view_name)
-        lines = numbers_lines(snap, view)
+        lines = numbers_lines(snap, view, tw)
         gauges = render_gauges(snap, view, tw)
         workers = self._workers_text(snap, tw)
         numbers = fit_lines(lines, tw)
@@ -243,7 +243,9 @@ class InferenceTop(App):
             panel = self.query_one(f"#{wid}")
             panel.display = rows > 0
             panel.styles.height = rows or None
-        self.query_one("#log").styles.height = arr.log_rows
+        log = self.query_one("#log", RichLog)
+        log.styles.height = arr.log_rows
+        self.call_after_refresh(log.scroll_end, animate=False)  # its last lines, at its new height
         return True
 
     def refresh_charts(self) -> None:

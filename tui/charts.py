@@ -300,9 +300,11 @@ def _rows() -> list[Row]:
 
 def fitted_title(title: str, unit: str, w: int) -> str:
     """A chart's title and unit in `w` cells: whole, else without its parenthesis ("bandwidth product [GB/s]"),
-    else cut (draw() ends it in "…")."""
-    full = f"{title} [{unit}]"
-    return full if cell_len(full) <= w else f"{title.split(' (')[0]} [{unit}]"
+    else what comes before its colon ("per-stream TPOT [ms]"), else cut (draw() ends it in "…")."""
+    for t in (title, title.split(" (")[0], title.split(" (")[0].split(":")[0]):
+        if cell_len(f"{t} [{unit}]") <= w:
+            break
+    return f"{t} [{unit}]"
 
 
 class Chart(Widget):

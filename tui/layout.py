@@ -97,12 +97,12 @@ def _side(total: int, panels: tuple[str, ...], n: Needs, workers_first: bool = F
     if "gauges" in panels and rem >= n.gauges + BORDER:
         out["gauges"] = n.gauges + BORDER
         rem -= out["gauges"]
-    if "numbers" in panels:
-        keep = (n.workers if workers_first else 1) + BORDER if "workers" in panels else 0
+    if "numbers" in panels:  # the workers' header and first rows (`workers_first`: all of them) kept
+        keep = min(n.workers, n.workers if workers_first else 4) + BORDER if "workers" in panels else 0
         more = max(0, min(n.numbers + BORDER - out["numbers"], rem - keep))
         out["numbers"] += more
         rem -= more
-    if "workers" in panels and rem >= BORDER + 1:
+    if "workers" in panels and rem >= BORDER + min(2, n.workers):  # the header and a row at least
         out["workers"], rem = rem, 0
     if rem and "numbers" in panels:
         out["numbers"] += rem  # the room no panel takes: under the numbers

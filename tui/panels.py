@@ -154,12 +154,14 @@ def render_numbers(s: Snapshot, v: View, width: int | None = None, rows: int | N
     At a `width` a longer line wraps at a separator (never inside a figure); in `rows` the wall, the level's
     tok/s, the prediction's error and the bandwidth product stay and the TTFT split, the formula, the server's line
     go first (numbers_lines' ranks; tui/fit.fit_lines)."""
-    return fit_lines(numbers_lines(s, v), width, rows)
+    return fit_lines(numbers_lines(s, v, width), width, rows)
 
 
-def numbers_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
-    """The numbers panel's lines in order, each with its rank (0 the most important, kept the longest)."""
-    out = _throughput_lines(s) + _request_lines(s, v) + _wall_lines(s, v)
+def numbers_lines(s: Snapshot, v: View, width: int | None = None) -> list[tuple[int, Text]]:
+    """The numbers panel's lines in order, each with its rank (0 the most important, kept the longest); at a
+    `width` the prediction's line is cut in two where it is wider: its figures, and what predicted them (ranked
+    lower: the roofline's explanation can take several lines)."""
+    out = _throughput_lines(s, width) + _request_lines(s, v) + _wall_lines(s, v)
     n = s.numbers
     if n.footprint is None:
         out.append((6, _server_line(n.server_view)))
@@ -171,7 +173,7 @@ def numbers_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
     return out
 
 
-def _throughput_lines(s: Snapshot) -> list[tuple[int, Text]]:
+def _throughput_lines(s: Snapshot, width: int | None) -> list[tuple[int, Text]]:
     n = s.numbers
     out = [(0, Text.assemble((f"aggregate {n.agg_tps:.1f} tok/s", "bold cyan"),
                              f" · achieved concurrency {n.concurrency:.1f} (asked {s.users})"))]
@@ -181,8 +183,11 @@ def _throughput_lines(s: Snapshot) -> list[tuple[int, Text]]:
         t.append(f" · predicted {fmt_ms(n.predicted_tpot)}{_err(n.tpot_p50, n.predicted_tpot)}")
     out.append((1, t))
     if n.predicted_tps is not None:
-        out.append((1, Text(f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)} · "
-                            f"{n.predicted_by}", "grey50")))
+        head = f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)}"
+        if width is None or cell_len(f"{head} · {n.predicted_by}") <= width:
+            out.append((1, Text(f"{head} · {n.predicted_by}", "grey50")))
+        else:
+            out += [(1, Text(head, "grey50")), (4, Text(f"  {n.predicted_by}", "grey50"))]
     t = Text(f"bandwidth product {n.bw_gbps:.1f} GB/s" if n.bw_gbps is not None else "bandwidth product —")
     if n.mbu is not None:
         t.append(f" · MBU {n.mbu:.0%} of attainable")
