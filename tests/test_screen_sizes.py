@@ -300,3 +300,16 @@ async def test_the_tune_screen_shows_its_table_and_its_front_by_v_where_narrow(s
             assert front.display and not rows.display and front.region.width == size[0]
         go.set()
         await pilot.pause()
+
+
+def test_workers_rows_that_do_not_fit_beside_the_charts_are_a_view_of_their_own():
+    """Twelve endpoints (two lines each) at 120×40: the side keeps the numbers whole and the workers' header and
+    first rows; v reaches a view where the workers have the body's width and the rest of its height, the
+    numbers' first-ranked lines (the wall) still above them."""
+    n = Needs(workers=25, numbers=16, numbers_core=7, log=3)
+    main = arrange(120, 40, "main", n)
+    assert "machine" in main.views and main.side["numbers"] == 16 + 2 and main.side["workers"] < 25 + 2
+    machine = arrange(120, 40, "machine", n)
+    assert machine.side_w == 120 and machine.side["numbers"] == 7 + 2
+    assert machine.side["workers"] == machine.body - machine.side["numbers"] - machine.side["gauges"]
+    assert "machine" not in arrange(160, 48, "main", Needs(workers=3, log=3)).views

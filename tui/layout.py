@@ -123,8 +123,8 @@ def arrange(width: int, height: int, view: str, needs: Needs) -> Arrangement:
     if not wide and not pareto_fits:
         views.append("pareto")
     views += CHARTS[k:]
-    if not wide or not all(main_side.values()):
-        views.append("machine")
+    if not wide or not all(main_side.values()) or main_side["workers"] < needs.workers + BORDER:
+        views.append("machine")  # a panel left out, or the workers' rows (an endpoint's each) cut
     if view not in views:
         view = "main"
     side_w = side_width(width, view)
