@@ -85,7 +85,8 @@ def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path
     recording's steady tok/s)."""
     rec = tmp / f"dash-{time.monotonic_ns()}.jsonl"
     name = f"tuiov{os.getpid()}"
-    env = f"PYTHONPATH={path}"
+    env = f"PYTHONPATH={path}" + "".join(f" {k}={os.environ[k]}" for k in ("INFERENCE_TOP_CACHE", "INFERENCE_TOP_LOGS")
+                                          if k in os.environ)  # a tmux server started elsewhere has not these
     cmd = (f"env {env} {sys.executable} -m tui.cli --k {k} --max-tokens {max_tokens} --refresh {refresh} "
            f"--record {rec}")
     # started in `path`: `python -m` puts the working folder first on sys.path, so its tui/ is the one imported

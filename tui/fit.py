@@ -94,7 +94,7 @@ def fit_lines(lines: Sequence[tuple[int, Text]], width: int | None = None, rows:
     """Ranked lines (rank, text) as one Text: each wrapped to `width`; where they take more than `rows` rows, the
     least important (the highest rank, the later first among equals) are left out until they fit, and the rest
     keep their order. None: no limit."""
-    wrapped = [(rank, wrap(t, width)) for rank, t in lines]
+    wrapped = [(rank, [w for part in t.split("\n", allow_blank=True) for w in wrap(part, width)]) for rank, t in lines]
     if rows is not None:
         keep = [True] * len(wrapped)
         total = sum(len(w) for _, w in wrapped)
