@@ -112,10 +112,13 @@ def common_args(p: OneLineParser, lists: bool) -> None:
 
 
 def _engine_args(p: OneLineParser) -> None:
+    from engines.registry import ENGINES
     from measure.core.traces import TRACE_FORMATS
 
     g = p.group(ENGINE)
-    g.add_argument("--engine", default="llama", choices=["llama", "mlx", "http"],
+    # the engines a user names: the registry's, less the simulated one and the servers tune starts itself
+    g.add_argument("--engine", default="llama", choices=[n for n, d in ENGINES.items()
+                                                         if not d.simulated and not d.starts_server],
                    help="llama (llama-cpp-python workers), mlx (mlx-lm workers) or http (an OpenAI-compatible "
                    "server at --url)")
     g.add_argument("--url", action="append", help="http engine: the API base, e.g. http://127.0.0.1:8080/v1; "
