@@ -143,7 +143,7 @@ def fit_kernels(points: list[dict[str, Any]], machine_of: Any = None) -> dict[st
     parts = []
     for p in rows:
         t11, t_v, t_k = (1.0 / rate(p, nu, ka) for nu, ka in ((1.0, 1.0), (1e12, 1.0), (1.0, 1e12)))
-        parts.append((t11 - (t11 - t_v) - (t11 - t_k), t11 - t_v, t11 - t_k, p["tok_s"]))
+        parts.append((t_v + t_k - t11, t11 - t_v, t11 - t_k, p["tok_s"]))  # (t₀, a, b) at ν = κ = 1
 
     def loss(nu: float, ka: float) -> float:
         return sum(math.log(1.0 / (t0 + a / nu + b / ka) / tok) ** 2 for t0, a, b, tok in parts)
