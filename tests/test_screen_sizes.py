@@ -313,3 +313,19 @@ def test_workers_rows_that_do_not_fit_beside_the_charts_are_a_view_of_their_own(
     assert machine.side_w == 120 and machine.side["numbers"] == 7 + 2
     assert machine.side["workers"] == machine.body - machine.side["numbers"] - machine.side["gauges"]
     assert "machine" not in arrange(160, 48, "main", Needs(workers=3, log=3)).views
+
+
+def test_short_of_rows_what_gives_out_and_the_residency_go_before_the_figures():
+    """The lines under the wall (issue 57's: a level past the wall, which memory gives out first, the residency
+    gauge) in a short panel: the level past the wall stays with the wall and the prediction's error; what gives
+    out and the residency are ranked with the TTFT line, under the bandwidth product."""
+    from test_panels import SNAP, VIEW
+    from tui.panels import render_numbers
+
+    n = replace(SNAP.numbers, past_wall="K=4: 120.0 tok/s predicted", gives_out="the page cache holding the "
+                "mmap'ed model in 21.8 GiB = 1,061 requests", residency="residency: weights 100% in memory (mmap) · "
+                "anon 0.3 GiB, 0.0 GiB swapped · 0 major faults/token")
+    lines = render_numbers(replace(SNAP, numbers=n), VIEW, 46, 12).plain.split("\n")
+    assert any(x.startswith("past the wall: K=4") for x in lines) and any(x.startswith("wall: ") for x in lines)
+    assert any("(err +13%)" in x for x in lines) and any(x.startswith("bandwidth product 50.6 GB/s") for x in lines)
+    assert not any(x.startswith(("gives out first", "residency")) for x in lines), lines

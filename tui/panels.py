@@ -240,8 +240,9 @@ def _wall_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
         out.append((2, Text(f"this level is {cur.progress}", "grey50")))
     out.append((0, Text.assemble("wall: ", (f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL"
                                              else n.ceiling, "bold white on red" if s.state == "WALL" else "bold"))))
-    out += [(2, Text(line, style)) for line, style in ((n.past_wall and f"past the wall: {n.past_wall}", "bold red"),
-            (n.gives_out and f"gives out first: {n.gives_out}", ""), (n.residency, "grey70")) if line]  # residency.md
+    out += [(rank, Text(line, style)) for rank, line, style in (
+        (1, n.past_wall and f"past the wall: {n.past_wall}", "bold red"),
+        (3, n.gives_out and f"gives out first: {n.gives_out}", ""), (3, n.residency, "grey70")) if line]  # residency.md
     return out
 
 
