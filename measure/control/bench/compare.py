@@ -459,11 +459,13 @@ def _one_round(run_one: RunOne, seq: Sequential, i: int, count: dict[str, int], 
     for side in order(i):
         t1 = clock()
         v = run_one(side, count[side])
-        fig = v if isinstance(v, RunFigure) else RunFigure(float(v))
+        value = v.value if isinstance(v, RunFigure) else float(v)
         count[side] += 1
-        got[side].append(fig.value)
-        seq.runs.append({"side": side, "round": i + 1, "value": fig.value, "seconds": round(clock() - t1, 3),
-                         "errors": fig.errors, "requests": fig.requests})
+        got[side].append(value)
+        run: RoundRun = {"side": side, "round": i + 1, "value": value, "seconds": round(clock() - t1, 3)}
+        if isinstance(v, RunFigure):  # a run that counted its requests: its errors with it
+            run["errors"], run["requests"] = v.errors, v.requests
+        seq.runs.append(run)
     seq.add(got["A"], got["B"])
     return got
 
@@ -496,7 +498,9 @@ def _outcome(seq: Sequential, m: Metric, state: str, runs: list[RoundRun]) -> Ou
     sd = statistics.stdev(seq.ds)
     n = len(seq.rounds)
     notes = [f"run-to-run CV: A {_cv([x for r in seq.rounds for x in r[0]]):.1%}, "
-             f"B {_cv([x for r in seq.rounds for x in r[1]]):.1%} of its mean", error_line(errors, requests)]
+             f"B {_cv([x for r in seq.rounds for x in r[1]]):.1%} of its mean"]
+    if any(requests.values()):  # runs that counted their requests (LiveSides): the errors of each side
+        notes.append(error_line(errors, requests))
     sentence = verdict(iv, m, (a, b), seq.precision, sd=sd)
     caveat_state, caveat = error_caveat(iv, m, errors, requests)
     if caveat_state is not None and caveat is not None:
