@@ -75,13 +75,17 @@ class Tune:
         return self.s.budget_s - (self.clock() - self.t0 - self.paused_s)
 
     def estimate(self, row: Row, n: int) -> float:
-        """Seconds a run of n requests should take: its last run scaled by the requests, else the prediction's
-        tok/s, plus the start-up seen so far."""
+        """Seconds a run of n requests should take: its last run's requests scaled by the requests plus its own
+        start-up whole (every run starts its candidate afresh: scaled with the requests, the final step's short
+        runs under-counted it and the last step overran its budget, issue 58), else the prediction's tok/s plus
+        the longest start-up seen so far."""
         start = max(self.start_s) if self.start_s else START_S
         prev = [t for t in row.trials if t.ok and t.output_throughput]
         if prev:
             t = prev[-1]
-            return float(t.seconds) * n / float(t.requests) + start * 0.2
+            if t.load_s is not None:
+                return float(t.load_s) * n / float(t.requests) + max(0.0, float(t.seconds) - float(t.load_s))
+            return float(t.seconds) * n / float(t.requests) + start
         tps = row.predicted.tps if row.predicted and row.predicted.tps > 0 else None
         tokens = n * self.s.max_tokens
         return start + (tokens / tps if tps else tokens / 20.0)
@@ -269,7 +273,8 @@ class Tune:
         winner = ranked[0] if ranked else None
         self.runner_up = second if second is not winner else None
         if winner is not None and not complete:
-            self.say(f"the budget cut the round at {n} requests: the winner is the best of the last complete round")
+            how = "the tune was stopped (q) in" if self.stopped == "stopped" else "the budget cut"
+            self.say(f"{how} the round at {n} requests: the winner is the best of the last complete round")
         return winner
 
     # -- the last step: the winner and the runner-up, in turns --

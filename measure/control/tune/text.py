@@ -114,7 +114,8 @@ def _result_footer(res: TuneResult) -> list[str]:
         lines.append("not measured: " + ", ".join(f"{n} {k}" for k, n in by.items())
                      + " (tune.json's candidates say why, each)")
     lines.append(f"{res.elapsed_s:.0f} s of the {res.settings.budget_s:.0f} s budget" +
-                 ("; the budget stopped it: tune --resume OUT goes on" if res.stopped == "budget" else ""))
+                 ("; the budget stopped it: tune --resume OUT goes on" if res.stopped == "budget" else
+                  "; stopped by q: tune --resume OUT goes on" if res.stopped == "stopped" else ""))
     lines += [f"note: {x}" for x in res.notes]
     w = res.winner
     if w:
