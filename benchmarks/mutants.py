@@ -55,6 +55,7 @@ class Mutant:
     new: str
     what: str  # the bug, said
     where: str = ""  # where the matrix can see it, if only some cells can (a survivor's why)
+    sign: str = ""  # the failure that shows this bug ("|" between alternatives): a kill must show one of them
 
 
 M = "measure/core/metrics.py"
@@ -152,24 +153,24 @@ MUTANTS = [
            "        if False:", "a live level timed from the key press, its warmup inside it", "live steps"),
     # issue 56's survivors of the matrix before it recomputed each figure class on its own (these six kinds)
     Mutant("percentile_rank_n", M, "    vi = (n - 1) * (p / 100)", "    vi = n * (p / 100)",
-           "a percentile's rank n·p, not (n − 1)·p", "every cell: its percentiles against numpy's"),
+           "a percentile's rank n·p, not (n − 1)·p", "every cell: its percentiles against numpy's", sign="figures recomputed with numpy"),
     Mutant("itl_first_gap_dropped", M, "        out.extend(itl_gaps(r.token_ns).tolist())",
            "        out.extend(itl_gaps(r.token_ns).tolist()[1:])", "each request's first gap left out of ITL",
-           "cells whose engine's gaps vary (fleet, http, pool), the first unlike the rest"),
+           "cells whose engine's gaps vary (fleet, http, pool), the first unlike the rest", sign="figures recomputed with numpy"),
     Mutant("usage_chunk_counted", "engines/http_openai.py", "        if not has_text:\n            return\n",
            "        if not has_text and not usage:\n            return\n", "a usage-only SSE chunk counted as a token",
-           "http and pool cells on the server that sends usage only in a last chunk of its own"),
+           "http and pool cells on the server that sends usage only in a last chunk of its own", sign="tokens stamped, counted|lengths: |the cell counts "),
     Mutant("bandwidth_file_bytes", M,
            '    return Bandwidth(agg_tps * work.read_bytes(1) / 1e9, f"aggregate tok/s × W, {formula}")',
            '    return Bandwidth(agg_tps * work.file_bytes / 1e9, f"aggregate tok/s × W, {formula}")',
            "the bandwidth product from the file's bytes, not the bytes a token reads",
-           "fleet cells (measured again with a mixture of experts' work)"),
+           "fleet cells (measured again with a mixture of experts' work)", sign="bandwidth product"),
     Mutant("poisson_constant", "measure/core/arrivals.py", '            "poisson": lambda: rng.expovariate(self._rate()),',
            '            "poisson": lambda: 1.0 / self._rate(),', "Poisson arrivals made constant",
-           "Poisson cells (their gaps against the exponential)"),
+           "Poisson cells (their gaps against the exponential)", sign="arrivals: KS distance"),
     Mutant("queued_counted_twice", "measure/sources/dispatch.py", "len(self.pending) + outstanding",
            "2 * len(self.pending) + outstanding", "a closed loop counts its queued requests twice: fewer users in "
-           "flight on average (the peak still reached)", "closed loops of more users than slots"),
+           "flight on average (the peak still reached)", "closed loops of two users more than slots", sign="users in flight on average"),
 ]
 
 
@@ -209,6 +210,13 @@ def failed_cells(line: str) -> list[str]:
         return list(json.loads(line).get("failed_cells") or [])
     except (ValueError, AttributeError):
         return []
+
+
+def shows(m: Mutant, found: set[str]) -> bool:
+    """Whether these kinds of failure hold the mutant's sign (any kind, where it has none)."""
+    if not m.sign:
+        return bool(found)
+    return any(s in k for s in m.sign.split("|") for k in found)
 
 
 def kinds(line: str) -> set[str]:
@@ -267,12 +275,17 @@ def main(argv: list[str] | None = None) -> int:
                 by_full = by_sample
                 if not by_sample and not a.quick:
                     by_full, line = run_matrix(tree, [], a.timeout)
-                tried = (failed_cells(line)[:4] if a.keep_going else [first_failed(line)]) if by_full else []
-                seen = {c: run_cell(tree, c, a.timeout) for c in tried if c}  # the mutant fails it once more …
+                tried = (failed_cells(line) if a.keep_going else [first_failed(line)]) if by_full else []
+                seen: dict[str, tuple[bool, set[str]]] = {}
+                for c in filter(None, tried):  # the mutant fails it once more, with its sign where it has one …
+                    seen[c] = run_cell(tree, c, a.timeout)
+                    if shows(m, seen[c][1]):
+                        break
             finally:
                 path.write_text(text)
             # … and the tree without it has not the mutant's kind of failure there
-            new = {c: sorted(mine - run_cell(tree, c, a.timeout)[1]) for c, (again, mine) in seen.items() if again}
+            new = {c: sorted(k for k in mine - run_cell(tree, c, a.timeout)[1] if shows(m, {k}))
+                   for c, (again, mine) in seen.items() if again and shows(m, mine)}
             confirmed = [c for c, k in new.items() if k]
             cell = (confirmed or list(seen) or [None])[0]
             if confirmed:

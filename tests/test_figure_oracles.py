@@ -432,3 +432,80 @@ def test_slo_and_counts_at_their_edges():
     r1 = rec(1, 0, 0, [10, 20], 30, worker=0, pid=1)
     assert M.batch_reads([r1], [(10, 20)]) == (1, None)  # a window [a, b): its first token in, its last out
     assert M.batch_reads([r1], [(11, 21)]) == (1, None)
+
+
+def test_time_to_the_first_answer_token_by_hand():
+    r = rec(1, 0, 0, [10 * MS, 20 * MS, 30 * MS], 40 * MS)
+    assert M.ttfat(r) == M.ttft(r) == pytest.approx(0.010)  # no reasoning: TTFT
+    r.reasoning_tokens, r.t_first_answer_ns = 2, 30 * MS
+    assert M.ttfat(r) == pytest.approx(0.030)
+    assert M.meets_slo(r, SLO("t", "t", ttft_s=0.030)) and not M.meets_slo(r, SLO("t", "t", ttft_s=0.029))
+    cut = rec(2, 5 * MS, 5 * MS, [10 * MS], 12 * MS)
+    cut.reasoning_tokens = 1  # cut while thinking: never answered
+    assert M.ttfat(cut) is None and not M.meets_slo(cut, SLO("t", "t", ttft_s=10.0))
+    assert M.meets_slo(cut, SLO("t", "t"))  # no TTFT bound: nothing to miss
+    s = M.summarize([r, cut])
+    assert s["median_ttfat_ms"] == pytest.approx(30.0) and s["p99_ttfat_ms"] == pytest.approx(30.0)
+    assert s["reasoning_tokens"] == 3 and s["mean_ttft_ms"] == pytest.approx((10 + 5) / 2)
+    assert s["p90_ttft_ms"] == pytest.approx(float(np.percentile([10, 5], 90)))
+    assert M.summarize([])["completed"] == 0 and M.summarize([])["median_ttft_ms"] is None
+
+
+def test_metrics_at_their_exact_edges():
+    s = 1_000_000_000
+    # two alike streams scheduled at 10 s, 40 s long: a token a second for 20 s, then one every 2 s. Burst (the first
+    # fifth, [10, 18) s): each stream's 8 tokens over its 8 s in service, times the 2 streams in flight; sustained
+    # (the last half, [30 s, 50 s + 1 ns)): 10 tokens over the 20 s each is in service inside it
+    toks = [10 * s + int((i + 0.5) * s) for i in range(20)] + [(31 + 2 * i) * s for i in range(10)]
+    rs = [rec(i, 10 * s, 10 * s, toks, 50 * s) for i in (1, 2)]
+    conc = 2 * 40 * s / (40 * s + 1)
+    burst, sustained = M.burst_sustained(rs)
+    assert burst == pytest.approx(16 / 16 * conc, rel=1e-12)
+    assert sustained == pytest.approx(20 / 40 * conc, rel=1e-12)
+    assert M.burst_sustained([rec(3, 10 * s, 10 * s, [11 * s], 40 * s - 1)]) is None  # under HEAT_MIN_S (30 s)
+    assert M.burst_sustained([rec(3, 10 * s, 10 * s, [11 * s], 40 * s)]) is not None  # 30 s: not under it
+    idle = rec(4, 0, None, [], 31 * s)  # never started: no stream-seconds, no speed
+    assert M.burst_sustained([idle]) == (0.0, 0.0)
+    assert M.achieved_concurrency([(0, 10)], 100, 200) == 0.0  # wholly before the window: nothing, not 1 ns
+    assert M.itl_gaps([0, 1, 3]).tolist() == [1e-9, 2e-9]  # a gap of one ns is a gap
+    failed_with_tokens = rec(9, 0, 0, [1, 2], 3, error="cut")
+    assert M.ok([failed_with_tokens]) == []
+    r = rec(5, 7 * MS, 7 * MS, [9 * MS], 10 * MS)
+    r.reasoning_tokens, r.t_first_answer_ns = 1, 9 * MS
+    assert M.ttfat(r) == pytest.approx(0.002)
+    with pytest.raises(TypeError, match="a record's time is None where it must be set"):
+        M.e2e(rec(6, 0, 0, [1], None))
+    assert M.kwb_tpot(1, 10**9, None, "http", [100.0, 50.0]) == pytest.approx(0.01)  # the first K endpoints
+    recs = [rec(i, 0, 0, [0, t * MS], t * MS) for i, t in enumerate((2, 3, 5, 7, 11), 1)]
+    su = M.summarize(recs)
+    assert su["p90_tpot_ms"] == pytest.approx(float(np.percentile([2, 3, 5, 7, 11], 90)))
+    assert su["p99_tpot_ms"] == pytest.approx(float(np.percentile([2, 3, 5, 7, 11], 99)))
+
+
+def test_formulas_round_the_figures_they_show():
+    from measure.core.work import Experts
+
+    # 1 000 500 001 B is 1.001 GB (a GB of 1e9 + 1 bytes would show 1.000)
+    dense = M.WorkModel("d", "t", params=1, file_bytes=1, weight_bytes=1_000_500_001, embd_row_bytes=0.0,
+                        matmul_params=1, layers=1, heads=1, kv_heads=1, head_dim=1)
+    assert M.read_formula(dense) == "W = bytes read per token (1.001 GB)"
+    untied = M.WorkModel("d", "t", params=1, file_bytes=1, weight_bytes=1_000_000_000, embd_row_bytes=600_000.0,
+                         matmul_params=1, layers=1, heads=1, kv_heads=1, head_dim=1)
+    assert M.read_formula(untied) == "W = bytes read per token (1.001 GB)"  # one row a token, not two (1.001 2)
+    moe = M.WorkModel("m", "t", params=1, file_bytes=2_000_500_001, weight_bytes=1_000_500_001, embd_row_bytes=0.0,
+                      matmul_params=1, layers=1, heads=1, kv_heads=1, head_dim=1,
+                      experts=Experts(8, 2, 500_000.0, 1.0))
+    assert M.read_formula(moe) == ("W = bytes read per token: 1.001 GB always + 2 of 8 experts × 0.5 MB = 1.002 GB "
+                                   "(the file: 2.001 GB); a batch step reads the distinct experts its tokens are "
+                                   "routed to")
+    bw = M.http_read_bandwidth(dense, [(2.0, None)])  # no tok/s: one token a step, not 2 s × 1
+    assert bw.gbps == pytest.approx(dense.read_bytes(1) / 2.0 / 1e9, rel=1e-12)
+    assert bw.formula == ("Σ endpoints W(tokens a step) ÷ TPOT p50 (a batching server reads once a step what its "
+                          "streams' tokens read; tokens a step = tok/s × TPOT p50), W = bytes read per token "
+                          "(1.001 GB)")
+    assert M.http_read_bandwidth(dense, []).formula == bw.formula
+
+
+def test_a_median_halfway_is_lerped_from_the_upper_end_as_numpy_does():
+    a, b = 0.926506623785866, 417.10644551813203  # (b − a) ÷ 2 from a and from b differ in the last bit here
+    assert M.percentile([a, b], 50) == float(np.percentile([a, b], 50)) == b - (b - a) * 0.5 != a + (b - a) * 0.5

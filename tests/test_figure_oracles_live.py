@@ -255,3 +255,74 @@ def test_a_final_count_is_spread_by_the_characters_each_chunk_carried():
 
 def _text(t):
     return {"choices": [{"text": t, "index": 0}]}
+
+
+def test_a_running_usage_that_does_not_rise_counts_no_token():
+    res = _count([{"choices": [{"text": " a", "index": 0}], "usage": {"completion_tokens": 1}},
+                  {"choices": [{"text": "b", "index": 0}], "usage": {"completion_tokens": 1}},  # a split token
+                  {"choices": [{"text": " c", "index": 0}], "usage": {"completion_tokens": 2, "prompt_tokens": 4}},
+                  {"choices": [], "usage": {"prompt_tokens": 4}}])  # a last usage without a completion count
+    assert res.token_ns == [1000, 3000] and res.token_count == "continuous-usage"
+    assert (res.server_output_tokens, res.prompt_tokens) == (2, 4)
+
+
+def test_the_first_content_chunk_decides_the_count():
+    # no usage on the first: one a chunk from then on, a running usage later only read as the server's count
+    res = _count([_text(" a"), {"choices": [{"text": " b", "index": 0}],
+                                "usage": {"completion_tokens": 5, "prompt_tokens": 3}}, _text(" c")])
+    assert res.token_count == "chunks+final-usage" and len(res.token_ns) == 5
+    assert res.prompt_tokens == 3
+    res = _count([{"choices": [{"text": "a", "index": 0}], "usage": {"completion_tokens_delta": 1}},
+                  {"choices": [{"text": "b", "index": 0}], "usage": {"completion_tokens": 7}}])
+    assert res.token_count == "chunks+final-usage" and len(res.token_ns) == 7
+
+
+def test_a_share_below_a_chunks_count_spreads_the_missing_tokens_evenly():
+    # 1 and 9 characters, 5 tokens: by the characters the first chunk would hold 0 (below its 1): evenly instead,
+    # the 3 missing as 1 and 2
+    seen: list[list[int]] = []
+    res = _count([_text("a"), _text("bbbbbbbbb"), {"choices": [], "usage": {"completion_tokens": 5}}], seen.append)
+    assert res.token_ns == [1000, 1000, 2000, 2000, 2000] and res.token_count == "chunks+final-usage"
+    assert seen[-1] == [1000, 2000, 2000]  # the tokens the final count added, told as they were added
+
+
+def test_thinking_packed_several_a_chunk_is_counted_from_the_final_usage():
+    seen: list[list[int]] = []
+    res = _count([_d(reasoning_content=" a b"), _d(reasoning_content=" c d"), _d(content=" e f", reasoning=" g h"),
+                  {"choices": [], "usage": {"completion_tokens": 8}}], seen.append)
+    # characters 4, 4, 8 of 16: 2, 2, 4 tokens; the two thinking chunks' 4 are its reasoning tokens (no details sent)
+    assert res.token_ns == [1000] * 2 + [2000] * 2 + [3000] * 4
+    assert res.reasoning_tokens == 4 and res.t_first_answer_ns == 3000
+    assert seen[-1] == [1000, 2000, 3000, 3000, 3000]
+
+
+def test_the_live_window_keeps_tokens_by_their_time_whatever_order_they_came_in():
+    st = S.LiveStats(window_s=1.0)
+    w = st.window(5 * NS)  # no load yet: an empty window
+    assert (w.span_s, w.agg_tps, w.tpots, w.per_worker_tps, w.steps_per_s, w.concurrency) == (0.0, 0.0, [], {}, {},
+                                                                                               0.0)
+    st.add_tokens(0, 1, [])  # nothing
+    st.load_started(0)
+    st.load_started(10 * NS)  # the load's start is its first
+    assert st.load_start_ns == 0
+    st.add_tokens(0, 1, [300 * MS])
+    st.add_tokens(0, 1, [100 * MS, 200 * MS])  # a batch that came late: older than the last token held
+    st.add_tokens(1, 2, [400 * MS])
+    st.add_tokens(1, 2, [500 * MS])  # in order: appended
+    st.add_tokens(1, 2, [450 * MS])  # one token, late
+    w = st.window(500 * MS)  # a load 0.5 s old: its window is 0.5 s, not 1
+    assert w.span_s == pytest.approx(0.5) and w.per_worker_tps == pytest.approx({0: 6.0, 1: 6.0})
+    assert w.agg_tps == pytest.approx(6 / 0.500000001)
+    assert sorted(w.tpots) == pytest.approx([0.05, 0.1])  # (500 − 400) ÷ 2 and (300 − 100) ÷ 2
+    w = st.window(350 * MS)  # a reading before the last tokens (a replay's): the later ones left out
+    assert w.per_worker_tps == pytest.approx({0: 3 / 0.35})
+    st2 = S.LiveStats(window_s=1.0)
+    st2.load_started(0)
+    st2.add_tokens(2, 7, [1000 * MS, 1500 * MS])
+    st2.add_tokens(3, 7, [1600 * MS])  # the stream moved (a request resent elsewhere): its tokens are the last's
+    w = st2.window(2000 * MS)  # [1 s, 2 s]: the token at 1 s, the window's first instant, stays
+    assert w.per_worker_tps == pytest.approx({3: 3.0}) and w.steps_per_s == pytest.approx({3: 3.0})
+    st2.add_started(9, 1200 * MS)
+    st2.add_record(rec(8, 0, 500 * MS, [600 * MS], 1000 * MS))  # ended at the window's first instant: in it
+    w = st2.window(2000 * MS)
+    assert w.concurrency == pytest.approx(0.8, rel=1e-6)  # request 9, 1.2 → 2 s; request 8: 0 s inside

@@ -235,7 +235,13 @@ def test_build_record_and_shift():
     assert r.prompt_id == "p7" and r.run_id == "run" and r.engine == "e"
     failed = build_record(req, meta, "run", Outcome([], 120, 130, error="boom", finish_reason="stop"), ServedBy(None))
     assert (failed.t_first_token_ns, failed.finish_reason, failed.error, failed.model) == (None, "error", "boom", "m")
+    d = r.to_dict()  # a copy one level down: its list and dict are not the record's
+    d["token_ns"].append(1)
+    d["extra"]["a"] = 2
+    assert r.token_ns == [150, 160, 170] and r.extra == {"a": 1}
+    r.t_first_answer_ns = 165
     s = shifted(r, 1000)
+    assert s.t_first_answer_ns == 1165
     assert (s.t_scheduled_ns, s.t_submitted_ns, s.t_started_ns, s.t_first_token_ns, s.t_done_ns, s.token_ns) == \
         (1100, 1105, 1120, 1150, 1180, [1150, 1160, 1170])
     unsent = shifted(rec(1, 5, None, [], None, sub=0), 10)
@@ -243,3 +249,151 @@ def test_build_record_and_shift():
     assert RequestRecord.from_dict({**r.to_dict(), "unknown": 1}) == r
     assert is_remote("http") and not is_remote("instances") and not is_remote("batch")
     assert math.isclose(1.0, 1.0)
+
+
+def test_the_seeding_and_labels_are_what_the_doc_says():
+    """A level's gaps are random.Random(seed × 1 000 003 + rep)'s draws scaled to (n − 1) ÷ rate: worked out here."""
+    import random
+
+    rng = random.Random(3 * 1_000_003 + 2)
+    gaps = [rng.expovariate(8.0) for _ in range(4)]
+    want, t = [0], 0.0
+    for g in gaps:
+        t += g * (4 / 8.0) / sum(gaps)
+        want.append(round(t * NS))
+    spec = A.ArrivalSpec("poisson", rate=8.0, seed=3)
+    assert drain(spec.make(5, rep=2)) == want
+    assert drain(spec.make(5)) == drain(spec.make(5, rep=0)) != drain(spec.make(5, rep=1))
+    assert spec.make(5).describe() == "open loop, Poisson 8 req/s"
+    assert spec.make(None).describe() == "open loop, Poisson 8 req/s"
+    assert A.ArrivalSpec("ramp", ramp=(1.0, 3.0)).make(3).describe() == "open loop, ramp 1 → 3 req/s (Poisson)"
+    assert A.ArrivalSpec("trace", times_s=(0.0, 1.0)).make(2).describe() == \
+        "open loop, trace replay, 2 requests over 1 s"
+    assert A.ArrivalSpec("trace", times_s=()).describe() == "trace replay, 0 requests over 0 s"
+    assert A.ArrivalSpec("trace", times_s=(0.0, 1.0, 4.0)).describe() == "trace replay, 3 requests over 4 s"
+    s = A.ArrivalSpec("trace", times_s=(0.0, 1.0), after=(-1, 0)).make(2)
+    assert isinstance(s, A.TraceSessions) and s.total == 2 and s.after == (-1, 0)
+    assert s.describe() == "open loop, trace replay, 2 requests over 1 s, follow-ups after their parents' answers"
+
+
+@pytest.mark.parametrize("pattern", ["poisson", "gamma", "constant"])
+def test_an_endless_schedule_keeps_its_rate(pattern):
+    """Without a count (the dashboard) the gaps are not scaled: their own mean must be 1 ÷ rate."""
+    spec = A.ArrivalSpec(pattern, rate=50.0, burstiness=2.0 if pattern == "gamma" else None, seed=5)
+    s = spec.make(None)
+    t = s.due(0, 0) + s.due(40 * NS, 0)
+    assert len(t) / 40.0 == pytest.approx(50.0, rel=0.06)
+
+
+def test_short_schedules_and_the_trace_period():
+    assert len(drain(A.ArrivalSpec("ramp", ramp=(1.0, 3.0), seed=1).make(2))) == 2
+    assert drain(A.ArrivalSpec("ramp", ramp=(1.0, 3.0), seed=1).make(2))[-1] == pytest.approx(NS // 2, abs=2)  # 2 ÷ 4
+    empty = A.Schedule(iter([]), 3, "x")
+    assert empty.exhausted() and empty.due(5, 0) == [] and empty.next_wakeup_ns() is None
+    s = A.Schedule(iter([0, 10]), None, "x")
+    s.resume(5)  # before its start: nothing to move
+    assert s.due(100, 0) == [100] and s.next_wakeup_ns() == 110
+    # one time only, or a trace that spans 0 s: the next pass 1 s after
+    assert drain(A.ArrivalSpec("trace", times_s=(0.0,)).make(3)) == [0, NS, 2 * NS]
+    assert drain(A.ArrivalSpec("trace", times_s=(0.0, 0.0)).make(3)) == [0, 0, NS]
+    # three times over 0.5 s: the next pass one mean gap (0.25 s) after the last
+    assert drain(A.ArrivalSpec("trace", times_s=(0.0, 0.25, 0.5)).make(4))[-1] == 3 * NS // 4
+    assert A.ArrivalSpec("trace", times_s=(0.0,)).mean_rate() is None
+    assert A.ArrivalSpec("trace", times_s=()).mean_rate() is None
+    assert A.ArrivalSpec("trace", times_s=(0.0, 0.0)).mean_rate() is None
+    assert A.ArrivalSpec("trace", times_s=(0.0, 0.5)).mean_rate() == 2.0
+    assert A.realised_rate([0, NS, 3 * NS]) == 2 / 3 and A.realised_rate([2 * NS, 3 * NS]) == 1.0
+
+
+def test_lateness_keys_without_stamps_and_waits_of_zero():
+    f = A.lateness_figures([rec(1, 0, 0, [1], 2, sub=0), rec(2, NS, 0, [1], 2, sub=0)])
+    assert f == {"lateness_p50_ms": None, "lateness_p99_ms": None, "lateness_max_ms": None,
+                 "behind_schedule": False, "arrival_rps": 1.0}
+    assert A.lateness_figures([rec(1, 0, 0, [1], 2, sub=0)])["arrival_rps"] is None
+    w = A.client_wait_figures([rec(1, 0, 0, [1], 2, extra={"client_queue_ms": 0.0}), rec(2, 0, 0, [1], 2)])
+    assert w["client_waited"] == 1 and w["client_wait_max_ms"] == 0.0 and w["client_wait_p50_ms"] == 0.0
+
+
+def test_knee_figures_at_their_edges():
+    two = [rec(1, 5 * NS, 5 * NS, [6 * NS], 7 * NS), rec(2, 7 * NS, 7 * NS, [8 * NS], 9 * NS)]
+    f = K.rate_figures(two)  # not from 0: first → last scheduled
+    assert (f["offered_rps"], f["arrivals_s"]) == pytest.approx((0.5, 2.0)) and f["ttft_trend"] is None
+    same = [rec(1, 5 * NS, 0, [6 * NS], 7 * NS), rec(2, 5 * NS, 0, [6 * NS], 7 * NS)]
+    assert K.rate_figures(same)["offered_rps"] is None
+    # four requests at once then none: the halves' schedules tie, no trend
+    tied = [rec(i, NS, NS, [NS + i * MS], 2 * NS) for i in range(4)]
+    assert K.rate_figures(tied)["ttft_trend"] is None
+    # a short level (its halves 0.5 s apart) keeps its trend
+    short = [rec(i, i * NS // 4, 0, [i * NS // 4 + (i + 1) * 100 * MS], NS * 2) for i in range(4)]
+    assert K.rate_figures(short)["ttft_trend"] == pytest.approx(0.2 / 0.5)
+    flight = [rec(1, 0, 0, [1], 1), rec(2, 2, 2, [3], 10), rec(3, 3, 3, [4], 10), rec(4, 4, 4, [5], 10)]
+    assert K.peak_in_flight(flight) == 3
+    p = K.ExactPoisson(5.0, 11, seed=3)
+    t = p.due(0, 0) + p.due(10**15, 0)
+    assert len(set(t)) == 11
+
+
+def test_the_searchs_levels_exactly():
+    run, calls = _level_of(5)
+    knee = K.find_knee(run, "users", start=1, limit=512)
+    assert calls == [1, 2, 4, 8, 8, 6, 5] and knee.what == "users" and len(knee.levels) == 7
+    assert (knee.passed.level, knee.failed.level) == (5, 6)
+    run, calls = _level_of(3.0)
+    knee = K.find_knee(run, "rate", start=1, limit=64)
+    assert calls == [1, 2, 4, 4, 3.0, 3.5, 3.25] and knee.what == "rate"  # to a tenth of the failed rate
+    run, calls = _level_of(1)
+    assert K.find_knee(run, "users", start=2, limit=64).passed.level == 1 and calls == [2, 2, 1]
+    stops: list[float] = []
+
+    def client(level: float) -> K.Level:
+        stops.append(level)
+        return K.Level(level, level < 4, None if level < 4 else "client", "late")
+
+    knee = K.find_knee(client, "rate", start=1, limit=64)  # the client's limit, twice: the search ends
+    assert stops == [1, 2, 4, 4] and knee.failed.stop == "client" and knee.passed.level == 2
+    walls: list[float] = []
+
+    def wall(level: float) -> K.Level:
+        walls.append(level)
+        return K.Level(level, level < 4, None if level < 4 else "wall", "wall")
+
+    knee = K.find_knee(wall, "users", start=1, limit=64)  # a wall: not run twice, the search ends
+    assert walls == [1, 2, 4] and knee.failed.stop == "wall"
+    bis: list[float] = []
+
+    def wall_in_bisection(level: float) -> K.Level:
+        bis.append(level)
+        return K.Level(level, level < 3, "wall" if level == 3 else None, "x")
+
+    knee = K.find_knee(wall_in_bisection, "users", start=1, limit=64)
+    assert bis == [1, 2, 4, 4, 3] and knee.failed.stop == "wall" and knee.passed.level == 2
+    seen: list[float] = []
+
+    def once(level: float) -> K.Level:
+        seen.append(level)
+        return K.Level(level, level != 8 or seen.count(8) > 1, None, "slow")
+
+    assert K.find_knee(once, "users", start=1, limit=8).passed.why == \
+        "slow (on a second run; the first was out: slow)"
+
+
+def test_judge_says_which_level_and_keeps_its_cell():
+    slo = SLO("s", "s", ttft_s=0.5, tpot_s=0.02)
+    c = _cell(0.95)
+    lv = K.judge(c, slo, "users", 4)
+    assert (lv.level, lv.ok, lv.stop, lv.why, lv.cell) == (4, True, None, "95% of requests within the SLO", c)
+    c = _cell(None)
+    lv = K.judge(c, slo, "users", 4)
+    assert (lv.level, lv.ok, lv.stop, lv.why, lv.cell) == (4, False, None, "no request finished", c)
+    c = _cell(1.0, trend=0.5, offered=None, arrivals=10.0)
+    lv = K.judge(c, slo, "rate", 6)
+    assert (lv.level, lv.ok, lv.stop, lv.cell) == (6, False, None, c) and "the 6 req/s offered" in lv.why
+    assert K.judge(c.to_json(), slo, "rate", 6).why == lv.why  # summary.json's cell judged alike
+    lv = K.judge(_cell(0.5, ttft99=900.0, queue50=30.0, ttft50=60.0), slo, "users", 8)
+    assert lv.why.startswith("TTFT p99 is ≈0.90 s (prefill)")  # a queue of half the TTFT: not the queue's
+    lv = K.judge(_cell(0.5, ttft99=500.0, tpot50=20.0), slo, "users", 8)
+    assert lv.why == "only 50% of requests meet the SLO (50% within it)"  # at its bounds: not over them
+    lv = K.judge(_cell(0.5, ttft99=1500.0, queue50=None, ttft50=None, n=200), slo, "users", 8)
+    assert lv.why.startswith("TTFT p99 is 1.50 s (prefill)")  # neither known: no queue said
+    lv = K.judge(_cell(0.5, ttft99=1500.0, queue50=0.4, ttft50=None, n=200), slo, "users", 8)
+    assert lv.why.startswith("TTFT p99 is 1.50 s (queue)")
