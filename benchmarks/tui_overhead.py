@@ -41,6 +41,7 @@ from measure.core import metrics as M  # noqa: E402
 from measure.machine.recorder import read_jsonl  # noqa: E402
 
 EXE = str(Path(sys.executable).parent / "inference-top")
+START_S = 600.0  # seconds a dashboard has to serve its first K requests (the probe, twice on a busy machine)
 BRAILLE_REV = "1f0385a"  # the last commit whose tui/charts.py drew its own braille (before plotext came back)
 
 
@@ -95,8 +96,8 @@ def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path
     subprocess.run(["tmux", "set-option", "-t", name, "remain-on-exit", "on"], check=True)  # to show a crash
     try:
         # wait for the app process and for every worker to be ready and serving
-        deadline = time.monotonic() + 180
-        app = None
+        deadline = time.monotonic() + START_S
+        app, serving = None, False
         while time.monotonic() < deadline:
             if subprocess.run(["tmux", "display", "-p", "-t", name, "#{pane_dead}"], capture_output=True,
                               text=True).stdout.strip() == "1":
@@ -108,11 +109,13 @@ def dashboard(k: int, seconds: float, max_tokens: int, refresh: float, tmp: Path
             pp = psutil.Process(pane_pid)
             app = pp if "tui.cli" in " ".join(pp.cmdline()) else next(
                 (c for c in pp.children(recursive=True) if "tui.cli" in " ".join(c.cmdline())), None)
-            if app and rec.exists() and rec.read_text().count('"kind":"request"') >= k:
+            serving = bool(app and rec.exists() and rec.read_text().count('"kind":"request"') >= k)
+            if serving:
                 break
             time.sleep(0.5)
-        if app is None:
-            sys.exit("tui_overhead: the dashboard did not start within 180 s")
+        if not serving:  # (measured before, its CPU was the probe's and its recording had no request)
+            sys.exit(f"tui_overhead: the dashboard was not serving {k} requests within {START_S:g} s "
+                     "(a busy machine probes twice at start: give it a quieter moment)")
         time.sleep(3.0)
         c0 = app.cpu_times()
         t0 = time.monotonic()
