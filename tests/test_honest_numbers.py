@@ -323,7 +323,8 @@ class NullTokenizer:
 
 def test_prompt_ids_go_to_a_server_that_tokenizes_as_we_do():
     """The null server's /tokenize gives our ids for the probe: prompts go as ids (BOS, the unique prefix's
-    ids, the prompt's), prompt_tokens = their count: a synthetic prompt of 12 tokens + a 2-word prefix = 14."""
+    ids over the prompt's first ones), prompt_tokens = their count: a synthetic prompt of 12 tokens stays 12
+    (issue 58: the prefix made it 14, more prefill than a local engine's for the same prompt)."""
     from engines.null_server import Behaviour, NullServer
     from measure.sources.http import HttpSource
 
@@ -333,7 +334,7 @@ def test_prompt_ids_go_to_a_server_that_tokenizes_as_we_do():
         recs = src.run_requests(Load(presets.workload("synthetic:12"), ClosedLoop(1, total=2), 3), timeout=30)
         src.close()
     assert src.send_ids and all(r.extra["prompt_sent_as"] == "token ids" for r in recs)
-    assert [r.prompt_tokens for r in recs] == [14, 14]  # "[request <run>-<id>] " is 2 words
+    assert [r.prompt_tokens for r in recs] == [12, 12]  # "[request <run>-<id>] " (2 words) over 2 of its 12
 
 
 def test_prompts_go_as_text_where_the_server_cannot_say(capture):

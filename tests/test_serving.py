@@ -233,7 +233,7 @@ def test_the_verdict_reads_the_server_records_before_the_rates():
     # (mlx_lm.server here: 1.4 → 1.6 tok/s from B = 1 to 4, the engine ×4.3)
     flat = [_cell(1, 30, ttft=100), _cell(2, 31, ttft=400)]
     v, why = S.verdict(S.rows(engine, flat, side))
-    assert v == "serialises" and "interleave" in why, why
+    assert v == "interleaves" and "overlap" in why, why
     both = [_rec(i, 2, 0, range(0, 1000, 100)) for i in range(2)] + [_rec(i + 2, 2, 1000, range(1000, 2000, 100))
                                                                       for i in range(2)]
     assert S.verdict(S.rows(engine, looks_full, both))[0] == "batches fully"

@@ -261,7 +261,10 @@ class HttpSource(WarmsUp):
         ids = list(self.tokenizer(req.prompt))
         if not prefix:
             return ids
-        return ids[:1] + list(self.tokenizer.text_ids(prefix)) + ids[1:]  # BOS, the unique prefix, the prompt
+        pre = list(self.tokenizer.text_ids(prefix))
+        if len(ids) > len(pre) + 1:  # BOS, the unique prefix over the prompt's first tokens: its length kept, so
+            return ids[:1] + pre + ids[1 + len(pre):]  # a server prefills what a local engine would (issue 58)
+        return ids[:1] + pre + ids[1:]  # a prompt shorter than the prefix: BOS, the unique prefix, the prompt
 
     def _ready(self) -> bool:
         return all(ep.warmed >= self.b for ep in self._eps if ep.in_use and ep.up)

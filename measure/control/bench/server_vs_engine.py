@@ -18,6 +18,7 @@ from measure.machine import servers
 from measure.machine.recorder import read_header, read_jsonl
 
 SERVERS = ("llama-server", "llama_cpp.server", "mlx_lm.server")
+WORK_TOLERANCE = 0.02  # prompt or answer tokens of the two sides further apart than this: not the same work
 
 
 class ServeError(Exception):
@@ -73,29 +74,55 @@ def _ms(v: float | None) -> str:
 def table_lines(rows: Sequence[S.Row]) -> list[str]:
     """The per-B table: tok/s of each side and their ratio, TPOT p50 and TTFT p50 side by side (ms)."""
     out = [(f"{'B':>3} {'engine tok/s':>12} {'server tok/s':>12} {'server÷engine':>13} "
-            f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'server errors':>13}")]
+            f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'served at once':>14} "
+            f"{'prompt tok engine|server':>24} {'server errors':>13}")]
     for r in rows:
         share = "—" if r.share is None else f"{r.share:.0%}"
+        once = "—" if r.at_once is None or r.open is None else f"{r.at_once:.1f} of {r.open:.1f}"
+        tok = f"{_n(r.engine_prompt_tokens)} | {_n(r.server_prompt_tokens)}"
         out.append(f"{r.b:>3} {_ms(r.engine_tps):>12} {_ms(r.server_tps):>12} {share:>13} "
                    f"{_ms(r.engine_tpot_ms) + ' | ' + _ms(r.server_tpot_ms):>19} "
-                   f"{_ms(r.engine_ttft_ms) + ' | ' + _ms(r.server_ttft_ms):>19} "
+                   f"{_ms(r.engine_ttft_ms) + ' | ' + _ms(r.server_ttft_ms):>19} {once:>14} {tok:>24} "
                    f"{f'{r.server_errors} of {r.server_requests}':>13}")
+    return out
+
+
+def _n(v: int | None) -> str:
+    return "—" if v is None else str(v)
+
+
+def work_notes(table: Sequence[S.Row]) -> list[str]:
+    """Where the two sides were not sent the same work: per B, prompt tokens or answer tokens that differ by more
+    than WORK_TOLERANCE (a server that ends at EOS, a prompt made longer): named beside the share."""
+    out = []
+    for r in table:
+        for what, e, v in (("prompt tokens", r.engine_prompt_tokens, r.server_prompt_tokens),
+                           ("answer tokens", r.engine_output_tokens, r.server_output_tokens)):
+            if e and v is not None and abs(v / e - 1) > WORK_TOLERANCE:
+                out.append(f"B={r.b}: {what} engine {e} vs server {v} ({v / e - 1:+.0%})")
     return out
 
 
 def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[S.Row]]:
     """The two sweeps paired by B, the verdict and why: the command's JSON line (also written beside them), and
-    the paired rows."""
-    table = S.rows(read_cells(engine_dir), read_cells(server_dir), read_requests(server_dir / "records.jsonl"))
+    the paired rows (each with the prompt and answer tokens each side was sent and gave); where the work was not
+    the same, `unequal_work` says where, and `why` ends by naming it."""
+    server = read_cells(server_dir)
+    asked = {int(c["b"]) for c in server}  # an engine sweep reused (--engine-from) may have measured more B
+    table = S.rows([c for c in read_cells(engine_dir) if int(c["b"]) in asked], server,
+                   read_requests(server_dir / "records.jsonl"), read_requests(engine_dir / "records.jsonl"))
     verdict, why = S.verdict(table)
+    unequal = work_notes(table)
+    if unequal:
+        why += "; not the same work, so the share compares unequal work: " + ", ".join(unequal)
     return {"command": "server-vs-engine", **meta, "verdict": verdict, "why": why,
-            "rows": [dict(asdict(r), share=r.share) for r in table],
+            "rows": [dict(asdict(r), share=r.share) for r in table], "unequal_work": unequal,
             "engine_out": str(engine_dir), "server_out": str(server_dir)}, table
 
 
 def reuse_engine(earlier: Path, engine_argv: list[str], out: Path) -> None:
-    """--engine-from: link `earlier`/engine as `out`/engine where its bench ran with exactly `engine_argv` (less
-    --out) and finished; ValueError (one line) otherwise."""
+    """--engine-from: link `earlier`/engine as `out`/engine where its bench ran with `engine_argv` (less --out; its
+    --b may list more B than this run's) and finished; ValueError (one line) otherwise."""
     src = earlier / "engine"
     try:
         header = read_header(src / "records.jsonl")
@@ -106,9 +133,11 @@ def reuse_engine(earlier: Path, engine_argv: list[str], out: Path) -> None:
     if "--out" in argv:
         i = argv.index("--out")
         del argv[i:i + 2]
-    if argv != engine_argv:
+    theirs, ours = _without_b(argv), _without_b(engine_argv)
+    if theirs[0] != ours[0] or not ours[1] <= theirs[1]:
         raise ValueError(f"--engine-from {earlier}: its engine ran with other options ({' '.join(argv)}); give the "
-                         "same --model, --b, --requests, --max-tokens, --threads, --ctx, --workload and --seed")
+                         "same --model, --requests, --max-tokens, --threads, --ctx, --workload and --seed, and B "
+                         "among its --b")
     if any(c.get("status") != "ok" for c in cells):
         raise ValueError(f"--engine-from {earlier}: its engine sweep did not finish every cell")
     dst = out / "engine"
@@ -116,6 +145,16 @@ def reuse_engine(earlier: Path, engine_argv: list[str], out: Path) -> None:
         if dst.exists() or dst.is_symlink():
             raise ValueError(f"--engine-from: {dst} exists already; give another --out")
         dst.symlink_to(src.resolve(), target_is_directory=True)
+
+
+def _without_b(argv: list[str]) -> tuple[list[str], set[int]]:
+    """(argv less its --b, the B it lists): an engine sweep over more B serves a server run over some of them."""
+    out, bs = list(argv), set()
+    if "--b" in out:
+        i = out.index("--b")
+        bs = {int(x) for x in out[i + 1].split(",") if x.strip().isdigit()} if i + 1 < len(out) else set()
+        del out[i:i + 2]
+    return out, bs
 
 
 def engine_baseline(path: str | Path) -> dict[int, float]:

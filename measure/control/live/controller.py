@@ -532,11 +532,11 @@ class LiveController:
         while running and running[0][0] < max(now - int(self.settings.window_s * NS), self.stats.level_start_ns):
             running.popleft()
         gauge = M.percentile([r for _, r in running], 50) if len(running) >= serving.GAUGE_SCRAPES else None
-        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s)
-        if found is not None and found.verdict == "serialises" and self._serial_level != self.stats.level_label \
+        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s, win.stepped)
+        if found is not None and found.verdict != "batches" and self._serial_level != self.stats.level_label \
                 and self._log_findings:
             self._serial_level = self.stats.level_label
-            self.log("warn", f"the server serialises: {found.served:.1f} streams served at once of "
+            self.log("warn", f"the server {found.verdict}: {found.served:.1f} streams served at once of "
                              f"{found.open:.1f} open ({found.source})")
         return found
 

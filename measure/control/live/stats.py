@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
 KEEP = 1000  # requests kept per level and since reset: the percentiles are over the last KEEP (memory stays flat)
+STEPPED_S = 2.0  # the stepping of the streams' tokens is read over the last 2 s of the window (its cost bounded)
 
 
 def slim(rec: RequestRecord) -> RequestRecord:
@@ -123,6 +124,8 @@ class Window:
     # in the window (seconds)
     decoding: float = 0.0  # streams decoding at once: Σ each stream's first → last token in the window ÷ span
     # (serving.decoding_concurrency: ≈ 1 where a server serialises the streams open, docs/design.md §28)
+    stepped: float | None = None  # of the last STEPPED_S's gaps between two streams' tokens, the share within one
+    # step (serving.stepped_share: ≈ 0 where a server takes turns between its streams)
 
 
 class LiveStats:
@@ -153,8 +156,9 @@ class LiveStats:
         if not token_ns:
             return
         st = self._streams.get(request_id)
-        if st is None:
-            self._streams[request_id] = [worker, sorted(token_ns)]
+        if st is None:  # its first token: the stream's start kept beside (its prefill counted, serving_spans)
+            ts0 = sorted(token_ns)
+            self._streams[request_id] = [worker, ts0, self._open.get(request_id, ts0[0]), ts0[0]]
             return
         st[0] = worker
         ts = st[1]
@@ -218,7 +222,7 @@ class LiveStats:
         tpots = []
         by_worker: dict[Any, list[float]] = {}
         n_agg = 0
-        for wid, ts in streams.values():
+        for wid, ts, *_ in streams.values():
             per_worker[wid] = per_worker.get(wid, 0) + len(ts)
             steps.setdefault(wid, set()).update(ts)
             n_agg += len(ts) - (bisect_left(ts, lo) if ts[0] < lo else 0)
@@ -228,10 +232,17 @@ class LiveStats:
         agg = n_agg / ((now_ns + 1 - lo) / NS)  # as M.aggregate_tps_from_times over [lo, now]
         in_service = self._spans + [(t, None) for t in self._open.values()]
         conc = M.achieved_concurrency(in_service, lo, now_ns) or 0.0
-        decoding = serving.decoding_concurrency((ts for _, ts in streams.values()), lo, now_ns) or 0.0
+        # served at once: each stream from a prefill before its first token (the level's shortest TTFT: a request
+        # that found the server free), never before it was sent (serving.serving_spans, docs/design.md §28)
+        prefill = int(min(self.figures.ttft[-KEEP:], default=0.0) * NS)
+        decoding = serving.decoding_concurrency(([max(st[2], st[3] - prefill), st[1][-1]] for st in streams.values()),
+                                                lo, now_ns) or 0.0
+        tpot = M.percentile(tpots, 50)
+        recent = [st[1][bisect_left(st[1], now_ns - int(STEPPED_S * NS)):] for st in streams.values()]
+        stepped = serving.stepped_share(recent, tpot * NS, decoding) if tpot else None
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
                       {w: len(ts) / span for w, ts in steps.items()}, conc,
-                      {w: M.percentile(v, 50) for w, v in by_worker.items()}, decoding)
+                      {w: M.percentile(v, 50) for w, v in by_worker.items()}, decoding, stepped)
 
     def request_numbers(self) -> dict[str, Any]:
         """TTFT and ITL over the current level's requests, recomputed only when one more ended."""
