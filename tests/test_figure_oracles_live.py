@@ -326,3 +326,94 @@ def test_the_live_window_keeps_tokens_by_their_time_whatever_order_they_came_in(
     st2.add_record(rec(8, 0, 500 * MS, [600 * MS], 1000 * MS))  # ended at the window's first instant: in it
     w = st2.window(2000 * MS)
     assert w.concurrency == pytest.approx(0.8, rel=1e-6)  # request 9, 1.2 → 2 s; request 8: 0 s inside
+
+
+def _cell_records():
+    """Three requests of one rep on workers 0 and 1 (ms): two short prompts, one long; request 3 failed."""
+    a = rec(1, 0, 2 * MS, [10 * MS, 12 * MS, 16 * MS], 20 * MS, worker=0, prompt_id="p1")
+    b = rec(2, 4 * MS, 5 * MS, [30 * MS, 31 * MS], 34 * MS, worker=1, prompt_id="long-1")
+    c = rec(3, 6 * MS, 8 * MS, [], 9 * MS, worker=1, error="boom")
+    for r, sub, rss in ((a, 1 * MS, 100), (b, 6 * MS, 300), (c, 6 * MS, 200)):
+        r.t_submitted_ns, r.worker_rss_bytes, r.pid, r.k = sub, rss, r.worker, 2
+    a.finish_reason, b.finish_reason = "length", "stop"
+    return [a, b, c]
+
+
+def test_every_request_figure_of_a_cell_against_its_records():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import truth_matrix as T
+
+    recs = _cell_records()
+    cell = C.Cell.measure(recs, C.Spec(2, 3, 10**9, bandwidth_gbps=100.0, max_tokens=3, ignore_eos=True,
+                                       slo=SLO("s", "s", ttft_s=0.015)))
+    want = T.recomputed(recs)
+    rq = cell.requests
+    for name, dist in (("ttft", rq.ttft), ("tpot", rq.tpot)):
+        assert (dist.mean, dist.p50, dist.p90, dist.p99) == pytest.approx(want[name], abs=1e-9), name
+    for name, dist in (("ttft_engine", rq.ttft_engine), ("itl", rq.itl), ("e2el", rq.e2el)):
+        assert (dist.p50, dist.p99) == pytest.approx((want[name][1], want[name][3]), abs=1e-9), name
+    assert rq.queue_wait.p50 == pytest.approx(float(np.median([2.0, 1.0])))
+    assert (rq.ttfat.p50, rq.ttfat.p99) == pytest.approx((rq.ttft.p50, rq.ttft.p99))
+    assert (rq.completed, rq.errors, rq.total_output_tokens, rq.reasoning_tokens) == (2, 1, 5, 0)
+    assert rq.per_stream_tps == pytest.approx(1000.0 / rq.tpot.p50) and rq.stopped_early == 1
+    assert rq.ttft_by_class == {"long": {"n": 1, "median_ttft_ms": pytest.approx(26.0),
+                                         "p99_ttft_ms": pytest.approx(26.0)},
+                                "short": {"n": 1, "median_ttft_ms": pytest.approx(10.0),
+                                          "p99_ttft_ms": pytest.approx(10.0)}}
+    # the cell's level, timing and load
+    span = 34 * MS + 1
+    assert (cell.k, cell.b, cell.reps, cell.mode, cell.status) == (2, 3, 1, "instances", "ok")
+    assert cell.output_throughput == pytest.approx(5 / span * NS) and cell.output_throughput_per_rep == \
+        pytest.approx([5 / span * NS])
+    assert cell.achieved_concurrency == pytest.approx((18 + 29 + 1) * MS / span)
+    assert cell.cv is None and cell.noisy is False
+    assert cell.load.lateness == C.Dist(p50=pytest.approx(1.0), p99=pytest.approx(float(np.percentile([1, 2, 0], 99))),
+                                        max=pytest.approx(2.0))
+    assert cell.load.behind_schedule is False and cell.load.arrival_rps == pytest.approx(2 / 0.006)
+    assert cell.load.client_waited is None and cell.load.client_procs is None
+    assert cell.machine.rss_gb_sum == pytest.approx(400 / 1e9) and cell.machine.k_served_min is None  # 100 + max(300, 200)
+    assert (cell.prediction.by, cell.prediction.tpot_ms) == ("K·W/β", pytest.approx(20.0))  # 2 × 1 GB ÷ 100 GB/s
+    assert cell.bandwidth.gbps == pytest.approx(cell.output_throughput * 10**9 / 1e9)
+    assert cell.bandwidth.formula == "aggregate tok/s × W (each stream reads W per token), W = model file bytes"
+    g = cell.goodput  # request 1 met TTFT 10 ms ≤ 15; request 2 (26 ms) did not; the failed one finished
+    assert (g.slo, g.attainment) == ("s: TTFT ≤ 15 ms", pytest.approx(1 / 3))
+    assert (g.rps, g.tps) == pytest.approx((1 / 0.034, 3 / 0.034))
+    assert cell.timing == C.TimingNote() and cell.cost is None and cell.turns == C.Turns()
+    failed = C.Cell.measure([recs[2]], C.Spec(1, 1, 0))
+    assert failed.status == "failed" and failed.prediction.by is None and failed.bandwidth.gbps is None
+
+
+def test_an_http_cells_load_and_bandwidth():
+    recs = _cell_records()
+    for r in recs:
+        r.mode = "http"
+        r.extra = {"proc": r.worker, "client_queue_ms": 3.0} if r.request_id == 2 else {"proc": r.worker}
+    r.k = 1
+    cell = C.Cell.measure(recs, C.Spec(2, 1, 2_000, mode="http", endpoint_gbps=[50.0, None]))
+    assert cell.load.client_waited == 1 and cell.load.client_wait.max == pytest.approx(3.0)
+    assert cell.load.client_wait.p50 == pytest.approx(0.0) and cell.load.client_procs == 2
+    assert cell.machine.k_served_min == 1  # a record served by K = 1 in a cell of 2
+    eps = cell.bandwidth.endpoints
+    assert [e["endpoint"] for e in eps] == ["0", "1"] and cell.bandwidth.gbps == pytest.approx(
+        (2_000 / 0.003 + 2_000 / 0.001) / 1e9)
+    assert cell.prediction.by is None  # one β of the two endpoints unknown: no K·W/β
+    one = C.Cell.measure(recs[:1], C.Spec(1, 1, 2_000, mode="http"))
+    assert one.bandwidth.endpoints is None and one.bandwidth.gbps == pytest.approx(2_000 / 0.003 / 1e9)
+
+
+def test_a_batch_cells_steps_and_kv():
+    a = rec(1, 0, 0, [10 * MS, 20 * MS], 20 * MS)
+    b = rec(2, 0, 0, [10 * MS, 20 * MS, 30 * MS], 40 * MS)
+    for r, p in ((a, 4), (b, 2)):
+        r.prompt_tokens, r.pid = p, 7
+    cell = C.Cell.measure([a, b], C.Spec(1, 2, 1_000, mode="batch", kv_bytes_per_token=10.0))
+    steps_s = 3 / 0.040  # steps at 10, 20, 30 ms over the span 0 → 40 ms
+    kv_s = ((4 + 0) + (4 + 1) + (2 + 0) + (2 + 1) + (2 + 2)) * 10.0 / 0.040
+    assert cell.bandwidth.steps_per_s == pytest.approx(steps_s)
+    assert cell.bandwidth.kv_read_gbps == pytest.approx(kv_s / 1e9)
+    assert cell.bandwidth.gbps == pytest.approx((steps_s * 1_000 + kv_s) / 1e9)
+    none = C.Cell.measure([rec(3, 5, 5, [], 5, error="x")], C.Spec(1, 2, 1_000, mode="batch"))
+    assert none.bandwidth.gbps is None and none.bandwidth.steps_per_s is None
