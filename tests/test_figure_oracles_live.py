@@ -417,3 +417,25 @@ def test_a_batch_cells_steps_and_kv():
     assert cell.bandwidth.gbps == pytest.approx((steps_s * 1_000 + kv_s) / 1e9)
     none = C.Cell.measure([rec(3, 5, 5, [], 5, error="x")], C.Spec(1, 2, 1_000, mode="batch"))
     assert none.bandwidth.gbps is None and none.bandwidth.steps_per_s is None
+
+
+def test_a_step_pending_keeps_the_settled_row_and_heat_settles_the_level_again():
+    t = ST.StepTable()
+    lv = ST.StepLevel("A", "instances", 1, 1, 0)
+    fig = _figures(10)
+    for i in range(30):
+        settled = t.tick(lv, ST.StepReading(i * NS // 2, True, fig, 100.0, 1.0, thermal="nominal"))
+    assert settled.settled and settled.agg_tps == pytest.approx(100.0)
+    # a step pending (workers warming): the row stays as it stood settled, whatever the warmup reads
+    kept = t.tick(lv, ST.StepReading(15 * NS, False, fig, 5.0, 9.0, thermal="nominal"))
+    assert kept is settled
+    # hotter: the readings before are another machine's; the level settles again on those after
+    hot = t.tick(lv, ST.StepReading(16 * NS, True, fig, 80.0, 1.0, thermal="throttled (fair)"))
+    assert not hot.settled and "thermal state now throttled" in hot.progress and "1/10 readings" in hot.progress
+    # the next level: A, left before it settled again, keeps its row as it last stood, marked so (never the ★)
+    b = ST.StepLevel("B", "instances", 2, 1, 20 * NS)
+    t.tick(b, ST.StepReading(20 * NS, True, _figures(10), 200.0, 2.0))
+    assert [r.level for r in t.rows] == ["A"] and not t.rows[0].settled
+    assert t.rows[0].progress.startswith(f"{ST.LEFT_UNSETTLED}: thermal state now throttled")
+    assert t.rows[0].agg_tps == pytest.approx(80.0)
+    assert [r.best for r in t.table()] == [False, False]
