@@ -262,9 +262,14 @@ class HttpSource(WarmsUp):
         if not prefix:
             return ids
         pre = list(self.tokenizer.text_ids(prefix))
-        if len(ids) > len(pre) + 1:  # BOS, the unique prefix over the prompt's first tokens: its length kept, so
-            return ids[:1] + pre + ids[1 + len(pre):]  # a server prefills what a local engine would (issue 58)
-        return ids[:1] + pre + ids[1:]  # a prompt shorter than the prefix: BOS, the unique prefix, the prompt
+        room = len(ids) - 2  # BOS and the prompt's last token kept
+        if room < 1:  # a prompt of two tokens: BOS, the unique prefix, the prompt
+            return ids[:1] + pre + ids[1:]
+        # BOS, the unique prefix over the prompt's first tokens (its end, which names the request, where the prompt
+        # is shorter): its length kept, so a server prefills what a local engine would (issue 58: the default
+        # workload's prompts of 8–15 tokens went as 24–31 with the prefix put before them)
+        pre = pre[-room:]
+        return ids[:1] + pre + ids[1 + len(pre):]
 
     def _ready(self) -> bool:
         return all(ep.warmed >= self.b for ep in self._eps if ep.in_use and ep.up)
