@@ -63,7 +63,10 @@ def _key(model: ModelChoice | None) -> str:
     return f"{machine_key()}|{Path(model.path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
 
 
-def cached(model: ModelChoice | None = None) -> Ceilings | None:
+def cached(model: ModelChoice | None = None, disturbed: bool = False) -> Ceilings | None:
+    """The probe cached for this machine (and model). One taken while other work used the machine (Ceilings.busy)
+    is not this machine's figure: it is returned only when asked for (`disturbed`), for get() to weigh (issue 55:
+    a probe cached while the test suite ran read 5.7 tok/s where 39 were measured)."""
     try:
         d = json.loads(_cache().read_text()).get(_key(model))
     except (OSError, ValueError):
@@ -71,10 +74,7 @@ def cached(model: ModelChoice | None = None) -> Ceilings | None:
     if not d or d.get("version") != PROBE_VERSION:
         return None
     c = Ceilings(**d)
-    # a probe taken while other work used the machine is not this machine's figure (one written before the
-    # rule below, or by hand): measured again rather than predicted from (issue 55: a probe cached while the
-    # test suite ran read 5.7 tok/s where 39 were measured)
-    return None if c.busy else c
+    return c if disturbed or not c.busy else None
 
 
 def _save(c: Ceilings, model: ModelChoice | None = None) -> None:
@@ -276,12 +276,10 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
                  read_gbps=read, engine=engine, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
                  seconds=seconds, busy_cores=round(others_cores(cpu0, _cpu_times(), seconds), 3))
-    if not c.busy:  # a disturbed probe is never cached as the machine's: get() measures again, and says so
-        _save(c, model)
     return c
 
 
-QUIET_WAIT_S = 2.0  # before a disturbed probe is taken again
+DISTURBED_REUSE_S = 900.0  # a disturbed probe stands in this long before get() measures again
 
 
 def _storage(model: ModelChoice | None, say: Callable[[str], None]) -> None:
@@ -301,17 +299,27 @@ def get(rerun: bool = False, say: Callable[[str], None] = print, model: ModelCho
     rates of this model (a GGUF other than the embedded one), cached apart.
 
     A probe that other work disturbed (Ceilings.busy: more than BUSY_LIMIT cores of others' work while it ran) is
-    not cached: it is taken once more after a short wait, and the less disturbed of the two is used for this run
-    only, with its warning (said where its rates are shown: describe(), the Machine's notes, RunPlan.roofline);
-    the next run probes again until one is quiet."""
-    c = None if rerun else cached(model)
-    if c is not None:
-        return c
-    c = probe(model, say=say)
-    if c.busy:
-        say(f"the probe ran while other work used {c.busy_cores:.1f} of {c.cores} cores: not cached; "
-            f"probing again in {QUIET_WAIT_S:.0f} s")
-        time.sleep(QUIET_WAIT_S)
-        again = probe(model, say=say)
-        c = min((c, again), key=lambda x: x.busy_cores or 0.0)
-    return c
+    cached marked as such and said wherever its rates are used (describe(), the Machine's notes, RunPlan.roofline);
+    it stands in for at most DISTURBED_REUSE_S, then the machine is measured again and the quieter of the two kept.
+    A quiet probe is never replaced by a disturbed one: `probe --rerun` on a busy machine keeps the quiet figure
+    and says so."""
+    old = None if rerun else cached(model, disturbed=True)
+    if old is not None and (not old.busy or _age_s(old) < DISTURBED_REUSE_S):
+        return old
+    if old is None and rerun:
+        old = cached(model, disturbed=True)
+    new = probe(model, say=say)
+    if old is not None and (new.busy_cores or 0.0) > (old.busy_cores or 0.0) and new.busy:
+        say(f"the probe ran while other work used {new.busy_cores:.1f} of {new.cores} cores: the cached one of "
+            f"{old.measured_at} ({old.busy_cores or 0.0:.1f} cores of others' work) is kept")
+        return old
+    _save(new, model)
+    return new
+
+
+def _age_s(c: Ceilings) -> float:
+    """Seconds since the probe was measured (its measured_at, local time); unknown: as old as can be."""
+    try:
+        return time.time() - time.mktime(time.strptime(c.measured_at, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return float("inf")
