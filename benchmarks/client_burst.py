@@ -4,7 +4,7 @@ closed loop's burst), with aiohttp's session and with engines/http_lean.py's, al
 
 A request's start is everything from taking it up to its bytes on the socket (the body's JSON, the session's
 request objects, the kernel's send): with eager tasks each create_task returns once its request is written, so the
-burst's CPU time ÷ B is that cost, and the last of the burst waits B times it (docs/design.md §19).
+burst's CPU time ÷ B is that cost, and the last of the burst waits B times it (docs/design/client-processes.md).
 
     python benchmarks/client_burst.py [--streams 64] [--rounds 20]
 

@@ -1,4 +1,4 @@
-"""The run-to-run noise compare's statistics are tested against (docs/design.md §27): N runs of one
+"""The run-to-run noise compare's statistics are tested against (docs/design/compare.md): N runs of one
 configuration in a row, each the closed loop compare runs, their figures written to a JSON file.
 
     python benchmarks/compare_noise.py [--runs 40] [--engine null] [--null-ttft-ms 5] [--null-itl-ms 2]

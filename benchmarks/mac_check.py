@@ -1,4 +1,4 @@
-"""Check every Mac reading of inference-top against the system's own, in one command (docs/design.md §21).
+"""Check every Mac reading of inference-top against the system's own, in one command (docs/design/unified-memory.md).
 
     python benchmarks/mac_check.py            # memory, working set, swap, pressure, heat, and the budget
     python benchmarks/mac_check.py --power 10 # + 10 s of zeus-apple-silicon energy per rail (pip install

@@ -1,5 +1,5 @@
 """A mixture of experts on this machine: the roofline's tok/s against the measured, in batch mode at B = 1, 2, 4,
-8 and as K = 1, 2 instances (docs/design.md §26).
+8 and as K = 1, 2 instances (docs/design/model-reads.md).
 
 The model is made here (engines/gguf_synth.py: llama.cpp's Mixtral layout, random Q8_0 weights, 16 experts of which
 2 a token, 8 layers, 0.45 GB; speed does not depend on the weights' values) and never committed. Each run

@@ -1,4 +1,4 @@
-"""The truth matrix's mutation score (docs/design.md §22): bugs planted in the measurement code, one at a time, and
+"""The truth matrix's mutation score (docs/design/truth-matrix.md): bugs planted in the measurement code, one at a time, and
 whether the matrix (benchmarks/truth_matrix.py) fails on each.
 
 Each mutant is a source-text patch (an exact string of one file replaced) applied to a temporary copy of this tree

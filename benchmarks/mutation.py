@@ -1,4 +1,4 @@
-"""Mutation testing by a tool (issue 56; docs/design.md §22): mutmut 3 plants every mutant its operators make in the
+"""Mutation testing by a tool (issue 56; docs/design/truth-matrix.md): mutmut 3 plants every mutant its operators make in the
 modules that make the figures users act on, one at a time, and runs the fast tests that reach the function mutated;
 a mutant the tests do not fail is a survivor. benchmarks/mutants.py plants a list written by hand against the truth
 matrix; this one is not a list: whatever bug its operators can write, in every line of these modules.

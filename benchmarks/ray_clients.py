@@ -1,4 +1,4 @@
-"""Client actors on Ray against one client (issue 36; docs/design.md §24): the same seeded open-loop schedule
+"""Client actors on Ray against one client (issue 36; docs/design/ray.md): the same seeded open-loop schedule
 against the null server, sent by one client (the bench's HTTP source, --client-procs 1 and 2) and by N client
 actors on a Ray cluster (`bench --ray`: each its share, one start, records pooled on the driver's clock).
 

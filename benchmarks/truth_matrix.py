@@ -1,4 +1,4 @@
-"""The truth matrix (docs/design.md §22): the combinations a user can make, run against engines whose figures follow
+"""The truth matrix (docs/design/truth-matrix.md): the combinations a user can make, run against engines whose figures follow
 from their schedule, with invariants asserted on every cell.
 
 The null engine (process fleet, instances and batch) and the null server (HTTP: one and two endpoints, one and two
@@ -23,7 +23,7 @@ searches and live K/B steps with a warmup, recorded, reported. Invariants checke
     python benchmarks/truth_matrix.py --sample 40 --seed 11 --only bench --spread   # the tolerances' evidence
 
 Here the combinations are enumerated; the test draws its sample afresh each run (`cover`). The tolerances are stated
-once, below, with the clean runs they come from in docs/design.md §22. A cell runs once: no retries.
+once, below, with the clean runs they come from in docs/design/truth-matrix.md. A cell runs once: no retries.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ SHAPES = (("continuous", ()), ("final", ("--empty-chunks",)), ("none", ("--empty
 RATE = 40.0  # constant, Poisson, gamma: req/s asked
 RAMP = (20.0, 60.0)  # ramp: req/s at its start and its end (mean 40)
 TRACE_GAPS = (0.01, 0.02, 0.05)  # a trace's gaps, drawn with random.Random(5)
-# The tolerances, each from the spread of clean runs on this machine (docs/design.md §22 gives the numbers). A
+# The tolerances, each from the spread of clean runs on this machine (docs/design/truth-matrix.md gives the numbers). A
 # figure's truth is worked out twice, at no harness cost and at the most this source's clean runs showed
 # (OVERHEAD_S: seconds on each request, and on each ITL); the figure must lie between the two, widened by TOL:
 # a time by TOL[name] ms above (TOL["below"] below); a rate by the share TOL["rate"] (concurrency: TOL["concurrency"])
@@ -572,7 +572,7 @@ def _check_identities(recs: list[Any], res: Result) -> None:
 
 def _check_span(cell: Any, recs: list[Any], res: Result) -> None:
     """The cell's tok/s against its records' own timestamps, exactly (1e-6): every token ÷ (the last done − the
-    first scheduled request, design §7). A span taken from elsewhere (the first token, the first send) moves it by
+    first scheduled request, docs/design/goodput.md). A span taken from elsewhere (the first token, the first send) moves it by
     less than the noise's ± 5 % on a short cell, and always by more than this."""
     done = [r.t_done_ns for r in recs if r.t_done_ns is not None]
     if not done or cell.output_throughput is None:
@@ -734,7 +734,7 @@ def _check_figures(c: Combo, cell: Any, recs: list[Any], res: Result, engines: i
                   f"{max(queued):.1f} ms")
 
 
-# ---- each figure class recomputed on its own, from each record's stamps (docs/design.md §4's definitions) -----
+# ---- each figure class recomputed on its own, from each record's stamps (docs/design/metrics.md's definitions) -----
 def recomputed(recs: list[Any]) -> dict[str, tuple[float, ...]]:
     """Every request figure of the cell worked out here, with numpy, from the records' own stamps (not with the
     product's functions): each distribution's (mean, p50, p90, p99) in ms. ITL: every gap between a request's

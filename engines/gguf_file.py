@@ -42,7 +42,7 @@ class GGUFInfo:
     heads: int | None = None
     hidden: int | None = None
     vocab: int | None = None
-    # the shape of the work beyond a dense model (docs/design.md §26): routed experts, windows, linear layers
+    # the shape of the work beyond a dense model (docs/design/model-reads.md): routed experts, windows, linear layers
     experts: int | None = None  # routed experts per MoE layer
     experts_used: int | None = None
     expert_bytes: int | None = None  # all routed experts' tensors (ffn_*_exps), every MoE layer
@@ -187,7 +187,7 @@ ROUTING_KEY = "inference-top.routing_correlation"
 def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: list[Any] | None) -> dict[str, Any]:
     """The GGUFInfo fields past a dense, full-attention model: routed experts (their tensors' bytes), the sliding
     window and how many layers use it, linear/recurrent layers and their state, latent attention; and, in
-    `assumed`, what the file left to an assumption (docs/design.md §26)."""
+    `assumed`, what the file left to an assumption (docs/design/model-reads.md)."""
     def get(key: str) -> Any:
         return gguf_field(reader, f"{arch}.{key}")
 

@@ -7,7 +7,7 @@ The model is llama.cpp's `llama` architecture: dense (every layer a gated MLP) o
 SentencePiece vocabulary of byte tokens (any text tokenizes, by byte fallback). Weights are Q8_0 blocks
 written directly (a scale and 32 int8 values each) with the scale chosen so every matrix keeps its input's
 scale; norms and the router are F32. The router's random weights send tokens to experts nearly uniformly,
-the case docs/design.md §26 models.
+the case docs/design/model-reads.md models.
 """
 from __future__ import annotations
 

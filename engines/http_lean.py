@@ -1,4 +1,4 @@
-"""The streamed POST of an http:// endpoint on a connection of our own (docs/design.md §19): the client's request
+"""The streamed POST of an http:// endpoint on a connection of our own (docs/design/client-processes.md): the client's request
 start without aiohttp's.
 
 At 64 streams due together the client puts 64 requests on their sockets one after another, and each one's start
@@ -226,7 +226,7 @@ class _Body:
         asyncio.TimeoutError.
 
         A wait per read was a future, a wake and a step of this task per token: the client's CPU per token at 64
-        streams fell from 56–62 to 40–46 µs without it (docs/design.md §19)."""
+        streams fell from 56–62 to 40–46 µs without it (docs/design/client-processes.md)."""
         conn = self.conn
         while True:  # what came with the head, then the reads kept before the hand-over, one at a time
             while self.ready:

@@ -478,7 +478,7 @@ async def _read_events(r: Answer, res: StreamResult, counter: _Counter, read_to_
     every event is parsed and counted as its read comes, and this task wakes once, at the end. aiohttp's body
     (https://) is taken as it comes (readany: whatever the socket reads brought, one wait each) and cut into
     lines here: aiohttp's line iterator cost three waits and buffer walks per token, ≈ a third of the client's
-    CPU per token at 64 streams (docs/design.md §19)."""
+    CPU per token at 64 streams (docs/design/client-processes.md)."""
     import asyncio
 
     import aiohttp
@@ -542,7 +542,7 @@ def new_session(connections: int = 1) -> aiohttp.ClientSession:
 
 def new_stream_session(url: str) -> StreamSession:
     """A stream slot's session (a connection kept alive across its requests): engines/http_lean.py's for an
-    http:// URL (its request start costs under a third of aiohttp's: docs/design.md §19), aiohttp's for https://."""
+    http:// URL (its request start costs under a third of aiohttp's: docs/design/client-processes.md), aiohttp's for https://."""
     if url.startswith("http://"):
         from engines.http_lean import LeanSession
 

@@ -1,4 +1,4 @@
-"""The one synchronous HTTP client (docs/design.md §1): the few plain requests beside the streams (which are
+"""The one synchronous HTTP client (docs/design/shape.md): the few plain requests beside the streams (which are
 aiohttp's, engines/http_openai.py) — GET {base}/models (is the server there, which model it serves), POST
 /tokenize (the server's own token ids), the `Date` header of GET /models (the clock check,
 measure/machine/clock.py) and another inference-top's /metrics (--peer, measure/control/live/peers.py).

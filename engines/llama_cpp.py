@@ -40,7 +40,7 @@ LLAMA_SERVER = EngineDecl("llama-server", "llama-server", "server", model_kind="
 
 def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:
     """One line in the engine log when this llama.cpp was built with AMX kernels (a build other than the
-    Makefile's, docs/design.md §18): its multi-row matmuls segfault on some Xeons, so if a batch step dies,
+    Makefile's, docs/design/llama-build.md): its multi-row matmuls segfault on some Xeons, so if a batch step dies,
     the log says what to rebuild. None (nothing written) for a build without them."""
     info = lib.llama_print_system_info().decode(errors="replace")
     if "AMX_INT8 = 1" not in info:
@@ -131,7 +131,7 @@ class LlamaCppEngine:
             seed=self.spec.seed,
             flash_attn=self.spec.flash_attn,
             n_gpu_layers=gpu_layers(self._lib, self.spec.n_gpu_layers),
-            swa_full=False,  # llama.cpp's reduced window cache, as llama-server makes it (docs/design.md §26)
+            swa_full=False,  # llama.cpp's reduced window cache, as llama-server makes it (docs/design/model-reads.md)
             use_mmap=bool(self.spec.options.get("use_mmap", True)),  # False: weights loaded into memory (docs/residency.md)
             verbose=False,
         )
@@ -261,7 +261,7 @@ class LlamaBatch:
         p.n_threads = p.n_threads_batch = engine.spec.threads
         p.flash_attn_type = 1 if engine.spec.flash_attn else 0  # the same setting as the single-stream path
         p.kv_unified = False
-        p.swa_full = False  # the reduced window cache, as the single-stream context (docs/design.md §26)
+        p.swa_full = False  # the reduced window cache, as the single-stream context (docs/design/model-reads.md)
         p.no_perf = True
         self.ctx = lib.llama_init_from_model(engine._loaded().model, p)
         if not self.ctx:

@@ -15,7 +15,7 @@ What the matmuls ran on goes in the run header (engine_settings: blas, blas_kern
 OpenBLAS's kernel for this CPU (its core name: OPENBLAS_CORETYPE, where set, forces an older one), its threads
 per worker, and the OPENBLAS_* variables set. Threads are the cost to watch on a shared machine: a threaded
 sgemm waits for every one of its threads, and where another process holds a core each of mlx's ≈ 130 small
-matmuls per token waits for the scheduler (docs/design.md §19, threaded kernels, gives the numbers).
+matmuls per token waits for the scheduler (docs/design/client-processes.md, threaded kernels, gives the numbers).
 """
 from __future__ import annotations
 

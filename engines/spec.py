@@ -1,4 +1,4 @@
-"""What an engine declares: the one object the rest of the code asks about an engine (docs/design.md §1).
+"""What an engine declares: the one object the rest of the code asks about an engine (docs/design/shape.md).
 
 Each engine module holds its own declaration beside its code (engines/llama_cpp.py: LLAMA and LLAMA_SERVER,
 engines/mlx_lm.py: MLX, engines/http_openai.py: HTTP, engines/null.py: NULL); engines/registry.py collects them

@@ -1,4 +1,4 @@
-"""The Makefile builds llama.cpp without AMX on x86-64 (docs/design.md §18): compiled for a Sapphire Rapids
+"""The Makefile builds llama.cpp without AMX on x86-64 (docs/design/llama-build.md): compiled for a Sapphire Rapids
 CPU with the flags the Makefile exports, AMX is off and the other native features (AVX512-VNNI, FP16) are on."""
 import os
 import platform

@@ -61,7 +61,7 @@ def test_summary_is_recomputable_from_records(bench_run):
         assert c["output_throughput"] == pytest.approx(toks / span, rel=1e-6)
         assert all(len(r.token_ns) == 8 for r in mine)  # ignore-EOS: every request the same length
         # instances mode: every stream reads W per token, so aggregate tok/s × W (never the nominal K); W the bytes a
-        # token reads (the header's, docs/design.md §26: Gemma's tied embedding is read whole, its file's rest not)
+        # token reads (the header's, docs/design/model-reads.md: Gemma's tied embedding is read whole, its file's rest not)
         assert h.line["read_bytes_per_token"] == 246_587_904 < h.model_bytes
         assert c["bandwidth_gbps"] == pytest.approx(toks / span * h.line["read_bytes_per_token"] / 1e9, rel=1e-6)
         busy = sum(r.t_done_ns - r.t_started_ns for r in mine) / 1e9

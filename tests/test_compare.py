@@ -1,4 +1,4 @@
-"""inference-top compare (docs/design.md §27, measure/control/bench/compare.py): the statistics over simulated per-run
+"""inference-top compare (docs/design/compare.md, measure/control/bench/compare.py): the statistics over simulated per-run
 figures drawn from the null engine's measured run-to-run noise (tests/data/compare_null_noise.json, written by
 benchmarks/compare_noise.py): a planted 5 % difference is found, sign right and the interval covering it, in
 ≥ 19 of 20 runs, and an A/A comparison finds none in ≥ 19 of 20 (also under a machine drifting between runs);

@@ -1,5 +1,5 @@
 """The repo's design page is the one cited: no file points outside the repo for a definition, and every
-"docs/design.md §N" names a section that exists (docs/design.md §1). Measured figures live in
+"docs/design.md §N" names a section that exists (docs/design/shape.md). Measured figures live in
 docs/measurements.md, each section with its commit; every "docs/measurements.md §N" names a section there, and
 the README (a guide of at most 400 lines) and the design page carry no dated run."""
 import re
@@ -7,7 +7,9 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DESIGN = ROOT / "docs" / "design.md"
+DESIGN = ROOT / "docs" / "design.md"  # the index of the pages
+PAGES = ROOT / "docs" / "design"
+PAGE_CITE = re.compile(r"docs/design/([a-z0-9-]+)\.md")
 MEASUREMENTS = ROOT / "docs" / "measurements.md"
 README = ROOT / "README.md"
 # spelt in pieces so this file does not match itself
@@ -58,26 +60,39 @@ def test_no_file_cites_the_shared_notes_outside_the_repo():
     assert bad == [], "cite docs/design.md §N instead:\n" + "\n".join(bad)
 
 
-def test_every_cited_design_section_exists():
-    sections = design_sections(DESIGN.read_text(encoding="utf-8"))
-    assert {3, 4, 5} <= sections  # the record, the metrics, the fairness rules
-    cited = {(str(p.relative_to(ROOT)), n) for p in tracked_text_files() for n in citations(_read(p))}
-    assert cited, "nothing cites docs/design.md"
-    missing = sorted((f, n) for f, n in cited if n not in sections)
-    assert missing == [], f"cited sections that docs/design.md lacks: {missing}"
+def test_every_cited_design_page_exists_and_none_is_cited_by_number():
+    pages = {p.stem for p in PAGES.glob("*.md")}
+    assert {"record", "metrics", "fairness"} <= pages  # the record, the metrics, the fairness rules
+    cited = {(str(p.relative_to(ROOT)), n) for p in tracked_text_files() for n in PAGE_CITE.findall(_read(p))}
+    assert cited, "nothing cites a docs/design/ page"
+    missing = sorted((f, n) for f, n in cited if n not in pages)
+    assert missing == [], f"cited design pages that do not exist: {missing}"
+    by_number = [f"{p.relative_to(ROOT)}: {m}" for p in tracked_text_files()
+                 if p.name not in ("test_docs.py", "CHANGELOG.md") for m in CITE.findall(_read(p))]
+    assert by_number == [], f"cite a design page by its file, not a section number: {by_number}"
+
+
+def test_the_design_pages_are_short_and_indexed():
+    index = DESIGN.read_text(encoding="utf-8")
+    for p in PAGES.glob("*.md"):
+        lines = p.read_text(encoding="utf-8").splitlines()
+        assert lines[0].startswith("# ") and len(lines) <= 250, (p.name, len(lines))
+        assert f"design/{p.name}" in index, f"docs/design.md does not list {p.name}"
+    assert len(index.splitlines()) <= 250
 
 
 def test_the_sections_other_changes_fill_are_there():
-    titles = set(re.findall(r"^## \d+\. (.+)$", DESIGN.read_text(encoding="utf-8"), flags=re.M))
+    titles = {p.read_text(encoding="utf-8").splitlines()[0][2:] for p in PAGES.glob("*.md")}
     for t in ("Achieved concurrency", "Goodput", "ITL", "The wall's naming rule", "Units", "Rate search (--find)",
               "Glossary"):
         assert t in titles
 
 
 def test_the_checks_catch_a_bad_citation():
-    """The two rules on made-up text: a §9 citation against a page of §1 and §2, and an outside path."""
+    """The rules on made-up text: a citation by number, a page cited by its file, and an outside path."""
     assert design_sections("## 1. A\ntext\n## 2. B\n") == {1, 2}
     assert citations("see docs/design.md §9 and `docs/design.md` §2, docs/design.md section 4") == [9, 2, 4]
+    assert PAGE_CITE.findall("(docs/design/record.md, docs/design/wall.md)") == ["record", "wall"]
     assert any(s in "(shared/" "DESIGN.md section 4)" for s in OUTSIDE)
 
 
@@ -92,7 +107,7 @@ def test_every_cited_measurement_section_exists():
 
 
 def test_the_readme_is_a_guide_and_the_design_page_holds_the_rules():
-    for p in (README, DESIGN):
+    for p in (README, DESIGN, *PAGES.glob("*.md")):
         text = p.read_text(encoding="utf-8")
         dated = [line for line in text.splitlines() if DATED.search(line)]
         assert dated == [], f"{p.name}: dated measurements go to docs/measurements.md: {dated}"

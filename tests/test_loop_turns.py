@@ -1,4 +1,4 @@
-"""The HTTP source's loop takes one turn per event on every Python (measure/sources/loop_turns.py, design §19):
+"""The HTTP source's loop takes one turn per event on every Python (measure/sources/loop_turns.py, docs/design/client-processes.md):
 a task made on it runs at once to its first wait (3.12's eager tasks, written over asyncio's Task on 3.11), and
 its wake reaches the waiting task in the next turn (asyncio.wait_for on 3.11 took three)."""
 import asyncio
@@ -181,7 +181,7 @@ def test_a_closed_loops_next_request_goes_out_from_the_end_of_the_last(monkeypat
 def test_a_closed_loops_next_request_goes_out_before_the_last_ones_record_is_made():
     """The next request is sent from the end of the last before that one's record is built and handed over: at
     64 streams ending together each record stood between a stream's end and its user's next request
-    (docs/design.md §19). Here each record, as it is handed over, finds the next request of its (only) user
+    (docs/design/client-processes.md). Here each record, as it is handed over, finds the next request of its (only) user
     already sent; before, none did."""
     sent_before: list[int] = []
     _one_users_closed_loop(lambda src, rec: sent_before.append(len(src._active)))

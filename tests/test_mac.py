@@ -1,4 +1,4 @@
-"""The Mac paths, driven on Linux by what real Macs print (tests/data/mac/, docs/design.md §21)."""
+"""The Mac paths, driven on Linux by what real Macs print (tests/data/mac/, docs/design/unified-memory.md)."""
 from __future__ import annotations
 
 import json

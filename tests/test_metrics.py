@@ -1,4 +1,4 @@
-"""Metrics on records computed by hand (docs/design.md §4)."""
+"""Metrics on records computed by hand (docs/design/metrics.md)."""
 import math
 
 import numpy as np

@@ -385,7 +385,7 @@ def test_harness_overhead_places_the_null_server_and_the_client_apart_and_back()
 def test_the_http_sources_loop_starts_its_tasks_eagerly():
     """The HTTP source's loop runs a new task at once to its first wait, so a request taken up is written in
     that turn of the loop (aiohttp writes a body from a task of its own); one turn later cost 0.5–1 ms of TTFT at
-    8–64 streams on 3.12, and two on 3.11 5.4 ms at 64 (benchmarks/harness_overhead.py, docs/design.md §19;
+    8–64 streams on 3.12, and two on 3.11 5.4 ms at 64 (benchmarks/harness_overhead.py, docs/design/client-processes.md;
     the factory itself: tests/test_loop_turns.py)."""
     from measure.core.records import RunMeta
     from measure.sources.http import HttpSource

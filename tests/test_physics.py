@@ -1,4 +1,4 @@
-"""The model of work beyond a dense model (docs/design.md §26): experts, sliding windows, linear layers, a cost
+"""The model of work beyond a dense model (docs/design/model-reads.md): experts, sliding windows, linear layers, a cost
 per step; each figure worked by hand once here."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Client actors on a real Ray cluster (issue 36; measure/control/bench/cluster.py, docs/design.md §24): a head and a
+"""Client actors on a real Ray cluster (issue 36; measure/control/bench/cluster.py, docs/design/ray.md): a head and a
 second node started on this machine (`ray start`, their own resources, stopped after: this cluster's processes
 only), two client actors, one per node, against the null server. Every request of the one schedule sent once; records streamed into one
 records.jsonl while the run goes on; the combined figures = every client's records pooled on the driver's clock,
@@ -332,7 +332,7 @@ def test_weights_deal_every_request_once_in_proportion_spread_through_the_schedu
     from measure.core.arrivals import ArrivalSpec
     from measure.core.clients import Segment, deal
 
-    assert deal([1, 1, 1], 7) == [1, 2, 3, 1, 2, 3, 1]  # equal weights: §17's round robin
+    assert deal([1, 1, 1], 7) == [1, 2, 3, 1, 2, 3, 1]  # equal weights: docs/design/client-machines.md's round robin
     assert deal([2, 1, 1], 8) == [1, 2, 3, 1, 1, 2, 3, 1]
     sched = ArrivalSpec("poisson", rate=50.0, seed=2)
     parts = [Segment(sched.make(40, 0), i, 3, t0_ns=0, weights=[2, 1, 1]) for i in (1, 2, 3)]

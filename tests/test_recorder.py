@@ -51,7 +51,7 @@ def test_lines_reach_the_file_at_once_and_the_disk_at_most_once_a_second(tmp_pat
 def test_a_burst_of_records_is_one_wake_and_one_write_of_the_writer(tmp_path, monkeypatch):
     """64 records handed over together (64 streams ending at once) are written by one os.write, not 64: a wake of
     the writer thread per record took the GIL from the HTTP source's loop at the instants it was busiest
-    (docs/design.md §19). The order is kept, and close writes what it holds at once."""
+    (docs/design/client-processes.md). The order is kept, and close writes what it holds at once."""
     import os
 
     from measure.machine import recorder as R

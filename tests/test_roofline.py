@@ -16,7 +16,7 @@ def test_work_of_the_embedded_gemma(model):
     multiplied: 2 × 268,098,176 = 536,196,352 FLOP per token, + 4 × 4 heads × 256 = 4,096 FLOP per layer and
     token of context attended: at 1000 tokens the 3 global layers attend 1000, the 15 windowed 512 (10,680 in
     all: 43,745,280 FLOP). KV: 2 × 18 × 1 × 256 × 2 B = 18,432 B per token within the window; past it a step reads
-    the 3 global layers' whole context and the window of the 15 others (docs/design.md §26)."""
+    the 3 global layers' whole context and the window of the 15 others (docs/design/model-reads.md)."""
     w = from_gguf(model.info)
     assert (w.weight_bytes, w.params, w.embd_row_bytes) == (246_587_904, 268_098_176, 0.0)
     assert w.file_bytes == 253_113_024 and "tied" in w.note

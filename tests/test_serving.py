@@ -1,4 +1,4 @@
-"""Does a server batch: the pure detection (measure/core/serving.py, docs/design.md §28) on figures, then the null
+"""Does a server batch: the pure detection (measure/core/serving.py, docs/design/server-vs-engine.md) on figures, then the null
 server's two modes (engines/null_server.py --serve) told apart by it over real loopback streams."""
 import json
 import subprocess

@@ -1,4 +1,4 @@
-"""A sample of the truth matrix (benchmarks/truth_matrix.py; docs/design.md §22) drawn afresh on every run: one cell of
+"""A sample of the truth matrix (benchmarks/truth_matrix.py; docs/design/truth-matrix.md) drawn afresh on every run: one cell of
 each load kind (a closed loop of users ≥ 2, constant, Poisson, gamma, ramp, trace, sessions) over every source,
 each figure checked against the truth its schedule implies; --find searches over one and two endpoints; live K/B
 steps with a warmup recorded and reported. The seed is printed in the run's header and in every cell's name and

@@ -1,4 +1,4 @@
-"""inference-top tune (docs/design.md §25): the search finds a planted best configuration among null-engine
+"""inference-top tune (docs/design/tune.md): the search finds a planted best configuration among null-engine
 fleets measured for real (every candidate the same closed loop, seed and workload); a candidate that crashes
 is a row with its reason; the roofline prunes with a reason; the budget stops it and says what it did not
 try; --resume measures nothing twice; the winner's command lines; the CLI's one-line errors."""

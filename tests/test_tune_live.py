@@ -1,4 +1,4 @@
-"""The live tune (tune --live, docs/design.md §25; measure/control/tune/live.TuneControl, tui/tune_app.py): its keys
+"""The live tune (tune --live, docs/design/tune.md; measure/control/tune/live.TuneControl, tui/tune_app.py): its keys
 on the search itself, over null-engine fleets measured for real: s stops the run going on (its row: skipped,
 its records so far kept), p holds the next run and the pause is not the budget's, q stops the search (the rows
 left: not tried, the answer made of what was measured); and the screen: a row per candidate as it settles,

@@ -1,6 +1,6 @@
 """Audit 22 item 14: one convention for sizes. A memory size (RAM, a budget, a footprint, weights in memory)
 is binary, as RAM vendors mean it: 48G = 48GB = 48GiB = 48 × 2³⁰ B, shown in GiB; bandwidth is decimal
-(GB/s = 10⁹ B/s), as every chip's spec figure is (docs/design.md §12)."""
+(GB/s = 10⁹ B/s), as every chip's spec figure is (docs/design/units.md)."""
 import re
 
 import presets

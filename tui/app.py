@@ -76,7 +76,7 @@ class HelpScreen(ModalScreen):
         lines = ["", "TTFT is queue-inclusive (first token − scheduled) unless marked engine, over the "
                   "requests of the current K/B level; TPOT = (t_last − t_first)/(N − 1) per stream over the "
                   "last 5 s; achieved concurrency = requests in service (started → done, prefill included), "
-                  "time-averaged (Little's law: docs/design.md §6).", "", "esc closes"]
+                  "time-averaged (Little's law: docs/design/concurrency.md).", "", "esc closes"]
         with VerticalScroll(id="help"):  # a short terminal scrolls it
             yield Static(text + Text("\n".join(lines)))
 

@@ -153,7 +153,7 @@ def _bench_interrupted(exc: BaseException, cfg, cells: list[Cell], out: Path) ->
 
 
 def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
-    """bench --ray: the load from client actors on a Ray cluster (measure/control/bench/cluster.py, docs/design.md §24)."""
+    """bench --ray: the load from client actors on a Ray cluster (measure/control/bench/cluster.py, docs/design/ray.md)."""
     from measure.control.bench.cluster import ClusterError, parse_weights, refusal, run_cluster
     from measure.machine.ray_cluster import ClusterSpec
 
@@ -396,7 +396,7 @@ def _tune_plans(args, engines: list[str], users: int) -> dict:
 
 def tune_main(argv: list[str]) -> int:
     """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune/, docs/design.md §25)."""
+    (measure/control/tune/, docs/design/tune.md)."""
     args = _tune_parser().parse_args(argv)
     from measure.control.tune import (ENGINES, Settings, TuneError, TuneIO, TuneResult, format_result, parse_budget,
                                       run_tune)
@@ -454,7 +454,7 @@ def tune_main(argv: list[str]) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    """compare: is B slower than A, beyond this machine's noise (tui/compare_cmd.py, docs/design.md §27)."""
+    """compare: is B slower than A, beyond this machine's noise (tui/compare_cmd.py, docs/design/compare.md)."""
     from tui.compare_cmd import compare_main as run
 
     return run(argv)

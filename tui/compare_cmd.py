@@ -1,5 +1,5 @@
 """`inference-top compare`: is B slower than A, beyond this machine's noise (measure/control/bench/compare.py,
-docs/design.md §27).
+docs/design/compare.md).
 
     inference-top compare [bench options for both] -A "A's options" -B "B's options" [--metric tok/s]
                           [--budget 120] [--precision 2%] [--requests 16] [--out DIR]

@@ -197,7 +197,7 @@ def _throughput_lines(s: Snapshot, width: int | None) -> list[tuple[int, Text]]:
 
 def serving_text(n: Numbers, b: int) -> list[tuple[str, str]]:
     """Over HTTP, whether the server batches the streams open and its efficiency against the engine's own
-    batching (docs/design.md §28): (text, style) lines; none where there is nothing to tell."""
+    batching (docs/design/server-vs-engine.md): (text, style) lines; none where there is nothing to tell."""
     out = []
     if n.engine_tps is not None and n.server_efficiency is not None:
         out.append((f"server efficiency {n.server_efficiency:.0%} of the engine's own batched "

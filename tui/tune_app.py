@@ -1,4 +1,4 @@
-"""The live tune (`inference-top tune --live`, docs/design.md §25): the search runs on a worker thread of this
+"""The live tune (`inference-top tune --live`, docs/design/tune.md): the search runs on a worker thread of this
 app; each candidate is a row of the table as it settles (tui/panels.render_tune_rows), the Pareto front is drawn
 as it grows (tune_front_chart), the search's lines scroll in the log. Keys: p pauses before the next run (the
 one going on finishes), s skips the candidate being measured (its row: skipped, its records so far kept), q

@@ -89,11 +89,11 @@ def resolve_budget(text: str | None, total: int | None = None, limit_name: str |
                    gpu_share: float = 1.0) -> tuple[int, str]:
     """--memory-budget: None (the default fraction of the tightest memory limit: physical memory, a cgroup's,
     an rlimit), a fraction of it, or a size (48G = 48 GiB). The source names the limit that set it. `gpu_share`:
-    the part of the footprint the GPU wires (the llama engine's layers offloaded; docs/design.md §26)."""
+    the part of the footprint the GPU wires (the llama engine's layers offloaded; docs/design/model-reads.md)."""
     if total is None:
         total, limit_name = effective_memory()
     limit_name = limit_name or "physical memory"
-    if text is None:  # on a Mac: the GPU's working set less what macOS holds (docs/design.md §21)
+    if text is None:  # on a Mac: the GPU's working set less what macOS holds (docs/design/unified-memory.md)
         return default_budget(total, limit_name, gpu_share)
     try:
         v = float(text)

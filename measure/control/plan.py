@@ -71,7 +71,7 @@ class RunPlan:
     model_name: str | None = None  # http: --model, the name the server knows
     prefix_cache: PrefixCache = PrefixCache()
     tokenizer: str | None = None  # http: a GGUF whose tokenizer makes the prompt ids, where the server agrees
-    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
+    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, docs/design/compare.md)
     slo: SLO | None = None
     cost: Cost | None = None
     notes: list[str] = field(default_factory=list)  # lines to log at start
@@ -196,7 +196,7 @@ class RunPlan:
         return gpu_share(self.engine, self.spec.n_gpu_layers if self.spec else None) > 0
 
     def placement(self) -> str:
-        """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design.md §26)."""
+        """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design/model-reads.md)."""
         if declared(self.engine).gpu != "layers" or self.spec is None:
             return ""
         return llama_placement(self.spec.n_gpu_layers)
@@ -226,7 +226,7 @@ class RunPlan:
                     **({"read_bytes_per_token": self.served.read_bytes(1), "work": self.served.describe(),
                         "served": asdict(self.served)} if self.served else {}), **common}
         assert self.choice is not None and self.spec is not None  # a local engine's plan has both (make_plan)
-        work = self.work()  # what a token reads (docs/design.md §26): the bandwidth product's W, recomputable
+        work = self.work()  # what a token reads (docs/design/model-reads.md): the bandwidth product's W, recomputable
         return run_header(self.choice, self.spec, {
             "memory_budget": self.memory_budget, "memory_budget_source": self.memory_budget_source,
             "force": self.force, "threads": self.threads or "auto (physical cores ÷ K)",

@@ -1,4 +1,4 @@
-"""When open-loop requests arrive (docs/design.md §15): constant rate, Poisson, gamma with a burstiness factor,
+"""When open-loop requests arrive (docs/design/workloads.md): constant rate, Poisson, gamma with a burstiness factor,
 a linear ramp, or a trace's own times (time-scaled by --speed); and how late the load generator put each
 request out against that schedule (lateness), so a generator that falls behind says so.
 

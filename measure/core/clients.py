@@ -1,4 +1,4 @@
-"""More than one client machine (docs/design.md §17): one seeded schedule split across N clients
+"""More than one client machine (docs/design/client-machines.md): one seeded schedule split across N clients
 (`bench --segment i/N`), started together at a wall-clock time (`--start-at`), and a check of this client's
 clock against the server's (its HTTP `Date` header), so the clients' runs can be combined as one load.
 
@@ -92,7 +92,7 @@ def deal(weights: list[int], total: int) -> list[int]:
 
 
 def split(total: int, weights: Sequence[int]) -> list[list[int]]:
-    """The one split of a load over clients (docs/design.md §17): the indices 0 … total − 1 (of a schedule's
+    """The one split of a load over clients (docs/design/client-machines.md): the indices 0 … total − 1 (of a schedule's
     requests, a closed loop's users, B streams) dealt over len(weights) clients, part p the indices client p + 1
     takes, in order. Equal weights: round robin (part p: p, p + N, p + 2N …); else `deal`'s smooth weighted round
     robin. Every index is in exactly one part. Client processes (sources/http_pool.py), Ray client actors

@@ -1,10 +1,10 @@
-"""The workloads users bring (docs/design.md §15): a JSONL file of prompts, a ShareGPT JSON file, a timestamped
+"""The workloads users bring (docs/design/workloads.md): a JSONL file of prompts, a ShareGPT JSON file, a timestamped
 trace (or an inference-top records.jsonl) and seeded length distributions (--prompt-len, --output-len).
 
 Each becomes a `Dataset`, a presets.Workload that also knows each request's prompt and answer length by its
 index in the load; the dispatcher asks it (request_for, here). --workload as given on the command line is
 resolved by machine/workloads.py. Index i is the same request in every cell,
-rep and engine: the same prompt, the same prompt id, the same lengths (fairness, §5). Nothing is downloaded.
+rep and engine: the same prompt, the same prompt id, the same lengths (fairness, docs/design/fairness.md). Nothing is downloaded.
 """
 from __future__ import annotations
 
@@ -305,7 +305,7 @@ def parse_sharegpt(name: str, path: Path, text: str, count_tokens: Callable[[str
     --output-len decides); with later_turns, the later human turns and their replies' lengths too, in `more`
     (multi-turn sessions, core/sessions.py; two human turns in a row are one message). Conversations without a
     human turn, or (with `count_tokens`) without a reply to it, are skipped (their number is returned);
-    docs/design.md §20 compares this with vLLM's and GuideLLM's loaders."""
+    docs/design/traces.md compares this with vLLM's and GuideLLM's loaders."""
     where = f"--workload sharegpt:{name}"
     try:
         data = json.loads(text)

@@ -58,7 +58,7 @@ class KVShape:
     source: str
     hidden: int = 0  # for the prefill activations an mlx engine keeps (0: not known)
     intermediate: int = 0
-    work: WorkModel | None = None  # the model's layer kinds (windows, linear layers): KV per engine (§26)
+    work: WorkModel | None = None  # the model's layer kinds (windows, linear layers): KV per engine (docs/design/model-reads.md)
 
     def per_token(self, dtype: str = "f16") -> float:
         return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes(dtype))
@@ -84,7 +84,7 @@ class KVShape:
 # B) in chunks of PREFILL_STEP tokens; one layer's activations of a chunk are live at once — the input, its
 # norm, the attention's output and projection (≈ 4 × hidden) and the MLP's gate, up and their product (3 ×
 # intermediate), 2 bytes each — and mlx keeps freed buffers in its cache (its cache limit defaults to its
-# memory limit), so that peak stays wired for the run. An estimate (docs/design.md §21), per sequence.
+# memory limit), so that peak stays wired for the run. An estimate (docs/design/unified-memory.md), per sequence.
 MLX_PREFILL_STEP = 2048
 ACTIVATION_BYTES = 2
 
@@ -198,7 +198,7 @@ def engine_footprint(mode: str, k: int, b: int, m: EngineMemory) -> Footprint:
 
 # ---- the budget on unified memory (Apple Silicon) ------------------------------------------------------
 # What macOS and the user's other processes hold on a Mac that is not this one (plan --chip): an assumption,
-# the idle footprint users report for a headless Mac (≈ 4 GB of 64 GB; docs/design.md §21). On the Mac itself
+# the idle footprint users report for a headless Mac (≈ 4 GB of 64 GB; docs/design/unified-memory.md). On the Mac itself
 # the reading replaces it (host.read_mac_memory: Activity Monitor's Memory Used less our own engines).
 ASSUMED_OS_HELD_BYTES = 4 * GiB
 
@@ -207,8 +207,7 @@ def unified_budget(total: int, ws_bytes: int, ws_source: str, others: int | None
                    gpu_share: float = 1.0) -> tuple[int, str]:
     """(bytes, why): the memory an engine may wire on unified memory — Metal's working set, and no more than
     what the OS and the other processes leave of the RAM (`others`: what they hold; None: assumed).
-    `gpu_share`: the part of the engine's footprint the GPU wires (llama.cpp: the layers offloaded, docs/design.md
-    §26): the working set bounds only that part, so the footprint may reach ws ÷ share; none offloaded: RAM only."""
+    `gpu_share`: the part of the engine's footprint the GPU wires (llama.cpp: the layers offloaded, docs/design/model-reads.md): the working set bounds only that part, so the footprint may reach ws ÷ share; none offloaded: RAM only."""
     held = ASSUMED_OS_HELD_BYTES if others is None else others
     left = total - held
     held_src = f"{fmt_gib(held)} {'assumed' if others is None else 'read (vm_stat)'} for macOS and other processes"

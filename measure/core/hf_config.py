@@ -1,4 +1,4 @@
-"""A Hugging Face config.json's language model as transformers reads it (docs/design.md §26): the text model of a
+"""A Hugging Face config.json's language model as transformers reads it (docs/design/model-reads.md): the text model of a
 multimodal config, the keys its architecture's transformers config class fills in where the file is silent, and
 the bytes a weight of each kind takes (torch_dtype / dtype, quantization_config, mlx-lm's quantization). Pure:
 machine/model_files.py reads the file, core/work.py's from_config prices what this returns. Whatever the file

@@ -1,4 +1,4 @@
-"""Every line on disk, typed (docs/design.md §3): a recording's or records.jsonl's `header` (RunHeader), `request`
+"""Every line on disk, typed (docs/design/record.md): a recording's or records.jsonl's `header` (RunHeader), `request`
 (records.RequestRecord), `event` (EventLine), `sample` (Sample) and `step_row` (StepLine) lines, the one validator
 every reader uses, and the dataclasses a reader gets back (`of`: a line's dict → its dataclass; `Lines`).
 
@@ -39,7 +39,7 @@ class Endpoint:
 
 @dataclass(frozen=True, kw_only=True)
 class ClockCheck:
-    """A client's clock against the server's (machine/clock.clock_check; docs/design.md §17): offset_s None with
+    """A client's clock against the server's (machine/clock.clock_check; docs/design/client-machines.md): offset_s None with
     `why` where it could not tell."""
 
     offset_s: float | None = None
@@ -90,7 +90,7 @@ class RunHeader:
     seed: int | None = None
     requests: int | None = None
     started_unix: float | None = None
-    # several clients (§17): this one's share of the schedule, its common start and its clock against the server's
+    # several clients (docs/design/client-machines.md): this one's share of the schedule, its common start and its clock against the server's
     segment: list[int] | None = None  # [i, n] of --segment i/n
     start_perf_ns: int | None = None  # the common start on this client's clock
     start_at_unix: float | None = None
@@ -157,7 +157,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class StepRow:
-    """A row of the live step table (control/live/steps.py, docs/design.md §9); on disk a `step_row` line, its
+    """A row of the live step table (control/live/steps.py, docs/design/steps.md); on disk a `step_row` line, its
     fields after the kind and the time it was written (`StepLine`)."""
 
     level: str

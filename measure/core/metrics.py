@@ -1,4 +1,4 @@
-"""Metrics as pure functions over per-request records (docs/design.md §4).
+"""Metrics as pure functions over per-request records (docs/design/metrics.md).
 
 Every function takes records (or plain numbers) and returns numbers; times in records are integer
 nanoseconds, results are seconds unless the name says otherwise (``_ms``, ``_gbps``).
@@ -233,7 +233,7 @@ class Goodput:
 
 
 def goodput(records: Sequence[RequestRecord], slo: SLO, span_s: float) -> Goodput | None:
-    """docs/design.md §7: requests (and their tokens) that met the SLO, per second of `span_s`."""
+    """docs/design/goodput.md: requests (and their tokens) that met the SLO, per second of `span_s`."""
     finished = [r for r in records if r.t_done_ns is not None]
     if not finished or span_s <= 0:
         return None
@@ -306,7 +306,7 @@ def read_formula(work: WorkModel) -> str:
 
 def read_bandwidth(mode: str, work: WorkModel, *, agg_tps: float | None = None,
                    steps_per_s: Sequence[float] = (), kv_read_bps: float | None = None) -> Bandwidth:
-    """bandwidth_product with the weights a step actually reads (work.read_bytes, docs/design.md §26): a stream
+    """bandwidth_product with the weights a step actually reads (work.read_bytes, docs/design/model-reads.md): a stream
     reads read_bytes(1) a token; a batch step of n tokens read_bytes(n), n = tok/s ÷ steps/s (a mixture of
     experts: the union of its tokens' experts)."""
     formula = read_formula(work)
@@ -325,7 +325,7 @@ def read_bandwidth(mode: str, work: WorkModel, *, agg_tps: float | None = None,
 
 def bandwidth_product(mode: str, weight_bytes: int, *, agg_tps: float | None = None,
                       steps_per_s: Sequence[float] = (), kv_read_bps: float | None = None) -> Bandwidth:
-    """GB/s of weights (and KV) read per second, by mode (docs/design.md §4):
+    """GB/s of weights (and KV) read per second, by mode (docs/design/metrics.md):
     instances: every stream reads W per token, so aggregate tok/s × W — exact whatever number of streams
     is actually decoding (never the nominal K);
     batch: a step reads W once for all its sequences, so Σ over workers of steps/s × W (+ KV read per s);
@@ -359,7 +359,7 @@ def http_read_bandwidth(work: WorkModel, endpoints: Iterable[tuple[float | None,
     """HTTP's bandwidth product where the served model's work is known (--model-bytes its config.json or GGUF):
     each endpoint (its TPOT p50 in s, its output tok/s) steps 1 ÷ TPOT p50 times a second, and a step reads what
     its tokens read (work.read_bytes of tok/s × TPOT p50 tokens: a mixture of experts the experts they are routed
-    to, not the file), summed over the endpoints that decoded (docs/design.md §26)."""
+    to, not the file), summed over the endpoints that decoded (docs/design/model-reads.md)."""
     steps = [(t, max(1.0, (tps or 0.0) * t)) for t, tps in endpoints if t]
     formula = ("Σ endpoints W(tokens a step) ÷ TPOT p50 (a batching server reads once a step what its streams' "
                f"tokens read; tokens a step = tok/s × TPOT p50), {read_formula(work)}")
@@ -381,7 +381,7 @@ def predicted_tpot(k: int, weight_bytes: int, bandwidth_gbps: float) -> float:
 
 def kwb_tpot(k: int, weight_bytes: int, bandwidth_gbps: float | None, mode: str = "instances",
              endpoint_gbps: Sequence[float | None] | None = None) -> float | None:
-    """The K·W/β prediction (docs/design.md §4) in seconds, in every mode (a bench cell, a --find level, the
+    """The K·W/β prediction (docs/design/metrics.md) in seconds, in every mode (a bench cell, a --find level, the
     report's chart and the dashboard, where no roofline applies): K engines share β and each reads W per
     decode step — one token of each of its streams, whatever its B. None (absent, never 0) where W or β is not
     known. HTTP: K is the endpoints in use, the first K listed, each a server of its own: K·W ÷ Σβ of those K

@@ -1,4 +1,4 @@
-"""What a machine says, as data (docs/design.md §1, §21): the pure half of measure/machine's readers.
+"""What a machine says, as data (docs/design/shape.md, docs/design/unified-memory.md): the pure half of measure/machine's readers.
 
 The parsers are pure functions over the text the tools print (`vm_stat`, `memory_pressure`, `sysctl`,
 `pmset -g therm`, `powermetrics`), so tests drive every Mac path on Linux with fixtures of what real Macs print
@@ -27,7 +27,7 @@ def is_mac() -> bool:
 
 # ---- unified memory: what the GPU may wire ---------------------------------------------------------------
 # macOS's default for Metal's recommendedMaxWorkingSetSize, from what llama.cpp's ggml_metal_init logs on
-# real Macs (docs/design.md §21 cites each): 16 GiB → 10922.67 MiB and 32 GiB → 21845.34 MiB (2/3 of RAM);
+# real Macs (docs/design/unified-memory.md cites each): 16 GiB → 10922.67 MiB and 32 GiB → 21845.34 MiB (2/3 of RAM);
 # 48 GiB → 38654.71 MB = 36 GiB, 64 GiB → 49152 MiB, 96 GiB → 73728 MiB (3/4 of RAM). macOS 26 on 128 GiB
 # reports 107.52 GiB (84 %), so the rule moves between releases: it is the fallback, never preferred to
 # what the machine itself says.
@@ -305,7 +305,7 @@ class ThermalLog:
 
 
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
-PROBE_VERSION = 5  # 5: weight_bytes = bytes a token reads, a batch of distinct prompts (§26); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+PROBE_VERSION = 5  # 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 
 

@@ -1,4 +1,4 @@
-"""The per-request record (docs/design.md §3): one JSONL line per finished or failed request,
+"""The per-request record (docs/design/record.md): one JSONL line per finished or failed request,
 the run metadata every record repeats, the request a record is of (what the dispatcher sends), and the one
 function that assembles a record."""
 from __future__ import annotations
@@ -85,7 +85,7 @@ class RequestRecord:
     finish_reason: str | None = None
     error: str | None = None
     simulated: bool = False
-    # beyond docs/design.md §3
+    # beyond docs/design/record.md
     rep: int = 0
     pid: int | None = None
     threads: int | None = None
@@ -98,7 +98,7 @@ class RequestRecord:
     # a reasoning model over HTTP: its thinking tokens (counted in token_ns too) and its first answer token
     reasoning_tokens: int = 0
     t_first_answer_ns: int | None = None
-    # a multi-turn session's request (docs/design.md §16): its session (1-based in its load) and turn (1-based)
+    # a multi-turn session's request (docs/design/sessions.md): its session (1-based in its load) and turn (1-based)
     session: int | None = None
     turn: int | None = None
 

@@ -300,7 +300,7 @@ def nonresident_bytes(touched: float, room: float, kept: float = 1.0) -> float:
 # sweep comes back to it. Measured (docs/measurements.md §14): 84-100 % of what a step touched came back each step.
 KEPT = 0.0
 # Where the storage was not probed (a Mac: its compressor takes the pages before the SSD does) only the excess is
-# assumed to come back each step, as the roofline assumed before (docs/design.md §21): the published 48 GB sweep's
+# assumed to come back each step, as the roofline assumed before (docs/design/unified-memory.md): the published 48 GB sweep's
 # B = 32 (40.0 tok/s) is 38.8 so, and 3.0 with KEPT = 0 at the assumed 3 GB/s (docs/residency.md, the case by hand).
 ASSUMED_KEPT = 1.0
 

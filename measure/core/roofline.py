@@ -11,7 +11,7 @@ A decode step of one engine (B sequences) takes the longest of:
 Per-stream TPOT = the step; aggregate tok/s = K × B × N ÷ (TTFT + (N − 1) × TPOT) (closed loop, every stream
 kept busy); TTFT = prefill + one step.
 The wall a level runs against (its `binding`) is named by the one rule the live view uses too (`name_wall`,
-docs/design.md §11), from the level's bandwidth share and the cores its threads keep busy.
+docs/design/wall.md), from the level's bandwidth share and the cores its threads keep busy.
 
 The CPU costs come from the probe (ceilings.py: llama.cpp's own decode at 1 … all threads, batches of 2
 and 8, prefill) and are refined from at most two measured points (`calibrate`: one B = 1 point, one batch
@@ -36,13 +36,13 @@ from presets import Chip, Kernels, chips, kernels
 # decode shapes reach well under the tensor-core peak; 0.5 is likewise an assumption.
 ASSUMED_BW_EFFICIENCY = 0.8
 ASSUMED_FLOP_EFFICIENCY = 0.5
-# Past the memory budget on unified memory (docs/design.md §21) the part of the footprint over it is paged out,
+# Past the memory budget on unified memory (docs/design/unified-memory.md) the part of the footprint over it is paged out,
 # and every decode step reads all of its weights and KV, so that part comes back from swap each step. The rate
 # is an assumption, not a measurement: Apple's internal SSDs read several GB/s sequentially, swap-ins are
 # page-sized and pass through the compressor.
 ASSUMED_SWAP_GBPS = 3.0
 
-# The wall's naming rule (docs/design.md §11), one function for the prediction of a level and for the live
+# The wall's naming rule (docs/design/wall.md), one function for the prediction of a level and for the live
 # view's figures alike: the first of these that holds names the wall.
 BANDWIDTH_WALL = 0.8  # bytes moved ÷ attainable bandwidth at or above which memory bandwidth is the wall
 CORES_WALL = 0.9  # cores busy ÷ the machine's cores at or above which the CPU cores are the wall
@@ -297,7 +297,7 @@ class Prediction:
     def oversubscribed(self) -> bool:
         """More decoding threads than cores (K × threads > cores): the engines time-share the cores, which the
         model only divides out; measured, such levels came within 12 % of it on a quiet box and ran 5–36 % below
-        it beside other work (docs/design.md §10)."""
+        it beside other work (docs/design/roofline.md)."""
         return bool(self.cores) and self.k * self.threads > self.cores
 
     def caveat(self) -> str:

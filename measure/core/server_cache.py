@@ -1,5 +1,5 @@
 """What a server says about its prefix cache, its speculative decoding and its KV cache, per cell
-(docs/design.md §20): read from each response where it is sent, else from its Prometheus counters' rise.
+(docs/design/traces.md): read from each response where it is sent, else from its Prometheus counters' rise.
 
 - **Prefix-cache hit rate** = prompt tokens served from the cache ÷ prompt tokens: from each response's
   `usage.prompt_tokens_details.cached_tokens` (vLLM, SGLang, mlx_lm.server, llama-server; `extra.cached_tokens`

@@ -1,8 +1,8 @@
 """Does a server batch the streams it is sent, and how much of its engine's batching does it deliver
-(docs/design.md §28). Pure: figures in, a verdict out.
+(docs/design/server-vs-engine.md). Pure: figures in, a verdict out.
 
 Live (`batching`): B streams open at the client but a server that serialises works on one at a time: its
-**served concurrency** is ≈ 1 where the client's achieved concurrency (§6) is ≈ B. The served concurrency is the
+**served concurrency** is ≈ 1 where the client's achieved concurrency (docs/design/concurrency.md) is ≈ B. The served concurrency is the
 larger of the server's own gauge where its /metrics has one (llama-server's requests_processing, vLLM's
 num_requests_running, the null server's requests_running: the median of the window's scrapes since the level
 began) and the token timing (`decoding_concurrency`): Σ over the streams of the part of (first token → last
@@ -113,7 +113,7 @@ def gauge_of(records: Sequence[RequestRecord]) -> float | None:
 
 def concurrency_of(records: Sequence[RequestRecord], prefill_ns: int = 0) -> tuple[float | None, float | None]:
     """(streams open, streams served at once) over a cell's finished requests, from the first started to the
-    last done: the achieved concurrency (§6) and the serving concurrency of their token times, each stream's
+    last done: the achieved concurrency (docs/design/concurrency.md) and the serving concurrency of their token times, each stream's
     span begun `prefill_ns` before its first token (serving_spans)."""
     done = [r for r in records if r.t_started_ns is not None and r.t_done_ns is not None]
     if not done:
@@ -137,7 +137,7 @@ class Batching:
 
 def batching(open_streams: float, decoding: float | None, server_running: float | None,
              span_s: float = MIN_SPAN_S, stepped: float | None = None) -> Batching | None:
-    """The live verdict from the window's achieved concurrency (`open_streams`, §6), its decoding concurrency and
+    """The live verdict from the window's achieved concurrency (`open_streams`, docs/design/concurrency.md), its decoding concurrency and
     the median of the server's running gauge over it (None where its /metrics has none), over a window of
     span_s. None while the window is shorter than MIN_SPAN_S (the load just began), fewer than OPEN_MIN streams
     are open on average, or neither figure is known. The served concurrency is the larger of the two figures:
@@ -172,7 +172,7 @@ class Row:
     server_ttft_ms: float | None
     server_errors: int = 0  # the server's streams that failed at this B
     server_requests: int = 0  # the requests sent to it at this B (completed + errors)
-    open: float | None = None  # streams open at the server (achieved concurrency, §6) …
+    open: float | None = None  # streams open at the server (achieved concurrency, docs/design/concurrency.md) …
     served: float | None = None  # … and served at once (token timing, each stream's prefill counted), from its records
     gauge: float | None = None  # the server's running gauge (median over its records), where it has one
     engine_prompt_tokens: int | None = None  # prompt tokens each side was sent at this B (their records' sum) …

@@ -1,4 +1,4 @@
-"""Multi-turn sessions (docs/design.md §16): N users, each holding one conversation at a time. A turn's prompt
+"""Multi-turn sessions (docs/design/sessions.md): N users, each holding one conversation at a time. A turn's prompt
 is the conversation so far (every earlier user message and the server's own answer to it) followed by the new
 user message; the user sends it only after the previous answer has ended and a seeded think time has passed.
 

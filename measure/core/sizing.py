@@ -11,10 +11,10 @@ from measure.core.guard import (DEFAULT_BUDGET_FRACTION, DEFAULT_OVERHEAD_BYTES,
 from measure.core.readings import Ceilings, is_mac
 from measure.core import work as W
 from measure.core.roofline import Lengths, Machine, Prediction, predict, prediction_table
-from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design.md §12)
+from measure.core.units import fmt_bytes  # memory sizes in binary units (docs/design/units.md)
 
 
-# How each engine holds a request's KV (work.KV_LAYOUTS, docs/design.md §26): the in-process llama engine and
+# How each engine holds a request's KV (work.KV_LAYOUTS, docs/design/model-reads.md): the in-process llama engine and
 # llama-server make llama.cpp's reduced window cache (swa_full off); llama-cpp-python's own server keeps the bindings'
 # default, the full-size cache; mlx-lm a rotating buffer of the window. The first is the one plan's sizes use.
 ENGINE_KV = (("llama (in-process)", "llama.cpp-window"), ("llama-server", "llama.cpp-window"),
@@ -78,7 +78,7 @@ def plan(shape: KVShape, contexts: list[int], memory: int, kv_dtype: str = "f16"
          budget_fraction: float | None = None, kv_cache_tokens: int | None = None,
          machine: PlanMachine = PlanMachine()) -> Plan:
     """The numbers; every one from KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element.
-    `unified`: an Apple Silicon Mac (docs/design.md §21): the budget is the GPU's working set less what the
+    `unified`: an Apple Silicon Mac (docs/design/unified-memory.md): the budget is the GPU's working set less what the
     OS holds (guard.mac_budget) unless a fraction was given (None: the default), and each sequence also
     holds the prefill activations an mlx engine keeps (guard.mlx_prefill_bytes, at a prompt as long as the
     context)."""
@@ -137,7 +137,7 @@ def format_plan(p: Plan, shape: KVShape) -> str:
         and p["budget_fraction"] is None else
         f"memory {fmt_bytes(p['memory'])}, budget {p['budget_fraction']:.0%} = {fmt_bytes(p['budget'])}",
         *([f"unified memory: each sequence also holds ≈ {fmt_bytes(p['rows'][0]['engine_per_request'])} of prefill "
-           "activations an mlx engine keeps cached (estimated; docs/design.md §21)"]
+           "activations an mlx engine keeps cached (estimated; docs/design/unified-memory.md)"]
           if p.get("unified") and p["rows"] and p["rows"][0]["engine_per_request"] else []),
         "",
         f"{'context':>9} {'KV/request':>12} {'max B (1 engine)':>17} {'max K (1 seq each)':>19}"

@@ -1,4 +1,4 @@
-"""Public serving traces read as they are published (docs/design.md §20): each format is one class below (its
+"""Public serving traces read as they are published (docs/design/traces.md): each format is one class below (its
 columns, time unit, block size, sessions and parse), and TRACE_FORMATS is their table, the one place the rest of
 the code finds a trace kind (`--workload KIND:FILE`).
 

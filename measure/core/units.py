@@ -1,4 +1,4 @@
-"""Units in one place (docs/design.md §12): nanoseconds in records; memory sizes binary, bandwidth decimal.
+"""Units in one place (docs/design/units.md): nanoseconds in records; memory sizes binary, bandwidth decimal.
 
 - A memory size — RAM, a memory budget, a footprint, KV, weights held in memory — is counted in powers of
   1024, as RAM is sold (a "96 GB" Mac and an "80GB" A100 hold 96 and 80 GiB) and as `free -g`, `ls -h` and

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from presets import ModelPreset
 
 
-# How an engine holds the KV of windowed layers (docs/design.md §26): the ring a window needs, or the whole context.
+# How an engine holds the KV of windowed layers (docs/design/model-reads.md): the ring a window needs, or the whole context.
 KV_LAYOUTS = ("llama.cpp-window", "llama.cpp-full", "mlx", "full")
 KV_PAD = 256  # llama.cpp pads a context to 256 cells; mlx-lm grows its caches in steps of 256 tokens
 LLAMA_UBATCH = 512  # llama.cpp's default micro-batch: its window cache holds the window plus one micro-batch
@@ -52,7 +52,7 @@ class Experts:
         one token, approaching all E as B grows. B′ = B ÷ (1 + (B − 1)·ρ) are the independent tokens that B
         tokens whose routings correlate by ρ count as (the design effect of equicorrelated draws): ρ = 0 is
         uniform, independent routing; a trained router sends one step's tokens to overlapping experts
-        (docs/design.md §26)."""
+        (docs/design/model-reads.md)."""
         if tokens <= 0:
             return 0.0
         b = float(tokens) / (1.0 + (float(tokens) - 1.0) * self.correlation) if tokens > 1 else float(tokens)
@@ -127,7 +127,7 @@ class WorkModel:
         return held * self.kv_layer_token_bytes + self.state_bytes
 
     def kv_alloc_bytes(self, ctx: int, layout: str = "llama.cpp-window", ubatch: int = LLAMA_UBATCH) -> float:
-        """KV memory one sequence of `ctx` tokens holds in an engine (docs/design.md §26):
+        """KV memory one sequence of `ctx` tokens holds in an engine (docs/design/model-reads.md):
         llama.cpp-window: llama.cpp's reduced window cache (llama-server's default): full layers ctx, windowed
         layers min(ctx, pad(window + ubatch)); llama.cpp-full: every layer ctx (its "full-size SWA cache");
         mlx: full layers ctx, windowed layers a rotating buffer of the window;

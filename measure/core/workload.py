@@ -22,7 +22,7 @@ class PrefixCache:
       asked not to cache (`cache_prompt: false`), so TTFT always includes the prefill;
     on: prompts as they are, the server's cache left on (repeated prompts are served from it);
     shared:N: every prompt starts with the same N-word block, then its unique prefix: a controlled hit rate.
-    A multi-turn session's turn (docs/design.md §16) under on or shared:N starts with a prefix naming its
+    A multi-turn session's turn (docs/design/sessions.md) under on or shared:N starts with a prefix naming its
     session instead of the request, so its turns share a prefix and two sessions never do.
     """
 

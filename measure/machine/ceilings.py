@@ -56,7 +56,7 @@ def _cache() -> Path:
 
 def _key(model: ModelChoice | None) -> str:
     """The cache's key: this machine, and the model whose engine rates were measured where it is not the
-    embedded one (a model's own probe: its kernels, its experts; docs/design.md §26)."""
+    embedded one (a model's own probe: its kernels, its experts; docs/design/model-reads.md)."""
     if model is None or model.embedded:
         return machine_key()
     st = Path(model.path).stat()

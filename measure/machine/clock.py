@@ -1,4 +1,4 @@
-"""The clock check (docs/design.md §17): this client's clock against a server's, from its HTTP `Date` header
+"""The clock check (docs/design/client-machines.md): this client's clock against a server's, from its HTTP `Date` header
 (core/clients.py's offset_from_ticks brackets the tick; describe_clock says the result)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a run records about where it ran (docs/design.md §5)."""
+"""What a run records about where it ran (docs/design/fairness.md)."""
 from __future__ import annotations
 
 import platform

@@ -1,4 +1,4 @@
-"""What the user's own machine says about memory, heat and power (docs/design.md §21).
+"""What the user's own machine says about memory, heat and power (docs/design/unified-memory.md).
 
 Apple Silicon (macOS): unified memory, of which the GPU may wire only Metal's recommended working set —
 mlx's `device_info()["max_recommended_working_set_size"]` where mlx imports, else `sysctl iogpu.wired_limit_mb`

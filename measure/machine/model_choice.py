@@ -29,7 +29,7 @@ class ModelChoice:
 
     def kv_bytes_per_token(self, ctx: int | None = None) -> float | None:
         """KV bytes a token of context costs; at `ctx`, this engine's allocation for a request of ctx tokens ÷ ctx
-        (windowed and linear layers hold less than the context: docs/design.md §26)."""
+        (windowed and linear layers hold less than the context: docs/design/model-reads.md)."""
         if not self.info:
             return None
         if ctx and self.info.tensor_bytes is not None and self.info.layers:
@@ -167,7 +167,7 @@ def llama_placement(n_gpu_layers: int | None) -> str:
 
 
 def gpu_share(engine: str, n_gpu_layers: int | None) -> float:
-    """The part of a local engine's footprint its GPU wires (docs/design.md §26): the llama engine's layers as this
+    """The part of a local engine's footprint its GPU wires (docs/design/model-reads.md): the llama engine's layers as this
     llama.cpp build offloads them (none without a GPU backend), mlx on a Mac all of it (mlx on Linux runs on the
     CPU); 1 for anything else (a server's: not ours to say)."""
     gpu = declared(engine).gpu

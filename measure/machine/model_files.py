@@ -1,4 +1,4 @@
-"""The one reader of model files (docs/design.md §26): a config.json and the sizes of the safetensors beside it,
+"""The one reader of model files (docs/design/model-reads.md): a config.json and the sizes of the safetensors beside it,
 a GGUF's header (engines/gguf_file.py parses it). The physics of models (core/work.py's WorkModel constructors)
 and the memory guard's footprint (core/guard.py's KVShape) take what is read here; they read nothing."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Power drawn by this machine (docs/design.md §1): the meter behind core/cost.py's J/token and $/Mtok — Linux
+"""Power drawn by this machine (docs/design/shape.md): the meter behind core/cost.py's J/token and $/Mtok — Linux
 RAPL's energy counters under /sys/class/powercap and NVIDIA's NVML (a polling thread where the driver has no
 energy counter), else the --watts figure."""
 from __future__ import annotations

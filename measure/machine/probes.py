@@ -255,7 +255,7 @@ def release_free_memory() -> bool:
 
 class WallCheck:
     """A finite load's `should_stop`: the memory wall between consecutive system samples (sweep and knee);
-    each sample's thermal state goes to `heat` (the cell's states, docs/design.md §21)."""
+    each sample's thermal state goes to `heat` (the cell's states, docs/design/unified-memory.md)."""
 
     def __init__(self, probe: SystemProbe, heat: ThermalLog | None = None):
         self.probe, self.heat = probe, heat

@@ -1,4 +1,4 @@
-"""Ray's plumbing for the client actors (docs/design.md §24): Ray imported (ClusterError, one line, without it),
+"""Ray's plumbing for the client actors (docs/design/ray.md): Ray imported (ClusterError, one line, without it),
 the cluster's address checked and joined, a placement group of one CPU per client with an actor in each bundle,
 an actor's clock read by round trips, and a remote failure said in one line. Used by a bench's client actors
 (control/bench/cluster.py) and the live dashboard's (sources/ray_clients.py).

@@ -1,7 +1,7 @@
 """The recorder: JSONL, one line per finished or failed request, written as each ends.
 
 The first line is a header (``"kind": "header"``) with the run's environment; later lines carry a
-``kind`` of ``request`` (docs/design.md §3), ``event`` or ``sample``. A reader skips a cut last line,
+``kind`` of ``request`` (docs/design/record.md), ``event`` or ``sample``. A reader skips a cut last line,
 so a run killed with SIGKILL leaves a file that parses and holds every request that had finished.
 
 A line is serialised and written by the recorder's own writer thread, never by the caller: `record` and `write`
@@ -150,7 +150,7 @@ class Recorder:
             if first is not _STOP and not isinstance(first, _Flush):
                 # let the lines of a burst gather: one wake of this thread and one hand-over of the GIL per batch,
                 # not per line (at 64 streams, a wake per record cost the event loop ≈ 0.3 % of its tok/s, most of
-                # it at the instants many requests end together: docs/design.md §19)
+                # it at the instants many requests end together: docs/design/client-processes.md)
                 self._hurry.wait(BATCH_S)
                 self._hurry.clear()  # (a flush's mark was put before its set: this batch takes it)
             batch = [first]

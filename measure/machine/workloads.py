@@ -1,4 +1,4 @@
-"""--workload as given on the command line (docs/design.md §15): a preset, synthetic prompts of drawn lengths, or
+"""--workload as given on the command line (docs/design/workloads.md): a preset, synthetic prompts of drawn lengths, or
 a file. The files are read here (core/datasets.py parses the text of JSONL, ShareGPT and timestamped traces;
 core/traces.py's formats the public traces' lines, streamed from the TraceFile opened here); an inference-top
 records file as a trace is read with the recorder's reader (machine/recorder.read_jsonl), and ShareGPT replies

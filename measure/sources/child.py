@@ -1,5 +1,5 @@
 """One way to start, talk to and stop a child process, for both kinds there are: a fleet's engine workers
-(sources/worker.py) and an HTTP pool's client processes (sources/http_pool.py), docs/design.md §19.
+(sources/worker.py) and an HTTP pool's client processes (sources/http_pool.py), docs/design/client-processes.md.
 
 A child is a fresh interpreter (`python -m measure.sources.child`), not multiprocessing's spawn, which re-runs
 the caller's main script in every child (a Ray worker's, a benchmark's). It inherits two things: its pipe, a

@@ -1,5 +1,5 @@
 """The one scheduler of every load source: the fleet's I/O thread, the HTTP source's asyncio loop and the simulated
-fleet's advance() each call a Dispatcher from their own loop (docs/design.md §14, Dispatcher).
+fleet's advance() each call a Dispatcher from their own loop (docs/design/glossary.md, Dispatcher).
 
 It owns what a load means in time: the queue of requests released and not yet sent (one shared queue, first in,
 first out), the release of a load's arrivals into it (an open loop at its scheduled times, a closed loop when a

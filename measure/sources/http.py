@@ -362,7 +362,7 @@ class HttpSource(WarmsUp):
 
         self._loop = precise_event_loop()
         # a task runs at once to its first wait: a request taken up is sent in the same turn of the loop, not the
-        # next, and aiohttp's body with it (asyncio's eager tasks, or sources/loop_turns.py's on 3.11: design §19)
+        # next, and aiohttp's body with it (asyncio's eager tasks, or sources/loop_turns.py's on 3.11: docs/design/client-processes.md)
         self._loop.set_task_factory(eager_task_factory())
         try:
             self._loop.run_until_complete(self._main())
@@ -464,7 +464,7 @@ class HttpSource(WarmsUp):
     def _pump(self) -> None:
         """Release what is due and send it, on free streams: each turn of the loop's main task, and at once when a
         request ends (a closed loop's next request is due then: waiting for the main task's next turn, behind
-        every stream's reads of that turn, was most of the dispatch time at 64 streams, docs/design.md §19).
+        every stream's reads of that turn, was most of the dispatch time at 64 streams, docs/design/client-processes.md).
         Not re-entered: a request that ends inside its own send (it failed before its first wait) leaves the
         rest to the main task, which its end wakes."""
         if self._pumping or self._stop or self._spawn is None:
@@ -594,7 +594,7 @@ class HttpSource(WarmsUp):
         elif ep.clients.get(slot) is client:
             await ep.clients.pop(slot).close()
         # what is due now (a closed loop's next request) goes out before this one's record is made: at 64 streams
-        # ending together each one's record stood between the stream's end and the next request (design §19)
+        # ending together each one's record stood between the stream's end and the next request (docs/design/client-processes.md)
         self._pump()
         rec = build_record(
             req, self.meta, self.run_id,

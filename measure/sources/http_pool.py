@@ -1,4 +1,4 @@
-"""B HTTP streams spread over P worker processes (docs/design.md §19): each process runs sources/http.py's
+"""B HTTP streams spread over P worker processes (docs/design/client-processes.md): each process runs sources/http.py's
 HttpSource (one asyncio loop) with its share of the streams, and takes its share of one schedule from one
 start, so the P loops together send what one loop would have sent, without one loop's CPU as the limit.
 

@@ -1,4 +1,4 @@
-"""The HTTP source's loop, one turn of it per event on every Python (docs/design.md §19): eager tasks, and a wake
+"""The HTTP source's loop, one turn of it per event on every Python (docs/design/client-processes.md): eager tasks, and a wake
 that is not asyncio.wait_for.
 
 Python ≥ 3.12 has `asyncio.eager_task_factory`: a new task runs at once, inside the call that made it, up to its

@@ -1,5 +1,5 @@
 """The live dashboard's load from client actors on a Ray cluster (`inference-top --ray ADDRESS --clients N`,
-docs/design.md §24): one load source (sources/base.LoadSource's face) whose streams are dealt over N actors, each
+docs/design/ray.md): one load source (sources/base.LoadSource's face) whose streams are dealt over N actors, each
 holding an HTTP source of its own on its own machine. B (the streams) and a closed loop's users are dealt by
 the weights; an open loop (--rate) is split into one Poisson stream a client, at its share of the rate (the
 superposition of independent Poisson streams is Poisson at the whole rate). A thread of the driver polls every
@@ -305,7 +305,7 @@ class RayClients:
             return [c.reading(now) for c in self.clients]
 
     def header(self) -> dict[str, Any]:
-        """The recording's account of the clients (docs/design.md §24)."""
+        """The recording's account of the clients (docs/design/ray.md)."""
         return {"address": self.address, "clients": len(self.clients), "weights": [c.weight for c in self.clients],
                 "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the round trip",
                 "client_list": [{"client": c.i, "ip": c.ip, "host": c.host, "pid": c.pid,

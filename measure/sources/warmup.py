@@ -1,4 +1,4 @@
-"""An HTTP cell's warmup (docs/design.md §19): before a level's first measured load, requests of that load's own
+"""An HTTP cell's warmup (docs/design/client-processes.md): before a level's first measured load, requests of that load's own
 workload, length and streams go to the server and are thrown away, as `vllm bench serve --num-warmups` and
 GuideLLM's warmup do. A server's first requests at a new size are cold (llama_cpp.server: a B = 1 cell of 8
 requests read its first request, 3.55 s, as its TTFT p99); the short per-stream requests a new stream level

@@ -1,4 +1,4 @@
-"""The bench cell: one level's figures, as typed parts (docs/design.md §4, §14 "cell").
+"""The bench cell: one level's figures, as typed parts (docs/design/metrics.md, docs/design/glossary.md "cell").
 
 A cell is made by one function, `Cell.measure`, from its records, a `Spec` (the level and what the run was given:
 W, β, the roofline, the SLO, the cost) and a timing that says how its per-second figures are timed: per rep (a
@@ -94,7 +94,7 @@ class Requests:
 
 @dataclass(frozen=True)
 class Bandwidth:
-    """The bandwidth product (§4) and what made it."""
+    """The bandwidth product (docs/design/metrics.md) and what made it."""
 
     gbps: float | None = None
     formula: str | None = None
@@ -169,7 +169,7 @@ class CostFigures:
 
 @dataclass(frozen=True)
 class Goodput:
-    """Goodput (--slo, §7)."""
+    """Goodput (--slo, docs/design/goodput.md)."""
 
     slo: str | None = None
     rps: float | None = None
@@ -181,11 +181,11 @@ class Goodput:
 class Machine:
     """The machine while the cell ran."""
 
-    rss_gb_sum: float | None = None  # decimal GB (docs/design.md §12's exception)
+    rss_gb_sum: float | None = None  # decimal GB (docs/design/units.md's exception)
     k_served_min: int | None = None  # a worker died mid-cell
     thermal: str | None = None  # the thermal states seen while the cell ran ("nominal → throttled (…)")
     thermal_changed: bool | None = None  # set (True) when the state changed: its figures mix two machines
-    # a Mac's energy per rail over the cell (zeus-apple-silicon, docs/design.md §21): readable rails only
+    # a Mac's energy per rail over the cell (zeus-apple-silicon, docs/design/unified-memory.md): readable rails only
     rails_watts: dict[str, float] | None = None
     rails_joules_per_token: dict[str, float] | None = None
     rails_unread: str | None = None  # the rails not read and why ("cpu: frozen: …")
@@ -251,8 +251,8 @@ class Cell:
     reason: str | None = None  # a cell without numbers: why
     row: Row | None = None
     # per-second figures, timed by the cell's timing
-    achieved_concurrency: float | None = None  # Little's law (§6)
-    output_throughput: float | None = None  # aggregate tok/s (§4)
+    achieved_concurrency: float | None = None  # Little's law (docs/design/concurrency.md)
+    output_throughput: float | None = None  # aggregate tok/s (docs/design/metrics.md)
     output_throughput_per_rep: list[float] | None = None
     cv: float | None = None  # over the reps' throughput
     noisy: bool | None = None
@@ -284,7 +284,7 @@ class Cell:
 
     @classmethod
     def measure(cls, records: Sequence[RequestRecord], spec: Spec, timing: Timing | None = None) -> Cell:
-        """One cell's figures, every one recomputable from its records with docs/design.md §4 (the one place a
+        """One cell's figures, every one recomputable from its records with docs/design/metrics.md (the one place a
         bench cell, a --find level and a report's cell are made). `timing`: how the per-second figures are
         timed (PerRep, the default; Periods; Clients); every figure derived from them is derived here."""
         return _measure(records, spec, timing or PerRep())
@@ -515,7 +515,7 @@ class Timed:
 
 
 class PerRep:
-    """A bench cell or a --find level (docs/design.md §4): each rep's tokens ÷ its span, first scheduled → last
+    """A bench cell or a --find level (docs/design/metrics.md): each rep's tokens ÷ its span, first scheduled → last
     done, meaned over the reps; achieved concurrency likewise; goodput per second of the reps' spans summed;
     batch steps over the cell's span."""
 
@@ -532,7 +532,7 @@ class PerRep:
 
 
 class Periods:
-    """A recording's level (docs/design.md §6): over the level's own periods [a, b), so a level left and visited
+    """A recording's level (docs/design/concurrency.md): over the level's own periods [a, b), so a level left and visited
     again, or a pause, never stretches its span: tokens inside them ÷ their length; busy time inside them ÷
     their length; batch steps inside them (every record's: a request of the level before may still decode)."""
 
@@ -706,7 +706,7 @@ def _s(ms: float | None) -> float | None:
 
 
 def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_ms: float | None) -> Bandwidth:
-    """The bandwidth product (docs/design.md §4), from the cell's own figures: instances from its timed
+    """The bandwidth product (docs/design/metrics.md), from the cell's own figures: instances from its timed
     throughput, batch from the steps inside its timed span, http from each endpoint's TPOT p50."""
     mode, weight_bytes = spec.mode, spec.weight_bytes
     if is_remote(mode):
@@ -718,7 +718,7 @@ def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_
         else:
             bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
         return Bandwidth(bw.gbps, bw.formula, eps or None)
-    work = spec.roofline.work if spec.roofline is not None else None  # the bytes a token reads (§26), where known
+    work = spec.roofline.work if spec.roofline is not None else None  # the bytes a token reads (docs/design/model-reads.md), where known
     if mode != "batch":
         bw = (M.read_bandwidth(mode, work, agg_tps=timed.throughput) if work is not None
               else M.bandwidth_product(mode, weight_bytes, agg_tps=timed.throughput))

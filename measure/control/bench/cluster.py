@@ -1,4 +1,4 @@
-"""Client actors on a Ray cluster (`bench --ray ADDRESS|auto --clients N [--weights 2,1,1]`, docs/design.md §24).
+"""Client actors on a Ray cluster (`bench --ray ADDRESS|auto --clients N [--weights 2,1,1]`, docs/design/ray.md).
 
 When one client machine cannot drive a server, N client actors, one per node (a placement group spreads them),
 each send their share of the one seeded open-loop schedule (clients.Segment, weighted where --weights says so)
@@ -330,7 +330,7 @@ def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, w
 
 
 def _sync_clocks(ray: Any, clients: list[Client], cfg: SweepConfig, say: Callable[[str], None]) -> None:
-    """Each actor's clock against the driver's, by round trips (docs/design.md §24), said per client."""
+    """Each actor's clock against the driver's, by round trips (docs/design/ray.md), said per client."""
     for c in clients:
         c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(actor_clock(ray, c.actor))
         say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
@@ -344,7 +344,7 @@ def _run_header(header: dict[str, Any], clients: list[Client], spec: ClusterSpec
                 clock_anchor={"unix": start_unix, "perf_ns": t0},
                 ray={"address": spec.address, "clients": len(clients), "weights": spec.weights, "spread": spread,
                      "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the "
-                              "round trip (docs/design.md §24)",
+                              "round trip (docs/design/ray.md)",
                      "client_list": [c.header() for c in clients]})
 
 

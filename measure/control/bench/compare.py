@@ -1,4 +1,4 @@
-"""`inference-top compare A B`: is B slower than A, beyond this machine's noise? (docs/design.md §27)
+"""`inference-top compare A B`: is B slower than A, beyond this machine's noise? (docs/design/compare.md)
 
 Two configurations are measured in turns under one load, in rounds of four runs (A B B A, then B A A B, …),
 until the relative difference in the figure asked (tok/s, goodput, TPOT p50, TTFT p99) is resolved at 95 %

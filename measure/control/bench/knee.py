@@ -1,5 +1,5 @@
 """`bench --find users|rate|b`: ramp the load (doubling, then bisecting) until the SLO attainment falls below
-a target, a rate level's queue grows (it does not keep up, docs/design.md §13), or the memory guard or the
+a target, a rate level's queue grows (it does not keep up, docs/design/find.md), or the memory guard or the
 wall stops it; then say the answer in one sentence with the binding ceiling. Every level is bounded in time;
 the search ends at the first wall, and where a level could not run the users it names.
 
@@ -87,7 +87,7 @@ class Knee:
         return out
 
     def wall(self, roofline_known: bool) -> str | None:
-        """The wall the answer names (docs/design.md §11): the last level's roofline binding (where a roofline
+        """The wall the answer names (docs/design/wall.md): the last level's roofline binding (where a roofline
         was known), or memory capacity / the memory budget where the memory wall or the guard stopped it."""
         wall = None
         last = self.failed or self.passed
@@ -277,7 +277,7 @@ def _p50(values: Sequence[float]) -> float:
 
 
 def rate_figures(records: list[RequestRecord]) -> dict[str, Any]:
-    """A rate level's arrivals and queue (docs/design.md §13): offered_rps = (n − 1) ÷ (first → last scheduled);
+    """A rate level's arrivals and queue (docs/design/find.md): offered_rps = (n − 1) ÷ (first → last scheduled);
     ttft_trend = how fast queue-inclusive TTFT rises with arrival time (s per s), between the medians of the
     earlier and the later half of the requests by scheduled time (robust to a few slow requests). With
     the queue growing, TTFT rises by ρ − 1 seconds a second (ρ = offered ÷ served; requests queued in arrival

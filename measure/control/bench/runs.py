@@ -298,7 +298,7 @@ def level_periods(samples: Sequence[Sample], events: Sequence[EventLine] = ()
                   ) -> dict[tuple[int, int, str], list[tuple[int, int]]]:
     """(K, B, mode) → its contiguous periods [start, end) in ns, from a recording's samples; paused time
     belongs to no level. A level visited twice has two periods, each timed on its own. Where the recording has
-    `level` events (a level begins when its workers are ready, docs/design.md §9), a level runs from its event
+    `level` events (a level begins when its workers are ready, docs/design/steps.md), a level runs from its event
     to the next one: the samples' K and B are the ones asked at the key press, and until the new workers were
     ready the level before went on (timing from the key press put the warmup's seconds, served by the old K,
     into the new level's span). Without such events, the samples' K, B and mode say the level."""

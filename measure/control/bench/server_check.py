@@ -1,4 +1,4 @@
-"""The server's own figures beside the client's in an HTTP cell (docs/design.md §4 "cell"): where llama-server
+"""The server's own figures beside the client's in an HTTP cell (docs/design/metrics.md "cell"): where llama-server
 sends its per-response `timings`, and the rise of the Prometheus counters the records carried; a difference over
 5 % between the server's and the client's count is a finding (`disagreements`)."""
 from __future__ import annotations

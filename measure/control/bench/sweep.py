@@ -179,7 +179,7 @@ class CellRunner:
         if warmed := getattr(src, "warmup_requests", 0) - self._warmups:  # an HTTP level's warmup, not in the figures
             cell.load = replace(cell.load, warmup_requests=warmed)
         machine = cell.machine
-        if thermal := self.heat.describe():  # §21: a cell whose thermal state changed is not one machine's figure
+        if thermal := self.heat.describe():  # docs/design/unified-memory.md: a cell whose thermal state changed is not one machine's figure
             if not self.local:  # over HTTP the engines run on the servers: this is the client's state, said so
                 thermal = f"{CLIENT_THERMAL}{thermal}"
             machine = replace(machine, thermal=thermal, thermal_changed=True if self.heat.changed else None)

@@ -81,7 +81,7 @@ class LiveSettings:
     # goodput and the cost of a token
     slo: SLO | None = None
     cost: Cost | None = None
-    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, §27)
+    engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, docs/design/compare.md)
     served: WorkModel | None = None  # http: the served model's work (--model-bytes its config.json or GGUF)
 
 
@@ -141,7 +141,7 @@ class LiveController:
         self._snapshot: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._running: deque[tuple[int, float]] = deque()  # the server's running gauge over the window (§27)
+        self._running: deque[tuple[int, float]] = deque()  # the server's running gauge over the window (docs/design/compare.md)
         self._serial_level: str | None = None  # the level a serialising server was last logged at
         self._last_view: Mapping[str, Any] | None = None  # the scrape last read (a new one is a new object)
         self._log_findings = watch_wall  # a replay shows the recording's own log lines, not a second copy
@@ -519,7 +519,7 @@ class LiveController:
         return (self.settings.engine_baseline or {}).get(self.b)
 
     def _batching(self, win: Window, view: Mapping[str, Any] | None, now: int) -> serving.Batching | None:
-        """Over HTTP: does the server batch the streams open (docs/design.md §28): its running gauge's median over
+        """Over HTTP: does the server batch the streams open (docs/design/server-vs-engine.md): its running gauge's median over
         the window's scrapes since the level began (each scrape once; at least GAUGE_SCRAPES of them), where its
         /metrics has one, else the window's decoding concurrency; a server newly found to serialise is logged
         once per level."""

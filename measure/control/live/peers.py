@@ -1,4 +1,4 @@
-"""Other clients' inference-top, watched from this dashboard (`--peer URL`, docs/design.md §17): each peer's own
+"""Other clients' inference-top, watched from this dashboard (`--peer URL`, docs/design/client-machines.md): each peer's own
 /metrics (`--prometheus PORT` there, control/live/prometheus.py) read once a second in a thread of its own; its tok/s,
 requests and errors summed with this client's, one row per client. A peer that does not answer, or answers
 with something else, is down (with the reason) and counts in no sum; nothing here can stop the dashboard."""

@@ -107,7 +107,7 @@ class Numbers:
     joules_per_token: float | None = None
     usd_per_mtok: float | None = None
     spec_gbps: float | None = None  # several endpoints: Σ β of those in use (the spec line), where all are known
-    batching: Batching | None = None  # over HTTP: does the server batch the streams open (serving.batching, §27)
+    batching: Batching | None = None  # over HTTP: does the server batch the streams open (serving.batching, docs/design/compare.md)
     server_efficiency: float | None = None  # the server's tok/s ÷ the engine's batched tok/s at this B (--baseline)
     engine_tps: float | None = None  # that engine's tok/s
     # residency (docs/residency.md): the gauge, which memory gives out first with its headroom, and a level past the

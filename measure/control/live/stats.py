@@ -123,7 +123,7 @@ class Window:
     tpot_by_worker: dict[int | None, float | None] | None = None  # worker (endpoint) → TPOT p50 of its streams
     # in the window (seconds)
     decoding: float = 0.0  # streams decoding at once: Σ each stream's first → last token in the window ÷ span
-    # (serving.decoding_concurrency: ≈ 1 where a server serialises the streams open, docs/design.md §28)
+    # (serving.decoding_concurrency: ≈ 1 where a server serialises the streams open, docs/design/server-vs-engine.md)
     stepped: float | None = None  # of the last STEPPED_S's gaps between two streams' tokens, the share within one
     # step (serving.stepped_share: ≈ 0 where a server takes turns between its streams)
 
@@ -233,7 +233,7 @@ class LiveStats:
         in_service = self._spans + [(t, None) for t in self._open.values()]
         conc = M.achieved_concurrency(in_service, lo, now_ns) or 0.0
         # served at once: each stream from a prefill before its first token (the level's shortest TTFT: a request
-        # that found the server free), never before it was sent (serving.serving_spans, docs/design.md §28)
+        # that found the server free), never before it was sent (serving.serving_spans, docs/design/server-vs-engine.md)
         prefill = int(min(self.figures.ttft[-KEEP:], default=0.0) * NS)
         decoding = serving.decoding_concurrency(([max(st[2], st[3] - prefill), st[1][-1]] for st in streams.values()),
                                                 lo, now_ns) or 0.0

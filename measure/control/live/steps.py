@@ -99,7 +99,7 @@ class StepTable:
         # (id of the level's figures, their counts at its first settled reading)
         self._base: tuple[int, Counts] | None = None
         self._settled: StepRow | None = None  # the current level's row as it last stood settled
-        self._heat: tuple[str, int] | None = None  # the thermal state and when it last changed (docs/design.md §21)
+        self._heat: tuple[str, int] | None = None  # the thermal state and when it last changed (docs/design/unified-memory.md)
         # the level's figures when the thermal state last changed (their id, good requests, TPOTs): the row's TPOT,
         # per-user tok/s and TTFT count only the requests that ended since, the new machine's
         self._heat_from: tuple[int, int, int] | None = None

@@ -58,7 +58,7 @@ class WallLoad:
 def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
                   attainable_gbps: float | None = None, predicted_binding: str | None = None,
                   load: WallLoad = WallLoad()) -> str:
-    """Which wall the load is against, by the one naming rule (core/roofline.name_wall, docs/design.md §11)
+    """Which wall the load is against, by the one naming rule (core/roofline.name_wall, docs/design/wall.md)
     applied to the measured figures: the bandwidth product's share of the attainable figure where the probe
     measured one (else of spec), the workers' CPU in cores, `threads` the cores their threads were given
     (0: all), and whether the roofline's binding ceiling is compute."""

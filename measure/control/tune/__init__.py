@@ -1,5 +1,5 @@
 """`inference-top tune`: the best way to serve this model on this machine under this SLO, measured
-(docs/design.md §25).
+(docs/design/tune.md).
 
 The configurations the chosen engines really take are laid out as candidates: in-process llama.cpp as K
 instances or K engines batching B, threads per worker; llama-server with N parallel slots and its threads;

@@ -1,5 +1,5 @@
 """tune.json: the answer of a tune as records, written whole after every run and read back by `tune --resume`
-(docs/design.md §25).
+(docs/design/tune.md).
 
 Each record is a frozen dataclass written and read through its key table, as the bench cell's summary.json is
 (cell.py's KEYS): `KEYS` lists the record's JSON names in the order tune.json has always had them, the attribute

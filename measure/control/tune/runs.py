@@ -196,8 +196,7 @@ def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Pat
 
 def winner_knee(open_source: OpenSource, c: Candidate, s: Settings, out: Path, header: dict[str, Any],
                 say: Callable[[str], None], left_s: float, start_rps: float) -> Knee:
-    """`tune --find rate`: the winner's knee, the open-loop rate it serves within the SLO (knee.py, docs/design.md
-    §13), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
+    """`tune --find rate`: the winner's knee, the open-loop rate it serves within the SLO (knee.py, docs/design/find.md), searched from `start_rps` (half the rate its closed loop completed) within `left_s` seconds; a level the
     budget cannot start ends the search and says so. Its records in runs/<winner>-knee.jsonl; the memory guard
 counts `s.kv_bytes_per_token`."""
     from measure.control.bench.knee import Level, find_knee, measure_levels

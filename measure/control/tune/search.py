@@ -1,4 +1,4 @@
-"""The search of `inference-top tune` (docs/design.md §25; the package's docstring, tune/__init__.py, says how it
+"""The search of `inference-top tune` (docs/design/tune.md; the package's docstring, tune/__init__.py, says how it
 searches): successive halving over the candidates, pure of `measure(candidate, requests)` and a clock.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The candidate space of `inference-top tune` (docs/design.md §25): the ways each engine takes concurrent
+"""The candidate space of `inference-top tune` (docs/design/tune.md): the ways each engine takes concurrent
 requests and its knobs (`Candidate`), the settings every candidate is measured under, the memory guard's
 refusal and the roofline's prediction of each."""
 from __future__ import annotations
