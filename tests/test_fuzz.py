@@ -32,11 +32,18 @@ def test_gguf_truncated_or_garbled_is_one_engine_error(gguf_head, tmp_path_facto
         at = data.draw(st.integers(0, len(blob) - 1))
         blob[at:at + 8] = data.draw(st.binary(min_size=1, max_size=8))
     d = tmp_path_factory.mktemp("gguf")
-    os.environ["INFERENCE_TOP_CACHE"] = str(d)
-    p = d / "m.gguf"
-    p.write_bytes(bytes(blob))
-    with pytest.raises(EngineError) as exc:
-        inspect_gguf(p)
+    before = os.environ.get("INFERENCE_TOP_CACHE")
+    os.environ["INFERENCE_TOP_CACHE"] = str(d)  # hypothesis draws inside one test: set and put back by hand
+    try:
+        p = d / "m.gguf"
+        p.write_bytes(bytes(blob))
+        with pytest.raises(EngineError) as exc:
+            inspect_gguf(p)
+    finally:
+        if before is None:
+            os.environ.pop("INFERENCE_TOP_CACHE", None)
+        else:
+            os.environ["INFERENCE_TOP_CACHE"] = before
     assert "\n" not in str(exc.value)
 
 
