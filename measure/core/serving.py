@@ -59,7 +59,7 @@ def stepped_share(streams: Iterable[Sequence[int]], tpot_ns: float, served: floa
     under MIN_GAPS such gaps, or without a TPOT."""
     if tpot_ns <= 0 or served <= 0:
         return None
-    merged = sorted((t, i) for i, ts in enumerate(streams) for t in ts)
+    merged = sorted([(t, i) for i, ts in enumerate(streams) for t in ts])
     near = STEP_TOGETHER * tpot_ns / max(1.0, served)
     gaps = short = 0
     for (t0, a), (t1, b) in zip(merged, merged[1:]):

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 ITL_REQUESTS = 100  # the live ITL p50 pools the gaps of the last 100 requests
 KEEP = 1000  # requests kept per level and since reset: the percentiles are over the last KEEP (memory stays flat)
-STEPPED_S = 2.0  # the stepping of the streams' tokens is read over the last 2 s of the window (its cost bounded)
+STEPPED_S = 2.0  # the stepping of the streams' tokens is read over the last 2 s of the window …
+STEPPED_TOKENS = 64  # … at most each stream's last 64 of them: a tick's work does not grow with the token rate
 
 
 def slim(rec: RequestRecord) -> RequestRecord:
@@ -238,7 +239,8 @@ class LiveStats:
         decoding = serving.decoding_concurrency(([max(st[2], st[3] - prefill), st[1][-1]] for st in streams.values()),
                                                 lo, now_ns) or 0.0
         tpot = M.percentile(tpots, 50)
-        recent = [st[1][bisect_left(st[1], now_ns - int(STEPPED_S * NS)):] for st in streams.values()]
+        recent = [st[1][max(bisect_left(st[1], now_ns - int(STEPPED_S * NS)), len(st[1]) - STEPPED_TOKENS):]
+                  for st in streams.values()]
         stepped = serving.stepped_share(recent, tpot * NS, decoding) if tpot else None
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
                       {w: len(ts) / span for w, ts in steps.items()}, conc,
