@@ -476,8 +476,9 @@ def test_split_keeps_every_request_index_exactly_once(total, weights):
     assert sorted(kept) == list(range(total))  # each index once: none dropped, none twice
     assert all(part == sorted(part) for part in parts)  # each client's share in schedule order
     whole = sum(weights)
-    for part, w in zip(parts, weights):  # each client's share is its weight's, within one request
-        assert abs(len(part) - total * w / whole) < 1
+    for part, w in zip(parts, weights):  # each client's share is its weight's, within one request (the smooth
+        # weighted round robin can be one off exactly: 16 over weights 1,1,6,6,6,6,6 gives a weight 6 two, not three)
+        assert abs(len(part) - total * w / whole) <= 1
     if len(set(weights)) == 1:  # equal clients: round robin, index ≡ p (mod N), as --segment i/N says
         assert parts == [list(range(p, total, len(weights))) for p in range(len(weights))]
     else:  # unequal: the smooth weighted round robin's owners
