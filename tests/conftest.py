@@ -41,6 +41,19 @@ def pytest_configure(config):
 
 
 USER_CACHE = Path.home() / ".cache" / "inference-top"
+# what marks a test `slow` (issue 60 item 5): the fixtures that load the real model or start a fleet, and the
+# functions tests/slow_tests.txt lists (≥ 1 s in a full run); `pytest -m "not slow"` is the fast loop
+SLOW_FIXTURES = {"model", "engine", "make_fleet", "mlx_model", "engine_sweep"}
+SLOW_LIST = Path(__file__).parent / "slow_tests.txt"
+
+
+def pytest_collection_modifyitems(config, items):
+    listed = {ln.strip() for ln in SLOW_LIST.read_text(encoding="utf-8").splitlines()
+              if ln.strip() and not ln.startswith("#")}
+    for item in items:
+        base = item.nodeid.split("[", 1)[0]
+        if base in listed or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def _home_cache_state() -> dict[str, tuple[int, int]]:
