@@ -78,19 +78,9 @@ def cached(model: ModelChoice | None = None, disturbed: bool = False) -> Ceiling
 
 
 def _save(c: Ceilings, model: ModelChoice | None = None) -> None:
-    p = _cache()
-    try:
-        table = json.loads(p.read_text()) if p.exists() else {}
-    except (OSError, ValueError):
-        table = {}
-    table[_key(model)] = asdict(c)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(table, indent=1))
-        tmp.replace(p)
-    except OSError:
-        pass
+    from measure.machine.storage import put_entry
+
+    put_entry(_cache(), _key(model), asdict(c))
 
 
 def _cpu_times() -> tuple[float, float]:

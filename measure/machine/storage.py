@@ -21,6 +21,7 @@ import resource
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from measure.core.residency import StorageRates
 
@@ -246,12 +247,18 @@ def cached(key: str) -> StorageRates | None:
 
 
 def save(key: str, rates: StorageRates) -> None:
-    p = _cache()
+    put_entry(_cache(), key, asdict(rates))
+
+
+def put_entry(p: Path, key: str, value: dict[str, Any]) -> None:
+    """`value` under `key` in the JSON table at `p` (a cache: probe.json, storage.json), the rest kept; written
+    whole to a temporary file and moved over it, so a reader never sees half a table. A cache that cannot be
+    written is not an error (the next run measures again)."""
     try:
         table = json.loads(p.read_text()) if p.exists() else {}
     except (OSError, ValueError):
         table = {}
-    table[key] = asdict(rates)
+    table[key] = value
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
