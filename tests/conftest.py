@@ -41,6 +41,19 @@ def pytest_configure(config):
 
 
 USER_CACHE = Path.home() / ".cache" / "inference-top"
+
+
+def physics():
+    """benchmarks/physics.py as a module (it is a script, not a package's), loaded once."""
+    import importlib.util
+
+    if "physics" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / "physics.py"
+        spec = importlib.util.spec_from_file_location("physics", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["physics"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["physics"]
 # what marks a test `slow` (issue 60 item 5): the fixtures that load the real model or start a fleet, and the
 # functions tests/slow_tests.txt lists (≥ 1 s in a full run); `pytest -m "not slow"` is the fast loop
 SLOW_FIXTURES = {"model", "engine", "make_fleet", "mlx_model", "engine_sweep"}

@@ -53,18 +53,13 @@ def test_correlated_routing_by_hand() -> None:
 def test_a_trained_moe_takes_the_fitted_routing_and_says_so() -> None:
     """A preset without its own ρ takes work.ROUTING_CORRELATION, which is what benchmarks/physics.py --fit finds
     on the published MoE batch rows marked fit, and names it among what is assumed."""
-    import importlib.util
-    from pathlib import Path
 
     from presets import model
 
     m = W.from_preset(model("qwen3-coder-30b-a3b-q8_0"))
     assert m.experts is not None and m.experts.correlation == W.ROUTING_CORRELATION
     assert any("routing correlation" in a for a in m.assumed)
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "physics.py"
-    spec = importlib.util.spec_from_file_location("physics", path)
-    phys = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(phys)
+    phys = _phys()
     fit = phys.fit_routing(phys.load()["point"])
     assert fit["routing_correlation"] == pytest.approx(W.ROUTING_CORRELATION, abs=0.0051)
     assert len(fit["rows"]) == 5  # Qwen3-Coder-30B-A3B at B = 2 … 32: B = 2 fixes the batch cost
@@ -328,14 +323,9 @@ def test_a_cpu_engines_thermal_state_is_never_the_gpus(monkeypatch) -> None:
 
 
 def _phys():
-    import importlib.util
-    from pathlib import Path
+    from conftest import physics
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "physics.py"
-    spec = importlib.util.spec_from_file_location("physics", path)
-    phys = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(phys)
-    return phys
+    return physics()
 
 
 def test_a_leave_one_source_out_fold_never_reads_the_fitted_figures_of_chips_toml(monkeypatch) -> None:

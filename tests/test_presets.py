@@ -84,14 +84,9 @@ NEW_CHIPS = {  # key: (spec GB/s, largest memory option GiB), each from the vend
 
 
 def _physics():
-    import importlib.util
-    from pathlib import Path
+    from conftest import physics
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "physics.py"
-    spec = importlib.util.spec_from_file_location("physics", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return physics()
 
 
 def _comment_above(text: str, key: str) -> str:
