@@ -296,3 +296,32 @@ def memory_cgroup(limit_bytes: int, name: str):
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def record_dashboard(tmp_path, url, argv_extra, until_requests=8):
+    """A dashboard session (--engine http against `url`, no terminal) recorded to a file, ticked until
+    `until_requests` ended or 30 s: (its path, its plan)."""
+    from measure.control.builder import make_plan
+    from measure.control.live.controller import LiveController
+    from measure.control.live.start import live_settings
+    from measure.control.wiring import make_source
+    from measure.machine.recorder import Recorder
+    from tui.options import build_parser, plan_options
+
+    dash, _ = build_parser()
+    plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", *argv_extra])),
+                     default_max_tokens=8)
+    path = tmp_path / "session.jsonl"
+    src = make_source(plan, k=1)
+    src.start()
+    c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(path, plan.header({})))
+    try:
+        c.start(thread=False)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and c.totals["requests"] < until_requests:
+            c.tick()
+            time.sleep(0.2)
+        c.tick()
+    finally:
+        c.close()
+    return path, plan

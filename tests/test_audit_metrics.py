@@ -294,45 +294,16 @@ def test_rapl_and_nvml_are_summed(tmp_path, monkeypatch):
 
 
 # ---- issue 21: report of an HTTP recording made with --model-bytes keeps its bandwidth ----------------------
-def _record_dashboard(tmp_path, url, argv_extra, until_requests=8, endpoint_srv=None):
-    """A dashboard session against `url` recorded to a file (no terminal): its path."""
-    from measure.control.live.controller import LiveController
-    from measure.control.builder import make_plan
-    from tui.options import plan_options
-    from measure.control.live.start import live_settings
-    from measure.control.wiring import make_source
-    from measure.machine.recorder import Recorder
-    from tui.options import build_parser
-
-    dash, _ = build_parser()
-    plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", *argv_extra])),
-                     default_max_tokens=8)
-    path = tmp_path / "session.jsonl"
-    src = make_source(plan, k=1)
-    src.start()
-    c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(path, plan.header({})))
-    try:
-        c.start(thread=False)
-        end = time.monotonic() + 30
-        while time.monotonic() < end and c.totals["requests"] < until_requests:
-            c.tick()
-            time.sleep(0.2)
-        c.tick()
-    finally:
-        c.close()
-    return path
-
-
 def test_report_of_an_http_recording_shows_the_bandwidth_the_dashboard_showed(tmp_path):
     """Null server, 20 ms per token, --model-bytes 1G, B=2: one server step per 20 ms reads W = 1 GiB, so the
     dashboard showed W ÷ TPOT p50 ≈ 1.074 GB ÷ 20 ms ≈ 53.7 GB/s and the report gives the sweep's figure for the
     level's records (W ÷ their TPOT p50, as the bench computes it); it gave None (the instances-mode rule
     tok/s × W re-applied, which has no answer over HTTP)."""
-    from conftest import NullServerProcess
+    from conftest import NullServerProcess, record_dashboard
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
     try:
-        path = _record_dashboard(tmp_path, srv.url, ["--b", "2", "--max-tokens", "8", "--model-bytes", "1G"])
+        path, _ = record_dashboard(tmp_path, srv.url, ["--b", "2", "--max-tokens", "8", "--model-bytes", "1G"])
     finally:
         srv.kill()
     run = RU.load_run(path)

@@ -290,38 +290,16 @@ def test_the_dashboard_over_http_shows_what_a_step_reads(tmp_path):
     """The dashboard against a null server (20 ms a token, B = 1) with --model-bytes gpt-oss-20b's config.json:
     each tick's bandwidth product is W(tokens a step) ÷ TPOT p50 ≈ 3.71 GB ÷ 20 ms ≈ 185 GB/s, as a bench cell
     of the same records says, not the 13.76 GB file's 688 GB/s."""
-    import time
 
-    from conftest import NullServerProcess
+    from conftest import NullServerProcess, record_dashboard
 
     from measure.control.bench import runs as RU
     from measure.control.bench.cell import Cell, Spec
-    from measure.control.builder import make_plan
-    from measure.control.live.controller import LiveController
-    from measure.control.live.start import live_settings
-    from measure.control.wiring import make_source
-    from measure.machine.recorder import Recorder
-    from tui.options import build_parser, plan_options
 
     srv = NullServerProcess(ttft_ms=5.0, itl_ms=20.0)
     try:
-        dash, _ = build_parser()
-        plan = make_plan(plan_options(dash.parse_args(
-            ["--engine", "http", "--url", srv.url, "--tokenizer", "none", "--b", "1", "--max-tokens", "8",
-             "--model-bytes", str(CONFIGS / "gpt-oss-20b" / "config.json")])), default_max_tokens=8)
-        path = tmp_path / "session.jsonl"
-        src = make_source(plan, k=1)
-        src.start()
-        c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(path, plan.header({})))
-        try:
-            c.start(thread=False)
-            end = time.monotonic() + 30
-            while time.monotonic() < end and c.totals["requests"] < 6:
-                c.tick()
-                time.sleep(0.2)
-            c.tick()
-        finally:
-            c.close()
+        path, plan = record_dashboard(tmp_path, srv.url, ["--b", "1", "--max-tokens", "8", "--model-bytes",
+                                                          str(CONFIGS / "gpt-oss-20b" / "config.json")], 6)
     finally:
         srv.kill()
     run = RU.load_run(path)
