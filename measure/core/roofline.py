@@ -21,6 +21,7 @@ For a chip you do not own (`Machine.from_chip`) the efficiencies are documented 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import statistics
 from dataclasses import dataclass, field, replace
 
 from measure.core.guard import footprint
@@ -86,8 +87,6 @@ class Family:
     @classmethod
     def of(cls, chip: Chip, peers: Sequence[Chip]) -> Family | None:
         """The family of `chip`'s backend among `peers` (those with fitted figures), None where it has none."""
-        import statistics
-
         fitted = [c for c in peers if c.backend == chip.backend and c.key != chip.key and c.bandwidth_gbps
                   and c.effective_bandwidth_gbps and c.step_overhead_ms is not None]
         if not chip.backend or not fitted:
@@ -102,11 +101,9 @@ class Family:
 
     def estimate(self, chip: Chip) -> Chip:
         """`chip` with the family's median figures where it has none of its own, said in its effective_source."""
-        import dataclasses
-
         eff, over = self.efficiency[1], self.overhead_ms[1]
         spec = float(chip.bandwidth_gbps or 0.0)
-        return dataclasses.replace(
+        return replace(
             chip, effective_bandwidth_gbps=spec * eff, step_overhead_ms=over, moe_layer_ms=self.moe_layer_ms,
             prefill_tflops=chip.prefill_tflops or (self.prefill_per_gbps * spec if self.prefill_per_gbps else None),
             effective_source=f"no measurement of this chip: an estimate from the {len(self.chips)} {self.backend} chips "
@@ -226,9 +223,7 @@ class Machine:
         if not chip.effective_bandwidth_gbps and bw_efficiency is None:
             family = Family.of(chip, list(chips().values()) if peers is None else peers)
             if family is not None:
-                import dataclasses
-
-                return dataclasses.replace(cls.from_chip(family.estimate(chip), None, flop_efficiency, ()),
+                return replace(cls.from_chip(family.estimate(chip), None, flop_efficiency, ()),
                                            bandwidth_source=f"estimate ({family.backend} family)", family=family)
         eff, overhead_ms = chip.effective_bandwidth_gbps, float(chip.step_overhead_ms or 0.0)
         if eff and bw_efficiency is None:
