@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tui.options import (BENCH_MAX_TOKENS, DASH_MAX_TOKENS, EXIT_FAILED, OneLineParser, build_parser, fail, int_list,
-                         llama_server_bin, positive_float, positive_int, run_plan, shown_argv, sigterm_to_exit,
+                         llama_server_bin, positive_int, run_plan, shown_argv, sigterm_to_exit,
                          writable)
 from tui.signals import hold
 
@@ -323,54 +323,6 @@ def compare_main(argv: list[str]) -> int:
     return run(argv)
 
 
-def probe_main(argv: list[str]) -> int:
-    p = OneLineParser(prog="inference-top probe", description="Measure this machine's ceilings (memory read "
-                      "bandwidth, the engine's decode and prefill rates); cached per machine. Seconds.")
-    p.add_argument("--rerun", action="store_true", help="measure again even when a result is cached")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    a = p.parse_args(argv)
-    from dataclasses import asdict
-
-    from measure.machine import ceilings
-
-    c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
-    if a.json:
-        import json
-
-        print(json.dumps(asdict(c), indent=2))
-    else:
-        print(c.describe())
-    return 0
-
-
-def report_main(argv: list[str]) -> int:
-    p = OneLineParser(prog="inference-top report", description="PNG charts and a Markdown summary from bench "
-                      "outputs (--out folders) and dashboard recordings; two or more are drawn side by side.")
-    p.add_argument("paths", nargs="+", help="bench output folders, summary.json or records.jsonl, or recordings")
-    p.add_argument("--out", default="out/report", help="output folder (default out/report)")
-    p.add_argument("--crossover", action="store_true", help="two runs with costs: draw $/Mtok vs concurrency and "
-                   "mark the concurrency at which the second becomes cheaper than the first")
-    p.add_argument("--combine", action="store_true", help="the paths are several clients' outputs of one load "
-                   "(one inference-top per client machine, started together): report them as one run, "
-                   "throughput summed per cell and latencies pooled")
-    a = p.parse_args(argv)
-    from measure.control.reports import report
-    from measure.control.bench.runs import ReportError
-
-    if a.combine and a.crossover:
-        fail("--combine and --crossover do not go together: combine the clients first, then compare")
-    try:
-        files, md, warns = report(a.paths, Path(a.out), a.crossover, a.combine)
-    except ReportError as exc:
-        fail(str(exc))
-    for w in warns:
-        print(f"inference-top report: warning: {w}", file=sys.stderr)
-    for f in files:
-        print(f"wrote {f}")
-    print(f"wrote {md}")
-    return 0
-
-
 def _server_vs_engine_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="inference-top server-vs-engine", description="For one model file: the engine's own "
                       "batched decode in-process (bench's batch mode), then a server at the same concurrency (same "
@@ -508,25 +460,16 @@ def _main(argv: list[str] | None) -> int:
     if argv and argv[0] in ("tune", "compare"):
         return (tune_main if argv[0] == "tune" else compare_main)(argv[1:])
     if argv and argv[0] == "replay":
-        p = OneLineParser(prog="inference-top replay", description="Play a recorded session back in the "
-                          "dashboard (no engine starts): p pause, > / < speed, ← / → seek 10 s.")
-        p.add_argument("file", help="a recording made with inference-top --record FILE")
-        p.add_argument("--speed", type=positive_float, default=1.0, help="playback speed (default 1)")
-        a = p.parse_args(argv[1:])
-        from measure.control.live.replay import Recording, RecordingError
+        from tui.report_cmd import replay_main
 
-        try:
-            rec = Recording.load(a.file)
-        except RecordingError as exc:
-            fail(str(exc))
-        for w in rec.warnings:
-            print(f"inference-top replay: warning: {w}", file=sys.stderr)
-        from tui.app import run_replay
-
-        return run_replay(rec, a.speed)
+        return replay_main(argv[1:])
     if argv and argv[0] == "report":
+        from tui.report_cmd import report_main
+
         return report_main(argv[1:])
     if argv and argv[0] == "probe":
+        from tui.report_cmd import probe_main
+
         return probe_main(argv[1:])
     dash, _ = build_parser()
     args = dash.parse_args(argv)
