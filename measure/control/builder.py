@@ -1,4 +1,4 @@
-"""The run plan's builder: the choices a command line made (PlanOptions, typed; tui/cli.py's plan_options makes it
+"""The run plan's builder: the choices a command line made (PlanOptions, typed; tui/options.py's plan_options makes it
 from argparse) → a RunPlan (control/plan.py): engine, model, chip and β with its source, memory budget, workload,
 arrivals, sessions, endpoints. Every bad input is a StartError, one line, before anything starts; nothing here
 parses argv or starts a source (control/wiring.py does)."""

@@ -214,7 +214,7 @@ class Scaling:
 
 @dataclass(frozen=True)
 class KneeLevel:
-    """A --find level (knee.py) and its verdict (tui/cli.py)."""
+    """A --find level (knee.py) and its verdict (tui/bench_cmd.py)."""
 
     level: float | None = None
     users: int | None = None
