@@ -1,5 +1,5 @@
 """`server-vs-engine`: how much of the engine's own batching a server delivers, for one model file
-(docs/design/server-vs-engine.md). The command (tui/cli.py) runs two `bench` sweeps over the same B list, prompts, lengths and
+(docs/design/server-vs-engine.md). The command (tui/server_vs_engine_cmd.py) runs two `bench` sweeps over the same B list, prompts, lengths and
 seed: the engine's batch mode in-process, then the server at the same concurrency (prefix cache off); this module
 starts the server where asked (`--serve`), pairs the two sweeps' cells and says the verdict (core/serving.py)."""
 from __future__ import annotations
