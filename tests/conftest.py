@@ -302,8 +302,7 @@ def record_dashboard(tmp_path, url, argv_extra, until_requests=8):
     """A dashboard session (--engine http against `url`, no terminal) recorded to a file, ticked until
     `until_requests` ended or 30 s: (its path, its plan)."""
     from measure.control.builder import make_plan
-    from measure.control.live.controller import LiveController
-    from measure.control.live.start import live_settings
+    from measure.control.live.controller import LiveController, LiveSettings
     from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
     from tui.options import build_parser, plan_options
@@ -314,7 +313,7 @@ def record_dashboard(tmp_path, url, argv_extra, until_requests=8):
     path = tmp_path / "session.jsonl"
     src = make_source(plan, k=1)
     src.start()
-    c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(path, plan.header({})))
+    c = LiveController(src, plan.workload, LiveSettings.from_plan(plan), recorder=Recorder(path, plan.header({})))
     try:
         c.start(thread=False)
         end = time.monotonic() + 30

@@ -257,7 +257,7 @@ def test_http_bandwidth_uses_what_a_token_reads(tmp_path):
     model's config.json: the plan carries its work and the file's bytes, and makes no roofline of this machine."""
     from measure.control.bench.cell import Cell, Spec
     from measure.control.builder import make_plan
-    from measure.control.live.start import live_settings
+    from measure.control.live.controller import LiveSettings
     from measure.core import metrics as M
     from tui.options import build_parser, plan_options
 
@@ -269,7 +269,7 @@ def test_http_bandwidth_uses_what_a_token_reads(tmp_path):
                      default_max_tokens=8)
     served = plan.work()
     assert served is not None and plan.served is served and plan.roofline() is None
-    assert plan.model_bytes == pytest.approx(hand["file"], rel=0.01) and live_settings(plan).served is served
+    assert plan.model_bytes == pytest.approx(hand["file"], rel=0.01) and LiveSettings.from_plan(plan).served is served
     assert plan.header({})["read_bytes_per_token"] == pytest.approx(hand["read"], rel=0.05)
     cell = Cell.measure(_stream(0), Spec(1, 1, plan.model_bytes, mode="http", served=served))
     assert cell.bandwidth.gbps == pytest.approx(hand["read"] / 0.020 / 1e9, rel=0.05)

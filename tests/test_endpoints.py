@@ -211,10 +211,9 @@ def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_
     from measure.control.live.replay import Recording, ReplayController
     from measure.control.builder import make_plan
     from tui.options import plan_options
-    from measure.control.live.start import live_settings
     from measure.control.wiring import make_source
     from measure.machine.recorder import Recorder
-    from measure.control.live.controller import LiveController
+    from measure.control.live.controller import LiveController, LiveSettings
     from tui.options import build_parser
 
     dash, _ = build_parser()
@@ -225,7 +224,7 @@ def test_a_recording_over_endpoints_replays_with_its_endpoint_rows(servers, tmp_
     rec_path = tmp_path / "eps.jsonl"
     src = make_source(plan, k=3)
     src.start()
-    c = LiveController(src, plan.workload, live_settings(plan), recorder=Recorder(rec_path, plan.header({})))
+    c = LiveController(src, plan.workload, LiveSettings.from_plan(plan), recorder=Recorder(rec_path, plan.header({})))
     try:
         c.start(thread=False)
         end = time.monotonic() + 20

@@ -38,6 +38,7 @@ from measure.sources.base import (Finished, LevelReady, LoadSource, LoadStarted,
 from presets import SLO, Workload
 
 if TYPE_CHECKING:
+    from measure.control.plan import RunPlan
     from measure.core.guard import Footprint
     from measure.core.work import WorkModel
     from measure.machine.recorder import Recorder
@@ -83,6 +84,19 @@ class LiveSettings:
     cost: Cost | None = None
     engine_baseline: dict[int, float] | None = None  # http: B → the engine's own batched tok/s (--baseline, docs/design/compare.md)
     served: WorkModel | None = None  # http: the served model's work (--model-bytes its config.json or GGUF)
+
+    @classmethod
+    def from_plan(cls, plan: RunPlan, brake: bool = True) -> LiveSettings:
+        """The live controller's settings from the run plan (`brake`: undo a step up into the memory wall; never
+        over HTTP)."""
+        return cls(max_tokens=plan.max_tokens, rate=plan.rate, users=plan.users, bandwidth_gbps=plan.bandwidth_gbps,
+                   bandwidth_source=plan.bandwidth_source, chip=plan.chip, ignore_eos=plan.ignore_eos,
+                   memory_budget=plan.memory_budget,
+                   kv_bytes_per_token=plan.choice.kv_bytes_per_token(plan.ctx) if plan.choice else None,
+                   memory_budget_source=plan.memory_budget_source, ctx=plan.ctx, force=plan.force,
+                   brake=brake and not plan.engine_is_remote, slo=plan.slo, cost=plan.cost,
+                   placement=plan.placement(), engine_on_gpu=plan.engine_on_gpu(),
+                   engine_baseline=plan.engine_baseline, served=plan.served)
 
 
 @dataclass(frozen=True)

@@ -34,18 +34,6 @@ class LiveRun:
             self.metrics_server[0].shutdown()
 
 
-def live_settings(plan: RunPlan, brake: bool = True) -> LiveSettings:
-    """The live controller's settings from the plan (`brake`: undo a step up into the memory wall; never over HTTP)."""
-    return LiveSettings(max_tokens=plan.max_tokens, rate=plan.rate, users=plan.users,
-                        bandwidth_gbps=plan.bandwidth_gbps, bandwidth_source=plan.bandwidth_source,
-                        chip=plan.chip, ignore_eos=plan.ignore_eos, memory_budget=plan.memory_budget,
-                        kv_bytes_per_token=plan.choice.kv_bytes_per_token(plan.ctx) if plan.choice else None,
-                        memory_budget_source=plan.memory_budget_source,
-                        ctx=plan.ctx, force=plan.force, brake=brake and not plan.engine_is_remote, slo=plan.slo,
-                        cost=plan.cost, placement=plan.placement(), engine_on_gpu=plan.engine_on_gpu(),
-                        engine_baseline=plan.engine_baseline, served=plan.served)
-
-
 def start_live(plan: RunPlan, record: str | None = None, brake: bool = True,
                prometheus: tuple[str, int] | None = None, peers: list[str] | None = None,
                ray: ClusterSpec | None = None) -> LiveRun:
@@ -55,7 +43,7 @@ def start_live(plan: RunPlan, record: str | None = None, brake: bool = True,
     from measure.control.live.controller import LiveController
     from measure.machine.recorder import Recorder
 
-    settings = live_settings(plan, brake)
+    settings = LiveSettings.from_plan(plan, brake)
     source: Any
     if ray is not None:  # --ray: the load from client actors (sources/ray_clients.py)
         from functools import partial
@@ -107,4 +95,4 @@ def start_live(plan: RunPlan, record: str | None = None, brake: bool = True,
     return LiveRun(controller, title, watch, metrics_server)
 
 
-__all__ = ["LiveRun", "live_settings", "start_live"]
+__all__ = ["LiveRun", "start_live"]
