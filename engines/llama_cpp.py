@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 LLAMA = EngineDecl("llama", "llama.cpp", "in-process", model_kind="gguf", work_model="gguf",
                    kv_layout="llama.cpp-window", probe="engine-rates", gpu="layers",
-                   factory="engines.llama_cpp:LlamaCppEngine", flash_attn=True, tune_modes=("instances", "batch"),
+                   factory="engines.llama_cpp:LlamaCppEngine", flash_attn=True, kv_types=True,
+                   tune_modes=("instances", "batch"),
                    tune_half_threads=True, tune_knobs=("flash_attn",))
 # llama.cpp's own server, started by tune on loopback (its client is engines/http_openai.py); its model, memory
 # and roofline are the llama engine's
@@ -85,6 +86,24 @@ def offloaded_fraction(lib: Any, asked: int | None, layers: int | None) -> float
     return min(1.0, n / layers)
 
 
+KV_TYPES = ("f16", "q8_0", "q4_0")  # the KV cache types offered (llama-server's -ctk/-ctv names)
+
+
+def kv_types(lib: Any, spec: EngineSpec) -> dict[str, int]:
+    """type_k and type_v (ggml type ids) for options kv_type (f16 | q8_0 | q4_0; absent: llama.cpp's default,
+    f16): the KV cache's element type, as llama-server's -ctk/-ctv. A quantised V cache needs flash attention
+    (llama.cpp refuses it without): said here in one line, not by a failed context."""
+    kv = spec.options.get("kv_type")
+    if kv is None:
+        return {}
+    if kv not in KV_TYPES:
+        raise EngineError(f"KV cache type {kv!r}: choose one of {', '.join(KV_TYPES)}")
+    if kv != "f16" and not spec.flash_attn:
+        raise EngineError(f"a {kv} KV cache needs flash attention (llama.cpp's quantised V cache): drop --no-flash-attn")
+    t = getattr(lib, f"GGML_TYPE_{kv.upper()}")
+    return {"type_k": t, "type_v": t}
+
+
 class LlamaCppEngine:
     name = "llama.cpp"
 
@@ -133,6 +152,7 @@ class LlamaCppEngine:
             n_gpu_layers=gpu_layers(self._lib, self.spec.n_gpu_layers),
             swa_full=False,  # llama.cpp's reduced window cache, as llama-server makes it (docs/design/model-reads.md)
             use_mmap=bool(self.spec.options.get("use_mmap", True)),  # False: weights loaded into memory (docs/residency.md)
+            **kv_types(self._lib, self.spec),
             verbose=False,
         )
 
@@ -261,6 +281,8 @@ class LlamaBatch:
         p.n_threads = p.n_threads_batch = engine.spec.threads
         p.flash_attn_type = 1 if engine.spec.flash_attn else 0  # the same setting as the single-stream path
         p.kv_unified = False
+        for name, t in kv_types(lib, engine.spec).items():  # the KV cache type asked (options kv_type), as the
+            setattr(p, name, t)  # single-stream context's
         p.swa_full = False  # the reduced window cache, as the single-stream context (docs/design/model-reads.md)
         p.no_perf = True
         self.ctx = lib.llama_init_from_model(engine._loaded().model, p)

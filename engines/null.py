@@ -7,7 +7,8 @@ mean `itl_s` and that coefficient of variation, and `first_gap_s` sets the first
 its seed). The draws are by position, the same for every request: a run's truth still follows from the schedule. Each token is stamped with perf_counter_ns()
 the moment it is emitted, after sleeping until its due time (time.sleep for the bulk, then a spin of
 under 1 ms). Whatever a run over this engine reports beyond the schedule is the harness's own overhead:
-its queues, its clocks, its bookkeeping. It never emits EOS, so every request finishes with "length".
+its queues, its clocks, its bookkeeping. It never emits EOS, so every request finishes with "length". Its answers are the same ids
+for every prompt (output_id), except where a test plants a change (changed_at).
 
 The batch (NullBatch) has the interface of engines/llama_cpp.py's LlamaBatch. A step takes `itl_s`
 from the moment step() is called, whatever the batch size, and emits one token for every sequence
@@ -48,6 +49,24 @@ def text_ids(text: str, bos: bool = True) -> list[int]:
 def output_id(i: int) -> int:
     """The id of the i-th generated token (0-based): deterministic, never BOS."""
     return 3 + (i * 7919) % (VOCAB - 3)
+
+
+def changed_at(tokens: list[int], options: dict[str, Any]) -> int | None:
+    """A planted change (tests of compare's answers, issue 58): options change_token P (1-based) alters the P-th
+    token of the answer to every prompt whose ids sum to a multiple of change_every (default 1: every prompt).
+    The 0-based position it alters in the answer to this prompt, or None."""
+    p = options.get("change_token")
+    if p is None:
+        return None
+    every = int(options.get("change_every", 1))
+    if int(p) < 1 or every < 1:
+        raise EngineError(f"null engine options change_token={p!r}, change_every={every}: give positive whole numbers")
+    return int(p) - 1 if sum(tokens) % every == 0 else None
+
+
+def answer_id(i: int, changed: int | None) -> int:
+    """output_id(i), or another id where i is the position a planted change alters (changed_at)."""
+    return output_id(i) if i != changed else 3 + (output_id(i) - 2) % (VOCAB - 3)
 
 
 def gap_schedule(itl_s: float, n: int, *, first_s: float | None = None, cv: float = 0.0,
@@ -172,9 +191,10 @@ class NullEngine:
             cv, first_s, seed = self._vary
             gaps = gap_schedule(self.itl_s, max_tokens, first_s=first_s, cv=cv, seed=seed)
         due = offsets_ns(self.itl_ns, max_tokens, gaps)
+        changed = changed_at(tokens, self.spec.options)
         for i in range(max_tokens):
             t = sleep_until(first + due[i])
-            yield output_id(i), t
+            yield answer_id(i, changed), t
         return "length"
 
     def set_threads(self, n: int) -> None:
@@ -193,12 +213,13 @@ class NullEngine:
 
 
 class _NullSeq:
-    __slots__ = ("key", "max_tokens", "t_added_ns", "due_ns", "generated")
+    __slots__ = ("key", "max_tokens", "t_added_ns", "due_ns", "generated", "changed")
 
-    def __init__(self, key: Hashable, max_tokens: int, t_added_ns: int, due_ns: int):
+    def __init__(self, key: Hashable, max_tokens: int, t_added_ns: int, due_ns: int, changed: int | None = None):
         self.key, self.max_tokens = key, max_tokens
         self.t_added_ns, self.due_ns = t_added_ns, due_ns  # due_ns: no token from a step before this time
         self.generated = 0
+        self.changed = changed  # the answer's position a planted change alters (changed_at)
 
 
 class NullBatch:
@@ -219,7 +240,7 @@ class NullBatch:
         if len(self.seqs) >= self.b_cap:
             raise EngineError(f"all {self.b_cap} sequence slots are busy")
         t = time.perf_counter_ns()
-        self.seqs[key] = _NullSeq(key, max_tokens, t, t + self.engine.ttft_ns)
+        self.seqs[key] = _NullSeq(key, max_tokens, t, t + self.engine.ttft_ns, changed_at(prompt, self.engine.spec.options))
 
     def step(self) -> BatchStep:
         """One step of itl_s. Returns (t_ns, [(key, token_id)], [(key, finish_reason)]); an empty batch
@@ -234,7 +255,7 @@ class NullBatch:
         for s in list(self.seqs.values()):
             if t < s.due_ns:
                 continue  # still in its TTFT
-            tokens.append((s.key, output_id(s.generated)))
+            tokens.append((s.key, answer_id(s.generated, s.changed)))
             s.generated += 1
             if s.generated >= s.max_tokens:
                 finished.append((s.key, "length"))

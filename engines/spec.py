@@ -48,6 +48,7 @@ class EngineDecl:
     plan_as: str = ""  # the engine whose run plan (model, memory budget, roofline) it is measured under; "": its own
     simulated: bool = False  # a schedule, not a measurement: its records say simulated
     flash_attn: bool = False  # takes llama.cpp's flash-attention switch (--no-flash-attn)
+    kv_types: bool = False  # takes a KV cache type in its options (kv_type: f16, q8_0, q4_0; compare's --kv-type)
     own_blas: bool = False  # picks its BLAS before its workers start (engines/mlx_blas.py)
     tune_modes: tuple[TuneMode, ...] = ()  # empty: tune does not take it
     tune_half_threads: bool = False  # tune tries half the cores per engine too, not only all of them

@@ -6,8 +6,11 @@ docs/design/compare.md).
     inference-top compare DIR_A DIR_B [--metric tok/s]        (two bench outputs on disk, from their records)
 
 Each side's options are bench's (--engine, --model, --k, --b, --threads, --url, --no-flash-attn, …) added to
-the shared ones (a side's win); `--engine null` (simulated: a fixed schedule, no model) takes --null-ttft-ms and
---null-itl-ms. Every bad input is one line and exit 2; a run that fails is one line and exit 1.
+the shared ones (a side's win), and --kv-type f16|q8_0|q4_0 (the llama engine's KV cache type); `--engine null`
+(simulated: a fixed schedule, no model) takes --null-ttft-ms, --null-itl-ms and, to plant a changed answer token,
+--null-change-token P (1-based) with --null-change-every M (the prompts whose ids sum to a multiple of M).
+Beside the speed verdict, the sides' greedy answers are compared prompt by prompt (measure/control/bench/answers.py).
+Every bad input is one line and exit 2; a run that fails is one line and exit 1.
 """
 from __future__ import annotations
 
@@ -20,6 +23,9 @@ from typing import Any, NamedTuple
 from tui.options import EXIT_FAILED, OneLineParser, build_parser, fail, positive_int, writable
 
 NULL_OPTS = {"--null-ttft-ms": "ttft_s", "--null-itl-ms": "itl_s"}
+# the null engine's planted change of one answer token (engines/null.changed_at): tests of the answers' verdict
+NULL_INTS = {"--null-change-token": "change_token", "--null-change-every": "change_every"}
+KV_TYPE = "--kv-type"  # a side's llama.cpp KV cache type (engines/llama_cpp.kv_types), not a bench option
 
 
 def compare_parser() -> OneLineParser:
@@ -68,7 +74,7 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
     it = iter(argv)
     for a in it:
         name, eq, val = a.partition("=")
-        if name in NULL_OPTS or name == "--engine":
+        if name in NULL_OPTS or name in NULL_INTS or name == "--engine":
             v = val if eq else next(it, None)
             if v is None:
                 fail(f"{name} needs a value")
@@ -78,14 +84,47 @@ def _split_null(argv: list[str]) -> tuple[list[str], dict[str, float] | None]:
                 out += ["--engine", e.plan_engine if e and simulated else v]
                 continue
             try:
-                opts[NULL_OPTS[name]] = float(v) / 1e3
+                opts[{**NULL_OPTS, **NULL_INTS}[name]] = float(v) / 1e3 if name in NULL_OPTS else int(v)
             except ValueError:
-                fail(f"{name} {v!r} is not a number of milliseconds")
+                fail(f"{name} {v!r} is not " + ("a number of milliseconds" if name in NULL_OPTS else "a whole number"))
             continue
         out.append(a)
     if opts and not simulated:
-        fail(f"{', '.join(NULL_OPTS)} apply to --engine null")
+        fail(f"{', '.join([*NULL_OPTS, *NULL_INTS])} apply to --engine null")
     return out, ({"ttft_s": 0.02, "itl_s": 0.01, **opts} if simulated else None)
+
+
+def _split_kv(argv: list[str]) -> tuple[list[str], str | None]:
+    """A side's argv without --kv-type, and the KV cache type it asked (the last given: a side's own after the
+    shared one); None: llama.cpp's default, f16."""
+    out, kv = [], None
+    it = iter(argv)
+    for a in it:
+        name, eq, val = a.partition("=")
+        if name != KV_TYPE:
+            out.append(a)
+            continue
+        kv = val if eq else next(it, None)
+        if kv is None:
+            fail(f"{KV_TYPE} needs a value")
+    return out, kv
+
+
+def _with_kv(name: str, plan: Any, kv: str, simulated: bool) -> None:
+    """The side's llama.cpp KV cache type (options kv_type, engines/llama_cpp.kv_types): the llama engine only."""
+    from dataclasses import replace
+
+    from engines.llama_cpp import KV_TYPES
+    from engines.registry import declared
+
+    if kv not in KV_TYPES:
+        fail(f"-{name}: {KV_TYPE} {kv!r}: choose one of {', '.join(KV_TYPES)}")
+    if not declared(plan.engine).kv_types or plan.spec is None or simulated:
+        fail(f"-{name}: {KV_TYPE} applies to --engine llama (in-process llama.cpp); a llama-server takes -ctk/-ctv "
+             "on its own command line")
+    if kv != "f16" and not plan.spec.flash_attn:
+        fail(f"-{name}: a {kv} KV cache needs flash attention (llama.cpp's quantised V cache): drop --no-flash-attn")
+    plan.spec = replace(plan.spec, options={**plan.spec.options, "kv_type": kv})
 
 
 def _side(name: str, shared: list[str], options: str) -> Any:
@@ -98,7 +137,8 @@ def _side(name: str, shared: list[str], options: str) -> Any:
         own = shlex.split(options)
     except ValueError as exc:
         fail(f"-{name} {options!r}: {exc}")
-    argv, null = _split_null(shared + own)
+    argv, kv = _split_kv(shared + own)
+    argv, null = _split_null(argv)
     _, bench = build_parser()
     bench.prog = f"inference-top compare -{name}"
     args = bench.parse_args(argv)
@@ -114,6 +154,8 @@ def _side(name: str, shared: list[str], options: str) -> Any:
         plan = make_plan(plan_options(args), default_max_tokens=64, progress=lambda m: None)
     except StartError as exc:
         fail(f"-{name}: {exc}")
+    if kv is not None:
+        _with_kv(name, plan, kv, null is not None)
     return Side(name, options, plan, null), args
 
 
@@ -205,7 +247,8 @@ def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str])
         say(f"{s.name}: {s.options or '(the shared options)'}" + (" — the null engine, SIMULATED: a fixed schedule "
                                                                     f"{s.null}" if s.null else ""))
     say(f"{m.name} of each run: a closed loop of {users} user(s) × {requests} requests, the same on both; rounds of "
-        f"ABBA / BAAB, the interval from round {min_rounds}; budget {budget:.0f} s; records → {out}/A, {out}/B")
+        f"ABBA / BAAB, the interval from round {min_rounds}; budget {budget:.0f} s; records → {out}/A, {out}/B; "
+        "each side's answers (greedy token ids, where its engine gives them) compared prompt by prompt")
     sigterm_to_exit()
     seq = Sequential(precision=precision, min_rounds=min_rounds)
     sides = None
@@ -213,14 +256,16 @@ def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str])
             "budget_s": budget, "precision": precision, "a": a.options, "b": b.options}
 
     def keep(why: str) -> str:  # the rounds measured before a failure: written, not lost
-        write_result(out, {**head, **failed_outcome(seq, m, why).to_dict()})
+        failed = failed_outcome(seq, m, why).with_answers(sides.agreement() if sides else None, m)
+        write_result(out, {**head, **failed.to_dict()})
         return f"; the {len(seq.rounds)} round(s) measured are in {out}/compare.json"
     try:
         sides = LiveSides([a, b], users, requests, out, m, say, header={"argv": shown_argv(["compare", *argv])})
         t0 = time.monotonic()
         for line in sides.warm_up(warmup):
             say(line)
-        res = run_rounds(sides.run_one, m, budget - (time.monotonic() - t0), seq, say)
+        res = run_rounds(sides.run_one, m, budget - (time.monotonic() - t0), seq, say).with_answers(
+            sides.agreement(), m)
     except (CompareError, SourceError, TimeoutError) as exc:
         fail(f"{exc} (records so far in {out}{keep(str(exc))})", EXIT_FAILED)
     except KeyboardInterrupt:

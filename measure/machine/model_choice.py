@@ -146,6 +146,8 @@ def engine_settings(spec: EngineSpec) -> dict[str, Any]:
         out["flash_attn"] = spec.flash_attn
     if e.gpu == "layers":
         out["layers"] = llama_placement(spec.n_gpu_layers)
+    if "kv_type" in spec.options:  # llama: the KV cache's element type asked (engines/llama_cpp.kv_types)
+        out["kv_type"] = spec.options["kv_type"]
     if "blas" in spec.options:  # mlx: what its matmuls ran on (engines/mlx_blas.py)
         from engines.mlx_blas import blas_env
 

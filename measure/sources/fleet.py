@@ -644,8 +644,9 @@ class Fleet(CollectsRecords):
         rss = done.rss if done else None
         out = Outcome(fl.tokens, fl.t_started_ns, done.t_done_ns if done else None,
                       done.prompt_tokens if done else 0, done.finish_reason if done else None, error)
+        more = {"extra": {"output_ids": done.token_ids}} if done and done.token_ids is not None else {}
         rec = build_record(fl.req, self.meta, self.run_id, out,
-                           ServedBy(w.info.wid, w.info.pid, w.info.threads, rss) if w else ServedBy(None, rss=rss))
+                           ServedBy(w.info.wid, w.info.pid, w.info.threads, rss) if w else ServedBy(None, rss=rss), **more)
         self._sink.record(rec, collector)
         return rec
 

@@ -47,6 +47,7 @@ class DoneMsg(NamedTuple):
     error: str | None
     t_done_ns: int
     rss: int | None
+    token_ids: list[int] | None = None  # the answer's ids, where the engine spec asked (options answer_ids)
 
 
 class FatalMsg(NamedTuple):

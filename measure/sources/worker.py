@@ -63,8 +63,9 @@ def _error_text(exc: Exception) -> str:
 
 
 class Worker:
-    def __init__(self, conn: Connection, engine: Engine):
+    def __init__(self, conn: Connection, engine: Engine, keep_ids: bool = False):
         self.conn = conn
+        self.keep_ids = keep_ids  # each answer's token ids go back with its DoneMsg (compare's answers, issue 58)
         self.send = conn.send
         self.engine = engine
         self.mode = "single"
@@ -147,6 +148,7 @@ class Worker:
         finish = "error"
         n_prompt = 0
         pending: list[int] = []
+        ids: list[int] | None = [] if self.keep_ids else None
         try:
             tokens = self.engine.tokenize(req.prompt)
             n_prompt = len(tokens)
@@ -154,11 +156,13 @@ class Worker:
             gen = self.engine.generate(tokens, req.max_tokens, req.ignore_eos)
             while True:
                 try:
-                    _tid, t_ns = next(gen)
+                    tid, t_ns = next(gen)
                 except StopIteration as stop:
                     finish = stop.value or "length"
                     break
                 pending.append(t_ns)
+                if ids is not None:
+                    ids.append(tid)
                 if t_ns - last_flush >= TOKEN_BATCH_NS:
                     self.send(TokensMsg(rid, pending))
                     pending = []
@@ -166,7 +170,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - a request's failure is recorded, the worker goes on
             error = _error_text(exc)
         self.send(DoneMsg(rid, pending, n_prompt, finish if error is None else "error", error,
-                          time.perf_counter_ns(), _rss()))
+                          time.perf_counter_ns(), _rss(), ids))
 
     def serve_batch(self, first: ReqMsg) -> None:
         """Continuous batching: admit what arrives while fewer than B run, one decode per step, until
@@ -179,6 +183,7 @@ class Worker:
     def _serve_batch(self, waiting: deque[ReqMsg]) -> None:
         pending: dict[int, list[int]] = {}
         n_prompt: dict[int, int] = {}
+        ids: dict[int, list[int]] | None = {} if self.keep_ids else None  # each sequence's answer so far
         last_flush = time.perf_counter_ns()
         batch: Batch | None = None
         poll, send = self.conn.poll, self.send
@@ -206,6 +211,8 @@ class Worker:
                 send(StartMsg(rid, time.perf_counter_ns()))
                 pending[rid] = []
                 n_prompt[rid] = len(tokens)
+                if ids is not None:
+                    ids[rid] = []
             if not batch.active():
                 if waiting:
                     continue
@@ -216,15 +223,17 @@ class Worker:
                 for rid in list(batch.seqs):
                     batch.remove(rid)
                     send(DoneMsg(rid, pending.pop(rid, []), n_prompt.pop(rid, 0), "error", _error_text(exc),
-                                 time.perf_counter_ns(), _rss()))
+                                 time.perf_counter_ns(), _rss(), None if ids is None else ids.pop(rid, [])))
                 continue
-            for rid, _tok in toks:
+            for rid, tok in toks:
                 pending[rid].append(t)
+                if ids is not None:
+                    ids[rid].append(tok)
             if finished:
                 rss = _rss()  # one reading for every sequence the step ended
                 for rid, reason in finished:
                     send(DoneMsg(rid, pending.pop(rid), n_prompt.pop(rid), reason, None, time.perf_counter_ns(),
-                                 rss))
+                                 rss, None if ids is None else ids.pop(rid)))
             if t - last_flush >= TOKEN_BATCH_NS:
                 for rid, ts in pending.items():
                     if ts:
@@ -268,4 +277,4 @@ def worker_main(conn: Connection, wid: int, spec_dict: dict[str, Any], log_path:
         send(FatalMsg(f"{spec.engine} engine failed to load {spec.model_path}: {type(exc).__name__}: {exc}"))
         return
     send(StateMsg("ready", rss=_rss()))
-    Worker(conn, engine).run()
+    Worker(conn, engine, keep_ids=bool(spec.options.get("answer_ids"))).run()

@@ -40,7 +40,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
@@ -48,6 +48,7 @@ from engines.null import NULL
 from measure.core import metrics as M
 
 if TYPE_CHECKING:
+    from measure.control.bench.answers import Agreement, AgreementLine, Answers
     from measure.core.lines import RunHeader
     from measure.core.records import RequestRecord
     from presets import SLO
@@ -381,6 +382,7 @@ class OutcomeLine(TypedDict):
     requests: dict[str, int]
     detectable: float | None
     ended: str
+    answers: AgreementLine | None  # the two sides' answers (answers.py); None where not compared
 
 
 @dataclass
@@ -394,6 +396,18 @@ class Outcome:
     runs: list[RoundRun]
     notes: list[str] = field(default_factory=list)
     detectable: float | None = None  # the difference these rounds find at 80 % power
+    answers: Agreement | None = None  # the two sides' answers compared (answers.agree)
+
+    def with_answers(self, ag: Agreement | None, m: Metric) -> Outcome:
+        """The outcome with what the sides' answers say added to its sentence (answers.verdict_clause: the side the
+        interval finds better in `m` named where its answers differ; answers not compared, where no ids)."""
+        from measure.control.bench.answers import verdict_clause
+
+        iv = self.interval
+        winner = None
+        if iv is not None and iv.excludes_zero and self.state in ("difference", "welch"):  # a verdict, not "errors"
+            winner = "B" if (iv.rel > 0) == m.higher_is_better else "A"
+        return replace(self, sentence=f"{self.sentence}; {verdict_clause(ag, winner)}", answers=ag)
 
     @property
     def errors(self) -> dict[str, int]:
@@ -410,7 +424,8 @@ class Outcome:
                 "runs": self.runs, "notes": self.notes, "rounds": max([r.get("round", 0) for r in self.runs] or [0]),
                 "errors": self.errors, "requests": self.requests, "detectable": self.detectable,
                 "ended": {"difference": "decided", "none": "decided", "errors": "decided",
-                          "failed": "a run failed", "welch": "runs on disk"}.get(self.state, "the budget ended")}
+                          "failed": "a run failed", "welch": "runs on disk"}.get(self.state, "the budget ended"),
+                "answers": self.answers.to_dict() if self.answers else None}
 
 
 # ---- the live procedure ---------------------------------------------------------------------------------------
@@ -542,8 +557,11 @@ def figure(records: Sequence[RequestRecord], m: Metric, slo: SLO | None) -> floa
 
 
 # ---- two outputs on disk --------------------------------------------------------------------------------------
-def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list[float]], RunHeader]:
-    """A bench (or compare side) output's per-run figures by cell (K, B, mode): one a rep; and its header."""
+def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list[float]], RunHeader,
+                                                  Mapping[tuple[int, int, str], list[Answers]]]:
+    """A bench (or compare side) output's per-run figures by cell (K, B, mode): one a rep; its header; and each
+    cell's answers, one a rep, where its records carry them (answers.of_cells)."""
+    from measure.control.bench.answers import of_cells
     from measure.control.bench.runs import slo_of
     from measure.machine.recorder import read_jsonl
 
@@ -569,13 +587,15 @@ def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list
         v = figure(recs, m, slo)
         if v is not None and v > 0:
             out.setdefault((k, b, mode), []).append(v)
-    return out, headers[0]
+    return out, headers[0], of_cells(records)
 
 
 def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
     """Every cell (K, B, mode) the two outputs share: Welch's interval over their reps (not interleaved)."""
-    ra, _ = runs_on_disk(a, m)
-    rb, _ = runs_on_disk(b, m)
+    from measure.control.bench.answers import agree
+
+    ra, _, ans_a = runs_on_disk(a, m)
+    rb, _, ans_b = runs_on_disk(b, m)
     common = [k for k in ra if k in rb]
     if not common:
         raise CompareError(f"{a} and {b} share no cell (K, B, mode): {sorted(ra)} against {sorted(rb)}")
@@ -591,7 +611,7 @@ def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
         o = Outcome(f"K={key[0]} B={key[1]} {key[2]}: " + verdict(iv, m, means), "welch", iv, means, runs,
                     [f"{len(xa)} and {len(xb)} runs, not measured in turns: a change in the machine between the "
                      "two outputs counts as a difference (compare -A … -B … measures in turns)"])
-        out.append(o)
+        out.append(o.with_answers(agree(ans_a.get(key, []), ans_b.get(key, [])), m))
     return out
 
 
@@ -627,6 +647,7 @@ class LiveSides:
                  say: Callable[[str], None], timeout_s: float = 600.0, header: Mapping[str, object] | None = None):
         self.users, self.requests, self.m, self.say, self.timeout_s = users, requests, m, say, timeout_s
         self.live: dict[str, _Live] = {}
+        self.answers: dict[str, list[Answers]] = {side.name: [] for side in sides}  # each counted run's, in order
         try:
             for side in sides:
                 self.live[side.name] = self._open(side, out / side.name, header or {})
@@ -667,12 +688,14 @@ class LiveSides:
         if side.null is None:
             from measure.control.wiring import make_source
 
+            if p.spec is not None:  # a local engine: its workers send each answer's ids back (answers.py)
+                p = replace(p, spec=replace(p.spec, options={**p.spec.options, "answer_ids": True}))
             return make_source(p, events=False, on_record=on_record, per_cell=True)
         from engines.base import EngineSpec
         from measure.core.records import RunMeta
         from measure.sources.fleet import Fleet
 
-        spec = EngineSpec(NULL.name, "", threads=p.threads or 1, ctx=p.ctx, options=dict(side.null))
+        spec = EngineSpec(NULL.name, "", threads=p.threads or 1, ctx=p.ctx, options={**side.null, "answer_ids": True})
         return Fleet(spec, RunMeta(NULL.label, "null", 0, simulated=NULL.simulated), k=k, threads=p.threads or 1,
                      on_record=on_record, b_cap=1, events=False)
 
@@ -685,6 +708,7 @@ class LiveSides:
     def run_one(self, name: str, index: int) -> RunFigure:
         """One run of side `name` (index −1: a warm-up): the closed loop, to completion; its figure and its
         failed requests (CompareError: no figure)."""
+        from measure.control.bench.answers import answers_of
         from measure.core.workload import ClosedLoop
 
         lv = self.live[name]
@@ -692,12 +716,23 @@ class LiveSides:
         p = lv.side.plan
         recs = lv.runner.load(p.workload, ClosedLoop(self.users, self.requests))
         v = figure(recs, self.m, p.slo)
+        if index >= 0 and (ans := answers_of(recs)) is not None:
+            self.answers[name].append(ans)
         if v is None or v <= 0:
             errs = sorted({r.error for r in recs if r.error})
             raise CompareError(f"{name}'s {'warm-up' if index < 0 else f'run {index + 1}'} gave no {self.m.name}"
                                + (f" ({'; '.join(errs)[:200]})" if errs else
                                   " (goodput 0: no request met the SLO)" if self.m.field == "goodput_tps" else ""))
         return RunFigure(v, sum(1 for r in recs if r.error), len(recs))
+
+    def agreement(self) -> Agreement | None:
+        """The two sides' answers so far (answers.agree; None where a side recorded none)."""
+        from measure.control.bench.answers import agree
+
+        if len(self.answers) != 2:
+            return None
+        a, b = self.answers
+        return agree(self.answers[a], self.answers[b], (a, b))
 
     def close(self) -> None:
         for lv in self.live.values():

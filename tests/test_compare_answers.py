@@ -1,0 +1,145 @@
+"""Does the faster configuration change the answers? (issue 58 item 5; measure/control/bench/answers.py,
+docs/design/compare.md): the answers' agreement as a pure function of records, then compare end to end over the
+null engine (SIMULATED) with one side planted to change one answer token at a known position in a known set of
+prompts, and on the embedded model (KV cache f16 against q4_0)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from measure.control.bench.answers import agree, answers_of, first_difference, of_cells, verdict_clause
+from measure.control.bench.compare import METRICS, Interval, Outcome
+from measure.core.records import RequestRecord
+
+TOKS = METRICS["tok/s"]
+
+
+def rec(rid, ids, *, error=None, rep=0, b=1, extra=None):
+    return RequestRecord(run_id="r", request_id=rid, mode="instances", engine="e", model="m", model_bytes=0, k=1,
+                         b=b, output_tokens=len(ids or []), error=error, rep=rep,
+                         extra=extra if extra is not None else {"output_ids": list(ids or [])})
+
+
+def test_first_difference_is_one_based_and_a_shorter_answer_differs_after_its_end():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [9, 2, 3]) == 1
+    assert first_difference([1, 2, 3, 4], [1, 2, 3, 5]) == 4
+    assert first_difference([1, 2], [1, 2, 3]) == 3 and first_difference([1, 2, 3], [1, 2]) == 3
+
+
+def test_answers_are_keyed_by_the_prompt_s_place_in_the_run_and_a_failed_request_keeps_its_place():
+    # ids 12, 10, 11 arrive out of order: ranks 0, 1, 2 are ids 10, 11, 12; 11 failed (no answer, its place kept)
+    got = answers_of([rec(12, [7, 8]), rec(10, [1, 2]), rec(11, [], error="boom")])
+    assert got == {0: (1, 2), 2: (7, 8)}
+    assert answers_of([rec(1, [1], extra={}), rec(2, [2], extra={"proc": 1})]) is None  # no ids recorded: None
+
+
+def test_agreement_names_the_share_the_earliest_divergence_and_a_side_whose_own_runs_disagree():
+    a = {0: (1, 2, 3, 4), 1: (5, 6, 7, 8), 2: (9, 9, 9, 9), 3: (4, 3, 2, 1)}
+    b = {0: (1, 2, 3, 4), 1: (5, 6, 0, 8), 2: (9, 9, 9, 9), 3: (4, 0, 2, 1)}
+    ag = agree([a, a], [b, {**b, 2: (9, 9, 9, 0)}])
+    assert (ag.prompts, ag.identical, ag.share, ag.first, ag.at) == (4, 2, 0.5, 2, {1: 3, 3: 2})
+    assert ag.unstable == {"A": 0, "B": 1} and ag.runs == {"A": 2, "B": 2}
+    w = ag.words()
+    assert w.startswith("answers differ in 2 of 4 prompts from token 2 (token ids, greedy")
+    assert "B's own 2 runs differ in 1 of 4: not only the configuration changes them" in w
+    same = agree([a], [dict(a)])
+    assert same.words() == "answers identical in 4 of 4 prompts (token ids, greedy)" and same.first is None
+    d = ag.to_dict()
+    assert (d["share"], d["first_divergence"], d["divergence_at"]) == (0.5, 2, {"1": 3, "3": 2})
+    assert agree([], [b]) is None
+
+
+def test_a_winner_whose_answers_differ_says_so_and_records_without_ids_say_not_compared():
+    ag = agree([{0: (1, 2), 1: (3, 4)}], [{0: (1, 2), 1: (3, 5)}])
+    faster = Outcome("B is 20.0% ± 2.0% faster than A in tok/s (…) — decided after 3 rounds", "difference",
+                     Interval(0.2, 0.18, 0.22, 0.95, 3), (100.0, 120.0), [])
+    s = faster.with_answers(ag, TOKS).sentence
+    assert s.endswith("; B wins, but its answers differ in 1 of 2 prompts from token 2 (token ids, greedy; A's "
+                      "first run against B's)"), s
+    slower = Outcome("x", "difference", Interval(-0.2, -0.22, -0.18, 0.95, 3), (100.0, 80.0), [])
+    assert "A wins, but its answers differ" in slower.with_answers(ag, TOKS).sentence
+    assert "B wins, but" in slower.with_answers(ag, METRICS["tpot"]).sentence  # TPOT 20 % lower: B wins
+    none = Outcome("no difference above 3.0%", "budget", Interval(0.01, -0.02, 0.03, 0.95, 3), (1.0, 1.0), [])
+    assert none.with_answers(ag, TOKS).sentence == "no difference above 3.0%; " + ag.words()
+    assert verdict_clause(None, "B").startswith("answers not compared (the records carry no token ids")
+    assert none.with_answers(ag, TOKS).to_dict()["answers"]["identical"] == 1
+    assert none.to_dict()["answers"] is None
+
+
+def test_of_cells_groups_each_rep_s_answers_and_leaves_the_warm_up_out():
+    recs = [rec(1, [1], rep=-1), rec(2, [2], rep=0), rec(3, [3], rep=0), rec(4, [4], rep=1), rec(5, [9], rep=0, b=2)]
+    assert of_cells(recs) == {(1, 1, "instances"): [{0: (2,), 1: (3,)}, {0: (4,)}], (1, 2, "instances"): [{0: (9,)}]}
+
+
+def cli(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "tui.cli", "compare", *argv], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def planted(requests: int, every: int) -> list[int]:
+    """The prompts (0-based index in a run) whose answer the null engine's planted change alters: those whose ids
+    sum to a multiple of `every` (engines/null.changed_at), over the default workload compare runs."""
+    from engines.base import EngineSpec
+    from engines.null import NullEngine, changed_at
+    from measure.core.datasets import prompt_for
+    from measure.machine.workloads import resolve
+
+    w, e = resolve("default"), NullEngine(EngineSpec("null", ""))
+    return [i for i in range(requests) if changed_at(e.tokenize(prompt_for(w, i)), {"change_token": 1,
+                                                                                     "change_every": every}) == 0]
+
+
+def test_cli_names_a_planted_changed_token_its_share_and_its_position(tmp_path):
+    """B (SIMULATED, the null engine in batch mode at B = 2) changes the 5th answer token of the prompts whose ids
+    sum to a multiple of 3; A (instances) does not: the verdict names the share and token 5, compare.json the
+    prompts, and each side's own runs agree. The records read back from disk give the same."""
+    changed = planted(8, 3)
+    assert 0 < len(changed) < 8, changed  # the planted set is neither empty nor everything
+    out = tmp_path / "c"
+    p = cli("--max-tokens", "8", "--requests", "8", "--budget", "5", "--min-rounds", "2", "--warmup", "0",
+            "--out", str(out), "-A", "--engine null --null-ttft-ms 2 --null-itl-ms 1",
+            "-B", "--engine null --null-ttft-ms 2 --null-itl-ms 1 --b 2 --null-change-token 5 --null-change-every 3")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads((out / "compare.json").read_text())
+    ans = res["answers"]
+    assert (ans["prompts"], ans["identical"], ans["first_divergence"]) == (8, 8 - len(changed), 5), ans
+    assert ans["divergence_at"] == {str(i): 5 for i in changed} and ans["unstable"] == {"A": 0, "B": 0}
+    assert ans["runs"] == {"A": 2 * res["rounds"], "B": 2 * res["rounds"]}
+    assert f"answers differ in {len(changed)} of 8 prompts from token 5 (token ids, greedy" in p.stdout, p.stdout
+    a_recs = [json.loads(x) for x in (out / "A" / "records.jsonl").read_text().splitlines()[1:]]
+    assert all(len(r["extra"]["output_ids"]) == 8 for r in a_recs)
+    from measure.machine.recorder import read_jsonl
+
+    (ra,), (rb,) = of_cells(read_jsonl(out / "A" / "records.jsonl").records).values(), \
+        of_cells(read_jsonl(out / "B" / "records.jsonl").records).values()
+    again = agree(ra, rb)
+    assert (again.identical, again.at) == (8 - len(changed), {i: 5 for i in changed})
+
+
+def test_cli_kv_type_is_the_llama_engine_s_and_one_line_elsewhere():
+    p = cli("-A", "--engine null --kv-type q4_0", "-B", "--engine null", timeout=120)
+    assert p.returncode == 2 and "--kv-type applies to --engine llama" in p.stderr, p.stderr
+    p = cli("-A", "--kv-type q5_1", "-B", "", timeout=120)
+    assert p.returncode == 2 and "choose one of f16, q8_0, q4_0" in p.stderr, p.stderr
+    p = cli("-A", "--kv-type q4_0 --no-flash-attn", "-B", "", timeout=120)
+    assert p.returncode == 2 and "needs flash attention" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_on_the_embedded_model_kv_f16_against_q4_0_reports_the_share_and_first_divergence(model, tmp_path):
+    """The real engine: KV cache f16 against q4_0, a few prompts and tokens. Whatever q4_0 does to the answers is
+    this model's; the report must carry the share, the first divergence where they differ, and each side's ids."""
+    out = tmp_path / "kv"
+    p = cli("--max-tokens", "8", "--requests", "4", "--budget", "5", "--min-rounds", "2", "--warmup", "0",
+            "--threads", "1", "--out", str(out), "-A", "--kv-type f16", "-B", "--kv-type q4_0", timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads((out / "compare.json").read_text())
+    ans = res["answers"]
+    assert ans["prompts"] == 4 and 0 <= ans["identical"] <= 4 and ans["runs"]["A"] == 2 * res["rounds"]
+    assert (ans["first_divergence"] is None) == (ans["identical"] == 4)
+    assert ans["first_divergence"] is None or 1 <= ans["first_divergence"] <= 8
+    assert ans["sentence"] in p.stdout and ans["sentence"] in res["sentence"]
+    head = json.loads((out / "B" / "records.jsonl").read_text().splitlines()[0])
+    assert head["engine_settings"]["kv_type"] == "q4_0"
