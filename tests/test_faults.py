@@ -132,6 +132,56 @@ def test_sighup_mid_sweep_keeps_the_finished_cells_and_leaves_no_process(tmp_pat
     assert all(json.loads(x) for x in lines) and len(lines) >= 3
 
 
+def test_an_interruption_says_its_status_and_its_name():
+    from measure.control.bench.sweep import interruption
+
+    assert interruption(KeyboardInterrupt()) == (130, "Ctrl-C")
+    assert interruption(SystemExit(128 + signal.SIGHUP)) == (129, "signal SIGHUP")
+    assert interruption(SystemExit("bye")) == (1, "exit")
+
+
+@pytest.mark.parametrize("where, exc, expect", [
+    ("reps", SystemExit(128 + signal.SIGTERM), [(1, "ok", ""), (2, "cut", "signal SIGTERM")]),
+    ("wall", KeyboardInterrupt(), [(1, "ok", "")]),
+])
+def test_the_sweep_marks_the_cell_an_interruption_cut_and_only_that_one(monkeypatch, where, exc, expect):
+    """Ctrl-C (or a signal's SystemExit) during a cell: run_sweep adds that cell, marked "cut" with what ended it,
+    to the cells it was given and lets the interruption go on up (the bench's summary names the cell from there:
+    no state kept in the SweepConfig). One that comes between two cells (here in the next cell's memory check)
+    marks nothing: the cell before it finished."""
+    import measure.control.bench.sweep as S
+    from engines.null_server import Behaviour, NullServer
+    from measure.sources.http import HttpSource
+
+    real_reps, real_wall = S._run_reps, S.CellRunner.past_wall
+
+    def reps(runner, wl, k, b, seq_ctx, at):
+        if where == "reps" and b == 2:
+            raise exc
+        return real_reps(runner, wl, k, b, seq_ctx, at)
+
+    def wall(self, mode, k, b, seq_ctx):
+        if where == "wall" and b == 2:
+            raise exc
+        return real_wall(self, mode, k, b, seq_ctx)
+
+    monkeypatch.setattr(S, "_run_reps", reps)
+    monkeypatch.setattr(S.CellRunner, "past_wall", wall)
+    cells: list = []
+    with NullServer(Behaviour(ttft_ms=2.0, itl_ms=1.0)) as srv:
+        src = HttpSource([srv.url], RunMeta("null", "null", 0, mode="http", simulated=True), b=1, events=False)
+        src.start()
+        try:
+            with pytest.raises(type(exc)):
+                S.run_sweep(src, presets.workload("default"), S.SweepConfig(mode="http", bs=[1, 2], requests=2,
+                            max_tokens=4, cell_timeout_s=30), lambda m: None, cells=cells)
+        finally:
+            src.close()
+    assert [(c.b, c.status, c.reason.split("(")[-1].split(")")[0] if c.status == "cut" else "")
+            for c in cells] == expect
+    assert all(c.reason.startswith("interrupted (") and "while this cell ran" in c.reason for c in cells if not c.ok)
+
+
 def test_a_full_disk_mid_run_warns_once_keeps_lines_whole_and_fails_the_bench(tmp_path):
     """records.jsonl on a 24 kB tmpfs fills after a few records: one warning, the sweep finishes, every line in
     the file parses, the exit code says it failed."""

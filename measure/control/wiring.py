@@ -1,6 +1,6 @@
 """The composition root of a run's load: a RunPlan (control/plan.py) → its load source, not started: K local workers
 (sources/fleet.py) or B streams against the endpoints (sources/http_pool.py: one process or several), with the
-tokenizer the prompts are made with. A bench (tui/bench_cmd.py, control/bench/), the live dashboard (control/live/start.py)
+tokenizer the prompts are made with. A bench (control/bench/start.py), the live dashboard (control/live/start.py)
 and the client actors on a Ray cluster all make their source here."""
 from __future__ import annotations
 

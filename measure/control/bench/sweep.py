@@ -1,6 +1,7 @@
 """The headless sweep: one fleet, scaled cell by cell, `requests` per rep, raw records + a summary."""
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from presets import Workload
 CLIENT_THERMAL = "this client machine's, not the servers': "  # an HTTP cell's thermal state is read where it runs
 
 if TYPE_CHECKING:
+    from measure.control.plan import RunPlan
     from measure.core.arrivals import ArrivalSpec, Schedule
     from measure.core.clients import ClientShare, Segment
     from measure.core.cost import Cost
@@ -62,12 +64,23 @@ class SweepConfig:
     client: ClientShare | None = None  # --segment / --start-at, applied to the first load
     users: int | None = None  # closed-loop users in every cell (None: K × B, workload.closed_loop_users)
     max_b: int = 16  # sequences one engine batches at most (bench --find users)
-    current: tuple[int, int, int | None] | None = None  # (k, b, context) of the cell running now
     threads: int | None = None  # per worker (None: physical cores ÷ K)
     cell_timeout_s: float = 1800.0
     out_dir: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     engine_on_gpu: bool = True  # the engine's layers run on a GPU: its thermal state is the GPU's (else the CPU's)
+
+    @classmethod
+    def from_plan(cls, plan: RunPlan, ks: Sequence[int], out_dir: Path, requests: int, reps: int = 1,
+                  contexts: Sequence[int] | None = None, cell_timeout_s: float = 1800.0) -> SweepConfig:
+        """A bench's sweep from the run plan, over `ks` (the plan's sweep Ks), with the command's own counts."""
+        return cls(ks=ks, bs=plan.bs or [1], mode=plan.mode, requests=requests, max_tokens=plan.max_tokens, reps=reps,
+                   rate=plan.rate, ignore_eos=plan.ignore_eos, bandwidth_gbps=plan.bandwidth_gbps,
+                   cell_timeout_s=cell_timeout_s, out_dir=out_dir, contexts=contexts, ctx=plan.ctx,
+                   kv_bytes_per_token=plan.choice.kv_bytes_per_token() if plan.choice else None,
+                   memory_budget=plan.memory_budget, force=plan.force, threads=plan.threads, slo=plan.slo,
+                   max_b=plan.max_b, cost=plan.cost, arrivals=plan.arrivals, users=plan.users, sessions=plan.sessions,
+                   engine_on_gpu=plan.engine_on_gpu(), served=plan.served)
 
 
 class CellRunner:
@@ -233,8 +246,8 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
     """Cells in rows (one row per context), each row over B then K. A cell the admission check
     refuses is skipped with every larger cell of its row; a cell that hits the wall or its timeout
     ends the row there (the source is replaced, so nothing of it lingers). Never hangs. `cells`, where
-    given, is filled as cells finish (what an interrupted sweep still has); `cfg.current` names the cell
-    running now."""
+    given, is filled as cells finish (what an interrupted sweep still has): Ctrl-C or a signal during a cell adds
+    that cell, marked "cut", before it goes on up."""
     runner = CellRunner(fleet, cfg, say)
     cells = [] if cells is None else cells
     all_records: list[RequestRecord] = []
@@ -263,8 +276,13 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     cells.append(skipped_cell(k, b, context, "refused", why))
                     blocked = blocked if oom else (k, b, "refused", f"K={k} B={b} refused")
                     continue
-                cfg.current = (k, b, context)
-                records, status = _run_reps(runner, wl, k, b, context or cfg.ctx, where)
+                try:
+                    records, status = _run_reps(runner, wl, k, b, context or cfg.ctx, where)
+                    cell = None if status else _finish(runner, records, wl, k, b, context)
+                except (KeyboardInterrupt, SystemExit) as exc:  # the cut cell marked, for the caller's summary
+                    cells.append(skipped_cell(k, b, context, "cut", f"interrupted ({interruption(exc)[1]}) while "
+                                              "this cell ran"))
+                    raise
                 all_records += records
                 if status:
                     cells.append(skipped_cell(k, b, context, *status))
@@ -273,10 +291,20 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                         runner.source.close()
                         runner.source = finite(new_fleet())
                     continue
-                cells.append(_finish(runner, records, wl, k, b, context))
+                assert cell is not None
+                cells.append(cell)
     add_scaling([c for c in cells if c.ok])
-    cfg.current = None
     return cells, all_records, runner.source  # the fleet (or the last one it was replaced by), as a finite source
+
+
+def interruption(exc: BaseException) -> tuple[int, str]:
+    """What ended a run early: its exit status and its name. Ctrl-C (KeyboardInterrupt) is 130, "Ctrl-C"; a signal
+    comes as SystemExit(128 + its number) (the command line's handlers raise it so), "signal SIGTERM"; another
+    exit, "exit"."""
+    code = 130 if isinstance(exc, KeyboardInterrupt) else (exc.code if isinstance(exc, SystemExit)
+                                                           and isinstance(exc.code, int) else 1)
+    why = "Ctrl-C" if code == 130 else f"signal {signal.Signals(code - 128).name}" if code > 128 else "exit"
+    return code, why
 
 
 def _residency_probe(source: LoadSource) -> Any:
@@ -417,4 +445,4 @@ def _note(c: Cell) -> str:
 
 
 __all__ = ["SweepConfig", "run_sweep", "CellRunner", "Cell", "format_table", "write_summary", "SourceError",
-           "answer_notes", "client_note", "skipped_cell"]
+           "answer_notes", "client_note", "skipped_cell", "interruption"]
