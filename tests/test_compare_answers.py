@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from measure.control.bench.answers import agree, answers_of, first_difference, of_cells, verdict_clause
+from measure.control.bench.answers import (IDS, WORDS, Answers, agree, answers_of, first_difference, of_cells,
+                                           verdict_clause)
 from measure.control.bench.compare import METRICS, Interval, Outcome
 from measure.core.records import RequestRecord
 
@@ -31,28 +32,36 @@ def test_first_difference_is_one_based_and_a_shorter_answer_differs_after_its_en
 def test_answers_are_keyed_by_the_prompt_s_place_in_the_run_and_a_failed_request_keeps_its_place():
     # ids 12, 10, 11 arrive out of order: ranks 0, 1, 2 are ids 10, 11, 12; 11 failed (no answer, its place kept)
     got = answers_of([rec(12, [7, 8]), rec(10, [1, 2]), rec(11, [], error="boom")])
-    assert got == {0: (1, 2), 2: (7, 8)}
-    assert answers_of([rec(1, [1], extra={}), rec(2, [2], extra={"proc": 1})]) is None  # no ids recorded: None
+    assert got == (IDS, {0: (1, 2), 2: (7, 8)}, False)
+    assert answers_of([rec(1, [1], extra={}), rec(2, [2], extra={"proc": 1})]) is None  # no answers recorded: None
+    text = answers_of([rec(1, None, extra={"output_text": " The  cat\nsat"})])  # a server's text: its words
+    assert text == (WORDS, {0: ("The", "cat", "sat")}, False)
+    assert answers_of([rec(1, [1]), rec(2, None, extra={"output_text": "x"})]) is None  # a run of two kinds
 
 
 def test_agreement_names_the_share_the_earliest_divergence_and_a_side_whose_own_runs_disagree():
     a = {0: (1, 2, 3, 4), 1: (5, 6, 7, 8), 2: (9, 9, 9, 9), 3: (4, 3, 2, 1)}
     b = {0: (1, 2, 3, 4), 1: (5, 6, 0, 8), 2: (9, 9, 9, 9), 3: (4, 0, 2, 1)}
-    ag = agree([a, a], [b, {**b, 2: (9, 9, 9, 0)}])
+    ag = agree([Answers(IDS, a), Answers(IDS, a)], [Answers(IDS, b), Answers(IDS, {**b, 2: (9, 9, 9, 0)})])
     assert (ag.prompts, ag.identical, ag.share, ag.first, ag.at) == (4, 2, 0.5, 2, {1: 3, 3: 2})
     assert ag.unstable == {"A": 0, "B": 1} and ag.runs == {"A": 2, "B": 2}
     w = ag.words()
     assert w.startswith("answers differ in 2 of 4 prompts from token 2 (token ids, greedy")
     assert "B's own 2 runs differ in 1 of 4: not only the configuration changes them" in w
-    same = agree([a], [dict(a)])
+    same = agree([Answers(IDS, a)], [Answers(IDS, dict(a))])
     assert same.words() == "answers identical in 4 of 4 prompts (token ids, greedy)" and same.first is None
     d = ag.to_dict()
     assert (d["share"], d["first_divergence"], d["divergence_at"]) == (0.5, 2, {"1": 3, "3": 2})
-    assert agree([], [b]) is None
+    assert agree([], [Answers(IDS, b)]) is None
+    words = agree([Answers(WORDS, {0: ("a", "b")})], [Answers(WORDS, {0: ("a", "c")})])
+    assert words.words().startswith("answers differ in 1 of 1 prompts from word 2 (answer text split at whitespace")
+    mixed = agree([Answers(IDS, a)], [Answers(WORDS, {0: ("a",)})])
+    assert not mixed.comparable and mixed.words() == f"answers not compared: A's are {IDS}; B's are {WORDS}"
+    assert "wins" not in verdict_clause(mixed, "B")
 
 
 def test_a_winner_whose_answers_differ_says_so_and_records_without_ids_say_not_compared():
-    ag = agree([{0: (1, 2), 1: (3, 4)}], [{0: (1, 2), 1: (3, 5)}])
+    ag = agree([Answers(IDS, {0: (1, 2), 1: (3, 4)})], [Answers(IDS, {0: (1, 2), 1: (3, 5)})])
     faster = Outcome("B is 20.0% ± 2.0% faster than A in tok/s (…) — decided after 3 rounds", "difference",
                      Interval(0.2, 0.18, 0.22, 0.95, 3), (100.0, 120.0), [])
     s = faster.with_answers(ag, TOKS).sentence
@@ -63,14 +72,15 @@ def test_a_winner_whose_answers_differ_says_so_and_records_without_ids_say_not_c
     assert "B wins, but" in slower.with_answers(ag, METRICS["tpot"]).sentence  # TPOT 20 % lower: B wins
     none = Outcome("no difference above 3.0%", "budget", Interval(0.01, -0.02, 0.03, 0.95, 3), (1.0, 1.0), [])
     assert none.with_answers(ag, TOKS).sentence == "no difference above 3.0%; " + ag.words()
-    assert verdict_clause(None, "B").startswith("answers not compared (the records carry no token ids")
+    assert verdict_clause(None, "B").startswith("answers not compared (the records carry no answers")
     assert none.with_answers(ag, TOKS).to_dict()["answers"]["identical"] == 1
     assert none.to_dict()["answers"] is None
 
 
 def test_of_cells_groups_each_rep_s_answers_and_leaves_the_warm_up_out():
     recs = [rec(1, [1], rep=-1), rec(2, [2], rep=0), rec(3, [3], rep=0), rec(4, [4], rep=1), rec(5, [9], rep=0, b=2)]
-    assert of_cells(recs) == {(1, 1, "instances"): [{0: (2,), 1: (3,)}, {0: (4,)}], (1, 2, "instances"): [{0: (9,)}]}
+    assert of_cells(recs) == {(1, 1, "instances"): [(IDS, {0: (2,), 1: (3,)}, False), (IDS, {0: (4,)}, False)],
+                              (1, 2, "instances"): [(IDS, {0: (9,)}, False)]}
 
 
 def cli(*argv, timeout=300):
@@ -143,3 +153,27 @@ def test_on_the_embedded_model_kv_f16_against_q4_0_reports_the_share_and_first_d
     assert ans["sentence"] in p.stdout and ans["sentence"] in res["sentence"]
     head = json.loads((out / "B" / "records.jsonl").read_text().splitlines()[0])
     assert head["engine_settings"]["kv_type"] == "q4_0"
+
+
+def test_cli_over_a_server_compares_the_answers_text_and_never_ids_against_text(tmp_path):
+    """A server streams text: two sides on the null server (its answers the same text) are compared word by word,
+    and said to be; the null engine's ids against the server's text are not compared, and the verdict says so."""
+    from engines.null_server import Behaviour, NullServer
+
+    with NullServer(Behaviour(ttft_ms=2.0, itl_ms=1.0)) as srv:
+        http = f"--engine http --url {srv.url} --tokenizer none"
+        both = tmp_path / "both"
+        p = cli("--max-tokens", "4", "--requests", "4", "--budget", "2", "--min-rounds", "2", "--warmup", "0",
+                "--out", str(both), "-A", http, "-B", http, timeout=180)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        ans = json.loads((both / "compare.json").read_text())["answers"]
+        assert (ans["basis"], ans["prompts"], ans["identical"]) == (WORDS, 4, 4), ans
+        assert f"answers identical in 4 of 4 prompts ({WORDS})" in p.stdout
+        assert "the prompts carried a unique prefix naming each request" in ans["sentence"]  # --prefix-cache off
+        mixed = tmp_path / "mixed"
+        p = cli("--max-tokens", "4", "--requests", "4", "--budget", "2", "--min-rounds", "2", "--warmup", "0",
+                "--out", str(mixed), "-A", "--engine null --null-ttft-ms 2 --null-itl-ms 1", "-B", http, timeout=180)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        ans = json.loads((mixed / "compare.json").read_text())["answers"]
+        assert ans["prompts"] == 0 and ans["basis"] == f"A's are {IDS}; B's are {WORDS}", ans
+        assert f"answers not compared: A's are {IDS}; B's are {WORDS}" in p.stdout

@@ -129,6 +129,7 @@ class HttpOptions:
     cap_open_loop: bool = False
     # a level's warmup before its first measured load (sources/warmup.py); bench's default is auto
     warmup: Warmup = Warmup(requests=0)
+    answers: bool = False  # each record keeps its answer's text (extra.output_text: compare's answers, issue 58)
 
 
 class HttpSource(WarmsUp):
@@ -638,7 +639,13 @@ class HttpSource(WarmsUp):
             extra["client_queue_ms"] = round((t_started - req.t_submitted_ns) / 1e6, 3)
         if res.cached_tokens is not None:  # the server's usage.prompt_tokens_details (prefix-cache hits)
             extra["cached_tokens"] = res.cached_tokens
+        if self.options.answers:  # the answer as streamed: a server sends text, not token ids
+            extra["output_text"] = res.text
         return extra
+
+    def keep_answers(self) -> None:
+        """From the next record on, each keeps its answer's text (HttpOptions.answers)."""
+        self.options = replace(self.options, answers=True)
 
     def _ended(self, ep: _Ep, req: Request, res: StreamResult, rec: RequestRecord) -> None:
         """A request's record made (its user has the answer and what was due is sent: _one): its endpoint's row

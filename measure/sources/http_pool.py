@@ -232,6 +232,12 @@ class HttpPool(WarmsUp):
         self._cv = threading.Condition(self._lock)
         self._reader: threading.Thread | None = None
 
+    def keep_answers(self) -> None:
+        """Each process's records keep their answers' text (HttpOptions.answers): before start()."""
+        if self._children:
+            raise RuntimeError("keep_answers() after the pool's processes started")
+        self._kw["answers"] = True
+
     # ---- the LoadSource face -----------------------------------------------------------------
     def capabilities(self) -> Capabilities:
         n = len(self._specs)

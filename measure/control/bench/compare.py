@@ -690,7 +690,10 @@ class LiveSides:
 
             if p.spec is not None:  # a local engine: its workers send each answer's ids back (answers.py)
                 p = replace(p, spec=replace(p.spec, options={**p.spec.options, "answer_ids": True}))
-            return make_source(p, events=False, on_record=on_record, per_cell=True)
+            src = make_source(p, events=False, on_record=on_record, per_cell=True)
+            if keep := getattr(src, "keep_answers", None):  # a server's source: each answer's text (HttpOptions)
+                keep()
+            return src
         from engines.base import EngineSpec
         from measure.core.records import RunMeta
         from measure.sources.fleet import Fleet
