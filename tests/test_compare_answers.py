@@ -117,6 +117,8 @@ def test_cli_names_a_planted_changed_token_its_share_and_its_position(tmp_path):
     assert (ans["prompts"], ans["identical"], ans["first_divergence"]) == (8, 8 - len(changed), 5), ans
     assert ans["divergence_at"] == {str(i): 5 for i in changed} and ans["unstable"] == {"A": 0, "B": 0}
     assert ans["runs"] == {"A": 2 * res["rounds"], "B": 2 * res["rounds"]}
+    assert "note: answers: the first differing token (1-based) by prompt (its index in the run, from 0): " + \
+        ", ".join(f"{i} → 5" for i in changed) in p.stdout
     assert f"answers differ in {len(changed)} of 8 prompts from token 5 (token ids, greedy" in p.stdout, p.stdout
     a_recs = [json.loads(x) for x in (out / "A" / "records.jsonl").read_text().splitlines()[1:]]
     assert all(len(r["extra"]["output_ids"]) == 8 for r in a_recs)

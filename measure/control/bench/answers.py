@@ -140,6 +140,13 @@ class Agreement:
                      "(--prefix-cache on sends them as they are)")
         return head + tail
 
+    def where(self) -> str:
+        """Each differing prompt's first differing token (or word), by its index in the run (the first 12)."""
+        shown = sorted(self.at.items())[:12]
+        more = f" … ({len(self.at) - len(shown)} more)" if len(self.at) > len(shown) else ""
+        return (f"answers: the first differing {UNIT.get(self.basis, 'token')} (1-based) by prompt (its index in the "
+                "run, from 0): " + ", ".join(f"{i} → {d}" for i, d in shown) + more)
+
     def to_dict(self) -> AgreementLine:
         return {"basis": self.basis, "prompts": self.prompts, "identical": self.identical, "share": self.share,
                 "first_divergence": self.first, "divergence_at": {str(k): v for k, v in sorted(self.at.items())},

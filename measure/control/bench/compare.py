@@ -407,7 +407,8 @@ class Outcome:
         winner = None
         if iv is not None and iv.excludes_zero and self.state in ("difference", "welch"):  # a verdict, not "errors"
             winner = "B" if (iv.rel > 0) == m.higher_is_better else "A"
-        return replace(self, sentence=f"{self.sentence}; {verdict_clause(ag, winner)}", answers=ag)
+        notes = self.notes + ([ag.where()] if ag is not None and ag.at else [])
+        return replace(self, sentence=f"{self.sentence}; {verdict_clause(ag, winner)}", answers=ag, notes=notes)
 
     @property
     def errors(self) -> dict[str, int]:
