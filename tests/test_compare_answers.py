@@ -133,6 +133,8 @@ def test_cli_names_a_planted_changed_token_its_share_and_its_position(tmp_path):
 def test_cli_kv_type_is_the_llama_engine_s_and_one_line_elsewhere():
     p = cli("-A", "--engine null --kv-type q4_0", "-B", "--engine null", timeout=120)
     assert p.returncode == 2 and "--kv-type applies to --engine llama" in p.stderr, p.stderr
+    p = cli("--kv-type", "q4_0", "-A", "--engine null", "-B", "", timeout=120)  # shared: both sides'
+    assert p.returncode == 2 and "-A: --kv-type applies to --engine llama" in p.stderr, p.stderr
     p = cli("-A", "--kv-type q5_1", "-B", "", timeout=120)
     assert p.returncode == 2 and "choose one of f16, q8_0, q4_0" in p.stderr, p.stderr
     p = cli("-A", "--kv-type q4_0 --no-flash-attn", "-B", "", timeout=120)

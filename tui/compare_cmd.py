@@ -49,6 +49,9 @@ def compare_parser() -> OneLineParser:
     p.add_argument("--warmup", type=int, default=1, help="runs of each side before the rounds, not counted "
                    "(default 1)")
     p.add_argument("--out", help="output folder (default ./out/compare-YYYYmmdd-HHMMSS)")
+    p.add_argument(KV_TYPE, metavar="TYPE", help="the llama engine's KV cache type: f16 (llama.cpp's default), q8_0 or "
+                   "q4_0; given inside -A or -B, that side's (e.g. -A \"--kv-type f16\" -B \"--kv-type q4_0\": does "
+                   "q4_0 change the answers?)")
     return p
 
 
@@ -178,6 +181,8 @@ def compare_main(argv: list[str]) -> int:
 
     p = compare_parser()
     ns, shared = p.parse_known_args(_glued(argv))
+    if ns.kv_type is not None:  # a shared option: both sides' (a side's own --kv-type wins, coming after it)
+        shared = [KV_TYPE, ns.kv_type, *shared]
     try:
         m = metric(ns.metric)
         budget = parse_budget(ns.budget)
