@@ -181,12 +181,15 @@ PLANTED = {  # one of each thing tests/counts.py counts, in a hand-made tree
     "measure/core/tr.py": "\"\"\"mooncake\"\"\"\n\n\nclass Mooncake:\n    name = \"mooncake\"\n\n\n"
                           "KINDS = (\"mooncake\", \"azure\")\n",
     "measure/control/__init__.py": "",
-    "measure/control/tune.py": "from typing import Any\n\nX: dict[str, Any] = {}\n",
+    "measure/control/tune.py": "from typing import Any\n\nX: dict[str, Any] = {}\n\n\ndef f():\n    return X\n\n\n"
+                               "def free_port():\n    return 0\n",
     "tui/__init__.py": "",
-    "tui/cli.py": "def main(args):\n    return getattr(args, 'x')\n",
-    "engines/__init__.py": "",
+    "tui/cli.py": "def main(args):\n    from measure.core import a, b\n    return getattr(args, 'x'), a, b\n",
+    "engines/__init__.py": "class Row:\n    pass\n",
     "presets/__init__.py": "",
-    "benchmarks/b.py": "import tui.cli\n\n\ndef run():\n    from tui import cli\n    return cli\n",
+    "benchmarks/b.py": "import tui.cli\n\n\ndef run():\n    from tui import cli\n    return cli\n\n\n"
+                       "def free_port():\n    return 1\n",
+    "tests/t.py": "class Row:\n    pass\n",
 }
 
 
@@ -194,8 +197,10 @@ def test_the_counts_see_each_planted_thing(tmp_path):
     """Each counter on a hand-made tree: one circle (b ↔ c; b's import of a inside g adds none), private names
     imported two ways (`from c import _hidden`, `measure.core.b._x`), getattr(args outside tui/ only, one engine
     comparison, "mooncake" written twice (in its class and in a tuple; the docstring not counted), four file
-    reads, two header reads, dict[str, Any] once in tune and twice in measure/, a module over the lines, and tui
-    imported twice by benchmarks/ (at the top and in a function)."""
+    reads, two header reads, dict[str, Any] once in tune and twice in measure/, a module over the lines, tui
+    imported twice by benchmarks/ (at the top and in a function); tui/cli.py's 3 lines and its 2 project imports
+    (inside its function), free_port defined twice (tune.py, benchmarks/), and `f` defined in measure/core and in
+    measure/control: a homonym across them (tests/ not in the tree: its Row is not engines' Row's second)."""
     import counts
 
     for rel, text in PLANTED.items():
@@ -203,7 +208,7 @@ def test_the_counts_see_each_planted_thing(tmp_path):
         (tmp_path / rel).write_text(text)
     (tmp_path / "measure/core/big.py").write_text("x = 1\n" * (counts.MAX_MODULE_LINES + 1))
     got = {name: c.value for name, c in counts.measure(tmp_path).items()}
-    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2], strict=True))
+    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2, 3, 2, 2, 1, 1], strict=True))
     circles = counts.import_circles(counts.Tree(tmp_path)).what
     assert circles == ["measure.core.b → measure.core.c → measure.core.b"]
     assert counts.over(counts.measure(tmp_path)) == [name for name, limit in counts.LIMITS.items()

@@ -8,10 +8,10 @@ exit status; --ray's client actors are cluster.py's."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from measure.control.bench.cell import Cell
 from measure.control.bench.sweep import SweepConfig, format_table, interruption, run_sweep, write_summary
@@ -54,13 +54,13 @@ class BenchRun:
     problems: list[str] = field(default_factory=list)
 
 
-def client_share(plan: RunPlan, cfg: SweepConfig, segment: tuple[int, int], start: float | None) -> dict[str, Any]:
+def client_share(plan: RunPlan, cfg: SweepConfig, segment: tuple[int, int], start: float | None) -> dict[str, object]:
     """--segment and --start-at, checked by the caller: the run header's client fields (this clock checked against
     the server's where one is named), and the sweep's ClientShare set in `cfg` (the wait added to its timeout)."""
     from measure.core.clients import ClientShare, perf_ns_at
     from measure.machine.clock import clock_check
 
-    out: dict[str, Any] = {"segment": list(segment) if segment[1] > 1 else None,
+    out: dict[str, object] = {"segment": list(segment) if segment[1] > 1 else None,
                            "seed": getattr(plan.arrivals, "seed", None), "start_at_unix": start}
     t0 = None
     if start is not None:
@@ -77,8 +77,8 @@ def client_share(plan: RunPlan, cfg: SweepConfig, segment: tuple[int, int], star
     return out
 
 
-def run_bench(plan: RunPlan, cfg: SweepConfig, header: dict[str, Any], io: BenchIO, find: Find | None = None,
-              client: dict[str, Any] | None = None) -> BenchRun:
+def run_bench(plan: RunPlan, cfg: SweepConfig, header: Mapping[str, object], io: BenchIO, find: Find | None = None,
+              client: Mapping[str, object] | None = None) -> BenchRun:
     """A bench in `cfg.out_dir`: records.jsonl under `plan.header(header)`, then the sweep (a fresh source for a
     local one's stuck workers; `client`: client_share's fields, said before the load starts) or --find's knee
     search, then the summary and the table. SourceError goes through (the records so far kept); Ctrl-C or a signal
@@ -128,7 +128,7 @@ def run_bench(plan: RunPlan, cfg: SweepConfig, header: dict[str, Any], io: Bench
     return run
 
 
-def say_client_start(fields: dict[str, Any], say: Callable[[str], None]) -> None:
+def say_client_start(fields: Mapping[str, object], say: Callable[[str], None]) -> None:
     """A client's share said before its load starts: its segment of the schedule, this clock against the server's,
     and the wait until --start-at."""
     from measure.core.clients import describe_clock
