@@ -220,3 +220,34 @@ def test_the_plan_options_are_the_command_lines_by_name():
     assert (opts.engine, opts.url, opts.b, opts.client_procs, opts.no_flash_attn, opts.stall_timeout) == \
         ("http", ["http://127.0.0.1:9/v1"], [2, 4], None, True, 5.0)
     assert plan_options(dash.parse_args([])).client_procs == 1  # the dashboard: one client process
+
+
+@pytest.mark.parametrize("load", [["--rate", "3"], ["--users", "5"]])
+def test_a_runs_settings_carry_every_field_they_share_with_the_plan(load):
+    """SweepConfig.from_plan and LiveSettings.from_plan, beside their classes, are the one place a run's settings
+    are read from the plan: every field a settings class shares by name with the RunPlan (a field, a property or
+    a method of no argument: engine_on_gpu, placement) has the plan's value, so a field added to both cannot be
+    left at its default. The roofline is the composition root's (bench/start.py, live/start.py: made at start)."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from measure.control.bench.sweep import SweepConfig
+    from measure.control.builder import make_plan
+    from measure.control.live.controller import LiveSettings
+    from tui.options import build_parser, plan_options
+
+    _, bench = build_parser()
+    args = bench.parse_args(["--engine", "http", "--url", "http://127.0.0.1:9/v1", "--tokenizer", "none", *load,
+                             "--max-tokens", "7", "--ctx", "1024", "--slo", "interactive", "--memory-budget", "0.5",
+                             "--force", "--stop-at-eos", "--price-per-hour", "2", "--b", "2,4", "--threads", "3"])
+    plan = make_plan(plan_options(args), default_max_tokens=256)
+    for settings in (SweepConfig.from_plan(plan, plan.sweep_ks, Path("out"), 16), LiveSettings.from_plan(plan)):
+        shared = [f.name for f in fields(settings) if hasattr(plan, f.name) and f.name != "roofline"]
+        assert len(shared) >= 15, shared
+        for name in shared:
+            want = getattr(plan, name)
+            assert getattr(settings, name) == (want() if callable(want) else want), (type(settings).__name__, name)
+    cfg = SweepConfig.from_plan(plan, plan.sweep_ks, Path("out"), 16, reps=2, contexts=[512], cell_timeout_s=9.0)
+    assert (cfg.max_tokens, cfg.ctx, cfg.threads, cfg.force, cfg.ignore_eos, cfg.bs) == (7, 1024, 3, True, False, [2, 4])
+    assert (cfg.requests, cfg.reps, cfg.contexts, cfg.cell_timeout_s, cfg.out_dir) == (16, 2, [512], 9.0, Path("out"))
+    assert cfg.users == plan.users and (cfg.users == 5) == (load[0] == "--users")
