@@ -91,7 +91,6 @@ class StepTable:
         self.cost = cost
         self.rows: list[StepRow] = []  # levels left behind, settled or not
         self._label: str | None = None
-        self._start = 0
         self._samples: list[tuple[float, float]] = []  # (tok/s, concurrency) once the level may settle
         self.current: StepRow | None = None
         self._figures_key: tuple[str, int, int, tuple[int, int, int] | None] | None = None
@@ -112,7 +111,7 @@ class StepTable:
             left = self._settled or self._unsettled()
             if left is not None:
                 self.rows.append(left)
-            self._label, self._start, self._samples, self._base = level.label, level.start_ns, [], None
+            self._label, self._samples, self._base = level.label, [], None
             self._settled = self._heat_from = None
         if not r.steady and self._settled is not None:
             # a step is pending (new workers load and warm up; the level goes on until they are ready): the
