@@ -173,7 +173,7 @@ def outputs(tmp: Path) -> dict:
         cfg = SweepConfig(mode="http", bs=[1], requests=header["requests"], max_tokens=header["max_tokens"],
                           slo=presets.slo("interactive"), cell_timeout_s=300.0)
         level = KN.measure_levels(src, presets.workload("default"), what, cfg, lambda m: None, k=1)
-        cells = KN.Knee(what, None, None, [level(lv) for lv in levels]).cells()  # as tui/bench_cmd.py find_main writes
+        cells = KN.Knee(what, None, None, [level(lv) for lv in levels]).cells()  # as bench/start.py run_find writes
         out[name] = {"summary.json": json.dumps([c.to_json() for c in cells], indent=2), "table": format_table(cells)}
     return out
 

@@ -214,7 +214,7 @@ class Scaling:
 
 @dataclass(frozen=True)
 class KneeLevel:
-    """A --find level (knee.py) and its verdict (tui/bench_cmd.py)."""
+    """A --find level (knee.py) and its verdict (start.py's run_find)."""
 
     level: float | None = None
     users: int | None = None
