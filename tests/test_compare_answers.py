@@ -181,3 +181,43 @@ def test_cli_over_a_server_compares_the_answers_text_and_never_ids_against_text(
         ans = json.loads((mixed / "compare.json").read_text())["answers"]
         assert ans["prompts"] == 0 and ans["basis"] == f"A's are {IDS}; B's are {WORDS}", ans
         assert f"answers not compared: A's are {IDS}; B's are {WORDS}" in p.stdout
+
+
+def test_tune_s_last_step_says_whether_the_winner_and_the_runner_up_answer_alike():
+    """tune's last step (the winner and the runner-up in turns): each run's answers, read by the tune's reader,
+    compared; the runner-up's answer to prompt 1 differs from its 2nd token: the comparison's sentence and the
+    notes say so. A tune whose reader finds no answers (a planted measure) says nothing of them."""
+    import random
+
+    import presets
+    from measure.control.tune import Candidate, Settings, Tune
+    from measure.control.tune.record import Trial
+    from measure.control.tune.search import Carried
+
+    one, two = Candidate("llama", "instances", 1, 1, 2), Candidate("llama", "instances", 2, 1, 1)
+    s = Settings(engines=["llama"], users=2, requests=4, max_tokens=8, ctx=512, budget_s=400.0, final_compare=True,
+                 slo=presets.slo("ttft=300ms,tpot=12ms"), workload=presets.workload("synthetic:8"))
+
+    def run(reader):
+        clock, rng = [0.0], random.Random(4)
+
+        def measure(c, n, timeout, tag=""):
+            clock[0] += 5
+            g = {one.key: 10.0, two.key: 7.0}.get(c.key, 5.0) * (1 + rng.gauss(0, 0.03))
+            return Trial(requests=n, status="ok", goodput_tps=g, output_throughput=g + 1, p99_ttft_ms=100.0,
+                         load_s=4, records=f"runs/{c.slug}-n{n}{tag}.jsonl")
+        tune = Tune(s, [two, one], measure, say=lambda m: None, clock=lambda: clock[0], carried=Carried(answers=reader))
+        tune.search()
+        return tune.result("m.gguf", 512)
+
+    def reader(t):
+        return Answers(IDS, {0: (1, 2, 3), 1: (4, 5, 6) if t.records.startswith(f"runs/{one.slug}-n") else (4, 9, 6)})
+    res = run(reader)
+    fc = res.final_compare
+    assert fc.state == "difference" and res.winner.key == one.key, fc
+    said = "the winner wins, but its answers differ in 1 of 2 prompts from token 2 (token ids, greedy; the winner's"
+    assert said in fc.sentence, fc.sentence
+    assert any(n.startswith(f"the winner ({one.key}) against the runner-up ({two.key}): the winner wins, but")
+               for n in res.notes), res.notes
+    quiet = run(lambda t: None)
+    assert "answers" not in quiet.final_compare.sentence and not any("answers" in n for n in quiet.notes)

@@ -23,6 +23,7 @@ from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
     from engines.base import EngineSpec
+    from measure.control.bench.answers import Answers
     from measure.control.plan import RunPlan
     from measure.core.records import RequestRecord, RunMeta
     from measure.machine.model_choice import ModelChoice
@@ -133,7 +134,8 @@ def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> Ope
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
                     ) -> tuple[FiniteLoadSource, str, Callable[[], None]]:
-        sp = replace(spec, threads=c.threads, flash_attn=c.flash_attn and c.decl.flash_attn)
+        sp = replace(spec, threads=c.threads, flash_attn=c.flash_attn and c.decl.flash_attn,
+                     options={**spec.options, "answer_ids": True})  # each answer's ids (the last step's answers)
         fleet = Fleet(sp, meta, k=c.k, threads=c.threads, on_record=on_record, b_cap=1, events=False)
         try:
             fleet.start(timeout=ready_s)
@@ -167,7 +169,7 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
                                                                   f"{c.slug}.server{i}.log"), ready_s, procs)
                      for i in range(c.k)]
             src = HttpSource([f"http://127.0.0.1:{port}/v1" for port in ports], meta, b=users, events=False,
-                             on_record=on_record, tokenizer=tokenizer)
+                             on_record=on_record, tokenizer=tokenizer, answers=True)  # each answer's text
             src.start()
         except BaseException:
             stop()
@@ -293,7 +295,8 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
             io.on_change(t)
 
     tune = Tune(s, cands, measure, predict if preds else None, refuse, say,
-                carried=Carried(done=done, on_change=save, spent_s=spent, control=io.control))
+                carried=Carried(done=done, on_change=save, spent_s=spent, control=io.control,
+                                answers=lambda t: _answers(out, t)))
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()
@@ -305,6 +308,19 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
                       elapsed_s=round(tune.clock() - tune.t0 + tune.spent_before, 1))
     write_result(out, res)
     return res
+
+
+def _answers(out: Path, t: Trial) -> Answers | None:
+    """A run's answers, read from its records file (answers.answers_of; None: none recorded, or no file)."""
+    from measure.control.bench.answers import answers_of
+    from measure.machine.recorder import read_jsonl
+
+    if not t.records or not (out / t.records).is_file():
+        return None
+    try:
+        return answers_of(read_jsonl(out / t.records).records)
+    except (OSError, ValueError):
+        return None
 
 
 def _knee_of(tune: Tune, w: Row, m: _CellMeasure, s: Settings) -> Knee:

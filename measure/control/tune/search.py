@@ -7,12 +7,16 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from measure.control.tune.live import TuneControl, TuneRowView, TuneView
 from measure.control.tune.record import CompareRun, Done, FinalCompare, Round, SettingsRecord, Trial, TuneResult, Winner
 from measure.control.tune.rows import Measure, Row, prune_bar, standing, trial_of
 from measure.control.tune.space import PRUNE, Candidate, Predicted, Settings
 from measure.control.tune.text import bench_command, serve_command
+
+if TYPE_CHECKING:
+    from measure.control.bench.answers import Answers
 
 OFF_BY = 2.0  # a roofline off by more than this factor on the first round (median) has its pruned shapes run too
 START_S = 8.0  # seconds assumed to start a candidate (workers load, warm up) until one has been timed
@@ -28,6 +32,7 @@ class Carried:
     on_change: Callable[[Tune], None] | None = None
     spent_s: float = 0.0
     control: TuneControl | None = None
+    answers: Callable[[Trial], Answers | None] | None = None  # a run's answers from its records (answers.py)
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Tune:
         self.say, self.clock, self.done = say, clock, dict(carried.done or {})
         self.on_change = carried.on_change or (lambda t: None)
         self.control = carried.control
+        self.answers_of = carried.answers
         spent_s = carried.spent_s
         self.rows: dict[str, Row] = {}
         for c in cands:
@@ -296,6 +302,8 @@ class Tune:
         self.say(f"— the last step: {w.candidate.key} (A) against the runner-up {ru.candidate.key} (B) in turns, "
                  f"{m.name} of {n} requests a run, {self.left():.0f} s of the budget left")
 
+        trials: dict[str, list[Trial]] = {"A": [], "B": []}
+
         def run_one(side: str, i: int) -> float:
             c = (w if side == "A" else ru).candidate
             est = self.estimate(w if side == "A" else ru, n)
@@ -306,6 +314,7 @@ class Tune:
             finally:
                 if self.control:
                     self.control.running = None
+            trials[side].append(t)
             if not t.ok:
                 raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t.status}: {t.reason}")
             if not (v := t.figure(m.field)):
@@ -322,10 +331,28 @@ class Tune:
         if out.interval is None:
             return
         text = verdict(out.interval, m, out.means, names=("the winner", "the runner-up"))
+        if (said := self._answers(trials, out.interval.rel, out.state, m.higher_is_better)) is not None:
+            text += f"; {said}"
+            self.notes.append(f"the winner ({w.candidate.key}) against the runner-up ({ru.candidate.key}): {said}")
         self.final = FinalCompare(a=w.candidate.key, b=ru.candidate.key, metric=m.name, sentence=text, state=out.state,
                                   interval=out.interval, means=list(out.means),
                                   runs=[CompareRun.from_json(x) for x in out.runs], notes=list(out.notes))
         self._settle(w, ru, out.state, out.interval.rel, text, m.higher_is_better)
+
+    def _answers(self, trials: dict[str, list[Trial]], rel: float, state: str, higher: bool) -> str | None:
+        """What the last step's runs say of the two candidates' answers (answers.py: the winner A, the runner-up
+        B, each run's answers read from its records); None where this tune reads no answers (a planted measure)
+        or a side's records carry none."""
+        if self.answers_of is None:
+            return None
+        from measure.control.bench.answers import agree, verdict_clause
+
+        runs = {side: [a for t in ts if (a := self.answers_of(t)) is not None] for side, ts in trials.items()}
+        ag = agree(runs["A"], runs["B"], ("the winner", "the runner-up"))
+        if ag is None:
+            return None
+        better = None if state != "difference" else "the runner-up" if (rel > 0) == higher else "the winner"
+        return verdict_clause(ag, better)
 
     def _settle(self, w: Row, ru: Row, state: str, rel: float, text: str, higher: bool) -> None:
         """What the comparison in turns says of the winner (A) and the runner-up (B)."""
