@@ -253,7 +253,7 @@ def _live(a: Any, b: Any, how: Stopping, load: Loop, out: Path, argv: list[str])
                                                                     f"{s.null}" if s.null else ""))
     say(f"{m.name} of each run: a closed loop of {users} user(s) × {requests} requests, the same on both; rounds of "
         f"ABBA / BAAB, the interval from round {min_rounds}; budget {budget:.0f} s; records → {out}/A, {out}/B; "
-        "each side's answers (greedy token ids, where its engine gives them) compared prompt by prompt")
+        "each side's greedy answers (a local engine's token ids, a server's text) compared prompt by prompt")
     sigterm_to_exit()
     seq = Sequential(precision=precision, min_rounds=min_rounds)
     sides = None

@@ -28,6 +28,11 @@ verdict; a side that failed a larger share of its requests gets no latency verdi
 the requests it answered: an immediate error makes a side "faster"), and a throughput verdict it wins says so.
 A side whose run fails ends the command with the rounds measured so far written (state `failed`).
 
+Beside the speed, the answers (issue 58): both sides answer the same prompts greedily, each answer comes back
+in its record (a local engine's token ids, a server's text), and the verdict ends with the share of prompts
+answered alike and the first token where they part, a side that wins on speed but answers otherwise named
+(answers.py; `Outcome.with_answers`).
+
 The statistics are a pure function of the per-run figures (`Sequential`, `welch`), tested with simulated figures
 drawn from the null engine's measured run-to-run noise and at 2, 10 and 15 % noise with its lag-1 correlation;
 `LiveSides` drives two load sources.
