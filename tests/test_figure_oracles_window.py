@@ -195,3 +195,19 @@ def test_the_stepping_is_read_over_the_last_2_s_and_64_tokens_a_stream():
     want = serving.stepped_share(recent, tpot_ns, w.decoding)
     assert want == pytest.approx(64 / 127) and w.stepped == pytest.approx(want)  # 1 ms short, 19 ms not
     assert w.decoding == pytest.approx((a[-1] - a[0] + b[-1] - b[0]) / (5_000 * MS))
+
+
+def test_the_stepping_is_judged_against_the_median_tpot():
+    # three streams in the last 2 s: A a token every 10 ms, B every 20 ms (7 ms after A's), C two tokens 1 s apart:
+    # TPOTs 10, 20 and 1 000 ms, their median 20 ms (a p51 would be 39.6 ms and call every gap a shared step)
+    st = S.LiveStats(window_s=5.0)
+    st.load_started(0)
+    a = [1_000 * MS + i * 10 * MS for i in range(100)]
+    b = [1_007 * MS + i * 20 * MS for i in range(50)]
+    c = [0, 1_000 * MS]
+    for wid, (rid, ts) in enumerate(((1, a), (2, b), (3, c))):
+        st.add_tokens(wid, rid, ts)
+    w = st.window(2_000 * MS)
+    assert sorted(w.tpots) == pytest.approx([0.01, 0.02, 1.0])
+    want = serving.stepped_share([a[-S.STEPPED_TOKENS:], b, c], 0.020 * NS, w.decoding)
+    assert w.stepped == pytest.approx(want) and want < 0.5  # the 7 ms gaps are not one step's
