@@ -211,3 +211,12 @@ def test_the_stepping_is_judged_against_the_median_tpot():
     assert sorted(w.tpots) == pytest.approx([0.01, 0.02, 1.0])
     want = serving.stepped_share([a[-S.STEPPED_TOKENS:], b, c], 0.020 * NS, w.decoding)
     assert w.stepped == pytest.approx(want) and want < 0.5  # the 7 ms gaps are not one step's
+
+
+def test_a_request_that_ended_at_the_windows_first_instant_stays_for_an_earlier_reading():
+    st = S.LiveStats(window_s=1.0)
+    st.load_started(0)
+    st.add_record(rec(1, 0, 500 * MS, [600 * MS], 1_000 * MS))  # in service 0.5 → 1 s
+    assert st.window(2_000 * MS).concurrency == 0.0  # [1 s, 2 s]: it ended at the first instant
+    # a replay's reading back at 1.5 s ([0.5 s, 1.5 s]): the request is still there, 0.5 s of it in service
+    assert st.window(1_500 * MS).concurrency == pytest.approx(0.5, rel=1e-6)
