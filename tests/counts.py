@@ -55,8 +55,8 @@ LIMITS: dict[str, int] = {
     "definitions of free_port (tests/ and benchmarks/ too)": 1,
     # held where they are so that none is added; issue 60's targets are 8 and 0 (not met: compare.py's Outcome and
     # verdict, bench/cell.py's Bandwidth, Goodput, Machine, Prediction and Row, …)
-    "public names defined in two modules or more": 23,
-    "public names defined in both measure/core and measure/control": 9,
+    "public names defined in two modules or more": 22,
+    "public names defined in both measure/core and measure/control": 8,
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from measure.control.live.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.live.snapshot import HistoryPoint, LogLine, Numbers, RunInfo, Snapshot, WorkerRow
 from measure.control.live.steps import StepRow
 from measure.core.readings import SystemSample
 from presets import slo
@@ -37,8 +37,8 @@ SNAP = Snapshot(version=7, t=42.0, state="steady", mode="instances", k=2, b=1, u
                 simulated=True, workers=WORKERS, numbers=NUMBERS,
                 system=SystemSample(0, 16 * GiB, 6 * GiB, 10 * GiB, 2 * GiB, 512 * 2**20, 1.5e6, 0.0,
                                     "psi some avg10 %", 0.12, 50.0),
-                rss_sum=600 * 2**20, history=tuple(Point(float(t), 10.0 * t, 0.005, 0.006, 0.00506, 50.0, 6 * GiB,
-                                                         0, 400.0) for t in range(0, 43, 6)),
+                rss_sum=600 * 2**20, history=tuple(HistoryPoint(float(t), 10.0 * t, 0.005, 0.006, 0.00506, 50.0,
+                                                                6 * GiB, 0, 400.0) for t in range(0, 43, 6)),
                 markers=((30.0, "K=2"),), log=(), steps=STEPS)
 VIEW = View(INFO, title="", banner="", slo=slo("interactive"), memory_budget_source="", steps_view=True)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from measure.control.live.admission import Admission
 from measure.control.live.export import export
-from measure.control.live.snapshot import LogLine, Numbers, Point, RunInfo, Snapshot, WorkerRow
+from measure.control.live.snapshot import HistoryPoint, LogLine, Numbers, RunInfo, Snapshot, WorkerRow
 from measure.control.live.stats import LiveStats, Window
 from measure.control.live.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
@@ -146,7 +146,7 @@ class LiveController:
                             settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
                             self.caps.endpoint, roofline.attainable_gbps if roofline else None, settings.placement)
         maxlen = int(settings.history_s * settings.sample_hz)
-        self._history: deque[Point] = deque(maxlen=maxlen)
+        self._history: deque[HistoryPoint] = deque(maxlen=maxlen)
         self._markers: deque[tuple[float, str]] = deque(maxlen=64)
         self._log: deque[LogLine] = deque(maxlen=500)
         self._log_seq = 0
@@ -518,7 +518,7 @@ class LiveController:
         numbers = self._step_row(numbers, level_start, StepReading(
             now, self.state(workers) == "steady" and self._pending is None, figures, win.agg_tps, win.concurrency,
             sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal))  # pending: the row left stays
-        self._history.append(Point(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
+        self._history.append(HistoryPoint(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
             self.recorder.write(to_line(Sample(

@@ -37,7 +37,9 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
-class Point:
+class HistoryPoint:
+    """One sample of the live run's history (Snapshot.history: the charts' series), not the roofline's Point."""
+
     t: float  # seconds since start
     agg_tps: float
     tpot_p50: float | None  # seconds
@@ -132,7 +134,7 @@ class Snapshot:
     numbers: Numbers
     system: SystemSample | None
     rss_sum: int
-    history: tuple[Point, ...]
+    history: tuple[HistoryPoint, ...]
     markers: tuple[tuple[float, str], ...]
     log: tuple[LogLine, ...]
     steps: tuple[StepRow, ...] = ()  # the levels visited, settled or settling
