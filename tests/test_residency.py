@@ -329,3 +329,36 @@ def test_the_numbers_panel_shows_the_collapse_predicted_and_which_memory_gives_o
     assert f"past the wall: {past}" in text and "gives out first: the page cache holding" in text
     assert "290 major faults/token" in text
     assert "past the wall" not in render_numbers(SNAP, VIEW).plain
+
+
+def test_the_watch_reads_every_second_near_the_wall_and_every_ten_seconds_far_from_it():
+    """Far from the wall (room for twice what the engines hold, every weight resident, nothing swapped or faulted)
+    the smaps walks run every CALM_READ_S; near it, or at a new level, every READ_EVERY_S."""
+    from dataclasses import replace
+
+    from measure.control.live import wall as W
+    from measure.core.guard import Footprint
+    from measure.core.residency import Residency
+    from measure.core.units import NS
+
+    ok = Residency(100, 100, True, 50, 0, 0.0, 0.0, 0.0, None, "")
+    assert W.calm(ok, headroom=300, held=150, footprint=200)
+    assert not W.calm(None, 300, 150, 200)  # one reading: no rates yet
+    assert not W.calm(ok, headroom=140, held=150, footprint=100)  # could not double
+    assert not W.calm(ok, headroom=300, held=100, footprint=301)  # the level's footprint is over the room
+    assert not W.calm(replace(ok, weights_resident=98), 300, 150, 200)  # a weight evicted
+    assert not W.calm(replace(ok, anon_swapped=1), 300, 150, 200)
+    assert not W.calm(replace(ok, swap_in_mbps=0.1), 300, 150, 200)
+    assert not W.calm(replace(ok, majflt_per_token=0.5), 300, 150, 200)
+
+    reads: list[int] = []
+    watch = W.ResidencyWatch(None, 100 * MiB, True, RATES)
+    real = watch.probe.read
+    watch.probe.read = lambda pids, tokens=0: (reads.append(1), real(pids, tokens))[1]  # type: ignore[method-assign]
+    fp = Footprint(1, 1, 100 * MiB, 0, 10 * MiB)
+    for s in range(0, 30):  # 30 s of ticks at 1 Hz on this quiet process, far from any wall
+        watch.tick([os.getpid()], 10.0, 1 + s * NS, fp, MiB, None)
+    assert 3 <= len(reads) <= 6  # two to judge it calm, then one each 10 s
+    n = len(reads)
+    watch.tick([os.getpid()], 10.0, 1 + 30 * NS, replace(fp, b=2, kv=20 * MiB), MiB, None)  # a new level
+    assert len(reads) == n + 1

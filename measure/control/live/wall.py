@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from measure.core.guard import detect_wall
 from measure.core.readings import SystemSample
-from measure.core.residency import LevelMemory, Reading, StorageRates, gives_out, level_fit, past_wall_note, residency
+from measure.core.residency import LevelMemory, Reading, Residency, StorageRates, gives_out, level_fit, past_wall_note, residency
 from measure.core.roofline import name_wall
 from measure.core.units import NS
 
@@ -132,7 +132,11 @@ class ResidencyView:
         return {"residency": self.gauge, "gives_out": self.gives_out, "past_wall": self.past_note}
 
 
-READ_EVERY_S = 1.0  # smaps of each worker, at most this often
+READ_EVERY_S = 1.0  # smaps of each worker, at most this often near the wall
+# far from it (room for the engines to double, nothing swapped or faulted, every weight resident) every 10 s: each
+# read walks every worker's page tables twice (smaps_rollup, smaps) and the model file's (mincore), kernel time that
+# was 4.5 % of a core of the dashboard's 7.4 % at K = 2 when read every second (docs/residency.md, "Residency, measured live")
+CALM_READ_S = 10.0
 
 
 class ResidencyWatch:
@@ -148,13 +152,15 @@ class ResidencyWatch:
         self._prev: Reading | None = None
         self._tokens = 0.0
         self._last_ns = 0
+        self._calm_for: float | None = None  # the footprint of the level judged far from the wall, None: not calm
         self.view = ResidencyView()
 
     def tick(self, pids: Sequence[int | None], agg_tps: float, now_ns: int, fp: Footprint, per_request: float,
              level: Prediction | None) -> ResidencyView:
         from measure.machine.residency import limits
 
-        if self._last_ns and now_ns - self._last_ns < READ_EVERY_S * NS:
+        every = CALM_READ_S if self._calm_for == fp.total else READ_EVERY_S  # a new level: read now
+        if self._last_ns and now_ns - self._last_ns < every * NS:
             return self.view
         self._tokens += agg_tps * (now_ns - self._last_ns) / NS if self._last_ns else 0.0
         self._last_ns = now_ns
@@ -164,8 +170,9 @@ class ResidencyWatch:
             return self.view
         held = sum(p.rss for p in cur.procs)
         out = gives_out(limits(cur.procs[0].pid, self.mmapped), held, per_request)
-        gauge = residency(prev, cur).gauge() if prev is not None else None
-        self.view = ResidencyView(gauge, out.line(), *self._past(fp, held + out.headroom, level))
+        now = residency(prev, cur) if prev is not None else None
+        self.view = ResidencyView(now.gauge() if now else None, out.line(), *self._past(fp, held + out.headroom, level))
+        self._calm_for = fp.total if calm(now, out.headroom, held, fp.total) and self.view.past_tps is None else None
         return self.view
 
     def _past(self, fp: Footprint, room: float, level: Prediction | None) -> tuple[float | None, str | None]:
@@ -176,6 +183,15 @@ class ResidencyWatch:
         fit = level_fit(f"K={fp.k} B={fp.b}", (fp.k, seqs), level.tpot_s, level.bytes_per_s * level.tpot_s, mem, room,
                         self.storage)
         return fit.tps, past_wall_note(fit, level.aggregate_tps)
+
+
+def calm(now: Residency | None, headroom: int, held: int, footprint: float) -> bool:
+    """Far from the wall: room for the engines to hold twice what they hold (and the level's whole footprint),
+    every weight resident, nothing swapped out or in, no major faults: ResidencyWatch reads every CALM_READ_S."""
+    if now is None or headroom < max(held, footprint):
+        return False
+    return (now.weights_share >= 0.99 and not now.anon_swapped and not now.swap_in_mbps
+            and not (now.majflt_per_token or 0.0))
 
 
 def residency_watch(source: Any, weights_bytes: int, engine: str) -> ResidencyWatch:
