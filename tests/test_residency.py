@@ -354,11 +354,40 @@ def test_the_watch_reads_every_second_near_the_wall_and_every_ten_seconds_far_fr
     reads: list[int] = []
     watch = W.ResidencyWatch(None, 100 * MiB, True, RATES)
     real = watch.probe.read
-    watch.probe.read = lambda pids, tokens=0: (reads.append(1), real(pids, tokens))[1]  # type: ignore[method-assign]
+    details: list[bool] = []
+    watch.probe.read = lambda pids, tokens=0, detail=True: (  # type: ignore[method-assign]
+        reads.append(1), details.append(detail), real(pids, tokens, detail))[2]
     fp = Footprint(1, 1, 100 * MiB, 0, 10 * MiB)
     for s in range(0, 30):  # 30 s of ticks at 1 Hz on this quiet process, far from any wall
         watch.tick([os.getpid()], 10.0, 1 + s * NS, fp, MiB, None)
     assert 3 <= len(reads) <= 6  # two to judge it calm, then one each 10 s
+    assert details[:2] == [True, True] and not any(details[2:])  # calm: no smaps walk
     n = len(reads)
     watch.tick([os.getpid()], 10.0, 1 + 30 * NS, replace(fp, b=2, kv=20 * MiB), MiB, None)  # a new level
     assert len(reads) == n + 1
+
+
+def test_maps_give_the_model_files_mapped_bytes_without_a_page_walk():
+    maps = ("7f0000000000-7f0000400000 r--s 00000000 fd:01 42   /models/m.gguf\n"
+            "7f0000400000-7f0000401000 rw-p 00000000 00:00 0 \n"
+            "7f0000500000-7f0000600000 r--s 00400000 fd:01 42   /models/m.gguf\n"
+            "7f0000600000-7f0000700000 r--s 00000000 fd:01 43   /models/other.gguf\n")
+    assert R.parse_maps_of(maps, "/models/m.gguf") == 4 * MiB + 1 * MiB
+    assert R.parse_maps_of(maps, "/models/none.gguf") == 0
+
+
+@linux
+def test_a_calm_read_takes_the_mapping_from_maps_and_residency_from_mincore(tmp_path):
+    from measure.machine import residency as M
+
+    f = tmp_path / "weights.bin"
+    f.write_bytes(os.urandom(4 * MiB))
+    with open(f, "rb") as fh:
+        m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+        full = M.proc_memory(os.getpid(), str(f))
+        calm = M.ResidencyProbe(str(f), 4 * MiB, mincore=True).read([os.getpid()], 0, detail=False)
+        m.close()
+    assert full is not None and full.weights_mapped == 4 * MiB and full.rss >= full.anon > 0
+    me = calm.procs[0]
+    assert me.weights_mapped == 4 * MiB and me.weights_resident == calm.mincore_resident == 4 * MiB
+    assert abs(me.anon - full.anon) < 64 * MiB  # the same counters, read twice

@@ -21,7 +21,7 @@ MB = 1e6
 
 # ---- parsers (Linux) ------------------------------------------------------------------------------------
 def parse_kb(text: str) -> dict[str, int]:
-    """'Key:   123 kB' lines (smaps_rollup, /proc/meminfo) → bytes by key."""
+    """'Key:   123 kB' lines (smaps_rollup, /proc/PID/status, /proc/meminfo) → bytes by key."""
     out = {}
     for key, num in re.findall(r"^(\w[\w()]*):\s+(\d+) kB", text, re.M):
         out[key] = int(num) * 1024
@@ -59,6 +59,17 @@ def parse_smaps_of(text: str, path: str) -> tuple[int, int, int]:
                 elif key == "Swap":
                     swap += n
     return mapped, rss, swap
+
+
+def parse_maps_of(text: str, path: str) -> int:
+    """Bytes of the mappings of `path` in a /proc/PID/maps text (the kernel lists them without walking a page)."""
+    total = 0
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if len(head) == 6 and head[5].strip() == path:
+            lo, _, hi = head[0].partition("-")
+            total += int(hi, 16) - int(lo, 16)
+    return total
 
 
 def parse_majflt(stat: str) -> int:
@@ -498,5 +509,5 @@ def to_storage(d: Mapping[str, Any] | None) -> StorageRates | None:
 
 __all__ = ["GivesOut", "LevelFit", "LevelMemory", "format_fits", "level_fit", "MemoryLimits", "ProcMemory", "Reading", "Residency", "ResidencyStep",
            "StorageRates", "SysMemory", "budget_skip", "first_past", "gives_out", "mac_rates", "mac_vm",
-           "nonresident_bytes", "parse_counters", "parse_kb", "parse_majflt", "parse_psi", "parse_smaps_of",
+           "nonresident_bytes", "parse_counters", "parse_kb", "parse_maps_of", "parse_majflt", "parse_psi", "parse_smaps_of",
            "past_wall_note", "residency", "residency_step"]

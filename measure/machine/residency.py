@@ -1,5 +1,5 @@
-"""Residency read live (docs/residency.md): per worker /proc/PID/smaps_rollup (anonymous resident and swapped),
-/proc/PID/smaps for the model file's mapping (its pages resident), /proc/PID/stat's major faults and
+"""Residency read live (docs/residency.md): per worker /proc/PID/status (resident, anonymous resident and swapped),
+/proc/PID/smaps for the model file's mapping (its pages resident; /proc/PID/maps, its size only, far from the wall), /proc/PID/stat's major faults and
 /proc/PID/io's read_bytes; the machine's /proc/vmstat (pswpin, pgmajfault), PSI /proc/pressure/memory, and the
 process's own memory cgroup (v1 memory.limit_in_bytes, usage and memory.stat; v2 memory.max and memory.current);
 mincore over the model file for its pages in the page cache whether mapped or not. Linux; elsewhere the
@@ -12,13 +12,14 @@ import mmap
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from measure.core.residency import (MemoryLimits, ProcMemory, Reading, SysMemory, parse_counters, parse_kb,
-                                    parse_majflt, parse_psi, parse_smaps_of)
+                                    parse_maps_of, parse_majflt, parse_psi, parse_smaps_of)
 from measure.core.units import NS
 
 if TYPE_CHECKING:
@@ -35,21 +36,28 @@ def _read(p: str | Path) -> str | None:
         return None
 
 
-def proc_memory(pid: int, model_path: str | None = None) -> ProcMemory | None:
-    """One process's residency; None where it is gone or cannot be read."""
-    rollup = _read(f"/proc/{pid}/smaps_rollup")
+def proc_memory(pid: int, model_path: str | None = None, detail: bool = True) -> ProcMemory | None:
+    """One process's residency; None where it is gone or cannot be read. Resident, anonymous and swapped from
+    /proc/PID/status (the kernel's counters: no page walk); the model file's pages resident in this process's
+    mapping from /proc/PID/smaps (a walk of every page table: kernel time) where `detail`, else only its mapped bytes
+    from /proc/PID/maps (weights_resident 0: ResidencyProbe.read puts mincore's count there)."""
+    status = _read(f"/proc/{pid}/status")
     stat = _read(f"/proc/{pid}/stat")
-    if rollup is None or stat is None:
+    if status is None or stat is None:
         return None
-    kb = parse_kb(rollup)
+    kb = parse_kb(status)
     mapped = res = 0
     if model_path:
-        smaps = _read(f"/proc/{pid}/smaps")
-        if smaps is not None:
-            mapped, res, _ = parse_smaps_of(smaps, str(Path(model_path).resolve()))
+        where = str(Path(model_path).resolve())
+        if detail:
+            smaps = _read(f"/proc/{pid}/smaps")
+            if smaps is not None:
+                mapped, res, _ = parse_smaps_of(smaps, where)
+        else:
+            mapped = parse_maps_of(_read(f"/proc/{pid}/maps") or "", where)
     io = parse_counters(_read(f"/proc/{pid}/io") or "")
-    return ProcMemory(pid, kb.get("Rss", 0), kb.get("Anonymous", 0), kb.get("Swap", 0),
-                      kb.get("Rss", 0) - kb.get("Anonymous", 0), mapped, res, parse_majflt(stat),
+    rss, anon = kb.get("VmRSS", 0), kb.get("RssAnon", 0)
+    return ProcMemory(pid, rss, anon, kb.get("VmSwap", 0), rss - anon, mapped, res, parse_majflt(stat),
                       io.get("read_bytes", 0))
 
 
@@ -154,10 +162,15 @@ class ResidencyProbe:
     def __init__(self, model_path: str | None, weights_bytes: int, mincore: bool = True):
         self.model_path, self.weights_bytes, self.mincore = model_path, weights_bytes, mincore
 
-    def read(self, pids: Iterable[int | None], tokens: int = 0) -> Reading:
-        procs = tuple(p for p in (proc_memory(pid, self.model_path) for pid in pids if pid) if p is not None)
+    def read(self, pids: Iterable[int | None], tokens: int = 0, detail: bool = True) -> Reading:
+        """The workers and the machine now; `detail` False (far from the wall, with mincore): each worker's mapping
+        of the model from /proc/PID/maps, its resident pages taken as mincore's count, no smaps walk."""
+        detail = detail or not self.mincore
+        procs = tuple(p for p in (proc_memory(pid, self.model_path, detail) for pid in pids if pid) if p is not None)
         first = next((p.pid for p in procs), "self")
         mc = mincore_resident(self.model_path) if self.mincore and self.model_path else None
+        if not detail and mc is not None:
+            procs = tuple(replace(p, weights_resident=min(p.weights_mapped, mc)) for p in procs)
         return Reading(sys_memory(first), procs, self.weights_bytes, tokens, mc)
 
 

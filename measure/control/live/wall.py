@@ -133,9 +133,10 @@ class ResidencyView:
 
 
 READ_EVERY_S = 1.0  # smaps of each worker, at most this often near the wall
-# far from it (room for the engines to double, nothing swapped or faulted, every weight resident) every 10 s: each
-# read walks every worker's page tables twice (smaps_rollup, smaps) and the model file's (mincore), kernel time that
-# was 4.5 % of a core of the dashboard's 7.4 % at K = 2 when read every second (docs/residency.md, "Residency, measured live")
+# far from it (room for the engines to double, nothing swapped or faulted, every weight resident) every 10 s and
+# without the smaps walk: a detailed read walks every worker's page tables (smaps) and the model file's (mincore),
+# kernel time that was 4.5 % of a core of the dashboard's 7.4 % at K = 2 read every second (docs/residency.md,
+# "Residency, measured live")
 CALM_READ_S = 10.0
 
 
@@ -164,7 +165,7 @@ class ResidencyWatch:
             return self.view
         self._tokens += agg_tps * (now_ns - self._last_ns) / NS if self._last_ns else 0.0
         self._last_ns = now_ns
-        cur = self.probe.read(pids, int(self._tokens))
+        cur = self.probe.read(pids, int(self._tokens), detail=self._calm_for is None)
         prev, self._prev = self._prev, cur
         if not cur.procs:
             return self.view
