@@ -423,3 +423,49 @@ def test_a_chip_nobody_measured_gets_its_backends_range_never_one_number() -> No
     assert predict_range(w, Machine.from_chip(a), "batch") is None
     lone = Machine.from_chip(dataclasses.replace(new, backend="vulkan"), peers=[a, b, cuda])
     assert lone.family is None and lone.bandwidth_gbps == pytest.approx(320.0)
+
+
+def test_a_level_says_what_its_step_spends_its_time_on_and_an_unmeasured_chip_its_range() -> None:
+    """Issue 55 item 6. A dense model of 1 GB (no KV at context 0, 1 GFLOP a token) on a Metal chip of 100 GB/s
+    effective, 2 ms a step, 10 TFLOP/s of prompt rate, vector efficiency 0.5, tile efficiency 0.25: at B = 1 the step
+    is 10 ms of bytes + 2 ms (83 % / 17 %); at B = 4 the small-batch vector kernels add 3 further columns' arithmetic,
+    3 × 1e9 ÷ 5e12 = 0.6 ms; at B = 12 the tiled kernels price a 32-column tile at 2.5 TFLOP/s, 12.8 ms. The step table and
+    the numbers panel show an unmeasured chip's prediction as its range."""
+    import dataclasses
+
+    from measure.core.lines import StepRow
+    from measure.core.roofline import Lengths, Machine, Roofline, predict
+    from presets import Chip, kernels
+    from tui.panels import render_step_table
+
+    w = W.WorkModel(name="d", source="test", params=5 * 10**8, file_bytes=10**9, weight_bytes=10**9, embd_row_bytes=0.0,
+                    matmul_params=5 * 10**8, layers=4, heads=8, kv_heads=2, head_dim=64)
+    path = dataclasses.replace(kernels("metal"), vector_efficiency=0.5, tile_efficiency=0.25)
+    m = Machine("metal-test", 100.0, "test", step_overhead_s=0.002, kernels=path, prefill_flops=10e12)
+    at = Lengths(16, 32, 0)
+    one = predict(w, m, "batch", 1, 1, at=at)
+    assert one.tpot_s == pytest.approx(0.012)
+    assert one.binds() == "vector kernels: weight bytes 83% · per-step cost 17%"
+    four = predict(w, m, "batch", 1, 4, at=at)
+    assert four.tpot_s == pytest.approx(0.010 + 0.002 + 0.0006)
+    assert four.binds() == "small-batch vector kernels: weight bytes 79% · per-step cost 16% · kernel arithmetic 5%"
+    twelve = predict(w, m, "batch", 1, 12, at=at)
+    assert twelve.tpot_s == pytest.approx(0.010 + 0.002 + 0.0128)
+    assert twelve.binds() == "tiled kernels (B = 12 priced as 32): kernel arithmetic 52% · weight bytes 40% · per-step cost 8%"
+    kv = predict(w, m, "batch", 1, 1, at=Lengths(16, 32, 4096))  # 4 layers × 4096 × 512 B = 8.4 MB of KV
+    assert kv.kv_share == pytest.approx(8_388_608 / (10**9 + 8_388_608)) and "KV 1%" in kv.binds()
+    # a measured chip: one number; a chip nobody measured (tests above: a Metal family): slowest–fastest
+    assert Roofline(w, m, 100.0).span(one, 16, 32) is None
+    a = Chip("apple-a", "A", 100.0, backend="metal", effective_bandwidth_gbps=80.0, step_overhead_ms=4.0,
+             prefill_tflops=2.0)
+    b = Chip("apple-b", "B", 200.0, backend="metal", effective_bandwidth_gbps=180.0, step_overhead_ms=6.0,
+             prefill_tflops=6.0)
+    new = Machine.from_chip(Chip("apple-new", "New", 400.0, backend="metal"), peers=[a, b])
+    r = Roofline(w, new, 340.0)
+    p = r.level("batch", 1, 4, None, 16, 32)
+    assert p is not None
+    lo, hi = r.span(p, 16, 32)  # type: ignore[misc]
+    assert lo < p.aggregate_tps < hi
+    row = StepRow("B=4", "batch", 1, 4, True, "settled", 4.0, p.aggregate_tps, None, None, None, None, 10, None, None,
+                  None, None, None, p.aggregate_tps, "bandwidth", predicted_low=lo, predicted_high=hi)
+    assert f"{lo:.0f}–{hi:.0f}" in render_step_table([row], None).plain

@@ -183,7 +183,8 @@ def _throughput_lines(s: Snapshot, width: int | None) -> list[tuple[int, Text]]:
         t.append(f" · predicted {fmt_ms(n.predicted_tpot)}{_err(n.tpot_p50, n.predicted_tpot)}")
     out.append((1, t))
     if n.predicted_tps is not None:
-        head = f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)}"
+        head = f"predicted {n.predicted_tps:.1f} tok/s{_err(n.agg_tps, n.predicted_tps)}" + (
+            f" · range {n.predicted_range[0]:.1f}–{n.predicted_range[1]:.1f}" if n.predicted_range else "")
         if width is None or cell_len(f"{head} · {n.predicted_by}") <= width:
             out.append((1, Text(f"{head} · {n.predicted_by}", "grey50")))
         else:
@@ -379,14 +380,22 @@ def render_step_table(rows: Sequence[StepRow], slo: SLO | None) -> Text:
              f"≥ {SETTLE_REQUESTS} requests, tok/s CV < {SETTLE_CV:.2f}\n", "grey50")
     cost = any(r.usd_per_mtok is not None for r in rows)
     lw = max([len("level")] + [len(r.level) for r in rows])
+    pw = max([5] + [len(_pred(r)) for r in rows])  # a range (a chip nobody measured) is wider than one number
     t.append(f"  {'level':<{lw}} {'conc':>4} {'tok/s':>6} {'/user':>6} {'TPOT':>5} {'TTFT':>5} {'p99':>5} "
-             f"{'goodput':>11} {'pred':>5}" + (f" {'$/Mtok':>6}" if cost else "") + " wall", "bold")
+             f"{'goodput':>11} {'pred':>{pw}}" + (f" {'$/Mtok':>6}" if cost else "") + " wall", "bold")
     for r in rows:
-        t.append("\n" + _step_row(r, lw, cost), "bold green" if r.best else ("" if r.settled else "grey50"))
+        t.append("\n" + _step_row(r, lw, cost, pw), "bold green" if r.best else ("" if r.settled else "grey50"))
     return t
 
 
-def _step_row(r: StepRow, lw: int, cost: bool) -> str:
+def _pred(r: StepRow) -> str:
+    """The row's predicted tok/s: one number, or 'slowest–fastest' for a chip nobody measured."""
+    if r.predicted_low is not None and r.predicted_high is not None:
+        return f"{r.predicted_low:.0f}–{r.predicted_high:.0f}"
+    return _f(r.predicted_tps, '.0f')
+
+
+def _step_row(r: StepRow, lw: int, cost: bool, pw: int = 5) -> str:
     mark = "★ " if r.best else "  "
     good = (f"{r.goodput_tps:.0f} ({r.attainment:.0%})" if r.goodput_tps is not None and r.attainment
             is not None else "—")
@@ -395,7 +404,7 @@ def _step_row(r: StepRow, lw: int, cost: bool) -> str:
     return (f"{mark}{r.level:<{lw}} {_f(r.concurrency, '.1f'):>4} {_f(r.agg_tps, '.1f'):>6} "
             f"{_f(r.per_user_tps, '.1f'):>6} {ms(r.tpot_p50):>5} {ms(r.ttft_p50):>5} "
             f"{p99_mark(r.requests) + ms(r.ttft_p99):>5} "
-            f"{good:>11} {_f(r.predicted_tps, '.0f'):>5}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
+            f"{good:>11} {_pred(r):>{pw}}" + (f" {_f(r.usd_per_mtok, '.2f'):>6}" if cost else "")
             + f" {state}")
 
 

@@ -183,6 +183,9 @@ class StepRow:
     watts: float | None = None
     usd_per_mtok: float | None = None
     best: bool = False
+    # a chip nobody measured: the level's tok/s at its backend family's slowest and fastest figures (Roofline.span)
+    predicted_low: float | None = None
+    predicted_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return to_line(self)  # every field is a number or a string
@@ -256,8 +259,12 @@ def as_line(line: Line) -> dict[str, object]:
     return line.to_line()
 
 
+OPTIONAL_STEP_FIELDS = ("predicted_low", "predicted_high")  # written only where set: older rows' bytes unchanged
+
+
 def step_row_line(row: StepRow, t_ns: int) -> dict[str, object]:
-    return {**to_line(_Stamp(t_ns=t_ns)), **to_line(row)}
+    line = {**to_line(_Stamp(t_ns=t_ns)), **to_line(row)}
+    return {k: v for k, v in line.items() if v is not None or k not in OPTIONAL_STEP_FIELDS}
 
 
 def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, object]:

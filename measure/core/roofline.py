@@ -287,6 +287,29 @@ class Prediction:
     spill_bytes: float = 0.0  # footprint over the memory budget, read back from swap every step
     regime: str = ""  # the matmul kernels a GPU backend runs at this B (kernel_time): vector, small-batch, tiled
     context: int = 0  # the KV tokens each sequence read a step
+    kv_share: float = 0.0  # of the bytes a step reads, the share that is KV (attention), the rest weights
+
+    def binds(self) -> str:
+        """What a step of this level spends its time on, the largest part first (issue 55 item 6): 'vector kernels:
+        weight bytes 71 % · per-step cost 22 % · KV 7 %'. The kernels' regime names the matmul path (a CPU's
+        cores, a GPU backend's vector, small-batch or tiled kernels); its parts: the bytes (weights and the KV
+        attention reads) where the bytes bind, else the cores' compute, the tiled or small-batch kernels'
+        arithmetic, the fixed cost of a step, swap."""
+        sh = self.shares
+        parts: dict[str, float] = {}
+        if sh.get("compute", 0.0) > sh.get("bandwidth", 0.0):
+            parts["compute (cores)" if self.cores else "compute"] = sh["compute"]
+        else:
+            parts["weight bytes"] = sh.get("bandwidth", 0.0) * (1.0 - self.kv_share)
+            parts["KV"] = sh.get("bandwidth", 0.0) * self.kv_share
+        parts["kernel arithmetic"] = sh.get("kernels", 0.0)
+        parts["per-step cost"] = sh.get("overhead", 0.0)
+        parts["swap"] = sh.get("swap", 0.0)
+        name, _, rest = (self.regime or "vector").partition(" (")
+        head = "CPU" if self.cores else "bytes only" if name == "bytes only" else f"{name} kernels" + (
+            f" ({rest}" if rest else "")
+        shown = sorted(((v, k) for k, v in parts.items() if v >= 0.005), reverse=True)
+        return f"{head}: " + " · ".join(f"{k} {v:.0%}" for v, k in shown)
 
     @property
     def oversubscribed(self) -> bool:
@@ -403,6 +426,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     shares = {}
     # memory: K engines decoding at once share the bandwidth
     moved_step = step_reads(work, m, ctxs)
+    kv = sum(work.kv_read_bytes(c) for c in ctxs)
     t_mem = moved_step / (m.bandwidth_gbps * 1e9 / k)
     shares["bandwidth"] = t_mem
     thr = threads or (max(1, m.cores // k) if m.cores else 1)
@@ -436,7 +460,8 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     agg = streams * output_tokens / per_request
     moved = k * moved_step / t_step
     return Prediction(mode, k, b_eff, thr, tpot, ttft, agg, 1.0 / tpot, moved, binding,
-                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill, regime, ctx)
+                      {c: v / t_step for c, v in shares.items()}, m.cores, busy, spill, regime, ctx,
+                      kv / moved_step if moved_step else 0.0)
 
 
 def predict_range(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, threads: int | None = None,
@@ -578,3 +603,10 @@ class Roofline:
             return None
         return predict(self.work, self.machine, mode, k, b, threads, at=Lengths(prompt_tokens=prompt_tokens,
                                                                                 output_tokens=output_tokens))
+
+    def span(self, p: Prediction, prompt_tokens: int, output_tokens: int) -> tuple[float, float] | None:
+        """The level's aggregate tok/s as a range (slowest, fastest) where the machine is a chip nobody measured
+        (predict_range: its backend family's figures), else None: a measured machine's prediction is one number."""
+        r = predict_range(self.work, self.machine, p.mode, p.k, p.b, p.threads,
+                          Lengths(prompt_tokens, output_tokens, p.context))
+        return None if r is None else (r[0].aggregate_tps, r[1].aggregate_tps)

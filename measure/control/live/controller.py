@@ -142,6 +142,7 @@ class LiveController:
         self._rows_written = 0
         self.totals = {"requests": 0, "errors": 0, "tokens": 0}  # since start, for /metrics counters
         self.roofline = roofline  # core/roofline.Roofline: predictions and the attainable line
+        self._prompt = 32  # the level's mean prompt tokens the last prediction used (_predict)
         self.info = RunInfo(self.caps.engine, source.meta.model, self.caps.weight_bytes, settings.chip,
                             settings.bandwidth_gbps, settings.bandwidth_source, self.caps.simulated,
                             self.caps.endpoint, roofline.attainable_gbps if roofline else None, settings.placement)
@@ -451,7 +452,15 @@ class LiveController:
             prompts = list(self.stats.figures.prompt_tokens)
         prompt = round(sum(prompts) / len(prompts)) if prompts else 32
         threads = next((w.threads for w in workers if w.threads and not w.state.gone), None)
+        self._prompt = prompt
         return self.roofline.level(self.mode, self.k, self.b, threads, prompt, self.settings.max_tokens)
+
+    def _span(self, level: Prediction | None, past: bool) -> tuple[float, float] | None:
+        """The level's predicted tok/s as a range where the machine is a chip nobody measured (Roofline.span);
+        None for a measured one, and past the wall (the residency roofline's rate stands alone there)."""
+        if level is None or past or self.roofline is None:
+            return None
+        return self.roofline.span(level, self._prompt, self.settings.max_tokens)
 
     def state(self, workers: list[WorkerInfo]) -> str:
         if self.wall and self.wall.active(self._clock()):
@@ -480,6 +489,7 @@ class LiveController:
         bw, ep_tpot = self._bandwidth(win)
         level = self._predict(workers)
         pred, pred_tps, pred_by, res = self._predicted_past(level, workers, win.agg_tps, now)
+        span = self._span(level, res.past_tps is not None)
         attainable = self.roofline.attainable_gbps if self.roofline else None
         prev_sys = self._last_sys
         sysv = self._sys.sample()
@@ -505,7 +515,7 @@ class LiveController:
             server_efficiency=win.agg_tps / engine if engine else None,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
-            wall=self.wall.reason if self.wall else None, **res.numbers(),
+            wall=self.wall.reason if self.wall else None, **res.numbers(), predicted_range=span,
             ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
                                   level.binding if level else None,
                                   WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b,
@@ -517,7 +527,7 @@ class LiveController:
             figures, level_start = self.stats.figures, self.stats.level_start_ns
         numbers = self._step_row(numbers, level_start, StepReading(
             now, self.state(workers) == "steady" and self._pending is None, figures, win.agg_tps, win.concurrency,
-            sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal))  # pending: the row left stays
+            sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal, span))  # pending: the row left stays
         self._history.append(HistoryPoint(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
@@ -603,7 +613,7 @@ class LiveController:
                    ) -> tuple[float | None, float | None, str]:
         """(TPOT, aggregate tok/s, by what): the roofline's level, else K·W/β as a bench cell's, else nothing."""
         if level is not None:
-            pred_by = f"roofline (binding: {level.binding})"
+            pred_by = f"roofline ({level.binds()})"
             if caveat := level.caveat():
                 pred_by += f"; {caveat}"
             return level.tpot_s, level.aggregate_tps, pred_by

@@ -85,7 +85,7 @@ class Numbers:
     tpot_p90: float | None
     predicted_tpot: float | None
     predicted_tps: float | None  # the roofline's aggregate tok/s at this level (None: no roofline)
-    predicted_by: str  # "roofline (binding: …)" | "K·W/β" | ""
+    predicted_by: str  # "roofline (what a step spends its time on: Prediction.binds)" | "K·W/β" | ""
     mbu: float | None  # model bandwidth utilization: bytes moved per s ÷ attainable
     bw_gbps: float | None
     bw_formula: str
@@ -117,6 +117,8 @@ class Numbers:
     residency: str | None = None
     gives_out: str | None = None
     past_wall: str | None = None
+    # a chip nobody measured: the level's tok/s at its backend family's slowest and fastest figures (Roofline.span)
+    predicted_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

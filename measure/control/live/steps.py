@@ -83,6 +83,7 @@ class StepReading:
     wall: str = ""
     watts: float | None = None
     thermal: str | None = None
+    predicted_range: tuple[float, float] | None = None  # a chip nobody measured: (slowest, fastest) tok/s
 
 
 class StepTable:
@@ -141,7 +142,8 @@ class StepTable:
             statistics.fmean(s[1] for s in recent) if recent else r.concurrency, agg,
             1 / p50 if p50 else None, p50, ttft50, ttft99, n_good,
             g.rps if g else None, g.tps if g else None, g.attainment if g else None, r.mem_used, r.bw_gbps,
-            r.predicted_tps, r.wall, r.watts, usd)
+            r.predicted_tps, r.wall, r.watts, usd, predicted_low=r.predicted_range[0] if r.predicted_range else None,
+            predicted_high=r.predicted_range[1] if r.predicted_range else None)
         if settled:
             self._settled = self.current
         return self.current
