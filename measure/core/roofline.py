@@ -298,7 +298,7 @@ class Prediction:
         sh = self.shares
         parts: dict[str, float] = {}
         if sh.get("compute", 0.0) > sh.get("bandwidth", 0.0):
-            parts["compute (cores)" if self.cores else "compute"] = sh["compute"]
+            parts["the cores' compute" if self.cores else "compute"] = sh["compute"]
         else:
             parts["weight bytes"] = sh.get("bandwidth", 0.0) * (1.0 - self.kv_share)
             parts["KV"] = sh.get("bandwidth", 0.0) * self.kv_share
