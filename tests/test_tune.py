@@ -489,3 +489,42 @@ def test_an_engine_s_declaration_is_what_tune_asks_of_it(monkeypatch):
     assert serve_command(cands[1], "m", 512).startswith("inference-top --engine toy --model m --k 2 --threads 2")
     with pytest.raises(TuneError, match="--engine null: tune takes llama, llama-server, mlx"):
         candidates(["null"], cores=2, users=2)  # declared, but with no tune modes
+
+
+def test_a_chip_nobody_measured_is_pruned_only_where_the_fastest_end_of_its_range_is_under_the_bar():
+    """Issue 55 item 3: a prediction on a chip nobody measured is a range; pruning (under half the best) judges its
+    fastest end, and the reason gives the range. B = 2 predicted 20 (range 15–45) stays against a best of 80; B = 1
+    predicted 10 (range 8–30) goes."""
+    clock = [0.0]
+    cands = candidates(["llama-server"], cores=4, users=8)
+    span = {1: (8.0, 30.0), 2: (15.0, 45.0)}
+    pred = {c.key: Predicted(10.0 * c.b, 0.1, 0.02, 10.0 * c.b, "bandwidth", span.get(c.b, (8.0 * c.b, 12.0 * c.b)))
+            for c in cands}
+    tune = Tune(settings(engines=["llama-server"], users=8, budget_s=45.0), cands,
+                fake({c.key: 10.0 * c.b for c in cands}, clock), predict=lambda c: pred[c.key],
+                say=lambda m: None, clock=lambda: clock[0])
+    tune.search()
+    rows = {c.key: c for c in tune.result("m.gguf", 512).candidates}
+    pruned = [c for c in rows.values() if c.status == "pruned" and "under 50%" in c.reason]
+    assert {c.candidate.b for c in pruned} == {1}
+    assert all("predicted 8.0–30.0 tok/s (its backend family's range), under 50%" in c.reason for c in pruned)
+
+
+def test_the_roofline_predictor_gives_an_unmeasured_chip_its_range():
+    from measure.control.tune.space import roofline_predictor
+    from measure.core import work as W
+    from measure.core.roofline import Machine
+    from presets import Chip
+
+    a = Chip("apple-a", "A", 100.0, backend="metal", effective_bandwidth_gbps=80.0, step_overhead_ms=4.0,
+             prefill_tflops=2.0)
+    b = Chip("apple-b", "B", 200.0, backend="metal", effective_bandwidth_gbps=180.0, step_overhead_ms=6.0,
+             prefill_tflops=6.0)
+    w = W.WorkModel(name="d", source="test", params=5 * 10**8, file_bytes=10**9, weight_bytes=10**9,
+                    embd_row_bytes=0.0, matmul_params=5 * 10**8, layers=4, heads=8, kv_heads=2, head_dim=64)
+    s = settings(engines=["llama-server"], users=4, budget_s=45.0)
+    c = Candidate("llama-server", "slots", 1, 4, 2)
+    new = roofline_predictor(w, Machine.from_chip(Chip("apple-new", "New", 400.0, backend="metal"), peers=[a, b]), s)(c)
+    assert new is not None and new.tps_range is not None and new.tps_range[0] < new.tps < new.tps_range[1]
+    known = roofline_predictor(w, Machine.from_chip(a), s)(c)
+    assert known is not None and known.tps_range is None

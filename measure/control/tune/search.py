@@ -214,10 +214,13 @@ class Tune:
             keep = []
             for r in live:
                 p = r.predicted
-                if p is not None and best and p.tps < PRUNE * best:
+                # a chip nobody measured: pruned only where even the fastest end of its range is under the bar
+                top = p.tps_range[1] if p is not None and p.tps_range else (p.tps if p is not None else 0.0)
+                if p is not None and best and top < PRUNE * best:
                     r.status = "pruned"
-                    r.reason = (f"predicted {p.tps:.1f} tok/s, under {PRUNE:.0%} of the best predicted "
-                                f"{what} {best:.1f} tok/s")
+                    said = (f"{p.tps_range[0]:.1f}–{p.tps_range[1]:.1f} tok/s (its backend family's range)"
+                            if p.tps_range else f"{p.tps:.1f} tok/s")
+                    r.reason = f"predicted {said}, under {PRUNE:.0%} of the best predicted {what} {best:.1f} tok/s"
                 else:
                     keep.append(r)
             live = keep

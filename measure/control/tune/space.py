@@ -14,7 +14,7 @@ from measure.core.guard import DEFAULT_OVERHEAD_BYTES, EngineMemory, admit, engi
 
 if TYPE_CHECKING:
     from measure.core.cost import Cost
-    from measure.core.roofline import Machine
+    from measure.core.roofline import Machine, Prediction
     from measure.core.work import WorkModel
     from presets import SLO, Workload
 
@@ -145,6 +145,7 @@ class Predicted:
     tpot_s: float
     goodput_tps: float  # tps where TTFT and TPOT meet the SLO, else 0
     binding: str
+    tps_range: tuple[float, float] | None = None  # a chip nobody measured: tps at its family's slowest, fastest
 
 
 # ---- candidates ------------------------------------------------------------------------------------------
@@ -220,23 +221,29 @@ def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callab
     served at once (slots: one engine batching them); each takes S = TTFT + (N − 1) × TPOT; tok/s =
     min(U, C) × N ÷ S; with U > C a request waits ≈ (U ÷ C − 1) × S before it starts (TTFT includes it).
     Goodput is that tok/s where TTFT and TPOT meet the SLO, else 0."""
-    from measure.core.roofline import Lengths, predict
+    from measure.core.roofline import Lengths, predict, predict_range
 
     def run(c: Candidate) -> Predicted | None:
         mode = "instances" if c.mode == "instances" else "batch"
         b_eff = 1 if mode == "instances" else min(c.b, -(-s.users // c.k))
+        at = Lengths(prompt_tokens=s.prompt_tokens, output_tokens=s.max_tokens)
         try:
-            p = predict(work, machine, mode, c.k, b_eff, c.threads, at=Lengths(prompt_tokens=s.prompt_tokens,
-                                                                               output_tokens=s.max_tokens))
+            p = predict(work, machine, mode, c.k, b_eff, c.threads, at=at)
+            span = predict_range(work, machine, mode, c.k, b_eff, c.threads, at=at)  # a chip nobody measured
         except ValueError:
             return None
         n = s.max_tokens
         served = min(s.users, c.k * b_eff)
+
+        def tps_of(q: Prediction) -> float:
+            return served * n / (q.ttft_s + (n - 1) * q.tpot_s)
+
         per = p.ttft_s + (n - 1) * p.tpot_s
         tps = served * n / per
         ttft = p.ttft_s + max(0.0, s.users / served - 1) * per
         ok = (s.slo.ttft_s is None or ttft <= s.slo.ttft_s) and (s.slo.tpot_s is None or p.tpot_s <= s.slo.tpot_s)
-        return Predicted(tps, ttft, p.tpot_s, tps if ok else 0.0, p.binding)
+        return Predicted(tps, ttft, p.tpot_s, tps if ok else 0.0, p.binding,
+                         (tps_of(span[0]), tps_of(span[1])) if span else None)
 
     return run
 
