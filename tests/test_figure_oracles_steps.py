@@ -53,7 +53,8 @@ def test_every_field_of_a_settled_row_with_an_slo_and_a_cost():
     f = S.LevelFigures(slo)
     for i in range(8):  # before it may settle: 6 met the TTFT bound (40 + i ms), 2 did not (150 + i ms)
         _add(f, i, 40 + i if i < 6 else 150 + i, 10 + i)
-    extra = dict(mem_used=7_000, bw_gbps=12.5, predicted_tps=240.0, wall="bandwidth", watts=200.0)
+    extra = dict(mem_used=7_000, bw_gbps=12.5, predicted_tps=240.0, wall="bandwidth", watts=200.0,
+                 predicted_range=(180.0, 300.0))
     rows = []
     for i in range(20):  # 100 s → 109.5 s at 2 Hz; tok/s 190 / 210, concurrency 1.5 / 2.5
         if i == 12:  # after the first settled-window reading (105 s): 1 met, 3 missed, 4 tokens each
@@ -67,7 +68,7 @@ def test_every_field_of_a_settled_row_with_an_slo_and_a_cost():
     want = ST.StepRow("K=2 B=1 http", "http", 2, 1, True, "settled", 2.0, 200.0, 1 / float(np.median(tpots)),
                       float(np.median(tpots)), float(np.median(ttfts)), float(np.percentile(ttfts, 99)), 12,
                       1 * 200 / 16, 4 * 200 / 16, 1 / 4, 7_000, 12.5, 240.0, "bandwidth", 200.0,
-                      1.1 / (200.0 * 3600) * 1e6)
+                      1.1 / (200.0 * 3600) * 1e6, predicted_low=180.0, predicted_high=300.0)
     assert _same(r, want)
     assert [x.settled for x in rows].index(True) == 19  # 10 readings from 105 s: 109.5 s
     # settled, the row goes on with the readings: the next one counts (the last 10 of 190/210 and one 250)
@@ -133,6 +134,9 @@ def test_request_figures_are_recomputed_only_when_a_request_ended(monkeypatch):
     for i in range(4):
         t.tick(lv, _reading(i / 2, f, 100.0))
     assert calls == [50, 50, 99]  # TPOT p50, TTFT p50 and p99: once
+    row = t.current
+    assert (row.goodput_rps, row.goodput_tps, row.attainment) == (None, None, None)  # no SLO: no goodput
+    assert (row.predicted_low, row.predicted_high) == (None, None)  # a measured chip: no range
     _add(f, 9, 50, 10)
     t.tick(lv, _reading(2.0, f, 100.0))
     assert calls == [50, 50, 99] * 2
