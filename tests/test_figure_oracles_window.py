@@ -220,3 +220,11 @@ def test_a_request_that_ended_at_the_windows_first_instant_stays_for_an_earlier_
     assert st.window(2_000 * MS).concurrency == 0.0  # [1 s, 2 s]: it ended at the first instant
     # a replay's reading back at 1.5 s ([0.5 s, 1.5 s]): the request is still there, 0.5 s of it in service
     assert st.window(1_500 * MS).concurrency == pytest.approx(0.5, rel=1e-6)
+
+
+def test_a_record_that_never_ended_adds_no_time_in_service():
+    st = S.LiveStats(window_s=1.0)
+    st.load_started(0)
+    st.add_started(1, 500 * MS)
+    st.add_record(rec(1, 0, 500 * MS, [600 * MS], None, error="cut"))  # ended without a t_done: no span
+    assert st.window(1_000 * MS).concurrency == 0.0
