@@ -121,7 +121,14 @@ def run_mutmut(tree: Path, modules: list[str], max_children: int) -> int:
                INFERENCE_TOP_LOGS=str(home / "logs"))
     exe = Path(sys.executable).parent / "mutmut"
     cmd = [str(exe) if exe.exists() else "mutmut", "run", "--max-children", str(max_children), *globs]
-    return subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.DEVNULL).returncode
+    home.mkdir(exist_ok=True)
+    log = home / "mutmut.log"  # its output (a spinner's, long): the end said where it stopped
+    with log.open("w") as out:
+        rc = subprocess.run(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        tail = log.read_text(errors="replace").replace("\r", "\n").splitlines()[-15:]
+        print("\n".join(line for line in tail if line.strip()), file=sys.stderr)
+    return rc
 
 
 def score(tree: Path, modules: list[str], equiv: dict[str, str]) -> dict[str, object]:
