@@ -221,3 +221,34 @@ def test_tune_s_last_step_says_whether_the_winner_and_the_runner_up_answer_alike
                for n in res.notes), res.notes
     quiet = run(lambda t: None)
     assert "answers" not in quiet.final_compare.sentence and not any("answers" in n for n in quiet.notes)
+
+
+def test_a_pool_of_client_processes_keeps_each_answer_s_text_and_its_place():
+    """compare over a server with several client processes (http_pool.HttpPool.keep_answers): every record keeps
+    its answer's text, and the answers are keyed by their place in the whole closed loop (ids dealt over the
+    processes), prompt 0 … 7 once each."""
+    import presets
+    from engines.null_server import Behaviour, NullServer
+    from measure.core.records import RunMeta
+    from measure.core.workload import ClosedLoop, Load
+    from measure.sources.http_pool import HttpPool
+
+    with NullServer(Behaviour(ttft_ms=2, itl_ms=1)) as srv:
+        pool = HttpPool(srv.url, RunMeta("http", "null", 0, simulated=True), b=4, procs=2, events=False)
+        pool.keep_answers()
+        pool.start(timeout=60)
+        try:
+            recs = pool.run_requests(Load(presets.workload("default"), ClosedLoop(4, total=8), 3), timeout=60)
+            with pytest.raises(RuntimeError, match="after the pool's processes started"):
+                pool.keep_answers()
+        finally:
+            pool.close()
+    assert {r.extra["proc"] for r in recs} == {1, 2}
+    assert all(isinstance(r.extra["output_text"], str) and len(r.extra["output_text"].split()) >= 1 for r in recs)
+    from measure.core.datasets import prompt_for
+
+    wl = presets.workload("default")  # the rank of a request id is its prompt's index in the load
+    assert [r.prompt_id for r in sorted(recs, key=lambda r: r.request_id)] == [prompt_for(wl, i).prompt_id
+                                                                                for i in range(8)]
+    got = answers_of(recs)
+    assert got.basis == WORDS and sorted(got.by_prompt) == list(range(8)) and got.prefixed
