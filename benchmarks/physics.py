@@ -30,9 +30,15 @@ ops for one token only): the pair that best explains the MoE batch rows marked f
 squares on log rate over ρ in steps of 0.005 and the cost in steps of 0.005 ms), the other MoE models' batches
 held out.
 
+Weight types (benchmarks/data/quant_types.toml: one model on one chip at several types): the vector kernels' decoding
+of K-quant weights costs a step kquant_ops_per_weight FLOP-equivalents a weight at the chip's prefill FLOP/s beside its
+bytes (roofline.dequant_time; kernels.toml [fitted]), one figure fitted by --fit on the K-quant rows marked fit
+(fit_quant); K-quant rows never draw a chip's line (fit_chips). Legacy quants and floats cost their bytes. The rows
+are printed after leave-one-source-out with their bytes only and with the decoding, and the held-out errors by type.
+
 Leave one source out (printed after the table; "leave_one_source_out" in the JSON line): each source of
-published.toml and of benchmarks/data/batched_sources.toml (llama.cpp's own bench files: M2 Ultra, two DGX Spark
-builds; every row held out) predicted from every figure above fitted again on the other sources' rows and prompt
+published.toml, of benchmarks/data/batched_sources.toml (llama.cpp's own bench files: M2 Ultra, two DGX Spark
+builds; every row held out) and of quant_types.toml (but the sources it names outside_loso) predicted from every figure above fitted again on the other sources' rows and prompt
 rates only (fold_figures); a chip the other sources never measured takes its backend's figures (machine_for).
 """
 from __future__ import annotations
@@ -57,6 +63,7 @@ else:  # pragma: no cover
 DATA = Path(__file__).parent / "data" / "published.toml"
 RATES = Path(__file__).parent / "data" / "prompt_rates.toml"  # the same tables' prompt rates (pp columns)
 MORE = Path(__file__).parent / "data" / "batched_sources.toml"  # further sources: every row held out
+QUANT = Path(__file__).parent / "data" / "quant_types.toml"  # one model on one chip at several weight types
 GOAL = (0.05, 0.15)  # issue 42: median and worst |error| over every point of the chosen set
 # A chip fitted on one dense row takes its per-step overhead from a chip of the same llama.cpp backend fitted on
 # several (see the module docstring): the CUDA cards from DGX Spark (CUDA, six dense rows).
@@ -189,7 +196,7 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     chips whose rows all read the same bytes, after the chips they borrow their overhead from). A chip with no
     dense single-stream row marked fit is not fitted (its backend's figures stand for it: machine_for)."""
     dense = {c: [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) == 1
-                 and "moe" not in p.get("needs", "")] for c in sorted({p["chip"] for p in points})}
+                 and "moe" not in p.get("needs", "") and not kquant(p)] for c in sorted({p["chip"] for p in points})}
     several = {c: len({step_bytes(p) for p in rows}) >= 2 for c, rows in dense.items()}
     chips = sorted((c for c, rows in dense.items() if rows), key=lambda c: (c in FIXED_OVERHEAD or not several[c], c))
     out: dict[str, dict[str, Any]] = {}
@@ -210,6 +217,42 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                   "sources": sorted({r["source"] for r in rows}),
                   "residuals": [(o + x * slope) * t - 1.0 for x, t in zip(xs, (r["tok_s"] for r in rows))]}
     return out
+
+
+def kquant(p: dict[str, Any]) -> bool:
+    """A row whose weights are K-quants: the vector kernels' decoding may bind it, so it never draws a chip's line
+    (fit_chips); it fits that decoding's cost (fit_quant)."""
+    from measure.core.work import quant_family
+
+    return bool(quant_family(_work(p["model"]).quant) == "k")
+
+
+def fit_quant(points: list[dict[str, Any]], machine_of: Any = None) -> dict[str, Any]:
+    """The K-quants' decoding cost (kernels.toml kquant_ops_per_weight: FLOP-equivalents a weight at the chip's
+    prefill FLOP/s, roofline.dequant_time) that best explains the single-stream K-quant rows marked fit: least
+    squares on log(predicted ÷ published) over 0, 0.5, … 60 then ± 0.45 in steps of 0.05, the smallest of equal
+    losses (a cost that never binds leaves the bytes). No such row: 0 (their bytes only), said as a prior."""
+    import dataclasses
+
+    rows = [p for p in points if p["role"] == "fit" and int(p["b"]) == 1 and kquant(p)]
+    machines = {p["chip"]: machine_of(p["chip"]) if machine_of else _row_setup(p["chip"], p["model"])[1] for p in rows}
+    rows = [p for p in rows if machines[p["chip"]].kernels is not None and machines[p["chip"]].prefill_flops]
+    if not rows:
+        return {"kquant_ops_per_weight": 0.0, "rows": [], "residuals": [], "prior": True}
+
+    def rate(p: dict[str, Any], c: float) -> float:
+        m = machines[p["chip"]]
+        assert m.kernels is not None
+        return predict_point(p, machine=dataclasses.replace(
+            m, kernels=dataclasses.replace(m.kernels, kquant_ops_per_weight=c)))
+
+    def loss(c: float) -> float:
+        return round(sum(math.log(rate(p, c) / p["tok_s"]) ** 2 for p in rows), 12)
+
+    _, c = min((loss(i / 2), i / 2) for i in range(121))
+    _, c = min((loss(c + i / 20), round(c + i / 20, 2)) for i in range(-9, 10) if c + i / 20 >= 0)
+    return {"kquant_ops_per_weight": c, "rows": [f"{p['chip']}: {p['row']}" for p in rows],
+            "residuals": [rate(p, c) / p["tok_s"] - 1.0 for p in rows]}
 
 
 def _several_rows(out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -372,7 +415,8 @@ def machine_for(chip_key: str, fold: dict[str, Any]) -> Any:
     path = kernels(c.backend) if fold.get("kernels") else None
     if path is not None:
         path = dataclasses.replace(path, vector_efficiency=fold["kernels"]["vector_efficiency"],
-                                   tile_efficiency=fold["kernels"]["tile_efficiency"])
+                                   tile_efficiency=fold["kernels"]["tile_efficiency"],
+                                   kquant_ops_per_weight=(fold.get("quant") or {}).get("kquant_ops_per_weight", 0.0))
     return dataclasses.replace(m, bandwidth_gbps=gbps, step_overhead_s=over / 1e3, batch_step_s=0.0, seq_step_s=0.0,
                                moe_layer_s=moe_ms / 1e3,
                                moe_batch_layer_s=fold["routing"]["moe_batch_layer_ms"] / 1e3
@@ -397,6 +441,7 @@ def fold_figures(train: list[dict[str, Any]], rates: list[dict[str, Any]]) -> di
         fold["routing"] = fit_routing(train, machine_of=lambda k: machine_for(k, fold))
     except ValueError:  # no MoE batch row among the training sources: ρ stays at its prior
         pass
+    fold["quant"] = fit_quant(train, machine_of=lambda k: machine_for(k, fold))
     return fold
 
 
@@ -412,29 +457,33 @@ def leave_one_source_out(points: list[dict[str, Any]], rates: list[dict[str, Any
     predicted. A point whose model has no preset cannot be predicted: counted apart ("no_preset")."""
     out: dict[str, Any] = {}
     pooled: list[float] = []
+    by_quant: dict[str, list[float]] = {}
     for src in sorted({p["source"] for p in points}):
         fold = fold_figures([p for p in points if p["source"] != src], [r for r in rates if r["source"] != src])
         rows = [p for p in points if p["source"] == src and _has_preset(p)]
         errs = [predict_point(p, fold["routing"]["routing_correlation"], machine=machine_for(p["chip"], fold))
                 / p["tok_s"] - 1.0 for p in rows]
         pooled += errs
+        for p, e in zip(rows, errs):
+            by_quant.setdefault(_work(p["model"]).quant or "?", []).append(e)
         out[src] = {**summary(errs), "by_backend": sorted({p["chip"] for p in rows} - set(fold["chips"])),
                     "rho": fold["routing"]["routing_correlation"], "rho_prior": bool(fold["routing"].get("prior")),
                     "kernels": ([fold["kernels"]["vector_efficiency"], fold["kernels"]["tile_efficiency"]]
                                 if fold["kernels"] else None),
+                    "kquant": fold["quant"]["kquant_ops_per_weight"],
                     "no_preset": sum(p["source"] == src and not _has_preset(p) for p in points)}
     med, worst, pool = LOSO_GOAL
     p = summary(pooled)
     met = p["median_error"] <= pool and all(v["median_error"] <= med and v["worst_error"] <= worst
                                             for v in out.values() if v["points"])
-    return {"sources": out, "pooled": p,
+    return {"sources": out, "pooled": p, "by_quant": {q: summary(v) for q, v in sorted(by_quant.items())},
             "goal": {"source_median": med, "source_worst": worst, "pooled_median": pool, "met": met}}
 
 
 def print_loso(loso: dict[str, Any]) -> None:
     print(f"\nleave one source out: each source predicted from figures fitted on the others only\n"
-          f"{'source':<10} {'points':>6} {'median':>7} {'worst':>7}  ρ              ν / κ      chips priced by their "
-          "backend's figures")
+          f"{'source':<10} {'points':>6} {'median':>7} {'worst':>7}  ρ              ν / κ       K-quant  chips priced by "
+          "their backend's figures")
     for src, v in loso["sources"].items():
         if not v["points"]:
             print(f"{src:<10} {0:>6}  (no point with a preset; {v['no_preset']} without)")
@@ -442,10 +491,14 @@ def print_loso(loso: dict[str, Any]) -> None:
         print(f"{src:<10} {v['points']:>6} {v['median_error']:>7.1%} {v['worst_error']:>7.1%}  "
               f"{v['rho']:<5.3f}{' (prior)' if v['rho_prior'] else '        '} "
               + (f"{v['kernels'][0]:.3f}/{v['kernels'][1]:.3f}" if v["kernels"] else "bytes only ")
-              + f"  {', '.join(v['by_backend']) or '-'}"
+              + f"  {v['kquant']:>6.2f}  {', '.join(v['by_backend']) or '-'}"
               + (f"  ({v['no_preset']} points without a preset)" if v["no_preset"] else ""))
     p = loso["pooled"]
     print(f"{'pooled':<9} {p['points']:>6} {p['median_error']:>7.1%} {p['worst_error']:>7.1%}")
+    print(f"\nleft out, by the weights' type (every source's points as above)\n{'type':<10} {'points':>6} {'median':>7} "
+          f"{'worst':>7}")
+    for q, v in loso["by_quant"].items():
+        print(f"{q:<10} {v['points']:>6} {v['median_error']:>7.1%} {v['worst_error']:>7.1%}")
 
 
 def summary(errs: list[float]) -> dict[str, Any]:
@@ -476,6 +529,47 @@ def report(data: dict[str, Any], only_chip: str | None) -> dict[str, Any]:
             "held_out": {**summary(held), **{g.split(":", 1)[1]: summary(v) for g, v in errs.items() if g != "fit"}}}
 
 
+def quant_report(data: dict[str, Any]) -> dict[str, Any]:
+    """benchmarks/data/quant_types.toml's rows (one model, one chip, several weight types) predicted with the
+    shipped figures, with their bytes only (kquant_ops_per_weight = 0) and with the K-quants' decoding cost: a row
+    each, then the held-out rows' errors by weight type, both ways."""
+    import dataclasses
+
+    print(f"\none model at several weight types (quant_types.toml): their bytes only, and with the vector kernels' "
+          f"K-quant decoding\n{'chip':<16} {'model':<26} {'type':<7} {'published':>9} {'bytes':>7} {'error':>7} "
+          f"{'decoded':>7} {'error':>7}  role (source)")
+    errs: dict[str, dict[str, list[float]]] = {}
+    for p in data["point"]:
+        m = _row_setup(p["chip"], p["model"])[1]
+        bare = m if m.kernels is None else dataclasses.replace(
+            m, kernels=dataclasses.replace(m.kernels, kquant_ops_per_weight=0.0))
+        r0, r1 = predict_point(p, machine=bare), predict_point(p)
+        e0, e1 = r0 / p["tok_s"] - 1.0, r1 / p["tok_s"] - 1.0
+        if p["role"] != "fit":
+            kind = errs.setdefault(p["quant"], {"bytes": [], "decoded": []})
+            kind["bytes"].append(e0)
+            kind["decoded"].append(e1)
+        print(f"{p['chip']:<16} {p['model']:<26} {p['quant']:<7} {p['tok_s']:>9.2f} {r0:>7.2f} {e0:>+7.1%} {r1:>7.2f} "
+              f"{e1:>+7.1%}  {p['role']} ({p['source']})")
+    print(f"held out, by type: {'type':<7} {'points':>6} {'bytes only: median':>19} {'worst':>7} "
+          f"{'decoded: median':>16} {'worst':>7}")
+    out = {}
+    for q, v in sorted(errs.items()):
+        b, d = summary(v["bytes"]), summary(v["decoded"])
+        out[q] = {"bytes_only": b, "decoded": d}
+        print(f"{'':<19}{q:<7} {b['points']:>6} {b['median_error']:>19.1%} {b['worst_error']:>7.1%} "
+              f"{d['median_error']:>16.1%} {d['worst_error']:>7.1%}")
+    return out
+
+
+def loso_points(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every point leave-one-source-out predicts: published.toml, batched_sources.toml and quant_types.toml's sources
+    but those it names outside_loso."""
+    quant = load(QUANT)
+    points: list[dict[str, Any]] = data["point"] + load(MORE)["point"]
+    return points + [p for p in quant["point"] if p["source"] not in quant.get("outside_loso", [])]
+
+
 def print_fit(data: dict[str, Any]) -> None:
     fits = fit_chips(data["point"])
     for c, f in fits.items():
@@ -491,6 +585,9 @@ def print_fit(data: dict[str, Any]) -> None:
     k = fit_kernels(data["point"])
     print(f"[kernels]  vector_efficiency = {k['vector_efficiency']:.3f}  tile_efficiency = {k['tile_efficiency']:.3f}  "
           f"on {len(k['rows'])} batch rows; residuals " + ", ".join(f"{x:+.1%}" for x in k["residuals"]))
+    q = fit_quant(load(QUANT)["point"])
+    print(f"[quant]  kquant_ops_per_weight = {q['kquant_ops_per_weight']:.2f}  on {len(q['rows'])} K-quant rows; "
+          "residuals " + ", ".join(f"{x:+.1%}" for x in q["residuals"]))
     r = fit_routing(data["point"])
     print(f"[routing]  routing_correlation = {r['routing_correlation']:.3f}  moe_batch_layer_ms = "
           f"{r['moe_batch_layer_ms']:.3f}  on {len(r['rows'])} MoE batch rows; residuals "
@@ -515,10 +612,12 @@ def main() -> None:
         return
     out = report(data, a.chip)
     if not a.chip:
-        more = load(MORE)["point"] if a.data == DATA else []
-        loso = leave_one_source_out(data["point"] + more, load_rates(RATES, MORE) if a.data == DATA else [])
+        points = loso_points(data) if a.data == DATA else data["point"]
+        loso = leave_one_source_out(points, load_rates(RATES, MORE) if a.data == DATA else [])
         print_loso(loso)
         out["leave_one_source_out"] = loso
+        if a.data == DATA:
+            out["quant_types"] = quant_report(load(QUANT))
     print(json.dumps(out))
 
 

@@ -83,6 +83,9 @@ class Kernels:
     vector_efficiency: float  # a further column's arithmetic in the vector kernels, × the prompt rate (fitted)
     tile_efficiency: float  # a tile column's arithmetic in the tiled kernels, × the prompt rate (fitted)
     moe_batch_layer_ms: float = 0.0  # a routing layer's further cost at B ≥ 2 (its one-token fusions left; fitted)
+    # the vector kernels' dequantisation of K-quant weights: FLOP-equivalents a weight at the prompt rate (fitted;
+    # docs/design/kernels.md, "Quant types"); legacy quants and floats: their bytes only
+    kquant_ops_per_weight: float = 0.0
 
 
 def kernels(backend: str) -> Kernels | None:
@@ -94,7 +97,7 @@ def kernels(backend: str) -> Kernels | None:
     f = table["fitted"]
     return Kernels(backend, int(d["vector_max_b"]), tuple(int(t) for t in d["tiles"]), int(d["moe_tiled_min_b"]),
                    str(d["moe_vector_reads"]), float(f["vector_efficiency"]), float(f["tile_efficiency"]),
-                   float(d.get("moe_batch_layer_ms", 0.0)))
+                   float(d.get("moe_batch_layer_ms", 0.0)), float(f.get("kquant_ops_per_weight", 0.0)))
 
 
 def chip(key: str) -> Chip:
@@ -184,6 +187,7 @@ class ModelPreset:
     # parameter misplaces them; None: not known, take the average
     expert_bytes: int | None = None
     routing_correlation: float | None = None  # ρ of its router (measure/core/work.py); None: the fitted default
+    quant: str = ""  # the weights' llama.cpp type as llama-bench names it (Q4_K_M, Q8_0, F16, MXFP4); "": not said
     extra: dict[str, Any] = field(default_factory=dict)
 
 

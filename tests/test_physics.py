@@ -469,3 +469,36 @@ def test_a_level_says_what_its_step_spends_its_time_on_and_an_unmeasured_chip_it
     row = StepRow("B=4", "batch", 1, 4, True, "settled", 4.0, p.aggregate_tps, None, None, None, None, 10, None, None,
                   None, None, None, p.aggregate_tps, "bandwidth", predicted_low=lo, predicted_high=hi)
     assert f"{lo:.0f}–{hi:.0f}" in render_step_table([row], None).plain
+
+
+def test_a_k_quant_step_pays_its_decoding_beside_its_bytes_by_hand() -> None:
+    """Issue 55 item 2 (docs/design/kernels.md, "Quant types"). A dense model of 1 GB and 5e8 weights on a Metal chip
+    of 100 GB/s effective, 2 ms a step, 10 TFLOP/s of prompt rate, a K-quant's decoding at 4 FLOP-equivalents a
+    weight: 5e8 × 4 ÷ 10e12 = 0.2 ms beside 10 ms of bytes and 2 ms, 12.2 ms; the same bytes as Q4_0 or F16, 12 ms.
+    At B = 4 the weights are decoded once a step (0.2 ms beside 3 further columns' 0.6 ms); tiled (B = 12) the prompt
+    rate already holds it; a CPU's probe measured its own kernels: never. The real one: Llama 3.1 8B Q4_K_M on M1 Max
+    (7 504 924 672 weights beside the embedding × 2.85 ÷ 7.4 TFLOP/s = 2.89 ms)."""
+    import dataclasses
+
+    from measure.core.roofline import dequant_time
+    from presets import chip, kernels, model
+
+    assert [W.quant_family(q) for q in ("Q4_K_M", "q6_k", "Q4_0", "Q8_0", "BF16", "MXFP4", "IQ4_NL", "")] == [
+        "k", "k", "legacy", "legacy", "float", "mxfp4", "iq", ""]
+    w = W.WorkModel(name="d", source="test", params=5 * 10**8, file_bytes=10**9, weight_bytes=10**9, embd_row_bytes=0.0,
+                    matmul_params=5 * 10**8, layers=4, heads=8, kv_heads=2, head_dim=64, quant="Q4_K_M")
+    path = dataclasses.replace(kernels("metal"), vector_efficiency=0.5, tile_efficiency=0.25, kquant_ops_per_weight=4.0)
+    m = Machine("metal-test", 100.0, "test", step_overhead_s=0.002, kernels=path, prefill_flops=10e12)
+    at = Lengths(16, 32, 0)
+    one = predict(w, m, "batch", 1, 1, at=at)
+    assert one.tpot_s == pytest.approx(0.0122)
+    assert one.binds() == "vector kernels: weight bytes 82% · per-step cost 16% · K-quant decoding 2%"
+    for q in ("Q4_0", "F16", ""):
+        assert predict(replace(w, quant=q), m, "batch", 1, 1, at=at).tpot_s == pytest.approx(0.012)
+    assert predict(w, m, "batch", 1, 4, at=at).tpot_s == pytest.approx(0.010 + 0.002 + 0.0006 + 0.0002)
+    assert predict(w, m, "batch", 1, 12, at=at).tpot_s == pytest.approx(0.010 + 0.002 + 0.0128)
+    assert predict(w, m, "instances", 2, 1, at=at).tpot_s == pytest.approx(0.020 + 0.002 + 0.0004)  # K share the ALUs
+    assert dequant_time(w, replace(m, kernels=None), 1) == 0.0
+    real = W.from_preset(model("llama-3.1-8b-q4_k_m"))
+    assert real.matmul_weights(1) == 8_030_261_248 - 128_256 * 4096 == 7_504_924_672
+    assert dequant_time(real, Machine.from_chip(chip("apple-m1-max")), 1) == pytest.approx(7_504_924_672 * 2.85 / 7.4e12)

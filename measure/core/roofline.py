@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from measure.core.guard import footprint
 from measure.core.readings import Ceilings
 from measure.core.records import is_remote
-from measure.core.work import WorkModel
+from measure.core.work import WorkModel, quant_family
 from presets import Chip, Kernels, chips, kernels
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
@@ -303,6 +303,7 @@ class Prediction:
             parts["weight bytes"] = sh.get("bandwidth", 0.0) * (1.0 - self.kv_share)
             parts["KV"] = sh.get("bandwidth", 0.0) * self.kv_share
         parts["kernel arithmetic"] = sh.get("kernels", 0.0)
+        parts["K-quant decoding"] = sh.get("dequant", 0.0)
         parts["per-step cost"] = sh.get("overhead", 0.0)
         parts["swap"] = sh.get("swap", 0.0)
         name, _, rest = (self.regime or "vector").partition(" (")
@@ -332,7 +333,8 @@ class Prediction:
         if self.spill_bytes > 0:
             return f"memory: {self.spill_bytes / 2**30:.1f} GiB over the budget, read back from swap each step"
         return name_wall(self.shares["bandwidth"], self.cores_busy, self.cores, self.k * self.threads,
-                         max(self.shares.get("compute", 0.0), self.shares.get("kernels", 0.0)) > self.shares["bandwidth"],
+                         max(self.shares.get("compute", 0.0), self.shares.get("kernels", 0.0),
+                             self.shares.get("dequant", 0.0)) > self.shares["bandwidth"],
                          "" if self.binding == "server queue" else None)[1]
 
 
@@ -382,6 +384,21 @@ def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, s
             t += d * _tile(path, b * e.used / d) * 2.0 * e.params_each / tiled
             regime += "; experts tiled"
     return t, regime
+
+
+def dequant_time(work: WorkModel, m: Machine, b: int) -> float:
+    """Seconds a step's vector kernels spend decoding its K-quant weights beyond reading them (docs/design/kernels.md,
+    "Quant types"): the weights the step multiplies × the fitted FLOP-equivalents a weight (kernels.toml
+    kquant_ops_per_weight) ÷ the chip's prefill FLOP/s, added to the bytes' time (the published rows say it does not
+    hide behind them). 0 for legacy quants, floats and types not known (their bytes alone), for the tiled regime (its
+    prompt rate already holds the decoding) and for a machine without a kernel path (a CPU's probe measured its own
+    model's kernels)."""
+    path, f = m.kernels, m.prefill_flops
+    if path is None or not f or not path.kquant_ops_per_weight or b > path.vector_max_b:
+        return 0.0
+    if quant_family(work.quant) != "k":
+        return 0.0
+    return work.matmul_weights(b) * path.kquant_ops_per_weight / f
 
 
 def _tile(path: Kernels, tokens: float) -> int:
@@ -436,6 +453,9 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     t_kernel, regime = kernel_time(work, m, b_eff, ctx)
     if t_kernel:
         shares["kernels"] = t_kernel
+    t_deq = k * dequant_time(work, m, b_eff)  # K engines share the chip's ALUs as they share its bandwidth
+    if t_deq:
+        shares["dequant"] = t_deq
     spill = m.spill_bytes(work, k, b_eff, ctx)
     t_swap = spill / (m.swap_gbps * 1e9)  # the part over the budget comes back from swap every step
     if spill:
@@ -444,9 +464,9 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         m.batch_step_s + (b_eff - 1) * m.seq_step_s + m.moe_batch_layer_s * work.moe_layers if b_eff > 1 else 0.0)
     if t_fixed:
         shares["overhead"] = t_fixed
-    t_step = max(t_mem, t_cpu) + t_kernel + t_fixed + t_swap
+    t_step = max(t_mem, t_cpu) + t_kernel + t_deq + t_fixed + t_swap
     busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
-    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, max(t_cpu, t_kernel) > t_mem,
+    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, max(t_cpu, t_kernel, t_deq) > t_mem,
                                                "" if m.serializing else None)[0]
     tpot = t_step
     ttft = t_prefill + t_step

@@ -92,6 +92,7 @@ class WorkModel:
     state_bytes: float = 0.0  # that state, one sequence, all such layers
     mla_dim: int = 0  # latent attention: elements cached a token and layer (kv_lora_rank + rope dims); 0: K and V
     assumed: tuple[str, ...] = ()  # what the source did not say and was assumed, in words
+    quant: str = ""  # the weights' llama.cpp type (Q4_K_M, Q8_0, F16, MXFP4; "": not known): quant_family
 
     @property
     def moe_layers(self) -> int:
@@ -175,6 +176,11 @@ class WorkModel:
         return prompt_tokens * 2.0 * self.active_params + 4.0 * self.attention_layers * self.heads * self.head_dim * (
             prompt_tokens * (prompt_tokens - 1) / 2)
 
+    def matmul_weights(self, tokens: float = 1) -> float:
+        """Weights a decode step of `tokens` sequences multiplies: the dense matrices and the distinct experts its
+        tokens are routed to (what the vector kernels dequantise once a step)."""
+        return self.matmul_params + (self.experts.distinct(tokens) * self.experts.params_each if self.experts else 0.0)
+
     def describe(self) -> str:
         """What a step reads, in one line (plan, the dashboard's formula)."""
         parts = [f"{self.weight_bytes / 1e9:.2f} GB always"]
@@ -190,6 +196,22 @@ class WorkModel:
         if self.mla_dim:
             parts.append(f"latent attention ({self.mla_dim} elements a token and layer)")
         return ", ".join(parts)
+
+
+# The families of llama.cpp weight types whose vector kernels differ in the arithmetic a weight costs
+# (docs/design/kernels.md, "Quant types"): K-quants' 256-weight super-blocks carry 6-bit packed scales and mins per
+# 32 weights; legacy quants one scale (and min) per 32; floats are converted, not decoded.
+QUANT_FAMILIES = (("k", ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")), ("legacy", ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")),
+                  ("float", ("F16", "BF16", "F32")), ("mxfp4", ("MXFP4",)), ("iq", ("IQ",)))
+
+
+def quant_family(quant: str) -> str:
+    """'k', 'legacy', 'float', 'mxfp4', 'iq' for a llama.cpp type name (Q4_K_M → k), '' for one not known."""
+    q = quant.strip().upper()
+    for family, prefixes in QUANT_FAMILIES:
+        if any(q.startswith(p) for p in prefixes):
+            return family
+    return ""
 
 
 def _tied_note(tied: bool, embd_bytes: float) -> str:
@@ -464,4 +486,4 @@ def from_preset(m: ModelPreset, kv_element_bytes: float = 2.0) -> WorkModel:
         kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd * per_param), experts=experts,
         window=window if full else 0, window_layers=(m.layers - linear - full) if window and full else 0,
         linear_layers=linear, mla_dim=mla if m.kv_lora_rank else 0,
-        assumed=(ROUTING_ASSUMED,) if experts and m.routing_correlation is None else ())
+        assumed=(ROUTING_ASSUMED,) if experts and m.routing_correlation is None else (), quant=m.quant)
