@@ -489,12 +489,9 @@ class LiveController:
         bw, ep_tpot = self._bandwidth(win)
         level = self._predict(workers)
         pred, pred_tps, pred_by, res = self._predicted_past(level, workers, win.agg_tps, now)
-        span = self._span(level, res.past_tps is not None)
         attainable = self.roofline.attainable_gbps if self.roofline else None
-        prev_sys = self._last_sys
-        sysv = self._sys.sample()
-        self._last_sys = sysv
-        self._tps_now = win.agg_tps
+        prev_sys, sysv = self._last_sys, self._sys.sample()
+        self._last_sys, self._tps_now = sysv, win.agg_tps
         procs = self._procs.sample([w.pid for w in workers if not w.state.gone])
         rows = self._worker_rows(workers, win, ep_tpot, procs)
         # the spec line of several endpoints: Σ β of those in use, where every one's chip is known
@@ -515,7 +512,8 @@ class LiveController:
             server_efficiency=win.agg_tps / engine if engine else None,
             footprint=self.footprint(self.k, self.b).total if self.caps.local else None,
             budget=self.budget() if self.caps.local else None,
-            wall=self.wall.reason if self.wall else None, **res.numbers(), predicted_range=span,
+            wall=self.wall.reason if self.wall else None, **res.numbers(),
+            predicted_range=self._span(level, res.past_tps is not None),
             ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
                                   level.binding if level else None,
                                   WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b,
@@ -527,7 +525,8 @@ class LiveController:
             figures, level_start = self.stats.figures, self.stats.level_start_ns
         numbers = self._step_row(numbers, level_start, StepReading(
             now, self.state(workers) == "steady" and self._pending is None, figures, win.agg_tps, win.concurrency,
-            sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal, span))  # pending: the row left stays
+            sysv.mem_used, bw.gbps, pred_tps, numbers.ceiling, watts, sysv.thermal,
+            numbers.predicted_range))  # pending: the row left stays
         self._history.append(HistoryPoint(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
