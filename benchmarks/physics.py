@@ -38,8 +38,8 @@ are printed after leave-one-source-out with their bytes only and with the decodi
 
 Leave one source out (printed after the table; "leave_one_source_out" in the JSON line): each source of
 published.toml, of benchmarks/data/batched_sources.toml (llama.cpp's own bench files: M2 Ultra, two DGX Spark
-builds; every row held out) and of quant_types.toml (but the sources it names outside_loso) predicted from every figure above fitted again on the other sources' rows and prompt
-rates only (fold_figures); a chip the other sources never measured takes its backend's figures (machine_for).
+builds; every row held out) and of quant_types.toml (but the sources it names outside_loso) predicted from every
+figure above fitted again on the other sources' rows and prompt rates only (fold_figures); a chip the other sources never measured takes its backend's figures (machine_for).
 """
 from __future__ import annotations
 

@@ -301,6 +301,7 @@ def test_a_k_quant_is_priced_by_its_decoding_and_a_legacy_quant_by_its_bytes(cap
     is their bytes', unchanged."""
     phys = _physics()
     data = phys.load(phys.QUANT)
+    assert all(phys._work(p["model"]).quant == p["quant"] for p in data["point"])  # the row's type is its preset's
     fit = phys.fit_quant(data["point"])
     assert fit["kquant_ops_per_weight"] == presets.kernels("metal").kquant_ops_per_weight == 2.85
     assert len(fit["rows"]) == 1 and "Q4_K" in fit["rows"][0]

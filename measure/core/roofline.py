@@ -250,7 +250,9 @@ class Machine:
             notes.append(f"batch path: llama.cpp's {chip.backend} kernels (presets/kernels.toml): vectors up to "
                          f"B = {path.vector_max_b}, then tiles of {'/'.join(map(str, path.tiles[:4]))}"
                          f"{'…' if len(path.tiles) > 4 else ''} tokens at {chip.prefill_tflops:g} TFLOP/s (the chip's "
-                         "published prompt rate)")
+                         "published prompt rate)"
+                         + (f"; K-quant weights decoded at {path.kquant_ops_per_weight:g} FLOP a weight a step beside "
+                            "their bytes (vector kernels)" if path.kquant_ops_per_weight else ""))
         elif batch_ms is not None and seq_ms is not None and source.startswith("effective"):
             notes.append(f"batch path: +{batch_ms:g} ms a step at B ≥ 2 and {seq_ms:g} ms each further sequence "
                          "(fitted on a dense model's llama-batched-bench rows)"
@@ -466,7 +468,8 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
         shares["overhead"] = t_fixed
     t_step = max(t_mem, t_cpu) + t_kernel + t_deq + t_fixed + t_swap
     busy = float(min(m.cores, k * thr)) if m.cores else 0.0  # a decoding thread keeps its core busy
-    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr, max(t_cpu, t_kernel, t_deq) > t_mem,
+    binding = "memory" if spill else name_wall(t_mem / t_step, busy, m.cores, k * thr,
+                                               max(t_cpu, t_kernel, t_deq) > t_mem,
                                                "" if m.serializing else None)[0]
     tpot = t_step
     ttft = t_prefill + t_step
