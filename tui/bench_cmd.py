@@ -75,8 +75,8 @@ def _bench_checks(args, plan) -> list[int]:
 
 def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
     """bench --ray: the load from client actors on a Ray cluster (measure/control/bench/cluster.py, docs/design/ray.md)."""
-    from measure.control.bench.cluster import ClusterError, parse_weights, refusal, run_cluster
-    from measure.control.bench.start import finish
+    from measure.control.bench.cluster import ClusterError, parse_weights, refusal
+    from measure.control.bench.start import run_ray_bench
     from measure.machine.ray_cluster import ClusterSpec
 
     if not args.ray:
@@ -103,11 +103,9 @@ def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
     try:
         weights = parse_weights(args.weights, args.clients)
         n = args.clients or (len(weights) if weights else None)  # None: one per node of the cluster
-        cfg.roofline = plan.roofline(say)
-        header = plan.header({"command": "bench", "argv": shown_argv(argv), "ks": cfg.ks, "bs": cfg.bs,
-                              "mode": plan.mode, "requests": args.requests, "reps": 1, "contexts": None,
-                              "seed": getattr(plan.arrivals, "seed", None)})
-        run = run_cluster(ClusterSpec(args.ray, n, weights), plan, cfg, header, out, say)
+        header = {"command": "bench", "argv": shown_argv(argv), "ks": cfg.ks, "bs": cfg.bs, "mode": plan.mode,
+                  "requests": args.requests, "reps": 1, "contexts": None, "seed": getattr(plan.arrivals, "seed", None)}
+        run = run_ray_bench(ClusterSpec(args.ray, n, weights), plan, cfg, header, say)
     except ClusterError as exc:
         fail(str(exc))
     except (KeyboardInterrupt, SystemExit) as exc:  # the actors were stopped on the way out (run_cluster)
@@ -115,15 +113,8 @@ def ray_bench(args, plan, cfg, out: Path, argv: list[str]) -> int:
         code = 130 if isinstance(exc, KeyboardInterrupt) else 128 + got[-1] if got else \
             (exc.code if isinstance(exc.code, int) else 1)
         fail(f"interrupted: the client actors stopped; the records that had arrived are in {out}/records.jsonl", code)
-    problems = [p for p in (finish(out, run.cells, say),) if p]
-    for w in run.warnings:
-        say(f"warning: {w}")
-    if run.failed:
-        names = ", ".join(c.name for c in run.failed)
-        problems.append(f"{len(run.failed)} of {len(run.clients)} clients did not finish ({names}): the summary "
-                        "covers the records they left")
-    if problems:
-        fail("; ".join(problems), EXIT_FAILED)
+    if run.problems:
+        fail("; ".join(run.problems), EXIT_FAILED)
     return 0
 
 

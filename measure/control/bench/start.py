@@ -2,9 +2,9 @@
 SweepConfig, the run's parts started — the records file under the run header (machine/recorder.py), a load source made
 for each cell (control/wiring.py), the roofline, a client's share of one schedule (--segment, --start-at: this clock
 checked against the server's) — then the sweep (sweep.py) or --find's knee search (knee.py), and the summary and the
-table at the end. What ran comes back as a BenchRun: the cells, among them the one an interruption cut, and what went
-wrong at the end. tui/bench_cmd.py parses and checks the command line and turns a BenchRun into its last line and
-exit status; --ray's client actors are cluster.py's."""
+table at the end; or --ray's load from client actors on a Ray cluster (cluster.py). What ran comes back as a BenchRun:
+the cells, among them the one an interruption cut, and what went wrong at the end. tui/bench_cmd.py parses and checks
+the command line and turns a BenchRun into its last line and exit status."""
 from __future__ import annotations
 
 import time
@@ -19,6 +19,7 @@ from measure.control.plan import RunPlan
 from measure.control.wiring import make_source
 
 if TYPE_CHECKING:
+    from measure.machine.ray_cluster import ClusterSpec
     from measure.sources.base import FiniteLoadSource, LoadSource
 
 
@@ -128,6 +129,26 @@ def run_bench(plan: RunPlan, cfg: SweepConfig, header: Mapping[str, object], io:
     return run
 
 
+def run_ray_bench(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: Mapping[str, object],
+                  say: Callable[[str], None]) -> BenchRun:
+    """bench --ray: the one load from client actors on a Ray cluster (cluster.py, docs/design/ray.md) under
+    `plan.header(header)`, then the summary and the table; the clients that did not finish are among the problems.
+    ClusterError where it cannot start; an interruption goes through (the actors stopped on the way out)."""
+    from measure.control.bench.cluster import run_cluster
+
+    assert cfg.out_dir is not None
+    cfg.roofline = plan.roofline(say)
+    run = run_cluster(spec, plan, cfg, plan.header(header), cfg.out_dir, say)
+    problems = [p for p in (finish(cfg.out_dir, run.cells, say),) if p]
+    for w in run.warnings:
+        say(f"warning: {w}")
+    if run.failed:
+        names = ", ".join(c.name for c in run.failed)
+        problems.append(f"{len(run.failed)} of {len(run.clients)} clients did not finish ({names}): the summary "
+                        "covers the records they left")
+    return BenchRun(run.cells, problems=problems)
+
+
 def say_client_start(fields: Mapping[str, object], say: Callable[[str], None]) -> None:
     """A client's share said before its load starts: its segment of the schedule, this clock against the server's,
     and the wait until --start-at."""
@@ -181,4 +202,5 @@ def finish(out: Path, cells: list[Cell], say: Callable[[str], None]) -> str | No
     return None
 
 
-__all__ = ["BenchIO", "BenchRun", "Find", "client_share", "finish", "run_bench", "run_find", "say_client_start"]
+__all__ = ["BenchIO", "BenchRun", "Find", "client_share", "finish", "run_bench", "run_find", "run_ray_bench",
+           "say_client_start"]
