@@ -74,6 +74,18 @@ FIXED_OVERHEAD = {"nvidia-rtx-5090": "nvidia-dgx-spark", "nvidia-rtx-pro-6000": 
 BACKENDS = {"apple-": "Metal", "nvidia-": "CUDA", "amd-strix-halo": "CUDA"}
 
 
+# The micro-batch (llama.cpp -ub) of each source's runs where it is not llama.cpp's default (512): llama.cpp's own bench
+# files ran -ub 2048 (batched_sources.toml's header; published.toml's spark rows, its header). A windowed layer's cache
+# holds the window + one micro-batch, and CUDA's attention reads all of it (roofline.window_cells).
+UBATCH = {"spark": 2048, "spark6989": 2048, "spark7941": 2048, "m2u": 2048}
+
+
+def ubatch(p: dict[str, Any]) -> int:
+    from measure.core.work import LLAMA_UBATCH
+
+    return UBATCH.get(p["source"], LLAMA_UBATCH)
+
+
 def backend(chip_key: str) -> str:
     for prefix, name in BACKENDS.items():
         if chip_key.startswith(prefix):
@@ -169,7 +181,12 @@ def context(p: dict[str, Any]) -> int:
 
 def step_bytes(p: dict[str, Any], b: int = 1) -> float:
     """Bytes one decode step of `b` sequences of this row reads, as the predictor counts them."""
-    return float(_row_setup(p["chip"], p["model"])[0].bytes_per_step([context(p)] * b))
+    import dataclasses
+
+    from measure.core.roofline import window_cells
+
+    wm, m = _row_setup(p["chip"], p["model"])
+    return float(wm.bytes_per_step([context(p)] * b, window_cells(wm, dataclasses.replace(m, ubatch=ubatch(p)))))
 
 
 def fit_line(xs: list[float], ys: list[float], overhead: float | None = None) -> tuple[float, float]:
@@ -371,7 +388,7 @@ def predict_point(p: dict[str, Any], correlation: float | None = None, moe_layer
         m = dataclasses.replace(m, moe_layer_s=moe_layer_s)
     if moe_batch_layer_s is not None:
         m = dataclasses.replace(m, moe_batch_layer_s=moe_batch_layer_s)
-    pr = predict(wm, m, "batch", 1, int(p["b"]), at=lengths)
+    pr = predict(wm, dataclasses.replace(m, ubatch=ubatch(p)), "batch", 1, int(p["b"]), at=lengths)
     return pr.per_stream_tps * (int(p["b"]) if p["per"] == "aggregate" else 1)
 
 

@@ -164,6 +164,27 @@ def test_sliding_window_kv_per_engine_by_hand() -> None:
         g.kv_alloc_bytes(10, "paged")
 
 
+def test_cuda_attention_reads_the_whole_window_cache_metal_the_window_by_hand() -> None:
+    """CUDA's flash-attention kernels read every cell of a windowed layer's cache below the last unmasked stride,
+    Metal's skip the masked blocks (kernels.toml window_kv_reads; docs/design/kernels.md, "Attention")."""
+    from measure.core.roofline import step_reads, window_cells
+
+    g = _gemma()  # 3 global layers, 15 windowed of 512 tokens, 1 KiB a layer and token
+    assert g.window_cache_cells(2048) == 2560 and g.window_cache_cells() == 1024  # pad(512 + ubatch) to 256
+    cuda = replace(Machine.from_chip(Chip("c", "C", 200.0, backend="cuda")), ubatch=2048)
+    metal = replace(Machine.from_chip(Chip("m", "M", 200.0, backend="metal")), ubatch=2048)
+    assert (cuda.window_kv_reads, metal.window_kv_reads) == ("cache", "window")
+    assert window_cells(g, cuda) == 2560 and window_cells(g, metal) == 0
+    # at 8192 tokens: CUDA 3 × 8192 + 15 × 2560 cells, Metal 3 × 8192 + 15 × 512; inside the window both alike
+    assert step_reads(g, cuda, [8192]) - g.read_bytes(1) == (3 * 8192 + 15 * 2560) * 1024
+    assert step_reads(g, metal, [8192]) - g.read_bytes(1) == (3 * 8192 + 15 * 512) * 1024
+    assert step_reads(g, cuda, [1000, 1000]) - g.read_bytes(2) == 2 * 18 * 1000 * 1024  # below the cache: 1000 cells
+    # the step of a 100 GB/s-effective CUDA chip at 8192 tokens pays the cache's bytes
+    at = Lengths(prompt_tokens=8192, output_tokens=2, context=8192)
+    t = predict(g, replace(cuda, bandwidth_gbps=100.0, step_overhead_s=0.0), "batch", 1, 1, at=at).tpot_s
+    assert t == pytest.approx((g.read_bytes(1) + (3 * 8192 + 15 * 2560) * 1024) / 100e9)  # 64.5 MB of KV
+
+
 def test_linear_and_latent_attention() -> None:
     hybrid = replace(_gemma(), window=0, window_layers=0, linear_layers=12, state_bytes=3 * MiB)
     assert hybrid.kv_alloc_bytes(1024, "full") == 6 * 1024 * 1024 + 3 * MiB  # 6 attention layers + the state

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from measure.core.guard import footprint
 from measure.core.readings import Ceilings
 from measure.core.records import is_remote
-from measure.core.work import WorkModel, quant_family
-from presets import Chip, Kernels, chips, kernels
+from measure.core.work import LLAMA_UBATCH, WorkModel, quant_family
+from presets import Chip, Kernels, chips, kernels, load
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -144,6 +144,11 @@ class Machine:
     kernels: Kernels | None = None
     prefill_flops: float | None = None
     family: Family | None = None  # a chip nobody measured: its backend's figures, whose spread is the range shown
+    # what a GPU backend's decode attention reads of a windowed layer (kernels.toml window_kv_reads): "window" (it
+    # skips masked cells: the window), "cache" (it reads every cell of the window's cache, masked or not, pad(window
+    # + ubatch) once filled); `ubatch` the run's micro-batch (llama.cpp -ub)
+    window_kv_reads: str = "window"
+    ubatch: int = LLAMA_UBATCH
 
     def speedup(self, threads: int) -> float:
         if not self.thread_speedup:
@@ -265,10 +270,15 @@ class Machine:
         if moe_ms:
             notes.append(f"a mixture of experts: +{moe_ms:g} ms a step for each layer that routes (fitted on published "
                          "MoE rows of this chip's llama.cpp backend)")
-        return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3,
+        return cls(chip.name, gbps, source, flops=flops, step_overhead_s=overhead_ms / 1e3, window_kv_reads=_reads(chip),
                    batch_step_s=float(batch_ms) / 1e3, seq_step_s=float(seq_ms) / 1e3, moe_layer_s=moe_ms / 1e3,
                    moe_batch_layer_s=float(moe_batch_ms) / 1e3, notes=tuple(notes), kernels=path,
                    prefill_flops=chip.prefill_tflops * 1e12 if path is not None and chip.prefill_tflops else None)
+
+
+def _reads(chip: Chip) -> str:
+    """What the chip's backend's attention reads of a windowed layer (kernels.toml window_kv_reads; window_cells)."""
+    return str(load("kernels").get(chip.backend or "", {}).get("window_kv_reads", "window"))
 
 
 @dataclass(frozen=True)
@@ -354,11 +364,19 @@ def step_reads(work: WorkModel, m: Machine, contexts: Sequence[int]) -> float:
     """Bytes one decode step of len(contexts) sequences reads (work.bytes_per_step), except where the backend's
     vector kernels for a mixture of experts read each token's experts on their own (Metal's mul_mv_id below
     moe_tiled_min_b tokens: presets/kernels.toml), not the step's distinct experts once."""
-    total = work.bytes_per_step(contexts)
+    total = work.bytes_per_step(contexts, window_cells(work, m))
     b, path, e = len(contexts), m.kernels, work.experts
     if path and e and 1 < b < path.moe_tiled_min_b and path.moe_vector_reads == "per-token":
         total += (b * e.used - e.distinct(b)) * e.bytes_each
     return total
+
+
+def window_cells(work: WorkModel, m: Machine) -> int:
+    """The cells of a windowed layer this machine's attention reads at most a step: its window cache's where the
+    kernel reads masked cells (CUDA's fattn kernels read every cell up to the last unmasked stride: fattn-common.cuh
+    flash_attn_mask_to_KV_max, fattn-vec.cuh k_VKQ_max), else 0 (the window: Metal's flash_attn_ext_vec skips the
+    blocks of 32 cells the mask hides, ggml-metal.metal "skip -INF blocks"). docs/design/kernels.md, "Attention"."""
+    return work.window_cache_cells(m.ubatch) if m.window_kv_reads == "cache" else 0
 
 
 def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, str]:
@@ -445,7 +463,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     shares = {}
     # memory: K engines decoding at once share the bandwidth
     moved_step = step_reads(work, m, ctxs)
-    kv = sum(work.kv_read_bytes(c) for c in ctxs)
+    kv = sum(work.kv_read_bytes(c, window_cells(work, m)) for c in ctxs)
     t_mem = moved_step / (m.bandwidth_gbps * 1e9 / k)
     shares["bandwidth"] = t_mem
     thr = threads or (max(1, m.cores // k) if m.cores else 1)

@@ -121,11 +121,18 @@ class WorkModel:
         """KV a token adds while the context is within every window: all attention layers."""
         return self.attention_layers * self.kv_layer_token_bytes
 
-    def kv_read_bytes(self, ctx: int) -> float:
+    def kv_read_bytes(self, ctx: int, window_cells: int = 0) -> float:
         """KV one sequence reads in a decode step at `ctx` tokens: full layers the whole context, windowed
-        layers at most their window, linear layers their state."""
-        held = self.full_layers * ctx + self.window_layers * min(ctx, self.window or ctx)
+        layers at most their window (or `window_cells`, the cells of the window's cache an attention kernel reads
+        where it reads the masked ones too: window_cache_cells), linear layers their state."""
+        held = self.full_layers * ctx + self.window_layers * min(ctx, window_cells or self.window or ctx)
         return held * self.kv_layer_token_bytes + self.state_bytes
+
+    def window_cache_cells(self, ubatch: int = LLAMA_UBATCH) -> int:
+        """The cells of llama.cpp's window cache (pad(window + ubatch), as kv_alloc_bytes): what a kernel that reads
+        masked cells reads of a windowed layer once the context has filled it (docs/design/kernels.md, "Attention");
+        0 for a model without windows."""
+        return _pad(self.window + ubatch) if self.window and self.window_layers else 0
 
     def kv_alloc_bytes(self, ctx: int, layout: str = "llama.cpp-window", ubatch: int = LLAMA_UBATCH) -> float:
         """KV memory one sequence of `ctx` tokens holds in an engine (docs/design/model-reads.md):
@@ -155,9 +162,10 @@ class WorkModel:
         """Every weight held in memory (all experts): the file."""
         return self.file_bytes
 
-    def bytes_per_step(self, contexts: Sequence[int] = (0,)) -> float:
-        """One decode step of len(contexts) sequences, each holding that many tokens of context."""
-        return self.read_bytes(len(contexts)) + sum(self.kv_read_bytes(c) for c in contexts)
+    def bytes_per_step(self, contexts: Sequence[int] = (0,), window_cells: int = 0) -> float:
+        """One decode step of len(contexts) sequences, each holding that many tokens of context (`window_cells`:
+        kv_read_bytes)."""
+        return self.read_bytes(len(contexts)) + sum(self.kv_read_bytes(c, window_cells) for c in contexts)
 
     @property
     def active_params(self) -> float:
