@@ -53,10 +53,10 @@ LIMITS: dict[str, int] = {
     "lines of tui/cli.py": 600,
     "project modules tui/cli.py imports (fan-out)": 20,
     "definitions of free_port (tests/ and benchmarks/ too)": 1,
-    # held where they are so that none is added; issue 60's targets are 8 and 0 (not met: compare.py's Outcome and
-    # verdict, bench/cell.py's Bandwidth, Goodput, Machine, Prediction and Row, …)
-    "public names defined in two modules or more": 22,
-    "public names defined in both measure/core and measure/control": 8,
+    # held where they are so that none is added; issue 60's targets are 8 and 0 (not met: compare.py's Outcome beside
+    # records.Outcome, the machine's cached/get, Knee/KneeLevel in tune.record, fmt, load, main, parse_size, …)
+    "public names defined in two modules or more": 15,
+    "public names defined in both measure/core and measure/control": 1,
 }
 
 

@@ -59,7 +59,7 @@ def test_per_rep_timing_to_the_last_bit():
     assert C._achieved([]) is None
     # one request whose span is 0 ns: no batch span (nothing to divide by)
     flat = C.Cell.measure([rec(1, 5, 5, [5], 5)], C.Spec(1, 2, 1000, mode="batch"))
-    assert flat.bandwidth == C.Bandwidth(None, M.bandwidth_product("batch", 1000).formula)
+    assert flat.bandwidth == C.CellBandwidth(None, M.bandwidth_product("batch", 1000).formula)
 
 
 def _periods_case():
@@ -95,7 +95,7 @@ def test_clients_timing_and_goodput_without_a_span():
     assert cell.bandwidth.steps_per_s == exact(6 / 0.120)
     assert cell.goodput.rps == exact(3 / (6 / 40.0))  # 6 tokens ÷ 40 tok/s: the seconds goodput is per
     none = C.Cell.measure(recs, C.Spec(1, 1, 1000, slo=SLO("s", "s", ttft_s=1.0)), C.Clients([None, 5.0], [1.0, 1.0]))
-    assert none.goodput == C.Goodput("s: TTFT ≤ 1000 ms", None, None, None)
+    assert none.goodput == C.CellGoodput("s: TTFT ≤ 1000 ms", None, None, None)
 
 
 def test_a_cells_machine_cost_and_noise():
@@ -144,7 +144,7 @@ def test_only_an_http_cell_has_a_client_wait_processes_and_server_figures():
 def test_the_k_w_beta_prediction_of_an_http_cell_from_its_endpoints():
     recs = _http(_reps())
     cell = C.Cell.measure(recs, C.Spec(2, 1, 2 * 10**9, mode="http", endpoint_gbps=[50.0, 150.0]))
-    assert cell.prediction == C.Prediction("K·W/β", exact(2 * 2e9 / 200e9 * 1e3))  # K·W ÷ Σβ: 20 ms
+    assert cell.prediction == C.CellPrediction("K·W/β", exact(2 * 2e9 / 200e9 * 1e3))  # K·W ÷ Σβ: 20 ms
 
 
 def test_the_roofline_prediction_stands_where_it_has_one():
@@ -169,7 +169,7 @@ def test_the_bandwidth_of_a_batch_cell_from_the_bytes_a_step_reads():
     assert cell.bandwidth.formula == M.read_bandwidth("batch", work, agg_tps=1.0, steps_per_s=[1.0],
                                                       kv_read_bps=1.0).formula
     no_kv = C.Cell.measure(recs, C.Spec(1, 2, 1000, mode="batch"))
-    assert no_kv.bandwidth == C.Bandwidth(exact(steps_s * 1000 / 1e9), M.bandwidth_product(
+    assert no_kv.bandwidth == C.CellBandwidth(exact(steps_s * 1000 / 1e9), M.bandwidth_product(
         "batch", 1000, steps_per_s=[1.0]).formula, None, exact(steps_s), None)
 
 

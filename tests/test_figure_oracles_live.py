@@ -29,12 +29,12 @@ def rec(rid, sched, start, tokens, done, *, worker=0, error=None, rep=0, prompt_
 def test_step_goodput_over_the_settled_window():
     now = S.Counts(10, 6, 100, 50)
     base = S.Counts(4, 3, 40, 20)
-    g = ST.goodput(20.0, now, base)  # since base: 6 finished, 3 met, 60 tokens, 30 met → share 30/60 of 20 tok/s
+    g = ST.settled_goodput(20.0, now, base)  # since base: 6 finished, 3 met, 60 tokens, 30 met → share 30/60 of 20 tok/s
     assert (g.rps, g.tps, g.attainment, g.met, g.finished) == pytest.approx((3 * 20 / 60, 30 * 20 / 60, 0.5, 3, 6))
-    g = ST.goodput(20.0, now, S.Counts(10, 6, 100, 50))  # nothing finished since: over the level so far
+    g = ST.settled_goodput(20.0, now, S.Counts(10, 6, 100, 50))  # nothing finished since: over the level so far
     assert (g.tps, g.attainment) == pytest.approx((50 * 20 / 100, 0.6))
-    assert ST.goodput(20.0, S.Counts(0, 0, 0, 0), None) is None
-    assert ST.goodput(20.0, S.Counts(2, 1, 0, 0), None).tps == 0.0
+    assert ST.settled_goodput(20.0, S.Counts(0, 0, 0, 0), None) is None
+    assert ST.settled_goodput(20.0, S.Counts(2, 1, 0, 0), None).tps == 0.0
     assert now.since(base) == S.Counts(6, 3, 60, 30)
     assert ST._trend([1.0, 1.0, 2.0, 2.0]) == pytest.approx((2 - 1) / 1.5)
     assert ST._trend([5.0]) == 0.0 and ST._trend([0.0, 0.0]) == 0.0

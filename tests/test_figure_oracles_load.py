@@ -11,7 +11,7 @@ import pytest
 
 from engines.base import Prompt
 from measure.control.bench import knee as K
-from measure.control.bench.cell import Cell, Dist, Goodput, KneeLevel, Requests
+from measure.control.bench.cell import Cell, CellGoodput, Dist, KneeLevel, Requests
 from measure.core import arrivals as A
 from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record, is_remote, shifted
 from presets import SLO
@@ -188,7 +188,7 @@ def _cell(att, *, ok=True, trend=None, offered=None, arrivals=None, ttft99=100.0
     return Cell(k=1, b=1, status="ok" if ok else "wall", reason=None if ok else "memory wall",
                 requests=Requests(completed=n, ttft=Dist(p50=ttft50, p99=ttft99), queue_wait=Dist(p50=queue50),
                                   tpot=Dist(p50=tpot50)),
-                goodput=Goodput("s", None, None, att), knee=KneeLevel(offered_rps=offered, ttft_trend=trend,
+                goodput=CellGoodput("s", None, None, att), knee=KneeLevel(offered_rps=offered, ttft_trend=trend,
                                                                       arrivals_s=arrivals))
 
 

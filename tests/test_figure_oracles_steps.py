@@ -39,7 +39,7 @@ def _settle(t: ST.StepTable, lv: ST.StepLevel, f: S.LevelFigures, first_s: float
 
 
 def test_goodput_with_no_tokens_counted_is_zero_and_the_trend_compares_halves():
-    g = ST.goodput(20.0, S.Counts(2, 1, 0, 0), None)  # finished, but no output token counted: no rate
+    g = ST.settled_goodput(20.0, S.Counts(2, 1, 0, 0), None)  # finished, but no output token counted: no rate
     assert (g.rps, g.tps, g.attainment) == (0.0, 0.0, 0.5)
     # six readings: halves of three (1 2 3 | 4 5 6), their means 2 and 5 over the mean 3.5
     assert ST._trend([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == pytest.approx(3 / 3.5)

@@ -53,21 +53,21 @@ def test_compare_verdicts():
     serial = [_cell(1, 48, ttft=60), _cell(2, 49, ttft=900), _cell(4, 50, ttft=2800)]
     table = S.rows(engine, serial)
     assert [r.b for r in table] == [1, 2, 4] and table[2].share == pytest.approx(50 / 160)
-    v, why = S.verdict(table)
+    v, why = S.batching_verdict(table)
     assert v == "serialises" and "TTFT" in why
     full = [_cell(1, 49), _cell(2, 88), _cell(4, 150)]
-    assert S.verdict(S.rows(engine, full))[0] == "batches fully"
+    assert S.batching_verdict(S.rows(engine, full))[0] == "batches fully"
     part = [_cell(1, 45), _cell(2, 70), _cell(4, 120)]
-    assert S.verdict(S.rows(engine, part))[0] == "batches with 25% overhead"
+    assert S.batching_verdict(S.rows(engine, part))[0] == "batches with 25% overhead"
     interrupted = [_cell(1, 48), dict(_cell(2, 10), errors=7, completed=1), _cell(4, 150)]
-    v, why = S.verdict(S.rows(engine, interrupted))
+    v, why = S.batching_verdict(S.rows(engine, interrupted))
     assert v == "fails streams" and why == "B=2: 7 of 8 streams failed"
-    assert S.verdict(S.rows(engine, [_cell(1, 49), dict(_cell(2, 88), errors=1, completed=15), _cell(4, 150)]))[0] \
+    assert S.batching_verdict(S.rows(engine, [_cell(1, 49), dict(_cell(2, 88), errors=1, completed=15), _cell(4, 150)]))[0] \
         == "batches fully"  # one failed stream in 16 is not the verdict
     flat_engine = [_cell(1, 50), _cell(4, 52)]
-    assert S.verdict(S.rows(flat_engine, serial))[0] == "undecided"
-    assert S.verdict(S.rows(engine[:1], serial[:1]))[0] == "undecided"
-    assert S.verdict(S.rows(engine, [])) == ("undecided", "needs B = 1 and a B ≥ 2 measured on both sides")
+    assert S.batching_verdict(S.rows(flat_engine, serial))[0] == "undecided"
+    assert S.batching_verdict(S.rows(engine[:1], serial[:1]))[0] == "undecided"
+    assert S.batching_verdict(S.rows(engine, [])) == ("undecided", "needs B = 1 and a B ≥ 2 measured on both sides")
 
 
 @pytest.mark.parametrize("serve,expect", [("serialising", "serialises"), ("batching", "batches")])
@@ -227,13 +227,13 @@ def test_the_verdict_reads_the_server_records_before_the_rates():
     engine = [_cell(1, 50), _cell(2, 90)]
     looks_full = [_cell(1, 30), _cell(2, 88)]  # rates alone: ≥ 90 % of the engine at B = 2
     four = [_rec(i, 2, 0, range(1000 * i, 1000 * i + 1000, 100)) for i in range(4)]  # 4 in turns, all open at 0
-    v, why = S.verdict(S.rows(engine, looks_full, four))
+    v, why = S.batching_verdict(S.rows(engine, looks_full, four))
     assert v == "serialises" and "(B=2)" in why, why
     # streams that overlap (served 2 of 2) while the tok/s stays flat and TTFT rises: interleaved, not batched
     # (mlx_lm.server here: 1.4 → 1.6 tok/s from B = 1 to 4, the engine ×4.3)
     flat = [_cell(1, 30, ttft=100), _cell(2, 31, ttft=400)]
-    v, why = S.verdict(S.rows(engine, flat, side))
+    v, why = S.batching_verdict(S.rows(engine, flat, side))
     assert v == "interleaves" and "overlap" in why, why
     both = [_rec(i, 2, 0, range(0, 1000, 100)) for i in range(2)] + [_rec(i + 2, 2, 1000, range(1000, 2000, 100))
                                                                       for i in range(2)]
-    assert S.verdict(S.rows(engine, looks_full, both))[0] == "batches fully"
+    assert S.batching_verdict(S.rows(engine, looks_full, both))[0] == "batches fully"

@@ -9,7 +9,7 @@ began) and the token timing (`decoding_concurrency`): Σ over the streams of the
 token) inside the window ÷ the window. A serialising server's streams take turns, so their decoding spans do not
 overlap (≤ 1); a batching server's overlap (≈ B, less the prefills).
 
-Against the engine (`rows`, `verdict`): per B, the server's tok/s ÷ the engine's own batched tok/s in-process,
+Against the engine (`rows`, `batching_verdict`): per B, the server's tok/s ÷ the engine's own batched tok/s in-process,
 for the same prompts, lengths and seed; TPOT and TTFT side by side; the streams open and served at once from the
 server's records (`concurrency_of`); one verdict over all B.
 
@@ -160,7 +160,7 @@ def batching(open_streams: float, decoding: float | None, server_running: float 
 
 
 @dataclass(frozen=True)
-class Row:
+class ServingRow:
     """One B: the engine's and the server's figures (tok/s; TPOT and TTFT p50 in ms), and their ratio."""
 
     b: int
@@ -201,7 +201,7 @@ def _tokens(records: Sequence[RequestRecord], what: str) -> int | None:
 
 
 def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]],
-         server_records: Sequence[RequestRecord] = (), engine_records: Sequence[RequestRecord] = ()) -> list[Row]:
+         server_records: Sequence[RequestRecord] = (), engine_records: Sequence[RequestRecord] = ()) -> list[ServingRow]:
     """The summary.json cells of the two sweeps paired by B (one cell per B each; a B missing on one side has
     None there); the server's records give each B's streams open and served at once (concurrency_of, the
     prefill counted: prefill_of), its running gauge (gauge_of) and, with the engine's, each side's tokens."""
@@ -217,7 +217,7 @@ def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]
         opened, served = concurrency_of(mine, prefill)
         tpot = _f(v, "median_tpot_ms")
         stepped = stepped_share([r.token_ns for r in mine], tpot * 1e6, served) if tpot and served else None
-        out.append(Row(b, _f(e, "output_throughput"), _f(v, "output_throughput"), _f(e, "median_tpot_ms"),
+        out.append(ServingRow(b, _f(e, "output_throughput"), _f(v, "output_throughput"), _f(e, "median_tpot_ms"),
                        tpot, _f(e, "median_ttft_ms"), _f(v, "median_ttft_ms"), errors,
                        int(_f(v, "completed") or 0) + errors, opened, served, gauge_of(mine),
                        _tokens(theirs, "prompt_tokens"), _tokens(mine, "prompt_tokens"),
@@ -230,18 +230,18 @@ def _f(cell: Mapping[str, Any] | None, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _serial(r: Row) -> bool:
+def _serial(r: ServingRow) -> bool:
     v = batching(r.open or 0.0, r.served, r.gauge)
     return v is not None and v.verdict == "serialises"
 
 
-def _served_text(rows_: Sequence[Row]) -> str:
+def _served_text(rows_: Sequence[ServingRow]) -> str:
     return ", ".join(f"{r.at_once or 0.0:.1f} of {r.open or 0.0:.1f} open (B={r.b}"
                      + (", its gauge" if r.gauge is not None and r.gauge >= (r.served or 0.0) else "") + ")"
                      for r in rows_)
 
 
-def verdict(table: Sequence[Row]) -> tuple[str, str]:
+def batching_verdict(table: Sequence[ServingRow]) -> tuple[str, str]:
     """(verdict, why) over all B: `fails streams` (more than ERRORS_MAX of the server's streams failed at some B:
     its figures are not a batching verdict), `serialises` (at every B ≥ 2 its records show the streams open
     served one at a time, prefill counted: the live rule `batching`; or, without records, its tok/s flat in B
@@ -251,7 +251,7 @@ def verdict(table: Sequence[Row]) -> tuple[str, str]:
     with X % overhead` (X = 1 − its share at the largest B), `batches` (its records and tok/s say so where the
     engine does not scale here: no share named), or `undecided` (one B, a side missing, or an engine that does
     not scale here with a server that does not either). Streams that overlap but whose tokens never come out of
-    one step (Row.stepped) interleave whatever the engine does."""
+    one step (ServingRow.stepped) interleave whatever the engine does."""
     failing = [r for r in table if r.server_errors > ERRORS_MAX * max(1, r.server_requests)]
     if failing:
         return "fails streams", ", ".join(f"B={r.b}: {r.server_errors} of {r.server_requests} streams failed"
@@ -290,7 +290,7 @@ def verdict(table: Sequence[Row]) -> tuple[str, str]:
             f"{share:.0%} of the engine's tok/s at B={last.b} (×{s_scale:.2f} from B=1; the engine ×{e_scale:.2f})")
 
 
-def ttft_rise(known: Sequence[Row], only_queued: bool = False) -> str:
+def ttft_rise(known: Sequence[ServingRow], only_queued: bool = False) -> str:
     """The server's TTFT p50 rise from B = 1 at each B ≥ 2 beside the engine's own at that B; a rise at least
     TTFT_RISE × the engine's is the queue. only_queued: "" unless some B queues."""
     first = next((r for r in known if r.b == 1), None)

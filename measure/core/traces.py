@@ -55,7 +55,7 @@ VOCAB = tuple(dict.fromkeys(VOCAB))  # each once
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
+class TraceRow:
     """One request of a trace: its time (s from the first kept row), lengths, block ids, and in a trace of
     sessions its parent's row index (−1: a root) and turn."""
 
@@ -354,7 +354,7 @@ def model_filter_error(kind: str) -> DatasetError:
                         f"--workload {kind}:")
 
 
-class TraceTable(Sequence[Row]):
+class TraceTable(Sequence[TraceRow]):
     """A trace file's kept rows, streamed: scanned once at open (checks, counts, sha256, a byte offset every
     CHUNK rows), each row read again from its chunk when asked for (the CHUNKS_KEPT last chunks kept)."""
 
@@ -363,7 +363,7 @@ class TraceTable(Sequence[Row]):
         self.model_filter = model_filter
         self.block = fmt.block
         self._offsets: list[tuple[int, int]] = []  # (byte offset, line number) of rows 0, CHUNK, 2·CHUNK …
-        self._chunks: OrderedDict[int, list[Row]] = OrderedDict()
+        self._chunks: OrderedDict[int, list[TraceRow]] = OrderedDict()
         self.parents: array[int] | None = array("q") if fmt.sessions else None
         self.zero_rows = self.filtered = self.orphans = self.mismatched = 0
         self.sessions = 0
@@ -441,13 +441,13 @@ class TraceTable(Sequence[Row]):
         self._scanned = p
 
     # -- reading rows back
-    def _chunk(self, c: int) -> list[Row]:
+    def _chunk(self, c: int) -> list[TraceRow]:
         if c in self._chunks:
             self._chunks.move_to_end(c)
             return self._chunks[c]
         p = RowReader(self.fmt, self.name, self.model_filter).resume(self._scanned)
         start, line0 = self._offsets[c]
-        rows: list[Row] = []
+        rows: list[TraceRow] = []
         i = c * CHUNK
         for line, _, text, _ in self._lines(start, line0):
             if len(rows) == CHUNK or i >= self.n:
@@ -458,7 +458,7 @@ class TraceTable(Sequence[Row]):
             if got is None or got[1] == 0 or got[2] == 0:
                 continue
             t, n_in, n_out, ids, _, _, turn = got
-            rows.append(Row(i, line, t - self.t0, n_in, n_out, ids,
+            rows.append(TraceRow(i, line, t - self.t0, n_in, n_out, ids,
                             self.parents[i] if self.parents is not None else -1, turn))
             i += 1
         self._chunks[c] = rows
@@ -470,12 +470,12 @@ class TraceTable(Sequence[Row]):
         return self.n
 
     @overload
-    def __getitem__(self, i: int) -> Row: ...
+    def __getitem__(self, i: int) -> TraceRow: ...
 
     @overload
-    def __getitem__(self, i: slice) -> Sequence[Row]: ...
+    def __getitem__(self, i: slice) -> Sequence[TraceRow]: ...
 
-    def __getitem__(self, i: int | slice) -> Row | Sequence[Row]:
+    def __getitem__(self, i: int | slice) -> TraceRow | Sequence[TraceRow]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(self.n))]
         if i < 0:
@@ -569,7 +569,7 @@ class TraceDataset(Dataset):
         """Whether its prompts carry the trace's block ids (a prefix cache has something to find)."""
         return self.table is not None and self.table.block > 0
 
-    def row(self, index: int) -> Row:
+    def row(self, index: int) -> TraceRow:
         assert self.table is not None
         return self.table[index % self.table.n]
 
@@ -652,5 +652,5 @@ def after_of(wl: Workload) -> Sequence[int] | None:
 # ---- a trace's sessions -----------------------------------------------------------------------------------------
 
 
-__all__ = ["TRACE_FORMATS", "TraceFormat", "TraceFile", "TraceDataset", "TraceTable", "TraceTimes", "Row", "load",
+__all__ = ["TRACE_FORMATS", "TraceFormat", "TraceFile", "TraceDataset", "TraceTable", "TraceTimes", "TraceRow", "load",
            "after_of", "model_filter_error", "blocks_text", "block_words", "VOCAB"]

@@ -93,7 +93,7 @@ class Requests:
 
 
 @dataclass(frozen=True)
-class Bandwidth:
+class CellBandwidth:
     """The bandwidth product (docs/design/metrics.md) and what made it."""
 
     gbps: float | None = None
@@ -104,7 +104,7 @@ class Bandwidth:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class CellPrediction:
     """K·W/β's TPOT, or the roofline's TPOT and tok/s and the error of each against the measurement."""
 
     by: str | None = None  # roofline | K·W/β | None
@@ -168,8 +168,8 @@ class CostFigures:
 
 
 @dataclass(frozen=True)
-class Goodput:
-    """Goodput (--slo, docs/design/goodput.md)."""
+class CellGoodput:
+    """A cell's goodput (--slo, docs/design/goodput.md)."""
 
     slo: str | None = None
     rps: float | None = None
@@ -178,7 +178,7 @@ class Goodput:
 
 
 @dataclass(frozen=True)
-class Machine:
+class CellMachine:
     """The machine while the cell ran."""
 
     rss_gb_sum: float | None = None  # decimal GB (docs/design/units.md's exception)
@@ -200,7 +200,7 @@ class Machine:
 
 
 @dataclass(frozen=True)
-class Row:
+class CellRow:
     """The sweep's row a bench cell is in: its context (None: the workload's own prompts)."""
 
     context: int | None = None
@@ -249,7 +249,7 @@ class Cell:
     mode: str | None = None
     status: str | None = None  # ok | failed | refused | wall | timeout | cut
     reason: str | None = None  # a cell without numbers: why
-    row: Row | None = None
+    row: CellRow | None = None
     # per-second figures, timed by the cell's timing
     achieved_concurrency: float | None = None  # Little's law (docs/design/concurrency.md)
     output_throughput: float | None = None  # aggregate tok/s (docs/design/metrics.md)
@@ -258,14 +258,14 @@ class Cell:
     noisy: bool | None = None
     # the parts (empty where the cell has none of their figures; cost and scaling: None where not asked)
     requests: Requests = Requests()
-    bandwidth: Bandwidth = Bandwidth()
-    prediction: Prediction = Prediction()
+    bandwidth: CellBandwidth = CellBandwidth()
+    prediction: CellPrediction = CellPrediction()
     load: LoadGen = LoadGen()
     turns: Turns = Turns()
     server: Server = Server()
     cost: CostFigures | None = None
-    goodput: Goodput = Goodput()
-    machine: Machine = Machine()
+    goodput: CellGoodput = CellGoodput()
+    machine: CellMachine = CellMachine()
     scaling: Scaling | None = None
     knee: KneeLevel = KneeLevel()
     timing: TimingNote = TimingNote()
@@ -482,10 +482,12 @@ PATHS = {key: path for key, path, _ in KEYS}
 SKIPPED = [(key, PATHS[key]) for key in ("k", "b", "context", "status", "reason", "output_throughput",
                                          "median_tpot_ms", "median_ttft_ms", "p99_ttft_ms", "rss_gb_sum",
                                          "bandwidth_gbps", "cv", "noisy", "errors", "completed")]
-PARTS: dict[str, Callable[..., Any]] = {"requests": Requests, "bandwidth": Bandwidth, "prediction": Prediction,
+PARTS: dict[str, Callable[..., Any]] = {"requests": Requests, "bandwidth": CellBandwidth,
+                                        "prediction": CellPrediction,
                                         "load": LoadGen, "turns": Turns, "server": Server, "cost": CostFigures,
-                                        "goodput": Goodput, "machine": Machine, "scaling": Scaling, "knee": KneeLevel,
-                                        "timing": TimingNote, "row": Row}
+                                        "goodput": CellGoodput, "machine": CellMachine, "scaling": Scaling,
+                                        "knee": KneeLevel,
+                                        "timing": TimingNote, "row": CellRow}
 DISTS = {"ttft", "ttft_engine", "queue_wait", "ttfat", "tpot", "itl", "e2el", "lateness", "client_wait"}
 
 
@@ -496,7 +498,7 @@ def as_cell(c: Cell | Mapping[str, Any]) -> Cell:
 
 def skipped(k: int, b: int, context: int | None, status: str, reason: str) -> Cell:
     """A cell that has no numbers: refused by admission, stopped at the wall, out of time, or cut."""
-    return Cell(k=k, b=b, row=Row(context), status=status, reason=reason, noisy=False,
+    return Cell(k=k, b=b, row=CellRow(context), status=status, reason=reason, noisy=False,
                 requests=Requests(completed=0, errors=0))
 
 
@@ -587,7 +589,7 @@ def _measure(records: Sequence[RequestRecord], spec: Spec, timing: Timing) -> Ce
     cv = M.cv(t.per_rep)
     req = _requests(records, spec)
     kwb = M.kwb_tpot(spec.k, spec.weight_bytes, spec.bandwidth_gbps, spec.mode, spec.endpoint_gbps)
-    pred = Prediction("K·W/β" if kwb else None, None if kwb is None else kwb * 1e3)
+    pred = CellPrediction("K·W/β" if kwb else None, None if kwb is None else kwb * 1e3)
     served = min((r.k for r in records), default=spec.k)  # below K: a worker died mid-cell
     late = lateness_figures(records)
     wait: ClientWait = client_wait_figures(records) if is_remote(spec.mode) else {}
@@ -603,7 +605,7 @@ def _measure(records: Sequence[RequestRecord], spec: Spec, timing: Timing) -> Ce
                 requests=req, bandwidth=_bandwidth(records, t, spec, req.tpot.p50), prediction=pred, load=load,
                 turns=Turns(ttft_by_turn=turns, prefix_cache=prefix_cache_label(records)) if turns else Turns(),
                 server=_server(records) if is_remote(spec.mode) else Server(),
-                machine=Machine(M.rss_sum_bytes(records) / 1e9, served if served < spec.k else None),
+                machine=CellMachine(M.rss_sum_bytes(records) / 1e9, served if served < spec.k else None),
                 timing=t.note or TimingNote())
     if spec.cost is not None and (spec.cost.set or spec.watts is not None):
         from measure.core.cost import joules_per_token
@@ -612,7 +614,7 @@ def _measure(records: Sequence[RequestRecord], spec: Spec, timing: Timing) -> Ce
                                 spec.cost.usd_per_mtok(cell.output_throughput, spec.watts))
     if spec.slo is not None:
         g = M.goodput(records, spec.slo, t.goodput_s) if t.goodput_s is not None else None
-        cell.goodput = Goodput(spec.slo.describe(), g.rps if g else None, g.tps if g else None,
+        cell.goodput = CellGoodput(spec.slo.describe(), g.rps if g else None, g.tps if g else None,
                                g.attainment if g else None)
     if spec.roofline is not None:
         cell.prediction = _predicted(records, spec, cell) or pred
@@ -655,7 +657,7 @@ def _pct(values: Sequence[float], p: float) -> float:
     return v
 
 
-def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> Prediction | None:
+def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> CellPrediction | None:
     """The roofline's TPOT and tok/s for this cell, and the error of each against the measurement."""
     assert spec.roofline is not None
     good = M.ok(records)
@@ -669,7 +671,7 @@ def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> Pred
     def err(pred: float, meas: float | None) -> float | None:
         return (pred - meas) / meas if meas else None
 
-    return Prediction("roofline", p.tpot_s * 1e3, p.aggregate_tps, p.binding,
+    return CellPrediction("roofline", p.tpot_s * 1e3, p.aggregate_tps, p.binding,
                       err(p.tpot_s * 1e3, cell.requests.tpot.p50), err(p.aggregate_tps, cell.output_throughput),
                       p.caveat() if p.oversubscribed else None)
 
@@ -705,7 +707,7 @@ def _s(ms: float | None) -> float | None:
     return None if ms is None else ms / 1e3
 
 
-def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_ms: float | None) -> Bandwidth:
+def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_ms: float | None) -> CellBandwidth:
     """The bandwidth product (docs/design/metrics.md), from the cell's own figures: instances from its timed
     throughput, batch from the steps inside its timed span, http from each endpoint's TPOT p50."""
     mode, weight_bytes = spec.mode, spec.weight_bytes
@@ -717,21 +719,21 @@ def _bandwidth(records: Sequence[RequestRecord], timed: Timed, spec: Spec, tpot_
                                        if eps else [(_s(tpot_ms), timed.throughput)])
         else:
             bw = M.http_bandwidth(weight_bytes, [_s(e["median_tpot_ms"]) for e in eps] if eps else [_s(tpot_ms)])
-        return Bandwidth(bw.gbps, bw.formula, eps or None)
+        return CellBandwidth(bw.gbps, bw.formula, eps or None)
     work = spec.roofline.work if spec.roofline is not None else None  # the bytes a token reads (docs/design/model-reads.md), where known
     if mode != "batch":
         bw = (M.read_bandwidth(mode, work, agg_tps=timed.throughput) if work is not None
               else M.bandwidth_product(mode, weight_bytes, agg_tps=timed.throughput))
-        return Bandwidth(bw.gbps, bw.formula)
+        return CellBandwidth(bw.gbps, bw.formula)
     if timed.batch is None:  # no request decoded over a span
-        return Bandwidth(None, M.bandwidth_product(mode, weight_bytes).formula)
+        return CellBandwidth(None, M.bandwidth_product(mode, weight_bytes).formula)
     good, windows, secs = timed.batch
     steps, kv = M.batch_reads(good, windows, spec.kv_bytes_per_token)
     kv_per_s = None if kv is None else kv / secs
     bw = (M.read_bandwidth(mode, work, agg_tps=timed.throughput, steps_per_s=[steps / secs], kv_read_bps=kv_per_s)
           if work is not None and timed.throughput else
           M.bandwidth_product(mode, weight_bytes, steps_per_s=[steps / secs], kv_read_bps=kv_per_s))
-    return Bandwidth(bw.gbps, bw.formula, None, steps / secs, None if kv_per_s is None else kv_per_s / 1e9)
+    return CellBandwidth(bw.gbps, bw.formula, None, steps / secs, None if kv_per_s is None else kv_per_s / 1e9)
 
 
 def request_class(prompt_id: str) -> str:
@@ -811,8 +813,8 @@ def client_note(c: Cell) -> str:
             "(inside their TTFT: the client's queue, not the server's; a larger --b, or no --b with an open loop)")
 
 
-__all__ = ["Cell", "Spec", "Dist", "Requests", "Bandwidth", "Prediction", "LoadGen", "Turns", "Server", "CostFigures",
-           "Goodput", "Machine", "Row", "Scaling", "KneeLevel", "TimingNote", "KEYS", "as_cell", "skipped", "Timed",
-           "PerRep", "Periods", "Clients", "Timing", "endpoint_figures", "ttft_by_class",
+__all__ = ["Cell", "Spec", "Dist", "Requests", "CellBandwidth", "CellPrediction", "LoadGen", "Turns", "Server",
+           "CostFigures", "CellGoodput", "CellMachine", "CellRow", "Scaling", "KneeLevel", "TimingNote", "KEYS",
+           "as_cell", "skipped", "Timed", "PerRep", "Periods", "Clients", "Timing", "endpoint_figures", "ttft_by_class",
            "ClassTTFT", "EndpointFigures",
            "add_scaling", "fmt", "prediction_text", "answer_notes", "client_note", "write_summary"]

@@ -71,7 +71,7 @@ def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f}"
 
 
-def table_lines(rows: Sequence[S.Row]) -> list[str]:
+def table_lines(rows: Sequence[S.ServingRow]) -> list[str]:
     """The per-B table: tok/s of each side and their ratio, TPOT p50 and TTFT p50 side by side (ms)."""
     out = [(f"{'B':>3} {'engine tok/s':>12} {'server tok/s':>12} {'server÷engine':>13} "
             f"{'TPOT engine|server':>19} {'TTFT engine|server':>19} {'served at once':>14} "
@@ -91,7 +91,7 @@ def _n(v: int | None) -> str:
     return "—" if v is None else str(v)
 
 
-def work_notes(table: Sequence[S.Row]) -> list[str]:
+def work_notes(table: Sequence[S.ServingRow]) -> list[str]:
     """Where the two sides were not sent the same work: per B, prompt tokens or answer tokens that differ by more
     than WORK_TOLERANCE (a server that ends at EOS, a prompt made longer): named beside the share."""
     out = []
@@ -103,7 +103,7 @@ def work_notes(table: Sequence[S.Row]) -> list[str]:
     return out
 
 
-def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[S.Row]]:
+def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[S.ServingRow]]:
     """The two sweeps paired by B, the verdict and why: the command's JSON line (also written beside them), and
     the paired rows (each with the prompt and answer tokens each side was sent and gave); where the work was not
     the same, `unequal_work` says where, and `why` ends by naming it."""
@@ -111,7 +111,7 @@ def summary(engine_dir: Path, server_dir: Path, meta: dict[str, Any]) -> tuple[d
     asked = {int(c["b"]) for c in server}  # an engine sweep reused (--engine-from) may have measured more B
     table = S.rows([c for c in read_cells(engine_dir) if int(c["b"]) in asked], server,
                    read_requests(server_dir / "records.jsonl"), read_requests(engine_dir / "records.jsonl"))
-    verdict, why = S.verdict(table)
+    verdict, why = S.batching_verdict(table)
     unequal = work_notes(table)
     if unequal:
         why += "; not the same work, so the share compares unequal work: " + ", ".join(unequal)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.bench.cell import (Cell, Row, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
+from measure.control.bench.cell import (Cell, CellRow, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
                                   skipped as skipped_cell, write_summary)
 from measure.machine import host
 from measure.core import metrics as M
@@ -178,7 +178,7 @@ class CellRunner:
                                         wall if stop is None else lambda: stop() or (wall() if wall else None))
 
     def finish(self, records: list[RequestRecord], workload: Workload, mode: str, k: int, b: int,
-               row: Row | None = None) -> Cell:
+               row: CellRow | None = None) -> Cell:
         """The cell of these records (`row`: the sweep's row it is in), with the machine's thermal states and
         energy per rail over it, and what read its power."""
         cfg, src = self.cfg, self.source
@@ -372,7 +372,7 @@ def _finish(runner: CellRunner, records: list[RequestRecord], wl: Workload, k: i
             context: int | None) -> Cell:
     """A sweep's cell: the runner's, with its row and how its load was described; an OOM kill learnt."""
     cfg = runner.cfg
-    cell = runner.finish(records, wl, cfg.mode, k, b, row=Row(context))
+    cell = runner.finish(records, wl, cfg.mode, k, b, row=CellRow(context))
     if cfg.arrivals:
         cell.load = replace(cell.load, arrivals=cfg.arrivals.describe())
     if cfg.sessions:

@@ -36,7 +36,7 @@ SETTLE_CV = 0.10
 SETTLE_TREND = 0.05
 
 
-def goodput(tps: float, counts: Counts, base: Counts | None) -> M.Goodput | None:
+def settled_goodput(tps: float, counts: Counts, base: Counts | None) -> M.Goodput | None:
     """Goodput over the settled window: `counts` (finished, met, tokens, met tokens) now, less `base` (the
     counts at the first settled reading) where a request finished since; `tps` the row's settled tok/s.
     None before a request finished."""
@@ -134,7 +134,7 @@ class StepTable:
         waits = self._waits(level, r, age, n_good, tps)
         settled = not waits
         agg = statistics.fmean(tps) if tps else r.agg_tps
-        g = goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
+        g = settled_goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
         usd = self.cost.usd_per_mtok(agg, r.watts) if self.cost and agg else None
         self.current = StepRow(
             level.label, level.mode, level.k, level.b, settled,
