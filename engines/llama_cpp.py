@@ -36,7 +36,8 @@ LLAMA_SERVER = EngineDecl("llama-server", "llama-server", "server", model_kind="
                           kv_layout="llama.cpp-window", probe="engine-rates", plan_as="llama", flash_attn=True,
                           tune_modes=("slots", "servers"), tune_half_threads=True,
                           tune_knobs=("flash_attn", "kv_type", "ubatch"),
-                          serve_argv=("llama-server", "-m", "{model}", "--host", "127.0.0.1", "--port", "{port}"))
+                          serve_argv=("llama-server", "-m", "{model}", "--host", "127.0.0.1", "--port", "{port}"),
+                          server_flags="llama-server", measure_flags=("--metrics",))
 
 
 def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:

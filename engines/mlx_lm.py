@@ -28,6 +28,14 @@ if TYPE_CHECKING:
 MLX = EngineDecl("mlx", "mlx-lm", "in-process", model_kind="mlx", work_model="config", kv_layout="mlx", gpu="mac",
                  factory="engines.mlx_lm:MlxLmEngine", own_blas=True, tune_modes=("instances", "batch"),
                  serve_argv=("mlx_lm.server", "--model", "{model}", "--host", "127.0.0.1", "--port", "{port}"))
+# mlx-lm's own server, started by tune on loopback as llama-server is (its client is engines/http_openai.py): it
+# batches up to --decode-concurrency requests and prefills up to --prompt-concurrency prompts at once (mlx-lm
+# 0.32.2; --kv-bits would serve one at a time, so tune leaves it off); its model, memory and roofline are mlx's
+MLX_SERVER = EngineDecl("mlx-server", "mlx_lm.server", "server", model_kind="mlx", work_model="config",
+                        kv_layout="mlx", gpu="mac", plan_as="mlx", tune_modes=("slots", "servers"),
+                        tune_knobs=("prompt_concurrency",), server_flags="mlx_lm.server", needs="mlx_lm",
+                        serve_argv=("mlx_lm.server", "--model", "{model}", "--host", "127.0.0.1", "--port",
+                                    "{port}"))
 
 INSTALL_HINT = "pip install 'inference-top[mlx]' (Linux: mlx[cpu]), or use --engine llama"
 

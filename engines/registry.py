@@ -7,11 +7,13 @@ import importlib
 from engines.base import Engine, EngineError, EngineSpec
 from engines.http_openai import HTTP
 from engines.llama_cpp import LLAMA, LLAMA_SERVER
-from engines.mlx_lm import MLX
+from engines.mlx_lm import MLX, MLX_SERVER
 from engines.null import NULL
 from engines.spec import EngineDecl
+from engines.vllm import VLLM
 
-ENGINES: dict[str, EngineDecl] = {e.name: e for e in (LLAMA, MLX, HTTP, NULL, LLAMA_SERVER)}
+ENGINES: dict[str, EngineDecl] = {e.name: e for e in (LLAMA, MLX, HTTP, NULL, LLAMA_SERVER,
+                                                                  MLX_SERVER, VLLM)}
 
 
 def declared(name: str) -> EngineDecl:

@@ -1,7 +1,8 @@
 """What an engine declares: the one object the rest of the code asks about an engine (docs/design/shape.md).
 
 Each engine module holds its own declaration beside its code (engines/llama_cpp.py: LLAMA and LLAMA_SERVER,
-engines/mlx_lm.py: MLX, engines/http_openai.py: HTTP, engines/null.py: NULL); engines/registry.py collects them
+engines/mlx_lm.py: MLX and MLX_SERVER, engines/vllm.py: VLLM, engines/http_openai.py: HTTP, engines/null.py: NULL);
+engines/registry.py collects them
 by name. A declaration is data: names of kinds the layers above act on (how its model is found, where its work
 model is read, what the probe gives it), never code of theirs (engines sits below measure: nothing here imports
 it). A new engine is its module with its declaration, one line in engines/registry.py, and --engine's choices.
@@ -26,10 +27,14 @@ Probe = Literal["engine-rates", "bandwidth"]
 # ("mac"); not ours to say, counted as all of it ("server").
 Gpu = Literal["layers", "mac", "server"]
 # tune's knobs beyond the shape (K, B, threads), each varied one at a time from the defaults
-Knob = Literal["flash_attn", "kv_type", "ubatch"]
+Knob = Literal["flash_attn", "kv_type", "ubatch", "prompt_concurrency"]
 # tune's ways of taking concurrent requests: K engines of one request each, K engines batching B, one server's
 # parallel slots, K servers behind one queue
 TuneMode = Literal["instances", "batch", "slots", "servers"]
+# the flags a server of its own takes for tune's slots and knobs (tune/space.py's SERVER_FLAGS): llama-server's
+# (-np, -c, -t, -fa, -ctk/-ctv, -ub), mlx_lm.server's (--decode-concurrency, --prompt-concurrency) or vLLM's
+# (--max-num-seqs, --max-model-len)
+ServerFlags = Literal["", "llama-server", "mlx_lm.server", "vllm"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,9 @@ class EngineDecl:
     tune_knobs: tuple[Knob, ...] = ()
     serve_argv: tuple[str, ...] = ()  # the command serving a model of it on loopback: {model}, {port}; argv[0]
     # is the default program (serve() takes another)
+    server_flags: ServerFlags = ""  # a server tune starts: the flags its slots and knobs are given as
+    measure_flags: tuple[str, ...] = ()  # what tune adds when it measures it (not in the serve command): --metrics
+    needs: str = ""  # the Python module it cannot run without: tune names it skipped, with why, where it is missing
 
     @property
     def in_process(self) -> bool:

@@ -12,7 +12,7 @@ from measure.core.work import KV_LAYOUTS
 
 
 def test_every_engine_is_declared_under_its_name() -> None:
-    assert set(ENGINES) == {"llama", "mlx", "http", "null", "llama-server"}
+    assert set(ENGINES) == {"llama", "mlx", "http", "null", "llama-server", "mlx-server", "vllm"}
     for name, e in ENGINES.items():
         assert e.name == name and declared(name) is e
         assert e.kv_layout in KV_LAYOUTS
@@ -20,9 +20,9 @@ def test_every_engine_is_declared_under_its_name() -> None:
 
 def test_an_unknown_name_is_one_line_naming_the_engines() -> None:
     with pytest.raises(EngineError) as exc:
-        declared("vllm")
+        declared("sglang")
     msg = str(exc.value)
-    assert "\n" not in msg and "'vllm'" in msg
+    assert "\n" not in msg and "'sglang'" in msg
     assert all(name in msg for name in ENGINES)
 
 
@@ -40,7 +40,8 @@ def test_the_plan_an_engine_is_measured_under_is_an_in_process_engine_with_a_mod
         assert plan.plan_engine == plan.name  # one step, no chain
         assert e.remote or plan.in_process
     assert declared("llama-server").plan_engine == "llama" and declared("null").plan_engine == "llama"
-    assert declared("mlx").plan_engine == "mlx"
+    assert declared("mlx").plan_engine == "mlx" and declared("mlx-server").plan_engine == "mlx"
+    assert declared("vllm").plan_engine == "llama"
 
 
 def test_the_kinds_each_engine_declares() -> None:
@@ -51,7 +52,11 @@ def test_the_kinds_each_engine_declares() -> None:
     assert null.simulated and not any(e.simulated for e in (llama, mlx, http, server))
     assert server.starts_server and llama.gguf_tokenizer and not mlx.gguf_tokenizer
     assert llama.flash_attn and not mlx.flash_attn and mlx.own_blas and not llama.own_blas
-    assert [e.name for e in ENGINES.values() if e.tune_modes] == ["llama", "mlx", "llama-server"]
+    assert [e.name for e in ENGINES.values() if e.tune_modes] == ["llama", "mlx", "llama-server", "mlx-server", "vllm"]
+    mlx_server, vllm = declared("mlx-server"), declared("vllm")
+    assert all(e.starts_server and e.server_flags for e in (server, mlx_server, vllm))
+    assert (mlx_server.model_kind, mlx_server.needs, vllm.needs) == ("mlx", "mlx_lm", "vllm")
+    assert server.measure_flags == ("--metrics",) and not mlx_server.measure_flags
 
 
 def test_a_serve_command_fills_the_model_and_port() -> None:
@@ -69,6 +74,6 @@ def test_a_worker_builds_the_engine_its_declaration_names_and_refuses_one_it_can
     from engines.registry import make_engine
 
     assert isinstance(make_engine(EngineSpec("null", "")), NullEngine)
-    for name, says in (("http", "does not run in a worker of ours"), ("vllm", "unknown engine 'vllm'")):
+    for name, says in (("http", "does not run in a worker of ours"), ("sglang", "unknown engine 'sglang'")):
         with pytest.raises(EngineError, match=says):
             make_engine(EngineSpec(name, ""))

@@ -182,7 +182,7 @@ def test_parse_budget():
 
 @pytest.mark.parametrize("argv, says", [
     (["--budget", "later"], "--budget 'later'"),
-    (["--engine", "vllm"], "--engine 'vllm'"),
+    (["--engine", "vllm2"], "--engine 'vllm2'"),
     (["--resume", "/nonexistent/tune"], "--resume /nonexistent/tune"),
 ])
 def test_cli_bad_input_is_one_line(argv, says, tmp_path):
@@ -453,6 +453,7 @@ def test_several_llama_servers_behind_one_queue(tmp_path):
     from pathlib import Path
 
     from measure.control.tune import server_opener
+    from measure.control.tune.runs import ServerRun
 
     fake = tmp_path / "llama-server"
     fake.write_text("#!" + sys.executable + "\n" + FAKE_SERVER.format(root=str(Path(__file__).parent.parent)))
@@ -461,7 +462,7 @@ def test_several_llama_servers_behind_one_queue(tmp_path):
     assert c.key.startswith("llama-server ×2 np=1 t=1") and c.concurrency == 2
     s = settings(engines=["llama-server"], users=2, requests=6)
     meta = RunMeta("llama-server", "null", 0, mode="http", b=2, simulated=True)
-    opener = server_opener(str(fake), "m.gguf", meta, 512, 2, tmp_path / "runs", ready_s=30)
+    opener = server_opener(ServerRun(str(fake), "m.gguf", 512, ready_s=30), meta, 2, tmp_path / "runs")
     t = cell_measure(opener, s, tmp_path, {}, lambda m: None)(c, 6, 60)
     assert t.status == "ok" and t.completed == 6, t
     recs = [json.loads(x) for x in (tmp_path / t.records).read_text().splitlines()[1:]]

@@ -71,3 +71,39 @@ def test_a_stop_by_q_is_said_as_a_stop():
 
     text = format_result(tune.result("m.gguf", 512))
     assert "stopped by q" in text and "the budget stopped it" not in text
+
+
+def _stopped_at(budget: float, stop_at: int):
+    """A tune of the planted clock (5 s a run) whose q is pressed during its `stop_at`-th run: (tune, lines, runs)."""
+    clock, control, lines, runs = [0.0], TuneControl(), [], []
+
+    def measure(c, n, timeout, *suffix):
+        clock[0] += 5
+        runs.append(n)
+        if len(runs) == stop_at:
+            control.stop()
+        return Trial(requests=n, status="ok", goodput_tps=float(len(runs)), output_throughput=len(runs) + 1.0,
+                     p99_ttft_ms=100.0, load_s=4)
+
+    tune = Tune(settings(budget_s=budget), candidates(["llama"], cores=2, users=2), measure, say=lines.append,
+                clock=lambda: clock[0], carried=Carried(control=control))
+    tune.search()
+    return tune, lines, runs
+
+
+def test_a_stop_by_q_is_a_stop_whenever_it_comes_and_whatever_the_budget_cut_before():
+    """q pressed at any run (the 1st … 9th) of a tune at any budget from 20 to 75 s: the tune ends `stopped`, no
+    line says the budget cut a round or stopped it, the footer says q (a round the budget held for its best few
+    before q still says so on those rows: it did)."""
+    import itertools
+
+    from measure.control.tune import format_result
+
+    for budget, stop_at in itertools.product(range(20, 80, 5), range(1, 10)):
+        tune, lines, runs = _stopped_at(float(budget), stop_at)
+        if len(runs) < stop_at:
+            continue  # the budget ended it before q
+        text = format_result(tune.result("m.gguf", 512))
+        assert tune.stopped == "stopped", (budget, stop_at)
+        assert not [x for x in lines if "the budget cut" in x or "the budget:" in x], (budget, stop_at, lines)
+        assert "stopped by q" in text and "the budget stopped it" not in text, (budget, stop_at)

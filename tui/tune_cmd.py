@@ -20,7 +20,8 @@ def tune_parser() -> OneLineParser:
                       "(successive halving) judge them by goodput under the SLO; writes tune.json and the command "
                       "line that serves the winner")
     eng, load, slo, search = p.group(ENGINE), p.group(LOAD), p.group(SLO), p.group(SEARCH)
-    eng.add_argument("--engine", default="llama", help="comma list of llama, llama-server, mlx (default llama)")
+    eng.add_argument("--engine", default="llama", help="comma list of llama, llama-server, mlx, mlx-server "
+                     "(mlx_lm.server), vllm (default llama; one not installed here is named skipped)")
     eng.add_argument("--model", help="a .gguf (llama, llama-server) or an mlx-lm folder; default the embedded model")
     slo.add_argument("--slo", default="interactive", help="interactive (default), server, or ttft=450ms,tpot=40ms")
     search.add_argument("--budget", default="15m", help="wall-clock budget: 600, 600s, 10m, 1h (default 15m)")
@@ -95,11 +96,12 @@ def tune_main(argv: list[str]) -> int:
     writable(out, "--out", folder=True)
     from engines.registry import declared
 
-    server_bin = llama_server_bin() if any(declared(e).starts_server for e in engines) else None
+    runnable = _runnable(engines)
+    server_bin = llama_server_bin() if any(declared(e).serve_argv[:1] == ("llama-server",) for e in runnable) else None
     from measure.machine.probes import physical_cores
 
     users = args.users or 2 * physical_cores()
-    plans = tune_plans(args, engines, users)
+    plans = tune_plans(args, runnable, users)
     plan = next(iter(plans.values()))
     assert plan.slo is not None  # --slo has a default
     wl = plan.workload
@@ -130,6 +132,17 @@ def tune_main(argv: list[str]) -> int:
     say(format_result(res))
     say(f"\nwrote {out}/tune.json (runs' records in {out}/runs/)")
     return 0
+
+
+def _runnable(engines: list[str]) -> list[str]:
+    """The engines asked for that can run here (the tune names the others skipped, in its output and tune.json);
+    none: one line, exit 2."""
+    from measure.control.tune import unavailable
+
+    skipped = unavailable(engines)
+    if len(skipped) == len(engines):
+        fail("no engine asked for can run here: " + "; ".join(f"{e}: {why}" for e, why in skipped.items()))
+    return [e for e in engines if e not in skipped]
 
 
 def _live_tune(start, summary, out: Path) -> int:

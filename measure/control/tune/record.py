@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from engines.registry import ENGINES as DECLARED
 from measure.control.bench.compare import Interval
 from measure.control.tune.space import Candidate, Predicted, Settings, TuneError
 
@@ -202,7 +203,19 @@ class PredictedRecord(Record):
                    goodput_tps=p.goodput_tps, binding=p.binding)
 
 
-CANDIDATE = " ".join(f.name for f in dataclasses.fields(Candidate))  # its fields, written flat
+# its fields, written flat; a knob of one engine only where that engine declares it (a tune.json of main reads
+# back byte for byte)
+OWN_KNOBS = ("prompt_concurrency",)
+CANDIDATE = " ".join(f.name for f in dataclasses.fields(Candidate) if f.name not in OWN_KNOBS)
+
+
+def _own_knob(name: str) -> Key:
+    """A knob written only for a candidate whose engine declares it."""
+    def when(r: CandidateRecord) -> bool:
+        d = DECLARED.get(r.candidate.engine)
+        return d is not None and name in d.tune_knobs
+
+    return Key(name, ("candidate", name), when)
 
 
 def _judged(c: CandidateRecord) -> bool:
@@ -225,7 +238,8 @@ class CandidateRecord(Record):
     error_p99_ttft: float | None = None
     error_goodput: float | None = None
 
-    KEYS = (Key("key", ("key",)), *keys(CANDIDATE, part="candidate"), *keys("status reason"),
+    KEYS = (Key("key", ("key",)), *keys(CANDIDATE, part="candidate"), *map(_own_knob, OWN_KNOBS),
+            *keys("status reason"),
             Key("predicted", ("predicted",), kind=PredictedRecord), many("trials", Trial),
             *keys("error_output_throughput error_p99_ttft error_goodput", _judged))
     PARTS = {"candidate": Candidate}
@@ -371,12 +385,14 @@ class TuneResult(Record):
     final_compare: FinalCompare | None = None
     within_noise: list[str] = field(default_factory=list)
     not_tried: dict[str, str] = field(default_factory=dict)
+    skipped_engines: dict[str, str] = field(default_factory=dict)  # engines asked for that cannot run here: why
     winner: Winner | None = None
 
     KEYS = (*keys("command version"), *keys("machine", None), Key("settings", ("settings",), kind=SettingsRecord),
             *keys("model elapsed_s this_session_s stopped"), many("rounds", Round),
             many("candidates", CandidateRecord), *keys("front front_requests notes"),
             Key("final_compare", ("final_compare",), kind=FinalCompare), *keys("within_noise not_tried"),
+            Key("skipped_engines", ("skipped_engines",), lambda r: bool(r.skipped_engines)),
             Key("winner", ("winner",), kind=Winner))
 
     def text(self) -> str:

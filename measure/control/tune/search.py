@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,7 @@ from measure.control.tune.live import TuneControl, TuneRowView, TuneView
 from measure.control.tune.record import CompareRun, Done, FinalCompare, Round, SettingsRecord, Trial, TuneResult, Winner
 from measure.control.tune.rows import Measure, Row, prune_bar, standing, trial_of
 from measure.control.tune.space import PRUNE, Candidate, Predicted, Settings
-from measure.control.tune.text import bench_command, serve_command
+from measure.control.tune.text import Serving, bench_command, serve_command
 
 if TYPE_CHECKING:
     from measure.control.bench.answers import Answers
@@ -33,6 +33,8 @@ class Carried:
     spent_s: float = 0.0
     control: TuneControl | None = None
     answers: Callable[[Trial], Answers | None] | None = None  # a run's answers from its records (answers.py)
+    serving: Mapping[str, Serving] | None = None  # by engine: the model and environment its serve command names
+    skipped_engines: Mapping[str, str] | None = None  # engines asked for that cannot run here: why (tune.json)
 
 
 @dataclass
@@ -60,6 +62,8 @@ class Tune:
         self.on_change = carried.on_change or (lambda t: None)
         self.control = carried.control
         self.answers_of = carried.answers
+        self.serving = dict(carried.serving or {})
+        self.skipped_engines = dict(carried.skipped_engines or {})
         spent_s = carried.spent_s
         self.rows: dict[str, Row] = {}
         for c in cands:
@@ -104,10 +108,12 @@ class Tune:
         if key in self.done:
             t = self.done.pop(key)
             self.say(f"  {row.candidate.key}: {n} requests — from the earlier tune: {_line(t)}")
+        elif self.control is not None and self.control.stopped:  # q: said as a stop, never as the budget's cut
+            return self._held(row, n)
         else:
             est, left = self.estimate(row, n), self.left()
             if est > left:
-                self.stopped = "budget"
+                self._budget_cut()
                 why = f"the budget: ≈ {est:.0f} s needed for {n} requests, {max(0.0, left):.0f} s left"
                 if not row.trials:
                     row.status, row.reason = "not tried", why
@@ -129,6 +135,8 @@ class Tune:
                     self.control.take_skip()  # a skip asked while this run went on was this run's
             took = self.clock() - t0
             t = replace(t, seconds=round(took, 2))
+            if self.control and self.control.stopped:  # q during the run: the tune ends as stopped, whatever cut before
+                self.stopped = "stopped"
             if t.ok and t.load_s is not None:
                 self.start_s.append(max(0.0, took - t.load_s))
             self.say(f"  {_line(t)}")
@@ -141,6 +149,11 @@ class Tune:
             row.status, row.reason = t.status, f"at {n} requests: {t.reason}"
         self.on_change(self)
         return t
+
+    def _budget_cut(self) -> None:
+        """The budget stopped something: said so, unless q stopped the tune first (a stop is said as a stop)."""
+        if self.stopped != "stopped":
+            self.stopped = "budget"
 
     def _held(self, row: Row, n: int) -> Trial | None:
         """The live keys before a run (TuneControl): waits while paused; where the tune was stopped, None with
@@ -254,6 +267,11 @@ class Tune:
         ranked, complete = pool, True
         second = pool[1] if len(pool) > 1 else None  # the runner-up: second of the last ranking that had two
         while len(pool) > 1 and self.stopped != "budget":
+            if self.control is not None and self.control.stopped:  # q between rounds: no round after it
+                self.stopped = "stopped"
+                self.say(f"the tune was stopped (q) before the round at {2 * n} requests: the winner is the best "
+                         f"of the round at {n} requests")
+                break
             keep = pool[:math.ceil(len(pool) / 2)]
             for r in pool[len(keep):]:
                 r.reason = f"halved out after {n} requests ({_line(r.trials[-1])})"
@@ -262,7 +280,7 @@ class Tune:
             cut = []
             while len(keep) > 1 and sum(self.estimate(r, 2 * n) for r in keep) > self.left():
                 cut.append(keep.pop())
-                self.stopped = "budget"
+                self._budget_cut()
             for r in cut:
                 r.reason = f"not run at {2 * n} requests: the budget held that round for the best {len(keep)} only"
             n *= 2
@@ -317,6 +335,8 @@ class Tune:
             finally:
                 if self.control:
                     self.control.running = None
+                    if self.control.stopped:  # q during the comparison: its run is `stopped`, the tune too
+                        self.stopped = "stopped"
             trials[side].append(t)
             if not t.ok:
                 raise CompareError(f"{c.key}'s run {i + 1} of the comparison: {t.status}: {t.reason}")
@@ -457,7 +477,8 @@ class Tune:
         winner = None
         if w is not None and w.last is not None:
             winner = Winner(key=w.candidate.key, candidate=w.candidate, trial=w.last,
-                            serve_command=serve_command(w.candidate, model, ctx, server_bin),
+                            serve_command=serve_command(w.candidate, model, ctx, server_bin,
+                                                        self.serving.get(w.candidate.engine)),
                             bench_command=bench_command(w.candidate, model, s, w.last.requests))
         return TuneResult(machine=machine, settings=SettingsRecord.of(s), model=model,
                           elapsed_s=round(self.clock() - self.t0 + self.spent_before, 1),
@@ -466,7 +487,8 @@ class Tune:
                           front=[r.candidate.key for r in self.front()], front_requests=self.front_n(),
                           notes=list(self.notes), final_compare=self.final, within_noise=list(self.within_noise),
                           not_tried={r.candidate.key: r.reason for r in self.rows.values()
-                                     if r.status in ("not tried", "pruned", "pending")}, winner=winner)
+                                     if r.status in ("not tried", "pruned", "pending")},
+                          skipped_engines=dict(self.skipped_engines), winner=winner)
 
 
 def _line(t: Trial) -> str:

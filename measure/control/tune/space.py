@@ -23,6 +23,7 @@ PRUNE = 0.5  # a shape whose predicted tok/s is under this share of the best pre
 FIRST_ROUND = 8  # at most this many shapes run in the first round (the best predicted)
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes per element of llama.cpp's KV cache types
 UBATCH = 512  # llama-server's default physical batch (-ub)
+PROMPT_CONCURRENCY = 8  # mlx_lm.server's default prompts prefilled at once (--prompt-concurrency)
 
 
 class TuneError(ValueError):
@@ -35,6 +36,19 @@ def parse_budget(text: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise TuneError(f"--budget {text!r}: give a time such as 600, 600s, 10m or 1h")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def unavailable(engines: Sequence[str]) -> dict[str, str]:
+    """The engines asked for that cannot run here, each with why in a few words: the Python module its
+    declaration needs is not installed (vLLM where it is not). tune names them skipped, never silently."""
+    import importlib.util
+
+    out = {}
+    for e in engines:
+        d = DECLARED.get(e)
+        if d is not None and d.needs and importlib.util.find_spec(d.needs) is None:
+            out[e] = f"{d.needs} is not installed here (pip install {d.needs})"
+    return out
 
 
 def tuned(engine: str) -> EngineDecl:
@@ -59,6 +73,7 @@ class Candidate:
     flash_attn: bool = True
     kv_type: str = "f16"  # llama-server's -ctk/-ctv (in-process llama-cpp-python here keeps f16)
     ubatch: int = UBATCH  # llama-server's -ub
+    prompt_concurrency: int = PROMPT_CONCURRENCY  # mlx_lm.server's --prompt-concurrency
 
     @property
     def decl(self) -> EngineDecl:
@@ -69,7 +84,7 @@ class Candidate:
         """Its name: the engine, the shape, and each knob its engine declares (a server: ×K, its slots)."""
         d = self.decl
         shown = {"flash_attn": f"fa={'on' if self.flash_attn else 'off'}", "kv_type": f"kv={self.kv_type}",
-                 "ubatch": f"ub={self.ubatch}"}
+                 "ubatch": f"ub={self.ubatch}", "prompt_concurrency": f"pc={self.prompt_concurrency}"}
         tail = "".join(f" {shown[k]}" for k in d.tune_knobs)
         if d.starts_server:
             return f"{self.engine}{f' ×{self.k}' if self.k > 1 else ''} np={self.b} t={self.threads}{tail}"
@@ -86,7 +101,8 @@ class Candidate:
 
     @property
     def default_knobs(self) -> bool:
-        return self.flash_attn and self.kv_type == "f16" and self.ubatch == UBATCH
+        return (self.flash_attn and self.kv_type == "f16" and self.ubatch == UBATCH
+                and self.prompt_concurrency == PROMPT_CONCURRENCY)
 
     @property
     def concurrency(self) -> int:
@@ -104,16 +120,39 @@ class Candidate:
         return [VARY[k](self) for k in self.decl.tune_knobs]
 
     def server_flags(self, ctx: int) -> list[str]:
-        """llama-server's flags for this candidate (-c is the whole context, split over the slots)."""
-        return ["-np", str(self.b), "-c", str(ctx * self.b), "-t", str(self.threads),
-                "-fa", "on" if self.flash_attn else "off", "-ctk", self.kv_type, "-ctv", self.kv_type,
-                "-ub", str(self.ubatch)]
+        """Its server's flags for this candidate's slots and knobs (its declaration's server_flags)."""
+        return SERVER_FLAGS[self.decl.server_flags](self, ctx)
 
 
-# each knob's one change from the defaults (flash attention flipped, the KV cache at q8_0, a smaller n_ubatch)
+def _llama_server_flags(c: Candidate, ctx: int) -> list[str]:
+    """llama-server: N slots, -c the whole context (split over the slots), threads and the knobs."""
+    return ["-np", str(c.b), "-c", str(ctx * c.b), "-t", str(c.threads), "-fa", "on" if c.flash_attn else "off",
+            "-ctk", c.kv_type, "-ctv", c.kv_type, "-ub", str(c.ubatch)]
+
+
+def _mlx_server_flags(c: Candidate, ctx: int) -> list[str]:
+    """mlx_lm.server: B requests decoded at once, its prompts prefilled at most `prompt_concurrency` at once (its
+    context grows as a request needs; its threads are OpenBLAS's, set in its environment: tune/runs.py)."""
+    return ["--decode-concurrency", str(c.b), "--prompt-concurrency", str(c.prompt_concurrency)]
+
+
+def _vllm_flags(c: Candidate, ctx: int) -> list[str]:
+    """vLLM: B sequences at once, the context each request needs."""
+    return ["--max-num-seqs", str(c.b), "--max-model-len", str(ctx)]
+
+
+def _no_flags(c: Candidate, ctx: int) -> list[str]:
+    raise TuneError(f"--engine {c.engine}: not a server tune starts")
+
+
+SERVER_FLAGS: dict[str, Callable[[Candidate, int], list[str]]] = {
+    "llama-server": _llama_server_flags, "mlx_lm.server": _mlx_server_flags, "vllm": _vllm_flags, "": _no_flags}
+
+# each knob's one change from the defaults (flash attention flipped, the KV cache at q8_0, a smaller n_ubatch,
+# one prompt prefilled at a time)
 VARY: dict[Knob, Callable[[Candidate], Candidate]] = {
     "flash_attn": lambda c: replace(c, flash_attn=not c.flash_attn), "kv_type": lambda c: replace(c, kv_type="q8_0"),
-    "ubatch": lambda c: replace(c, ubatch=128)}
+    "ubatch": lambda c: replace(c, ubatch=128), "prompt_concurrency": lambda c: replace(c, prompt_concurrency=1)}
 
 
 @dataclass

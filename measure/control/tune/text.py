@@ -3,6 +3,8 @@ serve it and reproduce it."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from measure.control.tune.record import CandidateRecord, TuneResult
@@ -12,11 +14,28 @@ if TYPE_CHECKING:
     from presets import SLO
 
 
-def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server") -> str:
-    """The copy-pasteable command line that serves this candidate."""
+@dataclass(frozen=True)
+class Serving:
+    """How an engine's winner is served: the model it reads (an mlx folder for mlx_lm.server, where the tune's
+    model is the GGUF it came from) and the environment its server ran in ({threads}: the candidate's), e.g.
+    mlx_lm.server's OpenBLAS on Linux (engines/mlx_blas.py)."""
+
+    model: str
+    env: tuple[str, ...] = ()
+
+
+def serve_command(c: Candidate, model: str, ctx: int, server_bin: str = "llama-server",
+                  serving: Serving | None = None) -> str:
+    """The copy-pasteable command line that serves this candidate (`serving`: its engine's model and environment,
+    where not the tune's model)."""
     d = c.decl
-    if d.starts_server:  # K servers of its own, one port each
-        return " & ".join(shlex.join([*d.serve(model, 8080 + i, server_bin), *c.server_flags(ctx)]) for i in range(c.k))
+    if serving is not None:
+        model = serving.model
+    if d.starts_server:  # K servers of its own, one port each; `server_bin` is llama-server's program
+        program = server_bin if Path(server_bin).name == d.serve_argv[0] else None
+        env = [w.format(threads=c.threads) for w in (serving.env if serving else ())]
+        return " & ".join(shlex.join([*env, *d.serve(model, 8080 + i, program), *c.server_flags(ctx)])
+                          for i in range(c.k))
     if d.serve_argv and c.mode == "instances" and c.k == 1:  # one engine of one request: its own server
         return shlex.join(d.serve(model, 8080))
     return shlex.join(["inference-top", *_local_flags(c, model, ctx)])
@@ -41,8 +60,9 @@ def bench_command(c: Candidate, model: str, s: Settings, requests: int) -> str:
         load.append("--stop-at-eos")
     if c.decl.starts_server:
         urls = [a for i in range(c.k) for a in ("--url", f"http://127.0.0.1:{8080 + i}/v1")]
+        tok = ["--tokenizer", model] if c.decl.gguf_tokenizer else []  # prompts as ids where tune sent them so
         return shlex.join(["inference-top", "bench", "--engine", "http", *urls,
-                           "--tokenizer", model, "--b", str(s.users), *load])  # one stream a user, as tune ran it
+                           *tok, "--b", str(s.users), *load])  # one stream a user, as tune ran it
     return shlex.join(["inference-top", "bench", *_local_flags(c, model, s.ctx), *load])
 
 
@@ -113,6 +133,7 @@ def _result_footer(res: TuneResult) -> list[str]:
     if by:
         lines.append("not measured: " + ", ".join(f"{n} {k}" for k, n in by.items())
                      + " (tune.json's candidates say why, each)")
+    lines += [f"skipped: --engine {e}: {why}" for e, why in res.skipped_engines.items()]
     lines.append(f"{res.elapsed_s:.0f} s of the {res.settings.budget_s:.0f} s budget" +
                  ("; the budget stopped it: tune --resume OUT goes on" if res.stopped == "budget" else
                   "; stopped by q: tune --resume OUT goes on" if res.stopped == "stopped" else ""))
