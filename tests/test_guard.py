@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from measure.core.guard import GiB, MiB, WallThresholds, admit, detect_wall, footprint, parse_size, shape_from_preset
+from measure.core.guard import (GiB, MiB, WallThresholds, admit, detect_wall, footprint, parse_memory_size,
+                                shape_from_preset)
 from measure.core.sizing import plan
 from measure.core.readings import SystemSample
 from sim import run_for, sim_controller
@@ -36,7 +37,7 @@ def test_plan_cli_prints_the_numbers():
 
 
 def test_sizes_and_footprint():
-    assert parse_size("48G") == 48 * GiB and parse_size("48GiB") == 48 * GiB and parse_size("512M") == 512 * MiB and parse_size("512MiB") == 512 * MiB and parse_size("1.5GiB") == int(1.5 * GiB)
+    assert parse_memory_size("48G") == 48 * GiB and parse_memory_size("48GiB") == 48 * GiB and parse_memory_size("512M") == 512 * MiB and parse_memory_size("512MiB") == 512 * MiB and parse_memory_size("1.5GiB") == int(1.5 * GiB)
     fp = footprint(k=4, b=2, ctx=1000, weight_bytes=4_000_000_000, kv_per_token=100_000, overhead_bytes=500_000_000)
     assert fp.total == 4 * 4_000_000_000 + 4 * 500_000_000 + 4 * 2 * 1000 * 100_000  # 18.8 GB
     msg = admit(fp, budget=18_000_000_000)

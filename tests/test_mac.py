@@ -393,15 +393,15 @@ def test_rail_power_and_a_frozen_counter():
     rails = {r.rail: r for r in host.rail_power(w, w["seconds"])}
     assert rails["gpu"].watts == pytest.approx(18.24) and rails["dram"].watts == pytest.approx(0.98)
     assert rails["ane"].watts == 0.0  # a counter at 0 on a rail that may idle is a reading
-    jpt = host.joules_per_token(list(rails.values()), w["tokens"])
+    jpt = host.rails_joules_per_token(list(rails.values()), w["tokens"])
     assert jpt["gpu"] == pytest.approx(182.4 / 1389)
     f = json.loads(text("zeus_window_frozen_cpu.json"))
     frozen = {r.rail: r for r in host.rail_power(f, f["seconds"])}
     assert frozen["cpu"].watts is None and frozen["cpu"].note.startswith("frozen")
     assert "0 W" not in frozen["cpu"].label() and "frozen" in frozen["cpu"].label()
     assert frozen["ane"].note == "not reported on this Mac"
-    assert "cpu" not in host.joules_per_token(list(frozen.values()), f["tokens"])  # never counted as 0 J
-    assert host.joules_per_token(list(frozen.values()), 0) == {}
+    assert "cpu" not in host.rails_joules_per_token(list(frozen.values()), f["tokens"])  # never counted as 0 J
+    assert host.rails_joules_per_token(list(frozen.values()), 0) == {}
 
 
 def test_powermetrics_watts():

@@ -190,7 +190,7 @@ def test_storage_probe_reads_from_storage(tmp_path, monkeypatch):
     assert r.swap_cluster_bytes >= 4096 and r.minor_fault_us >= 0
     assert list(tmp_path.iterdir()) == []  # the test file is removed
     S.save("k", r)
-    assert S.cached("k") == r and S.cached("other") is None
+    assert S.cached_rates("k") == r and S.cached_rates("other") is None
     assert "storage" in r.describe()
 
 

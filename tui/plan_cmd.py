@@ -40,7 +40,7 @@ def plan_parser() -> argparse.ArgumentParser:
 
 def plan_main(argv: list[str]) -> int:
     args = plan_parser().parse_args(argv)
-    from measure.core.guard import GuardError, parse_size, shape_from_preset
+    from measure.core.guard import GuardError, parse_memory_size, shape_from_preset
     from measure.machine.model_files import shape_from_config, shape_from_gguf, work_model
     from measure.core.sizing import PlanError, PlanMachine, chip_memory, chip_predictions, plan, unified_memory
     from measure.machine.probes import total_memory_bytes
@@ -57,7 +57,7 @@ def plan_main(argv: list[str]) -> int:
         else:
             shape = shape_from_preset(args.preset)
         dtype = args.kv_dtype or (model(args.preset).kv_dtype if args.preset else "f16")
-        memory = parse_size(args.memory) if args.memory else chip_memory(args.chip) or total_memory_bytes()
+        memory = parse_memory_size(args.memory) if args.memory else chip_memory(args.chip) or total_memory_bytes()
         result = plan(shape, args.context, memory, dtype, args.users, args.memory_budget, args.kv_cache_tokens,
                       PlanMachine(unified=unified_memory(args.chip)))
     except (GuardError, EngineError, PresetError) as exc:

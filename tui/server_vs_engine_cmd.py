@@ -92,7 +92,7 @@ def server_vs_engine_main(argv: list[str]) -> int:
             cmd = SVE.server_command(a.serve, str(model.path), port, max(a.b), a.ctx, threads,
                                      llama_server_bin() if a.serve == "llama-server" else None)
             print(f"server-vs-engine: starting {' '.join(cmd)}", flush=True)
-            proc = SVE.start_server(cmd, port, out / "server.log")
+            proc = SVE.start_serving(cmd, port, out / "server.log")
             url = f"http://127.0.0.1:{port}/v1"
         tok = ["--tokenizer", str(model.path)] if declared(engine).gguf_tokenizer else []
         _sub_bench(["--engine", "http", "--url", url, *same[2:], *tok, "--prefix-cache", "off",

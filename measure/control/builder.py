@@ -14,7 +14,7 @@ from measure.control.plan import RunPlan, StartError, remote_engine
 from measure.core.arrivals import ArrivalSpec, parse_arrivals
 from measure.core.cost import Cost
 from measure.core.datasets import CHECK_DRAWS, Dataset, DatasetError, check_fits
-from measure.core.guard import GuardError, parse_size
+from measure.core.guard import GuardError, parse_memory_size
 from measure.core.sessions import SessionError, SessionSpec, parse_think
 from measure.core.traces import after_of
 from measure.core.units import fmt_gib
@@ -102,7 +102,7 @@ def resolve_budget(text: str | None, total: int | None = None, limit_name: str |
     if v is not None and 0 < v <= 1:
         return int(v * total), f"{v:.0%} of {fmt_gib(total)} ({limit_name})"
     try:
-        n = parse_size(text)
+        n = parse_memory_size(text)
     except GuardError as exc:
         raise StartError(f"--memory-budget: {exc} (or a fraction such as 0.85)") from None
     return n, f"--memory-budget {text} = {fmt_gib(n)}"
@@ -286,7 +286,7 @@ def _remote_plan(opts: PlanOptions, common: dict[str, Any], progress: Callable[[
         raise StartError(f"--k {max(ks)}: only {n} endpoints were given (K = endpoints in use)")
     served = _served_work(opts.model_bytes)
     try:
-        model_bytes = served.file_bytes if served else parse_size(opts.model_bytes) if opts.model_bytes else 0
+        model_bytes = served.file_bytes if served else parse_memory_size(opts.model_bytes) if opts.model_bytes else 0
     except GuardError as exc:
         raise StartError(f"--model-bytes: {exc}") from None
     try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from measure.control.bench.report import fmt, report_runs
+from measure.control.bench.cell import fmt
+from measure.control.bench.report import report_runs
 from measure.control.bench.runs import ReportError
 from measure.control.tune.record import RecordError, TuneResult, load_result
 

@@ -40,7 +40,7 @@ def dtype_bytes(name: str) -> float:
     return KV_DTYPE_BYTES[key]
 
 
-def parse_size(text: str) -> int:
+def parse_memory_size(text: str) -> int:
     """units.parse_size, failing with GuardError (a memory size: 48G = 48GB = 48GiB = 48 × 2³⁰ B)."""
     try:
         return units.parse_size(text)

@@ -232,7 +232,7 @@ def parse_powermetrics(text: str) -> dict[str, float]:
     return out
 
 
-def joules_per_token(rails: list[RailPower], tokens: int) -> dict[str, float]:
+def rails_joules_per_token(rails: list[RailPower], tokens: int) -> dict[str, float]:
     """J/token per readable rail (frozen and unreported rails left out, not counted as 0)."""
     if tokens <= 0:
         return {}

@@ -111,7 +111,7 @@ def _read_worker(q: multiprocessing.queues.Queue[float]) -> None:
     q.put(n * READ_BYTES / (time.perf_counter() - t0) / 1e9)
 
 
-def read_bandwidth(processes: int) -> float:
+def probe_read_gbps(processes: int) -> float:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     ps = [ctx.Process(target=_read_worker, args=(q,), daemon=True) for _ in range(processes)]
@@ -246,7 +246,7 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     name, _ = detect_chip()
     say(f"probing {name} ({cores} cores): memory read bandwidth …")
-    read = {str(n): read_bandwidth(n) for n in range(1, cores + 1)}
+    read = {str(n): probe_read_gbps(n) for n in range(1, cores + 1)}
     engine = {}
     try:
         choice = model or resolve_model("llama", None, lambda m: None)
@@ -279,7 +279,7 @@ def _storage(model: ModelChoice | None, say: Callable[[str], None]) -> None:
 
     where = Path(model.path).parent if model is not None and not model.embedded else _cache().parent
     say(f"probing the storage under {where}: sequential, random 4 KiB, swap-cluster and mmap'ed reads …")
-    rates = storage.get(machine_key(), where)  # once per machine: `probe --rerun` does not redo it
+    rates = storage.measured_rates(machine_key(), where)  # once per machine: `probe --rerun` does not redo it
     if rates is not None:
         say(rates.describe())
 

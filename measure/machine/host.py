@@ -27,7 +27,7 @@ from typing import Any
 from measure.core.guard import DEFAULT_BUDGET_FRACTION, mac_budget
 from measure.core.readings import (GiB, LARGE_SHARE, MiB, NVML_HOT, RAILS, SMALL_MAC_BYTES, SMALL_SHARE,
                                    UNKNOWN_THERMAL, MacMemory, RailPower, Thermal, VmStat, WorkingSet,
-                                   default_working_set, is_mac, joules_per_token, nvml_reasons, others_held,
+                                   default_working_set, is_mac, rails_joules_per_token, nvml_reasons, others_held,
                                    parse_memory_pressure, parse_pmset_therm, parse_powermetrics, parse_swapusage,
                                    parse_sysctl, parse_vm_stat, rail_power, working_set)
 from measure.core.units import fmt_gib
@@ -237,7 +237,7 @@ __all__ = [
     "GiB", "MiB", "is_mac", "SMALL_MAC_BYTES", "SMALL_SHARE", "LARGE_SHARE", "default_working_set",
     "parse_sysctl", "WorkingSet", "working_set", "VmStat", "parse_vm_stat", "parse_memory_pressure",
     "parse_swapusage", "Thermal", "UNKNOWN_THERMAL", "parse_pmset_therm", "NVML_HOT", "nvml_reasons", "RAILS",
-    "RailPower", "rail_power", "parse_powermetrics", "joules_per_token", "MacMemory", "others_held", "Run",
+    "RailPower", "rail_power", "parse_powermetrics", "rails_joules_per_token", "MacMemory", "others_held", "Run",
     "run_tool", "mlx_device_info", "linux_thermal", "nvml_thermal", "ThermalReader", "EnergyWindow",
     "read_mac_memory", "default_budget",
 ]

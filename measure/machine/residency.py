@@ -196,7 +196,7 @@ def plan_lines(rows: Sequence[Prediction], result: Mapping[str, Any], chip: str 
     from measure.machine import storage
     from measure.machine.ceilings import machine_key
 
-    rates = storage.cached(machine_key()) if chip == "this" else None
+    rates = storage.cached_rates(machine_key()) if chip == "this" else None
     if rates is None and not result.get("unified"):
         return []
     row = next((r for r in result["rows"] if r["context"] == context), None) or result["rows"][0]
@@ -230,7 +230,7 @@ def header_fields(mmapped: bool, per_request: float = 0.0) -> dict[str, Any]:
     lim = limits("self", mmapped)
     s = sys_memory()
     out = gives_out(lim, 0, per_request)
-    rates = storage.cached(machine_key())
+    rates = storage.cached_rates(machine_key())
     return {"gives_out_first": out.memory, "headroom_bytes": out.headroom, "headroom_requests": out.units,
             "limit": out.limit, "cgroup_limit_bytes": lim.cgroup_limit, "swap_total_bytes": lim.swap_total,
             "swap_free_bytes": lim.swap_free, "weights_mmapped": mmapped, "memory_pressure": s.pressure,

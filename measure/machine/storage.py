@@ -237,7 +237,7 @@ def _cache() -> Path:
     return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "storage.json"
 
 
-def cached(key: str) -> StorageRates | None:
+def cached_rates(key: str) -> StorageRates | None:
     """The storage rates cached for this machine (`key`: ceilings.machine_key), or None."""
     try:
         d = json.loads(_cache().read_text()).get(key)
@@ -268,10 +268,10 @@ def put_entry(p: Path, key: str, value: dict[str, Any]) -> None:
         pass
 
 
-def get(key: str, where: Path, rerun: bool = False) -> StorageRates | None:
+def measured_rates(key: str, where: Path, rerun: bool = False) -> StorageRates | None:
     """The cached rates, measured first if there are none (or when asked); None where they cannot be measured
     (not Linux, a file system that refuses the test file)."""
-    r = None if rerun else cached(key)
+    r = None if rerun else cached_rates(key)
     if r is not None:
         return r
     if not hasattr(os, "posix_fadvise"):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from measure.core import metrics as M
 from measure.core.lines import Environment
-from measure.control.bench.cell import Cell
+from measure.control.bench.cell import Cell, fmt
 from measure.control.bench.knee import TARGET_ATTAINMENT
 from measure.control.bench.runs import ReportError, Run, combine, load_run
 from measure.control.bench.sweep import answer_notes, client_note
@@ -448,10 +448,6 @@ def _peak_swap(run: Run, cell: Cell) -> float | None:
     return max(vals) / 1e9 if vals else None
 
 
-def fmt(v: float | None, spec: str = ".1f") -> str:
-    return "—" if v is None else format(v, spec)
-
-
 def _heat_lines(run: Run) -> list[str]:
     """Burst vs sustained tok/s of each cell that ran long enough (metrics.burst_sustained), with the thermal
     states it saw: a machine that throttles as it heats reads sustained below burst."""
@@ -554,4 +550,4 @@ def report_runs(paths: list[str], out: Path, crossover_of_two: bool = False,
     return files, md, [w for r in runs for w in r.warnings]
 
 
-__all__ = ["report_runs", "render", "markdown", "crossover", "fmt"]
+__all__ = ["report_runs", "render", "markdown", "crossover"]

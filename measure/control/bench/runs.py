@@ -48,7 +48,7 @@ class Combined:
     clients_start: list[ClientStart]
 
 
-class Level(NamedTuple):
+class LevelKey(NamedTuple):
     """A cell's level, as the clients' runs are matched by: K, B and the mode."""
 
     k: int | None
@@ -150,7 +150,7 @@ def combine(runs: list[Run]) -> Run:
     elif max(started) - min(started) > TOGETHER_S:
         warnings.append(f"the clients' runs started {max(started) - min(started):.0f} s apart (> {TOGETHER_S:.0f} s):"
                         " they did not load the servers together, so their sum is not one load")
-    keys = [{Level(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
+    keys = [{LevelKey(c.k, c.b, c.mode) for c in r.cells if c.ok} for r in runs]
     if any(k != keys[0] for k in keys):
         warnings.append("the clients did not run the same cells: a cell missing from one sums fewer clients "
                         "(see 'clients' per cell)")
@@ -253,7 +253,7 @@ def _clients_check(runs: list[Run]) -> tuple[str | None, list[str]]:
     return " + ".join(f"{i}/{m}" for i, m in sorted(shares)), warnings
 
 
-def _arrival_rps(parts: list[tuple[Run, Cell]], key: Level, segments: str | None) -> float | None:
+def _arrival_rps(parts: list[tuple[Run, Cell]], key: LevelKey, segments: str | None) -> float | None:
     """The rate the clients offered together: segments of one schedule, anchored at their --start-at, put back on
     the schedule's own clock (each scheduled time − its client's time zero) give the schedule's rate; else each
     client offered its own, and the rates add (their clocks are never compared)."""

@@ -46,7 +46,7 @@ def server_command(kind: str, model: str, port: int, b_max: int, ctx: int, threa
     raise ServeError(f"--serve {kind}: not one of {', '.join(SERVERS)}")
 
 
-def start_server(cmd: list[str], port: int, log_path: Path, ready_s: float = 180.0) -> subprocess.Popen[bytes]:
+def start_serving(cmd: list[str], port: int, log_path: Path, ready_s: float = 180.0) -> subprocess.Popen[bytes]:
     """Run `cmd`, its output in `log_path`, until GET /v1/models on `port` answers 200; ServeError (the process
     stopped) where it exits first or does not answer within ready_s (machine/servers.start_server)."""
     try:

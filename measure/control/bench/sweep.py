@@ -108,7 +108,7 @@ class CellRunner:
         from measure.machine import storage
         from measure.machine.ceilings import machine_key
 
-        self.storage = storage.cached(machine_key()) if self.local else None  # the probe's, where it ran
+        self.storage = storage.cached_rates(machine_key()) if self.local else None  # the probe's, where it ran
 
     def footprint(self, mode: str, k: int, b: int, seq_ctx: int) -> Footprint:
         return engine_footprint(mode, k, b, EngineMemory(
@@ -200,7 +200,7 @@ class CellRunner:
             rails = self.energy.end(busy=bool(records))
             self.energy = None
             if read := {r.rail: r.watts for r in rails if r.watts is not None}:
-                machine = replace(machine, rails_watts=read, rails_joules_per_token=host.joules_per_token(
+                machine = replace(machine, rails_watts=read, rails_joules_per_token=host.rails_joules_per_token(
                     rails, cell.requests.total_output_tokens or 0) or None)
             if unread := "; ".join(r.label() for r in rails if r.watts is None):
                 machine = replace(machine, rails_unread=unread)

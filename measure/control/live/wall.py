@@ -206,4 +206,4 @@ def residency_watch(source: Any, weights_bytes: int, engine: str) -> ResidencyWa
     options = getattr(spec, "options", None) or {}
     mmapped = "mlx" not in engine.lower() and bool(options.get("use_mmap", True))
     return ResidencyWatch(path if isinstance(path, str) else None, weights_bytes, mmapped,
-                          storage.cached(machine_key()))
+                          storage.cached_rates(machine_key()))
