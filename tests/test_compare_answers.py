@@ -10,7 +10,7 @@ import pytest
 
 from measure.control.bench.answers import (IDS, WORDS, Answers, agree, answers_of, first_difference, of_cells,
                                            verdict_clause)
-from measure.control.bench.compare import METRICS, Interval, Outcome
+from measure.control.bench.compare import METRICS, Interval, Comparison
 from measure.core.records import RequestRecord
 
 TOKS = METRICS["tok/s"]
@@ -62,15 +62,15 @@ def test_agreement_names_the_share_the_earliest_divergence_and_a_side_whose_own_
 
 def test_a_winner_whose_answers_differ_says_so_and_records_without_ids_say_not_compared():
     ag = agree([Answers(IDS, {0: (1, 2), 1: (3, 4)})], [Answers(IDS, {0: (1, 2), 1: (3, 5)})])
-    faster = Outcome("B is 20.0% ± 2.0% faster than A in tok/s (…) — decided after 3 rounds", "difference",
+    faster = Comparison("B is 20.0% ± 2.0% faster than A in tok/s (…) — decided after 3 rounds", "difference",
                      Interval(0.2, 0.18, 0.22, 0.95, 3), (100.0, 120.0), [])
     s = faster.with_answers(ag, TOKS).sentence
     assert s.endswith("; B wins, but its answers differ in 1 of 2 prompts from token 2 (token ids, greedy; A's "
                       "first run against B's)"), s
-    slower = Outcome("x", "difference", Interval(-0.2, -0.22, -0.18, 0.95, 3), (100.0, 80.0), [])
+    slower = Comparison("x", "difference", Interval(-0.2, -0.22, -0.18, 0.95, 3), (100.0, 80.0), [])
     assert "A wins, but its answers differ" in slower.with_answers(ag, TOKS).sentence
     assert "B wins, but" in slower.with_answers(ag, METRICS["tpot"]).sentence  # TPOT 20 % lower: B wins
-    none = Outcome("no difference above 3.0%", "budget", Interval(0.01, -0.02, 0.03, 0.95, 3), (1.0, 1.0), [])
+    none = Comparison("no difference above 3.0%", "budget", Interval(0.01, -0.02, 0.03, 0.95, 3), (1.0, 1.0), [])
     assert none.with_answers(ag, TOKS).sentence == "no difference above 3.0%; " + ag.words()
     assert verdict_clause(None, "B").startswith("answers not compared (the records carry no answers")
     assert none.with_answers(ag, TOKS).to_dict()["answers"]["identical"] == 1

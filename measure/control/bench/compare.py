@@ -31,7 +31,7 @@ A side whose run fails ends the command with the rounds measured so far written 
 Beside the speed, the answers (issue 58): both sides answer the same prompts greedily, each answer comes back
 in its record (a local engine's token ids, a server's text), and the verdict ends with the share of prompts
 answered alike and the first token where they part, a side that wins on speed but answers otherwise named
-(answers.py; `Outcome.with_answers`).
+(answers.py; `Comparison.with_answers`).
 
 The statistics are a pure function of the per-run figures (`Sequential`, `welch`), tested with simulated figures
 drawn from the null engine's measured run-to-run noise and at 2, 10 and 15 % noise with its lag-1 correlation;
@@ -374,7 +374,7 @@ class RunFigure(NamedTuple):
 
 
 class OutcomeLine(TypedDict):
-    """compare.json's verdict part (Outcome.to_dict)."""
+    """compare.json's verdict part (Comparison.to_dict)."""
 
     sentence: str
     state: str
@@ -391,7 +391,7 @@ class OutcomeLine(TypedDict):
 
 
 @dataclass
-class Outcome:
+class Comparison:
     """What a compare found: the verdict, its interval, and every run (side, round, figure, seconds)."""
 
     sentence: str
@@ -403,7 +403,7 @@ class Outcome:
     detectable: float | None = None  # the difference these rounds find at 80 % power
     answers: Agreement | None = None  # the two sides' answers compared (answers.agree)
 
-    def with_answers(self, ag: Agreement | None, m: Metric) -> Outcome:
+    def with_answers(self, ag: Agreement | None, m: Metric) -> Comparison:
         """The outcome with what the sides' answers say added to its sentence (answers.verdict_clause: the side the
         interval finds better in `m` named where its answers differ; answers not compared, where no ids)."""
         from measure.control.bench.answers import verdict_clause
@@ -440,7 +440,7 @@ RunOne = Callable[[str, int], "float | RunFigure"]  # (side "A" | "B", run index
 
 def run_rounds(run_one: RunOne, m: Metric, budget_s: float, seq: Sequential,
                say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
-               max_rounds: int | None = None) -> Outcome:
+               max_rounds: int | None = None) -> Comparison:
     """Rounds of ABBA / BAAB until `seq` resolves, the budget cannot hold another round (its rounds so far
     timed), or max_rounds; a progress line after each round with the interval as it narrows and each side's
     errors, and at the first look what the budget can tell (plan_line). At least seq.min_rounds rounds run
@@ -508,13 +508,13 @@ def _progress(j: int, got: dict[str, list[float]], iv: Interval | None, m: Metri
             f"{iv.confidence:.2%})" + tail)
 
 
-def _outcome(seq: Sequential, m: Metric, state: str, runs: list[RoundRun]) -> Outcome:
+def _outcome(seq: Sequential, m: Metric, state: str, runs: list[RoundRun]) -> Comparison:
     iv = seq.interval()
     a = statistics.fmean(x for r in seq.rounds for x in r[0])
     b = statistics.fmean(x for r in seq.rounds for x in r[1])
     errors, requests = _tally(runs)
     if iv is None:  # fewer rounds than an interval needs (max_rounds below min_rounds)
-        return Outcome(f"unresolved: {len(seq.rounds)} round(s), an interval needs {seq.min_rounds}; "
+        return Comparison(f"unresolved: {len(seq.rounds)} round(s), an interval needs {seq.min_rounds}; "
                        + error_line(errors, requests), "budget", None, (a, b), runs)
     sd = statistics.stdev(seq.ds)
     n = len(seq.rounds)
@@ -532,14 +532,14 @@ def _outcome(seq: Sequential, m: Metric, state: str, runs: list[RoundRun]) -> Ou
         sentence += f" — {ended}" + (f"; {caveat}" if caveat else "")
     if state == "budget":
         notes.append("the budget ended before the interval resolved (a longer --budget narrows it)")
-    return Outcome(sentence, state, iv, (a, b), runs, notes, detectable(sd, n, 1 - iv.confidence))
+    return Comparison(sentence, state, iv, (a, b), runs, notes, detectable(sd, n, 1 - iv.confidence))
 
 
-def failed_outcome(seq: Sequential, m: Metric, reason: str) -> Outcome:
+def failed_outcome(seq: Sequential, m: Metric, reason: str) -> Comparison:
     """The rounds measured before a run failed (state `failed`): written so that they are not lost."""
     full = [x for r in seq.rounds for x in r[0]], [x for r in seq.rounds for x in r[1]]
     means = (statistics.fmean(full[0]) if full[0] else math.nan, statistics.fmean(full[1]) if full[1] else math.nan)
-    return Outcome(f"failed after {len(seq.rounds)} complete round(s): {reason}; "
+    return Comparison(f"failed after {len(seq.rounds)} complete round(s): {reason}; "
                    + error_line(*_tally(seq.runs)), "failed", seq.interval(), means, list(seq.runs))
 
 
@@ -596,7 +596,7 @@ def runs_on_disk(path: Path, m: Metric) -> tuple[dict[tuple[int, int, str], list
     return out, headers[0], of_cells(records)
 
 
-def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
+def compare_dirs(a: Path, b: Path, m: Metric) -> list[Comparison]:
     """Every cell (K, B, mode) the two outputs share: Welch's interval over their reps (not interleaved)."""
     from measure.control.bench.answers import agree
 
@@ -614,7 +614,7 @@ def compare_dirs(a: Path, b: Path, m: Metric) -> list[Outcome]:
         iv = welch(xa, xb)
         means = (statistics.fmean(xa), statistics.fmean(xb))
         runs: list[RoundRun] = [{"side": s, "value": v} for s, xs in (("A", xa), ("B", xb)) for v in xs]
-        o = Outcome(f"K={key[0]} B={key[1]} {key[2]}: " + verdict(iv, m, means), "welch", iv, means, runs,
+        o = Comparison(f"K={key[0]} B={key[1]} {key[2]}: " + verdict(iv, m, means), "welch", iv, means, runs,
                     [f"{len(xa)} and {len(xb)} runs, not measured in turns: a change in the machine between the "
                      "two outputs counts as a difference (compare -A … -B … measures in turns)"])
         out.append(o.with_answers(agree(ans_a.get(key, []), ans_b.get(key, [])), m))
@@ -758,7 +758,8 @@ def write_result(out: Path, res: Mapping[str, object]) -> Path:
     return path
 
 
-__all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Outcome", "RoundRun", "OutcomeLine", "CompareError",
+__all__ = ["Side", "LiveSides", "Metric", "METRICS", "metric", "Interval", "Sequential", "Comparison", "RoundRun",
+           "OutcomeLine", "CompareError",
            "RunFigure", "detectable", "plan_line", "failed_outcome", "error_line", "error_caveat", "look_at",
            "paired", "welch",
            "look_alpha", "order", "run_rounds", "verdict", "figure", "runs_on_disk", "compare_dirs", "t_quantile",
