@@ -183,10 +183,10 @@ def step_bytes(p: dict[str, Any], b: int = 1) -> float:
     """Bytes one decode step of `b` sequences of this row reads, as the predictor counts them."""
     import dataclasses
 
-    from measure.core.roofline import window_cells
+    from measure.core.roofline import step_reads
 
     wm, m = _row_setup(p["chip"], p["model"])
-    return float(wm.bytes_per_step([context(p)] * b, window_cells(wm, dataclasses.replace(m, ubatch=ubatch(p)))))
+    return float(step_reads(wm, dataclasses.replace(m, ubatch=ubatch(p)), [context(p)] * b))
 
 
 def fit_line(xs: list[float], ys: list[float], overhead: float | None = None) -> tuple[float, float]:

@@ -164,25 +164,32 @@ def test_sliding_window_kv_per_engine_by_hand() -> None:
         g.kv_alloc_bytes(10, "paged")
 
 
-def test_cuda_attention_reads_the_whole_window_cache_metal_the_window_by_hand() -> None:
-    """CUDA's flash-attention kernels read every cell of a windowed layer's cache below the last unmasked stride,
-    Metal's skip the masked blocks (kernels.toml window_kv_reads; docs/design/kernels.md, "Attention")."""
+def test_cuda_attention_reads_the_window_caches_ring_metal_the_window_by_hand() -> None:
+    """CUDA's flash-attention kernels read a windowed layer's cache up to the last stride of 256 cells holding a
+    position in the window (all of it for one sequence); Metal's skip the masked blocks (kernels.toml
+    window_kv_reads; docs/design/kernels.md, "Attention")."""
     from measure.core.roofline import step_reads, window_cells
 
     g = _gemma()  # 3 global layers, 15 windowed of 512 tokens, 1 KiB a layer and token
-    assert g.window_cache_cells(2048) == 2560 and g.window_cache_cells() == 1024  # pad(512 + ubatch) to 256
+    assert g.window_cache_cells(2048) == 2560 and g.window_cache_cells() == 1024  # S = pad(512 + ubatch) to 256
     cuda = replace(Machine.from_chip(Chip("c", "C", 200.0, backend="cuda")), ubatch=2048)
     metal = replace(Machine.from_chip(Chip("m", "M", 200.0, backend="metal")), ubatch=2048)
     assert (cuda.window_kv_reads, metal.window_kv_reads) == ("cache", "window")
-    assert window_cells(g, cuda) == 2560 and window_cells(g, metal) == 0
-    # at 8192 tokens: CUDA 3 × 8192 + 15 × 2560 cells, Metal 3 × 8192 + 15 × 512; inside the window both alike
-    assert step_reads(g, cuda, [8192]) - g.read_bytes(1) == (3 * 8192 + 15 * 2560) * 1024
+    assert window_cells(g, metal, 8192, 2) == 0  # the window
+    assert window_cells(g, cuda, 1000, 2) == 1000  # the cache not yet full: every cell so far
+    assert window_cells(g, cuda, 8192, 1) == 2560  # one sequence: no KV_max, the whole cache
+    # two: position p sits in cell p mod 2560; at 8192 the window 7681 … 8192 is cells 1 … 512: up to pad(513) = 768
+    assert window_cells(g, cuda, 8192, 2) == 768
+    assert window_cells(g, cuda, 7000, 2) == 2048  # 6489 … 7000 in cells 1369 … 1880: pad(1881)
+    assert window_cells(g, cuda, 7700, 2) == 2560  # 7189 … 7700 in cells 2069 … 2559 and 0 … 20: wrapped, all
+    one = (3 * 8192 + 15 * 2560) * 1024
+    assert step_reads(g, cuda, [8192]) - g.read_bytes(1) == one  # 64.5 MB of KV
+    assert step_reads(g, cuda, [8192, 8192]) - g.read_bytes(2) == 2 * (3 * 8192 + 15 * 768) * 1024
     assert step_reads(g, metal, [8192]) - g.read_bytes(1) == (3 * 8192 + 15 * 512) * 1024
-    assert step_reads(g, cuda, [1000, 1000]) - g.read_bytes(2) == 2 * 18 * 1000 * 1024  # below the cache: 1000 cells
-    # the step of a 100 GB/s-effective CUDA chip at 8192 tokens pays the cache's bytes
+    # the step of a 100 GB/s-effective CUDA chip at 8192 tokens pays those bytes
     at = Lengths(prompt_tokens=8192, output_tokens=2, context=8192)
     t = predict(g, replace(cuda, bandwidth_gbps=100.0, step_overhead_s=0.0), "batch", 1, 1, at=at).tpot_s
-    assert t == pytest.approx((g.read_bytes(1) + (3 * 8192 + 15 * 2560) * 1024) / 100e9)  # 64.5 MB of KV
+    assert t == pytest.approx((g.read_bytes(1) + one) / 100e9)
 
 
 def test_linear_and_latent_attention() -> None:

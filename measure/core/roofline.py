@@ -364,19 +364,29 @@ def step_reads(work: WorkModel, m: Machine, contexts: Sequence[int]) -> float:
     """Bytes one decode step of len(contexts) sequences reads (work.bytes_per_step), except where the backend's
     vector kernels for a mixture of experts read each token's experts on their own (Metal's mul_mv_id below
     moe_tiled_min_b tokens: presets/kernels.toml), not the step's distinct experts once."""
-    total = work.bytes_per_step(contexts, window_cells(work, m))
     b, path, e = len(contexts), m.kernels, work.experts
+    total = work.read_bytes(b) + sum(work.kv_read_bytes(c, window_cells(work, m, c, b)) for c in contexts)
     if path and e and 1 < b < path.moe_tiled_min_b and path.moe_vector_reads == "per-token":
         total += (b * e.used - e.distinct(b)) * e.bytes_each
     return total
 
 
-def window_cells(work: WorkModel, m: Machine) -> int:
-    """The cells of a windowed layer this machine's attention reads at most a step: its window cache's where the
-    kernel reads masked cells (CUDA's fattn kernels read every cell up to the last unmasked stride: fattn-common.cuh
-    flash_attn_mask_to_KV_max, fattn-vec.cuh k_VKQ_max), else 0 (the window: Metal's flash_attn_ext_vec skips the
-    blocks of 32 cells the mask hides, ggml-metal.metal "skip -INF blocks"). docs/design/kernels.md, "Attention"."""
-    return work.window_cache_cells(m.ubatch) if m.window_kv_reads == "cache" else 0
+def window_cells(work: WorkModel, m: Machine, ctx: int, b: int = 1) -> int:
+    """The cells of a windowed layer a sequence's attention reads a step at `ctx` tokens in a step of `b` (0: its
+    window). Metal's flash_attn_ext_vec skips each block of 32 cells the mask hides (ggml-metal.metal 7562-7565): the
+    window, 0 here. CUDA's kernels read every cell below KV_max (fattn-vec.cuh 250-254): llama.cpp's window cache holds
+    S = pad(window + ubatch) cells and puts position p in cell p mod S (its ring: find_slot reuses the masked cell at
+    its head); one sequence alone reads all S (no KV_max: fattn-common.cuh 1094 scans the mask only for several
+    sequences or ≥ 1024 queries), several read up to the last stride of 256 holding a position inside the window
+    (flash_attn_mask_to_KV_max, 666-718): up to ctx mod S where the window does not wrap round the ring, else S.
+    docs/design/kernels.md, "Attention"."""
+    size = work.window_cache_cells(m.ubatch) if m.window_kv_reads == "cache" else 0
+    if not size or ctx <= size:
+        return ctx if size else 0
+    if b <= 1:
+        return size
+    hi, lo = ctx % size, (ctx - work.window + 1) % size
+    return size if lo > hi else min(size, -(-(hi + 1) // 256) * 256)
 
 
 def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, str]:
@@ -463,7 +473,7 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     shares = {}
     # memory: K engines decoding at once share the bandwidth
     moved_step = step_reads(work, m, ctxs)
-    kv = sum(work.kv_read_bytes(c, window_cells(work, m)) for c in ctxs)
+    kv = sum(work.kv_read_bytes(c, window_cells(work, m, c, b_eff)) for c in ctxs)
     t_mem = moved_step / (m.bandwidth_gbps * 1e9 / k)
     shares["bandwidth"] = t_mem
     thr = threads or (max(1, m.cores // k) if m.cores else 1)

@@ -162,10 +162,9 @@ class WorkModel:
         """Every weight held in memory (all experts): the file."""
         return self.file_bytes
 
-    def bytes_per_step(self, contexts: Sequence[int] = (0,), window_cells: int = 0) -> float:
-        """One decode step of len(contexts) sequences, each holding that many tokens of context (`window_cells`:
-        kv_read_bytes)."""
-        return self.read_bytes(len(contexts)) + sum(self.kv_read_bytes(c, window_cells) for c in contexts)
+    def bytes_per_step(self, contexts: Sequence[int] = (0,)) -> float:
+        """One decode step of len(contexts) sequences, each holding that many tokens of context."""
+        return self.read_bytes(len(contexts)) + sum(self.kv_read_bytes(c) for c in contexts)
 
     @property
     def active_params(self) -> float:
