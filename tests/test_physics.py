@@ -499,6 +499,26 @@ def test_a_level_says_what_its_step_spends_its_time_on_and_an_unmeasured_chip_it
     assert f"{lo:.0f}–{hi:.0f}" in render_step_table([row], None).plain
 
 
+def test_routed_tiles_run_at_the_prompt_rate_dense_tiles_at_the_tile_efficiency_by_hand() -> None:
+    """docs/design/kernels.md, "Routed tiles". _moe() (8 experts of 5e7 weights, 2 a token, 1e8 dense weights, ρ 0)
+    on Metal at B = 32: 8 × (1 − 0.75³²) = 7.9992 distinct experts, 64 ÷ 7.9992 = 8.0008 tokens each, a 32-column
+    tile each: 7.9992 × 32 × 2 × 5e7 ÷ 10 TFLOP/s = 2.5597 ms at the prompt rate; the dense 1e8 weights' 32 columns
+    (attention at context 0: none) at 0.25 × 10 TFLOP/s: 32 × 2e8 ÷ 2.5e12 = 2.56 ms."""
+    import dataclasses
+
+    from measure.core.roofline import kernel_time
+    from presets import kernels
+
+    w = _moe()
+    path = dataclasses.replace(kernels("metal"), vector_efficiency=0.5, tile_efficiency=0.25)
+    m = Machine("metal-test", 100.0, "test", kernels=path, prefill_flops=10e12)
+    d = 8 * (1 - 0.75**32)
+    assert w.experts is not None and w.experts.distinct(32) == pytest.approx(d)
+    t, regime = kernel_time(w, m, 32, 0)
+    assert t == pytest.approx(32 * 2e8 / 2.5e12 + d * 32 * 2 * 5e7 / 10e12)
+    assert t == pytest.approx(0.00256 + 0.0025597, rel=1e-4) and "experts tiled" in regime
+
+
 def test_a_k_quant_step_pays_its_decoding_beside_its_bytes_by_hand() -> None:
     """Issue 55 item 2 (docs/design/kernels.md, "Quant types"). A dense model of 1 GB and 5e8 weights on a Metal chip
     of 100 GB/s effective, 2 ms a step, 10 TFLOP/s of prompt rate, a K-quant's decoding at 4 FLOP-equivalents a

@@ -276,9 +276,10 @@ def test_each_source_predicted_from_the_others_stays_where_it_is(capsys):
     """Leave one source out over published.toml, batched_sources.toml and quant_types.toml (issue 55 items 2, 7): every
     source's points predicted from figures fitted on the other sources only, their prompt rates included. Issue 55's
     goal (each source's median ≤ 10 %, worst ≤ 25 %, pooled median ≤ 7 %) is not met today: what holds is kept from
-    getting worse (pooled median 6.0 %: 6.5 % before CUDA's attention read its window cache's ring, 7.4 % before the
-    quant-type rows joined; the M2 Ultra tables 13.2 %, 13.7 % before: the older builds and a newer one, whose speeds
-    differ by 15–20 % at one stream; DGX Spark's two bench files worst 21.8 % and 31.9 %, 36.0 % and 38.6 % before). The K-quant rows, each predicted with the
+    getting worse (pooled median 6.1 %: 6.5 % before CUDA's attention read its window cache's ring and routed tiles ran
+    at the prompt rate, 7.4 % before the quant-type rows joined; the M2 Ultra tables 10.9 % / 34.7 %, 13.7 % / 50.2 %
+    before: the older builds and a newer one, whose speeds differ by 15–20 % at one stream; DGX Spark's two bench
+    files worst 21.8 % and 31.9 %, 36.0 % and 38.6 % before). The K-quant rows, each predicted with the
     decoding cost fitted on the other sources' K-quant rows: within 10 % (8.5 %, 8.6 %; Q6_K 1.7 %)."""
     phys = _physics()
     points = phys.loso_points(phys.load())
@@ -293,7 +294,8 @@ def test_each_source_predicted_from_the_others_stays_where_it_is(capsys):
     for q in ("Q4_K_M", "Q6_K"):
         assert loso["by_quant"][q]["worst_error"] <= 0.10, (q, loso["by_quant"][q])
     assert all(v["median_error"] <= 0.15 for v in src.values() if v["points"]), src
-    assert src["m2u"]["median_error"] <= 0.135 and src["c15013"]["median_error"] <= 0.05, src
+    assert src["m2u"]["median_error"] <= 0.115 and src["m2u"]["worst_error"] <= 0.36, src
+    assert src["c15013"]["median_error"] <= 0.05, src
     assert src["spark6989"]["worst_error"] <= 0.23 and src["spark7941"]["worst_error"] <= 0.33, src
     assert all(v["kquant"] > 0 for v in src.values())  # every fold has K-quant rows to fit the cost on
     assert loso["goal"]["met"] is False  # said, not hidden: the goal's numbers are in the JSON line

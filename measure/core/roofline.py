@@ -394,7 +394,9 @@ def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, s
     backend runs at that B (docs/design/kernels.md, "The price of each regime"). Vector kernels (B ≤
     vector_max_b): each further column's arithmetic at vector_efficiency × the chip's prefill FLOP/s. Tiled kernels:
     B rounded up to the tile, at tile_efficiency × the prefill FLOP/s; a mixture of experts' routed matmuls tile
-    each distinct expert's share of the B·k token-expert pairs on its own (from moe_tiled_min_b tokens)."""
+    each distinct expert's share of the B·k token-expert pairs on its own (from moe_tiled_min_b tokens), at the
+    prefill FLOP/s itself: their grid spans every distinct expert's row tiles, as a prompt's does, where a dense
+    decode matmul's spans one column of tiles (tile_efficiency: docs/design/kernels.md, "Routed tiles")."""
     path, f = m.kernels, m.prefill_flops
     if b < 2 or path is None or not f:
         return 0.0, "vector" if b < 2 else "bytes only"
@@ -411,7 +413,7 @@ def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, s
             t += (b - 1) * f_exp / vec
         else:
             d = e.distinct(b)
-            t += d * _tile(path, b * e.used / d) * 2.0 * e.params_each / tiled
+            t += d * _tile(path, b * e.used / d) * 2.0 * e.params_each / f  # a prompt's grid: the prompt rate
             regime += "; experts tiled"
     return t, regime
 
