@@ -5,10 +5,10 @@ matrix; this one is not a list: whatever bug its operators can write, in every l
 
 The modules (MODULES, also [tool.mutmut] only_mutate in pyproject.toml): the metrics, the records, the arrivals, the
 cell and its window, the knee, the live statistics and the step table, the HTTP client's token counting and the
-warmup. The tests (TESTS, [tool.mutmut] pytest_add_cli_args_test_selection): fast unit tests, each figure worked
-by hand or recomputed with numpy (tests/test_figure_oracles.py first). A survivor is either killed by a new check
-or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
-mutant): the score is killed ÷ (mutants − equivalents).
+warmup. The tests ([tool.mutmut] pytest_add_cli_args_test_selection): fast unit tests, each figure worked by hand or
+recomputed with numpy (tests/test_figure_oracles*.py, tests/test_metrics.py). A survivor is either killed by a new
+check or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
+mutant): the score is killed ÷ (mutants − equivalents); a mutant that hangs the tests (mutmut's timeout) is killed.
 
     .venv/bin/pip install mutmut==3.8.1                            # once (not in the test extra: not run by CI)
     python benchmarks/mutation.py                                  # every module (long: see below)
@@ -18,17 +18,18 @@ mutant): the score is killed ÷ (mutants − equivalents).
 mutmut copies the tree it runs in into its ./mutants/ and keeps its results there. This script runs it in a copy of
 this tree of its own (--tree, default $TMPDIR/inference-top-mutation: the files git tracks and those it does not
 ignore, copied with their times), so that nobody's tools working here (tests/counts.py, ruff, pytest) read the
-mutants; the copy is kept, and a run goes on where the last stopped, re-testing only the functions changed since. A change of [tool.mutmut]'s test selection starts every
-module afresh.
+mutants; the copy is kept, and with it mutmut's stats of which test reaches which function (collected again for
+new or changed tests only). Every mutant of the modules named is tested again on each run (they are named to
+mutmut by their globs); --report scores the last results without running. mutmut's output goes to the tree's
+.mutation-home/mutmut.log (its end is printed where mutmut fails).
 
-Measured on the shared 2-core machine (load average 6–11 from the others' work), one module at a time: metrics
-163 s, records 98 s, arrivals 257 s, cell 259 s, knee 121 s, live stats 146 s, step table 57–211 s, the HTTP
-counter 89 s, warmup 33 s: ≈ 20 minutes for the 3721 mutants in SCOPE (mutmut's own copy and stats add ≈ 15 s
-a run).
-(Run by hand here, `mutmut run` makes ./mutants/: .gitignore leaves it out.) Time: measured per module on the shared 2-core machine,
-stated in the report of issue 56; the last line is one JSON object:
-{"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "score", "seconds", "modules": {path: {...}},
- "survivors": [names not listed as equivalent]}.
+Measured on the shared 2-core machine: every module, 3734 mutants in SCOPE, 644 s (10 min 44 s) at load average
+4.2–6.0 from the others' work (2026-12-06); one module at a time at load 5–10: metrics 215 s, records 31 s, arrivals
+282 s, cell 212 s, knee 138 s, step table 125 s, the HTTP counter 51 s (mutmut's copy and its stats add ≈ 10–60 s
+a run). The last line is one JSON object:
+{"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "not_run", "score", "seconds",
+ "modules": {path: {...}}, "survivors": [names not listed as equivalent], "equivalents_unmatched": [...]}.
+(Run by hand here, `mutmut run` makes ./mutants/: .gitignore leaves it out.)
 """
 from __future__ import annotations
 
