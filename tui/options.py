@@ -119,10 +119,10 @@ def _engine_args(p: OneLineParser) -> None:
 
     g = p.group(ENGINE)
     # the engines a user names: the registry's, less the simulated one and the servers tune starts itself
-    g.add_argument("--engine", default="llama", choices=[n for n, d in ENGINES.items()
-                                                         if not d.simulated and not d.starts_server],
-                   help="llama (llama-cpp-python workers), mlx (mlx-lm workers) or http (an OpenAI-compatible "
-                   "server at --url)")
+    engines = [n for n, d in ENGINES.items() if not d.simulated and not d.starts_server]
+    g.add_argument("--engine", default="llama", choices=engines,  # from the registry: a new engine is listed here
+                   help=", ".join(n if ENGINES[n].label == n else f"{n} ({ENGINES[n].label} workers)" for n in engines)
+                   + "; http drives an OpenAI-compatible server at --url")
     g.add_argument("--url", action="append", help="http engine: the API base, e.g. http://127.0.0.1:8080/v1; "
                    "give it several times for several servers behind one queue (K = endpoints in use); default: none, "
                    "--engine http needs one")
