@@ -19,9 +19,9 @@ mutmut copies the tree it runs in into its ./mutants/ and keeps its results ther
 this tree of its own (--tree, default $TMPDIR/inference-top-mutation: the files git tracks and those it does not
 ignore, copied with their times), so that nobody's tools working here (tests/counts.py, ruff, pytest) read the
 mutants; the copy is kept, and with it mutmut's stats of which test reaches which function (collected again for
-new or changed tests only). Every mutant of the modules named is tested again on each run (they are named to
-mutmut by their globs); --report scores the last results without running. mutmut's output goes to the tree's
-.mutation-home/mutmut.log (its end is printed where mutmut fails).
+new tests only: after a function is renamed, --fresh-stats). Every mutant of the modules named is tested again on
+each run (they are named to mutmut by their globs); --report scores the last results without running. mutmut's
+output goes to the tree's .mutation-home/mutmut.log (its end is printed where mutmut fails).
 
 Measured on the shared 2-core machine: every module, 3734 mutants in SCOPE, 644 s (10 min 44 s) at load average
 4.2–6.0 from the others' work (2026-12-06); one module at a time at load 5–10: metrics 215 s, records 31 s, arrivals
@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--module", action="append", choices=MODULES, help="only this module (repeatable)")
     ap.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2: the cores here)")
     ap.add_argument("--report", action="store_true", help="the score of mutmut's last results only, run nothing")
+    ap.add_argument("--fresh-stats", action="store_true",
+                    help="collect mutmut's stats of which test reaches which function again (after a rename: a "
+                         "renamed function has none, and its mutants read 'no tests')")
     ap.add_argument("--tree", type=Path, default=Path(tempfile.gettempdir()) / "inference-top-mutation",
                     help="the copy of this tree mutmut runs in and keeps its results in (default %(default)s)")
     a = ap.parse_args(argv)
@@ -182,10 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     if not a.report:
         tree.mkdir(parents=True, exist_ok=True)
         copy_tree(tree)
+        if a.fresh_stats:
+            (tree / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         rc = run_mutmut(tree, modules, a.max_children)
         if rc != 0:
             print(f"mutation: mutmut ended with status {rc}", file=sys.stderr)
     out = score(tree, modules, equiv)
+    if out["no_tests"]:
+        print(f"mutation: {out['no_tests']} mutants reached by no test: a function renamed since mutmut's stats? "
+              "run again with --fresh-stats", file=sys.stderr)
     if not out["mutants"]:
         print(json.dumps({"error": "no mutmut results for these modules: run without --report first"}))
         return 2
