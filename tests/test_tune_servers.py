@@ -120,6 +120,7 @@ def test_cli_names_vllm_skipped_and_refuses_in_one_line_where_it_is_the_only_eng
         "inference-top: error: no engine asked for can run here: vllm: vllm is not installed here (pip install vllm)"]
 
 
+@pytest.mark.timeout(600)  # the machine's probe first (none is cached in the tests' cache), then the budget
 def test_cli_tunes_mlx_server_against_llama_server_on_the_embedded_model(tmp_path):
     """Real servers (mlx_lm.server on the mlx folder made from the embedded GGUF, llama-server on the GGUF), a
     small budget: the tune ends within it (and the start-up of the run going on), names a winner with the command
