@@ -144,3 +144,33 @@ def test_cli_tunes_mlx_server_against_llama_server_on_the_embedded_model(tmp_pat
     if not VLLM_HERE:
         assert "vllm is not installed here" in res.skipped_engines["vllm"]
         assert "tune: --engine vllm skipped: vllm is not installed here" in p.stdout
+
+
+def test_servers_sent_prompts_of_different_lengths_are_said_to_have_had_different_work(tmp_path):
+    """mlx_lm.server takes text only: with the unique prefix before its prompt it prefills ≈ 2× the tokens a
+    llama-server sent ids (the prompt's length kept) prefills (28.0 against 11.6 a request on the embedded model).
+    The tune's note says so, from the runs' records; engines within 10 % of each other get no note."""
+    from measure.control.tune.record import Trial
+    from measure.control.tune.runs import _prompt_work
+    from measure.core.records import RequestRecord
+    from measure.machine.recorder import Recorder
+
+    def run(c, prompt_tokens):
+        rel = f"runs/{c.slug}-n4.jsonl"
+        (tmp_path / rel).unlink(missing_ok=True)  # a recorder appends to a file already there
+        rec = Recorder(tmp_path / rel, {"command": "tune", "candidate_key": c.key})
+        for i, n in enumerate(prompt_tokens):
+            rec.record(RequestRecord(run_id="r", request_id=i, mode="http", engine=c.engine, model="m",
+                                     model_bytes=0, k=1, b=2, prompt_tokens=n, output_tokens=4))
+        rec.close()
+        return Trial(requests=4, status="ok", goodput_tps=1.0, output_throughput=2.0, records=rel)
+
+    mlx, llama = Candidate("mlx-server", "slots", 1, 2, 2), Candidate("llama-server", "slots", 1, 2, 2)
+    s = settings(engines=["mlx-server", "llama-server"], requests=4)
+    tune = Tune(s, [mlx, llama], fake({}, [0.0]), say=lambda m: None)
+    tune.rows[mlx.key].trials.append(run(mlx, [26, 28, 30, 28]))
+    tune.rows[llama.key].trials.append(run(llama, [10, 12, 13, 11]))
+    said = _prompt_work(tmp_path, tune)
+    assert said is not None and "not sent the same prompt work: mlx-server 28.0, llama-server 11.5 prompt tokens" in said
+    tune.rows[llama.key].trials[-1] = run(llama, [26, 28, 29, 28])
+    assert _prompt_work(tmp_path, tune) is None

@@ -314,11 +314,11 @@ def run_tune(plans: dict[str, RunPlan], s: Settings, out: Path, resume: Path | N
     tune = Tune(s, cands, measure, predict if preds else None, refuse, say,
                 carried=Carried(done=done, on_change=save, spent_s=spent, control=io.control,
                                 answers=lambda t: _answers(out, t), skipped_engines=skipped,
-                                serving={e: Serving(str(_choice(p).path), _server_env(p)) for e in s.engines
-                                         if tuned(e).starts_server and (p := plans[_family(e)])}))
+                                serving=_serving(plans, s.engines)))
     say(f"tune: {len(cands)} shapes of {', '.join(s.engines)} for {s.users} users under {s.slo.describe()}, "
         f"budget {s.budget_s:.0f} s" + (f"; {len(done)} runs read back from {resume}" if resume else ""))
     w = tune.search()
+    _note_prompt_work(out, tune)
     res = tune.result(model, s.ctx, base.chip, server_bin or "llama-server")
     if find == "rate" and w is not None and w.last is not None and res.winner:
         kv = _choice(plans[_family(w.candidate.engine)]).kv_bytes_per_token()
@@ -339,6 +339,40 @@ def _runnable(s: Settings, say: Callable[[str], None]) -> tuple[Settings, dict[s
     if not s.engines:
         raise TuneError("no engine asked for can run here: " + "; ".join(f"{e}: {why}" for e, why in skipped.items()))
     return s, skipped
+
+
+def _serving(plans: dict[str, RunPlan], engines: Sequence[str]) -> dict[str, Serving]:
+    """Each server engine's model and environment, for the command that serves its winner."""
+    return {e: Serving(str(_choice(p).path), _server_env(p)) for e in engines
+            if tuned(e).starts_server and (p := plans[_family(e)])}
+
+
+def _note_prompt_work(out: Path, tune: Tune) -> None:
+    """_prompt_work's note, said and kept in the tune's notes (tune.json)."""
+    if (said := _prompt_work(out, tune)) is not None:
+        tune.notes.append(said)
+        tune.say(said)
+
+
+def _prompt_work(out: Path, tune: Tune) -> str | None:
+    """Where the engines' servers were sent prompts of different lengths (a server given text has the unique prefix
+    put before its prompt, one given ids keeps the prompt's length: mlx_lm.server takes text only), a note saying
+    so with the mean prompt tokens a request of each engine's first-round runs (their records); None where they
+    agree within 10 % or only one engine was measured."""
+    from measure.machine.recorder import read_jsonl
+
+    means = {}
+    for e in tune.s.engines:
+        n = [r.prompt_tokens for row in tune.rows.values() if row.candidate.engine == e for t in row.trials
+             if t.ok and t.records and t.requests == tune.s.requests and (out / t.records).is_file()
+             for r in read_jsonl(out / t.records).records if r.prompt_tokens]
+        if n:
+            means[e] = sum(n) / len(n)
+    if len(means) < 2 or max(means.values()) <= 1.1 * min(means.values()):
+        return None
+    each = ", ".join(f"{e} {m:.1f}" for e, m in means.items())
+    return (f"the engines were not sent the same prompt work: {each} prompt tokens a request (a server sent text has "
+            "the unique prefix before its prompt, one sent ids keeps its length): TTFT counts the longer prefill")
 
 
 def _answers(out: Path, t: Trial) -> Answers | None:
