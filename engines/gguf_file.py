@@ -1,4 +1,4 @@
-"""Checks and facts about a GGUF file, read with the `gguf` package (no engine needed)."""
+"""Checks and facts about a GGUF file, read from its header (engines/gguf_header.py; no engine needed)."""
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineError
+from engines.gguf_header import Header, HeaderError, read_gguf_header
 
 if TYPE_CHECKING:
     from gguf import GGUFReader
@@ -113,7 +114,7 @@ def inspect_gguf(path: str | os.PathLike[str], progress: Callable[[str], None] |
             fields = {k: v for k, v in cached.items() if k in GGUFInfo.__dataclass_fields__}
             return GGUFInfo(**{**fields, "assumed": tuple(fields.get("assumed", ()))})
     if progress and key:
-        progress(f"reading the GGUF metadata of {p.name} (once per file, ≈10 s for a large vocabulary) …")
+        progress(f"reading the GGUF metadata of {p.name} (once per file) …")
     info = _inspect(p)
     if key:
         table = _read_json(_cache_file())
@@ -134,21 +135,19 @@ def _inspect(path: Path) -> GGUFInfo:
     if magic != GGUF_MAGIC:
         raise EngineError(f"{p} is not a GGUF file (it does not start with the GGUF magic bytes)")
     try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(p), "r")
-    except Exception as exc:  # the reader raises many kinds on a damaged header
+        reader = read_gguf_header(p)  # the header only: gguf's GGUFReader would parse the whole vocabulary
+    except (HeaderError, OSError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
         raise EngineError(f"{p} is a damaged or truncated GGUF file ({type(exc).__name__}: {exc})") from None
     end = max((t.data_offset + int(t.n_bytes) for t in reader.tensors), default=0)
     if end > size:
         raise EngineError(
             f"{p} is truncated: its tensors need {end:,} bytes but the file has {size:,} (download it again)"
         )
-    arch = gguf_field(reader, "general.architecture") or "unknown"
-    heads = gguf_field(reader, f"{arch}.attention.head_count")
-    kv_heads = gguf_field(reader, f"{arch}.attention.head_count_kv")
-    head_dim = gguf_field(reader, f"{arch}.attention.key_length")
-    embd = gguf_field(reader, f"{arch}.embedding_length")
+    arch = reader.get("general.architecture") or "unknown"
+    heads = reader.get(f"{arch}.attention.head_count")
+    kv_heads = reader.get(f"{arch}.attention.head_count_kv")
+    head_dim = reader.get(f"{arch}.attention.key_length")
+    embd = reader.get(f"{arch}.embedding_length")
     if head_dim is None and heads and embd:
         head_dim = int(embd) // int(heads)
     def as_int(v: Any) -> int | None:
@@ -157,7 +156,7 @@ def _inspect(path: Path) -> GGUFInfo:
     kv_list = kv_heads if isinstance(kv_heads, list) else None  # a hybrid: 0 KV heads in its linear layers
     if kv_list is not None:
         kv_heads = max((int(x) for x in kv_list), default=0) or None
-    layers = as_int(gguf_field(reader, f"{arch}.block_count"))
+    layers = as_int(reader.get(f"{arch}.block_count"))
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     return GGUFInfo(
         **beyond_dense(reader, str(arch), layers, kv_list),
@@ -166,16 +165,16 @@ def _inspect(path: Path) -> GGUFInfo:
         embd_bytes=int(embd.n_bytes) if embd is not None else None,
         embd_params=int(embd.n_elements) if embd is not None else None,
         tied=not any(t.name == "output.weight" for t in reader.tensors),
-        heads=as_int(heads), hidden=as_int(gguf_field(reader, f"{arch}.embedding_length")),
+        heads=as_int(heads), hidden=as_int(reader.get(f"{arch}.embedding_length")),
         vocab=int(embd.shape[-1]) if embd is not None else None,
         path=str(p),
         file_bytes=size,
         architecture=str(arch),
-        name=str(gguf_field(reader, "general.name") or p.stem),
+        name=str(reader.get("general.name") or p.stem),
         layers=layers,
         kv_heads=as_int(kv_heads if kv_heads is not None else heads),
         head_dim=as_int(head_dim),
-        context_length=as_int(gguf_field(reader, f"{arch}.context_length")),
+        context_length=as_int(reader.get(f"{arch}.context_length")),
     )
 
 
@@ -184,12 +183,12 @@ def _inspect(path: Path) -> GGUFInfo:
 ROUTING_KEY = "inference-top.routing_correlation"
 
 
-def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: list[Any] | None) -> dict[str, Any]:
+def beyond_dense(reader: Header, arch: str, layers: int | None, kv_list: list[Any] | None) -> dict[str, Any]:
     """The GGUFInfo fields past a dense, full-attention model: routed experts (their tensors' bytes), the sliding
     window and how many layers use it, linear/recurrent layers and their state, latent attention; and, in
     `assumed`, what the file left to an assumption (docs/design/model-reads.md)."""
     def get(key: str) -> Any:
-        return gguf_field(reader, f"{arch}.{key}")
+        return reader.get(f"{arch}.{key}")
 
     out: dict[str, Any] = {}
     assumed: list[str] = []
@@ -201,7 +200,7 @@ def beyond_dense(reader: GGUFReader, arch: str, layers: int | None, kv_list: lis
                    moe_layers=len({t.name.split(".")[1] for t in exps if t.name.startswith("blk.")}) or None)
         if not used:
             assumed.append("experts used per token not in the file: every expert counted as read (dense)")
-        rho = gguf_field(reader, ROUTING_KEY)
+        rho = reader.get(ROUTING_KEY)
         if rho is not None:
             out["routing_correlation"] = float(rho)
     window = get("attention.sliding_window")
