@@ -20,11 +20,16 @@ from presets import SLO
 NOISY_CV = 0.10
 
 
+class UnsetTime(TypeError):
+    """A record's time missing where its outcome says it was set (a damaged file's record): `report` says so in
+    one line (control/bench/runs.load_run)."""
+
+
 def _set(t_ns: int | None) -> int:
     """A record's time that the caller has made sure is set (an ok record's first token and start, a finished
-    one's end): None raises the TypeError the arithmetic on it always raised."""
+    one's end): None raises the TypeError the arithmetic on it always raised (UnsetTime)."""
     if t_ns is None:
-        raise TypeError("a record's time is None where it must be set (an ok, or finished, request's)")
+        raise UnsetTime("a record's time is None where it must be set (an ok, or finished, request's)")
     return t_ns
 
 

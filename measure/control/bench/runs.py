@@ -107,7 +107,10 @@ def load_run(path: str | Path) -> Run:
     if header.command == "bench" and summary.exists():
         cells = [Cell.from_json(c) for c in json.loads(summary.read_text())]
     else:  # a recording, or a bench run cut short: cells from the records, grouped by (K, B, mode)
-        cells = cells_from_records(lines.records, header, samples, events)
+        try:
+            cells = cells_from_records(lines.records, header, samples, events)
+        except M.UnsetTime as exc:
+            raise ReportError(f"{p}: {exc}: a damaged record (look at the file's request lines)") from None
     knee = None
     if p.with_name("knee.json").exists():
         try:
