@@ -239,7 +239,7 @@ def _wall_lines(s: Snapshot, v: View) -> list[tuple[int, Text]]:
     cur = next((r for r in reversed(s.steps) if r.level == n.level), None) if v.steps_view else None
     if cur is not None and not cur.settled:  # the step table's row says "settling"; what it waits for is here
         out.append((2, Text(f"this level is {cur.progress}", "grey50")))
-    out.append((0, Text.assemble("wall: ", (f"memory capacity (swap): {n.wall}" if n.wall and s.state == "WALL"
+    out.append((0, Text.assemble("wall: ", (f"memory: {n.wall}" if n.wall and s.state == "WALL"
                                              else n.ceiling, "bold white on red" if s.state == "WALL" else "bold"))))
     out += [(rank, Text(line, style)) for rank, line, style in (
         (1, n.past_wall and f"past the wall: {n.past_wall}", "bold red"),
