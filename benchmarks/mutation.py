@@ -23,8 +23,8 @@ new tests only: after a function is renamed, --fresh-stats). Every mutant of the
 each run (they are named to mutmut by their globs); --report scores the last results without running. mutmut's
 output goes to the tree's .mutation-home/mutmut.log (its end is printed where mutmut fails).
 
-Measured on the shared 2-core machine: every module, 3734 mutants in SCOPE, 644 s (10 min 44 s) at load average
-4.2–6.0 from the others' work (2026-12-06); one module at a time at load 5–10: metrics 215 s, records 31 s, arrivals
+Measured on the shared 2-core machine: every module, 3734 mutants in SCOPE, 452 s (7 min 32 s) at load average
+2.8–5.1 from the others' work, and 644 s at 4.2–6.0 (2026-12-06); one module at a time at load 5–10: metrics 215 s, records 31 s, arrivals
 282 s, cell 212 s, knee 138 s, step table 125 s, the HTTP counter 51 s (mutmut's copy and its stats add ≈ 10–60 s
 a run). The last line is one JSON object:
 {"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "not_run", "score", "seconds",
