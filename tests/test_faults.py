@@ -549,6 +549,65 @@ def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_reco
         assert all(json.loads(x) for x in lines)
 
 
+def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path):
+    """The terminal closed under the dashboard while a parent kept its session (as `make run` does: the dashboard
+    got no SIGHUP), then a signal asks it to end: Textual's exit writes to a terminal that takes no more output and
+    waits on its writer for ever, so the watchdog (tui/signals.Cleanup.arm) stops the workers, closes the recording
+    and ends the process within EXIT_WAIT_S. Before it, the dashboard and its workers ran on, its input thread
+    spinning on the closed terminal (found with `make run` in a killed tmux session)."""
+    import json
+    import shutil
+
+    import psutil
+
+    from conftest import descendants
+    from tui.signals import EXIT_WAIT_S
+
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed (the dashboard needs a terminal)")
+    rec = tmp_path / "s.jsonl"
+    exe = os.path.join(os.path.dirname(sys.executable), "inference-top")
+    session = f"it-gone-{os.getpid()}"
+    cmd = f"{exe} --k 2 --threads 1 --ctx 512 --max-tokens 8 --record {rec}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+                    f"bash -c 'trap \"\" HUP; {cmd}; sleep 60'"], check=True)
+    app = None
+    try:
+        pane = int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True,
+                                  text=True).stdout)
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not (rec.exists() and rec.read_text().count('"kind":"request"') >= 2):
+            time.sleep(0.3)
+        app = next(p for p in psutil.Process(pane).children() if "inference-top" in " ".join(p.cmdline()))
+
+        def gone(p):
+            try:
+                return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        kids = descendants(app.pid)
+        assert len(kids) >= 2, "the dashboard's workers did not start"
+        subprocess.run(["tmux", "kill-session", "-t", session], check=True)  # the terminal is gone
+        time.sleep(20.0)  # the dashboard runs on, its output queued for a terminal that takes none
+        assert not gone(app)  # (no SIGHUP came: its parent kept the session)
+        app.send_signal(signal.SIGHUP)
+        gone_by = time.monotonic() + EXIT_WAIT_S + 10
+        while time.monotonic() < gone_by and not gone(app):
+            time.sleep(0.2)
+        assert gone(app), "the dashboard ran on"
+        time.sleep(3.0)
+        left = [k.pid for k in kids if not gone(k)]
+        assert not left, f"these outlived it by 3 s: {left}"
+        assert all(json.loads(x) for x in rec.read_text().splitlines())
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        if app is not None and app.is_running():
+            for k in descendants(app.pid):
+                k.kill()
+            app.kill()
+
+
 @pytest.mark.parametrize("phase", ["starting", "loading", "warming", "idle", "serving", "batch"])
 def test_a_worker_dying_in_any_phase_is_seen_within_2_s_and_the_rest_serve_on(tmp_path, monkeypatch, phase):
     """K=2 null workers (a 1.5 s model load, 0.3 s TTFT): SIGKILL one in each phase of its life. It is marked

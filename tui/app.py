@@ -27,7 +27,7 @@ from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, num
                         render_clients, render_gauges, render_header, render_log, render_numbers, render_step_table,
                         render_workers, series_charts)
 from tui.panels import bar, wall_name  # noqa: F401  # where tests and callers found them before tui/panels.py
-from tui.signals import hold, quit_on_signals
+from tui.signals import Cleanup, hold, quit_on_signals
 
 if TYPE_CHECKING:
     from measure.control.live.replay import ReplayController
@@ -99,6 +99,13 @@ class InferenceTop(App):
     ]
 
     HELP_KEYS = KEYS
+    cleanup: Cleanup | None = None  # tui.signals.quit_on_signals sets it: the run's cleanup and its exit watchdog
+
+    def exit(self, result=None, return_code: int = 0, message=None) -> None:
+        """Any exit (`q`, a signal) arms the watchdog that ends a run whose app cannot end (its terminal gone)."""
+        if self.cleanup is not None:
+            self.cleanup.arm()
+        super().exit(result, return_code, message)
 
     def __init__(self, controller: Controller, refresh_hz: float = 1.0, live: bool = True, title: str = "",
                  peers=None):
@@ -419,14 +426,15 @@ def run_replay(rec, speed: float = 1.0) -> int:
     c = ReplayController(rec, speed)
     c.start()
     app = ReplayApp(c, refresh_hz=1.0, title=rec.header.model or "")
-    quit_on_signals(app)
+    cleanup = quit_on_signals(app, c.close)
     for w in rec.warnings:
         app.call_later(app.notify, w, severity="warning", timeout=STICKY)
     try:
         app.run()
     finally:
         hold()  # a second Ctrl-C must not cut the cleanup
-        c.close()
+        cleanup()
+        cleanup.ended.set()
     return 0
 
 
@@ -439,10 +447,11 @@ def run_dashboard(plan, refresh_hz: float = 0.5, record: str | None = None, brak
 
     run = start_live(plan, record, brake, prometheus, peers, ray)
     app = InferenceTop(run.controller, refresh_hz=refresh_hz, title=run.title, peers=run.peers)
-    quit_on_signals(app)
+    cleanup = quit_on_signals(app, run.close)
     try:
         app.run()
     finally:
         hold()  # a second Ctrl-C must not cut the cleanup
-        run.close()
+        cleanup()
+        cleanup.ended.set()
     return 0
