@@ -70,15 +70,14 @@ def _string(f: BinaryIO) -> str:
     return b.decode("utf-8", errors="replace")
 
 
-def _skip(f: BinaryIO, n: int) -> None:
-    """Past `n` bytes, which must lie inside the file (a garbled count would seek anywhere)."""
-    end = os.fstat(f.fileno()).st_size
+def _skip(f: BinaryIO, n: int, end: int) -> None:
+    """Past `n` bytes, which must lie inside the file of `end` bytes (a garbled count would seek anywhere)."""
     if n < 0 or f.tell() + n > end:
         raise HeaderError("the header ends before it should (a truncated or garbled file)")
     f.seek(n, 1)
 
 
-def _value(f: BinaryIO, t: int) -> Any:
+def _value(f: BinaryIO, t: int, end: int) -> Any:
     if t in _SCALAR:
         return _read(f, _SCALAR[t])
     if t == STRING:
@@ -86,15 +85,15 @@ def _value(f: BinaryIO, t: int) -> Any:
     if t == ARRAY:
         item, count = _read(f, "<I"), _read(f, "<Q")
         if count <= ARRAY_KEPT:
-            return [_value(f, item) for _ in range(count)]
+            return [_value(f, item, end) for _ in range(count)]
         if item in _SCALAR:
-            _skip(f, count * struct.calcsize(_SCALAR[item]))
+            _skip(f, count * struct.calcsize(_SCALAR[item]), end)
         elif item == STRING:
             for _ in range(count):
-                _skip(f, _read(f, "<Q"))
+                _skip(f, _read(f, "<Q"), end)
         else:
             for _ in range(count):
-                _value(f, item)
+                _value(f, item, end)
         return Skipped(item, count)
     raise HeaderError(f"unknown metadata value type {t}")
 
@@ -104,6 +103,7 @@ def read_gguf_header(path: str | Path) -> Header:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     with open(path, "rb") as f:
+        end = os.fstat(f.fileno()).st_size  # once: a vocabulary's skip is 262,144 strings
         if f.read(4) != MAGIC:
             raise HeaderError("it does not start with the GGUF magic bytes")
         version = _read(f, "<I")
@@ -111,7 +111,7 @@ def read_gguf_header(path: str | Path) -> Header:
         fields = {}
         for _ in range(n_kv):
             key = _string(f)
-            fields[key] = _value(f, _read(f, "<I"))
+            fields[key] = _value(f, _read(f, "<I"), end)
         raw = []
         for _ in range(n_tensors):
             name = _string(f)
