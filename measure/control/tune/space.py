@@ -274,12 +274,14 @@ def roofline_predictor(work: WorkModel, machine: Machine, s: Settings) -> Callab
         n = s.max_tokens
         served = min(s.users, c.k * b_eff)
 
-        def tps_of(q: Prediction) -> float:
-            return served * n / (q.ttft_s + (n - 1) * q.tpot_s)
+        def per(q: Prediction) -> float:  # a request's time: TTFT + (N − 1) × TPOT
+            return q.ttft_s + (n - 1) * q.tpot_s
 
-        per = p.ttft_s + (n - 1) * p.tpot_s
-        tps = served * n / per
-        ttft = p.ttft_s + max(0.0, s.users / served - 1) * per
+        def tps_of(q: Prediction) -> float:
+            return served * n / per(q)
+
+        tps = tps_of(p)
+        ttft = p.ttft_s + max(0.0, s.users / served - 1) * per(p)
         ok = (s.slo.ttft_s is None or ttft <= s.slo.ttft_s) and (s.slo.tpot_s is None or p.tpot_s <= s.slo.tpot_s)
         return Predicted(tps, ttft, p.tpot_s, tps if ok else 0.0, p.binding,
                          (tps_of(span[0]), tps_of(span[1])) if span else None)
