@@ -157,20 +157,29 @@ def test_first_level_past_the_wall_and_the_budget_skip():
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
-@linux
-def test_live_readers_on_this_process(tmp_path):
-    from measure.machine import residency as M
-
+@pytest.fixture
+def mapped(tmp_path):
+    """A 4 MiB file of random bytes, just written (all in the page cache), mapped read-only here: (path, map)."""
     f = tmp_path / "weights.bin"
     f.write_bytes(os.urandom(4 * MiB))
     with open(f, "rb") as fh:
         m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
-        for off in range(0, 2 * MiB, mmap.PAGESIZE):  # half of it touched through the mapping
-            m[off]
-        me = M.proc_memory(os.getpid(), str(f))
-        assert me is not None and me.weights_mapped == 4 * MiB and 2 * MiB <= me.weights_resident <= 4 * MiB
-        assert me.anon > 0 and me.rss >= me.anon
+    yield f, m
+    if not m.closed:
         m.close()
+
+
+@linux
+def test_live_readers_on_this_process(mapped):
+    from measure.machine import residency as M
+
+    f, m = mapped
+    for off in range(0, 2 * MiB, mmap.PAGESIZE):  # half of it touched through the mapping
+        m[off]
+    me = M.proc_memory(os.getpid(), str(f))
+    assert me is not None and me.weights_mapped == 4 * MiB and 2 * MiB <= me.weights_resident <= 4 * MiB
+    assert me.anon > 0 and me.rss >= me.anon
+    m.close()
     assert M.mincore_resident(f) == 4 * MiB  # just written: all in the page cache
     probe = M.ResidencyProbe(str(f), 4 * MiB, mincore=True)
     a = probe.read([os.getpid()], 0)
@@ -377,16 +386,12 @@ def test_maps_give_the_model_files_mapped_bytes_without_a_page_walk():
 
 
 @linux
-def test_a_calm_read_takes_the_mapping_from_maps_and_residency_from_mincore(tmp_path):
+def test_a_calm_read_takes_the_mapping_from_maps_and_residency_from_mincore(mapped):
     from measure.machine import residency as M
 
-    f = tmp_path / "weights.bin"
-    f.write_bytes(os.urandom(4 * MiB))
-    with open(f, "rb") as fh:
-        m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
-        full = M.proc_memory(os.getpid(), str(f))
-        calm = M.ResidencyProbe(str(f), 4 * MiB, mincore=True).read([os.getpid()], 0, detail=False)
-        m.close()
+    f, _ = mapped
+    full = M.proc_memory(os.getpid(), str(f))
+    calm = M.ResidencyProbe(str(f), 4 * MiB, mincore=True).read([os.getpid()], 0, detail=False)
     assert full is not None and full.weights_mapped == 4 * MiB and full.rss >= full.anon > 0
     me = calm.procs[0]
     assert me.weights_mapped == 4 * MiB and me.weights_resident == calm.mincore_resident == 4 * MiB
