@@ -191,8 +191,8 @@ def test_the_stepping_is_read_over_the_last_2_s_and_64_tokens_a_stream():
     w = st.window(5_000 * MS)
     recent = [[t for t in a if t >= 3_720 * MS], [t for t in b if t >= 3_721 * MS]]
     assert [len(x) for x in recent] == [S.STEPPED_TOKENS] * 2
-    tpot_ns = float(np.median([(a[-1] - a[0]) / 249, (b[-1] - b[0]) / 249]))
-    want = serving.stepped_share(recent, tpot_ns, w.decoding)
+    assert serving.steady_tpot(recent[0]) == serving.steady_tpot(recent[1]) == 20 * MS
+    want = serving.stepped_share(recent, w.decoding)
     assert want == pytest.approx(64 / 127) and w.stepped == pytest.approx(want)  # 1 ms short, 19 ms not
     assert w.decoding == pytest.approx((a[-1] - a[0] + b[-1] - b[0]) / (5_000 * MS))
 
@@ -209,7 +209,7 @@ def test_the_stepping_is_judged_against_the_median_tpot():
         st.add_tokens(wid, rid, ts)
     w = st.window(2_000 * MS)
     assert sorted(w.tpots) == pytest.approx([0.01, 0.02, 1.0])
-    want = serving.stepped_share([a[-S.STEPPED_TOKENS:], b, c], 0.020 * NS, w.decoding)
+    want = serving.stepped_share([a[-S.STEPPED_TOKENS:], b, c], w.decoding)  # steady TPOTs 10, 20, 1 000 ms
     assert w.stepped == pytest.approx(want) and want < 0.5  # the 7 ms gaps are not one step's
 
 

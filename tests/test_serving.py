@@ -237,3 +237,16 @@ def test_the_verdict_reads_the_server_records_before_the_rates():
     both = [_rec(i, 2, 0, range(0, 1000, 100)) for i in range(2)] + [_rec(i + 2, 2, 1000, range(1000, 2000, 100))
                                                                       for i in range(2)]
     assert S.batching_verdict(S.rows(engine, looks_full, both))[0] == "batches fully"
+
+
+def test_a_stall_in_turns_is_not_a_step():
+    """Two streams in 10 ms turns (a token each every 20 ms), each stalled once 400 ms by a third stream's prefill
+    taken in turn: their mean gap is 45 ms, and 0.5 × 45 ÷ 2 = 11 ms would call every 10 ms turn a shared step;
+    without the stall (steady_tpot: 20 ms) none is."""
+    ms = 1_000_000
+    a = [i * 20 * ms for i in range(8)] + [540 * ms + i * 20 * ms for i in range(8)]
+    b = [t + 10 * ms for t in a]
+    assert (a[-1] - a[0]) / 15 == pytest.approx(45.33 * ms, rel=1e-3)
+    assert S.steady_tpot(a) == pytest.approx(20 * ms)
+    assert S.stepped_share([a, b], 2.0) == 0.0
+    assert S.stepped_share([a, [t + ms for t in a]], 2.0) == pytest.approx(16 / 31)  # one step: 1 ms apart

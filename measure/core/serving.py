@@ -33,6 +33,8 @@ SERIAL_SHARE = 0.7  # … and at most this share of the open streams: the server
 FULL_SHARE = 0.9  # a server delivering at least this share of the engine's batched tok/s at every B ≥ 2 batches fully
 SCALES = 1.25  # tok/s at the largest B over B = 1 below this: flat in B
 MIN_SPAN_S = 3.0  # a live window shorter than this (the load just began) is not judged
+STEADY_S = 3.0  # live: a verdict is shown (and a server not batching logged) once it has held this long; a window
+# just past MIN_SPAN_S read a batching null server's stepping as 'interleaves' for a moment under CI's load
 GAUGE_MIN = 0.5  # a server's running gauge below this while streams are open is not read
 GAUGE_SCRAPES = 3  # live: the gauge is read once the level has this many scrapes in the window
 TTFT_RISE = 1.5  # the server's TTFT rise from B = 1 at least this × the engine's own at that B: the queue
@@ -51,13 +53,30 @@ def interleaved(stepped: float | None, served: float | None) -> bool:
 MIN_GAPS = 20  # fewer gaps between two streams' tokens than this: the stepping is not read
 
 
-def stepped_share(streams: Iterable[Sequence[int]], tpot_ns: float, served: float) -> float | None:
+STALL = 3.0  # a gap in a stream over this × its mean gap is a stall (another stream's prefill taken in turn), not a step
+
+
+def steady_tpot(ts: Sequence[int]) -> float | None:
+    """A stream's mean gap between its tokens (ns) with its stalls left out (gaps over STALL × the mean of all):
+    an interleaving server's 400 ms prefills in 20 ms turns read TPOT 47 ms and made every 10 ms turn a shared
+    step. None under two tokens."""
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    if not gaps:
+        return None
+    mean = sum(gaps) / len(gaps)
+    kept = [g for g in gaps if g <= STALL * mean]
+    return sum(kept) / len(kept)
+
+
+def stepped_share(streams: Iterable[Sequence[int]], served: float) -> float | None:
     """Of the gaps between consecutive tokens of two different streams (every stream's token times merged), the
-    share shorter than STEP_TOGETHER × TPOT ÷ served: tokens that came out of one step. A server that batches
-    sends a token of every stream each step (≈ (served − 1) ÷ served of these gaps short); one that takes turns
-    between its streams (a prefill or one token at a time) spaces them a token's work apart (none short). None
-    under MIN_GAPS such gaps, or without a TPOT."""
-    if tpot_ns <= 0 or served <= 0:
+    share shorter than STEP_TOGETHER × TPOT ÷ served, TPOT the median over the streams of steady_tpot: tokens
+    that came out of one step. A server that batches sends a token of every stream each step (≈ (served − 1) ÷
+    served of these gaps short); one that takes turns between its streams (a prefill or one token at a time)
+    spaces them a token's work apart (none short). None under MIN_GAPS such gaps, or without a TPOT."""
+    streams = [list(ts) for ts in streams]
+    tpot_ns = M.percentile([t for ts in streams if (t := steady_tpot(ts)) is not None], 50)
+    if not tpot_ns or tpot_ns <= 0 or served <= 0:
         return None
     merged = sorted([(t, i) for i, ts in enumerate(streams) for t in ts])
     near = STEP_TOGETHER * tpot_ns / max(1.0, served)
@@ -216,7 +235,7 @@ def rows(engine: Sequence[Mapping[str, Any]], server: Sequence[Mapping[str, Any]
         theirs = [r for r in engine_records if r.b == b]
         opened, served = concurrency_of(mine, prefill)
         tpot = _f(v, "median_tpot_ms")
-        stepped = stepped_share([r.token_ns for r in mine], tpot * 1e6, served) if tpot and served else None
+        stepped = stepped_share([r.token_ns for r in mine], served) if served else None
         out.append(ServingRow(b, _f(e, "output_throughput"), _f(v, "output_throughput"), _f(e, "median_tpot_ms"),
                        tpot, _f(e, "median_ttft_ms"), _f(v, "median_ttft_ms"), errors,
                        int(_f(v, "completed") or 0) + errors, opened, served, gauge_of(mine),

@@ -158,6 +158,8 @@ class LiveController:
         self._thread: threading.Thread | None = None
         self._running: deque[tuple[int, float]] = deque()  # the server's running gauge over the window (docs/design/compare.md)
         self._serial_level: str | None = None  # the level a serialising server was last logged at
+        self._verdict_since: tuple[str, str, int] | None = None  # (level, verdict, since ns): the verdict now read …
+        self._steady: tuple[str, serving.Batching] | None = None  # … and the last one that held STEADY_S (its level)
         self._last_view: Mapping[str, Any] | None = None  # the scrape last read (a new one is a new object)
         self._log_findings = watch_wall  # a replay shows the recording's own log lines, not a second copy
         self._last_sys: SystemSample | None = None
@@ -555,13 +557,26 @@ class LiveController:
         while running and running[0][0] < max(now - int(self.settings.window_s * NS), self.stats.level_start_ns):
             running.popleft()
         gauge = M.percentile([r for _, r in running], 50) if len(running) >= serving.GAUGE_SCRAPES else None
-        found = serving.batching(win.concurrency, win.decoding, gauge, win.span_s, win.stepped)
+        found = self._held(serving.batching(win.concurrency, win.decoding, gauge, win.span_s, win.stepped), now)
         if found is not None and found.verdict != "batches" and self._serial_level != self.stats.level_label \
                 and self._log_findings:
             self._serial_level = self.stats.level_label
             self.log("warn", f"the server {found.verdict}: {found.served:.1f} streams served at once of "
                              f"{found.open:.1f} open ({found.source})")
         return found
+
+    def _held(self, found: serving.Batching | None, now: int) -> serving.Batching | None:
+        """The verdict once it has held serving.STEADY_S at this level (its figures the latest); until a new one
+        has, the last that held at this level, else None: a moment's reading is neither shown nor logged."""
+        level = self.stats.level_label
+        if found is None:
+            self._verdict_since = None
+        elif self._verdict_since is None or self._verdict_since[:2] != (level, found.verdict):
+            self._verdict_since = (level, found.verdict, now)
+        if found is not None and self._verdict_since is not None \
+                and now - self._verdict_since[2] >= serving.STEADY_S * NS:
+            self._steady = (level, found)
+        return self._steady[1] if self._steady is not None and self._steady[0] == level else None
 
     def _bandwidth(self, win: Window) -> tuple[M.Bandwidth, dict[int | None, float]]:
         """The bandwidth product now, and over HTTP each endpoint's TPOT p50 over its streams (metrics.http_bandwidth)."""

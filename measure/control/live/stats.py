@@ -238,10 +238,9 @@ class LiveStats:
         prefill = int(min(self.figures.ttft[-KEEP:], default=0.0) * NS)
         decoding = serving.decoding_concurrency(([max(st[2], st[3] - prefill), st[1][-1]] for st in streams.values()),
                                                 lo, now_ns) or 0.0
-        tpot = M.percentile(tpots, 50)
         recent = [st[1][max(bisect_left(st[1], now_ns - int(STEPPED_S * NS)), len(st[1]) - STEPPED_TOKENS):]
                   for st in streams.values()]
-        stepped = serving.stepped_share(recent, tpot * NS, decoding) if tpot else None
+        stepped = serving.stepped_share(recent, decoding)
         return Window(span, agg, tpots, {w: n / span for w, n in per_worker.items()},
                       {w: len(ts) / span for w, ts in steps.items()}, conc,
                       {w: M.percentile(v, 50) for w, v in by_worker.items()}, decoding, stepped)
