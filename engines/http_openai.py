@@ -147,6 +147,18 @@ def server_tokens(base: str, text: str, headers: dict[str, str]) -> list[int] | 
     return None
 
 
+def text_server_tokens(base: str, text: str, headers: dict[str, str]) -> list[int] | None:
+    """The token ids of a server that tokenizes but takes prompts as text only: python -m llama_cpp.server's
+    /extras/tokenize (its completions read a string, never ids, and stream no usage); None where it does not answer."""
+    from engines import http_sync
+
+    try:
+        r = http_sync.post_json(f"{base}/extras/tokenize", {"input": text}, 5, headers)
+        return cast("list[int] | None", r.json().get("tokens")) if r.status_code == 200 else None
+    except (http_sync.HTTPError, ValueError, AttributeError):
+        return None
+
+
 async def models_answer(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> bool:
     """Whether GET {url}/models answers below HTTP 400 within 2 s (a down endpoint asked again)."""
     import asyncio

@@ -44,3 +44,7 @@ class GGUFTokenizer:
     def text_ids(self, text: str) -> list[int]:
         """A text's ids without BOS (a prefix put before another prompt's ids)."""
         return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+    def text_of(self, ids: list[int]) -> str:
+        """The text of ids without BOS (detokenized: a prompt sent as text to a server that takes no ids)."""
+        return self.llm.detokenize(ids).decode("utf-8", errors="replace")

@@ -8,6 +8,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import presets
 import pytest
 
 from conftest import free_port, serve, server_log
@@ -48,7 +49,7 @@ def test_truncated_streams_are_detected(model, tmp_path):
     assert json.loads((out / "summary.json").read_text())[0]["errors"] == len(cut)
 
 
-def test_bench_against_llama_cpp_server(llama_server, tmp_path):
+def test_bench_against_llama_cpp_server(llama_server, model, tmp_path):
     out = tmp_path / "http"
     env = dict(os.environ, IT_SECRET_KEY="sk-very-secret-123")
     p = subprocess.run(CLI + ["bench", "--engine", "http", "--url", llama_server, "--b", "1,3", "--requests", "6",
@@ -66,6 +67,16 @@ def test_bench_against_llama_cpp_server(llama_server, tmp_path):
     recs = [json.loads(x) for x in text.splitlines()[1:]]
     assert all(r["mode"] == "http" and r["t_first_token_ns"] >= r["t_scheduled_ns"] for r in recs)
     assert all(0 < r["output_tokens"] <= 8 for r in recs)
+    # it takes text only and streams no usage, yet tokenizes as the embedded model does (its /extras/tokenize):
+    # each prompt goes as the text of the local ids, the unique prefix over its first tokens, and reads as many
+    # tokens as the local engines read of it (issue 58: the prompt tokens per side equal)
+    from engines.base import Prompt
+    from engines.tokenizer import GGUFTokenizer
+
+    tok, prompts = GGUFTokenizer(model.path), presets.workload("default").prompts
+    local = {f"default-{i + 1}": len(tok(Prompt("p", text=t))) for i, t in enumerate(prompts)}  # datasets.py
+    assert all(r["extra"]["prompt_sent_as"] == "text of the local ids" for r in recs)
+    assert [r["prompt_tokens"] for r in recs] == [local[r["prompt_id"]] for r in recs]
 
 
 class Broken(BaseHTTPRequestHandler):
@@ -172,3 +183,24 @@ def test_prefix_cache_off_measures_the_prefill_on_a_caching_server(llama_server,
         assert all(r["error"] is None and r["prompt_tokens"] != 0 for r in recs)
         ttft[policy] = sorted((r["t_first_token_ns"] - r["t_scheduled_ns"]) / 1e6 for r in recs[1:])[1]
     assert ttft["off"] > 3 * ttft["on"], ttft
+
+
+def test_a_text_only_server_is_sent_prompts_that_read_as_many_tokens(model):
+    """llama_cpp.server takes text only: the text of the local ids, the unique prefix over the prompt's first ones,
+    must read as many tokens as the local engines read of the prompt. Read back naively it did not: a short
+    prompt's '…1a6-2]' + '.' merged (8 → 7) and a 512-token synthetic prompt's repeated filler read 498."""
+    from engines.base import Prompt
+    from engines.tokenizer import GGUFTokenizer
+    from measure.core.records import Request, RunMeta
+    from measure.sources.http import HttpSource
+
+    tok = GGUFTokenizer(model.path)
+    src = HttpSource("http://127.0.0.1:9/v1", RunMeta("http", "?", 0), b=1, events=False, tokenizer=tok)
+    naive = tok.text_of(tok(Prompt("p", synthetic_tokens=512))[1:])
+    assert 1 + len(tok.text_ids(naive)) != 512  # the filler does not read back: the case is real
+    prompts = [Prompt("p", text=t) for t in presets.workload("default").prompts]
+    prompts += [Prompt("p", synthetic_tokens=n) for n in (3, 4, 12, 64, 512)]
+    for i, p in enumerate(prompts):
+        req = Request(i, p, 4, True, 0)
+        text, n = src._prompt_text(req, f"[request 1f2e3d4c5b6a-{1000 + 97 * i}] ")
+        assert n == len(tok(p)) == 1 + len(tok.text_ids(text)), (p, text)

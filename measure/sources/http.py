@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engines.http_openai import (EndpointError, api_headers, endpoint_body, models_answer, new_session,
                                  new_stream_session, public_url, scrape_metrics, served_model, server_tokens,
-                                 StreamResult, stream_one, stream_url)
+                                 StreamResult, stream_one, stream_url, text_server_tokens)
 from measure.core.metrics import ttft
 from measure.core.records import Outcome, Request, RequestRecord, RunMeta, ServedBy, build_record
 from measure.core.workload import Load, PrefixCache
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 WARMUP_TOKENS = 2
 PROBE_EVERY_S = 1.0  # a down endpoint is asked for /models this often
 ROUTING = ("least", "round-robin")
+JUNCTION_CHARS = 64  # a text-only server's prompt: the prefix's merge with the body read over its first characters
+READINGS_KEPT = 256  # prompt bodies whose reading is kept (HttpSource._reading)
 
 S = WorkerState
 
@@ -54,6 +56,8 @@ class PromptTokenizer(Protocol):
     def __call__(self, prompt: Prompt) -> list[int]: ...
 
     def text_ids(self, text: str) -> list[int]: ...
+
+    def text_of(self, ids: list[int]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class _Ep:
     in_use: bool = True
     up: bool = True
     send_ids: bool = False
+    count_text: bool = False  # takes text only, tokenizes as we do: the text of our ids goes, counted by ours
     model: str | None = None
     view: dict[str, float] | None = None  # its /metrics figures (None: not scraped yet; {}: none exposed)
     load_start: dict[str, float] | None = None  # …scraped once its streams warmed, before the load's first request
@@ -181,6 +186,7 @@ class HttpSource(WarmsUp):
         self._level_sent = (self.target_k, b)  # the (K, B) the last LevelReady said (the first level: the load's)
         self.proc: int | None = None  # one process of a pool (sources/http_pool.py): its number, on each record
         self.level_b: int | None = None  # …and the pool's whole B, which its records say (self.b is its share)
+        self._readings: dict[tuple[int, ...], tuple[str, int]] = {}  # a prompt body's text and count (_reading)
 
     @property
     def send_ids(self) -> bool:
@@ -235,27 +241,34 @@ class HttpSource(WarmsUp):
         except EndpointError as exc:
             raise SourceError(str(exc)) from None
         ep.model = self.model or listed
-        ep.send_ids = self._check_vocabulary(ep)
+        ep.send_ids, ep.count_text = self._check_vocabulary(ep)
 
     PROBE = "The quick brown fox jumps over the lazy dog, 1234 times."
 
-    def _check_vocabulary(self, ep: _Ep) -> bool:
-        """Send prompt ids (as the local engines read them) only where the server tokenizes as we do:
-        llama-server's and vLLM's /tokenize must give our ids for a probe text. Else the prompt goes as text
-        and the server's tokenizer decides its length (said in the log and in every record)."""
+    def _check_vocabulary(self, ep: _Ep) -> tuple[bool, bool]:
+        """(send ids, count text): prompt ids (as the local engines read them) go only where the server tokenizes
+        as we do: llama-server's and vLLM's /tokenize must give our ids for a probe text. A server that takes text
+        only but tokenizes as we do (python -m llama_cpp.server's /extras/tokenize) is sent the text of those ids,
+        its prompt tokens counted by our tokenizer (it streams no usage). Else the prompt goes as text and the
+        server's tokenizer decides its length (said in the log and in every record)."""
         if self.tokenizer is None or self.endpoint != "completions":
-            return False
+            return False, False
         from engines.base import Prompt
 
         ours = list(self.tokenizer(Prompt("probe", text=self.PROBE)))
-        theirs = server_tokens(ep.base, self.PROBE, api_headers(self.api_key_env))
+        headers = api_headers(self.api_key_env)
+        theirs, as_text = server_tokens(ep.base, self.PROBE, headers), False
+        if theirs is None:
+            theirs, as_text = text_server_tokens(ep.base, self.PROBE, headers), True
         who = f"{ep.info.label}: " if len(self._eps) > 1 else ""
         if theirs is not None and [t for t in theirs if t != ours[0]] == [t for t in ours if t != ours[0]]:
-            self._sink.log(f"{who}the server tokenizes as the local model does: prompts go as token ids")
-            return True
+            self._sink.log(f"{who}the server tokenizes as the local model does: prompts go as "
+                           + ("the text of the local ids, counted by the local tokenizer (it takes no ids)"
+                              if as_text else "token ids"))
+            return not as_text, as_text
         self._sink.log(f"{who}prompts go as text: the server's tokenizer decides their length ("
                        + ("its /tokenize disagrees with ours)" if theirs is not None else "no /tokenize)"))
-        return False
+        return False, False
 
     def _prompt_ids(self, req: Request, prefix: str) -> list[int]:
         assert self.tokenizer is not None  # prompts go as ids only where there is one (_check_vocabulary)
@@ -271,6 +284,52 @@ class HttpSource(WarmsUp):
         # workload's prompts of 8–15 tokens went as 24–31 with the prefix put before them)
         pre = pre[-room:]
         return ids[:1] + pre + ids[1 + len(pre):]
+
+    def _prompt_text(self, req: Request, prefix: str) -> tuple[str, int]:
+        """For a server that takes text only but tokenizes as we do (count_text): the text of our prompt ids with the
+        unique prefix over the prompt's first ones (as _prompt_ids), and its count (BOS included): the body's
+        reading (_reading, once per body) and what the prefix adds before it, read over the junction. A junction
+        can merge tokens ('1a6-2]' + '.' reads as one token fewer), so it moves a token earlier until the text
+        reads as many as the prompt (four tries; else the closest, counted)."""
+        assert self.tokenizer is not None
+        ids = list(self.tokenizer(req.prompt))
+        pre = self.tokenizer.text_ids(prefix.rstrip()) if prefix else []
+        room = min(len(pre), max(0, len(ids) - 2))  # the prefix's last tokens over the prompt's first (BOS and
+        best: tuple[str, int] | None = None  # the prompt's last token stay)
+        for keep in range(room, max(0, room - 4), -1) if room else [0]:  # each try the junction a token earlier
+            body, n_body = self._reading(tuple(ids[1 + keep:]))
+            head = self.tokenizer.text_of(pre[len(pre) - keep:]) if keep else ""
+            probe = body[:JUNCTION_CHARS]  # the body's first words: what the head adds is read over them
+            n = 1 + n_body + len(self.tokenizer.text_ids(head + probe)) - len(self.tokenizer.text_ids(probe))
+            if best is None or abs(n - len(ids)) < abs(best[1] - len(ids)):
+                best = (head + body, n)
+            if n == len(ids):
+                break
+        assert best is not None
+        return best
+
+    def _reading(self, body: tuple[int, ...]) -> tuple[str, int]:
+        """A prompt body's text and the tokens it reads as, made to read as many as its ids: a body that does not
+        read back (a synthetic prompt's repeated filler merges) is cut to length in its own reading, or lengthened
+        by its ids before the last where the last merged (four tries; else the closest). Kept per body (a
+        2048-token synthetic prompt: ≈ 100 ms once, not per request)."""
+        if (hit := self._readings.get(body)) is not None:
+            return hit
+        assert self.tokenizer is not None
+        text = self.tokenizer.text_of(list(body))
+        best = (text, len(self.tokenizer.text_ids(text)))
+        for k in range(4):
+            if best[1] == len(body):
+                break
+            read = self.tokenizer.text_ids(best[0])
+            d = len(body) - len(read)
+            text = self.tokenizer.text_of(read[:d] if d < 0 else read + list(body[len(body) - d - k:len(body) - k]))
+            if abs((n := len(self.tokenizer.text_ids(text))) - len(body)) < abs(best[1] - len(body)):
+                best = (text, n)
+        if len(self._readings) >= READINGS_KEPT:
+            self._readings.clear()
+        self._readings[body] = best
+        return best
 
     def _ready(self) -> bool:
         return all(ep.warmed >= self.b for ep in self._eps if ep.in_use and ep.up)
@@ -567,6 +626,9 @@ class HttpSource(WarmsUp):
         text = req.prompt.text or ("hello " * max(1, (req.prompt.synthetic_tokens or 1) - 1)).strip()
         text, prefix = self.prefix_cache.apply(text, self.run_id, req.request_id, req.session_key)
         ids = self._prompt_ids(req, prefix) if ep.send_ids else None
+        counted = None
+        if ep.count_text:
+            text, counted = self._prompt_text(req, prefix)
         body = self._body(ep, ids or text, req.max_tokens, req.ignore_eos)
         if req.messages and self.endpoint == "chat":  # a session's turn: the conversation as messages
             body["messages"] = [dict(m) for m in req.messages]
@@ -600,13 +662,14 @@ class HttpSource(WarmsUp):
         rec = build_record(
             req, self.meta, self.run_id,
             Outcome(res.token_ns, t_started, t_done,
-                    res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else None),
+                    res.prompt_tokens if res.prompt_tokens is not None else (len(ids) if ids else counted),
                     res.finish_reason, res.error),
             ServedBy(ep.idx, model=ep.model or self.meta.model),
             server_output_tokens=(res.server_output_tokens
                                   if res.server_output_tokens not in (None, len(res.token_ns)) else None),
             server_view=self._view(ep, res),
-            extra=self._extra(ep, slot, req, res, prefix, bool(ids), t_started), reasoning_tokens=res.reasoning_tokens,
+            extra=self._extra(ep, slot, req, res, prefix, bool(ids), t_started),
+            reasoning_tokens=res.reasoning_tokens,
             t_first_answer_ns=res.t_first_answer_ns,
         )
         self._ended(ep, req, res, rec)
@@ -625,7 +688,8 @@ class HttpSource(WarmsUp):
                t_started: int) -> dict[str, Any]:
         """A record's `extra`: how it was sent and what the client saw beside its timestamps."""
         extra: dict[str, Any] = {"token_count": res.token_count, "prefix_cache": self.prefix_cache.describe(),
-                                 "prompt_prefix": prefix, "prompt_sent_as": "token ids" if as_ids else "text",
+                                 "prompt_prefix": prefix, "prompt_sent_as": "token ids" if as_ids else (
+                                     "text of the local ids" if ep.count_text else "text"),
                                  "slot": slot}
         if len(self._eps) > 1:
             extra.update(endpoint=ep.info.label, url=ep.shown, routing=self.routing)
