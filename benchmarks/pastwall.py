@@ -320,15 +320,17 @@ def main(argv: list[str] | None = None) -> int:
     left_swap = swap_left(swap_path)
     left_groups = [d.name for d in CG_ROOT.iterdir() if d.is_dir() and d.name.startswith(CG_NAME)]
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
-    worst = max(errors) if errors and len(errors) == len(rows) else None
-    print(f"worst error {worst:.0%} over {len(rows)} limits; swap left {left_swap} B, cgroups left {left_groups}; "
-          f"{time.time() - t0:.0f} s; load average {load0[0]:.2f} → {os.getloadavg()[0]:.2f}" if worst is not None
-          else "no limit measured")
-    print(json.dumps({"worst_error": worst, "goal": 0.30, "met": worst is not None and worst <= 0.30,
+    worst = max(errors) if errors else None  # over the limits measured; one ended early (the OOM killer) fails
+    unmeasured = len(rows) - len(errors)  # the goal, and is counted apart
+    met = worst is not None and worst <= 0.30 and not unmeasured
+    print(f"worst error {worst:.0%} over {len(errors)} of {len(rows)} limits measured ({unmeasured} ended before a "
+          f"measurement); swap left {left_swap} B, cgroups left {left_groups}; {time.time() - t0:.0f} s; load "
+          f"average {load0[0]:.2f} → {os.getloadavg()[0]:.2f}" if worst is not None else "no limit measured")
+    print(json.dumps({"worst_error": worst, "goal": 0.30, "met": met, "unmeasured": unmeasured,
                       "swap_left_bytes": left_swap, "cgroups_left": len(left_groups), "seconds": round(time.time() - t0),
                       "load_before": round(load0[0], 2), "load_after": round(os.getloadavg()[0], 2),
                       "storage": rates.__dict__ if rates else None, "runs": rows}))
-    return 0 if worst is not None and worst <= 0.30 else 1
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
