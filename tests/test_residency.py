@@ -396,3 +396,27 @@ def test_a_calm_read_takes_the_mapping_from_maps_and_residency_from_mincore(mapp
     me = calm.procs[0]
     assert me.weights_mapped == 4 * MiB and me.weights_resident == calm.mincore_resident == 4 * MiB
     assert abs(me.anon - full.anon) < 64 * MiB  # the same counters, read twice
+
+
+def test_past_the_wall_the_predicted_tpot_slows_with_the_tok_s():
+    """Past the wall the residency roofline's tok/s takes the level's place, and its TPOT slows by as much (the
+    same streams, each step longer): in a 400 MiB cgroup the screen said 'predicted 14.0 ms' beside 'predicted
+    6.6 tok/s' where 4.2 tok/s came at 237 ms."""
+    from measure.control.live.wall import ResidencyView
+    from measure.core.roofline import Prediction
+    from sim import run_for, sim_controller
+
+    c, fleet, clock = sim_controller(k=1)
+    run_for(c, fleet, clock, 5)
+    workers = c.source.workers()
+    level = Prediction("batch", 1, 4, 1, 0.05, 0.1, 80.0, 20.0, 2e9, "bandwidth", {"bandwidth": 1.0})
+    tpot, tps, _ = c._predicted(level, workers)
+    assert tpot and tps
+
+    class Past:  # the live watch's answer for a level past the wall: a quarter of the rate
+        def tick(self, *_a):
+            return ResidencyView(past_tps=tps / 4, past_note="K=1 B=1: working set > room")
+
+    c.residency = Past()
+    ptpot, ptps, by, _ = c._predicted_past(level, workers, tps, clock.now)
+    assert ptps == pytest.approx(tps / 4) and ptpot == pytest.approx(4 * tpot) and by.startswith("residency roofline")
