@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from array import array
 
-import numpy as np
 import pytest
 from test_figure_oracles_live import rec
 
