@@ -5,8 +5,8 @@ configuration in a row, each the closed loop compare runs, their figures written
                                        [--requests 8] [--max-tokens 16] [--out tests/data/compare_null_noise.json]
 
 The default is the null engine (SIMULATED: a fixed schedule; what moves between its runs is this machine's
-harness: its scheduler, sleeps and queues), the configuration tests/test_compare.py's CLI run uses;
-tests/test_compare.py draws its simulated per-run figures from the file's relative deviations. It prints the
+harness: its scheduler, sleeps and queues), the configuration tests/integration/test_compare.py's CLI run uses;
+tests/integration/test_compare.py draws its simulated per-run figures from the file's relative deviations. It prints the
 runs' CV and the spread (max ÷ min) of the figure.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ failure (its text up to its first figure) that the cell run without the mutant h
 repeat, or that the unpatched tree shares, was a stall of this busy machine, and the mutant is not counted killed
 ("UNCONFIRMED"). (This confirms the score; the matrix itself never runs a cell twice.)
 
-A mutant is killed by `make test`'s sample when `truth_matrix.py --cover SEED` (tests/test_truth_matrix.py's draw:
+A mutant is killed by `make test`'s sample when `truth_matrix.py --cover SEED` (tests/integration/test_truth_matrix.py's draw:
 one cell of each load kind over every source, its --find searches, live steps and the command line) fails, and by
 the full matrix when `truth_matrix.py` does; both stop at the first failing cell. The sample's cells are cells of
 the full matrix, so a mutant the sample kills is counted killed by the full matrix without running it again; the

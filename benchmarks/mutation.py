@@ -6,7 +6,7 @@ matrix; this one is not a list: whatever bug its operators can write, in every l
 The modules (MODULES, also [tool.mutmut] only_mutate in pyproject.toml): the metrics, the records, the arrivals, the
 cell and its window, the knee, the live statistics and the step table, the HTTP client's token counting and the
 warmup. The tests ([tool.mutmut] pytest_add_cli_args_test_selection): fast unit tests, each figure worked by hand or
-recomputed with numpy (tests/test_figure_oracles*.py, tests/test_metrics.py). A survivor is either killed by a new
+recomputed with numpy (tests/unit/test_figure_oracles*.py, tests/unit/test_metrics.py). A survivor is either killed by a new
 check or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
 mutant): the score is killed ÷ (mutants − equivalents); a mutant that hangs the tests (mutmut's timeout) is killed.
 
@@ -51,9 +51,9 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/control/live/steps.py", "engines/http_openai.py", "measure/sources/warmup.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
-# words (text, not figures: tests/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
-# truth matrix's --find cells); arrivals.py's TraceSessions (a trace's follow-ups: tests/test_traces.py); the HTTP
-# client's transport, /metrics and /models reading (engines: tests/test_http*.py); the warmup's run over a source.
+# words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
+# truth matrix's --find cells); arrivals.py's TraceSessions (a trace's follow-ups: tests/integration/test_traces.py); the HTTP
+# client's transport, /metrics and /models reading (engines: tests/integration/test_http*.py); the warmup's run over a source.
 SCOPE: dict[str, list[str]] = {
     "measure/core/metrics.py": ["*"],
     "measure/core/records.py": ["*"],

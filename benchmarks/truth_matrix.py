@@ -19,7 +19,7 @@ searches and live K/B steps with a warmup, recorded, reported. Invariants checke
 - live steps with a warmup: one step-table row per level settled; the recording's report = the dashboard's rows.
 
     python benchmarks/truth_matrix.py            # every combination; ends with one JSON line
-    python benchmarks/truth_matrix.py --cover 7  # make test's sample drawn with seed 7 (tests/test_truth_matrix.py)
+    python benchmarks/truth_matrix.py --cover 7  # make test's sample drawn with seed 7 (tests/integration/test_truth_matrix.py)
     python benchmarks/truth_matrix.py --sample 40 --seed 11 --only bench --spread   # the tolerances' evidence
 
 Here the combinations are enumerated; the test draws its sample afresh each run (`cover`). The tolerances are stated
@@ -71,7 +71,7 @@ TOL = {"rate": 0.05, "concurrency": 0.10, "below": 1.0, "ttft_p50": 15.0, "e2e_p
 RATES = ("output_throughput", "goodput_tps", "goodput_rps", "achieved_concurrency")
 TAILS = ("ttft_p99", "e2e_p99", "tpot_p99", "itl_p99", "lateness_p99", "wait_max")
 STALL_TICK_S, STALL_MS = 0.002, 20.0  # the stall detector's sleep, and the oversleep it calls a stall
-# tests/test_ray_clients.py compares a run on Ray's actors with one run here (two measured runs, not a run and its
+# tests/integration/test_ray_clients.py compares a run on Ray's actors with one run here (two measured runs, not a run and its
 # truth) with these, the matrix's tolerances before issue 43; the matrix itself no longer uses them
 RATE_TOL, TTFT_TOL_MS = 0.30, 25.0
 SOURCES = ("fleet", "batch", "http", "pool")
@@ -1159,8 +1159,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--sample", type=int, help="run this many bench combinations, drawn with --seed (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cover", type=int, metavar="SEED", help="`make test`'s sample drawn with this seed "
-                    "(tests/test_truth_matrix.py: one cell of each load kind over every source, its --find searches, "
-                    "the live steps and the command line)")
+                    "(tests/integration/test_truth_matrix.py: one cell of each load kind over every source, its --find "
+                    "searches, the live steps and the command line)")
     ap.add_argument("--only", choices=["bench", "find", "cli", "live"], help="one part of the matrix")
     ap.add_argument("--quiet", action="store_true", help="only the last JSON line")
     ap.add_argument("--no-cap", action="store_true", help="leave out the capped open loops (a version without "

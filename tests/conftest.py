@@ -21,7 +21,7 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    # the truth matrix's sample (tests/test_truth_matrix.py) is drawn afresh on every run: its seed chosen once
+    # the truth matrix's sample (tests/integration/test_truth_matrix.py) is drawn afresh on every run: its seed chosen once
     # here, so pytest-xdist's workers (and a restarted one) draw the same cells; TRUTH_SEED=N replays a run
     import random
 

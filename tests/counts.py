@@ -1,5 +1,5 @@
 """Issue 48's counts, each with its limit, in one table (LIMITS): `python tests/counts.py` prints every count and
-exits 1 when one is over its limit, naming what is over; tests/test_shape.py::test_the_counts runs the same.
+exits 1 when one is over its limit, naming what is over; tests/contract/test_shape.py::test_the_counts runs the same.
 Counted with ast where text would miscount (comments, docstrings, help text):
 
 - import circles among measure/, engines/, presets/, tui/ (every import, those inside functions too);
@@ -10,7 +10,7 @@ Counted with ast where text would miscount (comments, docstrings, help text):
 - `header.get(…)` / `header["…"]`; `dict[str, Any]` in tune (measure/control/tune*) and in measure/ (the
   issue's "206 in the tree" is measure/'s count);
 - functions over 60 lines (unlisted), over 8 parameters (Unpack fields counted), parameters typed as anonymous
-  tuples of 3+ items (tests/test_shape.py's counting); modules of benchmarks/ that import tui.
+  tuples of 3+ items (tests/contract/test_shape.py's counting); modules of benchmarks/ that import tui.
 
 Issue 60's: tui/cli.py's lines and its fan-out (the project modules it imports, those inside functions too);
 `def free_port` in the whole tree (tests/ and benchmarks/ too); public names (module-level classes and functions)
@@ -413,5 +413,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "contract"))  # test_shape (shape() imports it)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

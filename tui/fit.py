@@ -2,7 +2,7 @@
 space that does not follow a figure (a number keeps its label and unit: "p50 12.0 ms"), never inside a number;
 a panel shorter than its lines keeps its most important ones (each line has a rank, 0 the most important); a row
 of parts (the header's) too wide for its line leaves out its least important parts. Pure functions of Rich Text:
-tui/panels.py renders with them, tests/test_screen_sizes.py holds them."""
+tui/panels.py renders with them, tests/integration/test_screen_sizes.py holds them."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -23,7 +23,7 @@ BENCH_MAX_TOKENS = 256  # and in bench
 
 
 # --help lists the options in these groups, in this order (a parser shows the ones it has options in); a new
-# option goes into one with p.group(TITLE).add_argument (tests/test_cli.py: every option is in a group)
+# option goes into one with p.group(TITLE).add_argument (tests/integration/test_cli.py: every option is in a group)
 ENGINE = "engine and model"
 LOAD = "load and workload"
 SLO = "SLO, cost and power"

@@ -1,6 +1,6 @@
 """The dashboard's panels as pure functions of a Snapshot (measure/control/live/snapshot.py) and the run's fixed facts
 (a View): each returns the panel's text, or for a chart what it plots, and needs no App, no widget and no
-controller. tui/app.py hands their results to its widgets; tests/test_panels.py compares them to golden text."""
+controller. tui/app.py hands their results to its widgets; tests/integration/test_panels.py compares them to golden text."""
 from __future__ import annotations
 
 from bisect import bisect_left

@@ -101,7 +101,7 @@ SMALL_N = 1000  # up to this many values a sort in Python beats numpy's fixed co
 def percentile(values: Sequence[float] | np.ndarray, p: float) -> float | None:
     """Linear interpolation (numpy's default); None for no values. Below SMALL_N values (every live tick's
     figures) it is worked out here with numpy's very steps, so the result is the same float bit for bit
-    (tests/test_metrics.py checks): the virtual index (n − 1)·p/100, and the lerp from the nearer end."""
+    (tests/unit/test_metrics.py checks): the virtual index (n − 1)·p/100, and the lerp from the nearer end."""
     n = len(values)
     if n == 0:
         return None

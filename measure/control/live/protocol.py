@@ -1,6 +1,6 @@
 """What the dashboard (tui/app.py) calls on its controller, declared once: `LiveController` (live.py) and
 `ReplayController` (replay.py) both satisfy it, and the app is typed against it, so `make lint` (mypy)
-refuses a controller that lacks a member the app uses, and tests/test_controller.py checks both at run time.
+refuses a controller that lacks a member the app uses, and tests/contract/test_controller.py checks both at run time.
 
 A replay runs no engine: its K, B and mode are what the recording shows, and its key actions that would
 change them refuse (`set_k`, `set_b`, `toggle_mode` return the refusal, as the live ones do when a change
