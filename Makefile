@@ -60,9 +60,10 @@ lint: install-test
 
 # One xdist worker runs the tests in order, as plain pytest would; a test that crashes the interpreter
 # (a segfault in an engine's C code) is reported as a failure with its name, the worker is replaced, the
-# rest run, and the last line still counts what passed and failed.
+# rest run, and the last line still counts what passed and failed. The 15 slowest tests are listed before it (the
+# ≤ 25-minute budget of a fresh clone's run: issue 60).
 test: install-test lint
-	$(VENV)/bin/python -m pytest -n 1 --max-worker-restart=20 $(ARGS)
+	$(VENV)/bin/python -m pytest -n 1 --max-worker-restart=20 --durations=15 $(ARGS)
 
 # The wheel as people install it, in a fresh venv run from an empty folder (build-aux/wheel_smoke.sh): --version,
 # plan, a bench on the null server and on the embedded model, the dashboard started and quit. llama-cpp-python
