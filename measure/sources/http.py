@@ -137,6 +137,19 @@ class HttpOptions:
     answers: bool = False  # each record keeps its answer's text (extra.output_text: compare's answers, issue 58)
 
 
+def _splice(ids: list[int], pre: list[int], keep: int | None = None) -> tuple[list[int], list[int]]:
+    """A prompt's ids (BOS first) with a unique prefix's ids `pre` put in: (the prefix's ids sent, the prompt's ids
+    after them; BOS in neither). The prefix's last `keep` ids (default: as many as fit with BOS and the prompt's
+    last token kept) over the prompt's first ones, its end naming the request, so a server prefills what a local
+    engine would (issue 58: the default workload's prompts of 8–15 tokens went as 24–31 with the prefix before
+    them); a prompt of two tokens: the whole prefix before it."""
+    room = len(ids) - 2
+    if room < 1:
+        return pre, ids[1:]
+    keep = min(len(pre), room) if keep is None else keep
+    return pre[len(pre) - keep:], ids[1 + keep:]
+
+
 class HttpSource(WarmsUp):
     def __init__(self, url: str | Endpoint | list[str] | list[Endpoint] | list[str | Endpoint], meta: RunMeta,
                  b: int = 1, on_record: Callable[[RequestRecord], None] | None = None, events: bool = True,
@@ -275,35 +288,31 @@ class HttpSource(WarmsUp):
         ids = list(self.tokenizer(req.prompt))
         if not prefix:
             return ids
-        pre = list(self.tokenizer.text_ids(prefix))
-        room = len(ids) - 2  # BOS and the prompt's last token kept
-        if room < 1:  # a prompt of two tokens: BOS, the unique prefix, the prompt
-            return ids[:1] + pre + ids[1:]
-        # BOS, the unique prefix over the prompt's first tokens (its end, which names the request, where the prompt
-        # is shorter): its length kept, so a server prefills what a local engine would (issue 58: the default
-        # workload's prompts of 8–15 tokens went as 24–31 with the prefix put before them)
-        pre = pre[-room:]
-        return ids[:1] + pre + ids[1 + len(pre):]
+        head, body = _splice(ids, list(self.tokenizer.text_ids(prefix)))
+        return ids[:1] + head + body
 
     def _prompt_text(self, req: Request, prefix: str) -> tuple[str, int]:
         """For a server that takes text only but tokenizes as we do (count_text): the text of our prompt ids with the
-        unique prefix over the prompt's first ones (as _prompt_ids), and its count (BOS included): the body's
-        reading (_reading, once per body) and what the prefix adds before it, read over the junction. A junction
-        can merge tokens ('1a6-2]' + '.' reads as one token fewer), so it moves a token earlier until the text
-        reads as many as the prompt (four tries; else the closest, counted)."""
+        unique prefix spliced in as _prompt_ids does (_splice), and its count (BOS included): the body's reading
+        (_reading, once per body) and what the prefix adds before it, read over the junction. A junction can merge
+        tokens ('1a6-2]' + '.' reads as one token fewer), so where the prefix lies over the prompt it moves a token
+        earlier until the text reads as many as the ids (four tries; else the closest, counted)."""
         assert self.tokenizer is not None
         ids = list(self.tokenizer(req.prompt))
         pre = self.tokenizer.text_ids(prefix.rstrip()) if prefix else []
-        room = min(len(pre), max(0, len(ids) - 2))  # the prefix's last tokens over the prompt's first (BOS and
-        best: tuple[str, int] | None = None  # the prompt's last token stay)
-        for keep in range(room, max(0, room - 4), -1) if room else [0]:  # each try the junction a token earlier
-            body, n_body = self._reading(tuple(ids[1 + keep:]))
-            head = self.tokenizer.text_of(pre[len(pre) - keep:]) if keep else ""
-            probe = body[:JUNCTION_CHARS]  # the body's first words: what the head adds is read over them
-            n = 1 + n_body + len(self.tokenizer.text_ids(head + probe)) - len(self.tokenizer.text_ids(probe))
-            if best is None or abs(n - len(ids)) < abs(best[1] - len(ids)):
-                best = (head + body, n)
-            if n == len(ids):
+        head, body = _splice(ids, pre)
+        want = 1 + len(head) + len(body)
+        last = max(0, len(head) - 4) if head and len(ids) > 2 else len(head) - 1  # over the prompt: 4 junctions
+        best: tuple[str, int] | None = None
+        for keep in range(len(head), last, -1):  # each try the junction a token earlier
+            h, b = _splice(ids, pre, keep)
+            text, n_body = self._reading(tuple(b))
+            h_text = self.tokenizer.text_of(h) if h else ""
+            probe = text[:JUNCTION_CHARS]  # the body's first words: what the head adds is read over them
+            n = 1 + n_body + len(self.tokenizer.text_ids(h_text + probe)) - len(self.tokenizer.text_ids(probe))
+            if best is None or abs(n - want) < abs(best[1] - want):
+                best = (h_text + text, n)
+            if n == want:
                 break
         assert best is not None
         return best

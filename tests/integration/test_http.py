@@ -204,3 +204,7 @@ def test_a_text_only_server_is_sent_prompts_that_read_as_many_tokens(model):
         req = Request(i, p, 4, True, 0)
         text, n = src._prompt_text(req, f"[request 1f2e3d4c5b6a-{1000 + 97 * i}] ")
         assert n == len(tok(p)) == 1 + len(tok.text_ids(text)), (p, text)
+    # a prompt of two tokens has no room under the prefix: the whole prefix goes before it (as ids do), unique
+    two = Prompt("p", synthetic_tokens=2)
+    text, n = src._prompt_text(Request(99, two, 4, True, 0), "[request 1f2e3d4c5b6a-99] ")
+    assert text.startswith("[request 1f2e3d4c5b6a-99]") and n == 1 + len(tok.text_ids(text)) > len(tok(two))
