@@ -433,8 +433,7 @@ def run_replay(rec, speed: float = 1.0) -> int:
         app.run()
     finally:
         hold()  # a second Ctrl-C must not cut the cleanup
-        cleanup()
-        cleanup.ended.set()
+        cleanup.finish()
     return 0
 
 
@@ -452,6 +451,5 @@ def run_dashboard(plan, refresh_hz: float = 0.5, record: str | None = None, brak
         app.run()
     finally:
         hold()  # a second Ctrl-C must not cut the cleanup
-        cleanup()
-        cleanup.ended.set()
+        cleanup.finish()
     return 0

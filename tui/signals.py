@@ -30,7 +30,7 @@ class Cleanup:
 
     def __init__(self, close: Callable[[], None] | None):
         self._close, self._lock, self._done = close, threading.Lock(), False
-        self.ended = threading.Event()  # set by the caller once its own cleanup has run: the watchdog stands down
+        self.ended = threading.Event()  # set once the caller's own cleanup has run (finish): the watchdog stands down
         self._armed = False
 
     def __call__(self) -> None:
@@ -39,6 +39,11 @@ class Cleanup:
                 return
             self._done = True
             self._close()
+
+    def finish(self) -> None:
+        """The caller's own end: the cleanup (unless the watchdog ran it), then the watchdog stood down."""
+        self()
+        self.ended.set()
 
     def arm(self, status: int = 1) -> None:
         if self._armed or self._close is None:
@@ -57,7 +62,7 @@ class Cleanup:
 
 def quit_on_signals(app, close: Callable[[], None] | None = None) -> Cleanup:
     """SIGINT, SIGTERM and SIGHUP ask the Textual `app` to exit as `q` does (its caller then stops every worker
-    and closes the recording, after `hold()`, by the Cleanup returned, and sets its `ended`); each arms the
+    and closes the recording, after `hold()`, by the Cleanup returned: its `finish`); each arms the
     Cleanup's watchdog first, so that an app that cannot end is ended (Cleanup.arm). The app arms it too on any
     exit of its own (tui/app.InferenceTop.exit)."""
     cleanup = Cleanup(close)
