@@ -6,25 +6,24 @@ superposition of independent Poisson streams is Poisson at the whole rate). A th
 actor for its events, puts them on the driver's clock (each actor's perf_counter offset, measured by round
 trips as bench --ray does) and hands them to the live controller as one source's; one row a client under the
 workers, as --peer's rows. A client that dies is named and its streams are dealt to the others (B stays what
-was asked); one that stops answering is named as stalled."""
+was asked); one that stops answering is named as stalled. The actors, their placement, clocks and poll are
+machine/ray_cluster.py's ClientGroup (a bench's clients use the same); here: each actor's job (LiveShare) and
+what the dashboard does with its clients."""
 from __future__ import annotations
 
-import importlib
-import os
 import queue
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, ClassVar, NamedTuple
 
 from measure.core.clients import split
 from measure.core.records import RequestRecord, RunMeta, shifted
 from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
-from measure.machine.ray_cluster import (POLL_S, PREPARE_S, STALL_S, ClusterError, actor_clock, connect, measure_offset,
-                                         one_line, place, ray_module)
+from measure.machine.ray_cluster import ClientGroup, ClusterError, RayClient
 from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted, Log, PeerReading,
                                   SourceError, Started, Tokens, WorkerInfo, WorkerState, summed_rows)
 
@@ -46,29 +45,38 @@ class LiveTaken(NamedTuple):
     view: dict[str, Any] | None
 
 
-class LiveClientActor:
-    """One client of the live dashboard: its HTTP source, started on its node; the driver takes its events.
-    A plain class; RayClients makes it a Ray actor (`take` and `clock` answer while the others run)."""
+class LiveShare:
+    """A client actor's job in the live dashboard (machine/ray_cluster.ClientJob): its HTTP source, made (`make`,
+    the driver's, run here) and started at `b` streams on its node (its endpoints checked and warmed); the
+    source's setters run through the actor's `call`; `take` hands the driver its events."""
 
-    def __init__(self) -> None:
+    CALLS: ClassVar[tuple[str, ...]] = ("set_batch", "set_users", "set_load", "scale_to", "pause")
+
+    def __init__(self, make: Callable[[], Any], b: int) -> None:
+        self._make, self._b = make, b
         self._source: Any = None
 
-    def prepare(self, make: Callable[[], Any], b: int) -> dict[str, Any]:
-        """The source made (`make`, the driver's, run here) and started at `b` streams (its endpoints checked and
-        warmed): where it runs."""
-        ray = ray_module()
-        self._source = make()
-        self._source.set_batch("http", max(1, b))
+    def start(self) -> RunMeta:
+        self._source = self._make()
+        self._source.set_batch("http", max(1, self._b))
         self._source.start(wait_ready=False)
-        return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "host": socket.gethostname(), "pid": os.getpid(), "meta": self._source.meta}
+        meta: RunMeta = self._source.meta
+        return meta
 
-    def clock(self) -> int:
-        return time.perf_counter_ns()
+    def set_batch(self, *args: Any) -> None:  # the source's setters, as the driver calls them
+        self._source.set_batch(*args)
 
-    def call(self, name: str, *args: Any) -> None:
-        """One of the source's setters (set_batch, set_users, set_load, scale_to, pause)."""
-        getattr(self._source, name)(*args)
+    def set_users(self, *args: Any) -> None:
+        self._source.set_users(*args)
+
+    def set_load(self, *args: Any) -> None:
+        self._source.set_load(*args)
+
+    def scale_to(self, *args: Any) -> None:
+        self._source.scale_to(*args)
+
+    def pause(self, *args: Any) -> None:
+        self._source.pause(*args)
 
     def take(self) -> LiveTaken:
         """The events since the last take, the source's rows and its server view."""
@@ -87,24 +95,12 @@ class LiveClientActor:
 
 
 @dataclass
-class LiveClient:
-    """What the driver knows of one live client."""
+class LiveClient(RayClient):
+    """What the driver knows of one live client (machine/ray_cluster.RayClient's, and its load)."""
 
-    i: int
-    n: int
-    weight: int = 1
-    actor: Any = None
-    ip: str = "?"
-    host: str = "?"
-    pid: int | None = None
-    offset_ns: int = 0  # its perf_counter − the driver's
-    bound_ns: int = 0
     streams: int = 0  # its share of B now
     up: bool = True
     why: str | None = None
-    asked_at: float | None = None  # monotonic: when the poll now outstanding was sent
-    ref: Any = None  # that poll
-    stall_said: bool = False
     requests: int = 0
     errors: int = 0
     done: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, tokens) of its recent records
@@ -112,13 +108,13 @@ class LiveClient:
     view: dict[str, Any] | None = None
 
     @property
-    def label(self) -> str:
+    def name(self) -> str:
         return f"client {self.i}/{self.n} {self.ip}"
 
     def reading(self, now: float) -> PeerReading:
         self.done = [(t, n) for t, n in self.done if t >= now - TPS_WINDOW_S]
         tps = sum(n for _, n in self.done) / TPS_WINDOW_S
-        return PeerReading(f"ray:{self.host}:{self.pid}", self.label, self.up, True, tps if self.up else None,
+        return PeerReading(f"ray:{self.host}:{self.pid}", self.name, self.up, True, tps if self.up else None,
                            self.requests, self.errors, None, self.why, now)
 
 
@@ -147,10 +143,8 @@ class RayClients:
         self._load: Load | None = None
         self._lock = threading.Lock()
         self._deal = threading.RLock()  # set_batch from the controller and from the poller (a client died)
-        self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        self._pg: Any = None
-        self._joined = False
+        self._group: ClientGroup[LiveClient] | None = None
         self._load_started = False
         self._awaiting: set[int] = set()
         self._level_ready: dict[int, int] = {}
@@ -166,44 +160,29 @@ class RayClients:
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self.clients:
             return
-        ray = ray_module()
-        if not ray.is_initialized():
-            connect(ray, self.address)
-            self._joined = True
+        self._group = ClientGroup(self.address, self._sink.log)
         try:
-            self._start_clients(ray)
+            self._start_clients(self._group)
         except BaseException:
             self.close()
             raise
-        self._poller = threading.Thread(target=self._poll, name="ray-clients", daemon=True)
+        self._poller = threading.Thread(target=self._poll, args=(self._group,), name="ray-clients", daemon=True)
         self._poller.start()
 
-    def _start_clients(self, ray: Any) -> None:
-        nodes = [x for x in ray.nodes() if x.get("Alive")]
-        n = self._n or len(nodes)
+    def _start_clients(self, group: ClientGroup[LiveClient]) -> None:
+        n = self._n or group.nodes()
         weights = self._weights or [1] * n
         if len(weights) != n:
             raise ClusterError(f"--weights gives {len(weights)} weights for {n} clients: one a client")
-        spread = len(nodes) >= n
-        if not spread:
-            self._sink.log(f"the cluster has {len(nodes)} node(s) for {n} clients: some nodes run more than one "
-                           "client (their share of a machine is not a machine)", "warn")
         self.clients = [LiveClient(i, n, w) for i, w in enumerate(weights, 1)]
         for c, b in zip(self.clients, shares(self.b, weights)):
             c.streams = b
-        self._pg = place(ray, self.clients, spread, LiveClientActor)
-        try:
-            infos = ray.get([c.actor.prepare.remote(self._make, c.streams) for c in self.clients], timeout=PREPARE_S)
-        except ray.exceptions.GetTimeoutError:
-            raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
-        except ray.exceptions.RayError as exc:
-            raise ClusterError(f"a client actor could not start its load: {one_line(exc)}") from None
-        for c, info in zip(self.clients, infos):
-            c.ip, c.host, c.pid = info["ip"], info["host"], info["pid"]
-            c.offset_ns, c.bound_ns, _ = measure_offset(actor_clock(ray, c.actor))
-            self._sink.log(f"{c.label} ({c.host}, pid {c.pid}): {c.streams} of {self.b} streams; clock "
+        metas = group.open(self.clients, [partial(LiveShare, self._make, c.streams) for c in self.clients])
+        group.sync_clocks()
+        for c in self.clients:
+            self._sink.log(f"{c.name} ({c.host}, pid {c.pid}): {c.streams} of {self.b} streams; clock "
                            f"{c.offset_ns / 1e6:+.3f} ms from the driver's, ± {c.bound_ns / 1e6:.3f} ms")
-        self.meta = infos[0]["meta"]
+        self.meta = metas[0]
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         return None  # each client warms its own streams; LevelReady says when the level counts
@@ -313,79 +292,34 @@ class RayClients:
                                 for c in self.clients]}
 
     def close(self, grace: float = 1.0) -> None:
-        self._stop.set()
+        group = self._group
+        if group is not None:
+            group.stopped.set()
         if self._poller is not None:
             self._poller.join(timeout=grace + 2)
-        try:
-            ray = ray_module()
-        except ClusterError:
-            return
-        for c in self.clients:
-            if c.actor is None:
-                continue
-            try:
-                if c.up:
-                    ray.get(c.actor.close.remote(), timeout=grace + 5)
-            except Exception:  # noqa: BLE001,S110 - an actor already gone
-                pass
-            try:
-                ray.kill(c.actor, no_restart=True)
-            except Exception:  # noqa: BLE001,S110 - an actor already gone
-                pass
-        if self._pg is not None:
-            try:
-                importlib.import_module("ray.util.placement_group").remove_placement_group(self._pg)
-            except Exception:  # noqa: BLE001,S110 - the cluster already gone
-                pass
-        if self._joined and ray.is_initialized():
-            ray.shutdown()
+        if group is not None:
+            group.close(ask=[c for c in self.clients if c.up and c.actor is not None], grace=grace)
 
     # ---- the driver's side -------------------------------------------------------------------
     def _send(self, c: LiveClient, name: str, *args: Any) -> None:
         if c.up and c.actor is not None:
             c.actor.call.remote(name, *args)
 
-    def _poll(self) -> None:
-        ray = ray_module()
-        while not self._stop.is_set():
-            now = time.monotonic()
-            for c in self.clients:
-                if c.up and c.ref is None and now >= (c.asked_at or 0.0) + POLL_S:
-                    c.ref, c.asked_at = c.actor.take.remote(), now
-            refs = [c.ref for c in self.clients if c.ref is not None]
-            if not refs:
-                if self._stop.wait(POLL_S):
-                    return
-                continue
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
-            got = set(ready)
-            for c in self.clients:
-                if c.ref is not None and c.ref in got:
-                    ref, c.ref = c.ref, None
-                    try:
-                        self._absorb(c, ray.get(ref))
-                    except ray.exceptions.RayError as exc:
-                        self._gone(c, one_line(exc))
-                        continue
-                    if c.stall_said:
-                        self._sink.log(f"{c.label} answers again")
-                        c.stall_said = False
-            now = time.monotonic()
-            for c in self.clients:
-                if c.up and c.ref is not None and now - (c.asked_at or now) > STALL_S and not c.stall_said:
-                    self._sink.log(f"{c.label} has not answered for {now - (c.asked_at or now):.0f} s: stalled?",
-                                   "warn")
-                    c.stall_said = True
+    def _poll(self, group: ClientGroup[LiveClient]) -> None:
+        """The poll thread: the group's poll over the clients that are up until close (a client silent past
+        STALL_S is named, never stopped: it may answer again, and the dashboard runs on)."""
+        while not group.stopped.is_set():
+            group.poll([c for c in self.clients if c.up], self._absorb, self._gone)
 
-    def _gone(self, c: LiveClient, why: str) -> None:
+    def _gone(self, c: LiveClient, state: str, why: str) -> None:
         with self._lock:
             c.up, c.why, c.rows = False, why, []
             self._awaiting.discard(c.i)
         lost, c.streams = c.streams, 0
         if not any(x.up for x in self.clients):
-            self._sink.log(f"{c.label} died ({why}): no client is left; the load has stopped", "error")
+            self._sink.log(f"{c.name} died ({why}): no client is left; the load has stopped", "error")
             return
-        self._sink.log(f"{c.label} died ({why}): its {lost} of {self.b} streams are dealt to the other clients "
+        self._sink.log(f"{c.name} died ({why}): its {lost} of {self.b} streams are dealt to the other clients "
                        f"(B stays {self.b})", "error")
         with self._deal:  # its users or its part of the rate, too
             self._set_batch(self.b)
@@ -417,7 +351,7 @@ class RayClients:
                 self._level(c, ev.t_ns + d)
             elif isinstance(ev, Log):
                 if c.i == 1 or ev.level != "info":  # the clients say the same things: the first one speaks
-                    self._sink.put(Log(ev.level, f"{c.label}: {ev.text}" if c.i != 1 else ev.text))
+                    self._sink.put(Log(ev.level, f"{c.name}: {ev.text}" if c.i != 1 else ev.text))
             else:
                 self._sink.put(ev)
 
@@ -434,4 +368,4 @@ class RayClients:
             self._sink.put(LevelReady(t, self.target_k, self.b, "http"))
 
 
-__all__ = ["RayClients", "LiveClientActor", "shares", "ID_STRIDE"]
+__all__ = ["RayClients", "LiveShare", "LiveClient", "shares", "ID_STRIDE"]

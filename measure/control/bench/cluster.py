@@ -14,20 +14,20 @@ from one start. The driver (this process):
 - writes the combined cell: `report --combine`'s figures over every client's records pooled on the driver's clock.
 
 Ray is an optional extra (pip install 'inference-top[cluster]'): imported inside the functions that use it, its
-plumbing (joining the cluster, placing the actors, their clocks) in measure/machine/ray_cluster.py. Every node runs
-the same inference-top (the actors import this module).
+plumbing (joining the cluster, the one actor class, placing the actors, their clocks, the poll that names a dead or
+stalled client) in measure/machine/ray_cluster.py's ClientGroup, which the live dashboard's clients use too
+(sources/ray_clients.py); here: each actor's job (BenchShare) and what a bench does with its clients. Every node
+runs the same inference-top (the actors import this module).
 """
 from __future__ import annotations
 
-import importlib
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, ClassVar, NamedTuple, TypedDict
 
 from measure.control.bench.cell import Cell
 from measure.control.plan import RunPlan
@@ -35,15 +35,12 @@ from measure.control.wiring import make_source
 from measure.control.bench.sweep import SweepConfig
 from measure.core.clients import ClientShare, split
 from measure.core.records import RequestRecord, shifted
-from measure.machine.ray_cluster import (ClusterSpec, POLL_S, PREPARE_S, ROUND_TRIPS, STALL_S, ClusterError, actor_clock, connect,
-                                         measure_offset, one_line, place, ray_module)
+from measure.machine.ray_cluster import ROUND_TRIPS, ClientGroup, ClusterError, ClusterSpec, RayClient, one_line
 
 NS = 1_000_000_000
 LOST_S = 15.0  # … and for this long is stopped and counted as lost (its unsent share said)
 LEAD_S = 1.0  # the start is this far after the last clock check (every actor told before it)
 PROGRESS_S = 2.0  # a progress line this often
-
-
 
 
 def parse_weights(text: str | None, n: int | None) -> list[int] | None:
@@ -93,20 +90,23 @@ class Taken(NamedTuple):
     sent: int
 
 
-class ClientActor:
-    """One client: its share of the schedule through its own load source, records kept until the driver takes
-    them. A plain class; run_cluster makes it a Ray actor (several of its methods run at once: `take` and `clock`
-    answer while `run` runs)."""
+class BenchShare:
+    """A client actor's job in a bench (machine/ray_cluster.ClientJob): its share of the schedule through its own
+    load source, made and started on its node (`start`), sent from the one start (`run`, through the actor's
+    `call`), its records kept until the driver takes them (`take`, answered while `run` runs)."""
 
-    def __init__(self) -> None:
+    CALLS: ClassVar[tuple[str, ...]] = ("run",)
+
+    def __init__(self, plan: RunPlan, cfg: SweepConfig, i: int, n: int, weights: list[int] | None) -> None:
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
         self._lines: list[str] = []
-        self._plan: RunPlan | None = None
-        self._cfg: SweepConfig | None = None
-        self._share: ClientShare | None = None
+        self._plan, self._cfg = plan, replace(cfg, out_dir=None)
+        self._share = ClientShare((i, n), None, weights=weights)
+        self._cfg.client = self._share
+        assert plan.arrivals is not None  # refusal(): an open loop
+        self._total = len(split(cfg.requests, weights or [1] * n)[i - 1])
         self._source: Any = None
-        self._total = 0
 
     def _keep(self, rec: RequestRecord) -> None:
         with self._lock:
@@ -116,39 +116,22 @@ class ClientActor:
         with self._lock:
             self._lines.append(line)
 
-    def prepare(self, plan: RunPlan, cfg: SweepConfig, i: int, n: int, weights: list[int] | None) -> Placed:
-        """The source made and started (connections, client processes), nothing sent. Where it runs."""
-        ray = ray_module()
-        from importlib.metadata import PackageNotFoundError, version
-
-        self._plan, self._cfg = plan, replace(cfg, out_dir=None)
-        self._share = ClientShare((i, n), None, weights=weights)
-        self._cfg.client = self._share
-        assert plan.arrivals is not None  # refusal(): an open loop
-        self._total = len(split(cfg.requests, weights or [1] * n)[i - 1])
-        self._source = make_source(plan, events=False, on_record=self._keep, per_cell=True)
+    def start(self) -> int:
+        """The source made and started (connections, client processes), nothing sent: its share's size."""
+        self._source = make_source(self._plan, events=False, on_record=self._keep, per_cell=True)
         self._source.start()
-        try:
-            ver = version("inference-top")
-        except PackageNotFoundError:
-            ver = None
-        return {"node_id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "host": socket.gethostname(), "pid": os.getpid(), "requests": self._total, "version": ver}
-
-    def clock(self) -> int:
-        return time.perf_counter_ns()
+        return self._total
 
     def run(self, t0_ns: int) -> list[dict[str, Any]]:
         """The share from t0 (this machine's perf_counter): its cells (one) as dicts."""
         from measure.control.bench.sweep import run_sweep
 
-        assert self._plan is not None and self._cfg is not None and self._share is not None  # prepare() first
         self._share.t0_ns = t0_ns
         self._cfg.cell_timeout_s += max(0.0, (t0_ns - time.perf_counter_ns()) / NS)  # the wait is not the cell's
         try:
             cells, _, self._source = run_sweep(self._source, self._plan.workload, self._cfg, self._say)
         finally:
-            self._source.close()
+            self.close()
         return [c.to_json() for c in cells]
 
     def take(self) -> Taken:
@@ -156,19 +139,13 @@ class ClientActor:
         with self._lock:
             recs, lines = self._records, self._lines
             self._records, self._lines = [], []
-        made = self._share.made if self._share else None
+        made = self._share.made
         return Taken(recs, lines, made.issued if made else 0)
 
-
-class Placed(TypedDict):
-    """Where a client actor runs, as it says of itself once prepared (ClientActor.prepare)."""
-
-    node_id: str
-    ip: str
-    host: str
-    pid: int
-    requests: int  # its share of the schedule
-    version: str | None  # inference-top's, where installed as a package
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
 
 
 class ClientHeader(TypedDict):
@@ -199,32 +176,15 @@ class ClientOutcome(TypedDict):
 # ---- the driver ----------------------------------------------------------------------------------------
 
 @dataclass
-class Client:
-    """What the driver knows of one client actor."""
+class Client(RayClient):
+    """What the driver knows of one client actor in a bench (machine/ray_cluster.RayClient's, and its share)."""
 
-    i: int
-    n: int
-    actor: Any = None
-    node_id: str = "?"
-    ip: str = "?"
-    host: str = "?"
-    pid: int | None = None
     requests: int = 0  # its share of the schedule
-    version: str | None = None
-    offset_ns: int = 0  # its perf_counter − the driver's
-    bound_ns: int = 0  # ± this (half the shortest round trip)
-    rtt_ns: int = 0
     state: str = "starting"  # starting | running | done | died (its process) | failed (its load raised) | lost
     why: str | None = None
     sent: int = 0  # requests of its share sent, as it last said
     records: list[RequestRecord] = field(default_factory=list)  # on the driver's clock
     cells: list[dict[str, Any]] | None = None
-    asked_at: float | None = None  # monotonic: when the poll now outstanding was sent
-    stall_said: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"client {self.i}/{self.n} on {self.ip} ({self.host}, pid {self.pid})"
 
     def header(self) -> ClientHeader:
         return {"client": self.i, "node_id": self.node_id, "ip": self.ip, "host": self.host, "pid": self.pid,
@@ -248,54 +208,46 @@ class ClusterRun:
         return [c for c in self.clients if c.state in ("died", "failed", "lost")]
 
 
-
-
-
-
 def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict[str, Any], out: Path,
                 say: Callable[[str], None] = print, lost_s: float = LOST_S,
                 on_start: Callable[[list[Client]], None] | None = None) -> ClusterRun:
-    """The bench's one load from N client actors; records.jsonl and the combined cell in `out` (the caller writes
-    the summary). `header`: the run's header (plan.header(…)); the clients' fields are added. ClusterError where
-    it cannot start. `on_start` is called with the clients once they run (the tests stop one there)."""
-    ray = ray_module()
-    joined = not ray.is_initialized()
-    if joined:
-        connect(ray, spec.address)
-    clients: list[Client] = []
-    pg = None
+    """The bench's one load from N client actors (machine/ray_cluster.ClientGroup, each actor's job a
+    BenchShare); records.jsonl and the combined cell in `out` (the caller writes the summary). `header`: the run's
+    header (plan.header(…)); the clients' fields are added. ClusterError where it cannot start. `on_start` is called
+    with the clients once they run (the tests stop one there)."""
+    group: ClientGroup[Client] = ClientGroup(spec.address, lambda text, level: say(text))
     try:
-        nodes = [x for x in ray.nodes() if x.get("Alive")]
         n = spec.n
         if n is None:
-            n = len(nodes)
+            n = group.nodes()
             say(f"--clients not given: one client per node of the cluster, {n}")
-        clients = [Client(i, n) for i in range(1, n + 1)]
-        spread = len(nodes) >= n
-        if not spread:
-            say(f"the cluster has {len(nodes)} node{'s' * (len(nodes) != 1)} for {n} clients: some nodes run more "
-                "than one client (their share of a machine is not a machine)")
-        pg = place(ray, clients, spread, ClientActor)
-        _prepare(ray, clients, plan, cfg, spec.weights)
+        weights = spec.weights or [1] * n
+        clients = [Client(i, n, w) for i, w in enumerate(weights, 1)]
+        shares = group.open(clients, [partial(BenchShare, plan, cfg, c.i, n, spec.weights) for c in clients])
+        for c, requests in zip(clients, shares):
+            c.requests = requests
         warnings = _placement_warnings(clients, plan)
         for w in warnings:
             say(f"warning: {w}")
-        _sync_clocks(ray, clients, cfg, say)
+        group.sync_clocks()
+        for c in clients:
+            say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
+                f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
         t0 = time.perf_counter_ns() + int(LEAD_S * NS)
         start_unix = time.time() + LEAD_S
-        runs = {c.i: c.actor.run.remote(t0 + c.offset_ns) for c in clients}
+        runs = {c.i: c.actor.call.remote("run", t0 + c.offset_ns) for c in clients}
         for c in clients:
             c.state = "running"
         from measure.machine.recorder import Recorder
 
-        head = _run_header(header, clients, spec, spread, t0, start_unix)
+        head = _run_header(header, clients, spec, group.spread, t0, start_unix)
         recorder = Recorder(out / "records.jsonl", head, on_error=lambda m: say(f"warning: {m}; later records are "
                                                                                   "not kept"))
         say(f"{n} clients start together in {LEAD_S:.1f} s; records → {out}/records.jsonl")
         try:
             if on_start:
                 on_start(clients)
-            _follow(ray, clients, runs, recorder, say, lost_s, cfg.cell_timeout_s + LEAD_S + 30.0)
+            _Follow(group, runs, recorder, say, lost_s, cfg.cell_timeout_s + LEAD_S + 30.0).run()
         finally:
             for c in clients:
                 text = f"{c.name} {c.state}" + (f": {c.why}; {unsent(c, cfg.requests)}" if c.why else "")
@@ -306,35 +258,7 @@ def run_cluster(spec: ClusterSpec, plan: RunPlan, cfg: SweepConfig, header: dict
         cells = combined_cells(clients, head, spec.weights)
         return ClusterRun(cells, clients, warnings)
     finally:
-        _tear_down(ray, clients, pg, joined)
-
-
-
-def _prepare(ray: Any, clients: list[Client], plan: RunPlan, cfg: SweepConfig, weights: list[int] | None) -> None:
-    """Each actor makes its source and its share of the schedule; what it says of itself onto its Client."""
-    n = len(clients)
-    try:
-        infos: list[Placed] = ray.get([c.actor.prepare.remote(plan, cfg, c.i, n, weights) for c in clients],
-                                      timeout=PREPARE_S)
-    except ray.exceptions.GetTimeoutError:
-        raise ClusterError(f"the client actors were not ready within {PREPARE_S:.0f} s") from None
-    except ray.exceptions.RayError as exc:
-        cause = getattr(exc, "cause", None)
-        if cause is not None and not isinstance(cause, ImportError):  # its source could not start: its line
-            raise ClusterError(f"a client actor could not start its load: {one_line(cause)}") from None
-        raise ClusterError(f"a client actor could not start: {one_line(exc)} (is inference-top installed on every "
-                           "node, the same version?)") from None
-    for c, info in zip(clients, infos):
-        c.node_id, c.ip, c.host, c.pid = info["node_id"], info["ip"], info["host"], info["pid"]
-        c.requests, c.version = info["requests"], info["version"]
-
-
-def _sync_clocks(ray: Any, clients: list[Client], cfg: SweepConfig, say: Callable[[str], None]) -> None:
-    """Each actor's clock against the driver's, by round trips (docs/design/ray.md), said per client."""
-    for c in clients:
-        c.offset_ns, c.bound_ns, c.rtt_ns = measure_offset(actor_clock(ray, c.actor))
-        say(f"{c.name}: {c.requests} of {cfg.requests} requests; clock {c.offset_ns / 1e6:+.3f} ms from this "
-            f"driver's, ± {c.bound_ns / 1e6:.3f} ms (half the shortest of {ROUND_TRIPS} round trips)")
+        group.close()
 
 
 def _run_header(header: dict[str, Any], clients: list[Client], spec: ClusterSpec, spread: bool, t0: int,
@@ -346,24 +270,6 @@ def _run_header(header: dict[str, Any], clients: list[Client], spec: ClusterSpec
                      "clock": "each actor's perf_counter − the driver's, by round trips: bound = half the "
                               "round trip (docs/design/ray.md)",
                      "client_list": [c.header() for c in clients]})
-
-
-def _tear_down(ray: Any, clients: list[Client], pg: Any, joined: bool) -> None:
-    """The actors killed, the placement group removed, and the cluster left where this run joined it."""
-    for c in clients:
-        if c.actor is not None:
-            try:
-                ray.kill(c.actor, no_restart=True)
-            except Exception:  # noqa: BLE001,S110 - an actor already gone
-                pass
-    if pg is not None:
-        try:
-            importlib.import_module("ray.util.placement_group").remove_placement_group(pg)
-        except Exception:  # noqa: BLE001,S110 - the cluster already gone
-            pass
-    if joined:
-        ray.shutdown()
-
 
 
 def _placement_warnings(clients: list[Client], plan: RunPlan) -> list[str]:
@@ -379,97 +285,58 @@ def _placement_warnings(clients: list[Client], plan: RunPlan) -> list[str]:
     return out
 
 
-def _follow(ray: Any, clients: list[Client], runs: dict[int, Any], recorder: Any, say: Callable[[str], None],
-            lost_s: float, limit_s: float) -> None:
-    """Poll every client until each is done, died or lost; its records onto the driver's clock, into the file."""
-    _Follow(ray, clients, runs, recorder, say, lost_s, limit_s).run()
-
-
 class _Follow:
-    """_follow's state: the clients still followed, the polls in flight (one per client, at most one every
-    POLL_S), and the run's end."""
+    """The bench's follow of its clients over the group's poll: each client's share run (`runs`) watched beside
+    its takes until each is done, died, failed or lost; its records onto the driver's clock, into the file. A
+    client silent past lost_s is stopped (the group's poll), all are stopped past the run's limit."""
 
-    def __init__(self, ray: Any, clients: list[Client], runs: dict[int, Any], recorder: Any,
-                 say: Callable[[str], None], lost_s: float, limit_s: float) -> None:
-        self.ray, self.clients, self.runs, self.recorder, self.say = ray, clients, runs, recorder, say
+    def __init__(self, group: ClientGroup[Client], runs: dict[int, Any], recorder: Any, say: Callable[[str], None],
+                 lost_s: float, limit_s: float) -> None:
+        self.group, self.runs, self.recorder, self.say = group, runs, recorder, say
         self.lost_s, self.limit_s = lost_s, limit_s
-        self.polls: dict[int, Any] = {}
         self.end = time.monotonic() + limit_s
         self.next_progress = time.monotonic() + PROGRESS_S
-        self.live = {c.i: c for c in clients}
+        self.live = {c.i: c for c in group.clients}
 
     def run(self) -> None:
         while self.live:
-            ready_set = self._wait()
+            ready = self.group.poll(list(self.live.values()), self._absorb, self._gone,
+                                    also=[self.runs[i] for i in self.live], lost_s=self.lost_s)
             for c in list(self.live.values()):
-                self._collect(c, ready_set)
+                if self.runs[c.i] in ready:
+                    self._finish(c)
             self._watch(time.monotonic())
 
-    def _wait(self) -> set[Any]:
-        """A poll sent to each client due one; what became ready within POLL_S (sooner where a poll falls due)."""
-        now = time.monotonic()
-        live, polls = self.live, self.polls
-        for c in live.values():  # one poll in flight per client, at most one every POLL_S
-            if c.i not in polls and now >= (c.asked_at or 0.0) + POLL_S:
-                polls[c.i] = c.actor.take.remote()
-                c.asked_at = now
-        due = min(((c.asked_at or now) + POLL_S for c in live.values() if c.i not in polls), default=now + POLL_S)
-        refs = list(polls.values()) + [self.runs[i] for i in live]
-        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=max(0.01, min(POLL_S, due - now)))
-        return set(ready)
-
-    def _collect(self, c: Client, ready_set: set[Any]) -> None:
-        """A client's answered poll absorbed; a client whose run returned: its cells and its last records."""
-        ray = self.ray
-        ref = self.polls.get(c.i)
-        if ref is not None and ref in ready_set:
-            del self.polls[c.i]
-            try:
-                self._absorb(c, ray.get(ref))
-            except ray.exceptions.RayError as exc:
-                self._gone(c, "died", one_line(exc))
-                return
-            if c.stall_said:
-                self.say(f"{c.name} answers again")
-                c.stall_said = False
-        if c.i in self.live and self.runs[c.i] in ready_set:
-            try:
-                c.cells = ray.get(self.runs[c.i])
-            except ray.exceptions.RayActorError as exc:
-                self._gone(c, "died", one_line(exc))
-                return
-            except ray.exceptions.RayError as exc:  # its load raised (the actor lives): what it said
-                self._gone(c, "failed", one_line(exc))
-                return
-            try:  # what it wrote after the last poll
-                self._absorb(c, ray.get(c.actor.take.remote(), timeout=self.lost_s))
-            except ray.exceptions.RayError as exc:  # (GetTimeoutError is one)
-                self._gone(c, "died", f"finished, then its last records were lost: {one_line(exc)}")
-                return
-            c.state = "done"
-            self.live.pop(c.i)
-            self.polls.pop(c.i, None)
+    def _finish(self, c: Client) -> None:
+        """A client whose run returned: its cells and its last records."""
+        ray = self.group.ray
+        try:
+            c.cells = ray.get(self.runs[c.i])
+        except ray.exceptions.RayActorError as exc:
+            self._gone(c, "died", one_line(exc))
+            return
+        except ray.exceptions.RayError as exc:  # its load raised (the actor lives): what it said
+            self._gone(c, "failed", one_line(exc))
+            return
+        try:  # what it wrote after the last poll
+            self.group.drain(c, self._absorb, self.lost_s)
+        except ray.exceptions.RayError as exc:  # (GetTimeoutError is one)
+            self._gone(c, "died", f"finished, then its last records were lost: {one_line(exc)}")
+            return
+        c.state = "done"
+        self.live.pop(c.i)
 
     def _watch(self, now: float) -> None:
-        """A client silent past STALL_S is said to stall, past lost_s stopped; all are stopped past the limit."""
-        lost_s = self.lost_s
-        for c in list(self.live.values()):
-            waited = now - (c.asked_at or now)
-            if c.i in self.polls and waited > lost_s:
-                self.ray.kill(c.actor, no_restart=True)
-                self._gone(c, "lost", f"no answer for {waited:.0f} s (stalled), stopped")
-            elif c.i in self.polls and waited > STALL_S and not c.stall_said:
-                self.say(f"{c.name} has not answered for {waited:.0f} s: stalled? (stopped after {lost_s:.0f} s)")
-                c.stall_said = True
+        """All are stopped past the limit; a progress line every PROGRESS_S."""
         if now > self.end:
             for c in list(self.live.values()):
-                self.ray.kill(c.actor, no_restart=True)
+                self.group.kill(c)
                 self._gone(c, "lost", f"still running after {self.limit_s:.0f} s (the cell's timeout and the start), "
                                       "stopped")
         if now >= self.next_progress:
             self.next_progress = now + PROGRESS_S
             self.say("progress: " + " · ".join(f"{c.i}/{c.n} {c.state} {c.sent}/{c.requests} sent "
-                                               f"{len(c.records)} done" for c in self.clients))
+                                               f"{len(c.records)} done" for c in self.group.clients))
 
     def _absorb(self, c: Client, got: Taken) -> None:
         recs, lines, sent = got
@@ -486,7 +353,7 @@ class _Follow:
         c.state, c.why = state, why
         self.say(f"{c.name} {state}: {why}; its {len(c.records)} records kept")
         self.live.pop(c.i, None)
-        self.polls.pop(c.i, None)
+        c.poll = None
 
 
 def unsent(c: Client, total: int) -> str:
@@ -515,5 +382,5 @@ def combined_cells(clients: list[Client], header: dict[str, Any], weights: list[
     return combine(runs).cells
 
 
-__all__ = ["ClusterError", "ClusterRun", "Client", "ClientActor", "run_cluster", "parse_weights", "refusal",
+__all__ = ["ClusterError", "ClusterRun", "Client", "BenchShare", "run_cluster", "parse_weights", "refusal",
            "unsent", "combined_cells", "LOST_S"]
