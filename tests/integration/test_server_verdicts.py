@@ -211,16 +211,20 @@ def _cells_and_records(serve, bs):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("bs", [(1, 2), (1, 2, 4, 8)])
-def test_the_verdict_names_each_mode_against_an_engine_that_batches_at_no_cost(bs):
-    """The verdict (serving.rows, serving.batching_verdict) over the three modes measured at B = 1,2 and 1,2,4,8, against
-    an engine that batches at no cost: the null server in batching mode, the same schedule (SIMULATED: its
-    figures are the schedule's, not a model's). Batching reads `batches fully`, serialising `serialises`,
-    interleaving `interleaves`; the JSON rows carry each side's prompt tokens, equal (the same prompts)."""
-    engine, engine_recs = _cells_and_records("batching", bs)
+def test_the_verdict_names_each_mode_against_an_engine_that_batches_at_no_cost():
+    """The verdict (serving.rows, serving.batching_verdict) over the three modes measured at B = 1,2,4,8 and read at
+    1,2,4,8 and at 1,2 alone (the same levels' cells and records: each level is measured on its own), against an
+    engine that batches at no cost: the null server in batching mode, the same schedule (SIMULATED: its figures
+    are the schedule's, not a model's). Batching reads `batches fully`, serialising `serialises`, interleaving
+    `interleaves`; the JSON rows carry each side's prompt tokens, equal (the same prompts)."""
+    every = (1, 2, 4, 8)
+    engine, engine_recs = _cells_and_records("batching", every)
     for serve, word in (("batching", "batches fully"), ("serialising", "serialises"), ("interleaving", "interleaves")):
-        cells, recs = _cells_and_records(serve, bs) if serve != "batching" else (engine, engine_recs)
-        table = S.rows(engine, cells, recs, engine_recs)
-        verdict, why = S.batching_verdict(table)
-        assert verdict == word, (serve, why)
-        assert all(r.engine_prompt_tokens == r.server_prompt_tokens for r in table), table
+        cells, recs = _cells_and_records(serve, every) if serve != "batching" else (engine, engine_recs)
+        for bs in (every, (1, 2)):
+            table = S.rows([c for c in engine if c["b"] in bs], [c for c in cells if c["b"] in bs],
+                           [r for r in recs if r.b in bs], [r for r in engine_recs if r.b in bs])
+            verdict, why = S.batching_verdict(table)
+            assert verdict == word, (serve, bs, why)
+            assert [r.b for r in table] == list(bs)
+            assert all(r.engine_prompt_tokens == r.server_prompt_tokens for r in table), table
