@@ -14,7 +14,10 @@ Counted with ast where text would miscount (comments, docstrings, help text):
 
 Issue 60's: tui/cli.py's lines and its fan-out (the project modules it imports, those inside functions too);
 `def free_port` in the whole tree (tests/ and benchmarks/ too); public names (module-level classes and functions)
-defined in two modules or more, and those of them defined in both measure/core and measure/control.
+defined in two modules or more, and those of them defined in both measure/core and measure/control; the Ray
+actor classes (classes whose instances `ray.remote` makes: `ray.remote(C)`, or `ray.remote(p)` of a function's
+parameter p that its callers give a class) and the modules that poll client actors (`….take.remote(`), each one
+since the client-group seam (measure/machine/ray_cluster.py; 2 and 2 before it).
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ LIMITS: dict[str, int] = {
     # points) and write_result
     "public names defined in two modules or more": 7,
     "public names defined in both measure/core and measure/control": 0,
+    "Ray actor classes (classes whose instances ray.remote makes)": 1,
+    "modules that poll client actors (….take.remote()": 1,
 }
 
 
@@ -382,6 +387,57 @@ def homonyms(tree: Tree) -> tuple[Count, Count]:
             Count(len(cross), [f"{k}: {', '.join(v)}" for k, v in cross.items()]))
 
 
+def _ray_remote(node: ast.AST) -> str | None:
+    """x of `ray.remote(x)` (an actor class made remote; `f.remote(…)`, an actor's method called, is not)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "remote"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "ray" and len(node.args) == 1
+            and isinstance(node.args[0], ast.Name)):
+        return node.args[0].id
+    return None
+
+
+def _called(node: ast.AST) -> str | None:
+    if not isinstance(node, ast.Call):
+        return None
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def ray_actor_classes(tree: Tree) -> Count:
+    """The classes of measure/ whose instances ray.remote makes: `ray.remote(C)`, or `ray.remote(p)` where p is a
+    parameter of the function it is in and that function's callers give p a class."""
+    modules = list(tree.under("measure"))
+    classes = {n.name for m in modules for n in ast.walk(tree.ast(m)) if isinstance(n, ast.ClassDef)}
+    made: dict[str, str] = {}
+    passes: dict[str, int] = {}  # a function that makes actors of its parameter → that parameter's position
+    for m in modules:
+        for fn in ast.walk(tree.ast(m)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            params = [a.arg for a in fn.args.args]
+            for n in ast.walk(fn):
+                x = _ray_remote(n)
+                if x in params:
+                    passes[fn.name] = params.index(x)
+                elif x in classes:
+                    made.setdefault(x, f"{tree.rel(m)}:{getattr(n, 'lineno', 0)}")
+    for m in modules:
+        for n in ast.walk(tree.ast(m)):
+            at = passes.get(_called(n) or "")
+            args = n.args if isinstance(n, ast.Call) else []
+            if at is not None and len(args) > at and isinstance(args[at], ast.Name) and args[at].id in classes:
+                made.setdefault(args[at].id, f"{tree.rel(m)}:{getattr(n, 'lineno', 0)}")
+    return Count(len(made), [f"{k}: {v}" for k, v in sorted(made.items())])
+
+
+def actor_pollers(tree: Tree) -> Count:
+    """The modules of measure/ that poll client actors: a call `….take.remote(…)`."""
+    what = [tree.rel(m) for m in tree.under("measure") if any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "remote"
+        and isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "take" for n in ast.walk(tree.ast(m)))]
+    return Count(len(what), what)
+
+
 def measure(root: Path = ROOT) -> dict[str, Count]:
     """Every count of LIMITS over the tree at `root`."""
     tree = Tree(root)
@@ -390,7 +446,7 @@ def measure(root: Path = ROOT) -> dict[str, Count]:
            engine_comparisons(tree), trace_kinds(tree), core_reads(tree), header_reads(tree),
            str_any(tree, (m for m in tree.modules if _is_tune(m))), str_any(tree, tree.under("measure")),
            long, many, tuples, benchmarks_tui(root), cli_lines(tree), cli_fan_out(tree), free_ports(root),
-           *homonyms(tree)]
+           *homonyms(tree), ray_actor_classes(tree), actor_pollers(tree)]
     return dict(zip(LIMITS, got, strict=True))
 
 

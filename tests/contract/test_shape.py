@@ -190,6 +190,9 @@ PLANTED = {  # one of each thing tests/counts.py counts, in a hand-made tree
     "benchmarks/b.py": "import tui.cli\n\n\ndef run():\n    from tui import cli\n    return cli\n\n\n"
                        "def free_port():\n    return 1\n",
     "tests/t.py": "class Row:\n    pass\n",
+    "measure/machine/r.py": "class A:\n    pass\n\n\nclass B:\n    pass\n\n\ndef place(ray, cls):\n"
+                            "    return ray.remote(cls)\n\n\ndef go(ray, a):\n    place(ray, A)\n"
+                            "    return ray.remote(B), a.take.remote(), a.clock.remote(a)\n",
 }
 
 
@@ -200,7 +203,9 @@ def test_the_counts_see_each_planted_thing(tmp_path):
     reads, two header reads, dict[str, Any] once in tune and twice in measure/, a module over the lines, tui
     imported twice by benchmarks/ (at the top and in a function); tui/cli.py's 3 lines and its 2 project imports
     (inside its function), free_port defined twice (tune.py, benchmarks/), and `f` defined in measure/core and in
-    measure/control: a homonym across them (tests/ not in the tree: its Row is not engines' Row's second)."""
+    measure/control: a homonym across them (tests/ not in the tree: its Row is not engines' Row's second); two Ray
+    actor classes (A through place's parameter, B given to ray.remote; `a.clock.remote(a)` is a method's call) and
+    one module polling actors."""
     import counts
 
     for rel, text in PLANTED.items():
@@ -208,7 +213,8 @@ def test_the_counts_see_each_planted_thing(tmp_path):
         (tmp_path / rel).write_text(text)
     (tmp_path / "measure/core/big.py").write_text("x = 1\n" * (counts.MAX_MODULE_LINES + 1))
     got = {name: c.value for name, c in counts.measure(tmp_path).items()}
-    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2, 3, 2, 2, 1, 1], strict=True))
+    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2, 3, 2, 2, 1, 1, 2, 1],
+                                          strict=True))
     circles = counts.import_circles(counts.Tree(tmp_path)).what
     assert circles == ["measure.core.b → measure.core.c → measure.core.b"]
     assert counts.over(counts.measure(tmp_path)) == [name for name, limit in counts.LIMITS.items()
