@@ -416,3 +416,87 @@ def test_the_live_clients_deal_b_users_and_rate_by_weight_and_their_ids_never_me
     src.set_batch("http", 1)  # B below the clients: the second holds no stream and no load
     assert [c.streams for c in src.clients] == [1, 0]
     assert src.clients[1].actor.sent[-1] == ("set_load", (None,))
+
+
+class _Ref:
+    """A fake Ray object ref: ready with a value, ready with an error, or never ready."""
+
+    def __init__(self, value=None, ready=True):
+        self.value, self.ready = value, ready
+
+
+class _FakeRay:
+    class exceptions:  # noqa: N801 - Ray's name
+        class RayError(Exception):
+            pass
+
+        class GetTimeoutError(RayError):
+            pass
+
+    def __init__(self):
+        self.killed = []
+
+    def wait(self, refs, num_returns, timeout):
+        return [r for r in refs if r.ready], [r for r in refs if not r.ready]
+
+    def get(self, ref, timeout=None):
+        if isinstance(ref.value, Exception):
+            raise ref.value
+        return ref.value
+
+    def kill(self, actor, no_restart=True):
+        self.killed.append(actor)
+
+
+class _Actor:
+    """A client actor whose takes answer as `answers` says, one a take (the last one again after)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.take = self
+
+    def remote(self):
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def test_the_client_group_names_a_dead_actor_a_stalled_one_and_stops_a_silent_one_where_told(monkeypatch):
+    """machine/ray_cluster.ClientGroup's poll, both uses' rules, on a fake Ray and a fake clock (no cluster): an
+    answer absorbed; Ray's error at a take → died; silent past STALL_S named once and stopped past lost_s where
+    given (bench); where not (live) named once and said again when it answers."""
+    from types import SimpleNamespace
+
+    import measure.machine.ray_cluster as RC
+
+    now = [100.0]
+    monkeypatch.setattr(RC, "time", SimpleNamespace(monotonic=lambda: now[0], perf_counter_ns=lambda: 0))
+    fake = _FakeRay()
+    said, got, gone = [], [], []
+    group = RC.ClientGroup.__new__(RC.ClientGroup)
+    group.ray, group.say, group.stopped = fake, lambda text, level: said.append((level, text)), None
+    dead = fake.exceptions.RayError("The actor died unexpectedly")
+    late = _Ref(ready=False)
+    clients = [RC.RayClient(1, 3, actor=_Actor(_Ref("a"))), RC.RayClient(2, 3, actor=_Actor(_Ref(dead))),
+               RC.RayClient(3, 3, actor=_Actor(late))]
+    absorb, lose = (lambda c, x: got.append((c.i, x))), (lambda c, state, why: gone.append((c.i, state, why)))
+    group.poll(clients, absorb, lose, lost_s=5.0)
+    assert got == [(1, "a")] and gone == [(2, "died", "The actor died unexpectedly")] and not said
+    following = [clients[0], clients[2]]
+    for step in (RC.STALL_S + 0.5, 1.0):  # past STALL_S: named once; still silent a second later: not again
+        now[0] += step
+        group.poll(following, absorb, lose, lost_s=5.0)
+    assert [t for lvl, t in said if lvl == "warn"] == [
+        "client 3/3 on ? (?, pid None) has not answered for 4 s: stalled? (stopped after 5 s)"]
+    now[0] += 1.0  # past lost_s: stopped and lost
+    group.poll(following, absorb, lose, lost_s=5.0)
+    assert fake.killed == [clients[2].actor] and gone[-1] == (3, "lost", "no answer for 6 s (stalled), stopped")
+    # the live dashboard's rule (no lost_s): named, never stopped, and said again once it answers
+    said.clear()
+    fake.killed.clear()
+    c = RC.RayClient(1, 1, actor=_Actor(late))
+    group.poll([c], absorb, lose)
+    now[0] += 10.0
+    group.poll([c], absorb, lose)
+    assert said == [("warn", "client 1/1 on ? (?, pid None) has not answered for 10 s: stalled?")] and not fake.killed
+    late.ready, late.value = True, "b"
+    group.poll([c], absorb, lose)
+    assert got[-1] == (1, "b") and said[-1] == ("info", "client 1/1 on ? (?, pid None) answers again")
