@@ -38,6 +38,10 @@ from measure.machine.residency import ResidencyProbe, mincore_resident  # noqa: 
 CG_ROOT = Path("/sys/fs/cgroup/memory")
 CG_NAME = "inference-top-pastwall"
 SHARES = (1.10, 0.70, 0.60)  # limits, as a share of the working set measured with no limit
+# Tries at a limit: the kernel's OOM killer ends some runs of loaded weights in a cgroup v1 group past its limit
+# though every page is clean swap cache (the inactive list empty; at 0.68-0.70 of the embedded model's working set,
+# 3 of 4 tries, docs/measurements.md §21): each ended try is counted in its row and said, not hidden.
+TRIES = 3
 CTX = 256
 CHILD = r"""
 import json, sys, time
@@ -151,8 +155,12 @@ class Run:
 
 
 def decode_in(group: Path, model: Path, how: str, args: argparse.Namespace, undo: Cleanup,
-              weights: int) -> Run | None:
-    """One child decoding inside `group` (its limit already set): warmed, then read, timed and read again."""
+              weights: int, limit: int = -1) -> Run | None:
+    """One child decoding inside `group`: loaded and warmed with no limit, then the group brought down to `limit`
+    (the kernel reclaims the excess: swapped or dropped, as where other work takes the memory), then read, timed and
+    read again. Loading below the limit was the OOM killer's, now and then, at any of the three limits (llama.cpp
+    reading the file into memory through a page cache the group also holds): not the step past the wall."""
+    set_limit(group, -1)
     drop_cache(model)
     cg_procs = str(group / "cgroup.procs")
 
@@ -168,9 +176,13 @@ def decode_in(group: Path, model: Path, how: str, args: argparse.Namespace, undo
     undo.child = p
     assert p.stdin is not None and p.stdout is not None
     if p.stdout.readline().strip() != "ready":
-        if p.wait() == -signal.SIGKILL:  # the OOM killer: the limit was below what loading needs
+        if p.wait() == -signal.SIGKILL:  # the OOM killer, with no limit: the machine itself is short
             return None
         raise RuntimeError(f"the decoding process ended before it was ready ({model.name}, {how}, exit {p.wait()})")
+    try:
+        set_limit(group, limit)
+    except OSError:  # EBUSY: the kernel could not reclaim down to it (nothing left to swap or drop)
+        return None
     probe = ResidencyProbe(str(model.resolve()) if how == "mmap" else None, weights, mincore=False)
     before = probe.read([p.pid], 0)
     p.stdin.write("go\n")
@@ -212,17 +224,22 @@ def one_model(name: str, path: Path, group: Path, args: argparse.Namespace, rate
     rows = []
     for how in ("mmap", "loaded"):
         for share in args.shares:
-            set_limit(group, -1)  # the step with no limit, measured just before (the box is shared: it drifts)
-            base = decode_in(group, path, how, args, undo, weights)
+            base = decode_in(group, path, how, args, undo, weights)  # with no limit, just before (the box drifts)
             if base is None:
                 raise RuntimeError(f"{name} {how} was killed with no limit")
             ws = base.usage  # the working set: anonymous memory and mapped file pages while decoding with no limit
             other = ws - (min(weights, base.res["weights_resident_bytes"]) if how == "mmap" else weights)
             limit = int(ws * share)
-            set_limit(group, limit)
-            run = decode_in(group, path, how, args, undo, weights)
+            run, ended = None, 0
+            while run is None and ended < TRIES:
+                run = decode_in(group, path, how, args, undo, weights, limit)
+                ended += run is None
+            if ended:
+                print(f"{name} {how} at {share:.2f}: {ended} of {ended + (run is not None)} tries ended before a "
+                      "measurement (the kernel's OOM killer)", flush=True)
             rows.append(_row(name, how, share, limit, ws, other, base, run,
-                             predict(base, limit, touched if how == "mmap" else weights, other, rates, how)))
+                             predict(base, limit, touched if how == "mmap" else weights, other, rates, how))
+                        | {"tries_ended_early": ended})
     return rows
 
 
@@ -236,7 +253,8 @@ def _row(name: str, how: str, share: float, limit: int, ws: int, other: int, bas
                            "no_limit_tps": round(base.tps, 3), "collapse_predicted": round(tps / base.tps, 3),
                            "nonresident_bytes_per_step": round(step.nonresident_bytes), "via": step.via}
     if run is None:
-        print(f"{head}, measured: the kernel's OOM killer ended it", flush=True)
+        print(f"{head}, measured: none (the OOM killer ended it, or the group could not reclaim down to the "
+              "limit)", flush=True)
         return row | {"measured_tps": None, "error": None, "oom_killed": True}
     r = run.res
     back = (r["swap_in_mbps"] if how == "loaded" else r["file_read_mbps"]) * 1e6 / run.tps
@@ -286,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="a run stops after this many seconds of decode")
     ap.add_argument("--threads", type=int, default=1, help="one: a spinning barrier of two threads on a shared 2-core box times the other work, not the memory")
     ap.add_argument("--quick", action="store_true", help="the embedded model only")
+    ap.add_argument("--swappiness", type=int, default=60, help="the group's memory.swappiness (the kernel's default)")
     args = ap.parse_args(argv)
     args.shares = SHARES
     why = refuse()
@@ -311,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print(rates.describe(), flush=True)
         undo.group = CG_ROOT / CG_NAME
         undo.group.mkdir()
-        (undo.group / "memory.swappiness").write_text("60")
+        (undo.group / "memory.swappiness").write_text(str(args.swappiness))
         for name, path in models(undo.tmp, args.quick):
             rows += one_model(name, path, undo.group, args, rates, undo)
     finally:
@@ -323,11 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(errors) if errors else None  # over the limits measured; one ended early (the OOM killer) fails
     unmeasured = len(rows) - len(errors)  # the goal, and is counted apart
     met = worst is not None and worst <= 0.30 and not unmeasured
+    ended = sum(r.get("tries_ended_early", 0) for r in rows)
     print(f"worst error {worst:.0%} over {len(errors)} of {len(rows)} limits measured ({unmeasured} ended before a "
-          f"measurement); swap left {left_swap} B, cgroups left {left_groups}; {time.time() - t0:.0f} s; load "
+          f"measurement; {ended} tries ended early and were tried again); swap left {left_swap} B, cgroups left {left_groups}; {time.time() - t0:.0f} s; load "
           f"average {load0[0]:.2f} → {os.getloadavg()[0]:.2f}" if worst is not None else "no limit measured")
     print(json.dumps({"worst_error": worst, "goal": 0.30, "met": met, "unmeasured": unmeasured,
-                      "swap_left_bytes": left_swap, "cgroups_left": len(left_groups), "seconds": round(time.time() - t0),
+                      "swap_left_bytes": left_swap, "cgroups_left": len(left_groups), "swappiness": args.swappiness, "tries_ended_early": ended, "seconds": round(time.time() - t0),
                       "load_before": round(load0[0], 2), "load_after": round(os.getloadavg()[0], 2),
                       "storage": rates.__dict__ if rates else None, "runs": rows}))
     return 0 if met else 1

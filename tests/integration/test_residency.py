@@ -420,3 +420,42 @@ def test_past_the_wall_the_predicted_tpot_slows_with_the_tok_s():
     c.residency = Past()
     ptpot, ptps, by, _ = c._predicted_past(level, workers, tps, clock.now)
     assert ptps == pytest.approx(tps / 4) and ptpot == pytest.approx(4 * tpot) and by.startswith("residency roofline")
+
+
+def _perms_at(maps: str, addr: int) -> str:
+    """The permissions ('rw-p': private, 'rw-s': shared) of the mapping holding `addr` in a maps text."""
+    for line in maps.splitlines():
+        f = line.split()
+        if len(f) >= 5 and "-" in f[0]:
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            if lo <= addr < hi:
+                return f[1]
+    raise AssertionError(f"{addr:#x} is in no mapping")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/maps")
+def test_the_swap_sweeps_use_private_memory_as_an_engine_does():
+    """The probe's anonymous sweeps map private memory, as an engine's malloc'ed weights are. Python's mmap(-1, n)
+    is MAP_SHARED (shmem): its swap-in gives up the swap slot, so every eviction wrote the page again, and the
+    sweep read 120-137 MB/s where private pages read 223-263 and llama.cpp's loaded weights 244-259
+    (docs/measurements.md §21). Checked in /proc/PID/maps for the sweep run in a memory group (its child, here
+    outside any group, at 8 MiB) and for the paging-out sweep's buffer."""
+    import ctypes
+    import subprocess
+
+    from measure.machine import storage as S
+
+    show = ("\nimport ctypes\nprint('at', ctypes.addressof(ctypes.c_char.from_buffer(m)))\n"
+            "print(open('/proc/self/maps').read())\n")
+    out = subprocess.run([sys.executable, "-c", S.MEMCG_CHILD + show, "-", str(8 << 20)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    at = int(next(line for line in out.stdout.splitlines() if line.startswith("at ")).split()[1])
+    assert _perms_at(out.stdout, at) == "rw-p"
+    m = S._private(1 << 20)
+    try:
+        c = ctypes.c_char.from_buffer(m)
+        assert _perms_at(Path("/proc/self/maps").read_text(), ctypes.addressof(c)) == "rw-p"
+        del c
+    finally:
+        m.close()
