@@ -17,7 +17,8 @@ Issue 60's: tui/cli.py's lines and its fan-out (the project modules it imports, 
 defined in two modules or more, and those of them defined in both measure/core and measure/control; the Ray
 actor classes (classes whose instances `ray.remote` makes: `ray.remote(C)`, or `ray.remote(p)` of a function's
 parameter p that its callers give a class) and the modules that poll client actors (`….take.remote(`), each one
-since the client-group seam (measure/machine/ray_cluster.py; 2 and 2 before it).
+since the client-group seam (measure/machine/ray_cluster.py; 2 and 2 before it); `declared(plan.engine)` in measure/ and
+tui/ where plan or self is a plan (once, in RunPlan.decl: a plan carries its engine's declaration; 6 before it).
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ LIMITS: dict[str, int] = {
     "public names defined in both measure/core and measure/control": 0,
     "Ray actor classes (classes whose instances ray.remote makes)": 1,
     "modules that poll client actors (….take.remote()": 1,
+    "declared(plan.engine) in measure/, tui/ (once: RunPlan.decl, the declaration a plan carries)": 1,
 }
 
 
@@ -438,6 +440,16 @@ def actor_pollers(tree: Tree) -> Count:
     return Count(len(what), what)
 
 
+def plan_lookups(tree: Tree) -> Count:
+    """Calls `declared(plan.engine)` / `declared(self.engine)` in measure/ and tui/: the engine looked up by name
+    where a plan (RunPlan.decl)
+    carries its declaration (5 in measure/control/plan.py and 1 in tui/compare_cmd.py before it did)."""
+    return _calls(tree, tree.under("measure", "tui"),
+                  lambda c: isinstance(c.func, ast.Name) and c.func.id == "declared" and len(c.args) == 1
+                  and isinstance(c.args[0], ast.Attribute) and c.args[0].attr == "engine"
+                  and isinstance(c.args[0].value, ast.Name) and c.args[0].value.id in ("plan", "self"))
+
+
 def measure(root: Path = ROOT) -> dict[str, Count]:
     """Every count of LIMITS over the tree at `root`."""
     tree = Tree(root)
@@ -446,7 +458,7 @@ def measure(root: Path = ROOT) -> dict[str, Count]:
            engine_comparisons(tree), trace_kinds(tree), core_reads(tree), header_reads(tree),
            str_any(tree, (m for m in tree.modules if _is_tune(m))), str_any(tree, tree.under("measure")),
            long, many, tuples, benchmarks_tui(root), cli_lines(tree), cli_fan_out(tree), free_ports(root),
-           *homonyms(tree), ray_actor_classes(tree), actor_pollers(tree)]
+           *homonyms(tree), ray_actor_classes(tree), actor_pollers(tree), plan_lookups(tree)]
     return dict(zip(LIMITS, got, strict=True))
 
 

@@ -118,11 +118,10 @@ def _with_kv(name: str, plan: Any, kv: str, simulated: bool) -> None:
     from dataclasses import replace
 
     from engines.llama_cpp import KV_TYPES
-    from engines.registry import declared
 
     if kv not in KV_TYPES:
         fail(f"-{name}: {KV_TYPE} {kv!r}: choose one of {', '.join(KV_TYPES)}")
-    if not declared(plan.engine).kv_types or plan.spec is None or simulated:
+    if not plan.decl.kv_types or plan.spec is None or simulated:
         fail(f"-{name}: {KV_TYPE} applies to --engine llama (in-process llama.cpp); a llama-server takes -ctk/-ctv "
              "on its own command line")
     if kv != "f16" and not plan.spec.flash_attn:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engines.base import EngineSpec
 from engines.registry import declared
+from engines.spec import EngineDecl
 from measure.core.arrivals import ArrivalSpec
 from measure.core.cost import Cost
 from measure.core.datasets import header_info
@@ -84,9 +85,14 @@ class RunPlan:
     warmup: Warmup = Warmup(requests=0)  # http bench: each level's warmup (--warmup; default auto)
 
     @property
+    def decl(self) -> EngineDecl:
+        """The engine's declaration (engines/registry.py): what the plan asks of an engine it asks here."""
+        return declared(self.engine)
+
+    @property
     def engine_is_remote(self) -> bool:
         """A server of its own at --url (remote_engine): no model, memory or workers of ours."""
-        return remote_engine(self.engine)
+        return self.decl.remote
 
     @property
     def sweep_ks(self) -> list[int]:
@@ -147,7 +153,7 @@ class RunPlan:
         if self.choice is None:
             return None
         try:
-            if declared(self.engine).work_model == "config":
+            if self.decl.work_model == "config":
                 return work_from_config(self.choice.path / "config.json")
             assert self.choice.info is not None  # a GGUF's, read when the model was resolved
             return W.from_gguf(self.choice.info, self.choice.kv_element_bytes)
@@ -163,7 +169,7 @@ class RunPlan:
         work = self.work()
         if work is None or self.engine_is_remote:  # a server's machine is not this one: no probe predicts it
             return None
-        rates = declared(self.engine).probe == "engine-rates"  # the probe's kernels are this engine's
+        rates = self.decl.probe == "engine-rates"  # the probe's kernels are this engine's
         own = self.choice if rates and self.choice and not self.choice.embedded else None
         c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
         warning = c.busy_warning()
@@ -197,7 +203,7 @@ class RunPlan:
 
     def placement(self) -> str:
         """Where the engine's layers run (the llama engine: asked of llama.cpp; docs/design/model-reads.md)."""
-        if declared(self.engine).gpu != "layers" or self.spec is None:
+        if self.decl.gpu != "layers" or self.spec is None:
             return ""
         return llama_placement(self.spec.n_gpu_layers)
 
@@ -239,7 +245,7 @@ class RunPlan:
 
         assert self.choice is not None and self.spec is not None
         # a GGUF's engine (llama.cpp) maps its file unless told not to; mlx loads its safetensors
-        mmapped = declared(self.engine).work_model != "config" and bool(self.spec.options.get("use_mmap", True))
+        mmapped = self.decl.work_model != "config" and bool(self.spec.options.get("use_mmap", True))
         return header_fields(mmapped, (self.choice.kv_bytes_per_token(self.ctx) or 0.0) * self.ctx)  # a request's KV
 
     def describe_beta(self) -> str:

@@ -182,7 +182,7 @@ PLANTED = {  # one of each thing tests/counts.py counts, in a hand-made tree
                           "KINDS = (\"mooncake\", \"azure\")\n",
     "measure/control/__init__.py": "",
     "measure/control/tune.py": "from typing import Any\n\nX: dict[str, Any] = {}\n\n\ndef f():\n    return X\n\n\n"
-                               "def free_port():\n    return 0\n",
+                               "def free_port():\n    return 0\n\n\ndef d(plan):\n    return declared(plan.engine), declared(plan)\n",
     "tui/__init__.py": "",
     "tui/cli.py": "def main(args):\n    from measure.core import a, b\n    return getattr(args, 'x'), a, b\n",
     "engines/__init__.py": "class Row:\n    pass\n",
@@ -204,8 +204,8 @@ def test_the_counts_see_each_planted_thing(tmp_path):
     imported twice by benchmarks/ (at the top and in a function); tui/cli.py's 3 lines and its 2 project imports
     (inside its function), free_port defined twice (tune.py, benchmarks/), and `f` defined in measure/core and in
     measure/control: a homonym across them (tests/ not in the tree: its Row is not engines' Row's second); two Ray
-    actor classes (A through place's parameter, B given to ray.remote; `a.clock.remote(a)` is a method's call) and
-    one module polling actors."""
+    actor classes (A through place's parameter, B given to ray.remote; `a.clock.remote(a)` is a method's call),
+    one module polling actors and one engine looked up by a plan's name (`declared(plan)` is not)."""
     import counts
 
     for rel, text in PLANTED.items():
@@ -213,7 +213,7 @@ def test_the_counts_see_each_planted_thing(tmp_path):
         (tmp_path / rel).write_text(text)
     (tmp_path / "measure/core/big.py").write_text("x = 1\n" * (counts.MAX_MODULE_LINES + 1))
     got = {name: c.value for name, c in counts.measure(tmp_path).items()}
-    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2, 3, 2, 2, 1, 1, 2, 1],
+    assert got == dict(zip(counts.LIMITS, [1, 2, 1, 1, 1, 2, 4, 2, 1, 2, 0, 0, 0, 2, 3, 2, 2, 1, 1, 2, 1, 1],
                                           strict=True))
     circles = counts.import_circles(counts.Tree(tmp_path)).what
     assert circles == ["measure.core.b → measure.core.c → measure.core.b"]
