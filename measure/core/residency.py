@@ -255,6 +255,8 @@ class StorageRates:
     swap_areas: str = ""
     measured_at: str = ""
     seconds: float = 0.0
+    # how it was measured (machine/storage.py's METHOD); a cache entry without it is the first method's (1)
+    method_version: int = 1
 
     def describe(self) -> str:
         return (f"storage {self.where}: sequential {self.seq_gbps:.2f} GB/s, random 4 KiB {self.rand_4k_mbps:.0f} MB/s,"

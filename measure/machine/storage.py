@@ -239,7 +239,13 @@ def probe_storage(where: Path) -> StorageRates:
                         read_ahead_bytes=ra_kb * 1024, reread_file_mbps=reread / 1e6 if reread else None,
                         reread_swap_mbps=swap_reread / 1e6 if swap_reread else None,
                         swap_areas=", ".join(swaps) if swaps else "none in use (the rate is the model's file system's)",
-                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), seconds=time.perf_counter() - t0)
+                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), seconds=time.perf_counter() - t0,
+                        method_version=METHOD)
+
+
+# The probe's method: 2 since its anonymous sweeps map private memory and its group sits at 0.625 of the sweep
+# (docs/measurements.md §21); a cached entry measured another way is measured again.
+METHOD = 2
 
 
 def _cache() -> Path:
@@ -250,7 +256,8 @@ def cached_rates(key: str) -> StorageRates | None:
     """The storage rates cached for this machine (`key`: ceilings.machine_key), or None."""
     try:
         d = json.loads(_cache().read_text()).get(key)
-        return StorageRates(**d) if d else None
+        r = StorageRates(**d) if d else None
+        return r if r is not None and r.method_version == METHOD else None
     except (OSError, ValueError, TypeError):
         return None
 

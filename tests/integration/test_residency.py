@@ -200,6 +200,10 @@ def test_storage_probe_reads_from_storage(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # the test file is removed
     S.save("k", r)
     assert S.cached_rates("k") == r and S.cached_rates("other") is None
+    from dataclasses import replace  # an entry measured the earlier way (shmem sweeps) is measured again
+
+    S.save("old", replace(r, method_version=S.METHOD - 1))
+    assert S.cached_rates("old") is None
     assert "storage" in r.describe()
 
 
@@ -289,6 +293,8 @@ def test_a_sweep_skips_a_level_predicted_past_its_budget_and_a_refusal_says_its_
     each level is predicted by the residency roofline; a cell timeout shorter than its predicted time skips it with
     the prediction in its cell and the table's SKIPPED line; a longer one leaves it to admission, which refuses it
     and says what it would have run at."""
+    from dataclasses import replace
+
     import presets
     from measure.control.bench.sweep import SweepConfig, format_table, run_sweep
     from measure.core import work as W
@@ -300,7 +306,7 @@ def test_a_sweep_skips_a_level_predicted_past_its_budget_and_a_refusal_says_its_
     from engines.base import EngineSpec
 
     monkeypatch.setenv("INFERENCE_TOP_LOGS", str(tmp_path / "logs"))
-    storage.save(machine_key(), RATES)
+    storage.save(machine_key(), replace(RATES, method_version=storage.METHOD))  # as the probe would have cached them
     work = W.from_preset(presets.model("gemma-3-270m-q4_k_m"))
     roof = Roofline(work, Machine("test", 10.0, "test"), 10.0)
     fleet = Fleet(EngineSpec("null", "", options={"ttft_s": 0.01, "itl_s": 0.02}),
