@@ -69,7 +69,10 @@ def plan_main(argv: list[str]) -> int:
             from measure.machine import ceilings
 
             def probed() -> Ceilings:
-                return ceilings.get(say=lambda t: print(t, file=sys.stderr))
+                try:
+                    return ceilings.get(say=lambda t: print(t, file=sys.stderr))
+                except ceilings.ProbeError as exc:
+                    raise PlanError(f"--chip this: {exc}") from None
 
             predictions = chip_predictions(lambda: work_model(args.config, args.model, args.preset),
                                            probed if args.chip == "this" else args.chip, args.prompt, args.output,

@@ -50,7 +50,11 @@ def probe_main(argv: list[str]) -> int:
 
     from measure.machine import ceilings
 
-    c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
+    try:
+        c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
+    except ceilings.ProbeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     if a.json:
         import json
 

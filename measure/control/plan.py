@@ -171,7 +171,13 @@ class RunPlan:
             return None
         rates = self.decl.probe == "engine-rates"  # the probe's kernels are this engine's
         own = self.choice if rates and self.choice and not self.choice.embedded else None
-        c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
+        try:
+            c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
+        except ceilings.ProbeError as exc:  # no figure of this machine: no prediction, said where the log keeps it
+            line = f"warning: no roofline: {exc}"
+            say(line)
+            self.warnings.append(line.removeprefix("warning: "))
+            return None
         warning = c.busy_warning()
         if warning and warning not in self.warnings:  # said at the start, and kept in the dashboard's log
             say(f"warning: {warning}")

@@ -14,6 +14,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue
 import socket
 import statistics
 import time
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 READ_BYTES = 64 * 1024 * 1024 * 4  # per process
 READ_S = 0.6
+MIN_READ_BYTES = 32 * 1024 * 1024  # a reader's buffer at the least (past a core's share of most last-level caches)
 DECODE_TOKENS = 40
 DECODE_RUNS = 3  # one run of 40 tokens at 2 threads read 59.7 tok/s where the engine's own runs that hour spread
 # over 48–63: the probe takes the median of three, the thread counts in turn
@@ -99,27 +101,65 @@ def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s
     return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s
 
 
-def _read_worker(q: multiprocessing.queues.Queue[float]) -> None:
+def _read_worker(q: multiprocessing.queues.Queue[float], size: int = READ_BYTES) -> None:
     import numpy as np
 
-    a = np.ones(READ_BYTES // 4, dtype=np.float32)
+    a = np.ones(size // 4, dtype=np.float32)
     a.sum()  # touch every page before timing
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < READ_S:
         a.sum()
         n += 1
-    q.put(n * READ_BYTES / (time.perf_counter() - t0) / 1e9)
+    q.put(n * size / (time.perf_counter() - t0) / 1e9)
 
 
-def probe_read_gbps(processes: int) -> float:
+class ProbeError(RuntimeError):
+    """The probe could not measure: one line saying why and what to do."""
+
+
+def read_bytes_within(limit: int, processes: int) -> int:
+    """Each reader's buffer: READ_BYTES, or less where the tightest memory limit (a container's) would not hold
+    every reader's buffer with room to spare (a quarter of the limit between them; at least MIN_READ_BYTES). In a
+    400 MiB cgroup two 256 MiB readers were OOM-killed and the dashboard ended on a traceback."""
+    return max(MIN_READ_BYTES, min(READ_BYTES, limit // 4 // max(1, processes)) // (1 << 20) * (1 << 20))
+
+
+def probe_read_gbps(processes: int, timeout_s: float = 60.0) -> float:
+    """GB/s of `processes` readers summing their own buffers at once. ProbeError, one line, for a reader that
+    ended without its figure (the OOM killer in a container) or took over `timeout_s`."""
+    from measure.machine.probes import effective_memory
+
+    limit, limit_name = effective_memory()
+    size = read_bytes_within(limit, processes)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    ps = [ctx.Process(target=_read_worker, args=(q,), daemon=True) for _ in range(processes)]
+    ps = [ctx.Process(target=_read_worker, args=(q, size), daemon=True) for _ in range(processes)]
     for p in ps:
         p.start()
-    got: list[float] = [q.get(timeout=60) for _ in ps]
-    for p in ps:
-        p.join(timeout=10)
+    got: list[float] = []
+    end = time.monotonic() + timeout_s
+    try:
+        while len(got) < len(ps):
+            try:
+                got.append(q.get(timeout=0.2))
+                continue
+            except queue.Empty:
+                pass
+            dead = [p for p in ps if p.exitcode not in (None, 0)]
+            if dead and q.empty():
+                code = dead[0].exitcode or 0
+                how = f"signal {-code}" if code < 0 else f"exit {code}"
+                raise ProbeError(f"the memory bandwidth probe's reader ended ({how}) with {size >> 20} MiB to read "
+                                 f"under {limit_name} = {limit / 2**30:.2f} GiB: the OOM killer? Give --bandwidth "
+                                 "GB/s, or run where the limit leaves more room")
+            if time.monotonic() > end:
+                raise ProbeError(f"the memory bandwidth probe's readers gave no figure in {timeout_s:.0f} s "
+                                 f"({processes} readers of {size >> 20} MiB); give --bandwidth GB/s")
+    finally:
+        for p in ps:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
     return sum(got)
 
 
@@ -245,7 +285,13 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     cpu0 = _cpu_times()  # how busy the rest of the machine is while this measures (its workers are reaped)
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     name, _ = detect_chip()
-    say(f"probing {name} ({cores} cores): memory read bandwidth …")
+    from measure.machine.probes import effective_memory
+
+    limit, limit_name = effective_memory()
+    size = read_bytes_within(limit, cores)
+    small = "" if size >= READ_BYTES else (f" (readers of {size >> 20} MiB, not {READ_BYTES >> 20}: {limit_name} "
+                                          f"{limit / 2**30:.2f} GiB; a buffer near the last-level cache reads high)")
+    say(f"probing {name} ({cores} cores): memory read bandwidth{small} …")
     read = {str(n): probe_read_gbps(n) for n in range(1, cores + 1)}
     engine = {}
     try:

@@ -1,7 +1,11 @@
 """A probe whose engine process dies (a segfault in the engine's C code, an OOM kill) says so in one line
 within seconds, naming the stage and the signal, and the probe goes on; it never waits out a timeout.
 The null engine's fault injection (options crash_in) ends its process with the signal at each stage."""
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +82,73 @@ def test_a_batch_worker_that_segfaults_mid_step_is_one_line_within_seconds_and_i
         assert "Segmentation fault" in logs and "batch" in logs
     finally:
         fleet.close()
+
+
+def test_the_readers_buffer_fits_the_tightest_memory_limit():
+    """Each bandwidth reader's buffer: 256 MiB where memory is plenty; a quarter of a container's limit between
+    the readers, in whole MiB, where that is less (a 400 MiB cgroup: 50 MiB each for two); never under 32 MiB."""
+    MiB = 1 << 20
+    assert ceilings.read_bytes_within(24 << 30, 2) == ceilings.READ_BYTES == 256 * MiB
+    assert ceilings.read_bytes_within(400 * MiB, 2) == 50 * MiB
+    assert ceilings.read_bytes_within(401 * MiB, 3) == 33 * MiB
+    assert ceilings.read_bytes_within(64 * MiB, 2) == ceilings.MIN_READ_BYTES == 32 * MiB
+
+
+CG_V1 = "/sys/fs/cgroup/memory"
+
+
+def _in_group(limit_mib: int, code: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by a Python of its own inside a cgroup v1 memory group of `limit_mib`, the group removed after."""
+    group = Path(CG_V1) / f"inference-top-test-probe-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_mib << 20))
+
+        def enter() -> None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              preexec_fn=enter, cwd=Path(__file__).resolve().parents[2])
+    finally:
+        for _ in range(100):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@pytest.mark.skipif(not os.path.exists(f"{CG_V1}/memory.limit_in_bytes") or os.geteuid() != 0,
+                    reason="root and cgroup v1's memory controller")
+def test_the_bandwidth_probe_in_a_container_measures_or_says_why_in_one_line():
+    """In a 400 MiB memory cgroup the two readers' 256 MiB buffers were OOM-killed and the dashboard ended on a
+    traceback (queue.Empty after 60 s): their buffers now fit the limit and they measure. In an 80 MiB group,
+    where even 32 MiB readers cannot live, the probe ends within seconds with one line (ProbeError) naming the
+    signal and the limit, and the dashboard's plan goes on without a roofline (RunPlan.roofline)."""
+    code = ("from measure.machine.ceilings import ProbeError, probe_read_gbps\n"
+            "try:\n    print('GB/s', probe_read_gbps(2))\nexcept ProbeError as exc:\n    print('error', exc)\n")
+    roomy = _in_group(400, code)
+    assert roomy.returncode == 0 and roomy.stdout.startswith("GB/s ") and float(roomy.stdout.split()[1]) > 0, roomy
+    t0 = time.monotonic()
+    tight = _in_group(80, code)
+    assert tight.returncode == 0 and tight.stdout.startswith("error the memory bandwidth probe's reader ended "
+                                                             "(signal 9) with 32 MiB"), tight
+    assert "cgroup v1 memory.limit_in_bytes" in tight.stdout and len(tight.stdout.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_plan_whose_probe_cannot_measure_has_no_roofline_and_says_why(monkeypatch):
+    """RunPlan.roofline on a ProbeError: None (the dashboard runs with no prediction) and a warning line kept."""
+    from measure.control.builder import make_plan
+    from tui.options import build_parser, plan_options
+
+    def refuse(**_kw):
+        raise ceilings.ProbeError("the memory bandwidth probe's reader ended (signal 9)")
+
+    monkeypatch.setattr(ceilings, "get", refuse)
+    dash, _ = build_parser()
+    plan = make_plan(plan_options(dash.parse_args(["--engine", "llama"])), default_max_tokens=8)
+    said: list[str] = []
+    assert plan.roofline(say=said.append) is None
+    assert said == ["warning: no roofline: the memory bandwidth probe's reader ended (signal 9)"]
+    assert plan.warnings[-1] == "no roofline: the memory bandwidth probe's reader ended (signal 9)"
