@@ -46,10 +46,16 @@ BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) 
 
 
 def machine_key() -> str:
-    from measure.machine.probes import detect_chip
+    """The cache's key for this machine: host, chip, cores, memory, and the tightest limit on memory where it is
+    below the physical (a container, a memory cgroup): a probe measured inside one (its bandwidth readers' buffers
+    made to fit, its storage sweeps under the limit) is that container's, never the whole machine's."""
+    from measure.machine.probes import detect_chip, effective_memory
 
     name, _ = detect_chip()
-    return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{psutil.virtual_memory().total}"
+    total = psutil.virtual_memory().total
+    limit, limit_name = effective_memory()
+    within = f"|{limit_name} {limit}" if limit < total else ""
+    return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{total}{within}"
 
 
 def _cache() -> Path:

@@ -124,11 +124,14 @@ def test_the_bandwidth_probe_in_a_container_measures_or_says_why_in_one_line():
     """In a 400 MiB memory cgroup the two readers' 256 MiB buffers were OOM-killed and the dashboard ended on a
     traceback (queue.Empty after 60 s): their buffers now fit the limit and they measure. In an 80 MiB group,
     where even 32 MiB readers cannot live, the probe ends within seconds with one line (ProbeError) naming the
-    signal and the limit, and the dashboard's plan goes on without a roofline (RunPlan.roofline)."""
+    signal and the limit, and the dashboard's plan goes on without a roofline (RunPlan.roofline). What a container
+    measures is cached under a key of its own (machine_key names the limit)."""
     code = ("from measure.machine.ceilings import ProbeError, probe_read_gbps\n"
             "try:\n    print('GB/s', probe_read_gbps(2))\nexcept ProbeError as exc:\n    print('error', exc)\n")
-    roomy = _in_group(400, code)
+    roomy = _in_group(400, code + "from measure.machine.ceilings import machine_key\nprint(machine_key())\n")
     assert roomy.returncode == 0 and roomy.stdout.startswith("GB/s ") and float(roomy.stdout.split()[1]) > 0, roomy
+    # the container's probe is cached as the container's: the key names the limit (the machine's does not)
+    assert roomy.stdout.splitlines()[1] == f"{ceilings.machine_key()}|cgroup v1 memory.limit_in_bytes {400 << 20}"
     t0 = time.monotonic()
     tight = _in_group(80, code)
     assert tight.returncode == 0 and tight.stdout.startswith("error the memory bandwidth probe's reader ended "
