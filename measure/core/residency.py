@@ -275,8 +275,10 @@ def _mbps(v: float | None) -> str:
 @dataclass(frozen=True)
 class ResidencyStep:
     """One decode step with part of what it touches out of memory: the step as if all were resident, the
-    bytes it must bring back, the time to read them and the faults' own cost. t_step = max(t_resident,
-    t_io) + t_faults (docs/residency.md)."""
+    bytes it must bring back, the time to read them and the faults' own cost. t_step = t_resident + t_io +
+    t_faults where the engine's CPU threads take the faults (their compute waits on each, at every matmul's
+    barrier); max(t_resident, t_io) + t_faults where the reads go on beside the kernels (`overlap`: a Mac's GPU,
+    the compressor and the SSD working beside it). docs/residency.md."""
 
     t_resident_s: float
     nonresident_bytes: float
@@ -284,10 +286,13 @@ class ResidencyStep:
     faults: float
     t_faults_s: float
     via: str  # "page cache (mmap'ed weights re-read)" | "swap (anonymous pages)" | "none"
+    overlap: bool = False
 
     @property
     def t_step_s(self) -> float:
-        return max(self.t_resident_s, self.t_io_s) + self.t_faults_s
+        if self.overlap:
+            return max(self.t_resident_s, self.t_io_s) + self.t_faults_s
+        return self.t_resident_s + self.t_io_s + self.t_faults_s
 
     @property
     def slowdown(self) -> float:
@@ -337,10 +342,11 @@ def reread_rate(rates: StorageRates, mmapped: bool) -> tuple[float, str]:
 
 def residency_step(t_resident_s: float, touched: float, room: float, rates: StorageRates | None,
                    mmapped: bool) -> ResidencyStep:
-    """The step at `room` bytes of memory left for the `touched` bytes (weights and KV) a step reads: t_step =
-    max(t_resident, t_io) + t_faults, t_io = the bytes that come back ÷ reread_rate. The faults' cost is inside the
-    sweeps reread_rate measures (each of them faulted every page); a plain rate adds a minor fault a page. No
-    rates: no I/O term."""
+    """The step at `room` bytes of memory left for the `touched` bytes (weights and KV) a step reads, on a probed
+    (Linux) machine whose engine threads take the faults: t_step = t_resident + t_io + t_faults, t_io = the bytes
+    that come back ÷ reread_rate (pastwall's runs: the sum read within 15-31 % of measured in four runs, where the
+    max read 29-43 %: docs/measurements.md §21). The faults' cost is inside the sweeps reread_rate measures (each of
+    them faulted every page); a plain rate adds a minor fault a page. No rates: no I/O term."""
     miss = nonresident_bytes(touched, room, KEPT)
     if miss <= 0 or rates is None:
         return ResidencyStep(t_resident_s, max(0.0, miss), 0.0, 0.0, 0.0, "none")
@@ -456,7 +462,7 @@ def level_fit(label: str, kb: tuple[int, int], t_resident: float, touched: float
     if rates is None and assumed_bps:  # a Mac (not probed): only the excess, as the published sweep bears out
         miss = nonresident_bytes(touched, left, ASSUMED_KEPT)
         step = ResidencyStep(t_resident, max(0.0, miss), max(0.0, miss) / assumed_bps, 0.0, 0.0,
-                             f"swap at {assumed_bps / 1e9:g} GB/s (assumed)" if miss > 0 else "none")
+                             f"swap at {assumed_bps / 1e9:g} GB/s (assumed)" if miss > 0 else "none", overlap=True)
     else:
         step = residency_step(t_resident, touched, left, rates, mem.mmapped)
     return LevelFit(label, ws, room, step, k * b / step.t_step_s)
