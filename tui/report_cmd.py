@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tui.options import OneLineParser, fail, positive_float
+from tui.options import EXIT_FAILED, OneLineParser, fail, positive_float
 
 
 def report_main(argv: list[str]) -> int:
@@ -53,8 +53,7 @@ def probe_main(argv: list[str]) -> int:
     try:
         c = ceilings.get(rerun=a.rerun, say=lambda t: print(t, file=sys.stderr, flush=True))
     except ceilings.ProbeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        fail(str(exc), EXIT_FAILED)
     if a.json:
         import json
 

@@ -174,9 +174,9 @@ class RunPlan:
         try:
             c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
         except ceilings.ProbeError as exc:  # no figure of this machine: no prediction, said where the log keeps it
-            line = f"warning: no roofline: {exc}"
-            say(line)
-            self.warnings.append(line.removeprefix("warning: "))
+            why = f"no roofline: {exc}"
+            say(f"warning: {why}")
+            self.warnings.append(why)
             return None
         warning = c.busy_warning()
         if warning and warning not in self.warnings:  # said at the start, and kept in the dashboard's log

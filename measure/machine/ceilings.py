@@ -141,12 +141,13 @@ def read_bytes_within(limit: int, processes: int) -> int:
     return max(MIN_READ_BYTES, min(READ_BYTES, limit // 4 // max(1, processes)) // (1 << 20) * (1 << 20))
 
 
-def probe_read_gbps(processes: int, timeout_s: float = 60.0) -> float:
-    """GB/s of `processes` readers summing their own buffers at once. ProbeError, one line, for a reader that
-    ended without its figure (the OOM killer in a container) or took over `timeout_s`."""
+def probe_read_gbps(processes: int, timeout_s: float = 60.0, within: tuple[int, str] | None = None) -> float:
+    """GB/s of `processes` readers summing their own buffers at once, each sized to the tightest memory limit
+    (`within`: probes.effective_memory's (bytes, name), read here where not given). ProbeError, one line, for a
+    reader that ended without its figure (the OOM killer in a container) or took over `timeout_s`."""
     from measure.machine.probes import effective_memory
 
-    limit, limit_name = effective_memory()
+    limit, limit_name = within or effective_memory()
     size = read_bytes_within(limit, processes)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -296,21 +297,20 @@ def engine_rates(model_path: str, cores: int, engine: str = "llama", options: di
 def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) -> Ceilings:
     """Measure now (and cache). `model`: a ModelChoice for the engine rates (default: the embedded model)."""
     from measure.machine.model_choice import resolve_model
-    from measure.machine.probes import detect_chip
+    from measure.machine.probes import detect_chip, effective_memory
     from measure.core.work import from_gguf
 
     t0 = time.perf_counter()
     cpu0 = _cpu_times()  # how busy the rest of the machine is while this measures (its workers are reaped)
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     name, _ = detect_chip()
-    from measure.machine.probes import effective_memory
-
-    limit, limit_name = effective_memory()
+    within = effective_memory()  # read once: every reader count's buffer is sized from it
+    limit, limit_name = within
     size = read_bytes_within(limit, cores)
     small = "" if size >= READ_BYTES else (f" (readers of {size >> 20} MiB, not {READ_BYTES >> 20}: {limit_name} "
                                           f"{limit / 2**30:.2f} GiB; a buffer near the last-level cache reads high)")
     say(f"probing {name} ({cores} cores): memory read bandwidth{small} …")
-    read = {str(n): probe_read_gbps(n) for n in range(1, cores + 1)}
+    read = {str(n): probe_read_gbps(n, within=within) for n in range(1, cores + 1)}
     engine = {}
     try:
         choice = model or resolve_model("llama", None, lambda m: None)

@@ -396,7 +396,7 @@ def test_a_disturbed_probe_stands_in_marked_and_a_quieter_one_replaces_it(tmp_pa
     from measure.machine import ceilings
 
     monkeypatch.setenv("INFERENCE_TOP_CACHE", str(tmp_path))
-    monkeypatch.setattr(ceilings, "probe_read_gbps", lambda n: 10.0 * n)
+    monkeypatch.setattr(ceilings, "probe_read_gbps", lambda n, **_: 10.0 * n)
     monkeypatch.setattr(ceilings, "engine_rates", lambda *a, **k: {"error": "not here"})
     monkeypatch.setattr(ceilings, "_storage", lambda model, say: None)
     others = iter([0.9, 0.6, 1.2, 0.05, 1.5])  # cores of others' work during each probe in turn
