@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from measure.core.residency import StorageRates, residency, residency_step  # noqa: E402
 from measure.machine.residency import ResidencyProbe, mincore_resident  # noqa: E402
+from measure.machine.storage import remove_group  # noqa: E402
 
 CG_ROOT = Path("/sys/fs/cgroup/memory")
 CG_NAME = "inference-top-pastwall"
@@ -83,13 +84,8 @@ class Cleanup:
 
     def __call__(self) -> None:
         self.kill_child()
-        if self.group is not None and self.group.exists():
-            for _ in range(50):
-                try:
-                    self.group.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        if self.group is not None:
+            remove_group(self.group)
         if self.swap is not None:
             subprocess.run(["swapoff", str(self.swap)], capture_output=True)
             self.swap.unlink(missing_ok=True)
@@ -344,10 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     met = worst is not None and worst <= 0.30 and not unmeasured
     ended = sum(r.get("tries_ended_early", 0) for r in rows)
     print(f"worst error {worst:.0%} over {len(errors)} of {len(rows)} limits measured ({unmeasured} ended before a "
-          f"measurement; {ended} tries ended early and were tried again); swap left {left_swap} B, cgroups left {left_groups}; {time.time() - t0:.0f} s; load "
+          f"measurement; {ended} tries ended early and were tried again); swap left {left_swap} B, cgroups left "
+          f"{left_groups}; {time.time() - t0:.0f} s; load "
           f"average {load0[0]:.2f} → {os.getloadavg()[0]:.2f}" if worst is not None else "no limit measured")
     print(json.dumps({"worst_error": worst, "goal": 0.30, "met": met, "unmeasured": unmeasured,
-                      "swap_left_bytes": left_swap, "cgroups_left": len(left_groups), "swappiness": args.swappiness, "tries_ended_early": ended, "seconds": round(time.time() - t0),
+                      "swap_left_bytes": left_swap, "cgroups_left": len(left_groups), "swappiness": args.swappiness,
+                      "tries_ended_early": ended, "seconds": round(time.time() - t0),
                       "load_before": round(load0[0], 2), "load_after": round(os.getloadavg()[0], 2),
                       "storage": rates.__dict__ if rates else None, "runs": rows}))
     return 0 if met else 1

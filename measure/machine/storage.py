@@ -367,10 +367,18 @@ def memcg_rates(rates: StorageRates, where: Path, cg_root: Path = Path("/sys/fs/
         a = _memcg_sweep(group, "-") if swap_places() else None
     finally:
         path.unlink(missing_ok=True)
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_group(group)
     return replace(rates, memcg_file_mbps=f / 1e6 if f else None, memcg_swap_mbps=a / 1e6 if a else None)
+
+
+def remove_group(group: Path, tries: int = 50) -> None:
+    """A memory cgroup removed once the kernel lets go of it (rmdir answers EBUSY for a moment after its last
+    process ends): `tries` tries 0.1 s apart; one already gone is done."""
+    for _ in range(tries):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)

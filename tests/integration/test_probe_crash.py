@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from measure.machine import ceilings
+from measure.machine.storage import remove_group
 
 CORES = 2
 STAGES = [  # (the engine's crash point, its options, the probe stage it falls in)
@@ -110,12 +111,7 @@ def _in_group(limit_mib: int, code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                               preexec_fn=enter, cwd=Path(__file__).resolve().parents[2])
     finally:
-        for _ in range(100):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        remove_group(group, tries=100)
 
 
 @pytest.mark.skipif(not os.path.exists(f"{CG_V1}/memory.limit_in_bytes") or os.geteuid() != 0,
