@@ -442,8 +442,8 @@ def actor_pollers(tree: Tree) -> Count:
 
 def plan_lookups(tree: Tree) -> Count:
     """Calls `declared(plan.engine)` / `declared(self.engine)` in measure/ and tui/: the engine looked up by name
-    where a plan (RunPlan.decl)
-    carries its declaration (5 in measure/control/plan.py and 1 in tui/compare_cmd.py before it did)."""
+    where a plan (RunPlan.decl) carries its declaration (5 in measure/control/plan.py and 1 in tui/compare_cmd.py
+    before it did)."""
     return _calls(tree, tree.under("measure", "tui"),
                   lambda c: isinstance(c.func, ast.Name) and c.func.id == "declared" and len(c.args) == 1
                   and isinstance(c.args[0], ast.Attribute) and c.args[0].attr == "engine"
