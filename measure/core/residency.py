@@ -325,18 +325,20 @@ ASSUMED_KEPT = 1.0
 
 def reread_rate(rates: StorageRates, mmapped: bool) -> tuple[float, str]:
     """(bytes/s, what measured it) at which pages come back past the wall: the sweep inside a memory cgroup where
-    one was measured (the kernel's own reclaim at every fault), else the sweep that pages out behind itself, else
-    the plain rates (an mmap'ed file faulted in; random reads of a swap cluster)."""
+    one was measured (the kernel's own reclaim at every fault); else, for a file, the sweep that pages out behind
+    itself, then the file faulted in; for swap, random reads of a swap cluster. An engine's swapped page comes back
+    one cluster a major fault (32 KiB a fault in every pastwall run), read by the faulting thread alone: random
+    cluster reads. The swap sweep that pages out behind itself reads its pages back in the order it wrote them, so
+    swap read-ahead makes it sequential: 1364-1639 MB/s here where an engine's swap-ins in a group came back at
+    210-263 and random 32 KiB reads ran 324-399 (docs/measurements.md §21); it is measured and shown, not used."""
     if mmapped:
         for v, what in ((rates.memcg_file_mbps, "a sweep of an mmap'ed file in a memory cgroup"),
                         (rates.reread_file_mbps, "a sweep of an mmap'ed file paging out behind itself")):
             if v:
                 return v * MB, what
         return rates.mmap_gbps * 1e9, "an mmap'ed file faulted in"
-    for v, what in ((rates.memcg_swap_mbps, "a sweep of swapped pages in a memory cgroup"),
-                    (rates.reread_swap_mbps, "a sweep of swapped pages paging out behind itself")):
-        if v:
-            return v * MB, what
+    if rates.memcg_swap_mbps:
+        return rates.memcg_swap_mbps * MB, "a sweep of swapped pages in a memory cgroup"
     return rates.swap_mbps * MB, f"random {rates.swap_cluster_bytes // 1024} KiB reads (a swap cluster)"
 
 

@@ -118,9 +118,15 @@ def test_residency_roofline_by_hand():
     # are inside its rate
     from dataclasses import replace
 
-    both = replace(RATES, reread_file_mbps=500.0, memcg_file_mbps=250.0, reread_swap_mbps=100.0)
+    both = replace(RATES, reread_file_mbps=500.0, memcg_file_mbps=250.0, reread_swap_mbps=100.0, memcg_swap_mbps=150.0)
     assert R.residency_step(0.05, 400 * MiB, 300 * MiB, both, True).t_step_s == pytest.approx(0.05 + miss / 250e6)
-    assert R.residency_step(0.05, 400 * MiB, 300 * MiB, both, False).t_step_s == pytest.approx(0.05 + miss / 100e6)
+    assert R.residency_step(0.05, 400 * MiB, 300 * MiB, both, False).t_step_s == pytest.approx(0.05 + miss / 150e6)
+    no_group = replace(both, memcg_file_mbps=None, memcg_swap_mbps=None)
+    assert R.residency_step(0.05, 400 * MiB, 300 * MiB, no_group, True).t_step_s == pytest.approx(0.05 + miss / 500e6)
+    # swapped with no group's sweep (not root, or its sweep ended early): the swap cluster's random reads, never the
+    # page-out sweep (sequential through swap read-ahead: 5-6x an engine's swap-ins, docs/measurements.md §21)
+    w2 = R.residency_step(0.05, 400 * MiB, 300 * MiB, no_group, False)
+    assert w2.t_step_s == pytest.approx(w.t_step_s) and w2.via.endswith("(random 32 KiB reads (a swap cluster))")
     # by hand, pastwall's Gemma 3 270M mmap'ed at 0.70 (run 5): 17.0 ms resident (58.85 tok/s), 235 MiB back at
     # 2166 MB/s = 113.8 ms: 130.8 ms → 7.65 tok/s (the max, 113.8 ms, read 8.78 against 7.06 measured)
     g = R.residency_step(1 / 58.85, 235 * MiB, 139 * MiB, replace(RATES, memcg_file_mbps=2166.0), True)
