@@ -330,7 +330,13 @@ print(4 * size / sum(times[1:]))  # the first sweep fills the group; the next fo
 """
 
 
-def _memcg_sweep(group: Path, target: str) -> float | None:
+# Tries of one sweep in the group: the kernel's OOM killer ends some anonymous sweeps in a cgroup v1 group though
+# their pages are clean swap cache, as it ends some loaded engines there (docs/measurements.md §21); a sweep that
+# ends early is run again, and with none measured the prediction falls back to the plain rates.
+MEMCG_TRIES = 3
+
+
+def _memcg_sweep(group: Path, target: str, tries: int = MEMCG_TRIES) -> float | None:
     import subprocess
     import sys
 
@@ -340,12 +346,15 @@ def _memcg_sweep(group: Path, target: str) -> float | None:
         with open(procs, "w") as f:
             f.write(str(os.getpid()))
 
-    try:
-        out = subprocess.run([sys.executable, "-c", MEMCG_CHILD, target, str(PROBE_BYTES)], capture_output=True,
-                             text=True, timeout=120, preexec_fn=enter)
-        return float(out.stdout.strip()) if out.returncode == 0 else None
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
+    for _ in range(tries):
+        try:
+            out = subprocess.run([sys.executable, "-c", MEMCG_CHILD, target, str(PROBE_BYTES)], capture_output=True,
+                                 text=True, timeout=120, preexec_fn=enter)
+            if out.returncode == 0:
+                return float(out.stdout.strip())
+        except (OSError, ValueError, subprocess.SubprocessError):
+            pass
+    return None
 
 
 def memcg_rates(rates: StorageRates, where: Path, cg_root: Path = Path("/sys/fs/cgroup/memory")) -> StorageRates:
