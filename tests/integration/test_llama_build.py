@@ -60,16 +60,18 @@ def test_the_server_only_include_builds_llama_server_and_the_libraries_it_links(
         "add_library(llama-cli-impl STATIC ../lib.c)\ntarget_link_libraries(llama-cli-impl PUBLIC llama)\n"
         "add_executable(llama-cli ../main.c)\ntarget_link_libraries(llama-cli PRIVATE llama-cli-impl)\n")
 
-    def built(*extra):
-        b = tmp_path / f"build{len(extra)}"
-        b.mkdir()
-        subprocess.run(["cmake", str(src), *extra], cwd=b, check=True, capture_output=True)
-        subprocess.run(["cmake", "--build", ".", "-j2"], cwd=b, check=True, capture_output=True)
-        return {p.name for p in b.rglob("*") if p.is_file() and p.name.startswith(("llama", "libllama", "libggml"))}
-
     server = {"llama-server", "libllama-server-impl.a", "libllama.a", "libggml-cpu.a"}
-    assert built() == server | {"llama-cli", "libllama-cli-impl.a"}
-    assert built(f"-DCMAKE_PROJECT_INCLUDE={llama_build.SERVER_ONLY}") == server
+    assert _built(src, tmp_path / "all") == server | {"llama-cli", "libllama-cli-impl.a"}
+    assert _built(src, tmp_path / "server", f"-DCMAKE_PROJECT_INCLUDE={llama_build.SERVER_ONLY}") == server
+
+
+def _built(src: Path, b: Path, *extra: str) -> set[str]:
+    """What `cmake --build .` (as the pip builds run it) makes of `src` in `b`: its programs and libraries."""
+    b.mkdir()
+    subprocess.run(["cmake", str(src), *extra], cwd=b, check=True, capture_output=True)
+    subprocess.run(["cmake", "--build", ".", "-j2"], cwd=b, check=True, capture_output=True)
+    made = ("llama", "libllama", "libggml", "libcpp")
+    return {p.name for p in b.rglob("*") if p.is_file() and p.name.startswith(made)}
 
 
 def test_make_install_test_builds_llama_server_first_on_its_own():
@@ -100,16 +102,9 @@ def test_the_python_libs_include_builds_libllama_and_ggml_only(tmp_path):
         "add_library(cpp-httplib STATIC ../lib.c)\n"
         "add_library(llama-common STATIC ../lib.c)\ntarget_link_libraries(llama-common PUBLIC llama cpp-httplib)\n")
 
-    def built(*extra):
-        b = tmp_path / f"build{len(extra)}"
-        b.mkdir()
-        subprocess.run(["cmake", str(src), *extra], cwd=b, check=True, capture_output=True)
-        subprocess.run(["cmake", "--build", ".", "-j2"], cwd=b, check=True, capture_output=True)
-        return {p.name for p in b.rglob("*.a")}
-
     libs = {"libllama.a", "libggml-base.a", "libggml-cpu.a"}
-    assert built() == libs | {"libllama-common.a", "libcpp-httplib.a"}
-    assert built(f"-DCMAKE_PROJECT_INCLUDE={PYTHON_LIBS}") == libs
+    assert _built(src, tmp_path / "all") == libs | {"libllama-common.a", "libcpp-httplib.a"}
+    assert _built(src, tmp_path / "libs", f"-DCMAKE_PROJECT_INCLUDE={PYTHON_LIBS}") == libs
 
 
 def test_make_builds_llama_cpp_python_with_the_python_libs_include():
