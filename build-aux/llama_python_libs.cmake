@@ -13,8 +13,8 @@ if(NOT PROJECT_NAME STREQUAL "llama_cpp" OR NOT CMAKE_SOURCE_DIR STREQUAL PROJEC
   return()  # ggml's own project(), or llama-cpp-python's folders inside another project
 endif()
 
-# Once llama-cpp-python's top folder is read, every other target libllama does not link (llama.cpp's vendored
-# cpp-httplib, its vendor hash) leaves the `all` target; llama, what it links and every ggml target are built.
+# Once llama-cpp-python's top folder is read, every other target libllama does not link (llama.cpp's vendor hash;
+# cpp-httplib goes with `common`) leaves the `all` target; llama, what it links and every ggml target are built.
 include("${CMAKE_CURRENT_LIST_DIR}/llama_targets.cmake")
 
 function(_inference_top_python_libs)
