@@ -489,6 +489,14 @@ def test_a_worker_oom_killed_at_a_step_is_named_and_the_step_refused_next_time(t
     assert "K=2 B=1 is refused" in r["again"] and "\n" not in r["again"]
 
 
+def _outliving(kids, gone, within_s):
+    """The pids of `kids` still running `within_s` after now (looked at every 0.1 s: done when all are gone)."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end and not all(gone(k) for k in kids):
+        time.sleep(0.1)
+    return [k.pid for k in kids if not gone(k)]
+
+
 @pytest.mark.parametrize("sig", ["SIGINT twice", "SIGTERM", "SIGHUP"])
 def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_recording(tmp_path, sig):
     """The dashboard (K=2 on the embedded model, recording) in a tmux pane gets the signal (SIGINT twice: the
@@ -540,8 +548,7 @@ def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_reco
             while time.monotonic() < gone_by and not gone(app):
                 time.sleep(0.1)
             assert gone(app), f"the {what} did not quit"
-            time.sleep(3.0)
-            left = [k.pid for k in kids if not gone(k)]
+            left = _outliving(kids, gone, 3.0)
             assert not left, f"{what}: these outlived it by 3 s: {left}"
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
@@ -596,8 +603,7 @@ def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path
         while time.monotonic() < gone_by and not gone(app):
             time.sleep(0.2)
         assert gone(app), "the dashboard ran on"
-        time.sleep(3.0)
-        left = [k.pid for k in kids if not gone(k)]
+        left = _outliving(kids, gone, 3.0)
         assert not left, f"these outlived it by 3 s: {left}"
         assert all(json.loads(x) for x in rec.read_text().splitlines())
     finally:

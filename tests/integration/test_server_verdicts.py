@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +67,7 @@ def engine_sweep(tmp_path_factory):
 
 
 def _cli(bs):
-    return [sys.executable, "-m", "tui.cli", "server-vs-engine", "--b", bs, "--requests", "16", "--max-tokens",
+    return [sys.executable, "-m", "tui.cli", "server-vs-engine", "--b", bs, "--requests", "8", "--max-tokens",
             str(TOKENS), "--ctx", "256", "--threads", "1"]
 
 
@@ -87,22 +88,33 @@ class _null:
         self.proc.wait()
 
 
+@pytest.fixture(scope="module")
+def sweeps(engine_sweep, tmp_path_factory):
+    """server-vs-engine against the null server in each mode at each B list, run once a module (the parametrized
+    test and the no-cost verdict read the same runs): sweep(serve, bs) → the command's JSON line."""
+    folder, first = engine_sweep
+    done = {("batching", "1,2,4,8"): first}
+
+    def sweep(serve, bs):
+        if (serve, bs) not in done:
+            out = tmp_path_factory.mktemp(f"sve-{serve}")
+            with _null(serve) as url:
+                p = subprocess.run(_cli(bs) + ["--url", url, "--engine-from", str(folder), "--out", str(out)],
+                                   capture_output=True, text=True, timeout=600)
+            assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+            done[serve, bs] = json.loads(p.stdout.strip().splitlines()[-1])
+        return done[serve, bs]
+    return sweep
+
+
 @pytest.mark.timeout(1500)  # the engine's sweep (the machine's probe first, where none is cached)
 # interleaving at B = 1,2 is not here: its word rests on the engine's own scaling at B = 2, which read ×0.89 on this
 # 2-core box in a full run ("undecided"); it is named at 1,2,4,8 and, on synthetic streams, in tests/integration/test_serving.py
 @pytest.mark.parametrize("bs,serve,word", [("1,2,4,8", "batching", "batches"), ("1,2", "batching", "batches"),
                                            ("1,2,4,8", "serialising", "serialises"), ("1,2", "serialising", "serialises"),
                                            ("1,2,4,8", "interleaving", "interleaves")])
-def test_server_vs_engine_names_each_serving_mode(engine_sweep, tmp_path, bs, serve, word):
-    folder, first = engine_sweep
-    if serve == "batching" and bs == "1,2,4,8":
-        res = first
-    else:
-        with _null(serve) as url:
-            p = subprocess.run(_cli(bs) + ["--url", url, "--engine-from", str(folder), "--out", str(tmp_path)],
-                               capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-        res = json.loads(p.stdout.strip().splitlines()[-1])
+def test_server_vs_engine_names_each_serving_mode(sweeps, bs, serve, word):
+    res = sweeps(serve, bs)
     assert res["verdict"].startswith(word), res["why"]
     rows = res["rows"]
     assert [r["b"] for r in rows] == [int(b) for b in bs.split(",")]
@@ -191,36 +203,24 @@ def test_the_live_line_with_a_gauge_names_each_mode(serve, word):
             run.close()
 
 
-def _cells_and_records(serve, bs):
-    """Each B's cell figures (as summary.json names them) and records of a null server in this mode, measured
-    over the HTTP source (no bench around it: no probe, no memory-wall stop on a shared machine)."""
-    from measure.core import metrics as M
-
-    cells, recs = [], []
-    with _null(serve) as url:
-        for b in bs:
-            got = _http_records(url, b=b, requests=max(16, 2 * b))
-            for r in got:
-                r.b = b
-            tp = [M.tpot(r) for r in got if M.tpot(r)]
-            cells.append({"b": b, "output_throughput": M.output_throughput(got), "completed": len(got), "errors": 0,
-                          "median_tpot_ms": 1e3 * M.percentile(tp, 50),
-                          "median_ttft_ms": 1e3 * M.percentile([M.ttft(r) for r in got], 50)})
-            recs += got
-    return cells, recs
-
-
-@pytest.mark.timeout(600)
-def test_the_verdict_names_each_mode_against_an_engine_that_batches_at_no_cost():
+@pytest.mark.timeout(1500)
+def test_the_verdict_names_each_mode_against_an_engine_that_batches_at_no_cost(sweeps):
     """The verdict (serving.rows, serving.batching_verdict) over the three modes measured at B = 1,2,4,8 and read at
     1,2,4,8 and at 1,2 alone (the same levels' cells and records: each level is measured on its own), against an
     engine that batches at no cost: the null server in batching mode, the same schedule (SIMULATED: its figures
     are the schedule's, not a model's). Batching reads `batches fully`, serialising `serialises`, interleaving
-    `interleaves`; the JSON rows carry each side's prompt tokens, equal (the same prompts)."""
+    `interleaves`; the rows carry each side's prompt tokens, equal (the same prompts). The server sides of the
+    command's runs above are read back (summary.json's cells, records.jsonl), not measured again."""
+    from measure.control.bench.server_vs_engine import read_cells, read_requests
+
+    def side(serve):
+        out = Path(sweeps(serve, "1,2,4,8")["server_out"])
+        return read_cells(out), read_requests(out / "records.jsonl")
+
     every = (1, 2, 4, 8)
-    engine, engine_recs = _cells_and_records("batching", every)
+    engine, engine_recs = side("batching")
     for serve, word in (("batching", "batches fully"), ("serialising", "serialises"), ("interleaving", "interleaves")):
-        cells, recs = _cells_and_records(serve, every) if serve != "batching" else (engine, engine_recs)
+        cells, recs = side(serve)
         for bs in (every, (1, 2)):
             table = S.rows([c for c in engine if c["b"] in bs], [c for c in cells if c["b"] in bs],
                            [r for r in recs if r.b in bs], [r for r in engine_recs if r.b in bs])

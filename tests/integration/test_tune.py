@@ -225,20 +225,22 @@ def test_report_draws_the_front(tmp_path):
 
 def test_cli_tunes_the_embedded_model_and_resumes(tmp_path, model):
     """The command line end to end with llama-cpp-python: a short budget, every run's records on disk, the winner's
-    commands; then --resume with the same options reads every run back and measures none again."""
+    commands; then --resume with the same options reads every run back and measures none again (the comparison in
+    turns, which runs on until its interval resolves or the budget ends, is left out of the second: ≈ 90 s a run
+    where the two candidates serve alike)."""
     out = tmp_path / "t"
     argv = [sys.executable, "-m", "tui.cli", "tune", "--engine", "llama", "--model", str(model.path), "--users", "1",
             "--requests", "2", "--max-tokens", "4", "--ctx", "256", "--slo", "server", "--first-round", "2",
             "--out", str(out)]
-    p = subprocess.run([*argv, "--budget", "90s"], capture_output=True, text=True, timeout=400)
+    p = subprocess.run([*argv, "--budget", "40s"], capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     res = TuneResult.from_json(json.loads((out / "tune.json").read_text()))
     ran = [(c.key, t) for c in res.candidates for t in c.trials]
     assert ran and all((out / t.records).exists() for _, t in ran)
     assert res.winner and "reproduce it:  inference-top bench --engine llama" in p.stdout
     mtimes = {t.records: (out / t.records).stat().st_mtime_ns for _, t in ran}
-    p2 = subprocess.run([*argv[:-2], "--resume", str(out), "--budget", "90s"], capture_output=True, text=True,
-                        timeout=400)
+    p2 = subprocess.run([*argv[:-2], "--resume", str(out), "--budget", "40s", "--no-compare"], capture_output=True,
+                        text=True, timeout=400)
     assert p2.returncode == 0, p2.stdout[-2000:] + p2.stderr[-2000:]
     assert f"{len(ran)} runs read back from {out}" in p2.stdout
     assert all((out / r).stat().st_mtime_ns == m for r, m in mtimes.items())

@@ -130,11 +130,11 @@ def test_cli_tunes_mlx_server_against_llama_server_on_the_embedded_model(tmp_pat
     engines = "mlx-server,llama-server" + ("" if VLLM_HERE else ",vllm")
     p = subprocess.run([sys.executable, "-m", "tui.cli", "tune", "--engine", engines, "--users", "2", "--requests",
                         "2", "--max-tokens", "4", "--ctx", "256", "--slo", "server", "--first-round", "2",
-                        "--budget", "75", "--no-compare", "--out", str(out)],
+                        "--budget", "45", "--no-compare", "--out", str(out)],
                        capture_output=True, text=True, timeout=400, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     res = TuneResult.from_json(json.loads((out / "tune.json").read_text()))
-    assert res.elapsed_s <= 75 + 30, res.elapsed_s
+    assert res.elapsed_s <= 45 + 30, res.elapsed_s
     assert {c.candidate.engine for c in res.candidates} == {"mlx-server", "llama-server"}
     assert res.winner is not None and f"serve it:      {res.winner.serve_command}" in p.stdout
     ran = [c for c in res.candidates if c.trials]
