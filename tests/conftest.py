@@ -58,6 +58,12 @@ def physics():
 # functions tests/slow_tests.txt lists (≥ 1 s in a full run); `pytest -m "not slow"` is the fast loop
 SLOW_FIXTURES = {"model", "engine", "make_fleet", "mlx_model", "engine_sweep"}
 SLOW_LIST = Path(__file__).parent / "slow_tests.txt"
+# what marks a test `timing`: a module whose verdicts are read from token timing or the pace of a screen (a serving
+# mode's word, a knee, a null engine's chunk times, the dashboard's redraws). `make test` runs the rest on two
+# workers and these after, alone on one (Makefile): beside a second worker on 2 cores each of test_server_verdicts,
+# test_null_engine and test_serving flipped a verdict in one of three full runs (tests/README.md)
+TIMING_MODULES = {"test_server_verdicts", "test_serving", "test_null_engine", "test_find", "test_truth_matrix",
+                  "test_live_figures", "test_dashboard", "test_llama_server"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,6 +73,8 @@ def pytest_collection_modifyitems(config, items):
         base = item.nodeid.split("[", 1)[0]
         if base in listed or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if Path(item.nodeid.split("::", 1)[0]).stem in TIMING_MODULES:
+            item.add_marker(pytest.mark.timing)
 
 
 def _home_cache_state() -> dict[str, tuple[int, int]]:
