@@ -69,7 +69,8 @@ lint: install-test
 # (verdicts read from token timing: tests/conftest.py's TIMING_MODULES) alone on one worker, where a second worker
 # beside them flipped verdicts on 2 cores. A test that crashes the interpreter (a segfault in an engine's C code) is
 # a failure with its name, its worker replaced, the rest run; both steps run and the target fails if either did
-# (5, nothing selected in a step, is not a failure: `make test ARGS=tests/unit`). The 15 slowest are listed.
+# (5, nothing selected in a step, is not a failure: `make test ARGS=tests/unit`; an -m in ARGS replaces each
+# step's, so both steps would run what it selects: run pytest itself for that). The 15 slowest are listed.
 TEST_WORKERS ?= 2
 PYTEST := $(VENV)/bin/python -m pytest --max-worker-restart=20
 test: install-test lint

@@ -108,6 +108,11 @@ def split(total: int, weights: Sequence[int]) -> list[list[int]]:
     return parts
 
 
+def shares(total: int, weights: Sequence[int]) -> list[int]:
+    """How many of `total` each client takes in `split`: 5 over weights 2,1,1 → 3,1,1."""
+    return [len(part) for part in split(total, weights)]
+
+
 ArrivalsT = TypeVar("ArrivalsT", bound=Arrivals)  # wrap gives back what it was given, or a Segment of it
 
 

@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, cast
 
 from measure.core.arrivals import TurnArrivals
-from measure.core.clients import Segment, split
+from measure.core.clients import Segment, shares, split
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load
 from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted,
@@ -254,7 +254,7 @@ class HttpPool(WarmsUp):
         """Each started process's streams at this B (0 for one beyond the first B)."""
         n = len(self._conns) or self.procs
         act = self._active()
-        return [len(part) for part in split(self.b, [1] * act)] + [0] * (n - act)
+        return shares(self.b, [1] * act) + [0] * (n - act)
 
     def start(self, wait_ready: bool = True, timeout: float = 30.0) -> None:
         if self._children:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
-from measure.core.clients import split
+from measure.core.clients import shares, split
 from measure.core.records import RequestRecord, RunMeta, shifted
 from measure.core.workload import ClosedLoop, ClosedShare, Load, Poisson
 from measure.machine.ray_cluster import ClientGroup, ClusterError, RayClient
@@ -29,11 +29,6 @@ from measure.sources.base import (Capabilities, Event, EventSink, Finished, Leve
 
 ID_STRIDE = 1 << 40  # each load dealt to a client takes its request ids from its own block of this many
 TPS_WINDOW_S = 5.0  # a client row's tok/s: the tokens of its requests finished in this window
-
-
-def shares(b: int, weights: list[int]) -> list[int]:
-    """Each client's part of `b` streams, split by the weights (clients.split): 5 over 2,1,1 → 3,1,1."""
-    return [len(part) for part in split(b, weights)]
 
 
 class LiveTaken(NamedTuple):

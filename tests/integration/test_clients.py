@@ -464,7 +464,7 @@ def test_local_fleet_waits_for_the_start_and_sends_its_segment(tmp_path, monkeyp
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from measure.core.clients import deal, split  # noqa: E402
+from measure.core.clients import deal, shares, split  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)
@@ -487,9 +487,9 @@ def test_split_keeps_every_request_index_exactly_once(total, weights):
 
 
 def test_split_of_streams_and_users_as_the_pool_and_the_ray_clients_take_them():
-    assert [len(p) for p in split(5, [1, 1])] == [3, 2]  # B = 5 over 2 client processes
+    assert shares(5, [1, 1]) == [3, 2]  # B = 5 over 2 client processes
     assert split(5, [1, 1, 1]) == [[0, 3], [1, 4], [2]]  # users 0 … 4 over 3 processes
-    assert [len(p) for p in split(5, [2, 1, 1])] == [3, 1, 1]  # 5 streams over Ray clients weighted 2,1,1
+    assert shares(5, [2, 1, 1]) == [3, 1, 1]  # 5 streams over Ray clients weighted 2,1,1
     assert split(0, [1, 2]) == [[], []]
     with pytest.raises(ValueError, match="whole number"):
         split(3, [1, 0])

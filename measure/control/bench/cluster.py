@@ -33,7 +33,7 @@ from measure.control.bench.cell import Cell
 from measure.control.plan import RunPlan
 from measure.control.wiring import make_source
 from measure.control.bench.sweep import SweepConfig
-from measure.core.clients import ClientShare, split
+from measure.core.clients import ClientShare, shares
 from measure.core.records import RequestRecord, shifted
 from measure.machine.ray_cluster import ROUND_TRIPS, ClientGroup, ClusterError, ClusterSpec, RayClient, one_line
 
@@ -105,7 +105,7 @@ class BenchShare:
         self._share = ClientShare((i, n), None, weights=weights)
         self._cfg.client = self._share
         assert plan.arrivals is not None  # refusal(): an open loop
-        self._total = len(split(cfg.requests, weights or [1] * n)[i - 1])
+        self._total = shares(cfg.requests, weights or [1] * n)[i - 1]
         self._source: Any = None
 
     def _keep(self, rec: RequestRecord) -> None:
