@@ -59,16 +59,19 @@ def engine_sweep(tmp_path_factory):
     """The embedded model's own batch mode at B = 1,2,4,8, run once (beside a batching null server); every
     server after it reuses it (--engine-from, its B among those measured)."""
     folder = tmp_path_factory.mktemp("sve")
-    with _null("batching") as url:
-        p = subprocess.run(_cli("1,2,4,8") + ["--url", url, "--out", str(folder)], capture_output=True, text=True,
-                           timeout=1200)
+    return folder, _server_vs_engine("batching", "1,2,4,8", folder, timeout=1200)
+
+
+def _server_vs_engine(serve, bs, out, *extra, timeout=600):
+    """`server-vs-engine` at --b `bs` against the null server in mode `serve` (its own process), out in `out`: the
+    command's JSON line."""
+    cli = [sys.executable, "-m", "tui.cli", "server-vs-engine", "--b", bs, "--requests", "8", "--max-tokens",
+           str(TOKENS), "--ctx", "256", "--threads", "1"]
+    with _null(serve) as url:
+        p = subprocess.run([*cli, "--url", url, "--out", str(out), *extra], capture_output=True, text=True,
+                           timeout=timeout)
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-    return folder, json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def _cli(bs):
-    return [sys.executable, "-m", "tui.cli", "server-vs-engine", "--b", bs, "--requests", "8", "--max-tokens",
-            str(TOKENS), "--ctx", "256", "--threads", "1"]
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 class _null:
@@ -97,12 +100,8 @@ def sweeps(engine_sweep, tmp_path_factory):
 
     def sweep(serve, bs):
         if (serve, bs) not in done:
-            out = tmp_path_factory.mktemp(f"sve-{serve}")
-            with _null(serve) as url:
-                p = subprocess.run(_cli(bs) + ["--url", url, "--engine-from", str(folder), "--out", str(out)],
-                                   capture_output=True, text=True, timeout=600)
-            assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
-            done[serve, bs] = json.loads(p.stdout.strip().splitlines()[-1])
+            done[serve, bs] = _server_vs_engine(serve, bs, tmp_path_factory.mktemp(f"sve-{serve}"), "--engine-from",
+                                                str(folder))
         return done[serve, bs]
     return sweep
 
@@ -218,9 +217,9 @@ def test_the_verdict_names_each_mode_against_an_engine_that_batches_at_no_cost(s
         return read_cells(out), read_requests(out / "records.jsonl")
 
     every = (1, 2, 4, 8)
-    engine, engine_recs = side("batching")
+    engine, engine_recs = batching = side("batching")
     for serve, word in (("batching", "batches fully"), ("serialising", "serialises"), ("interleaving", "interleaves")):
-        cells, recs = side(serve)
+        cells, recs = side(serve) if serve != "batching" else batching
         for bs in (every, (1, 2)):
             table = S.rows([c for c in engine if c["b"] in bs], [c for c in cells if c["b"] in bs],
                            [r for r in recs if r.b in bs], [r for r in engine_recs if r.b in bs])
