@@ -380,8 +380,6 @@ def test_ctrl_c_twice_during_the_cleanup_still_leaves_no_process_and_keeps_the_s
     cut K=2 one, every line of records.jsonl parses, no traceback."""
     import json
 
-    import psutil
-
     from conftest import descendants
 
     for delay in (0.05, 0.4):
@@ -401,10 +399,7 @@ def test_ctrl_c_twice_during_the_cleanup_still_leaves_no_process_and_keeps_the_s
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
-        gone_by = time.monotonic() + 3
-        while time.monotonic() < gone_by and any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE for k in kids):
-            time.sleep(0.1)
-        left = [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+        left = _outliving(kids, 3.0)
         assert not left, f"after Ctrl-C twice ({delay} s apart) these outlived the bench by 3 s: {left}"
         assert proc.returncode == 130 and "Traceback" not in err, err
         assert "interrupted (Ctrl-C)" in err.strip().splitlines()[-1]
@@ -489,7 +484,17 @@ def test_a_worker_oom_killed_at_a_step_is_named_and_the_step_refused_next_time(t
     assert "K=2 B=1 is refused" in r["again"] and "\n" not in r["again"]
 
 
-def _outliving(kids, gone, within_s):
+def gone(p):
+    """A psutil process ended: not running, or a zombie (its parent has not reaped it)."""
+    import psutil
+
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _outliving(kids, within_s):
     """The pids of `kids` still running `within_s` after now (looked at every 0.1 s: done when all are gone)."""
     end = time.monotonic() + within_s
     while time.monotonic() < end and not all(gone(k) for k in kids):
@@ -534,12 +539,6 @@ def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_reco
             signum = getattr(signal, sig.split()[0])
             app.send_signal(signum)
 
-            def gone(p):
-                try:
-                    return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-                except psutil.NoSuchProcess:
-                    return True
-
             while sig.endswith("twice") and what == "dashboard" and not gone(app) and not any(gone(k) for k in kids):
                 time.sleep(0.01)  # until the cleanup has begun stopping workers
             if sig.endswith("twice") and not gone(app):
@@ -548,7 +547,7 @@ def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_reco
             while time.monotonic() < gone_by and not gone(app):
                 time.sleep(0.1)
             assert gone(app), f"the {what} did not quit"
-            left = _outliving(kids, gone, 3.0)
+            left = _outliving(kids, 3.0)
             assert not left, f"{what}: these outlived it by 3 s: {left}"
         finally:
             subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
@@ -587,12 +586,6 @@ def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path
             time.sleep(0.3)
         app = next(p for p in psutil.Process(pane).children() if "inference-top" in " ".join(p.cmdline()))
 
-        def gone(p):
-            try:
-                return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                return True
-
         kids = descendants(app.pid)
         assert len(kids) >= 2, "the dashboard's workers did not start"
         subprocess.run(["tmux", "kill-session", "-t", session], check=True)  # the terminal is gone
@@ -603,7 +596,7 @@ def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path
         while time.monotonic() < gone_by and not gone(app):
             time.sleep(0.2)
         assert gone(app), "the dashboard ran on"
-        left = _outliving(kids, gone, 3.0)
+        left = _outliving(kids, 3.0)
         assert not left, f"these outlived it by 3 s: {left}"
         assert all(json.loads(x) for x in rec.read_text().splitlines())
     finally:
