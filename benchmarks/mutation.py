@@ -48,7 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.toml"
 MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/arrivals.py",
            "measure/control/bench/cell.py", "measure/control/bench/knee.py", "measure/control/live/stats.py",
-           "measure/control/live/steps.py", "engines/http_openai.py", "measure/sources/warmup.py"]
+           "measure/control/live/steps.py", "engines/http_openai.py", "measure/sources/warmup.py",
+           "measure/core/roofline.py", "measure/core/work.py", "measure/core/residency.py", "measure/core/hf_config.py",
+           "measure/core/sizing.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -69,7 +71,34 @@ SCOPE: dict[str, list[str]] = {
     "measure/control/live/steps.py": ["*"],
     "engines/http_openai.py": ["xǁ_Counterǁ*"],
     "measure/sources/warmup.py": ["xǁWarmupǁ*", "x_warmup_workload__*", "x__absolute_start__*"],
+    # The physics (issue 55) and the residency roofline (issue 57): every function that makes a predicted figure, a
+    # byte count or a verdict; left out, each a sentence in words: describe, format_predictions, _range_text,
+    # Prediction.caveat and .wall, _reads, _tied_note, the gauge, GivesOut.line, format_fits, past_wall_note,
+    # format_plan, StorageRates.describe, _mbps.
+    "measure/core/roofline.py": ["x_name_wall__*", "xǁFamilyǁ*", "xǁMachineǁ*", "xǁPredictionǁbinds__*",
+                                 "xǁPredictionǁoversubscribed__*", "x_step_reads__*", "x_window_cells__*",
+                                 "x_kernel_time__*", "x_dequant_time__*", "x__tile__*", "x__compute_times__*",
+                                 "x_predict__*", "x_predict_range__*", "x_calibrate__*", "x__bandwidth_at_most__*",
+                                 "x_prediction_table__*", "xǁRooflineǁ*"],
+    "measure/core/work.py": ["x__pad__*", "xǁExpertsǁ*", *(f"xǁWorkModelǁ{m}__*" for m in (
+                                 "moe_layers", "attention_layers", "full_layers", "kv_layer_token_bytes",
+                                 "kv_bytes_per_token", "kv_read_bytes", "window_cache_cells", "kv_alloc_bytes",
+                                 "read_bytes", "resident_bytes", "bytes_per_step", "active_params", "flops_per_token",
+                                 "flops_per_step", "prefill_flops", "matmul_weights")),
+                             "x_quant_family__*", "x_from_gguf__*", "x_config_params__*", "x__n__*", "x__need__*",
+                             "xǁConfigShapeǁ*", "x__layer_kinds__*", "x__config_shape__*", "x__part_bytes__*",
+                             "x_from_config__*", "x_work_from_dict__*", "x__config_assumed__*", "x_from_preset__*"],
+    "measure/core/residency.py": ["x_parse_*", "xǁResidencyǁweights_share__*", "xǁResidencyǁfields__*",
+                                  "x_residency__*", "x_mac_vm__*", "x_mac_rates__*", "xǁResidencyStepǁ*",
+                                  "x_nonresident_bytes__*", "x_reread_rate__*", "x_residency_step__*", "x_gives_out__*",
+                                  "x__out__*", "xǁLevelFitǁ*", "x_level_fit__*", "x_first_past__*", "x_budget_skip__*",
+                                  "x_to_storage__*"],
+    "measure/core/hf_config.py": ["*"],
+    "measure/core/sizing.py": ["x_plan__*", "x_chip_memory__*", "x_unified_memory__*", "x_size_for_users__*",
+                               "x_chip_predictions__*"],
 }
+# [tool.mutmut] source_paths: what mutmut copies into its mutants/
+SOURCE_PATHS = ("measure", "engines", "presets")
 # mutmut's statuses (its exit codes) as this score counts them: a timeout is a kill (the mutant hung the tests)
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}
 SURVIVED = {0}
@@ -107,10 +136,16 @@ def copy_tree(dst: Path) -> None:
     for rel in filter(None, out.split("\0")):
         src, to = ROOT / rel, dst / rel
         if src.is_file() and not rel.startswith("mutants/"):
-            if to.exists() and to.stat().st_mtime == src.stat().st_mtime and to.stat().st_size == src.stat().st_size:
-                continue
-            to.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, to)
+            # mutmut writes its mutants/ copy of a source path once and after that only the .py files it mutates or
+            # that changed: a data file (presets/*.toml) changed here is copied there too, or its tests read the old
+            # one (a kernels.toml of a day before failed mutmut's clean run)
+            targets = [to] + ([dst / "mutants" / rel] if (dst / "mutants").is_dir() and not rel.endswith(".py")
+                              and rel.split("/", 1)[0] in SOURCE_PATHS else [])
+            for t in targets:
+                if t.exists() and t.stat().st_mtime == src.stat().st_mtime and t.stat().st_size == src.stat().st_size:
+                    continue
+                t.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, t)
 
 
 def run_mutmut(tree: Path, modules: list[str], max_children: int) -> int:

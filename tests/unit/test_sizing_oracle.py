@@ -1,0 +1,139 @@
+"""core/sizing.py by hand: plan's rows and the N-users verdict on a toy model (10 layers, 2 KV heads of 64: 5,120 B of
+f16 KV a token; 1 GB of weights) and the toy GPU of test_roofline_oracle, each figure worked out in the comments
+(benchmarks/mutation.py runs these against the module's mutants)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from measure.core import roofline as RL
+from measure.core import sizing as S
+from measure.core.guard import KVShape, mac_budget
+from measure.core.units import fmt_bytes
+
+from tests.unit.test_roofline_oracle import AT, GPU, TOY
+
+SHAPE = KVShape("toy", layers=10, kv_heads=2, head_dim=64, weight_bytes=1_000_000_000, source="hand")
+MACHINE = S.PlanMachine(overhead=100_000_000)
+
+
+def test_plan_rows_by_hand() -> None:
+    p = S.plan(SHAPE, [1000, 2000], memory=10_000_000_000, machine=MACHINE)
+    assert p["kv_bytes_per_token"] == 5120 and p["weights"] == 1_000_000_000 and p["overhead"] == 100_000_000
+    # 85 % of 10 GB
+    assert (p["budget"], p["budget_fraction"]) == (8_500_000_000, 0.85)
+    assert p["budget_source"] == f"85% of {fmt_bytes(10_000_000_000)}"
+    r = p["rows"][0]
+    assert r["context"] == 1000 and r["kv_per_request"] == 5.12e6 and r["engine_per_request"] == 0.0
+    assert r["kv_by_engine"] == {"llama (in-process)": 5.12e6, "llama-server": 5.12e6, "llama_cpp.server": 5.12e6,
+                                 "mlx": 5.12e6}
+    # B in one engine: (8.5 G − 1.1 G) // 5.12 M = 1445; K engines of one sequence: 8.5 G // 1.10512 G = 7
+    assert (r["max_b_one_engine"], r["max_k_one_seq_each"]) == (1445, 7)
+    assert r["concurrency_in_kv_cache"] is None and r["users_fit"] is None
+    assert p["rows"][1]["max_b_one_engine"] == 722  # 7.4 G // 10.24 M
+    assert p["users"] is None and "max_context_for_users" not in p and "read_bytes_per_token" not in p
+    assert (p["unified"], p["kv_dtype"], p["model"], p["source"]) == (False, "f16", "toy", "hand")
+
+
+def test_plan_with_users_a_fraction_a_dtype_and_a_kv_cache() -> None:
+    p = S.plan(SHAPE, [1000, 2000], memory=10_000_000_000, users=100, kv_cache_tokens=4096, machine=MACHINE)
+    assert [r["users_fit"] for r in p["rows"]] == [True, True]  # 1.1 G + 100 × 10.24 M = 2.124 G ≤ 8.5 G
+    assert [r["concurrency_in_kv_cache"] for r in p["rows"]] == [4.096, 2.048]
+    # (8.5 G − 1.1 G) // (100 × 5120) = 14453 tokens
+    assert p["max_context_for_users"] == 14453
+    tight = S.plan(SHAPE, [1000], memory=2_000_000_000, users=200, budget_fraction=0.6, machine=MACHINE)
+    # 60 % of 2 G = 1.2 G: 1.1 G + 200 × 5.12 M = 2.124 G does not fit; (0.1 G) // (200 × 5120) = 97
+    assert tight["budget"] == 1_200_000_000 and tight["budget_source"] == f"60% of {fmt_bytes(2_000_000_000)}"
+    assert tight["rows"][0]["users_fit"] is False and tight["max_context_for_users"] == 97
+    none = S.plan(SHAPE, [1000], memory=1_000_000_000, users=1, machine=MACHINE)
+    assert none["max_context_for_users"] == 0 and none["rows"][0]["max_b_one_engine"] == 0
+    f32 = S.plan(SHAPE, [1000], memory=10_000_000_000, kv_dtype="f32", machine=MACHINE)
+    assert f32["kv_bytes_per_token"] == 10240 and f32["rows"][0]["kv_per_request"] == 10.24e6
+
+
+def test_plan_on_unified_memory_and_with_the_models_work() -> None:
+    shape = replace(SHAPE, hidden=100, intermediate=200, work=replace(TOY, window=128, window_layers=8))
+    p = S.plan(shape, [1000], memory=32 * 2**30, machine=S.PlanMachine(overhead=0, unified=True))
+    budget, source = mac_budget(32 * 2**30)
+    assert (p["budget"], p["budget_source"], p["budget_fraction"], p["unified"]) == (budget, source, None, True)
+    r = p["rows"][0]
+    # mlx's prefill activations a sequence: min(1000, 2048) × (4 × 100 + 3 × 200) × 2 B
+    assert r["engine_per_request"] == 2e6
+    # the window cache: 2 full layers × 1000 + 8 windowed × 768 cells, 512 B each
+    assert r["kv_per_request"] == (2 * 1000 + 8 * 768) * 512
+    assert r["kv_by_engine"]["llama_cpp.server"] == 10 * 1000 * 512
+    assert r["kv_by_engine"]["mlx"] == (2 * 1000 + 8 * 128) * 512
+    assert r["max_b_one_engine"] == int((budget - 1e9) // (r["kv_per_request"] + 2e6))
+    assert p["read_bytes_per_token"] == 1e9 and p["assumed"] == []
+    assert p["work"].endswith("()")  # WorkModel.describe, then its note (empty here) in parentheses
+    # a fraction given on a Mac: that fraction, not the working set
+    q = S.plan(shape, [1000], memory=32 * 2**30, budget_fraction=0.5, machine=S.PlanMachine(0, True))
+    assert q["budget"] == 16 * 2**30
+
+
+def _plan(memory: int = 10_000_000_000) -> S.Plan:
+    return S.plan(SHAPE, [1000], memory=memory, machine=MACHINE)
+
+
+def test_size_for_users_by_hand() -> None:
+    out = S.size_for_users(4, None, [1000], _plan(), TOY, GPU, 100, 11)
+    b4 = RL.predict(TOY, GPU, "batch", 1, 4, at=AT)
+    lines = out.splitlines()
+    assert lines[0] == (f"4 users, 1,000 tokens each: KV {fmt_bytes(4 * 5.12e6)} ({fmt_bytes(5.12e6)} a request) + "
+                        f"weights and runtime {fmt_bytes(1.1e9)} = {fmt_bytes(1.1e9 + 4 * 5.12e6)} needed; budget "
+                        f"{fmt_bytes(8.5e9)}: fits")
+    assert lines[1] == (f"all 4 in one engine (B = 4) on toy-gpu: {b4.per_stream_tps:.1f} tok/s per user, TPOT "
+                        f"{b4.tpot_s * 1e3:.1f} ms, TTFT ≈ {b4.ttft_s:.2f} s when all 4 arrive at once (the p99 of a "
+                        "burst; binding: bandwidth)")
+    assert lines[2] == (f"machines of this kind (or server instances): 1, 4 users each ({fmt_bytes(1.1e9 + 4 * 5.12e6)}"
+                        f", {b4.per_stream_tps:.1f} tok/s per user, TPOT {b4.tpot_s * 1e3:.1f} ms, TTFT ≈ "
+                        f"{b4.ttft_s:.2f} s)")
+    assert len(lines) == 3
+
+
+def test_size_for_users_splits_to_meet_an_slo() -> None:
+    # TTFT at B = 4: 4 prompts' prefill 40.04 ms + a step 11.82 ms = 51.9 ms; at B = 2: 20.02 + 11.31 = 31.3 ms.
+    # A 40 ms TTFT bound: one machine of 4 is outside it, two of 2 are within
+    b2 = RL.predict(TOY, GPU, "batch", 1, 2, at=AT)
+    assert b2.ttft_s == pytest.approx(0.0313, abs=1e-4)
+    out = S.size_for_users(4, "ttft=40ms", [1000], _plan(), TOY, GPU, 100, 11).splitlines()
+    assert out[1].endswith("(the p99 of a burst; binding: bandwidth) → OUTSIDE ttft=40ms")
+    assert out[2].startswith("machines of this kind (or server instances): 2, 2 users each (")
+    ok = S.size_for_users(4, "ttft=60ms,tpot=12ms", [1000], _plan(), TOY, GPU, 100, 11).splitlines()
+    assert ok[1].endswith("→ within ttft=60ms,tpot=12ms") and ok[2].startswith("machines of this kind (or server "
+                                                                               "instances): 1, 4 users each")
+    # TPOT at B = 1 is 11.05 ms: a 10 ms bound serves nobody
+    never = S.size_for_users(3, "tpot=10ms", [1000], _plan(), TOY, GPU, 100, 11).splitlines()
+    assert never[-1] == "machines of this kind: none serves even one user within the bounds at this context"
+    # 5 users on machines of 2 (ceil(5 / 3) = 2 at m = 3): the first m whose share fits
+    five = S.size_for_users(5, "ttft=40ms", [1000], _plan(), TOY, GPU, 100, 11).splitlines()
+    assert five[2].startswith("machines of this kind (or server instances): 3, 2 users each (")
+    with pytest.raises(S.PlanError, match="^--slo: "):
+        S.size_for_users(4, "nonsense", [1000], _plan(), TOY, GPU, 100, 11)
+
+
+def test_size_for_users_by_memory() -> None:
+    # 1.15 G of memory × 0.85 = 977.5 M < 1.1 G of weights and runtime: nothing fits
+    small = S.size_for_users(2, None, [1000], _plan(1_150_000_000), TOY, GPU, 100, 11).splitlines()
+    assert small[0].endswith(": does NOT fit")
+    assert small[-1] == "machines of this kind: none serves even one user within the bounds at this context"
+    # 1.32 G × 0.85 = 1.122 G: 1.1 G + 4 × 5.12 M = 1.12048 G fits 4, 1.1 G + 5 × 5.12 M = 1.1256 G does not:
+    # 5 users need 2 machines of 3 (ceil(5 / 2))
+    five = S.size_for_users(5, None, [1000], _plan(1_320_000_000), TOY, GPU, 100, 11).splitlines()
+    assert five[0].endswith(": does NOT fit")
+    assert five[2].startswith("machines of this kind (or server instances): 2, 3 users each (")
+    # the longest of the contexts is the one sized; a context plan has no row for: its KV by the bytes a token
+    longest = S.size_for_users(1, None, [500, 1000], _plan(), TOY, GPU, 100, 11)
+    assert longest.startswith(f"1 users, 1,000 tokens each: KV {fmt_bytes(5.12e6)} ")
+    other = S.size_for_users(1, None, [3000], _plan(), TOY, GPU, 100, 11)
+    assert other.startswith(f"1 users, 3,000 tokens each: KV {fmt_bytes(3000 * 5120)} ")
+
+
+def test_chip_memory_and_unified() -> None:
+    assert S.chip_memory(None) is None and S.chip_memory("this") is None and S.chip_memory("no-such-chip") is None
+    from presets import chip
+
+    assert S.chip_memory("apple-m4-pro") == max(chip("apple-m4-pro").memory_bytes)
+    assert S.unified_memory("apple-m4-pro") is True
+    assert S.unified_memory("nvidia-rtx-4090") is False and S.unified_memory("no-such-chip") is False
