@@ -5,8 +5,12 @@ matrix; this one is not a list: whatever bug its operators can write, in every l
 
 The modules (MODULES, also [tool.mutmut] only_mutate in pyproject.toml): the metrics, the records, the arrivals, the
 cell and its window, the knee, the live statistics and the step table, the HTTP client's token counting and the
-warmup. The tests ([tool.mutmut] pytest_add_cli_args_test_selection): fast unit tests, each figure worked by hand or
-recomputed with numpy (tests/unit/test_figure_oracles*.py, tests/unit/test_metrics.py). A survivor is either killed by a new
+warmup; and the physics and the memory (round 19): the roofline, the work model and its readers (config.json, GGUF,
+presets), the config's defaults and precisions, the residency roofline and plan's sizing. The tests ([tool.mutmut]
+pytest_add_cli_args_test_selection): fast unit tests, each figure worked by hand or recomputed with numpy
+(tests/unit/test_figure_oracles*.py, tests/unit/test_metrics.py, tests/unit/test_*_oracle.py), and the fast
+integration modules of the physics and the residency (test_physics, test_roofline, test_residency, test_configs,
+test_guard: seconds each). A survivor is either killed by a new
 check or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
 mutant): the score is killed ÷ (mutants − equivalents); a mutant that hangs the tests (mutmut's timeout) is killed.
 
@@ -220,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.report:
         tree.mkdir(parents=True, exist_ok=True)
         copy_tree(tree)
+        for m in modules:  # a module new to the scope: mutmut copied it plain before; without the copy it mutates it
+            if not (tree / "mutants" / (m + ".meta")).exists():
+                (tree / "mutants" / m).unlink(missing_ok=True)
         if a.fresh_stats:
             (tree / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         rc = run_mutmut(tree, modules, a.max_children)

@@ -9,7 +9,8 @@ import pytest
 
 from measure.core import roofline as RL
 from measure.core import work as W
-from presets import Kernels
+from measure.core.readings import Ceilings
+from presets import Chip, Kernels
 
 # KV: 2 (K and V) × 2 kv heads × 64 × 2 B = 512 B a layer and token
 TOY = W.WorkModel(name="toy", source="hand", params=1_000_000_000, file_bytes=1_000_000_000,
@@ -236,3 +237,254 @@ def test_name_wall_thresholds() -> None:
     assert RL.name_wall(0.0) == ("none", "none reached")
     assert RL.name_wall(0.9, queue="") == ("server queue", "server queue (one request at a time)")
     assert RL.name_wall(0.9, queue="slots 1")[1] == "server queue (one request at a time: slots 1)"
+
+
+# ---- a chip from presets, and one nobody measured --------------------------------------------------------------
+def _chip(key: str = "a", **kw: object) -> Chip:
+    return Chip(key=key, name=key.upper(), **kw)  # type: ignore[arg-type]
+
+
+def test_a_measured_chip_takes_its_fitted_figures() -> None:
+    c = _chip(bandwidth_gbps=1000.0, fp16_tflops=100.0, effective_bandwidth_gbps=800.0, step_overhead_ms=2.0,
+              effective_source="src", batch_step_ms=1.0, seq_step_ms=0.1, moe_layer_ms=0.05, moe_batch_layer_ms=0.01)
+    m = RL.Machine.from_chip(c)
+    assert (m.name, m.bandwidth_gbps, m.bandwidth_source) == ("A", 800.0, "effective (published)")
+    assert m.step_overhead_s == pytest.approx(0.002) and m.flops == pytest.approx(5e13)  # FP16 × 0.5 assumed
+    assert (m.batch_step_s, m.seq_step_s) == (pytest.approx(0.001), pytest.approx(0.0001))
+    assert (m.moe_layer_s, m.moe_batch_layer_s) == (pytest.approx(0.00005), pytest.approx(0.00001))
+    assert m.kernels is None and m.prefill_flops is None and m.window_kv_reads == "window" and m.family is None
+    assert m.notes == (
+        "bandwidth 800 GB/s effective (80% of 1000 spec) and 2 ms a step, fitted to src",
+        "compute 100 TFLOP/s FP16 spec × 0.5 (assumed)",
+        "batch path: +1 ms a step at B ≥ 2 and 0.1 ms each further sequence (fitted on a dense model's "
+        "llama-batched-bench rows); a mixture of experts +0.01 ms more a routing layer (fitted on one MoE's)",
+        "a mixture of experts: +0.05 ms a step for each layer that routes (fitted on published MoE rows of this "
+        "chip's llama.cpp backend)")
+    assert RL.Machine.from_chip(c, flop_efficiency=0.25).flops == pytest.approx(2.5e13)
+
+
+def test_an_efficiency_given_overrides_what_was_measured() -> None:
+    c = _chip(bandwidth_gbps=1000.0, effective_bandwidth_gbps=800.0, step_overhead_ms=2.0, batch_step_ms=1.0,
+              seq_step_ms=0.1, moe_layer_ms=0.05)
+    m = RL.Machine.from_chip(c, bw_efficiency=0.5)
+    assert (m.bandwidth_gbps, m.bandwidth_source, m.step_overhead_s) == (500.0, "spec × assumed efficiency", 0.0)
+    assert (m.batch_step_s, m.seq_step_s, m.moe_layer_s, m.moe_batch_layer_s, m.flops) == (0.0, 0.0, 0.0, 0.0, None)
+    assert m.notes == ("bandwidth 1000 GB/s spec × 0.5 (assumed efficiency): an estimate, no published measurement "
+                       "of this chip in presets", "no FLOP/s figure in presets: the compute ceiling is not drawn",
+                       "batch path not measured on this chip: B ≥ 2 costs only its bytes (an estimate)")
+    # nothing measured and no family: spec × 0.8
+    alone = RL.Machine.from_chip(_chip(bandwidth_gbps=1000.0, backend="nobody"), peers=[])
+    assert (alone.bandwidth_gbps, alone.bandwidth_source) == (800.0, "spec × assumed efficiency")
+    with pytest.raises(ValueError, match="chip B has no verified bandwidth in presets"):
+        RL.Machine.from_chip(_chip("b", bandwidth_gbps=None))
+
+
+def test_a_chip_with_a_kernel_path_prices_its_batches_by_the_kernels() -> None:
+    from presets import kernels
+
+    c = _chip(bandwidth_gbps=1000.0, effective_bandwidth_gbps=800.0, step_overhead_ms=2.0, backend="cuda",
+              prefill_tflops=50.0, batch_step_ms=1.0, seq_step_ms=0.1, moe_batch_layer_ms=7.0)
+    m = RL.Machine.from_chip(c)
+    path = kernels("cuda")
+    assert m.kernels == path and m.prefill_flops == pytest.approx(5e13) and m.window_kv_reads == "cache"
+    assert (m.batch_step_s, m.seq_step_s) == (0.0, 0.0)  # the kernels' arithmetic instead of a fitted batch cost
+    assert m.moe_batch_layer_s == pytest.approx(path.moe_batch_layer_ms / 1e3)
+    assert any(n.startswith("batch path: llama.cpp's cuda kernels (presets/kernels.toml): vectors up to B = 8, then "
+                            "tiles of 8/16/24/32… tokens at 50 TFLOP/s") for n in m.notes)
+    # a backend with a path but no prompt rate for this chip: its fitted batch figures
+    m2 = RL.Machine.from_chip(replace(c, prefill_tflops=None))
+    assert m2.kernels is None and m2.batch_step_s == pytest.approx(0.001)
+
+
+def test_a_chip_nobody_measured_takes_its_familys_median_and_range() -> None:
+    peers = [_chip("p1", bandwidth_gbps=100.0, effective_bandwidth_gbps=60.0, step_overhead_ms=1.0, backend="metal",
+                   moe_layer_ms=0.1, prefill_tflops=10.0),
+             _chip("p2", bandwidth_gbps=200.0, effective_bandwidth_gbps=140.0, step_overhead_ms=3.0, backend="metal",
+                   moe_layer_ms=0.3, prefill_tflops=30.0),
+             _chip("p3", bandwidth_gbps=400.0, effective_bandwidth_gbps=320.0, step_overhead_ms=2.0, backend="metal"),
+             _chip("other", bandwidth_gbps=400.0, effective_bandwidth_gbps=40.0, step_overhead_ms=9.0, backend="cuda"),
+             _chip("unfitted", bandwidth_gbps=400.0, backend="metal")]
+    new = _chip("new", bandwidth_gbps=500.0, backend="metal")
+    f = RL.Family.of(new, peers + [new])
+    assert f is not None and f.chips == ("p1", "p2", "p3")
+    assert f.efficiency == pytest.approx((0.6, 0.7, 0.8)) and f.overhead_ms == (1.0, 2.0, 3.0)
+    assert f.moe_layer_ms == pytest.approx(0.2) and f.prefill_per_gbps == pytest.approx(0.125)  # 0.1 and 0.15
+    est = f.estimate(new)
+    assert est.effective_bandwidth_gbps == pytest.approx(350.0) and est.step_overhead_ms == 2.0
+    assert est.prefill_tflops == pytest.approx(62.5) and est.moe_layer_ms == pytest.approx(0.2)
+    assert est.effective_source == ("no measurement of this chip: an estimate from the 3 metal chips fitted "
+                                    "(efficiency 60%–80% of spec, median 70%; 1–3 ms a step, median 2)")
+    assert f.estimate(replace(new, prefill_tflops=5.0)).prefill_tflops == 5.0
+    assert RL.Family.of(_chip("x", bandwidth_gbps=1.0, backend="vulkan"), peers) is None
+    assert RL.Family.of(_chip("x", bandwidth_gbps=1.0), peers) is None
+    m = RL.Machine.from_chip(new, peers=peers)
+    assert (m.bandwidth_gbps, m.bandwidth_source, m.family) == (pytest.approx(350.0), "estimate (metal family)", f)
+    assert m.step_overhead_s == pytest.approx(0.002)
+    # the range: the family's slowest (60 %, 3 ms) and fastest (80 %, 1 ms) figures
+    slow, fast = RL.predict_range(TOY, m, "instances", 1, 1, at=AT)
+    assert slow.tpot_s == pytest.approx(1.00512e9 / 300e9 + 0.003 + m.moe_layer_s * 0)
+    assert fast.tpot_s == pytest.approx(1.00512e9 / 400e9 + 0.001)
+    assert RL.predict_range(TOY, GPU, "instances") is None
+
+
+def test_the_part_over_a_memory_budget_comes_back_from_swap_each_step() -> None:
+    # K = 2 engines of B = 4 at 1000 tokens: 2 × (1 GB + 0.1 GB) + 8 × 1000 × 5120 B of KV + 8 × 1 MB beside it
+    m = replace(GPU, memory_budget=2_000_000_000, overhead_bytes=100_000_000, seq_extra_bytes=1e6)
+    assert m.spill_bytes(TOY, 2, 4, 1000) == pytest.approx(2.2e9 + 40.96e6 + 8e6 - 2e9)
+    assert m.spill_bytes(TOY, 1, 1, 0) == 0.0  # 1.1 GB: within
+    assert GPU.spill_bytes(TOY, 8, 8, 1000) == 0.0  # no budget
+    swa = replace(TOY, window=128, window_layers=8)
+    full = replace(m, kv_layout="llama.cpp-full", memory_budget=1_000_000_000)
+    # every layer holds the context: 1.1 G + 1000 × 5120 + 1 MB − 1 G
+    assert full.spill_bytes(swa, 1, 1, 1000) == pytest.approx(1.1e9 + 5.12e6 + 1e6 - 1e9)
+    # the window cache: 2 × 1000 + 8 × 768 cells of 512 B
+    win = replace(full, kv_layout="llama.cpp-window")
+    assert win.spill_bytes(swa, 1, 1, 1000) == pytest.approx(1.1e9 + (2 * 1000 + 8 * 768) * 512 + 1e6 - 1e9)
+    # in the step: 7.448e7 B over the budget at 3 GB/s (assumed), added to the B = 4 step of test_small_batch…
+    b = replace(GPU, memory_budget=1_050_000_000, overhead_bytes=100_000_000, seq_extra_bytes=1e6)
+    p = RL.predict(TOY, b, "batch", 1, 4, at=AT)
+    spill = 1.1e9 + 4 * 5.12e6 + 4e6 - 1.05e9
+    t = 0.0102048 + 3 * 1.02048e9 / 5e12 + 0.001 + spill / 3e9
+    assert p.spill_bytes == pytest.approx(spill) and p.tpot_s == pytest.approx(t)
+    assert p.binding == "memory" and p.shares["swap"] == pytest.approx(spill / 3e9 / t)
+
+
+def test_instances_read_one_sequence_each_and_the_defaults() -> None:
+    # a K-instances level is one sequence an engine whatever B is passed
+    assert RL.predict(TOY, GPU, "instances", 2, 4, at=AT) == RL.predict(TOY, GPU, "instances", 2, 1, at=AT)
+    # no context given: the prompt and half the output (11 // 2 = 5)
+    p = RL.predict(TOY, GPU, "instances", 1, 1, at=RL.Lengths(100, 11))
+    assert p.context == 105 and p.tpot_s == pytest.approx((1e9 + 10 * 105 * 512) / 1e11 + 0.001)
+    # a machine without cores: one thread, no core busy
+    assert (p.threads, p.cores, p.cores_busy) == (1, 0, 0.0)
+    rows = RL.prediction_table(TOY, GPU, prompt_tokens=100, output_tokens=11, context=1000)
+    assert [(r.mode, r.k, r.b) for r in rows] == [("instances", k, 1) for k in (1, 2, 3, 4)] + [
+        ("batch", 1, b) for b in (1, 2, 4, 8, 16, 32, 64)]
+    assert rows[5] == RL.predict(TOY, GPU, "batch", 1, 2, at=AT)
+    assert RL.prediction_table(TOY, GPU, ks=(3,), bs=())[0].context == 128 + 128
+
+
+def test_binds_names_the_regime_and_its_parts_largest_first() -> None:
+    # one stream: bandwidth 90.95 % of the step (KV 0.51 % of its bytes: 0.46 %, under the half-percent shown)
+    assert RL.predict(TOY, GPU, "instances", 1, 1, at=AT).binds() == "vector kernels: weight bytes 90% · per-step cost 9%"
+    # B = 4: bandwidth 86.36 % (KV 2.01 % of it), kernels 5.18 %, the step's 1 ms 8.46 %
+    assert RL.predict(TOY, GPU, "batch", 1, 4, at=AT).binds() == (
+        "small-batch vector kernels: weight bytes 85% · per-step cost 8% · kernel arithmetic 5% · KV 2%")
+    tiled = RL.predict(TOY, GPU, "batch", 1, 10, at=AT).binds()
+    assert tiled.startswith("tiled kernels (B = 10 priced as 16): weight bytes ")
+    bytes_only = RL.predict(TOY, replace(GPU, kernels=None), "batch", 1, 4, at=AT).binds()
+    assert bytes_only.startswith("bytes only: weight bytes ")
+    cpu = RL.Machine("toy-cpu", 1000.0, "probe", cores=2, step_core_s=0.02, thread_speedup={1: 1.0, 2: 1.5})
+    p = RL.predict(TOY, cpu, "instances", 1, 1, at=RL.Lengths(10, 5, 0))
+    # the cores: 20 core-ms ÷ 1.5 = 13.33 ms, the bytes 1 ms under it: compute 100 %
+    assert p.binds() == "CPU: the cores' compute 100%"
+    flops = replace(GPU, kernels=None, prefill_flops=None, flops=1e11)
+    assert RL.predict(TOY, flops, "instances", 1, 1, at=AT).binds().startswith("vector kernels: compute ")
+    swap = replace(GPU, memory_budget=1_050_000_000, overhead_bytes=100_000_000)
+    assert "swap " in RL.predict(TOY, swap, "batch", 1, 4, at=AT).binds()
+
+
+def _ceilings(**engine: object) -> Ceilings:
+    return Ceilings("box", "toy-cpu", 2, 8 * 2**30, 0, {"1": 60.0, "2": 100.0}, dict(engine))
+
+
+def test_a_cpu_machine_from_its_probe_by_hand() -> None:
+    # the probe of this model (1 GB a step): 50 tok/s at 1 thread, 75 at 2; batches of 2 and 8 at 40 and 20
+    # steps/s with 2 threads, in one-thread core-seconds: × 75/50 = 0.0375 and 0.075 s. A step of B:
+    # base + B × seq through both: seq = (0.075 − 0.0375) / 6 = 6.25 ms, base = (0.0375·8 − 0.075·2) / 6 = 25 ms.
+    # A prompt token: 2 threads ÷ 400 tok/s = 5 core-ms.
+    c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
+                  weight_bytes=1e9)
+    m = RL.Machine.from_ceilings(c, TOY)
+    assert (m.name, m.bandwidth_gbps, m.bandwidth_source, m.cores) == ("toy-cpu", 100.0, "attainable (probe)", 2)
+    assert m.step_core_s == pytest.approx(0.02) and m.prefill_core_s == pytest.approx(0.005)
+    assert m.batch_base_core_s == pytest.approx(0.025) and m.seq_core_s == pytest.approx(0.00625)
+    assert m.thread_speedup == {1: 1.0, 2: 1.5}
+    assert m.notes == ("probe: 100.0 GB/s effective bandwidth (read test); a step of this model takes 13.3 ms at 2 "
+                       "threads, 10.0 ms of it its bytes: 3.3 ms a step beyond them (compute, fixed costs)",)
+    # another model of 2 GB a step: every core cost × 2
+    big = replace(TOY, weight_bytes=2_000_000_000)
+    m2 = RL.Machine.from_ceilings(c, big)
+    assert (m2.step_core_s, m2.prefill_core_s, m2.batch_base_core_s, m2.seq_core_s) == pytest.approx(
+        (0.04, 0.01, 0.05, 0.0125))
+    # the probe's own model: no weight_bytes said, scale 1
+    m3 = RL.Machine.from_ceilings(_ceilings(decode_tps={"1": 50.0}, prefill_tps=100.0), big)
+    assert m3.step_core_s == pytest.approx(0.02) and m3.batch_base_core_s is None and m3.seq_core_s == 0.0
+    assert m3.prefill_core_s == pytest.approx(0.01)
+    # two batch points that say less than the model (the larger B faster a step): the per-sequence part 0, the base
+    # the smaller B's step
+    neg = RL.Machine.from_ceilings(_ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 10.0,
+                                                                                                    "8": 20.0},
+                                             prefill_tps=400.0), TOY)
+    assert neg.seq_core_s == 0.0 and neg.batch_base_core_s == pytest.approx(0.15)
+    # a mixture of experts: the B-token steps read more weights, base × R(B)/R(1) + B × seq
+    r2, r8 = MOE.read_bytes(2) / MOE.read_bytes(1), MOE.read_bytes(8) / MOE.read_bytes(1)
+    mo = RL.Machine.from_ceilings(_ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0,
+                                                                                                   "8": 20.0},
+                                            prefill_tps=400.0, weight_bytes=MOE.read_bytes(1)), MOE)
+    det = r2 * 8 - r8 * 2
+    assert mo.batch_base_core_s == pytest.approx((0.0375 * 8 - 0.075 * 2) / det)
+    assert mo.seq_core_s == pytest.approx((r2 * 0.075 - r8 * 0.0375) / det)
+    # no engine rates: the bandwidth ceiling only, and a busy probe says so
+    bare = RL.Machine.from_ceilings(replace(_ceilings(), busy_cores=1.5, measured_at="t"), TOY)
+    assert (bare.step_core_s, bare.cores, bare.bandwidth_gbps) == (None, 2, 100.0)
+    assert bare.notes[0] == "no engine rates in the probe: bandwidth ceiling only"
+    assert bare.notes[1].startswith("warning: the probe of t ran while other work used 1.5 of 2 cores")
+    assert RL.Machine.from_ceilings(_ceilings(), TOY).notes == ("no engine rates in the probe: bandwidth ceiling "
+                                                                  "only",)
+
+
+CPU = RL.Machine("toy-cpu", 1000.0, "probe", cores=2, step_core_s=0.02, prefill_core_s=0.001,
+                 thread_speedup={1: 1.0, 2: 1.5})
+
+
+def test_calibrate_gives_back_each_of_its_points() -> None:
+    one = RL.Point("instances", 1, 1, 2, tpot_s=0.01, ttft_engine_s=0.03, prompt_tokens=32, output_tokens=128)
+    m = RL.calibrate(TOY, CPU, [one])
+    at = RL.Lengths(32, 128)
+    p = RL.predict(TOY, m, "instances", 1, 1, 2, at)
+    assert p.tpot_s == pytest.approx(0.01)
+    # the prefill from the engine TTFT: (30 − 10 ms) × 2 cores ÷ 32 tokens = 1.25 core-ms a token
+    assert m.prefill_core_s == pytest.approx(0.00125) and p.ttft_s == pytest.approx(0.03)
+    ctx_scale = TOY.flops_per_token(96) / TOY.flops_per_token(0)
+    assert m.step_core_s == pytest.approx(0.01 * 1.5 / ctx_scale)
+    assert m.notes == ("calibrated on 1 measured point(s)",)
+    # with a batch point too, both given back: the batch line's base kept, each sequence's cost fitted
+    batched = replace(CPU, batch_base_core_s=0.018, seq_core_s=0.003)
+    b8 = RL.Point("batch", 1, 8, 2, tpot_s=0.05, prompt_tokens=32, output_tokens=128)
+    m = RL.calibrate(TOY, batched, [one, b8])
+    assert RL.predict(TOY, m, "instances", 1, 1, 2, at).tpot_s == pytest.approx(0.01)
+    assert RL.predict(TOY, m, "batch", 1, 8, 2, at).tpot_s == pytest.approx(0.05)
+    core = 0.05 * 1.5 / ctx_scale
+    assert m.batch_base_core_s == pytest.approx(0.018) and m.seq_core_s == pytest.approx((core - 0.018) / 8)
+    assert m.notes == ("calibrated on 2 measured point(s)",)
+    # a batch point faster than the probe's base: both parts scaled by one factor
+    fast = RL.Point("batch", 1, 8, 2, tpot_s=0.01, prompt_tokens=32, output_tokens=128)
+    m = RL.calibrate(TOY, batched, [fast])
+    f = (0.01 * 1.5 / ctx_scale) / (0.018 + 8 * 0.003)
+    assert (m.batch_base_core_s, m.seq_core_s) == pytest.approx((0.018 * f, 0.003 * f))
+    assert RL.predict(TOY, m, "batch", 1, 8, 2, at).tpot_s == pytest.approx(0.01)
+    # no batch line: each further sequence's cost from the B = 1 step
+    m = RL.calibrate(TOY, CPU, [b8])
+    assert m.seq_core_s == pytest.approx((core - 0.02) / 7)
+    assert RL.predict(TOY, m, "batch", 1, 8, 2, at).tpot_s == pytest.approx(0.05)
+    # K engines time-sharing the cores: a point at K = 4 of one thread
+    k4 = RL.Point("instances", 4, 1, 1, tpot_s=0.08, ttft_engine_s=0.2, prompt_tokens=32, output_tokens=128)
+    m = RL.calibrate(TOY, CPU, [k4])
+    assert RL.predict(TOY, m, "instances", 4, 1, 1, at).tpot_s == pytest.approx(0.08)
+    assert m.prefill_core_s == pytest.approx((0.2 - 0.08) * 0.5 / 32)
+    with pytest.raises(ValueError, match="at most two"):
+        RL.calibrate(TOY, CPU, [one, one, one])
+    assert RL.calibrate(TOY, GPU, [one]) is GPU  # not a CPU engine's probe: nothing to calibrate
+
+
+def test_calibrate_raises_the_bandwidth_a_point_beat() -> None:
+    # 10 GB/s: the step's 1.0492 GB (KV at 96 tokens) takes 104.9 ms; measured 50 ms: it moved 2.098× as much
+    slow = replace(CPU, bandwidth_gbps=10.0)
+    one = RL.Point("instances", 1, 1, 2, tpot_s=0.05, prompt_tokens=32, output_tokens=128)
+    m = RL.calibrate(TOY, slow, [one])
+    t_mem = (1e9 + 10 * 96 * 512) / 10e9
+    assert m.bandwidth_gbps == pytest.approx(10.0 * t_mem / 0.05)
+    assert m.notes[1] == (f"bandwidth raised 10.0 → {10.0 * t_mem / 0.05:.1f} GB/s: instances K=1 B=1 decoded "
+                          "faster than probe allows")
+    assert RL.predict(TOY, m, "instances", 1, 1, 2, RL.Lengths(32, 128)).tpot_s == pytest.approx(0.05)

@@ -9,10 +9,12 @@ import pytest
 
 from measure.core import roofline as RL
 from measure.core import sizing as S
+from measure.core import work as W
 from measure.core.guard import KVShape, mac_budget
 from measure.core.units import fmt_bytes
+from presets import chip as preset_chip
 
-from tests.unit.test_roofline_oracle import AT, GPU, TOY
+from test_roofline_oracle import AT, GPU, TOY
 
 SHAPE = KVShape("toy", layers=10, kv_heads=2, head_dim=64, weight_bytes=1_000_000_000, source="hand")
 MACHINE = S.PlanMachine(overhead=100_000_000)
@@ -137,3 +139,55 @@ def test_chip_memory_and_unified() -> None:
     assert S.chip_memory("apple-m4-pro") == max(chip("apple-m4-pro").memory_bytes)
     assert S.unified_memory("apple-m4-pro") is True
     assert S.unified_memory("nvidia-rtx-4090") is False and S.unified_memory("no-such-chip") is False
+
+
+def test_exactly_at_the_budget_fits() -> None:
+    # 100 % of 1,120,480,000 B: 1.1 G + 4 × 5.12 M is exactly the budget: it fits (≤), one more user does not
+    p = S.plan(SHAPE, [1000], memory=1_120_480_000, users=4, budget_fraction=1.0, machine=MACHINE)
+    assert p["rows"][0]["users_fit"] is True and p["rows"][0]["max_b_one_engine"] == 4
+    assert p["rows"][0]["max_k_one_seq_each"] == 1
+    lines = S.size_for_users(4, None, [1000], p, TOY, GPU, 100, 11).splitlines()
+    assert lines[0].endswith(": fits") and lines[2].startswith("machines of this kind (or server instances): 1, 4 ")
+    five = S.size_for_users(5, None, [1000], p, TOY, GPU, 100, 11).splitlines()
+    assert five[2].startswith("machines of this kind (or server instances): 2, 3 users each (")
+
+
+def test_chip_predictions_from_a_preset_chip_or_this_machines_probe() -> None:
+    from measure.core.readings import Ceilings
+
+    work, m, rows = S.chip_predictions(lambda: TOY, "nvidia-rtx-4090", 100, 11, context=1000)
+    assert work is TOY and m == RL.Machine.from_chip(preset_chip("nvidia-rtx-4090"))
+    assert rows == RL.prediction_table(TOY, m, prompt_tokens=100, output_tokens=11, context=1000)
+    probe = Ceilings("box", "toy-cpu", 2, 8 * 2**30, 0, {"1": 60.0}, {"decode_tps": {"1": 50.0},
+                                                                     "prefill_tps": 100.0})
+    work, m, rows = S.chip_predictions(lambda: TOY, lambda: probe, 100, 11)
+    assert m == RL.Machine.from_ceilings(probe, TOY) and rows[0].context == 105
+    with pytest.raises(S.PlanError, match="^unknown chip 'no-such-chip'"):
+        S.chip_predictions(lambda: TOY, "no-such-chip", 100, 11)
+
+    def broken() -> W.WorkModel:
+        raise ValueError("the config has no hidden_size")
+
+    with pytest.raises(S.PlanError, match="^the config has no hidden_size$"):
+        S.chip_predictions(broken, "nvidia-rtx-4090", 100, 11)
+
+
+def test_chip_predictions_on_unified_memory_read_the_excess_from_swap() -> None:
+    shape = replace(SHAPE, hidden=100, intermediate=200)
+    result = S.plan(shape, [1000, 4000], memory=2 * 2**30, machine=S.PlanMachine(overhead=50_000_000, unified=True),
+                    budget_fraction=0.5)
+    _, m, rows = S.chip_predictions(lambda: TOY, "apple-m4-pro", 100, 11, context=4000, result=result)
+    row = result["rows"][1]
+    assert (m.memory_budget, m.overhead_bytes, m.seq_extra_bytes) == (2**30, 50_000_000, row["engine_per_request"])
+    assert m.notes[-1] == (f"memory budget {fmt_bytes(2**30)} (unified memory): a level over it reads the excess "
+                           f"back from swap at {m.swap_gbps:g} GB/s (assumed) each step")
+    assert any(r.spill_bytes > 0 for r in rows)
+    # a context plan has no row for: nothing beside the KV
+    _, m2, _ = S.chip_predictions(lambda: TOY, "apple-m4-pro", 100, 11, context=2000, result=result)
+    assert m2.seq_extra_bytes == 0.0
+    # the prompt and half the output where no context is given: 100 + 11 // 2 = 105, no row
+    _, m3, _ = S.chip_predictions(lambda: TOY, "apple-m4-pro", 100, 11, result=result)
+    assert m3.seq_extra_bytes == 0.0 and m3.memory_budget == 2**30
+    _, flat, _ = S.chip_predictions(lambda: TOY, "apple-m4-pro", 100, 11, context=4000,
+                                    result=S.plan(shape, [4000], memory=2 * 2**30, machine=MACHINE))
+    assert flat.memory_budget is None

@@ -1,0 +1,250 @@
+"""core/work.py's readers by hand: a config.json, a GGUF's totals and a preset of a toy dense model and a toy mixture
+of experts, each part's parameters and bytes worked out in the comments (benchmarks/mutation.py runs these against
+the module's mutants)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engines.gguf_file import GGUFInfo
+from measure.core import work as W
+from presets import ModelPreset
+
+DENSE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000, "torch_dtype": "bfloat16",
+         "tie_word_embeddings": False}
+# h 64, 2 layers, 4 heads of 16 (64 ÷ 4), 2 KV heads: attention 2 × (2·64·4·16 + 2·64·2·16) = 24,576; MLP
+# 2 × 3·64·128 = 49,152; norms 2·2·64 + 64 = 320; embedding and head 64,000 each: 202,048 parameters
+DENSE_PARTS = {"embedding": 64000, "head": 64000, "attention": 24576, "mlp": 49152, "router": 0, "experts": 0,
+               "norms": 320}
+
+MOE = {"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+       "vocab_size": 1000, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+       "intermediate_size": 128, "first_k_dense_replace": 1, "n_shared_experts": 1,
+       "shared_expert_intermediate_size": 16, "tie_word_embeddings": True, "torch_dtype": "float16"}
+# KV heads = heads (4); 1 dense layer, 3 with experts; shared 1 × 32 + 16 = 48 wide; an expert 3·64·32 × 3 layers
+# = 18,432; attention 4 × (2·64·4·16 × 2) = 65,536; MLP 3·64·128 + 3 × 3·64·48 = 52,224; router 3·8·64 = 1,536;
+# experts 8 × 18,432 = 147,456; norms 4·2·64 + 64 = 576; tied: no head. 331,328 parameters
+MOE_PARTS = {"embedding": 64000, "head": 0, "attention": 65536, "mlp": 52224, "router": 1536, "experts": 147456,
+             "norms": 576}
+
+
+def _cfg(cfg: dict[str, object], files: int = 0) -> W.ConfigFile:
+    return W.ConfigFile(Path("/m/toy/config.json"), dict(cfg), files)
+
+
+def test_config_shape_of_a_dense_config() -> None:
+    sh = W._config_shape(DENSE)
+    assert sh.parts == DENSE_PARTS and sh.params == 202048 and sh.embd == 64000
+    assert (sh.heads, sh.kv, sh.hd, sh.layers, sh.vocab, sh.tied) == (4, 2, 16, 2, 1000, False)
+    assert (sh.experts, sh.used, sh.expert_params, sh.dense_layers, sh.window, sh.mla, sh.state) == (0, 0, 0, 0, 0,
+                                                                                                    0, 0.0)
+    assert W.config_params(DENSE) == (202048, 64000)
+    # attention biases: q (4·16), k and v (2 · 2·16) and o (64) a layer
+    assert W._config_shape(DENSE | {"attention_bias": True}).parts["attention"] == 24576 + 2 * 192
+    assert W._config_shape(DENSE | {"head_dim": 8}).hd == 8
+    assert W._config_shape(DENSE | {"num_key_value_heads": None}).kv == 4
+
+
+def test_config_shape_of_a_mixture_of_experts() -> None:
+    sh = W._config_shape(MOE)
+    assert sh.parts == MOE_PARTS and sh.params == 331328
+    assert (sh.experts, sh.used, sh.expert_params, sh.dense_layers, sh.tied, sh.kv) == (8, 2, 18432, 1, True, 4)
+    # the other names for the experts' count
+    for key in ("num_local_experts", "n_routed_experts"):
+        other = {k: v for k, v in MOE.items() if k != "num_experts"} | {key: 8}
+        assert W._config_shape(other).parts == MOE_PARTS
+    # no moe_intermediate_size: the experts as wide as the dense MLP
+    wide = {k: v for k, v in MOE.items() if k != "moe_intermediate_size"}
+    assert W._config_shape(wide).expert_params == 3 * 64 * 128 * 3
+
+
+def test_config_needs_its_shape() -> None:
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+        with pytest.raises(ValueError) as e:
+            W._config_shape({k: v for k, v in DENSE.items() if k != key})
+        assert str(e.value) == f"the config has no {key} (and its model_type 'llama' has no default known here)"
+    assert W._n({"a": None, "b": "3"}, "a", "b") == 3 and W._n({}, "a") == 0
+
+
+def test_layer_kinds() -> None:
+    types = ["sliding_attention", "full_attention", "linear_attention", "sliding_attention"]
+    assert W._layer_kinds({"layer_types": types, "sliding_window": 512}, 4) == (512, 2, 1)
+    assert W._layer_kinds({"layer_types": ["full_attention"] * 2, "sliding_window": 512}, 2) == (0, 0, 0)
+    # a pattern of 3: layers 0, 1 slide, 2 full, 3, 4 slide, 5 full
+    assert W._layer_kinds({"sliding_window": 256, "sliding_window_pattern": 3}, 6) == (256, 4, 0)
+    assert W._layer_kinds({"sliding_window": 256}, 6) == (0, 0, 0)
+    assert W._layer_kinds({"sliding_window": 256, "sliding_window_pattern": 3, "use_sliding_window": False}, 6) == \
+        (0, 0, 0)
+    assert W._layer_kinds({"layer_types": types, "sliding_window": 512, "use_sliding_window": False}, 4) == (0, 2, 1)
+
+
+def test_from_config_of_a_dense_model_without_weights() -> None:
+    w = W.from_config(_cfg(DENSE))
+    # bf16: 2 B a parameter; untied: the embedding a lookup (a row of 64 × 2 B a sequence)
+    assert (w.params, w.file_bytes, w.weight_bytes) == (202048, 404096, 404096 - 128000)
+    assert (w.embd_row_bytes, w.matmul_params) == (128.0, 202048 - 64000)
+    assert (w.layers, w.heads, w.kv_heads, w.head_dim, w.kv_element_bytes) == (2, 4, 2, 16, 2.0)
+    assert (w.name, w.source, w.experts, w.assumed) == ("toy", "config /m/toy/config.json", None, ())
+    assert w.note == ("untied: the input embedding (0.00 GB) is a lookup, one row per sequence (excluded); no "
+                      "weights beside the config: 0.00 GB = parameters × bfloat16 (2 B a weight)")
+    assert W.from_config(_cfg(DENSE | {"_name_or_path": "org/toy"})).name == "org/toy"
+    assert W.from_config(_cfg(DENSE | {"torch_dtype": "float32"})).kv_element_bytes == 4.0
+
+
+def test_from_config_of_a_mixture_of_experts() -> None:
+    w = W.from_config(_cfg(MOE))
+    e = w.experts
+    assert e is not None
+    # f16: 2 B a parameter; an expert's bytes 2 × 147,456 ÷ 8; routed over the 3 layers with experts
+    assert (e.count, e.used, e.bytes_each, e.params_each, e.correlation, e.layers) == (
+        8, 2, 36864.0, 18432, W.ROUTING_CORRELATION, 3)
+    assert w.weight_bytes == 2 * 331328 - 2 * 147456 and w.embd_row_bytes == 0.0
+    assert w.matmul_params == 331328 - 147456 and w.moe_layers == 3
+    assert w.assumed == (W.ROUTING_ASSUMED,)
+    assert w.note.startswith("tied embedding: the output projection reads it whole every step (counted); ")
+    # no experts per token: every expert counted as read, and said
+    unsure = W.from_config(_cfg({k: v for k, v in MOE.items() if k != "num_experts_per_tok"}))
+    assert unsure.experts is None and unsure.weight_bytes == 2 * 331328
+    assert unsure.assumed == ("num_experts_per_tok not in the config: every expert counted as read",)
+
+
+def test_from_config_windows_latent_attention_and_linear_state() -> None:
+    swa = W.from_config(_cfg(DENSE | {"sliding_window": 128, "sliding_window_pattern": 2}))
+    assert (swa.window, swa.window_layers) == (128, 1) and swa.assumed == ()
+    flat = W.from_config(_cfg(DENSE | {"sliding_window": 128}))
+    assert flat.window_layers == 0 and flat.assumed == (
+        "sliding_window 128 without layer_types or a pattern: every layer counted as full attention",)
+    assert W.from_config(_cfg(DENSE | {"sliding_window": 128, "use_sliding_window": False})).assumed == ()
+    mla = W.from_config(_cfg(DENSE | {"kv_lora_rank": 512, "qk_rope_head_dim": 64}))
+    assert mla.mla_dim == 576 and mla.kv_layer_token_bytes == 576 * 2.0
+    assert W.from_config(_cfg(DENSE | {"qk_rope_head_dim": 64})).mla_dim == 0
+    lin = DENSE | {"layer_types": ["linear_attention", "full_attention"], "linear_num_value_heads": 4,
+                   "linear_key_head_dim": 8, "linear_value_head_dim": 8}
+    w = W.from_config(_cfg(lin))
+    # one linear layer: 4 heads × 8 × 8 fp32
+    assert (w.linear_layers, w.state_bytes) == (1, 4 * 8 * 8 * 4.0)
+    bare = W.from_config(_cfg(DENSE | {"layer_types": ["linear_attention", "full_attention"]}))
+    assert bare.assumed == ("1 linear-attention layers without their head sizes: state counted as 0",)
+
+
+def test_safetensors_beside_the_config() -> None:
+    # within a quarter of what the config prices (404,096 B): the config's precision, the files' size
+    w = W.from_config(_cfg(DENSE, files=450_000))
+    assert w.file_bytes == 450_000 and w.weight_bytes == 404096 - 128000
+    assert w.note.endswith("; bfloat16 (2 B a weight); the safetensors 0.00 GB") and w.assumed == ()
+    # beyond it: every weight at the files' average bytes (600,000 ÷ 202,048)
+    far = W.from_config(_cfg(DENSE, files=600_000))
+    per = 600_000 / 202048
+    assert far.weight_bytes == int(600_000 - 64000 * per) and far.embd_row_bytes == pytest.approx(64 * per)
+    assert far.assumed == (f"the config prices its 0.00 B parameters at 0.00 GB (bfloat16 (2 B a weight)); the "
+                           f"safetensors beside it hold 0.00 GB: every weight priced at their average, {per:.3f} B",)
+    # a precision not priced here: with files, their average; without, refused
+    odd = DENSE | {"quantization_config": {"quant_method": "bitsandbytes"}}
+    w = W.from_config(_cfg(odd, files=300_000))
+    assert w.assumed[0].startswith("quantization_config quant_method 'bitsandbytes' is not one this reader prices "
+                                   "(mxfp4, fp8, awq, gptq, mlx-lm's quantization); the safetensors beside it hold")
+    with pytest.raises(ValueError, match="bitsandbytes"):
+        W.from_config(_cfg(odd))
+
+
+def test_work_from_dict_round_trips() -> None:
+    from dataclasses import asdict
+
+    w = W.from_config(_cfg(MOE))
+    assert W.work_from_dict(asdict(w)) == w
+    assert W.work_from_dict(asdict(w) | {"unknown": 1}) == w
+    with pytest.raises(ValueError, match="^not a work model as inference-top wrote it: "):
+        W.work_from_dict({"name": "x"})
+
+
+def _info(**kw: object) -> GGUFInfo:
+    base: dict[str, object] = dict(path="/m/toy.gguf", file_bytes=1_100_000, architecture="llama", name="toy",
+                                   layers=2, kv_heads=2, head_dim=16, context_length=4096, tensor_bytes=1_000_000,
+                                   params=2_000_000, embd_bytes=200_000, embd_params=400_000, tied=False, heads=4,
+                                   hidden=64, vocab=1000)
+    return GGUFInfo(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_from_gguf_dense_untied_and_tied() -> None:
+    w = W.from_gguf(_info())
+    # untied: the embedding (200 kB) a lookup, 200 B a row; its parameters not multiplied
+    assert (w.weight_bytes, w.embd_row_bytes, w.matmul_params, w.file_bytes) == (800_000, 200.0, 1_600_000,
+                                                                                1_100_000)
+    assert (w.layers, w.heads, w.kv_heads, w.head_dim, w.kv_element_bytes) == (2, 4, 2, 16, 2.0)
+    assert (w.name, w.source, w.experts, w.assumed) == ("toy", "GGUF /m/toy.gguf", None, ())
+    t = W.from_gguf(_info(tied=True), kv_element_bytes=1.0)
+    assert (t.weight_bytes, t.embd_row_bytes, t.matmul_params, t.kv_element_bytes) == (1_000_000, 0.0, 2_000_000,
+                                                                                      1.0)
+    assert W.from_gguf(_info(vocab=None)).embd_row_bytes == 0.0
+    assert W.from_gguf(_info(heads=None)).heads == 2
+    assert W.from_gguf(_info(architecture="mystery")).assumed[0].startswith("architecture 'mystery' is not one")
+    for missing in ("tensor_bytes", "params", "layers", "kv_heads", "head_dim"):
+        with pytest.raises(ValueError, match="lacks the tensor totals or attention shape"):
+            W.from_gguf(_info(**{missing: None}))
+
+
+def test_from_gguf_experts_windows_and_the_rest() -> None:
+    w = W.from_gguf(_info(experts=8, experts_used=2, expert_bytes=400_000, expert_params=800_000, moe_layers=2))
+    e = w.experts
+    assert e is not None and (e.count, e.used, e.bytes_each, e.params_each, e.layers) == (8, 2, 50_000, 100_000, 2)
+    assert e.correlation == W.ROUTING_CORRELATION and w.assumed == (W.ROUTING_ASSUMED,)
+    assert (w.weight_bytes, w.matmul_params) == (400_000, 800_000)
+    said = W.from_gguf(_info(experts=8, experts_used=2, expert_bytes=400_000, expert_params=800_000,
+                             routing_correlation=0.0))
+    assert said.experts is not None and said.experts.correlation == 0.0 and said.assumed == ()
+    # experts without how many a token uses: all read every step
+    flat = W.from_gguf(_info(experts=8, expert_bytes=400_000, expert_params=800_000))
+    assert flat.experts is None and flat.weight_bytes == 800_000 and flat.matmul_params == 1_600_000
+    win = W.from_gguf(_info(sliding_window=512, window_layers=1, linear_layers=1, state_bytes=99.0, mla_dim=7,
+                            assumed=("x",)))
+    assert (win.window, win.window_layers, win.linear_layers, win.state_bytes, win.mla_dim, win.assumed) == (
+        512, 1, 1, 99.0, 7, ("x",))
+
+
+def test_from_preset_dense_and_moe() -> None:
+    # 1 G parameters in 2 GB (2 B each); vocab 1000 × hidden 100 = 100 k embedding parameters (200 kB), untied
+    dense = ModelPreset(key="d", name="D", params=1_000_000_000, weight_bytes=2_000_000_000, layers=4, kv_heads=2,
+                        head_dim=16, hidden=100, heads=8, vocab=1000, quant="Q8_0")
+    w = W.from_preset(dense)
+    assert (w.weight_bytes, w.embd_row_bytes, w.matmul_params, w.file_bytes) == (2_000_000_000 - 200_000, 200.0,
+                                                                                999_900_000, 2_000_000_000)
+    assert (w.heads, w.quant, w.source, w.assumed, w.experts) == (8, "Q8_0", "preset d", (), None)
+    tied = W.from_preset(ModelPreset(key="t", name="T", params=1_000_000_000, weight_bytes=2_000_000_000, layers=4,
+                                     kv_heads=2, head_dim=16, hidden=100, vocab=1000, tied_embeddings=True,
+                                     file_bytes=2_100_000_000), kv_element_bytes=1.0)
+    assert (tied.weight_bytes, tied.embd_row_bytes, tied.matmul_params, tied.file_bytes, tied.heads,
+            tied.kv_element_bytes) == (2_000_000_000, 0.0, 1_000_000_000, 2_100_000_000, 2, 1.0)
+    # 8 experts of 3 × 100 × 50 × 3 layers (4 less 1 dense) = 45,000 parameters each, at 2 B: 90 kB each
+    moe = ModelPreset(key="m", name="M", params=1_000_000, weight_bytes=2_000_000, layers=4, kv_heads=2, head_dim=16,
+                      hidden=100, vocab=1000, tied_embeddings=True, experts=8, experts_used=2, expert_ffn=50,
+                      dense_layers=1)
+    w = W.from_preset(moe)
+    e = w.experts
+    assert e is not None and (e.count, e.used, e.params_each, e.layers) == (8, 2, 45_000, 3)
+    assert e.bytes_each == pytest.approx(90_000) and e.correlation == W.ROUTING_CORRELATION
+    assert w.weight_bytes == 2_000_000 - 8 * 90_000 and w.matmul_params == 1_000_000 - 8 * 45_000
+    assert w.assumed == (W.ROUTING_ASSUMED,)
+    # the experts' own bytes given (MXFP4 beside Q8_0): 400 kB over 8; the embedding at the rest's bytes a weight:
+    # (2,000,000 − 400,000) ÷ (1,000,000 − 360,000) = 2.5 B, untied: 100 k × 2.5 out of the always-read bytes
+    ex = W.from_preset(ModelPreset(key="x", name="X", params=1_000_000, weight_bytes=2_000_000, layers=4, kv_heads=2,
+                                   head_dim=16, hidden=100, vocab=1000, experts=8, experts_used=2, expert_ffn=50,
+                                   dense_layers=1, expert_bytes=400_000, routing_correlation=0.3))
+    assert ex.experts is not None and ex.experts.bytes_each == 50_000 and ex.experts.correlation == 0.3
+    assert ex.weight_bytes == int(2_000_000 - 100_000 * 2.5 - 400_000) and ex.embd_row_bytes == 250.0
+    assert ex.assumed == ()
+    # windows kept by all but the full layers, linear layers, latent attention
+    swa = W.from_preset(ModelPreset(key="s", name="S", params=1000, weight_bytes=2000, layers=6, kv_heads=1,
+                                    head_dim=4, sliding_window=512, full_attention_layers=1,
+                                    linear_attention_layers=2, kv_lora_rank=32, qk_rope_head_dim=8))
+    assert (swa.window, swa.window_layers, swa.linear_layers, swa.mla_dim) == (512, 3, 2, 40)
+    no_full = W.from_preset(ModelPreset(key="s", name="S", params=1000, weight_bytes=2000, layers=6, kv_heads=1,
+                                        head_dim=4, sliding_window=512, qk_rope_head_dim=8))
+    assert (no_full.window, no_full.window_layers, no_full.mla_dim) == (0, 0, 0)
+
+
+def test_quant_family() -> None:
+    assert [W.quant_family(q) for q in ("Q4_K_M", " q6_k ", "Q4_0", "Q8_0", "F16", "BF16", "MXFP4", "IQ4_NL", "",
+                                        "weird")] == ["k", "k", "legacy", "legacy", "float", "float", "mxfp4", "iq",
+                                                      "", ""]
