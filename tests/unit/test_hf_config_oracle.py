@@ -128,6 +128,7 @@ def test_a_method_not_priced_is_refused_in_one_line() -> None:
     (["model.layers.0.block_sparse_moe.gate"], {"router"}),
     (["model.layers.0.mlp"], {"mlp", "experts", "router"}),
     (["lm_head", "model.embed_tokens"], {"head", "embedding"}),
+    (["lm_head", "model.layers.0.mlp"], {"head", "mlp", "experts", "router"}),
     (["model.layers.0.mlp.gate_proj"], set()),
     ([], set()),
 ])

@@ -26,7 +26,7 @@ SMAPS = """\
 7f0000000000-7f0000400000 r--s 00000000 fd:01 42 /m/my model.gguf
 Size:               4096 kB
 Rss:                1024 kB
-Swap:                  0 kB
+Swap:                  4 kB
 VmFlags: rd sh mr mw me ms
 7f0000400000-7f0000500000 rw-p 00000000 00:00 0
 Size:               1024 kB
@@ -45,9 +45,9 @@ Swap:                  4 kB
 
 
 def test_parse_smaps_of_sums_the_mappings_of_one_path() -> None:
-    # two mappings of the model: 4096 + 1024 kB mapped, 1024 + 512 resident, 0 + 8 swapped; the anonymous
+    # two mappings of the model: 4096 + 1024 kB mapped, 1024 + 512 resident, 4 + 8 swapped; the anonymous
     # mapping (no path) and the other file are not counted
-    assert R.parse_smaps_of(SMAPS, "/m/my model.gguf") == (5120 * KB, 1536 * KB, 8 * KB)
+    assert R.parse_smaps_of(SMAPS, "/m/my model.gguf") == (5120 * KB, 1536 * KB, 12 * KB)
     assert R.parse_smaps_of(SMAPS, "/m/other.gguf") == (1024 * KB, 1024 * KB, 4 * KB)
     assert R.parse_smaps_of(SMAPS, "/m/none") == (0, 0, 0)
 
@@ -102,6 +102,17 @@ def test_residency_of_mmapped_weights_two_workers() -> None:
     assert R.residency(prev, cur2).weights_resident == 900 * MiB
 
 
+def test_residency_over_half_a_second_and_one_token() -> None:
+    prev = R.Reading(_sys(1.0, 0), (R.ProcMemory(1, 0, 0, 0, 0, majflt=0, read_bytes=100),
+                                   R.ProcMemory(2, 0, 0, 0, 0, majflt=0, read_bytes=100)), 10, tokens=5)
+    cur = R.Reading(_sys(1.5, 10), (R.ProcMemory(1, 0, 0, 0, 0, majflt=3, read_bytes=100),
+                                    R.ProcMemory(2, 0, 0, 0, 0, majflt=0, read_bytes=600_100)), 10, tokens=6)
+    r = R.residency(prev, cur)
+    # 10 pages in 0.5 s; 600 kB read in 0.5 s (the worker that read nothing adds nothing); 3 faults for 1 token
+    assert r.swap_in_mbps == pytest.approx(10 * 4096 / 0.5 / 1e6) and r.file_read_mbps == pytest.approx(1.2)
+    assert r.majflt_per_token == 3.0
+
+
 def test_residency_of_loaded_weights_swapped() -> None:
     w = 100
     prev = R.Reading(_sys(0.0, 0), (R.ProcMemory(1, 0, 0, 0, 0),), w, tokens=0)
@@ -147,6 +158,7 @@ def test_mac_vm_and_its_rates() -> None:
                                           "page_in_mbps": pytest.approx(50 * 16384 / 2 / 1e6)}
     assert R.mac_rates(later, v, 2.0) == {"swap_in_mbps": 0.0, "page_in_mbps": 0.0}  # a counter reset: none
     assert R.mac_rates(v, later, 0.0) == {"swap_in_mbps": 0.0, "page_in_mbps": 0.0}
+    assert R.mac_rates(v, later, 0.5)["swap_in_mbps"] == pytest.approx(100 * 16384 / 0.5 / 1e6)
 
 
 # ---- the residency roofline -------------------------------------------------------------------------------
@@ -159,6 +171,7 @@ def _rates(**kw: object) -> R.StorageRates:
 
 def test_nonresident_bytes_by_hand() -> None:
     assert R.nonresident_bytes(100, 100) == 0.0 and R.nonresident_bytes(100, 150, 0.0) == 0.0
+    assert R.nonresident_bytes(100, 100, 0.0) == 0.0  # exactly the room: it fits, nothing comes back
     assert R.nonresident_bytes(100, 60) == 40.0  # only the excess (kept 1)
     assert R.nonresident_bytes(100, 60, 0.0) == 100.0  # everything touched (kept 0: LRU's worst case)
     assert R.nonresident_bytes(100, 60, 0.5) == 70.0
@@ -223,6 +236,11 @@ def test_gives_out_names_each_memory_with_its_headroom() -> None:
     # a cgroup limit with more room than the machine has: the machine's
     cg3 = R.MemoryLimits(32 * GiB, 1 * GiB, cgroup_limit=16 * GiB, cgroup_usage=0, mmapped=True)
     assert R.gives_out(cg3, 0).limit == "1.0 GiB available of 32.0 GiB"
+    # the group's room exactly the machine's: the group is named (it is the nearer limit to watch)
+    even = R.MemoryLimits(32 * GiB, 2 * GiB, cgroup_limit=8 * GiB, cgroup_usage=6 * GiB, mmapped=True)
+    assert R.gives_out(even, 0).limit == "cgroup memory limit 8.0 GiB"
+    mac_even = R.MemoryLimits(48 * GiB, 5 * GiB, mac_working_set=20 * GiB, mac_wired=15 * GiB)
+    assert R.gives_out(mac_even, 0).memory == "Metal's wired working-set limit"
     # a cgroup limit at or above the physical memory is no limit
     cg4 = R.MemoryLimits(32 * GiB, 10 * GiB, cgroup_limit=32 * GiB, cgroup_usage=30 * GiB, mmapped=True)
     assert R.gives_out(cg4, 0).headroom == 10 * GiB

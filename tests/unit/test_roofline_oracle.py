@@ -488,3 +488,86 @@ def test_calibrate_raises_the_bandwidth_a_point_beat() -> None:
     assert m.notes[1] == (f"bandwidth raised 10.0 → {10.0 * t_mem / 0.05:.1f} GB/s: instances K=1 B=1 decoded "
                           "faster than probe allows")
     assert RL.predict(TOY, m, "instances", 1, 1, 2, RL.Lengths(32, 128)).tpot_s == pytest.approx(0.05)
+
+
+def test_calibrate_at_other_lengths_and_k_and_a_moe() -> None:
+    at = RL.Lengths(64, 256)
+    # K = 2 engines of 2 threads on 2 cores: each gets a core; the point's own lengths, not the defaults
+    k2 = RL.Point("instances", 2, 1, 2, tpot_s=0.03, ttft_engine_s=0.09, prompt_tokens=64, output_tokens=256)
+    m = RL.calibrate(TOY, CPU, [k2])
+    assert RL.predict(TOY, m, "instances", 2, 1, 2, at).tpot_s == pytest.approx(0.03)
+    # the prefill: (90 − 30 ms) × 2 threads ÷ (2 × 2 / 2 cores) ÷ 64 tokens
+    assert m.prefill_core_s == pytest.approx(0.06 * 1.0 / 64)
+    assert RL.predict(TOY, m, "instances", 2, 1, 2, at).ttft_s == pytest.approx(0.09)
+    # a batch point of B = 2 (the smallest batch), K = 1, a mixture of experts: its B tokens read more experts
+    b2 = RL.Point("batch", 1, 2, 2, tpot_s=0.03, prompt_tokens=64, output_tokens=256)
+    moe_cpu = replace(CPU, batch_base_core_s=0.05, seq_core_s=0.002)
+    m = RL.calibrate(MOE, moe_cpu, [b2])
+    assert RL.predict(MOE, m, "batch", 1, 2, 2, at).tpot_s == pytest.approx(0.03)
+    reads = MOE.read_bytes(2) / MOE.read_bytes(1)
+    core = 0.03 * 1.5 / (MOE.flops_per_token(64 + 128) / MOE.flops_per_token(0))
+    assert core < 0.05 * reads  # faster than the probe's base: both parts scaled
+    f = core / (0.05 * reads + 2 * 0.002)
+    assert (m.batch_base_core_s, m.seq_core_s) == pytest.approx((0.05 * f, 0.002 * f))
+    slow_b2 = RL.Point("batch", 1, 2, 2, tpot_s=0.2, prompt_tokens=64, output_tokens=256)
+    m = RL.calibrate(MOE, moe_cpu, [slow_b2])
+    core = 0.2 * 1.5 / (MOE.flops_per_token(64 + 128) / MOE.flops_per_token(0))
+    assert m.seq_core_s == pytest.approx((core - 0.05 * reads) / 2)
+    m = RL.calibrate(MOE, CPU, [slow_b2])  # no batch line
+    assert m.seq_core_s == pytest.approx(max(0.0, (core - 0.02 * reads) / 1))
+    # only the first point of each kind counts; a batch-mode point of B = 1 is a single point
+    one = RL.Point("instances", 1, 1, 2, tpot_s=0.01, prompt_tokens=64, output_tokens=256)
+    other = RL.Point("batch", 1, 1, 2, tpot_s=0.5, prompt_tokens=64, output_tokens=256)
+    assert RL.calibrate(TOY, CPU, [one, other]).step_core_s == RL.calibrate(TOY, CPU, [one]).step_core_s
+    assert RL.calibrate(TOY, CPU, [other]).seq_core_s == 0.0
+    assert RL.predict(TOY, RL.calibrate(TOY, CPU, [other]), "batch", 1, 1, 2, at).tpot_s == pytest.approx(0.5)
+
+
+def test_cpu_compute_times_with_shared_cores_and_flops() -> None:
+    four = replace(CPU, cores=4, thread_speedup={1: 1.0, 2: 1.8, 4: 3.0})
+    at = RL.Lengths(10, 5, 0)
+    # K = 3 on 4 cores: one thread each (4 // 3), no core shared: 20 core-ms a step at one thread
+    p = RL.predict(TOY, four, "instances", 3, 1, at=at)
+    assert p.threads == 1 and p.tpot_s == pytest.approx(0.02) and p.cores_busy == 3.0
+    # K = 3 engines of 2 threads on 2 cores: 6 threads, each engine 1/3 of its speed: 20 ms ÷ (1.5 / 3)
+    p = RL.predict(TOY, CPU, "instances", 3, 1, 2, at=at)
+    assert p.tpot_s == pytest.approx(0.02 / (1.5 / 3)) and p.ttft_s == pytest.approx(10 * 0.001 / (2 / 3) + p.tpot_s)
+    # a chip known by its FLOP/s only (no kernel path): K = 2 share them; the prefill the longer of its FLOPs and
+    # its bytes (an untied model reads a row a prompt token)
+    flops = replace(GPU, kernels=None, prefill_flops=None, flops=1e11, step_overhead_s=0.0)
+    untied = replace(TOY, embd_row_bytes=1e6)
+    p = RL.predict(untied, flops, "instances", 2, 1, at=AT)
+    t_cpu = untied.flops_per_token(1000) / (1e11 / 2)
+    t_mem = (1e9 + 1e6 + 5.12e6) / 5e10
+    assert p.tpot_s == pytest.approx(max(t_mem, t_cpu))
+    pre = max(untied.prefill_flops(100) / 5e10, untied.read_bytes(100) / 5e10)
+    assert p.ttft_s == pytest.approx(pre + p.tpot_s)
+    # the kernels binding: B = 64 tiled on a slow prompt rate, the kernels' arithmetic longer than the bytes
+    slow = replace(GPU, prefill_flops=1e11)
+    p = RL.predict(TOY, slow, "batch", 1, 64, at=AT)
+    assert p.binding == "compute" and p.shares["kernels"] > p.shares["bandwidth"]
+    # the KV share counts the cells the backend reads of a window's cache
+    swa = replace(TOY, window=128, window_layers=8)
+    cache = replace(GPU, window_kv_reads="cache")
+    p = RL.predict(swa, cache, "batch", 1, 2, at=AT)
+    kv = 2 * (2 * 1000 + 8 * 256) * 512
+    assert p.kv_share == pytest.approx(kv / (1e9 + kv))
+
+
+def test_the_live_views_roofline() -> None:
+    r = RL.Roofline(TOY, GPU, 100.0)
+    assert r.level("instances", 2, 1, None, 100, 11) == RL.predict(TOY, GPU, "instances", 2, 1, None,
+                                                                   RL.Lengths(100, 11))
+    assert r.level("batch", 1, 4, 1, 64, 32) == RL.predict(TOY, GPU, "batch", 1, 4, 1, RL.Lengths(64, 32))
+    assert r.level("http", 1, 4, None, 64, 32) is None
+    p = r.level("batch", 1, 4, None, 100, 11)
+    assert p is not None and r.span(p, 100, 11) is None  # a measured machine: one number
+    peers = [_chip("p1", bandwidth_gbps=100.0, effective_bandwidth_gbps=60.0, step_overhead_ms=1.0, backend="metal"),
+             _chip("p2", bandwidth_gbps=100.0, effective_bandwidth_gbps=80.0, step_overhead_ms=3.0, backend="metal")]
+    fam = RL.Machine.from_chip(_chip("new", bandwidth_gbps=500.0, backend="metal"), peers=peers)
+    r = replace(r, machine=fam)
+    p = r.level("batch", 1, 4, 2, 100, 11)
+    assert p is not None
+    slow, fast = RL.predict_range(TOY, fam, "batch", 1, 4, 2, RL.Lengths(100, 11, p.context))
+    assert r.span(p, 100, 11) == (slow.aggregate_tps, fast.aggregate_tps)
+    assert slow.aggregate_tps < p.aggregate_tps < fast.aggregate_tps

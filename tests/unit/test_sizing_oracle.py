@@ -191,3 +191,28 @@ def test_chip_predictions_on_unified_memory_read_the_excess_from_swap() -> None:
     _, flat, _ = S.chip_predictions(lambda: TOY, "apple-m4-pro", 100, 11, context=4000,
                                     result=S.plan(shape, [4000], memory=2 * 2**30, machine=MACHINE))
     assert flat.memory_budget is None
+
+
+def test_plan_counts_the_runtime_and_an_engines_extra_in_every_verdict() -> None:
+    # 60 % of 2 G = 1.2 G: 30 users of 5.12 M beside 1.1 G is 1.2536 G, over; without the 0.1 G runtime it would fit
+    p = S.plan(SHAPE, [1000], memory=2_000_000_000, users=30, budget_fraction=0.6, machine=MACHINE)
+    assert p["rows"][0]["users_fit"] is False
+    # unified: each sequence holds 2 MB of mlx's prefill activations beside its KV (both in every count)
+    shape = replace(SHAPE, hidden=100, intermediate=200)
+    u = S.plan(shape, [1000], memory=2_000_000_000, users=30, budget_fraction=0.6,
+               machine=S.PlanMachine(overhead=0, unified=True))
+    r = u["rows"][0]
+    assert r["engine_per_request"] == 2e6
+    assert r["max_b_one_engine"] == int((1.2e9 - 1e9) // (5.12e6 + 2e6)) == 28
+    assert r["max_k_one_seq_each"] == int(1.2e9 // (1e9 + 5.12e6 + 2e6)) == 1
+    assert r["users_fit"] is False  # 1 G + 30 × 7.12 M = 1.2136 G > 1.2 G; the KV alone (1.1536 G) would fit
+    lines = S.size_for_users(30, None, [1000], u, TOY, GPU, 100, 11).splitlines()
+    assert lines[0].startswith(f"30 users, 1,000 tokens each: KV {fmt_bytes(30 * 7.12e6)} ({fmt_bytes(7.12e6)} a "
+                               "request)")
+    # a model with windows: the window cache's KV, not the context's × the bytes a token
+    swa = replace(SHAPE, work=replace(TOY, window=128, window_layers=8))
+    w = S.plan(swa, [1000], memory=10_000_000_000, machine=MACHINE)
+    per = (2 * 1000 + 8 * 768) * 512
+    assert w["rows"][0]["kv_per_request"] == per
+    assert S.size_for_users(2, None, [1000], w, TOY, GPU, 100, 11).startswith(
+        f"2 users, 1,000 tokens each: KV {fmt_bytes(2 * per)} ({fmt_bytes(per)} a request)")

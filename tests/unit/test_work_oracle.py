@@ -248,3 +248,42 @@ def test_quant_family() -> None:
     assert [W.quant_family(q) for q in ("Q4_K_M", " q6_k ", "Q4_0", "Q8_0", "F16", "BF16", "MXFP4", "IQ4_NL", "",
                                         "weird")] == ["k", "k", "legacy", "legacy", "float", "float", "mxfp4", "iq",
                                                       "", ""]
+
+
+def test_small_rules_of_the_work_model() -> None:
+    from dataclasses import replace
+
+    toy = W.from_config(_cfg(DENSE))
+    # a window without windowed layers is no window: the cache and the allocation as full attention
+    half = replace(toy, window=128, window_layers=0)
+    assert half.window_cache_cells() == 0 and half.kv_alloc_bytes(1000) == 2 * 1000 * 2 * 2 * 16 * 2
+    # the linear layers' state is added to what a step reads
+    lin = replace(toy, linear_layers=1, state_bytes=1000.0)
+    assert lin.kv_read_bytes(10) == 1 * 10 * 2 * 2 * 16 * 2 + 1000.0
+    # dtype (newer configs) for the KV's element bytes where torch_dtype is not given
+    cfg = {k: v for k, v in DENSE.items() if k != "torch_dtype"} | {"dtype": "float32"}
+    assert W.from_config(_cfg(cfg)).kv_element_bytes == 4.0
+    assert W.from_config(_cfg({k: v for k, v in DENSE.items() if k != "torch_dtype"})).kv_element_bytes == 2.0
+
+
+def test_gguf_and_preset_defaults_where_the_source_is_silent() -> None:
+    w = W.from_gguf(_info(embd_params=None))
+    assert w.matmul_params == 2_000_000 and (w.window, w.window_layers, w.linear_layers, w.mla_dim) == (0, 0, 0, 0)
+    # experts without their layers counted: every layer routes
+    e = W.from_gguf(_info(experts=8, experts_used=2, expert_bytes=400_000, expert_params=800_000))
+    assert e.experts is not None and e.experts.layers == 0 and e.moe_layers == 2
+    # a preset with experts but not how many a token uses: dense
+    no_used = ModelPreset(key="m", name="M", params=1_000_000, weight_bytes=2_000_000, layers=4, kv_heads=2,
+                          head_dim=16, hidden=100, vocab=1000, tied_embeddings=True, experts=8, expert_ffn=50)
+    w = W.from_preset(no_used)
+    assert w.experts is None and w.weight_bytes == 2_000_000 and w.matmul_params == 1_000_000
+    # the note names the embedding's bytes: 100,000 × 5,000 parameters at 2 B
+    big = ModelPreset(key="b", name="B", params=10_000_000_000, weight_bytes=20_000_000_000, layers=4, kv_heads=2,
+                      head_dim=16, hidden=5000, vocab=100_000)
+    w = W.from_preset(big)
+    assert w.note == "untied: the input embedding (1.00 GB) is a lookup, one row per sequence (excluded)"
+    assert (w.name, w.params) == ("B", 10_000_000_000)
+    assert W.from_gguf(_info(embd_bytes=3_000_000_000, tensor_bytes=4_000_000_000)).note == (
+        "untied: the input embedding (3.00 GB) is a lookup, one row per sequence (excluded)")
+    assert W.from_gguf(_info(tied=True)).note == ("tied embedding: the output projection reads it whole every step "
+                                                  "(counted)")
