@@ -188,9 +188,12 @@ def test_a_stated_pattern_is_not_said_as_filled() -> None:
     assert out["layer_types"] == ["sliding_attention", "full_attention"] * 2
     assert said[0].endswith("layer_types: 2 of 4 layers sliding (window 512), every 2th full")
     # the older private key too
-    out, _ = H.with_defaults({"model_type": "x", "num_hidden_layers": 3, "sliding_window": 8,
-                              "_sliding_window_pattern": 3, "tie_word_embeddings": False})
+    out, said = H.with_defaults({"model_type": "x", "num_hidden_layers": 3, "sliding_window": 8,
+                                 "_sliding_window_pattern": 3, "tie_word_embeddings": False})
     assert out["layer_types"] == ["sliding_attention", "sliding_attention", "full_attention"]
+    # an architecture without a transformers class known here is named by its model_type
+    assert said == ["where the config is silent, transformers' x defaults: layer_types: 2 of 3 layers sliding "
+                    "(window 8), every 3th full (sliding_window_pattern 3)"]
 
 
 def test_stated_layer_types_are_kept() -> None:

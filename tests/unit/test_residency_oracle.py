@@ -37,6 +37,10 @@ Size:               1024 kB
 Rss:                 512 kB
 Swap:                  8 kB
 Pss:                 256 kB
+7f0000580000-7f0000590000 rwxp 00000000 00:00 0
+Size:                 64 kB
+Rss:                  64 kB
+Swap:                 16 kB
 7f0000600000-7f0000700000 r--p 00000000 fd:01 43 /m/other.gguf
 Size:               1024 kB
 Rss:                1024 kB
@@ -46,7 +50,7 @@ Swap:                  4 kB
 
 def test_parse_smaps_of_sums_the_mappings_of_one_path() -> None:
     # two mappings of the model: 4096 + 1024 kB mapped, 1024 + 512 resident, 4 + 8 swapped; the anonymous
-    # mapping (no path) and the other file are not counted
+    # mappings (no path; one rwxp, a header whose permissions hold no '-') and the other file are not counted
     assert R.parse_smaps_of(SMAPS, "/m/my model.gguf") == (5120 * KB, 1536 * KB, 12 * KB)
     assert R.parse_smaps_of(SMAPS, "/m/other.gguf") == (1024 * KB, 1024 * KB, 4 * KB)
     assert R.parse_smaps_of(SMAPS, "/m/none") == (0, 0, 0)
@@ -158,6 +162,7 @@ def test_mac_vm_and_its_rates() -> None:
                                           "page_in_mbps": pytest.approx(50 * 16384 / 2 / 1e6)}
     assert R.mac_rates(later, v, 2.0) == {"swap_in_mbps": 0.0, "page_in_mbps": 0.0}  # a counter reset: none
     assert R.mac_rates(v, later, 0.0) == {"swap_in_mbps": 0.0, "page_in_mbps": 0.0}
+    assert R.mac_vm(VM_STAT.replace("Pageins:                                    40.\n", "")).pageins == 0
     assert R.mac_rates(v, later, 0.5)["swap_in_mbps"] == pytest.approx(100 * 16384 / 0.5 / 1e6)
 
 
@@ -205,6 +210,7 @@ def test_residency_step_by_hand() -> None:
     # it fits, or no rates: the resident step, nothing brought back
     fits = R.residency_step(0.02, 100e6, 150e6, _rates(), True)
     assert (fits.nonresident_bytes, fits.t_step_s, fits.via, fits.slowdown) == (0.0, 0.02, "none", 1.0)
+    assert (fits.t_io_s, fits.faults, fits.t_faults_s) == (0.0, 0.0, 0.0)
     blind = R.residency_step(0.02, 200e6, 150e6, None, True)
     assert (blind.nonresident_bytes, blind.t_io_s, blind.t_step_s) == (200e6, 0.0, 0.02)
     # the reads beside the kernels (a Mac): max(resident, io) + faults
@@ -262,7 +268,7 @@ def test_gives_out_on_a_mac() -> None:
     # wired unknown: what the load holds; more room in the working set than available: the compressor
     roomy = R.MemoryLimits(48 * GiB, 4 * GiB, mac_working_set=40 * GiB, mac_compressed=2 * GiB)
     g = R.gives_out(roomy, held=30 * GiB)
-    assert (g.memory, g.headroom) == ("compressed memory (macOS's compressor, then swap)", 4 * GiB)
+    assert (g.memory, g.headroom, g.unit) == ("compressed memory (macOS's compressor, then swap)", 4 * GiB, "requests")
     assert g.limit == "4.0 GiB available of 48.0 GiB, 2.0 GiB compressed now"
     assert R.gives_out(R.MemoryLimits(48 * GiB, 4 * GiB, mac_working_set=40 * GiB), 30 * GiB).limit == \
         "4.0 GiB available of 48.0 GiB"
@@ -290,8 +296,15 @@ def test_level_fit_by_hand() -> None:
     assert mac.step.nonresident_bytes == pytest.approx(60e6) and mac.step.overlap
     assert mac.step.t_step_s == pytest.approx(max(0.01, 60e6 / 3e9))
     assert mac.step.via == "swap at 3 GB/s (assumed)"
+    assert (mac.step.faults, mac.step.t_faults_s) == (0.0, 0.0)
     fits_mac = R.level_fit("B=1", (1, 1), 0.01, 10e6, mem, 400e6, None, assumed_bps=3e9)
     assert fits_mac.step.via == "none" and fits_mac.step.t_io_s == 0.0
+    assert (fits_mac.step.nonresident_bytes, fits_mac.step.faults) == (0.0, 0.0)
+    # mmap'ed weights: re-read from the file, not swapped
+    mm = R.level_fit("B=4", (2, 4), 0.01, 230e6, R.LevelMemory(100e6, 10e6, 5e6, mmapped=True), 200e6,
+                     _rates(memcg_file_mbps=2000.0))
+    assert mm.step.via.startswith("page cache (mmap'ed weights re-read) at 2000 MB/s")
+    assert mm.step.t_step_s == pytest.approx(0.01 + 230e6 / 2000e6)
     assert R.first_past([ok, lv, mac]) is lv and R.first_past([ok]) is None
 
 
