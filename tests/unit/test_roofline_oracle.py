@@ -571,3 +571,69 @@ def test_the_live_views_roofline() -> None:
     slow, fast = RL.predict_range(TOY, fam, "batch", 1, 4, 2, RL.Lengths(100, 11, p.context))
     assert r.span(p, 100, 11) == (slow.aggregate_tps, fast.aggregate_tps)
     assert slow.aggregate_tps < p.aggregate_tps < fast.aggregate_tps
+
+
+def test_k_quant_decoding_in_the_vector_kernels() -> None:
+    # 2 FLOP-equivalents a weight at 10 TFLOP/s: 0.5 G weights × 2 ÷ 1e13 = 0.1 ms a step, up to B = 8
+    kq = replace(GPU, kernels=replace(PATH, kquant_ops_per_weight=2.0))
+    q4 = replace(TOY, quant="Q4_K_M")
+    assert RL.dequant_time(q4, kq, 1) == pytest.approx(1e-4) and RL.dequant_time(q4, kq, 8) == pytest.approx(1e-4)
+    assert RL.dequant_time(q4, kq, 9) == 0.0  # the tiled kernels' prompt rate holds it
+    assert RL.dequant_time(replace(TOY, quant="Q8_0"), kq, 1) == 0.0 and RL.dequant_time(q4, GPU, 1) == 0.0
+    moe = replace(MOE, quant="Q4_K_M")
+    assert RL.dequant_time(moe, kq, 4) == pytest.approx(moe.matmul_weights(4) * 2.0 / 1e13)
+    p = RL.predict(q4, kq, "instances", 2, 1, at=AT)
+    # K = 2 engines share the ALUs as they share the bandwidth
+    assert p.tpot_s == pytest.approx(1.00512e9 / 5e10 + 2 * 1e-4 + 0.001)
+    assert p.shares["dequant"] == pytest.approx(2e-4 / p.tpot_s)
+    # the decoding longer than the bytes: compute binds
+    heavy = replace(GPU, kernels=replace(PATH, kquant_ops_per_weight=4000.0))
+    assert RL.predict(q4, heavy, "instances", 1, 1, at=AT).binding == "compute"
+
+
+def test_boundaries_of_the_kernel_paths() -> None:
+    per_token = replace(GPU, kernels=replace(PATH, moe_vector_reads="per-token"))
+    # per-token reads from B = 2 up to B = moe_tiled_min_b − 1 (31); at 32 the union
+    assert RL.step_reads(MOE, per_token, [0] * 2) == pytest.approx(1e9 + 4 * 1e8)
+    assert RL.step_reads(MOE, per_token, [0] * 32) == pytest.approx(1e9 + MOE.experts.distinct(32) * 1e8)
+    # routed tiles: B = 100 tokens × 2 experts over ≈ 8 distinct: 25 a expert, a tile of 32
+    d = MOE.experts.distinct(100)
+    f_dense = MOE.flops_per_token(0) - 2 * 2 * 5e7
+    assert RL.kernel_time(MOE, GPU, 100, 0)[0] == pytest.approx(128 * f_dense / 2.5e12 + d * 32 * 2 * 5e7 / 1e13)
+    assert RL.kernel_time(TOY, replace(GPU, kernels=None), 2, 0) == (0.0, "bytes only")
+    cache = replace(GPU, window_kv_reads="cache")
+    swa = replace(TOY, window=128, window_layers=8)
+    # 1023: 255 and 128 — the position 1023 needs the stride to 256; 894: 126 and 767 (wrapped): the whole cache
+    assert RL.window_cells(swa, cache, 1023, 2) == 256
+    assert RL.window_cells(swa, cache, 894, 2) == 768
+    assert CPU.step_core(1, 2.0) == pytest.approx(0.04)
+
+
+def test_prefill_bound_by_its_bytes_and_the_cores_given() -> None:
+    # 1 PFLOP/s: the prompt's FLOPs take 0.2 ms at K = 2; its bytes (1 GB + 100 rows of 1 MB) 22 ms at 50 GB/s
+    fast = replace(GPU, kernels=None, prefill_flops=None, flops=1e15, step_overhead_s=0.0)
+    untied = replace(TOY, embd_row_bytes=1e6)
+    p = RL.predict(untied, fast, "instances", 2, 1, at=AT)
+    assert p.ttft_s == pytest.approx(untied.read_bytes(100) / 5e10 + p.tpot_s)
+    # a compute-bound CPU level of one thread on 4 cores: compute binds (1 of the 1 core given is busy)
+    four = RL.Machine("toy-cpu", 1000.0, "probe", cores=4, step_core_s=0.02, thread_speedup={1: 1.0})
+    assert RL.predict(TOY, four, "instances", 1, 1, 1, at=AT).binding == "compute"
+
+
+def test_calibrate_batch_points_at_k_2_and_beating_the_bandwidth() -> None:
+    at = RL.Lengths(64, 256)
+    # a batch point of K = 2 engines of 2 threads on 2 cores: each engine has a core's worth
+    k2 = RL.Point("batch", 2, 4, 2, tpot_s=0.06, prompt_tokens=64, output_tokens=256)
+    m = RL.calibrate(TOY, CPU, [k2])
+    assert RL.predict(TOY, m, "batch", 2, 4, 2, at).tpot_s == pytest.approx(0.06)
+    # two batch points: the first only
+    b8 = RL.Point("batch", 1, 8, 2, tpot_s=0.05, prompt_tokens=64, output_tokens=256)
+    b2 = RL.Point("batch", 1, 2, 2, tpot_s=0.5, prompt_tokens=64, output_tokens=256)
+    assert RL.calibrate(TOY, CPU, [b8, b2]).seq_core_s == RL.calibrate(TOY, CPU, [b8]).seq_core_s
+    # a batch point faster than the bandwidth allows at its own lengths: raised to what it moved
+    slow = replace(CPU, bandwidth_gbps=10.0)
+    m = RL.calibrate(TOY, slow, [b8])
+    t_mem = (1e9 + 8 * 10 * (64 + 128) * 512) / 10e9
+    assert m.bandwidth_gbps == pytest.approx(10.0 * t_mem / 0.05)
+    assert m.notes[-1].startswith("bandwidth raised 10.0 → ") and m.notes[-1].endswith(
+        ": batch K=1 B=8 decoded faster than probe allows")
