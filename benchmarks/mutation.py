@@ -30,8 +30,8 @@ output goes to the tree's .mutation-home/mutmut.log (its end is printed where mu
 Measured on the shared 2-core machine: every module, 3734 mutants in SCOPE, 452 s (7 min 32 s) at load average
 2.8–5.1 from the others' work, and 644 s at 4.2–6.0 (2026-12-06); one module at a time at load 5–10: metrics 215 s, records 31 s, arrivals
 282 s, cell 212 s, knee 138 s, step table 125 s, the HTTP counter 51 s (mutmut's copy and its stats add ≈ 10–60 s
-a run). The physics and the memory alone (roofline, work, residency, hf_config, sizing: 3946 mutants), 399 s at load
-≈ 2 (docs/measurements.md §22). The last line is one JSON object:
+a run). The physics and the memory alone (roofline, work, residency, hf_config, sizing: 3946 mutants), 433 s at load
+≈ 2; every module, 7669 mutants, 780 s (docs/measurements.md §22). The last line is one JSON object:
 {"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "not_run", "score", "seconds",
  "modules": {path: {...}}, "survivors": [names not listed as equivalent], "equivalents_unmatched": [...]}.
 (Run by hand here, `mutmut run` makes ./mutants/: .gitignore leaves it out.)
