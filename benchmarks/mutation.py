@@ -102,8 +102,8 @@ SCOPE: dict[str, list[str]] = {
     "measure/core/sizing.py": ["x_plan__*", "x_chip_memory__*", "x_unified_memory__*", "x_size_for_users__*",
                                "x_chip_predictions__*"],
 }
-# [tool.mutmut] source_paths: what mutmut copies into its mutants/
-SOURCE_PATHS = ("measure", "engines", "presets")
+# [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
+SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])
 # mutmut's statuses (its exit codes) as this score counts them: a timeout is a kill (the mutant hung the tests)
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}
 SURVIVED = {0}
@@ -138,13 +138,14 @@ def copy_tree(dst: Path) -> None:
     the last run keeps its mutants' results there); files gone from this tree are left (mutmut walks its sources)."""
     out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
                          check=True).stdout.decode()
+    # mutmut writes its mutants/ copy of a source path once and after that only the .py files it mutates or that
+    # changed: a data file (presets/*.toml) changed here is copied there too, or its tests read the old one (a
+    # kernels.toml of a day before failed mutmut's clean run)
+    mutants = dst / "mutants" if (dst / "mutants").is_dir() else None
     for rel in filter(None, out.split("\0")):
         src, to = ROOT / rel, dst / rel
         if src.is_file() and not rel.startswith("mutants/"):
-            # mutmut writes its mutants/ copy of a source path once and after that only the .py files it mutates or
-            # that changed: a data file (presets/*.toml) changed here is copied there too, or its tests read the old
-            # one (a kernels.toml of a day before failed mutmut's clean run)
-            targets = [to] + ([dst / "mutants" / rel] if (dst / "mutants").is_dir() and not rel.endswith(".py")
+            targets = [to] + ([mutants / rel] if mutants and not rel.endswith(".py")
                               and rel.split("/", 1)[0] in SOURCE_PATHS else [])
             for t in targets:
                 if t.exists() and t.stat().st_mtime == src.stat().st_mtime and t.stat().st_size == src.stat().st_size:

@@ -217,9 +217,11 @@ def test_the_verdict_names_each_mode_against_an_engine_that_batches_at_no_cost(s
         return read_cells(out), read_requests(out / "records.jsonl")
 
     every = (1, 2, 4, 8)
-    engine, engine_recs = batching = side("batching")
-    for serve, word in (("batching", "batches fully"), ("serialising", "serialises"), ("interleaving", "interleaves")):
-        cells, recs = side(serve) if serve != "batching" else batching
+    words = {"batching": "batches fully", "serialising": "serialises", "interleaving": "interleaves"}
+    sides = {serve: side(serve) for serve in words}
+    engine, engine_recs = sides["batching"]
+    for serve, word in words.items():
+        cells, recs = sides[serve]
         for bs in (every, (1, 2)):
             table = S.rows([c for c in engine if c["b"] in bs], [c for c in cells if c["b"] in bs],
                            [r for r in recs if r.b in bs], [r for r in engine_recs if r.b in bs])
