@@ -20,6 +20,9 @@ PATH = Kernels("cuda", vector_max_b=8, tiles=(16, 32, 64), moe_tiled_min_b=32, m
                vector_efficiency=0.5, tile_efficiency=0.25)
 GPU = RL.Machine("toy-gpu", 100.0, "hand", step_overhead_s=0.001, kernels=PATH, prefill_flops=1e13)
 AT = RL.Lengths(prompt_tokens=100, output_tokens=11, context=1000)
+# 2 cores; a step 20 core-ms at one thread, 2 threads 1.5× as fast; a prompt token 1 core-ms; bandwidth to spare
+CPU = RL.Machine("toy-cpu", 1000.0, "probe", cores=2, step_core_s=0.02, prefill_core_s=0.001,
+                 thread_speedup={1: 1.0, 2: 1.5})
 
 
 def test_work_figures_by_hand() -> None:
@@ -200,9 +203,7 @@ def test_a_serializing_server_queues_its_streams() -> None:
 
 
 def test_a_cpu_step_from_the_probe_core_seconds() -> None:
-    # 2 cores; a step 20 core-ms at one thread, 2 threads 1.5× as fast; a prompt token 1 core-ms
-    cpu = RL.Machine("toy-cpu", 50.0, "probe", cores=2, step_core_s=0.02, prefill_core_s=0.001,
-                     thread_speedup={1: 1.0, 2: 1.5})
+    cpu = replace(CPU, bandwidth_gbps=50.0)  # the toy CPU with its bytes binding
     at = RL.Lengths(prompt_tokens=10, output_tokens=5, context=0)
     p = RL.predict(TOY, cpu, "instances", 1, 1, at=at)
     # compute 20 ms ÷ 1.5 = 13.33 ms over bytes 1 GB ÷ 50 GB/s = 20 ms: the bytes bind; prefill 10 × 1 ms ÷ 2
@@ -374,8 +375,7 @@ def test_binds_names_the_regime_and_its_parts_largest_first() -> None:
     assert tiled.startswith("tiled kernels (B = 10 priced as 16): weight bytes ")
     bytes_only = RL.predict(TOY, replace(GPU, kernels=None), "batch", 1, 4, at=AT).binds()
     assert bytes_only.startswith("bytes only: weight bytes ")
-    cpu = RL.Machine("toy-cpu", 1000.0, "probe", cores=2, step_core_s=0.02, thread_speedup={1: 1.0, 2: 1.5})
-    p = RL.predict(TOY, cpu, "instances", 1, 1, at=RL.Lengths(10, 5, 0))
+    p = RL.predict(TOY, CPU, "instances", 1, 1, at=RL.Lengths(10, 5, 0))
     # the cores: 20 core-ms ÷ 1.5 = 13.33 ms, the bytes 1 ms under it: compute 100 %
     assert p.binds() == "CPU: the cores' compute 100%"
     flops = replace(GPU, kernels=None, prefill_flops=None, flops=1e11)
@@ -433,9 +433,6 @@ def test_a_cpu_machine_from_its_probe_by_hand() -> None:
     assert RL.Machine.from_ceilings(_ceilings(), TOY).notes == ("no engine rates in the probe: bandwidth ceiling "
                                                                   "only",)
 
-
-CPU = RL.Machine("toy-cpu", 1000.0, "probe", cores=2, step_core_s=0.02, prefill_core_s=0.001,
-                 thread_speedup={1: 1.0, 2: 1.5})
 
 
 def test_calibrate_gives_back_each_of_its_points() -> None:
