@@ -357,7 +357,13 @@ class RecordCollector:
             if left is not None and left <= 0:
                 raise TimeoutError(f"cell did not finish within {timeout:.0f} s "
                                    f"({len(self.done)}/{self.total} requests)")
-            if not self._ev.wait(0.5 if left is None else min(0.5, left)) and should_stop and (why := should_stop()):
+            # time.sleep, not Event.wait: an exception a signal handler raises (SIGTERM, SIGHUP:
+            # tui.options.sigterm_to_exit) while Event.wait re-takes its lock leaves "RuntimeError: release unlocked
+            # lock" in its place, and the bench ends without the summary of its finished cells
+            end = time.monotonic() + (0.5 if left is None else min(0.5, left))
+            while not self._ev.is_set() and time.monotonic() < end:
+                time.sleep(0.01)
+            if not self._ev.is_set() and should_stop and (why := should_stop()):
                 raise CellStopped(why, self.done)
         return self.done
 
