@@ -208,10 +208,26 @@ def fit_line(xs: list[float], ys: list[float], overhead: float | None = None) ->
     return overhead, slope
 
 
-def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def attention_s(p: dict[str, Any], machine: Any) -> float:
+    """Seconds a single-stream step of this row spends on its attention's arithmetic on `machine` (roofline
+    kernel_time at B = 1: 0 without a kernel path or a prompt rate)."""
+    import dataclasses
+
+    from measure.core.roofline import kernel_time
+
+    wm, _ = _row_setup(p["chip"], p["model"])
+    return kernel_time(wm, dataclasses.replace(machine, ubatch=ubatch(p)), 1, context(p))[0]
+
+
+def fit_chips(points: list[dict[str, Any]], machine_of: Any = None) -> dict[str, dict[str, Any]]:
     """Per chip: effective GB/s, overhead ms, the rows fitted and their residuals (chips of FIXED_OVERHEAD, and
     chips whose rows all read the same bytes, after the chips they borrow their overhead from). A chip with no
-    dense single-stream row marked fit is not fitted (its backend's figures stand for it: machine_for)."""
+    dense single-stream row marked fit is not fitted (its backend's figures stand for it: machine_for).
+    `machine_of` (chip → Machine with a kernel path and a prompt rate): each row's time less its attention's
+    arithmetic (attention_s) is what the line explains; without it the whole time (the first pass, before the
+    kernel path's efficiency is fitted)."""
+    from presets import chip
+
     dense = {c: [p for p in points if p["chip"] == c and p["role"] == "fit" and int(p["b"]) == 1
                  and "moe" not in p.get("needs", "") and not kquant(p)] for c in sorted({p["chip"] for p in points})}
     several = {c: len({step_bytes(p) for p in rows}) >= 2 for c, rows in dense.items()}
@@ -220,7 +236,7 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for c in chips:
         rows = dense[c]
         xs = [step_bytes(p) for p in rows]
-        ys = [1.0 / p["tok_s"] for p in rows]
+        ys = [1.0 / p["tok_s"] - (attention_s(p, machine_of(c)) if machine_of else 0.0) for p in rows]
         fixed, source = None, ""
         if c in FIXED_OVERHEAD and FIXED_OVERHEAD[c] in out:
             source = FIXED_OVERHEAD[c]
@@ -229,10 +245,17 @@ def fit_chips(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if source:
             fixed = out[source]["step_overhead_ms"] / 1e3 if source in out else family_overhead_ms(c, out) / 1e3
         o, slope = fit_line(xs, ys, fixed)
+        spec = chip(c).bandwidth_gbps * 1e9
+        if source and spec and slope < 1.0 / spec:  # a borrowed overhead that leaves the bytes faster than the
+            # chip's memory can move them: the bytes at the spec bandwidth, the overhead what the rows leave
+            slope = 1.0 / spec
+            o = max(0.0, statistics.fmean(y - x * slope for x, y in zip(xs, ys)))
+            source += ", less: at it the bytes would beat the spec bandwidth"
         out[c] = {"effective_bandwidth_gbps": 1.0 / slope / 1e9, "step_overhead_ms": o * 1e3,
                   "overhead_from": source, "rows": [r["row"] for r in rows],
                   "sources": sorted({r["source"] for r in rows}),
-                  "residuals": [(o + x * slope) * t - 1.0 for x, t in zip(xs, (r["tok_s"] for r in rows))]}
+                  "residuals": [(o + x * slope + 1.0 / r["tok_s"] - y) * r["tok_s"] - 1.0
+                                for x, y, r in zip(xs, ys, rows)]}
     return out
 
 
@@ -453,6 +476,9 @@ def fold_figures(train: list[dict[str, Any]], rates: list[dict[str, Any]]) -> di
         fold["kernels"] = fit_kernels(train, machine_of=lambda k: machine_for(k, fold))
     except ValueError:  # no dense batch row among the training sources: no kernel path, a batch costs its bytes
         fold["kernels"] = None
+    if fold["kernels"] is not None:  # the chips' lines again, less each row's attention arithmetic, and ν, κ on them
+        fold["chips"] = fit_chips(train, machine_of=lambda k: machine_for(k, {**fold, "moe": {}}))
+        fold["kernels"] = fit_kernels(train, machine_of=lambda k: machine_for(k, fold))
     fold["moe"] = fit_moe(train, machine_of=lambda k: machine_for(k, {**fold, "moe": {}}))
     try:
         fold["routing"] = fit_routing(train, machine_of=lambda k: machine_for(k, fold))
@@ -587,8 +613,17 @@ def loso_points(data: dict[str, Any]) -> list[dict[str, Any]]:
     return points + [p for p in quant["point"] if p["source"] not in quant.get("outside_loso", [])]
 
 
+def fit_stored(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The chips' lines as chips.toml holds them: each row's attention arithmetic at the stored kernel path and
+    prompt rate (kernels.toml, chips.toml) taken out first (fit_chips' second pass)."""
+    from measure.core.roofline import Machine
+    from presets import chip
+
+    return fit_chips(points, machine_of=lambda c: Machine.from_chip(chip(c)))
+
+
 def print_fit(data: dict[str, Any]) -> None:
-    fits = fit_chips(data["point"])
+    fits = fit_stored(data["point"])
     for c, f in fits.items():
         res = ", ".join(f"{r:+.1%}" for r in f["residuals"])
         print(f"[{c}]  effective_bandwidth_gbps = {f['effective_bandwidth_gbps']:.1f}  step_overhead_ms = "

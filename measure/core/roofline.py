@@ -306,7 +306,7 @@ class Prediction:
         weight bytes 71 % · per-step cost 22 % · KV 7 %'. The kernels' regime names the matmul path (a CPU's
         cores, a GPU backend's vector, small-batch or tiled kernels); its parts: the bytes (weights and the KV
         attention reads) where the bytes bind, else the cores' compute, the tiled or small-batch kernels'
-        arithmetic, the fixed cost of a step, swap."""
+        arithmetic, the attention's arithmetic in the vector kernels, the fixed cost of a step, swap."""
         sh = self.shares
         parts: dict[str, float] = {}
         if sh.get("compute", 0.0) > sh.get("bandwidth", 0.0):
@@ -315,6 +315,7 @@ class Prediction:
             parts["weight bytes"] = sh.get("bandwidth", 0.0) * (1.0 - self.kv_share)
             parts["KV"] = sh.get("bandwidth", 0.0) * self.kv_share
         parts["kernel arithmetic"] = sh.get("kernels", 0.0)
+        parts["attention arithmetic"] = sh.get("attention", 0.0)
         parts["K-quant decoding"] = sh.get("dequant", 0.0)
         parts["per-step cost"] = sh.get("overhead", 0.0)
         parts["swap"] = sh.get("swap", 0.0)
@@ -389,23 +390,38 @@ def window_cells(work: WorkModel, m: Machine, ctx: int, b: int = 1) -> int:
     return size if lo > hi else min(size, -(-(hi + 1) // 256) * 256)
 
 
+def attention_time(work: WorkModel, m: Machine, ctx: int) -> float:
+    """Seconds one sequence's attention arithmetic takes in the vector flash-attention kernels at `ctx` tokens:
+    4 · query heads · head_dim FLOPs a cell it reads, at vector_efficiency × the chip's prefill FLOP/s. With grouped
+    queries that is heads ÷ kv_heads FLOPs a byte of F16 KV, which the bytes do not hide (docs/design/kernels.md,
+    "Attention's arithmetic"). 0 without a kernel path or a prompt rate."""
+    path, f = m.kernels, m.prefill_flops
+    if path is None or not f:
+        return 0.0
+    return (work.flops_per_token(ctx) - work.flops_per_token(0)) / (path.vector_efficiency * f)
+
+
 def kernel_time(work: WorkModel, m: Machine, b: int, ctx: int) -> tuple[float, str]:
     """(seconds, regime): the arithmetic a step of B tokens costs beyond its bytes in the kernels llama.cpp's
     backend runs at that B (docs/design/kernels.md, "The price of each regime"). Vector kernels (B ≤
-    vector_max_b): each further column's arithmetic at vector_efficiency × the chip's prefill FLOP/s. Tiled kernels:
+    vector_max_b): each further column's arithmetic at vector_efficiency × the chip's prefill FLOP/s, and every
+    sequence's attention arithmetic at that rate, the first's too (B = 1: that alone). Tiled kernels:
     B rounded up to the tile, at tile_efficiency × the prefill FLOP/s; a mixture of experts' routed matmuls tile
     each distinct expert's share of the B·k token-expert pairs on its own (from moe_tiled_min_b tokens), at the
     prefill FLOP/s itself: their grid spans every distinct expert's row tiles, as a prompt's does, where a dense
     decode matmul's spans one column of tiles (tile_efficiency: docs/design/kernels.md, "Routed tiles")."""
     path, f = m.kernels, m.prefill_flops
-    if b < 2 or path is None or not f:
+    if path is None or not f:
         return 0.0, "vector" if b < 2 else "bytes only"
+    t_attn = attention_time(work, m, ctx)  # the first sequence's attention: its further columns' is in f_dense
+    if b < 2:
+        return t_attn, "vector"
     e = work.experts
     f_exp = 2.0 * e.used * e.params_each if e else 0.0  # a token's routed experts
     f_dense = work.flops_per_token(ctx) - f_exp  # the rest: shared weights, attention
     vec, tiled = path.vector_efficiency * f, path.tile_efficiency * f
     if b <= path.vector_max_b:
-        t, regime = (b - 1) * f_dense / vec, "small-batch vector"
+        t, regime = (b - 1) * f_dense / vec + t_attn, "small-batch vector"
     else:
         t, regime = _tile(path, b) * f_dense / tiled, f"tiled (B = {b} priced as {_tile(path, b)})"
     if e:
@@ -483,8 +499,13 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     if t_cpu:
         shares["compute"] = t_cpu  # the engine's own cost (a CPU's cores' time-sharing included), or FLOPs
     t_kernel, regime = kernel_time(work, m, b_eff, ctx)
-    if t_kernel:
-        shares["kernels"] = t_kernel
+    t_kernel *= k  # K engines share the chip's ALUs as they share its bandwidth (B = 1 each: their attention)
+    # of it, the vector regime's attention arithmetic (every sequence's), shown apart (Prediction.binds)
+    t_attn = k * b_eff * attention_time(work, m, ctx) if m.kernels and b_eff <= m.kernels.vector_max_b else 0.0
+    if t_attn:
+        shares["attention"] = t_attn
+    if t_kernel - t_attn > 1e-15:
+        shares["kernels"] = t_kernel - t_attn
     t_deq = k * dequant_time(work, m, b_eff)  # K engines share the chip's ALUs as they share its bandwidth
     if t_deq:
         shares["dequant"] = t_deq

@@ -65,7 +65,7 @@ class Experts:
 # priced by llama.cpp's kernels (roofline.kernel_time); gpt-oss-20b / -120b's rows are
 # held out. A model made with random weights (engines/gguf_synth.py)
 # routes independently and says so in its file (ρ = 0).
-ROUTING_CORRELATION = 0.100
+ROUTING_CORRELATION = 0.095
 ROUTING_ASSUMED = (f"routing correlation ρ = {ROUTING_CORRELATION} (a trained router's, fitted on published batches: "
                    "benchmarks/physics.py): a batch step reads the experts of B ÷ (1 + (B − 1)·ρ) independent tokens")
 

@@ -40,41 +40,61 @@ def test_work_figures_by_hand() -> None:
     assert TOY.moe_layers == 0 and TOY.attention_layers == 10 and TOY.full_layers == 10
 
 
+# a sequence's attention at 1000 tokens: 4 × 8 query heads × 64 × 10 layers × 1000 cells = 20.48 MFLOP, at the
+# vector kernels' 0.5 × 10 TFLOP/s: 4.096 µs a step
+ATTN = 2.048e7 / 5e12
+
+
 def test_one_stream_on_the_toy_gpu() -> None:
-    # step: 1 GB + 5.12 MB of KV at 100 GB/s = 10.0512 ms, + 1 ms = 11.0512 ms
+    # step: 1 GB + 5.12 MB of KV at 100 GB/s = 10.0512 ms, + its attention's 4.096 µs, + 1 ms = 11.055296 ms
     p = RL.predict(TOY, GPU, "instances", 1, 1, at=AT)
-    assert p.tpot_s == pytest.approx(0.0110512)
+    t = 0.0110512 + ATTN
+    assert p.tpot_s == pytest.approx(t) and t == pytest.approx(0.011055296)
     # prefill: max(1.00101376e11 FLOP / 1e13, 1 GB / 100 GB/s) = 10.0101376 ms; TTFT = it + a step
-    assert p.ttft_s == pytest.approx(0.0100101376 + 0.0110512)
+    assert p.ttft_s == pytest.approx(0.0100101376 + t)
     # a request: TTFT + 10 × TPOT; 11 tokens a request
-    assert p.aggregate_tps == pytest.approx(11 / (0.0100101376 + 0.0110512 + 10 * 0.0110512))
-    assert p.per_stream_tps == pytest.approx(1 / 0.0110512)
-    assert p.bytes_per_s == pytest.approx(1.00512e9 / 0.0110512)
-    assert p.shares == pytest.approx({"bandwidth": 0.0100512 / 0.0110512, "overhead": 0.001 / 0.0110512})
+    assert p.aggregate_tps == pytest.approx(11 / (0.0100101376 + t + 10 * t))
+    assert p.per_stream_tps == pytest.approx(1 / t)
+    assert p.bytes_per_s == pytest.approx(1.00512e9 / t)
+    assert p.shares == pytest.approx({"bandwidth": 0.0100512 / t, "attention": ATTN / t, "overhead": 0.001 / t})
+    assert RL.attention_time(TOY, GPU, 1000) == pytest.approx(ATTN)
     assert p.binding == "bandwidth" and p.regime == "vector" and p.context == 1000
     assert p.kv_share == pytest.approx(5.12e6 / 1.00512e9)
 
 
+def test_attention_arithmetic_at_long_context_is_named() -> None:
+    # 100,000 tokens: 1 GB of weights (10 ms) + 0.512 GB of KV (5.12 ms) + 2.048 GFLOP of attention at 5 TFLOP/s
+    # (0.4096 ms) + 1 ms = 16.5296 ms
+    p = RL.predict(TOY, GPU, "instances", 1, 1, at=RL.Lengths(100, 11, context=100_000))
+    assert p.tpot_s == pytest.approx(0.0165296)
+    assert p.binds() == "vector kernels: weight bytes 60% · KV 31% · per-step cost 6% · attention arithmetic 2%"
+
+
 def test_k_instances_share_the_bandwidth() -> None:
-    # K = 2: each engine's 1.00512 GB at 50 GB/s = 20.1024 ms + 1 ms; the prefill at half the FLOP/s
+    # K = 2: each engine's 1.00512 GB at 50 GB/s = 20.1024 ms, its attention at half the ALUs (2 × 4.096 µs),
+    # + 1 ms; the prefill at half the FLOP/s
     p = RL.predict(TOY, GPU, "instances", 2, 1, at=AT)
-    assert p.tpot_s == pytest.approx(0.0211024)
-    assert p.ttft_s == pytest.approx(max(1.00101376e11 / 5e12, 1e9 / 5e10) + 0.0211024)
-    assert p.aggregate_tps == pytest.approx(2 * 11 / (p.ttft_s + 10 * 0.0211024))
-    assert p.bytes_per_s == pytest.approx(2 * 1.00512e9 / 0.0211024)
+    t = 0.0211024 + 2 * ATTN
+    assert p.tpot_s == pytest.approx(t)
+    assert p.ttft_s == pytest.approx(max(1.00101376e11 / 5e12, 1e9 / 5e10) + t)
+    assert p.aggregate_tps == pytest.approx(2 * 11 / (p.ttft_s + 10 * t))
+    assert p.bytes_per_s == pytest.approx(2 * 1.00512e9 / t)
 
 
 def test_small_batch_vector_kernels() -> None:
     # B = 4 (≤ 8): bytes 1 GB + 4 × 5.12 MB = 10.2048 ms; each further column's arithmetic at 0.5 × 10 TFLOP/s:
-    # 3 × 1.02048 GFLOP / 5e12 = 0.612288 ms; + 1 ms
+    # 3 × 1.02048 GFLOP / 5e12 = 0.612288 ms, and the first sequence's attention (4.096 µs); + 1 ms
     p = RL.predict(TOY, GPU, "batch", 1, 4, at=AT)
-    t = 0.0102048 + 3 * 1.02048e9 / 5e12 + 0.001
+    k = 3 * 1.02048e9 / 5e12 + ATTN
+    t = 0.0102048 + k + 0.001
     assert p.tpot_s == pytest.approx(t) and p.regime == "small-batch vector"
     assert p.ttft_s == pytest.approx(4 * 1.00101376e11 / 1e13 + t)
     assert p.aggregate_tps == pytest.approx(4 * 11 / (p.ttft_s + 10 * t))
-    assert set(p.shares) == {"bandwidth", "kernels", "overhead"}
-    assert p.shares["kernels"] == pytest.approx(3 * 1.02048e9 / 5e12 / t)
-    assert RL.kernel_time(TOY, GPU, 4, 1000) == (pytest.approx(3 * 1.02048e9 / 5e12), "small-batch vector")
+    assert set(p.shares) == {"bandwidth", "kernels", "attention", "overhead"}
+    # the four sequences' attention (4 × 4.096 µs) apart; the rest the weights' further columns: 3 × 1 GFLOP
+    assert p.shares["attention"] == pytest.approx(4 * ATTN / t)
+    assert p.shares["kernels"] == pytest.approx(3 * 1e9 / 5e12 / t)
+    assert RL.kernel_time(TOY, GPU, 4, 1000) == (pytest.approx(k), "small-batch vector")
     assert RL.kernel_time(TOY, GPU, 8, 1000)[1] == "small-batch vector"
 
 
@@ -89,7 +109,12 @@ def test_tiled_kernels_round_b_up_to_the_tile(b: int, tile: int) -> None:
 
 
 def test_kernel_time_without_a_kernel_path() -> None:
-    assert RL.kernel_time(TOY, GPU, 1, 1000) == (0.0, "vector")
+    # one sequence: its attention's arithmetic alone (none at no context)
+    assert RL.kernel_time(TOY, GPU, 1, 1000) == (pytest.approx(ATTN), "vector")
+    assert RL.kernel_time(TOY, GPU, 1, 0) == (0.0, "vector")
+    # grouped queries: 8 query heads on 2 KV heads read the same bytes for 4 × the arithmetic of 2 on 2
+    assert RL.kernel_time(replace(TOY, heads=2), GPU, 1, 1000)[0] == pytest.approx(ATTN / 4)
+    assert RL.kernel_time(TOY, replace(GPU, kernels=None), 1, 1000) == (0.0, "vector")
     assert RL.kernel_time(TOY, replace(GPU, kernels=None), 4, 1000) == (0.0, "bytes only")
     assert RL.kernel_time(TOY, replace(GPU, prefill_flops=None), 4, 1000) == (0.0, "bytes only")
 
@@ -323,8 +348,10 @@ def test_a_chip_nobody_measured_takes_its_familys_median_and_range() -> None:
     assert m.step_overhead_s == pytest.approx(0.002)
     # the range: the family's slowest (60 %, 3 ms) and fastest (80 %, 1 ms) figures
     slow, fast = RL.predict_range(TOY, m, "instances", 1, 1, at=AT)
-    assert slow.tpot_s == pytest.approx(1.00512e9 / 300e9 + 0.003 + m.moe_layer_s * 0)
-    assert fast.tpot_s == pytest.approx(1.00512e9 / 400e9 + 0.001)
+    assert m.prefill_flops == pytest.approx(62.5e12) and m.kernels is not None
+    attn = 2.048e7 / (m.kernels.vector_efficiency * 62.5e12)  # the attention's arithmetic (ATTN's FLOPs) on it
+    assert slow.tpot_s == pytest.approx(1.00512e9 / 300e9 + 0.003 + attn + m.moe_layer_s * 0)
+    assert fast.tpot_s == pytest.approx(1.00512e9 / 400e9 + 0.001 + attn)
     assert RL.predict_range(TOY, GPU, "instances") is None
 
 
@@ -345,7 +372,7 @@ def test_the_part_over_a_memory_budget_comes_back_from_swap_each_step() -> None:
     b = replace(GPU, memory_budget=1_050_000_000, overhead_bytes=100_000_000, seq_extra_bytes=1e6)
     p = RL.predict(TOY, b, "batch", 1, 4, at=AT)
     spill = 1.1e9 + 4 * 5.12e6 + 4e6 - 1.05e9
-    t = 0.0102048 + 3 * 1.02048e9 / 5e12 + 0.001 + spill / 3e9
+    t = 0.0102048 + 3 * 1.02048e9 / 5e12 + ATTN + 0.001 + spill / 3e9
     assert p.spill_bytes == pytest.approx(spill) and p.tpot_s == pytest.approx(t)
     assert p.binding == "memory" and p.shares["swap"] == pytest.approx(spill / 3e9 / t)
 
@@ -355,7 +382,8 @@ def test_instances_read_one_sequence_each_and_the_defaults() -> None:
     assert RL.predict(TOY, GPU, "instances", 2, 4, at=AT) == RL.predict(TOY, GPU, "instances", 2, 1, at=AT)
     # no context given: the prompt and half the output (11 // 2 = 5)
     p = RL.predict(TOY, GPU, "instances", 1, 1, at=RL.Lengths(100, 11))
-    assert p.context == 105 and p.tpot_s == pytest.approx((1e9 + 10 * 105 * 512) / 1e11 + 0.001)
+    # (its attention: 4 × 8 × 64 × 10 layers × 105 cells at 5 TFLOP/s)
+    assert p.context == 105 and p.tpot_s == pytest.approx((1e9 + 10 * 105 * 512) / 1e11 + 2.1504e6 / 5e12 + 0.001)
     # a machine without cores: one thread, no core busy
     assert (p.threads, p.cores, p.cores_busy) == (1, 0, 0.0)
     rows = RL.prediction_table(TOY, GPU, prompt_tokens=100, output_tokens=11, context=1000)
@@ -581,7 +609,7 @@ def test_k_quant_decoding_in_the_vector_kernels() -> None:
     assert RL.dequant_time(moe, kq, 4) == pytest.approx(moe.matmul_weights(4) * 2.0 / 1e13)
     p = RL.predict(q4, kq, "instances", 2, 1, at=AT)
     # K = 2 engines share the ALUs as they share the bandwidth
-    assert p.tpot_s == pytest.approx(1.00512e9 / 5e10 + 2 * 1e-4 + 0.001)
+    assert p.tpot_s == pytest.approx(1.00512e9 / 5e10 + 2 * 1e-4 + 2 * ATTN + 0.001)
     assert p.shares["dequant"] == pytest.approx(2e-4 / p.tpot_s)
     # the decoding longer than the bytes: compute binds
     heavy = replace(GPU, kernels=replace(PATH, kquant_ops_per_weight=4000.0))
