@@ -14,7 +14,7 @@ test_guard: seconds each). A survivor is either killed by a new
 check or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
 mutant): the score is killed ÷ (mutants − equivalents); a mutant that hangs the tests (mutmut's timeout) is killed.
 
-    .venv/bin/pip install mutmut==3.8.1                            # once (not in the test extra: not run by CI)
+    .venv/bin/pip install -e '.[mutation]'                         # once: mutmut 3.8.1 (not in the test extra: not run by CI)
     python benchmarks/mutation.py                                  # every module (long: see below)
     python benchmarks/mutation.py --module measure/core/metrics.py  # one module (repeatable)
     python benchmarks/mutation.py --report                         # the score of the last run, not run again
@@ -162,6 +162,9 @@ def run_mutmut(tree: Path, modules: list[str], max_children: int) -> int:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", INFERENCE_TOP_CACHE=str(home / "cache"),
                INFERENCE_TOP_LOGS=str(home / "logs"))
     exe = Path(sys.executable).parent / "mutmut"
+    if not exe.exists() and shutil.which("mutmut") is None:
+        raise SystemExit("mutation.py: mutmut is not installed: .venv/bin/pip install -e '.[mutation]' (mutmut 3.8.1), "
+                         "then run this again")
     cmd = [str(exe) if exe.exists() else "mutmut", "run", "--max-children", str(max_children), *globs]
     home.mkdir(exist_ok=True)
     log = home / "mutmut.log"  # its output (a spinner's, long): the end said where it stopped

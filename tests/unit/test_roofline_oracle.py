@@ -70,6 +70,19 @@ def test_attention_arithmetic_at_long_context_is_named() -> None:
     assert p.binds() == "vector kernels: weight bytes 60% · KV 31% · per-step cost 6% · attention arithmetic 2%"
 
 
+def test_attention_is_shown_apart_in_the_vector_regime_only() -> None:
+    # B = 8 (the widest vector step): its 8 sequences' attention (8 × 4.096 µs) apart from the weights' 7 further
+    # columns (7 × 1 GFLOP at 5 TFLOP/s)
+    p = RL.predict(TOY, GPU, "batch", 1, 8, at=AT)
+    assert p.shares["attention"] * p.tpot_s == pytest.approx(8 * ATTN)
+    assert p.shares["kernels"] * p.tpot_s == pytest.approx(7 * 1e9 / 5e12)
+    # B = 9, tiled: the tile's columns carry the attention with the weights (16 × 1.02048 GFLOP at 2.5 TFLOP/s)
+    p = RL.predict(TOY, GPU, "batch", 1, 9, at=AT)
+    assert "attention" not in p.shares and p.shares["kernels"] * p.tpot_s == pytest.approx(16 * 1.02048e9 / 2.5e12)
+    # no kernel path: neither
+    assert not {"attention", "kernels"} & set(RL.predict(TOY, replace(GPU, kernels=None), "batch", 1, 4, at=AT).shares)
+
+
 def test_k_instances_share_the_bandwidth() -> None:
     # K = 2: each engine's 1.00512 GB at 50 GB/s = 20.1024 ms, its attention at half the ALUs (2 × 4.096 µs),
     # + 1 ms; the prefill at half the FLOP/s
