@@ -12,7 +12,9 @@ swap turned off and its file deleted (the JSON line says what was left: swap_lef
     python benchmarks/pastwall.py [--swap-gib 4] [--tokens 32] [--seconds 8] [--quick]
 
 Ends with one JSON line: worst_error (max |predicted ÷ measured − 1| over the limits), each run's figures.
-Goal: every limit within 30 %, the whole under 10 minutes.
+Goal: every limit within 30 %, the whole under 10 minutes. A run the kernel's OOM killer ends (loaded weights a
+little past the limit, now and then) is measured by the tokens it decoded before, if there were 3, and marked
+oom_killed in its row; one ended sooner is tried again, up to 3 tries.
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ SHARES = (1.10, 0.70, 0.60)  # limits, as a share of the working set measured wi
 # though every page is clean swap cache (the inactive list empty; at 0.68-0.70 of the embedded model's working set,
 # 3 of 4 tries, docs/measurements.md §21): each ended try is counted in its row and said, not hidden.
 TRIES = 3
+# A try the OOM killer ends after this many tokens at the limit is measured by them (their rate, the counters read
+# at the last of them, the row marked oom_killed); one ended sooner is tried again
+MIN_TOKENS = 3
 CTX = 256
 CHILD = r"""
 import json, sys, time
@@ -60,6 +65,7 @@ sys.stdin.readline()
 n, limit_s, ts = int(sys.argv[6]), float(sys.argv[7]), []
 for _, t in e.generate(toks, n, True):
     ts.append(t)
+    print(f"t {t}", flush=True)  # each token as it comes: a run the OOM killer ends keeps the tokens it made
     if len(ts) >= 4 and (t - ts[0]) / 1e9 > limit_s:
         break
 print(json.dumps({"tokens": len(ts), "tps": (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)}), flush=True)
@@ -148,10 +154,11 @@ class Run:
     res: dict[str, Any]
     usage: int
     seconds: float
+    killed: bool = False  # the OOM killer ended it after `tokens` tokens: tps is theirs
 
 
 def decode_in(group: Path, model: Path, how: str, args: argparse.Namespace, undo: Cleanup,
-              weights: int, limit: int = -1) -> Run | None:
+              weights: int, limit: int = -1, ended: list[int] | None = None) -> Run | None:
     """One child decoding inside `group`: loaded and warmed with no limit, then the group brought down to `limit`
     (the kernel reclaims the excess: swapped or dropped, as where other work takes the memory), then read, timed and
     read again. Loading below the limit was the OOM killer's, now and then, at any of the three limits (llama.cpp
@@ -183,21 +190,37 @@ def decode_in(group: Path, model: Path, how: str, args: argparse.Namespace, undo
     before = probe.read([p.pid], 0)
     p.stdin.write("go\n")
     p.stdin.flush()
-    line = p.stdout.readline()
-    if not line:
+    ts: list[int] = []
+    after, read_at, out = None, 0.0, None
+    while (line := p.stdout.readline()):
+        if not line.startswith("t "):
+            out = json.loads(line)
+            break
+        ts.append(int(line[2:]))
+        if time.monotonic() - read_at > 0.25:  # the counters as of this token, for a run that ends here
+            reading = probe.read([p.pid], len(ts))
+            if reading.procs:
+                after, read_at = reading, time.monotonic()
+    killed = out is None
+    if killed:  # the OOM killer: what it decoded before is a measurement at this limit if there are 3 tokens
         p.wait()
-        return None
-    out = json.loads(line)
-    after = probe.read([p.pid], out["tokens"])
+        if len(ts) < MIN_TOKENS or after is None:
+            if ended is not None:
+                ended.append(len(ts))  # the tokens it made at the limit before the kill
+            return None
+        out = {"tokens": len(ts), "tps": (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)}
+    else:
+        after = probe.read([p.pid], out["tokens"])
     mc = mincore_resident(model) if how == "mmap" else None
     res = residency(before, after).fields()
     res["weights_in_page_cache"] = mc
     usage = working_set(group)
-    p.stdin.write("bye\n")
-    p.stdin.flush()
+    if not killed:
+        p.stdin.write("bye\n")
+        p.stdin.flush()
     undo.kill_child()
     limit = after.sys.cgroup_limit
-    return Run(model.name, how, limit, out["tps"], out["tokens"], res, usage, time.perf_counter() - t0)
+    return Run(model.name, how, limit, out["tps"], out["tokens"], res, usage, time.perf_counter() - t0, killed)
 
 
 def predict(base: Run, limit: int, touched: float, other: float, rates: StorageRates, how: str) -> tuple[float, Any]:
@@ -226,16 +249,16 @@ def one_model(name: str, path: Path, group: Path, args: argparse.Namespace, rate
             ws = base.usage  # the working set: anonymous memory and mapped file pages while decoding with no limit
             other = ws - (min(weights, base.res["weights_resident_bytes"]) if how == "mmap" else weights)
             limit = int(ws * share)
-            run, ended = None, 0
+            run, ended, made = None, 0, []
             while run is None and ended < TRIES:
-                run = decode_in(group, path, how, args, undo, weights, limit)
+                run = decode_in(group, path, how, args, undo, weights, limit, made)
                 ended += run is None
             if ended:
                 print(f"{name} {how} at {share:.2f}: {ended} of {ended + (run is not None)} tries ended before a "
-                      "measurement (the kernel's OOM killer)", flush=True)
+                      f"measurement (the kernel's OOM killer; tokens made at the limit: {made or 'none'})", flush=True)
             rows.append(_row(name, how, share, limit, ws, other, base, run,
                              predict(base, limit, touched if how == "mmap" else weights, other, rates, how))
-                        | {"tries_ended_early": ended})
+                        | {"tries_ended_early": ended, "ended_tries_tokens": made})
     return rows
 
 
@@ -255,13 +278,15 @@ def _row(name: str, how: str, share: float, limit: int, ws: int, other: int, bas
     r = run.res
     back = (r["swap_in_mbps"] if how == "loaded" else r["file_read_mbps"]) * 1e6 / run.tps
     err = tps / run.tps - 1
-    print(f"{head}, measured {run.tps:6.2f} ({err:+.0%}); back a step: predicted "
+    killed = f" over its {run.tokens} tokens before the OOM killer ended it" if run.killed else ""
+    print(f"{head}, measured {run.tps:6.2f} ({err:+.0%}){killed}; back a step: predicted "
           f"{step.nonresident_bytes / 2**20:.0f} MiB, measured {back / 2**20:.0f}; {r['major_faults_per_token']} major "
           f"faults/token, swap-in {r['swap_in_mbps']:.1f} MB/s, read-in {r['file_read_mbps']:.1f} MB/s", flush=True)
     return row | {"measured_tps": round(run.tps, 3), "error": round(err, 4),
                   "collapse_measured": round(run.tps / base.tps, 3), "measured_back_bytes_per_token": round(back),
                   "major_faults_per_token": r["major_faults_per_token"], "swap_in_mbps": r["swap_in_mbps"],
-                  "file_read_mbps": r["file_read_mbps"], "residency": r, "seconds": round(run.seconds, 1)}
+                  "file_read_mbps": r["file_read_mbps"], "residency": r, "seconds": round(run.seconds, 1),
+                  "tokens": run.tokens, "oom_killed": run.killed}
 
 
 def models(tmp: Path, quick: bool) -> list[tuple[str, Path]]:
