@@ -418,6 +418,9 @@ def gives_out(lim: MemoryLimits, held: int, per_unit: float = 0.0, unit: str = "
         name = "anonymous memory with no swap (the OOM killer)"
     if limit.startswith(lim.cgroup_name):
         name = f"{lim.cgroup_name}: {name}"
+        if not lim.mmapped and lim.swap_free > 0:  # measured (benchmarks/pastwall.py, docs/measurements.md §21, §23)
+            name += (", or the OOM killer: in a group a little past its limit the kernel kills a decoder whose every "
+                     "page it just used (mmap'ed weights are re-read instead)")
     return _out(name, room, per_unit, unit, limit)
 
 

@@ -3,6 +3,8 @@ residency roofline's step, which memory gives out first and a level past the wal
 comments (benchmarks/mutation.py runs these against the module's mutants)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from measure.core import residency as R
@@ -235,7 +237,13 @@ def test_gives_out_names_each_memory_with_its_headroom() -> None:
     cg = R.MemoryLimits(32 * GiB, 10 * GiB, cgroup_limit=8 * GiB, cgroup_usage=6 * GiB, mmapped=False, swap_free=1)
     g = R.gives_out(cg, held=1 * GiB, per_unit=0.5 * GiB, unit="tokens")
     assert (g.headroom, g.units, g.unit, g.limit) == (2 * GiB, 4, "tokens", "cgroup memory limit 8.0 GiB")
-    assert g.memory == "cgroup memory limit: anonymous pages (KV, loaded weights) swapped"
+    assert g.memory == ("cgroup memory limit: anonymous pages (KV, loaded weights) swapped, or the OOM killer: in a "
+                        "group a little past its limit the kernel kills a decoder whose every page it just used "
+                        "(mmap'ed weights are re-read instead)")
+    # mmap'ed in the group, or no swap: no such clause
+    assert R.gives_out(replace(cg, mmapped=True), held=1 * GiB).memory.startswith("cgroup memory limit: the page cache")
+    assert R.gives_out(replace(cg, swap_free=0), held=1 * GiB).memory == (
+        "cgroup memory limit: anonymous memory with no swap (the OOM killer)")
     # usage unknown: what the load holds
     cg2 = R.MemoryLimits(32 * GiB, 10 * GiB, cgroup_limit=8 * GiB, mmapped=True)
     assert R.gives_out(cg2, held=7 * GiB).headroom == 1 * GiB
