@@ -50,7 +50,7 @@ TRIES = 3
 MIN_TOKENS = 3
 CTX = 256
 CHILD = r"""
-import json, sys, time
+import sys
 sys.path.insert(0, sys.argv[1])
 from engines.base import EngineSpec, Prompt
 from engines.registry import make_engine
@@ -68,7 +68,7 @@ for _, t in e.generate(toks, n, True):
     print(f"t {t}", flush=True)  # each token as it comes: a run the OOM killer ends keeps the tokens it made
     if len(ts) >= 4 and (t - ts[0]) / 1e9 > limit_s:
         break
-print(json.dumps({"tokens": len(ts), "tps": (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)}), flush=True)
+print("end", flush=True)
 sys.stdin.readline()
 """
 
@@ -190,27 +190,26 @@ def decode_in(group: Path, model: Path, how: str, args: argparse.Namespace, undo
     before = probe.read([p.pid], 0)
     p.stdin.write("go\n")
     p.stdin.flush()
-    ts: list[int] = []
-    after, read_at, out = None, 0.0, None
+    ts: list[int] = []  # each token's time (ns), as the child wrote it
+    after, read_at, killed = None, 0.0, True
     while (line := p.stdout.readline()):
-        if not line.startswith("t "):
-            out = json.loads(line)
+        if line.strip() == "end":
+            killed = False
             break
         ts.append(int(line[2:]))
         if time.monotonic() - read_at > 0.25:  # the counters as of this token, for a run that ends here
             reading = probe.read([p.pid], len(ts))
             if reading.procs:
                 after, read_at = reading, time.monotonic()
-    killed = out is None
     if killed:  # the OOM killer: what it decoded before is a measurement at this limit if there are 3 tokens
         p.wait()
         if len(ts) < MIN_TOKENS or after is None:
             if ended is not None:
                 ended.append(len(ts))  # the tokens it made at the limit before the kill
             return None
-        out = {"tokens": len(ts), "tps": (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)}
     else:
-        after = probe.read([p.pid], out["tokens"])
+        after = probe.read([p.pid], len(ts))
+    tps = (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)  # the decode steps between the first token and the last
     mc = mincore_resident(model) if how == "mmap" else None
     res = residency(before, after).fields()
     res["weights_in_page_cache"] = mc
@@ -220,7 +219,7 @@ def decode_in(group: Path, model: Path, how: str, args: argparse.Namespace, undo
         p.stdin.flush()
     undo.kill_child()
     limit = after.sys.cgroup_limit
-    return Run(model.name, how, limit, out["tps"], out["tokens"], res, usage, time.perf_counter() - t0, killed)
+    return Run(model.name, how, limit, tps, len(ts), res, usage, time.perf_counter() - t0, killed)
 
 
 def predict(base: Run, limit: int, touched: float, other: float, rates: StorageRates, how: str) -> tuple[float, Any]:

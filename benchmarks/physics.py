@@ -236,7 +236,8 @@ def fit_chips(points: list[dict[str, Any]], machine_of: Any = None) -> dict[str,
     for c in chips:
         rows = dense[c]
         xs = [step_bytes(p) for p in rows]
-        ys = [1.0 / p["tok_s"] - (attention_s(p, machine_of(c)) if machine_of else 0.0) for p in rows]
+        m = machine_of(c) if machine_of else None  # the chip's machine, once for its rows
+        ys = [1.0 / p["tok_s"] - (attention_s(p, m) if m is not None else 0.0) for p in rows]
         fixed, source = None, ""
         if c in FIXED_OVERHEAD and FIXED_OVERHEAD[c] in out:
             source = FIXED_OVERHEAD[c]
