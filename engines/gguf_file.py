@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from gguf import GGUFReader
 
 GGUF_MAGIC = b"GGUF"
-WORK_VERSION = 3  # 3: routing_correlation; what a cached GGUFInfo holds; a cache written by an older reader is read again
+WORK_VERSION = 4  # 4: matmul_type_bytes; 3: routing_correlation; what a cached GGUFInfo holds; a cache written by an older reader is read again
 
 # Sliding-window layers by architecture, as llama.cpp applies them (src/llama-model.cpp, set_swa_pattern(n): of every
 # n layers the first n − 1 attend the window, the n-th the whole context); a file may carry the per-layer array
@@ -56,6 +56,9 @@ class GGUFInfo:
     routing_correlation: float | None = None  # inference-top.routing_correlation: a file that says its router's ρ
     mla_dim: int | None = None  # latent attention (MLA): K/V cached as kv_lora_rank + rope dims a token and layer
     assumed: tuple[str, ...] = ()  # what was assumed where the file did not say
+    # the matrices a decode step multiplies, outside the routed experts (the embedding only where it is tied: the
+    # output projection), their bytes by ggml type: the CPU's matmul path is chosen by type (kernels.toml [cpu])
+    matmul_type_bytes: tuple[tuple[str, int], ...] = ()
 
     def kv_bytes_per_token(self, bytes_per_element: float = 2.0) -> float | None:
         if self.layers is None or self.kv_heads is None or self.head_dim is None:
@@ -112,7 +115,8 @@ def inspect_gguf(path: str | os.PathLike[str], progress: Callable[[str], None] |
         cached = _read_json(_cache_file()).get(key)
         if cached and cached.get("work_version") == WORK_VERSION:  # a cache from before the work model is re-read
             fields = {k: v for k, v in cached.items() if k in GGUFInfo.__dataclass_fields__}
-            return GGUFInfo(**{**fields, "assumed": tuple(fields.get("assumed", ()))})
+            return GGUFInfo(**{**fields, "assumed": tuple(fields.get("assumed", ())),
+                               "matmul_type_bytes": tuple((str(k), int(v)) for k, v in fields.get("matmul_type_bytes", ()))})
     if progress and key:
         progress(f"reading the GGUF metadata of {p.name} (once per file) …")
     info = _inspect(p)
@@ -158,13 +162,15 @@ def _inspect(path: Path) -> GGUFInfo:
         kv_heads = max((int(x) for x in kv_list), default=0) or None
     layers = as_int(reader.get(f"{arch}.block_count"))
     embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    tied = not any(t.name == "output.weight" for t in reader.tensors)
     return GGUFInfo(
+        matmul_type_bytes=matmul_type_bytes(reader.tensors, tied),
         **beyond_dense(reader, str(arch), layers, kv_list),
         tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors),
         params=sum(int(t.n_elements) for t in reader.tensors),
         embd_bytes=int(embd.n_bytes) if embd is not None else None,
         embd_params=int(embd.n_elements) if embd is not None else None,
-        tied=not any(t.name == "output.weight" for t in reader.tensors),
+        tied=tied,
         heads=as_int(heads), hidden=as_int(reader.get(f"{arch}.embedding_length")),
         vocab=int(embd.shape[-1]) if embd is not None else None,
         path=str(p),
@@ -176,6 +182,23 @@ def _inspect(path: Path) -> GGUFInfo:
         head_dim=as_int(head_dim),
         context_length=as_int(reader.get(f"{arch}.context_length")),
     )
+
+
+def matmul_type_bytes(tensors: Any, tied: bool) -> tuple[tuple[str, int], ...]:
+    """Bytes by ggml type name of the 2-D weights a decode step multiplies: not the routed experts (their own
+    kernels), not an untied token embedding (a row lookup), the tied one (it is the output projection)."""
+    from gguf import GGMLQuantizationType
+
+    out: dict[str, int] = {}
+    for t in tensors:
+        if len(t.shape) != 2 or "_exps." in t.name or (t.name == "token_embd.weight" and not tied):
+            continue
+        try:
+            name = GGMLQuantizationType(t.type).name
+        except ValueError:
+            name = f"type {t.type}"
+        out[name] = out.get(name, 0) + int(t.n_bytes)
+    return tuple(sorted(out.items()))
 
 
 # A file made with random weights (engines/gguf_synth.py) says its router routes tokens independently (ρ = 0);

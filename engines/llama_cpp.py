@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import heapq
+import re
 import sys
 from collections.abc import Callable, Hashable
 from dataclasses import replace
@@ -53,6 +54,14 @@ def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:
             "-mno-amx-int8 -mno-amx-bf16'\" pip install --force-reinstall --no-cache-dir llama-cpp-python")
     print(line, file=out or sys.stderr, flush=True)
     return line
+
+
+def cpu_features(lib: Any) -> list[str]:
+    """The names this llama.cpp's llama_print_system_info sets to 1 (its CPU backend's instructions and paths:
+    AVX2, AVX512, NEON, DOTPROD, LLAMAFILE, REPACK …): which matmul code a batch step runs (presets/kernels.toml
+    [cpu])."""
+    info = lib.llama_print_system_info().decode(errors="replace")
+    return sorted({m.group(1) for m in re.finditer(r"([A-Za-z0-9_]+) = 1\b", info)})
 
 
 def gpu_layers(lib: Any, asked: int | None) -> int:
@@ -156,6 +165,9 @@ class LlamaCppEngine:
             **kv_types(self._lib, self.spec),
             verbose=False,
         )
+
+    def cpu_features(self) -> list[str]:
+        return cpu_features(self._lib)
 
     def warmup(self) -> None:
         """One warmup request: a short prompt and 8 generated tokens."""

@@ -92,12 +92,29 @@ def kernels(backend: str) -> Kernels | None:
     """The kernel path of a backend named in kernels.toml, with the fitted efficiencies; None: not described."""
     table = load("kernels")
     d = table.get(backend)
-    if not backend or d is None or backend == "fitted":
+    if not backend or d is None or backend in ("fitted", "cpu"):
         return None
     f = table["fitted"]
     return Kernels(backend, int(d["vector_max_b"]), tuple(int(t) for t in d["tiles"]), int(d["moe_tiled_min_b"]),
                    str(d["moe_vector_reads"]), float(f["vector_efficiency"]), float(f["tile_efficiency"]),
                    float(d.get("moe_batch_layer_ms", 0.0)), float(f.get("kquant_ops_per_weight", 0.0)))
+
+
+@dataclass(frozen=True)
+class CpuKernels:
+    """llama.cpp's CPU matmul paths for a batch (presets/kernels.toml [cpu]): which weight types tinyBLAS multiplies
+    in column tiles whose leftover columns cost a second pass over the weights, and which the build repacks."""
+
+    tinyblas_q0_types: dict[str, tuple[str, ...]]  # isa family (x86, arm) → types
+    tinyblas_q0_width: dict[str, int]  # avx512, avx2, arm → the tile's columns
+    repacked_types: dict[str, tuple[str, ...]]  # avx2, avx512, arm_dotprod → types
+
+
+def cpu_kernels() -> CpuKernels:
+    d = load("kernels")["cpu"]
+    return CpuKernels({k: tuple(v) for k, v in d["tinyblas_q0_types"].items()},
+                      {k: int(v) for k, v in d["tinyblas_q0_width"].items()},
+                      {k: tuple(v) for k, v in d["repacked_types"].items()})
 
 
 def chip(key: str) -> Chip:

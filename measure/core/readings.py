@@ -305,7 +305,7 @@ class ThermalLog:
 
 
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
-PROBE_VERSION = 5  # 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+PROBE_VERSION = 6  # 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 
 

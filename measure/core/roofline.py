@@ -28,7 +28,7 @@ from measure.core.guard import footprint
 from measure.core.readings import Ceilings
 from measure.core.records import is_remote
 from measure.core.work import LLAMA_UBATCH, WorkModel, quant_family
-from presets import Chip, Kernels, chips, kernels, load
+from presets import Chip, CpuKernels, Kernels, chips, cpu_kernels, kernels, load
 
 # Assumed efficiencies for a chip you do not own (no measurement): the share of the spec figure a decode
 # step attains. Memory: llama.cpp, MLX and vLLM decode of one stream are bandwidth-bound and reach most of
@@ -123,6 +123,11 @@ class Machine:
     batch_base_core_s: float | None = None
     seq_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
+    # CPU, B ≥ 2: llama.cpp's tinyBLAS multiplies its legacy-quant matrices in tiles of `cpu_tile` columns, and the
+    # columns a B leaves past the last whole tile take a second pass over those matrices (presets/kernels.toml [cpu];
+    # cpu_batch_path): it reads them again, `cpu_repass_share` of the step's weight-bound fixed part. 0: not known
+    cpu_tile: int = 0
+    cpu_repass_share: float = 0.0
     thread_speedup: dict[int | str, float] = field(default_factory=dict)  # threads → speedup over 1 thread
     flops: float | None = None  # FLOP/s for a GPU or chip (spec × efficiency); None: not known
     step_overhead_s: float = 0.0  # a step's fixed cost beyond its bytes and FLOPs (kernel launches, synchronisation)
@@ -175,9 +180,11 @@ class Machine:
         top = max(d)  # batches and prefill ran with all threads: in one-thread core-seconds, × the speedup
         base, seq = None, 0.0
         bs = {int(k): (1.0 / v) * (d[top] / d[1]) for k, v in (e.get("batch_steps_per_s") or {}).items()}
-        if len(bs) >= 2:  # step(B) = base × R(B)/R(1) + B × seq: the weights' part grows with the experts read
+        tile, share, path_note = cpu_batch_path(work, e.get("cpu_features") or ())
+        if len(bs) >= 2:  # step(B) = base × R(B)/R(1) × passes + B × seq: the weights' part grows with the experts read
             lo, hi = min(bs), max(bs)
-            rl, rh = work.read_bytes(lo) / work.read_bytes(1), work.read_bytes(hi) / work.read_bytes(1)
+            rl = work.read_bytes(lo) / work.read_bytes(1) * repass_factor(tile, share, lo)
+            rh = work.read_bytes(hi) / work.read_bytes(1) * repass_factor(tile, share, hi)
             det = rl * hi - rh * lo
             base = (bs[lo] * hi - bs[hi] * lo) / det
             seq = (rl * bs[hi] - rh * bs[lo]) / det
@@ -192,7 +199,8 @@ class Machine:
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
-                   thread_speedup={t: v / d[1] for t, v in d.items()}, notes=(step, *busy))
+                   thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
+                   notes=(step, *((path_note,) if path_note else ()), *busy))
 
     def step_core(self, b: int, reads: float = 1.0) -> float:
         """Core-seconds of one decode step of b sequences (one thread's worth); `reads`: the weight bytes the step
@@ -202,7 +210,7 @@ class Machine:
             raise ValueError("a decode step's core-seconds are known only from a CPU engine's probe")
         if b <= 1 or self.batch_base_core_s is None:
             return self.step_core_s * reads + (b - 1) * self.seq_core_s
-        return self.batch_base_core_s * reads + b * self.seq_core_s
+        return self.batch_base_core_s * reads * repass_factor(self.cpu_tile, self.cpu_repass_share, b) + b * self.seq_core_s
 
     def spill_bytes(self, work: WorkModel, k: int, b: int, ctx: int) -> float:
         """Bytes of K engines' footprint (weights as shipped, runtime, B sequences' KV at `ctx` and what each
@@ -320,7 +328,7 @@ class Prediction:
         parts["per-step cost"] = sh.get("overhead", 0.0)
         parts["swap"] = sh.get("swap", 0.0)
         name, _, rest = (self.regime or "vector").partition(" (")
-        head = "CPU" if self.cores else "bytes only" if name == "bytes only" else f"{name} kernels" + (
+        head = (f"CPU ({self.regime})" if self.regime.startswith("2 passes") else "CPU") if self.cores else "bytes only" if name == "bytes only" else f"{name} kernels" + (
             f" ({rest}" if rest else "")
         shown = sorted(((v, k) for k, v in parts.items() if v >= 0.005), reverse=True)
         return f"{head}: " + " · ".join(f"{k} {v:.0%}" for v, k in shown)
@@ -359,6 +367,53 @@ class Lengths:
     prompt_tokens: int = 32
     output_tokens: int = 128
     context: int | None = None
+
+
+def cpu_path(ck: CpuKernels, features: Sequence[str]) -> tuple[int, frozenset[str]]:
+    """(tinyBLAS's tile width in columns, the weight types it multiplies that the build does not repack) for a
+    llama.cpp CPU build whose llama_print_system_info sets `features` (presets/kernels.toml [cpu]); (0, ∅) where
+    the build has no tinyBLAS (LLAMAFILE) or an instruction set the table does not describe."""
+    f = {x.upper() for x in features}
+    if "LLAMAFILE" not in f or "AMX_INT8" in f:  # AMX's own buffer type takes the legacy quants: not described
+        return 0, frozenset()
+    if "AVX512" in f:
+        isa, width, rep = "x86", ck.tinyblas_q0_width["avx512"], ck.repacked_types["avx512"]
+    elif "AVX2" in f:
+        isa, width, rep = "x86", ck.tinyblas_q0_width["avx2"], ck.repacked_types["avx2"]
+    elif "NEON" in f and "DOTPROD" in f:
+        isa, width, rep = "arm", ck.tinyblas_q0_width["arm"], ck.repacked_types["arm_dotprod"]
+    else:
+        return 0, frozenset()
+    repacked = set(rep) if "REPACK" in f else set()
+    return width, frozenset(t for t in ck.tinyblas_q0_types[isa] if t not in repacked)
+
+
+def cpu_batch_path(work: WorkModel, features: Sequence[str]) -> tuple[int, float, str]:
+    """(the tile width, the share of a step's weight bytes a second pass reads again, a note in words) for this
+    model on a CPU build with `features`: (0, 0.0, "") where either is not known or no weight takes tinyBLAS."""
+    width, types = cpu_path(cpu_kernels(), features)
+    total = work.read_bytes(1)
+    again = sum(n for t, n in work.matmul_type_bytes if t in types)
+    if not width or not again or not total:
+        return 0, 0.0, ""
+    share = min(1.0, again / total)
+    shown = ", ".join(sorted(t for t, n in work.matmul_type_bytes if t in types))
+    return width, share, (f"batch path: llama.cpp's CPU tinyBLAS multiplies this model's {shown} weights "
+                          f"({share:.0%} of a step's bytes) in tiles of {width} columns; a B past a whole "
+                          f"tile (B = {width + 1}, beyond a multiple of {width}) reads them a second time for the "
+                          "columns left (presets/kernels.toml [cpu])")
+
+
+def cpu_passes(tile: int, b: int) -> int:
+    """Passes tinyBLAS makes over its matrices for b columns: one tile-width sweep covering the largest multiple
+    of `tile`, and one more for the columns left (sgemm.cpp mnpack); one where b fits a single tile."""
+    return 2 if tile and b > tile and b % tile else 1
+
+
+def repass_factor(tile: int, share: float, b: int) -> float:
+    """The CPU batch step's fixed part (its weights' product) at b columns, × the single pass's: the second pass
+    re-reads `share` of the weights."""
+    return 1.0 + share * (cpu_passes(tile, b) - 1)
 
 
 def step_reads(work: WorkModel, m: Machine, contexts: Sequence[int]) -> float:
@@ -499,6 +554,9 @@ def predict(work: WorkModel, m: Machine, mode: str, k: int = 1, b: int = 1, thre
     if t_cpu:
         shares["compute"] = t_cpu  # the engine's own cost (a CPU's cores' time-sharing included), or FLOPs
     t_kernel, regime = kernel_time(work, m, b_eff, ctx)
+    if m.cores and cpu_passes(m.cpu_tile, b_eff) > 1:  # the CPU's tinyBLAS: the columns past its last whole tile
+        regime = (f"2 passes: {b_eff - b_eff % m.cpu_tile} columns in tiles of {m.cpu_tile}, then "
+                  f"{b_eff % m.cpu_tile} more")
     t_kernel *= k  # K engines share the chip's ALUs as they share its bandwidth (B = 1 each: their attention)
     # of it, the vector regime's attention arithmetic (every sequence's), shown apart (Prediction.binds)
     t_attn = k * b_eff * attention_time(work, m, ctx) if m.kernels and b_eff <= m.kernels.vector_max_b else 0.0
@@ -596,10 +654,11 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
         core = p.tpot_s * rate / ctx_scale
         reads = work.read_bytes(p.b) / work.read_bytes(1)
-        if m.batch_base_core_s is not None and core > m.batch_base_core_s * reads:
+        fixed = reads * repass_factor(m.cpu_tile, m.cpu_repass_share, p.b)  # × base: the step's fixed part
+        if m.batch_base_core_s is not None and core > m.batch_base_core_s * fixed:
             # the step's fixed part (the weights' product) is the probe's; what the load adds beyond the probe's
             # short sequences (attention over longer contexts, each sequence's sampling) is each sequence's
-            m = replace(m, seq_core_s=(core - m.batch_base_core_s * reads) / p.b)
+            m = replace(m, seq_core_s=(core - m.batch_base_core_s * fixed) / p.b)
         elif m.batch_base_core_s is not None:
             f = core / m.step_core(p.b, reads)
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)

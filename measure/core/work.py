@@ -93,6 +93,9 @@ class WorkModel:
     mla_dim: int = 0  # latent attention: elements cached a token and layer (kv_lora_rank + rope dims); 0: K and V
     assumed: tuple[str, ...] = ()  # what the source did not say and was assumed, in words
     quant: str = ""  # the weights' llama.cpp type (Q4_K_M, Q8_0, F16, MXFP4; "": not known): quant_family
+    # the matrices a step multiplies (outside the routed experts), bytes by ggml type (GGUF only; (): not known): the
+    # CPU picks its matmul path by type (presets/kernels.toml [cpu]; roofline.cpu_batch_path)
+    matmul_type_bytes: tuple[tuple[str, int], ...] = ()
 
     @property
     def moe_layers(self) -> int:
@@ -270,7 +273,7 @@ def from_gguf(info: GGUFInfo, kv_element_bytes: float = 2.0) -> WorkModel:
         kv_element_bytes=kv_element_bytes, note=_tied_note(tied, embd_bytes), experts=experts,
         window=info.sliding_window or 0, window_layers=info.window_layers or 0,
         linear_layers=info.linear_layers or 0, state_bytes=info.state_bytes or 0.0, mla_dim=info.mla_dim or 0,
-        assumed=tuple(assumed))
+        assumed=tuple(assumed), matmul_type_bytes=info.matmul_type_bytes)
 
 
 def config_params(cfg: Mapping[str, Any]) -> tuple[int, int]:

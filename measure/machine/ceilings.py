@@ -231,7 +231,8 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
                 steps.append(b.step()[0])
             steady = steps[4:]  # past the prompts
             batch[str(n)] = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
-        conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch})
+        feats = e.cpu_features() if hasattr(e, "cpu_features") else []  # the batch path's code (kernels.toml [cpu])
+        conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch, "cpu_features": feats})
         e.close()
     except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
         conn.send({"error": f"{type(exc).__name__}: {exc}"})

@@ -74,3 +74,19 @@ def test_a_llama_cpp_built_with_amx_says_so_in_the_engine_log_and_one_without_is
     import llama_cpp
 
     assert amx_warning(llama_cpp, io.StringIO()) is None, "this build has AMX: the Makefile's flags did not reach it"
+
+
+def test_the_build_s_cpu_features_name_its_batch_path():
+    """llama_print_system_info's names set to 1, read once by the probe: which matmul code a CPU batch step runs
+    (presets/kernels.toml [cpu]); this build's own have LLAMAFILE and REPACK (the Makefile keeps both)."""
+    from engines.llama_cpp import cpu_features
+
+    class Lib:
+        def llama_print_system_info(self) -> bytes:
+            return b"CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 0 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 0 | "
+
+    assert cpu_features(Lib()) == ["AVX2", "LLAMAFILE", "OPENMP", "SSE3"]
+    import llama_cpp
+
+    own = cpu_features(llama_cpp)
+    assert {"LLAMAFILE", "REPACK"} <= set(own) and ("AVX2" in own or "NEON" in own)

@@ -83,6 +83,11 @@ def test_a_gguf_is_read_through_the_reader(model, tmp_path):
     assert shape == guard.shape_of_gguf(info, str(model.path)) and shape.weight_bytes == info.file_bytes
     assert shape.work == work.from_gguf(info) == model_files.work_from_gguf(model.path)
     assert model_files.work_model(None, str(model.path), "llama-3.1-8b") == shape.work  # the file before a preset
+    # the matrices a step multiplies by type (the CPU's batch path, kernels.toml [cpu]): Gemma 3 270M Q4_K_M ties
+    # its Q8_0 embedding (640 × 262,144, 34 bytes a block of 32: 179,824,640 B), and every byte a step reads is one
+    types = dict(shape.work.matmul_type_bytes)
+    assert types["Q8_0"] >= 640 * 262144 // 32 * 34 and set(types) == {"Q4_K", "Q5_0", "Q6_K", "Q8_0"}
+    assert sum(types.values()) == pytest.approx(shape.work.read_bytes(1), rel=0.005)  # norms (F32, 1-D) aside
 
 
 def test_a_trace_file_is_read_from_any_offset(tmp_path):

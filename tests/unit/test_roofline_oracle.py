@@ -10,7 +10,7 @@ import pytest
 from measure.core import roofline as RL
 from measure.core import work as W
 from measure.core.readings import Ceilings
-from presets import Chip, Kernels
+from presets import Chip, Kernels, cpu_kernels
 
 # KV: 2 (K and V) × 2 kv heads × 64 × 2 B = 512 B a layer and token
 TOY = W.WorkModel(name="toy", source="hand", params=1_000_000_000, file_bytes=1_000_000_000,
@@ -474,6 +474,67 @@ def test_a_cpu_machine_from_its_probe_by_hand() -> None:
     assert RL.Machine.from_ceilings(_ceilings(), TOY).notes == ("no engine rates in the probe: bandwidth ceiling "
                                                                   "only",)
 
+
+
+# the toy's weights by type: 0.6 GB of Q8_0 (tinyBLAS on every x86 build), 0.3 GB of Q4_0 (tinyBLAS unless the
+# build repacks it), 0.1 GB of Q6_K (the vec_dot loop)
+TYPED = replace(TOY, matmul_type_bytes=(("Q4_0", 300_000_000), ("Q6_K", 100_000_000), ("Q8_0", 600_000_000)))
+X86 = ["AVX", "AVX2", "AVX512", "LLAMAFILE", "REPACK"]
+
+
+def test_the_cpu_batch_path_from_the_build_and_the_weight_types() -> None:
+    ck = cpu_kernels()
+    # AVX512 (32 vector registers): tiles of 4; REPACK takes Q4_0 and IQ4_NL, tinyBLAS keeps Q8_0 and Q5_0
+    assert RL.cpu_path(ck, X86) == (4, frozenset({"Q8_0", "Q5_0"}))
+    # AVX2 without REPACK: tiles of 2, every legacy quant tinyBLAS knows on x86
+    assert RL.cpu_path(ck, ["AVX2", "LLAMAFILE"]) == (2, frozenset({"Q8_0", "Q4_0", "Q5_0", "IQ4_NL"}))
+    # ARM with dotprod: tiles of 3; with REPACK both of its types are repacked: nothing makes a second pass
+    assert RL.cpu_path(ck, ["NEON", "DOTPROD", "LLAMAFILE"]) == (3, frozenset({"Q8_0", "Q4_0"}))
+    assert RL.cpu_path(ck, ["NEON", "DOTPROD", "LLAMAFILE", "REPACK"]) == (3, frozenset())
+    # no tinyBLAS, AMX's own buffers, an instruction set the table does not describe: not known
+    for f in (["AVX512", "REPACK"], [*X86, "AMX_INT8"], ["LLAMAFILE", "SSE3"], []):
+        assert RL.cpu_path(ck, f) == (0, frozenset())
+    # passes over tinyBLAS's matrices: one while B fits a tile or is a multiple of it, two past it
+    assert [RL.cpu_passes(4, b) for b in range(1, 14)] == [1, 1, 1, 1, 2, 2, 2, 1, 2, 2, 2, 1, 2]
+    assert [RL.cpu_passes(2, b) for b in range(1, 6)] == [1, 1, 2, 1, 2]
+    assert RL.cpu_passes(3, 8) == 2 and RL.cpu_passes(0, 9) == 1
+    # the toy on AVX512 with REPACK: Q8_0 only, 0.6 of its 1 GB; without REPACK Q4_0 too, 0.9
+    tile, share, note = RL.cpu_batch_path(TYPED, X86)
+    assert (tile, share) == (4, pytest.approx(0.6)) and "Q8_0 weights (60% of a step's bytes) in tiles of 4" in note
+    assert RL.cpu_batch_path(TYPED, ["AVX512", "LLAMAFILE"])[:2] == (4, pytest.approx(0.9))
+    # types not known (a model from its config) or no tinyBLAS type among them: no second pass
+    assert RL.cpu_batch_path(TOY, X86) == (0, 0.0, "")
+    assert RL.cpu_batch_path(replace(TOY, matmul_type_bytes=(("Q6_K", 10),)), X86) == (0, 0.0, "")
+    assert RL.repass_factor(4, 0.6, 9) == pytest.approx(1.6) and RL.repass_factor(4, 0.6, 8) == 1.0
+
+
+def test_a_cpu_batch_past_a_whole_tile_reads_its_tinyblas_weights_again() -> None:
+    # a step of B: base 25 core-ms × (1 + 0.6 for a second pass) + B × 6.25 core-ms
+    cpu = replace(CPU, batch_base_core_s=0.025, seq_core_s=0.00625, cpu_tile=4, cpu_repass_share=0.6)
+    assert cpu.step_core(8) == pytest.approx(0.025 + 0.05)  # one pass: 75 ms
+    assert cpu.step_core(9) == pytest.approx(0.025 * 1.6 + 9 * 0.00625)  # two: 96.25 ms
+    # one more column costs its 6.25 ms and the second pass's 15 ms; B = 12 (one pass) only 3.75 ms more than B = 9
+    assert cpu.step_core(9) - cpu.step_core(8) == pytest.approx(0.015 + 0.00625)
+    assert cpu.step_core(12) == pytest.approx(0.1)
+    assert cpu.step_core(1) == pytest.approx(0.02)  # one sequence: the vector path's own cost
+    p9 = RL.predict(TOY, cpu, "batch", 1, 9, threads=2, at=RL.Lengths(10, 5, 0))
+    assert p9.tpot_s == pytest.approx(0.09625 / 1.5) and p9.regime == "2 passes: 8 columns in tiles of 4, then 1 more"
+    assert p9.binds().startswith("CPU (2 passes: 8 columns in tiles of 4, then 1 more): the cores' compute")
+    assert RL.predict(TOY, cpu, "batch", 1, 8, threads=2, at=RL.Lengths(10, 5, 0)).binds().startswith("CPU: ")
+    # the probe's two batches through it: ARM's tiles of 3 make its B = 8 two passes (base × 1.6 + 8 × seq),
+    # B = 2 one: 0.0375 = base + 2 seq, 0.075 = 1.6 base + 8 seq → base = 0.0375·8 − 0.075·2 over 8 − 3.2
+    c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
+                  weight_bytes=1e9, cpu_features=["NEON", "DOTPROD", "LLAMAFILE"])
+    arm = RL.Machine.from_ceilings(c, replace(TOY, matmul_type_bytes=(("Q8_0", 600_000_000),)))
+    base = (0.0375 * 8 - 0.075 * 2) / (8 - 1.6 * 2)
+    assert (arm.cpu_tile, arm.cpu_repass_share) == (3, pytest.approx(0.6))
+    assert arm.batch_base_core_s == pytest.approx(base) and arm.seq_core_s == pytest.approx((0.0375 - base) / 2)
+    assert any(n.startswith("batch path: llama.cpp's CPU tinyBLAS multiplies this model's Q8_0") for n in arm.notes)
+    # a calibration point past a whole tile: its fixed part counted with the second pass, the rest each sequence's
+    pt = RL.Point("batch", 1, 9, 2, tpot_s=0.08, ttft_engine_s=0.2, prompt_tokens=10, output_tokens=10)
+    cal = RL.calibrate(TOY, cpu, [pt])
+    core = 0.08 * 1.5 / (TOY.flops_per_token(15) / TOY.flops_per_token(0))
+    assert cal.seq_core_s == pytest.approx((core - 0.025 * 1.6) / 9)
 
 
 def test_calibrate_gives_back_each_of_its_points() -> None:
