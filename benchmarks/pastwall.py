@@ -328,12 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shares", default=",".join(f"{s:.2f}" for s in SHARES),
                     help="the limits, as shares of the working set measured with no limit, comma-separated")
     args = ap.parse_args(argv)
+    given = args.shares
     try:
-        args.shares = tuple(float(s) for s in args.shares.split(","))
+        args.shares = tuple(float(s) for s in given.split(","))
     except ValueError:
-        ap.error(f"--shares {args.shares!r}: give shares of the working set such as 1.10,0.70,0.60")
-    if not args.shares or any(not 0.1 <= s <= 4 for s in args.shares):
-        ap.error(f"--shares {args.shares}: each share between 0.1 and 4 (1.0 = the working set with no limit)")
+        ap.error(f"--shares {given!r}: give shares of the working set such as 1.10,0.70,0.60")
+    if any(not 0.1 <= s <= 4 for s in args.shares):
+        ap.error(f"--shares {given!r}: each share between 0.1 and 4 (1.0 = the working set with no limit)")
     why = refuse()
     if why:
         print(why, file=sys.stderr)

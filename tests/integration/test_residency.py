@@ -499,3 +499,24 @@ def test_a_group_sweep_that_ends_early_is_run_again(tmp_path, monkeypatch):
     assert S._memcg_sweep(tmp_path, "-") == 250e6 and not codes
     codes[:] = [-9] * S.MEMCG_TRIES + [0]
     assert S._memcg_sweep(tmp_path, "-") is None and codes == [0]
+
+
+@pytest.mark.parametrize("shares", ["0.7,x", "0.05", "1.1,,0.6"])
+def test_pastwall_refuses_limits_it_cannot_set_in_one_line(shares, capsys):
+    """benchmarks/pastwall.py --shares: a limit that is not a share of the working set it can set is one line
+    and exit 2, before anything is made (no swap file, no cgroup)."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "benchmarks" / "pastwall.py"
+    spec = importlib.util.spec_from_file_location("bench_pastwall", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(mod)
+        with pytest.raises(SystemExit) as ended:
+            mod.main(["--shares", shares])
+    finally:
+        del sys.modules[spec.name]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert ended.value.code == 2 and f"error: --shares {shares!r}: " in err[-1] and err[0].startswith("usage:")
