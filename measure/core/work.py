@@ -449,6 +449,7 @@ def work_from_dict(d: Mapping[str, Any]) -> WorkModel:
         if kw.get("experts"):
             kw["experts"] = Experts(**kw["experts"])
         kw["assumed"] = tuple(kw.get("assumed") or ())
+        kw["matmul_type_bytes"] = tuple((str(t), int(n)) for t, n in kw.get("matmul_type_bytes") or ())
         return WorkModel(**kw)
     except TypeError as exc:
         raise ValueError(f"not a work model as inference-top wrote it: {exc}") from None

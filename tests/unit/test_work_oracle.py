@@ -3,6 +3,9 @@ of experts, each part's parameters and bytes worked out in the comments (benchma
 the module's mutants)."""
 from __future__ import annotations
 
+import json
+
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -155,6 +158,9 @@ def test_work_from_dict_round_trips() -> None:
     w = W.from_config(_cfg(MOE))
     assert W.work_from_dict(asdict(w)) == w
     assert W.work_from_dict(asdict(w) | {"unknown": 1}) == w
+    # as JSON gives it back (lists, not tuples): the types' bytes a CPU step's path is chosen by, too
+    typed = replace(w, matmul_type_bytes=(("Q4_K", 10), ("Q8_0", 20)))
+    assert W.work_from_dict(json.loads(json.dumps(asdict(typed)))) == typed
     with pytest.raises(ValueError, match="^not a work model as inference-top wrote it: "):
         W.work_from_dict({"name": "x"})
 
