@@ -530,6 +530,15 @@ def test_a_cpu_batch_past_a_whole_tile_reads_its_tinyblas_weights_again() -> Non
     assert (arm.cpu_tile, arm.cpu_repass_share) == (3, pytest.approx(0.6))
     assert arm.batch_base_core_s == pytest.approx(base) and arm.seq_core_s == pytest.approx((0.0375 - base) / 2)
     assert any(n.startswith("batch path: llama.cpp's CPU tinyBLAS multiplies this model's Q8_0") for n in arm.notes)
+    # an AVX2 build (tiles of 2) whose smaller batch is the one past a tile: B = 3 two passes, B = 8 one:
+    # 1/30 = 1.6 base + 3 seq, 1/20 × 1.5 = 0.075 = base + 8 seq
+    c2 = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"3": 45.0, "8": 20.0}, prefill_tps=400.0,
+                   weight_bytes=1e9, cpu_features=["AVX2", "LLAMAFILE"])
+    avx2 = RL.Machine.from_ceilings(c2, replace(TOY, matmul_type_bytes=(("Q8_0", 600_000_000),)))
+    b3 = 1.5 / 45.0
+    base2 = (b3 * 8 - 0.075 * 3) / (1.6 * 8 - 3)
+    assert avx2.cpu_tile == 2 and avx2.batch_base_core_s == pytest.approx(base2)
+    assert avx2.seq_core_s == pytest.approx((0.075 - base2) / 8)
     # a calibration point past a whole tile: its fixed part counted with the second pass, the rest each sequence's
     pt = RL.Point("batch", 1, 9, 2, tpot_s=0.08, ttft_engine_s=0.2, prompt_tokens=10, output_tokens=10)
     cal = RL.calibrate(TOY, cpu, [pt])
