@@ -358,6 +358,8 @@ class Ceilings:
             out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
                        f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
                        f"{e['prefill_tps']:.0f} tok/s (all threads)")
+        if e.get("cpu_features"):  # which matmul code a batch step runs (presets/kernels.toml [cpu])
+            out.append(f"llama.cpp's CPU build: {' '.join(e['cpu_features'])}")
         out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"
                    + (f", other work on the machine meanwhile: {self.busy_cores:.2f} cores"
                       if self.busy_cores is not None else ""))

@@ -113,7 +113,9 @@ def test_probe_format_round_trips():
                   "prefill_tps": 400.0, "batch_steps_per_s": {"2": 40.0, "8": 20.0}}, "now", 12.0)
     assert c.attainable_gbps == 27.7 and c.decode_tps(2) == 80.0
     text = c.describe()
-    assert "27.7 GB/s" in text and "1 thread 56.0, 2 threads 80.0 tok/s" in text
+    assert "27.7 GB/s" in text and "1 thread 56.0, 2 threads 80.0 tok/s" in text and "CPU build" not in text
+    built = Ceilings(**{**c.__dict__, "engine": {**c.engine, "cpu_features": ["AVX2", "LLAMAFILE"]}})
+    assert "\nllama.cpp's CPU build: AVX2 LLAMAFILE\n" in built.describe()
     again = Ceilings(**json.loads(json.dumps(c.__dict__)))
     assert again == c
     w = from_preset(presets.model("gemma-3-270m-q4_k_m"))
