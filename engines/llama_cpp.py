@@ -45,8 +45,7 @@ def amx_warning(lib: Any, out: TextIO | None = None) -> str | None:
     """One line in the engine log when this llama.cpp was built with AMX kernels (a build other than the
     Makefile's, docs/design/llama-build.md): its multi-row matmuls segfault on some Xeons, so if a batch step dies,
     the log says what to rebuild. None (nothing written) for a build without them."""
-    info = lib.llama_print_system_info().decode(errors="replace")
-    if "AMX_INT8 = 1" not in info:
+    if "AMX_INT8" not in cpu_features(lib):
         return None
     line = ("warning: this llama.cpp was built with AMX kernels (AMX_INT8 = 1), which segfault in multi-row "
             "matmuls (batch steps) on some Xeons (llama.cpp #20824); if a batch step dies, rebuild without them: "
