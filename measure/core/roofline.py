@@ -328,8 +328,12 @@ class Prediction:
         parts["per-step cost"] = sh.get("overhead", 0.0)
         parts["swap"] = sh.get("swap", 0.0)
         name, _, rest = (self.regime or "vector").partition(" (")
-        head = (f"CPU ({self.regime})" if self.regime.startswith("2 passes") else "CPU") if self.cores else "bytes only" if name == "bytes only" else f"{name} kernels" + (
-            f" ({rest}" if rest else "")
+        if self.cores:  # a CPU names its matmul path only where tinyBLAS makes a second pass (predict)
+            head = f"CPU ({self.regime})" if self.regime.startswith("2 passes") else "CPU"
+        elif name == "bytes only":
+            head = name
+        else:
+            head = f"{name} kernels" + (f" ({rest}" if rest else "")
         shown = sorted(((v, k) for k, v in parts.items() if v >= 0.005), reverse=True)
         return f"{head}: " + " · ".join(f"{k} {v:.0%}" for v, k in shown)
 
