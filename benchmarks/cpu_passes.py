@@ -4,8 +4,8 @@
 One context of B sequences (the engine's own batch path, llama-cpp-python), each prompted, then 12 steps of one
 token each, timed around llama_decode only (no sampling, no Python around it); the median of the steps past the
 second, and the median over --rounds rounds (the B values in turn, each round). Beside each B: the passes the
-build's tile width gives, the probe's prediction of the same step (base × (1 + s × a second pass) + B × seq, from
-the cached probe, no calibration), and B ÷ the B below it for the steps that take a second pass.
+build's tile width gives, the roofline's prediction of the same step (roofline.predict from the cached probe, no
+calibration: base × (1 + s × a second pass) + B × seq), and B ÷ the B below it for the steps that take a second pass.
 
 Ends with one JSON line: each B's step, its passes, the prediction, and the mean cost of a column past a whole
 tile over the one before it ("second_pass_ms").
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     for b in bs:
         t = statistics.median(runs[b])
         passes = RL.cpu_passes(tile, b)
-        pred = (m.step_core(b, work.read_bytes(b) / work.read_bytes(1)) / m.speedup(args.threads)
-                if m is not None and m.step_core_s else None)
+        at = RL.Lengths(prompt_tokens=len(toks), output_tokens=2 * STEPS, context=len(toks) + STEPS)
+        pred = RL.predict(work, m, "batch", 1, b, args.threads, at=at).tpot_s if m is not None and m.step_core_s else None
         below = max((x for x in bs if x < b), default=None)
         if passes == 2 and below is not None and RL.cpu_passes(tile, below) == 1 and b - below == 1:
             extra.append(t - statistics.median(runs[below]))
