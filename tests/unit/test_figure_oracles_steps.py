@@ -232,3 +232,23 @@ def test_the_star_by_goodput_a_level_none_of_whose_tokens_met_the_slo_is_not_bes
     _settle(t, ST.StepLevel("B", "instances", 2, 1, 20 * NS), fb, 20.0, 20, tps=5.0)
     rows = t.table()
     assert [(r.level, r.goodput_tps, r.best) for r in rows] == [("A", 0.0, False), ("B", pytest.approx(0.5), True)]
+
+
+def test_a_level_left_unsettled_keeps_its_own_prediction_while_the_next_step_is_pending():
+    """`+` asks K = 2: the controller predicts K = 2 (51 tok/s) at once, while the K = 1 level goes on until the new
+    worker is ready (readings not steady). The K = 1 row, left before it settled, shows K = 1's 43, not 51; the
+    K = 2 row takes its own from its first reading."""
+    t = ST.StepTable()
+    one = ST.StepLevel("K=1 B=1 instances", "instances", 1, 1, 0)
+    f = S.LevelFigures(None)
+    _add(f, 0, 40.0, 23.0)
+    for i in range(4):  # 2 s of steady readings: too soon to settle
+        row = t.tick(one, _reading(i / 2, f, 42.0, predicted_tps=43.0, predicted_range=(40.0, 46.0)))
+    assert not row.settled and row.predicted_tps == 43.0
+    row = t.tick(one, _reading(2.0, f, 42.0, steady=False, predicted_tps=51.0, predicted_range=(48.0, 54.0)))
+    assert (row.predicted_tps, row.predicted_low, row.predicted_high) == (43.0, 40.0, 46.0)
+    two = ST.StepLevel("K=2 B=1 instances", "instances", 2, 1, round(2.5 * NS))
+    new = t.tick(two, _reading(2.5, S.LevelFigures(None), 0.0, steady=False, predicted_tps=51.0,
+                               predicted_range=(48.0, 54.0)))
+    assert [r.predicted_tps for r in t.rows] == [43.0] and t.rows[0].progress.startswith(ST.LEFT_UNSETTLED)
+    assert (new.predicted_tps, new.predicted_low, new.predicted_high) == (51.0, 48.0, 54.0)

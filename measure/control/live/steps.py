@@ -136,6 +136,7 @@ class StepTable:
         agg = statistics.fmean(tps) if tps else r.agg_tps
         g = settled_goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
         usd = self.cost.usd_per_mtok(agg, r.watts) if self.cost and agg else None
+        cur = self.current
         self.current = StepRow(
             level.label, level.mode, level.k, level.b, settled,
             "settled" if settled else "settling: " + ", ".join(waits),
@@ -144,6 +145,11 @@ class StepTable:
             g.rps if g else None, g.tps if g else None, g.attainment if g else None, r.mem_used, r.bw_gbps,
             r.predicted_tps, r.wall, r.watts, usd, predicted_low=r.predicted_range[0] if r.predicted_range else None,
             predicted_high=r.predicted_range[1] if r.predicted_range else None)
+        if not r.steady and cur is not None and cur.level == level.label:
+            # a step is pending and this level has not settled: the controller already predicts the level asked
+            # for, so the row keeps its own level's prediction (an unsettled row left behind showed the next one's)
+            self.current = replace(self.current, predicted_tps=cur.predicted_tps, predicted_low=cur.predicted_low,
+                                   predicted_high=cur.predicted_high)
         if settled:
             self._settled = self.current
         return self.current
