@@ -9,6 +9,7 @@ measurement; what a client measures beyond it is the client's (and the loopback'
                                   [--eos-after N] [--cold-first-ms MS [--cold-over-tokens N]]
                                   [--serve batching|serialising] [--prefix-block N]
                                   [--itl-cv CV] [--first-gap-ms MS] [--gap-seed N] [--empty-chunks]
+                                  [--step-clock]
 
 In a test:  with NullServer(Behaviour(ttft_ms=20, itl_ms=10)) as srv: ... srv.url  (http://127.0.0.1:PORT/v1)
 or          url, stop = start_null_server(Behaviour(usage="final")); ...; stop()
@@ -41,7 +42,10 @@ at no cost; serialising: one request at a time, the others wait in arrival order
 schedule (TTFT, then ITL) starts when it gets the server: total tok/s stays that of one stream whatever B,
 and TTFT grows with queue position, as `python -m llama_cpp.server` does; interleaving: every open stream is
 answered, but the server does one thing at a time (a prefill, then one token of one stream) in turns, so the
-streams overlap and total tok/s stays that of one stream (mlx_lm.server before it batched). /metrics says
+streams overlap and total tok/s stays that of one stream (mlx_lm.server before it batched). --step-clock (batching
+only): the streams step together, as a real batcher's do: every token due at a multiple of ITL since the server
+started, a stream's first at the first step after its arrival + TTFT (TTFT up to one ITL longer); without it each
+stream keeps its own phase, and a closed loop's streams drift apart by the client's jitter. /metrics says
 null:requests_running (streams being answered) and null:requests_waiting (queued), as llama-server's
 requests_processing and requests_deferred. --prefix-block N adds vLLM's prefix-cache counters
 (vllm:prefix_cache_queries_total, _hits_total; PrefixCounter): a server whose hit rate comes from counter rises.
@@ -199,6 +203,9 @@ class Behaviour:
     first_gap_ms: float | None = None  # the first gap apart from the rest
     gap_seed: int = 0
     empty_chunks: bool = False  # a chunk with no token before every one with tokens
+    step_clock: bool = False  # batching on one step clock: a stream's first chunk at the first step (a multiple of
+    # ITL since the server started) at or after arrival + TTFT, then every step with the others', as a server
+    # that batches its streams sends a token of each one per step
 
 
 class NullApp:
@@ -235,6 +242,9 @@ class NullApp:
             raise ValueError("itl_cv and first_gap_ms must be ≥ 0")
         self.gaps = (b.itl_cv, b.first_gap_ms, b.gap_seed) if b.itl_cv > 0 or b.first_gap_ms is not None else None
         self._due: list[int] = [0]  # each token's due time after the first (ns), for the longest answer so far
+        if b.step_clock and (serve != "batching" or self.gaps is not None or self.itl_ns <= 0):
+            raise ValueError("step_clock needs serve batching, itl_ms > 0 and constant gaps (no itl_cv, first_gap_ms)")
+        self.step0 = time.perf_counter_ns() if b.step_clock else None  # step_clock: step 0 of the server's clock
         self.empty_chunks = b.empty_chunks
         self.tokens_per_chunk = tokens_per_chunk
         self.usage = usage
@@ -428,6 +438,8 @@ class NullApp:
         self.running += 1
         if self.serve == "interleaving":  # its prefill takes the server in turn
             answer.take_turn(t_start, self.ttft_ns)
+        elif self.step0 is not None:  # its first chunk waits for the next step of the shared clock
+            answer.shift_ns = (self.step0 - t_start - answer.cold_ns - self.ttft_ns) % self.itl_ns
         try:
             answer.at(answer.due_of(min(answer.n, max_tokens)))
             if not await answer.ended:
@@ -471,7 +483,7 @@ class _Answer:
         self.sent = 0  # tokens sent so far
         self.first_sent = 0  # when the first chunk was handed to the kernel (perf_counter_ns)
         self.cold_ns = 0  # this answer's extra delay before its first chunk (NullApp's cold path)
-        self.shift_ns = 0  # interleaving: how much later than its own schedule its turns came
+        self.shift_ns = 0  # how much later than its own schedule its turns came (interleaving) or its steps (step_clock)
 
     def due_of(self, upto: int) -> int:
         return self.t_arrival + self.cold_ns + self.app.ttft_ns + self.app.offset_ns(upto - 1) + self.shift_ns
@@ -709,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap-seed", type=int, default=0, help="the seed of the gaps drawn (default 0)")
     ap.add_argument("--empty-chunks", action="store_true",
                     help="send a chunk with no token before every chunk with tokens (and a first one with no text)")
+    ap.add_argument("--step-clock", action="store_true",
+                    help="batching on one step clock: every stream's tokens at the same steps (multiples of --itl-ms "
+                         "since the server started), a stream's first one at the first step after its TTFT")
     ap.add_argument("--prefix-block", type=int, default=0,
                     help="count vLLM's prefix-cache queries and hits in blocks of N tokens on /metrics (default 0: off)")
     a = ap.parse_args(argv)
@@ -716,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         app = NullApp(Behaviour(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
                                 a.clock_skew_s, cold_first=(a.cold_first_ms, a.cold_over_tokens), serve=a.serve,
                                 prefix_block=a.prefix_block, itl_cv=a.itl_cv, first_gap_ms=a.first_gap_ms,
-                                gap_seed=a.gap_seed, empty_chunks=a.empty_chunks))
+                                gap_seed=a.gap_seed, empty_chunks=a.empty_chunks, step_clock=a.step_clock))
     except ValueError as exc:
         ap.error(str(exc))
 

@@ -14,7 +14,7 @@ from engines.registry import make_engine
 from engines.http_lean import LeanSession
 from engines.http_openai import endpoint_body, new_session, stream_one
 from engines.null import NullEngine
-from engines.null_server import Behaviour, NullServer, free_port
+from engines.null_server import Behaviour, NullApp, NullServer, free_port
 
 MS = 1_000_000
 
@@ -273,6 +273,29 @@ def test_64_concurrent_streams_through_the_http_source():
         assert t["null_first_due_ns"] == t["null_arrival_ns"] + 20 * MS
         assert r.t_started_ns < t["null_arrival_ns"] < t["null_first_due_ns"] <= t["null_first_sent_ns"]
         assert t["null_first_sent_ns"] < r.t_first_token_ns
+
+
+def test_the_step_clock_puts_every_stream_on_the_same_steps():
+    """--step-clock (Behaviour.step_clock): a batching server's streams step together: each stream's first token is
+    due at the first step (a multiple of ITL since the server started) at or after its arrival + TTFT, so two
+    requests that arrive 3 ms apart with ITL 10 ms are due a whole number of steps apart, within one ITL after their
+    TTFT (the server's own schedule, from its `timings`: no client timing read). Without it each keeps its own phase;
+    a mode it cannot serve is refused."""
+    def due(srv):
+        return _stream(srv.url + "/completions", endpoint_body("completions", None, "a b", 3, True))[1].timings
+
+    for clock in (True, False):
+        with NullServer(Behaviour(ttft_ms=10, itl_ms=10, step_clock=clock)) as srv:
+            first = due(srv)
+            time.sleep(0.003)
+            second = due(srv)
+        for t in (first, second):
+            assert 10 * MS <= t["null_first_due_ns"] - t["null_arrival_ns"] < (20 if clock else 10.001) * MS
+        apart = (second["null_first_due_ns"] - first["null_first_due_ns"]) % (10 * MS)
+        assert (apart == 0) == clock, apart
+    for bad in (dict(serve="serialising"), dict(serve="interleaving"), dict(itl_cv=0.5), dict(itl_ms=0)):
+        with pytest.raises(ValueError, match="step_clock needs"):
+            NullApp(Behaviour(step_clock=True, **bad))
 
 
 @pytest.mark.parametrize("usage", ["continuous", "final", "none"])

@@ -75,10 +75,13 @@ def _server_vs_engine(serve, bs, out, *extra, timeout=600):
 
 
 class _null:
-    """The null server in a process of its own (engines/null_server.spawn), killed on the way out."""
+    """The null server in a process of its own (engines/null_server.spawn), killed on the way out. Batching steps
+    its streams together (--step-clock), as a real batcher does: on its own schedule each stream keeps the phase it
+    arrived at, and a closed loop's two streams drift apart by the client's jitter (CI read 13 % of their tokens
+    within a step, at B = 2, and named it interleaving)."""
 
     def __init__(self, serve, *extra):
-        self.args = ("--serve", serve, *extra)
+        self.args = ("--serve", serve, *(("--step-clock",) if serve == "batching" else ()), *extra)
 
     def __enter__(self):
         from engines.null_server import spawn

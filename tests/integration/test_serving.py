@@ -108,7 +108,8 @@ def test_dashboard_names_a_serialising_server(serve, expect, tmp_path):
     from tui.options import build_parser
     from tui.panels import serving_text
 
-    proc, url = spawn(5.0, 10.0, "--serve", serve)
+    proc, url = spawn(5.0, 10.0, "--serve", serve, *(("--step-clock",) if serve == "batching" else ()))  # a batcher
+    # steps its streams together (on their own phases they read as taking turns: tests/integration/test_server_verdicts)
     try:
         dash, _ = build_parser()
         plan = make_plan(plan_options(dash.parse_args(["--engine", "http", "--url", url, "--tokenizer", "none", "--b", "4",
