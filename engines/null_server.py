@@ -693,7 +693,7 @@ def spawn(ttft_ms: float, itl_ms: float, *args: str, timeout_s: float = 30.0) ->
         time.sleep(0.05)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engines.null_server", description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
@@ -726,6 +726,11 @@ def main(argv: list[str] | None = None) -> int:
                          "since the server started), a stream's first one at the first step after its TTFT")
     ap.add_argument("--prefix-block", type=int, default=0,
                     help="count vLLM's prefix-cache queries and hits in blocks of N tokens on /metrics (default 0: off)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     a = ap.parse_args(argv)
     try:
         app = NullApp(Behaviour(a.ttft_ms, a.itl_ms, a.tokens_per_chunk, a.usage, a.reasoning_tokens, a.eos_after,
