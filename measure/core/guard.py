@@ -104,7 +104,7 @@ def shape_of_config(config: W.ConfigFile) -> KVShape:
         heads = int(cfg["num_attention_heads"])
         kv_heads = int(cfg.get("num_key_value_heads", heads))
         head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
         raise GuardError(f"{p} lacks the attention shape ({exc}): need num_hidden_layers, num_attention_heads, "
                          "hidden_size or head_dim") from None
     why = "no parameters"
@@ -116,7 +116,8 @@ def shape_of_config(config: W.ConfigFile) -> KVShape:
     if not weights:  # never 0 B of weights
         raise GuardError(f"{p}: no weights beside it (*.safetensors) and its weights cannot be sized: {why}")
     return KVShape(cfg.get("_name_or_path") or p.parent.name, layers, kv_heads, head_dim, weights,
-                   f"config {p}", int(cfg.get("hidden_size") or 0), int(cfg.get("intermediate_size") or 0), wm)
+                   f"config {p}", int(cfg.get("hidden_size") or 0), W.active_ffn(cfg), wm)
+
 
 
 def shape_of_gguf(info: GGUFInfo, path: str | Path) -> KVShape:
@@ -136,7 +137,12 @@ def shape_from_preset(name: str) -> KVShape:
 
     m = model(name)
     inter = 0
-    if m.hidden and m.heads and m.vocab:  # a Llama-shaped preset: the gated MLP's width from the parameters
+    if m.experts:  # a mixture of experts: the MLP a token runs is its experts' (and the shared ones'), not all of them
+        inter = max(m.experts_used * m.expert_ffn + m.shared_experts * m.shared_expert_ffn,
+                    m.intermediate if m.dense_layers else 0)
+    elif m.intermediate:  # the preset says its FFN's width
+        inter = m.intermediate
+    elif m.hidden and m.heads and m.vocab:  # a Llama-shaped preset: the gated MLP's width from the parameters
         h, hd = m.hidden, m.head_dim
         attn = h * m.heads * hd * 2 + h * m.kv_heads * hd * 2 + 2 * h  # q, o, k, v and the two norms
         per_layer = (m.params - m.vocab * h * (1 if m.tied_embeddings else 2) - h) / m.layers

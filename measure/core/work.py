@@ -288,6 +288,18 @@ def _n(cfg: Mapping[str, Any], *keys: str) -> int:
     return next((int(cfg[k]) for k in keys if cfg.get(k) is not None), 0)
 
 
+def active_ffn(cfg: Mapping[str, Any]) -> int:
+    """The width of the MLP a token runs (mlx's prefill activations): a dense model's intermediate_size; a mixture
+    of experts' experts each token uses × their width (moe_intermediate_size, else intermediate_size: gpt-oss and
+    Mixtral give an expert's there) + its shared experts', or its leading dense layers' where wider."""
+    inter = _n(cfg, "intermediate_size")
+    if not _n(cfg, "num_experts", "num_local_experts", "n_routed_experts"):
+        return inter
+    ffn_e = _n(cfg, "moe_intermediate_size") or inter
+    used = _n(cfg, "num_experts_per_tok") * ffn_e + _n(cfg, "n_shared_experts") * ffn_e + _n(
+        cfg, "shared_expert_intermediate_size")
+    return max(used, inter if _n(cfg, "first_k_dense_replace") else 0)
+
 def _need(cfg: Mapping[str, Any], key: str) -> int:
     if cfg.get(key) is None:
         raise ValueError(f"the config has no {key} (and its model_type {cfg.get('model_type')!r} has no default "
