@@ -6,7 +6,9 @@ matrix; this one is not a list: whatever bug its operators can write, in every l
 The modules (MODULES, also [tool.mutmut] only_mutate in pyproject.toml): the metrics, the records, the arrivals, the
 cell and its window, the knee, the live statistics and the step table, the HTTP client's token counting and the
 warmup; and the physics and the memory (round 19): the roofline, the work model and its readers (config.json, GGUF,
-presets), the config's defaults and precisions, the residency roofline and plan's sizing. The tests ([tool.mutmut]
+presets), the config's defaults and precisions, the residency roofline and plan's sizing; and the verdicts a user
+acts on (round 22): how a server serves its streams, the memory guard, what a server says of its caches, the cost
+of a token. The tests ([tool.mutmut]
 pytest_add_cli_args_test_selection): fast unit tests, each figure worked by hand or recomputed with numpy
 (tests/unit/test_figure_oracles*.py, tests/unit/test_metrics.py, tests/unit/test_*_oracle.py), and the fast
 integration modules of the physics and the residency (test_physics, test_roofline, test_residency, test_configs,
@@ -31,7 +33,8 @@ Measured on the shared 2-core machine: every module, 3734 mutants in SCOPE, 452 
 2.8–5.1 from the others' work, and 644 s at 4.2–6.0 (2026-12-06); one module at a time at load 5–10: metrics 215 s, records 31 s, arrivals
 282 s, cell 212 s, knee 138 s, step table 125 s, the HTTP counter 51 s (mutmut's copy and its stats add ≈ 10–60 s
 a run). The physics and the memory alone (roofline, work, residency, hf_config, sizing: 3946 mutants), 433 s at load
-≈ 2; every module, 7669 mutants, 780 s (docs/measurements.md §22). The last line is one JSON object:
+≈ 2; every module, 7669 mutants, 780 s (docs/measurements.md §22). The verdicts (serving, guard, server_cache,
+cost: 1393 mutants) with work.py, 230 s (§25). The last line is one JSON object:
 {"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "not_run", "score", "seconds",
  "modules": {path: {...}}, "survivors": [names not listed as equivalent], "equivalents_unmatched": [...]}.
 (Run by hand here, `mutmut run` makes ./mutants/: .gitignore leaves it out.)
@@ -55,7 +58,8 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/control/bench/cell.py", "measure/control/bench/knee.py", "measure/control/live/stats.py",
            "measure/control/live/steps.py", "engines/http_openai.py", "measure/sources/warmup.py",
            "measure/core/roofline.py", "measure/core/work.py", "measure/core/residency.py", "measure/core/hf_config.py",
-           "measure/core/sizing.py"]
+           "measure/core/sizing.py", "measure/core/serving.py", "measure/core/guard.py",
+           "measure/core/server_cache.py", "measure/core/cost.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -91,6 +95,7 @@ SCOPE: dict[str, list[str]] = {
                                  "read_bytes", "resident_bytes", "bytes_per_step", "active_params", "flops_per_token",
                                  "flops_per_step", "prefill_flops", "matmul_weights")),
                              "x_quant_family__*", "x_from_gguf__*", "x_config_params__*", "x__n__*", "x__need__*",
+                             "x_active_ffn__*",
                              "xǁConfigShapeǁ*", "x__layer_kinds__*", "x__config_shape__*", "x__part_bytes__*",
                              "x_from_config__*", "x_work_from_dict__*", "x__config_assumed__*", "x_from_preset__*"],
     "measure/core/residency.py": ["x_parse_*", "xǁResidencyǁweights_share__*", "xǁResidencyǁfields__*",
@@ -101,6 +106,14 @@ SCOPE: dict[str, list[str]] = {
     "measure/core/hf_config.py": ["*"],
     "measure/core/sizing.py": ["x_plan__*", "x_chip_memory__*", "x_unified_memory__*", "x_size_for_users__*",
                                "x_chip_predictions__*"],
+    # The verdicts a user acts on (round 22): how a server serves its streams (batches, serialises, interleaves,
+    # from the token timing and its gauge; server-vs-engine's verdict over B) and the memory guard (a footprint,
+    # a budget, a refusal, the wall seen live). All of both, the why-texts included: a verdict's reason is read.
+    "measure/core/serving.py": ["*"],
+    "measure/core/guard.py": ["*"],
+    # what a server says of its caches (hit rate, draft acceptance, KV peak) and the cost of a token ($/Mtok, J/token)
+    "measure/core/server_cache.py": ["*"],
+    "measure/core/cost.py": ["*"],
 }
 # [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
 SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])
