@@ -59,7 +59,8 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/control/live/steps.py", "engines/http_openai.py", "measure/sources/warmup.py",
            "measure/core/roofline.py", "measure/core/work.py", "measure/core/residency.py", "measure/core/hf_config.py",
            "measure/core/sizing.py", "measure/core/serving.py", "measure/core/guard.py",
-           "measure/core/server_cache.py", "measure/core/cost.py", "measure/control/live/wall.py"]
+           "measure/core/server_cache.py", "measure/core/cost.py", "measure/control/live/wall.py",
+           "measure/core/readings.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -118,6 +119,12 @@ SCOPE: dict[str, list[str]] = {
     # the residency watch may read slowly; left out: ResidencyWatch's tick and _past (they read the workers' smaps:
     # tests/integration/test_residency.py) and residency_watch (a source's spec)
     "measure/control/live/wall.py": ["x_measured_wall__*", "xǁWallWatchǁ*", "x_calm__*", "xǁResidencyViewǁ*"],
+    # what a machine says (a Mac's working set and memory, vm_stat, pressure, swap, thermal and power rails, the probe's
+    # ceilings): the guard's budget and the gauges rest on these parsers; left out: is_mac (the platform)
+    "measure/core/readings.py": ["x_default_working_set__*", "x_parse_*", "x_working_set__*", "xǁVmStatǁ*",
+                                 "xǁThermalǁ*", "x_nvml_reasons__*", "xǁRailPowerǁ*", "x_rail_power__*",
+                                 "x_rails_joules_per_token__*", "x_others_held__*", "xǁThermalLogǁ*",
+                                 "xǁCeilingsǁ*"],
 }
 # [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
 SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])

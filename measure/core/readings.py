@@ -346,7 +346,7 @@ class Ceilings:
         return d.get(str(threads)) or d.get(threads)
 
     def describe(self) -> str:
-        bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items()))
+        bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items(), key=lambda kv: int(kv[0])))
         out = [f"{self.chip}: {self.cores} cores, {fmt_gib(self.memory_bytes)} memory, "
                f"{fmt_gib(self.swap_bytes)} swap",
                f"attainable memory read bandwidth: {self.attainable_gbps:.1f} GB/s ({bw} GB/s)"]
