@@ -60,7 +60,7 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/core/roofline.py", "measure/core/work.py", "measure/core/residency.py", "measure/core/hf_config.py",
            "measure/core/sizing.py", "measure/core/serving.py", "measure/core/guard.py",
            "measure/core/server_cache.py", "measure/core/cost.py", "measure/control/live/wall.py",
-           "measure/core/readings.py"]
+           "measure/core/readings.py", "measure/control/bench/compare.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -125,6 +125,15 @@ SCOPE: dict[str, list[str]] = {
                                  "xǁThermalǁ*", "x_nvml_reasons__*", "xǁRailPowerǁ*", "x_rail_power__*",
                                  "x_rails_joules_per_token__*", "x_others_held__*", "xǁThermalLogǁ*",
                                  "xǁCeilingsǁ*"],
+    # compare's statistics and verdicts (the t distribution, the paired and Welch intervals, the sequential looks, the
+    # verdict and its caveats); left out: run_rounds and its helpers (they run sources), the runs on disk, LiveSides
+    # (servers). mutmut leaves decorated functions alone (t_quantile's lru_cache, Interval's properties)
+    "measure/control/bench/compare.py": ["x_metric__*", "x_parse_share__*", "x__betacf__*", "x__ibeta__*",
+                                         "x_t_sf2__*", "x_t_quantile__*", "xǁIntervalǁ*", "x_look_alpha__*",
+                                         "x_paired__*", "x_welch__*", "x_detectable__*", "x_look_at__*",
+                                         "x_plan_line__*", "x_order__*", "xǁSequentialǁ*", "x_verdict__*",
+                                         "x_error_line__*", "x_error_caveat__*", "xǁComparisonǁ*", "x__tally__*",
+                                         "x__outcome__*", "x_failed_outcome__*", "x__cv__*", "x_figure__*"],
 }
 # [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
 SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])

@@ -209,7 +209,9 @@ def welch(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA) -> Inter
     se = math.sqrt(va + vb)
     if se == 0:
         return Interval(math.expm1(d), math.expm1(d), math.expm1(d), 1 - alpha, min(len(a), len(b)))
-    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1)) if va and vb else len(a) + len(b) - 2
+    # Welch–Satterthwaite; a side without noise leaves the other's n − 1 (its limit: not the pooled n_a + n_b − 2,
+    # which made the interval narrowest where one side had no noise at all)
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
     h = t_quantile(alpha, df) * se
     return Interval(math.expm1(d), math.expm1(d - h), math.expm1(d + h), 1 - alpha, min(len(a), len(b)))
 
