@@ -499,16 +499,16 @@ def test_plan_line_by_hand():
     s = seq_of(ds)
     sd = sd_of(ds)  # 0.0361
     # 60 s a round, 90 s left: 3 + ⌊90 ÷ 60⌋ = 4 rounds, the 2nd look (round 4), df 3, α 0.05 × 6 ÷ (4 π²) =
-    # 0.0076: (t 6.438 + t(0.4, 3) 0.978, df 3's closed form) × 0.0361 ÷ √4 → 14.3 %; now, df 2 at 5 %:
-    # (4.303 + 1.061) × 0.0361 ÷ √3 → 11.8 %
+    # 0.0076: (t 6.438 + t(0.4, 3) 0.978, df 3's closed form) × 0.0361 ÷ √4 → 14.3 %; now, df 2 at the 1st look's
+    # α 0.05 × 6 ÷ π² = 0.0304 (the level the outcome's detectable difference is at) → 14.9 %
     a2 = 0.05 * 6 / (4 * math.pi ** 2)
     at = math.expm1((q_ref(a2, 3) + q_ref(0.4, 3)) * sd / 2)
-    now = math.expm1((q_ref(0.05, 2) + q_ref(0.4, 2)) * sd / math.sqrt(3))
+    now = math.expm1((q_ref(0.3 / math.pi ** 2, 2) + q_ref(0.4, 2)) * sd / math.sqrt(3))
     assert C.plan_line(s, 60.4, 90.0) == (
         f"noise of the first 3 rounds: B ÷ A moves {math.expm1(sd):.1%} a round (SD); at ≈ 60 s a round the budget "
         f"holds ≈ 4 rounds: the smallest difference they detect at 80% power is ±{at:.1%} (now, at 3 rounds: "
         f"±{now:.1%})")
-    assert f"{math.expm1(sd):.1%}" == "3.7%" and f"{at:.1%}" == "14.3%" and f"{now:.1%}" == "11.8%"
+    assert f"{math.expm1(sd):.1%}" == "3.7%" and f"{at:.1%}" == "14.3%" and f"{now:.1%}" == "14.9%"
 
 
 def test_plan_line_rounds_the_budget_holds():
@@ -540,24 +540,24 @@ def test_plan_line_of_two_rounds_and_a_pace_under_a_second():
     s = C.Sequential()
     s.add([1.0, 1.0], [1.1, 1.1])
     s.add([1.0, 1.0], [1.2, 1.2])
-    # 0.5 s a round, 2 s left: 2 + 4 = 6 rounds, the 4th look (α 0.05 × 6 ÷ (16 π²)), df 5; now df 1 at 5 %:
-    # (12.706 + 1.376) × 0.0615 ÷ √2 → 84.5 %
+    # 0.5 s a round, 2 s left: 2 + 4 = 6 rounds, the 4th look (α 0.05 × 6 ÷ (16 π²)), df 5; now df 1 at the 1st
+    # look's α 0.0304: (1 ÷ tan(π × 0.0152) + 1.376) × 0.0615 ÷ √2 → 163.9 %
     at = math.expm1((q_ref(0.3 / (16 * math.pi ** 2), 5) + q_ref(0.4, 5)) * sd / math.sqrt(6))
-    now = math.expm1((math.tan(0.475 * math.pi) + math.tan(0.3 * math.pi)) * sd / math.sqrt(2))
+    now = math.expm1((1 / math.tan(0.15 / math.pi) + math.tan(0.3 * math.pi)) * sd / math.sqrt(2))
     assert C.plan_line(s, 0.5, 2.0) == (
         f"noise of the first 2 rounds: B ÷ A moves {math.expm1(sd):.1%} a round (SD); at ≈ 0 s a round the budget "
         f"holds ≈ 6 rounds: the smallest difference they detect at 80% power is ±{at:.1%} (now, at 2 rounds: "
         f"±{now:.1%})")
-    assert f"{math.expm1(sd):.1%}" == "6.3%" and f"{now:.1%}" == "84.5%"
+    assert f"{math.expm1(sd):.1%}" == "6.3%" and f"{now:.1%}" == "163.9%"
 
 
 def test_plan_line_uses_the_sequences_alpha_and_minimum():
     ds = [0.02, -0.03, 0.04]
     sd = sd_of(ds)
     s = seq_of(ds, alpha=0.1, min_rounds=2)
-    # looks 2, 3, 4: 4 rounds is the 3rd look, α 0.1 × 6 ÷ (9 π²); now at α 0.1
+    # looks 2, 3, 4: 4 rounds is the 3rd look, α 0.1 × 6 ÷ (9 π²); now, 3 rounds, the 2nd: α 0.1 × 6 ÷ (4 π²)
     at = math.expm1((q_ref(0.6 / (9 * math.pi ** 2), 3) + q_ref(0.4, 3)) * sd / 2)
-    now = math.expm1((q_ref(0.1, 2) + q_ref(0.4, 2)) * sd / math.sqrt(3))
+    now = math.expm1((q_ref(0.6 / (4 * math.pi ** 2), 2) + q_ref(0.4, 2)) * sd / math.sqrt(3))
     line = C.plan_line(s, 30.0, 30.0)
     assert f"is ±{at:.1%} (now, at 3 rounds: ±{now:.1%})" in line
 

@@ -232,7 +232,8 @@ def look_at(rounds: int, min_rounds: int = MIN_ROUNDS) -> int:
 
 def plan_line(seq: Sequential, each_s: float, left_s: float) -> str:
     """What the budget can tell, from the rounds so far: their noise, the rounds it holds at their pace and the
-    smallest difference those detect at 80 % power (at that look's level)."""
+    smallest difference those detect at 80 % power (at that look's level), and now (at this look's: the level the
+    outcome's detectable difference is at)."""
     ds = seq.ds
     sd = statistics.stdev(ds) if len(ds) > 1 else 0.0
     now = len(ds)
@@ -240,7 +241,7 @@ def plan_line(seq: Sequential, each_s: float, left_s: float) -> str:
     at = detectable(sd, total, look_alpha(look_at(total, seq.min_rounds), seq.alpha))
     return (f"noise of the first {now} rounds: B ÷ A moves {math.expm1(sd):.1%} a round (SD); at ≈ {each_s:.0f} s "
             f"a round the budget holds ≈ {total} rounds: the smallest difference they detect at {POWER:.0%} power "
-            f"is ±{at:.1%} (now, at {now} rounds: ±{detectable(sd, now, seq.alpha):.1%})")
+            f"is ±{at:.1%} (now, at {now} rounds: ±{detectable(sd, now, look_alpha(look_at(now, seq.min_rounds), seq.alpha)):.1%})")
 
 
 def order(round_index: int) -> str:
