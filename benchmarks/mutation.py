@@ -60,7 +60,8 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/core/roofline.py", "measure/core/work.py", "measure/core/residency.py", "measure/core/hf_config.py",
            "measure/core/sizing.py", "measure/core/serving.py", "measure/core/guard.py",
            "measure/core/server_cache.py", "measure/core/cost.py", "measure/control/live/wall.py",
-           "measure/core/readings.py", "measure/control/bench/compare.py"]
+           "measure/core/readings.py", "measure/control/bench/compare.py",
+           "measure/core/units.py", "measure/core/clients.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -134,6 +135,12 @@ SCOPE: dict[str, list[str]] = {
                                          "x_plan_line__*", "x_order__*", "xǁSequentialǁ*", "x_verdict__*",
                                          "x_error_line__*", "x_error_caveat__*", "xǁComparisonǁ*", "x__tally__*",
                                          "x__outcome__*", "x_failed_outcome__*", "x__cv__*", "x_figure__*"],
+    # the units (the one size parser, the formats) and one load over client machines (--segment, --start-at, the
+    # weighted deal, the clock check's offset); left out: perf_ns_at (reads the clocks), Segment and ClientShare
+    # (arrivals over time: tests/integration/test_clients.py)
+    "measure/core/units.py": ["*"],
+    "measure/core/clients.py": ["x_parse_segment__*", "x_parse_start_at__*", "x_deal__*", "x_split__*", "x_shares__*",
+                                "x_offset_from_ticks__*", "x_describe_clock__*", "x_start_lateness_ms__*"],
 }
 # [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
 SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])

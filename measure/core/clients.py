@@ -226,15 +226,13 @@ class Tick(NamedTuple):
 def offset_from_ticks(samples: list[Tick]) -> tuple[float, float] | None:
     """(server clock − this clock, ± bound) in s from answers (Tick: local send time, local receive time, the
     server's Date in whole unix seconds). Each answer says the server read D … D + 1 while it was between send
-    and receive: θ ∈ [D − recv, D + 1 − send]; two answers whose Dates differ put the tick to the later Date
-    between the earlier's send and the later's receive: θ ∈ (D' − recv', D' − send). The offset is the middle
-    of the intersection; None when the answers contradict each other (a Date cached, or a clock stepped)."""
+    and receive: θ ∈ [D − recv, D + 1 − send]. (Two answers whose Dates differ put the tick to the later Date D'
+    between the earlier's send and the later's receive, θ ∈ (D' − recv', D' − send): already inside the two
+    answers' own bounds, since D' ≥ D + 1 in whole seconds.) The offset is the middle of the intersection; None
+    when the answers contradict each other (a Date cached, or a clock stepped)."""
     lo, hi = -math.inf, math.inf
     for s, r, d in samples:
         lo, hi = max(lo, d - r), min(hi, d + 1 - s)
-    for (s0, _, d0), (_, r1, d1) in zip(samples, samples[1:]):
-        if d1 > d0:
-            lo, hi = max(lo, d1 - r1), min(hi, d1 - s0)
     if not samples or lo > hi:
         return None
     return (lo + hi) / 2, (hi - lo) / 2
