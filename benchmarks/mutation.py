@@ -61,7 +61,8 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/core/sizing.py", "measure/core/serving.py", "measure/core/guard.py",
            "measure/core/server_cache.py", "measure/core/cost.py", "measure/control/live/wall.py",
            "measure/core/readings.py", "measure/control/bench/compare.py",
-           "measure/core/units.py", "measure/core/clients.py"]
+           "measure/core/units.py", "measure/core/clients.py", "measure/control/tune/space.py",
+           "measure/control/tune/search.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -141,6 +142,19 @@ SCOPE: dict[str, list[str]] = {
     "measure/core/units.py": ["*"],
     "measure/core/clients.py": ["x_parse_segment__*", "x_parse_start_at__*", "x_deal__*", "x_split__*", "x_shares__*",
                                 "x_offset_from_ticks__*", "x_describe_clock__*", "x_start_lateness_ms__*"],
+    # tune's candidate space (the shapes, their flags, the memory refusal, the roofline's prediction) and its search's
+    # decisions (the first round's pruning, the knobs, the halving rounds, the budget's cut, the Pareto front, the
+    # result); left out: Tune.run, _held, search, _final, _answers, _settle and view (they run the measure over
+    # time: tests/unit/test_tune_budget.py, tests/integration/test_tune*.py). mutmut leaves Candidate's properties alone
+    "measure/control/tune/space.py": ["x_parse_budget__*", "x_unavailable__*", "x_tuned__*", "xǁCandidateǁ*",
+                                      "x__llama_server_flags__*", "x__mlx_server_flags__*", "x__vllm_flags__*",
+                                      "x__no_flags__*", "x__powers__*", "x_candidates__*", "x__threads__*",
+                                      "x__instances__*", "x__batch__*", "x__slots__*", "x__servers__*",
+                                      "x_memory_refusal__*", "x_roofline_predictor__*"],
+    "measure/control/tune/search.py": ["xǁTuneǁestimate__*", "xǁTuneǁ_budget_cut__*", "xǁTuneǁ_first_shapes__*",
+                                       "xǁTuneǁ_knob_rows__*", "xǁTuneǁ_halve__*", "xǁTuneǁprediction_off__*",
+                                       "xǁTuneǁfront_n__*", "xǁTuneǁfront_runs__*", "xǁTuneǁfront__*",
+                                       "xǁTuneǁresult__*"],
 }
 # [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
 SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])
