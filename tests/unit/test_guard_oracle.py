@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engines.gguf_file import GGUFInfo
 from measure.core import guard as G
 from measure.core import work as W
 from measure.core.readings import MacMemory, SystemSample, WorkingSet
 from measure.core.units import GiB, MiB
+from test_work_oracle import _info  # the toy GGUF header, the work model's oracle's
 
 NS = 1_000_000_000
 SHAPE = G.KVShape("toy", layers=10, kv_heads=2, head_dim=64, weight_bytes=1_000_000_000, source="hand")
@@ -189,14 +189,6 @@ def test_a_mixture_of_experts_mlp_is_the_experts_a_token_uses() -> None:
     assert W.active_ffn({"intermediate_size": 100, "n_routed_experts": 4, "num_experts_per_tok": 3}) == 300
     assert W.active_ffn({"intermediate_size": 100}) == 100 and W.active_ffn({}) == 0
     assert W.active_ffn({"num_experts": 8}) == 0  # experts of no width given: not known
-
-
-def _info(**kw: object) -> GGUFInfo:
-    base: dict[str, object] = dict(path="/m/toy.gguf", file_bytes=1_100_000, architecture="llama", name="toy",
-                                   layers=2, kv_heads=2, head_dim=16, context_length=4096, tensor_bytes=1_000_000,
-                                   params=2_000_000, embd_bytes=200_000, embd_params=400_000, tied=False, heads=4,
-                                   hidden=64, vocab=1000)
-    return GGUFInfo(**(base | kw))  # type: ignore[arg-type]
 
 
 def test_shape_of_gguf_by_hand() -> None:
