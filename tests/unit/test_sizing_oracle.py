@@ -216,3 +216,28 @@ def test_plan_counts_the_runtime_and_an_engines_extra_in_every_verdict() -> None
     assert w["rows"][0]["kv_per_request"] == per
     assert S.size_for_users(2, None, [1000], w, TOY, GPU, 100, 11).startswith(
         f"2 users, 1,000 tokens each: KV {fmt_bytes(2 * per)} ({fmt_bytes(per)} a request)")
+
+
+def test_chip_predictions_read_the_prompt_and_half_the_output_row_and_refuse_a_chip_without_bandwidth(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    shape = replace(SHAPE, hidden=100, intermediate=200)
+    # plan has a row at 100 + 11 // 2 = 105 tokens: with no context asked, its engine bytes a sequence are read
+    result = S.plan(shape, [105, 4000], memory=2 * 2**30, machine=S.PlanMachine(overhead=50_000_000, unified=True),
+                    budget_fraction=0.5)
+    assert result["rows"][0]["engine_per_request"] > 0
+    _, m, _ = S.chip_predictions(lambda: TOY, "apple-m4-pro", 100, 11, result=result)
+    assert m.seq_extra_bytes == result["rows"][0]["engine_per_request"]
+    # a chip whose bandwidth nobody verified (its row has none): one line, what to do
+    with pytest.raises(S.PlanError) as e:
+        S.chip_predictions(lambda: TOY, "apple-m5-ultra", 100, 11)
+    assert str(e.value) == "chip 'apple-m5-ultra' has no verified bandwidth in presets; predict with a chip that has one"
+    # this machine, when it is a Mac: unified memory
+    monkeypatch.setattr(S, "is_mac", lambda: True)
+    assert S.unified_memory("this") is True and S.unified_memory(None) is True and S.unified_memory("") is True
+
+
+def test_one_user_needs_one_machine() -> None:
+    # one user of 4.9 MiB beside 1.02 GiB fits the 1.04 GiB budget: one machine, one user on it
+    p = S.plan(SHAPE, [1000], memory=1_120_480_000, users=1, budget_fraction=1.0, machine=MACHINE)
+    lines = S.size_for_users(1, None, [1000], p, TOY, GPU, 100, 11).splitlines()
+    assert lines[2].startswith("machines of this kind (or server instances): 1, 1 users each (")
