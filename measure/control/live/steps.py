@@ -137,19 +137,20 @@ class StepTable:
         g = settled_goodput(agg, figures.counts(), self._base[1] if self._base else None) if self.slo else None
         usd = self.cost.usd_per_mtok(agg, r.watts) if self.cost and agg else None
         cur = self.current
+        if not r.steady and cur is not None and cur.level == level.label:
+            # a step is pending and this level has not settled: the controller already predicts the level asked
+            # for, so the row keeps its own level's prediction (an unsettled row left behind showed the next one's)
+            pred = (cur.predicted_tps, cur.predicted_low, cur.predicted_high)
+        else:
+            low, high = r.predicted_range or (None, None)
+            pred = (r.predicted_tps, low, high)
         self.current = StepRow(
             level.label, level.mode, level.k, level.b, settled,
             "settled" if settled else "settling: " + ", ".join(waits),
             statistics.fmean(s[1] for s in recent) if recent else r.concurrency, agg,
             1 / p50 if p50 else None, p50, ttft50, ttft99, n_good,
             g.rps if g else None, g.tps if g else None, g.attainment if g else None, r.mem_used, r.bw_gbps,
-            r.predicted_tps, r.wall, r.watts, usd, predicted_low=r.predicted_range[0] if r.predicted_range else None,
-            predicted_high=r.predicted_range[1] if r.predicted_range else None)
-        if not r.steady and cur is not None and cur.level == level.label:
-            # a step is pending and this level has not settled: the controller already predicts the level asked
-            # for, so the row keeps its own level's prediction (an unsettled row left behind showed the next one's)
-            self.current = replace(self.current, predicted_tps=cur.predicted_tps, predicted_low=cur.predicted_low,
-                                   predicted_high=cur.predicted_high)
+            pred[0], r.wall, r.watts, usd, predicted_low=pred[1], predicted_high=pred[2])
         if settled:
             self._settled = self.current
         return self.current
