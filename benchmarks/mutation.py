@@ -98,7 +98,7 @@ SCOPE: dict[str, list[str]] = {
                                  "read_bytes", "resident_bytes", "bytes_per_step", "active_params", "flops_per_token",
                                  "flops_per_step", "prefill_flops", "matmul_weights")),
                              "x_quant_family__*", "x_from_gguf__*", "x_config_params__*", "x__n__*", "x__need__*",
-                             "x_active_ffn__*",
+                             "x_active_ffn__*", "x__ffn_widths__*",
                              "xǁConfigShapeǁ*", "x__layer_kinds__*", "x__config_shape__*", "x__part_bytes__*",
                              "x_from_config__*", "x_work_from_dict__*", "x__config_assumed__*", "x_from_preset__*"],
     "measure/core/residency.py": ["x_parse_*", "xǁResidencyǁweights_share__*", "xǁResidencyǁfields__*",

@@ -288,17 +288,24 @@ def _n(cfg: Mapping[str, Any], *keys: str) -> int:
     return next((int(cfg[k]) for k in keys if cfg.get(k) is not None), 0)
 
 
+def _ffn_widths(cfg: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(routed experts, a dense FFN's width, an expert's, the shared experts' together) as a config states them: an
+    expert's is moe_intermediate_size, else intermediate_size (gpt-oss and Mixtral give an expert's there)."""
+    n_exp = _n(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    inter = _n(cfg, "intermediate_size")
+    ffn_e = _n(cfg, "moe_intermediate_size") or inter
+    return n_exp, inter, ffn_e, _n(cfg, "n_shared_experts") * ffn_e + _n(cfg, "shared_expert_intermediate_size")
+
+
 def active_ffn(cfg: Mapping[str, Any]) -> int:
     """The width of the MLP a token runs (mlx's prefill activations): a dense model's intermediate_size; a mixture
-    of experts' experts each token uses × their width (moe_intermediate_size, else intermediate_size: gpt-oss and
-    Mixtral give an expert's there) + its shared experts', or its leading dense layers' where wider."""
-    inter = _n(cfg, "intermediate_size")
-    if not _n(cfg, "num_experts", "num_local_experts", "n_routed_experts"):
+    of experts' experts each token uses × their width + its shared experts', or its leading dense layers' where
+    wider."""
+    n_exp, inter, ffn_e, shared = _ffn_widths(cfg)
+    if not n_exp:
         return inter
-    ffn_e = _n(cfg, "moe_intermediate_size") or inter
-    used = _n(cfg, "num_experts_per_tok") * ffn_e + _n(cfg, "n_shared_experts") * ffn_e + _n(
-        cfg, "shared_expert_intermediate_size")
-    return max(used, inter if _n(cfg, "first_k_dense_replace") else 0)
+    return max(_n(cfg, "num_experts_per_tok") * ffn_e + shared, inter if _n(cfg, "first_k_dense_replace") else 0)
+
 
 def _need(cfg: Mapping[str, Any], key: str) -> int:
     if cfg.get(key) is None:
@@ -358,10 +365,7 @@ def _config_shape(cfg: Mapping[str, Any]) -> ConfigShape:
     kv = int(cfg.get("num_key_value_heads") or heads)
     hd = int(cfg.get("head_dim") or h // heads)
     vocab = _need(cfg, "vocab_size")
-    n_exp = _n(cfg, "num_experts", "num_local_experts", "n_routed_experts")
-    inter = _n(cfg, "intermediate_size")
-    ffn_e = _n(cfg, "moe_intermediate_size") or inter
-    shared = _n(cfg, "n_shared_experts") * ffn_e + _n(cfg, "shared_expert_intermediate_size")
+    n_exp, inter, ffn_e, shared = _ffn_widths(cfg)
     dense_layers = _n(cfg, "first_k_dense_replace") if n_exp else layers
     moe_layers = layers - dense_layers
     bias = heads * hd + 2 * kv * hd + h if cfg.get("attention_bias") else 0
