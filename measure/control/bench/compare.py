@@ -238,10 +238,10 @@ def plan_line(seq: Sequential, each_s: float, left_s: float) -> str:
     sd = statistics.stdev(ds) if len(ds) > 1 else 0.0
     now = len(ds)
     total = max(now, now + int(left_s // each_s) if each_s > 0 else now)
-    at = detectable(sd, total, look_alpha(look_at(total, seq.min_rounds), seq.alpha))
+    at = detectable(sd, total, seq.level(total))
     return (f"noise of the first {now} rounds: B ÷ A moves {math.expm1(sd):.1%} a round (SD); at ≈ {each_s:.0f} s "
             f"a round the budget holds ≈ {total} rounds: the smallest difference they detect at {POWER:.0%} power "
-            f"is ±{at:.1%} (now, at {now} rounds: ±{detectable(sd, now, look_alpha(look_at(now, seq.min_rounds), seq.alpha)):.1%})")
+            f"is ±{at:.1%} (now, at {now} rounds: ±{detectable(sd, now, seq.level(now)):.1%})")
 
 
 def order(round_index: int) -> str:
@@ -288,9 +288,11 @@ class Sequential:
         m = len(self.rounds)
         if m < max(2, self.min_rounds):
             return None
-        done = self.looks(m)
-        j = len(done) if done and done[-1] == m else len(done) + 1
-        return paired(self.ds, look_alpha(j, self.alpha))
+        return paired(self.ds, self.level(m))
+
+    def level(self, rounds: int) -> float:
+        """The error rate of the look at or next after `rounds` rounds (look_at): the interval's there."""
+        return look_alpha(look_at(rounds, self.min_rounds), self.alpha)
 
     def resolved(self, last: bool = False) -> str | None:
         """At a look (or the `last` round, which takes the next look's place): 'difference' (the interval
