@@ -647,9 +647,9 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         t_cpu = pr.shares["compute"] * pr.tpot_s  # the compute time, not the step (bandwidth may bind)
         step = m.step_core_s * p.tpot_s / t_cpu
         prefill = m.prefill_core_s
-        if p.ttft_engine_s and m.prefill_core_s:
+        if p.ttft_engine_s and m.prefill_core_s:  # one prompt an engine: a B = 1 point, or instances (predict)
             cores_used = p.threads / max(1.0, p.k * p.threads / m.cores)
-            prefill = max(1e-9, (p.ttft_engine_s - p.tpot_s) * cores_used / (p.prompt_tokens * p.b))
+            prefill = max(1e-9, (p.ttft_engine_s - p.tpot_s) * cores_used / p.prompt_tokens)
         m = _bandwidth_at_most(replace(m, step_core_s=step, prefill_core_s=prefill), pr.shares["bandwidth"] * pr.tpot_s,
                                p, notes)
     for p in batch[:1]:

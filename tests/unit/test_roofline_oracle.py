@@ -745,3 +745,244 @@ def test_calibrate_batch_points_at_k_2_and_beating_the_bandwidth() -> None:
     assert m.bandwidth_gbps == pytest.approx(10.0 * t_mem / 0.05)
     assert m.notes[-1].startswith("bandwidth raised 10.0 → ") and m.notes[-1].endswith(
         ": batch K=1 B=8 decoded faster than probe allows")
+
+
+# ---- round 23: what mutmut's survivors showed no test held (benchmarks/mutation.py, roofline.py) --------------------
+def test_name_wall_defaults_of_the_cores_and_their_threads() -> None:
+    # 4 cores, nothing said busy: 0 of them, so the headroom is the bytes' (1 − 0.1)
+    assert RL.name_wall(0.1, cores=4) == ("none", "none: 90% headroom")
+    # 1 of 4 cores busy, no threads given: all 4 given, 1 < 0.45 × 4 = 1.8, so compute does not bind even though its
+    # time is the longer; the headroom is the cores' (1 − 0.25)
+    assert RL.name_wall(0.1, 1.0, 4, compute_binds=True) == ("none", "none: 75% headroom")
+
+
+def test_a_family_whose_chip_steps_cost_nothing() -> None:
+    # a fitted overhead of 0 ms is a figure, not a missing one: the family's range starts at 0
+    peers = [_chip("z", bandwidth_gbps=100.0, effective_bandwidth_gbps=80.0, step_overhead_ms=0.0, backend="metal"),
+             _chip("t", bandwidth_gbps=100.0, effective_bandwidth_gbps=90.0, step_overhead_ms=3.0, backend="metal")]
+    f = RL.Family.of(_chip("new", bandwidth_gbps=200.0, backend="metal"), peers)
+    assert f is not None and f.overhead_ms == (0.0, 1.5, 3.0) and f.efficiency == pytest.approx((0.8, 0.85, 0.9))
+
+
+def test_thread_speedups_by_hand() -> None:
+    plain = RL.Machine("m", 10.0, "x")
+    assert (plain.speedup(1), plain.speedup(3), plain.speedup(0)) == (1.0, 3.0, 1.0)  # no table: linear, ≥ 1
+    two = RL.Machine("m", 10.0, "x", thread_speedup={2: 1.5})
+    # one thread is 1× whatever the table holds; 4 threads: linear from its last point, 1.5 × 4 ÷ 2
+    assert (two.speedup(1), two.speedup(2), two.speedup(4)) == (1.0, 1.5, 3.0)
+
+
+def test_a_probe_without_engine_rates_prices_by_bytes_alone() -> None:
+    m = RL.Machine.from_ceilings(_ceilings(), TOY)
+    assert (m.name, m.bandwidth_gbps, m.bandwidth_source, m.cores) == ("toy-cpu", 100.0, "attainable (probe)", 2)
+    assert m.step_core_s is None and m.notes == ("no engine rates in the probe: bandwidth ceiling only",)
+    # a step: 1 GB + 5.12 MB of KV at 100 GB/s, no core-seconds to add, no prefill figure (TTFT two steps)
+    p = RL.predict(TOY, m, "instances", 1, 1, at=AT)
+    assert p.tpot_s == pytest.approx(0.0100512) and p.ttft_s == pytest.approx(2 * 0.0100512)
+    one = RL.Point("instances", 1, 1, 2, tpot_s=0.01, ttft_engine_s=0.03)
+    assert RL.calibrate(TOY, m, [one]) is m  # nothing of a CPU's steps to calibrate
+
+
+def test_a_probe_whose_batches_say_less_than_the_line() -> None:
+    # 2 threads 75 tok/s ÷ 50 at one: × 1.5. Batches at 40 and 5 steps/s: 0.0375 and 0.3 core-s. Through both,
+    # seq = (0.3 − 0.0375) ÷ 6 = 43.75 ms and base = (0.0375·8 − 0.3·2) ÷ 6 = −50 ms: below 0, so the base is what
+    # B = 2 leaves of its step, max(0, 0.0375 − 2 × 0.04375) = 0
+    c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 5.0}, prefill_tps=400.0,
+                  weight_bytes=1e9)
+    m = RL.Machine.from_ceilings(c, TOY)
+    assert m.batch_base_core_s == 0.0 and m.seq_core_s == pytest.approx(0.04375)
+    # a mixture of experts whose B = 8 is barely slower than B = 2 (39 and 40 steps/s): each sequence's cost would be
+    # below 0, so it is 0 and the base is B = 2's step over the bytes B = 2 reads (÷ R(2), not × it)
+    moe = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 39.0}, prefill_tps=400.0,
+                    weight_bytes=MOE.read_bytes(1))
+    r2, r8 = MOE.read_bytes(2) / MOE.read_bytes(1), MOE.read_bytes(8) / MOE.read_bytes(1)
+    assert r2 > 1.0 and r8 * 0.0375 > r2 * (1.5 / 39)  # so the line's seq < 0
+    m = RL.Machine.from_ceilings(moe, MOE)
+    assert m.seq_core_s == 0.0 and m.batch_base_core_s == pytest.approx(0.0375 / r2)
+
+
+def test_the_probes_step_in_words() -> None:
+    # 1 and 2 tok/s at 1 and 2 threads, a probe of a model half this one's bytes (× 2): 1 ÷ 2 × 2 = 1000.0 ms a step
+    # at 2 threads; its 1 GB at 2 GB/s 500.0 ms; 500.0 ms beyond them
+    c = Ceilings("box", "toy-cpu", 2, 8 * 2**30, 0, {"1": 2.0}, {"decode_tps": {"1": 1.0, "2": 2.0},
+                                                             "prefill_tps": 10.0, "weight_bytes": 5e8})
+    m = RL.Machine.from_ceilings(c, TOY)
+    assert m.step_core_s == pytest.approx(2.0) and m.notes[0] == (
+        "probe: 2.0 GB/s effective bandwidth (read test); a step of this model takes 1000.0 ms at 2 threads, "
+        "500.0 ms of it its bytes: 500.0 ms a step beyond them (compute, fixed costs)")
+    # a read test of 0 GB/s: no byte time to take off, not a division by zero
+    zero = replace(c, read_gbps={"1": 0.0})
+    assert RL.Machine.from_ceilings(zero, TOY).notes[0].endswith(
+        "1000.0 ms at 2 threads, 0.0 ms of it its bytes: 1000.0 ms a step beyond them (compute, fixed costs)")
+    # a mixture of experts: the bytes of one token's step (its k experts), not of two tokens'
+    moe = replace(c, engine={**c.engine, "weight_bytes": MOE.read_bytes(1)})
+    t_bytes = MOE.read_bytes(1) / 2e9
+    assert f"{t_bytes * 1e3:.1f} ms of it its bytes" in RL.Machine.from_ceilings(moe, MOE).notes[0]
+    assert f"{MOE.read_bytes(2) / 2e9 * 1e3:.1f}" != f"{t_bytes * 1e3:.1f}"
+
+
+def test_a_gpus_step_has_no_core_seconds() -> None:
+    with pytest.raises(ValueError) as e:
+        GPU.step_core(1)
+    assert str(e.value) == "a decode step's core-seconds are known only from a CPU engine's probe"
+
+
+def test_a_chips_notes_and_exact_figures() -> None:
+    # measured bandwidth but no step cost stated: 0 ms, and the source's default words
+    c = _chip(bandwidth_gbps=1000.0, effective_bandwidth_gbps=800.0, fp16_tflops=100.0)
+    m = RL.Machine.from_chip(c)
+    assert m.step_overhead_s == 0.0 and m.flops == 5e13  # 100 × 10¹² × 0.5, exactly
+    assert m.notes[0] == "bandwidth 800 GB/s effective (80% of 1000 spec) and 0 ms a step, fitted to published measurements"
+    # a source that says it is no measurement is quoted as it is, not as "fitted to"
+    est = replace(c, step_overhead_ms=2.0, effective_source="no measurement of this chip: a family's median")
+    assert RL.Machine.from_chip(est).notes[0] == ("bandwidth 800 GB/s effective (80% of 1000 spec) and 2 ms a step, "
+                                                  "no measurement of this chip: a family's median")
+    # a fitted batch path without a routing layer's batch cost: none added, none said
+    b = RL.Machine.from_chip(replace(c, batch_step_ms=1.0, seq_step_ms=0.1))
+    assert b.moe_batch_layer_s == 0.0 and b.notes[2] == (
+        "batch path: +1 ms a step at B ≥ 2 and 0.1 ms each further sequence (fitted on a dense model's "
+        "llama-batched-bench rows)")
+    # a prompt rate on a backend with no kernel path described: no prefill FLOP/s taken from it
+    assert RL.Machine.from_chip(replace(c, backend="nobody", prefill_tflops=50.0)).prefill_flops is None
+    assert RL.Machine.from_chip(replace(c, backend="cuda", prefill_tflops=50.0)).prefill_flops == 5e13  # exactly
+
+
+def test_the_kernel_paths_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = _chip(bandwidth_gbps=1000.0, effective_bandwidth_gbps=800.0, step_overhead_ms=2.0, backend="cuda",
+              prefill_tflops=50.0)
+    four = replace(PATH, tiles=(8, 16, 32, 64), kquant_ops_per_weight=0.0)
+    monkeypatch.setattr(RL, "kernels", lambda backend: four)
+    assert RL.Machine.from_chip(c).notes[-1] == (
+        "batch path: llama.cpp's cuda kernels (presets/kernels.toml): vectors up to B = 8, then tiles of "
+        "8/16/32/64 tokens at 50 TFLOP/s (the chip's published prompt rate)")
+    five = replace(PATH, tiles=(8, 16, 24, 32, 64), kquant_ops_per_weight=2.85)
+    monkeypatch.setattr(RL, "kernels", lambda backend: five)
+    assert RL.Machine.from_chip(c).notes[-1] == (
+        "batch path: llama.cpp's cuda kernels (presets/kernels.toml): vectors up to B = 8, then tiles of "
+        "8/16/24/32… tokens at 50 TFLOP/s (the chip's published prompt rate); K-quant weights decoded at 2.85 FLOP "
+        "a weight a step beside their bytes (vector kernels)")
+
+
+def _shares(**sh: float) -> RL.Prediction:
+    return RL.Prediction("batch", 1, 1, 1, 0.01, 0.02, 100.0, 100.0, 1e9, "none", sh)
+
+
+def test_binds_at_ties_and_without_a_bandwidth_share() -> None:
+    # compute as long as the bytes: the bytes are named (compute must be longer); no regime: the vector kernels
+    assert _shares(compute=0.5, bandwidth=0.5).binds() == "vector kernels: weight bytes 50%"
+    assert _shares(compute=0.3, bandwidth=0.6, overhead=0.1).binds() == (
+        "vector kernels: weight bytes 60% · per-step cost 10%")
+    # no bandwidth share: compute is the longer; with neither, no bytes to show
+    assert _shares(compute=0.5, overhead=0.5).binds() == "vector kernels: per-step cost 50% · compute 50%"
+    assert _shares(overhead=1.0).binds() == "vector kernels: per-step cost 100%"
+    kv = RL.Prediction("batch", 1, 1, 1, 0.01, 0.02, 100.0, 100.0, 1e9, "none", {"overhead": 1.0}, kv_share=0.5)
+    assert kv.binds() == "vector kernels: per-step cost 100%"
+    # a part of exactly half a percent is shown (0.005 ≥ 0.005)
+    assert _shares(bandwidth=0.995, overhead=0.005).binds() == "vector kernels: weight bytes 100% · per-step cost 0%"
+
+
+def test_window_cells_defaults_and_a_window_of_one() -> None:
+    cache = replace(GPU, window_kv_reads="cache")
+    # window 128, ubatch 512: S = pad(640) = 768 cells. At 1000 tokens one sequence (the default) reads all 768;
+    # in a batch the window 873 … 1000 sits in cells 105 … 232: up to 256
+    swa = replace(TOY, window=128, window_layers=8)
+    assert RL.window_cells(swa, cache, 1000) == 768 and RL.window_cells(swa, cache, 1000, 2) == 256
+    # a window of one token: S = pad(513) = 768; its one cell 1000 mod 768 = 232: up to 256, not the whole cache
+    one = replace(TOY, window=1, window_layers=8)
+    assert RL.window_cells(one, cache, 1000, 2) == 256
+
+
+def test_figures_to_the_last_digit() -> None:
+    # kernel_time of a dense model at B = 4: 3 further columns of 1.02048 GFLOP and the attention, at 5 TFLOP/s
+    t, regime = RL.kernel_time(TOY, GPU, 4, 1000)
+    assert regime == "small-batch vector" and t == pytest.approx(3 * 1.02048e9 / 5e12 + 2.048e7 / 5e12, rel=1e-12, abs=0)
+    # one stream: 1.00512 GB at 100 GB/s, its attention, 1 ms
+    p = RL.predict(TOY, GPU, "instances", 1, 1, at=AT)
+    assert p.tpot_s == pytest.approx(1.00512e9 / 1e11 + 2.048e7 / 5e12 + 0.001, rel=1e-12, abs=0)
+    # swap: 7.448e7 B at 3 GB/s, exactly
+    b = replace(GPU, memory_budget=1_050_000_000, overhead_bytes=100_000_000, seq_extra_bytes=1e6)
+    spill = 1.1e9 + 4 * 5.12e6 + 4e6 - 1.05e9
+    t = 0.0102048 + 3 * 1.02048e9 / 5e12 + ATTN + 0.001 + spill / 3e9
+    assert RL.predict(TOY, b, "batch", 1, 4, at=AT).tpot_s == pytest.approx(t, rel=1e-12, abs=0)
+    # a prefill bound by its bytes: 1 GB at 100 GB/s (the FLOPs at 10¹⁸ FLOP/s take nothing)
+    fast = replace(GPU, kernels=None, prefill_flops=None, flops=1e18, step_overhead_s=0.0)
+    p = RL.predict(TOY, fast, "instances", 1, 1, at=AT)
+    assert p.ttft_s == pytest.approx(0.01 + p.tpot_s, rel=1e-12, abs=0)
+
+
+def test_dequant_and_compute_paths_by_what_a_machine_has() -> None:
+    # a K-quant path but no prompt rate: nothing to price the decoding at
+    kq = replace(GPU, kernels=replace(PATH, kquant_ops_per_weight=2.0), prefill_flops=None)
+    assert RL.dequant_time(replace(TOY, quant="Q4_K_M"), kq, 1) == 0.0
+    # a CPU probe with no prefill figure: TTFT two steps
+    p = RL.predict(TOY, replace(CPU, prefill_core_s=None), "instances", 1, 1, at=RL.Lengths(10, 5, 0))
+    assert p.ttft_s == pytest.approx(2 * p.tpot_s)
+    # a prompt rate without a kernel path: decode and prefill by the chip's FLOP/s (10¹¹), not by the prompt rate
+    # decode: max(10.0512 ms of bytes, 1.02048 GFLOP ÷ 10¹¹ = 10.2048 ms) + 1 ms; prefill: 1e11 + 4 × 10 × 8 × 64 × 4950 = 1.00101376e11 FLOP ÷ 10¹¹
+    odd = replace(GPU, kernels=None, prefill_flops=1e12, flops=1e11)
+    p = RL.predict(TOY, odd, "instances", 1, 1, at=AT)
+    assert p.tpot_s == pytest.approx(0.0112048) and p.shares["compute"] == pytest.approx(0.0102048 / 0.0112048)
+    assert p.ttft_s == pytest.approx(1.00101376 + 0.0112048)
+
+
+def test_predict_defaults_and_a_tie_of_compute_and_bytes() -> None:
+    assert RL.predict(TOY, GPU, "batch") == RL.predict(TOY, GPU, "batch", 1, 1)
+    # at no context: 1 GB at 100 GB/s = 10 ms, and 1 GFLOP at 10¹¹ FLOP/s = 10 ms, exactly; the step 20 ms with its
+    # 10 ms fixed: bytes 50 % of it. Compute binds only where it is the longer: here neither wall
+    tie = replace(GPU, kernels=None, prefill_flops=None, flops=1e11, step_overhead_s=0.01)
+    p = RL.predict(TOY, tie, "instances", 1, 1, at=RL.Lengths(100, 11, 0))
+    assert p.shares["compute"] == p.shares["bandwidth"] == 0.5 and p.binding == "none"
+
+
+def _family_machine() -> RL.Machine:
+    peers = [_chip("p1", bandwidth_gbps=100.0, effective_bandwidth_gbps=60.0, step_overhead_ms=1.0, backend="metal",
+                   prefill_tflops=10.0),
+             _chip("p2", bandwidth_gbps=200.0, effective_bandwidth_gbps=160.0, step_overhead_ms=3.0, backend="metal",
+                   prefill_tflops=30.0)]
+    return RL.Machine.from_chip(_chip("new", bandwidth_gbps=500.0, backend="metal"), peers=peers)
+
+
+def test_predict_range_passes_its_level_through() -> None:
+    m = _family_machine()
+    assert RL.predict_range(TOY, m, "batch") == RL.predict_range(TOY, m, "batch", 1, 1)
+    # instances: one sequence an engine whatever B, at both ends of the range; the threads asked kept
+    assert RL.predict_range(TOY, m, "instances", 1, 4, at=AT) == RL.predict_range(TOY, m, "instances", 1, 1, at=AT)
+    r = RL.predict_range(TOY, m, "instances", 1, 1, 3, at=AT)
+    assert r is not None and (r[0].threads, r[1].threads) == (3, 3)
+    # the live view's span prices the level at its own context (1000 here, not prompt + half the output)
+    roof = RL.Roofline(TOY, m, 100.0)
+    p = RL.predict(TOY, m, "instances", 1, 1, at=AT)
+    r = RL.predict_range(TOY, m, "instances", 1, 1, at=AT)
+    assert r is not None and roof.span(p, 100, 11) == (r[0].aggregate_tps, r[1].aggregate_tps)
+    # and the live view's level keeps the threads asked (a CPU: 1 thread of 2 cores, not both)
+    cpu = RL.Roofline(TOY, CPU, 100.0)
+    lv = cpu.level("instances", 1, 1, 1, 10, 5)
+    assert lv == RL.predict(TOY, CPU, "instances", 1, 1, 1, RL.Lengths(10, 5)) and lv is not None and lv.threads == 1
+
+
+def test_calibrate_edges() -> None:
+    with pytest.raises(ValueError) as e:
+        RL.calibrate(TOY, CPU, [RL.Point("batch", 1, 2, 2, 0.1)] * 3)
+    assert str(e.value) == "calibrate takes at most two measured points"
+    at = RL.Lengths(32, 128)
+    # an instances point is one prompt an engine whatever B it carries: (30 − 10 ms) × 2 cores ÷ 32 tokens, given back
+    inst = RL.Point("instances", 1, 3, 2, tpot_s=0.01, ttft_engine_s=0.03, prompt_tokens=32, output_tokens=128)
+    m = RL.calibrate(TOY, CPU, [inst])
+    assert m.prefill_core_s == pytest.approx(0.00125) and RL.predict(TOY, m, "instances", 1, 3, 2, at).ttft_s == \
+        pytest.approx(0.03)
+    # a batch-mode B = 1 point on a machine with a batch line: calibrated at B = 1 (20 ms a step), given back
+    batched = replace(CPU, batch_base_core_s=0.018, seq_core_s=0.003)
+    b1 = RL.Point("batch", 1, 1, 2, tpot_s=0.03, prompt_tokens=32, output_tokens=128)
+    assert RL.predict(TOY, RL.calibrate(TOY, batched, [b1]), "batch", 1, 1, 2, at).tpot_s == pytest.approx(0.03)
+    # an odd output: the context is 32 + 11 // 2 = 37 tokens
+    b8 = RL.Point("batch", 1, 8, 2, tpot_s=0.05, prompt_tokens=32, output_tokens=11)
+    core = 0.05 * 1.5 / (TOY.flops_per_token(37) / TOY.flops_per_token(0))
+    assert RL.calibrate(TOY, batched, [b8]).seq_core_s == pytest.approx((core - 0.018) / 8, rel=1e-9)
+    # a measured step exactly as long as the bandwidth's time: the bandwidth stands, nothing said
+    notes: list[str] = []
+    assert RL._bandwidth_at_most(CPU, 0.05, RL.Point("batch", 1, 8, 2, 0.05), notes) is CPU and notes == []
+
+
+def test_the_prediction_tables_default_lengths() -> None:
+    rows = RL.prediction_table(TOY, GPU)
+    assert rows[0] == RL.predict(TOY, GPU, "instances", 1, 1, at=RL.Lengths(128, 256))
