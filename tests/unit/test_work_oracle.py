@@ -293,3 +293,110 @@ def test_gguf_and_preset_defaults_where_the_source_is_silent() -> None:
         "untied: the input embedding (3.00 GB) is a lookup, one row per sequence (excluded)")
     assert W.from_gguf(_info(tied=True)).note == ("tied embedding: the output projection reads it whole every step "
                                                   "(counted)")
+
+
+def test_experts_of_no_tokens_and_of_a_fraction_of_one() -> None:
+    # no tokens read no expert, before any arithmetic: not even an Experts of no count divides by its count
+    assert W.Experts(0, 0, 0.0, 0.0).distinct(0) == 0.0
+    # a fraction of a token (a mean batch under one) has no design effect: B′ = B = 0.5, not 0.5 ÷ (1 − 0.5·0.5);
+    # E = 2, k = 1: 2 · (1 − (1 − 1/2)^0.5) = 2 − √2 ≈ 0.5858 (the design effect would give 2·(1 − 0.5^⅔) ≈ 0.7401)
+    assert W.Experts(2, 1, 0.0, 0.0, correlation=0.5).distinct(0.5) == pytest.approx(2 - 2 ** 0.5, abs=1e-12)
+
+
+def test_the_defaults_of_one_sequence_at_no_context() -> None:
+    toy = W.from_config(_cfg(DENSE))
+    # one sequence: 404,096 − 128,000 always-read + one 128 B embedding row = 276,224
+    assert toy.read_bytes() == 276_224.0
+    # no context: 2 FLOP × the 138,048 weights multiplied, no attention
+    assert toy.flops_per_token() == 276_096.0
+    moe = W.from_config(_cfg(MOE))
+    # one token reads its k = 2 experts (8 · (1 − (1 − 2/8)^1) = 2): 183,872 dense + 2 × 18,432 = 220,736
+    assert moe.matmul_weights() == 220_736.0
+
+
+def test_kv_allocation_of_windowed_layers_without_a_window_and_a_layout_not_known() -> None:
+    # a file that names windowed layers but no window (window 0): they hold the whole context in every layout;
+    # 2 layers, both windowed: (0 · 1000 + 2 · 1000) × 128 B (2 · 2 KV heads · 16 · 2 B) = 256,000
+    blind = replace(W.from_config(_cfg(DENSE)), window=0, window_layers=2)
+    for layout in W.KV_LAYOUTS:
+        assert blind.kv_alloc_bytes(1000, layout) == 256_000.0
+    assert blind.window_cache_cells() == 0 and blind.kv_read_bytes(1000) == 256_000.0
+    with pytest.raises(ValueError) as e:
+        blind.kv_alloc_bytes(1000, "paged")
+    assert str(e.value) == "unknown KV layout 'paged'; one of llama.cpp-window, llama.cpp-full, mlx, full"
+    # windowed layers named without a sliding_window: no window
+    assert W._layer_kinds({"layer_types": ["sliding_attention", "full_attention"]}, 2) == (0, 1, 0)
+
+
+def test_from_gguf_where_its_totals_are_partial() -> None:
+    # no embedding bytes: nothing taken out of the 1,000,000 B, rows of 0 B; its 400,000 parameters still are
+    w = W.from_gguf(_info(embd_bytes=None))
+    assert (w.weight_bytes, w.embd_row_bytes, w.matmul_params) == (1_000_000, 0.0, 1_600_000)
+    assert W.from_gguf(_info(architecture="mystery")).assumed == (
+        "architecture 'mystery' is not one this model of work knows: read as its file says (experts from "
+        "ffn_*_exps tensors, a window only where a pattern is given), the rest as dense full attention",)
+    # experts without their bytes: no routing known, all read (1,000,000 − 200,000), all multiplied (2 M − 400 k)
+    nob = W.from_gguf(_info(experts=8, experts_used=2, expert_params=800_000))
+    assert nob.experts is None and (nob.weight_bytes, nob.matmul_params) == (800_000, 1_600_000)
+    # experts' bytes without their parameters: 0 parameters an expert; 1,000,000 − 200,000 − 400,000 read always
+    nop = W.from_gguf(_info(experts=8, experts_used=2, expert_bytes=400_000))
+    assert nop.experts is not None and (nop.experts.bytes_each, nop.experts.params_each) == (50_000, 0.0)
+    assert (nop.weight_bytes, nop.matmul_params) == (400_000, 1_600_000)
+    typed = W.from_gguf(_info(matmul_type_bytes=(("Q4_K", 600_000), ("Q8_0", 200_000))))
+    assert typed.matmul_type_bytes == (("Q4_K", 600_000), ("Q8_0", 200_000))
+
+
+def _shape(params: int) -> W.ConfigShape:
+    """The dense toy's shape with all its `params` in one part (bf16: 2 B each)."""
+    return replace(W._config_shape(DENSE), params=params, parts={"embedding": params})
+
+
+def test_part_bytes_notes_and_the_tolerance_at_its_edge() -> None:
+    # 187,500,000 parameters × 2 B = 375,000,000 B: 0.375 GB exactly, "0.38" (0.374999… would be "0.37")
+    sized, how, assumed = W._part_bytes(_cfg(DENSE), _shape(187_500_000))
+    assert sized == {"embedding": 375_000_000.0} and assumed == []
+    assert how == "no weights beside the config: 0.38 GB = parameters × bfloat16 (2 B a weight)"
+    assert W._part_bytes(_cfg(DENSE, 375_000_000), _shape(187_500_000))[1] == (
+        "bfloat16 (2 B a weight); the safetensors 0.38 GB")
+    # files 500,000,000: |500 M − 375 M| = 125 M = 0.25 × 500 M, on the edge: still the config's precision
+    sized, how, _ = W._part_bytes(_cfg(DENSE, 500_000_000), _shape(187_500_000))
+    assert sized == {"embedding": 375_000_000.0} and how == "bfloat16 (2 B a weight); the safetensors 0.50 GB"
+    # 375,000,000 parameters priced at 750 MB, files 375 MB (beyond a quarter): 1 B each, the files' average
+    sized, how, assumed = W._part_bytes(_cfg(DENSE, 375_000_000), _shape(375_000_000))
+    assert sized == {"embedding": 375_000_000.0} and how == "the safetensors' 0.38 GB"
+    assert assumed == ["the config prices its 0.38 B parameters at 0.75 GB (bfloat16 (2 B a weight)); the "
+                       "safetensors beside it hold 0.38 GB: every weight priced at their average, 1.000 B"]
+    # 187,500,000 parameters at 375 MB, files 1 GB: 1e9 ÷ 187.5e6 = 5.333 B each
+    assert W._part_bytes(_cfg(DENSE, 1_000_000_000), _shape(187_500_000))[2] == [
+        "the config prices its 0.19 B parameters at 0.38 GB (bfloat16 (2 B a weight)); the safetensors beside it "
+        "hold 1.00 GB: every weight priced at their average, 5.333 B"]
+
+
+def test_from_config_unrouted_experts_and_a_dtype_not_priced() -> None:
+    # no experts per token: every expert read and multiplied, none taken out of the 331,328 (tied: nor the embedding)
+    unsure = W.from_config(_cfg({k: v for k, v in MOE.items() if k != "num_experts_per_tok"}))
+    assert unsure.experts is None and unsure.matmul_params == 331328
+    # a torch_dtype not priced here, safetensors beside it: the KV at 2 B (bf16), not the dtype's
+    assert W.from_config(_cfg(DENSE | {"torch_dtype": "float8_e4m3fn"}, files=450_000)).kv_element_bytes == 2.0
+
+
+def _preset(**kw: object) -> ModelPreset:
+    base: dict[str, object] = dict(key="p", name="P", params=1_000_000, weight_bytes=2_000_000, layers=4, kv_heads=2,
+                                   head_dim=16, hidden=100, vocab=1000)
+    return ModelPreset(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_from_preset_where_it_is_partial() -> None:
+    # experts used and their width without a count, or a count and used without a width: dense, nothing taken out
+    for part in (dict(experts_used=2, expert_ffn=50), dict(experts=8, experts_used=2)):
+        w = W.from_preset(_preset(tied_embeddings=True, **part))
+        assert w.experts is None and (w.weight_bytes, w.matmul_params) == (2_000_000, 1_000_000)
+    # the experts' bytes but no experts used: not routed, so the embedding at the file's 2 B a weight (not
+    # (2,000,000 − 400,000) ÷ 1,000,000 = 1.6): a row of 100 × 2 B, 2,000,000 − 100,000 × 2 read always
+    w = W.from_preset(_preset(experts=8, expert_ffn=50, expert_bytes=400_000))
+    assert w.experts is None and (w.embd_row_bytes, w.weight_bytes) == (200.0, 1_800_000)
+    # full layers said, no window: none windowed; a latent rank without rope dims: 32
+    w = W.from_preset(_preset(full_attention_layers=1, kv_lora_rank=32))
+    assert (w.window, w.window_layers, w.mla_dim) == (0, 0, 32)
+    assert W.from_preset(_preset(tied_embeddings=True)).note == (
+        "tied embedding: the output projection reads it whole every step (counted)")
