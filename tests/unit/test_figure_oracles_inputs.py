@@ -103,6 +103,16 @@ def test_a_ramp_from_zero_keeps_to_its_rate_function():
     assert t[-1] == 10 * NS
 
 
+def test_a_ramp_written_with_exponents_and_a_slow_climb_from_zero():
+    # FROM-TO split at the first '-': the TO may carry its own exponent's sign (8e-1 = 0.8 req/s)
+    assert A.parse_arrivals("ramp:1-8e-1", None) == A.ArrivalSpec("ramp", ramp=(1.0, 0.8))
+    spec = A.parse_arrivals("ramp:0-2e-6", None)
+    assert spec == A.ArrivalSpec("ramp", ramp=(0.0, 2e-6))
+    # 2 requests from 0 to 2e-6 req/s: T = 2 × 1 ÷ 2e-6 = 1e6 s and a = 2e-6 ÷ (2T) = 1e-12 (exactly, as floats),
+    # Λ(t) = a·t²; the one gap is scaled to u = 1: t = √(u ÷ a) = √(1e12) = 1e6 s = 10^15 ns. A ramp from 0 is never
+    # the flat u ÷ r0 (it would divide by 0), however small its climb
+    assert drain(spec.make(2)) == [0, 10**15]
+
 def test_the_trace_replays_one_mean_gap_after_its_end():
     assert drain(A.ArrivalSpec("trace", times_s=(2.0,)).make(3)) == [2 * NS, 5 * NS, 8 * NS]  # one time: 1 s after
     assert drain(A.ArrivalSpec("trace", times_s=(0.0, 4.0)).make(4)) == [0, 4 * NS, 8 * NS, 12 * NS]

@@ -119,6 +119,14 @@ def test_residency_over_half_a_second_and_one_token() -> None:
     assert r.majflt_per_token == 3.0
 
 
+def test_residency_rates_are_per_second_exactly() -> None:
+    # 2 s between the readings (10 s → 12 s: 2e9 ns ÷ 1e9): 512 pages of 4096 B = 2,097,152 B ÷ 2 s = 1,048,576 B/s
+    # = 1.048576 MB/s; 6,000,000 B read ÷ 2 s = 3 MB/s. Exact: a second is 1e9 ns, not a hair more
+    prev = R.Reading(_sys(10.0, 100), (R.ProcMemory(1, 0, 0, 0, 0, read_bytes=1000),), 10)
+    cur = R.Reading(_sys(12.0, 612), (R.ProcMemory(1, 0, 0, 0, 0, read_bytes=6_001_000),), 10)
+    r = R.residency(prev, cur)
+    assert (r.swap_in_mbps, r.file_read_mbps) == (1.048576, 3.0)
+
 def test_residency_of_loaded_weights_swapped() -> None:
     w = 100
     prev = R.Reading(_sys(0.0, 0), (R.ProcMemory(1, 0, 0, 0, 0),), w, tokens=0)
@@ -265,6 +273,19 @@ def test_gives_out_names_each_memory_with_its_headroom() -> None:
                            "re-read from the file: no swap): past it by 1.0 GiB (cgroup memory limit 8.0 GiB)")
     assert R.gives_out(lim, 0).units is None
 
+
+def test_gives_out_counts_whole_units_of_any_size() -> None:
+    lim = R.MemoryLimits(physical=32 * GiB, available=1 * GiB, mmapped=True)
+    # a request of 0.1 GiB: 0.1 is stored as 0.1000000000000000055511…, so 0.1 GiB is 107,374,182.40000000596 B and
+    # ten of them 1,073,741,824.0000000596 B, over the 1 GiB of room: 9 fit (the rounded quotient says 10.0)
+    assert R.gives_out(lim, 0, per_unit=0.1 * GiB).units == 9
+    # units of one byte: the headroom itself, 2^30; past the limit, 0 of them
+    one = R.gives_out(lim, 0, per_unit=1.0, unit="bytes")
+    assert (one.headroom, one.units) == (GiB, 1_073_741_824)
+    assert one.line() == ("the page cache holding the mmap'ed model (weights evicted and re-read from the file: no "
+                          "swap) in 1.0 GiB = 1,073,741,824 bytes (1.0 GiB available of 32.0 GiB)")
+    past = R.MemoryLimits(32 * GiB, 10 * GiB, cgroup_limit=8 * GiB, cgroup_usage=9 * GiB)
+    assert (R.gives_out(past, 0, per_unit=1.0).headroom, R.gives_out(past, 0, per_unit=1.0).units) == (-GiB, 0)
 
 def test_gives_out_on_a_mac() -> None:
     # Metal's working set 20 GiB, 15 wired: 5 GiB left, below the 10 available

@@ -241,3 +241,68 @@ def test_one_user_needs_one_machine() -> None:
     p = S.plan(SHAPE, [1000], memory=1_120_480_000, users=1, budget_fraction=1.0, machine=MACHINE)
     lines = S.size_for_users(1, None, [1000], p, TOY, GPU, 100, 11).splitlines()
     assert lines[2].startswith("machines of this kind (or server instances): 1, 1 users each (")
+
+
+def test_an_engines_extra_counts_in_k_engines_of_one_sequence() -> None:
+    # unified, 50 % of 4.02 G = 2.01 G; an engine of one 1000-token sequence holds 1 G of weights + 5.12 M of KV +
+    # 2 M of mlx's prefill activations = 1.00712 G: two need 2.01424 G > 2.01 G, so K = 1 (with the 2 M taken off
+    # instead, 1.00312 G, or the KV taken off, 0.99688 G, two would seem to fit)
+    shape = replace(SHAPE, hidden=100, intermediate=200)
+    p = S.plan(shape, [1000], memory=4_020_000_000, budget_fraction=0.5,
+               machine=S.PlanMachine(overhead=0, unified=True))
+    r = p["rows"][0]
+    assert p["budget"] == 2_010_000_000 and r["engine_per_request"] == 2e6
+    assert r["max_k_one_seq_each"] == 1
+    # B in one engine: (2.01 G − 1 G) // 7.12 M = 141 (141 × 7.12 M = 1.00392 G; 142 × = 1.01104 G)
+    assert r["max_b_one_engine"] == 141
+
+
+def test_the_longest_context_for_users_is_the_floor_of_the_room() -> None:
+    # a 1-layer model of one KV head of 1 (q4_0: 18 B a 32 elements) holds 2 × 18/32 = 1.125 B a token; 1 B of
+    # weights, no runtime, 100 % of 2,251,799,813,685,251 B: room 2,251,799,813,685,250 B for one user's tokens.
+    # room ÷ 1.125 = room × 8 ÷ 9 = 18,014,398,509,482,000 ÷ 9 = 2,001,599,834,386,888 remainder 8 (…888.89): the
+    # floor is …888. The float quotient rounds to …889 (a double's step there is 0.25), which does not fit
+    tiny = KVShape("tiny", layers=1, kv_heads=1, head_dim=1, weight_bytes=1, source="hand")
+    p = S.plan(tiny, [1000], memory=2_251_799_813_685_251, kv_dtype="q4_0", users=1, budget_fraction=1.0,
+               machine=S.PlanMachine(overhead=0))
+    assert p["kv_bytes_per_token"] == 1.125 and p["budget"] == 2_251_799_813_685_251
+    assert p["max_context_for_users"] == 2_001_599_834_386_888
+
+
+def test_a_chip_presets_give_no_memory_sizes_has_no_memory() -> None:
+    # apple-m5-ultra: presets/chips.toml lists no memory options (memory_gib = [])
+    assert preset_chip("apple-m5-ultra").memory_bytes == ()
+    assert S.chip_memory("apple-m5-ultra") is None
+
+
+def test_a_context_plan_has_no_row_for_adds_nothing_beside_its_kv() -> None:
+    # plan made for 500 tokens; sized at 1000: 1000 × 5120 B = 5.12 M a request, nothing beside it. 4 users need
+    # 1.1 G + 4 × 5.12 M = 1,120,480,000 B, exactly the budget (100 %): they fit on one machine
+    p = S.plan(SHAPE, [500], memory=1_120_480_000, budget_fraction=1.0, machine=MACHINE)
+    lines = S.size_for_users(4, None, [1000], p, TOY, GPU, 100, 11).splitlines()
+    assert lines[0] == (f"4 users, 1,000 tokens each: KV {fmt_bytes(4 * 5.12e6)} ({fmt_bytes(5.12e6)} a request) + "
+                        f"weights and runtime {fmt_bytes(1.1e9)} = {fmt_bytes(1_120_480_000)} needed; budget "
+                        f"{fmt_bytes(1_120_480_000)}: fits")
+    assert lines[2].startswith("machines of this kind (or server instances): 1, 4 users each (")
+
+
+def test_a_prediction_exactly_at_the_slos_bound_is_within_it() -> None:
+    # the bounds written as the B = 4 prediction itself (TPOT 11.82 ms, TTFT 51.86 ms: test_size_for_users_splits_
+    # to_meet_an_slo), in seconds as Python prints them (read back to the same float): each is met (≤)
+    b4 = RL.predict(TOY, GPU, "batch", 1, 4, at=AT)
+    for spec in (f"tpot={b4.tpot_s!r}s", f"ttft={b4.ttft_s!r}s", f"ttft={b4.ttft_s!r}s,tpot={b4.tpot_s!r}s"):
+        out = S.size_for_users(4, spec, [1000], _plan(), TOY, GPU, 100, 11).splitlines()
+        assert out[1].endswith(f"(the p99 of a burst; binding: bandwidth) → within {spec}")
+        assert out[2].startswith("machines of this kind (or server instances): 1, 4 users each (")
+
+
+def test_size_for_users_shows_tpot_in_ms_to_a_tenth() -> None:
+    # a 10 GB/s GPU, one user: a step reads 1 G + 5.12 M in 100.512 ms, + 4.096 µs of attention + 1 ms =
+    # 101.516096 ms (1 ÷ 0.101516096 s = 9.85 tok/s); TTFT: the prompt's max(10.01 ms of FLOP, 1 G ÷ 10 GB/s =
+    # 100 ms) + a step = 201.5 ms
+    slow = replace(GPU, bandwidth_gbps=10.0)
+    lines = S.size_for_users(1, None, [1000], _plan(), TOY, slow, 100, 11).splitlines()
+    assert lines[1] == ("all 1 in one engine (B = 1) on toy-gpu: 9.9 tok/s per user, TPOT 101.5 ms, TTFT ≈ 0.20 s "
+                        "when all 1 arrive at once (the p99 of a burst; binding: bandwidth)")
+    assert lines[2] == (f"machines of this kind (or server instances): 1, 1 users each ({fmt_bytes(1.10512e9)}, 9.9 "
+                        "tok/s per user, TPOT 101.5 ms, TTFT ≈ 0.20 s)")
