@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from measure.core.records import Mode, RequestRecord, RunMeta, is_remote
 from measure.core.workload import Load
+from measure.machine.waits import sleep_until
 
 
 class SourceError(RuntimeError):
@@ -357,13 +358,10 @@ class RecordCollector:
             if left is not None and left <= 0:
                 raise TimeoutError(f"cell did not finish within {timeout:.0f} s "
                                    f"({len(self.done)}/{self.total} requests)")
-            # time.sleep, not Event.wait: an exception a signal handler raises (SIGTERM, SIGHUP:
-            # tui.options.sigterm_to_exit) while Event.wait re-takes its lock leaves "RuntimeError: release unlocked
-            # lock" in its place, and the bench ends without the summary of its finished cells
-            end = time.monotonic() + (0.5 if left is None else min(0.5, left))
-            while not self._ev.is_set() and time.monotonic() < end:
-                time.sleep(0.01)
-            if not self._ev.is_set() and should_stop and (why := should_stop()):
+            # polled, not Event.wait (measure/machine/waits.py: a signal's exception in Event.wait's lock ended a
+            # bench without the summary of its finished cells)
+            step_end = time.monotonic() + (0.5 if left is None else min(0.5, left))
+            if not sleep_until(self._ev.is_set, step_end) and should_stop and (why := should_stop()):
                 raise CellStopped(why, self.done)
         return self.done
 
