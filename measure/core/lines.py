@@ -149,6 +149,7 @@ class Sample:
     system: dict[str, Any]  # probes.SystemSample's fields
     workers: list[dict[str, Any]] = field(default_factory=list)  # base.WorkerInfo's fields
     procs: dict[str, list[float]] = field(default_factory=dict)  # pid → (RSS, CPU %)
+    ours_cpu: float | None = None  # CPU % (of one core) of inference-top's own processes (None: not recorded)
     agg_tps: float | None = None
     tpot_p50: float | None = None
     bw_gbps: float | None = None
@@ -255,8 +256,15 @@ def as_line(line: Line) -> dict[str, object]:
     if isinstance(line, UnknownLine):
         return dict(line.line)
     if isinstance(line, Sample):
-        return to_line(line)
+        return sample_line(line)
     return line.to_line()
+
+
+OPTIONAL_SAMPLE_FIELDS = ("ours_cpu",)  # written only where set: older samples' bytes unchanged
+
+
+def sample_line(s: Sample) -> dict[str, object]:
+    return {k: v for k, v in to_line(s).items() if v is not None or k not in OPTIONAL_SAMPLE_FIELDS}
 
 
 OPTIONAL_STEP_FIELDS = ("predicted_low", "predicted_high")  # written only where set: older rows' bytes unchanged

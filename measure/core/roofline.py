@@ -48,22 +48,27 @@ ASSUMED_SWAP_GBPS = 3.0
 BANDWIDTH_WALL = 0.8  # bytes moved ÷ attainable bandwidth at or above which memory bandwidth is the wall
 CORES_WALL = 0.9  # cores busy ÷ the machine's cores at or above which the CPU cores are the wall
 COMPUTE_BUSY = 0.45  # compute binds only while the cores busy are ≥ this share of those the threads were given
+OTHERS_SAID = 0.25  # other work's cores (live) named in the cores wall's text from this share of the machine's cores
 
 
 def name_wall(bw_share: float, cores_busy: float = 0.0, cores: int = 0, threads: float = 0.0,
-              compute_binds: bool = False, queue: str | None = None, ref: str = "attainable") -> tuple[str, str]:
+              compute_binds: bool = False, queue: str | None = None, ref: str = "attainable",
+              others: float = 0.0) -> tuple[str, str]:
     """(binding, text). `bw_share`: bytes moved ÷ the `ref` bandwidth; `cores_busy`: cores the decode keeps
     busy (a prediction: K × threads, at most the cores; live: the workers' CPU ÷ 100); `threads`: the
     cores the engines' threads were given (K × threads; 0: all); `compute_binds`: the roofline's compute
     time (core-seconds, or FLOPs) is longer than its memory time; `queue`: a server that runs one request
-    at a time (its detail). Binding: server queue | bandwidth | cores | compute | none."""
+    at a time (its detail); `others`: cores other work on the machine keeps busy (live only: the machine's
+    CPU less inference-top's own processes), which the engines cannot have. Binding: server queue | bandwidth |
+    cores | compute | none."""
     if queue is not None:
         return "server queue", f"server queue (one request at a time{': ' + queue if queue else ''})"
     if bw_share >= BANDWIDTH_WALL:
         return "bandwidth", f"memory bandwidth ({bw_share:.0%} of {ref})"
-    cpu_share = cores_busy / cores if cores else 0.0
+    cpu_share = (cores_busy + others) / cores if cores else 0.0
     if cpu_share >= CORES_WALL:
-        return "cores", f"CPU cores ({cores_busy:.1f} of {cores} busy)"
+        said = f", {others:.1f} of them other work" if cores and others >= OTHERS_SAID * cores else ""
+        return "cores", f"CPU cores ({cores_busy + others:.1f} of {cores} busy{said})"
     given = min(threads, cores) if threads and cores else cores
     if compute_binds and (not cores or cores_busy >= COMPUTE_BUSY * given):
         return "compute", f"compute ({cores_busy:.1f} of {cores} cores busy)" if cores else "compute"

@@ -209,10 +209,32 @@ class SystemProbe:
 
 
 class ProcessProbe:
-    """RSS and CPU % (of one core) for a set of pids, keeping psutil handles between samples."""
+    """RSS and CPU % (of one core) for a set of pids, keeping psutil handles between samples; `ours`: the CPU %
+    of this process and every process below it (workers, client processes) together."""
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
+        self._tree: dict[int, psutil.Process] = {}  # handles of their own: cpu_percent(None) is per handle
+
+    def ours(self) -> float:
+        """CPU % (of one core) of inference-top's own processes since the last call (0 for one seen the first
+        time): what the machine's CPU holds that is not other work's (wall.other_work_cores)."""
+        try:
+            me = psutil.Process()
+            tree = [me, *me.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total, seen = 0.0, set()
+        for p in tree:
+            seen.add(p.pid)
+            h = self._tree.setdefault(p.pid, p)
+            try:
+                total += h.cpu_percent(None)
+            except psutil.Error:
+                pass
+        for gone in set(self._tree) - seen:
+            self._tree.pop(gone, None)
+        return total
 
     def sample(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         out = {}

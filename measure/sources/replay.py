@@ -136,6 +136,9 @@ class ReplaySource:
     def processes(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         return {int(p): (int(v[0]), float(v[1])) for p, v in self.current.procs.items()}
 
+    def ours_cpu(self) -> float | None:
+        return self.current.ours_cpu
+
     def workers(self) -> list[WorkerInfo]:
         return [WorkerInfo(**w) for w in self.current.workers]
 
@@ -176,3 +179,6 @@ class RecordedProcesses:
 
     def sample(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         return self.source.processes(pids)
+
+    def ours(self) -> float | None:
+        return self.source.ours_cpu()

@@ -1,13 +1,14 @@
 """The line schemas (measure/core/lines.py): every line kind written, read back and equal; the files main wrote
 before the schemas (tests/data/written_by_main) still load; a bad line is refused in one line naming its field."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from measure.core.lines import (ClockCheck, Endpoint, EventLine, LineError, RunHeader, Sample, StepLine, StepRow,
-                                UnknownLine, check, check_line, event_line, line_of, request_of, step_row_line,
-                                to_line)
+                                UnknownLine, check, check_line, event_line, line_of, request_of, sample_line,
+                                step_row_line, to_line)
 from measure.machine.recorder import Recorder, encoded, read_header, read_jsonl, read_lines
 from measure.core.records import RequestRecord
 
@@ -31,7 +32,7 @@ def written(tmp_path):
     rec = Recorder(path, HEADER, fsync=False)
     rec.record(REQUEST)
     rec.event(9, "load started", type="load_started")
-    rec.write(to_line(SAMPLE))
+    rec.write(sample_line(SAMPLE))
     rec.write(step_row_line(ROW, 11))
     rec.close()
     return path
@@ -58,6 +59,9 @@ def test_the_bytes_are_the_dict_literals_ones(tmp_path):
                         '"users":2,"system":{"mem_used":5},"workers":[{"wid":0}],"procs":{"12":[100,1.5]},'
                         '"agg_tps":3.0,"tpot_p50":null,"bw_gbps":0.5,"concurrency":1.9}')
     assert lines[4].startswith('{"kind":"step_row","t_ns":11,"level":"K=1 B=2 http","mode":"http","k":1,"b":2,')
+    # our own processes' CPU, where read, after the workers' (an older sample without it: its bytes unchanged)
+    assert json.dumps(sample_line(replace(SAMPLE, ours_cpu=12.5)), separators=(",", ":")) == lines[3].replace(
+        '"procs":{"12":[100,1.5]},', '"procs":{"12":[100,1.5]},"ours_cpu":12.5,')
     assert lines[4].endswith('"wall":"not measured here","watts":null,"usd_per_mtok":null,"best":false}')
 
 
@@ -164,7 +168,7 @@ def test_main_s_lines_rewritten_through_the_schemas_are_the_same_bytes():
         obj = json.loads(line)
         kind = obj.get("kind", "request")
         if kind == "sample":
-            again = to_line(Sample(**obj))
+            again = sample_line(Sample(**obj))
         elif kind == "step_row":
             again = step_row_line(StepRow(**{k: v for k, v in obj.items() if k not in ("kind", "t_ns")}), obj["t_ns"])
         elif kind == "event":
@@ -191,7 +195,7 @@ def test_main_s_files_read_typed_and_written_again_are_the_same_bytes(tmp_path, 
     again = tmp_path / "again.jsonl"
     rec = Recorder(again, lines[0].to_line(), fsync=False)
     for x in lines[1:]:
-        rec.record(x) if isinstance(x, RequestRecord) else rec.write(to_line(x) if isinstance(x, Sample)
+        rec.record(x) if isinstance(x, RequestRecord) else rec.write(sample_line(x) if isinstance(x, Sample)
                                                                      else x.to_line())
     rec.close()
     assert again.read_bytes() == path.read_bytes()

@@ -748,6 +748,14 @@ def test_calibrate_batch_points_at_k_2_and_beating_the_bandwidth() -> None:
 
 
 # ---- round 23: what mutmut's survivors showed no test held (benchmarks/mutation.py, roofline.py) --------------------
+def test_name_wall_counts_other_works_cores() -> None:
+    # 0.2 of 4 cores the engines', 3.5 other work's: 3.7 ÷ 4 = 0.925 ≥ 0.9; 3.5 ≥ 0.25 × 4 named
+    assert RL.name_wall(0.1, 0.2, 4, others=3.5) == ("cores", "CPU cores (3.7 of 4 busy, 3.5 of them other work)")
+    assert RL.name_wall(0.1, 0.2, 4, others=0.9) == ("none", "none: 72% headroom")  # 1.1 ÷ 4 = 0.275
+    assert RL.name_wall(0.1, 3.0, 4, others=0.9) == ("cores", "CPU cores (3.9 of 4 busy)")  # 0.9 < 1.0: not named
+    assert RL.name_wall(0.1, others=3.5) == ("none", "none: 90% headroom")  # no cores known: no share of them
+
+
 def test_name_wall_defaults_of_the_cores_and_their_threads() -> None:
     # 4 cores, nothing said busy: 0 of them, so the headroom is the bytes' (1 − 0.1)
     assert RL.name_wall(0.1, cores=4) == ("none", "none: 90% headroom")

@@ -23,10 +23,10 @@ from measure.control.live.snapshot import HistoryPoint, LogLine, Numbers, RunInf
 from measure.control.live.stats import LiveStats, Window
 from measure.control.live.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
-from measure.control.live.wall import ResidencyView, Step, WallLoad, WallWatch, measured_wall, residency_watch
+from measure.control.live.wall import ResidencyView, Step, WallLoad, WallWatch, measured_wall, other_work_cores, residency_watch
 from measure.core import metrics as M
 from measure.core import serving
-from measure.core.lines import Sample, step_row_line, to_line
+from measure.core.lines import Sample, sample_line, step_row_line
 from measure.core.readings import SystemSample
 from measure.machine.power import PowerMeter
 from measure.machine.probes import ProcessProbe, SystemProbe, physical_cores, release_free_memory, total_memory_bytes
@@ -56,6 +56,9 @@ class ProcessSampler(Protocol):
     """RSS and CPU % of each pid found: probes.ProcessProbe live, the recording's in a replay."""
 
     def sample(self, pids: Iterable[int | None]) -> Mapping[int, tuple[int, float]]: ...
+
+    def ours(self) -> float | None:
+        """CPU % (of one core) of inference-top's own processes since the last call (None: not known)."""
 
 
 @dataclass
@@ -499,6 +502,7 @@ class LiveController:
         prev_sys, sysv = self._last_sys, self._sys.sample()
         self._last_sys, self._tps_now = sysv, win.agg_tps
         procs = self._procs.sample([w.pid for w in workers if not w.state.gone])
+        ours = self._procs.ours()
         rows = self._worker_rows(workers, win, ep_tpot, procs)
         # the spec line of several endpoints: Σ β of those in use, where every one's chip is known
         in_use = [w for w in workers if w.streams]
@@ -521,10 +525,7 @@ class LiveController:
             wall=self.wall.reason if self.wall else None, **res.numbers(),
             predicted_range=self._span(level, res.past_tps is not None),
             ceiling=measured_wall(bw.gbps, self.settings.bandwidth_gbps, cpu_sum, self._cores, attainable,
-                                  level.binding if level else None,
-                                  WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b,
-                                           streams_decoding=win.concurrency,
-                                           threads=sum(r.threads or 0 for r in live_rows))),
+                                  level.binding if level else None, self._wall_load(win, live_rows, sysv, ours)),
         )
         watts = self.power.sample() if self.power else None
         with self._lock:
@@ -536,12 +537,19 @@ class LiveController:
         self._history.append(HistoryPoint(t, win.agg_tps, p50, p90, pred, bw.gbps, sysv.mem_used, sysv.swap_used, pred_tps))
         state = state or self.state(workers)
         if self.recorder:  # everything a replay needs to draw this moment again
-            self.recorder.write(to_line(Sample(
+            self.recorder.write(sample_line(Sample(
                 t_ns=now, t=t, k=self.k, b=self.b, mode=self.mode, paused=self.paused, state=state,
                 users=self.users(), system=dict(vars(sysv)), workers=[vars(w) for w in workers],
-                procs={str(p): list(v) for p, v in procs.items()}, agg_tps=win.agg_tps, tpot_p50=p50,
+                procs={str(p): list(v) for p, v in procs.items()}, ours_cpu=ours, agg_tps=win.agg_tps, tpot_p50=p50,
                 bw_gbps=bw.gbps, concurrency=win.concurrency)))
         return self._publish(t, state, rows, numbers, sysv, sum(r.rss or 0 for r in live_rows))
+
+    def _wall_load(self, win: Window, live_rows: list[WorkerRow], sysv: SystemSample, ours: float | None) -> WallLoad:
+        """measured_wall's load: remote or not, the streams asked and decoding, the cores the workers' threads were
+        given, and the cores other work holds (the machine's CPU less our own processes', where they were read)."""
+        return WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b, streams_decoding=win.concurrency,
+                        threads=sum(r.threads or 0 for r in live_rows),
+                        others=0.0 if ours is None else other_work_cores(sysv.cpu_percent, self._cores, ours))
 
     def _engine_tps(self) -> float | None:
         """The engine's own batched tok/s at this B, where --baseline measured that B (the server-efficiency line)."""

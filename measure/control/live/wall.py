@@ -47,12 +47,20 @@ class WallHit:
 @dataclass(frozen=True)
 class WallLoad:
     """measured_wall's load itself: whether the server is remote (its ceilings are not measured here) with the
-    streams asked and those decoding, and `threads`, the cores the workers' threads were given (0: all)."""
+    streams asked and those decoding, `threads`, the cores the workers' threads were given (0: all), and
+    `others`, the cores other work on the machine keeps busy (other_work_cores)."""
 
     remote: bool = False
     streams_asked: int = 1
     streams_decoding: float = 0.0
     threads: float = 0.0
+    others: float = 0.0
+
+
+def other_work_cores(machine_percent: float, cores: int, ours_percent: float) -> float:
+    """Cores other work keeps busy: the machine's CPU (% of all its cores) less inference-top's own processes'
+    (% of one core: this process, its workers and client processes), never below 0."""
+    return max(0.0, machine_percent / 100.0 * cores - ours_percent / 100.0)
 
 
 def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
@@ -61,7 +69,8 @@ def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_pe
     """Which wall the load is against, by the one naming rule (core/roofline.name_wall, docs/design/wall.md)
     applied to the measured figures: the bandwidth product's share of the attainable figure where the probe
     measured one (else of spec), the workers' CPU in cores, `threads` the cores their threads were given
-    (0: all), and whether the roofline's binding ceiling is compute."""
+    (0: all), whether the roofline's binding ceiling is compute, and the cores other work holds (the cores wall
+    says so: the engines cannot have them)."""
     streams_asked, streams_decoding, threads = load.streams_asked, load.streams_decoding, load.threads
     if load.remote:  # the server's ceilings are not measured here; its queue shows in the streams it decodes
         if streams_asked > 1 and 0 < streams_decoding <= 1.2:
@@ -70,7 +79,7 @@ def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_pe
     ref, ref_name = (attainable_gbps, "attainable") if attainable_gbps else (beta_gbps, "spec")
     bw_share = bw_gbps / ref if bw_gbps is not None and ref else 0.0
     return name_wall(bw_share, workers_cpu_percent / 100.0, cores, threads, predicted_binding == "compute",
-                     ref=ref_name)[1]
+                     ref=ref_name, others=load.others)[1]
 
 
 class WallWatch:
