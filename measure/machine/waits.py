@@ -11,7 +11,7 @@ from collections.abc import Callable
 POLL_S = 0.01
 
 
-def sleep_until(done: Callable[[], bool], deadline: float | None, step_s: float = POLL_S) -> bool:
+def poll_until(done: Callable[[], bool], deadline: float | None, step_s: float = POLL_S) -> bool:
     """Until done() holds (True) or time.monotonic() reaches `deadline` (False; None: no deadline), asking every
     `step_s`."""
     while not done():

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from measure.core.records import Mode, RequestRecord, RunMeta, is_remote
 from measure.core.workload import Load
-from measure.machine.waits import sleep_until
+from measure.machine.waits import poll_until
 
 
 class SourceError(RuntimeError):
@@ -361,7 +361,7 @@ class RecordCollector:
             # polled, not Event.wait (measure/machine/waits.py: a signal's exception in Event.wait's lock ended a
             # bench without the summary of its finished cells)
             step_end = time.monotonic() + (0.5 if left is None else min(0.5, left))
-            if not sleep_until(self._ev.is_set, step_end) and should_stop and (why := should_stop()):
+            if not poll_until(self._ev.is_set, step_end) and should_stop and (why := should_stop()):
                 raise CellStopped(why, self.done)
         return self.done
 

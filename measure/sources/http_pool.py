@@ -38,7 +38,7 @@ from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load
 from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted,
                                   Log, RecordCollector, SourceError, WorkerInfo, WorkerState, summed_rows)
-from measure.machine.waits import sleep_until
+from measure.machine.waits import poll_until
 from measure.sources.child import Child, stop_all
 from measure.sources.messages import (BatchMsg, ClosedMsg, EventsMsg, FatalMsg, LoadMsg, LogMsg, PauseMsg, PoolInit,
                                       ReadyMsg, RecordMsg, RowsMsg, ScaleMsg, StartedMsg, StopMsg, WaitReadyMsg)
@@ -269,7 +269,7 @@ class HttpPool(WarmsUp):
         self._reader = threading.Thread(target=self._read, name="http-pool-reader", daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout + 30  # the processes import and check the endpoints first
-        if not sleep_until(lambda: len(self._started) >= n or self._error is not None, deadline):
+        if not poll_until(lambda: len(self._started) >= n or self._error is not None, deadline):
             with self._cv:
                 self._error = self._error or f"the {n} client processes did not start within {timeout + 30:.0f} s"
         if self._error is not None:
@@ -306,7 +306,7 @@ class HttpPool(WarmsUp):
         for p in range(1, n + 1):
             self._send(p, WaitReadyMsg(timeout, token))
         deadline = time.monotonic() + timeout + 5
-        if not sleep_until(lambda: len(self._ready_tokens[token]) >= n or self._error is not None, deadline):
+        if not poll_until(lambda: len(self._ready_tokens[token]) >= n or self._error is not None, deadline):
             raise SourceError(f"warmup of {self.b} streams at {self.shown_url} did not finish within {timeout:.0f} s")
         with self._cv:
             got = self._ready_tokens.pop(token)
