@@ -214,27 +214,35 @@ class ProcessProbe:
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
-        self._tree: dict[int, psutil.Process] = {}  # handles of their own: cpu_percent(None) is per handle
+        self._tree: dict[int, float] = {}  # ours(): each process's CPU seconds at the last call
+        self._tree_at: float | None = None
 
-    def ours(self) -> float:
-        """CPU % (of one core) of inference-top's own processes since the last call (0 for one seen the first
-        time): what the machine's CPU holds that is not other work's (wall.other_work_cores)."""
+    def ours(self) -> float | None:
+        """CPU % (of one core) of inference-top's own processes since the last call (None the first time): what
+        the machine's CPU holds that is not other work's (wall.other_work_cores). From their CPU times, a process
+        new since the last call counted whole (it started within the interval, give or take its start-up): a
+        worker that has just started is ours, never other work."""
+        now = time.monotonic()
         try:
             me = psutil.Process()
             tree = [me, *me.children(recursive=True)]
         except psutil.Error:
-            return 0.0
-        total, seen = 0.0, set()
+            return None
+        times: dict[int, float] = {}
         for p in tree:
-            seen.add(p.pid)
-            h = self._tree.setdefault(p.pid, p)
             try:
-                total += h.cpu_percent(None)
+                t = p.cpu_times()
             except psutil.Error:
-                pass
-        for gone in set(self._tree) - seen:
-            self._tree.pop(gone, None)
-        return total
+                continue
+            times[p.pid] = t.user + t.system
+        last, self._tree = self._tree, times
+        if self._tree_at is None:
+            self._tree_at = now
+            return None
+        dt, self._tree_at = now - self._tree_at, now
+        if dt <= 0:
+            return None
+        return 100.0 * sum(t - last.get(pid, 0.0) for pid, t in times.items()) / dt
 
     def sample(self, pids: Iterable[int | None]) -> dict[int, tuple[int, float]]:
         out = {}
