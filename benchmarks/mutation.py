@@ -62,7 +62,8 @@ MODULES = ["measure/core/metrics.py", "measure/core/records.py", "measure/core/a
            "measure/core/server_cache.py", "measure/core/cost.py", "measure/control/live/wall.py",
            "measure/core/readings.py", "measure/control/bench/compare.py",
            "measure/core/units.py", "measure/core/clients.py", "measure/control/tune/space.py",
-           "measure/control/tune/search.py"]
+           "measure/control/tune/search.py", "measure/core/sessions.py", "measure/core/workload.py",
+           "measure/core/traces.py"]
 # What of each module makes figures (mutmut's names: x_FUNCTION__mutmut_N, xǁCLASSǁMETHOD__mutmut_N): the mutants
 # run and scored. The rest of a module is left out, each part said why: cell.py's summary.json names and its notes in
 # words (text, not figures: tests/contract/test_cells.py); knee.py's measure_levels and its plan (they run a load source: the
@@ -155,6 +156,14 @@ SCOPE: dict[str, list[str]] = {
                                        "xǁTuneǁ_knob_rows__*", "xǁTuneǁ_halve__*", "xǁTuneǁprediction_off__*",
                                        "xǁTuneǁfront_n__*", "xǁTuneǁfront_runs__*", "xǁTuneǁfront__*",
                                        "xǁTuneǁresult__*"],
+    # the load itself (round 23): who sends what when — a closed loop's users, Poisson arrivals, the request maker's
+    # numbering and its live load, the shared prefix's cache words, multi-turn sessions (think times, each user's
+    # turns, the transcript sent) and their figures (TTFT by turn, the prefix cache's label, the turn note)
+    "measure/core/sessions.py": ["*"],
+    "measure/core/workload.py": ["*"],
+    # public traces read as published (each format's columns, times, block ids, sessions; the streamed table and its
+    # chunks; the block ids' words): a wrong parse silently changes every load replayed from a trace
+    "measure/core/traces.py": ["*"],
 }
 # [tool.mutmut] source_paths: what mutmut copies into its mutants/ (read from pyproject.toml, not written twice)
 SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["source_paths"])

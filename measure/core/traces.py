@@ -544,7 +544,11 @@ def blocks_text(ids: Sequence[int], n_tokens: int, block: int, own: str) -> str:
     words: list[str] = []
     j = 0
     while len(words) < n_tokens:
-        h = block_words(block, ids[j]) if j < len(ids) else block_words(block, hash(("own", own, j)) & (2**62 - 1))
+        if j < len(ids):
+            h = block_words(block, ids[j])
+        else:  # a block only this request has, its id from sha256: str hash() is salted per process
+            own_id = int(hashlib.sha256(f"own:{own}:{j}".encode()).hexdigest()[:16], 16)
+            h = block_words(block, own_id & (2**62 - 1))
         words.extend(h[:n_tokens - len(words)])
         j += 1
     return " ".join(words)
