@@ -127,8 +127,8 @@ SCOPE: dict[str, list[str]] = {
     # ceilings): the guard's budget and the gauges rest on these parsers; left out: is_mac (the platform)
     "measure/core/readings.py": ["x_default_working_set__*", "x_parse_*", "x_working_set__*", "xǁVmStatǁ*",
                                  "xǁThermalǁ*", "x_nvml_reasons__*", "xǁRailPowerǁ*", "x_rail_power__*",
-                                 "x_rails_joules_per_token__*", "x_others_held__*", "xǁThermalLogǁ*",
-                                 "xǁCeilingsǁ*"],
+                                 "x_rails_joules_per_token__*", "x_others_held__*", "x_other_work_cores__*",
+                                 "xǁThermalLogǁ*", "xǁCeilingsǁ*"],
     # compare's statistics and verdicts (the t distribution, the paired and Welch intervals, the sequential looks, the
     # verdict and its caveats); left out: run_rounds and its helpers (they run sources), the runs on disk, LiveSides
     # (servers). mutmut leaves decorated functions alone (t_quantile's lru_cache, Interval's properties)

@@ -261,6 +261,12 @@ def others_held(mem: MacMemory, ours: int = 0) -> int | None:
     return max(0, mem.used - ours)
 
 
+def other_work_cores(machine_busy: float, ours: float) -> float:
+    """Cores other work keeps busy: the machine's busy cores less inference-top's own processes' (the probe: this
+    process and its reaped workers; the dashboard: this process and every process below it), never below 0."""
+    return max(0.0, machine_busy - ours)
+
+
 # ---- the system sampled (machine/probes.py's SystemProbe) ---------------------------------------------
 @dataclass
 class SystemSample:

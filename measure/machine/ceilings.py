@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from measure.core.readings import PROBE_VERSION, Ceilings
+from measure.core.readings import PROBE_VERSION, Ceilings, other_work_cores
 
 if TYPE_CHECKING:
     import multiprocessing.queues
@@ -104,7 +104,7 @@ def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s
     """Other work's CPU between two _cpu_times() readings, in cores: the machine's busy time less ours."""
     if wall_s <= 0:
         return 0.0
-    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s
+    return other_work_cores((after[0] - before[0]) / wall_s, (after[1] - before[1]) / wall_s)
 
 
 def _read_worker(q: multiprocessing.queues.Queue[float], size: int = READ_BYTES) -> None:

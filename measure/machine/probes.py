@@ -219,7 +219,7 @@ class ProcessProbe:
 
     def ours(self) -> float | None:
         """CPU % (of one core) of inference-top's own processes since the last call (None the first time): what
-        the machine's CPU holds that is not other work's (wall.other_work_cores). From their CPU times, a process
+        the machine's CPU holds that is not other work's (readings.other_work_cores). From their CPU times, a process
         new since the last call counted whole (it started within the interval, give or take its start-up): a
         worker that has just started is ours, never other work."""
         now = time.monotonic()

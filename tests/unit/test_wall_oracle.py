@@ -5,8 +5,8 @@ against these)."""
 from __future__ import annotations
 
 from measure.control.live.wall import (WALL_HOLD_S, ResidencyView, Step, WallHit, WallLoad, WallWatch, calm,
-                                       measured_wall, other_work_cores)
-from measure.core.readings import SystemSample
+                                       measured_wall)
+from measure.core.readings import SystemSample, other_work_cores
 from measure.core.residency import Residency
 
 NS = 1_000_000_000
@@ -43,8 +43,8 @@ def test_measured_wall_by_the_naming_rule():
 def test_other_work_on_the_cores_is_named_in_the_cores_wall():
     # the machine at 97 % of 2 cores = 1.94 cores busy; inference-top's own processes 10 % of one core: 1.84 are
     # other work's. The workers' 5 % with them: 1.89 of 2 = 0.945 ≥ 0.9, the cores wall, 1.84 ≥ 0.25 × 2 named
-    others = other_work_cores(97.0, 2, 10.0)
-    assert abs(others - 1.84) < 1e-12 and other_work_cores(10.0, 2, 50.0) == 0.0  # never below 0
+    others = other_work_cores(0.97 * 2, 0.10)
+    assert abs(others - 1.84) < 1e-12 and other_work_cores(0.10 * 2, 0.50) == 0.0  # never below 0
     assert measured_wall(1.0, 100.0, 5.0, 2, load=WallLoad(others=others)) == \
         "CPU cores (1.9 of 2 busy, 1.8 of them other work)"
     # others 0.4 of 2 (under 0.25 × 2 = 0.5) with the workers' 1.5: 1.9 of 2, the cores wall, other work not named

@@ -23,11 +23,11 @@ from measure.control.live.snapshot import HistoryPoint, LogLine, Numbers, RunInf
 from measure.control.live.stats import LiveStats, Window
 from measure.control.live.steps import StepLevel, StepReading, StepTable
 from measure.core.cost import Cost, joules_per_token
-from measure.control.live.wall import ResidencyView, Step, WallLoad, WallWatch, measured_wall, other_work_cores, residency_watch
+from measure.control.live.wall import ResidencyView, Step, WallLoad, WallWatch, measured_wall, residency_watch
 from measure.core import metrics as M
 from measure.core import serving
 from measure.core.lines import Sample, sample_line, step_row_line
-from measure.core.readings import SystemSample
+from measure.core.readings import SystemSample, other_work_cores
 from measure.machine.power import PowerMeter
 from measure.machine.probes import ProcessProbe, SystemProbe, physical_cores, release_free_memory, total_memory_bytes
 from measure.machine.host import ThermalReader
@@ -549,7 +549,8 @@ class LiveController:
         given, and the cores other work holds (the machine's CPU less our own processes', where they were read)."""
         return WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b, streams_decoding=win.concurrency,
                         threads=sum(r.threads or 0 for r in live_rows),
-                        others=0.0 if ours is None else other_work_cores(sysv.cpu_percent, self._cores, ours))
+                        others=0.0 if ours is None else other_work_cores(sysv.cpu_percent / 100.0 * self._cores,
+                                                                           ours / 100.0))
 
     def _engine_tps(self) -> float | None:
         """The engine's own batched tok/s at this B, where --baseline measured that B (the server-efficiency line)."""

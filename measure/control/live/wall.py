@@ -48,7 +48,7 @@ class WallHit:
 class WallLoad:
     """measured_wall's load itself: whether the server is remote (its ceilings are not measured here) with the
     streams asked and those decoding, `threads`, the cores the workers' threads were given (0: all), and
-    `others`, the cores other work on the machine keeps busy (other_work_cores)."""
+    `others`, the cores other work on the machine keeps busy (readings.other_work_cores)."""
 
     remote: bool = False
     streams_asked: int = 1
@@ -56,11 +56,6 @@ class WallLoad:
     threads: float = 0.0
     others: float = 0.0
 
-
-def other_work_cores(machine_percent: float, cores: int, ours_percent: float) -> float:
-    """Cores other work keeps busy: the machine's CPU (% of all its cores) less inference-top's own processes'
-    (% of one core: this process, its workers and client processes), never below 0."""
-    return max(0.0, machine_percent / 100.0 * cores - ours_percent / 100.0)
 
 
 def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
