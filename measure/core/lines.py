@@ -260,19 +260,21 @@ def as_line(line: Line) -> dict[str, object]:
     return line.to_line()
 
 
-OPTIONAL_SAMPLE_FIELDS = ("ours_cpu",)  # written only where set: older samples' bytes unchanged
+# fields written only where set, so that the bytes of lines written before they existed are unchanged
+OPTIONAL_SAMPLE_FIELDS = ("ours_cpu",)
+OPTIONAL_STEP_FIELDS = ("predicted_low", "predicted_high")
+
+
+def _set_only(line: dict[str, Any], optional: tuple[str, ...]) -> dict[str, object]:
+    return {k: v for k, v in line.items() if v is not None or k not in optional}
 
 
 def sample_line(s: Sample) -> dict[str, object]:
-    return {k: v for k, v in to_line(s).items() if v is not None or k not in OPTIONAL_SAMPLE_FIELDS}
-
-
-OPTIONAL_STEP_FIELDS = ("predicted_low", "predicted_high")  # written only where set: older rows' bytes unchanged
+    return _set_only(to_line(s), OPTIONAL_SAMPLE_FIELDS)
 
 
 def step_row_line(row: StepRow, t_ns: int) -> dict[str, object]:
-    line = {**to_line(_Stamp(t_ns=t_ns)), **to_line(row)}
-    return {k: v for k, v in line.items() if v is not None or k not in OPTIONAL_STEP_FIELDS}
+    return _set_only({**to_line(_Stamp(t_ns=t_ns)), **to_line(row)}, OPTIONAL_STEP_FIELDS)
 
 
 def event_line(t_ns: int, text: str, extra: Mapping[str, Any]) -> dict[str, object]:
