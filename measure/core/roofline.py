@@ -67,7 +67,7 @@ def name_wall(bw_share: float, cores_busy: float = 0.0, cores: int = 0, threads:
         return "bandwidth", f"memory bandwidth ({bw_share:.0%} of {ref})"
     cpu_share = (cores_busy + others) / cores if cores else 0.0
     if cpu_share >= CORES_WALL:
-        said = f", {others:.1f} of them other work" if cores and others >= OTHERS_SAID * cores else ""
+        said = f", {others:.1f} of them other work" if others >= OTHERS_SAID * cores else ""
         return "cores", f"CPU cores ({cores_busy + others:.1f} of {cores} busy{said})"
     given = min(threads, cores) if threads and cores else cores
     if compute_binds and (not cores or cores_busy >= COMPUTE_BUSY * given):

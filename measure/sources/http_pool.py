@@ -36,9 +36,9 @@ from measure.core.arrivals import TurnArrivals
 from measure.core.clients import Segment, shares, split
 from measure.core.records import RequestRecord, RunMeta
 from measure.core.workload import ClosedLoop, ClosedShare, Load
+from measure.machine.waits import poll_until
 from measure.sources.base import (Capabilities, Event, EventSink, Finished, LevelReady, LoadStarted,
                                   Log, RecordCollector, SourceError, WorkerInfo, WorkerState, summed_rows)
-from measure.machine.waits import poll_until
 from measure.sources.child import Child, stop_all
 from measure.sources.messages import (BatchMsg, ClosedMsg, EventsMsg, FatalMsg, LoadMsg, LogMsg, PauseMsg, PoolInit,
                                       ReadyMsg, RecordMsg, RowsMsg, ScaleMsg, StartedMsg, StopMsg, WaitReadyMsg)
