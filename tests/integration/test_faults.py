@@ -14,6 +14,9 @@ from measure.core.workload import ClosedLoop, Load
 from measure.sources.fleet import Fleet
 
 META = RunMeta("null (scheduled tokens, no model)", "none", 0, simulated=True)
+# a tmux server of the tests' own: on the default socket a user's running server (make test started inside tmux)
+# would run the dashboard with that server's environment, not the test's (its own cache and log folders)
+TMUX = ("tmux", "-L", f"inference-top-tests-{os.getpid()}")
 
 
 def warming(fleet, wid=None):
@@ -523,10 +526,10 @@ def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_reco
              lambda: rec.exists() and rec.read_text().count('"kind":"request"') >= 2),
             ("replay", [exe, "replay", str(rec)], lambda: True)):
         session = f"it-sigint-{os.getpid()}-{what}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48", " ".join(cmd)],
+        subprocess.run([*TMUX, "new-session", "-d", "-s", session, "-x", "160", "-y", "48", " ".join(cmd)],
                        check=True)
         try:
-            pane = int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True,
+            pane = int(subprocess.run([*TMUX, "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True,
                                       text=True).stdout)
             end = time.monotonic() + 120
             while time.monotonic() < end and not ready():
@@ -550,7 +553,7 @@ def test_signals_to_the_dashboard_and_the_replay_leave_nothing_and_keep_the_reco
             left = _outliving(kids, 3.0)
             assert not left, f"{what}: these outlived it by 3 s: {left}"
         finally:
-            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+            subprocess.run([*TMUX, "kill-session", "-t", session], capture_output=True)
         lines = rec.read_text().splitlines()
         assert all(json.loads(x) for x in lines)
 
@@ -575,11 +578,11 @@ def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path
     exe = os.path.join(os.path.dirname(sys.executable), "inference-top")
     session = f"it-gone-{os.getpid()}"
     cmd = f"{exe} --k 2 --threads 1 --ctx 512 --max-tokens 8 --record {rec}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
+    subprocess.run([*TMUX, "new-session", "-d", "-s", session, "-x", "160", "-y", "48",
                     f"bash -c 'trap \"\" HUP; {cmd}; sleep 60'"], check=True)
     app = None
     try:
-        pane = int(subprocess.run(["tmux", "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True,
+        pane = int(subprocess.run([*TMUX, "display", "-p", "-t", session, "#{pane_pid}"], capture_output=True,
                                   text=True).stdout)
         end = time.monotonic() + 120
         while time.monotonic() < end and not (rec.exists() and rec.read_text().count('"kind":"request"') >= 2):
@@ -588,7 +591,7 @@ def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path
 
         kids = descendants(app.pid)
         assert len(kids) >= 2, "the dashboard's workers did not start"
-        subprocess.run(["tmux", "kill-session", "-t", session], check=True)  # the terminal is gone
+        subprocess.run([*TMUX, "kill-session", "-t", session], check=True)  # the terminal is gone
         time.sleep(20.0)  # the dashboard runs on, its output queued for a terminal that takes none
         assert not gone(app)  # (no SIGHUP came: its parent kept the session)
         app.send_signal(signal.SIGHUP)
@@ -600,7 +603,7 @@ def test_the_dashboard_whose_terminal_is_gone_ends_and_leaves_no_worker(tmp_path
         assert not left, f"these outlived it by 3 s: {left}"
         assert all(json.loads(x) for x in rec.read_text().splitlines())
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run([*TMUX, "kill-session", "-t", session], capture_output=True)
         if app is not None and app.is_running():
             for k in descendants(app.pid):
                 k.kill()
