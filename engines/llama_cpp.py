@@ -218,6 +218,34 @@ class LlamaCppEngine:
             if rc != 0:
                 raise EngineError(f"llama_decode returned {rc} (context {self.spec.ctx} tokens full?)")
 
+    def prompt_logits_s(self, tokens: list[int]) -> float:
+        """Seconds of one llama_decode of `tokens` as one sequence's prompt with every row's logits asked, from
+        an empty context: the tiled matmuls a batch step of len(tokens) columns runs, the output matrix's
+        included (llama.cpp multiplies it only for the rows whose logits are asked; a prompt asks its last).
+        The probe's price of a batch column past its largest batch (docs/design/kernels.md, "The CPU")."""
+        from time import perf_counter
+
+        lib, n = self._lib, len(tokens)
+        if not 0 < n <= self._n_batch:
+            raise EngineError(f"a prompt of {n} tokens does not fit one micro-batch of {self._n_batch}")
+        self._lib.llama_memory_clear(self._mem, True)
+        batch = lib.llama_batch_init(n, 0, 1)
+        try:
+            for i, tok in enumerate(tokens):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, i, 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1
+            batch.n_tokens = n
+            t0 = perf_counter()
+            rc = lib.llama_decode(self._ctx, batch)
+            t = perf_counter() - t0
+        finally:
+            lib.llama_batch_free(batch)
+            self._lib.llama_memory_clear(self._mem, True)
+        if rc != 0:
+            raise EngineError(f"llama_decode returned {rc} for a prompt of {n} tokens with every row's logits")
+        return t
+
     def _argmax(self) -> int:
         ptr = self._lib.llama_get_logits_ith(self._ctx, -1)
         if not ptr:  # llama.cpp returns NULL for a row it has no logits for; a view of NULL would crash

@@ -311,7 +311,7 @@ class ThermalLog:
 
 
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
-PROBE_VERSION = 6  # 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+PROBE_VERSION = 7  # 7: column_tps (a prompt's further tokens with every row's logits: a batch column past the probe's largest batch, docs/design/kernels.md "The CPU"); 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 
 
@@ -324,7 +324,7 @@ class Ceilings:
     swap_bytes: int
     read_gbps: dict[str, float]  # processes → GB/s (JSON keys are strings)
     engine: dict[str, Any] = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s},
-    # prefill_tps
+    # prefill_tps, batch_steps_per_s {B: steps/s}, column_tps, cpu_features
     measured_at: str = ""
     seconds: float = 0.0
     busy_cores: float | None = None  # other work on the machine during the probe, in cores (others_cores)
@@ -363,7 +363,9 @@ class Ceilings:
             batch = ", ".join(f"B={k} {v:.1f}" for k, v in sorted(e["batch_steps_per_s"].items(), key=lambda kv: int(kv[0])))
             out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
                        f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
-                       f"{e['prefill_tps']:.0f} tok/s (all threads)")
+                       f"{e['prefill_tps']:.0f} tok/s (all threads)"
+                       + (f", {e['column_tps']:.0f} with every token's logits (a batch column past B="
+                          f"{max(int(k) for k in e['batch_steps_per_s'])})" if e.get("column_tps") else ""))
         if e.get("cpu_features"):  # which matmul code a batch step runs (presets/kernels.toml [cpu])
             out.append(f"llama.cpp's CPU build: {' '.join(e['cpu_features'])}")
         out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"

@@ -127,6 +127,11 @@ class Machine:
     # batch_base_core_s + B × seq_core_s (fitted on the probe's two batch sizes)
     batch_base_core_s: float | None = None
     seq_core_s: float = 0.0
+    # … past the probe's largest batch (batch_top_b) each further column costs column_core_s: a prompt token's with
+    # its logits (the same tiled matmuls, the output matrix's included: ceilings.column_tps), not the line's slope
+    # between two batches of few tiles (docs/design/kernels.md, "The CPU"). 0: the line goes on
+    batch_top_b: int = 0
+    column_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
     # CPU, B ≥ 2: llama.cpp's tinyBLAS multiplies its legacy-quant matrices in tiles of `cpu_tile` columns, and the
     # columns a B leaves past the last whole tile take a second pass over those matrices (presets/kernels.toml [cpu];
@@ -196,6 +201,7 @@ class Machine:
             if seq < 0 or base < 0:  # the two points say less than the model: keep the part they fix
                 seq = max(0.0, seq)
                 base = max(0.0, (bs[lo] - lo * seq) / rl)
+        col = (1.0 / e["column_tps"]) * (d[top] / d[1]) if e.get("column_tps") and base is not None else 0.0
         t_top = 1.0 / d[top] * scale
         t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
         step = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
@@ -203,9 +209,11 @@ class Machine:
                 f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)")
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
+                   batch_top_b=max(bs) if col else 0, column_core_s=col * scale,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
-                   notes=(step, *((path_note,) if path_note else ()), *busy))
+                   notes=(step, *((path_note,) if path_note else ()), *((_column_note(col, seq, max(bs)),) if col else ()),
+                          *busy))
 
     def step_core(self, b: int, reads: float = 1.0) -> float:
         """Core-seconds of one decode step of b sequences (one thread's worth); `reads`: the weight bytes the step
@@ -215,7 +223,18 @@ class Machine:
             raise ValueError("a decode step's core-seconds are known only from a CPU engine's probe")
         if b <= 1 or self.batch_base_core_s is None:
             return self.step_core_s * reads + (b - 1) * self.seq_core_s
-        return self.batch_base_core_s * reads * repass_factor(self.cpu_tile, self.cpu_repass_share, b) + b * self.seq_core_s
+        return self.batch_base_core_s * reads * repass_factor(self.cpu_tile, self.cpu_repass_share, b) + self.columns_core(b)
+
+    def line_columns(self, b: int) -> int:
+        """Of a batch step's b columns, those the probe's batch line prices (seq_core_s each): up to its largest
+        batch where a column figure prices the rest, else all."""
+        return min(b, self.batch_top_b) if self.column_core_s else b
+
+    def columns_core(self, b: int) -> float:
+        """The batch step's per-column core-seconds at b columns: seq_core_s each up to the probe's largest
+        batch, column_core_s each past it."""
+        n = self.line_columns(b)
+        return n * self.seq_core_s + (b - n) * self.column_core_s
 
     def spill_bytes(self, work: WorkModel, k: int, b: int, ctx: int) -> float:
         """Bytes of K engines' footprint (weights as shipped, runtime, B sequences' KV at `ctx` and what each
@@ -376,6 +395,11 @@ class Lengths:
     prompt_tokens: int = 32
     output_tokens: int = 128
     context: int | None = None
+
+
+def _column_note(col: float, seq: float, top: int) -> str:
+    return (f"batch columns past B = {top}: {col * 1e3:.2f} core-ms each, a prompt token's with its logits (the probe's "
+            f"batches' line: {seq * 1e3:.2f})")
 
 
 def cpu_path(ck: CpuKernels, features: Sequence[str]) -> tuple[int, frozenset[str]]:
@@ -664,13 +688,16 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         core = p.tpot_s * rate / ctx_scale
         reads = work.read_bytes(p.b) / work.read_bytes(1)
         fixed = reads * repass_factor(m.cpu_tile, m.cpu_repass_share, p.b)  # × base: the step's fixed part
-        if m.batch_base_core_s is not None and core > m.batch_base_core_s * fixed:
+        n = m.line_columns(p.b)
+        past = (p.b - n) * m.column_core_s  # the columns past the probe's largest batch keep their price
+        if m.batch_base_core_s is not None and core > m.batch_base_core_s * fixed + past:
             # the step's fixed part (the weights' product) is the probe's; what the load adds beyond the probe's
             # short sequences (attention over longer contexts, each sequence's sampling) is each sequence's
-            m = replace(m, seq_core_s=(core - m.batch_base_core_s * fixed) / p.b)
+            m = replace(m, seq_core_s=(core - m.batch_base_core_s * fixed - past) / n)
         elif m.batch_base_core_s is not None:
             f = core / m.step_core(p.b, reads)
-            m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f)
+            m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f,
+                        column_core_s=m.column_core_s * f)
         else:
             m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0) * reads) / (p.b - 1)))  # see the top
         pr = predict(work, m, p.mode, p.k, p.b, p.threads, at=Lengths(prompt_tokens=p.prompt_tokens,

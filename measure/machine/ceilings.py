@@ -43,6 +43,21 @@ PREFILL_TOKENS = 128
 BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "Dear Sir or Madam",
                "The results show that", "To install the package", "My favourite recipe is", "Yesterday the market")
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
+LOGITS_RUNS = 3  # a prompt with every row's logits, at half and all of PREFILL_TOKENS: the median of each, after one
+# unmeasured run (the first is 15 % slower here)
+
+
+def column_tps(e: Any, prompt: list[int]) -> float | None:
+    """Tokens a second a prompt's further tokens take with every row's logits asked (all threads), from the
+    engine's prompt_logits_s at half and all of `prompt`: each further column of a batch step past the probe's
+    largest (docs/design/kernels.md, "The CPU"); None for an engine that cannot ask for them."""
+    if not hasattr(e, "prompt_logits_s"):
+        return None
+    half = prompt[: len(prompt) // 2]
+    e.prompt_logits_s(prompt)
+    t_half = statistics.median(e.prompt_logits_s(half) for _ in range(LOGITS_RUNS))
+    t_all = statistics.median(e.prompt_logits_s(prompt) for _ in range(LOGITS_RUNS))
+    return (len(prompt) - len(half)) / (t_all - t_half) if t_all > t_half else None
 
 
 def machine_key() -> str:
@@ -219,6 +234,7 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
         t0 = time.perf_counter_ns()
         first = next(iter(e.generate(prompt, 1, True)))[1]
         prefill = PREFILL_TOKENS / ((first - t0) / 1e9)
+        columns = column_tps(e, prompt)
         # B sequences decoded together in one context: a step's fixed cost and each sequence's
         conn.send(("stage", "batch"))
         b = e.batch(max(BATCH_BS), 256)
@@ -232,7 +248,8 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
             steady = steps[4:]  # past the prompts
             batch[str(n)] = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
         feats = e.cpu_features() if hasattr(e, "cpu_features") else []  # the batch path's code (kernels.toml [cpu])
-        conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch, "cpu_features": feats})
+        conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch, "cpu_features": feats,
+                   **({"column_tps": columns} if columns else {})})
         e.close()
     except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
         conn.send({"error": f"{type(exc).__name__}: {exc}"})

@@ -29,3 +29,16 @@ def test_synthetic_prompt_and_context_overflow(engine):
     assert len(engine.tokenize(Prompt("s", synthetic_tokens=200))) == 200
     with pytest.raises(EngineError, match="exceeds the context of 256"):
         list(engine.generate(engine.tokenize(Prompt("s", synthetic_tokens=250)), 10, True))
+
+
+def test_a_prompt_with_every_rows_logits_is_timed_and_leaves_the_context_clear(engine):
+    toks = engine.tokenize(Prompt("s", synthetic_tokens=64))
+    before = [t for t, _ in engine.generate(toks[:8], 4, True)]
+    short, long = engine.prompt_logits_s(toks[:8]), engine.prompt_logits_s(toks)
+    assert 0 < short < long  # 64 rows' logits (the output matrix multiplied 64 times) cost more than 8
+    assert [t for t, _ in engine.generate(toks[:8], 4, True)] == before  # nothing of it is left in the context
+    with pytest.raises(EngineError) as e:
+        engine.prompt_logits_s([])
+    assert str(e.value) == "a prompt of 0 tokens does not fit one micro-batch of 256"
+    with pytest.raises(EngineError, match="does not fit one micro-batch of 256"):
+        engine.prompt_logits_s(toks * 5)

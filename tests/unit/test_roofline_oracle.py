@@ -994,3 +994,41 @@ def test_calibrate_edges() -> None:
 def test_the_prediction_tables_default_lengths() -> None:
     rows = RL.prediction_table(TOY, GPU)
     assert rows[0] == RL.predict(TOY, GPU, "instances", 1, 1, at=RL.Lengths(128, 256))
+
+
+def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost() -> None:
+    # the probe of test_a_cpu_machine_from_its_probe_by_hand (base 25 core-ms, 6.25 a sequence through B = 2 and 8)
+    # and a prompt's further tokens with every row's logits at 200 tok/s on 2 threads: 1/200 × 75/50 = 7.5 core-ms
+    # a column past B = 8
+    c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
+                  weight_bytes=1e9, column_tps=200.0)
+    m = RL.Machine.from_ceilings(c, TOY)
+    assert (m.batch_top_b, m.column_core_s) == (8, pytest.approx(0.0075))
+    assert m.notes[-1] == "batch columns past B = 8: 7.50 core-ms each, a prompt token's with its logits (the probe's " \
+                          "batches' line: 6.25)"
+    assert m.step_core(8) == pytest.approx(0.075)  # the line's own: 25 + 8 × 6.25
+    assert m.step_core(16) == pytest.approx(0.075 + 8 * 0.0075)  # 135 core-ms, where the line says 125
+    assert (m.line_columns(4), m.line_columns(8), m.line_columns(16)) == (4, 8, 8)
+    assert m.columns_core(12) == pytest.approx(8 * 0.00625 + 4 * 0.0075)
+    assert RL.predict(TOY, m, "batch", 1, 16, threads=2, at=RL.Lengths(10, 5, 0)).tpot_s == pytest.approx(0.135 / 1.5)
+    # another model of 2 GB a step: the column × 2 as every core cost
+    assert RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000)).column_core_s == pytest.approx(0.015)
+    # without the column figure, or without two batches to draw the line, the line goes on
+    line = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "column_tps": None}), TOY)
+    assert (line.batch_top_b, line.column_core_s, line.line_columns(16)) == (0, 0.0, 16)
+    assert line.step_core(16) == pytest.approx(0.125) and not any(n.startswith("batch columns") for n in line.notes)
+    one = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "batch_steps_per_s": {"8": 20.0}}), TOY)
+    assert (one.batch_top_b, one.column_core_s) == (0, 0.0)
+    # a calibration point past the probe's batches: the columns past B = 8 keep their price, the line's pay the
+    # rest: B = 16 at 100 ms on 2 threads = 150 core-ms → (150 − 25 − 8 × 7.5) / 8 = 8.125 core-ms a sequence
+    b16 = RL.Point("batch", 1, 16, 2, tpot_s=0.1, prompt_tokens=0, output_tokens=0)
+    cal = RL.calibrate(TOY, m, [b16])
+    assert cal.seq_core_s == pytest.approx(0.008125) and cal.column_core_s == m.column_core_s
+    assert RL.predict(TOY, cal, "batch", 1, 16, 2, RL.Lengths(0, 0)).tpot_s == pytest.approx(0.1)
+    # … and one faster than the base and those columns (70 core-ms): every part × 70/135
+    fast = RL.calibrate(TOY, m, [replace(b16, tpot_s=0.07 / 1.5)])
+    f = 0.07 / 0.135
+    assert (fast.batch_base_core_s, fast.seq_core_s, fast.column_core_s) == pytest.approx(
+        (0.025 * f, 0.00625 * f, 0.0075 * f))
+    # a point at the probe's B = 8 leaves the column's price
+    assert RL.calibrate(TOY, m, [replace(b16, b=8)]).column_core_s == m.column_core_s
