@@ -15,11 +15,21 @@ integration modules of the physics and the residency (test_physics, test_rooflin
 test_guard: seconds each). A survivor is either killed by a new
 check or listed in benchmarks/mutation_equivalents.toml with why no test can tell it from the code (an equivalent
 mutant): the score is killed ÷ (mutants − equivalents); a mutant that hangs the tests (mutmut's timeout) is killed.
+mutmut numbers a function's mutants in order, so an edit to the function renumbers them and a listed name then
+points at another mutant: the file's [changed] table records what each listed mutant changes (the lines of its
+function in the tree's mutants/<module> that differ from the original function's, stripped, joined by " ⏎ "; a line
+only removed after "− "), and a listed mutant counts as equivalent only where its change now is the one recorded;
+one whose change differs is stale, scored as what it is (a survivor where it survives) and named under
+equivalents_stale; one with no [changed] line counts and is named under equivalents_unfingerprinted. After
+judging survivors again, --fingerprint writes [changed] anew from the tree's mutants (for each module whose
+mutants there are of this source: its copy there is the file here and mutmut's mutants file is newer; the others
+are left as recorded), keeping what comes before [changed] byte for byte; it runs nothing.
 
     .venv/bin/pip install -e '.[mutation]'                         # once: mutmut 3.8.1 (not in the test extra: not run by CI)
     python benchmarks/mutation.py                                  # every module (long: see below)
     python benchmarks/mutation.py --module measure/core/metrics.py  # one module (repeatable)
     python benchmarks/mutation.py --report                         # the score of the last run, not run again
+    python benchmarks/mutation.py --fingerprint                    # the equivalents' [changed] lines from --tree
 
 mutmut copies the tree it runs in into its ./mutants/ and keeps its results there. This script runs it in a copy of
 this tree of its own (--tree, default $TMPDIR/inference-top-mutation: the files git tracks and those it does not
@@ -37,18 +47,24 @@ a run). The physics and the memory alone (roofline, work, residency, hf_config, 
 cost: 1393 mutants) with work.py, 230 s (§25). Every module of round 23 (28, the load and the traces in), 13,578
 mutants, 1494 s at load ≈ 2 (§26). The last line is one JSON object:
 {"mutants", "killed", "survived", "equivalent", "no_tests", "timeout", "not_run", "score", "seconds",
- "modules": {path: {...}}, "survivors": [names not listed as equivalent], "equivalents_unmatched": [...]}.
+ "modules": {path: {...}}, "survivors": [names not listed as equivalent, or listed and stale],
+ "equivalents_unmatched": [listed, no mutant of that name], "equivalents_stale": [...],
+ "equivalents_unfingerprinted": [...]}; --fingerprint's: {"fingerprinted": {path: n}, "not_current", "no_mutant"}.
 (Run by hand here, `mutmut run` makes ./mutants/: .gitignore leaves it out.)
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import tomllib
 from pathlib import Path
@@ -172,6 +188,12 @@ SOURCE_PATHS = tuple(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}
 SURVIVED = {0}
 NO_TESTS = {5, 33}
+# [changed]: a mutant's changed lines are joined by CHANGE_JOIN; a line it only removes is written after CHANGE_GONE
+CHANGE_JOIN = " ⏎ "
+CHANGE_GONE = "− "
+CHANGED_NOTE = ("# What each listed mutant changes (benchmarks/mutation.py --fingerprint, mutant_change): its line(s)\n"
+                "# that differ from the original function's, stripped, joined by ' ⏎ '. A name whose mutant's change\n"
+                "# is not this one now (mutmut renumbered it after an edit) is not counted as equivalent.\n")
 
 
 def equivalents() -> dict[str, str]:
@@ -185,6 +207,130 @@ def equivalents() -> dict[str, str]:
     if empty:
         raise SystemExit(f"mutation: {EQUIVALENTS.name} lists {empty[:3]} without a reason")
     return out
+
+
+def recorded_changes() -> dict[str, str]:
+    """What each listed equivalent's mutant changes, as recorded when it was judged (the [changed] table: name → its
+    changed line(s), mutant_change's text; written by --fingerprint)."""
+    if not EQUIVALENTS.exists():
+        return {}
+    return {k: str(v) for k, v in tomllib.loads(EQUIVALENTS.read_text()).get("changed", {}).items()}
+
+
+def function_lines(text: str, names: set[str]) -> dict[str, list[str]]:
+    """The source lines of these functions (mutmut's names less the module's: x_f__mutmut_3, xǁCǁm__mutmut_orig) in a
+    mutants file's text, from the def line to the function's last line. Each is cut where the indentation returns
+    to its def's and the cut parsed as that one function; where it is not (a string's line at column 0), the whole
+    file is parsed."""
+    lines = text.splitlines()
+    out: dict[str, list[str]] = {}
+    for i, line in enumerate(lines):
+        s = line.lstrip()
+        if not s.startswith("def ") or (name := s[4:].split("(", 1)[0]) not in names:
+            continue
+        indent, j = len(line) - len(s), i + 1
+        while j < len(lines) and not ((t := lines[j].lstrip()) and len(lines[j]) - len(t) <= indent
+                                      and t[0] not in ")]}#"):
+            j += 1
+        try:
+            body = ast.parse(textwrap.dedent("\n".join(lines[i:j]))).body
+        except SyntaxError:
+            body = []
+        if len(body) != 1 or not isinstance(body[0], ast.FunctionDef) or body[0].name != name:
+            return _parsed_lines(lines, names)
+        out[name] = lines[i:i + (body[0].end_lineno or 1)]
+    return out
+
+
+def _parsed_lines(lines: list[str], names: set[str]) -> dict[str, list[str]]:
+    return {f.name: lines[f.lineno - 1:f.end_lineno] for f in ast.walk(ast.parse("\n".join(lines)))
+            if isinstance(f, ast.FunctionDef) and f.name in names}
+
+
+def mutant_change(orig: list[str], mutant: list[str]) -> str:
+    """What a mutant changes: the lines of its function that differ from the original function's (difflib), each
+    stripped of the whitespace at its ends, joined by CHANGE_JOIN; where a block of the original's lines is only
+    removed, those lines, each after CHANGE_GONE. mutmut's suffix on the def line (__mutmut_orig, __mutmut_N) is
+    taken off first, so a mutant's own name is not a change."""
+    a, b = _unnamed(orig), _unnamed(mutant)
+    parts: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            parts += [x.strip() for x in b[j1:j2]] or [CHANGE_GONE + x.strip() for x in a[i1:i2]]
+    return CHANGE_JOIN.join(parts)
+
+
+def _unnamed(lines: list[str]) -> list[str]:
+    return [re.sub(r"__mutmut_\w+\(", "(", lines[0], count=1), *lines[1:]] if lines else []
+
+
+def current_changes(tree: Path, module: str, names: list[str]) -> dict[str, str | None]:
+    """Each named mutant's change (mutant_change) in tree's mutants/<module> now; None where the file, the mutant or
+    its original function is not there."""
+    path, prefix = tree / "mutants" / module, module_name(module) + "."
+    fns = {n: n.removeprefix(prefix) for n in names}
+    origs = {n: f.rsplit("__mutmut_", 1)[0] + "__mutmut_orig" for n, f in fns.items()}
+    src = function_lines(path.read_text(), {*fns.values(), *origs.values()}) if path.exists() and names else {}
+    return {n: mutant_change(src[origs[n]], src[f]) if f in src and origs[n] in src else None for n, f in fns.items()}
+
+
+def vet(tree: Path, modules: list[str], equiv: dict[str, str],
+        changed: dict[str, str]) -> tuple[dict[str, str], list[str], list[str]]:
+    """The listed equivalents that count, and those that do not: a name mutmut renumbered after an edit points at
+    another mutant, whose change is not the one recorded ([changed]): stale, scored as what it is (a survivor
+    where it survives). A listed equivalent with no change recorded counts, and is named apart (unfingerprinted)."""
+    stale: list[str] = []
+    bare: list[str] = []
+    for m in modules:
+        listed = [n for n in _names(tree, m) if n in equiv and in_scope(m, n)]
+        bare += [n for n in listed if n not in changed]
+        now = current_changes(tree, m, [n for n in listed if n in changed])
+        stale += [n for n, c in now.items() if c != changed[n]]
+    return {k: v for k, v in equiv.items() if k not in stale}, stale, bare
+
+
+def current(tree: Path, module: str) -> bool:
+    """Whether tree's mutants of module are of this tree's source: its plain copy there is the source here, and
+    mutmut wrote the mutants file after that copy (it writes them from the copy)."""
+    copy, mutants = tree / module, tree / "mutants" / module
+    return (copy.is_file() and mutants.is_file() and copy.read_bytes() == (ROOT / module).read_bytes()
+            and mutants.stat().st_mtime > copy.stat().st_mtime)
+
+
+def fingerprint(tree: Path, modules: list[str]) -> dict[str, object]:
+    """--fingerprint: record in [changed] what each listed equivalent's mutant changes in tree now, for the modules
+    whose mutants there are current (the others are left as they were and named); runs nothing."""
+    equiv, changed = equivalents(), recorded_changes()
+    done: dict[str, int] = {}
+    missing: list[str] = []
+    for m in modules:
+        if current(tree, m):
+            now = current_changes(tree, m, [n for n in equiv if n.startswith(module_name(m) + ".")])
+            changed.update({n: c for n, c in now.items() if c is not None})
+            done[m] = sum(c is not None for c in now.values())
+            missing += [n for n, c in now.items() if c is None]
+    write_changes({n: changed[n] for n in equiv if n in changed})
+    return {"fingerprinted": done, "not_current": [m for m in modules if m not in done], "no_mutant": missing}
+
+
+def write_changes(changed: dict[str, str]) -> None:
+    """The [changed] table written anew at the end of the equivalents file; what comes before it (the [equivalent]
+    table and its comments) kept byte for byte."""
+    text = EQUIVALENTS.read_text()
+    at = re.search(r"^\[changed\][ \t]*$", text, re.M)
+    if at and re.search(r"^\[", text[at.end():], re.M):
+        raise SystemExit(f"mutation: {EQUIVALENTS.name}: [changed] must be its last table")
+    head = text[:at.start()] if at else text + ("\n" if text.endswith("\n") else "\n\n")
+    body = "".join(f"{_toml_str(k)} = {_toml_str(v)}\n" for k, v in changed.items())
+    new = head + "[changed]\n" + CHANGED_NOTE + body
+    data = tomllib.loads(new)
+    if data.get("changed") != changed or data.get("equivalent") != equivalents():
+        raise SystemExit(f"mutation: {EQUIVALENTS.name} would not read back as written: left as it was")
+    EQUIVALENTS.write_text(new)
+
+
+def _toml_str(s: str) -> str:  # a TOML basic string: JSON's escapes are TOML's, DEL aside
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007F")
 
 
 def in_scope(module: str, name: str) -> bool:
@@ -281,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh-stats", action="store_true",
                     help="collect mutmut's stats of which test reaches which function again (after a rename: a "
                          "renamed function has none, and its mutants read 'no tests')")
+    ap.add_argument("--fingerprint", action="store_true",
+                    help="record in the equivalents' [changed] table what each listed mutant changes in --tree's "
+                         "mutants now (the modules whose mutants there are of this source), run nothing")
     ap.add_argument("--tree", type=Path, default=Path(tempfile.gettempdir()) / "inference-top-mutation",
                     help="the copy of this tree mutmut runs in and keeps its results in (default %(default)s)")
     a = ap.parse_args(argv)
@@ -290,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     tree = a.tree.resolve()
     if tree == ROOT:
         ap.error("--tree must be another folder than this tree (its mutants would be everyone's)")
+    if a.fingerprint:
+        print(json.dumps(fingerprint(tree, modules)))
+        return 0
     if not a.report:
         tree.mkdir(parents=True, exist_ok=True)
         copy_tree(tree)
@@ -301,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         rc = run_mutmut(tree, modules, a.max_children)
         if rc != 0:
             print(f"mutation: mutmut ended with status {rc}", file=sys.stderr)
-    out = score(tree, modules, equiv)
+    counted, stale, bare = vet(tree, modules, equiv, recorded_changes())
+    out = score(tree, modules, counted)
     if out["no_tests"]:
         print(f"mutation: {out['no_tests']} mutants reached by no test: a function renamed since mutmut's stats? "
               "run again with --fresh-stats", file=sys.stderr)
@@ -310,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = {n for m in modules for n in _names(tree, m)}  # an equivalent listed that no mutant is any more: stale
     unused = sorted(n for n in equiv if n not in names and any(n.startswith(module_name(m) + ".") for m in modules))
-    print(json.dumps({**out, "seconds": round(time.monotonic() - t0, 1), "equivalents_unmatched": unused}))
+    print(json.dumps({**out, "seconds": round(time.monotonic() - t0, 1), "equivalents_unmatched": unused,
+                      "equivalents_stale": stale, "equivalents_unfingerprinted": bare}))
     return 0
 
 
