@@ -18,7 +18,7 @@ SEPARATORS = (" · ", ", ", "; ")
 def _breaks(plain: str) -> list[tuple[int, int, int]]:
     """Where a line may break: (end of this line, start of the next, kind); kind 0 at a separator, 1 at a space
     outside parentheses, 2 at a space inside them. No break after a word that ends in a digit ("p50 12.0 ms")
-    or before a word that starts with one."""
+    but before a parenthesis ("1.0 (asked 1)"), or before a word that starts with one."""
     out: list[tuple[int, int, int]] = []
     depth = 0
     i = 0
@@ -34,8 +34,8 @@ def _breaks(plain: str) -> list[tuple[int, int, int]]:
             out.append((end, i + len(sep), 0))
             i += len(sep)
             continue
-        if ch == " " and 0 < i < len(plain) - 1 and not plain[i - 1].isdigit() and not plain[i + 1].isdigit() \
-                and plain[i - 1] != " " and plain[i + 1] not in " )":
+        if ch == " " and 0 < i < len(plain) - 1 and (not plain[i - 1].isdigit() or plain[i + 1] == "(") \
+                and not plain[i + 1].isdigit() and plain[i - 1] != " " and plain[i + 1] not in " )":
             out.append((i, i + 1, 2 if depth else 1))
         i += 1
     return out

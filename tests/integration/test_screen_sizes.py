@@ -204,9 +204,16 @@ def test_a_wrapped_line_keeps_every_figure_whole(width):
         assert all(cell_len(p.plain) <= width for p in parts), [p.plain for p in parts]
         joined = " ".join(p.plain.strip() for p in parts)
         assert FIGURE.findall(joined.replace(" · ", " ")) == FIGURE.findall(line.replace(" · ", " ")), joined
-        for p in parts:  # a number keeps its unit on its line
-            assert not re.search(r"\d$", p.plain) or p is parts[-1] or p.plain.endswith(("p50", "p90", "p99")) \
-                or "%" in p.plain[-1:], p.plain
+        for p, after in zip(parts, parts[1:] + [None]):  # a number keeps its unit on its line (a parenthesis is none)
+            assert not re.search(r"\d$", p.plain) or after is None or p.plain.endswith(("p50", "p90", "p99")) \
+                or after.plain.lstrip().startswith("("), p.plain
+
+
+def test_a_figure_before_a_parenthesis_may_end_a_line():
+    # at 28 cells the concurrency's line had only "achieved" to break after, and its ")" went on a line alone
+    assert [p.plain for p in wrap(Text("  achieved concurrency 1.0 (asked 1)"), 28)] == [
+        "  achieved concurrency 1.0", "  (asked 1)"]
+    assert [p.plain for p in wrap(Text("TTFT p50 120.0 ms (queue-incl.)"), 20)] == ["TTFT p50 120.0 ms", "  (queue-incl.)"]
 
 
 def test_a_line_breaks_at_a_separator_first():
