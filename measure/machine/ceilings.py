@@ -44,7 +44,9 @@ BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "D
                "The results show that", "To install the package", "My favourite recipe is", "Yesterday the market")
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
 LOGITS_RUNS = 3  # a prompt with every row's logits, at half and all of PREFILL_TOKENS: the median of each, after one
-# unmeasured run (the first is 15 % slower here)
+# unmeasured run (the first is 15 % slower here); one each where that run took LOGITS_LONG_S or more (a large model
+# on a CPU: 7 runs of ~10 s would add a minute to its probe)
+LOGITS_LONG_S = 1.0
 
 
 def column_tps(e: Any, prompt: list[int]) -> float | None:
@@ -54,9 +56,9 @@ def column_tps(e: Any, prompt: list[int]) -> float | None:
     if not hasattr(e, "prompt_logits_s"):
         return None
     half = prompt[: len(prompt) // 2]
-    e.prompt_logits_s(prompt)
-    t_half = statistics.median(e.prompt_logits_s(half) for _ in range(LOGITS_RUNS))
-    t_all = statistics.median(e.prompt_logits_s(prompt) for _ in range(LOGITS_RUNS))
+    runs = LOGITS_RUNS if e.prompt_logits_s(prompt) < LOGITS_LONG_S else 1
+    t_half = statistics.median(e.prompt_logits_s(half) for _ in range(runs))
+    t_all = statistics.median(e.prompt_logits_s(prompt) for _ in range(runs))
     return (len(prompt) - len(half)) / (t_all - t_half) if t_all > t_half else None
 
 

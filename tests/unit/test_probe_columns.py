@@ -28,3 +28,11 @@ def test_column_rate_from_half_and_all_of_the_prompt() -> None:
 def test_no_column_rate_without_the_call_or_a_longer_prompt_that_costs_no_more() -> None:
     assert ceilings.column_tps(object(), list(range(128))) is None
     assert ceilings.column_tps(Timed(per_token=0.0), list(range(128))) is None
+
+
+def test_a_slow_prompt_is_timed_once_at_each_length() -> None:
+    # 20 ms + 10 ms a token: the unmeasured run of 128 tokens takes 1.5 s (≥ LOGITS_LONG_S), so one run each:
+    # 64 ÷ (1.3 − 0.66) = 100 tok/s
+    e = Timed(per_token=0.01)
+    assert ceilings.column_tps(e, list(range(128))) == pytest.approx(100.0)
+    assert e.calls == [128, 64, 128]
