@@ -35,7 +35,8 @@ mutmut copies the tree it runs in into its ./mutants/ and keeps its results ther
 this tree of its own (--tree, default $TMPDIR/inference-top-mutation: the files git tracks and those it does not
 ignore, copied with their times), so that nobody's tools working here (tests/counts.py, ruff, pytest) read the
 mutants; the copy is kept, and with it mutmut's stats of which test reaches which function (collected again for
-new tests only: after a function is renamed, --fresh-stats). Every mutant of the modules named is tested again on
+new tests only: after a function is renamed or added, --fresh-stats: a new function's mutants were scored
+"survived" here, run only against the old tests that reached its caller). Every mutant of the modules named is tested again on
 each run (they are named to mutmut by their globs); --report scores the last results without running. mutmut's
 output goes to the tree's .mutation-home/mutmut.log (its end is printed where mutmut fails).
 
@@ -425,8 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2: the cores here)")
     ap.add_argument("--report", action="store_true", help="the score of mutmut's last results only, run nothing")
     ap.add_argument("--fresh-stats", action="store_true",
-                    help="collect mutmut's stats of which test reaches which function again (after a rename: a "
-                         "renamed function has none, and its mutants read 'no tests')")
+                    help="collect mutmut's stats of which test reaches which function again (after a rename or a "
+                         "new function: it has none, and its mutants read 'no tests' or survive the old tests)")
     ap.add_argument("--fingerprint", action="store_true",
                     help="record in the equivalents' [changed] table what each listed mutant changes in --tree's "
                          "mutants now (the modules whose mutants there are of this source), run nothing")

@@ -132,6 +132,10 @@ class Machine:
     # between two batches of few tiles (docs/design/kernels.md, "The CPU"). 0: the line goes on
     batch_top_b: int = 0
     column_core_s: float = 0.0
+    # … and within the first column tile (the probe's smallest batch batch_low_b up to cpu_tile) each column costs it
+    # too: the jump from one tile to several, which the probe's largest batch holds, is spread over the columns
+    # between the first tile and that batch (column_weights)
+    batch_low_b: int = 0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
     # CPU, B ≥ 2: llama.cpp's tinyBLAS multiplies its legacy-quant matrices in tiles of `cpu_tile` columns, and the
     # columns a B leaves past the last whole tile take a second pass over those matrices (presets/kernels.toml [cpu];
@@ -209,7 +213,7 @@ class Machine:
                 f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)")
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
-                   batch_top_b=max(bs) if col else 0, column_core_s=col * scale,
+                   batch_top_b=max(bs) if col else 0, column_core_s=col * scale, batch_low_b=min(bs) if col else 0,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
                    notes=(step, *((path_note,) if path_note else ()), *((_column_note(col, seq, max(bs)),) if col else ()),
@@ -225,16 +229,28 @@ class Machine:
             return self.step_core_s * reads + (b - 1) * self.seq_core_s
         return self.batch_base_core_s * reads * repass_factor(self.cpu_tile, self.cpu_repass_share, b) + self.columns_core(b)
 
-    def line_columns(self, b: int) -> int:
-        """Of a batch step's b columns, those the probe's batch line prices (seq_core_s each): up to its largest
-        batch where a column figure prices the rest, else all."""
-        return min(b, self.batch_top_b) if self.column_core_s else b
+    def column_weights(self, b: int) -> tuple[float, float]:
+        """A batch step's columns at b, as (a, c): a × seq_core_s + c × column_core_s. Without a column figure every
+        column is the line's (b, 0). With it, between the probe's batches lo and top and the build's tile: a column
+        past lo within the first tile costs a prompt token's, the columns from that tile to top lie on the line from
+        there to the probe's top (which holds the step from one tile to several), and each past top a prompt token's
+        again; no tile between lo and top: the line up to top."""
+        lo, top, tile = self.batch_low_b, self.batch_top_b, self.cpu_tile
+        if not self.column_core_s:
+            return float(b), 0.0
+        if b > top:
+            return float(top), float(b - top)
+        if not lo <= tile < top or b <= lo:
+            return float(b), 0.0
+        if b <= tile:
+            return float(lo), float(b - lo)
+        w = (b - tile) / (top - tile)
+        return (1 - w) * lo + w * top, (1 - w) * (tile - lo)
 
     def columns_core(self, b: int) -> float:
-        """The batch step's per-column core-seconds at b columns: seq_core_s each up to the probe's largest
-        batch, column_core_s each past it."""
-        n = self.line_columns(b)
-        return n * self.seq_core_s + (b - n) * self.column_core_s
+        """The batch step's per-column core-seconds at b columns (column_weights)."""
+        a, c = self.column_weights(b)
+        return a * self.seq_core_s + c * self.column_core_s
 
     def spill_bytes(self, work: WorkModel, k: int, b: int, ctx: int) -> float:
         """Bytes of K engines' footprint (weights as shipped, runtime, B sequences' KV at `ctx` and what each
@@ -688,8 +704,8 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         core = p.tpot_s * rate / ctx_scale
         reads = work.read_bytes(p.b) / work.read_bytes(1)
         fixed = reads * repass_factor(m.cpu_tile, m.cpu_repass_share, p.b)  # × base: the step's fixed part
-        n = m.line_columns(p.b)
-        past = (p.b - n) * m.column_core_s  # the columns past the probe's largest batch keep their price
+        n, c = m.column_weights(p.b)
+        past = c * m.column_core_s  # the columns priced as a prompt token's keep their price
         if m.batch_base_core_s is not None and core > m.batch_base_core_s * fixed + past:
             # the step's fixed part (the weights' product) is the probe's; what the load adds beyond the probe's
             # short sequences (attention over longer contexts, each sequence's sampling) is each sequence's

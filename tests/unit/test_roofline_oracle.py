@@ -1008,14 +1008,14 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost() -
                           "batches' line: 6.25)"
     assert m.step_core(8) == pytest.approx(0.075)  # the line's own: 25 + 8 × 6.25
     assert m.step_core(16) == pytest.approx(0.075 + 8 * 0.0075)  # 135 core-ms, where the line says 125
-    assert (m.line_columns(4), m.line_columns(8), m.line_columns(16)) == (4, 8, 8)
+    assert (m.column_weights(4), m.column_weights(8), m.column_weights(16)) == ((4, 0), (8, 0), (8, 8))  # no tile
     assert m.columns_core(12) == pytest.approx(8 * 0.00625 + 4 * 0.0075)
     assert RL.predict(TOY, m, "batch", 1, 16, threads=2, at=RL.Lengths(10, 5, 0)).tpot_s == pytest.approx(0.135 / 1.5)
     # another model of 2 GB a step: the column × 2 as every core cost
     assert RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000)).column_core_s == pytest.approx(0.015)
     # without the column figure, or without two batches to draw the line, the line goes on
     line = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "column_tps": None}), TOY)
-    assert (line.batch_top_b, line.column_core_s, line.line_columns(16)) == (0, 0.0, 16)
+    assert (line.batch_top_b, line.column_core_s, line.column_weights(16)) == (0, 0.0, (16, 0))
     assert line.step_core(16) == pytest.approx(0.125) and not any(n.startswith("batch columns") for n in line.notes)
     one = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "batch_steps_per_s": {"8": 20.0}}), TOY)
     assert (one.batch_top_b, one.column_core_s) == (0, 0.0)
@@ -1032,3 +1032,26 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost() -
         (0.025 * f, 0.00625 * f, 0.0075 * f))
     # a point at the probe's B = 8 leaves the column's price
     assert RL.calibrate(TOY, m, [replace(b16, b=8)]).column_core_s == m.column_core_s
+
+
+def test_the_first_column_tile_at_a_prompt_tokens_cost_and_the_jump_to_the_next_on_the_line() -> None:
+    # the same probe on an AVX512 build (tiles of 4), whose tinyBLAS weights are 60 % of a step's bytes: B = 2 and 8
+    # one pass each, so base 25 and seq 6.25 core-ms as before; a column 7.5 core-ms. B = 3, 4 (the first tile):
+    # B = 2's 37.5 + 7.5 a column; B = 5 … 8 on the line from B = 4's 52.5 to B = 8's 75 (5.625 a column), B = 5, 6, 7
+    # with their second pass (0.6 × 25 = 15); past 8, 7.5 a column
+    c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
+                  weight_bytes=1e9, column_tps=200.0, cpu_features=["AVX512", "LLAMAFILE"])
+    m = RL.Machine.from_ceilings(c, replace(TOY, matmul_type_bytes=(("Q8_0", 600_000_000),)))
+    assert (m.batch_low_b, m.batch_top_b, m.cpu_tile, m.cpu_repass_share) == (2, 8, 4, pytest.approx(0.6))
+    assert (m.batch_base_core_s, m.seq_core_s) == pytest.approx((0.025, 0.00625))
+    assert [m.column_weights(b) for b in (2, 3, 4, 6, 8, 9)] == [(2, 0), (2, 1), (2, 2), (5.0, 1.0), (8, 0), (8, 1)]
+    assert [round(m.step_core(b) * 1e3, 6) for b in (2, 3, 4, 5, 6, 7, 8, 9, 12)] == [
+        37.5, 45.0, 52.5, 58.125 + 15, 63.75 + 15, 69.375 + 15, 75.0, 82.5 + 15, 105.0]
+    # a calibration point in the jump (B = 6 at 60 ms on 2 threads = 90 core-ms, 15 of it the second pass): the
+    # columns priced as a prompt token's keep their price, 25 + 15 + 5 × seq + 1 × 7.5 = 90 → seq 8.5 core-ms
+    b6 = RL.Point("batch", 1, 6, 2, tpot_s=0.06, prompt_tokens=0, output_tokens=0)
+    assert RL.calibrate(TOY, m, [b6]).seq_core_s == pytest.approx(0.0085)
+    # a tile the probe's batches do not straddle (AVX2's 2 = its smallest batch; or no tinyBLAS): the line to B = 8
+    for tile in (2, 8, 0):
+        t = replace(m, cpu_tile=tile)
+        assert [t.column_weights(b) for b in (3, 4, 8, 10)] == [(3, 0), (4, 0), (8, 0), (8, 2)], tile
