@@ -113,6 +113,16 @@ def kv_types(lib: Any, spec: EngineSpec) -> dict[str, int]:
     return {"type_k": t, "type_v": t}
 
 
+def set_row(batch: Any, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+    """Row i of a llama_batch (llama_batch_init's, one seq_id a row): its token at pos in sequence seq, its logits
+    asked or not. The caller has checked the row, token, position and sequence against what C allocated."""
+    batch.token[i] = token
+    batch.pos[i] = pos
+    batch.n_seq_id[i] = 1
+    batch.seq_id[i][0] = seq
+    batch.logits[i] = 1 if logits else 0
+
+
 class LlamaCppEngine:
     name = "llama.cpp"
 
@@ -228,20 +238,20 @@ class LlamaCppEngine:
         lib, n = self._lib, len(tokens)
         if not 0 < n <= self._n_batch:
             raise EngineError(f"a prompt of {n} tokens does not fit one micro-batch of {self._n_batch}")
-        self._lib.llama_memory_clear(self._mem, True)
+        if not all(0 <= tok < self._n_vocab for tok in tokens):  # ctypes writes them unchecked, as LlamaBatch._put
+            raise EngineError(f"a prompt token is outside the vocabulary of {self._n_vocab}")
+        lib.llama_memory_clear(self._mem, True)
         batch = lib.llama_batch_init(n, 0, 1)
         try:
             for i, tok in enumerate(tokens):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, i, 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = 1
+                set_row(batch, i, tok, i, 0, True)
             batch.n_tokens = n
             t0 = perf_counter()
             rc = lib.llama_decode(self._ctx, batch)
             t = perf_counter() - t0
         finally:
             lib.llama_batch_free(batch)
-            self._lib.llama_memory_clear(self._mem, True)
+            lib.llama_memory_clear(self._mem, True)
         if rc != 0:
             raise EngineError(f"llama_decode returned {rc} for a prompt of {n} tokens with every row's logits")
         return t
@@ -371,12 +381,7 @@ class LlamaBatch:
                 and 0 <= token < self._n_vocab):
             raise EngineError(f"batch row {i} (token {token}, position {pos}, sequence {slot}) is outside the batch "
                               f"of {self.n_batch} rows, {self.b_cap} sequences of {self.ctx_per_seq} positions")
-        b = self.batch
-        b.token[i] = token
-        b.pos[i] = pos
-        b.n_seq_id[i] = 1
-        b.seq_id[i][0] = slot
-        b.logits[i] = 1 if logits else 0
+        set_row(self.batch, i, token, pos, slot, logits)
         self._asked += logits
 
     def step(self) -> BatchStep:

@@ -42,3 +42,5 @@ def test_a_prompt_with_every_rows_logits_is_timed_and_leaves_the_context_clear(e
     assert str(e.value) == "a prompt of 0 tokens does not fit one micro-batch of 256"
     with pytest.raises(EngineError, match="does not fit one micro-batch of 256"):
         engine.prompt_logits_s(toks * 5)
+    with pytest.raises(EngineError, match="outside the vocabulary of 262144"):  # never handed to C
+        engine.prompt_logits_s([2, 262144])

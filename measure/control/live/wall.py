@@ -57,7 +57,6 @@ class WallLoad:
     others: float = 0.0
 
 
-
 def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
                   attainable_gbps: float | None = None, predicted_binding: str | None = None,
                   load: WallLoad = WallLoad()) -> str:
