@@ -21,6 +21,13 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Two xdist workers each run an engine of auto_threads(1) = every core, so on 2 cores four OpenMP threads share
+    # two: llama.cpp's barrier (`omp barrier`, libgomp's) spins 300,000 rounds by default before it sleeps, spinning
+    # through the time slice its partner needs. Round 24's CI: the cgroup bench (36 s alone) ran past its 300 s
+    # beside `tune` (45 s alone, 291 s there). Here, the two side by side: 107 s and 96 s as they are; 67 s and 56 s
+    # with 20,000 rounds; alone 36 s either way (OMP_WAIT_POLICY=PASSIVE: 60/64 side by side, 48 alone). Set for
+    # every process the tests start, before any loads libgomp; a value already set is kept.
+    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
     # the truth matrix's sample (tests/integration/test_truth_matrix.py) is drawn afresh on every run: its seed chosen once
     # here, so pytest-xdist's workers (and a restarted one) draw the same cells; TRUTH_SEED=N replays a run
     import random
