@@ -69,6 +69,13 @@ def _mark_cells(ax: Axes, cells: list[Cell], x_of: Callable[[Cell], float], y_le
                     fontsize=7, color="red")
 
 
+def _legend(ax: Axes) -> None:
+    """The panel's legend where it has a labelled line: a panel with none (a run whose cells carry no such figure)
+    stays bare, where matplotlib's legend() warned on stderr that it found no artists."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def _series(ax: Axes, cells: list[Cell], x_key: str, group_key: str, y: Callable[[Cell], float | None],
             yerr: Callable[[Cell], float] | None = None, label_prefix: str = "") -> None:
     """One curve per value of the cells' `group_key` figure (and context row), over their `x_key` figure."""
@@ -190,7 +197,7 @@ def render_crossover(runs: list[Run], out: Path) -> tuple[Path, float | None]:
     ax.set_ylabel("$ per million output tokens")
     ax.set_title("The cost of a token: where one becomes cheaper than the other")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax)
     fig.tight_layout()
     path = out / "crossover.png"
     fig.savefig(path, dpi=110)
@@ -229,7 +236,7 @@ def _throughput_chart(x: str, group: str) -> Callable[[ModuleType, list[Run]], F
             _series(ax, run.cells, x, group, lambda c: c.output_throughput, _per_rep_sd)
             _predicted_series(ax, run.cells, x, group, "output_throughput")
             _mark_cells(ax, run.cells, attrgetter(x), 0)
-            ax.legend(fontsize=7)
+            _legend(ax)
         return fig
     return chart
 
@@ -246,7 +253,7 @@ def _tpot_chart(plt: ModuleType, runs: list[Run]) -> Figure:
         else:
             ax.text(0.02, 0.95, "β unknown: no prediction (pass --bandwidth)", transform=ax.transAxes, fontsize=7)
         _mark_cells(ax, run.cells, _k, 0)
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -259,7 +266,7 @@ def _bandwidth_chart(plt: ModuleType, runs: list[Run]) -> Figure:
         formula = next((c.bandwidth.formula for c in _ok(run.cells)), "")
         ax.text(0.02, 0.02, formula, transform=ax.transAxes, fontsize=6)
         _mark_cells(ax, run.cells, _k, 0)
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -271,7 +278,7 @@ def _ttft_chart(plt: ModuleType, runs: list[Run]) -> Figure:
         ax.plot(xs, [c.requests.ttft.p50 for c in cs], "o-", label="p50")
         ax.plot(xs, [c.requests.ttft.p99 for c in cs], "s--", label="p99")
         _mark_cells(ax, run.cells, _kb, 0)
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -287,7 +294,7 @@ def _pareto_chart(plt: ModuleType, runs: list[Run]) -> Figure:
                 for c in cs:
                     ax.annotate(f"K{c.k}B{c.b}", (c.output_throughput, c.requests.per_stream_tps), fontsize=6,
                                 textcoords="offset points", xytext=(3, 3))
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -304,7 +311,7 @@ def _goodput_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
         knee = _knee(run, cs)
         if knee is not None:
             ax.axvline(knee[0], color="red", ls=":", label=f"knee: {knee[1]}")
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -316,7 +323,7 @@ def _cost_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
     for ax, run in zip(axes, runs):
         pts = _cost_curve(run)
         ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=run.header.cost or "")
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -339,7 +346,7 @@ def _turns_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
     assert isinstance(locator, MaxNLocator)  # a new axes' AutoLocator is one
     locator.set_params(integer=True)
     ax.set_ylabel("TTFT p50 (ms)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     ax.grid(alpha=0.3)
     return fig  # type: ignore[no-any-return]  # pyplot's subplots is untyped here
 
@@ -359,7 +366,7 @@ def _memory_chart(plt: ModuleType, runs: list[Run]) -> Figure:
             if (status := _status(c)) != "ok":
                 ax.annotate(status, (xi, 0), textcoords="offset points", xytext=(0, 4), ha="center",
                             fontsize=7, color="red")
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -379,7 +386,7 @@ def _residency_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
             ax.annotate(f"K{c.k}B{c.b} {fmt(m.major_faults_per_token, '.0f')} flt/tok {fmt(m.swap_in_mbps)} MB/s in",
                         (x, _throughput(c)), textcoords="offset points", xytext=(3, 3), fontsize=6)
         ax.set_xlim(0, 105)
-        ax.legend(fontsize=7)
+        _legend(ax)
     return fig
 
 
@@ -402,7 +409,7 @@ def _timeline_chart(plt: ModuleType, runs: list[Run]) -> Figure | None:
                 axes[0][col].annotate(e.text, (x, 0), textcoords="offset points", xytext=(2, 2),
                                       fontsize=7, color="magenta")
         for row in range(3):
-            axes[row][col].legend(fontsize=7)
+            _legend(axes[row][col])
             axes[row][col].grid(alpha=0.3)
     return fig  # type: ignore[no-any-return]  # pyplot's subplots is untyped here
 
