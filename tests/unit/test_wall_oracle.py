@@ -5,7 +5,7 @@ against these)."""
 from __future__ import annotations
 
 from measure.control.live.wall import (WALL_HOLD_S, ResidencyView, Step, WallHit, WallLoad, WallWatch, calm,
-                                       measured_wall)
+                                       crowded, measured_wall)
 from measure.core.readings import SystemSample, other_work_cores
 from measure.core.residency import Residency
 
@@ -53,6 +53,31 @@ def test_other_work_on_the_cores_is_named_in_the_cores_wall():
     assert measured_wall(1.0, 100.0, 130.0, 2, load=WallLoad(others=0.5)) == \
         "CPU cores (1.8 of 2 busy, 0.5 of them other work)"
     assert measured_wall(1.0, 100.0, 50.0, 2, load=WallLoad(others=0.5)) == "none: 50% headroom"
+
+
+def test_the_cores_wall_beside_other_work_says_how_many_threads_to_keep():
+    # 2 cores, 1.0 of them other work, one engine of 2 threads: 1 free core, so 1 thread (13.5 → 24.8 tok/s measured)
+    one = WallLoad(others=1.0, threads=2, engines=1)
+    assert measured_wall(1.0, 100.0, 100.0, 2, load=one) == (
+        "CPU cores (2.0 of 2 busy, 1.0 of them other work); 2 engine threads for 1.0 free cores wait on each other "
+        "at every step: try --threads 1")
+    # 0.5 of 2: 1.5 free cores round to 2, which the 2 threads fit (2 threads ran 35.2 tok/s there, 1 thread 25.7)
+    assert measured_wall(1.0, 100.0, 150.0, 2, load=WallLoad(others=0.5, threads=2, engines=1)) == \
+        "CPU cores (2.0 of 2 busy, 0.5 of them other work)"
+    # 0.6 of 2: 1.4 free rounds to 1
+    assert measured_wall(1.0, 100.0, 140.0, 2, load=WallLoad(others=0.6, threads=2, engines=1)).endswith(
+        "; 2 engine threads for 1.4 free cores wait on each other at every step: try --threads 1")
+    # 8 cores, 3 of them other work, 2 engines of 4 threads: 5 free, 2 each
+    assert measured_wall(1.0, 100.0, 500.0, 8, load=WallLoad(others=3.0, threads=8, engines=2)).endswith(
+        "; 8 engine threads for 5.0 free cores wait on each other at every step: try --threads 2")
+    # one thread an engine already (K = 2 of 1 thread): nothing to take away; engines not known: nothing said
+    assert "try" not in measured_wall(1.0, 100.0, 100.0, 2, load=WallLoad(others=1.0, threads=2, engines=2))
+    assert "try" not in measured_wall(1.0, 100.0, 100.0, 2, load=WallLoad(others=1.0, threads=2))
+    # all the cores other work's (2.0 of 2): 0 free, still one thread; the wall below the cores line says nothing
+    assert measured_wall(1.0, 100.0, 0.0, 2, load=WallLoad(others=2.0, threads=2, engines=1)).endswith(
+        "; 2 engine threads for 0.0 free cores wait on each other at every step: try --threads 1")
+    assert measured_wall(1.0, 100.0, 50.0, 8, load=WallLoad(others=1.0, threads=8, engines=1)) == "none: 81% headroom"
+    assert crowded(2.0, 1, 2, 1.0).startswith("; 2 engine threads") and crowded(2.0, 1, 2, 0.4) == ""
 
 
 def test_measured_wall_of_a_remote_server_is_its_queue_or_not_measured():

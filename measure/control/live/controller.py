@@ -548,7 +548,7 @@ class LiveController:
         """measured_wall's load: remote or not, the streams asked and decoding, the cores the workers' threads were
         given, and the cores other work holds (the machine's CPU less our own processes', where they were read)."""
         return WallLoad(remote=not self.caps.local, streams_asked=self.k * self.b, streams_decoding=win.concurrency,
-                        threads=sum(r.threads or 0 for r in live_rows),
+                        threads=sum(r.threads or 0 for r in live_rows), engines=sum(1 for r in live_rows if r.threads),
                         others=0.0 if ours is None else other_work_cores(sysv.cpu_percent / 100.0 * self._cores,
                                                                            ours / 100.0))
 

@@ -55,6 +55,7 @@ class WallLoad:
     streams_decoding: float = 0.0
     threads: float = 0.0
     others: float = 0.0
+    engines: int = 0  # the workers the threads are spread over (0: not known)
 
 
 def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_percent: float, cores: int,
@@ -72,8 +73,24 @@ def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_pe
         return "not measured here (the server's machine)"
     ref, ref_name = (attainable_gbps, "attainable") if attainable_gbps else (beta_gbps, "spec")
     bw_share = bw_gbps / ref if bw_gbps is not None and ref else 0.0
-    return name_wall(bw_share, workers_cpu_percent / 100.0, cores, threads, predicted_binding == "compute",
-                     ref=ref_name, others=load.others)[1]
+    binding, text = name_wall(bw_share, workers_cpu_percent / 100.0, cores, threads, predicted_binding == "compute",
+                              ref=ref_name, others=load.others)
+    return text + (crowded(threads, load.engines, cores, load.others) if binding == "cores" else "")
+
+
+def crowded(threads: float, engines: int, cores: int, others: float) -> str:
+    """What to do where other work leaves the engines fewer cores than their threads (docs/design/wall.md, "Threads
+    beside other work"): an engine's threads meet at a barrier after every matmul, so one of them without a core
+    holds up the others, spinning. Beside a busy process holding 1 of 2 cores the embedded model ran 13.5 tok/s on
+    2 threads and 24.8 on 1; beside half a core 2 threads were still faster (35.2 against 25.7): the free cores are
+    rounded to the nearest, and the threads an engine is told to keep are those shared out over the `engines`, at
+    least one. Empty where the threads fit, where each engine has one thread already, or where `engines` is not
+    known."""
+    free = int(cores - others + 0.5)
+    if engines < 1 or threads <= max(free, engines):
+        return ""
+    return (f"; {threads:.0f} engine threads for {max(0.0, cores - others):.1f} free cores wait on each other at "
+            f"every step: try --threads {max(1, free // engines)}")
 
 
 class WallWatch:
