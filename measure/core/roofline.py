@@ -48,7 +48,7 @@ ASSUMED_SWAP_GBPS = 3.0
 BANDWIDTH_WALL = 0.8  # bytes moved ÷ attainable bandwidth at or above which memory bandwidth is the wall
 CORES_WALL = 0.9  # cores busy ÷ the machine's cores at or above which the CPU cores are the wall
 COMPUTE_BUSY = 0.45  # compute binds only while the cores busy are ≥ this share of those the threads were given
-OTHERS_SAID = 0.25  # other work's cores (live) named in the cores wall's text from this share of the machine's cores
+OTHERS_SAID = 0.25  # other work's cores named (the cores wall, a bench cell's note) from this share of the cores
 
 
 def name_wall(bw_share: float, cores_busy: float = 0.0, cores: int = 0, threads: float = 0.0,

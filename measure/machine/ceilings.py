@@ -111,10 +111,10 @@ def _save(c: Ceilings, model: ModelChoice | None = None) -> None:
 def _cpu_times() -> tuple[float, float]:
     """(the whole machine's busy CPU seconds, hypervisor steal included; this process's and its reaped
     children's)."""
-    t = psutil.cpu_times()
-    busy = t.user + t.nice + t.system + sum(getattr(t, f, 0.0) for f in ("irq", "softirq", "steal"))
+    from measure.machine.probes import busy_cpu_seconds
+
     me = psutil.Process().cpu_times()
-    return busy, me.user + me.system + me.children_user + me.children_system
+    return busy_cpu_seconds(), me.user + me.system + me.children_user + me.children_system
 
 
 def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s: float) -> float:

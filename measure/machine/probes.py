@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 import psutil
 
 from measure.core.guard import detect_wall
-from measure.core.readings import SystemSample, ThermalLog
+from measure.core.readings import SystemSample, ThermalLog, other_work_cores
 from measure.machine.host import ThermalReader
 from presets import Chip, match_chip
 
@@ -206,6 +206,33 @@ class SystemProbe:
         heat = self.thermal.read().label()
         return SystemSample(now, vm.total, vm.total - vm.available, vm.available, sw.total, sw.used,
                             sin, sout, src, pressure, psutil.cpu_percent(None), heat)
+
+
+def busy_cpu_seconds() -> float:
+    """The whole machine's busy CPU seconds since boot, hypervisor steal included (all cores together)."""
+    t = psutil.cpu_times()
+    return float(t.user + t.nice + t.system + sum(getattr(t, f, 0.0) for f in ("irq", "softirq", "steal")))
+
+
+class OtherWork:
+    """The cores other work keeps busy over an interval (a bench cell): the machine's busy CPU less inference-top's
+    own processes' (this one and every process below it: ProcessProbe.ours), from `start` to `cores_busy`."""
+
+    def __init__(self) -> None:
+        self._ours = ProcessProbe()
+        self._t0 = 0.0
+        self._busy0 = 0.0
+
+    def start(self) -> None:
+        self._ours.ours()
+        self._t0, self._busy0 = time.monotonic(), busy_cpu_seconds()
+
+    def cores_busy(self) -> float | None:
+        """Other work's cores since `start` (None where our own processes could not be read)."""
+        ours, dt = self._ours.ours(), time.monotonic() - self._t0
+        if ours is None or dt <= 0:
+            return None
+        return other_work_cores((busy_cpu_seconds() - self._busy0) / dt, ours / 100.0)
 
 
 class ProcessProbe:

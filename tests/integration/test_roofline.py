@@ -416,3 +416,30 @@ def test_a_disturbed_probe_stands_in_marked_and_a_quieter_one_replaces_it(tmp_pa
     assert not c.busy and ceilings.cached().busy_cores == pytest.approx(0.05)
     assert ceilings.get(rerun=True, say=said.append).busy_cores == pytest.approx(0.05)  # --rerun at 1.5: kept
     assert ceilings.cached().busy_cores == pytest.approx(0.05)
+
+def test_a_bench_cell_beside_other_work_names_it_and_the_threads_to_keep(tmp_path):
+    """A busy loop on half the cores beside a bench on the embedded model (its threads every core): the cell records
+    the cores other work kept busy (the machine's CPU less the bench's own process tree, so the loop and never the
+    bench's worker) and its note says how many threads to keep (docs/design/wall.md "Threads beside other work")."""
+    import subprocess
+    import sys
+
+    from measure.machine.probes import physical_cores
+
+    cores = physical_cores()
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, cores // 2))]
+    try:
+        out = tmp_path / "busy"
+        p = subprocess.run([sys.executable, "-m", "tui.cli", "bench", "--k", "1", "--requests", "2", "--max-tokens",
+                            "8", "--out", str(out)], capture_output=True, text=True, timeout=240)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert p.returncode == 0, p.stderr
+    cell = json.loads((out / "summary.json").read_text())[0]
+    assert cell["other_work_cores"] >= 0.8 * len(loops), cell["other_work_cores"]  # another test's engine adds to it
+    said = cell["other_work"]
+    assert said.startswith(f"{cell['other_work_cores']:.1f} of {cores} cores; {cores} engine threads for ")
+    assert said.endswith(f"try --threads {max(1, int(cores - cell['other_work_cores'] + 0.5))}")
+    assert f"OTHER WORK held {said}" in p.stdout

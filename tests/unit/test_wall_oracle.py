@@ -5,8 +5,8 @@ against these)."""
 from __future__ import annotations
 
 from measure.control.live.wall import (WALL_HOLD_S, ResidencyView, Step, WallHit, WallLoad, WallWatch, calm,
-                                       crowded, measured_wall)
-from measure.core.readings import SystemSample, other_work_cores
+                                       measured_wall)
+from measure.core.readings import SystemSample, crowded, other_work_cores
 from measure.core.residency import Residency
 
 NS = 1_000_000_000

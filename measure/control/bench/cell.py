@@ -190,6 +190,10 @@ class CellMachine:
     rails_joules_per_token: dict[str, float] | None = None
     rails_unread: str | None = None  # the rails not read and why ("cpu: frozen: …")
     oom_killed: bool | None = None
+    # the cores other work kept busy while the cell ran (the machine's CPU less inference-top's own processes'; local
+    # engines only) and, from a quarter of the cores, what it says (docs/design/wall.md "Threads beside other work")
+    other_work_cores: float | None = None
+    other_work: str | None = None
     # residency over the cell (docs/residency.md): the weights' resident share, major faults a token, swap-in and
     # file read-in MB/s, and every field (Residency.fields)
     weights_resident_share: float | None = None
@@ -466,6 +470,7 @@ KEYS: list[tuple[str, tuple[str, ...], Rule]] = [
     ("rails_unread", ("machine", "rails_unread"), None), ("power_source", ("cost", "power_source"), None),
     ("arrivals", ("load", "arrivals"), None), ("sessions", ("turns", "sessions"), None),
     ("oom_killed", ("machine", "oom_killed"), None),
+    ("other_work_cores", ("machine", "other_work_cores"), None), ("other_work", ("machine", "other_work"), None),
     *[(k, ("machine", k), None) for k in ("weights_resident_share", "major_faults_per_token", "swap_in_mbps",
                                            "file_read_mbps", "residency")],
     ("span_ns", ("timing", "span_ns"), None), ("segments", ("timing", "segments"), None),

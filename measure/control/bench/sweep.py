@@ -8,16 +8,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.bench.cell import (Cell, CellRow, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
+from measure.control.bench.cell import (Cell, CellMachine, CellRow, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
                                   skipped as skipped_cell, write_summary)
 from measure.machine import host
 from measure.core import metrics as M
 from measure.core.guard import (DEFAULT_OVERHEAD_BYTES, EngineMemory, OomKill, admit, engine_footprint, fmt_gib,
                                 oom_refusal, overhead_after_oom)
-from measure.core.readings import ThermalLog
+from measure.core.readings import ThermalLog, crowded
 from measure.core.residency import LevelFit, LevelMemory, budget_skip, level_fit, past_wall_note, residency
-from measure.machine.probes import SystemProbe, WallCheck, auto_threads
+from measure.machine.probes import OtherWork, SystemProbe, WallCheck, auto_threads, physical_cores
 from measure.core.records import MODES, RequestRecord
+from measure.core.roofline import OTHERS_SAID
 from measure.core.sessions import turn_note
 from measure.core.server_cache import cache_note
 from measure.core.workload import ClosedLoop, Load, Poisson, closed_loop_users
@@ -105,6 +106,7 @@ class CellRunner:
         self._warmups = 0  # the source's warmup requests before this cell (sources/warmup.py)
         self._residency = _residency_probe(source) if self.local else None  # docs/residency.md
         self._res0 = None
+        self.others = OtherWork()  # the cores other work keeps busy over each cell (local engines)
         from measure.machine import storage
         from measure.machine.ceilings import machine_key
 
@@ -165,6 +167,7 @@ class CellRunner:
             self.energy = None
         self._wall = WallCheck(self.probe, self.heat)
         self._res0 = self._residency.read(self._pids(), 0) if self._residency else None
+        self.others.start()
 
     def _pids(self) -> list[int | None]:
         return [w.pid for w in self.source.workers()]
@@ -210,10 +213,23 @@ class CellRunner:
             machine = replace(machine, residency=res.fields(), weights_resident_share=round(res.weights_share, 4),
                               major_faults_per_token=res.fields()["major_faults_per_token"],
                               swap_in_mbps=round(res.swap_in_mbps, 3), file_read_mbps=round(res.file_read_mbps, 3))
-        cell.machine = machine
+        cell.machine = self._other_work(machine, k, cfg.threads or auto_threads(k))
         if cell.cost is not None and cell.cost.watts is not None:  # mean power over the cell, and what read it
             cell.cost = replace(cell.cost, power_source=self.power.source)
         return cell
+
+    def _other_work(self, machine: CellMachine, k: int, threads: int) -> CellMachine:
+        """`machine` with the cores other work kept busy over the cell, and from a quarter of the cores what that
+        means for the engines' threads (docs/design/wall.md "Threads beside other work"). Local engines only: over
+        HTTP a server on this machine is other work to the client, and the engines' own threads are not known; a
+        replay has no workers of its own to tell apart."""
+        others = self.others.cores_busy() if self.local and any(self._pids()) else None
+        if others is None:
+            return machine
+        cores = physical_cores()
+        said = (f"{others:.1f} of {cores} cores{crowded(k * threads, k, cores, others)}"
+                if others >= OTHERS_SAID * cores else None)
+        return replace(machine, other_work_cores=round(others, 2), other_work=said)
 
     def learn(self, cell: Cell, mode: str, k: int, b: int, seq_ctx: int) -> None:
         """A worker OOM-killed while this cell ran: the estimate was too low here, so raise it and refuse ≥ it."""
@@ -434,6 +450,8 @@ def _note(c: Cell) -> str:
         note += f" K={c.machine.k_served_min} after a worker died"
     if c.machine.oom_killed:
         note += " OOM-KILLED"
+    if c.machine.other_work:
+        note += f" OTHER WORK held {c.machine.other_work}"
     if c.goodput.tps is not None:
         note += f" goodput {c.goodput.tps:.1f} tok/s ({c.goodput.attainment:.0%} in SLO)"
     for d in (c.server.check or {}).get("disagreements", []):

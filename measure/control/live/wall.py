@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from measure.core.guard import detect_wall
-from measure.core.readings import SystemSample
+from measure.core.readings import SystemSample, crowded
 from measure.core.residency import LevelMemory, Reading, Residency, StorageRates, gives_out, level_fit, past_wall_note, residency
 from measure.core.roofline import name_wall
 from measure.core.units import NS
@@ -77,20 +77,6 @@ def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_pe
                               ref=ref_name, others=load.others)
     return text + (crowded(threads, load.engines, cores, load.others) if binding == "cores" else "")
 
-
-def crowded(threads: float, engines: int, cores: int, others: float) -> str:
-    """What to do where other work leaves the engines fewer cores than their threads (docs/design/wall.md, "Threads
-    beside other work"): an engine's threads meet at a barrier after every matmul, so one of them without a core
-    holds up the others, spinning. Beside a busy process holding 1 of 2 cores the embedded model ran 13.5 tok/s on
-    2 threads and 24.8 on 1; beside half a core 2 threads were still faster (35.2 against 25.7): the free cores are
-    rounded to the nearest, and the threads an engine is told to keep are those shared out over the `engines`, at
-    least one. Empty where the threads fit, where each engine has one thread already, or where `engines` is not
-    known."""
-    free = int(cores - others + 0.5)
-    if engines < 1 or threads <= max(free, engines):
-        return ""
-    return (f"; {threads:.0f} engine threads for {max(0.0, cores - others):.1f} free cores wait on each other at "
-            f"every step: try --threads {max(1, free // engines)}")
 
 
 class WallWatch:
