@@ -438,7 +438,9 @@ def test_a_bench_cell_beside_other_work_names_it_and_the_threads_to_keep(tmp_pat
             loop.wait()
     assert p.returncode == 0, p.stderr
     cell = json.loads((out / "summary.json").read_text())[0]
-    assert cell["other_work_cores"] >= 0.8 * len(loops), cell["other_work_cores"]  # another test's engine adds to it
+    # a loop shares the cores with the bench's threads (2 cores, 3 threads: 2/3 of a core each where none waits); another
+    # test's engine beside it adds to the figure
+    assert cell["other_work_cores"] >= 0.5 * len(loops), cell["other_work_cores"]
     said = cell["other_work"]
     assert said.startswith(f"{cell['other_work_cores']:.1f} of {cores} cores; {cores} engine threads for ")
     assert said.endswith(f"try --threads {max(1, int(cores - cell['other_work_cores'] + 0.5))}")

@@ -226,10 +226,10 @@ class CellRunner:
         others = self.others.cores_busy() if self.local and any(self._pids()) else None
         if others is None:
             return machine
-        cores = physical_cores()
+        cores, others = physical_cores(), round(others, 2)  # the words from the figure recorded
         said = (f"{others:.1f} of {cores} cores{crowded(k * threads, k, cores, others)}"
                 if others >= OTHERS_SAID * cores else None)
-        return replace(machine, other_work_cores=round(others, 2), other_work=said)
+        return replace(machine, other_work_cores=others, other_work=said)
 
     def learn(self, cell: Cell, mode: str, k: int, b: int, seq_ctx: int) -> None:
         """A worker OOM-killed while this cell ran: the estimate was too low here, so raise it and refuse ≥ it."""
