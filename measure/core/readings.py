@@ -270,11 +270,11 @@ def other_work_cores(machine_busy: float, ours: float) -> float:
 def crowded(threads: float, engines: int, cores: int, others: float) -> str:
     """What to do where other work leaves the engines fewer cores than their threads (docs/design/wall.md, "Threads
     beside other work": the dashboard's cores wall and a bench cell's note): an engine's threads meet at a barrier
-    after every matmul, so one of them without a core holds up the others, spinning. Beside a busy process holding 1 of 2 cores the embedded model ran 13.5 tok/s on
-    2 threads and 24.8 on 1; beside half a core 2 threads were still faster (35.2 against 25.7): the free cores are
-    rounded to the nearest, and the threads an engine is told to keep are those shared out over the `engines`, at
-    least one. Empty where the threads fit, where each engine has one thread already, or where `engines` is not
-    known."""
+    after every matmul, so one of them without a core holds up the others, spinning. Beside a busy process holding 1
+    of 2 cores the embedded model ran 13.5 tok/s on 2 threads and 24.8 on 1; beside half a core 2 threads were still
+    faster (35.2 against 25.7): the free cores are rounded to the nearest, and the threads an engine is told to keep
+    are those shared out over the `engines`, at least one. Empty where the threads fit, where each engine has one
+    thread already, or where `engines` is not known."""
     free = int(cores - others + 0.5)
     if engines < 1 or threads <= max(free, engines):
         return ""

@@ -417,6 +417,7 @@ def test_a_disturbed_probe_stands_in_marked_and_a_quieter_one_replaces_it(tmp_pa
     assert ceilings.get(rerun=True, say=said.append).busy_cores == pytest.approx(0.05)  # --rerun at 1.5: kept
     assert ceilings.cached().busy_cores == pytest.approx(0.05)
 
+
 def test_a_bench_cell_beside_other_work_names_it_and_the_threads_to_keep(tmp_path):
     """A busy loop on half the cores beside a bench on the embedded model (its threads every core): the cell records
     the cores other work kept busy (the machine's CPU less the bench's own process tree, so the loop and never the

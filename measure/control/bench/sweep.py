@@ -167,7 +167,8 @@ class CellRunner:
             self.energy = None
         self._wall = WallCheck(self.probe, self.heat)
         self._res0 = self._residency.read(self._pids(), 0) if self._residency else None
-        self.others.start()
+        if self.local:  # over HTTP nothing is recorded (_other_work)
+            self.others.start()
 
     def _pids(self) -> list[int | None]:
         return [w.pid for w in self.source.workers()]

@@ -78,7 +78,6 @@ def measured_wall(bw_gbps: float | None, beta_gbps: float | None, workers_cpu_pe
     return text + (crowded(threads, load.engines, cores, load.others) if binding == "cores" else "")
 
 
-
 class WallWatch:
     def __init__(self, brake: bool):
         self.brake = brake
