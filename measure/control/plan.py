@@ -171,8 +171,13 @@ class RunPlan:
             return None
         rates = self.decl.probe == "engine-rates"  # the probe's kernels are this engine's
         own = self.choice if rates and self.choice and not self.choice.embedded else None
+        def said(line: str) -> None:  # a stale probe measured again: why, kept in the dashboard's log
+            say(line)
+            if line.endswith(ceilings.AGAIN):
+                self.notes.append(line.removesuffix(ceilings.AGAIN) + "measured again")
+
         try:
-            c = ceilings.get(say=say, model=own)  # the engine's rates on this very model (its kernels, its experts)
+            c = ceilings.get(say=said, model=own)  # the engine's rates on this very model (its kernels, its experts)
         except ceilings.ProbeError as exc:  # no figure of this machine: no prediction, said where the log keeps it
             why = f"no roofline: {exc}"
             say(f"warning: {why}")

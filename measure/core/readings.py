@@ -328,6 +328,9 @@ class ThermalLog:
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
 PROBE_VERSION = 7  # 7: column_tps (a prompt's further tokens with every row's logits: a batch column past the probe's largest batch, docs/design/kernels.md "The CPU"); 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
+STALE_SHARE = 0.10  # a cached probe whose memory read at every core differs from a check's by more is not this
+# machine's any more: this VM's read 31.4 GB/s (decode 50.5 tok/s) at 08:27 and 19.8-23.7 (35.4-36.3) at 14:17-14:18,
+# with no steal or other work to see; five checks within a minute spread 23.3-24.4 (docs/measurements.md §29)
 
 
 @dataclass
@@ -344,6 +347,8 @@ class Ceilings:
     seconds: float = 0.0
     busy_cores: float | None = None  # other work on the machine during the probe, in cores (others_cores)
     version: int = PROBE_VERSION
+    checked_at: str = ""  # the last quiet check that found the machine as the probe measured it (ceilings.get)
+    checked_gbps: float | None = None  # the memory read at every core that check measured
 
     @property
     def busy(self) -> bool:
@@ -366,6 +371,18 @@ class Ceilings:
         d = self.engine.get("decode_tps") or {}
         return d.get(str(threads)) or d.get(threads)
 
+    def stale(self, now_gbps: float) -> str | None:
+        """Why this probe is not the machine's now, from a check's memory read at every core (`now_gbps`, read
+        on a quiet machine): more than STALE_SHARE from the probe's own figure; None where it is within, or where
+        either figure is missing."""
+        then = self.read_gbps.get(str(self.cores))
+        if not then or now_gbps <= 0:
+            return None
+        change = now_gbps / then - 1
+        if abs(change) <= STALE_SHARE:
+            return None
+        return f"the probe of {self.measured_at} read {then:.1f} GB/s on {self.cores} cores, {now_gbps:.1f} now ({change:+.0%})"
+
     def describe(self) -> str:
         bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items(), key=lambda kv: int(kv[0])))
         out = [f"{self.chip}: {self.cores} cores, {fmt_gib(self.memory_bytes)} memory, "
@@ -385,7 +402,9 @@ class Ceilings:
             out.append(f"llama.cpp's CPU build: {' '.join(e['cpu_features'])}")
         out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"
                    + (f", other work on the machine meanwhile: {self.busy_cores:.2f} cores"
-                      if self.busy_cores is not None else ""))
+                      if self.busy_cores is not None else "")
+                   + (f"; checked {self.checked_at}: {self.checked_gbps:.1f} GB/s on {self.cores} cores"
+                      if self.checked_at and self.checked_gbps is not None else ""))
         if self.busy:
             out.append(f"warning: {self.busy_warning()}")
         return "\n".join(out)

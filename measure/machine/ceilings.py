@@ -18,7 +18,7 @@ import queue
 import socket
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from measure.core.readings import PROBE_VERSION, Ceilings, other_work_cores
+from measure.core.readings import BUSY_LIMIT, PROBE_VERSION, Ceilings, other_work_cores
 
 if TYPE_CHECKING:
     import multiprocessing.queues
@@ -348,12 +348,14 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     vm, sw = psutil.virtual_memory(), psutil.swap_memory()
     seconds = time.perf_counter() - t0
     c = Ceilings(machine=platform.node(), chip=name, cores=cores, memory_bytes=vm.total, swap_bytes=sw.total,
-                 read_gbps=read, engine=engine, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                 read_gbps=read, engine=engine, measured_at=_now(),
                  seconds=seconds, busy_cores=round(others_cores(cpu0, _cpu_times(), seconds), 3))
     return c
 
 
 DISTURBED_REUSE_S = 900.0  # a disturbed probe stands in this long before get() measures again
+AGAIN = "measuring it again …"  # the end of the line get() says where a check found the probe stale
+CHECK_AFTER_S = 1800.0  # a quiet probe this old (and as long since its last check) is checked before it is used
 
 
 def _storage(model: ModelChoice | None, say: Callable[[str], None]) -> None:
@@ -376,24 +378,55 @@ def get(rerun: bool = False, say: Callable[[str], None] = print, model: ModelCho
     cached marked as such and said wherever its rates are used (describe(), the Machine's notes, RunPlan.roofline);
     it stands in for at most DISTURBED_REUSE_S, then the machine is measured again and the quieter of the two kept.
     A quiet probe is never replaced by a disturbed one: `probe --rerun` on a busy machine keeps the quiet figure
-    and says so."""
+    and says so. A quiet probe older than CHECK_AFTER_S is checked first (still_current()): where the machine has changed
+    under it (a VM's host busier than when it was measured), it is measured again."""
     old = None if rerun else cached(model, disturbed=True)
-    if old is not None and (not old.busy or _age_s(old) < DISTURBED_REUSE_S):
+    why = still_current(old, model) if old is not None and not old.busy else None
+    if old is not None and why is None and (not old.busy or _age_s(old) < DISTURBED_REUSE_S):
         return old
+    if why:
+        say(f"{why}: {AGAIN}")
     if old is None and rerun:
         old = cached(model, disturbed=True)
     new = probe(model, say=say)
     if old is not None and (new.busy_cores or 0.0) > (old.busy_cores or 0.0) and new.busy:
         say(f"the probe ran while other work used {new.busy_cores:.1f} of {new.cores} cores: the cached one of "
             f"{old.measured_at} ({old.busy_cores or 0.0:.1f} cores of others' work) is kept")
+        if why:  # not checked again before CHECK_AFTER_S: a busy machine is not probed at every start
+            _save(replace(old, checked_at=_now()), model)
         return old
     _save(new, model)
     return new
 
 
-def _age_s(c: Ceilings) -> float:
-    """Seconds since the probe was measured (its measured_at, local time); unknown: as old as can be."""
+def still_current(c: Ceilings, model: ModelChoice | None = None) -> str | None:
+    """Whether a cached quiet probe is still this machine's: past CHECK_AFTER_S since it was measured or last
+    checked, the memory read at every core is measured again (about a second) and compared (Ceilings.stale). Why
+    it is not, in words; None where it is (the check's time and figure then cached with it), where it is too new
+    to check, or where the check could not judge (other work used the machine meanwhile, or the read failed)."""
+    if min(_age_s(c), _age_s(c, c.checked_at)) < CHECK_AFTER_S:
+        return None
+    cpu0, t0 = _cpu_times(), time.perf_counter()
     try:
-        return time.time() - time.mktime(time.strptime(c.measured_at, "%Y-%m-%dT%H:%M:%S"))
+        gbps = probe_read_gbps(c.cores)
+    except ProbeError:
+        return None
+    if others_cores(cpu0, _cpu_times(), time.perf_counter() - t0) > BUSY_LIMIT:
+        return None
+    why = c.stale(gbps)
+    if why is None:
+        _save(replace(c, checked_at=_now(), checked_gbps=round(gbps, 2)), model)
+    return why
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _age_s(c: Ceilings, at: str | None = None) -> float:
+    """Seconds since the probe was measured (its measured_at, local time; or since `at`); unknown: as old as can
+    be."""
+    try:
+        return time.time() - time.mktime(time.strptime(c.measured_at if at is None else at, "%Y-%m-%dT%H:%M:%S"))
     except (ValueError, OverflowError):
         return float("inf")

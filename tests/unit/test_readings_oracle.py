@@ -185,6 +185,23 @@ def test_the_probes_ceilings_as_read():
         "attainable memory read bandwidth: 50.0 GB/s (1 core 5.0, 4 cores 20.0, 16 cores 50.0 GB/s)")  # by cores
 
 
+def test_a_probe_is_stale_when_a_checks_memory_read_moved_past_a_tenth():
+    """The probe read 29.6 GB/s on its 2 cores; a check at 22.2 reads 22.2 / 29.6 - 1 = -25 %: stale, said with
+    both figures; 26.7 (-9.8 %) and 32.5 (+9.8 %) are within a tenth; 32.6 (+10.1 %) is not. No figure of the
+    probe's at every core, or none measured now: nothing said. The check's time and figure, once cached, are in
+    describe()."""
+    c = _ceilings()
+    assert c.stale(22.2) == "the probe of 2026-12-06T23:36:15 read 29.6 GB/s on 2 cores, 22.2 now (-25%)"
+    assert c.stale(26.7) is None and c.stale(32.5) is None
+    assert "(+10%)" in (c.stale(32.6) or "")
+    assert _ceilings(read_gbps={"1": 13.49}).stale(5.0) is None and c.stale(0.0) is None
+    assert c.stale(-1.0) is None  # a figure no reader could give
+    checked = _ceilings(checked_at="2026-12-07T14:20:00", checked_gbps=29.1)
+    assert checked.describe().endswith("measured 2026-12-06T23:36:15 in 13.9 s; checked 2026-12-07T14:20:00: "
+                                       "29.1 GB/s on 2 cores")
+    assert _ceilings(checked_at="2026-12-07T14:20:00").describe().endswith("in 13.9 s")  # no figure: not said
+
+
 def test_edges_of_the_readings():
     assert R.working_set(48 * GiB, {"max_recommended_working_set_size": 1}).bytes == 1
     assert R.working_set(32 * GiB).source == "macOS's default rule: 67% of 32 GiB"  # 32 GiB is a small Mac
