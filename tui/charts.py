@@ -248,20 +248,48 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
     hl = [(y, label, color) for y, label, color in hlines if y is not None]
     ymax = max([ymax] + [y for y, _, _ in hl])
     y1 = ymax * 1.15 if ymax > 0 else 1.0
-    for y, label, color in hl:
+    labelled = [(y, label, color) for y, label, color in hl if label]
+    ys, at = _label_ys(y1, h, [y for y, _, _ in labelled])
+    for y, _, color in hl:
         plt.hline(y, _pc(color))
-        if label:  # at the right end: the legend holds the top left corner
-            plt.text(label, x1 - 0.01 * (x1 - x0), y, color=_pc(color), alignment="right")
+    for ly, (_, label, color) in zip(ys, labelled):  # at the right end: the legend holds the top left corner
+        plt.text(label, x1 - 0.01 * (x1 - x0), ly, color=_pc(color), alignment="right")
     for x, label in markers:
         if x0 <= x <= x1:
             plt.vline(x, "magenta")
-            plt.text(label, x, y1 * 0.94, color="magenta", alignment="left")
+            plt.text(label, x, at, color="magenta", alignment="left")
     if not shown:
         plt.text("waiting for data…", x0 + 0.02 * (x1 - x0), y1 / 2, alignment="left")
     plt.xlim(x0, x1)
     plt.ylim(0, y1)
     title_row: Row = [(_center(title, w), None)]
     return [title_row, *_rows()]
+
+
+def _label_ys(y1: float, h: int, lines: Sequence[float]) -> tuple[list[float], float]:
+    """Where the labels go, so that none is written over another ("atK=2nable K=34 GB/s" reads as neither): each
+    labelled hline's on its line's row, or, where a higher line's label took that row, on the nearest free row
+    (below before above); the markers' near the top (0.94 of the y axis), on the highest row at or below it that
+    no hline's label is on. (The y of each line's label in the order given, the markers' y.) The plot has h − 4
+    rows (the title, its frame's two and the x ticks' are not the plot's); plotext puts y on row
+    round(y ÷ y1 × (rows − 1)) from the bottom."""
+    rows = h - 4
+    if rows < 2:
+        return list(lines), y1 * 0.94
+    row = lambda y: round(y / y1 * (rows - 1))  # noqa: E731
+    out = list(lines)
+    taken: set[int] = set()
+    for i in sorted(range(len(lines)), key=lambda i: -lines[i]):
+        want = row(lines[i])
+        free = [r for r in range(rows) if r not in taken] or [want]
+        r = min(free, key=lambda r: (abs(r - want), r > want))
+        taken.add(r)
+        if r != want:
+            out[i] = r / (rows - 1) * y1
+    r = row(y1 * 0.94)
+    while r in taken and r > 0:
+        r -= 1
+    return out, r / (rows - 1) * y1
 
 
 def _center(s: str, w: int) -> str:

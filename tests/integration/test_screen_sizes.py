@@ -336,3 +336,24 @@ def test_short_of_rows_what_gives_out_and_the_residency_go_before_the_figures():
     assert any(x.startswith("past the wall: K=4") for x in lines) and any(x.startswith("wall: ") for x in lines)
     assert any("(err +13%)" in x for x in lines) and any(x.startswith("bandwidth product 50.6 GB/s") for x in lines)
     assert not any(x.startswith(("gives out first", "residency")) for x in lines), lines
+
+
+@pytest.mark.parametrize("h", range(7, 41))
+def test_a_markers_label_is_never_written_over_a_lines_label(h):
+    """Round 25 saw "atK=2nable K=34 GB/s" on the bandwidth chart at 120 × 40: the K = 2 and K = 3 markers' labels
+    (near the top, at 0.94 of the y axis) on the row of the attainable line's (at 1 ÷ 1.15 of it, the line being the
+    chart's largest value); and a spec line near the attainable one shares its row. At every chart height from 3
+    rows of plot (the dashboard shows PLOT_ROWS = 8 at the least beside other charts; 2 rows cannot hold three
+    labels), with the spec line's label above, below or on the attainable one's row, each label is read whole."""
+    from tui.charts import draw
+
+    xs = [i * 0.5 for i in range(120)]
+    ys = [8.9 if x < 20 else 17.0 if x < 40 else 25.0 for x in xs]
+    for spec in (None, 33.0, 28.0):
+        rows = draw(66, h, "bandwidth product [GB/s]", [("GB/s", xs, ys, "cyan", "line")],
+                    hlines=[(spec, "spec 33 GB/s" if spec else "", "red"),
+                            (31.4, "attainable 31.4 GB/s", "yellow")],
+                    markers=[(20.0, "K=2"), (40.0, "K=3")], x_range=(0.0, 60.0))
+        text = "\n".join("".join(s for s, _ in r) for r in rows)
+        assert "attainable 31.4 GB/s" in text and "K=2" in text and "K=3" in text, (h, spec, text)
+        assert not spec or "spec 33 GB/s" in text, (h, spec, text)
