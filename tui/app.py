@@ -21,11 +21,11 @@ from measure.control.live.protocol import Controller
 from measure.control.live.snapshot import Snapshot
 from measure.core.records import is_remote
 from tui.charts import Chart, Panel, TablePanel
-from tui.fit import fit_lines
+from tui.fit import fit_lines, wrap
 from tui.layout import BORDER, Arrangement, Needs, arrange, text_width
-from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, View, numbers_lines, pareto_chart,
-                        render_clients, render_gauges, render_header, render_log, render_numbers, render_step_table,
-                        render_workers, series_charts)
+from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, LOG_INDENT, View, numbers_lines,
+                        pareto_chart, render_clients, render_gauges, render_header, render_log, render_numbers,
+                        render_step_table, render_workers, series_charts)
 from tui.panels import bar, wall_name  # noqa: F401  # where tests and callers found them before tui/panels.py
 from tui.signals import Cleanup, hold, quit_on_signals
 
@@ -300,11 +300,16 @@ class InferenceTop(App):
         return t
 
     def _append_log(self, s: Snapshot) -> None:
+        """The log's new lines, each wrapped to the log's width under its text (a warning's last words are often
+        what to do: cut at the border, "measure again … inference-top probe --rerun" was lost)."""
         log = self.query_one("#log", RichLog)
+        width = (log.content_size.width or (self._term_size or self.size)[0] - BORDER) - 1  # a scrollbar's column
         for seq, line, error in render_log(s.log, self._log_seen):
             self._log_seen = seq
-            self._log_lines = min(self._log_lines + 1, 10)
-            log.write(line)
+            parts = wrap(line, max(width, LOG_INDENT + 10), " " * LOG_INDENT)
+            self._log_lines = min(self._log_lines + len(parts), 10)
+            for part in parts:
+                log.write(part)
             if error is not None:
                 self.notify(error, severity="error", timeout=STICKY)
 

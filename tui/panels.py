@@ -361,6 +361,9 @@ def render_clients(t: Text, rows: Sequence[dict[str, Any]], total: dict[str, Any
 
 
 # ---- the log -----------------------------------------------------------------------------------------------------
+LOG_INDENT = len(f"{0.0:7.1f}s {'info':5} ")  # a log line's time and level: its text starts after them
+
+
 def render_log(log: Sequence[LogLine], seen: int) -> list[tuple[int, Text, str | None]]:
     """The log's lines after sequence number `seen` (the snapshot's log: (seq, t, level, text)), each as (seq, its
     line, its text where it is an error: the dashboard also notifies it, and the notification stays up)."""

@@ -16,6 +16,7 @@ from tui.app import InferenceTop
 from tui.charts import Chart
 from tui.fit import fit_lines, fit_parts, wrap
 from tui.layout import CHART_FRAME, CHARTS, PLOT_ROWS, Needs, arrange
+from tui.panels import LOG_INDENT
 
 SIZES = [(80, 24), (100, 30), (120, 40), (160, 48)]
 IDS = [f"{w}x{h}" for w, h in SIZES]
@@ -357,3 +358,28 @@ def test_a_markers_label_is_never_written_over_a_lines_label(h):
         text = "\n".join("".join(s for s, _ in r) for r in rows)
         assert "attainable 31.4 GB/s" in text and "K=2" in text and "K=3" in text, (h, spec, text)
         assert not spec or "spec 33 GB/s" in text, (h, spec, text)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(120, 40), (160, 48)], ids=["120x40", "160x48"])
+async def test_a_long_log_line_wraps_under_its_text_and_keeps_its_last_words(size):
+    """A warning's last words are often what to do; the log cut them at its border ("… its rates, and the predicti").
+    Each line is wrapped to the log's width, continuations under the text (past the time and level), and the log is
+    as tall as the rows it holds up to its cap: every word of the warning is on screen."""
+    c, fleet, clock = steady()
+    warning = ("the probe of 2026-12-07T14:28:36 ran while other work used 0.9 of 2 cores: its rates, and the "
+               "predictions made from them, may be low; measure again on a quiet machine: inference-top probe --rerun")
+    c.log("warn", warning)
+    run_for(c, fleet, clock, 1)  # in the next snapshot
+    app = InferenceTop(c, live=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        app.refresh_numbers()
+        await pilot.pause()
+        log = app.query_one("#log")
+        rows = [strip.text for strip in log.lines]  # what it holds (it shows its last rows)
+        at = next(i for i, r in enumerate(rows) if "warn  the probe of" in r)
+        parts = rows[at:at + 3]
+        assert all(r.startswith(" " * LOG_INDENT) and r.strip() for r in parts[1:]), rows  # under the text
+        assert max(cell_len(r.rstrip()) for r in parts) < log.content_size.width, rows
+        assert " ".join(" ".join(parts).split()[2:]) == warning, rows
