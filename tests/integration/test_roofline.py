@@ -453,6 +453,13 @@ def test_a_probe_the_machine_has_moved_from_is_checked_and_measured_again(tmp_pa
     assert (ceilings.cached().checked_gbps, ceilings.cached().measured_at) == (25.0, c.measured_at)
     others["cores"], gbps["per_reader"] = 0.9, 5.0  # a check beside other work: not judged, nothing measured
     assert ceilings.get(say=said.append).read_gbps == c.read_gbps and reads[4:] == [2] and len(said) == n_said
+    others["cores"] = 0.0
+
+    def fails(n, **_):
+        raise ceilings.ProbeError("the memory bandwidth probe's reader ended (signal 9)")
+    monkeypatch.setattr(ceilings, "probe_read_gbps", fails)  # a check that cannot read: the probe stands
+    assert ceilings.get(say=said.append).read_gbps == c.read_gbps and len(said) == n_said
+    monkeypatch.setattr(ceilings, "probe_read_gbps", lambda n, **_: reads.append(n) or gbps["per_reader"] * n)
 
     ceilings._save(old)  # stale, and the machine busy when measured again: the old one kept, marked checked
     seq = iter([0.0, 0.9])  # the check quiet, the probe not

@@ -196,6 +196,7 @@ def test_a_probe_is_stale_when_a_checks_memory_read_moved_past_a_tenth():
     assert "(+10%)" in (c.stale(32.6) or "")
     assert _ceilings(read_gbps={"1": 13.49}).stale(5.0) is None and c.stale(0.0) is None
     assert c.stale(-1.0) is None  # a figure no reader could give
+    assert "0.5 now (-98%)" in (c.stale(0.5) or "")  # a machine crawling is stale, however slow
     checked = _ceilings(checked_at="2026-12-07T14:20:00", checked_gbps=29.1)
     assert checked.describe().endswith("measured 2026-12-06T23:36:15 in 13.9 s; checked 2026-12-07T14:20:00: "
                                        "29.1 GB/s on 2 cores")
