@@ -16,7 +16,8 @@ searches and live K/B steps with a warmup, recorded, reported. Invariants checke
   the client's wait) within its measured tolerance of the truth its schedule implies (`serve`);
 - segments combined = every client's requests pooled on one clock;
 - a --find search against a server without a capacity limit never reports a knee inside its range;
-- live steps with a warmup: one step-table row per level settled; the recording's report = the dashboard's rows.
+- live steps with a warmup: one step-table row per level settled; the recording's report = the dashboard's rows;
+- the machine's other work: recorded for local engines only, named exactly from a quarter of the cores.
 
     python benchmarks/truth_matrix.py            # every combination; ends with one JSON line
     python benchmarks/truth_matrix.py --cover 7  # make test's sample drawn with seed 7 (tests/integration/test_truth_matrix.py)
@@ -544,6 +545,28 @@ def _check_cell(c: Combo, cell: Any, recs: list[Any], res: Result, engines: int 
     _check_users_mean(c, recs, res, engines)
     _check_process(c, recs, res)
     _check_bandwidth(c, recs, res)
+    _check_other_work(c, cell, res)
+
+
+def _check_other_work(c: Combo, cell: Any, res: Result) -> None:
+    """The machine's other work over the cell (docs/design/wall.md "Threads beside other work"): local engines record
+    the cores it kept busy (to 0.01, between 0 and the machine's cores) and name it, how many cores and the threads to
+    keep, exactly where it reached OTHERS_SAID of the cores, in words written from the figure recorded; over HTTP
+    nothing (a server on this machine is the client's other work). Whatever else runs beside the matrix, these hold."""
+    from measure.core.roofline import OTHERS_SAID
+    from measure.machine.probes import physical_cores
+
+    m = cell.machine
+    if c.source in ("http", "pool"):
+        res.check(m.other_work_cores is None and m.other_work is None,
+                  f"other work recorded over HTTP: {m.other_work_cores} cores, {m.other_work!r}")
+        return
+    x, cores = m.other_work_cores, physical_cores()
+    res.check(x is not None and 0.0 <= x <= cores and round(x, 2) == x, f"other work {x} cores of {cores}")
+    if x is not None:
+        named = x >= OTHERS_SAID * cores
+        res.check((m.other_work is not None) == named and (not named or str(m.other_work).startswith(
+            f"{x:.1f} of {cores} cores")), f"other work {x} of {cores} cores said as {m.other_work!r}")
 
 
 def _check_identities(recs: list[Any], res: Result) -> None:
