@@ -225,11 +225,15 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
     plt.theme("clear")
     ymax = 0.0
     shown = False
+    legend = legend_w = 0  # plotext's legend: a row a labelled series shown, from the plot's top row down, each
+    # its marker, a space and the label from the plot's second column
     for label, xs, ys, color, style in series:
         parts = runs(xs, ys, x0, x1)
         if not parts:
             continue
         shown = True
+        legend += bool(label)
+        legend_w = max(legend_w, 1 + 3 + cell_len(label or ""))
         ymax = max(ymax, max(max(py) for _, py in parts))
         if style == "point":  # points, not a line (a scatter: the tune's candidates)
             pts = [(x, y) for px, py in parts for x, y in zip(px, py)]
@@ -249,7 +253,8 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
     ymax = max([ymax] + [y for y, _, _ in hl])
     y1 = ymax * 1.15 if ymax > 0 else 1.0
     labelled = [(y, label, color) for y, label, color in hl if label]
-    ys, at = _label_ys(y1, h, [y for y, _, _ in labelled])
+    ys, at, below = _label_ys(y1, h, [y for y, _, _ in labelled], legend)
+    plot_w = w - 2 - len(f"{y1:.1f}")  # less the frame's two columns and the y ticks' (their widest, the top one)
     for y, _, color in hl:
         plt.hline(y, _pc(color))
     for ly, (_, label, color) in zip(ys, labelled):  # at the right end: the legend holds the top left corner
@@ -257,7 +262,8 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
     for x, label in markers:
         if x0 <= x <= x1:
             plt.vline(x, "magenta")
-            plt.text(label, x, at, color="magenta", alignment="left")
+            beside = (x - x0) / (x1 - x0) * (plot_w - 1) <= legend_w + 1  # its label would meet the legend's
+            plt.text(label, x, below if beside else at, color="magenta", alignment="left")
     if not shown:
         plt.text("waiting for data…", x0 + 0.02 * (x1 - x0), y1 / 2, alignment="left")
     plt.xlim(x0, x1)
@@ -266,16 +272,17 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
     return [title_row, *_rows()]
 
 
-def _label_ys(y1: float, h: int, lines: Sequence[float]) -> tuple[list[float], float]:
-    """Where the labels go, so that none is written over another ("atK=2nable K=34 GB/s" reads as neither): each
-    labelled hline's on its line's row, or, where a higher line's label took that row, on the nearest free row
-    (below before above); the markers' near the top (0.94 of the y axis), on the highest row at or below it that
-    no hline's label is on. (The y of each line's label in the order given, the markers' y.) The plot has h − 4
-    rows (the title, its frame's two and the x ticks' are not the plot's); plotext puts y on row
-    round(y ÷ y1 × (rows − 1)) from the bottom."""
+def _label_ys(y1: float, h: int, lines: Sequence[float], legend: int = 0) -> tuple[list[float], float, float]:
+    """Where the labels go, so that none is written over another ("atK=2nable K=34 GB/s", "── predicK=2" read as
+    neither): each labelled hline's on its line's row, or, where a higher line's label took that row, on the nearest
+    free row (below before above); the markers' near the top (0.94 of the y axis), on the highest row at or below it
+    that no hline's label is on, and for a marker beside the legend (its `legend` rows from the top) that the legend
+    is not on either. (The y of each line's label in the order given, the markers' y, the y of those beside the
+    legend.) The plot has h − 4 rows (the title, its frame's two and the x ticks' are not the plot's); plotext puts
+    y on row round(y ÷ y1 × (rows − 1)) from the bottom."""
     rows = h - 4
     if rows < 2:
-        return list(lines), y1 * 0.94
+        return list(lines), y1 * 0.94, y1 * 0.94
     row = lambda y: round(y / y1 * (rows - 1))  # noqa: E731
     out = list(lines)
     taken: set[int] = set()
@@ -286,10 +293,13 @@ def _label_ys(y1: float, h: int, lines: Sequence[float]) -> tuple[list[float], f
         taken.add(r)
         if r != want:
             out[i] = r / (rows - 1) * y1
-    r = row(y1 * 0.94)
-    while r in taken and r > 0:
-        r -= 1
-    return out, r / (rows - 1) * y1
+
+    def highest(avoid: set[int]) -> float:
+        r = row(y1 * 0.94)
+        while r in avoid and r > 0:
+            r -= 1
+        return r / (rows - 1) * y1
+    return out, highest(taken), highest(taken | set(range(rows - legend, rows)))
 
 
 def _center(s: str, w: int) -> str:

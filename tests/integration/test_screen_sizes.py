@@ -345,7 +345,8 @@ def test_a_markers_label_is_never_written_over_a_lines_label(h):
     (near the top, at 0.94 of the y axis) on the row of the attainable line's (at 1 ÷ 1.15 of it, the line being the
     chart's largest value); and a spec line near the attainable one shares its row. At every chart height from 3
     rows of plot (the dashboard shows PLOT_ROWS = 8 at the least beside other charts; 2 rows cannot hold three
-    labels), with the spec line's label above, below or on the attainable one's row, each label is read whole."""
+    labels), with the spec line's label above, below or on the attainable one's row, each label is read whole; and
+    a marker's label beside the legend, at 80 × 24's chart width."""
     from tui.charts import draw
 
     xs = [i * 0.5 for i in range(120)]
@@ -358,6 +359,13 @@ def test_a_markers_label_is_never_written_over_a_lines_label(h):
         text = "\n".join("".join(s for s, _ in r) for r in rows)
         assert "attainable 31.4 GB/s" in text and "K=2" in text and "K=3" in text, (h, spec, text)
         assert not spec or "spec 33 GB/s" in text, (h, spec, text)
+    # 80 × 24's throughput chart: a step at 11.2 s of 44.6, under the legend's two rows ("── predicK=2")
+    xs = [i * 0.5 for i in range(90)]
+    rows = draw(38, h, "aggregate throughput [tok/s]", [("tok/s (5 s window)", xs, [40.0] * 90, "cyan", "line"),
+                                                         ("predicted", xs, [44.0] * 90, "red", "dash")],
+                markers=[(11.2, "K=2")], x_range=(0.0, 44.6))
+    text = "\n".join("".join(s for s, _ in r) for r in rows)
+    assert "tok/s (5 s window)" in text and "── predicted" in text and "K=2" in text, (h, text)
 
 
 @pytest.mark.asyncio
