@@ -552,14 +552,16 @@ def _check_other_work(c: Combo, cell: Any, res: Result) -> None:
     """The machine's other work over the cell (docs/design/wall.md "Threads beside other work"): local engines record
     the cores it kept busy (to 0.01, between 0 and the machine's cores) and name it, how many cores and the threads to
     keep, exactly where it reached OTHERS_SAID of the cores, in words written from the figure recorded; over HTTP
-    nothing (a server on this machine is the client's other work). Whatever else runs beside the matrix, these hold."""
+    nothing (a server on this machine is the client's other work), nor in two clients' records combined (segments:
+    no one machine's figure). Whatever else runs beside the matrix, these hold."""
     from measure.core.roofline import OTHERS_SAID
     from measure.machine.probes import physical_cores
 
     m = cell.machine
-    if c.source in ("http", "pool"):
+    if c.source in ("http", "pool") or c.segments > 1:  # a combined cell pools two clients' records: no one machine's
         res.check(m.other_work_cores is None and m.other_work is None,
-                  f"other work recorded over HTTP: {m.other_work_cores} cores, {m.other_work!r}")
+                  f"other work recorded over HTTP or for combined clients: {m.other_work_cores} cores, "
+                  f"{m.other_work!r}")
         return
     x, cores = m.other_work_cores, physical_cores()
     res.check(x is not None and 0.0 <= x <= cores and round(x, 2) == x, f"other work {x} cores of {cores}")

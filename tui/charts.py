@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import plotext as plt
 from plotext._dict import color_codes as PLOTEXT_CODES  # plotext's colour names → their number (0–15)
@@ -137,6 +138,16 @@ def _pc(color: str) -> str:
 
 
 Series = tuple[str, Sequence[float], Sequence[float | None], str, str]  # label, xs, ys, colour, 'line' | 'dash'
+
+
+class HLine(NamedTuple):
+    """A horizontal line of a chart: its value, its label ('' for none) and its colour."""
+
+    y: float
+    label: str
+    color: str
+
+
 Row = list[tuple[str, str | None]]  # a chart's row: runs of (text, colour or None)
 
 
@@ -249,27 +260,35 @@ def draw(w: int, h: int, title: str, series: Iterable[Series], hlines=(), marker
                 plt.scatter(px, py, label=(label or None) if i == 0 else None, color=_pc(color), marker="braille")
             else:
                 plt.plot(px, py, label=(label or None) if i == 0 else None, color=_pc(color), marker="braille")
-    hl = [(y, label, color) for y, label, color in hlines if y is not None]
+    hl = [HLine(y, label, color) for y, label, color in hlines if y is not None]
     ymax = max([ymax] + [y for y, _, _ in hl])
     y1 = ymax * 1.15 if ymax > 0 else 1.0
-    labelled = [(y, label, color) for y, label, color in hl if label]
-    ys, at, below = _label_ys(y1, h, [y for y, _, _ in labelled], legend)
-    plot_w = w - 2 - len(f"{y1:.1f}")  # less the frame's two columns and the y ticks' (their widest, the top one)
-    for y, _, color in hl:
-        plt.hline(y, _pc(color))
-    for ly, (_, label, color) in zip(ys, labelled):  # at the right end: the legend holds the top left corner
-        plt.text(label, x1 - 0.01 * (x1 - x0), ly, color=_pc(color), alignment="right")
-    for x, label in markers:
-        if x0 <= x <= x1:
-            plt.vline(x, "magenta")
-            beside = (x - x0) / (x1 - x0) * (plot_w - 1) <= legend_w + 1  # its label would meet the legend's
-            plt.text(label, x, below if beside else at, color="magenta", alignment="left")
+    _lines_and_markers(hl, markers, (x0, x1), y1, (w, h), (legend, legend_w))
     if not shown:
         plt.text("waiting for data…", x0 + 0.02 * (x1 - x0), y1 / 2, alignment="left")
     plt.xlim(x0, x1)
     plt.ylim(0, y1)
     title_row: Row = [(_center(title, w), None)]
     return [title_row, *_rows()]
+
+
+def _lines_and_markers(hl: Sequence[HLine], markers: Iterable[tuple[float, str]],
+                       x_range: tuple[float, float], y1: float, size: tuple[int, int], legend: tuple[int, int]) -> None:
+    """The hlines with their labels at the right end (the legend holds the top left corner) and the markers as
+    labelled vertical lines, each label on a row no other label is on (_label_ys). `legend`: its rows and width."""
+    (x0, x1), (w, h) = x_range, size
+    labelled = [(y, label, color) for y, label, color in hl if label]
+    ys, at, below = _label_ys(y1, h, [y for y, _, _ in labelled], legend[0])
+    plot_w = w - 2 - len(f"{y1:.1f}")  # less the frame's two columns and the y ticks' (their widest, the top one)
+    for y, _, color in hl:
+        plt.hline(y, _pc(color))
+    for ly, (_, label, color) in zip(ys, labelled):
+        plt.text(label, x1 - 0.01 * (x1 - x0), ly, color=_pc(color), alignment="right")
+    for x, label in markers:
+        if x0 <= x <= x1:
+            plt.vline(x, "magenta")
+            beside = (x - x0) / (x1 - x0) * (plot_w - 1) <= legend[1] + 1  # its label would meet the legend's
+            plt.text(label, x, below if beside else at, color="magenta", alignment="left")
 
 
 def _label_ys(y1: float, h: int, lines: Sequence[float], legend: int = 0) -> tuple[list[float], float, float]:

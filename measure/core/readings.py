@@ -381,7 +381,8 @@ class Ceilings:
         change = now_gbps / then - 1
         if abs(change) <= STALE_SHARE:
             return None
-        return f"the probe of {self.measured_at} read {then:.1f} GB/s on {self.cores} cores, {now_gbps:.1f} now ({change:+.0%})"
+        return (f"the probe of {self.measured_at} read {then:.1f} GB/s on {self.cores} cores, {now_gbps:.1f} now "
+                f"({change:+.0%})")
 
     def describe(self) -> str:
         bw = ", ".join(f"{k} core{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in sorted(self.read_gbps.items(), key=lambda kv: int(kv[0])))

@@ -378,8 +378,8 @@ def get(rerun: bool = False, say: Callable[[str], None] = print, model: ModelCho
     cached marked as such and said wherever its rates are used (describe(), the Machine's notes, RunPlan.roofline);
     it stands in for at most DISTURBED_REUSE_S, then the machine is measured again and the quieter of the two kept.
     A quiet probe is never replaced by a disturbed one: `probe --rerun` on a busy machine keeps the quiet figure
-    and says so. A quiet probe older than CHECK_AFTER_S is checked first (still_current()): where the machine has changed
-    under it (a VM's host busier than when it was measured), it is measured again."""
+    and says so. A quiet probe older than CHECK_AFTER_S is checked first (still_current()): where the machine has
+    changed under it (a VM's host busier than when it was measured), it is measured again."""
     old = None if rerun else cached(model, disturbed=True)
     why = still_current(old, model) if old is not None and not old.busy else None
     if old is not None and why is None and (not old.busy or _age_s(old) < DISTURBED_REUSE_S):
