@@ -7,6 +7,7 @@ exports on a worker thread, so the screen keeps refreshing meanwhile."""
 from __future__ import annotations
 
 import gc
+import signal
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -27,7 +28,7 @@ from tui.panels import (CHART_BW, CHART_PARETO, CHART_TPOT, CHART_TPS, LOG_INDEN
                         pareto_chart, render_clients, render_gauges, render_header, render_log, render_numbers,
                         render_step_table, render_workers, series_charts)
 from tui.panels import bar, wall_name  # noqa: F401  # where tests and callers found them before tui/panels.py
-from tui.signals import Cleanup, hold, quit_on_signals
+from tui.signals import Cleanup, hold, quit_on_signals, terminal_gone
 
 if TYPE_CHECKING:
     from measure.control.live.replay import ReplayController
@@ -157,9 +158,18 @@ class InferenceTop(App):
                 self.set_interval(1.0 / NUMBERS_HZ, self.refresh_numbers)
                 self.set_interval(1.0 / self.refresh_hz, self.refresh_charts)
             self.call_after_refresh(self._freeze_startup)
+            self.set_interval(1.0, self._end_without_terminal)
         self.relayout()
         self.refresh_numbers()
         self.call_after_refresh(self.refresh_charts)
+
+    def _end_without_terminal(self) -> None:
+        """The terminal hung up and no SIGHUP came (a `make run` in a closed window or a killed tmux session: the
+        dashboard and its workers ran on for as long as nobody killed them): end as SIGHUP ends it."""
+        if terminal_gone():
+            if self.cleanup is not None:
+                self.cleanup.arm(128 + signal.SIGHUP)
+            self.exit()
 
     @staticmethod
     def _freeze_startup() -> None:

@@ -3,6 +3,7 @@ SIGHUP (the terminal closed) end the program the way `q` does; once the cleanup 
 ignored so a second Ctrl-C cannot cut it half-way (workers mid-stop, a summary or recording unwritten)."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -16,6 +17,17 @@ def hold() -> None:
     for name in NAMES:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+def terminal_gone(fd: int = 1) -> bool:
+    """Whether the terminal on `fd` hung up under the program without a SIGHUP reaching it (a parent kept the
+    session, as `make run` does: the kernel signals the session's leader, make, not the dashboard): its process
+    group can no longer be asked (EIO, as its writes). Not a terminal at all (a pipe, a headless test): False."""
+    try:
+        os.tcgetpgrp(fd)
+    except OSError as exc:
+        return exc.errno in (errno.EIO, errno.ENXIO)
+    return False
 
 
 EXIT_WAIT_S = 5.0  # after an exit began (`q`, a signal), how long the app has to end before the watchdog ends it
