@@ -330,7 +330,7 @@ PROBE_VERSION = 7  # 7: column_tps (a prompt's further tokens with every row's l
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 STALE_SHARE = 0.10  # a cached probe whose memory read at every core differs from a check's by more is not this
 # machine's any more: this VM's read 31.4 GB/s (decode 50.5 tok/s) at 08:27 and 19.8-23.7 (35.4-36.3) at 14:17-14:18,
-# with no steal or other work to see; five checks within a minute spread 23.3-24.4 (docs/measurements.md §29)
+# with no steal or other work to see; six checks within a minute spread 23.3-24.4 (docs/measurements.md §29)
 
 
 @dataclass
