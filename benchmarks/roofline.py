@@ -176,8 +176,9 @@ def main() -> int:
               f"{mm['aggregate_tps']:6.1f} tok/s", flush=True)
     out, m, base = score(work, c, measured, a.tokens)
     print(f"\ncalibrated on K=1 B=1 and K=1 B=8: a step costs {m.step_core_s * 1e3:.1f} core-ms "
-          f"(probe: {base.step_core_s * 1e3:.1f}), each further sequence {m.seq_core_s * 1e3:.2f} core-ms "
-          f"(probe: {base.seq_core_s * 1e3:.2f}); threads in one process: "
+          f"(probe: {base.step_core_s * 1e3:.1f}), each further sequence on the probe's line "
+          f"{(m.seq_core_s + m.seq_extra_core_s) * 1e3:.2f} core-ms (probe: {base.seq_core_s * 1e3:.2f}; every sequence "
+          f"{m.seq_extra_core_s * 1e3:+.2f} beyond the probe's); threads in one process: "
           + ", ".join(f"{t}: ×{v:.2f}" for t, v in sorted(m.thread_speedup.items())))
     for n in m.notes:
         print(f"  {n}")

@@ -326,7 +326,7 @@ class ThermalLog:
 
 
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
-PROBE_VERSION = 7  # 7: column_tps (a prompt's further tokens with every row's logits: a batch column past the probe's largest batch, docs/design/kernels.md "The CPU"); 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+PROBE_VERSION = 8  # 8: logits_s (a prompt with every row's logits at 2, 4 … 128 tokens: a batch column's price at the width it is added at, where 7 timed it at 64 → 128 only); 7: column_tps (a prompt's further tokens with every row's logits: a batch column past the probe's largest batch, docs/design/kernels.md "The CPU"); 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 STALE_SHARE = 0.10  # a cached probe whose memory read at every core differs from a check's by more is not this
 # machine's any more: this VM's read 31.4 GB/s (decode 50.5 tok/s) at 08:27 and 19.8-23.7 (35.4-36.3) at 14:17-14:18,
@@ -342,7 +342,7 @@ class Ceilings:
     swap_bytes: int
     read_gbps: dict[str, float]  # processes → GB/s (JSON keys are strings)
     engine: dict[str, Any] = field(default_factory=dict)  # model, weight_bytes, decode_tps {threads: tok/s},
-    # prefill_tps, batch_steps_per_s {B: steps/s}, column_tps, cpu_features
+    # prefill_tps, batch_steps_per_s {B: steps/s}, logits_s {tokens: s}, cpu_features
     measured_at: str = ""
     seconds: float = 0.0
     busy_cores: float | None = None  # other work on the machine during the probe, in cores (others_cores)
@@ -397,8 +397,10 @@ class Ceilings:
             out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
                        f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
                        f"{e['prefill_tps']:.0f} tok/s (all threads)"
-                       + (f", {e['column_tps']:.0f} with every token's logits (a batch column past B="
-                          f"{max(int(k) for k in e['batch_steps_per_s'])})" if e.get("column_tps") else ""))
+                       + ("; a prompt with every token's logits (a batch step of as many columns): "
+                          + ", ".join(f"{k} tokens {v * 1e3:.1f}" for k, v in sorted(e["logits_s"].items(),
+                                                                                key=lambda kv: int(kv[0])))
+                          + " ms" if e.get("logits_s") else ""))
         if e.get("cpu_features"):  # which matmul code a batch step runs (presets/kernels.toml [cpu])
             out.append(f"llama.cpp's CPU build: {' '.join(e['cpu_features'])}")
         out.append(f"measured {self.measured_at} in {self.seconds:.1f} s"

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import statistics
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from measure.core.guard import footprint
 from measure.core.readings import Ceilings
@@ -127,15 +128,18 @@ class Machine:
     # batch_base_core_s + B × seq_core_s (fitted on the probe's two batch sizes)
     batch_base_core_s: float | None = None
     seq_core_s: float = 0.0
-    # … past the probe's largest batch (batch_top_b) each further column costs column_core_s: a prompt token's with
-    # its logits (the same tiled matmuls, the output matrix's included: ceilings.column_tps), not the line's slope
-    # between two batches of few tiles (docs/design/kernels.md, "The CPU"). 0: the line goes on
+    # … past the probe's largest batch (batch_top_b) each further column costs a prompt's further token with its
+    # logits at that width (the same tiled matmuls, the output matrix's included: ceilings.logits_times), not the
+    # line's slope between two batches of few tiles (docs/design/kernels.md, "The CPU"): column_prices, (width w,
+    # core-seconds a column up to w from the width before), column_core. (): the line goes on
     batch_top_b: int = 0
-    column_core_s: float = 0.0
-    # … and within the first column tile (the probe's smallest batch batch_low_b up to cpu_tile) each column costs it
-    # too: the jump from one tile to several, which the probe's largest batch holds, is spread over the columns
+    column_prices: tuple[tuple[int, float], ...] = ()
+    # … and within the first column tile (the probe's smallest batch batch_low_b up to cpu_tile) each column costs its
+    # price too: the jump from one tile to several, which the probe's largest batch holds, is spread over the columns
     # between the first tile and that batch (column_weights)
     batch_low_b: int = 0
+    # … and what a measured load adds to each sequence's column beyond the probe's short sequences (calibrate)
+    seq_extra_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
     # CPU, B ≥ 2: llama.cpp's tinyBLAS multiplies its legacy-quant matrices in tiles of `cpu_tile` columns, and the
     # columns a B leaves past the last whole tile take a second pass over those matrices (presets/kernels.toml [cpu];
@@ -205,7 +209,7 @@ class Machine:
             if seq < 0 or base < 0:  # the two points say less than the model: keep the part they fix
                 seq = max(0.0, seq)
                 base = max(0.0, (bs[lo] - lo * seq) / rl)
-        col = (1.0 / e["column_tps"]) * (d[top] / d[1]) if e.get("column_tps") and base is not None else 0.0
+        col = column_prices(e.get("logits_s"), (d[top] / d[1]) * scale) if base is not None else ()
         t_top = 1.0 / d[top] * scale
         t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
         step = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
@@ -213,7 +217,7 @@ class Machine:
                 f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)")
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
-                   batch_top_b=max(bs) if col else 0, column_core_s=col * scale, batch_low_b=min(bs) if col else 0,
+                   batch_top_b=max(bs) if col else 0, column_prices=col, batch_low_b=min(bs) if col else 0,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
                    notes=(step, *((path_note,) if path_note else ()), *((_column_note(col, seq, max(bs)),) if col else ()),
@@ -227,30 +231,43 @@ class Machine:
             raise ValueError("a decode step's core-seconds are known only from a CPU engine's probe")
         if b <= 1 or self.batch_base_core_s is None:
             return self.step_core_s * reads + (b - 1) * self.seq_core_s
-        return self.batch_base_core_s * reads * repass_factor(self.cpu_tile, self.cpu_repass_share, b) + self.columns_core(b)
+        return (self.batch_base_core_s * reads * repass_factor(self.cpu_tile, self.cpu_repass_share, b)
+                + self.columns_core(b) + b * self.seq_extra_core_s)
 
-    def column_weights(self, b: int) -> tuple[float, float]:
-        """A batch step's columns at b, as (a, c): a × seq_core_s + c × column_core_s. Without a column figure every
-        column is the line's (b, 0). With it, between the probe's batches lo and top and the build's tile: a column
-        past lo within the first tile costs a prompt token's, the columns from that tile to top lie on the line from
-        there to the probe's top (which holds the step from one tile to several), and each past top a prompt token's
-        again; no tile between lo and top: the line up to top."""
+    def column_core(self, j: int) -> float:
+        """Core-seconds of a batch step's j-th column: a prompt's further token at that width, the price of the
+        probe's widths j falls between (column_prices); past the widest, the widest's; 0 without prices."""
+        for w, price in self.column_prices:
+            if j <= w:
+                return price
+        return self.column_prices[-1][1] if self.column_prices else 0.0
+
+    def column_weights(self, b: int) -> Columns:
+        """A batch step's columns at b (Columns): `line` at seq_core_s each, and `share` of columns first … last at
+        their own price (column_core). Without prices every column is the line's. With them, between the probe's
+        batches lo and top and the build's tile: the columns past lo within the first tile at their price, the
+        columns from that tile to top on the line from there to the probe's top (which holds the step from one tile
+        to several), and each past top at its price again; no tile between lo and top: the line up to top."""
         lo, top, tile = self.batch_low_b, self.batch_top_b, self.cpu_tile
-        if not self.column_core_s:
-            return float(b), 0.0
+        if not self.column_prices:
+            return Columns(float(b))
         if b > top:
-            return float(top), float(b - top)
-        if not lo <= tile < top or b <= lo:
-            return float(b), 0.0
+            return Columns(float(top), 1.0, top + 1, b)
+        if not lo < tile < top or b <= lo or b == top:
+            return Columns(float(b))
         if b <= tile:
-            return float(lo), float(b - lo)
+            return Columns(float(lo), 1.0, lo + 1, b)
         w = (b - tile) / (top - tile)
-        return (1 - w) * lo + w * top, (1 - w) * (tile - lo)
+        return Columns((1 - w) * lo + w * top, 1 - w, lo + 1, tile)
+
+    def priced_core(self, c: Columns) -> float:
+        """Core-seconds of the columns `c` prices at their own width's price."""
+        return c.share * sum(self.column_core(j) for j in range(c.first, c.last + 1))
 
     def columns_core(self, b: int) -> float:
         """The batch step's per-column core-seconds at b columns (column_weights)."""
-        a, c = self.column_weights(b)
-        return a * self.seq_core_s + c * self.column_core_s
+        c = self.column_weights(b)
+        return c.line * self.seq_core_s + self.priced_core(c)
 
     def spill_bytes(self, work: WorkModel, k: int, b: int, ctx: int) -> float:
         """Bytes of K engines' footprint (weights as shipped, runtime, B sequences' KV at `ctx` and what each
@@ -413,9 +430,29 @@ class Lengths:
     context: int | None = None
 
 
-def _column_note(col: float, seq: float, top: int) -> str:
-    return (f"batch columns past B = {top}: {col * 1e3:.2f} core-ms each, a prompt token's with its logits (the probe's "
-            f"batches' line: {seq * 1e3:.2f})")
+class Columns(NamedTuple):
+    """A batch step's columns (Machine.column_weights): `line` columns at the probe's line's price a sequence, and
+    `share` × the columns first … last at a prompt token's price at their width."""
+
+    line: float
+    share: float = 0.0
+    first: int = 0
+    last: int = -1
+
+
+def column_prices(logits_s: dict[str, float] | None, core_per_s: float) -> tuple[tuple[int, float], ...]:
+    """(width, core-seconds of each column up to it from the width before) from the probe's prompt with every row's
+    logits at its widths (ceilings.logits_times), `core_per_s` core-seconds a second of it; a width that took no
+    longer than the one before prices nothing (its columns take the next width's price)."""
+    pts = sorted((int(w), float(t)) for w, t in (logits_s or {}).items())
+    return tuple((w1, (t1 - t0) / (w1 - w0) * core_per_s) for (w0, t0), (w1, t1) in zip(pts, pts[1:]) if t1 > t0)
+
+
+def _column_note(prices: tuple[tuple[int, float], ...], seq: float, top: int) -> str:
+    each = ", ".join(f"{f'{prev + 1}–' if prev else '≤'}{w} {p * 1e3:.2f}"
+                     for prev, (w, p) in zip((0, *(w for w, _ in prices)), prices))
+    return (f"batch columns past B = {top} (and within the first tile) at a prompt's further token's price with its "
+            f"logits at their width, core-ms a column: {each} (the probe's batches' line: {seq * 1e3:.2f})")
 
 
 def cpu_path(ck: CpuKernels, features: Sequence[str]) -> tuple[int, frozenset[str]]:
@@ -703,17 +740,15 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
         core = p.tpot_s * rate / ctx_scale
         reads = work.read_bytes(p.b) / work.read_bytes(1)
-        fixed = reads * repass_factor(m.cpu_tile, m.cpu_repass_share, p.b)  # × base: the step's fixed part
-        n, c = m.column_weights(p.b)
-        past = c * m.column_core_s  # the columns priced as a prompt token's keep their price
-        if m.batch_base_core_s is not None and core > m.batch_base_core_s * fixed + past:
-            # the step's fixed part (the weights' product) is the probe's; what the load adds beyond the probe's
-            # short sequences (attention over longer contexts, each sequence's sampling) is each sequence's
-            m = replace(m, seq_core_s=(core - m.batch_base_core_s * fixed - past) / n)
+        if m.batch_base_core_s is not None and core >= m.step_core(p.b, reads):
+            # the step's fixed part (the weights' product) and its columns are the probe's; what the load adds beyond
+            # the probe's short sequences (attention over longer contexts, each sequence's sampling) is each
+            # sequence's, a column priced as a prompt token's as much as one on the probe's line
+            m = replace(m, seq_extra_core_s=m.seq_extra_core_s + (core - m.step_core(p.b, reads)) / p.b)
         elif m.batch_base_core_s is not None:
             f = core / m.step_core(p.b, reads)
             m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f,
-                        column_core_s=m.column_core_s * f)
+                        column_prices=tuple((w, price * f) for w, price in m.column_prices))
         else:
             m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0) * reads) / (p.b - 1)))  # see the top
         pr = predict(work, m, p.mode, p.k, p.b, p.threads, at=Lengths(prompt_tokens=p.prompt_tokens,

@@ -43,23 +43,29 @@ PREFILL_TOKENS = 128
 BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "Dear Sir or Madam",
                "The results show that", "To install the package", "My favourite recipe is", "Yesterday the market")
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
-LOGITS_RUNS = 3  # a prompt with every row's logits, at half and all of PREFILL_TOKENS: the median of each, after one
-# unmeasured run (the first is 15 % slower here); one each where that run took LOGITS_LONG_S or more (a large model
-# on a CPU: 7 runs of ~10 s would add a minute to its probe)
+LOGITS_RUNS = 3  # a prompt with every row's logits at each of LOGITS_WIDTHS: the median of each, the widths in turn,
+# after one unmeasured run (the first is 15 % slower here); one each where that run took LOGITS_LONG_S or more (a large
+# model on a CPU: 7 widths × 3 runs of up to ~10 s would add minutes to its probe)
 LOGITS_LONG_S = 1.0
+# a batch step of B sequences runs the matmuls a prompt of B tokens with every row's logits runs (llama_decode alone,
+# 2 threads: B = 2, 3, 4, 8, 16 within 0.3–4 % of the prompt's), and a further column's price depends on the width it
+# is added at (8 → 16: 3.0–3.4 ms, 16 → 32: 3.8–4.3, here): the probe times a prompt at each width
+LOGITS_WIDTHS = (2, 4, 8, 16, 32, 64, 128)
 
 
-def column_tps(e: Any, prompt: list[int]) -> float | None:
-    """Tokens a second a prompt's further tokens take with every row's logits asked (all threads), from the
-    engine's prompt_logits_s at half and all of `prompt`: each further column of a batch step past the probe's
-    largest (docs/design/kernels.md, "The CPU"); None for an engine that cannot ask for them."""
-    if not hasattr(e, "prompt_logits_s"):
+def logits_times(e: Any, prompt: list[int]) -> dict[str, float] | None:
+    """Seconds a prompt of each of LOGITS_WIDTHS tokens (the first of `prompt`) takes with every row's logits
+    asked, all threads: a batch step of as many columns, whose further columns' price at each width the roofline
+    reads from the differences (docs/design/kernels.md, "The CPU"); None for an engine that cannot ask for them."""
+    widths = [w for w in LOGITS_WIDTHS if w <= len(prompt)]
+    if not hasattr(e, "prompt_logits_s") or len(widths) < 2:
         return None
-    half = prompt[: len(prompt) // 2]
-    runs = LOGITS_RUNS if e.prompt_logits_s(prompt) < LOGITS_LONG_S else 1
-    t_half = statistics.median(e.prompt_logits_s(half) for _ in range(runs))
-    t_all = statistics.median(e.prompt_logits_s(prompt) for _ in range(runs))
-    return (len(prompt) - len(half)) / (t_all - t_half) if t_all > t_half else None
+    runs = LOGITS_RUNS if e.prompt_logits_s(prompt[: widths[-1]]) < LOGITS_LONG_S else 1
+    times: dict[int, list[float]] = {w: [] for w in widths}
+    for _ in range(runs):
+        for w in widths:
+            times[w].append(e.prompt_logits_s(prompt[:w]))
+    return {str(w): statistics.median(v) for w, v in times.items()}
 
 
 def machine_key() -> str:
@@ -236,7 +242,7 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
         t0 = time.perf_counter_ns()
         first = next(iter(e.generate(prompt, 1, True)))[1]
         prefill = PREFILL_TOKENS / ((first - t0) / 1e9)
-        columns = column_tps(e, prompt)
+        logits = logits_times(e, prompt)
         # B sequences decoded together in one context: a step's fixed cost and each sequence's
         conn.send(("stage", "batch"))
         b = e.batch(max(BATCH_BS), 256)
@@ -251,7 +257,7 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
             batch[str(n)] = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
         feats = e.cpu_features() if hasattr(e, "cpu_features") else []  # the batch path's code (kernels.toml [cpu])
         conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch, "cpu_features": feats,
-                   **({"column_tps": columns} if columns else {})})
+                   **({"logits_s": logits} if logits else {})})
         e.close()
     except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
         conn.send({"error": f"{type(exc).__name__}: {exc}"})

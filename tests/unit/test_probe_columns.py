@@ -1,4 +1,5 @@
-"""ceilings.column_tps by hand: a prompt's further tokens with every row's logits, from an engine's timings."""
+"""ceilings.logits_times by hand: a prompt with every row's logits at each of the probe's widths, from an engine's
+timings (a batch step of as many columns: docs/design/kernels.md, "The CPU")."""
 from __future__ import annotations
 
 import pytest
@@ -18,21 +19,33 @@ class Timed:
         return t * 1.15 if len(self.calls) == 1 else t
 
 
-def test_column_rate_from_half_and_all_of_the_prompt() -> None:
+def test_each_width_timed_in_turn_after_one_unmeasured_run_of_the_widest() -> None:
     e = Timed()
-    # (128 − 64) tokens ÷ (0.404 − 0.212) s = 333.3 tok/s: the 20 ms fixed part cancels, the first run is not counted
-    assert ceilings.column_tps(e, list(range(128))) == pytest.approx(64 / 0.192)
-    assert e.calls == [128] + [64] * ceilings.LOGITS_RUNS + [128] * ceilings.LOGITS_RUNS
+    # 2 tokens: 20 + 6 = 26 ms … 128: 20 + 384 = 404 ms; the first run (of 128, 15 % slow) is not counted
+    times = ceilings.logits_times(e, list(range(128)))
+    assert times == pytest.approx({"2": 0.026, "4": 0.032, "8": 0.044, "16": 0.068, "32": 0.116, "64": 0.212,
+                                   "128": 0.404})
+    assert e.calls == [128] + list(ceilings.LOGITS_WIDTHS) * ceilings.LOGITS_RUNS
+    # a shorter prompt: the widths it holds
+    assert list(ceilings.logits_times(Timed(), list(range(40))) or {}) == ["2", "4", "8", "16", "32"]
 
 
-def test_no_column_rate_without_the_call_or_a_longer_prompt_that_costs_no_more() -> None:
-    assert ceilings.column_tps(object(), list(range(128))) is None
-    assert ceilings.column_tps(Timed(per_token=0.0), list(range(128))) is None
+def test_no_times_without_the_call_or_two_widths() -> None:
+    assert ceilings.logits_times(object(), list(range(128))) is None
+    assert ceilings.logits_times(Timed(), [1, 2, 3]) is None
 
 
-def test_a_slow_prompt_is_timed_once_at_each_length() -> None:
-    # 20 ms + 10 ms a token: the unmeasured run of 128 tokens takes 1.5 s (≥ LOGITS_LONG_S), so one run each:
-    # 64 ÷ (1.3 − 0.66) = 100 tok/s
+def test_a_slow_prompt_is_timed_once_at_each_width() -> None:
+    # 20 ms + 10 ms a token: the unmeasured run of 128 tokens takes 1.5 s (≥ LOGITS_LONG_S), so one run each
     e = Timed(per_token=0.01)
-    assert ceilings.column_tps(e, list(range(128))) == pytest.approx(100.0)
-    assert e.calls == [128, 64, 128]
+    assert ceilings.logits_times(e, list(range(128)))["64"] == pytest.approx(0.66)
+    assert e.calls == [128, *ceilings.LOGITS_WIDTHS]
+
+
+def test_the_median_of_three_runs_at_each_width() -> None:
+    class Noisy(Timed):
+        def prompt_logits_s(self, tokens: list[int]) -> float:  # the second round 50 % slow: the median drops it
+            t = super().prompt_logits_s(tokens)
+            return t * 1.5 if len(ceilings.LOGITS_WIDTHS) < len(self.calls) <= 2 * len(ceilings.LOGITS_WIDTHS) else t
+
+    assert ceilings.logits_times(Noisy(), list(range(128)))["16"] == pytest.approx(0.068)

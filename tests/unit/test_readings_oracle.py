@@ -173,9 +173,10 @@ def test_the_probes_ceilings_as_read():
         "tok/s; B streams in one context: B=2 37.5, B=8 18.9, B=16 9.0 steps/s; prefill 613 tok/s (all threads)",
         "llama.cpp's CPU build: AVX2 REPACK",
         "measured 2026-12-06T23:36:15 in 13.9 s, other work on the machine meanwhile: 0.25 cores"]
-    col = _ceilings(engine=e | {"column_tps": 325.4})
+    col = _ceilings(engine=e | {"logits_s": {"16": 0.0819, "2": 0.02911, "128": 0.5}})
     assert col.describe().splitlines()[2].endswith(
-        "prefill 613 tok/s (all threads), 325 with every token's logits (a batch column past B=16)")
+        "prefill 613 tok/s (all threads); a prompt with every token's logits (a batch step of as many columns): "
+        "2 tokens 29.1, 16 tokens 81.9, 128 tokens 500.0 ms")
     busy = _ceilings(busy_cores=0.26)
     assert busy.busy
     warning = ("the probe of 2026-12-06T23:36:15 ran while other work used 0.3 of 2 cores: its rates, and the "

@@ -543,7 +543,7 @@ def test_a_cpu_batch_past_a_whole_tile_reads_its_tinyblas_weights_again() -> Non
     pt = RL.Point("batch", 1, 9, 2, tpot_s=0.08, ttft_engine_s=0.2, prompt_tokens=10, output_tokens=10)
     cal = RL.calibrate(TOY, cpu, [pt])
     core = 0.08 * 1.5 / (TOY.flops_per_token(15) / TOY.flops_per_token(0))
-    assert cal.seq_core_s == pytest.approx((core - 0.025 * 1.6) / 9)
+    assert cal.seq_core_s + cal.seq_extra_core_s == pytest.approx((core - 0.025 * 1.6) / 9)  # the load's, each of 9
 
 
 def test_calibrate_gives_back_each_of_its_points() -> None:
@@ -564,7 +564,8 @@ def test_calibrate_gives_back_each_of_its_points() -> None:
     assert RL.predict(TOY, m, "instances", 1, 1, 2, at).tpot_s == pytest.approx(0.01)
     assert RL.predict(TOY, m, "batch", 1, 8, 2, at).tpot_s == pytest.approx(0.05)
     core = 0.05 * 1.5 / ctx_scale
-    assert m.batch_base_core_s == pytest.approx(0.018) and m.seq_core_s == pytest.approx((core - 0.018) / 8)
+    assert m.batch_base_core_s == pytest.approx(0.018) and m.seq_core_s + m.seq_extra_core_s == pytest.approx(
+        (core - 0.018) / 8)
     assert m.notes == ("calibrated on 2 measured point(s)",)
     # a batch point faster than the probe's base: both parts scaled by one factor
     fast = RL.Point("batch", 1, 8, 2, tpot_s=0.01, prompt_tokens=32, output_tokens=128)
@@ -620,7 +621,7 @@ def test_calibrate_at_other_lengths_and_k_and_a_moe() -> None:
     slow_b2 = RL.Point("batch", 1, 2, 2, tpot_s=0.2, prompt_tokens=64, output_tokens=256)
     m = RL.calibrate(MOE, moe_cpu, [slow_b2])
     core = 0.2 * 1.5 / (MOE.flops_per_token(64 + 128) / MOE.flops_per_token(0))
-    assert m.seq_core_s == pytest.approx((core - 0.05 * reads) / 2)
+    assert m.seq_core_s + m.seq_extra_core_s == pytest.approx((core - 0.05 * reads) / 2)
     m = RL.calibrate(MOE, CPU, [slow_b2])  # no batch line
     assert m.seq_core_s == pytest.approx(max(0.0, (core - 0.02 * reads) / 1))
     # only the first point of each kind counts; a batch-mode point of B = 1 is a single point
@@ -985,7 +986,8 @@ def test_calibrate_edges() -> None:
     # an odd output: the context is 32 + 11 // 2 = 37 tokens
     b8 = RL.Point("batch", 1, 8, 2, tpot_s=0.05, prompt_tokens=32, output_tokens=11)
     core = 0.05 * 1.5 / (TOY.flops_per_token(37) / TOY.flops_per_token(0))
-    assert RL.calibrate(TOY, batched, [b8]).seq_core_s == pytest.approx((core - 0.018) / 8, rel=1e-9)
+    cal = RL.calibrate(TOY, batched, [b8])
+    assert cal.seq_core_s + cal.seq_extra_core_s == pytest.approx((core - 0.018) / 8, rel=1e-9)
     # a measured step exactly as long as the bandwidth's time: the bandwidth stands, nothing said
     notes: list[str] = []
     assert RL._bandwidth_at_most(CPU, 0.05, RL.Point("batch", 1, 8, 2, 0.05), notes) is CPU and notes == []
@@ -996,62 +998,93 @@ def test_the_prediction_tables_default_lengths() -> None:
     assert rows[0] == RL.predict(TOY, GPU, "instances", 1, 1, at=RL.Lengths(128, 256))
 
 
-def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost() -> None:
+# a prompt with every row's logits at 2 … 32 tokens on 2 threads: 5 ms a further token to 16, 6 ms from 16 to 32;
+# × 75/50 (the probe's 2 threads in one-thread core-seconds): 7.5 core-ms a column to 16, 9 from 16 to 32
+def _flat(prices: tuple[tuple[int, float], ...]) -> list[float]:
+    return [x for wp in prices for x in wp]
+
+
+LOGITS = {"2": 0.030, "4": 0.040, "8": 0.060, "16": 0.100, "32": 0.196}
+
+
+def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_their_width() -> None:
     # the probe of test_a_cpu_machine_from_its_probe_by_hand (base 25 core-ms, 6.25 a sequence through B = 2 and 8)
-    # and a prompt's further tokens with every row's logits at 200 tok/s on 2 threads: 1/200 × 75/50 = 7.5 core-ms
-    # a column past B = 8
     c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
-                  weight_bytes=1e9, column_tps=200.0)
+                  weight_bytes=1e9, logits_s=LOGITS)
     m = RL.Machine.from_ceilings(c, TOY)
-    assert (m.batch_top_b, m.column_core_s) == (8, pytest.approx(0.0075))
-    assert m.notes[-1] == "batch columns past B = 8: 7.50 core-ms each, a prompt token's with its logits (the probe's " \
-                          "batches' line: 6.25)"
+    assert m.batch_top_b == 8
+    assert _flat(m.column_prices) == pytest.approx(_flat(((4, 0.0075), (8, 0.0075), (16, 0.0075), (32, 0.009))))
+    assert m.notes[-1] == ("batch columns past B = 8 (and within the first tile) at a prompt's further token's price "
+                           "with its logits at their width, core-ms a column: ≤4 7.50, 5–8 7.50, 9–16 7.50, 17–32 9.00 "
+                           "(the probe's batches' line: 6.25)")
+    assert [m.column_core(j) for j in (1, 4, 5, 16, 17, 32, 33, 500)] == pytest.approx(
+        [0.0075] * 4 + [0.009] * 4)  # past the widest, the widest's price
     assert m.step_core(8) == pytest.approx(0.075)  # the line's own: 25 + 8 × 6.25
     assert m.step_core(16) == pytest.approx(0.075 + 8 * 0.0075)  # 135 core-ms, where the line says 125
-    assert (m.column_weights(4), m.column_weights(8), m.column_weights(16)) == ((4, 0), (8, 0), (8, 8))  # no tile
+    assert m.step_core(20) == pytest.approx(0.075 + 8 * 0.0075 + 4 * 0.009)  # 171: the columns past 16 at 9
+    assert m.step_core(40) == pytest.approx(0.075 + 8 * 0.0075 + 24 * 0.009)  # 351: past 32 at 32's price
+    assert (m.column_weights(4), m.column_weights(8), m.column_weights(16)) == (
+        RL.Columns(4), RL.Columns(8), RL.Columns(8, 1, 9, 16))  # no tile
     assert m.columns_core(12) == pytest.approx(8 * 0.00625 + 4 * 0.0075)
     assert RL.predict(TOY, m, "batch", 1, 16, threads=2, at=RL.Lengths(10, 5, 0)).tpot_s == pytest.approx(0.135 / 1.5)
     # another model of 2 GB a step: the column × 2 as every core cost
-    assert RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000)).column_core_s == pytest.approx(0.015)
-    # without the column figure, or without two batches to draw the line, the line goes on
-    line = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "column_tps": None}), TOY)
-    assert (line.batch_top_b, line.column_core_s, line.column_weights(16)) == (0, 0.0, (16, 0))
+    assert RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000)).column_core(9) == pytest.approx(0.015)
+    # without the prompt's timings, or without two batches to draw the line, the line goes on
+    line = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "logits_s": None}), TOY)
+    assert (line.batch_top_b, line.column_prices, line.column_weights(16)) == (0, (), RL.Columns(16))
     assert line.step_core(16) == pytest.approx(0.125) and not any(n.startswith("batch columns") for n in line.notes)
     one = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "batch_steps_per_s": {"8": 20.0}}), TOY)
-    assert (one.batch_top_b, one.column_core_s) == (0, 0.0)
-    # a calibration point past the probe's batches: the columns past B = 8 keep their price, the line's pay the
-    # rest: B = 16 at 100 ms on 2 threads = 150 core-ms → (150 − 25 − 8 × 7.5) / 8 = 8.125 core-ms a sequence
+    assert (one.batch_top_b, one.column_prices) == (0, ())
+    # a calibration point past the probe's batches: the probe's base, line and prices stay, and what the load adds
+    # is each sequence's, a column at a prompt token's price as much as one on the line: B = 16 at 100 ms on 2
+    # threads = 150 core-ms, the probe's 135 → 15 ÷ 16 = 0.9375 core-ms a sequence
     b16 = RL.Point("batch", 1, 16, 2, tpot_s=0.1, prompt_tokens=0, output_tokens=0)
     cal = RL.calibrate(TOY, m, [b16])
-    assert cal.seq_core_s == pytest.approx(0.008125) and cal.column_core_s == m.column_core_s
+    assert (cal.seq_core_s, cal.seq_extra_core_s) == pytest.approx((0.00625, 0.0009375))
+    assert cal.column_prices == m.column_prices and cal.batch_base_core_s == m.batch_base_core_s
+    assert cal.step_core(4) == pytest.approx(m.step_core(4) + 4 * 0.0009375)
     assert RL.predict(TOY, cal, "batch", 1, 16, 2, RL.Lengths(0, 0)).tpot_s == pytest.approx(0.1)
-    # … and one faster than the base and those columns (70 core-ms): every part × 70/135
+    # … and one faster than the base and those columns (70 core-ms): every part × 70/135, every width's price too
     fast = RL.calibrate(TOY, m, [replace(b16, tpot_s=0.07 / 1.5)])
     f = 0.07 / 0.135
-    assert (fast.batch_base_core_s, fast.seq_core_s, fast.column_core_s) == pytest.approx(
-        (0.025 * f, 0.00625 * f, 0.0075 * f))
-    # a point at the probe's B = 8 leaves the column's price
-    assert RL.calibrate(TOY, m, [replace(b16, b=8)]).column_core_s == m.column_core_s
+    assert (fast.batch_base_core_s, fast.seq_core_s) == pytest.approx((0.025 * f, 0.00625 * f))
+    assert _flat(fast.column_prices) == pytest.approx(
+        _flat(((4, 0.0075 * f), (8, 0.0075 * f), (16, 0.0075 * f), (32, 0.009 * f))))
+    # a point at the probe's B = 8 leaves the columns' prices
+    assert RL.calibrate(TOY, m, [replace(b16, b=8)]).column_prices == m.column_prices
+
+
+def test_column_prices_from_a_prompts_timings_by_hand() -> None:
+    # 2 tokens 30 ms, 4 40 ms: 5 ms a column from 3 to 4; 8 at 60: 5 ms; 16 at 59 ms (noise: faster than 8) prices
+    # nothing, and its columns take 32's: (100 − 59) ÷ 16 = 2.5625 ms; at 2 core-seconds a second, doubled
+    prices = RL.column_prices({"4": 0.040, "2": 0.030, "16": 0.059, "8": 0.060, "32": 0.100}, 2.0)
+    assert _flat(prices) == pytest.approx(_flat(((4, 0.010), (8, 0.010), (32, 0.005125))))
+    m = replace(CPU, column_prices=prices)
+    assert [m.column_core(j) for j in (3, 8, 9, 16, 32, 64)] == pytest.approx([0.010, 0.010] + [0.005125] * 4)
+    assert RL.column_prices(None, 2.0) == () and RL.column_prices({"8": 0.06}, 2.0) == ()
+    assert replace(CPU, column_prices=()).column_core(9) == 0.0
 
 
 def test_the_first_column_tile_at_a_prompt_tokens_cost_and_the_jump_to_the_next_on_the_line() -> None:
     # the same probe on an AVX512 build (tiles of 4), whose tinyBLAS weights are 60 % of a step's bytes: B = 2 and 8
-    # one pass each, so base 25 and seq 6.25 core-ms as before; a column 7.5 core-ms. B = 3, 4 (the first tile):
+    # one pass each, so base 25 and seq 6.25 core-ms as before; a column 7.5 core-ms to 16. B = 3, 4 (the first tile):
     # B = 2's 37.5 + 7.5 a column; B = 5 … 8 on the line from B = 4's 52.5 to B = 8's 75 (5.625 a column), B = 5, 6, 7
     # with their second pass (0.6 × 25 = 15); past 8, 7.5 a column
     c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
-                  weight_bytes=1e9, column_tps=200.0, cpu_features=["AVX512", "LLAMAFILE"])
+                  weight_bytes=1e9, logits_s=LOGITS, cpu_features=["AVX512", "LLAMAFILE"])
     m = RL.Machine.from_ceilings(c, replace(TOY, matmul_type_bytes=(("Q8_0", 600_000_000),)))
     assert (m.batch_low_b, m.batch_top_b, m.cpu_tile, m.cpu_repass_share) == (2, 8, 4, pytest.approx(0.6))
     assert (m.batch_base_core_s, m.seq_core_s) == pytest.approx((0.025, 0.00625))
-    assert [m.column_weights(b) for b in (2, 3, 4, 6, 8, 9)] == [(2, 0), (2, 1), (2, 2), (5.0, 1.0), (8, 0), (8, 1)]
+    C = RL.Columns
+    assert [m.column_weights(b) for b in (2, 3, 4, 6, 8, 9)] == [
+        C(2), C(2, 1, 3, 3), C(2, 1, 3, 4), C(5.0, 0.5, 3, 4), C(8), C(8, 1, 9, 9)]
     assert [round(m.step_core(b) * 1e3, 6) for b in (2, 3, 4, 5, 6, 7, 8, 9, 12)] == [
         37.5, 45.0, 52.5, 58.125 + 15, 63.75 + 15, 69.375 + 15, 75.0, 82.5 + 15, 105.0]
-    # a calibration point in the jump (B = 6 at 60 ms on 2 threads = 90 core-ms, 15 of it the second pass): the
-    # columns priced as a prompt token's keep their price, 25 + 15 + 5 × seq + 1 × 7.5 = 90 → seq 8.5 core-ms
+    # a calibration point in the jump (B = 6 at 60 ms on 2 threads = 90 core-ms) against the probe's 25 + 15 (the
+    # second pass) + 5 × 6.25 + 0.5 × 2 × 7.5 = 78.75: (90 − 78.75) ÷ 6 = 1.875 core-ms more each sequence
     b6 = RL.Point("batch", 1, 6, 2, tpot_s=0.06, prompt_tokens=0, output_tokens=0)
-    assert RL.calibrate(TOY, m, [b6]).seq_core_s == pytest.approx(0.0085)
+    assert RL.calibrate(TOY, m, [b6]).seq_extra_core_s == pytest.approx(0.001875)
     # a tile the probe's batches do not straddle (AVX2's 2 = its smallest batch; or no tinyBLAS): the line to B = 8
     for tile in (2, 8, 0):
         t = replace(m, cpu_tile=tile)
-        assert [t.column_weights(b) for b in (3, 4, 8, 10)] == [(3, 0), (4, 0), (8, 0), (8, 2)], tile
+        assert [t.column_weights(b) for b in (3, 4, 8, 10)] == [C(3), C(4), C(8), C(8, 1, 9, 10)], tile
