@@ -209,7 +209,9 @@ class Machine:
             if seq < 0 or base < 0:  # the two points say less than the model: keep the part they fix
                 seq = max(0.0, seq)
                 base = max(0.0, (bs[lo] - lo * seq) / rl)
-        col = column_prices(e.get("logits_s"), (d[top] / d[1]) * scale) if base is not None else ()
+        col, extra = ((), 0.0) if base is None else batch_columns(e.get("logits_s"), (min(bs), max(bs)), seq,
+                                                                  d[top] / d[1])
+        col = tuple((w, price * scale) for w, price in col)  # another model: by bytes, as every core cost
         t_top = 1.0 / d[top] * scale
         t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
         step = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
@@ -220,7 +222,8 @@ class Machine:
                    batch_top_b=max(bs) if col else 0, column_prices=col, batch_low_b=min(bs) if col else 0,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
-                   notes=(step, *((path_note,) if path_note else ()), *((_column_note(col, seq, max(bs)),) if col else ()),
+                   notes=(step, *((path_note,) if path_note else ()),
+                          *((_column_note(col, seq * scale, extra * scale, max(bs)),) if col else ()),
                           *busy))
 
     def step_core(self, b: int, reads: float = 1.0) -> float:
@@ -448,11 +451,24 @@ def column_prices(logits_s: dict[str, float] | None, core_per_s: float) -> tuple
     return tuple((w1, (t1 - t0) / (w1 - w0) * core_per_s) for (w0, t0), (w1, t1) in zip(pts, pts[1:]) if t1 > t0)
 
 
-def _column_note(prices: tuple[tuple[int, float], ...], seq: float, top: int) -> str:
+def batch_columns(logits_s: dict[str, float] | None, batches: tuple[int, int], seq: float,
+                  core_per_s: float) -> tuple[tuple[tuple[int, float], ...], float]:
+    """(column_prices, each + what a batch's sequence costs beyond a prompt's token; that cost): the probe's batch
+    line's `seq` from its batches lo to hi against its prompt's further tokens over the same widths, both in
+    core-seconds (the sequences' own attention and KV cells, each row's argmax: 0.2–0.9 ms a sequence here at 2
+    threads; 0 where the prompt's is dearer or was not timed at those widths)."""
+    lo, hi = batches
+    t = {int(w): float(v) for w, v in (logits_s or {}).items()}
+    extra = max(0.0, seq - (t[hi] - t[lo]) / (hi - lo) * core_per_s) if lo in t and hi in t and hi > lo else 0.0
+    return tuple((w, price + extra) for w, price in column_prices(logits_s, core_per_s)), extra
+
+
+def _column_note(prices: tuple[tuple[int, float], ...], seq: float, extra: float, top: int) -> str:
     each = ", ".join(f"{f'{prev + 1}–' if prev else '≤'}{w} {p * 1e3:.2f}"
                      for prev, (w, p) in zip((0, *(w for w, _ in prices)), prices))
     return (f"batch columns past B = {top} (and within the first tile) at a prompt's further token's price with its "
-            f"logits at their width, core-ms a column: {each} (the probe's batches' line: {seq * 1e3:.2f})")
+            f"logits at their width and {extra * 1e3:.2f} a batch's sequence costs beyond it, core-ms a column: {each} "
+            f"(the probe's batches' line: {seq * 1e3:.2f})")
 
 
 def cpu_path(ck: CpuKernels, features: Sequence[str]) -> tuple[int, frozenset[str]]:

@@ -49,8 +49,9 @@ LOGITS_RUNS = 3  # a prompt with every row's logits at each of LOGITS_WIDTHS: th
 LOGITS_LONG_S = 1.0
 # a batch step of B sequences runs the matmuls a prompt of B tokens with every row's logits runs (llama_decode alone,
 # 2 threads: B = 2, 3, 4, 8, 16 within 0.3–4 % of the prompt's), and a further column's price depends on the width it
-# is added at (8 → 16: 3.0–3.4 ms, 16 → 32: 3.8–4.3, here): the probe times a prompt at each width
-LOGITS_WIDTHS = (2, 4, 8, 16, 32, 64, 128)
+# is added at (8 → 16: 3.0–3.4 ms, 16 → 32: 3.8–4.3, here; a third column in a tile of 4 columns 3.9–5.0, the fourth
+# 2.3–2.4): the probe times a prompt at each width
+LOGITS_WIDTHS = (2, 3, 4, 8, 16, 32, 64, 128)
 
 
 def logits_times(e: Any, prompt: list[int]) -> dict[str, float] | None:

@@ -23,16 +23,16 @@ def test_each_width_timed_in_turn_after_one_unmeasured_run_of_the_widest() -> No
     e = Timed()
     # 2 tokens: 20 + 6 = 26 ms … 128: 20 + 384 = 404 ms; the first run (of 128, 15 % slow) is not counted
     times = ceilings.logits_times(e, list(range(128)))
-    assert times == pytest.approx({"2": 0.026, "4": 0.032, "8": 0.044, "16": 0.068, "32": 0.116, "64": 0.212,
+    assert times == pytest.approx({"2": 0.026, "3": 0.029, "4": 0.032, "8": 0.044, "16": 0.068, "32": 0.116, "64": 0.212,
                                    "128": 0.404})
     assert e.calls == [128] + list(ceilings.LOGITS_WIDTHS) * ceilings.LOGITS_RUNS
     # a shorter prompt: the widths it holds
-    assert list(ceilings.logits_times(Timed(), list(range(40))) or {}) == ["2", "4", "8", "16", "32"]
+    assert list(ceilings.logits_times(Timed(), list(range(40))) or {}) == ["2", "3", "4", "8", "16", "32"]
 
 
 def test_no_times_without_the_call_or_two_widths() -> None:
     assert ceilings.logits_times(object(), list(range(128))) is None
-    assert ceilings.logits_times(Timed(), [1, 2, 3]) is None
+    assert ceilings.logits_times(Timed(), [1, 2]) is None
 
 
 def test_a_slow_prompt_is_timed_once_at_each_width() -> None:

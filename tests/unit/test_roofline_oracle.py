@@ -1015,7 +1015,8 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_
     assert m.batch_top_b == 8
     assert _flat(m.column_prices) == pytest.approx(_flat(((4, 0.0075), (8, 0.0075), (16, 0.0075), (32, 0.009))))
     assert m.notes[-1] == ("batch columns past B = 8 (and within the first tile) at a prompt's further token's price "
-                           "with its logits at their width, core-ms a column: ≤4 7.50, 5–8 7.50, 9–16 7.50, 17–32 9.00 "
+                           "with its logits at their width and 0.00 a batch's sequence costs beyond it, core-ms a column: "
+                           "≤4 7.50, 5–8 7.50, 9–16 7.50, 17–32 9.00 "
                            "(the probe's batches' line: 6.25)")
     assert [m.column_core(j) for j in (1, 4, 5, 16, 17, 32, 33, 500)] == pytest.approx(
         [0.0075] * 4 + [0.009] * 4)  # past the widest, the widest's price
@@ -1052,6 +1053,26 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_
         _flat(((4, 0.0075 * f), (8, 0.0075 * f), (16, 0.0075 * f), (32, 0.009 * f))))
     # a point at the probe's B = 8 leaves the columns' prices
     assert RL.calibrate(TOY, m, [replace(b16, b=8)]).column_prices == m.column_prices
+
+
+def test_a_batch_sequence_dearer_than_a_prompt_token_adds_to_every_prompt_priced_column() -> None:
+    # the probe's line from B = 2 to 8 at 6.25 core-ms a sequence; its prompt from 2 to 8 tokens 30 → 50 ms on 2
+    # threads: 3.33 ms a token × 1.5 = 5 core-ms. A batch's sequence costs 1.25 core-ms more than a prompt's token
+    # (its own attention and KV cells, its argmax): each column at a prompt token's price, + 1.25
+    prompt = {"2": 0.030, "4": 0.040, "8": 0.050, "16": 0.100}
+    prices, extra = RL.batch_columns(prompt, (2, 8), 0.00625, 1.5)
+    assert extra == pytest.approx(0.00125)
+    assert _flat(prices) == pytest.approx(
+        _flat(((4, 0.0075 + 0.00125), (8, 0.00375 + 0.00125), (16, 0.009375 + 0.00125))))
+    c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
+                  weight_bytes=1e9, logits_s=prompt)
+    m = RL.Machine.from_ceilings(c, TOY)
+    assert m.step_core(16) == pytest.approx(0.075 + 8 * (0.009375 + 0.00125))
+    assert "and 1.25 a batch's sequence costs beyond it" in m.notes[-1]
+    # a prompt dearer than the line (the LOGITS above: 7.5 core-ms a token against 6.25), or no prompt at the probe's
+    # batch widths: nothing added
+    assert RL.batch_columns(LOGITS, (2, 8), 0.00625, 1.5)[1] == 0.0
+    assert RL.batch_columns({"4": 0.04, "16": 0.1}, (2, 8), 0.00625, 1.5) == (((16, 0.0075),), 0.0)
 
 
 def test_column_prices_from_a_prompts_timings_by_hand() -> None:
