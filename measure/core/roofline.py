@@ -455,8 +455,8 @@ def batch_columns(logits_s: dict[str, float] | None, batches: tuple[int, int], s
                   core_per_s: float) -> tuple[tuple[tuple[int, float], ...], float]:
     """(column_prices, each + what a batch's sequence costs beyond a prompt's token; that cost): the probe's batch
     line's `seq` from its batches lo to hi against its prompt's further tokens over the same widths, both in
-    core-seconds (the sequences' own attention and KV cells, each row's argmax: 0.2–0.9 ms a sequence here at 2
-    threads; 0 where the prompt's is dearer or was not timed at those widths)."""
+    core-seconds (the sequences' own attention and KV cells, each row's argmax: 0.1–0.25 ms a sequence in this VM's
+    probes at 2 threads; 0 where the prompt's is dearer or was not timed at those widths)."""
     lo, hi = batches
     t = {int(w): float(v) for w, v in (logits_s or {}).items()}
     extra = max(0.0, seq - (t[hi] - t[lo]) / (hi - lo) * core_per_s) if lo in t and hi in t and hi > lo else 0.0

@@ -45,12 +45,12 @@ BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "D
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
 LOGITS_RUNS = 3  # a prompt with every row's logits at each of LOGITS_WIDTHS: the median of each, the widths in turn,
 # after one unmeasured run (the first is 15 % slower here); one each where that run took LOGITS_LONG_S or more (a large
-# model on a CPU: 7 widths × 3 runs of up to ~10 s would add minutes to its probe)
+# model on a CPU: 8 widths × 3 runs of up to ~10 s would add minutes to its probe)
 LOGITS_LONG_S = 1.0
 # a batch step of B sequences runs the matmuls a prompt of B tokens with every row's logits runs (llama_decode alone,
-# 2 threads: B = 2, 3, 4, 8, 16 within 0.3–4 % of the prompt's), and a further column's price depends on the width it
-# is added at (8 → 16: 3.0–3.4 ms, 16 → 32: 3.8–4.3, here; a third column in a tile of 4 columns 3.9–5.0, the fourth
-# 2.3–2.4): the probe times a prompt at each width
+# 2 threads: B = 2, 3, 4, 8, 16, the batch 0–9 % dearer), and a further column's price depends on the width it is
+# added at (8 → 16: 2.9–3.4 ms, 16 → 32: 3.6–4.3, here; a third column in a tile of 4 columns 3.9–5.0, the fourth
+# 2.3–2.4; docs/measurements.md §30): the probe times a prompt at each width
 LOGITS_WIDTHS = (2, 3, 4, 8, 16, 32, 64, 128)
 
 
