@@ -622,6 +622,14 @@ def test_calibrate_at_other_lengths_and_k_and_a_moe() -> None:
     m = RL.calibrate(MOE, moe_cpu, [slow_b2])
     core = 0.2 * 1.5 / (MOE.flops_per_token(64 + 128) / MOE.flops_per_token(0))
     assert m.seq_core_s + m.seq_extra_core_s == pytest.approx((core - 0.05 * reads) / 2)
+    # a point between the probe's step at one token's experts and at two tokens' (0.05 × reads + 0.004): faster than
+    # the probe's step with the experts B = 2 reads, so every part × f and nothing more for each sequence
+    ctx_scale = MOE.flops_per_token(64 + 128) / MOE.flops_per_token(0)
+    mid = (0.054 + 0.05 * reads + 0.004) / 2
+    assert reads > 1.1
+    m = RL.calibrate(MOE, moe_cpu, [replace(slow_b2, tpot_s=mid * ctx_scale / 1.5)])
+    f = mid / (0.05 * reads + 0.004)
+    assert m.seq_extra_core_s == 0.0 and (m.batch_base_core_s, m.seq_core_s) == pytest.approx((0.05 * f, 0.002 * f))
     m = RL.calibrate(MOE, CPU, [slow_b2])  # no batch line
     assert m.seq_core_s == pytest.approx(max(0.0, (core - 0.02 * reads) / 1))
     # only the first point of each kind counts; a batch-mode point of B = 1 is a single point
@@ -1069,6 +1077,10 @@ def test_a_batch_sequence_dearer_than_a_prompt_token_adds_to_every_prompt_priced
     m = RL.Machine.from_ceilings(c, TOY)
     assert m.step_core(16) == pytest.approx(0.075 + 8 * (0.009375 + 0.00125))
     assert "and 1.25 a batch's sequence costs beyond it" in m.notes[-1]
+    # another model of 2 GB a step: every core cost × 2, in the note too
+    two = RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000))
+    assert "and 2.50 a batch's sequence costs beyond it, core-ms a column: ≤4 17.50" in two.notes[-1]
+    assert two.notes[-1].endswith("(the probe's batches' line: 12.50)")
     # a prompt dearer than the line (the LOGITS above: 7.5 core-ms a token against 6.25), or no prompt at the probe's
     # batch widths: nothing added
     assert RL.batch_columns(LOGITS, (2, 8), 0.00625, 1.5)[1] == 0.0
