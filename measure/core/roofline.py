@@ -209,9 +209,9 @@ class Machine:
             if seq < 0 or base < 0:  # the two points say less than the model: keep the part they fix
                 seq = max(0.0, seq)
                 base = max(0.0, (bs[lo] - lo * seq) / rl)
-        col, extra = ((), 0.0) if base is None else batch_columns(e.get("logits_s"), (min(bs), max(bs)), seq,
-                                                                  d[top] / d[1])
-        col = tuple((w, price * scale) for w, price in col)  # another model: by bytes, as every core cost
+        # another model's columns by bytes, as every core cost
+        col, extra = ((), 0.0) if base is None else batch_columns(e.get("logits_s"), (min(bs), max(bs)), seq * scale,
+                                                                  d[top] / d[1] * scale)
         t_top = 1.0 / d[top] * scale
         t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
         step = (f"probe: {c.attainable_gbps:.1f} GB/s effective bandwidth (read test); a step of this model takes "
@@ -223,7 +223,7 @@ class Machine:
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
                    notes=(step, *((path_note,) if path_note else ()),
-                          *((_column_note(col, seq * scale, extra * scale, max(bs)),) if col else ()),
+                          *((_column_note(col, seq * scale, extra, max(bs)),) if col else ()),
                           *busy))
 
     def step_core(self, b: int, reads: float = 1.0) -> float:
@@ -756,17 +756,18 @@ def calibrate(work: WorkModel, m: Machine, points: Sequence[Point]) -> Machine:
         ctx_scale = work.flops_per_token(ctx) / work.flops_per_token(0)
         core = p.tpot_s * rate / ctx_scale
         reads = work.read_bytes(p.b) / work.read_bytes(1)
-        if m.batch_base_core_s is not None and core >= m.step_core(p.b, reads):
+        base = m.batch_base_core_s
+        if base is None:
+            m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0) * reads) / (p.b - 1)))  # see the top
+        elif core >= (probed := m.step_core(p.b, reads)):
             # the step's fixed part (the weights' product) and its columns are the probe's; what the load adds beyond
             # the probe's short sequences (attention over longer contexts, each sequence's sampling) is each
             # sequence's, a column priced as a prompt token's as much as one on the probe's line
-            m = replace(m, seq_extra_core_s=m.seq_extra_core_s + (core - m.step_core(p.b, reads)) / p.b)
-        elif m.batch_base_core_s is not None:
-            f = core / m.step_core(p.b, reads)
-            m = replace(m, batch_base_core_s=m.batch_base_core_s * f, seq_core_s=m.seq_core_s * f,
-                        column_prices=tuple((w, price * f) for w, price in m.column_prices))
+            m = replace(m, seq_extra_core_s=m.seq_extra_core_s + (core - probed) / p.b)
         else:
-            m = replace(m, seq_core_s=max(0.0, (core - (m.step_core_s or 0.0) * reads) / (p.b - 1)))  # see the top
+            f = core / probed
+            m = replace(m, batch_base_core_s=base * f, seq_core_s=m.seq_core_s * f,
+                        column_prices=tuple((w, price * f) for w, price in m.column_prices))
         pr = predict(work, m, p.mode, p.k, p.b, p.threads, at=Lengths(prompt_tokens=p.prompt_tokens,
                                                                       output_tokens=p.output_tokens))
         m = _bandwidth_at_most(m, pr.shares["bandwidth"] * pr.tpot_s, p, notes)
