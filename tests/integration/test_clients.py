@@ -476,14 +476,29 @@ def test_split_keeps_every_request_index_exactly_once(total, weights):
     assert sorted(kept) == list(range(total))  # each index once: none dropped, none twice
     assert all(part == sorted(part) for part in parts)  # each client's share in schedule order
     whole = sum(weights)
-    for part, w in zip(parts, weights):  # each client's share is its weight's, within one request (the smooth
-        # weighted round robin can be one off exactly: 16 over weights 1,1,6,6,6,6,6 gives a weight 6 two, not three)
-        assert abs(len(part) - total * w / whole) <= 1
+    for part, w in zip(parts, weights):  # each client's share is its weight's, within one request
+        assert abs(len(part) - total * w / whole) < 1
+    owners = deal(weights, total)  # and so is every prefix's (smooth round robin alone: 295 over 1,1,1,1,6,6,6,6,6
+    taken = [0] * len(weights)  # gave a weight-1 client 1.06 over its share)
+    for dealt, owner in enumerate(owners, 1):
+        taken[owner - 1] += 1
+        assert all(abs(x - dealt * w / whole) < 1 for x, w in zip(taken, weights))
+    for start in range(0, total - whole + 1, whole):  # every run of Σw from the start: exactly w each
+        run = owners[start:start + whole]
+        assert [run.count(p + 1) for p in range(len(weights))] == list(weights)
     if len(set(weights)) == 1:  # equal clients: round robin, index ≡ p (mod N), as --segment i/N says
         assert parts == [list(range(p, total, len(weights))) for p in range(len(weights))]
-    else:  # unequal: the smooth weighted round robin's owners
-        owners = deal(weights, total)
+    else:  # unequal: the weighted deal's owners
         assert all(owners[idx] == p + 1 for p, part in enumerate(parts) for idx in part)
+
+
+def test_the_weighted_deal_keeps_a_prefix_within_one_request_where_smooth_round_robin_strayed():
+    weights, total = [1, 1, 1, 1, 6, 6, 6, 6, 6], 295  # Hypothesis's find against nginx's smooth round robin
+    parts = split(total, weights)
+    assert max(abs(len(part) - total * w / 34) for part, w in zip(parts, weights)) < 1  # SWRR: 1.06
+    assert [len(part) for part in parts] == [9, 9, 9, 8, 52, 52, 52, 52, 52]  # 295 × 1/34 = 8.68, × 6/34 = 52.06
+    assert deal([3, 1], 8) == [1, 2, 1, 1, 1, 2, 1, 1]  # by hand: turn 1 to client 1 (due at 1/3, not 1),
+    # turn 2 to client 2 (client 1 ahead: 1 × 4 > 1 × 3), turns 3-5 to client 1 (client 2 ahead until 4 × 1 ≥ 1 × 4, then due later)
 
 
 def test_split_of_streams_and_users_as_the_pool_and_the_ray_clients_take_them():

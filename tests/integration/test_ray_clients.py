@@ -402,7 +402,7 @@ def test_the_live_clients_deal_b_users_and_rate_by_weight_and_their_ids_never_me
     src.set_batch("http", 3)
     assert [c.streams for c in src.clients] == [2, 1]
     wl = SimpleNamespace(key="w")
-    src.set_users(5)  # --users 5 over weights 2,1: the smooth weighted deal, 3 users and 2
+    src.set_users(5)  # --users 5 over weights 2,1: the weighted deal, 3 users and 2
     src.set_load(Load(wl, ClosedLoop(5), 8))
     loads = [[a for n, a in c.actor.sent if n == "set_load"][-1] for c in src.clients]
     users = [[a for n, a in c.actor.sent if n == "set_users"][-1][0] for c in src.clients]
