@@ -326,7 +326,7 @@ class ThermalLog:
 
 
 # ---- the probe's ceilings (machine/ceilings.py measures them) -------------------------------------------
-PROBE_VERSION = 8  # 8: logits_s (a prompt with every row's logits at 2, 3, 4, 8 … 128 tokens: a batch column's price at the width it is added at, where 7 timed it at 64 → 128 only); 7: column_tps (a prompt's further tokens with every row's logits: a batch column past the probe's largest batch, docs/design/kernels.md "The CPU"); 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
+PROBE_VERSION = 9  # 9: batch_steps_per_s the median of 3 runs each, the batches in turn (one run of B = 8 read 10–15 % slow on an EPYC VM); 8: logits_s (a prompt with every row's logits at 2, 3, 4, 8 … 128 tokens: a batch column's price at the width it is added at, where 7 timed it at 64 → 128 only); 7: column_tps (a prompt's further tokens with every row's logits: a batch column past the probe's largest batch, docs/design/kernels.md "The CPU"); 6: the engine's cpu_features (its batch path: presets/kernels.toml [cpu]); 5: weight_bytes = bytes a token reads, a batch of distinct prompts (docs/design/model-reads.md); 4: busy_cores (3's entries say nothing of how busy the machine was: measured again)
 BUSY_LIMIT = 0.25  # cores: other work on the machine during a probe above this marks it busy (its rates low)
 STALE_SHARE = 0.10  # a cached probe whose memory read at every core differs from a check's by more is not this
 # machine's any more: this VM's read 31.4 GB/s (decode 50.5 tok/s) at 08:27 and 19.8-23.7 (35.4-36.3) at 14:17-14:18,

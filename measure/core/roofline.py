@@ -134,10 +134,6 @@ class Machine:
     # core-seconds a column up to w from the width before), column_core. (): the line goes on
     batch_top_b: int = 0
     column_prices: tuple[tuple[int, float], ...] = ()
-    # … and within the first column tile (the probe's smallest batch batch_low_b up to cpu_tile) each column costs its
-    # price too: the jump from one tile to several, which the probe's largest batch holds, is spread over the columns
-    # between the first tile and that batch (column_weights)
-    batch_low_b: int = 0
     # … and what a measured load adds to each sequence's column beyond the probe's short sequences (calibrate)
     seq_extra_core_s: float = 0.0
     prefill_core_s: float | None = None  # CPU: core-seconds per prompt token
@@ -210,7 +206,7 @@ class Machine:
                 seq = max(0.0, seq)
                 base = max(0.0, (bs[lo] - lo * seq) / rl)
         # another model's columns by bytes, as every core cost
-        col, extra = ((), 0.0) if base is None else batch_columns(e.get("logits_s"), (min(bs), max(bs)), seq * scale,
+        col, extra = ((), 0.0) if base is None else batch_columns(e.get("logits_s"), max(bs), bs[max(bs)] * scale,
                                                                   d[top] / d[1] * scale)
         t_top = 1.0 / d[top] * scale
         t_bytes = work.read_bytes(1) / (c.attainable_gbps * 1e9) if c.attainable_gbps else 0.0
@@ -219,11 +215,11 @@ class Machine:
                 f"{max(0.0, t_top - t_bytes) * 1e3:.1f} ms a step beyond them (compute, fixed costs)")
         return cls(c.chip, c.attainable_gbps, "attainable (probe)", cores=c.cores, step_core_s=step1 * scale,
                    batch_base_core_s=None if base is None else base * scale, seq_core_s=seq * scale,
-                   batch_top_b=max(bs) if col else 0, column_prices=col, batch_low_b=min(bs) if col else 0,
+                   batch_top_b=max(bs) if col else 0, column_prices=col,
                    prefill_core_s=top / e["prefill_tps"] * scale,  # prefill is compute: cores × seconds a token
                    thread_speedup={t: v / d[1] for t, v in d.items()}, cpu_tile=tile, cpu_repass_share=share,
                    notes=(step, *((path_note,) if path_note else ()),
-                          *((_column_note(col, seq * scale, extra, max(bs)),) if col else ()),
+                          *((_column_note(col, extra, max(bs)),) if col else ()),
                           *busy))
 
     def step_core(self, b: int, reads: float = 1.0) -> float:
@@ -246,26 +242,17 @@ class Machine:
         return self.column_prices[-1][1] if self.column_prices else 0.0
 
     def column_weights(self, b: int) -> Columns:
-        """A batch step's columns at b (Columns): `line` at seq_core_s each, and `share` of columns first … last at
-        their own price (column_core). Without prices every column is the line's. With them, between the probe's
-        batches lo and top and the build's tile: the columns past lo within the first tile at their price, the
-        columns from that tile to top on the line from there to the probe's top (which holds the step from one tile
-        to several), and each past top at its price again; no tile between lo and top: the line up to top."""
-        lo, top, tile = self.batch_low_b, self.batch_top_b, self.cpu_tile
-        if not self.column_prices:
-            return Columns(float(b))
-        if b > top:
-            return Columns(float(top), 1.0, top + 1, b)
-        if not lo < tile < top or b <= lo or b == top:
-            return Columns(float(b))
-        if b <= tile:
-            return Columns(float(lo), 1.0, lo + 1, b)
-        w = (b - tile) / (top - tile)
-        return Columns((1 - w) * lo + w * top, 1 - w, lo + 1, tile)
+        """A batch step's columns at b (Columns): up to the probe's largest batch every column is the line's (the
+        probe's own batches, which hold what a tile's padding and each sequence's own work cost); past it, the
+        columns top + 1 … b at their own price (column_core). Without prices every column is the line's."""
+        top = self.batch_top_b
+        if not self.column_prices or b <= top:
+            return Columns(b)
+        return Columns(top, top + 1, b)
 
     def priced_core(self, c: Columns) -> float:
         """Core-seconds of the columns `c` prices at their own width's price."""
-        return c.share * sum(self.column_core(j) for j in range(c.first, c.last + 1))
+        return sum(self.column_core(j) for j in range(c.first, c.last + 1))
 
     def columns_core(self, b: int) -> float:
         """The batch step's per-column core-seconds at b columns (column_weights)."""
@@ -435,10 +422,9 @@ class Lengths:
 
 class Columns(NamedTuple):
     """A batch step's columns (Machine.column_weights): `line` columns at the probe's line's price a sequence, and
-    `share` × the columns first … last at a prompt token's price at their width."""
+    the columns first … last at a prompt token's price at their width."""
 
-    line: float
-    share: float = 0.0
+    line: int
     first: int = 0
     last: int = -1
 
@@ -451,24 +437,25 @@ def column_prices(logits_s: dict[str, float] | None, core_per_s: float) -> tuple
     return tuple((w1, (t1 - t0) / (w1 - w0) * core_per_s) for (w0, t0), (w1, t1) in zip(pts, pts[1:]) if t1 > t0)
 
 
-def batch_columns(logits_s: dict[str, float] | None, batches: tuple[int, int], seq: float,
+def batch_columns(logits_s: dict[str, float] | None, top: int, step_top: float,
                   core_per_s: float) -> tuple[tuple[tuple[int, float], ...], float]:
     """(column_prices, each + what a batch's sequence costs beyond a prompt's token; that cost): the probe's batch
-    line's `seq` from its batches lo to hi against its prompt's further tokens over the same widths, both in
-    core-seconds (the sequences' own attention and KV cells, each row's argmax: 0.1–0.25 ms a sequence in this VM's
-    probes at 2 threads; 0 where the prompt's is dearer or was not timed at those widths)."""
-    lo, hi = batches
+    step of `top` sequences (`step_top` core-seconds) against its prompt of as many tokens with every row's logits,
+    the same matmuls, ÷ top (the sequences' own attention and KV cells, each row's argmax: 0.3–0.6 ms a sequence at 2
+    threads on an EPYC VM, engine alone; 0 where the prompt is dearer or was not timed at that width). At one width,
+    not the difference of the two lines' slopes: inside the first column tile a prompt's columns cost little (the
+    tile is computed whole), a batch's do not, and a slope's four timings carry more noise than two."""
     t = {int(w): float(v) for w, v in (logits_s or {}).items()}
-    extra = max(0.0, seq - (t[hi] - t[lo]) / (hi - lo) * core_per_s) if lo in t and hi in t and hi > lo else 0.0
+    extra = max(0.0, (step_top - t[top] * core_per_s) / top) if top in t and top > 0 else 0.0
     return tuple((w, price + extra) for w, price in column_prices(logits_s, core_per_s)), extra
 
 
-def _column_note(prices: tuple[tuple[int, float], ...], seq: float, extra: float, top: int) -> str:
+def _column_note(prices: tuple[tuple[int, float], ...], extra: float, top: int) -> str:
     each = ", ".join(f"{f'{prev + 1}–' if prev else '≤'}{w} {p * 1e3:.2f}"
                      for prev, (w, p) in zip((0, *(w for w, _ in prices)), prices))
-    return (f"batch columns past B = {top} (and within the first tile) at a prompt's further token's price with its "
-            f"logits at their width and {extra * 1e3:.2f} a batch's sequence costs beyond it, core-ms a column: {each} "
-            f"(the probe's batches' line: {seq * 1e3:.2f})")
+    return (f"batch columns past B = {top} at a prompt's further token's price with its logits at their width and "
+            f"{extra * 1e3:.2f} a batch's sequence costs beyond it (B = {top} against a prompt of {top}), core-ms a "
+            f"column: {each}")
 
 
 def cpu_path(ck: CpuKernels, features: Sequence[str]) -> tuple[int, frozenset[str]]:

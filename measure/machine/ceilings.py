@@ -43,6 +43,9 @@ PREFILL_TOKENS = 128
 BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "Dear Sir or Madam",
                "The results show that", "To install the package", "My favourite recipe is", "Yesterday the market")
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
+BATCH_RUNS = 3  # the batches in turn, each rate the median of its runs: one run of B = 8 read 54.3 ms a step on an
+# EPYC VM where the engine alone's median was 47–50 (runs 43–77 ms), and the line through it priced B = 16 18–30 % slow
+# and B = 2, 4 12–17 % fast after calibration (docs/measurements.md §31)
 LOGITS_RUNS = 3  # a prompt with every row's logits at each of LOGITS_WIDTHS: the median of each, the widths in turn,
 # after one unmeasured run (the first is 15 % slower here); one each where that run took LOGITS_LONG_S or more (a large
 # model on a CPU: 8 widths × 3 runs of up to ~10 s would add minutes to its probe)
@@ -67,6 +70,23 @@ def logits_times(e: Any, prompt: list[int]) -> dict[str, float] | None:
         for w in widths:
             times[w].append(e.prompt_logits_s(prompt[:w]))
     return {str(w): statistics.median(v) for w, v in times.items()}
+
+
+def batch_rates(e: Any, seq_toks: list[list[int]]) -> dict[str, float]:
+    """Steps a second of each of BATCH_BS sequences decoded together in one context (each its own prompt, past
+    the prompts' steps), the batches in turn, each the median of BATCH_RUNS runs."""
+    b = e.batch(max(BATCH_BS), 256)
+    runs: dict[str, list[float]] = {str(n): [] for n in BATCH_BS}
+    for _ in range(BATCH_RUNS):
+        for n in BATCH_BS:
+            for i in range(n):
+                b.add(i, seq_toks[i % len(seq_toks)], DECODE_TOKENS // 2 + 4, True)
+            steps = []
+            while b.active():
+                steps.append(b.step()[0])
+            steady = steps[4:]  # past the prompts
+            runs[str(n)].append((len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9))
+    return {n: statistics.median(v) for n, v in runs.items()}
 
 
 def machine_key() -> str:
@@ -246,16 +266,7 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
         logits = logits_times(e, prompt)
         # B sequences decoded together in one context: a step's fixed cost and each sequence's
         conn.send(("stage", "batch"))
-        b = e.batch(max(BATCH_BS), 256)
-        batch = {}
-        for n in BATCH_BS:
-            for i in range(n):
-                b.add(i, seq_toks[i % len(seq_toks)], DECODE_TOKENS // 2 + 4, True)
-            steps = []
-            while b.active():
-                steps.append(b.step()[0])
-            steady = steps[4:]  # past the prompts
-            batch[str(n)] = (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
+        batch = batch_rates(e, seq_toks)
         feats = e.cpu_features() if hasattr(e, "cpu_features") else []  # the batch path's code (kernels.toml [cpu])
         conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch, "cpu_features": feats,
                    **({"logits_s": logits} if logits else {})})

@@ -49,3 +49,38 @@ def test_the_median_of_three_runs_at_each_width() -> None:
             return t * 1.5 if len(ceilings.LOGITS_WIDTHS) < len(self.calls) <= 2 * len(ceilings.LOGITS_WIDTHS) else t
 
     assert ceilings.logits_times(Noisy(), list(range(128)))["16"] == pytest.approx(0.068)
+
+
+class Batched:
+    """A batch context whose step of n sequences takes 10 ms + 5 ms a sequence (B = 2: 20 ms, 50 steps/s; B = 8: 50
+    ms, 20 steps/s), the runs of round `slow` (1-based) 50 % slower; each sequence asks for `tokens` tokens."""
+
+    def __init__(self, slow: int = 0) -> None:
+        self.clock, self.seqs, self.runs, self.slow = 0, {}, [], slow
+
+    def batch(self, b_cap: int, ctx: int) -> Batched:
+        assert (b_cap, ctx) == (max(ceilings.BATCH_BS), 256)
+        return self
+
+    def add(self, key: int, prompt: list[int], tokens: int, ignore_eos: bool) -> None:
+        if not self.seqs:
+            self.runs.append(0)
+        self.seqs[key] = tokens
+        self.runs[-1] = len(self.seqs)
+
+    def active(self) -> int:
+        return len(self.seqs)
+
+    def step(self) -> tuple[int, list, list]:
+        rnd = (len(self.runs) - 1) // len(ceilings.BATCH_BS) + 1
+        self.clock += round((0.010 + 0.005 * len(self.seqs)) * (1.5 if rnd == self.slow else 1.0) * 1e9)
+        self.seqs = {k: n - 1 for k, n in self.seqs.items() if n > 1}
+        return self.clock, [], []
+
+
+def test_the_batches_timed_in_turn_each_the_median_of_its_runs() -> None:
+    e = Batched()
+    assert ceilings.batch_rates(e, [[1, 2]] * 8) == pytest.approx({"2": 50.0, "8": 20.0})
+    assert e.runs == list(ceilings.BATCH_BS) * ceilings.BATCH_RUNS  # B = 2, 8, 2, 8 …: in turn
+    # the second round 50 % slower (an EPYC VM's single run of B = 8 read 10–15 % slow): the median drops it
+    assert ceilings.batch_rates(Batched(slow=2), [[1]] * 8) == pytest.approx({"2": 50.0, "8": 20.0})

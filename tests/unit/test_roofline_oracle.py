@@ -1022,10 +1022,9 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_
     m = RL.Machine.from_ceilings(c, TOY)
     assert m.batch_top_b == 8
     assert _flat(m.column_prices) == pytest.approx(_flat(((4, 0.0075), (8, 0.0075), (16, 0.0075), (32, 0.009))))
-    assert m.notes[-1] == ("batch columns past B = 8 (and within the first tile) at a prompt's further token's price "
-                           "with its logits at their width and 0.00 a batch's sequence costs beyond it, core-ms a column: "
-                           "≤4 7.50, 5–8 7.50, 9–16 7.50, 17–32 9.00 "
-                           "(the probe's batches' line: 6.25)")
+    assert m.notes[-1] == ("batch columns past B = 8 at a prompt's further token's price with its logits at their width "
+                           "and 0.00 a batch's sequence costs beyond it (B = 8 against a prompt of 8), core-ms a column: "
+                           "≤4 7.50, 5–8 7.50, 9–16 7.50, 17–32 9.00")
     assert [m.column_core(j) for j in (1, 4, 5, 16, 17, 32, 33, 500)] == pytest.approx(
         [0.0075] * 4 + [0.009] * 4)  # past the widest, the widest's price
     assert m.step_core(8) == pytest.approx(0.075)  # the line's own: 25 + 8 × 6.25
@@ -1033,7 +1032,7 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_
     assert m.step_core(20) == pytest.approx(0.075 + 8 * 0.0075 + 4 * 0.009)  # 171: the columns past 16 at 9
     assert m.step_core(40) == pytest.approx(0.075 + 8 * 0.0075 + 24 * 0.009)  # 351: past 32 at 32's price
     assert (m.column_weights(4), m.column_weights(8), m.column_weights(16)) == (
-        RL.Columns(4), RL.Columns(8), RL.Columns(8, 1, 9, 16))  # no tile
+        RL.Columns(4), RL.Columns(8), RL.Columns(8, 9, 16))
     assert m.columns_core(12) == pytest.approx(8 * 0.00625 + 4 * 0.0075)
     assert RL.predict(TOY, m, "batch", 1, 16, threads=2, at=RL.Lengths(10, 5, 0)).tpot_s == pytest.approx(0.135 / 1.5)
     # another model of 2 GB a step: the column × 2 as every core cost
@@ -1064,27 +1063,30 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_
 
 
 def test_a_batch_sequence_dearer_than_a_prompt_token_adds_to_every_prompt_priced_column() -> None:
-    # the probe's line from B = 2 to 8 at 6.25 core-ms a sequence; its prompt from 2 to 8 tokens 30 → 50 ms on 2
-    # threads: 3.33 ms a token × 1.5 = 5 core-ms. A batch's sequence costs 1.25 core-ms more than a prompt's token
-    # (its own attention and KV cells, its argmax): each column at a prompt token's price, + 1.25
-    prompt = {"2": 0.030, "4": 0.040, "8": 0.050, "16": 0.100}
-    prices, extra = RL.batch_columns(prompt, (2, 8), 0.00625, 1.5)
-    assert extra == pytest.approx(0.00125)
+    # the probe's B = 8 at 20 steps/s: 50 ms on 2 threads, × 75/50 = 75 core-ms; its prompt of 8 tokens with every
+    # row's logits 45 ms × 1.5 = 67.5 core-ms, the same matmuls. A batch's sequence costs (75 − 67.5) ÷ 8 = 0.9375
+    # core-ms more than a prompt's token (its own attention and KV cells, its argmax): each column at a prompt token's
+    # price, + 0.9375. The prices: 2 → 4 (40 − 30) ÷ 2 × 1.5 = 7.5; 4 → 8 (45 − 40) ÷ 4 × 1.5 = 1.875; 8 → 16 7.5
+    prompt = {"2": 0.030, "4": 0.040, "8": 0.045, "16": 0.085}
+    prices, extra = RL.batch_columns(prompt, 8, 0.075, 1.5)
+    assert extra == pytest.approx(0.0009375)
     assert _flat(prices) == pytest.approx(
-        _flat(((4, 0.0075 + 0.00125), (8, 0.00375 + 0.00125), (16, 0.009375 + 0.00125))))
+        _flat(((4, 0.0075 + 0.0009375), (8, 0.001875 + 0.0009375), (16, 0.0075 + 0.0009375))))
     c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
                   weight_bytes=1e9, logits_s=prompt)
     m = RL.Machine.from_ceilings(c, TOY)
-    assert m.step_core(16) == pytest.approx(0.075 + 8 * (0.009375 + 0.00125))
-    assert "and 1.25 a batch's sequence costs beyond it" in m.notes[-1]
+    assert m.step_core(8) == pytest.approx(0.075)  # the probe's own B = 8, on its line
+    assert m.step_core(16) == pytest.approx(0.075 + 8 * (0.0075 + 0.0009375))  # 142.5 core-ms
+    assert "and 0.94 a batch's sequence costs beyond it (B = 8 against a prompt of 8)" in m.notes[-1]
     # another model of 2 GB a step: every core cost × 2, in the note too
     two = RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000))
-    assert "and 2.50 a batch's sequence costs beyond it, core-ms a column: ≤4 17.50" in two.notes[-1]
-    assert two.notes[-1].endswith("(the probe's batches' line: 12.50)")
-    # a prompt dearer than the line (the LOGITS above: 7.5 core-ms a token against 6.25), or no prompt at the probe's
-    # batch widths: nothing added
-    assert RL.batch_columns(LOGITS, (2, 8), 0.00625, 1.5)[1] == 0.0
-    assert RL.batch_columns({"4": 0.04, "16": 0.1}, (2, 8), 0.00625, 1.5) == (((16, 0.0075),), 0.0)
+    assert "and 1.88 a batch's sequence costs beyond it (B = 8 against a prompt of 8), core-ms a column: ≤4 16.88" in (
+        two.notes[-1])
+    assert two.step_core(16) == pytest.approx(2 * m.step_core(16))
+    # a prompt dearer than the batch (the LOGITS above: 8 tokens 60 ms × 1.5 = 90 core-ms against 75), or no prompt at
+    # the probe's largest batch: nothing added
+    assert RL.batch_columns(LOGITS, 8, 0.075, 1.5)[1] == 0.0
+    assert RL.batch_columns({"4": 0.04, "16": 0.1}, 8, 0.075, 1.5) == (((16, 0.0075),), 0.0)
 
 
 def test_column_prices_from_a_prompts_timings_by_hand() -> None:
@@ -1098,26 +1100,26 @@ def test_column_prices_from_a_prompts_timings_by_hand() -> None:
     assert replace(CPU, column_prices=()).column_core(9) == 0.0
 
 
-def test_the_first_column_tile_at_a_prompt_tokens_cost_and_the_jump_to_the_next_on_the_line() -> None:
+def test_a_tile_between_the_probes_batches_keeps_the_line_and_its_second_pass() -> None:
     # the same probe on an AVX512 build (tiles of 4), whose tinyBLAS weights are 60 % of a step's bytes: B = 2 and 8
-    # one pass each, so base 25 and seq 6.25 core-ms as before; a column 7.5 core-ms to 16. B = 3, 4 (the first tile):
-    # B = 2's 37.5 + 7.5 a column; B = 5 … 8 on the line from B = 4's 52.5 to B = 8's 75 (5.625 a column), B = 5, 6, 7
-    # with their second pass (0.6 × 25 = 15); past 8, 7.5 a column
+    # one pass each, so base 25 and seq 6.25 core-ms as before; a column 7.5 core-ms to 16. Up to B = 8 the line
+    # (the probe's own batches hold what the first tile's columns cost: a prompt's columns inside it cost little,
+    # the tile computed whole, a batch's do not), B = 5, 6, 7 and 9 with their second pass (0.6 × 25 = 15); past 8,
+    # 7.5 a column
     c = _ceilings(decode_tps={"1": 50.0, "2": 75.0}, batch_steps_per_s={"2": 40.0, "8": 20.0}, prefill_tps=400.0,
                   weight_bytes=1e9, logits_s=LOGITS, cpu_features=["AVX512", "LLAMAFILE"])
     m = RL.Machine.from_ceilings(c, replace(TOY, matmul_type_bytes=(("Q8_0", 600_000_000),)))
-    assert (m.batch_low_b, m.batch_top_b, m.cpu_tile, m.cpu_repass_share) == (2, 8, 4, pytest.approx(0.6))
+    assert (m.batch_top_b, m.cpu_tile, m.cpu_repass_share) == (8, 4, pytest.approx(0.6))
     assert (m.batch_base_core_s, m.seq_core_s) == pytest.approx((0.025, 0.00625))
     C = RL.Columns
-    assert [m.column_weights(b) for b in (2, 3, 4, 6, 8, 9)] == [
-        C(2), C(2, 1, 3, 3), C(2, 1, 3, 4), C(5.0, 0.5, 3, 4), C(8), C(8, 1, 9, 9)]
+    assert [m.column_weights(b) for b in (2, 3, 4, 6, 8, 9)] == [C(2), C(3), C(4), C(6), C(8), C(8, 9, 9)]
     assert [round(m.step_core(b) * 1e3, 6) for b in (2, 3, 4, 5, 6, 7, 8, 9, 12)] == [
-        37.5, 45.0, 52.5, 58.125 + 15, 63.75 + 15, 69.375 + 15, 75.0, 82.5 + 15, 105.0]
-    # a calibration point in the jump (B = 6 at 60 ms on 2 threads = 90 core-ms) against the probe's 25 + 15 (the
-    # second pass) + 5 × 6.25 + 0.5 × 2 × 7.5 = 78.75: (90 − 78.75) ÷ 6 = 1.875 core-ms more each sequence
+        37.5, 43.75, 50.0, 56.25 + 15, 62.5 + 15, 68.75 + 15, 75.0, 82.5 + 15, 105.0]
+    # a calibration point on the line (B = 6 at 60 ms on 2 threads = 90 core-ms) against the probe's 25 + 15 (the
+    # second pass) + 6 × 6.25 = 77.5: (90 − 77.5) ÷ 6 = 2.083 core-ms more each sequence
     b6 = RL.Point("batch", 1, 6, 2, tpot_s=0.06, prompt_tokens=0, output_tokens=0)
-    assert RL.calibrate(TOY, m, [b6]).seq_extra_core_s == pytest.approx(0.001875)
-    # a tile the probe's batches do not straddle (AVX2's 2 = its smallest batch; or no tinyBLAS): the line to B = 8
-    for tile in (2, 8, 0):
+    assert RL.calibrate(TOY, m, [b6]).seq_extra_core_s == pytest.approx(0.0125 / 6)
+    # whatever the tile (AVX2's 2, one past the probe's batches, or no tinyBLAS): the line to B = 8, prices past it
+    for tile in (2, 16, 0):
         t = replace(m, cpu_tile=tile)
-        assert [t.column_weights(b) for b in (3, 4, 8, 10)] == [C(3), C(4), C(8), C(8, 1, 9, 10)], tile
+        assert [t.column_weights(b) for b in (3, 4, 8, 10)] == [C(3), C(4), C(8), C(8, 9, 10)], tile
