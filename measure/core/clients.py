@@ -78,23 +78,19 @@ def deal(weights: list[int], total: int) -> list[int]:
     """The client (1-based) of each of `total` requests in schedule order, dealt so that every prefix of the
     schedule is shared by weight within one request (docs/design/ray.md "Shares"). Each turn, of the clients not
     ahead of their share (taken × Σw ≤ dealt × w), the one whose next request falls due first at its share
-    ((taken + 1) ÷ w) takes it; a tie goes to the one with the most smooth-round-robin credit (nginx's: each turn
-    every client gains its weight, the taker gives back Σw), then to the first. Client i takes wᵢ of every run
-    of Σw requests, spread through it (2,1,1 → 1 2 3 1 1 2 3 1 …); equal weights deal plain round robin (index ≡
-    i − 1 mod N). Smooth round robin alone strays further on many clients: 295 over 1,1,1,1,6,6,6,6,6 gave a
+    ((taken + 1) ÷ w) takes it; a tie goes to the smaller weight (the one less ahead of its share once it takes the
+    request), then to the first. Client i takes wᵢ of every run of Σw requests, spread through it (2,1,1 → 1 2 3 1 1 2 3 1 …); equal weights
+    deal plain round robin (index ≡ i − 1 mod N). Smooth round robin alone strays further on many clients: 295 over 1,1,1,1,6,6,6,6,6 gave a
     weight-1 client 1.06 requests more than its share (found by Hypothesis)."""
     if not weights or min(weights) < 1:
         raise ValueError(f"weights {weights}: one whole number ≥ 1 a client")
     whole = sum(weights)
     taken = [0] * len(weights)
-    credit = [0] * len(weights)
     out = []
     for dealt in range(total):
-        credit = [c + w for c, w in zip(credit, weights)]
         # someone is never ahead: Σ taken × Σw = dealt × Σw = Σ dealt × w
         behind = [i for i, w in enumerate(weights) if taken[i] * whole <= dealt * w]
-        j = min(behind, key=lambda i: (Fraction(taken[i] + 1, weights[i]), -credit[i], i))
-        credit[j] -= whole
+        j = min(behind, key=lambda i: (Fraction(taken[i] + 1, weights[i]), weights[i], i))
         taken[j] += 1
         out.append(j + 1)
     return out

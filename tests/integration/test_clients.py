@@ -497,6 +497,7 @@ def test_the_weighted_deal_keeps_a_prefix_within_one_request_where_smooth_round_
     parts = split(total, weights)
     assert max(abs(len(part) - total * w / 34) for part, w in zip(parts, weights)) < 1  # SWRR: 1.06
     assert [len(part) for part in parts] == [9, 9, 9, 8, 52, 52, 52, 52, 52]  # 295 × 1/34 = 8.68, × 6/34 = 52.06
+    assert deal([1, 3], 4) == [2, 1, 2, 2]  # turn 2: client 2 is ahead (1 × 4 > 1 × 3), though its next falls due first
     assert deal([3, 1], 8) == [1, 2, 1, 1, 1, 2, 1, 1]  # by hand: turn 1 to client 1 (due at 1/3, not 1),
     # turn 2 to client 2 (client 1 ahead: 1 × 4 > 1 × 3), turns 3-5 to client 1 (client 2 ahead until 4 × 1 ≥ 1 × 4, then due later)
 

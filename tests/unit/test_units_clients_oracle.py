@@ -82,13 +82,21 @@ def test_parse_start_at():
     assert C.parse_start_at("  1748788260 ", now) == 1_748_788_260.0
 
 
-def test_deal_is_smooth_weighted_round_robin():
-    # 2,1,1: credits +2,+1,+1 a turn, the largest (first on a tie) takes it and gives back 4
-    # turn 1: 2,1,1 → 1 takes (−2,1,1); 2: 0,2,2 → 2 (0,−2,2); 3: 2,−1,3 → 3 (2,−1,−1); 4: 4,0,0 → 1 (0,0,0)
+def test_deal_by_hand_the_earliest_due_of_the_clients_not_ahead():
+    # 2,1,1 (Σw 4). Turn t (0-based, t dealt so far): the clients with taken × 4 ≤ t × w, the earliest (taken + 1) ÷ w,
+    # a tie to the smaller weight, then the first. t = 0: all, due 1/2, 1, 1 → 1. t = 1: 1 is ahead (4 > 2); 2 and 3 due
+    # at 1, weights equal → 2. t = 2: 1 (4 ≤ 4) and 3 due at 1 → the smaller weight, 3. t = 3: 1 (4 ≤ 6), due 1 → 1.
+    # t = 4: 1 (8 ≤ 8) due 3/2; 2, 3 (4 ≤ 4) due 2 → 1. Then 2, 3, 1 as at t = 1 … 3
     assert C.deal([2, 1, 1], 8) == [1, 2, 3, 1, 1, 2, 3, 1]
     assert C.deal([1, 1], 5) == [1, 2, 1, 2, 1] and C.deal([3], 3) == [1, 1, 1] and C.deal([1, 2], 0) == []
-    # 1,2: turn 1: 1,2 → 2 (1,−1); 2: 2,1 → 1 (−1,1); 3: 0,3 → 2 (0,0)
+    # 1,2: t = 0: due 1 and 1/2 → 2; t = 1: 2 ahead (3 > 2) → 1; t = 2: 1 ahead (3 > 2) → 2; t = 3: both (3 ≤ 3,
+    # 3 ≤ 6), due 2 and 3/2 → 2
     assert C.deal([1, 2], 6) == [2, 1, 2, 2, 1, 2]
+    # 1,3: t = 1: client 2 is ahead (1 × 4 > 1 × 3) though its next falls due first (2/3 against 1) → 1
+    assert C.deal([1, 3], 4) == [2, 1, 2, 2]
+    # Hypothesis's find against nginx's smooth round robin (a weight-1 client 1.06 over its share): every client
+    # within one of 295 × w ÷ 34 (8.68 and 52.06)
+    assert [C.deal([1, 1, 1, 1, 6, 6, 6, 6, 6], 295).count(c) for c in range(1, 10)] == [9, 9, 9, 8, 52, 52, 52, 52, 52]
     for bad in ([], [1, 0], [2, -1]):
         with pytest.raises(ValueError) as e:
             C.deal(bad, 4)
