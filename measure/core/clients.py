@@ -81,7 +81,9 @@ def deal(weights: list[int], total: int) -> list[int]:
     ((taken + 1) ÷ w) takes it; a tie goes to the smaller weight (the one less ahead of its share once it takes the
     request), then to the first. Client i takes wᵢ of every run of Σw requests, spread through it (2,1,1 → 1 2 3 1 1 2 3 1 …); equal weights
     deal plain round robin (index ≡ i − 1 mod N). Smooth round robin alone strays further on many clients: 295 over 1,1,1,1,6,6,6,6,6 gave a
-    weight-1 client 1.06 requests more than its share (found by Hypothesis)."""
+    weight-1 client 1.06 requests more than its share (found by Hypothesis). The deal repeats every Σw requests, so
+    one run of Σw shows a list's worst prefix: every list of 1–9 clients of weights 1–6 (each order up to 6 clients,
+    twelve orders of more) stays within 0.96 of its share (6,1,6,6,6,6,6,6,6 at 16 requests; no proof past them)."""
     if not weights or min(weights) < 1:
         raise ValueError(f"weights {weights}: one whole number ≥ 1 a client")
     whole = sum(weights)
