@@ -451,8 +451,8 @@ def batch_columns(logits_s: dict[str, float] | None, top: int, step_top: float,
 
 
 def _column_note(prices: tuple[tuple[int, float], ...], extra: float, top: int) -> str:
-    each = ", ".join(f"{f'{prev + 1}–' if prev else '≤'}{w} {p * 1e3:.2f}"
-                     for prev, (w, p) in zip((0, *(w for w, _ in prices)), prices))
+    each = ", ".join(f"{max(prev, top) + 1}–{w} {p * 1e3:.2f}"  # the prices that apply: past the probe's batches
+                     for prev, (w, p) in zip((0, *(w for w, _ in prices)), prices) if w > top)
     return (f"batch columns past B = {top} at a prompt's further token's price with its logits at their width and "
             f"{extra * 1e3:.2f} a batch's sequence costs beyond it (B = {top} against a prompt of {top}), core-ms a "
             f"column: {each}")

@@ -1024,7 +1024,7 @@ def test_batch_columns_past_the_probes_largest_batch_at_a_prompt_tokens_cost_at_
     assert _flat(m.column_prices) == pytest.approx(_flat(((4, 0.0075), (8, 0.0075), (16, 0.0075), (32, 0.009))))
     assert m.notes[-1] == ("batch columns past B = 8 at a prompt's further token's price with its logits at their width "
                            "and 0.00 a batch's sequence costs beyond it (B = 8 against a prompt of 8), core-ms a column: "
-                           "≤4 7.50, 5–8 7.50, 9–16 7.50, 17–32 9.00")
+                           "9–16 7.50, 17–32 9.00")
     assert [m.column_core(j) for j in (1, 4, 5, 16, 17, 32, 33, 500)] == pytest.approx(
         [0.0075] * 4 + [0.009] * 4)  # past the widest, the widest's price
     assert m.step_core(8) == pytest.approx(0.075)  # the line's own: 25 + 8 × 6.25
@@ -1080,13 +1080,16 @@ def test_a_batch_sequence_dearer_than_a_prompt_token_adds_to_every_prompt_priced
     assert "and 0.94 a batch's sequence costs beyond it (B = 8 against a prompt of 8)" in m.notes[-1]
     # another model of 2 GB a step: every core cost × 2, in the note too
     two = RL.Machine.from_ceilings(c, replace(TOY, weight_bytes=2_000_000_000))
-    assert "and 1.88 a batch's sequence costs beyond it (B = 8 against a prompt of 8), core-ms a column: ≤4 16.88" in (
-        two.notes[-1])
+    assert two.notes[-1].endswith("and 1.88 a batch's sequence costs beyond it (B = 8 against a prompt of 8), core-ms a "
+                                  "column: 9–16 16.88")
     assert two.step_core(16) == pytest.approx(2 * m.step_core(16))
     # a prompt dearer than the batch (the LOGITS above: 8 tokens 60 ms × 1.5 = 90 core-ms against 75), or no prompt at
     # the probe's largest batch: nothing added
     assert RL.batch_columns(LOGITS, 8, 0.075, 1.5)[1] == 0.0
     assert RL.batch_columns({"4": 0.04, "16": 0.1}, 8, 0.075, 1.5) == (((16, 0.0075),), 0.0)
+    # the note names the prices that apply, from the column past the probe's batches: 4 → 16's from the 9th
+    gap = RL.Machine.from_ceilings(replace(c, engine={**c.engine, "logits_s": {"4": 0.04, "16": 0.1}}), TOY)
+    assert gap.notes[-1].endswith("core-ms a column: 9–16 7.50") and gap.column_core(9) == pytest.approx(0.0075)
 
 
 def test_column_prices_from_a_prompts_timings_by_hand() -> None:
