@@ -19,7 +19,7 @@ import socket
 import statistics
 import time
 from dataclasses import asdict, replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,9 +43,9 @@ PREFILL_TOKENS = 128
 BATCH_TEXTS = ("The quick brown fox", "Once upon a time", "In the beginning", "Dear Sir or Madam",
                "The results show that", "To install the package", "My favourite recipe is", "Yesterday the market")
 BATCH_BS = (2, 8)  # llama.cpp's CPU path for a batch of one (matrix × vector) is not its path for more
-BATCH_RUNS = 3  # the batches in turn, each rate the median of its runs: one run of B = 8 read 54.3 ms a step on an
-# EPYC VM where the engine alone's median was 47–50 (runs 43–77 ms), and the line through it priced B = 16 18–30 % slow
-# and B = 2, 4 12–17 % fast after calibration (docs/measurements.md §31)
+BATCH_RUNS = 3  # the batches in turn, each rate the median of its runs: one run of B = 8 read 54.3 ms a step
+# on an EPYC VM where the engine alone's median was 47–50 (runs 43–77 ms), and the line through it priced B = 16
+# 18–30 % slow and B = 2, 4 12–17 % fast after calibration (docs/measurements.md §31)
 LOGITS_RUNS = 3  # a prompt with every row's logits at each of LOGITS_WIDTHS: the median of each, the widths in turn,
 # after one unmeasured run (the first is 15 % slower here); one each where that run took LOGITS_LONG_S or more (a large
 # model on a CPU: 8 widths × 3 runs of up to ~10 s would add minutes to its probe)
@@ -57,6 +57,16 @@ LOGITS_LONG_S = 1.0
 LOGITS_WIDTHS = (2, 3, 4, 8, 16, 32, 64, 128)
 
 
+def medians_in_turn(keys: Sequence[int], runs: int, measure: Callable[[int], float]) -> dict[str, float]:
+    """{str(key): the median of `runs` measures of it}, the keys measured in turn in each run (a machine that slows
+    for a while slows every key's run alike, not one key's every run)."""
+    got: dict[int, list[float]] = {k: [] for k in keys}
+    for _ in range(runs):
+        for k in keys:
+            got[k].append(measure(k))
+    return {str(k): statistics.median(v) for k, v in got.items()}
+
+
 def logits_times(e: Any, prompt: list[int]) -> dict[str, float] | None:
     """Seconds a prompt of each of LOGITS_WIDTHS tokens (the first of `prompt`) takes with every row's logits
     asked, all threads: a batch step of as many columns, whose further columns' price at each width the roofline
@@ -65,28 +75,24 @@ def logits_times(e: Any, prompt: list[int]) -> dict[str, float] | None:
     if not hasattr(e, "prompt_logits_s") or len(widths) < 2:
         return None
     runs = LOGITS_RUNS if e.prompt_logits_s(prompt[: widths[-1]]) < LOGITS_LONG_S else 1
-    times: dict[int, list[float]] = {w: [] for w in widths}
-    for _ in range(runs):
-        for w in widths:
-            times[w].append(e.prompt_logits_s(prompt[:w]))
-    return {str(w): statistics.median(v) for w, v in times.items()}
+    return medians_in_turn(widths, runs, lambda w: e.prompt_logits_s(prompt[:w]))
 
 
 def batch_rates(e: Any, seq_toks: list[list[int]]) -> dict[str, float]:
     """Steps a second of each of BATCH_BS sequences decoded together in one context (each its own prompt, past
     the prompts' steps), the batches in turn, each the median of BATCH_RUNS runs."""
     b = e.batch(max(BATCH_BS), 256)
-    runs: dict[str, list[float]] = {str(n): [] for n in BATCH_BS}
-    for _ in range(BATCH_RUNS):
-        for n in BATCH_BS:
-            for i in range(n):
-                b.add(i, seq_toks[i % len(seq_toks)], DECODE_TOKENS // 2 + 4, True)
-            steps = []
-            while b.active():
-                steps.append(b.step()[0])
-            steady = steps[4:]  # past the prompts
-            runs[str(n)].append((len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9))
-    return {n: statistics.median(v) for n, v in runs.items()}
+
+    def rate(n: int) -> float:
+        for i in range(n):
+            b.add(i, seq_toks[i % len(seq_toks)], DECODE_TOKENS // 2 + 4, True)
+        steps: list[int] = []
+        while b.active():
+            steps.append(b.step()[0])
+        steady = steps[4:]  # past the prompts
+        return (len(steady) - 1) / ((steady[-1] - steady[0]) / 1e9)
+
+    return medians_in_turn(BATCH_BS, BATCH_RUNS, rate)
 
 
 def machine_key() -> str:
@@ -250,13 +256,13 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
         # a batch's sequences each get a prompt of their own: identical sequences would route every token of a step
         # to the same experts of a mixture of experts, which no real load does
         seq_toks = [e.tokenize(Prompt("probe", text=f"Request {i}: {t}")) for i, t in enumerate(BATCH_TEXTS)]
-        runs: dict[str, list[float]] = {str(t): [] for t in range(1, cores + 1)}
-        for _ in range(DECODE_RUNS):  # thread counts in turn, each rate the median of its runs
-            for t in range(1, cores + 1):
-                e.set_threads(t)
-                ts = [t_ns for _, t_ns in e.generate(toks, DECODE_TOKENS, True)]
-                runs[str(t)].append((len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9))
-        decode = {t: statistics.median(v) for t, v in runs.items()}
+
+        def decode_rate(threads: int) -> float:
+            e.set_threads(threads)
+            ts = [t_ns for _, t_ns in e.generate(toks, DECODE_TOKENS, True)]
+            return (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)
+
+        decode = medians_in_turn(range(1, cores + 1), DECODE_RUNS, decode_rate)  # thread counts in turn
         conn.send(("stage", "prefill"))
         e.set_threads(cores)
         prompt = e.tokenize(Prompt("probe", synthetic_tokens=PREFILL_TOKENS))
