@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from fractions import Fraction
 from typing import Any, NamedTuple, TypeVar
 
 from measure.core.arrivals import Arrivals, IndexedArrivals
@@ -79,20 +78,22 @@ def deal(weights: list[int], total: int) -> list[int]:
     schedule is shared by weight within one request (docs/design/ray.md "Shares"). Each turn, of the clients not
     ahead of their share (taken × Σw ≤ dealt × w), the one whose next request falls due first at its share
     ((taken + 1) ÷ w) takes it; a tie goes to the smaller weight (the one less ahead of its share once it takes the
-    request), then to the first. Client i takes wᵢ of every run of Σw requests, spread through it (2,1,1 → 1 2 3 1 1 2 3 1 …); equal weights
-    deal plain round robin (index ≡ i − 1 mod N). Smooth round robin alone strays further on many clients: 295 over 1,1,1,1,6,6,6,6,6 gave a
-    weight-1 client 1.06 requests more than its share (found by Hypothesis). The deal repeats every Σw requests, so
-    one run of Σw shows a list's worst prefix: every list of 1–9 clients of weights 1–6 (each order up to 6 clients,
-    twelve orders of more) stays within 0.96 of its share (6,1,6,6,6,6,6,6,6 at 16 requests; no proof past them)."""
+    request), then to the first. Client i takes wᵢ of every run of Σw requests, spread through it (2,1,1 → 1 2 3 1
+    1 2 3 1 …); equal weights deal plain round robin (index ≡ i − 1 mod N). Smooth round robin alone strays further
+    on many clients: 295 over 1,1,1,1,6,6,6,6,6 gave a weight-1 client 1.06 requests more than its share (found by
+    Hypothesis). The deal repeats every Σw requests, so one run of Σw shows a list's worst prefix: every list of 1–9
+    clients of weights 1–6 (each order up to 6 clients, twelve orders of more) stays within 0.96 of its share
+    (6,1,6,6,6,6,6,6,6 at 16 requests; no proof past them)."""
     if not weights or min(weights) < 1:
         raise ValueError(f"weights {weights}: one whole number ≥ 1 a client")
     whole = sum(weights)
+    due_step = [math.lcm(*weights) // w for w in weights]  # (taken + 1) ÷ w in whole units: (taken + 1) × this
     taken = [0] * len(weights)
     out = []
     for dealt in range(total):
         # someone is never ahead: Σ taken × Σw = dealt × Σw = Σ dealt × w
         behind = [i for i, w in enumerate(weights) if taken[i] * whole <= dealt * w]
-        j = min(behind, key=lambda i: (Fraction(taken[i] + 1, weights[i]), weights[i], i))
+        j = min(behind, key=lambda i: ((taken[i] + 1) * due_step[i], weights[i], i))
         taken[j] += 1
         out.append(j + 1)
     return out
