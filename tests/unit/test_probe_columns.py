@@ -53,10 +53,11 @@ def test_the_median_of_three_runs_at_each_width() -> None:
 
 class Batched:
     """A batch context whose step of n sequences takes 10 ms + 5 ms a sequence (B = 2: 20 ms, 50 steps/s; B = 8: 50
-    ms, 20 steps/s), the runs of round `slow` (1-based) 50 % slower; each sequence asks for `tokens` tokens."""
+    ms, 20 steps/s), the runs of round `slow` (1-based) 50 % slower, and each run's first 5 steps (its prompts) 4 times
+    as long: a rate is read from the steps whose timestamps come after them (the 5th timestamp on)."""
 
     def __init__(self, slow: int = 0) -> None:
-        self.clock, self.seqs, self.runs, self.slow = 0, {}, [], slow
+        self.clock, self.seqs, self.runs, self.slow, self.steps = 0, {}, [], slow, 0
 
     def batch(self, b_cap: int, ctx: int) -> Batched:
         assert (b_cap, ctx) == (max(ceilings.BATCH_BS), 256)
@@ -65,6 +66,7 @@ class Batched:
     def add(self, key: int, prompt: list[int], tokens: int, ignore_eos: bool) -> None:
         if not self.seqs:
             self.runs.append(0)
+            self.steps = 0
         self.seqs[key] = tokens
         self.runs[-1] = len(self.seqs)
 
@@ -73,7 +75,9 @@ class Batched:
 
     def step(self) -> tuple[int, list, list]:
         rnd = (len(self.runs) - 1) // len(ceilings.BATCH_BS) + 1
-        self.clock += round((0.010 + 0.005 * len(self.seqs)) * (1.5 if rnd == self.slow else 1.0) * 1e9)
+        prompt = 4.0 if self.steps < 5 else 1.0
+        self.steps += 1
+        self.clock += round((0.010 + 0.005 * len(self.seqs)) * (1.5 if rnd == self.slow else 1.0) * prompt * 1e9)
         self.seqs = {k: n - 1 for k, n in self.seqs.items() if n > 1}
         return self.clock, [], []
 
