@@ -269,6 +269,13 @@ def test_the_brakes_decision_says_the_predicted_and_measured_rates():
     hit = w.check(a, b, 9.0, 2_000_000_000)
     assert hit is not None and hit.undo is not None
     assert hit.rates == "predicted 12.5 tok/s, measured 9.0 tok/s"
+    # a step up pressed while the probe ran, braked before its level decoded a token: no rate to say (it read
+    # "measured 0.0 tok/s" in a 400 MiB memory cgroup)
+    early = WallWatch(brake=True)
+    early.step(Step("k", 1, 2, 0, 0.0))
+    early.predicted_tps = 7.6
+    hit = early.check(a, b, 0.0, 2_000_000_000)
+    assert hit is not None and hit.undo is not None and hit.rates == "predicted 7.6 tok/s, nothing measured yet"
 
 
 @linux

@@ -112,7 +112,9 @@ class WallWatch:
         if first and self.brake and step and self._braked is not step and step.new > step.old:
             self._braked = undo = step
         pred = f"predicted {self.predicted_tps:.1f} tok/s, " if self.predicted_tps is not None else ""
-        return WallHit(why, first, undo, f"{pred}measured {agg_tps:.1f} tok/s")
+        # a step taken before its level decoded a token (a key pressed while the probe ran) has no rate yet
+        got = f"measured {agg_tps:.1f} tok/s" if agg_tps > 0 else "nothing measured yet"
+        return WallHit(why, first, undo, f"{pred}{got}")
 
 
 class ResidencyNumbers(TypedDict):
@@ -204,7 +206,7 @@ def residency_watch(source: Any, weights_bytes: int, engine: str) -> ResidencyWa
     """The watch of a local source's workers: the file its spec serves (its mapping read where the engine maps it:
     llama.cpp, unless use_mmap is off) and this machine's storage rates where the probe measured them."""
     from measure.machine import storage
-    from measure.machine.ceilings import machine_key
+    from measure.machine.probes import machine_key
 
     spec = getattr(source, "spec", None)
     path = getattr(spec, "model_path", None)
