@@ -154,6 +154,11 @@ class LlamaCppEngine:
         self._n_batch = min(512, self.spec.ctx)
         self._mem = self._lib.llama_get_memory(self._ctx)
 
+    @property
+    def n_vocab(self) -> int:
+        """Tokens in the model's vocabulary: a row of logits is this many floats (after load())."""
+        return self._n_vocab
+
     def _loaded(self) -> Llama:
         """The model, after load()."""
         assert self.llm is not None, "load() first"

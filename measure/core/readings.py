@@ -393,9 +393,11 @@ class Ceilings:
         if e.get("decode_tps"):
             rates = ", ".join(f"{k} thread{'s' if int(k) > 1 else ''} {v:.1f}" for k, v in
                               sorted(e["decode_tps"].items(), key=lambda kv: int(kv[0])))
-            batch = ", ".join(f"B={k} {v:.1f}" for k, v in sorted(e["batch_steps_per_s"].items(), key=lambda kv: int(kv[0])))
+            batch = ", ".join(f"B={k} {v:.1f}" for k, v in sorted((e.get("batch_steps_per_s") or {}).items(),
+                                                                   key=lambda kv: int(kv[0])))
+            batch = f"{batch} steps/s" if batch else "not kept (they paged)"
             out.append(f"llama.cpp decode, one stream of {e['model']} ({e['weight_bytes'] / 1e9:.3f} GB read per "
-                       f"token): {rates} tok/s; B streams in one context: {batch} steps/s; prefill "
+                       f"token): {rates} tok/s; B streams in one context: {batch}; prefill "
                        f"{e['prefill_tps']:.0f} tok/s (all threads)"
                        + ("; a prompt with every token's logits (a batch step of as many columns): "
                           + ", ".join(f"{k} tokens {v * 1e3:.1f}" for k, v in sorted(e["logits_s"].items(),

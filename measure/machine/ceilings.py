@@ -15,7 +15,6 @@ import multiprocessing as mp
 import os
 import platform
 import queue
-import socket
 import statistics
 import time
 from dataclasses import asdict, replace
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from measure.core.readings import BUSY_LIMIT, PROBE_VERSION, Ceilings, other_work_cores
+from measure.machine.probes import machine_key as machine_key  # (the cache's key: here before, where tests and callers find it)
 
 if TYPE_CHECKING:
     import multiprocessing.queues
@@ -55,6 +55,13 @@ LOGITS_LONG_S = 1.0
 # added at (8 → 16: 2.9–3.4 ms, 16 → 32: 3.6–4.3, here; a third column in a tile of 4 columns 3.9–5.0, the fourth
 # 2.3–2.4; docs/measurements.md §30): the probe times a prompt at each width
 LOGITS_WIDTHS = (2, 3, 4, 8, 16, 32, 64, 128)
+# a prompt asking every row's logits holds each row twice while it runs, in llama.cpp's output buffer and in the
+# graph's result tensor: 128 rows of Gemma 3's 262,144-token vocabulary added 256.5 MiB of anonymous memory to the
+# probe's engine (2 × 4 B × n_vocab a row); in a 400 MiB memory cgroup those rows and the batch stage after them
+# took the engine past the limit (OOM-killed in its batch stage after 2 min 40 s of paging), so the widths are the
+# ones whose rows fit the room the group has left, less LOGITS_SPARE for the graph's other buffers
+LOGITS_ROW_COPIES = 2
+LOGITS_SPARE = 32 << 20
 
 
 def medians_in_turn(keys: Sequence[int], runs: int, measure: Callable[[int], float]) -> dict[str, float]:
@@ -67,15 +74,37 @@ def medians_in_turn(keys: Sequence[int], runs: int, measure: Callable[[int], flo
     return {str(k): statistics.median(v) for k, v in got.items()}
 
 
-def logits_times(e: Any, prompt: list[int]) -> dict[str, float] | None:
+def logits_widths(room: int | None, row_bytes: int) -> tuple[int, ...]:
+    """The LOGITS_WIDTHS whose rows of logits (`row_bytes` each, LOGITS_ROW_COPIES included) fit `room` bytes of
+    memory less LOGITS_SPARE; every width where the room is unknown (None)."""
+    if room is None:
+        return LOGITS_WIDTHS
+    return tuple(w for w in LOGITS_WIDTHS if w * row_bytes <= room - LOGITS_SPARE)
+
+
+def logits_times(e: Any, prompt: list[int], room: int | None = None) -> dict[str, float] | None:
     """Seconds a prompt of each of LOGITS_WIDTHS tokens (the first of `prompt`) takes with every row's logits
     asked, all threads: a batch step of as many columns, whose further columns' price at each width the roofline
-    reads from the differences (docs/design/kernels.md, "The CPU"); None for an engine that cannot ask for them."""
-    widths = [w for w in LOGITS_WIDTHS if w <= len(prompt)]
+    reads from the differences (docs/design/kernels.md, "The CPU"); None for an engine that cannot ask for them,
+    or where fewer than two widths' rows fit `room` (bytes of memory left to the engine: logits_widths)."""
+    row = LOGITS_ROW_COPIES * 4 * int(getattr(e, "n_vocab", 0))
+    widths = [w for w in logits_widths(room, row) if w <= len(prompt)]
     if not hasattr(e, "prompt_logits_s") or len(widths) < 2:
         return None
     runs = LOGITS_RUNS if e.prompt_logits_s(prompt[: widths[-1]]) < LOGITS_LONG_S else 1
     return medians_in_turn(widths, runs, lambda w: e.prompt_logits_s(prompt[:w]))
+
+
+def room_bytes() -> int:
+    """Memory this process may still take: the machine's available memory, and its memory cgroup's limit less
+    the group's use where it has one (page cache included: the model's mmap'ed pages are the group's to keep)."""
+    from measure.machine.residency import sys_memory
+
+    room = psutil.virtual_memory().available
+    m = sys_memory()
+    if m.cgroup_limit is not None and m.cgroup_usage is not None:
+        room = min(room, m.cgroup_limit - m.cgroup_usage)
+    return max(0, room)
 
 
 def batch_rates(e: Any, seq_toks: list[list[int]]) -> dict[str, float]:
@@ -95,38 +124,26 @@ def batch_rates(e: Any, seq_toks: list[list[int]]) -> dict[str, float]:
     return medians_in_turn(BATCH_BS, BATCH_RUNS, rate)
 
 
-def machine_key() -> str:
-    """The cache's key for this machine: host, chip, cores, memory, and the tightest limit on memory where it is
-    below the physical (a container, a memory cgroup): a probe measured inside one (its bandwidth readers' buffers
-    made to fit, its storage sweeps under the limit) is that container's, never the whole machine's."""
-    from measure.machine.probes import detect_chip, effective_memory
-
-    name, _ = detect_chip()
-    total = psutil.virtual_memory().total
-    limit, limit_name = effective_memory()
-    within = f"|{limit_name} {limit}" if limit < total else ""
-    return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{total}{within}"
-
-
 def _cache() -> Path:
     return Path(os.environ.get("INFERENCE_TOP_CACHE", Path.home() / ".cache" / "inference-top")) / "probe.json"
 
 
-def _key(model: ModelChoice | None) -> str:
-    """The cache's key: this machine, and the model whose engine rates were measured where it is not the
-    embedded one (a model's own probe: its kernels, its experts; docs/design/model-reads.md)."""
+def _key(model: ModelChoice | None, within: bool = True) -> str:
+    """The cache's key: this machine (machine_key), and the model whose engine rates were measured where it is
+    not the embedded one (a model's own probe: its kernels, its experts; docs/design/model-reads.md)."""
     if model is None or model.embedded:
-        return machine_key()
+        return machine_key(within)
     st = Path(model.path).stat()
-    return f"{machine_key()}|{Path(model.path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return f"{machine_key(within)}|{Path(model.path).resolve()}|{st.st_size}|{st.st_mtime_ns}"
 
 
-def cached(model: ModelChoice | None = None, disturbed: bool = False) -> Ceilings | None:
+def cached(model: ModelChoice | None = None, disturbed: bool = False, within: bool = True) -> Ceilings | None:
     """The probe cached for this machine (and model). One taken while other work used the machine (Ceilings.busy)
     is not this machine's figure: it is returned only when asked for (`disturbed`), for get() to weigh (issue 55:
-    a probe cached while the test suite ran read 5.7 tok/s where 39 were measured)."""
+    a probe cached while the test suite ran read 5.7 tok/s where 39 were measured). `within` False: the one taken
+    outside any memory limit (machine_key)."""
     try:
-        d = json.loads(_cache().read_text()).get(_key(model))
+        d = json.loads(_cache().read_text()).get(_key(model, within))
     except (OSError, ValueError):
         return None
     if not d or d.get("version") != PROBE_VERSION:
@@ -235,6 +252,26 @@ def probe_read_gbps(processes: int, timeout_s: float = 60.0, within: tuple[int, 
 PROBE_STAGES = ("load", "warmup", "decode", "prefill", "batch")
 
 
+def _major_faults() -> int:
+    try:
+        import resource
+    except ImportError:  # (Windows)
+        return 0
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt)
+
+
+def stage_faults(conn: Connection, stage: str, faults: dict[str, int]) -> None:
+    """Send the stage now begun (`stage`; "" at the end) and close the one before in `faults`: its major page
+    faults, the pages it waited for from the disk (the model's file, swap) rather than memory."""
+    now = _major_faults()
+    if faults:
+        last = next(reversed(faults))
+        faults[last] = now - faults[last]
+    if stage:
+        faults[stage] = now
+        conn.send(("stage", stage))
+
+
 def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> None:
     """The engine's rates, measured in this (spawned) process. Before each stage it sends ("stage", name)
     to the parent, so that a parent whose child dies (a segfault in the engine's C code, an OOM kill) can
@@ -242,16 +279,17 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # llama.cpp's C code prints its load log to fds 1 and 2
     os.dup2(null, 2)
+    faults: dict[str, int] = {}  # each stage's major page faults (stage_faults)
     try:
         from engines.base import EngineSpec, Prompt
         from engines.registry import make_engine
 
-        conn.send(("stage", "load"))
+        stage_faults(conn, "load", faults)
         e = make_engine(EngineSpec(**spec_dict))
         e.load()
-        conn.send(("stage", "warmup"))
+        stage_faults(conn, "warmup", faults)
         e.warmup()
-        conn.send(("stage", "decode"))
+        stage_faults(conn, "decode", faults)
         toks = e.tokenize(Prompt("probe", text="The quick brown fox"))
         # a batch's sequences each get a prompt of their own: identical sequences would route every token of a step
         # to the same experts of a mixture of experts, which no real load does
@@ -263,19 +301,22 @@ def _engine_worker(spec_dict: dict[str, Any], cores: int, conn: Connection) -> N
             return (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)
 
         decode = medians_in_turn(range(1, cores + 1), DECODE_RUNS, decode_rate)  # thread counts in turn
-        conn.send(("stage", "prefill"))
+        stage_faults(conn, "prefill", faults)
         e.set_threads(cores)
         prompt = e.tokenize(Prompt("probe", synthetic_tokens=PREFILL_TOKENS))
         t0 = time.perf_counter_ns()
         first = next(iter(e.generate(prompt, 1, True)))[1]
         prefill = PREFILL_TOKENS / ((first - t0) / 1e9)
-        logits = logits_times(e, prompt)
         # B sequences decoded together in one context: a step's fixed cost and each sequence's
-        conn.send(("stage", "batch"))
+        stage_faults(conn, "batch", faults)
         batch = batch_rates(e, seq_toks)
+        stage_faults(conn, "logits", faults)  # last, its rows in the room the rest leaves (LOGITS_ROW_COPIES)
+        room = room_bytes()
+        logits = logits_times(e, prompt, room)
         feats = e.cpu_features() if hasattr(e, "cpu_features") else []  # the batch path's code (kernels.toml [cpu])
+        stage_faults(conn, "", faults)
         conn.send({"decode_tps": decode, "prefill_tps": prefill, "batch_steps_per_s": batch, "cpu_features": feats,
-                   **({"logits_s": logits} if logits else {})})
+                   **({"logits_s": logits} if logits else {}), "logits_room_bytes": room, "major_faults": faults})
         e.close()
     except Exception as exc:  # noqa: BLE001 - the probe reports what it could not measure
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
@@ -338,6 +379,41 @@ def engine_rates(model_path: str, cores: int, engine: str = "llama", options: di
             p.join(timeout=2)
 
 
+PAGED_FAULTS = 50  # a probe stage with more major faults than this waited on the disk: a resident engine took 0 in
+# every measured stage on this VM, one paging in a 400 MiB memory cgroup 3,347 in its batch stage (5.6 steps/s for
+# the 44 and 23.5 outside) and none in its decode and prefill (docs/residency.md)
+PAGED_KEYS = {"decode": ("decode_tps", "prefill_tps"), "prefill": ("decode_tps", "prefill_tps"),
+              "batch": ("batch_steps_per_s",), "logits": ("logits_s",)}  # what a stage's rates are; one stage's
+# paging leaves the others' rates standing, except that decode and prefill stand or fall together (the roofline
+# has no engine without both)
+
+
+def drop_paged(engine: dict[str, Any], within: str) -> tuple[dict[str, Any], list[str]]:
+    """(the engine's rates less those of stages that paged, PAGED_FAULTS; a line for each stage dropped): a rate
+    measured while the engine waited for its pages is the memory limit's (`within`, in words), not the chip's."""
+    faults = engine.get("major_faults") or {}
+    out, said = dict(engine), []
+    for stage, keys in PAGED_KEYS.items():
+        if faults.get(stage, 0) > PAGED_FAULTS:
+            for k in keys:
+                out.pop(k, None)
+            said.append(f"the engine's {stage} stage paged against {within} ({faults[stage]} major faults): its "
+                        f"rates are not kept (measure them outside the limit once: `inference-top probe`)")
+    return (out if "decode_tps" in out else {}), said
+
+
+def logits_note(engine: dict[str, Any]) -> str:
+    """What a probe whose prompts with every row's logits did not fit every width (logits_widths) says."""
+    widths = sorted(int(w) for w in engine.get("logits_s") or ())
+    room = engine.get("logits_room_bytes")
+    where = f" in the {room / 2**20:.0f} MiB of memory left to it" if room is not None else ""
+    if len(widths) < 2:
+        return (f"a prompt with every row's logits was not timed{where}: a batch past B = "
+                f"{max(BATCH_BS)} is priced by the probe's batches' line")
+    return (f"a prompt with every row's logits timed at {', '.join(map(str, widths))} tokens{where}, not "
+            f"{LOGITS_WIDTHS[-1]}: a batch's columns past {widths[-1]} take the price of the last width")
+
+
 def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) -> Ceilings:
     """Measure now (and cache). `model`: a ModelChoice for the engine rates (default: the embedded model)."""
     from measure.machine.model_choice import resolve_model
@@ -358,14 +434,26 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
     engine = {}
     try:
         choice = model or resolve_model("llama", None, lambda m: None)
-        if choice.info is not None and choice.info.tensor_bytes is not None and str(choice.path).endswith(".gguf"):
+        outside = cached(model, within=False) if limit < psutil.virtual_memory().total else None
+        if outside is not None and outside.engine:
+            # inside a memory limit the engine's stages page against it (a 400 MiB group: 2 min 40 s, then OOM-killed)
+            engine = outside.engine
+            say(f"the engine's rates: this machine's probe of {outside.measured_at}, taken outside the {limit_name} of "
+                f"{limit / 2**30:.2f} GiB (a memory limit changes what stays resident, not what a core does)")
+        elif choice.info is not None and choice.info.tensor_bytes is not None and str(choice.path).endswith(".gguf"):
             say(f"probing llama.cpp on {choice.name}: decode at 1 … {cores} threads, prefill …")
             rates = engine_rates(str(choice.path), cores)
             if "error" in rates:
                 say(f"the engine could not be probed: {rates['error']}")
             else:
-                engine = {"model": choice.name, "path": str(choice.path),
-                          "weight_bytes": from_gguf(choice.info).read_bytes(1), **rates}
+                engine, paged = drop_paged({"model": choice.name, "path": str(choice.path),
+                                            "weight_bytes": from_gguf(choice.info).read_bytes(1), **rates},
+                                           f"the {limit_name} of {limit / 2**30:.2f} GiB")
+                for line in paged:
+                    say(line)
+                cut = len(engine.get("logits_s") or ()) < len(LOGITS_WIDTHS)  # by the room, not by paging
+                if engine and cut and rates.get("major_faults", {}).get("logits", 0) <= PAGED_FAULTS:
+                    say(logits_note(engine))
     except Exception as exc:  # noqa: BLE001 - bandwidth alone is still a ceiling
         say(f"the engine could not be probed: {type(exc).__name__}: {exc}")
     _storage(model, say)  # the storage's read rates, cached beside (docs/residency.md)

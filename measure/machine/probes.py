@@ -113,6 +113,20 @@ def effective_memory(limits: list[tuple[str, int]] | None = None) -> tuple[int, 
     return v, name
 
 
+def machine_key(within: bool = True) -> str:
+    """The cache's key for this machine: host, chip, cores, memory, and the tightest limit on memory where it is
+    below the physical (a container, a memory cgroup): a probe measured inside one (its bandwidth readers' buffers
+    made to fit, its storage sweeps under the limit) is that container's, never the whole machine's. `within`
+    False: the machine's key outside any limit."""
+    import socket
+
+    name, _ = detect_chip()
+    total = psutil.virtual_memory().total
+    limit, limit_name = effective_memory()
+    lim = f"|{limit_name} {limit}" if within and limit < total else ""
+    return f"{socket.gethostname()}|{name}|{psutil.cpu_count(logical=False)}|{total}{lim}"
+
+
 def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
 

@@ -194,7 +194,7 @@ def plan_lines(rows: Sequence[Prediction], result: Mapping[str, Any], chip: str 
     from measure.core.residency import LevelMemory, format_fits, level_fit
     from measure.core.roofline import ASSUMED_SWAP_GBPS
     from measure.machine import storage
-    from measure.machine.ceilings import machine_key
+    from measure.machine.probes import machine_key
 
     rates = storage.cached_rates(machine_key()) if chip == "this" else None
     if rates is None and not result.get("unified"):
@@ -225,7 +225,7 @@ def header_fields(mmapped: bool, per_request: float = 0.0) -> dict[str, Any]:
 
     from measure.core.residency import gives_out
     from measure.machine import storage
-    from measure.machine.ceilings import machine_key
+    from measure.machine.probes import machine_key
 
     lim = limits("self", mmapped)
     s = sys_memory()

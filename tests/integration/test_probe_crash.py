@@ -1,6 +1,7 @@
 """A probe whose engine process dies (a segfault in the engine's C code, an OOM kill) says so in one line
 within seconds, naming the stage and the signal, and the probe goes on; it never waits out a timeout.
 The null engine's fault injection (options crash_in) ends its process with the signal at each stage."""
+import json
 import os
 import subprocess
 import sys
@@ -153,3 +154,41 @@ def test_a_plan_whose_probe_cannot_measure_has_no_roofline_and_says_why(monkeypa
     assert plan.roofline(say=said.append) is None
     assert said == ["warning: no roofline: the memory bandwidth probe's reader ended (signal 9)"]
     assert plan.warnings[-1] == "no roofline: the memory bandwidth probe's reader ended (signal 9)"
+
+
+def test_a_probe_inside_a_memory_limit_takes_the_engines_rates_from_the_machines_probe_outside_it(tmp_path,
+                                                                                                   monkeypatch):
+    """The dashboard in a 400 MiB memory cgroup probed its engine in there: the model, its KV and 128 rows of
+    logits paged against the limit for 2 min 40 s and the engine was OOM-killed in its batch stage (no engine
+    rates, so no prediction past the wall). A limit changes what stays resident, not what a core does: where this
+    machine's quiet probe outside any limit is cached, the probe inside one takes its engine rates (and says whose)
+    and measures only what the limit changes (the readers' buffers, the storage under it); with none cached it
+    measures the engine there."""
+    from measure.machine import probes
+
+    monkeypatch.setenv("INFERENCE_TOP_CACHE", str(tmp_path))
+    outside_key = ceilings.machine_key()
+    limit = (400 << 20, "cgroup v1 memory.limit_in_bytes")
+    monkeypatch.setattr(probes, "effective_memory", lambda limits=None: limit)
+    assert ceilings.machine_key() == f"{outside_key}|cgroup v1 memory.limit_in_bytes {400 << 20}"
+    assert ceilings.machine_key(within=False) == outside_key
+    engine = {"model": "gemma-3-270m-q4_k_m", "decode_tps": {"1": 40.0, "2": 70.0}, "prefill_tps": 900.0}
+    outside = {"machine": "m", "chip": "c", "cores": 2, "memory_bytes": 1 << 34, "swap_bytes": 0,
+               "read_gbps": {"1": 20.0, "2": 38.0}, "engine": engine, "measured_at": "2026-12-07T22:00:00",
+               "seconds": 30.0, "busy_cores": 0.0, "version": ceilings.PROBE_VERSION}
+    (tmp_path / "probe.json").write_text(json.dumps({outside_key: outside}))
+    measured: list[str] = []
+    monkeypatch.setattr(ceilings, "probe_read_gbps", lambda n, within=None, timeout_s=60.0: 30.0 + n)
+    monkeypatch.setattr(ceilings, "_storage", lambda model, say: None)
+    monkeypatch.setattr(ceilings, "engine_rates", lambda *a, **k: measured.append("engine") or {"error": "x"})
+    said: list[str] = []
+    c = ceilings.probe(say=said.append)
+    assert c.engine == engine and c.read_gbps == {"1": 31.0, "2": 32.0} and measured == []
+    assert said[1] == ("the engine's rates: this machine's probe of 2026-12-07T22:00:00, taken outside the cgroup v1 "
+                       "memory.limit_in_bytes of 0.39 GiB (a memory limit changes what stays resident, not what a "
+                       "core does)")
+    # a disturbed probe outside is not this machine's figure: the engine is measured inside
+    (tmp_path / "probe.json").write_text(json.dumps({outside_key: dict(outside, busy_cores=1.5)}))
+    said.clear()
+    assert ceilings.probe(say=said.append).engine == {} and measured == ["engine"]
+    assert said[1].startswith("probing llama.cpp on ") and said[2] == "the engine could not be probed: x"

@@ -88,3 +88,58 @@ def test_the_batches_timed_in_turn_each_the_median_of_its_runs() -> None:
     assert e.runs == list(ceilings.BATCH_BS) * ceilings.BATCH_RUNS  # B = 2, 8, 2, 8 …: in turn
     # the second round 50 % slower (an EPYC VM's single run of B = 8 read 10–15 % slow): the median drops it
     assert ceilings.batch_rates(Batched(slow=2), [[1]] * 8) == pytest.approx({"2": 50.0, "8": 20.0})
+
+
+class Vocab(Timed):
+    """Timed, with Gemma 3's vocabulary: a row of logits 1 MiB, held twice while a prompt asks it (2 MiB)."""
+
+    n_vocab = 262_144
+
+
+def test_the_widths_whose_rows_fit_the_room() -> None:
+    row = ceilings.LOGITS_ROW_COPIES * 4 * Vocab.n_vocab
+    assert row == 2 << 20
+    assert ceilings.logits_widths(None, row) == ceilings.LOGITS_WIDTHS  # no room read: every width
+    # 100 MiB left, 32 of them spare: 68 MiB hold 34 rows, so the widths up to 32
+    assert ceilings.logits_widths(100 << 20, row) == (2, 3, 4, 8, 16, 32)
+    assert ceilings.logits_widths((32 + 2 * 128) << 20, row) == ceilings.LOGITS_WIDTHS  # 128 rows exactly
+    assert ceilings.logits_widths((32 + 2 * 128 - 1) << 20, row)[-1] == 64
+    assert ceilings.logits_widths(40 << 20, row) == (2, 3, 4)
+    assert ceilings.logits_widths(10 << 20, row) == ()
+    e = Vocab()
+    assert list(ceilings.logits_times(e, list(range(128)), room=100 << 20) or {}) == ["2", "3", "4", "8", "16", "32"]
+    assert max(e.calls) == 32  # the unmeasured first run too: no row past the room is ever asked
+    assert ceilings.logits_times(Vocab(), list(range(128)), room=37 << 20) is None  # one width: no difference
+    # an engine that says no vocabulary: its rows are 0 B, every width where the spare fits
+    assert len(ceilings.logits_times(Timed(), list(range(128)), room=64 << 20) or {}) == len(ceilings.LOGITS_WIDTHS)
+
+
+def test_the_probes_note_on_widths_cut_by_the_room() -> None:
+    engine = {"logits_s": {"2": 0.02, "3": 0.03, "4": 0.04, "8": 0.05}, "logits_room_bytes": 60 << 20}
+    assert ceilings.logits_note(engine) == ("a prompt with every row's logits timed at 2, 3, 4, 8 tokens in the 60 MiB "
+                                            "of memory left to it, not 128: a batch's columns past 8 take the price "
+                                            "of the last width")
+    assert ceilings.logits_note({"logits_room_bytes": 20 << 20}) == (
+        "a prompt with every row's logits was not timed in the 20 MiB of memory left to it: a batch past B = 8 is "
+        "priced by the probe's batches' line")
+
+
+def test_a_stage_that_paged_keeps_none_of_its_rates() -> None:
+    """In a 400 MiB memory cgroup the probe's batch stage took 3,347 major faults and read 5.6 steps/s where the
+    engine outside read 44 and 23.5; its decode and prefill took none. A stage over PAGED_FAULTS drops its rates."""
+    e = {"model": "m", "decode_tps": {"1": 60.0}, "prefill_tps": 700.0, "batch_steps_per_s": {"2": 5.9, "8": 5.6},
+         "logits_s": {"2": 0.1, "3": 0.2}, "major_faults": {"load": 8, "decode": 0, "prefill": 0, "batch": 3347,
+                                                             "logits": 26}}
+    kept, said = ceilings.drop_paged(e, "the cgroup v1 memory.limit_in_bytes of 0.39 GiB")
+    assert kept == {k: v for k, v in e.items() if k != "batch_steps_per_s"}  # 26 faults: not past PAGED_FAULTS
+    assert said == ["the engine's batch stage paged against the cgroup v1 memory.limit_in_bytes of 0.39 GiB (3347 "
+                    "major faults): its rates are not kept (measure them outside the limit once: `inference-top probe`)"]
+    at = dict(e, major_faults={"batch": 0, "logits": ceilings.PAGED_FAULTS + 1})
+    assert "logits_s" not in ceilings.drop_paged(at, "x")[0] and "batch_steps_per_s" in ceilings.drop_paged(at, "x")[0]
+    edge = dict(e, major_faults={"logits": ceilings.PAGED_FAULTS})
+    assert ceilings.drop_paged(edge, "x") == (edge, [])  # not past it
+    # decode or prefill paged: no engine (the roofline needs both)
+    assert ceilings.drop_paged(dict(e, major_faults={"prefill": 400}), "x")[0] == {}
+    assert ceilings.drop_paged(dict(e, major_faults={"decode": 51}), "x")[0] == {}
+    assert ceilings.drop_paged({"decode_tps": {"1": 1.0}, "prefill_tps": 1.0}, "x") == (
+        {"decode_tps": {"1": 1.0}, "prefill_tps": 1.0}, [])  # an older probe's engine: no faults said

@@ -108,7 +108,7 @@ class CellRunner:
         self._res0 = None
         self.others = OtherWork()  # the cores other work keeps busy over each cell (local engines)
         from measure.machine import storage
-        from measure.machine.ceilings import machine_key
+        from measure.machine.probes import machine_key
 
         self.storage = storage.cached_rates(machine_key()) if self.local else None  # the probe's, where it ran
 
