@@ -276,6 +276,10 @@ def test_the_brakes_decision_says_the_predicted_and_measured_rates():
     early.predicted_tps = 7.6
     hit = early.check(a, b, 0.0, 2_000_000_000)
     assert hit is not None and hit.undo is not None and hit.rates == "predicted 7.6 tok/s, nothing measured yet"
+    # under 1 tok/s is still a rate: loaded weights past the wall ran at 0.6 (pastwall, swap at 289 MB/s)
+    slow = WallWatch(brake=True)
+    slow.step(Step("b", 1, 2, 0, 1.2))
+    assert slow.check(a, b, 0.6, 2_000_000_000).rates == "measured 0.6 tok/s"
 
 
 @linux
