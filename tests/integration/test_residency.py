@@ -324,7 +324,8 @@ def test_a_sweep_skips_a_level_predicted_past_its_budget_and_a_refusal_says_its_
     from dataclasses import replace
 
     import presets
-    from measure.control.bench.sweep import SweepConfig, format_table, run_sweep
+    from measure.control.bench import sweep as sweep_mod
+    from measure.control.bench.sweep import CellRunner, SweepConfig, format_table, run_sweep
     from measure.core import work as W
     from measure.core.records import RunMeta
     from measure.core.roofline import Machine, Roofline
@@ -354,6 +355,34 @@ def test_a_sweep_skips_a_level_predicted_past_its_budget_and_a_refusal_says_its_
                           memory_budget=250 * MiB, roofline=roof, kv_bytes_per_token=1024.0)
         refused, _, _ = run_sweep(fleet, presets.workload("default"), cfg, lambda m: None)
         assert refused[0].status == "refused" and "past the wall it would run at" in refused[0].reason
+        # --force: a level predicted past the wall within its budget is measured there, the wall's check off (it
+        # had stopped such a level in a 400 MiB memory cgroup before a request ended, on the pressure its own load
+        # left), and its prediction is the residency roofline's
+        class Walled:  # a check that always sees the wall
+            def __init__(self, *a):
+                pass
+
+            def __call__(self):
+                return "swap grew by 64 MiB (planted)"
+
+        monkeypatch.setattr(sweep_mod, "WallCheck", Walled)
+        said: list[str] = []
+        cfg = replace(cfg, force=True)
+        fit = CellRunner(fleet, cfg, said.append).past_wall("batch", 1, 1, cfg.ctx)
+        assert fit is not None and not fit.fits
+        forced, _, _ = run_sweep(fleet, presets.workload("default"), cfg, said.append)
+        assert forced[0].status == "ok" and forced[0].requests.completed == 4, forced[0]
+        assert forced[0].prediction.binding == f"past the memory wall: {fit.step.via}"
+        assert forced[0].prediction.output_throughput == pytest.approx(fit.tps)
+        assert forced[0].prediction.tpot_ms == pytest.approx(fit.step.t_step_s * 1e3)
+        assert forced[0].prediction.error_output_throughput == pytest.approx(
+            fit.tps / forced[0].output_throughput - 1)
+        assert any(line.startswith(f"K=1 B=1: past the memory wall, predicted {fit.tps:.2f} tok/s, within the level's "
+                                   "budget of 600 s: measured there, the memory wall's check off") for line in said)
+        # not past the wall: the check stands, and stops the level
+        cfg = replace(cfg, memory_budget=None)
+        stopped, _, _ = run_sweep(fleet, presets.workload("default"), cfg, lambda m: None)
+        assert stopped[0].status == "wall" and "planted" in stopped[0].reason
     finally:
         fleet.close()
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.bench.cell import (Cell, CellMachine, CellRow, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
+from measure.control.bench.cell import (Cell, CellMachine, CellPrediction, CellRow, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
                                   skipped as skipped_cell, write_summary)
 from measure.machine import host
 from measure.core import metrics as M
@@ -145,9 +145,11 @@ class CellRunner:
         return level_fit(f"K={k} B={b}", (k, seqs), p.tpot_s, p.bytes_per_s * p.tpot_s, mem, cfg.memory_budget,
                          self.storage)
 
-    def start(self, mode: str, k: int, b: int, seq_ctx: int, users: int | None = None) -> None:
+    def start(self, mode: str, k: int, b: int, seq_ctx: int, users: int | None = None, watch_wall: bool = True
+              ) -> None:
         """The source at this step, ready; `users`: a closed loop's, told to the source (else it may follow its
-        streams × endpoints); the power meter and the wall's check count from here."""
+        streams × endpoints); the power meter and the wall's check count from here (`watch_wall` False: no
+        check, for a level run past the wall on purpose: run_sweep)."""
         src = self.source
         src.scale_to(k)
         assert mode in MODES  # the sweep's and --find's modes are a source's
@@ -165,7 +167,7 @@ class CellRunner:
         self.energy = host.EnergyWindow("inference-top cell") if host.is_mac() else None
         if self.energy and not self.energy.begin():  # zeus-apple-silicon not installed, or IOReport closed
             self.energy = None
-        self._wall = WallCheck(self.probe, self.heat)
+        self._wall = WallCheck(self.probe, self.heat) if watch_wall else None
         self._res0 = self._residency.read(self._pids(), 0) if self._residency else None
         if self.local:  # over HTTP nothing is recorded (_other_work)
             self.others.start()
@@ -294,8 +296,10 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                     blocked = blocked if oom else (k, b, "refused", f"K={k} B={b} refused")
                     continue
                 try:
-                    records, status = _run_reps(runner, wl, k, b, context or cfg.ctx, where)
+                    records, status = _run_reps(runner, wl, k, b, context or cfg.ctx, where, fit)
                     cell = None if status else _finish(runner, records, wl, k, b, context)
+                    if cell is not None and fit is not None:  # measured past the wall: its prediction is that
+                        cell.prediction = past_prediction(cell, fit)
                 except (KeyboardInterrupt, SystemExit) as exc:  # the cut cell marked, for the caller's summary
                     cells.append(skipped_cell(k, b, context, "cut", f"interrupted ({interruption(exc)[1]}) while "
                                               "this cell ran"))
@@ -312,6 +316,16 @@ def run_sweep(fleet: LoadSource, workload: Workload, cfg: SweepConfig, say: Call
                 cells.append(cell)
     add_scaling([c for c in cells if c.ok])
     return cells, all_records, runner.source  # the fleet (or the last one it was replaced by), as a finite source
+
+
+def past_prediction(cell: Cell, fit: LevelFit) -> CellPrediction:
+    """A cell measured past the memory wall, predicted by the residency roofline (docs/residency.md): its step
+    (TPOT) and tok/s, each with its error against the measurement, the storage named as what binds."""
+    tpot_ms = fit.step.t_step_s * 1e3
+    meas_tpot, meas_tps = cell.requests.tpot.p50, cell.output_throughput
+    return CellPrediction("roofline", tpot_ms, fit.tps, f"past the memory wall: {fit.step.via}",
+                          (tpot_ms - meas_tpot) / meas_tpot if meas_tpot else None,
+                          (fit.tps - meas_tps) / meas_tps if meas_tps else None)
 
 
 def interruption(exc: BaseException) -> tuple[int, str]:
@@ -354,15 +368,21 @@ def _arrivals(cfg: SweepConfig, users: int, rep: int) -> ClosedLoop | Poisson | 
     return cfg.client.wrap(arrivals) if cfg.client is not None else arrivals
 
 
-def _run_reps(runner: CellRunner, wl: Workload, k: int, b: int, seq_ctx: int, where: str
-              ) -> tuple[list[RequestRecord], tuple[str, str] | None]:
-    """One cell's reps: its records, and (status, why) where the wall or its timeout stopped it."""
+def _run_reps(runner: CellRunner, wl: Workload, k: int, b: int, seq_ctx: int, where: str,
+              past: LevelFit | None = None) -> tuple[list[RequestRecord], tuple[str, str] | None]:
+    """One cell's reps: its records, and (status, why) where the wall or its timeout stopped it. `past`: the
+    level is predicted past the memory wall and within its time budget (run_sweep ran it knowing so, as --force
+    asks): it is measured there, the wall's check off and its timeout bounding it (the check had stopped such a
+    level in a 400 MiB memory cgroup before a request ended, on the pressure its own load left)."""
     cfg, say = runner.cfg, runner.say
     users = closed_loop_users(cfg.mode, k, b, cfg.users)
     closed = not (cfg.sessions or cfg.arrivals or cfg.rate)
+    if past is not None:
+        say(f"{where}: past the memory wall, predicted {past.tps:.2f} tok/s, within the level's budget of "
+            f"{cfg.cell_timeout_s:.0f} s: measured there, the memory wall's check off ({past_wall_note(past)})")
     # a closed loop's or the sessions' users told to the source: it may otherwise follow its slots
     # (B × endpoints), and sessions of --users 4 ran B × endpoints users
-    runner.start(cfg.mode, k, b, seq_ctx, users if cfg.sessions or (closed and cfg.users) else None)
+    runner.start(cfg.mode, k, b, seq_ctx, users if cfg.sessions or (closed and cfg.users) else None, past is None)
     records: list[RequestRecord] = []
     for rep in range(cfg.reps):
         runner.source.rep = rep
