@@ -158,10 +158,10 @@ def test_the_sweep_marks_the_cell_an_interruption_cut_and_only_that_one(monkeypa
 
     real_reps, real_wall = S._run_reps, S.CellRunner.past_wall
 
-    def reps(runner, wl, k, b, seq_ctx, at):
+    def reps(runner, wl, k, b, seq_ctx, at, past=None):
         if where == "reps" and b == 2:
             raise exc
-        return real_reps(runner, wl, k, b, seq_ctx, at)
+        return real_reps(runner, wl, k, b, seq_ctx, at, past)
 
     def wall(self, mode, k, b, seq_ctx):
         if where == "wall" and b == 2:
