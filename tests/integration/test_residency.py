@@ -312,6 +312,15 @@ def test_report_draws_residency_against_throughput(tmp_path):
     assert tmp_path / "residency_vs_throughput.png" in files
     assert (tmp_path / "residency_vs_throughput.png").stat().st_size > 1000
     bare = [{"k": 1, "b": 1, "status": "ok", "output_throughput": 27.0}]
+    # each point says what came back: mmap'ed weights re-read are read-in, not swap-in (a bench in a 400 MiB group)
+    from measure.control.bench.cell import Cell
+    from measure.control.bench.report import residency_label
+
+    mm = Cell.from_json({"k": 1, "b": 2, "status": "ok", "output_throughput": 10.4, "weights_resident_share": 0.69,
+                            "major_faults_per_token": 17.3, "swap_in_mbps": 0.0, "file_read_mbps": 1260.9})
+    assert residency_label(mm) == "K1B2 17 flt/tok · swap-in 0 · read-in 1261 MB/s"
+    none = Cell.from_json({"k": 2, "b": 1, "status": "ok", "output_throughput": 3.0, "weights_resident_share": 1.0})
+    assert residency_label(none) == "K2B1 — flt/tok · swap-in — · read-in — MB/s"
     assert tmp_path / "x" / "residency_vs_throughput.png" not in render(
         [Run("no residency", RunHeader.of({"kind": "header", "engine": "llama"}), bare)], tmp_path / "x")
 
