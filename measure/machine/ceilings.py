@@ -249,9 +249,6 @@ def probe_read_gbps(processes: int, timeout_s: float = 60.0, within: tuple[int, 
     return sum(got)
 
 
-PROBE_STAGES = ("load", "warmup", "decode", "prefill", "batch")
-
-
 def _major_faults() -> int:
     try:
         import resource
