@@ -385,17 +385,22 @@ PAGED_KEYS = {"decode": ("decode_tps", "prefill_tps"), "prefill": ("decode_tps",
 # has no engine without both)
 
 
+def paged_stages(engine: dict[str, Any]) -> list[str]:
+    """The probe's stages (PAGED_KEYS' order) whose major faults were past PAGED_FAULTS."""
+    faults = engine.get("major_faults") or {}
+    return [stage for stage in PAGED_KEYS if faults.get(stage, 0) > PAGED_FAULTS]
+
+
 def drop_paged(engine: dict[str, Any], within: str) -> tuple[dict[str, Any], list[str]]:
-    """(the engine's rates less those of stages that paged, PAGED_FAULTS; a line for each stage dropped): a rate
+    """(the engine's rates less those of stages that paged, paged_stages; a line for each stage dropped): a rate
     measured while the engine waited for its pages is the memory limit's (`within`, in words), not the chip's."""
     faults = engine.get("major_faults") or {}
     out, said = dict(engine), []
-    for stage, keys in PAGED_KEYS.items():
-        if faults.get(stage, 0) > PAGED_FAULTS:
-            for k in keys:
-                out.pop(k, None)
-            said.append(f"the engine's {stage} stage paged against {within} ({faults[stage]} major faults): its "
-                        f"rates are not kept (measure them outside the limit once: `inference-top probe`)")
+    for stage in paged_stages(engine):
+        for k in PAGED_KEYS[stage]:
+            out.pop(k, None)
+        said.append(f"the engine's {stage} stage paged against {within} ({faults[stage]} major faults): its "
+                    f"rates are not kept (measure them outside the limit once: `inference-top probe`)")
     return (out if "decode_tps" in out else {}), said
 
 
@@ -449,7 +454,7 @@ def probe(model: ModelChoice | None = None, say: Callable[[str], None] = print) 
                 for line in paged:
                     say(line)
                 cut = len(engine.get("logits_s") or ()) < len(LOGITS_WIDTHS)  # by the room, not by paging
-                if engine and cut and rates.get("major_faults", {}).get("logits", 0) <= PAGED_FAULTS:
+                if engine and cut and "logits" not in paged_stages(rates):
                     say(logits_note(engine))
     except Exception as exc:  # noqa: BLE001 - bandwidth alone is still a ceiling
         say(f"the engine could not be probed: {type(exc).__name__}: {exc}")

@@ -662,6 +662,11 @@ def _pct(values: Sequence[float], p: float) -> float:
     return v
 
 
+def prediction_error(pred: float, meas: float | None) -> float | None:
+    """A cell's prediction error: (predicted − measured) ÷ measured; None where nothing was measured."""
+    return (pred - meas) / meas if meas else None
+
+
 def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> CellPrediction | None:
     """The roofline's TPOT and tok/s for this cell, and the error of each against the measurement."""
     assert spec.roofline is not None
@@ -672,13 +677,10 @@ def _predicted(records: Sequence[RequestRecord], spec: Spec, cell: Cell) -> Cell
                             out_tokens)
     if p is None:
         return None
-
-    def err(pred: float, meas: float | None) -> float | None:
-        return (pred - meas) / meas if meas else None
-
     return CellPrediction("roofline", p.tpot_s * 1e3, p.aggregate_tps, p.binding,
-                      err(p.tpot_s * 1e3, cell.requests.tpot.p50), err(p.aggregate_tps, cell.output_throughput),
-                      p.caveat() if p.oversubscribed else None)
+                          prediction_error(p.tpot_s * 1e3, cell.requests.tpot.p50),
+                          prediction_error(p.aggregate_tps, cell.output_throughput),
+                          p.caveat() if p.oversubscribed else None)
 
 
 def endpoint_figures(records: Sequence[RequestRecord], weight_bytes: int = 0,
@@ -822,4 +824,4 @@ __all__ = ["Cell", "Spec", "Dist", "Requests", "CellBandwidth", "CellPrediction"
            "CostFigures", "CellGoodput", "CellMachine", "CellRow", "Scaling", "KneeLevel", "TimingNote", "KEYS",
            "as_cell", "skipped", "Timed", "PerRep", "Periods", "Clients", "Timing", "endpoint_figures", "ttft_by_class",
            "ClassTTFT", "EndpointFigures",
-           "add_scaling", "fmt", "prediction_text", "answer_notes", "client_note", "write_summary"]
+           "add_scaling", "fmt", "prediction_error", "prediction_text", "answer_notes", "client_note", "write_summary"]

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from measure.control.bench.cell import (Cell, CellMachine, CellPrediction, CellRow, Spec, add_scaling, answer_notes, client_note, fmt, prediction_text,
+from measure.control.bench.cell import (Cell, CellMachine, CellPrediction, CellRow, Spec, add_scaling, answer_notes, client_note, fmt,
+                                  prediction_error, prediction_text,
                                   skipped as skipped_cell, write_summary)
 from measure.machine import host
 from measure.core import metrics as M
@@ -322,10 +323,9 @@ def past_prediction(cell: Cell, fit: LevelFit) -> CellPrediction:
     """A cell measured past the memory wall, predicted by the residency roofline (docs/residency.md): its step
     (TPOT) and tok/s, each with its error against the measurement, the storage named as what binds."""
     tpot_ms = fit.step.t_step_s * 1e3
-    meas_tpot, meas_tps = cell.requests.tpot.p50, cell.output_throughput
     return CellPrediction("roofline", tpot_ms, fit.tps, f"past the memory wall: {fit.step.via}",
-                          (tpot_ms - meas_tpot) / meas_tpot if meas_tpot else None,
-                          (fit.tps - meas_tps) / meas_tps if meas_tps else None)
+                          prediction_error(tpot_ms, cell.requests.tpot.p50),
+                          prediction_error(fit.tps, cell.output_throughput))
 
 
 def interruption(exc: BaseException) -> tuple[int, str]:
